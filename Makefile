@@ -1,0 +1,45 @@
+# aorta — developer entry points. `make test` goes from a fresh clone to a green run.
+PYTHON ?= python3
+VENV ?= .venv
+# A GPU user overrides this, e.g. `make dev TORCH='torch==2.13.0 --index-url https://download.pytorch.org/whl/rocm6.4'`.
+TORCH ?= torch==2.13.0
+RECIPE ?= recipes/cpu-smoke.yaml
+CLUSTER ?= cluster.json
+PYTEST_ARGS ?=
+
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: dev test lint format sweep launch bench clean
+
+dev: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q $(TORCH)
+	$(BIN)/python -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+test: dev
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: dev
+	$(BIN)/ruff format --check aorta tests benchmarks
+	$(BIN)/ruff check aorta tests benchmarks
+
+format: dev
+	$(BIN)/ruff format aorta tests benchmarks
+	$(BIN)/ruff check --fix aorta tests benchmarks
+
+sweep: dev
+	$(BIN)/aorta sweep run --recipe $(RECIPE)
+
+launch: dev
+	$(BIN)/aorta launch --cluster $(CLUSTER) --recipe $(RECIPE)
+
+bench: dev
+	$(BIN)/python benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis .ruff_cache build *.egg-info

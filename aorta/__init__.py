@@ -1,0 +1,63 @@
+"""aorta — triage GPU training problems on clusters.
+
+The notebook API::
+
+    import aorta
+    recipe = aorta.load_recipe("recipes/cpu-smoke.yaml")
+    plan = aorta.plan(recipe)
+
+Heavy dependencies (torch, xarray, matplotlib) load on first use, so ``aorta --help`` and
+``import aorta`` stay fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from aorta.errors import AortaError, ExitCode, RecipeError, TraceError, UsageError
+from aorta.planning import Cell, Plan, plan
+from aorta.recipe import Recipe, dump_recipe, load_recipe
+from aorta.registry import Environment, Mitigation, Registry
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AortaError",
+    "Cell",
+    "Environment",
+    "ExitCode",
+    "Mitigation",
+    "Plan",
+    "Recipe",
+    "RecipeError",
+    "Registry",
+    "TraceError",
+    "UsageError",
+    "__version__",
+    "dump_recipe",
+    "load_recipe",
+    "plan",
+    "plot",
+    "trace",
+]
+
+# name -> module that defines it; imported on first attribute access.
+_LAZY: dict[str, str] = {
+    "plot": "aorta.plot",
+    "trace": "aorta.trace",
+}
+
+
+def __getattr__(name: str) -> Any:
+    target = _LAZY.get(name)
+    if target is None:
+        raise AttributeError(f"module 'aorta' has no attribute {name!r}")
+    module = importlib.import_module(target)
+    value = module if target.endswith(name) else getattr(module, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

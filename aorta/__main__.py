@@ -1,0 +1,3 @@
+from aorta.cli import entry
+
+entry()

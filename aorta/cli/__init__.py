@@ -1,0 +1,78 @@
+"""The ``aorta`` command.
+
+Each subcommand lives in its own module and only parses options, calls the library and maps
+errors to an :class:`~aorta.errors.ExitCode`. :func:`main` returns the code (tests call it
+in-process); only :func:`entry`, the console script, exits.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+
+import typer
+from typer import _click as click  # typer vendors click; its exceptions are the ones raised
+
+from aorta.errors import AortaError, ExitCode
+
+from . import recipe as _recipe
+from . import sweep as _sweep
+from . import workloads as _workloads
+
+__all__ = ["app", "entry", "main"]
+
+app = typer.Typer(
+    name="aorta",
+    help="Triage GPU training problems: sweep mitigations, compare cells, analyse traces.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+app.add_typer(_recipe.app, name="recipe")
+app.add_typer(_sweep.app, name="sweep")
+app.add_typer(_workloads.app, name="workloads")
+
+
+def _error(message: str) -> None:
+    # One line, on stderr, whatever went wrong.
+    first = message.strip().splitlines()[0] if message.strip() else "unknown error"
+    print(f"Error: {first}", file=sys.stderr)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``aorta`` command with ``argv`` (default ``sys.argv[1:]``); return the exit code."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    command = typer.main.get_command(app)
+    try:
+        rv = command.main(args=args, prog_name="aorta", standalone_mode=False)
+    except AortaError as exc:
+        _error(str(exc))
+        return int(exc.exit_code)
+    except click.exceptions.UsageError as exc:
+        hint = f" (see 'aorta {' '.join(exc.ctx.command_path.split()[1:])} --help')" if exc.ctx else ""
+        _error(exc.format_message() + hint)
+        return int(ExitCode.USAGE)
+    except click.exceptions.ClickException as exc:
+        _error(exc.format_message())
+        return int(exc.exit_code)
+    except (KeyboardInterrupt, click.exceptions.Abort):
+        _error("interrupted")
+        return int(ExitCode.INTERRUPTED)
+    if rv is None:
+        return int(ExitCode.OK)
+    return int(rv)
+
+
+def entry() -> None:
+    """Console-script entry point: run :func:`main` and exit with its code."""
+    try:
+        code = main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # `aorta ... | head`: the reader went away; exit quietly like other Unix tools.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        code = int(ExitCode.ERROR)
+    sys.exit(code)

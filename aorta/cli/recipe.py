@@ -1,0 +1,57 @@
+"""``aorta recipe validate|show``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from aorta.errors import ExitCode, RecipeError
+
+from ._options import MitigationsFiles
+
+app = typer.Typer(help="Check and print recipes.", no_args_is_help=True)
+
+RecipeFile = Annotated[Path, typer.Argument(help="The recipe (YAML or JSON).", dir_okay=False)]
+
+
+@app.command()
+def validate(file: RecipeFile, mitigations_file: MitigationsFiles = None) -> int:
+    """Check a recipe against the schema and the mitigation registry; list every problem."""
+    from aorta.planning import plan
+    from aorta.recipe import load_recipe
+    from aorta.registry import Registry
+
+    try:
+        recipe = load_recipe(file)
+        p = plan(recipe, registry=Registry.load(files=mitigations_file or ()))
+    except RecipeError as exc:
+        source = exc.source or str(file)
+        for problem in exc.problems:
+            print(f"Error: {source}: {problem}", file=sys.stderr)
+        return ExitCode.USAGE
+    print(f"{file}: OK — {len(p.cells)} cells, {p.n_trials} trials, baseline {p.baseline!r}")
+    return ExitCode.OK
+
+
+@app.command()
+def show(
+    file: RecipeFile,
+    resolved: Annotated[
+        bool, typer.Option("--resolved", help="Every field explicit, as written to recipe.resolved.yaml.")
+    ] = False,
+) -> int:
+    """Print a recipe as aorta reads it."""
+    import yaml
+
+    from aorta.recipe import dump_recipe, load_recipe
+
+    recipe = load_recipe(file)
+    if resolved:
+        sys.stdout.write(dump_recipe(recipe))
+    else:
+        data = recipe.model_dump(mode="json", exclude_defaults=True)
+        sys.stdout.write(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+    return ExitCode.OK

@@ -1,0 +1,79 @@
+"""Text renderings for the terminal: the dry-run plan, the workload list.
+
+Pure functions returning strings; the CLI prints them.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Sequence
+from typing import Any
+
+from aorta.planning import Plan
+
+__all__ = ["format_plan", "plan_to_dict"]
+
+
+def _fmt_env(env: dict[str, str]) -> str:
+    return " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) or "(no variables)"
+
+
+def _fmt_config(config: dict[str, Any]) -> str:
+    return json.dumps(config, sort_keys=True, separators=(", ", ": ")) if config else "{}"
+
+
+def plan_to_dict(plan: Plan, *, isolation: str | None = None, warnings: Sequence[str] = ()) -> dict[str, Any]:
+    """The plan as plain data (``aorta sweep run --dry-run --json``)."""
+    return {
+        "ticket": plan.recipe.ticket,
+        "mode": plan.recipe.mode,
+        "workload": plan.workload,
+        "command": list(plan.command) if plan.command else None,
+        "baseline": plan.baseline,
+        "threshold": plan.threshold,
+        "timeout_s": plan.timeout_s,
+        "isolation": isolation or plan.isolation,
+        "n_cells": len(plan.cells),
+        "n_trials": plan.n_trials,
+        "stop_after": plan.stop_after.model_dump() if plan.stop_after else None,
+        "cells": [c.to_dict() for c in plan.cells],
+        "warnings": list(warnings),
+    }
+
+
+def format_plan(plan: Plan, *, isolation: str | None = None, warnings: Sequence[str] = ()) -> str:
+    """One block per cell (trials, steps, env overlay, merged workload_config, collectors),
+    then the baseline, threshold, deadline and isolation."""
+    r = plan.recipe
+    head = [
+        f"Plan: {len(plan.cells)} cells, {plan.n_trials} trials — workload {plan.workload!r}"
+        + (f", ticket {r.ticket}" if r.ticket else ""),
+    ]
+    if plan.command:
+        head.append(f"  command: {shlex.join(plan.command)}")
+    width = max((len(c.name) for c in plan.cells), default=4)
+    lines = []
+    for c in plan.cells:
+        mark = "*" if c.name == plan.baseline else " "
+        steps = c.steps if c.steps is not None else "default"
+        collect = ", ".join(x.name for x in c.collect) or "-"
+        env_label = c.environment.name + (f" ({c.environment.image})" if c.environment.image else "")
+        lines.append(
+            f"{mark} {c.name:<{width}}  trials={c.trials}  steps={steps}  env={env_label}  "
+            f"mitigations={'+'.join(c.mitigations)}"
+        )
+        lines.append(f"  {'':<{width}}  overlay: {_fmt_env(dict(c.env))}")
+        if c.workload_config:
+            lines.append(f"  {'':<{width}}  workload_config: {_fmt_config(dict(c.workload_config))}")
+        if c.collect:
+            lines.append(f"  {'':<{width}}  collect: {collect}")
+    tail = [
+        f"Baseline: {plan.baseline} (*)   confound threshold: {plan.threshold:g}   "
+        f"deadline per trial: {plan.timeout_s:g} s   isolation: {isolation or plan.isolation}",
+    ]
+    if plan.stop_after:
+        s = plan.stop_after
+        tail.append(f"Stop a cell after {s.events} {s.event_verdict} trial(s)")
+    tail += [f"warning: {w}" for w in warnings]
+    return "\n".join(head + lines + tail)

@@ -1,0 +1,102 @@
+"""Every environment variable aorta reads or sets, in one place.
+
+Each CLI flag has an ``AORTA_*`` twin (typer's ``envvar=``); the variables aorta hands to a
+workload are listed too, as are the launcher identity variables that a cell can never set.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CLI_TWINS",
+    "ENGINE_PROVIDED",
+    "LAUNCHER_IDENTITY",
+    "LAUNCHER_IDENTITY_PREFIXES",
+    "is_reserved_env_name",
+]
+
+# --- twins of CLI flags -----------------------------------------------------------------------
+RECIPE = "AORTA_RECIPE"
+OUTPUT = "AORTA_OUTPUT"
+TICKET = "AORTA_TICKET"
+TIMEOUT = "AORTA_TIMEOUT"
+MITIGATIONS_FILE = "AORTA_MITIGATIONS_FILE"
+ISOLATION = "AORTA_ISOLATION"
+VERBOSE = "AORTA_VERBOSE"
+BACKEND = "AORTA_BACKEND"
+CLUSTER = "AORTA_CLUSTER"
+NPROC_PER_NODE = "AORTA_NPROC_PER_NODE"
+MASTER_ADDR_OVERRIDE = "AORTA_MASTER_ADDR"
+MASTER_PORT_OVERRIDE = "AORTA_MASTER_PORT"
+BASELINE = "AORTA_BASELINE"
+ALPHA = "AORTA_ALPHA"
+
+CLI_TWINS: dict[str, str] = {
+    "--recipe": RECIPE,
+    "--output": OUTPUT,
+    "--ticket": TICKET,
+    "--timeout": TIMEOUT,
+    "--mitigations-file": MITIGATIONS_FILE,
+    "--isolation": ISOLATION,
+    "--verbose": VERBOSE,
+    "--backend": BACKEND,
+    "--cluster": CLUSTER,
+    "--nproc-per-node": NPROC_PER_NODE,
+    "--master-addr": MASTER_ADDR_OVERRIDE,
+    "--master-port": MASTER_PORT_OVERRIDE,
+    "--baseline": BASELINE,
+    "--alpha": ALPHA,
+}
+
+# --- what the engine hands to every trial -----------------------------------------------------
+RUN_DIR = "AORTA_RUN_DIR"
+CELL = "AORTA_CELL"
+TRIAL = "AORTA_TRIAL"
+SEED = "AORTA_SEED"
+ARTIFACT_DIR = "AORTA_ARTIFACT_DIR"
+ENV_FILE = "AORTA_ENV_FILE"
+#: Set by a launcher without an elastic agent store: the first of 1000 ports reserved for
+#: per-trial rendezvous of process-isolated distributed trials.
+TRIAL_MASTER_PORT_BASE = "AORTA_TRIAL_MASTER_PORT_BASE"
+#: Set by ``aorta launch`` so every rank on every node writes into one run directory.
+RUN_ID = "AORTA_RUN_ID"
+
+ENGINE_PROVIDED: frozenset[str] = frozenset(
+    {RUN_DIR, CELL, TRIAL, SEED, ARTIFACT_DIR, ENV_FILE, TRIAL_MASTER_PORT_BASE, RUN_ID}
+)
+
+# --- owned by torchrun / srun / mpirun: never settable by a cell ------------------------------
+LAUNCHER_IDENTITY: frozenset[str] = frozenset(
+    {
+        "RANK",
+        "WORLD_SIZE",
+        "LOCAL_RANK",
+        "LOCAL_WORLD_SIZE",
+        "GROUP_RANK",
+        "GROUP_WORLD_SIZE",
+        "ROLE_RANK",
+        "ROLE_NAME",
+        "ROLE_WORLD_SIZE",
+        "NODE_RANK",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "CUDA_VISIBLE_DEVICES",
+        "HIP_VISIBLE_DEVICES",
+        "ROCR_VISIBLE_DEVICES",
+    }
+)
+LAUNCHER_IDENTITY_PREFIXES: tuple[str, ...] = (
+    "TORCHELASTIC_",
+    "SLURM_",
+    "OMPI_COMM_WORLD_",
+    "PMI_",
+    "PMIX_",
+)
+
+
+def is_reserved_env_name(name: str) -> bool:
+    """True for names a recipe may not set: launcher identity and aorta's own trial variables."""
+    return (
+        name in LAUNCHER_IDENTITY
+        or name in ENGINE_PROVIDED
+        or name.startswith(LAUNCHER_IDENTITY_PREFIXES)
+    )

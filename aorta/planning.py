@@ -1,0 +1,277 @@
+"""From a recipe to the cells and trials to run — pure, no files, no processes.
+
+:func:`plan` resolves every cell's mitigations and environment against a
+:class:`~aorta.registry.Registry`, merges the environment overlay with the precedence
+
+    environment  <  mitigations (list order)  <  recipe ``extra_env``  <  cell ``extra_env``
+
+and gives each cell a stable id (a hash of its canonical request, so reordering YAML keys does
+not change it). Two stacked mitigations that set one variable to different values are an
+error: override deliberately with ``extra_env``.
+
+Examples
+--------
+>>> from aorta.recipe import load_recipe_text
+>>> from aorta.registry import Registry
+>>> r = load_recipe_text('''
+... workload: matmul
+... extra_env: {OMP_NUM_THREADS: "2"}
+... cells:
+...   - {name: baseline, mitigations: [none]}
+...   - {name: x, mitigations: [xnack, tf32_off]}
+... ''')
+>>> p = plan(r, registry=Registry.load(entry_points=False))
+>>> p.baseline, p.n_trials
+('baseline', 2)
+>>> dict(p.cell("x").env)
+{'HSA_XNACK': '1', 'DISABLE_TF32': '1', 'OMP_NUM_THREADS': '2'}
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from aorta.errors import RecipeError, RecipeProblem
+from aorta.recipe import Collector, Recipe, StopAfter, canonical_json
+from aorta.registry import Environment, Registry
+
+__all__ = ["DEFAULT_TIMEOUT_S", "Cell", "Plan", "TrialKey", "merge_env", "plan"]
+
+#: Deadline of a trial when neither the recipe nor the command line gives one.
+DEFAULT_TIMEOUT_S = 3600.0
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One planned cell: everything a trial of it needs, resolved."""
+
+    name: str
+    #: Stable id: a hash of the canonical request (name, workload, overlay, config, steps…).
+    cell_id: str
+    index: int
+    workload: str
+    mitigations: tuple[str, ...]
+    environment: Environment
+    #: The environment overlay a trial runs with.
+    env: Mapping[str, str]
+    #: For each variable in ``env``, the layer that set it (``mitigation:xnack``, ``cell extra_env``…).
+    env_sources: Mapping[str, str]
+    workload_config: Mapping[str, Any]
+    trials: int
+    #: Steps per trial; ``None`` lets the workload choose.
+    steps: int | None
+    collect: tuple[Collector, ...]
+    #: Where the cell comes from in the recipe (``cells[2]``, ``axes``, ``mitigation_axis[0]``).
+    path: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for JSON (trial records, matrix.json, the dry-run)."""
+        return {
+            "name": self.name,
+            "cell_id": self.cell_id,
+            "index": self.index,
+            "workload": self.workload,
+            "mitigations": list(self.mitigations),
+            "environment": self.environment.to_dict(),
+            "env": dict(self.env),
+            "env_sources": dict(self.env_sources),
+            "workload_config": dict(self.workload_config),
+            "trials": self.trials,
+            "steps": self.steps,
+            "collect": [c.model_dump(mode="json") for c in self.collect],
+        }
+
+
+@dataclass(frozen=True)
+class TrialKey:
+    """One trial of one cell (``trial`` counts from 0)."""
+
+    cell: Cell
+    trial: int
+
+    @property
+    def seed(self) -> int:
+        """A per-trial seed derived from the cell id, so reruns and resumes repeat it."""
+        digest = hashlib.blake2b(f"{self.cell.cell_id}/{self.trial}".encode(), digest_size=4).digest()
+        return int.from_bytes(digest, "big") & 0x7FFFFFFF
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The cells of a recipe, resolved, and the run-wide settings."""
+
+    recipe: Recipe
+    cells: tuple[Cell, ...]
+    baseline: str
+    threshold: float
+    timeout_s: float
+    #: The isolation the recipe asks for (``auto`` defers to the workload).
+    isolation: str
+    stop_after: StopAfter | None
+    command: tuple[str, ...] | None
+    _by_name: Mapping[str, Cell] = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_by_name", MappingProxyType({c.name: c for c in self.cells}))
+
+    @property
+    def workload(self) -> str:
+        return self.recipe.workload_name
+
+    @property
+    def n_trials(self) -> int:
+        """How many trials the plan runs at most (with ``stop_after``, maybe fewer)."""
+        return sum(c.trials for c in self.cells)
+
+    def cell(self, name: str) -> Cell:
+        """The cell called ``name`` (``KeyError`` naming the known ones otherwise)."""
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise KeyError(f"no cell {name!r} (cells: {', '.join(self._by_name)})") from None
+
+    def trials(self) -> Iterator[TrialKey]:
+        """Every (cell, trial) in run order: cell by cell, trials in order."""
+        for cell in self.cells:
+            for t in range(cell.trials):
+                yield TrialKey(cell, t)
+
+
+def merge_env(layers: list[tuple[str, Mapping[str, str]]]) -> tuple[dict[str, str], dict[str, str]]:
+    """Merge ``(source, env)`` layers, later winning; return the overlay and each var's source.
+
+    >>> merge_env([("a", {"X": "1", "Y": "1"}), ("b", {"Y": "2"})])
+    ({'X': '1', 'Y': '2'}, {'X': 'a', 'Y': 'b'})
+    """
+    env: dict[str, str] = {}
+    sources: dict[str, str] = {}
+    for source, layer in layers:
+        for key, value in layer.items():
+            env[key] = value
+            sources[key] = source
+    return env, sources
+
+
+def _cell_id(payload: dict[str, Any]) -> str:
+    return hashlib.blake2b(canonical_json(payload).encode(), digest_size=6).hexdigest()
+
+
+def plan(
+    recipe: Recipe,
+    *,
+    registry: Registry | None = None,
+    timeout_s: float | None = None,
+) -> Plan:
+    """Resolve ``recipe`` into a :class:`Plan`.
+
+    Parameters
+    ----------
+    recipe
+        A validated recipe (:func:`aorta.load_recipe`).
+    registry
+        Mitigations and environments; default: built-ins and installed plugins.
+    timeout_s
+        Per-trial deadline when the recipe sets no ``timeout_per_trial``
+        (default :data:`DEFAULT_TIMEOUT_S`).
+
+    Raises
+    ------
+    RecipeError
+        An unknown mitigation or environment (listing the available ones), or stacked
+        mitigations that set one variable to two values — each problem naming its recipe path.
+    """
+    if registry is None:
+        registry = Registry.load()
+    problems: list[RecipeProblem] = []
+    cells: list[Cell] = []
+    for index, ex in enumerate(recipe.expand_cells()):
+        spec = ex.spec
+        try:
+            environment = registry.environment(spec.environment, path=ex.environment_path)
+        except RecipeError as exc:
+            problems.extend(exc.problems)
+            continue
+        layers: list[tuple[str, Mapping[str, str]]] = [(f"environment:{environment.name}", environment.env)]
+        owner: dict[str, tuple[str, str, str]] = {}  # var -> (mitigation, value, path)
+        bad = False
+        for name, mpath in zip(spec.mitigations, ex.mitigation_paths, strict=True):
+            try:
+                mit = registry.mitigation(name, path=mpath)
+            except RecipeError as exc:
+                problems.extend(exc.problems)
+                bad = True
+                continue
+            for var, value in mit.env.items():
+                prior = owner.get(var)
+                if prior is not None and prior[1] != value:
+                    problems.append(
+                        RecipeProblem(
+                            mpath,
+                            f"{name!r} sets {var}={value!r} but {prior[0]!r} sets {var}={prior[1]!r}; "
+                            f"stack only one, or override deliberately with extra_env",
+                        )
+                    )
+                    bad = True
+                owner.setdefault(var, (name, value, mpath))
+            layers.append((f"mitigation:{name}", mit.env))
+        if bad:
+            continue
+        layers.append(("recipe extra_env", recipe.extra_env))
+        layers.append((f"{ex.path} extra_env" if ex.path.startswith("cells[") else "cell extra_env", spec.extra_env))
+        env, sources = merge_env(layers)
+        config = {**recipe.workload_config, **spec.workload_config}
+        trials = spec.trials or recipe.trials
+        if recipe.stop_after is not None and recipe.stop_after.max_trials is not None:
+            trials = recipe.stop_after.max_trials
+        steps = spec.steps if spec.steps is not None else recipe.steps
+        collect = tuple(spec.collect if spec.collect is not None else recipe.collect)
+        payload = {
+            "name": spec.name,
+            "workload": recipe.workload_name,
+            "mitigations": list(spec.mitigations),
+            "environment": environment.to_dict(),
+            "env": env,
+            "workload_config": config,
+            "steps": steps,
+            "collect": [c.model_dump(mode="json") for c in collect],
+            "command": recipe.command,
+        }
+        cells.append(
+            Cell(
+                name=spec.name,
+                cell_id=_cell_id(payload),
+                index=index,
+                workload=recipe.workload_name,
+                mitigations=tuple(spec.mitigations),
+                environment=environment,
+                env=MappingProxyType(env),
+                env_sources=MappingProxyType(sources),
+                workload_config=MappingProxyType(config),
+                trials=trials,
+                steps=steps,
+                collect=collect,
+                path=ex.path,
+            )
+        )
+    if problems:
+        raise RecipeError(problems)
+    if recipe.timeout_per_trial is not None:
+        deadline = float(recipe.timeout_per_trial)
+    elif timeout_s is not None:
+        deadline = float(timeout_s)
+    else:
+        deadline = DEFAULT_TIMEOUT_S
+    return Plan(
+        recipe=recipe,
+        cells=tuple(cells),
+        baseline=recipe.baseline_cell(),
+        threshold=recipe.confound.threshold,
+        timeout_s=deadline,
+        isolation=recipe.trial_isolation,
+        stop_after=recipe.stop_after,
+        command=tuple(recipe.command) if recipe.command else None,
+    )

@@ -1,0 +1,757 @@
+"""The recipe: what to run, as the user wrote it.
+
+A recipe is a YAML (or JSON) document, schema version 1, compatible with upstream AORTA:
+
+* **matrix mode** — a ``workload`` run over explicit ``cells`` (and/or an ``axes`` block that
+  expands a cartesian product into cells) × ``trials`` × ``steps``;
+* **probe mode** — ``mode: probe``: an arbitrary command (given after ``--`` on the command
+  line) run over ``mitigation_axis`` × ``diagnostic_axis``, cells named ``<m>-<d>``.
+
+:func:`load_recipe` validates everything that can be checked without the mitigation registry
+and raises :class:`~aorta.errors.RecipeError`, whose problems each name their path inside the
+document (``cells[2].mitigations: ...``). Registry checks (unknown mitigation, two mitigations
+setting one variable) happen in :func:`aorta.plan`. :func:`dump_recipe` writes a document
+that loads back to an equal :class:`Recipe`.
+
+Examples
+--------
+>>> r = load_recipe_text('''
+... workload: matmul
+... trials: 2
+... cells:
+...   - {name: baseline, mitigations: [none]}
+...   - {name: one-thread, mitigations: [none], extra_env: {OMP_NUM_THREADS: "1"}}
+... ''')
+>>> [c.name for c in r.expand_cells()], r.baseline_cell()
+(['baseline', 'one-thread'], 'baseline')
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import itertools
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+from aorta.envvars import is_reserved_env_name
+from aorta.errors import RecipeError, RecipeProblem
+
+__all__ = [
+    "KNOWN_COLLECTORS",
+    "Axes",
+    "CellSpec",
+    "Collector",
+    "Confound",
+    "DockerEnvironment",
+    "ExpandedCell",
+    "Recipe",
+    "Redaction",
+    "StopAfter",
+    "dump_recipe",
+    "load_recipe",
+    "load_recipe_text",
+]
+
+SCHEMA_VERSION = 1
+CELL_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+RESERVED_CELL_NAMES = frozenset({"matrix.md", "matrix.json", ".", ".."})
+RESERVED_CONFIG_KEYS = frozenset({"steps"})
+RESERVED_CONFIG_PREFIX = "_aorta_"
+#: Collectors a recipe may ask for, with the options each accepts.
+KNOWN_COLLECTORS: dict[str, frozenset[str]] = {
+    "torch_profiler": frozenset(
+        {"wait", "warmup", "active", "repeat", "record_shapes", "with_stack", "profile_memory"}
+    ),
+}
+
+
+# --------------------------------------------------------------------------------------------
+# small helpers shared by the validators
+
+
+def _describe(value: Any) -> str:
+    """How a YAML user would name a value's type: ``integer 1``, ``boolean true``."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"boolean {str(value).lower()}"
+    if isinstance(value, int):
+        return f"integer {value}"
+    if isinstance(value, float):
+        return f"number {value!r}"
+    if isinstance(value, str):
+        return f"string {value!r}"
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, list | tuple):
+        return "a list"
+    return type(value).__name__
+
+
+def _closest(word: str, choices: Iterable[str]) -> str:
+    match = difflib.get_close_matches(word, list(choices), n=1)
+    return f"; did you mean {match[0]!r}?" if match else ""
+
+
+def _fail(kind: str, message: str) -> PydanticCustomError:
+    # Pydantic formats {names} in templates; hand it a finished message instead.
+    return PydanticCustomError(kind, "{message}", {"message": message})
+
+
+def _check_env_name(name: Any) -> Any:
+    if not isinstance(name, str) or not ENV_NAME_RE.match(name):
+        raise _fail(
+            "env_name",
+            f"{name!r} is not a valid environment variable name (letters, digits and '_', not starting with a digit)",
+        )
+    if is_reserved_env_name(name):
+        raise _fail("env_reserved", f"{name} belongs to the launcher or to aorta; a recipe cannot set it")
+    return name
+
+
+def _check_env_value(val: Any) -> Any:
+    if isinstance(val, bool):
+        raise _fail(
+            "env_value",
+            f"must be a string, got {_describe(val)} (YAML reads unquoted on/off/yes/no/true/false as booleans): quote the value",
+        )
+    if not isinstance(val, str):
+        raise _fail("env_value", f"must be a string, got {_describe(val)}: quote the value (\"{val}\")")
+    if "\x00" in val or "\n" in val or "\r" in val:
+        raise _fail("env_value_char", "contains a NUL or newline character, which a process environment cannot carry")
+    return val
+
+
+def _check_config_key(key: Any) -> Any:
+    if not isinstance(key, str):
+        raise _fail("config_key", f"keys must be strings, got {_describe(key)}")
+    if key in RESERVED_CONFIG_KEYS:
+        raise _fail("config_reserved", f"{key!r} is reserved: set the recipe's or the cell's top-level {key!r} instead")
+    if key.startswith(RESERVED_CONFIG_PREFIX):
+        raise _fail("config_reserved", f"keys starting with {RESERVED_CONFIG_PREFIX!r} are reserved for aorta, got {key!r}")
+    return key
+
+
+EnvName = Annotated[str, BeforeValidator(_check_env_name)]
+EnvValue = Annotated[str, BeforeValidator(_check_env_value)]
+EnvMap = dict[EnvName, EnvValue]
+ConfigKey = Annotated[str, BeforeValidator(_check_config_key)]
+ConfigMap = dict[ConfigKey, Any]
+
+
+def _check_count(value: Any) -> Any:
+    # Strict ints already reject booleans; say so in words a YAML author recognises.
+    if isinstance(value, bool):
+        raise _fail('count', f'must be a whole number ≥ 1, got {_describe(value)}')
+    return value
+
+
+class _Strict(BaseModel):
+    """Base of every recipe model: strict types, unknown keys rejected with the allowed list."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", validate_default=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _reject_unknown_keys(cls, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            allowed = list(cls.model_fields)
+            for key in data:
+                if key not in cls.model_fields:
+                    raise _fail('unknown_key', f"unknown key {key!r}{_closest(str(key), allowed)} (allowed: {', '.join(allowed)})")
+        elif data is not None and not isinstance(data, BaseModel):
+            raise _fail('mapping', f'must be a mapping, got {_describe(data)}')
+        return data
+
+
+# --------------------------------------------------------------------------------------------
+# the models
+
+
+class Confound(_Strict):
+    """How a cell is tagged against the baseline (upstream's ``confound`` block)."""
+
+    #: A cell whose mean step time exceeds the baseline's by this ratio is tagged ``speed (+N%)``;
+    #: the statistics use it as the band of practical equivalence.
+    threshold: float = Field(1.15, gt=1.0)
+    #: The cell every other cell is compared with; resolved automatically when unset.
+    baseline_cell: str | None = None
+
+    @field_validator("threshold", mode="before")
+    @classmethod
+    def _no_bool(cls, v: Any) -> Any:
+        if isinstance(v, bool):
+            raise _fail('number', f'must be a number > 1.0, got {_describe(v)}')
+        return v
+
+
+class StopAfter(_Strict):
+    """Stop a cell's trials early once enough events were seen (hunting a rare failure)."""
+
+    #: Stop after this many trials of the cell had an event.
+    events: int = Field(1, ge=1)
+    #: The most trials a cell runs while hunting (default: the cell's ``trials``).
+    max_trials: int | None = Field(None, ge=1)
+    #: Which trial outcome counts as an event.
+    event_verdict: Literal["workload_failed", "timeout", "any_failure"] = "workload_failed"
+
+    _count = field_validator("events", "max_trials", mode="before")(_check_count)
+
+
+class Redaction(_Strict):
+    """What to scrub from saved environment snapshots and logs (probe mode)."""
+
+    scrub_env_keys: list[str] = Field(default_factory=list)
+    scrub_paths: bool = False
+    scrub_ip_addresses: bool = False
+
+
+class Collector(_Strict):
+    """A data collector for each trial, e.g. ``torch_profiler`` with its schedule."""
+
+    name: str
+    options: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_short_forms(cls, data: Any) -> Any:
+        # `- torch_profiler` and `- torch_profiler: {active: 3}` are the forms people write.
+        if isinstance(data, str):
+            data = {"name": data}
+        elif isinstance(data, Mapping) and len(data) == 1 and "name" not in data:
+            ((name, options),) = data.items()
+            data = {"name": name, "options": {} if options is None else options}
+        if isinstance(data, Mapping) and isinstance(data.get("name"), str):
+            name = data["name"]
+            if name not in KNOWN_COLLECTORS:
+                raise _fail('collector', f"unknown collector {name!r}{_closest(name, KNOWN_COLLECTORS)} (known: {', '.join(KNOWN_COLLECTORS)})")
+            options = data.get("options") or {}
+            if isinstance(options, Mapping):
+                for key in options:
+                    if key not in KNOWN_COLLECTORS[name]:
+                        raise _fail('collector_option', f"{name}: unknown option {key!r} (allowed: {', '.join(sorted(KNOWN_COLLECTORS[name]))})")
+        return data
+
+
+class DockerEnvironment(_Strict):
+    """An inline environment: ``environment: {docker: rocm/pytorch:latest}``."""
+
+    docker: str = Field(min_length=1)
+
+    @property
+    def name(self) -> str:
+        """``_inline_<8 hex of blake2b(ref)>``: stable, so resumed runs find the same cells."""
+        return "_inline_" + hashlib.blake2b(self.docker.encode(), digest_size=4).hexdigest()
+
+
+def _check_environment(value: Any) -> Any:
+    if isinstance(value, str | DockerEnvironment):
+        if isinstance(value, str) and not value:
+            raise _fail("environment", "must not be empty")
+        return value
+    if isinstance(value, Mapping):
+        if set(value) != {"docker"}:
+            raise _fail('environment', f"an inline environment is {{docker: <image ref>}}, got keys {', '.join(map(str, value))}")
+        return DockerEnvironment.model_validate(value)
+    raise _fail('environment', f'must be an environment name or {{docker: <image ref>}}, got {_describe(value)}')
+
+
+def _check_mitigation_list(value: Any) -> Any:
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
+        shown = repr(value) if isinstance(value, str) else _describe(value)
+        raise _fail('mitigations', f'must be a non-empty list of names, got {shown}')
+    return value
+
+
+class CellSpec(_Strict):
+    """One cell as written in the recipe: a bundle of mitigations × an environment."""
+
+    name: str
+    mitigations: list[str]
+    environment: str | DockerEnvironment = "local"
+    extra_env: EnvMap = Field(default_factory=dict)
+    trials: int | None = Field(None, ge=1)
+    steps: int | None = Field(None, ge=1)
+    workload_config: ConfigMap = Field(default_factory=dict)
+    collect: list[Collector] | None = None
+
+    _mit = field_validator("mitigations", mode="before")(_check_mitigation_list)
+    _env = field_validator("environment", mode="before")(_check_environment)
+    _count = field_validator("trials", "steps", mode="before")(_check_count)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if v in RESERVED_CELL_NAMES:
+            raise _fail('cell_name', f'{v!r} is reserved')
+        if not CELL_NAME_RE.match(v):
+            raise _fail('cell_name', f"{v!r} is not a valid cell name (letters, digits, '_', '.', '-'; not starting with '.' or '-')")
+        return v
+
+
+class Axes(_Strict):
+    """A cartesian product of cells (beyond upstream AORTA).
+
+    ``mitigations`` lists stacks (a name or a list of names), ``environment`` lists
+    environments, ``workload_config`` maps a key to the values it takes. Each combination is a
+    cell named from its parts, e.g. ``tf32_off-local-m_2048``.
+    """
+
+    mitigations: list[list[str]] | None = None
+    environment: list[str | DockerEnvironment] | None = None
+    workload_config: dict[ConfigKey, list[Any]] = Field(default_factory=dict)
+
+    @field_validator("mitigations", mode="before")
+    @classmethod
+    def _stacks(cls, v: Any) -> Any:
+        if v is None:
+            return v
+        if not isinstance(v, list) or not v:
+            raise _fail('axis', f'must be a non-empty list, got {_describe(v)}')
+        return [[s] if isinstance(s, str) else _check_mitigation_list(s) for s in v]
+
+    @field_validator("environment", mode="before")
+    @classmethod
+    def _envs(cls, v: Any) -> Any:
+        if v is None:
+            return v
+        if not isinstance(v, list) or not v:
+            raise _fail('axis', f'must be a non-empty list, got {_describe(v)}')
+        return [_check_environment(e) for e in v]
+
+    @field_validator("workload_config", mode="before")
+    @classmethod
+    def _cfg(cls, v: Any) -> Any:
+        if not isinstance(v, Mapping):
+            raise _fail("axis", f"must be a mapping of key: [values], got {_describe(v)}")
+        for key, values in v.items():
+            if not isinstance(values, list) or not values:
+                raise _fail('axis', f'{key}: must be a non-empty list of values, got {_describe(values)}')
+        return v
+
+
+class Recipe(_Strict):
+    """A triage recipe (schema v1). See ``docs/recipes.md`` for every field."""
+
+    schema_version: Literal[1] = 1
+    mode: Literal["matrix", "probe"] = "matrix"
+    ticket: str | None = None
+    description: str | None = None
+    workload: str | None = None
+    trials: int = Field(1, ge=1)
+    steps: int | None = Field(None, ge=1)
+    timeout_per_trial: float | None = Field(None, gt=0)
+    trial_isolation: Literal["auto", "in_process", "process"] = "auto"
+    save_logs: bool = False
+    extra_env: EnvMap = Field(default_factory=dict)
+    workload_config: ConfigMap = Field(default_factory=dict)
+    collect: list[Collector] = Field(default_factory=list)
+    confound: Confound = Field(default_factory=Confound)
+    stop_after: StopAfter | None = None
+    cells: list[CellSpec] = Field(default_factory=list)
+    axes: Axes | None = None
+    # probe mode
+    mitigation_axis: list[str] | None = None
+    diagnostic_axis: list[str] | None = None
+    command: list[str] | None = None
+    collect_paths: list[str] = Field(default_factory=list)
+    step_time_regex: str | None = None
+    env_passthrough_mode: Literal["inherit", "file"] = "inherit"
+    redaction: Redaction | None = None
+
+    _count = field_validator("trials", "steps", mode="before")(_check_count)
+
+    @field_validator("timeout_per_trial", mode="before")
+    @classmethod
+    def _timeout(cls, v: Any) -> Any:
+        if isinstance(v, bool):
+            raise _fail('number', f'must be a number of seconds > 0, got {_describe(v)}')
+        return v
+
+    @field_validator("step_time_regex")
+    @classmethod
+    def _regex(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                re.compile(v)
+            except re.error as exc:
+                raise _fail('regex', f'not a valid regular expression: {str(exc)}') from None
+        return v
+
+    @field_validator("mitigation_axis", "diagnostic_axis", mode="before")
+    @classmethod
+    def _axis(cls, v: Any) -> Any:
+        return v if v is None else _check_mitigation_list(v)
+
+    @field_validator("command", mode="before")
+    @classmethod
+    def _command(cls, v: Any) -> Any:
+        if v is not None and (not isinstance(v, list) or not v or not all(isinstance(a, str) for a in v)):
+            raise _fail('command', f'must be a non-empty list of strings (an argv), got {_describe(v)}')
+        return v
+
+    @model_validator(mode="before")
+    @classmethod
+    def _infer_mode(cls, data: Any) -> Any:
+        # Upstream probe recipes always say `mode: probe`; a recipe with a mitigation axis and no
+        # mode can mean nothing else.
+        if isinstance(data, Mapping) and "mode" not in data and (
+            "mitigation_axis" in data or "diagnostic_axis" in data
+        ):
+            data = {**data, "mode": "probe"}
+        return data
+
+    # ---------------------------------------------------------------------------------------
+    # derived views (pure)
+
+    @property
+    def workload_name(self) -> str:
+        """The workload every cell runs (``command`` in probe mode)."""
+        return self.workload or "command"
+
+    def expand_cells(self) -> list[ExpandedCell]:
+        """Every cell of the recipe, in order: explicit ``cells``, then ``axes``, or the probe axes."""
+        out: list[ExpandedCell] = []
+        if self.mode == "probe":
+            diag = self.diagnostic_axis or ["none"]
+            for (i, m), (j, d) in itertools.product(
+                enumerate(self.mitigation_axis or []), enumerate(diag)
+            ):
+                spec = CellSpec.model_construct(
+                    name=f"{m}-{d}", mitigations=[m, d], environment="local", extra_env={},
+                    trials=None, steps=None, workload_config={}, collect=None,
+                )
+                dpath = f"diagnostic_axis[{j}]" if self.diagnostic_axis else "diagnostic_axis"
+                out.append(ExpandedCell(spec, f"mitigation_axis[{i}]", (f"mitigation_axis[{i}]", dpath), "mode"))
+            return out
+        for i, cell in enumerate(self.cells):
+            path = f"cells[{i}]"
+            mpaths = tuple(f"{path}.mitigations[{k}]" for k in range(len(cell.mitigations)))
+            out.append(ExpandedCell(cell, path, mpaths, f"{path}.environment"))
+        if self.axes is not None:
+            out.extend(_expand_axes(self.axes))
+        return out
+
+    def baseline_cell(self) -> str:
+        """The baseline's name: explicit, else the first ``baseline-*`` cell, else the first
+        cell whose mitigations are all ``none``, else the only cell.
+
+        Raises :class:`~aorta.errors.RecipeError` when none of these applies.
+        """
+        names = [c.name for c in self.expand_cells()]
+        explicit = self.confound.baseline_cell
+        if explicit is not None:
+            if explicit not in names:
+                raise RecipeError(
+                    [RecipeProblem("confound.baseline_cell", f"no cell named {explicit!r}{_closest(explicit, names)} (cells: {', '.join(names)})")]
+                )
+            return explicit
+        for c in self.expand_cells():
+            if c.name.startswith("baseline-") or c.name == "baseline":
+                return c.name
+        for c in self.expand_cells():
+            if all(m == "none" for m in c.spec.mitigations):
+                return c.name
+        if len(names) == 1:
+            return names[0]
+        raise RecipeError(
+            [RecipeProblem("confound.baseline_cell", "cannot tell which cell is the baseline: set confound.baseline_cell, name a cell 'baseline-…', or give one cell mitigations [none]")]
+        )
+
+
+@dataclass(frozen=True)
+class ExpandedCell:
+    """A cell of the recipe with the paths that locate it in the document (for errors)."""
+
+    spec: CellSpec
+    path: str
+    mitigation_paths: tuple[str, ...]
+    environment_path: str
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+def _axis_label(value: Any) -> str:
+    text = value.name if isinstance(value, DockerEnvironment) else str(value)
+    text = re.sub(r"[^A-Za-z0-9_.\-]+", "_", text)
+    return text or "_"
+
+
+def _expand_axes(axes: Axes) -> list[ExpandedCell]:
+    stacks = axes.mitigations or [["none"]]
+    envs: list[str | DockerEnvironment] = axes.environment or ["local"]
+    keys = list(axes.workload_config)
+    value_lists = [axes.workload_config[k] for k in keys]
+    out = []
+    for (si, stack), (ei, env), *picked in itertools.product(
+        enumerate(stacks), enumerate(envs), *(list(enumerate(vs)) for vs in value_lists)
+    ):
+        parts = []
+        if axes.mitigations is not None:
+            parts.append(".".join(stack))
+        if axes.environment is not None:
+            parts.append(_axis_label(env))
+        config = {}
+        for key, (_, value) in zip(keys, picked, strict=True):
+            parts.append(f"{_axis_label(key)}_{_axis_label(value)}")
+            config[key] = value
+        name = "-".join(parts) or "cell"
+        if not CELL_NAME_RE.match(name):
+            name = "c" + name
+        spec = CellSpec.model_construct(
+            name=name, mitigations=list(stack), environment=env, extra_env={}, trials=None,
+            steps=None, workload_config=config, collect=None,
+        )
+        mpath = f"axes.mitigations[{si}]" if axes.mitigations is not None else "axes"
+        epath = f"axes.environment[{ei}]" if axes.environment is not None else "axes"
+        out.append(ExpandedCell(spec, "axes", tuple(mpath for _ in stack), epath))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# cross-field checks: everything that needs more than one field
+
+
+def _cross_check(recipe: Recipe, command: list[str] | None) -> list[RecipeProblem]:
+    problems: list[RecipeProblem] = []
+    add = lambda path, msg: problems.append(RecipeProblem(path, msg))  # noqa: E731
+    if recipe.mode == "probe":
+        if not recipe.mitigation_axis:
+            add("mitigation_axis", "probe mode needs a non-empty mitigation_axis")
+        if recipe.cells:
+            add("cells", "probe recipes take mitigation_axis × diagnostic_axis, not cells")
+        if recipe.axes is not None:
+            add("axes", "probe recipes take mitigation_axis × diagnostic_axis, not axes")
+        if recipe.workload not in (None, "command"):
+            add("workload", f"probe mode runs the command given after '--'; workload must be 'command' or unset, got {recipe.workload!r}")
+    else:
+        for key in ("mitigation_axis", "diagnostic_axis"):
+            if getattr(recipe, key) is not None:
+                add(key, "only valid with mode: probe")
+        if recipe.workload is None and command is None and recipe.command is None:
+            add("workload", "required in matrix mode (or give a command after '--')")
+        if not recipe.cells and recipe.axes is None:
+            add("cells", "a matrix recipe needs at least one cell (or an axes block)")
+    if problems:
+        return problems
+    seen: dict[str, str] = {}
+    for cell in recipe.expand_cells():
+        where = cell.path if cell.path != "axes" else f"axes (cell {cell.name!r})"
+        if cell.name in seen:
+            add(f"{cell.path}.name" if cell.path.startswith("cells[") else where,
+                f"duplicate cell name {cell.name!r} (also {seen[cell.name]})")
+        else:
+            seen[cell.name] = cell.path
+        if not CELL_NAME_RE.match(cell.name) or cell.name in RESERVED_CELL_NAMES:
+            add(where, f"generated cell name {cell.name!r} is not valid")
+    if not problems:
+        try:
+            recipe.baseline_cell()
+        except RecipeError as exc:
+            problems.extend(exc.problems)
+    return problems
+
+
+# --------------------------------------------------------------------------------------------
+# YAML in, YAML out
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that rejects duplicate keys (YAML silently keeps the last one)."""
+
+
+def _walk_duplicates(node: yaml.Node, path: str, out: list[RecipeProblem]) -> None:
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[Any, int] = {}
+        for key_node, value_node in node.value:
+            key = key_node.value
+            child = f"{path}.{key}" if path else str(key)
+            if key in seen:
+                out.append(
+                    RecipeProblem(
+                        child,
+                        f"duplicate key {key!r} (lines {seen[key]} and {key_node.start_mark.line + 1})",
+                    )
+                )
+            else:
+                seen[key] = key_node.start_mark.line + 1
+            _walk_duplicates(value_node, child, out)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _walk_duplicates(item, f"{path}[{i}]", out)
+
+
+def _parse_yaml(text: str) -> Any:
+    try:
+        loader = _Loader(text)
+    except yaml.YAMLError as exc:  # the reader refuses control characters up front
+        raise RecipeError([RecipeProblem("", f"not valid YAML: {exc}")]) from None
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        dups: list[RecipeProblem] = []
+        _walk_duplicates(node, "", dups)
+        if dups:
+            raise RecipeError(dups)
+        return loader.construct_document(node)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        raise RecipeError([RecipeProblem("", f"{where}not valid YAML: {exc.problem or exc}")]) from None
+    except (yaml.YAMLError, RecursionError, TypeError, ValueError) as exc:
+        raise RecipeError([RecipeProblem("", f"not valid YAML: {exc}")]) from None
+    finally:
+        loader.dispose()
+
+
+def _format_loc(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if part == "[key]":
+            continue
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+_PLAIN_MESSAGES = {
+    "string_type": "must be a string, got {got}",
+    "int_type": "must be a whole number, got {got}",
+    "float_type": "must be a number, got {got}",
+    "bool_type": "must be true or false, got {got}",
+    "list_type": "must be a list, got {got}",
+    "dict_type": "must be a mapping, got {got}",
+    "model_type": "must be a mapping, got {got}",
+    "missing": "required key is missing",
+}
+
+
+def _problems_from(exc: ValidationError) -> list[RecipeProblem]:
+    problems = []
+    for err in exc.errors(include_url=False):
+        loc = tuple(err["loc"])
+        kind = err["type"]
+        # Pydantic tags which union member failed; the user never wrote those names.
+        loc = tuple(p for p in loc if not (isinstance(p, str) and (p in {"str", "DockerEnvironment"} or p.startswith(("function-", "list[", "dict[")))))
+        if kind in _PLAIN_MESSAGES:
+            msg = _PLAIN_MESSAGES[kind].format(got=_describe(err.get("input")))
+        elif kind in {"greater_than_equal", "greater_than"}:
+            op = "≥" if kind == "greater_than_equal" else ">"
+            bound = (err.get("ctx") or {}).get("ge", (err.get("ctx") or {}).get("gt"))
+            msg = f"must be {op} {bound}, got {_describe(err.get('input'))}"
+        elif kind == "literal_error":
+            msg = f"must be one of {(err.get('ctx') or {}).get('expected')}, got {_describe(err.get('input'))}"
+        else:
+            msg = err["msg"]
+        problems.append(RecipeProblem(_format_loc(loc), msg))
+    # One problem per path: unions report each alternative; keep the first.
+    unique: dict[str, RecipeProblem] = {}
+    for p in problems:
+        unique.setdefault(p.path, p)
+    return list(unique.values())
+
+
+def recipe_from_data(data: Any, *, command: list[str] | None = None) -> Recipe:
+    """Validate a parsed document into a :class:`Recipe` (see :func:`load_recipe`)."""
+    if not isinstance(data, Mapping):
+        raise RecipeError([RecipeProblem("", f"a recipe is a mapping of keys, got {_describe(data)}")])
+    if "schema_version" in data and data["schema_version"] != SCHEMA_VERSION:
+        raise RecipeError(
+            [RecipeProblem("schema_version", f"this aorta reads schema_version {SCHEMA_VERSION}, got {_describe(data['schema_version'])}")]
+        )
+    try:
+        recipe = Recipe.model_validate(data)
+    except ValidationError as exc:
+        raise RecipeError(_problems_from(exc)) from None
+    if command is not None:
+        if recipe.workload not in (None, "command"):
+            raise RecipeError(
+                [RecipeProblem("workload", f"a command after '--' runs with workload 'command', but the recipe asks for {recipe.workload!r}")]
+            )
+        recipe = recipe.model_copy(update={"command": list(command)})
+    problems = _cross_check(recipe, command)
+    if problems:
+        raise RecipeError(problems)
+    return recipe
+
+
+def load_recipe_text(text: str, *, command: list[str] | None = None, source: str | None = None) -> Recipe:
+    """Parse and validate a recipe from YAML/JSON text; see :func:`load_recipe`."""
+    try:
+        return recipe_from_data(_parse_yaml(text), command=command)
+    except RecipeError as exc:
+        raise exc.with_source(source) if source else exc from None
+
+
+def load_recipe(path: str | Path, *, command: list[str] | None = None) -> Recipe:
+    """Load and validate a recipe file (YAML or JSON).
+
+    Parameters
+    ----------
+    path
+        The recipe file.
+    command
+        The argv given after ``--`` on the command line (probe mode); stored in the recipe so
+        ``recipe.resolved.yaml`` reproduces the run.
+
+    Raises
+    ------
+    RecipeError
+        On any problem; ``err.problems`` lists each with its path in the document, e.g.
+        ``cells[2].mitigations: must be a non-empty list of names, got 'tf32_off'``. Duplicate
+        YAML keys, unknown keys, numbers or booleans where strings are expected (YAML's
+        ``on``/``yes``), reserved names and an unresolvable baseline are all rejected here.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "r.yaml"
+    >>> _ = p.write_text("workload: matmul\\ncells: [{name: a, mitigations: [none]}]\\n")
+    >>> load_recipe(p).baseline_cell()
+    'a'
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise RecipeError([RecipeProblem("", "no such file")], source=str(path)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RecipeError([RecipeProblem("", f"cannot read: {exc}")], source=str(path)) from None
+    return load_recipe_text(text, command=command, source=str(path))
+
+
+def recipe_to_data(recipe: Recipe) -> dict[str, Any]:
+    """The recipe as plain data with every field explicit (what :func:`dump_recipe` writes)."""
+    return recipe.model_dump(mode="json")
+
+
+def dump_recipe(recipe: Recipe) -> str:
+    """YAML text of ``recipe`` with every field explicit; loads back to an equal :class:`Recipe`.
+
+    Examples
+    --------
+    >>> r = load_recipe_text("workload: matmul\\ncells: [{name: a, mitigations: [none]}]")
+    >>> load_recipe_text(dump_recipe(r)) == r
+    True
+    """
+    return yaml.safe_dump(recipe_to_data(recipe), sort_keys=False, allow_unicode=True, width=100)
+
+
+def canonical_json(data: Any) -> str:
+    """Key-order-independent JSON, for hashing."""
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
