@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml Makefile
 	touch $(STAMP)
 
 test: dev
-	$(BIN)/python -m pytest --nbmake tests notebooks $(PYTEST_ARGS)
+	$(BIN)/python -m pytest --doctest-modules --nbmake aorta tests notebooks $(PYTEST_ARGS)
 
 lint: dev
 	$(BIN)/ruff format --check aorta tests benchmarks

@@ -1,0 +1,161 @@
+"""What one trial produced, as written to ``cells/<cell>/trial_NNNN.json``.
+
+A :class:`TrialRecord` is the unit everything downstream reads: the matrix, the statistics,
+resume. In a distributed run the per-rank outcomes are merged into one record (the worst
+status wins; passed only if every rank passed) and kept in :attr:`TrialRecord.ranks`.
+
+Examples
+--------
+>>> r = TrialRecord(cell="a", cell_id="x", trial=0, status="ok", passed=True, step_times_ms=[1.0, 2.0])
+>>> TrialRecord.model_validate_json(r.model_dump_json()) == r
+True
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+__all__ = ["RECORD_SCHEMA_VERSION", "RankOutcome", "TrialRecord", "TrialStatus", "worst_status"]
+
+RECORD_SCHEMA_VERSION = 1
+
+
+class TrialStatus(str, enum.Enum):
+    """How a trial ended. Only ``workload_failed`` counts towards a cell's failure rate;
+    setup, infrastructure and timeout problems are reported as errors beside it."""
+
+    #: Ran to the end and the workload's verdict is known (pass or fail).
+    OK = "ok"
+    #: The workload ran and reported a failure (corruption, non-zero exit, non-finite loss…).
+    WORKLOAD_FAILED = "workload_failed"
+    #: ``setup()`` raised: the trial never reached its main work.
+    SETUP_FAILED = "setup_failed"
+    #: aorta or the machine failed around the workload (worker crashed, unknown workload…).
+    INFRASTRUCTURE_FAILED = "infrastructure_failed"
+    #: The trial hit its deadline; its process group was killed.
+    TIMEOUT = "timeout"
+    #: The trial was not run (``stop_after`` reached, or the sweep stopped before it).
+    DID_NOT_RUN = "did_not_run"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# Worst first: merging ranks keeps the worst.
+_SEVERITY = {
+    TrialStatus.INFRASTRUCTURE_FAILED: 5,
+    TrialStatus.TIMEOUT: 4,
+    TrialStatus.SETUP_FAILED: 3,
+    TrialStatus.WORKLOAD_FAILED: 2,
+    TrialStatus.OK: 1,
+    TrialStatus.DID_NOT_RUN: 0,
+}
+
+
+def worst_status(statuses: Sequence[TrialStatus | str]) -> TrialStatus:
+    """The most severe of ``statuses`` (infrastructure > timeout > setup > workload > ok).
+
+    >>> worst_status(["ok", "workload_failed", "ok"]).value
+    'workload_failed'
+    """
+    if not statuses:
+        return TrialStatus.DID_NOT_RUN
+    return max((TrialStatus(s) for s in statuses), key=_SEVERITY.__getitem__)
+
+
+def _finite_or_none(values: dict[str, Any]) -> dict[str, float | None]:
+    out: dict[str, float | None] = {}
+    for k, v in values.items():
+        if v is None:
+            out[k] = None
+        else:
+            f = float(v)
+            out[k] = f if math.isfinite(f) else None
+    return out
+
+
+class _Model(BaseModel):
+    # Records written by a newer aorta may carry extra fields: keep reading them.
+    model_config = ConfigDict(extra="ignore")
+
+
+class RankOutcome(_Model):
+    """One rank's part of a distributed trial."""
+
+    rank: int
+    host: str | None = None
+    status: TrialStatus
+    passed: bool
+    failure_count: int = 0
+    failure_details: list[dict[str, Any]] = Field(default_factory=list)
+    step_times_ms: list[float] = Field(default_factory=list)
+    elapsed_sec: float | None = None
+    metrics: dict[str, float | None] = Field(default_factory=dict)
+    error: str | None = None
+    exit_code: int | None = None
+
+    _metrics = field_validator("metrics", mode="before")(classmethod(lambda cls, v: _finite_or_none(v or {})))
+
+
+class TrialRecord(_Model):
+    """The record of one trial of one cell (``trial`` counts from 0)."""
+
+    schema_version: int = RECORD_SCHEMA_VERSION
+    cell: str
+    cell_id: str
+    trial: int
+    seed: int = 0
+    workload: str = ""
+    status: TrialStatus
+    #: The workload's verdict; False for every status but ``ok``.
+    passed: bool
+    failure_count: int = 0
+    failure_details: list[dict[str, Any]] = Field(default_factory=list)
+    #: One time per executed step (warm-up included), rank 0's in a distributed trial.
+    step_times_ms: list[float] = Field(default_factory=list)
+    #: Time the workload reported for its main work.
+    elapsed_sec: float | None = None
+    #: Time the engine measured for the whole trial, setup and cleanup included.
+    wall_clock_s: float | None = None
+    total_iterations: int | None = None
+    executed_iterations: int | None = None
+    configured_iterations: int | None = None
+    main_work_started: bool = False
+    metrics: dict[str, float | None] = Field(default_factory=dict)
+    #: Why the trial did not end ``ok`` (the exception, the deadline, the crash).
+    error: str | None = None
+    hint: str | None = None
+    warnings: list[str] = Field(default_factory=list)
+    exit_code: int | None = None
+    isolation: str | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
+    host: str | None = None
+    world_size: int = 1
+    ranks: list[RankOutcome] = Field(default_factory=list)
+    #: Files of the trial, relative to the run directory (``stdout``, ``stderr``, ``trace/rank0``…).
+    artifacts: dict[str, str] = Field(default_factory=dict)
+
+    _metrics = field_validator("metrics", mode="before")(classmethod(lambda cls, v: _finite_or_none(v or {})))
+
+    @property
+    def is_error(self) -> bool:
+        """Setup, infrastructure or timeout: the trial says nothing about the workload."""
+        return self.status in (
+            TrialStatus.SETUP_FAILED,
+            TrialStatus.INFRASTRUCTURE_FAILED,
+            TrialStatus.TIMEOUT,
+        )
+
+    @property
+    def is_failure(self) -> bool:
+        """The workload ran and failed (what a cell's failure rate counts)."""
+        return self.status is TrialStatus.WORKLOAD_FAILED
+
+    def to_json(self) -> bytes:
+        return self.model_dump_json(indent=1).encode()

@@ -1,0 +1,264 @@
+"""The run directory: layout, atomic writes, the manifest, the lock, and what "trial done" means.
+
+Layout (compatible with upstream AORTA)::
+
+    <output>/<ticket or _no_ticket_>/<workload>/<UTC YYYY-MM-DDTHH-MM-SS>[-N]/
+      manifest.json           status (running|complete|interrupted), recipe sha256, host, …
+      recipe.resolved.yaml    every field explicit; `aorta sweep run --recipe` accepts it as-is
+      host_env.json           environment snapshot
+      matrix.md, matrix.json  rewritten atomically after every cell
+      results.nc              the xarray Dataset, written when the run ends
+      cells/<cell>/cell.json            the planned cell (overlay, config, …)
+      cells/<cell>/trial_0007.json      one TrialRecord per trial
+      cells/<cell>/trial_0007/          the trial's artifacts: stdout.log, stderr.log, trace/
+
+Every write goes to a temporary file in the same folder and is moved into place with
+``os.replace``, so a reader (or a resumed run) never sees half a file.
+
+Examples
+--------
+>>> import tempfile
+>>> rd = RunDir.create(tempfile.mkdtemp(), ticket=None, workload="matmul")
+>>> rd.path.parent.name, rd.path.parent.parent.name
+('matmul', '_no_ticket_')
+>>> rd.trial_path("baseline", 7).name
+'trial_0007.json'
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import errno
+import json
+import os
+import socket
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import ValidationError
+
+from aorta.errors import AortaError, UsageError
+from aorta.record import TrialRecord
+
+__all__ = ["RunDir", "RunLocked", "atomic_write", "utc_now"]
+
+NO_TICKET = "_no_ticket_"
+MANIFEST = "manifest.json"
+LOCK = "run.lock"
+RunStatus = Literal["running", "complete", "interrupted"]
+
+
+def utc_now() -> str:
+    """ISO 8601 UTC timestamp with milliseconds (``2026-11-30T04:55:38.123Z``)."""
+    return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def atomic_write(path: Path, data: bytes | str, *, mode: int | None = None) -> None:
+    """Write ``data`` to ``path`` through a temporary file and ``os.replace``.
+
+    ``mode`` sets the permissions before the file becomes visible (``0o600`` for secrets).
+    """
+    path = Path(path)
+    payload = data.encode() if isinstance(data, str) else data
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+    fd = os.open(tmp, flags, 0o600 if mode is None else mode)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(payload)
+        if mode is None:
+            os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError as exc:
+        return exc.errno == errno.EPERM
+    return True
+
+
+class RunLocked(UsageError):
+    """Another live sweep holds the run directory."""
+
+
+class RunDir:
+    """One run's directory. Cheap to build; nothing is written until a method says so."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.path)!r})"
+
+    # -- creation ------------------------------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls,
+        output: str | Path,
+        *,
+        ticket: str | None,
+        workload: str,
+        now: _dt.datetime | None = None,
+    ) -> RunDir:
+        """Make a new run directory ``<output>/<ticket>/<workload>/<UTC time>[-N]``.
+
+        Runs started in the same second get ``-2``, ``-3``… (``mkdir`` is atomic, so two
+        processes never share one).
+        """
+        stamp = (now or _dt.datetime.now(_dt.UTC)).strftime("%Y-%m-%dT%H-%M-%S")
+        parent = Path(output) / _safe(ticket or NO_TICKET) / _safe(workload)
+        parent.mkdir(parents=True, exist_ok=True)
+        for n in range(1, 10_000):
+            candidate = parent / (stamp if n == 1 else f"{stamp}-{n}")
+            try:
+                candidate.mkdir()
+            except FileExistsError:
+                continue
+            (candidate / "cells").mkdir()
+            return cls(candidate)
+        raise AortaError(f"cannot create a run directory under {parent}")
+
+    @classmethod
+    def open(cls, path: str | Path) -> RunDir:
+        """An existing run directory (raises :class:`~aorta.errors.UsageError` if it is not one)."""
+        rd = cls(path)
+        if not (rd.path / MANIFEST).is_file():
+            raise UsageError(f"{rd.path}: not an aorta run directory (no {MANIFEST})")
+        return rd
+
+    # -- paths ---------------------------------------------------------------------------------
+
+    def cell_dir(self, cell: str) -> Path:
+        return self.path / "cells" / cell
+
+    def trial_path(self, cell: str, trial: int) -> Path:
+        return self.cell_dir(cell) / f"trial_{trial:04d}.json"
+
+    def artifact_dir(self, cell: str, trial: int) -> Path:
+        """The trial's own folder (``AORTA_ARTIFACT_DIR``): logs, traces, collected files."""
+        return self.cell_dir(cell) / f"trial_{trial:04d}"
+
+    def relative(self, path: str | Path) -> str:
+        return Path(path).resolve().relative_to(self.path.resolve()).as_posix()
+
+    # -- writes --------------------------------------------------------------------------------
+
+    def write_json(self, rel: str, data: Any) -> Path:
+        path = self.path / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, json.dumps(data, indent=1, sort_keys=False, default=str) + "\n")
+        return path
+
+    def write_text(self, rel: str, text: str) -> Path:
+        path = self.path / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, text)
+        return path
+
+    def write_trial(self, record: TrialRecord) -> Path:
+        path = self.trial_path(record.cell, record.trial)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, record.to_json())
+        return path
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def manifest(self) -> dict[str, Any]:
+        try:
+            return json.loads((self.path / MANIFEST).read_text())
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"{self.path / MANIFEST}: unreadable manifest: {exc}") from None
+
+    def update_manifest(self, **fields: Any) -> dict[str, Any]:
+        try:
+            data = json.loads((self.path / MANIFEST).read_text())
+        except (OSError, ValueError):
+            data = {}
+        data.update(fields)
+        self.write_json(MANIFEST, data)
+        return data
+
+    def read_trial(self, cell: str, trial: int) -> TrialRecord | None:
+        """The trial's record, or ``None`` when it is missing, truncated or not a record."""
+        path = self.trial_path(cell, trial)
+        try:
+            return TrialRecord.model_validate_json(path.read_bytes())
+        except (OSError, ValidationError, ValueError):
+            return None
+
+    def trial_records(self) -> Iterator[TrialRecord]:
+        """Every readable trial record, cell folder by cell folder, in trial order."""
+        cells = self.path / "cells"
+        if not cells.is_dir():
+            return
+        for cell_dir in sorted(p for p in cells.iterdir() if p.is_dir()):
+            for f in sorted(cell_dir.glob("trial_*.json")):
+                try:
+                    yield TrialRecord.model_validate_json(f.read_bytes())
+                except (OSError, ValidationError, ValueError):
+                    continue
+
+    def completed(self, expected: Mapping[str, str]) -> dict[tuple[str, int], TrialRecord]:
+        """Trials a resumed run may skip: a valid record whose ``cell_id`` matches ``expected``
+        (cell name → id). A missing, truncated or foreign record is not done."""
+        done = {}
+        for rec in self.trial_records():
+            if expected.get(rec.cell) == rec.cell_id:
+                done[(rec.cell, rec.trial)] = rec
+        return done
+
+    # -- the lock ------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[None]:
+        """Hold the run directory: a second sweep on it fails with :class:`RunLocked`.
+
+        A lock left by a dead process on this host is taken over; one held on another host
+        (a shared file system) is respected.
+        """
+        path = self.path / LOCK
+        me = {"host": socket.gethostname(), "pid": os.getpid(), "since": utc_now()}
+        for _ in range(3):
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                holder = _read_lock(path)
+                if holder and holder.get("host") == me["host"] and not _pid_alive(int(holder.get("pid", -1))):
+                    with contextlib.suppress(FileNotFoundError):
+                        path.unlink()
+                    continue
+                who = f"pid {holder.get('pid')} on {holder.get('host')}" if holder else "another process"
+                raise RunLocked(f"{self.path} is in use by {who} (remove {path} if that process is gone)") from None
+            with os.fdopen(fd, "w") as fh:
+                json.dump(me, fh)
+            break
+        else:
+            raise RunLocked(f"{self.path}: could not take the lock {path}")
+        try:
+            yield
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                if (_read_lock(path) or {}).get("pid") == me["pid"]:
+                    path.unlink()
+
+
+def _read_lock(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _safe(part: str) -> str:
+    # A ticket like "JIRA/123" must not create nested folders.
+    cleaned = "".join(c if c.isalnum() or c in "._-" else "_" for c in part).strip(".")
+    return cleaned or "_"
