@@ -11,6 +11,7 @@ __all__ = [
     "ENGINE_PROVIDED",
     "LAUNCHER_IDENTITY",
     "LAUNCHER_IDENTITY_PREFIXES",
+    "LAUNCH_PROVIDED",
     "is_reserved_env_name",
 ]
 
@@ -29,6 +30,10 @@ MASTER_ADDR_OVERRIDE = "AORTA_MASTER_ADDR"
 MASTER_PORT_OVERRIDE = "AORTA_MASTER_PORT"
 BASELINE = "AORTA_BASELINE"
 ALPHA = "AORTA_ALPHA"
+LAUNCH_SETUP_TIMEOUT = "AORTA_LAUNCH_SETUP_TIMEOUT"
+LAUNCH_RUN_TIMEOUT = "AORTA_LAUNCH_RUN_TIMEOUT"
+LAUNCH_COLLECT_TIMEOUT = "AORTA_LAUNCH_COLLECT_TIMEOUT"
+LAUNCH_OVERRIDE = "AORTA_LAUNCH_OVERRIDE"
 
 CLI_TWINS: dict[str, str] = {
     "--recipe": RECIPE,
@@ -45,6 +50,12 @@ CLI_TWINS: dict[str, str] = {
     "--master-port": MASTER_PORT_OVERRIDE,
     "--baseline": BASELINE,
     "--alpha": ALPHA,
+    # `aorta launch` (its --output shares AORTA_OUTPUT with `sweep run`: both name the root of
+    # the run directories on this machine)
+    "--setup-timeout": LAUNCH_SETUP_TIMEOUT,
+    "--run-timeout": LAUNCH_RUN_TIMEOUT,
+    "--collect-timeout": LAUNCH_COLLECT_TIMEOUT,
+    "--override": LAUNCH_OVERRIDE,
 }
 
 # --- what the engine hands to every trial -----------------------------------------------------
@@ -63,6 +74,15 @@ RUN_ID = "AORTA_RUN_ID"
 ENGINE_PROVIDED: frozenset[str] = frozenset(
     {RUN_DIR, CELL, TRIAL, SEED, ARTIFACT_DIR, ENV_FILE, TRIAL_MASTER_PORT_BASE, RUN_ID}
 )
+
+# --- what `aorta launch` hands to every process on every node --------------------------------
+#: The launcher's node rank (0 = the head) of the node a process runs on.
+NODE_RANK = "AORTA_NODE_RANK"
+#: A per-run, per-node folder; everything written under it is collected into
+#: ``<run_dir>/combined_traces/node_<rank>/``.
+LAUNCH_OUTPUT_DIR = "AORTA_LAUNCH_OUTPUT"
+
+LAUNCH_PROVIDED: frozenset[str] = frozenset({RUN_ID, NODE_RANK, LAUNCH_OUTPUT_DIR})
 
 # --- owned by torchrun / srun / mpirun: never settable by a cell ------------------------------
 LAUNCHER_IDENTITY: frozenset[str] = frozenset(
@@ -98,5 +118,6 @@ def is_reserved_env_name(name: str) -> bool:
     return (
         name in LAUNCHER_IDENTITY
         or name in ENGINE_PROVIDED
+        or name in LAUNCH_PROVIDED
         or name.startswith(LAUNCHER_IDENTITY_PREFIXES)
     )
