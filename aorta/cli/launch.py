@@ -1,0 +1,218 @@
+"""``aorta launch``: ``aorta sweep run`` under torchrun on every node of a cluster file."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from aorta import envvars
+from aorta.errors import AortaError, ExitCode, UsageError
+
+if TYPE_CHECKING:
+    from aorta.launch import DryRun, Node
+
+CONTEXT = {"allow_interspersed_args": False}
+
+
+def _nproc(value: str | None) -> int | str | None:
+    if value is None or value in ("gpu", "auto"):
+        return value
+    if value.isdigit() and int(value) >= 1:
+        return int(value)
+    raise UsageError(
+        f"--nproc-per-node: expected a whole number ≥ 1, 'gpu' or 'auto', got {value!r}"
+    )
+
+
+class _Printer:
+    """Prints node lines (stdout, ``[node1 host] ...``) and launch events (stderr) from many threads."""
+
+    def __init__(self, *, quiet: bool) -> None:
+        self.quiet = quiet
+        self.lock = threading.Lock()
+
+    def line(self, node: Node, text: str) -> None:
+        if self.quiet:
+            return
+        with self.lock:
+            print(f"[{node.label}] {text}", flush=True)
+
+    def event(self, text: str) -> None:
+        with self.lock:
+            print(f"launch: {text}", file=sys.stderr, flush=True)
+
+
+def _print_dry_run(report: DryRun) -> None:
+    from aorta.launch.preflight import format_skew, version_rows
+
+    port = report.master_port if report.master_port else "? (the head could not probe one)"
+    print(f"rendezvous: {report.master_addr}:{port}")
+    for name, out in report.outcomes.items():
+        state = "reachable" if out.status == "ok" else f"NOT READY: {out.message}"
+        print(f"\n{out.node.label}: {state}")
+        versions = version_rows(out.snapshot)
+        if versions:
+            print("  " + "  ".join(f"{k} {v}" for k, v in versions.items()))
+        cmd = report.commands.get(name)
+        if cmd is not None:
+            print("  env:")
+            for key, value in cmd.env.items():
+                print(f"    {key}={value}")
+            print(f"  unset: {' '.join(cmd.unset)}")
+            print(f"  command: {cmd.describe()}")
+            print(f"  remote line: {cmd.remote}")
+    for line in format_skew(report.skew):
+        print(line)
+
+
+def launch(
+    command: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="Probe mode: the command every trial runs, after '--'.", show_default=False
+        ),
+    ] = None,
+    cluster: Annotated[
+        Path,
+        typer.Option(
+            "--cluster",
+            "-c",
+            envvar=envvars.CLUSTER,
+            help="cluster.json (CVS format) or a hostfile.",
+            dir_okay=False,
+        ),
+    ] = Path("cluster.json"),
+    recipe: Annotated[
+        Path | None,
+        typer.Option(
+            "--recipe", "-r", envvar=envvars.RECIPE, help="The recipe to sweep.", dir_okay=False
+        ),
+    ] = None,
+    nproc_per_node: Annotated[
+        str | None,
+        typer.Option(
+            "--nproc-per-node",
+            envvar=envvars.NPROC_PER_NODE,
+            help="Processes per node: N, 'gpu' or 'auto' (default: the cluster's nproc_per_node/slots, else 1).",
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run", help="Check every node and print each node's command; start nothing."
+        ),
+    ] = False,
+    output: Annotated[
+        Path,
+        typer.Option(
+            "--output", "-o", envvar=envvars.OUTPUT, help="Root of the run directories here."
+        ),
+    ] = Path("triage_results"),
+    ticket: Annotated[
+        str | None,
+        typer.Option("--ticket", envvar=envvars.TICKET, help="Override the recipe's ticket."),
+    ] = None,
+    master_addr: Annotated[
+        str | None,
+        typer.Option(
+            "--master-addr",
+            envvar=envvars.MASTER_ADDR_OVERRIDE,
+            help="Rendezvous address (default: the head's vpc_ip).",
+        ),
+    ] = None,
+    master_port: Annotated[
+        int | None,
+        typer.Option(
+            "--master-port",
+            envvar=envvars.MASTER_PORT_OVERRIDE,
+            help="Rendezvous port (default: a free port on the head).",
+            min=1,
+            max=65535,
+        ),
+    ] = None,
+    override: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--override",
+            envvar=envvars.LAUNCH_OVERRIDE,
+            help="KEY=VALUE for the training command; repeatable, passed as one group.",
+        ),
+    ] = None,
+    setup_timeout: Annotated[
+        float,
+        typer.Option(
+            "--setup-timeout",
+            envvar=envvars.LAUNCH_SETUP_TIMEOUT,
+            help="Seconds to set every node up.",
+            min=1,
+        ),
+    ] = 120.0,
+    run_timeout: Annotated[
+        float,
+        typer.Option(
+            "--run-timeout",
+            envvar=envvars.LAUNCH_RUN_TIMEOUT,
+            help="Seconds the run may take.",
+            min=1,
+        ),
+    ] = 24 * 3600.0,
+    collect_timeout: Annotated[
+        float,
+        typer.Option(
+            "--collect-timeout",
+            envvar=envvars.LAUNCH_COLLECT_TIMEOUT,
+            help="Seconds to pull artifacts.",
+            min=1,
+        ),
+    ] = 600.0,
+    quiet: Annotated[
+        bool,
+        typer.Option(
+            "--quiet", "-q", help="Do not stream node output (each node's launch.log keeps it)."
+        ),
+    ] = False,
+) -> int:
+    """Run a recipe's sweep on every node of a cluster (torchrun, rendezvous on the head) and
+    gather the results into one run directory."""
+    from aorta.launch import Deadlines, load_cluster, sweep_spec
+    from aorta.launch import dry_run as check
+    from aorta.launch import launch as run
+
+    if recipe is None:
+        raise UsageError("give --recipe FILE (the recipe every node sweeps)")
+    the_cluster = load_cluster(cluster)
+    spec = sweep_spec(
+        recipe,
+        command=command or (),
+        overrides=override or (),
+        nproc_per_node=_nproc(nproc_per_node),
+        master_addr=master_addr,
+        master_port=master_port,
+        ticket=ticket,
+    )
+    printer = _Printer(quiet=quiet)
+    for warning in the_cluster.warnings:
+        printer.event(f"warning: {cluster}: {warning}")
+    deadlines = Deadlines(setup=setup_timeout, run=run_timeout, collect=collect_timeout)
+    if dry_run:
+        report = check(the_cluster, spec, deadlines=deadlines)
+        _print_dry_run(report)
+        if not report.ok:
+            bad = [o.describe() for o in report.outcomes.values() if o.status != "ok"]
+            raise AortaError(f"dry run: {len(bad)} node(s) not ready: {'; '.join(bad)}")
+        return ExitCode.OK
+    # A failed node raises LaunchFailed (exit code ERROR) after teardown and collection.
+    result = run(
+        the_cluster,
+        spec,
+        output=output,
+        deadlines=deadlines,
+        on_line=printer.line,
+        on_event=printer.event,
+    )
+    print(f"Wrote results of {len(result.outcomes)} node(s) to {result.run_dir}")
+    return ExitCode.OK

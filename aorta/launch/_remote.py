@@ -1,0 +1,272 @@
+"""The helper aorta runs on each node: ``python -c <this file> setup|kill`` with a JSON request
+on stdin and one JSON line on stdout.
+
+It is sent as source text, so it runs wherever the node's Python runs (3.8+): standard library
+only, no annotations, nothing imported from aorta (which may be missing — that is one of the
+things ``setup`` reports).
+
+* ``setup`` — resolve (and unless a dry run, create) the node's per-run folder, write the files
+  the launch ships (the recipe), snapshot the environment (versions read without importing
+  torch, so it takes milliseconds), probe a free TCP port when asked (the head, for the
+  rendezvous), and list required modules that are missing.
+* ``kill`` — stop what the launch started on this node: drop a ``cancel`` marker (a wrapper
+  not yet started will not start), then SIGTERM every process of the run's session (pid file)
+  and every process whose environment carries this run's and node's identity (torchrun puts
+  its workers in sessions of their own), SIGKILL what is left after the grace period, and scan
+  again until nothing is left.
+"""
+
+import base64
+import glob
+import importlib.util
+import json
+import os
+import platform
+import signal
+import socket
+import sys
+import time
+
+ENV_PREFIXES = (
+    "NCCL_", "RCCL_", "HSA_", "HIP_", "ROCR_", "ROCM_", "ROC_", "CUDA_", "NVIDIA_", "TORCH_",
+    "PYTORCH_", "GLOO_", "OMP_", "MKL_", "UCX_", "FI_", "GPU_", "AMD_", "DEBUG_", "MIOPEN_",
+    "HIPBLASLT_", "AORTA_",
+)  # fmt: skip
+ENV_NAMES = ("PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "DISABLE_TF32", "VIRTUAL_ENV", "CONDA_PREFIX")
+SECRET_MARKS = ("TOKEN", "SECRET", "KEY", "PASSWORD")
+PACKAGES = ("aorta", "torch", "numpy", "nvidia-nccl-cu11", "nvidia-nccl-cu12", "nvidia-nccl-cu13")
+
+
+def _version(dist):
+    try:
+        from importlib import metadata
+    except ImportError:  # Python < 3.8
+        return None
+    try:
+        return metadata.version(dist)
+    except Exception:
+        return None
+
+
+def _read(path, limit=4096):
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(limit).decode("utf-8", "replace").strip()
+    except OSError:
+        return None
+
+
+def _torch_build():
+    # torch/version.py holds the build's CUDA/HIP versions; executing it avoids importing torch.
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        return {}, None
+    root = next(iter(spec.submodule_search_locations))
+    scope = {}
+    try:
+        with open(os.path.join(root, "version.py")) as fh:
+            exec(compile(fh.read(), "torch/version.py", "exec"), scope)
+    except Exception:
+        return {}, root
+    return {
+        "cuda": scope.get("cuda"),
+        "hip": scope.get("hip"),
+        "git": scope.get("git_version"),
+    }, root
+
+
+def _library_versions(torch_root):
+    # NCCL/RCCL as the loader would find them: real names of the shared objects on disk.
+    dirs = ["/opt/rocm/lib", "/usr/lib/x86_64-linux-gnu", "/usr/local/lib"]
+    if torch_root:
+        dirs.insert(0, os.path.join(torch_root, "lib"))
+    found = {}
+    for lib in ("nccl", "rccl"):
+        names = []
+        for d in dirs:
+            for path in glob.glob(os.path.join(d, f"lib{lib}.so*")):
+                names.append(os.path.basename(os.path.realpath(path)))
+        found[lib] = max(names, key=len) if names else None
+    return found
+
+
+def _drivers():
+    nvidia = _read("/proc/driver/nvidia/version")
+    if nvidia:
+        words = nvidia.split()
+        nvidia = next((w for w in words if w[:1].isdigit() and w.count(".") >= 1), nvidia[:80])
+    nv_gpus = len(glob.glob("/proc/driver/nvidia/gpus/*"))
+    amd_gpus = 0
+    for props in glob.glob("/sys/class/kfd/kfd/topology/nodes/*/properties"):
+        text = _read(props, 65536) or ""
+        if any(
+            line.startswith("simd_count") and line.split()[-1] != "0" for line in text.splitlines()
+        ):
+            amd_gpus += 1
+    rocm = _read("/opt/rocm/.info/version")
+    return {
+        "nvidia": nvidia,
+        "amdgpu": _read("/sys/module/amdgpu/version"),
+        "rocm": rocm,
+        "gpus_nvidia": nv_gpus,
+        "gpus_amd": amd_gpus,
+    }
+
+
+def _which(name):
+    for d in os.environ.get("PATH", "").split(os.pathsep):
+        path = os.path.join(d, name)
+        if d and os.access(path, os.X_OK) and not os.path.isdir(path):
+            return path
+    return None
+
+
+def _env():
+    env = {}
+    for name, value in os.environ.items():
+        if name in ENV_NAMES or name.startswith(ENV_PREFIXES):
+            if any(mark in name.upper() for mark in SECRET_MARKS):
+                value = "<redacted>"
+            env[name] = value
+    return env
+
+
+def snapshot():
+    """What a version skew between nodes would show up in."""
+    build, torch_root = _torch_build()
+    uname = platform.uname()
+    return {
+        "hostname": socket.gethostname(),
+        "os": f"{uname.system} {uname.release}",
+        "machine": uname.machine,
+        "python": platform.python_version(),
+        "executable": sys.executable,
+        "packages": {name: _version(name) for name in PACKAGES},
+        "torch_build": build,
+        "libraries": _library_versions(torch_root),
+        "drivers": _drivers(),
+        "tools": {name: _which(name) is not None for name in ("rsync", "setsid")},
+        "env": _env(),
+    }
+
+
+def _free_port():
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+    finally:
+        s.close()
+
+
+def setup(req):
+    node_dir = os.path.abspath(os.path.expanduser(req["node_dir"]))
+    out = {"node_dir": node_dir, "port": None, "missing": [], "created": False}
+    for module in req.get("requires", []):
+        try:
+            if importlib.util.find_spec(module) is None:
+                out["missing"].append(module)
+        except (ImportError, ValueError):
+            out["missing"].append(module)
+    if not req.get("dry_run"):
+        os.makedirs(os.path.join(node_dir, "out"), exist_ok=True)
+        out["created"] = True
+        for name, payload in sorted(req.get("files", {}).items()):
+            with open(os.path.join(node_dir, name), "wb") as fh:
+                fh.write(base64.b64decode(payload))
+    workdir = req.get("workdir") or "."
+    out["workdir"] = os.path.abspath(os.path.expanduser(workdir))
+    if not req.get("dry_run"):
+        os.makedirs(out["workdir"], exist_ok=True)
+    if req.get("probe_port"):
+        out["port"] = _free_port()
+    out["snapshot"] = snapshot()
+    return out
+
+
+# -- kill ------------------------------------------------------------------------------------
+
+
+def _stat(pid):
+    text = _read(f"/proc/{pid}/stat")
+    if not text or ")" not in text:
+        return None
+    fields = text.rsplit(")", 1)[1].split()
+    return fields[0], int(fields[3])  # state, session id
+
+
+def _matches(pid, marks):
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            entries = set(fh.read().split(b"\0"))
+    except OSError:
+        return False
+    return all(mark in entries for mark in marks)
+
+
+def _targets(session, marks, spare):
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) in spare:
+            continue
+        pid = int(entry)
+        st = _stat(pid)
+        if st is None or st[0] in ("Z", "X"):  # zombies are dead; their parent reaps them
+            continue
+        if (session and st[1] == session) or _matches(pid, marks):
+            found.append(pid)
+    return found
+
+
+def _signal(pid, sig):
+    try:
+        os.kill(pid, sig)
+        return True
+    except OSError:
+        return False
+
+
+def kill(req):
+    node_dir = os.path.abspath(os.path.expanduser(req["node_dir"]))
+    if os.path.isdir(node_dir):
+        with open(os.path.join(node_dir, "cancel"), "w") as fh:
+            fh.write(f"{os.getpid()}\n")
+    text = _read(os.path.join(node_dir, "pid"))
+    session = int(text) if text and text.isdigit() else 0
+    marks = [f"{k}={v}".encode() for k, v in sorted(req["match"].items())]
+    spare = {os.getpid(), os.getppid()}
+    grace = float(req.get("grace", 5.0))
+    started = time.time()
+    termed, killed, quiet, left = set(), set(), 0, []
+    while True:
+        left = _targets(session, marks, spare)
+        now = time.time() - started
+        if not left:
+            quiet += 1
+            if quiet >= 3:  # a wrapper that was just starting has had time to show up
+                break
+            time.sleep(0.05)
+            continue
+        quiet = 0
+        for pid in left:
+            if pid not in termed and _signal(pid, signal.SIGTERM):
+                termed.add(pid)
+            if now > grace and pid not in killed and _signal(pid, signal.SIGKILL):
+                killed.add(pid)
+        if now > grace + 5.0:
+            break
+        time.sleep(0.05)
+    return {"terminated": len(termed), "killed": len(killed), "left": left}
+
+
+def main(argv):
+    request = json.loads(sys.stdin.read() or "{}")
+    result = {"setup": setup, "kill": kill, "snapshot": lambda _req: snapshot()}[argv[0]](request)
+    sys.stdout.write(json.dumps(result) + "\n")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,146 @@
+"""Gathering a launch into one run directory on this machine.
+
+While the launch runs, everything goes to a staging folder ``<output>/.aorta-launch-<run id>/``:
+each node's streamed log and environment snapshot in ``combined_traces/node_<rank>/``. After the
+run — whatever its status — every node's per-run output folder (where its ranks wrote traces,
+logs and, on the head, the run directory) is pulled into that node's ``combined_traces/node_<rank>/``
+with rsync, or SFTP when rsync is missing on either side. Only this run's folder is pulled, and
+``combined_traces`` folders inside it are skipped, so an earlier collection can never nest.
+
+:func:`finalize` then moves the staging folder to its final name: the head's run directory
+(``<output>/<ticket>/<workload>/<timestamp>``, whose files are hard-linked to the top level), or
+``<output>/_launch_/<run id>`` when the head wrote none (a plain command, or a failure before
+the sweep began).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from aorta.errors import AortaError
+
+from .ssh import SshOptions
+
+__all__ = ["COMBINED", "finalize", "node_folder", "pull_rsync", "pull_sftp", "staging_dir"]
+
+COMBINED = "combined_traces"
+NO_RUN_DIR = "_launch_"
+#: Never pulled: an earlier collection, and the launch's own bookkeeping files.
+EXCLUDE = (COMBINED,)
+
+
+class CollectError(AortaError):
+    """Artifacts of a node could not be pulled."""
+
+
+def staging_dir(output: str | Path, run_id: str) -> Path:
+    """Where a launch keeps its results until :func:`finalize` names them."""
+    return Path(output) / f".aorta-launch-{run_id}"
+
+
+def node_folder(run_dir: Path, rank: int) -> Path:
+    """``<run_dir>/combined_traces/node_<rank>``."""
+    return run_dir / COMBINED / f"node_{rank}"
+
+
+def pull_rsync(options: SshOptions, remote_dir: str, local_dir: Path, *, timeout: float) -> None:
+    """``rsync`` ``remote_dir``'s contents into ``local_dir`` over the node's SSH options."""
+    if shutil.which("rsync") is None:
+        raise CollectError("rsync is not installed here")
+    argv = options.rsync_argv(
+        remote_dir.rstrip("/") + "/", f"{local_dir}/", exclude=[f"{p}/" for p in EXCLUDE]
+    )
+    try:
+        proc = subprocess.run(
+            argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+        )
+    except subprocess.TimeoutExpired:
+        raise CollectError(f"rsync did not finish in {timeout:g} s") from None
+    if proc.returncode != 0:
+        lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
+        raise CollectError(f"rsync exited {proc.returncode}: {lines[-1] if lines else ''}")
+
+
+def pull_sftp(
+    sftp: Any, remote_dir: str, local_dir: Path, *, timeout: float, exclude: Sequence[str] = EXCLUDE
+) -> int:
+    """Copy ``remote_dir`` recursively over SFTP (skipping ``exclude`` names); return the file count."""
+    deadline = time.monotonic() + timeout
+    count = 0
+    stack = [(remote_dir.rstrip("/"), local_dir)]
+    while stack:
+        src, dst = stack.pop()
+        dst.mkdir(parents=True, exist_ok=True)
+        for entry in sftp.listdir_attr(src):
+            if time.monotonic() > deadline:
+                raise CollectError(f"sftp did not finish in {timeout:g} s ({count} files copied)")
+            if entry.filename in exclude:
+                continue
+            path = f"{src}/{entry.filename}"
+            mode = entry.st_mode or 0
+            if stat.S_ISDIR(mode):
+                stack.append((path, dst / entry.filename))
+            elif stat.S_ISREG(mode):
+                sftp.get(path, str(dst / entry.filename))
+                count += 1
+    return count
+
+
+def _unique(path: Path) -> Path:
+    if not path.exists():
+        return path
+    for n in range(2, 10_000):
+        candidate = path.with_name(f"{path.name}-{n}")
+        if not candidate.exists():
+            return candidate
+    raise AortaError(f"cannot find a free name next to {path}")
+
+
+def _link_tree(src: Path, dst: Path) -> None:
+    # Hard links: the head's run directory appears at the top level without a second copy.
+    for entry in src.iterdir():
+        target = dst / entry.name
+        if target.exists():
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.copytree(entry, target, copy_function=_link_or_copy, symlinks=True)
+        else:
+            _link_or_copy(str(entry), str(target))
+
+
+def _link_or_copy(src: str, dst: str) -> str:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+    return dst
+
+
+def head_run_dir(staging: Path) -> Path | None:
+    """The run directory the head's rank 0 wrote (one with a ``manifest.json``), if any."""
+    head = node_folder(staging, 0)
+    found = sorted(head.glob("*/*/*/manifest.json"), key=lambda p: p.stat().st_mtime)
+    return found[-1].parent if found else None
+
+
+def finalize(staging: Path, output: str | Path, run_id: str) -> Path:
+    """Give the staging folder its final name (see the module docstring) and return it."""
+    output = Path(output)
+    run = head_run_dir(staging)
+    if run is not None:
+        rel = run.relative_to(node_folder(staging, 0))
+        target = _unique(output / rel)
+    else:
+        target = _unique(output / NO_RUN_DIR / run_id)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(staging, target)
+    if run is not None:
+        _link_tree(node_folder(target, 0) / rel, target)
+    return target

@@ -1,0 +1,266 @@
+"""What runs on each node, as text: pure functions, no SSH.
+
+:class:`LaunchSpec` says what every process runs; :func:`run_command` turns it into one
+node's :class:`NodeCommand` — the environment, the torchrun argv, and the single remote shell
+line that starts it in a session of its own with a pid file. Every value that reaches a remote
+shell goes through :func:`shlex.quote` here and nowhere else.
+
+Examples
+--------
+>>> from aorta.launch.cluster import Cluster
+>>> cluster = Cluster.from_dict({"node_dict": {"10.0.0.1": {}, "10.0.0.2": {}}})
+>>> spec = LaunchSpec(argv=("-m", "train", "--name", "a b"), nproc_per_node=2)
+>>> cmd = run_command(cluster, cluster.nodes[1], spec, run_id="r1",
+...                   node_dir="/w/.aorta-launch/r1/node_1", master_addr="10.0.0.1", master_port=29500)
+>>> cmd.argv[:3]
+['python3', '-m', 'torch.distributed.run']
+>>> cmd.argv[3:7]
+['--nnodes=2', '--nproc-per-node=2', '--node-rank=1', '--master-addr=10.0.0.1']
+>>> cmd.env["AORTA_NODE_RANK"], cmd.argv[-1]
+('1', 'a b')
+>>> "'a b'" in cmd.remote
+True
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import posixpath
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+
+from aorta import envvars
+from aorta.errors import UsageError
+
+from .cluster import Cluster, Node, NprocPerNode
+
+__all__ = [
+    "STARTED_MARKER",
+    "LaunchSpec",
+    "NodeCommand",
+    "NodePath",
+    "kill_command",
+    "node_dir",
+    "run_command",
+    "setup_command",
+]
+
+#: The folder, inside a node's workdir, holding one sub-folder per launch.
+LAUNCH_DIR = ".aorta-launch"
+#: Printed by the wrapper right before it execs the program (torchrun); never shown to users.
+STARTED_MARKER = "__aorta_launch_started__"
+#: Identity variables torchrun sets: removed from the login environment so a stale export in a
+#: shell profile can never reach a worker. (``*_VISIBLE_DEVICES`` stay: they describe the node.)
+TORCHRUN_OWNED = tuple(
+    sorted(n for n in envvars.LAUNCHER_IDENTITY if not n.endswith("_VISIBLE_DEVICES"))
+)
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_FILE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+
+
+@dataclass(frozen=True)
+class NodePath:
+    """An argument naming a file in the node's per-run folder, resolved on each node.
+
+    ``NodePath("recipe.yaml")`` becomes ``<workdir>/.aorta-launch/<run id>/node_<k>/recipe.yaml``.
+    """
+
+    relative: str
+
+    def resolve(self, node_dir: str) -> str:
+        return posixpath.join(node_dir, self.relative) if self.relative else node_dir
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """What every process of the launch runs, and with what.
+
+    ``argv`` follows torchrun (``("-m", "aorta", "sweep", "run", ...)`` or a script path and its
+    arguments) when ``torchrun`` is true, else it is the whole command run once per node.
+    ``overrides`` are appended as ONE ``--override k=v k2=v2`` group, so a training script whose
+    ``--override`` is ``argparse(nargs="*")`` keeps all of them. ``files`` are written into
+    every node's per-run folder before the run (refer to them with :class:`NodePath`).
+    ``requires`` names modules the node's Python must be able to import.
+    """
+
+    argv: tuple[str | NodePath, ...]
+    torchrun: bool = True
+    #: Processes per node; ``None``: the node's ``nproc_per_node``/``slots``, else 1.
+    nproc_per_node: NprocPerNode | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    overrides: tuple[str, ...] = ()
+    files: Mapping[str, bytes] = field(default_factory=dict)
+    requires: tuple[str, ...] = ()
+    #: Rendezvous address; ``None``: the head's vpc_ip, else its SSH address.
+    master_addr: str | None = None
+    #: Rendezvous port; ``None``: a free port probed on the head.
+    master_port: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.argv:
+            raise UsageError("nothing to launch: the command is empty")
+        for name, value in self.env.items():
+            if not _ENV_NAME.match(name):
+                raise UsageError(f"{name!r} is not a valid environment variable name")
+            if envvars.is_reserved_env_name(name) and name != envvars.TRIAL_MASTER_PORT_BASE:
+                raise UsageError(f"{name} belongs to the launcher; it cannot be set")
+            if "\x00" in value:
+                raise UsageError(f"{name}: a NUL character cannot be passed in an environment")
+        for name in self.files:
+            if not _FILE_NAME.match(name):
+                raise UsageError(f"{name!r}: shipped files are plain names (no '/' or leading '.')")
+        if self.master_port is not None and not 0 < self.master_port < 65536:
+            raise UsageError(f"master port {self.master_port} is not a TCP port (1-65535)")
+
+
+@dataclass(frozen=True)
+class NodeCommand:
+    """One node's launch: the environment, the program's argv, and the remote shell line."""
+
+    node: Node
+    #: Variables set for the program (on top of the login environment).
+    env: Mapping[str, str]
+    #: Variables removed from the login environment: torchrun owns them.
+    unset: tuple[str, ...]
+    #: The program (``python -m torch.distributed.run ...``), one element per argument.
+    argv: list[str]
+    cwd: str
+    node_dir: str
+    #: The exact line sent over SSH.
+    remote: str
+
+    def describe(self) -> str:
+        """``cd <cwd> && env K=V ... <argv>``: what a human would type, for ``--dry-run``."""
+        env = " ".join(shlex.quote(f"{k}={v}") for k, v in self.env.items())
+        return f"cd {shlex.quote(self.cwd)} && env {env} {shlex.join(self.argv)}"
+
+
+def node_dir(node: Node, run_id: str) -> str:
+    """The node's per-run folder, relative to its login directory unless its workdir is absolute."""
+    return posixpath.join(node.workdir, LAUNCH_DIR, run_id, f"node_{node.rank}")
+
+
+def _env_prefix(env: Mapping[str, str], unset: Sequence[str]) -> str:
+    parts = ["env"] + [f"-u {name}" for name in unset]
+    parts += [shlex.quote(f"{name}={value}") for name, value in env.items()]
+    return " ".join(parts)
+
+
+def node_env(node: Node, spec: LaunchSpec, *, run_id: str, node_dir: str) -> dict[str, str]:
+    """Cluster env, node env, the spec's env, then the launcher's own (which nothing overrides)."""
+    return {
+        **node.env_vars,
+        **spec.env,
+        envvars.RUN_ID: run_id,
+        envvars.NODE_RANK: str(node.rank),
+        envvars.LAUNCH_OUTPUT_DIR: posixpath.join(node_dir, "out"),
+    }
+
+
+def _program(
+    cluster: Cluster, node: Node, spec: LaunchSpec, node_dir: str, rdzv: tuple[str, int]
+) -> list[str]:
+    args = [a.resolve(node_dir) if isinstance(a, NodePath) else str(a) for a in spec.argv]
+    if spec.overrides:
+        args += ["--override", *spec.overrides]
+    if not spec.torchrun:
+        return args
+    nproc = spec.nproc_per_node or node.slots or 1
+    addr, port = rdzv
+    return [
+        node.python,
+        "-m",
+        "torch.distributed.run",
+        f"--nnodes={len(cluster.nodes)}",
+        f"--nproc-per-node={nproc}",
+        f"--node-rank={node.rank}",
+        f"--master-addr={addr}",
+        f"--master-port={port}",
+        "--max-restarts=0",
+        *args,
+    ]
+
+
+def run_command(
+    cluster: Cluster,
+    node: Node,
+    spec: LaunchSpec,
+    *,
+    run_id: str,
+    node_dir: str,
+    master_addr: str,
+    master_port: int,
+    cwd: str | None = None,
+) -> NodeCommand:
+    """The command that starts ``spec`` on ``node``.
+
+    The remote line ``cd``s to the workdir, then runs the program in a new session (``setsid``)
+    whose leader writes ``<node_dir>/pid`` — unless ``<node_dir>/cancel`` exists, i.e. the launch
+    was already stopped — prints :data:`STARTED_MARKER` and execs ``env -u <identity> K=V ...
+    <program>``. Stopping it later is :func:`kill_command`'s job, from another connection.
+    """
+    env = node_env(node, spec, run_id=run_id, node_dir=node_dir)
+    unset = TORCHRUN_OWNED
+    argv = _program(cluster, node, spec, node_dir, (master_addr, master_port))
+    q = shlex.quote
+    inner = (
+        f"test -e {q(node_dir + '/cancel')} && exit 143; "
+        f"echo $$ > {q(node_dir + '/pid')}; "
+        f"echo {STARTED_MARKER} $$; "
+        f"exec {_env_prefix(env, unset)} {shlex.join(argv)}"
+    )
+    workdir = cwd or node.workdir
+    remote = (
+        f"cd {q(workdir)} && if command -v setsid >/dev/null 2>&1; "
+        f"then exec setsid -w sh -c {q(inner)}; else exec sh -c {q(inner)}; fi"
+    )
+    return NodeCommand(
+        node=node, env=env, unset=unset, argv=argv, cwd=workdir, node_dir=node_dir, remote=remote
+    )
+
+
+def _helper(node: Node, op: str, env: Mapping[str, str] | None = None) -> str:
+    source = resources.files("aorta.launch").joinpath("_remote.py").read_text()
+    prefix = _env_prefix(env, TORCHRUN_OWNED) + " " if env else ""
+    return f"{prefix}{shlex.join([node.python, '-c', source, op])}"
+
+
+def setup_command(
+    node: Node,
+    spec: LaunchSpec,
+    *,
+    run_id: str,
+    probe_port: bool,
+    dry_run: bool = False,
+) -> tuple[str, bytes]:
+    """The setup line for ``node`` and its stdin (a JSON request).
+
+    Setup creates the per-run folder (not in a dry run), writes ``spec.files``, snapshots the
+    environment the program will see, checks ``spec.requires`` and, with ``probe_port``, finds
+    a free port on that node. Its stdout is one JSON line (see :mod:`aorta.launch._remote`).
+    """
+    ndir = node_dir(node, run_id)
+    request = {
+        "node_dir": ndir,
+        "workdir": node.workdir,
+        "files": {name: base64.b64encode(data).decode() for name, data in spec.files.items()},
+        "requires": list(spec.requires),
+        "probe_port": probe_port,
+        "dry_run": dry_run,
+    }
+    env = node_env(node, spec, run_id=run_id, node_dir=ndir)
+    return _helper(node, "setup", env), json.dumps(request).encode()
+
+
+def kill_command(node: Node, *, run_id: str, node_dir: str, grace: float) -> tuple[str, bytes]:
+    """The line (and stdin) that stops everything this run started on ``node``."""
+    request = {
+        "node_dir": node_dir,
+        "match": {envvars.RUN_ID: run_id, envvars.NODE_RANK: str(node.rank)},
+        "grace": grace,
+    }
+    return _helper(node, "kill"), json.dumps(request).encode()

@@ -1,0 +1,420 @@
+"""``launch``: set up every node, run torchrun everywhere, tear down, collect — in that order,
+whatever fails.
+
+The steps, each bounded by a :class:`~aorta.launch.outcome.Deadlines` field:
+
+1. **setup** (all nodes at once) — connect, create ``<workdir>/.aorta-launch/<run id>/node_<k>/``,
+   ship the recipe, snapshot the environment, probe the rendezvous port on the head;
+2. **run** — start torchrun on every node (static rendezvous on the head, node rank = position
+   in the cluster), stream each line as ``[node<k> host] ...``, stop everyone when one node fails;
+3. **teardown** — on every node where setup was attempted, stop whatever this run left;
+4. **collect** — pull every node's per-run output into ``combined_traces/node_<k>/``, then name
+   the result after the head's run directory.
+
+:func:`launch` returns a :class:`LaunchResult` when every node finished with exit code 0 and
+raises :class:`LaunchFailed` (carrying the same result, every node's outcome included) otherwise.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import secrets
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from aorta.errors import UsageError
+from aorta.rundir import atomic_write
+
+from .cluster import Cluster, Node, NprocPerNode
+from .collect import finalize, node_folder, staging_dir
+from .command import LaunchSpec, NodeCommand, NodePath, node_dir, run_command
+from .fanout import RunPhase, SetupReport, setup_nodes, teardown_nodes
+from .outcome import Deadlines, LaunchFailed, LaunchResult, NodeOutcome
+from .parallel import Done, TimedOut, run_parallel
+from .preflight import compare
+from .remote import NodeSession
+
+__all__ = ["DryRun", "dry_run", "launch", "new_run_id", "ssh_sessions", "sweep_spec"]
+
+SessionFactory = Callable[[Cluster], Mapping[str, NodeSession]]
+LineSink = Callable[[Node, str], None]
+EventSink = Callable[[str], None]
+
+
+def _ignore(*_args: object) -> None:
+    pass
+
+
+def new_run_id(now: _dt.datetime | None = None) -> str:
+    """``2026-11-30T05-12-33-a1b2c3``: UTC time plus 24 random bits (also ``AORTA_RUN_ID``)."""
+    stamp = (now or _dt.datetime.now(_dt.UTC)).strftime("%Y-%m-%dT%H-%M-%S")
+    return f"{stamp}-{secrets.token_hex(3)}"
+
+
+def ssh_sessions(cluster: Cluster) -> dict[str, NodeSession]:
+    """One :class:`~aorta.launch.remote.SshSession` per node, sharing one parsed ``~/.ssh/config``."""
+    from fabric import Config
+
+    from .remote import SshSession
+    from .ssh import SshOptions
+
+    config = Config()
+    return {
+        n.name: SshSession(n, SshOptions.for_node(cluster, n), config=config) for n in cluster.nodes
+    }
+
+
+def sweep_spec(
+    recipe: str | Path,
+    *,
+    command: Sequence[str] = (),
+    overrides: Sequence[str] = (),
+    nproc_per_node: NprocPerNode | None = None,
+    master_addr: str | None = None,
+    master_port: int | None = None,
+    ticket: str | None = None,
+) -> LaunchSpec:
+    """The spec of ``aorta launch``: ``aorta sweep run --recipe R [-- command]`` under torchrun.
+
+    The recipe is shipped to every node (nodes need not share a file system) and each node's
+    sweep writes under its per-run folder, which the launch collects.
+    """
+    path = Path(recipe)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read the recipe: {exc.strerror or exc}") from None
+    if overrides and not command:
+        raise UsageError("--override needs a training command after '--' to pass the overrides to")
+    name = "recipe" + (path.suffix if path.suffix in (".yaml", ".yml", ".json") else ".yaml")
+    argv: list[str | NodePath] = [
+        "-m",
+        "aorta",
+        "sweep",
+        "run",
+        "--recipe",
+        NodePath(name),
+        "--output",
+        NodePath("out"),
+    ]
+    if ticket:
+        argv += ["--ticket", ticket]
+    if command:
+        argv += ["--", *command]
+    return LaunchSpec(
+        argv=tuple(argv),
+        nproc_per_node=nproc_per_node,
+        overrides=tuple(overrides),
+        files={name: data},
+        requires=("torch", "aorta"),
+        master_addr=master_addr,
+        master_port=master_port,
+    )
+
+
+class _Logs:
+    """Each node's lines: appended to its ``launch.log`` and handed to the caller's sink."""
+
+    def __init__(self, folders: Mapping[str, Path], sink: LineSink) -> None:
+        self._sink = sink
+        self._lock = threading.Lock()
+        self._files: dict[str, IO[str]] = {
+            name: open(folder / "launch.log", "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+            for name, folder in folders.items()
+        }
+
+    def line(self, node: Node, text: str) -> None:
+        with self._lock:
+            fh = self._files.get(node.name)
+            if fh is not None:
+                fh.write(text + "\n")
+                fh.flush()
+        self._sink(node, text)
+
+    def close(self) -> None:
+        with self._lock:
+            for fh in self._files.values():
+                fh.close()
+            self._files.clear()
+
+
+def _commands(
+    cluster: Cluster,
+    spec: LaunchSpec,
+    reports: Mapping[str, SetupReport],
+    *,
+    run_id: str,
+    addr: str,
+    port: int,
+) -> dict[str, NodeCommand]:
+    return {
+        n.name: run_command(
+            cluster,
+            n,
+            spec,
+            run_id=run_id,
+            node_dir=reports[n.name].node_dir,
+            master_addr=addr,
+            master_port=port,
+            cwd=reports[n.name].workdir,
+        )
+        for n in cluster.nodes
+        if n.name in reports
+    }
+
+
+def _collect(
+    sessions: Mapping[str, NodeSession],
+    reports: Mapping[str, SetupReport],
+    outcomes: dict[str, NodeOutcome],
+    staging: Path,
+    *,
+    timeout: float,
+) -> None:
+    def one(name: str, cancel: threading.Event) -> str:
+        dest = node_folder(staging, sessions[name].node.rank)
+        report = reports[name]
+        return sessions[name].pull(
+            f"{report.node_dir}/out", dest, timeout=timeout, rsync=report.has_rsync
+        )
+
+    for name, res in run_parallel(
+        list(reports), one, timeout=timeout + 5.0, name="aorta-collect"
+    ).items():
+        if isinstance(res, Done):
+            outcomes[name].collected = res.value
+        elif isinstance(res, TimedOut):
+            outcomes[name].collected = f"not collected: still copying after {timeout:g} s"
+        else:
+            outcomes[name].collected = f"not collected: {res.error}"
+
+
+def launch(
+    cluster: Cluster,
+    spec: LaunchSpec,
+    *,
+    output: str | Path = "triage_results",
+    deadlines: Deadlines = Deadlines(),
+    on_line: LineSink | None = None,
+    on_event: EventSink | None = None,
+    sessions: SessionFactory | None = None,
+    run_id: str | None = None,
+) -> LaunchResult:
+    """Run ``spec`` on every node of ``cluster`` under torchrun; gather the results.
+
+    Parameters
+    ----------
+    output
+        Root of the run directories on this machine; the result is named after the head's run
+        directory (``<output>/<ticket>/<workload>/<timestamp>``) or ``<output>/_launch_/<run id>``.
+    deadlines
+        Seconds for setup, run, collection and stopping (:class:`Deadlines`).
+    on_line
+        Called with ``(node, line)`` for every output line of every node, from several threads.
+    on_event
+        Called with one line for each step of the launch (setup done, a node failed, ...).
+    sessions
+        ``cluster -> {node name: session}``; default :func:`ssh_sessions`.
+
+    Returns
+    -------
+    LaunchResult
+        Every node's outcome, the run directory, the rendezvous and timings.
+
+    Raises
+    ------
+    LaunchFailed
+        A node exited non-zero, timed out or was unreachable; ``.result`` has every node's
+        outcome and the (collected) run directory.
+    ClusterError
+        The rendezvous address cannot work (nothing was started).
+    KeyboardInterrupt
+        After stopping every node and collecting what there was.
+
+    Examples
+    --------
+    Building the spec touches no network (launching needs SSH-reachable nodes):
+
+    >>> spec = LaunchSpec(argv=("-m", "my_training", "--epochs", "1"), nproc_per_node=8)
+    >>> spec.requires
+    ()
+    """
+    emit = on_event or _ignore
+    run_id = run_id or new_run_id()
+    addr = cluster.master_addr(spec.master_addr)
+    t0 = time.monotonic()
+    staging = staging_dir(output, run_id)
+    folders = {n.name: node_folder(staging, n.rank) for n in cluster.nodes}
+    for folder in folders.values():
+        folder.mkdir(parents=True, exist_ok=True)
+    outcomes = {n.name: NodeOutcome(n, log=folders[n.name] / "launch.log") for n in cluster.nodes}
+    result = LaunchResult(run_id, outcomes, master_addr=addr, master_port=spec.master_port)
+    logs = _Logs(folders, on_line or _ignore)
+    live = dict((sessions or ssh_sessions)(cluster))
+    reports: dict[str, SetupReport] = {}
+    commands: dict[str, NodeCommand] = {}
+    try:
+        reports = setup_nodes(
+            cluster,
+            live,
+            spec,
+            outcomes,
+            run_id=run_id,
+            probe_port=spec.master_port is None,
+            dry_run=False,
+            deadlines=deadlines,
+        )
+        result.timings["setup"] = time.monotonic() - t0
+        _record_snapshots(result, folders, emit)
+        if len(reports) == len(cluster.nodes):
+            result.master_port = spec.master_port or reports[cluster.head.name].port
+            commands = _commands(
+                cluster, spec, reports, run_id=run_id, addr=addr, port=int(result.master_port or 0)
+            )
+            emit(
+                f"setup done in {result.timings['setup']:.2f} s; rendezvous {addr}:{result.master_port}; starting {len(commands)} node(s)"
+            )
+            phase = RunPhase(
+                live,
+                commands,
+                outcomes,
+                run_id=run_id,
+                deadlines=deadlines,
+                on_line=logs.line,
+                on_event=emit,
+                t0=t0,
+            )
+            try:
+                phase.run()
+            finally:
+                if phase.all_started_s is not None:
+                    result.timings["all_started"] = phase.all_started_s
+                result.timings["run"] = time.monotonic() - t0 - result.timings["setup"]
+        else:
+            emit(f"setup failed: {result.summary()}")
+    except KeyboardInterrupt:
+        result.interrupted = True
+        raise
+    finally:
+        _finish(
+            cluster, live, reports, commands, result, logs, staging, output, deadlines, emit, t0
+        )
+    if result.status != "complete":
+        raise LaunchFailed(result)
+    return result
+
+
+def _record_snapshots(result: LaunchResult, folders: Mapping[str, Path], emit: EventSink) -> None:
+    for name, out in result.outcomes.items():
+        if out.snapshot is not None:
+            atomic_write(folders[name] / "host_env.json", json.dumps(out.snapshot, indent=1) + "\n")
+    result.skew = compare({name: o.snapshot for name, o in result.outcomes.items()})
+    if result.skew:
+        emit(
+            f"warning: nodes differ in {len(result.skew)} setting(s): {', '.join(sorted(result.skew)[:6])} (see launch.json)"
+        )
+
+
+def _finish(
+    cluster: Cluster,
+    live: Mapping[str, NodeSession],
+    reports: Mapping[str, SetupReport],
+    commands: Mapping[str, NodeCommand],
+    result: LaunchResult,
+    logs: _Logs,
+    staging: Path,
+    output: str | Path,
+    deadlines: Deadlines,
+    emit: EventSink,
+    t0: float,
+) -> None:
+    """Teardown, collection and the final name — run whatever happened before."""
+    outcomes = result.outcomes
+    try:
+        attempted = {
+            n.name: reports[n.name].node_dir if n.name in reports else node_dir(n, result.run_id)
+            for n in cluster.nodes
+            if outcomes[n.name].status != "unreachable"
+        }
+        t = time.monotonic()
+        teardown_nodes(live, outcomes, run_id=result.run_id, dirs=attempted, deadlines=deadlines)
+        result.timings["teardown"] = time.monotonic() - t
+        t = time.monotonic()
+        timeout = min(deadlines.collect, 30.0) if result.interrupted else deadlines.collect
+        _collect(live, reports, outcomes, staging, timeout=timeout)
+        result.timings["collect"] = time.monotonic() - t
+    finally:
+        for session in live.values():
+            session.close()
+        logs.close()
+        result.run_dir = finalize(staging, output, result.run_id)
+        for out in outcomes.values():
+            out.log = node_folder(result.run_dir, out.node.rank) / "launch.log"
+        result.timings["total"] = time.monotonic() - t0
+        record = result.to_dict()
+        record["commands"] = {name: c.describe() for name, c in commands.items()}
+        atomic_write(
+            result.run_dir / "launch.json", json.dumps(record, indent=1, default=str) + "\n"
+        )
+        emit(f"{result.status}: results in {result.run_dir}")
+
+
+@dataclass
+class DryRun:
+    """What ``--dry-run`` found: each node's exact command, reachability and versions."""
+
+    run_id: str
+    master_addr: str
+    master_port: int | None
+    commands: dict[str, NodeCommand]
+    outcomes: dict[str, NodeOutcome]
+    skew: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """Every node reachable and ready (Python works, required modules importable)."""
+        return len(self.commands) == len(self.outcomes)
+
+
+def dry_run(
+    cluster: Cluster,
+    spec: LaunchSpec,
+    *,
+    deadlines: Deadlines = Deadlines(),
+    sessions: SessionFactory | None = None,
+) -> DryRun:
+    """Check every node (SSH, Python, required modules, versions) and build each node's command
+    without creating or starting anything; the head still probes a free port."""
+    run_id = new_run_id()
+    addr = cluster.master_addr(spec.master_addr)
+    outcomes = {n.name: NodeOutcome(n) for n in cluster.nodes}
+    live = dict((sessions or ssh_sessions)(cluster))
+    try:
+        reports = setup_nodes(
+            cluster,
+            live,
+            spec,
+            outcomes,
+            run_id=run_id,
+            probe_port=spec.master_port is None,
+            dry_run=True,
+            deadlines=deadlines,
+        )
+    finally:
+        for session in live.values():
+            session.close()
+    head = reports.get(cluster.head.name)
+    port = spec.master_port or (head.port if head else None)
+    for name, out in outcomes.items():
+        if name in reports:
+            out.status = "ok"
+    commands = (
+        _commands(cluster, spec, reports, run_id=run_id, addr=addr, port=port or 0) if port else {}
+    )
+    skew = compare({name: o.snapshot for name, o in outcomes.items()})
+    return DryRun(run_id, addr, port, commands, outcomes, skew)

@@ -1,0 +1,184 @@
+"""What a launch returns: one outcome per node, the overall status, and the error that carries
+them all when something went wrong.
+
+Examples
+--------
+>>> from aorta.launch.cluster import Node
+>>> a, b = Node(rank=0, address="10.0.0.1"), Node(rank=1, address="10.0.0.2")
+>>> result = LaunchResult(run_id="r1", outcomes={
+...     "node0": NodeOutcome(a, status="stopped", exit_code=-15),
+...     "node1": NodeOutcome(b, status="failed", exit_code=1, ended_s=2.5, message="exited with code 1"),
+... })
+>>> result.status
+'failed'
+>>> result.summary()
+'node1 10.0.0.2 exited with code 1; node0 10.0.0.1 was stopped'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from aorta.errors import AortaError
+
+from .cluster import Node
+
+__all__ = ["Deadlines", "LaunchFailed", "LaunchResult", "NodeOutcome", "NodeStatus", "RunStatus"]
+
+#: ``ok`` exited 0 · ``failed`` exited non-zero on its own · ``timeout`` still running (or still
+#: setting up) at a deadline · ``stopped`` killed because another node failed or timed out ·
+#: ``unreachable`` SSH failed · ``setup_failed`` reached but not ready (missing torch, ...) ·
+#: ``not_started`` never launched (another node failed setup) · ``interrupted`` by Ctrl-C.
+NodeStatus = Literal[
+    "ok",
+    "failed",
+    "timeout",
+    "stopped",
+    "unreachable",
+    "setup_failed",
+    "not_started",
+    "interrupted",
+]
+#: ``complete`` every node ok · ``failed`` a node failed or could not be set up · ``timeout`` a
+#: node hit a deadline (and none failed) · ``interrupted`` the user stopped the launch.
+RunStatus = Literal["complete", "failed", "timeout", "interrupted"]
+_BAD: tuple[str, ...] = ("failed", "unreachable", "setup_failed")
+
+
+@dataclass(frozen=True)
+class Deadlines:
+    """Seconds allowed for each phase; every wait of a launch is bounded by one of these."""
+
+    #: Connect, create the per-run folder, snapshot, probe the port — all nodes together.
+    setup: float = 120.0
+    #: The run itself, from the first start to the last exit.
+    run: float = 24 * 3600.0
+    #: Pulling every node's artifacts.
+    collect: float = 600.0
+    #: SIGTERM → SIGKILL on a node being stopped.
+    kill_grace: float = 5.0
+    #: Stopping every node (connect + kill), after the grace period.
+    teardown: float = 30.0
+
+
+@dataclass
+class NodeOutcome:
+    """How one node's part of the launch went. Times are seconds since the launch began."""
+
+    node: Node
+    status: NodeStatus = "not_started"
+    exit_code: int | None = None
+    #: One line: why it failed, or what it last printed.
+    message: str = ""
+    #: When the node's program (torchrun) was started.
+    started_s: float | None = None
+    ended_s: float | None = None
+    #: The node's environment snapshot (see :mod:`aorta.launch.preflight`).
+    snapshot: dict[str, Any] | None = None
+    #: What teardown found and stopped (``"nothing left"``, ``"stopped 3 processes"``...).
+    teardown: str = ""
+    #: How its artifacts were collected (``rsync``, ``sftp``) or why they were not.
+    collected: str = ""
+    #: The node's full log in the run directory.
+    log: Path | None = None
+
+    @property
+    def bad(self) -> bool:
+        return self.status in _BAD or self.status == "timeout"
+
+    def describe(self) -> str:
+        """``node1 10.0.0.2 exited with code 1 (...)`` — one line for error messages."""
+        verb = {
+            "ok": "finished",
+            "stopped": "was stopped",
+            "not_started": "was not started",
+            "interrupted": "was interrupted",
+        }.get(self.status)
+        what = verb if verb and not self.message else (self.message or self.status)
+        if self.status == "stopped" and self.message:
+            what = f"was stopped ({self.message})"
+        return f"{self.node.label} {what}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "node": self.node.name,
+            "address": self.node.address,
+            "rank": self.node.rank,
+            "status": self.status,
+            "exit_code": self.exit_code,
+            "message": self.message,
+            "started_s": self.started_s,
+            "ended_s": self.ended_s,
+            "teardown": self.teardown,
+            "collected": self.collected,
+            "log": str(self.log) if self.log else None,
+        }
+
+
+@dataclass
+class LaunchResult:
+    """The whole launch: ``{node name: NodeOutcome}`` plus where the results went.
+
+    ``status`` is derived from the outcomes unless the launch was interrupted.
+    """
+
+    run_id: str
+    outcomes: dict[str, NodeOutcome]
+    run_dir: Path | None = None
+    master_addr: str | None = None
+    master_port: int | None = None
+    #: Seconds: ``setup``, ``all_started`` (every node's torchrun started), ``run``, ``collect``.
+    timings: dict[str, float] = field(default_factory=dict)
+    #: Keys whose values differ across nodes: ``{"packages.torch": {"node0": "2.4", ...}}``.
+    skew: dict[str, dict[str, Any]] = field(default_factory=dict)
+    interrupted: bool = False
+
+    @property
+    def status(self) -> RunStatus:
+        if self.interrupted:
+            return "interrupted"
+        states = {o.status for o in self.outcomes.values()}
+        if states & set(_BAD):
+            return "failed"
+        if "timeout" in states:
+            return "timeout"
+        if states - {"ok"}:
+            return "failed"
+        return "complete"
+
+    def culprits(self) -> list[NodeOutcome]:
+        """The nodes that caused the status, the first to fail first."""
+        bad = [o for o in self.outcomes.values() if o.bad]
+        return sorted(bad, key=lambda o: (o.ended_s is None, o.ended_s or 0.0, o.node.rank))
+
+    def summary(self) -> str:
+        """One line naming the failed nodes first, then the ones stopped because of them."""
+        parts = [o.describe() for o in self.culprits()]
+        parts += [
+            o.describe() for o in self.outcomes.values() if o.status in ("stopped", "not_started")
+        ]
+        return "; ".join(parts) if parts else f"{len(self.outcomes)} node(s) finished"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "status": self.status,
+            "master_addr": self.master_addr,
+            "master_port": self.master_port,
+            "timings": self.timings,
+            "nodes": {name: o.to_dict() for name, o in self.outcomes.items()},
+            "skew": self.skew,
+            "run_dir": str(self.run_dir) if self.run_dir else None,
+        }
+
+
+class LaunchFailed(AortaError):
+    """A node failed, timed out or could not be reached; ``result`` holds every node's outcome."""
+
+    def __init__(self, result: LaunchResult) -> None:
+        self.result = result
+        where = f" — results in {result.run_dir}" if result.run_dir else ""
+        verb = "timed out" if result.status == "timeout" else "failed"
+        super().__init__(f"launch {verb}: {result.summary()}{where}")
