@@ -6,7 +6,10 @@ Every mode writes what it saw into ``$AORTA_LAUNCH_OUTPUT`` (collected into
 * ``allreduce`` — gloo process group from torchrun's env, one all_reduce, a fake trace file;
 * ``argv [--override K=V ...] [ARGS...]`` — record argv, overrides (argparse ``nargs="*"``), env;
 * ``fail-on NODE`` — that node exits 1 at once; the others record that they started, then hang;
-* ``hang-on NODE`` — that node hangs; the others finish.
+* ``hang-on NODE`` — that node (or ``all``) hangs; the others finish;
+* ``fake-run-dir TICKET`` — node 0 writes what a sweep's rank 0 would (a run directory with a
+  manifest, a matrix and a stale ``combined_traces`` left by an earlier collection); every node
+  writes a trace.
 """
 
 from __future__ import annotations
@@ -89,10 +92,30 @@ def fail_on(node: str) -> None:
 
 def hang_on(node: str) -> None:
     _record(_who(), {"started": time.time(), "pid": os.getpid()})
-    if os.environ["AORTA_NODE_RANK"] == node:
+    if node in (os.environ["AORTA_NODE_RANK"], "all"):
         print("hanging on purpose", flush=True)
         time.sleep(1000)
     print("done", flush=True)
+
+
+def fake_run_dir(ticket: str) -> None:
+    rank = os.environ["AORTA_NODE_RANK"]
+    run_id = os.environ["AORTA_RUN_ID"]
+    if rank == "0":
+        run = _out() / ticket / "probe" / "2026-01-01T00-00-00"
+        (run / "combined_traces" / "node_9").mkdir(parents=True, exist_ok=True)
+        (run / "combined_traces" / "node_9" / "stale.txt").write_text(
+            "from an earlier collection\n"
+        )
+        (run / "manifest.json").write_text(json.dumps({"status": "complete", "run_id": run_id}))
+        (run / "matrix.md").write_text(f"| cell | run {run_id} |\n")
+        (run / "cells" / "a" / "trial_0000" / "trace").mkdir(parents=True, exist_ok=True)
+        (run / "cells" / "a" / "trial_0000.json").write_text("{}")
+        (run / "cells" / "a" / "trial_0000" / "trace" / "rank0.pt.trace.json").write_text("{}")
+    trace = _out() / "trace"
+    trace.mkdir(exist_ok=True)
+    (trace / f"node{rank}.pt.trace.json").write_text(json.dumps({"run_id": run_id}))
+    print(f"wrote run {run_id} on node {rank}", flush=True)
 
 
 def main(args: list[str]) -> None:
@@ -105,6 +128,8 @@ def main(args: list[str]) -> None:
         fail_on(rest[0])
     elif mode == "hang-on":
         hang_on(rest[0])
+    elif mode == "fake-run-dir":
+        fake_run_dir(rest[0])
     else:
         raise SystemExit(f"unknown mode {mode!r}")
 

@@ -14,6 +14,7 @@ Used by the launcher tests (``tests/test_launch_*.py``) and ``benchmarks/launch_
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import shutil
@@ -45,6 +46,14 @@ def make_key(folder: Path, name: str = "id_ed25519") -> Path:
         stdin=subprocess.DEVNULL,
     )
     return key
+
+
+def _die_with_parent() -> None:
+    # A test run killed outright (no fixture teardown) must not leave sshd listening: Linux
+    # sends SIGTERM to the child when the process that started it dies.
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def _free_port(address: str) -> int:

@@ -207,7 +207,7 @@ class Cluster:
         """
         addr = override or self.head.peer_address
         if _is_loopback(addr):
-            remote = [n for n in self.nodes if not _is_loopback(n.address)]
+            remote = [n for n in self.nodes[1:] if not _is_loopback(n.address)]
             if remote:
                 raise ClusterError(
                     f"rendezvous address {addr} is a loopback address, but {remote[0].label} is "

@@ -8,13 +8,18 @@ with rsync, or SFTP when rsync is missing on either side. Only this run's folder
 ``combined_traces`` folders inside it are skipped, so an earlier collection can never nest.
 
 :func:`finalize` then moves the staging folder to its final name: the head's run directory
-(``<output>/<ticket>/<workload>/<timestamp>``, whose files are hard-linked to the top level), or
+(``<output>/<ticket>/<workload>/<timestamp>``, whose files are hard-linked to the top level, so
+there is one matrix, and only its traces and logs stay under ``node_0``), or
 ``<output>/_launch_/<run id>`` when the head wrote none (a plain command, or a failure before
 the sweep began).
+
+>>> is_artifact("cells/a/trial_0001/trace/rank0.json"), is_artifact("cells/a/trial_0001.json")
+(True, False)
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import stat
@@ -28,7 +33,15 @@ from aorta.errors import AortaError
 
 from .ssh import SshOptions
 
-__all__ = ["COMBINED", "finalize", "node_folder", "pull_rsync", "pull_sftp", "staging_dir"]
+__all__ = [
+    "COMBINED",
+    "finalize",
+    "is_artifact",
+    "node_folder",
+    "pull_rsync",
+    "pull_sftp",
+    "staging_dir",
+]
 
 COMBINED = "combined_traces"
 NO_RUN_DIR = "_launch_"
@@ -93,6 +106,26 @@ def pull_sftp(
     return count
 
 
+#: Folder names and file suffixes that make a file a per-node artifact (traces and logs).
+ARTIFACT_DIRS = frozenset({"trace", "traces", "profiler", "torch_profiler"})
+ARTIFACT_SUFFIXES = (".log", ".pt.trace.json", ".pt.trace.json.gz", ".trace.json", ".trace.json.gz")
+
+
+def is_artifact(relative: str | Path) -> bool:
+    """True for a trace or log file (by a folder it is in, or by its name)."""
+    path = Path(relative)
+    return bool(ARTIFACT_DIRS & set(path.parts[:-1])) or path.name.endswith(ARTIFACT_SUFFIXES)
+
+
+def _keep_only_artifacts(folder: Path) -> None:
+    for path in sorted(folder.rglob("*"), reverse=True):
+        if path.is_dir() and not path.is_symlink():
+            with contextlib.suppress(OSError):
+                path.rmdir()  # only when empty
+        elif not is_artifact(path.relative_to(folder)):
+            path.unlink()
+
+
 def _unique(path: Path) -> Path:
     if not path.exists():
         return path
@@ -142,5 +175,7 @@ def finalize(staging: Path, output: str | Path, run_id: str) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     os.replace(staging, target)
     if run is not None:
-        _link_tree(node_folder(target, 0) / rel, target)
+        head_copy = node_folder(target, 0) / rel
+        _link_tree(head_copy, target)
+        _keep_only_artifacts(head_copy)
     return target

@@ -80,7 +80,11 @@ def last_words(text: str) -> str:
     ]
     if (
         starts
-        and any("torch.distributed" in line for line in lines[starts[-1] :])
+        and any(
+            m in line
+            for line in lines[starts[-1] :]
+            for m in ("torch.distributed", "torch/distributed")
+        )
         and starts[-1] > 0
     ):
         lines = lines[: starts[-1]]

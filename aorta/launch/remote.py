@@ -127,6 +127,8 @@ def describe_ssh_error(exc: BaseException) -> str:
     if isinstance(exc, TimeoutError | socket.timeout):
         return "timed out connecting"
     if isinstance(exc, paramiko.SSHException):
+        if "No authentication methods available" in str(exc):
+            return "authentication failed: no key or password to try (set priv_key_file or password, or run ssh-agent)"
         return str(exc) or type(exc).__name__
     if isinstance(exc, OSError):
         return exc.strerror or str(exc)

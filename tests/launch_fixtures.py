@@ -1,0 +1,85 @@
+"""pytest fixtures for the launcher tests: a throwaway key and real sshd nodes (see tests/sshd.py).
+
+Import the fixtures into a test module (``from tests.launch_fixtures import farm, ssh_key``).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from aorta.launch import Cluster, Deadlines, LaunchFailed, LaunchResult, LaunchSpec, launch
+from tests.sshd import VENV_PYTHON, SshdFarm, make_key, sshd_available, wait_gone
+
+needs_sshd = pytest.mark.skipif(
+    not sshd_available(),
+    reason="needs /usr/sbin/sshd and ssh-keygen (Debian openssh-server; .ci/run installs it)",
+)
+needs_venv = pytest.mark.skipif(
+    not VENV_PYTHON.is_file(), reason="the nodes run the repo's .venv/bin/python (make dev)"
+)
+
+#: Short deadlines: a test that hangs fails in seconds, not hours.
+FAST = Deadlines(setup=20.0, run=60.0, collect=20.0, kill_grace=2.0, teardown=10.0)
+PY = str(VENV_PYTHON)
+
+
+@pytest.fixture(scope="session")
+def ssh_key(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_key(tmp_path_factory.mktemp("key"))
+
+
+@pytest.fixture(scope="session")
+def farm(tmp_path_factory: pytest.TempPathFactory, ssh_key: Path) -> Iterator[SshdFarm]:
+    """Two loopback nodes shared by the tests that keep them up."""
+    with SshdFarm(tmp_path_factory.mktemp("farm"), ssh_key) as f:
+        f.start(2)
+        yield f
+
+
+@pytest.fixture
+def cluster(farm: SshdFarm) -> Cluster:
+    return Cluster.from_dict(farm.cluster_dict())
+
+
+def worker(*args: str) -> tuple[str, ...]:
+    """argv of ``tests/launch_worker.py`` under torchrun."""
+    return ("-m", "tests.launch_worker", *args)
+
+
+def plain(*args: str) -> tuple[str, ...]:
+    """argv running ``tests/launch_worker.py`` once per node, without torchrun."""
+    return (PY, "-m", "tests.launch_worker", *args)
+
+
+def run_launch(
+    cluster: Cluster, spec: LaunchSpec, output: Path, **kwargs: Any
+) -> tuple[LaunchResult, list[str]]:
+    """Launch; return the result whether it failed or not, and every streamed line."""
+    lines: list[str] = []
+    kwargs.setdefault("deadlines", FAST)
+    try:
+        result = launch(
+            cluster,
+            spec,
+            output=output,
+            on_line=lambda n, t: lines.append(f"[{n.label}] {t}"),
+            **kwargs,
+        )
+    except LaunchFailed as exc:
+        result = exc.result
+    return result, lines
+
+
+def assert_nothing_left(result: LaunchResult) -> None:
+    """No process of this run survives the launch (checked at once: teardown waited)."""
+    left = wait_gone(f"AORTA_RUN_ID={result.run_id}", timeout=0.0)
+    assert left == [], f"processes left behind by {result.run_id}: {left}"
+
+
+def python_is_venv() -> bool:
+    return Path(sys.executable).resolve() == VENV_PYTHON.resolve()

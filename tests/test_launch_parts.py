@@ -1,0 +1,475 @@
+"""The launch's parts without SSH: command lines run by a real local shell, the node helper's
+setup and kill run locally, the fan-out driven through a local session, and the pure pieces."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import select
+import shutil
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from aorta.errors import UsageError
+from aorta.launch import (
+    Cluster,
+    Deadlines,
+    LaunchFailed,
+    LaunchSpec,
+    NodePath,
+    compare,
+    launch,
+    run_command,
+    sweep_spec,
+)
+from aorta.launch.collect import finalize, is_artifact, node_folder, staging_dir
+from aorta.launch.command import STARTED_MARKER, kill_command, setup_command
+from aorta.launch.fanout import last_words
+from aorta.launch.parallel import Done, Failed, TimedOut, run_parallel
+from aorta.launch.preflight import format_skew, version_rows
+from aorta.launch.remote import ExecResult, LineBuffer, RemoteTimeout
+from tests.sshd import REPO, VENV_PYTHON, processes_with_env, wait_gone
+
+PY = str(VENV_PYTHON) if VENV_PYTHON.is_file() else shutil.which("python3") or "python3"
+SHELLS = [s for s in ("sh", "bash") if shutil.which(s)]
+ECHO = "import json, os, sys; print(json.dumps({'argv': sys.argv[1:], 'env': {k: os.environ.get(k) for k in ('TEST_V', 'RANK', 'MASTER_ADDR', 'AORTA_NODE_RANK', 'AORTA_RUN_ID')}, 'cwd': os.getcwd(), 'pid': os.getpid(), 'sid': os.getsid(0)}), flush=True)"
+TRICKY = [
+    "a b",
+    "it's",
+    'say "hi"',
+    "$HOME",
+    "`id`",
+    "; exit 3",
+    "*",
+    "back\\slash",
+    "",
+    "new\nline",
+    "ünï €",
+]
+
+
+def _cluster(tmp_path: Path, n: int = 2, **extra: object) -> Cluster:
+    nodes = {}
+    for i in range(n):
+        (tmp_path / f"node{i}").mkdir(exist_ok=True)
+        nodes[f"127.0.0.{i + 2}"] = {"workdir": str(tmp_path / f"node{i}")}
+    data = {"python": PY, "env_vars": {"PYTHONPATH": str(REPO)}, "node_dict": nodes, **extra}
+    return Cluster.from_dict(data)
+
+
+def _sh(
+    shell: str, line: str, *, stdin: bytes = b"", env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    # What sshd does with a remote command: the login shell runs it with -c.
+    return subprocess.run(
+        [shell, "-c", line],
+        input=stdin.decode(),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_the_remote_line_delivers_argv_env_and_cwd_intact(tmp_path: Path, shell: str) -> None:
+    cluster = _cluster(tmp_path, env_vars={"TEST_V": 'it\'s "q" $HOME `x` ;|&'})
+    node = cluster.nodes[1]
+    ndir = str(tmp_path / "nd")
+    os.makedirs(ndir)
+    spec = LaunchSpec(argv=(PY, "-c", ECHO, *TRICKY), torchrun=False, overrides=("a=1", "b=c d"))
+    cmd = run_command(
+        cluster, node, spec, run_id="r-1", node_dir=ndir, master_addr="127.0.0.2", master_port=1
+    )
+    login_env = {
+        **os.environ,
+        "RANK": "7",
+        "MASTER_ADDR": "stale.example",
+    }  # a stale profile export
+    proc = _sh(shell, cmd.remote, env=login_env)
+
+    assert proc.returncode == 0, proc.stderr
+    marker, payload = proc.stdout.splitlines()[:2]
+    seen = json.loads(payload)
+    assert seen["argv"] == [*TRICKY, "--override", "a=1", "b=c d"]
+    assert seen["env"] == {
+        "TEST_V": 'it\'s "q" $HOME `x` ;|&',
+        "RANK": None,
+        "MASTER_ADDR": None,
+        "AORTA_NODE_RANK": "1",
+        "AORTA_RUN_ID": "r-1",
+    }
+    assert seen["cwd"] == node.workdir
+    pid = int(Path(ndir, "pid").read_text())
+    assert marker == f"{STARTED_MARKER} {pid}" and seen["pid"] == pid == seen["sid"]  # own session
+
+
+def test_exit_codes_pass_through_and_cancel_stops_a_late_start(tmp_path: Path) -> None:
+    cluster = _cluster(tmp_path)
+    ndir = tmp_path / "nd"
+    ndir.mkdir()
+    spec = LaunchSpec(argv=("sh", "-c", "exit 7"), torchrun=False)
+    cmd = run_command(
+        cluster, cluster.head, spec, run_id="r", node_dir=str(ndir), master_addr="h", master_port=1
+    )
+    assert _sh("sh", cmd.remote).returncode == 7
+    (ndir / "cancel").write_text("")
+    late = _sh("sh", cmd.remote)
+    assert late.returncode == 143 and STARTED_MARKER not in late.stdout
+
+
+def test_torchrun_line(tmp_path: Path) -> None:
+    cluster = _cluster(tmp_path, n=3, nproc_per_node=4)
+    spec = LaunchSpec(argv=("-m", "aorta", "sweep", "run", "--recipe", NodePath("recipe.yaml")))
+    cmd = run_command(
+        cluster,
+        cluster.nodes[2],
+        spec,
+        run_id="r",
+        node_dir="/n",
+        master_addr="10.0.0.1",
+        master_port=29400,
+    )
+    assert cmd.argv == [
+        PY,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes=3",
+        "--nproc-per-node=4",
+        "--node-rank=2",
+        "--master-addr=10.0.0.1",
+        "--master-port=29400",
+        "--max-restarts=0",
+        "-m",
+        "aorta",
+        "sweep",
+        "run",
+        "--recipe",
+        "/n/recipe.yaml",
+    ]
+    assert cmd.env["AORTA_LAUNCH_OUTPUT"] == "/n/out" and "RANK" in cmd.unset
+    assert "CUDA_VISIBLE_DEVICES" not in cmd.unset  # describes the node; torchrun does not own it
+    override = LaunchSpec(argv=("train.py",), nproc_per_node=2)
+    assert (
+        "--nproc-per-node=2"
+        in run_command(
+            cluster,
+            cluster.head,
+            override,
+            run_id="r",
+            node_dir="/n",
+            master_addr="a",
+            master_port=1,
+        ).argv
+    )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"argv": ()}, "nothing to launch"),
+        ({"argv": ("x",), "env": {"WORLD_SIZE": "2"}}, "WORLD_SIZE belongs to the launcher"),
+        (
+            {"argv": ("x",), "env": {"AORTA_NODE_RANK": "2"}},
+            "AORTA_NODE_RANK belongs to the launcher",
+        ),
+        ({"argv": ("x",), "env": {"bad name": "2"}}, "not a valid environment variable name"),
+        ({"argv": ("x",), "files": {"../r.yaml": b""}}, "plain names"),
+        ({"argv": ("x",), "master_port": 70000}, "not a TCP port"),
+    ],
+)
+def test_launch_spec_validation(kwargs: dict, message: str) -> None:
+    with pytest.raises(UsageError, match=message):
+        LaunchSpec(**kwargs)
+
+
+def test_sweep_spec(tmp_path: Path) -> None:
+    recipe = tmp_path / "r.yml"
+    recipe.write_text("workload: matmul\n")
+    spec = sweep_spec(
+        recipe, command=["python", "train.py"], overrides=["lr=1"], ticket="T-9", nproc_per_node=2
+    )
+    assert spec.argv[:6] == ("-m", "aorta", "sweep", "run", "--recipe", NodePath("recipe.yml"))
+    assert spec.argv[6:] == (
+        "--output",
+        NodePath("out"),
+        "--ticket",
+        "T-9",
+        "--",
+        "python",
+        "train.py",
+    )
+    assert spec.files == {"recipe.yml": b"workload: matmul\n"} and spec.requires == (
+        "torch",
+        "aorta",
+    )
+    with pytest.raises(UsageError, match="--override needs a training command"):
+        sweep_spec(recipe, overrides=["lr=1"])
+    with pytest.raises(UsageError, match="cannot read the recipe"):
+        sweep_spec(tmp_path / "missing.yaml")
+
+
+def test_node_helper_setup_runs_locally(tmp_path: Path) -> None:
+    cluster = _cluster(tmp_path, n=1)
+    spec = LaunchSpec(
+        argv=("x",), files={"recipe.yaml": b"a: 1\n"}, requires=("json", "no_such_module_xyz")
+    )
+    line, stdin = setup_command(cluster.head, spec, run_id="r-5", probe_port=True)
+    proc = _sh("sh", line, stdin=stdin)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout.splitlines()[-1])
+    ndir = Path(report["node_dir"])
+    assert ndir == tmp_path / "node0" / ".aorta-launch" / "r-5" / "node_0"
+    assert (ndir / "recipe.yaml").read_bytes() == b"a: 1\n" and (ndir / "out").is_dir()
+    assert report["missing"] == ["no_such_module_xyz"] and 0 < report["port"] < 65536
+    snap = report["snapshot"]
+    assert snap["python"] == platform.python_version() or snap["executable"] == PY
+    assert snap["env"]["AORTA_NODE_RANK"] == "0" and snap["tools"]["setsid"] in (True, False)
+    dry_line, dry_stdin = setup_command(
+        cluster.head, spec, run_id="r-6", probe_port=False, dry_run=True
+    )
+    dry = json.loads(_sh("sh", dry_line, stdin=dry_stdin).stdout.splitlines()[-1])
+    assert dry["port"] is None and not Path(dry["node_dir"]).exists()
+
+
+def test_node_helper_kill_takes_the_whole_tree_even_setsid_grandchildren(tmp_path: Path) -> None:
+    cluster = _cluster(tmp_path, n=1)
+    run_id = f"kill-{uuid.uuid4().hex[:8]}"
+    ndir = tmp_path / "nd"
+    ndir.mkdir()
+    # Like torchrun: the program starts a worker in a session of its own, then waits.
+    program = "import subprocess, sys, time; subprocess.Popen(['sleep', '1000'], start_new_session=True); print('ready', flush=True); time.sleep(1000)"
+    spec = LaunchSpec(argv=(PY, "-c", program), torchrun=False)
+    cmd = run_command(
+        cluster,
+        cluster.head,
+        spec,
+        run_id=run_id,
+        node_dir=str(ndir),
+        master_addr="h",
+        master_port=1,
+    )
+    wrapper = subprocess.Popen(["sh", "-c", cmd.remote], stdout=subprocess.PIPE, text=True)
+    try:
+        assert wrapper.stdout is not None
+        assert wrapper.stdout.readline().startswith(STARTED_MARKER)
+        assert wrapper.stdout.readline().strip() == "ready"
+        assert len(processes_with_env(f"AORTA_RUN_ID={run_id}")) == 2
+        line, stdin = kill_command(cluster.head, run_id=run_id, node_dir=str(ndir), grace=2.0)
+        report = json.loads(_sh("sh", line, stdin=stdin).stdout)
+        assert report["terminated"] == 2 and report["left"] == []
+        assert wait_gone(f"AORTA_RUN_ID={run_id}", timeout=0.0) == []
+        assert wrapper.wait(timeout=10) != 0
+        assert (ndir / "cancel").is_file()
+    finally:
+        for pid in processes_with_env(f"AORTA_RUN_ID={run_id}"):
+            os.kill(pid, 9)
+        wrapper.kill()
+
+
+class LocalSession:
+    """A node reached without SSH: commands run in a local shell (the launch takes any session)."""
+
+    def __init__(self, node: object) -> None:
+        self.node = node
+
+    def open(self) -> None:
+        pass
+
+    def exec(
+        self,
+        command: str,
+        *,
+        stdin: bytes | None = None,
+        timeout: float | None = None,
+        on_line: Callable[[str], None] | None = None,
+    ) -> ExecResult:
+        proc = subprocess.Popen(
+            ["sh", "-c", command],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT if on_line else subprocess.PIPE,
+        )
+        assert proc.stdin and proc.stdout
+        proc.stdin.write(stdin or b"")
+        proc.stdin.close()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        out = bytearray()
+        lines = LineBuffer(on_line) if on_line else None
+        while True:
+            if deadline is not None and time.monotonic() > deadline:
+                raise RemoteTimeout("local: still running at the deadline")
+            ready, _, _ = select.select([proc.stdout], [], [], 0.05)
+            if not ready:
+                continue
+            data = os.read(proc.stdout.fileno(), 65536)
+            if not data:
+                break
+            if lines:
+                lines.feed(data)
+            else:
+                out += data
+        if lines:
+            lines.close()
+        err = proc.stderr.read().decode() if proc.stderr else ""
+        return ExecResult(proc.wait(), out.decode(), err)
+
+    def exec_fresh(
+        self, command: str, *, stdin: bytes | None = None, timeout: float | None = None
+    ) -> ExecResult:
+        return self.exec(command, stdin=stdin, timeout=timeout)
+
+    def pull(self, remote_dir: str, local_dir: Path, *, timeout: float, rsync: bool) -> str:
+        shutil.copytree(
+            remote_dir,
+            local_dir,
+            dirs_exist_ok=True,
+            ignore=shutil.ignore_patterns("combined_traces"),
+        )
+        return "copy"
+
+    def close(self) -> None:
+        pass
+
+
+def _local(cluster: Cluster) -> dict[str, LocalSession]:
+    return {n.name: LocalSession(n) for n in cluster.nodes}
+
+
+def test_fanout_through_an_injected_session_stops_the_others_on_a_bad_exit(tmp_path: Path) -> None:
+    cluster = _cluster(tmp_path)
+    spec = LaunchSpec(argv=(PY, "-m", "tests.launch_worker", "fail-on", "1"), torchrun=False)
+    deadlines = Deadlines(setup=20, run=30, collect=20, kill_grace=1, teardown=10)
+    events: list[str] = []
+    with pytest.raises(LaunchFailed) as info:
+        launch(
+            cluster,
+            spec,
+            output=tmp_path / "out",
+            deadlines=deadlines,
+            sessions=_local,
+            on_event=events.append,
+        )
+    result = info.value.result
+    assert result.status == "failed" and "node1 127.0.0.3 exited with code 1" in str(info.value)
+    assert result.outcomes["node0"].status == "stopped" and result.outcomes["node1"].exit_code == 1
+    assert any("stopping node0" in e for e in events)
+    assert (
+        node_folder(result.run_dir, 0) / "node0_rankx.json"
+    ).is_file()  # collected after the failure
+    assert wait_gone(f"AORTA_RUN_ID={result.run_id}", timeout=0.0) == []
+
+
+def test_run_parallel_reports_each_key_and_never_waits_past_the_deadline() -> None:
+    stragglers: list[str] = []
+
+    def work(key: str, cancel: threading.Event) -> str:
+        if key == "slow":
+            time.sleep(1.0)
+            if cancel.is_set():
+                stragglers.append(key)  # a straggler cleans up after itself
+        if key == "bad":
+            raise ValueError("boom")
+        return key * 2
+
+    t = time.monotonic()
+    out = run_parallel(["ok", "bad", "slow"], work, timeout=0.3)
+    assert time.monotonic() - t < 0.9
+    assert (
+        out["ok"] == Done("okok")
+        and isinstance(out["bad"], Failed)
+        and isinstance(out["slow"], TimedOut)
+    )
+    assert str(out["bad"].error) == "boom"
+    deadline = time.monotonic() + 5
+    while not stragglers and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert stragglers == ["slow"]
+    assert all(t.daemon for t in threading.enumerate() if t.name.startswith("aorta-"))
+
+
+def test_line_buffer_and_last_words() -> None:
+    got: list[str] = []
+    buf = LineBuffer(got.append)
+    for chunk in (b"a\r\nb", "€".encode()[:2], "€".encode()[2:] + b"\n", b"tail"):
+        buf.feed(chunk)
+    buf.close()
+    assert got == ["a", "b€", "tail"]
+    assert last_words("step 1\nNaN loss at step 2\n=====\n") == "NaN loss at step 2"
+    torchrun = "worker says bye\nTraceback (most recent call last):\n  File torch/distributed/run.py\nChildFailedError:\n====="
+    assert last_words(torchrun) == "worker says bye"
+    assert last_words("") == ""
+
+
+def test_preflight_compare_and_versions() -> None:
+    a = {
+        "packages": {"torch": "2.4.0", "aorta": "0.1"},
+        "env": {"NCCL_IB_DISABLE": "1", "AORTA_NODE_RANK": "0"},
+        "hostname": "a",
+    }
+    b = {
+        "packages": {"torch": "2.4.0", "aorta": "0.1"},
+        "env": {"AORTA_NODE_RANK": "1"},
+        "hostname": "b",
+    }
+    skew = compare({"node0": a, "node1": b, "node2": None})
+    assert skew == {"env.NCCL_IB_DISABLE": {"node0": "1", "node1": "(unset)"}}
+    assert format_skew(skew) == [
+        "nodes differ in 1 setting(s):",
+        "  env.NCCL_IB_DISABLE: node0=1  node1=(unset)",
+    ]
+    assert compare({"node0": a}) == {}
+    rows = version_rows(
+        {
+            "python": "3.11",
+            "packages": {"torch": "2.4", "nvidia-nccl-cu12": "2.21.5"},
+            "torch_build": {"cuda": "12.4"},
+        }
+    )
+    assert rows == {
+        "python": "3.11",
+        "aorta": "-",
+        "torch": "2.4",
+        "cuda/hip": "12.4",
+        "nccl/rccl": "2.21.5",
+        "driver": "-",
+    }
+
+
+def test_finalize_names_the_result_after_the_heads_run_dir(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    staging = staging_dir(out, "r1")
+    run = node_folder(staging, 0) / "T" / "wl" / "2026-01-01T00-00-00"
+    (run / "cells" / "c" / "trial_0000" / "trace").mkdir(parents=True)
+    (run / "manifest.json").write_text("{}")
+    (run / "cells" / "c" / "trial_0000.json").write_text("{}")
+    (run / "cells" / "c" / "trial_0000" / "trace" / "rank0.json").write_text("{}")
+    (node_folder(staging, 1) / "trace").mkdir(parents=True)
+    final = finalize(staging, out, "r1")
+    assert final == out / "T" / "wl" / "2026-01-01T00-00-00" and not staging.exists()
+    assert (final / "manifest.json").is_file() and (
+        final / "cells/c/trial_0000/trace/rank0.json"
+    ).is_file()
+    head_copy = node_folder(final, 0) / "T" / "wl" / "2026-01-01T00-00-00"
+    assert sorted(
+        p.relative_to(head_copy).as_posix() for p in head_copy.rglob("*") if p.is_file()
+    ) == ["cells/c/trial_0000/trace/rank0.json"]
+    assert (
+        os.stat(final / "cells/c/trial_0000/trace/rank0.json").st_ino
+        == os.stat(head_copy / "cells/c/trial_0000/trace/rank0.json").st_ino
+    )
+    bare = staging_dir(out, "r2")
+    node_folder(bare, 0).mkdir(parents=True)
+    assert finalize(bare, out, "r2") == out / "_launch_" / "r2"
+    assert (
+        is_artifact("x/node.log")
+        and is_artifact("a.pt.trace.json.gz")
+        and not is_artifact("matrix.md")
+    )

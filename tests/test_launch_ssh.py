@@ -1,0 +1,233 @@
+"""Acceptance tests of the launch against real OpenSSH servers on 127.0.0.2, 127.0.0.3, …
+
+No mocks: every node is an ``sshd`` (tests/sshd.py), the nodes run real ``torchrun`` with gloo
+on loopback, kills go through a second SSH connection, artifacts come back through rsync/SFTP.
+Each test checks the status, the node it names, what survived, and that no process is left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from aorta.launch import Cluster, LaunchSpec, dry_run
+from tests.launch_fixtures import (
+    FAST,
+    assert_nothing_left,
+    cluster,  # noqa: F401 - fixture
+    farm,  # noqa: F401 - fixture
+    needs_sshd,
+    needs_venv,
+    plain,
+    run_launch,
+    ssh_key,  # noqa: F401 - fixture
+    worker,
+)
+from tests.sshd import SshdFarm
+
+pytestmark = [needs_sshd, needs_venv]
+
+
+def _records(run_dir: Path, rank: int, pattern: str = "node*_rank*.json") -> list[dict]:
+    folder = run_dir / "combined_traces" / f"node_{rank}"
+    return [json.loads(p.read_text()) for p in sorted(folder.glob(pattern))]
+
+
+@pytest.mark.slow
+def test_two_nodes_two_processes_gloo_allreduce(cluster: Cluster, tmp_path: Path) -> None:
+    spec = LaunchSpec(argv=worker("allreduce", "a b", "it's"), nproc_per_node=2)
+    result, lines = run_launch(cluster, spec, tmp_path / "out")
+
+    assert result.status == "complete", result.summary()
+    assert {n: o.status for n, o in result.outcomes.items()} == {"node0": "ok", "node1": "ok"}
+    ranks = [r for k in (0, 1) for r in _records(result.run_dir, k)]
+    assert sorted(r["rank"] for r in ranks) == [0, 1, 2, 3]
+    assert {r["world_size"] for r in ranks} == {4}
+    assert {r["sum"] for r in ranks} == {10.0}  # 1+2+3+4: every rank took part
+    assert all(r["group_rank"] == r["node_rank"] for r in ranks)  # node rank = position, head 0
+    assert {r["master"] for r in ranks} == {f"{cluster.head.vpc_ip}:{result.master_port}"}
+    assert {tuple(r["argv"]) for r in ranks} == {("a b", "it's")}
+    for rank, expect in ((0, {"rank0", "rank1"}), (1, {"rank2", "rank3"})):
+        folder = result.run_dir / "combined_traces" / f"node_{rank}"
+        assert {p.name.split(".")[0] for p in (folder / "trace").iterdir()} == expect
+        assert json.loads((folder / "host_env.json").read_text())["packages"]["torch"]
+        assert "all_reduce=10" in (folder / "launch.log").read_text()
+    assert any(line.startswith("[node1 127.0.0.3] rank ") for line in lines)
+    record = json.loads((result.run_dir / "launch.json").read_text())
+    assert record["status"] == "complete" and record["nodes"]["node1"]["collected"] == "rsync"
+    assert "--node-rank=1" in record["commands"]["node1"]
+    assert 0 < result.timings["all_started"] < result.timings["setup"] + 5
+    assert not list((tmp_path / "out").glob(".aorta-launch-*"))  # staging renamed
+    assert_nothing_left(result)
+
+
+@pytest.mark.slow
+def test_a_node_exiting_1_stops_the_others(cluster: Cluster, tmp_path: Path) -> None:
+    result, _ = run_launch(cluster, LaunchSpec(argv=worker("fail-on", "1")), tmp_path / "out")
+
+    assert result.status == "failed"
+    node0, node1 = result.outcomes["node0"], result.outcomes["node1"]
+    assert (node1.status, node1.exit_code) == ("failed", 1)
+    assert node1.message.startswith("exited with code 1")
+    assert node0.status == "stopped" and "node1 127.0.0.3 failed" in node0.message
+    assert result.summary().startswith("node1 127.0.0.3 exited with code 1")
+    assert node0.ended_s is not None and node1.ended_s is not None
+    assert node0.ended_s - node1.ended_s < 5.0, "kill-on-bad-exit took too long"
+    # node0's worker wrote before it hung: collected although the launch failed
+    assert _records(result.run_dir, 0)[0]["pid"] > 0
+    assert (
+        "failing on purpose" in (result.run_dir / "combined_traces/node_1/launch.log").read_text()
+    )
+    assert json.loads((result.run_dir / "launch.json").read_text())["status"] == "failed"
+    assert_nothing_left(result)
+
+
+def test_a_node_hanging_past_the_deadline_times_out(cluster: Cluster, tmp_path: Path) -> None:
+    deadlines = FAST.__class__(**{**FAST.__dict__, "run": 2.0})
+    spec = LaunchSpec(argv=plain("hang-on", "1"), torchrun=False)
+    t = time.monotonic()
+    result, _ = run_launch(cluster, spec, tmp_path / "out", deadlines=deadlines)
+
+    assert time.monotonic() - t < 15.0
+    assert result.status == "timeout"
+    assert result.outcomes["node1"].status == "timeout"
+    assert "run deadline" in result.outcomes["node1"].message
+    assert result.outcomes["node0"].status == "ok"
+    assert [o.node.name for o in result.culprits()] == ["node1"]
+    assert len(_records(result.run_dir, 0)) == 1 and len(_records(result.run_dir, 1)) == 1
+    assert_nothing_left(result)
+
+
+def test_sshd_down_on_one_node(tmp_path: Path, ssh_key: Path) -> None:
+    with SshdFarm(tmp_path / "farm", ssh_key) as own:
+        own.start(2)
+        the_cluster = Cluster.from_dict(own.cluster_dict())
+        own.stop_node(1)
+        result, _ = run_launch(
+            the_cluster, LaunchSpec(argv=plain("hang-on", "none"), torchrun=False), tmp_path / "out"
+        )
+
+        assert result.status == "failed"
+        down = result.outcomes["node1"]
+        assert down.status == "unreachable" and "connection refused" in down.message
+        assert f"127.0.0.3:{own.nodes[1].port}" in down.message
+        head = result.outcomes["node0"]
+        assert head.status == "not_started" and head.teardown == "nothing left"
+        assert (
+            json.loads((result.run_dir / "launch.json").read_text())["nodes"]["node1"]["status"]
+            == "unreachable"
+        )
+        assert (result.run_dir / "combined_traces/node_0/host_env.json").is_file()  # what there was
+        assert_nothing_left(result)
+
+
+def test_key_given_only_through_priv_key_file(
+    farm: SshdFarm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no ~/.ssh keys or config for paramiko
+    assert not list(Path(os.path.expanduser("~")).glob(".ssh/id_*"))
+    with_key = Cluster.from_dict(farm.cluster_dict())
+    result, _ = run_launch(
+        with_key, LaunchSpec(argv=plain("hang-on", "none"), torchrun=False), tmp_path / "out"
+    )
+
+    assert result.status == "complete", result.summary()
+    assert result.master_port  # probed on the head over SSH with the key
+    assert {o.collected for o in result.outcomes.values()} == {"rsync"}  # OpenSSH got -i too
+    assert len(_records(result.run_dir, 1)) == 1
+    assert_nothing_left(result)
+
+    data = farm.cluster_dict()
+    del data["priv_key_file"]
+    without = Cluster.from_dict(data)
+    failed, _ = run_launch(
+        without, LaunchSpec(argv=plain("hang-on", "none"), torchrun=False), tmp_path / "out"
+    )
+    assert failed.status == "failed"
+    assert {o.status for o in failed.outcomes.values()} == {"unreachable"}
+    assert "authentication failed" in failed.outcomes["node0"].message
+    assert_nothing_left(failed)
+
+
+def test_args_with_spaces_and_quotes_arrive_intact(farm: SshdFarm, tmp_path: Path) -> None:
+    tricky = [
+        "a b",
+        "it's",
+        'say "hi"',
+        "$HOME",
+        "`id`",
+        "; exit 3",
+        "*",
+        "back\\slash",
+        "",
+        "tab\there",
+        "ünï €",
+    ]
+    value = 'it\'s "quoted" $HOME `id` ; & | *'
+    data = farm.cluster_dict()
+    data["env_vars"]["TEST_VALUE"] = value
+    overrides = ("lr=0.1", "name=a b", "q='x'")
+    spec = LaunchSpec(
+        argv=plain("argv", *tricky), torchrun=False, overrides=overrides, env={"TEST_SPEC": "x y"}
+    )
+    result, _ = run_launch(Cluster.from_dict(data), spec, tmp_path / "out")
+
+    assert result.status == "complete", result.summary()
+    for rank, node in enumerate(farm.nodes):
+        (seen,) = _records(result.run_dir, rank)
+        assert seen["argv"] == [*tricky, "--override", *overrides]
+        assert seen["overrides"] == list(overrides)  # argparse nargs="*" kept every one
+        assert seen["env"]["TEST_VALUE"] == value and seen["env"]["TEST_SPEC"] == "x y"
+        assert seen["env"]["AORTA_NODE_RANK"] == str(rank)
+        assert seen["cwd"] == str(node.workdir)
+    assert_nothing_left(result)
+
+
+def test_rerun_in_the_same_directory(cluster: Cluster, tmp_path: Path) -> None:
+    spec = LaunchSpec(argv=plain("fake-run-dir", "T-1"), torchrun=False)
+    first, _ = run_launch(cluster, spec, tmp_path / "out")
+    second, _ = run_launch(cluster, spec, tmp_path / "out")
+
+    for result in (first, second):
+        assert result.status == "complete", result.summary()
+        assert_nothing_left(result)
+    # named after the head's run directory; the second gets a suffix, the first is untouched
+    assert first.run_dir == tmp_path / "out/T-1/probe/2026-01-01T00-00-00"
+    assert second.run_dir == tmp_path / "out/T-1/probe/2026-01-01T00-00-00-2"
+    assert (
+        second.run_id in (second.run_dir / "matrix.md").read_text()
+    )  # the head's files at the top
+    assert first.run_id in (first.run_dir / "matrix.md").read_text()
+    for result in (first, second):
+        assert list(result.run_dir.rglob("matrix.md")) == [
+            result.run_dir / "matrix.md"
+        ]  # one matrix
+        head_copy = result.run_dir / "combined_traces/node_0/T-1/probe/2026-01-01T00-00-00"
+        assert (
+            head_copy / "cells/a/trial_0000/trace/rank0.pt.trace.json"
+        ).is_file()  # its traces stay
+        assert (result.run_dir / "cells/a/trial_0000.json").is_file()
+        assert list(result.run_dir.rglob("combined_traces")) == [result.run_dir / "combined_traces"]
+        assert not list(result.run_dir.rglob("stale.txt"))  # an earlier collection never nests
+        for rank in (0, 1):
+            trace = result.run_dir / f"combined_traces/node_{rank}/trace/node{rank}.pt.trace.json"
+            assert json.loads(trace.read_text())["run_id"] == result.run_id  # this run's only
+
+
+def test_dry_run_checks_every_node_and_starts_nothing(cluster: Cluster, farm: SshdFarm) -> None:
+    before = {n.index: set((n.workdir / ".aorta-launch").glob("*")) for n in farm.nodes}
+    report = dry_run(
+        cluster, LaunchSpec(argv=worker("allreduce"), requires=("torch", "aorta")), deadlines=FAST
+    )
+
+    assert report.ok
+    assert report.master_port and report.master_addr == "127.0.0.2"
+    for rank, name in enumerate(("node0", "node1")):
+        assert report.outcomes[name].snapshot["packages"]["aorta"]
+        assert f"--node-rank={rank}" in report.commands[name].remote
+    assert {n.index: set((n.workdir / ".aorta-launch").glob("*")) for n in farm.nodes} == before
