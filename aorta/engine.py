@@ -335,8 +335,23 @@ class _Sweep:
         def stuck() -> None:
             self._abandon(key, ctx)
 
-        with Watchdog(ctx.deadline, STUCK_GRACE_S, stuck):
+        with Watchdog(ctx.deadline, STUCK_GRACE_S, stuck), self._captured(ctx):
             return run_in_process(cls, config, ctx, overlay)
+
+    @contextlib.contextmanager
+    def _captured(self, ctx: TrialContext) -> Iterator[None]:
+        """With ``save_logs``, an in-process trial's Python-level output goes to its folder."""
+        if not self.recipe.save_logs or ctx.artifact_dir is None:
+            yield
+            return
+        ctx.artifact_dir.mkdir(parents=True, exist_ok=True)
+        with (
+            open(ctx.artifact_dir / "stdout.log", "a") as out,
+            open(ctx.artifact_dir / "stderr.log", "a") as err,
+            contextlib.redirect_stdout(out),
+            contextlib.redirect_stderr(err),
+        ):
+            yield
 
     def _abandon(self, key: TrialKey, ctx: TrialContext) -> None:
         # Runs on the watchdog thread while the main thread is stuck in native code: record
