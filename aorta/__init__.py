@@ -16,9 +16,6 @@ import importlib
 from typing import Any
 
 from aorta.errors import AortaError, ExitCode, RecipeError, TraceError, UsageError
-from aorta.planning import Cell, Plan, plan
-from aorta.recipe import Recipe, dump_recipe, load_recipe
-from aorta.registry import Environment, Mitigation, Registry
 
 __version__ = "0.1.0"
 
@@ -32,18 +29,43 @@ __all__ = [
     "Recipe",
     "RecipeError",
     "Registry",
+    "RunDir",
+    "SweepResult",
     "TraceError",
+    "TrialContext",
+    "TrialRecord",
+    "TrialStatus",
     "UsageError",
+    "Workload",
+    "WorkloadResult",
     "__version__",
     "dump_recipe",
     "load_recipe",
     "plan",
     "plot",
+    "sweep",
     "trace",
 ]
 
 # name -> module that defines it; imported on first attribute access.
 _LAZY: dict[str, str] = {
+    "Cell": "aorta.planning",
+    "Plan": "aorta.planning",
+    "plan": "aorta.planning",
+    "Recipe": "aorta.recipe",
+    "dump_recipe": "aorta.recipe",
+    "load_recipe": "aorta.recipe",
+    "Environment": "aorta.registry",
+    "Mitigation": "aorta.registry",
+    "Registry": "aorta.registry",
+    "sweep": "aorta.engine",
+    "SweepResult": "aorta.engine",
+    "TrialRecord": "aorta.record",
+    "TrialStatus": "aorta.record",
+    "RunDir": "aorta.rundir",
+    "Workload": "aorta.workload",
+    "WorkloadResult": "aorta.workload",
+    "TrialContext": "aorta.workload",
     "plot": "aorta.plot",
     "trace": "aorta.trace",
 }

@@ -23,7 +23,9 @@ def _fmt_config(config: dict[str, Any]) -> str:
     return json.dumps(config, sort_keys=True, separators=(", ", ": ")) if config else "{}"
 
 
-def plan_to_dict(plan: Plan, *, isolation: str | None = None, warnings: Sequence[str] = ()) -> dict[str, Any]:
+def plan_to_dict(
+    plan: Plan, *, isolation: str | None = None, warnings: Sequence[str] = ()
+) -> dict[str, Any]:
     """The plan as plain data (``aorta sweep run --dry-run --json``)."""
     return {
         "ticket": plan.recipe.ticket,
@@ -58,14 +60,18 @@ def format_plan(plan: Plan, *, isolation: str | None = None, warnings: Sequence[
         mark = "*" if c.name == plan.baseline else " "
         steps = c.steps if c.steps is not None else "default"
         collect = ", ".join(x.name for x in c.collect) or "-"
-        env_label = c.environment.name + (f" ({c.environment.image})" if c.environment.image else "")
+        env_label = c.environment.name + (
+            f" ({c.environment.image})" if c.environment.image else ""
+        )
         lines.append(
             f"{mark} {c.name:<{width}}  trials={c.trials}  steps={steps}  env={env_label}  "
             f"mitigations={'+'.join(c.mitigations)}"
         )
         lines.append(f"  {'':<{width}}  overlay: {_fmt_env(dict(c.env))}")
         if c.workload_config:
-            lines.append(f"  {'':<{width}}  workload_config: {_fmt_config(dict(c.workload_config))}")
+            lines.append(
+                f"  {'':<{width}}  workload_config: {_fmt_config(dict(c.workload_config))}"
+            )
         if c.collect:
             lines.append(f"  {'':<{width}}  collect: {collect}")
     tail = [
@@ -77,3 +83,40 @@ def format_plan(plan: Plan, *, isolation: str | None = None, warnings: Sequence[
         tail.append(f"Stop a cell after {s.events} {s.event_verdict} trial(s)")
     tail += [f"warning: {w}" for w in warnings]
     return "\n".join(head + lines + tail)
+
+
+def format_summary(result: Any) -> str:
+    """The end-of-run summary: counts, a line per non-clean cell with its files, the run dir."""
+    rows = result.summaries
+    clean = len(result.clean)
+    failing = len(result.failing)
+    erroring = len(result.erroring)
+    lines = [
+        f"{len(rows)} cells — {clean} clean, {failing} with failing trials, {erroring} with errors"
+    ]
+    for row in rows:
+        if row.failures == 0 and row.errors == 0:
+            continue
+        parts = []
+        if row.failures:
+            parts.append(f"{row.failures}/{row.n_ran} failed")
+        if row.errors:
+            kinds = ", ".join(
+                f"{n} {s}"
+                for s, n in sorted(row.statuses.items())
+                if s in ("setup_failed", "infrastructure_failed", "timeout")
+            )
+            parts.append(kinds)
+        first_bad = next((t for t in row.trials if t["status"] not in ("ok", "did_not_run")), None)
+        where = f"{result.run_dir}/cells/{row.name}/"
+        if first_bad is not None:
+            where += f"trial_{first_bad['trial']:04d}.json"
+        lines.append(f"  {row.name}: {'; '.join(parts)} → {where}")
+        if first_bad is not None and first_bad.get("error"):
+            lines.append(f"    {first_bad['error'][:200]}")
+    if result.exit_code.name == "INCOMPLETE":
+        lines.append(
+            f"warning: the baseline {result.baseline!r} has no successful trial: comparisons are impossible"
+        )
+    lines.append(f"Wrote matrix to {result.run_dir}")
+    return "\n".join(lines)

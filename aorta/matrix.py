@@ -66,7 +66,8 @@ def _trial_step_ms(rec: TrialRecord, source: StepSource) -> float | None:
 
 
 def _mean_step(records: Sequence[TrialRecord]) -> tuple[float | None, StepSource]:
-    timed = [r for r in records if r.status is TrialStatus.OK]
+    # Every trial that ran counts: a failing cell's timing is part of the finding.
+    timed = [r for r in records if r.status in (TrialStatus.OK, TrialStatus.WORKLOAD_FAILED)]
     if not timed:
         return None, "missing"
     for source in _LADDER:
@@ -124,7 +125,9 @@ def summarize(
                 step_source=source,
                 confound="",
                 statuses=counts,
-                trials=[{"trial": r.trial, "status": r.status.value, "error": r.error} for r in recs],
+                trials=[
+                    {"trial": r.trial, "status": r.status.value, "error": r.error} for r in recs
+                ],
             )
         )
     base = next((r for r in rows if r.name == baseline), None)

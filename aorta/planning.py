@@ -96,7 +96,9 @@ class TrialKey:
     @property
     def seed(self) -> int:
         """A per-trial seed derived from the cell id, so reruns and resumes repeat it."""
-        digest = hashlib.blake2b(f"{self.cell.cell_id}/{self.trial}".encode(), digest_size=4).digest()
+        digest = hashlib.blake2b(
+            f"{self.cell.cell_id}/{self.trial}".encode(), digest_size=4
+        ).digest()
         return int.from_bytes(digest, "big") & 0x7FFFFFFF
 
 
@@ -195,7 +197,9 @@ def plan(
         except RecipeError as exc:
             problems.extend(exc.problems)
             continue
-        layers: list[tuple[str, Mapping[str, str]]] = [(f"environment:{environment.name}", environment.env)]
+        layers: list[tuple[str, Mapping[str, str]]] = [
+            (f"environment:{environment.name}", environment.env)
+        ]
         owner: dict[str, tuple[str, str, str]] = {}  # var -> (mitigation, value, path)
         bad = False
         for name, mpath in zip(spec.mitigations, ex.mitigation_paths, strict=True):
@@ -221,7 +225,12 @@ def plan(
         if bad:
             continue
         layers.append(("recipe extra_env", recipe.extra_env))
-        layers.append((f"{ex.path} extra_env" if ex.path.startswith("cells[") else "cell extra_env", spec.extra_env))
+        layers.append(
+            (
+                f"{ex.path} extra_env" if ex.path.startswith("cells[") else "cell extra_env",
+                spec.extra_env,
+            )
+        )
         env, sources = merge_env(layers)
         config = {**recipe.workload_config, **spec.workload_config}
         trials = spec.trials or recipe.trials

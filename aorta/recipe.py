@@ -39,7 +39,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from aorta.envvars import is_reserved_env_name
@@ -115,7 +123,9 @@ def _check_env_name(name: Any) -> Any:
             f"{name!r} is not a valid environment variable name (letters, digits and '_', not starting with a digit)",
         )
     if is_reserved_env_name(name):
-        raise _fail("env_reserved", f"{name} belongs to the launcher or to aorta; a recipe cannot set it")
+        raise _fail(
+            "env_reserved", f"{name} belongs to the launcher or to aorta; a recipe cannot set it"
+        )
     return name
 
 
@@ -126,9 +136,14 @@ def _check_env_value(val: Any) -> Any:
             f"must be a string, got {_describe(val)} (YAML reads unquoted on/off/yes/no/true/false as booleans): quote the value",
         )
     if not isinstance(val, str):
-        raise _fail("env_value", f"must be a string, got {_describe(val)}: quote the value (\"{val}\")")
+        raise _fail(
+            "env_value", f'must be a string, got {_describe(val)}: quote the value ("{val}")'
+        )
     if "\x00" in val or "\n" in val or "\r" in val:
-        raise _fail("env_value_char", "contains a NUL or newline character, which a process environment cannot carry")
+        raise _fail(
+            "env_value_char",
+            "contains a NUL or newline character, which a process environment cannot carry",
+        )
     return val
 
 
@@ -136,9 +151,15 @@ def _check_config_key(key: Any) -> Any:
     if not isinstance(key, str):
         raise _fail("config_key", f"keys must be strings, got {_describe(key)}")
     if key in RESERVED_CONFIG_KEYS:
-        raise _fail("config_reserved", f"{key!r} is reserved: set the recipe's or the cell's top-level {key!r} instead")
+        raise _fail(
+            "config_reserved",
+            f"{key!r} is reserved: set the recipe's or the cell's top-level {key!r} instead",
+        )
     if key.startswith(RESERVED_CONFIG_PREFIX):
-        raise _fail("config_reserved", f"keys starting with {RESERVED_CONFIG_PREFIX!r} are reserved for aorta, got {key!r}")
+        raise _fail(
+            "config_reserved",
+            f"keys starting with {RESERVED_CONFIG_PREFIX!r} are reserved for aorta, got {key!r}",
+        )
     return key
 
 
@@ -152,7 +173,7 @@ ConfigMap = dict[ConfigKey, Any]
 def _check_count(value: Any) -> Any:
     # Strict ints already reject booleans; say so in words a YAML author recognises.
     if isinstance(value, bool):
-        raise _fail('count', f'must be a whole number ≥ 1, got {_describe(value)}')
+        raise _fail("count", f"must be a whole number ≥ 1, got {_describe(value)}")
     return value
 
 
@@ -168,9 +189,12 @@ class _Strict(BaseModel):
             allowed = list(cls.model_fields)
             for key in data:
                 if key not in cls.model_fields:
-                    raise _fail('unknown_key', f"unknown key {key!r}{_closest(str(key), allowed)} (allowed: {', '.join(allowed)})")
+                    raise _fail(
+                        "unknown_key",
+                        f"unknown key {key!r}{_closest(str(key), allowed)} (allowed: {', '.join(allowed)})",
+                    )
         elif data is not None and not isinstance(data, BaseModel):
-            raise _fail('mapping', f'must be a mapping, got {_describe(data)}')
+            raise _fail("mapping", f"must be a mapping, got {_describe(data)}")
         return data
 
 
@@ -191,7 +215,7 @@ class Confound(_Strict):
     @classmethod
     def _no_bool(cls, v: Any) -> Any:
         if isinstance(v, bool):
-            raise _fail('number', f'must be a number > 1.0, got {_describe(v)}')
+            raise _fail("number", f"must be a number > 1.0, got {_describe(v)}")
         return v
 
 
@@ -234,12 +258,18 @@ class Collector(_Strict):
         if isinstance(data, Mapping) and isinstance(data.get("name"), str):
             name = data["name"]
             if name not in KNOWN_COLLECTORS:
-                raise _fail('collector', f"unknown collector {name!r}{_closest(name, KNOWN_COLLECTORS)} (known: {', '.join(KNOWN_COLLECTORS)})")
+                raise _fail(
+                    "collector",
+                    f"unknown collector {name!r}{_closest(name, KNOWN_COLLECTORS)} (known: {', '.join(KNOWN_COLLECTORS)})",
+                )
             options = data.get("options") or {}
             if isinstance(options, Mapping):
                 for key in options:
                     if key not in KNOWN_COLLECTORS[name]:
-                        raise _fail('collector_option', f"{name}: unknown option {key!r} (allowed: {', '.join(sorted(KNOWN_COLLECTORS[name]))})")
+                        raise _fail(
+                            "collector_option",
+                            f"{name}: unknown option {key!r} (allowed: {', '.join(sorted(KNOWN_COLLECTORS[name]))})",
+                        )
         return data
 
 
@@ -261,15 +291,21 @@ def _check_environment(value: Any) -> Any:
         return value
     if isinstance(value, Mapping):
         if set(value) != {"docker"}:
-            raise _fail('environment', f"an inline environment is {{docker: <image ref>}}, got keys {', '.join(map(str, value))}")
+            raise _fail(
+                "environment",
+                f"an inline environment is {{docker: <image ref>}}, got keys {', '.join(map(str, value))}",
+            )
         return DockerEnvironment.model_validate(value)
-    raise _fail('environment', f'must be an environment name or {{docker: <image ref>}}, got {_describe(value)}')
+    raise _fail(
+        "environment",
+        f"must be an environment name or {{docker: <image ref>}}, got {_describe(value)}",
+    )
 
 
 def _check_mitigation_list(value: Any) -> Any:
     if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
         shown = repr(value) if isinstance(value, str) else _describe(value)
-        raise _fail('mitigations', f'must be a non-empty list of names, got {shown}')
+        raise _fail("mitigations", f"must be a non-empty list of names, got {shown}")
     return value
 
 
@@ -293,9 +329,12 @@ class CellSpec(_Strict):
     @classmethod
     def _name(cls, v: str) -> str:
         if v in RESERVED_CELL_NAMES:
-            raise _fail('cell_name', f'{v!r} is reserved')
+            raise _fail("cell_name", f"{v!r} is reserved")
         if not CELL_NAME_RE.match(v):
-            raise _fail('cell_name', f"{v!r} is not a valid cell name (letters, digits, '_', '.', '-'; not starting with '.' or '-')")
+            raise _fail(
+                "cell_name",
+                f"{v!r} is not a valid cell name (letters, digits, '_', '.', '-'; not starting with '.' or '-')",
+            )
         return v
 
 
@@ -317,7 +356,7 @@ class Axes(_Strict):
         if v is None:
             return v
         if not isinstance(v, list) or not v:
-            raise _fail('axis', f'must be a non-empty list, got {_describe(v)}')
+            raise _fail("axis", f"must be a non-empty list, got {_describe(v)}")
         return [[s] if isinstance(s, str) else _check_mitigation_list(s) for s in v]
 
     @field_validator("environment", mode="before")
@@ -326,7 +365,7 @@ class Axes(_Strict):
         if v is None:
             return v
         if not isinstance(v, list) or not v:
-            raise _fail('axis', f'must be a non-empty list, got {_describe(v)}')
+            raise _fail("axis", f"must be a non-empty list, got {_describe(v)}")
         return [_check_environment(e) for e in v]
 
     @field_validator("workload_config", mode="before")
@@ -336,7 +375,9 @@ class Axes(_Strict):
             raise _fail("axis", f"must be a mapping of key: [values], got {_describe(v)}")
         for key, values in v.items():
             if not isinstance(values, list) or not values:
-                raise _fail('axis', f'{key}: must be a non-empty list of values, got {_describe(values)}')
+                raise _fail(
+                    "axis", f"{key}: must be a non-empty list of values, got {_describe(values)}"
+                )
         return v
 
 
@@ -375,7 +416,7 @@ class Recipe(_Strict):
     @classmethod
     def _timeout(cls, v: Any) -> Any:
         if isinstance(v, bool):
-            raise _fail('number', f'must be a number of seconds > 0, got {_describe(v)}')
+            raise _fail("number", f"must be a number of seconds > 0, got {_describe(v)}")
         return v
 
     @field_validator("step_time_regex")
@@ -385,7 +426,7 @@ class Recipe(_Strict):
             try:
                 re.compile(v)
             except re.error as exc:
-                raise _fail('regex', f'not a valid regular expression: {str(exc)}') from None
+                raise _fail("regex", f"not a valid regular expression: {exc!s}") from None
         return v
 
     @field_validator("mitigation_axis", "diagnostic_axis", mode="before")
@@ -396,8 +437,12 @@ class Recipe(_Strict):
     @field_validator("command", mode="before")
     @classmethod
     def _command(cls, v: Any) -> Any:
-        if v is not None and (not isinstance(v, list) or not v or not all(isinstance(a, str) for a in v)):
-            raise _fail('command', f'must be a non-empty list of strings (an argv), got {_describe(v)}')
+        if v is not None and (
+            not isinstance(v, list) or not v or not all(isinstance(a, str) for a in v)
+        ):
+            raise _fail(
+                "command", f"must be a non-empty list of strings (an argv), got {_describe(v)}"
+            )
         return v
 
     @model_validator(mode="before")
@@ -405,8 +450,10 @@ class Recipe(_Strict):
     def _infer_mode(cls, data: Any) -> Any:
         # Upstream probe recipes always say `mode: probe`; a recipe with a mitigation axis and no
         # mode can mean nothing else.
-        if isinstance(data, Mapping) and "mode" not in data and (
-            "mitigation_axis" in data or "diagnostic_axis" in data
+        if (
+            isinstance(data, Mapping)
+            and "mode" not in data
+            and ("mitigation_axis" in data or "diagnostic_axis" in data)
         ):
             data = {**data, "mode": "probe"}
         return data
@@ -428,11 +475,21 @@ class Recipe(_Strict):
                 enumerate(self.mitigation_axis or []), enumerate(diag)
             ):
                 spec = CellSpec.model_construct(
-                    name=f"{m}-{d}", mitigations=[m, d], environment="local", extra_env={},
-                    trials=None, steps=None, workload_config={}, collect=None,
+                    name=f"{m}-{d}",
+                    mitigations=[m, d],
+                    environment="local",
+                    extra_env={},
+                    trials=None,
+                    steps=None,
+                    workload_config={},
+                    collect=None,
                 )
                 dpath = f"diagnostic_axis[{j}]" if self.diagnostic_axis else "diagnostic_axis"
-                out.append(ExpandedCell(spec, f"mitigation_axis[{i}]", (f"mitigation_axis[{i}]", dpath), "mode"))
+                out.append(
+                    ExpandedCell(
+                        spec, f"mitigation_axis[{i}]", (f"mitigation_axis[{i}]", dpath), "mode"
+                    )
+                )
             return out
         for i, cell in enumerate(self.cells):
             path = f"cells[{i}]"
@@ -453,7 +510,12 @@ class Recipe(_Strict):
         if explicit is not None:
             if explicit not in names:
                 raise RecipeError(
-                    [RecipeProblem("confound.baseline_cell", f"no cell named {explicit!r}{_closest(explicit, names)} (cells: {', '.join(names)})")]
+                    [
+                        RecipeProblem(
+                            "confound.baseline_cell",
+                            f"no cell named {explicit!r}{_closest(explicit, names)} (cells: {', '.join(names)})",
+                        )
+                    ]
                 )
             return explicit
         for c in self.expand_cells():
@@ -465,7 +527,12 @@ class Recipe(_Strict):
         if len(names) == 1:
             return names[0]
         raise RecipeError(
-            [RecipeProblem("confound.baseline_cell", "cannot tell which cell is the baseline: set confound.baseline_cell, name a cell 'baseline-…', or give one cell mitigations [none]")]
+            [
+                RecipeProblem(
+                    "confound.baseline_cell",
+                    "cannot tell which cell is the baseline: set confound.baseline_cell, name a cell 'baseline-…', or give one cell mitigations [none]",
+                )
+            ]
         )
 
 
@@ -511,8 +578,14 @@ def _expand_axes(axes: Axes) -> list[ExpandedCell]:
         if not CELL_NAME_RE.match(name):
             name = "c" + name
         spec = CellSpec.model_construct(
-            name=name, mitigations=list(stack), environment=env, extra_env={}, trials=None,
-            steps=None, workload_config=config, collect=None,
+            name=name,
+            mitigations=list(stack),
+            environment=env,
+            extra_env={},
+            trials=None,
+            steps=None,
+            workload_config=config,
+            collect=None,
         )
         mpath = f"axes.mitigations[{si}]" if axes.mitigations is not None else "axes"
         epath = f"axes.environment[{ei}]" if axes.environment is not None else "axes"
@@ -535,7 +608,10 @@ def _cross_check(recipe: Recipe, command: list[str] | None) -> list[RecipeProble
         if recipe.axes is not None:
             add("axes", "probe recipes take mitigation_axis × diagnostic_axis, not axes")
         if recipe.workload not in (None, "command"):
-            add("workload", f"probe mode runs the command given after '--'; workload must be 'command' or unset, got {recipe.workload!r}")
+            add(
+                "workload",
+                f"probe mode runs the command given after '--'; workload must be 'command' or unset, got {recipe.workload!r}",
+            )
     else:
         for key in ("mitigation_axis", "diagnostic_axis"):
             if getattr(recipe, key) is not None:
@@ -550,8 +626,10 @@ def _cross_check(recipe: Recipe, command: list[str] | None) -> list[RecipeProble
     for cell in recipe.expand_cells():
         where = cell.path if cell.path != "axes" else f"axes (cell {cell.name!r})"
         if cell.name in seen:
-            add(f"{cell.path}.name" if cell.path.startswith("cells[") else where,
-                f"duplicate cell name {cell.name!r} (also {seen[cell.name]})")
+            add(
+                f"{cell.path}.name" if cell.path.startswith("cells[") else where,
+                f"duplicate cell name {cell.name!r} (also {seen[cell.name]})",
+            )
         else:
             seen[cell.name] = cell.path
         if not CELL_NAME_RE.match(cell.name) or cell.name in RESERVED_CELL_NAMES:
@@ -610,7 +688,9 @@ def _parse_yaml(text: str) -> Any:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        raise RecipeError([RecipeProblem("", f"{where}not valid YAML: {exc.problem or exc}")]) from None
+        raise RecipeError(
+            [RecipeProblem("", f"{where}not valid YAML: {exc.problem or exc}")]
+        ) from None
     except (yaml.YAMLError, RecursionError, TypeError, ValueError) as exc:
         raise RecipeError([RecipeProblem("", f"not valid YAML: {exc}")]) from None
     finally:
@@ -647,7 +727,17 @@ def _problems_from(exc: ValidationError) -> list[RecipeProblem]:
         loc = tuple(err["loc"])
         kind = err["type"]
         # Pydantic tags which union member failed; the user never wrote those names.
-        loc = tuple(p for p in loc if not (isinstance(p, str) and (p in {"str", "DockerEnvironment"} or p.startswith(("function-", "list[", "dict[")))))
+        loc = tuple(
+            p
+            for p in loc
+            if not (
+                isinstance(p, str)
+                and (
+                    p in {"str", "DockerEnvironment"}
+                    or p.startswith(("function-", "list[", "dict["))
+                )
+            )
+        )
         if kind in _PLAIN_MESSAGES:
             msg = _PLAIN_MESSAGES[kind].format(got=_describe(err.get("input")))
         elif kind in {"greater_than_equal", "greater_than"}:
@@ -669,10 +759,17 @@ def _problems_from(exc: ValidationError) -> list[RecipeProblem]:
 def recipe_from_data(data: Any, *, command: list[str] | None = None) -> Recipe:
     """Validate a parsed document into a :class:`Recipe` (see :func:`load_recipe`)."""
     if not isinstance(data, Mapping):
-        raise RecipeError([RecipeProblem("", f"a recipe is a mapping of keys, got {_describe(data)}")])
+        raise RecipeError(
+            [RecipeProblem("", f"a recipe is a mapping of keys, got {_describe(data)}")]
+        )
     if "schema_version" in data and data["schema_version"] != SCHEMA_VERSION:
         raise RecipeError(
-            [RecipeProblem("schema_version", f"this aorta reads schema_version {SCHEMA_VERSION}, got {_describe(data['schema_version'])}")]
+            [
+                RecipeProblem(
+                    "schema_version",
+                    f"this aorta reads schema_version {SCHEMA_VERSION}, got {_describe(data['schema_version'])}",
+                )
+            ]
         )
     try:
         recipe = Recipe.model_validate(data)
@@ -681,7 +778,12 @@ def recipe_from_data(data: Any, *, command: list[str] | None = None) -> Recipe:
     if command is not None:
         if recipe.workload not in (None, "command"):
             raise RecipeError(
-                [RecipeProblem("workload", f"a command after '--' runs with workload 'command', but the recipe asks for {recipe.workload!r}")]
+                [
+                    RecipeProblem(
+                        "workload",
+                        f"a command after '--' runs with workload 'command', but the recipe asks for {recipe.workload!r}",
+                    )
+                ]
             )
         recipe = recipe.model_copy(update={"command": list(command)})
     problems = _cross_check(recipe, command)
@@ -690,7 +792,9 @@ def recipe_from_data(data: Any, *, command: list[str] | None = None) -> Recipe:
     return recipe
 
 
-def load_recipe_text(text: str, *, command: list[str] | None = None, source: str | None = None) -> Recipe:
+def load_recipe_text(
+    text: str, *, command: list[str] | None = None, source: str | None = None
+) -> Recipe:
     """Parse and validate a recipe from YAML/JSON text; see :func:`load_recipe`."""
     try:
         return recipe_from_data(_parse_yaml(text), command=command)
@@ -749,7 +853,8 @@ def dump_recipe(recipe: Recipe) -> str:
     >>> load_recipe_text(dump_recipe(r)) == r
     True
     """
-    return yaml.safe_dump(recipe_to_data(recipe), sort_keys=False, allow_unicode=True, width=100)
+    # allow_unicode would emit U+0085 and friends raw, which YAML then reads as line breaks.
+    return yaml.safe_dump(recipe_to_data(recipe), sort_keys=False, allow_unicode=False, width=100)
 
 
 def canonical_json(data: Any) -> str:

@@ -99,7 +99,9 @@ class RankOutcome(_Model):
     error: str | None = None
     exit_code: int | None = None
 
-    _metrics = field_validator("metrics", mode="before")(classmethod(lambda cls, v: _finite_or_none(v or {})))
+    _metrics = field_validator("metrics", mode="before")(
+        classmethod(lambda cls, v: _finite_or_none(v or {}))
+    )
 
 
 class TrialRecord(_Model):
@@ -127,6 +129,9 @@ class TrialRecord(_Model):
     configured_iterations: int | None = None
     main_work_started: bool = False
     metrics: dict[str, float | None] = Field(default_factory=dict)
+    info: dict[str, str] = Field(default_factory=dict)
+    #: How many leading ``step_times_ms`` are warm-up.
+    warmup_steps: int = 0
     #: Why the trial did not end ``ok`` (the exception, the deadline, the crash).
     error: str | None = None
     hint: str | None = None
@@ -141,7 +146,9 @@ class TrialRecord(_Model):
     #: Files of the trial, relative to the run directory (``stdout``, ``stderr``, ``trace/rank0``…).
     artifacts: dict[str, str] = Field(default_factory=dict)
 
-    _metrics = field_validator("metrics", mode="before")(classmethod(lambda cls, v: _finite_or_none(v or {})))
+    _metrics = field_validator("metrics", mode="before")(
+        classmethod(lambda cls, v: _finite_or_none(v or {}))
+    )
 
     @property
     def is_error(self) -> bool:

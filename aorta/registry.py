@@ -32,8 +32,6 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
-import yaml
-
 from aorta.envvars import is_reserved_env_name
 from aorta.errors import RecipeError, RecipeProblem
 from aorta.recipe import ENV_NAME_RE, DockerEnvironment
@@ -95,8 +93,12 @@ BUILTIN_MITIGATIONS: tuple[Mitigation, ...] = (
     _m("tf32_off", {"DISABLE_TF32": "1"}, "hipBLASLt: no TF32 math"),
     _m("xnack", {"HSA_XNACK": "1"}, "enable XNACK (page-fault retry)"),
     _m("gpu_max_hw_queues_2", {"GPU_MAX_HW_QUEUES": "2"}, "HIP: at most 2 hardware queues"),
-    _m("debug_hip_dynamic_queues_1", {"DEBUG_HIP_DYNAMIC_QUEUES": "1"}, "HIP dynamic queues mode 1"),
-    _m("debug_hip_dynamic_queues_2", {"DEBUG_HIP_DYNAMIC_QUEUES": "2"}, "HIP dynamic queues mode 2"),
+    _m(
+        "debug_hip_dynamic_queues_1", {"DEBUG_HIP_DYNAMIC_QUEUES": "1"}, "HIP dynamic queues mode 1"
+    ),
+    _m(
+        "debug_hip_dynamic_queues_2", {"DEBUG_HIP_DYNAMIC_QUEUES": "2"}, "HIP dynamic queues mode 2"
+    ),
     _m("roc_aql_queue_size_1024", {"ROC_AQL_QUEUE_SIZE": "1024"}, "smaller AQL queues"),
     _m("hsa_no_sdma", {"HSA_ENABLE_SDMA": "0"}, "copies by blit kernels instead of SDMA engines"),
     _m("hsa_no_scratch_reclaim", {"HSA_NO_SCRATCH_RECLAIM": "1"}, "keep scratch memory"),
@@ -104,14 +106,28 @@ BUILTIN_MITIGATIONS: tuple[Mitigation, ...] = (
     _m("hsa_enable_cache", {"HSA_DISABLE_CACHE": "0"}, "enable the HSA code-object cache"),
     _m("roc_signal_pool_16k", {"ROC_SIGNAL_POOL_SIZE": "16384"}, "larger signal pool"),
     _m("gpu_force_blit_copy_128", {"GPU_FORCE_BLIT_COPY_SIZE": "128"}, "blit copies up to 128 KB"),
-    _m("debug_clr_no_batch_cpu_sync", {"DEBUG_CLR_BATCH_CPU_SYNC_SIZE": "0"}, "CLR: no batched CPU sync"),
-    _m("nccl_launch_order_implicit", {"NCCL_LAUNCH_ORDER_IMPLICIT": "1"}, "RCCL/NCCL implicit launch order", "any"),
+    _m(
+        "debug_clr_no_batch_cpu_sync",
+        {"DEBUG_CLR_BATCH_CPU_SYNC_SIZE": "0"},
+        "CLR: no batched CPU sync",
+    ),
+    _m(
+        "nccl_launch_order_implicit",
+        {"NCCL_LAUNCH_ORDER_IMPLICIT": "1"},
+        "RCCL/NCCL implicit launch order",
+        "any",
+    ),
     _m(
         "rccl_gfx942_cheap_fence_off",
         {"RCCL_GFX9_CHEAP_FENCE_OFF": "1", "RCCL_GFX942_CHEAP_FENCE_OFF": "1"},
         "RCCL: full fences on gfx9/gfx942",
     ),
-    _m("pytorch_no_cuda_memory_caching", {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}, "PyTorch: no caching allocator", "any"),
+    _m(
+        "pytorch_no_cuda_memory_caching",
+        {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"},
+        "PyTorch: no caching allocator",
+        "any",
+    ),
     _m(
         "pytorch_alloc_expandable_segments",
         {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
@@ -120,10 +136,19 @@ BUILTIN_MITIGATIONS: tuple[Mitigation, ...] = (
     ),
     _m("hip_launch_blocking", {"HIP_LAUNCH_BLOCKING": "1"}, "synchronous HIP kernel launches"),
     _m("amd_log_level_4", {"AMD_LOG_LEVEL": "4"}, "verbose HIP runtime logging"),
-    _m("fa_prefer_ck", {"TORCH_ROCM_FA_PREFER_CK": "1"}, "flash attention: prefer Composable Kernel"),
+    _m(
+        "fa_prefer_ck",
+        {"TORCH_ROCM_FA_PREFER_CK": "1"},
+        "flash attention: prefer Composable Kernel",
+    ),
     _m("fa_prefer_aotriton", {"TORCH_ROCM_FA_PREFER_CK": "0"}, "flash attention: prefer AOTriton"),
     # --- NVIDIA / NCCL / PyTorch equivalents ---
-    _m("cuda_launch_blocking", {"CUDA_LAUNCH_BLOCKING": "1"}, "synchronous CUDA kernel launches", "nvidia"),
+    _m(
+        "cuda_launch_blocking",
+        {"CUDA_LAUNCH_BLOCKING": "1"},
+        "synchronous CUDA kernel launches",
+        "nvidia",
+    ),
     _m("nvidia_tf32_off", {"NVIDIA_TF32_OVERRIDE": "0"}, "CUDA libraries: no TF32 math", "nvidia"),
     _m(
         "torch_tf32_cublas_override_off",
@@ -136,10 +161,17 @@ BUILTIN_MITIGATIONS: tuple[Mitigation, ...] = (
     _m("nccl_proto_simple", {"NCCL_PROTO": "Simple"}, "NCCL/RCCL: Simple protocol", "any"),
     _m("nccl_proto_ll", {"NCCL_PROTO": "LL"}, "NCCL/RCCL: LL protocol", "any"),
     _m("nccl_proto_ll128", {"NCCL_PROTO": "LL128"}, "NCCL/RCCL: LL128 protocol", "any"),
-    _m("nccl_p2p_disable", {"NCCL_P2P_DISABLE": "1"}, "NCCL/RCCL: no peer-to-peer transport", "any"),
+    _m(
+        "nccl_p2p_disable", {"NCCL_P2P_DISABLE": "1"}, "NCCL/RCCL: no peer-to-peer transport", "any"
+    ),
     _m("nccl_ib_disable", {"NCCL_IB_DISABLE": "1"}, "NCCL/RCCL: no InfiniBand/RoCE", "any"),
     _m("nccl_debug_info", {"NCCL_DEBUG": "INFO"}, "NCCL/RCCL: INFO logging", "any"),
-    _m("torch_nccl_blocking_wait", {"TORCH_NCCL_BLOCKING_WAIT": "1"}, "PyTorch: blocking collective waits", "any"),
+    _m(
+        "torch_nccl_blocking_wait",
+        {"TORCH_NCCL_BLOCKING_WAIT": "1"},
+        "PyTorch: blocking collective waits",
+        "any",
+    ),
     _m(
         "torch_nccl_async_error_handling",
         {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"},
@@ -148,7 +180,12 @@ BUILTIN_MITIGATIONS: tuple[Mitigation, ...] = (
     ),
     # --- CPU knobs (read at interpreter/library start: use trial_isolation: process) ---
     _m("omp_num_threads_1", {"OMP_NUM_THREADS": "1"}, "one OpenMP thread", "cpu"),
-    _m("aten_cpu_capability_default", {"ATEN_CPU_CAPABILITY": "default"}, "PyTorch CPU kernels without AVX2/AVX-512", "cpu"),
+    _m(
+        "aten_cpu_capability_default",
+        {"ATEN_CPU_CAPABILITY": "default"},
+        "PyTorch CPU kernels without AVX2/AVX-512",
+        "cpu",
+    ),
 )
 
 BUILTIN_ENVIRONMENTS: tuple[Environment, ...] = (
@@ -164,11 +201,22 @@ def _check_env_mapping(env: Any, where: str) -> dict[str, str]:
         raise RecipeError([RecipeProblem(where, "env must be a mapping of NAME: 'value'")])
     for key, val in env.items():
         if not isinstance(key, str) or not ENV_NAME_RE.match(key):
-            raise RecipeError([RecipeProblem(f"{where}.{key}", "not a valid environment variable name")])
+            raise RecipeError(
+                [RecipeProblem(f"{where}.{key}", "not a valid environment variable name")]
+            )
         if is_reserved_env_name(key):
-            raise RecipeError([RecipeProblem(f"{where}.{key}", f"{key} belongs to the launcher or to aorta")])
+            raise RecipeError(
+                [RecipeProblem(f"{where}.{key}", f"{key} belongs to the launcher or to aorta")]
+            )
         if not isinstance(val, str) or "\x00" in val or "\n" in val:
-            raise RecipeError([RecipeProblem(f"{where}.{key}", "must be a string without NUL or newline (quote numbers in YAML)")])
+            raise RecipeError(
+                [
+                    RecipeProblem(
+                        f"{where}.{key}",
+                        "must be a string without NUL or newline (quote numbers in YAML)",
+                    )
+                ]
+            )
     return dict(env)
 
 
@@ -187,18 +235,43 @@ def _mitigations_from(obj: Any, source: str) -> list[Mitigation]:
             if isinstance(spec, Mapping) and "env" in spec:
                 extra = set(spec) - {"env", "description", "vendor"}
                 if extra:
-                    raise RecipeError([RecipeProblem(where, f"unknown key(s) {sorted(extra)} (allowed: env, description, vendor)")])
+                    raise RecipeError(
+                        [
+                            RecipeProblem(
+                                where,
+                                f"unknown key(s) {sorted(extra)} (allowed: env, description, vendor)",
+                            )
+                        ]
+                    )
                 env = _check_env_mapping(spec["env"], f"{where}.env")
-                out.append(Mitigation(name, env, str(spec.get("description", "")), str(spec.get("vendor", "any")), source))
+                out.append(
+                    Mitigation(
+                        name,
+                        env,
+                        str(spec.get("description", "")),
+                        str(spec.get("vendor", "any")),
+                        source,
+                    )
+                )
             else:
-                out.append(Mitigation(name, _check_env_mapping(spec or {}, where), "", "any", source))
+                out.append(
+                    Mitigation(name, _check_env_mapping(spec or {}, where), "", "any", source)
+                )
     elif isinstance(obj, Iterable) and not isinstance(obj, str | bytes):
         for item in obj:
             if not isinstance(item, Mitigation):
-                raise RecipeError([RecipeProblem(source, f"expected Mitigation objects, got {type(item).__name__}")])
+                raise RecipeError(
+                    [
+                        RecipeProblem(
+                            source, f"expected Mitigation objects, got {type(item).__name__}"
+                        )
+                    ]
+                )
             out.append(Mitigation(item.name, item.env, item.description, item.vendor, source))
     else:
-        raise RecipeError([RecipeProblem(source, "mitigations must be a mapping of name → env vars")])
+        raise RecipeError(
+            [RecipeProblem(source, "mitigations must be a mapping of name → env vars")]
+        )
     return out
 
 
@@ -214,22 +287,46 @@ def _environments_from(obj: Any, source: str) -> list[Environment]:
             if not isinstance(name, str) or not _NAME_RE.match(name):
                 raise RecipeError([RecipeProblem(where, "not a valid environment name")])
             if not isinstance(spec, Mapping):
-                raise RecipeError([RecipeProblem(where, "must be a mapping with 'docker' and/or 'env'")])
+                raise RecipeError(
+                    [RecipeProblem(where, "must be a mapping with 'docker' and/or 'env'")]
+                )
             extra = set(spec) - {"docker", "env", "description"}
             if extra:
-                raise RecipeError([RecipeProblem(where, f"unknown key(s) {sorted(extra)} (allowed: docker, env, description)")])
+                raise RecipeError(
+                    [
+                        RecipeProblem(
+                            where,
+                            f"unknown key(s) {sorted(extra)} (allowed: docker, env, description)",
+                        )
+                    ]
+                )
             image = spec.get("docker")
             if image is not None and (not isinstance(image, str) or not image):
                 raise RecipeError([RecipeProblem(f"{where}.docker", "must be an image reference")])
             env = _check_env_mapping(spec.get("env") or {}, f"{where}.env")
             out.append(
-                Environment(name, "docker" if image else "local", image, env, str(spec.get("description", "")), source)
+                Environment(
+                    name,
+                    "docker" if image else "local",
+                    image,
+                    env,
+                    str(spec.get("description", "")),
+                    source,
+                )
             )
     elif isinstance(obj, Iterable) and not isinstance(obj, str | bytes):
         for item in obj:
             if not isinstance(item, Environment):
-                raise RecipeError([RecipeProblem(source, f"expected Environment objects, got {type(item).__name__}")])
-            out.append(Environment(item.name, item.kind, item.image, item.env, item.description, source))
+                raise RecipeError(
+                    [
+                        RecipeProblem(
+                            source, f"expected Environment objects, got {type(item).__name__}"
+                        )
+                    ]
+                )
+            out.append(
+                Environment(item.name, item.kind, item.image, item.env, item.description, source)
+            )
     else:
         raise RecipeError([RecipeProblem(source, "environments must be a mapping of name → spec")])
     return out
@@ -256,7 +353,9 @@ def _read_sidecar(path: Path) -> tuple[list[Mitigation], list[Environment]]:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise RecipeError([RecipeProblem("", f"cannot read mitigations file: {exc}")], source=str(path)) from None
+        raise RecipeError(
+            [RecipeProblem("", f"cannot read mitigations file: {exc}")], source=str(path)
+        ) from None
     try:
         data = _parse_yaml(text)
     except RecipeError as exc:
@@ -270,7 +369,14 @@ def _read_sidecar(path: Path) -> tuple[list[Mitigation], list[Environment]]:
         data = {"mitigations": data}
     extra = set(data) - {"mitigations", "environments"}
     if extra:
-        raise RecipeError([RecipeProblem(str(sorted(extra)[0]), "unknown key (allowed: mitigations, environments)")], source=str(path))
+        raise RecipeError(
+            [
+                RecipeProblem(
+                    str(sorted(extra)[0]), "unknown key (allowed: mitigations, environments)"
+                )
+            ],
+            source=str(path),
+        )
     src = str(path)
     return (
         _mitigations_from(data.get("mitigations") or {}, src),
@@ -284,7 +390,14 @@ class Registry:
     Build it once with :meth:`load` and pass it around; lookups never reload plugins or files.
     """
 
-    def __init__(self, mitigations: Iterable[Mitigation] = (), environments: Iterable[Environment] = ()) -> None:
+    def __init__(
+        self,
+        mitigations: Iterable[Mitigation] = (),
+        environments: Iterable[Environment] | None = None,
+    ) -> None:
+        # `local` (this host) is always there unless the caller lists environments itself.
+        if environments is None:
+            environments = BUILTIN_ENVIRONMENTS
         self._mitigations: dict[str, Mitigation] = {}
         self._environments: dict[str, Environment] = {}
         for m in mitigations:
@@ -297,7 +410,12 @@ class Registry:
         prior = table.get(item.name)
         if prior is not None:
             raise RecipeError(
-                [RecipeProblem("", f"{what} {item.name!r} is defined twice: by {prior.source} and by {item.source}")]
+                [
+                    RecipeProblem(
+                        "",
+                        f"{what} {item.name!r} is defined twice: by {prior.source} and by {item.source}",
+                    )
+                ]
             )
         table[item.name] = item
 
@@ -337,7 +455,9 @@ class Registry:
         try:
             return self._mitigations[name]
         except KeyError:
-            raise RecipeError([RecipeProblem(path, self._unknown("mitigation", name, self._mitigations))]) from None
+            raise RecipeError(
+                [RecipeProblem(path, self._unknown("mitigation", name, self._mitigations))]
+            ) from None
 
     def environment(self, ref: str | DockerEnvironment, *, path: str = "") -> Environment:
         """The environment for a recipe reference: a registered name or an inline docker ref."""
@@ -346,7 +466,9 @@ class Registry:
         try:
             return self._environments[ref]
         except KeyError:
-            raise RecipeError([RecipeProblem(path, self._unknown("environment", ref, self._environments))]) from None
+            raise RecipeError(
+                [RecipeProblem(path, self._unknown("environment", ref, self._environments))]
+            ) from None
 
     @staticmethod
     def _unknown(what: str, name: str, table: Mapping[str, Any]) -> str:

@@ -232,12 +232,22 @@ class RunDir:
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             except FileExistsError:
                 holder = _read_lock(path)
-                if holder and holder.get("host") == me["host"] and not _pid_alive(int(holder.get("pid", -1))):
+                if (
+                    holder
+                    and holder.get("host") == me["host"]
+                    and not _pid_alive(int(holder.get("pid", -1)))
+                ):
                     with contextlib.suppress(FileNotFoundError):
                         path.unlink()
                     continue
-                who = f"pid {holder.get('pid')} on {holder.get('host')}" if holder else "another process"
-                raise RunLocked(f"{self.path} is in use by {who} (remove {path} if that process is gone)") from None
+                who = (
+                    f"pid {holder.get('pid')} on {holder.get('host')}"
+                    if holder
+                    else "another process"
+                )
+                raise RunLocked(
+                    f"{self.path} is in use by {who} (remove {path} if that process is gone)"
+                ) from None
             with os.fdopen(fd, "w") as fh:
                 json.dump(me, fh)
             break

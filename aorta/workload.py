@@ -86,6 +86,10 @@ class WorkloadResult:
     #: False when the trial failed before its main work began (setup-like failures).
     main_work_started: bool = True
     metrics: dict[str, float] = field(default_factory=dict)
+    #: Descriptive strings (device name, CPU capability…) kept beside the metrics.
+    info: dict[str, str] = field(default_factory=dict)
+    #: How many of the first ``step_times_ms`` are warm-up (the statistics drop them).
+    warmup_steps: int = 0
     warnings: list[str] = field(default_factory=list)
     #: Files the workload wrote, relative to the trial's artifact dir (``stdout``, ``trace``…).
     artifacts: dict[str, str] = field(default_factory=dict)
@@ -108,7 +112,9 @@ class WorkloadResult:
     def from_dict(cls, data: Mapping[str, Any]) -> WorkloadResult:
         data = dict(data)
         data["failure_details"] = [FailureDetail(**f) for f in data.get("failure_details", [])]
-        data["metrics"] = {k: (math.nan if v is None else v) for k, v in (data.get("metrics") or {}).items()}
+        data["metrics"] = {
+            k: (math.nan if v is None else v) for k, v in (data.get("metrics") or {}).items()
+        }
         known = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in data.items() if k in known})
 
@@ -141,6 +147,13 @@ class TrialContext:
     save_logs: bool = False
     #: Distributed backend to use (``gloo``/``nccl``), resolved by the engine.
     backend: str | None = None
+    #: True in a process-isolated worker: the trial already owns a process group, so children
+    #: it starts stay in it (and die with it at the deadline).
+    isolated: bool = False
+    #: The cell's environment (``name``, ``kind``: local|docker, ``image``, ``env``).
+    environment: Mapping[str, Any] = field(
+        default_factory=lambda: {"name": "local", "kind": "local"}
+    )
 
     def remaining(self) -> float | None:
         """Seconds left before the deadline (``None``: no deadline)."""
@@ -168,6 +181,8 @@ class Workload:
     required_isolation: ClassVar[Isolation] = "in_process"
     supported_isolation: ClassVar[frozenset[str]] = frozenset(ISOLATION_LEVELS)
     default_steps: ClassVar[int] = 10
+    #: Whether the workload can run cells whose environment is a docker image.
+    supports_docker: ClassVar[bool] = False
     #: Config keys the workload understands; others are reported as warnings. ``None``: any.
     config_keys: ClassVar[frozenset[str] | None] = None
 
@@ -235,6 +250,9 @@ class WorkloadCatalog:
     def __init__(self, extra: Mapping[str, type[Workload]] | None = None) -> None:
         self._eps = {ep.name: ep for ep in importlib.metadata.entry_points(group=WORKLOADS_GROUP)}
         self._loaded: dict[str, type[Workload]] = dict(extra or {})
+        for name, cls in self._loaded.items():
+            if not cls.name:
+                cls.name = name
 
     def names(self) -> list[str]:
         return sorted(set(self._eps) | set(self._loaded))

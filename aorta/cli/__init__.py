@@ -53,13 +53,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         _error(str(exc))
         return int(exc.exit_code)
     except click.exceptions.UsageError as exc:
-        hint = f" (see 'aorta {' '.join(exc.ctx.command_path.split()[1:])} --help')" if exc.ctx else ""
+        hint = (
+            f" (see 'aorta {' '.join(exc.ctx.command_path.split()[1:])} --help')" if exc.ctx else ""
+        )
         _error(exc.format_message() + hint)
         return int(ExitCode.USAGE)
     except click.exceptions.ClickException as exc:
         _error(exc.format_message())
         return int(exc.exit_code)
-    except (KeyboardInterrupt, click.exceptions.Abort):
+    except (KeyboardInterrupt, typer.Abort):
         _error("interrupted")
         return int(ExitCode.INTERRUPTED)
     if rv is None:

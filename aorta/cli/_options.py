@@ -20,6 +20,8 @@ MitigationsFiles = Annotated[
 ]
 Verbose = Annotated[
     bool,
-    typer.Option("--verbose", "-v", envvar=envvars.VERBOSE, help="Stream per-trial lines to stderr."),
+    typer.Option(
+        "--verbose", "-v", envvar=envvars.VERBOSE, help="Stream per-trial lines to stderr."
+    ),
 ]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]

@@ -40,7 +40,10 @@ def validate(file: RecipeFile, mitigations_file: MitigationsFiles = None) -> int
 def show(
     file: RecipeFile,
     resolved: Annotated[
-        bool, typer.Option("--resolved", help="Every field explicit, as written to recipe.resolved.yaml.")
+        bool,
+        typer.Option(
+            "--resolved", help="Every field explicit, as written to recipe.resolved.yaml."
+        ),
     ] = False,
 ) -> int:
     """Print a recipe as aorta reads it."""

@@ -20,30 +20,56 @@ app = typer.Typer(help="Run a recipe's matrix of cells × trials.", no_args_is_h
 def run(
     command: Annotated[
         list[str] | None,
-        typer.Argument(help="Probe mode: the command to run in every trial, after '--'.", show_default=False),
+        typer.Argument(
+            help="Probe mode: the command to run in every trial, after '--'.", show_default=False
+        ),
     ] = None,
     recipe: Annotated[
-        Path | None, typer.Option("--recipe", "-r", envvar=envvars.RECIPE, help="The recipe file.", dir_okay=False)
+        Path | None,
+        typer.Option(
+            "--recipe", "-r", envvar=envvars.RECIPE, help="The recipe file.", dir_okay=False
+        ),
     ] = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan and check it; run nothing.")] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print the plan and check it; run nothing.")
+    ] = False,
     output: Annotated[
-        Path, typer.Option("--output", "-o", envvar=envvars.OUTPUT, help="Root of the run directories.")
+        Path,
+        typer.Option("--output", "-o", envvar=envvars.OUTPUT, help="Root of the run directories."),
     ] = Path("triage_results"),
-    ticket: Annotated[str | None, typer.Option("--ticket", envvar=envvars.TICKET, help="Override the recipe's ticket.")] = None,
+    ticket: Annotated[
+        str | None,
+        typer.Option("--ticket", envvar=envvars.TICKET, help="Override the recipe's ticket."),
+    ] = None,
     timeout: Annotated[
         float | None,
-        typer.Option("--timeout", envvar=envvars.TIMEOUT, help="Deadline per trial in seconds (overrides the recipe).", min=0.001),
+        typer.Option(
+            "--timeout",
+            envvar=envvars.TIMEOUT,
+            help="Deadline per trial in seconds (overrides the recipe).",
+            min=0.001,
+        ),
     ] = None,
     isolation: Annotated[
         Literal["auto", "in_process", "process"] | None,
-        typer.Option("--isolation", envvar=envvars.ISOLATION, help="Override the recipe's trial_isolation."),
+        typer.Option(
+            "--isolation", envvar=envvars.ISOLATION, help="Override the recipe's trial_isolation."
+        ),
     ] = None,
     resume: Annotated[
-        Path | None, typer.Option("--resume", help="Resume this run directory instead of starting a new one.", file_okay=False)
+        Path | None,
+        typer.Option(
+            "--resume",
+            help="Resume this run directory instead of starting a new one.",
+            file_okay=False,
+        ),
     ] = None,
     mitigations_file: MitigationsFiles = None,
     verbose: Verbose = False,
     as_json: Json = False,
+    strict: Annotated[
+        bool, typer.Option("--strict", help="Exit 4 when any cell has failing or erroring trials.")
+    ] = False,
 ) -> int:
     """Run every cell × trial of a recipe (or print the plan with --dry-run)."""
     from aorta.console import format_plan, plan_to_dict
@@ -51,8 +77,14 @@ def run(
 
     if recipe is None and resume is None:
         raise UsageError("give --recipe FILE (or --resume RUN_DIR)")
-    if resume is not None:
-        raise UsageError("--resume is not available yet")
+    if resume is not None and not dry_run:
+        return _run(
+            recipe=recipe,
+            resume=resume,
+            mitigations_file=mitigations_file,
+            verbose=verbose,
+            strict=strict,
+        )
     prepared = prepare(
         recipe,
         command=command or None,
@@ -63,8 +95,100 @@ def run(
     )
     if dry_run:
         if as_json:
-            print(json.dumps(plan_to_dict(prepared.plan, isolation=prepared.isolation, warnings=prepared.warnings), indent=2))
+            print(
+                json.dumps(
+                    plan_to_dict(
+                        prepared.plan, isolation=prepared.isolation, warnings=prepared.warnings
+                    ),
+                    indent=2,
+                )
+            )
         else:
-            print(format_plan(prepared.plan, isolation=prepared.isolation, warnings=prepared.warnings))
+            print(
+                format_plan(prepared.plan, isolation=prepared.isolation, warnings=prepared.warnings)
+            )
         return ExitCode.OK
-    raise UsageError("running sweeps is not available yet; use --dry-run")
+    return _run(
+        recipe=recipe,
+        command=command,
+        output=output,
+        ticket=ticket,
+        timeout=timeout,
+        isolation=isolation,
+        mitigations_file=mitigations_file,
+        verbose=verbose,
+        strict=strict,
+    )
+
+
+def _run(*, strict: bool, mitigations_file: list[Path] | None, verbose: bool, **kw: object) -> int:
+    from aorta.console import format_summary
+    from aorta.engine import sweep
+
+    result = sweep(
+        kw.get("recipe"),  # type: ignore[arg-type]
+        command=kw.get("command") or None,  # type: ignore[arg-type]
+        output=kw.get("output") or "triage_results",  # type: ignore[arg-type]
+        resume=kw.get("resume"),  # type: ignore[arg-type]
+        ticket=kw.get("ticket"),  # type: ignore[arg-type]
+        timeout_s=kw.get("timeout"),  # type: ignore[arg-type]
+        isolation=kw.get("isolation"),  # type: ignore[arg-type]
+        mitigations_files=mitigations_file or (),
+        verbose=verbose,
+    )
+    print(format_summary(result))
+    code = result.exit_code
+    if code == ExitCode.OK and strict and (result.failing or result.erroring):
+        return ExitCode.GATE
+    return code
+
+
+@app.command()
+def resume(
+    run_dir: Annotated[
+        Path, typer.Argument(help="The run directory to finish.", file_okay=False, exists=True)
+    ],
+    mitigations_file: MitigationsFiles = None,
+    verbose: Verbose = False,
+    strict: Annotated[
+        bool, typer.Option("--strict", help="Exit 4 when any cell has failing or erroring trials.")
+    ] = False,
+) -> int:
+    """Finish an interrupted run: run only its missing or unreadable trials."""
+    return _run(
+        recipe=None,
+        resume=run_dir,
+        mitigations_file=mitigations_file,
+        verbose=verbose,
+        strict=strict,
+    )
+
+
+@app.command()
+def status(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory.", file_okay=False, exists=True)],
+    as_json: Json = False,
+) -> int:
+    """Show how far a run got (from its manifest and trial records)."""
+    from aorta.rundir import RunDir
+
+    rd = RunDir.open(run_dir)
+    manifest = rd.manifest()
+    counts: dict[str, int] = {}
+    for rec in rd.trial_records():
+        counts[rec.status.value] = counts.get(rec.status.value, 0) + 1
+    info = {
+        "run_dir": str(rd.path),
+        "status": manifest.get("status"),
+        "n_trials": manifest.get("n_trials"),
+        "recorded": sum(counts.values()),
+        "statuses": counts,
+    }
+    if as_json:
+        print(json.dumps(info, indent=2))
+    else:
+        done = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "none"
+        print(
+            f"{rd.path}: {info['status']} — {info['recorded']}/{info['n_trials']} trials recorded ({done})"
+        )
+    return ExitCode.OK

@@ -29,5 +29,7 @@ def list_(as_json: Json = False) -> int:
         mode = row["launch_mode"]
         if row["min_world_size"] > 1:
             mode += f" (≥{row['min_world_size']} ranks)"
-        print(f"{row['name']:<10}  {mode:<24} isolation {row['default_isolation']:<10}  {row['description']}")
+        print(
+            f"{row['name']:<10}  {mode:<24} isolation {row['default_isolation']:<10}  {row['description']}"
+        )
     return ExitCode.OK

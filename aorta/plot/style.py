@@ -48,7 +48,12 @@ def aorta_style() -> Iterator[None]:
     from cycler import cycler
 
     rc = dict(_RC)
-    rc["axes.prop_cycle"] = cycler(color=[PALETTE[k] for k in ("blue", "orange", "green", "vermillion", "sky", "purple", "yellow", "grey")])
+    rc["axes.prop_cycle"] = cycler(
+        color=[
+            PALETTE[k]
+            for k in ("blue", "orange", "green", "vermillion", "sky", "purple", "yellow", "grey")
+        ]
+    )
     with mpl.rc_context(rc):
         yield
 

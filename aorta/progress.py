@@ -1,0 +1,188 @@
+"""Progress of a sweep: rich on a terminal, tqdm in Jupyter, plain lines otherwise.
+
+The engine calls a :class:`Reporter`; it never prints itself. :func:`choose_reporter`
+picks one: plain lines when the stream is not a terminal or ``CI`` is set, rich on a
+terminal (``NO_COLOR`` honoured), ``tqdm.auto`` inside a Jupyter kernel.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import IO, Any, Literal
+
+from aorta.record import TrialRecord
+
+__all__ = ["LineReporter", "NullReporter", "Reporter", "choose_reporter"]
+
+ProgressMode = Literal["auto", "rich", "tqdm", "lines", "none"]
+
+
+def _trial_line(cell: str, trial: int, record: TrialRecord) -> str:
+    wall = f"{record.wall_clock_s:.2f} s" if record.wall_clock_s is not None else "-"
+    text = f"{cell} trial {trial}: {record.status.value} ({wall})"
+    if record.error:
+        text += f" — {record.error[:160]}"
+    return text
+
+
+class Reporter:
+    """Base reporter: does nothing. Subclasses override what they show."""
+
+    def start(self, *, run_dir: str, total: int, done: int, cells: int) -> None:
+        """The sweep starts: ``total`` trials, ``done`` of them already recorded (resume)."""
+
+    def trial_started(self, cell: str, trial: int) -> None:
+        """A trial begins."""
+
+    def trial_done(self, cell: str, trial: int, record: TrialRecord) -> None:
+        """A trial ended (or was skipped as did_not_run)."""
+
+    def cell_done(self, cell: str) -> None:
+        """Every trial of ``cell`` has a record."""
+
+    def message(self, text: str) -> None:
+        """A line worth showing (a warning, a resumed run)."""
+
+    def close(self) -> None:
+        """The sweep ended."""
+
+
+NullReporter = Reporter
+
+
+class LineReporter(Reporter):
+    """Plain lines: a line per trial with ``verbose``, else one per finished cell."""
+
+    def __init__(self, stream: IO[str] | None = None, *, verbose: bool = False) -> None:
+        self.stream = stream or sys.stderr
+        self.verbose = verbose
+        self._total = self._n = 0
+        self._cell_counts: dict[str, int] = {}
+
+    def _print(self, text: str) -> None:
+        print(text, file=self.stream, flush=True)
+
+    def start(self, *, run_dir: str, total: int, done: int, cells: int) -> None:
+        self._total, self._n = total, done
+        resumed = f", {done} already done" if done else ""
+        self._print(f"aorta: {cells} cells, {total} trials{resumed} → {run_dir}")
+
+    def trial_done(self, cell: str, trial: int, record: TrialRecord) -> None:
+        self._n += 1
+        if self.verbose:
+            self._print(f"[{self._n}/{self._total}] {_trial_line(cell, trial, record)}")
+        key = record.status.value
+        self._cell_counts[key] = self._cell_counts.get(key, 0) + 1
+
+    def cell_done(self, cell: str) -> None:
+        if self._cell_counts and not self.verbose:
+            counts = ", ".join(f"{n} {s}" for s, n in sorted(self._cell_counts.items()))
+            self._print(f"[{self._n}/{self._total}] {cell}: {counts}")
+        self._cell_counts = {}
+
+    def message(self, text: str) -> None:
+        self._print(text)
+
+
+class RichReporter(Reporter):
+    """A rich progress bar (cells × trials, ETA) with per-trial lines above it when verbose."""
+
+    def __init__(self, stream: IO[str] | None = None, *, verbose: bool = False) -> None:
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+        )
+
+        self.console = Console(file=stream or sys.stderr, no_color=bool(os.environ.get("NO_COLOR")))
+        self.verbose = verbose
+        self.progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeRemainingColumn(),
+            console=self.console,
+            transient=False,
+        )
+        self._task: Any = None
+
+    def start(self, *, run_dir: str, total: int, done: int, cells: int) -> None:
+        self.console.print(f"aorta: {cells} cells, {total} trials → {run_dir}")
+        self.progress.start()
+        self._task = self.progress.add_task("starting", total=total, completed=done)
+
+    def trial_started(self, cell: str, trial: int) -> None:
+        self.progress.update(self._task, description=f"{cell} #{trial}")
+
+    def trial_done(self, cell: str, trial: int, record: TrialRecord) -> None:
+        self.progress.advance(self._task)
+        if self.verbose or record.status.value not in ("ok", "did_not_run"):
+            self.progress.console.print(
+                _trial_line(cell, trial, record), markup=False, highlight=False
+            )
+
+    def message(self, text: str) -> None:
+        self.progress.console.print(text, markup=False, highlight=False)
+
+    def close(self) -> None:
+        self.progress.stop()
+
+
+class TqdmReporter(Reporter):
+    """tqdm.auto: a widget in Jupyter, a text bar elsewhere."""
+
+    def __init__(self, *, verbose: bool = False) -> None:
+        self.verbose = verbose
+        self._bar: Any = None
+
+    def start(self, *, run_dir: str, total: int, done: int, cells: int) -> None:
+        from tqdm.auto import tqdm
+
+        self._bar = tqdm(total=total, initial=done, desc="sweep", unit="trial")
+
+    def trial_started(self, cell: str, trial: int) -> None:
+        self._bar.set_description(f"{cell} #{trial}", refresh=False)
+
+    def trial_done(self, cell: str, trial: int, record: TrialRecord) -> None:
+        self._bar.update(1)
+        if self.verbose:
+            self._bar.write(_trial_line(cell, trial, record))
+
+    def message(self, text: str) -> None:
+        if self._bar is not None:
+            self._bar.write(text)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+def _in_jupyter() -> bool:
+    return "ipykernel" in sys.modules and not sys.stderr.isatty()
+
+
+def choose_reporter(
+    mode: ProgressMode | Reporter = "auto", *, verbose: bool = False, stream: IO[str] | None = None
+) -> Reporter:
+    """The reporter for ``mode`` (``auto`` decides from the terminal, ``CI`` and Jupyter)."""
+    if isinstance(mode, Reporter):
+        return mode
+    stream = stream or sys.stderr
+    if mode == "auto":
+        if _in_jupyter():
+            mode = "tqdm"
+        elif os.environ.get("CI") or not getattr(stream, "isatty", lambda: False)():
+            mode = "lines"
+        else:
+            mode = "rich"
+    if mode == "none":
+        return NullReporter()
+    if mode == "tqdm":
+        return TqdmReporter(verbose=verbose)
+    if mode == "rich":
+        return RichReporter(stream, verbose=verbose)
+    return LineReporter(stream, verbose=verbose)

@@ -1,0 +1,397 @@
+"""Running one trial: in this process, or in a fresh worker process.
+
+:func:`execute` is the one definition of a trial's life (construct → ``setup`` → ``run`` →
+``cleanup``, which always runs once the object exists) and of how each failure is classified;
+both isolation modes use it:
+
+* :func:`run_in_process` applies the cell's overlay to ``os.environ`` and restores it exactly
+  afterwards (by diff). Its deadline raises :class:`TrialDeadline` in the main thread
+  (SIGALRM), which interrupts Python code; native code stuck past the deadline is a case for
+  process isolation (see :class:`Watchdog`).
+* :func:`run_in_worker` starts ``python -m aorta.worker`` with the overlay already in its
+  environment, so variables read at import time take effect, and kills the worker's whole
+  process group at the deadline.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aorta import procs
+from aorta.record import TrialStatus
+from aorta.workload import TrialContext, Workload, WorkloadResult
+
+__all__ = [
+    "Outcome",
+    "TrialDeadline",
+    "context_from_dict",
+    "context_to_dict",
+    "env_overlay",
+    "execute",
+    "run_in_process",
+    "run_in_worker",
+]
+
+
+class TrialDeadline(BaseException):
+    """The trial's deadline passed (a BaseException so ``except Exception`` cannot swallow it)."""
+
+
+@dataclass
+class Outcome:
+    """What a trial produced, before the engine turns it into a :class:`~aorta.record.TrialRecord`."""
+
+    status: TrialStatus
+    result: WorkloadResult | None = None
+    error: str | None = None
+    hint: str | None = None
+    warnings: list[str] = field(default_factory=list)
+    main_work_started: bool = False
+    exit_code: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.status.value,
+            "result": self.result.to_dict() if self.result else None,
+            "error": self.error,
+            "hint": self.hint,
+            "warnings": self.warnings,
+            "main_work_started": self.main_work_started,
+            "exit_code": self.exit_code,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Outcome:
+        return cls(
+            status=TrialStatus(d["status"]),
+            result=WorkloadResult.from_dict(d["result"]) if d.get("result") else None,
+            error=d.get("error"),
+            hint=d.get("hint"),
+            warnings=list(d.get("warnings") or []),
+            main_work_started=bool(d.get("main_work_started")),
+            exit_code=d.get("exit_code"),
+        )
+
+
+def _describe_exc(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}".strip()
+    tb = traceback.extract_tb(exc.__traceback__)
+    if tb:
+        last = tb[-1]
+        text += f" (at {Path(last.filename).name}:{last.lineno} in {last.name})"
+    return text
+
+
+def execute(
+    cls: type[Workload],
+    config: Mapping[str, Any],
+    ctx: TrialContext,
+    *,
+    on_phase: Callable[[str], None] | None = None,
+) -> Outcome:
+    """Construct, set up, run and clean up one workload object; classify what happened.
+
+    * constructor or ``setup()`` raised → ``setup_failed``;
+    * ``run()`` raised → ``workload_failed`` (the workload crashed doing its work);
+    * ``run()`` returned ``passed=False`` → ``workload_failed``;
+    * a ``cleanup()`` error is kept as a warning; the deadline → ``timeout``.
+
+    ``on_phase`` is called with ``"setup"`` and ``"run"`` as each begins (the worker records
+    it, so a crash can be blamed on the right phase).
+    """
+    warnings: list[str] = []
+    try:
+        workload = cls(config, ctx)
+    except TrialDeadline:
+        return Outcome(TrialStatus.TIMEOUT, error="deadline passed while constructing the workload")
+    except Exception as exc:
+        return Outcome(TrialStatus.SETUP_FAILED, error=_describe_exc(exc))
+    warnings.extend(workload.warnings)
+    outcome: Outcome
+    try:
+        try:
+            if on_phase is not None:
+                on_phase("setup")
+            workload.setup()
+        except TrialDeadline:
+            return Outcome(
+                TrialStatus.TIMEOUT, error="deadline passed during setup()", warnings=warnings
+            )
+        except Exception as exc:
+            return Outcome(TrialStatus.SETUP_FAILED, error=_describe_exc(exc), warnings=warnings)
+        try:
+            if on_phase is not None:
+                on_phase("run")
+            result = workload.run()
+        except TrialDeadline:
+            outcome = Outcome(
+                TrialStatus.TIMEOUT, error="deadline passed during run()", main_work_started=True
+            )
+        except Exception as exc:
+            outcome = Outcome(
+                TrialStatus.WORKLOAD_FAILED, error=_describe_exc(exc), main_work_started=True
+            )
+        else:
+            if not isinstance(result, WorkloadResult):
+                outcome = Outcome(
+                    TrialStatus.INFRASTRUCTURE_FAILED,
+                    error=f"{cls.__name__}.run() returned {type(result).__name__}, not a WorkloadResult",
+                    main_work_started=True,
+                )
+            else:
+                status = TrialStatus.OK if result.passed else TrialStatus.WORKLOAD_FAILED
+                first = result.failure_details[0] if result.failure_details else None
+                outcome = Outcome(
+                    status,
+                    result=result,
+                    error=None
+                    if result.passed
+                    else (first.message if first else "the workload reported a failure"),
+                    hint=first.hint if first else None,
+                    main_work_started=result.main_work_started,
+                    exit_code=result.exit_code,
+                )
+                warnings.extend(result.warnings)
+    finally:
+        try:
+            workload.cleanup()
+        except TrialDeadline:
+            warnings.append("cleanup() was interrupted by the deadline")
+        except Exception as exc:
+            warnings.append(f"cleanup() raised {_describe_exc(exc)}")
+    outcome.warnings = warnings + outcome.warnings
+    return outcome
+
+
+# ------------------------------------------------------------------------------------------
+# in-process isolation
+
+
+@contextlib.contextmanager
+def env_overlay(overlay: Mapping[str, str]) -> Iterator[None]:
+    """Apply ``overlay`` to ``os.environ``; afterwards restore it exactly, by diff.
+
+    Whatever the trial changed (the overlay, or variables the workload set itself) is put
+    back; nothing else is touched, and ``os.environ`` is never cleared.
+    """
+    before = dict(os.environ)
+    os.environ.update(overlay)
+    try:
+        yield
+    finally:
+        after = dict(os.environ)
+        for key in after.keys() - before.keys():
+            del os.environ[key]
+        for key, value in before.items():
+            if after.get(key) != value:
+                os.environ[key] = value
+
+
+@contextlib.contextmanager
+def alarm(deadline: float | None) -> Iterator[None]:
+    """Raise :class:`TrialDeadline` in the main thread when ``deadline`` passes (SIGALRM).
+
+    Outside the main thread (some notebook setups) signals cannot be used; the watchdog
+    still guards the run.
+    """
+    usable = deadline is not None and threading.current_thread() is threading.main_thread()
+    if not usable:
+        yield
+        return
+    assert deadline is not None
+
+    def _fire(signum: int, frame: Any) -> None:
+        raise TrialDeadline()
+
+    previous = signal.signal(signal.SIGALRM, _fire)
+    signal.setitimer(signal.ITIMER_REAL, max(0.001, deadline - time.monotonic()))
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+class Watchdog:
+    """Calls ``on_stuck`` if a trial is still running ``grace_s`` after its deadline.
+
+    An in-process trial stuck in native code (a hung collective) cannot be interrupted; the
+    engine's ``on_stuck`` records it as a timeout and stops the sweep so it can be resumed.
+    """
+
+    def __init__(self, deadline: float | None, grace_s: float, on_stuck: Any) -> None:
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+        if deadline is not None:
+            wait = max(0.0, deadline - time.monotonic()) + grace_s
+            self._thread = threading.Thread(target=self._watch, args=(wait, on_stuck), daemon=True)
+
+    def _watch(self, wait: float, on_stuck: Any) -> None:
+        if not self._done.wait(wait):
+            on_stuck()
+
+    def __enter__(self) -> Watchdog:
+        if self._thread is not None:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+
+
+def run_in_process(
+    cls: type[Workload], config: Mapping[str, Any], ctx: TrialContext, overlay: Mapping[str, str]
+) -> Outcome:
+    """Run a trial in this process under ``overlay`` and ``ctx.deadline``."""
+    with env_overlay(overlay):
+        try:
+            with alarm(ctx.deadline):
+                return execute(cls, config, ctx)
+        except TrialDeadline:  # fired between execute()'s own handlers
+            return Outcome(TrialStatus.TIMEOUT, error="deadline passed")
+
+
+# ------------------------------------------------------------------------------------------
+# process isolation
+
+
+def context_to_dict(ctx: TrialContext) -> dict[str, Any]:
+    d = dict(ctx.__dict__)
+    d["artifact_dir"] = str(ctx.artifact_dir) if ctx.artifact_dir else None
+    d["env"] = dict(ctx.env)
+    d["collect"] = {k: dict(v) for k, v in ctx.collect.items()}
+    d["command"] = list(ctx.command) if ctx.command is not None else None
+    d["environment"] = dict(ctx.environment)
+    return d
+
+
+def context_from_dict(d: Mapping[str, Any]) -> TrialContext:
+    d = dict(d)
+    if d.get("artifact_dir"):
+        d["artifact_dir"] = Path(d["artifact_dir"])
+    known = set(TrialContext.__dataclass_fields__)
+    return TrialContext(**{k: v for k, v in d.items() if k in known})
+
+
+#: File where the worker notes the phase it entered (``setup``, ``run``).
+PHASE_FILE = "phase"
+
+
+def _signal_name(code: int) -> str:
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
+def workload_ref(cls: type[Workload]) -> dict[str, str]:
+    """How a worker finds ``cls``: ``module:QualName`` and the folder its package sits in."""
+    module = sys.modules.get(cls.__module__)
+    root = ""
+    if module is not None and getattr(module, "__file__", None):
+        root = str(Path(module.__file__).resolve().parents[cls.__module__.count(".")])
+    return {"name": cls.name, "ref": f"{cls.__module__}:{cls.__qualname__}", "sys_path": root}
+
+
+def run_in_worker(
+    workload: Mapping[str, str],
+    config: Mapping[str, Any],
+    ctx: TrialContext,
+    *,
+    env: Mapping[str, str],
+    python: str | None = None,
+    grace_s: float = procs.DEFAULT_GRACE_S,
+) -> Outcome:
+    """Run a trial in a fresh ``python -m aorta.worker`` whose environment is ``env``.
+
+    The worker's stdout/stderr go to ``stdout.log``/``stderr.log`` in the trial's artifact
+    dir. At the deadline its process group gets SIGTERM, then SIGKILL.
+    """
+    scratch = Path(tempfile.mkdtemp(prefix="aorta-trial-"))
+    try:
+        request = scratch / "request.json"
+        result_path = scratch / "result.json"
+        request.write_text(
+            json.dumps(
+                {
+                    "workload": workload,
+                    "config": dict(config),
+                    "context": context_to_dict(ctx),
+                    "result_path": str(result_path),
+                    "phase_path": str(scratch / PHASE_FILE),
+                },
+                default=str,
+            )
+        )
+        art = ctx.artifact_dir or scratch
+        art.mkdir(parents=True, exist_ok=True)
+        with open(art / "stdout.log", "ab") as out, open(art / "stderr.log", "ab") as err:
+            proc = procs.spawn(
+                [python or sys.executable, "-m", "aorta.worker", str(request)],
+                env=env,
+                stdout=out,
+                stderr=err,
+            )
+            finished = procs.run_with_deadline(proc, deadline=ctx.deadline, grace_s=grace_s)
+        if result_path.exists():
+            try:
+                outcome = Outcome.from_dict(json.loads(result_path.read_text()))
+            except (ValueError, KeyError) as exc:
+                outcome = Outcome(
+                    TrialStatus.INFRASTRUCTURE_FAILED, error=f"unreadable worker result: {exc}"
+                )
+            if finished.timed_out and outcome.status is TrialStatus.OK:
+                # The result landed, then the worker hung on the way out (atexit, a thread).
+                outcome.warnings.append("the worker had to be killed after writing its result")
+            return outcome
+        try:
+            phase = (scratch / PHASE_FILE).read_text().strip()
+        except OSError:
+            phase = ""
+        if finished.timed_out:
+            where = f"during {phase}()" if phase else "while the worker started"
+            return Outcome(
+                TrialStatus.TIMEOUT,
+                error=f"deadline passed {where}; the worker's process group was killed",
+                main_work_started=phase == "run",
+            )
+        code = finished.returncode
+        how = (
+            f"killed by {_signal_name(code)}" if code is not None and code < 0 else f"exited {code}"
+        )
+        tail = _tail(art / "stderr.log")
+        detail = f"{how}" + (f" — {tail}" if tail else "")
+        status = {"run": TrialStatus.WORKLOAD_FAILED, "setup": TrialStatus.SETUP_FAILED}.get(
+            phase, TrialStatus.INFRASTRUCTURE_FAILED
+        )
+        where = f"during {phase}()" if phase else "before the workload started"
+        return Outcome(
+            status,
+            error=f"the worker crashed {where}: {detail}",
+            hint="see stderr.log in the trial folder",
+            main_work_started=phase == "run",
+            exit_code=code,
+        )
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _tail(path: Path, limit: int = 300) -> str:
+    try:
+        data = path.read_bytes()[-4096:].decode(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return data[-1][-limit:] if data else ""

@@ -1,0 +1,156 @@
+"""``command``: run the argv given after ``--`` in every trial (probe mode).
+
+The command runs byte-for-byte (no shell) in its own process group with the cell's
+environment. Exit code 0 passes; anything else fails the trial (with a hint for 126, 127 and
+signals); the deadline kills the whole group. stdout and stderr are kept in the trial folder.
+With ``step_time_regex`` every match in stdout is a step time: the named group ``ms``
+(milliseconds) or ``s`` (seconds), else the first group, in milliseconds.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from aorta import procs
+from aorta.workload import FailureDetail, Workload, WorkloadResult
+
+_EXIT_HINTS = {
+    126: "exit 126: the command was found but is not executable (permissions?)",
+    127: "exit 127: command not found (check PATH and the command's spelling)",
+}
+
+
+def _hint(code: int) -> str | None:
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"killed by {name}" + (
+            " (a crash: look for a core dump or dmesg)"
+            if name in {"SIGSEGV", "SIGBUS", "SIGABRT", "SIGILL", "SIGFPE"}
+            else ""
+        )
+    if code > 128 and code - 128 in {s.value for s in signal.Signals}:
+        return f"exit {code}: probably killed by {signal.Signals(code - 128).name} inside a shell"
+    return _EXIT_HINTS.get(code)
+
+
+def parse_step_times(text: str, pattern: str) -> list[float]:
+    """Step times in ms from every match of ``pattern`` in ``text``.
+
+    >>> parse_step_times("step 1 took 12.5 ms\\nstep 2 took 13 ms", r"took ([0-9.]+) ms")
+    [12.5, 13.0]
+    >>> parse_step_times("iter 0.25s", r"iter (?P<s>[0-9.]+)s")
+    [250.0]
+    """
+    rx = re.compile(pattern)
+    times = []
+    for m in rx.finditer(text):
+        groups = m.groupdict()
+        try:
+            if groups.get("ms") is not None:
+                times.append(float(groups["ms"]))
+            elif groups.get("s") is not None:
+                times.append(float(groups["s"]) * 1000.0)
+            else:
+                times.append(float(m.group(1) if m.groups() else m.group(0)))
+        except ValueError:
+            continue
+    return times
+
+
+class CommandWorkload(Workload):
+    name = "command"
+    description = "probe mode: run the command after '--'; its exit code is the verdict"
+    default_steps = 1
+    config_keys = frozenset({"cwd"})
+
+    def setup(self) -> None:
+        ctx = self.context
+        if not ctx.command:
+            raise ValueError(
+                "no command to run: give one after '--' (aorta sweep run --recipe R -- cmd ...)"
+            )
+        self._art = Path(ctx.artifact_dir) if ctx.artifact_dir else Path.cwd()
+        self._art.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ)
+        if ctx.env_passthrough_mode == "file":
+            # The overlay goes into a private file (docker --env-file format) instead of the
+            # command's environment: for launchers that forward it to remote ranks themselves.
+            env_file = self._art / "env"
+            fd = os.open(env_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                fh.writelines(f"{k}={v}\n" for k, v in ctx.env.items())
+            for key in ctx.env:
+                env.pop(key, None)
+            env["AORTA_ENV_FILE"] = str(env_file)
+        self._logs: list[Any] = []
+        if ctx.isolated:
+            stdout = stderr = None  # the worker's own stdout/stderr already are the trial's logs
+        else:
+            stdout = open(self._art / "stdout.log", "ab")  # noqa: SIM115 - closed in cleanup()
+            stderr = open(self._art / "stderr.log", "ab")  # noqa: SIM115
+            self._logs = [stdout, stderr]
+        self._start = time.monotonic()
+        # Starting the process is the setup: a command that cannot start is not a failure of
+        # the thing being probed (exit codes 127/126 are recorded all the same).
+        try:
+            self._proc: subprocess.Popen[Any] = procs.spawn(
+                list(ctx.command),
+                env=env,
+                cwd=self.config.get("cwd"),
+                stdout=stdout,
+                stderr=stderr,
+                new_session=not ctx.isolated,
+            )
+        except FileNotFoundError:
+            raise FileNotFoundError(f"command not found: {ctx.command[0]!r} (exit 127)") from None
+        except PermissionError:
+            raise PermissionError(
+                f"command not executable: {ctx.command[0]!r} (exit 126)"
+            ) from None
+
+    def run(self) -> WorkloadResult:
+        from aorta.trial import TrialDeadline
+
+        finished = procs.run_with_deadline(
+            self._proc, deadline=self.context.deadline, kill_tree_on_exit=not self.context.isolated
+        )
+        for fh in self._logs:
+            fh.flush()
+        if finished.timed_out:
+            raise TrialDeadline()
+        code = finished.returncode if finished.returncode is not None else -1
+        steps: list[float] = []
+        if self.context.step_time_regex:
+            try:
+                text = (self._art / "stdout.log").read_text(errors="replace")
+            except OSError:
+                text = ""
+            steps = parse_step_times(text, self.context.step_time_regex)
+        details = (
+            [] if code == 0 else [FailureDetail(f"the command exited {code}", hint=_hint(code))]
+        )
+        return WorkloadResult(
+            passed=code == 0,
+            failure_details=details,
+            step_times_ms=steps,
+            elapsed_sec=time.monotonic() - self._start,
+            executed_iterations=len(steps) or None,
+            exit_code=code,
+            artifacts={"stdout": "stdout.log", "stderr": "stderr.log"},
+        )
+
+    def cleanup(self) -> None:
+        proc = getattr(self, "_proc", None)
+        if proc is not None and proc.poll() is None:
+            procs.kill_group(proc, grace_s=2.0)
+        for fh in getattr(self, "_logs", []):
+            fh.close()

@@ -1,0 +1,101 @@
+"""``matmul``: time GEMMs step by step — the smallest workload that shows a knob's effect.
+
+Config (``workload_config``): ``m``, ``n``, ``k`` (default 512), ``dtype`` (``float32``,
+``float64``, ``bfloat16``, ``float16``), ``device`` (``auto``: the GPU when there is one),
+``iters_per_step`` (GEMMs per timed step, default 4), ``warmup_steps`` (default 2).
+Metrics: ``tflops`` (median step), ``threads``; info: ``device``, ``cpu_capability``.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+
+from aorta.workload import FailureDetail, Workload, WorkloadResult
+
+_DTYPES = ("float32", "float64", "bfloat16", "float16")
+
+
+class MatmulWorkload(Workload):
+    name = "matmul"
+    description = "time torch GEMMs per step (CPU or GPU)"
+    default_steps = 20
+    config_keys = frozenset({"m", "n", "k", "dtype", "device", "iters_per_step", "warmup_steps"})
+
+    def setup(self) -> None:
+        import torch
+
+        cfg = self.config
+        self.m, self.n, self.k = (int(cfg.get(x, 512)) for x in ("m", "n", "k"))
+        if min(self.m, self.n, self.k) < 1:
+            raise ValueError(f"m, n, k must be ≥ 1, got {self.m}, {self.n}, {self.k}")
+        dtype = str(cfg.get("dtype", "float32"))
+        if dtype not in _DTYPES:
+            raise ValueError(f"dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}")
+        device = str(cfg.get("device", "auto"))
+        if device == "auto":
+            device = f"cuda:{self.context.local_rank}" if torch.cuda.is_available() else "cpu"
+        self.device = torch.device(device)
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+        self.iters = int(cfg.get("iters_per_step", 4))
+        self.warmup = int(cfg.get("warmup_steps", 2))
+        gen = torch.Generator().manual_seed(self.context.seed)
+        dt = getattr(torch, dtype)
+        self.a = torch.randn(self.m, self.k, generator=gen).to(self.device, dt)
+        self.b = torch.randn(self.k, self.n, generator=gen).to(self.device, dt)
+        self._torch = torch
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            self._torch.cuda.synchronize(self.device)
+
+    def run(self) -> WorkloadResult:
+        torch = self._torch
+        total = self.warmup + self.steps
+        times: list[float] = []
+        start = time.perf_counter()
+        out = None
+        for _ in range(total):
+            self._sync()
+            t0 = time.perf_counter()
+            for _ in range(self.iters):
+                out = torch.matmul(self.a, self.b)
+            self._sync()
+            times.append((time.perf_counter() - t0) * 1000.0)
+        elapsed = time.perf_counter() - start
+        finite = bool(torch.isfinite(out).all()) if out is not None else True
+        timed = times[self.warmup :] or times
+        median_s = statistics.median(timed) / 1000.0
+        flops = 2.0 * self.m * self.n * self.k * self.iters
+        details = (
+            []
+            if finite
+            else [
+                FailureDetail(
+                    "the GEMM produced non-finite values", hint="numerics: try dtype float32"
+                )
+            ]
+        )
+        return WorkloadResult(
+            passed=finite,
+            failure_details=details,
+            step_times_ms=times,
+            warmup_steps=self.warmup,
+            elapsed_sec=elapsed,
+            total_iterations=total,
+            executed_iterations=total,
+            configured_iterations=total,
+            metrics={
+                "tflops": flops / median_s / 1e12 if median_s > 0 else math.nan,
+                "threads": float(torch.get_num_threads()),
+            },
+            info={
+                "device": str(self.device),
+                "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            },
+        )
+
+    def cleanup(self) -> None:
+        self.a = self.b = None  # type: ignore[assignment]

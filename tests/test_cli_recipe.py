@@ -1,0 +1,179 @@
+"""The recipe commands and the dry-run, in-process through aorta.cli.main."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from aorta.errors import ExitCode
+
+from .conftest import UPSTREAM_RECIPES
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_validate_ok(run_cli):
+    code, out, _ = run_cli("recipe", "validate", UPSTREAM_RECIPES / "example-fsdp-smoke.yaml")
+    assert code == ExitCode.OK
+    assert "OK — 3 cells, 6 trials, baseline 'baseline-local'" in out
+
+
+def test_validate_lists_every_problem(run_cli, write):
+    path = write(
+        "bad.yaml", "workload: matmul\ntrials: 0\ncells: [{name: a, mitigations: tf32_off}]\n"
+    )
+    code, _out, err = run_cli("recipe", "validate", path)
+    assert code == ExitCode.USAGE
+    assert err.splitlines() == [
+        f"Error: {path}: trials: must be ≥ 1, got integer 0",
+        f"Error: {path}: cells[0].mitigations: must be a non-empty list of names, got 'tf32_off'",
+    ]
+
+
+def test_validate_checks_the_registry(run_cli, write):
+    path = write("bad.yaml", "workload: matmul\ncells: [{name: a, mitigations: [none, xnak]}]\n")
+    code, _, err = run_cli("recipe", "validate", path)
+    assert code == ExitCode.USAGE
+    assert err.startswith(
+        f"Error: {path}: cells[0].mitigations[1]: unknown mitigation 'xnak'; did you mean 'xnack'?"
+    )
+
+
+def test_validate_with_a_mitigations_file(run_cli, write):
+    mit = write("mit.yaml", "site_fix: {SITE: '1'}\n")
+    path = write("r.yaml", "workload: matmul\ncells: [{name: a, mitigations: [site_fix]}]\n")
+    assert run_cli("recipe", "validate", path)[0] == ExitCode.USAGE
+    assert run_cli("recipe", "validate", path, "--mitigations-file", mit)[0] == ExitCode.OK
+
+
+def test_show_resolved_reloads(run_cli, tmp_path):
+    code, out, _ = run_cli("recipe", "show", UPSTREAM_RECIPES / "race_smoke.yaml", "--resolved")
+    assert code == ExitCode.OK
+    resolved = tmp_path / "resolved.yaml"
+    resolved.write_text(out)
+    assert run_cli("recipe", "validate", resolved)[0] == ExitCode.OK
+    from aorta.recipe import load_recipe
+
+    assert load_recipe(resolved) == load_recipe(UPSTREAM_RECIPES / "race_smoke.yaml")
+
+
+def test_show_plain_omits_defaults(run_cli):
+    code, out, _ = run_cli("recipe", "show", UPSTREAM_RECIPES / "race_smoke.yaml")
+    assert code == ExitCode.OK and "trial_isolation" not in out and "ticket: RACE-SMOKE" in out
+
+
+def test_probe_dry_run_prints_four_cell_plan(run_cli):
+    code, out, err = run_cli(
+        "sweep",
+        "run",
+        "--recipe",
+        ROOT / "recipes/probe/probe-template-bash.yaml",
+        "--dry-run",
+        "--",
+        "echo",
+        "hi",
+    )
+    assert code == ExitCode.OK, err
+    assert out.startswith("Plan: 4 cells, 12 trials — workload 'command', ticket TICKET-1234")
+    assert "command: echo hi" in out
+    for cell in (
+        "none-none",
+        "none-xnack",
+        "pytorch_no_cuda_memory_caching-none",
+        "pytorch_no_cuda_memory_caching-xnack",
+    ):
+        assert f" {cell} " in out
+    assert "overlay: PYTORCH_NO_CUDA_MEMORY_CACHING=1 HSA_XNACK=1" in out
+    assert "Baseline: none-none (*)   confound threshold: 1.15   deadline per trial: 1800 s" in out
+
+
+def test_dry_run_json(run_cli):
+    code, out, _ = run_cli(
+        "sweep",
+        "run",
+        "-r",
+        UPSTREAM_RECIPES / "example-fsdp-smoke.yaml",
+        "--dry-run",
+        "--json",
+        "--ticket",
+        "T-9",
+        "--timeout",
+        "30",
+    )
+    assert code == ExitCode.OK
+    plan = json.loads(out)
+    assert (plan["ticket"], plan["timeout_s"], plan["n_cells"], plan["baseline"]) == (
+        "T-9",
+        30.0,
+        3,
+        "baseline-local",
+    )
+    assert plan["cells"][2]["env"] == {"HSA_XNACK": "1"}
+    assert plan["cells"][0]["workload_config"]["mode"] == "fsdp"
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in UPSTREAM_RECIPES.glob("*.yaml")))
+def test_upstream_recipes_dry_run(run_cli, name):
+    args = ["sweep", "run", "--recipe", UPSTREAM_RECIPES / name, "--dry-run"]
+    if "probe" in name:
+        args += ["--", "echo", "hi"]
+    code, out, err = run_cli(*args)
+    assert code == ExitCode.OK, err
+    assert out.startswith("Plan: ")
+
+
+def test_unknown_workload_is_a_dry_run_warning(run_cli, write):
+    path = write("r.yaml", "workload: nosuch\ncells: [{name: a, mitigations: [none]}]\n")
+    code, out, _ = run_cli("sweep", "run", "--recipe", path, "--dry-run")
+    assert code == ExitCode.OK
+    assert "warning: unknown workload 'nosuch' (registered: " in out and "matmul" in out
+
+
+def test_bad_recipe_exits_usage_with_one_line(run_cli, write):
+    path = write(
+        "r.yaml", "workload: matmul\ncells: [{name: a, mitigations: [none], extra_env: {X: on}}]\n"
+    )
+    code, out, err = run_cli("sweep", "run", "--recipe", path, "--dry-run")
+    assert code == ExitCode.USAGE
+    assert out == ""
+    assert err.count("\n") == 1 and err.startswith(
+        f"Error: {path}: cells[0].extra_env.X: must be a string, got boolean true"
+    )
+
+
+def test_usage_errors(run_cli):
+    code, _, err = run_cli("sweep", "run", "--dry-run")
+    assert code == ExitCode.USAGE and err == "Error: give --recipe FILE (or --resume RUN_DIR)\n"
+    code, _, err = run_cli("sweep", "nope")
+    assert code == ExitCode.USAGE and err.startswith("Error: No such command 'nope'.")
+
+
+def test_recipe_from_environment_twin(run_cli, monkeypatch):
+    monkeypatch.setenv("AORTA_RECIPE", str(UPSTREAM_RECIPES / "race_smoke.yaml"))
+    code, out, _ = run_cli("sweep", "run", "--dry-run")
+    assert code == ExitCode.OK and "workload 'race'" in out
+
+
+def test_console_script_help_and_exit_code():
+    aorta = Path(sys.executable).parent / "aorta"
+    for args in (
+        ["--help"],
+        ["sweep", "run", "--help"],
+        ["recipe", "validate", "--help"],
+        ["workloads", "list", "--help"],
+    ):
+        proc = subprocess.run([aorta, *args], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        assert "Usage: aorta" in proc.stdout
+    proc = subprocess.run(
+        [aorta, "recipe", "validate", "/nonexistent.yaml"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == ExitCode.USAGE
+    assert "Traceback" not in proc.stderr
