@@ -1,11 +1,11 @@
 """pytest fixtures for the launcher tests: a throwaway key and real sshd nodes (see tests/sshd.py).
 
-Import the fixtures into a test module (``from tests.launch_fixtures import farm, ssh_key``).
+Import them into a test module under their function names (``from tests.launch_fixtures import
+farm_fixture``); tests ask for them by fixture name (``farm``).
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,21 +28,21 @@ FAST = Deadlines(setup=20.0, run=60.0, collect=20.0, kill_grace=2.0, teardown=10
 PY = str(VENV_PYTHON)
 
 
-@pytest.fixture(scope="session")
-def ssh_key(tmp_path_factory: pytest.TempPathFactory) -> Path:
+@pytest.fixture(scope="session", name="ssh_key")
+def ssh_key_fixture(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_key(tmp_path_factory.mktemp("key"))
 
 
-@pytest.fixture(scope="session")
-def farm(tmp_path_factory: pytest.TempPathFactory, ssh_key: Path) -> Iterator[SshdFarm]:
+@pytest.fixture(scope="session", name="farm")
+def farm_fixture(tmp_path_factory: pytest.TempPathFactory, ssh_key: Path) -> Iterator[SshdFarm]:
     """Two loopback nodes shared by the tests that keep them up."""
     with SshdFarm(tmp_path_factory.mktemp("farm"), ssh_key) as f:
         f.start(2)
         yield f
 
 
-@pytest.fixture
-def cluster(farm: SshdFarm) -> Cluster:
+@pytest.fixture(name="cluster")
+def cluster_fixture(farm: SshdFarm) -> Cluster:
     return Cluster.from_dict(farm.cluster_dict())
 
 
@@ -79,7 +79,3 @@ def assert_nothing_left(result: LaunchResult) -> None:
     """No process of this run survives the launch (checked at once: teardown waited)."""
     left = wait_gone(f"AORTA_RUN_ID={result.run_id}", timeout=0.0)
     assert left == [], f"processes left behind by {result.run_id}: {left}"
-
-
-def python_is_venv() -> bool:
-    return Path(sys.executable).resolve() == VENV_PYTHON.resolve()

@@ -113,6 +113,7 @@ class SshdFarm:
         self.skip_shell_rc = skip_shell_rc
         self.marker = f"AORTA_TEST_SSHD={uuid.uuid4().hex}"
         self.nodes: list[SshNode] = []
+        self._held: list[socket.socket] = []
         self.known_hosts = root / "known_hosts"
         root.mkdir(parents=True, exist_ok=True)
         shutil.copy(key.with_suffix(".pub"), root / "authorized_keys")
@@ -176,28 +177,39 @@ class SshdFarm:
         return node
 
     def _wait_listening(self, node: SshNode, timeout: float = 10.0) -> None:
+        # sshd writes its PidFile once it listens. Waiting for the file, not probing with a
+        # connection, leaves no pre-auth child behind (one that would hold the socket a moment).
+        pidfile = self.root / f"sshd_{node.index}.pid"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if node.process is not None and node.process.poll() is not None:
                 raise RuntimeError(
                     f"sshd on {node.address}:{node.port} exited: {node.log.read_text()[-500:]}"
                 )
-            with (
-                contextlib.suppress(OSError),
-                socket.create_connection((node.address, node.port), timeout=0.5),
+            if pidfile.is_file() and pidfile.read_text().strip() == str(
+                node.process.pid if node.process else ""
             ):
                 return
-            time.sleep(0.02)
+            time.sleep(0.01)
         raise RuntimeError(
             f"sshd on {node.address}:{node.port} did not start listening in {timeout:g} s"
         )
 
     def stop_node(self, index: int) -> None:
-        """Stop one node's sshd (its address then refuses connections)."""
-        proc = self.nodes[index].process
+        """Stop one node's sshd: its address then refuses connections.
+
+        The port stays bound (not listening) by this process, so nothing else on the machine
+        (a torch store picking a free port, say) can start answering on it.
+        """
+        node = self.nodes[index]
+        proc = node.process
         if proc is not None and proc.poll() is None:
             proc.terminate()
             proc.wait(timeout=5)
+        hold = socket.socket()
+        hold.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # leftover connections are fine
+        hold.bind((node.address, node.port))
+        self._held.append(hold)
 
     def cluster_dict(self, *, nodes: list[SshNode] | None = None, **extra: Any) -> dict[str, Any]:
         """A CVS-style cluster.json for these nodes: the key, ports, the repo's venv python."""
@@ -244,6 +256,8 @@ class SshdFarm:
                 except subprocess.TimeoutExpired:
                     node.process.kill()
                     node.process.wait(timeout=5)
+        for hold in self._held:
+            hold.close()
         for pid in processes_with_env(self.marker):
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)

@@ -13,7 +13,13 @@ import pytest
 
 from aorta.cli import main
 from aorta.errors import ExitCode
-from tests.launch_fixtures import FAST, farm, needs_sshd, needs_venv, ssh_key  # noqa: F401 - fixtures
+from tests.launch_fixtures import (  # noqa: F401 - fixtures
+    FAST,
+    farm_fixture,
+    needs_sshd,
+    needs_venv,
+    ssh_key_fixture,
+)
 from tests.sshd import SshdFarm, wait_gone
 
 RECIPE = """\
@@ -181,9 +187,7 @@ def test_ctrl_c_stops_every_node_and_exits_interrupted(
     assert cluster.is_file()
 
 
-@pytest.mark.skip(
-    reason="needs distributed engine (#4): `aorta sweep run` does not run sweeps on main yet"
-)
+@pytest.mark.skip(reason="needs distributed engine (#4)")
 @needs_sshd
 @needs_venv
 @pytest.mark.slow

@@ -183,7 +183,7 @@ def test_unknown_keys_are_warnings_not_errors() -> None:
 
 def test_load_cluster_file_errors(tmp_path: Path) -> None:
     missing = tmp_path / "nope.json"
-    with pytest.raises(ClusterError, match="nope.json: cannot read the cluster file"):
+    with pytest.raises(ClusterError, match=r"nope\.json: cannot read the cluster file"):
         load_cluster(missing)
     broken = tmp_path / "broken.json"
     broken.write_text('{"node_dict": {"h": {},}}')
@@ -197,7 +197,7 @@ def test_load_cluster_file_errors(tmp_path: Path) -> None:
     keyless.write_text(
         json.dumps({"priv_key_file": str(tmp_path / "id_none"), "node_dict": {"h": {}}})
     )
-    with pytest.raises(ClusterError, match="priv_key_file: .*id_none: no such file"):
+    with pytest.raises(ClusterError, match=r"priv_key_file: .*id_none: no such file"):
         load_cluster(keyless)
     assert issubclass(ClusterError, UsageError)
 

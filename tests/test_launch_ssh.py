@@ -18,13 +18,13 @@ from aorta.launch import Cluster, LaunchSpec, dry_run
 from tests.launch_fixtures import (
     FAST,
     assert_nothing_left,
-    cluster,  # noqa: F401 - fixture
-    farm,  # noqa: F401 - fixture
+    cluster_fixture,  # noqa: F401 - fixture
+    farm_fixture,  # noqa: F401 - fixture
     needs_sshd,
     needs_venv,
     plain,
     run_launch,
-    ssh_key,  # noqa: F401 - fixture
+    ssh_key_fixture,  # noqa: F401 - fixture
     worker,
 )
 from tests.sshd import SshdFarm
