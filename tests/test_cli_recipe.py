@@ -177,3 +177,9 @@ def test_console_script_help_and_exit_code():
     )
     assert proc.returncode == ExitCode.USAGE
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("path", sorted(str(p.relative_to(ROOT)) for p in (ROOT / "recipes").rglob("*.yaml")))
+def test_shipped_recipes_validate(run_cli, path):
+    code, out, err = run_cli("recipe", "validate", ROOT / path)
+    assert code == ExitCode.OK, err
