@@ -225,6 +225,7 @@ class _Sweep:
         self.records: dict[tuple[str, int], TrialRecord] = {}
         self.host = socket.gethostname()
         self.writer = dist.rank == 0
+        self._warned: set[str] = set()
         registered = ", ".join(prepared.catalog.names())
         self.runner = TrialRunner(
             self.plan,
@@ -380,6 +381,13 @@ class _Sweep:
         merged = merge_ranks(outcomes, self.dist.world_size)
         return self._record(key, merged, started, time.monotonic() - t0)
 
+    def _say_new_warnings(self, record: TrialRecord) -> None:
+        # Loud once (unknown config keys, cleanup errors…), recorded in every record.
+        for warning in record.warnings:
+            if warning not in self._warned:
+                self._warned.add(warning)
+                self.reporter.message(f"warning: {record.cell}: {warning}")
+
     def _abandon(self, key: TrialKey) -> None:
         # On the watchdog thread while the main thread is stuck in native code: record the
         # timeout, leave the run resumable, end the process (nothing else can).
@@ -438,6 +446,7 @@ class _Sweep:
                         self.rd.write_trial(record)
                         self.records[(cell.name, trial)] = record
                         self.reporter.trial_done(cell.name, trial, record)
+                        self._say_new_warnings(record)
                 self.write_matrix("running")
                 self.reporter.cell_done(cell.name)
         except KeyboardInterrupt:
