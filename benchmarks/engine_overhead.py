@@ -21,15 +21,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_workloads import WORKLOADS, Noop  # noqa: E402
+from bench_workloads import WORKLOADS, Noop
 
-from aorta.engine import sweep  # noqa: E402
-from aorta.recipe import load_recipe_text  # noqa: E402
-from aorta.workload import TrialContext  # noqa: E402
+from aorta.engine import sweep
+from aorta.recipe import load_recipe_text
+from aorta.workload import TrialContext
 
 
 def in_process(n: int) -> tuple[float, float]:
-    recipe = load_recipe_text(f"workload: bench_noop\ntrials: {n}\ncells: [{{name: a, mitigations: [none]}}]\n")
+    recipe = load_recipe_text(
+        f"workload: bench_noop\ntrials: {n}\ncells: [{{name: a, mitigations: [none]}}]\n"
+    )
     with tempfile.TemporaryDirectory() as out:
         t0 = time.perf_counter()
         sweep(recipe, output=out, progress="none", workloads=WORKLOADS)
@@ -45,7 +47,9 @@ def in_process(n: int) -> tuple[float, float]:
 
 
 def process(n: int) -> tuple[list[float], list[float]]:
-    recipe = load_recipe_text("workload: bench_import_torch\ntrial_isolation: process\ncells: [{name: a, mitigations: [none]}]\n")
+    recipe = load_recipe_text(
+        "workload: bench_import_torch\ntrial_isolation: process\ncells: [{name: a, mitigations: [none]}]\n"
+    )
     trial_s, bare_s = [], []
     with tempfile.TemporaryDirectory() as out:
         for _ in range(n):
@@ -66,13 +70,17 @@ def main() -> None:
     in_process(10)  # warm imports and caches
     swept, direct = in_process(args.trials)
     overhead_ms = (swept - direct) * 1000
-    print(f"in-process: {swept * 1000:.3f} ms/trial through aorta vs {direct * 1000:.4f} ms/trial direct "
-          f"→ harness overhead {overhead_ms:.3f} ms/trial (target ≤ 2 ms) over {args.trials} trials")
+    print(
+        f"in-process: {swept * 1000:.3f} ms/trial through aorta vs {direct * 1000:.4f} ms/trial direct "
+        f"→ harness overhead {overhead_ms:.3f} ms/trial (target ≤ 2 ms) over {args.trials} trials"
+    )
 
     trial_s, bare_s = process(args.process_trials)
     t, b = statistics.median(trial_s), statistics.median(bare_s)
-    print(f"process isolation: {t * 1000:.0f} ms/trial (median of {len(trial_s)}) vs bare `python -c 'import torch'` "
-          f"{b * 1000:.0f} ms → ratio {t / b:.2f} (target ≤ 1.3)")
+    print(
+        f"process isolation: {t * 1000:.0f} ms/trial (median of {len(trial_s)}) vs bare `python -c 'import torch'` "
+        f"{b * 1000:.0f} ms → ratio {t / b:.2f} (target ≤ 1.3)"
+    )
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from typer import _click as click  # typer vendors click; its exceptions are the
 
 from aorta.errors import AortaError, ExitCode
 
+from . import info as _info
 from . import launch as _launch
 from . import recipe as _recipe
 from . import sweep as _sweep
@@ -34,6 +35,8 @@ app = typer.Typer(
 app.add_typer(_recipe.app, name="recipe")
 app.add_typer(_sweep.app, name="sweep")
 app.add_typer(_workloads.app, name="workloads")
+app.add_typer(_info.mitigations_app, name="mitigations")
+app.command("env")(_info.env)
 app.command("launch", context_settings=_launch.CONTEXT)(_launch.launch)
 
 
