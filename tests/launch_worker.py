@@ -7,6 +7,10 @@ Every mode writes what it saw into ``$AORTA_LAUNCH_OUTPUT`` (collected into
 * ``argv [--override K=V ...] [ARGS...]`` — record argv, overrides (argparse ``nargs="*"``), env;
 * ``fail-on NODE`` — that node exits 1 at once; the others record that they started, then hang;
 * ``hang-on NODE`` — that node (or ``all``) hangs; the others finish;
+* ``published-run-dir HEAD_OUT`` — what the sweep engine does on a cluster without a shared file
+  system: node 0 writes the run directory under its output; node 1's rank writes its trace into
+  the same path (rank 0's, published) on its own disk — simulated here, where the nodes share one
+  disk, by removing the head's token so node 1 cannot "see" the head's folder;
 * ``fake-run-dir TICKET`` — node 0 writes what a sweep's rank 0 would (a run directory with a
   manifest, a matrix and a stale ``combined_traces`` left by an earlier collection); every node
   writes a trace.
@@ -118,6 +122,19 @@ def fake_run_dir(ticket: str) -> None:
     print(f"wrote run {run_id} on node {rank}", flush=True)
 
 
+def published_run_dir(head_out: str) -> None:
+    rank, run_id = os.environ["AORTA_NODE_RANK"], os.environ["AORTA_RUN_ID"]
+    run = Path(head_out) / "T-2" / "wl" / run_id
+    trial = run / "cells" / "c" / "trial_0000" / "trace"
+    trial.mkdir(parents=True, exist_ok=True)
+    if rank == "0":
+        (run / "manifest.json").write_text(json.dumps({"run_id": run_id}))
+    else:
+        Path(head_out).parent.joinpath("head.token").unlink()
+    (trial / f"rank{int(rank) * 2}.pt.trace.json").write_text(json.dumps({"node": rank}))
+    print(f"node {rank} wrote into {run}", flush=True)
+
+
 def main(args: list[str]) -> None:
     mode, rest = args[0], args[1:]
     if mode == "allreduce":
@@ -128,6 +145,8 @@ def main(args: list[str]) -> None:
         fail_on(rest[0])
     elif mode == "hang-on":
         hang_on(rest[0])
+    elif mode == "published-run-dir":
+        published_run_dir(rest[0])
     elif mode == "fake-run-dir":
         fake_run_dir(rest[0])
     else:

@@ -31,22 +31,20 @@ mitigation_axis: [none]
 diagnostic_axis: [none]
 """
 
-#: A distributed recipe: the race workload (FSDP-like traffic, checksummed) on gloo, 2 cells.
+#: A distributed recipe: DDP training steps on gloo, a fresh worker per trial and rank, and
+#: torch.profiler traces on every rank of one cell. (In-process distributed trials hang now and
+#: then on two static-rendezvous nodes even under plain torchrun — reported to the engine.)
 DISTRIBUTED_RECIPE = """\
 schema_version: 1
 ticket: LAUNCH-E2E
-workload: race
+workload: training
+trial_isolation: process
 trials: 1
 steps: 3
-workload_config:
-  mode: fsdp
-  warmup_iterations: 0
-  verify_iterations: 2
-  simulate_compute: false
-  fsdp_shard_size: 1000
+workload_config: {model_dim: 16, num_layers: 1, batch_size: 4, mode: ddp}
 cells:
   - {name: baseline, mitigations: [none]}
-  - {name: one-thread, mitigations: [none], extra_env: {OMP_NUM_THREADS: "1"}}
+  - {name: profiled, mitigations: [none], collect: [torch_profiler]}
 """
 
 
@@ -187,40 +185,37 @@ def test_ctrl_c_stops_every_node_and_exits_interrupted(
     assert cluster.is_file()
 
 
-@pytest.mark.skip(reason="needs distributed engine (#4)")
 @needs_sshd
 @needs_venv
 @pytest.mark.slow
 def test_two_node_two_process_gloo_sweep_writes_one_run_directory(
     farm: SshdFarm, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    recipe = tmp_path / "race.yaml"
+    recipe = tmp_path / "training.yaml"
     recipe.write_text(DISTRIBUTED_RECIPE)
     cluster = farm.write_cluster(tmp_path / "cluster.json")
     out_dir = tmp_path / "out"
     code = main(
-        [
-            "launch",
-            "-c",
-            str(cluster),
-            "-r",
-            str(recipe),
-            "--nproc-per-node",
-            "2",
-            "-o",
-            str(out_dir),
-        ]
+        ["launch", "-c", str(cluster), "-r", str(recipe), "--nproc-per-node", "2"]
+        + ["-o", str(out_dir), "--run-timeout", "240", "--setup-timeout", "30"]
     )
     captured = capsys.readouterr()
     assert code == ExitCode.OK, captured.err
-    (run_dir,) = (p.parent for p in out_dir.glob("LAUNCH-E2E/race/*/manifest.json"))
+    (run_dir,) = (p.parent for p in out_dir.glob("LAUNCH-E2E/training/*/manifest.json"))
+    launch_record = json.loads((run_dir / "launch.json").read_text())
+    assert run_dir.name == launch_record["run_id"]  # the engine named it after AORTA_RUN_ID
     assert list(run_dir.rglob("matrix.md")) == [
         run_dir / "matrix.md"
     ]  # one run directory, one matrix
     trials = [json.loads(p.read_text()) for p in run_dir.glob("cells/*/trial_*.json")]
     assert len(trials) == 2 and {t["world_size"] for t in trials} == {4}
     assert {t["status"] for t in trials} == {"ok"}
+    assert sorted(r["rank"] for r in trials[0]["ranks"]) == [0, 1, 2, 3]
+    # every rank's profiler trace; the loopback nodes share one disk, so node 1's ranks wrote
+    # theirs into the head's run directory (on separate disks they are pulled from node 1)
+    traces = {p.name.split(".")[0] for p in run_dir.glob("cells/profiled/trial_0000/trace/*")}
+    assert traces == {"rank0", "rank1", "rank2", "rank3"}
+    assert "shares the head's file system" in launch_record["nodes"]["node1"]["collected"]
     assert (run_dir / "combined_traces/node_1/launch.log").is_file()
-    launch_record = json.loads((run_dir / "launch.json").read_text())
     assert launch_record["status"] == "complete"
     assert wait_gone(f"AORTA_RUN_ID={launch_record['run_id']}", timeout=0.0) == []

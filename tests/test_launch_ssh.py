@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from aorta.launch import Cluster, LaunchSpec, dry_run
+from aorta.launch import Cluster, LaunchSpec, dry_run, new_run_id
 from tests.launch_fixtures import (
     FAST,
     assert_nothing_left,
@@ -58,7 +58,8 @@ def test_two_nodes_two_processes_gloo_allreduce(cluster: Cluster, tmp_path: Path
         assert "all_reduce=10" in (folder / "launch.log").read_text()
     assert any(line.startswith("[node1 127.0.0.3] rank ") for line in lines)
     record = json.loads((result.run_dir / "launch.json").read_text())
-    assert record["status"] == "complete" and record["nodes"]["node1"]["collected"] == "rsync"
+    assert record["status"] == "complete"
+    assert record["nodes"]["node1"]["collected"].startswith("rsync (shares the head's file system")
     assert "--node-rank=1" in record["commands"]["node1"]
     assert 0 < result.timings["all_started"] < result.timings["setup"] + 5
     assert not list((tmp_path / "out").glob(".aorta-launch-*"))  # staging renamed
@@ -138,7 +139,7 @@ def test_key_given_only_through_priv_key_file(
 
     assert result.status == "complete", result.summary()
     assert result.master_port  # probed on the head over SSH with the key
-    assert {o.collected for o in result.outcomes.values()} == {"rsync"}  # OpenSSH got -i too
+    assert {o.collected.split()[0] for o in result.outcomes.values()} == {"rsync"}  # OpenSSH got -i
     assert len(_records(result.run_dir, 1)) == 1
     assert_nothing_left(result)
 
@@ -217,6 +218,23 @@ def test_rerun_in_the_same_directory(cluster: Cluster, tmp_path: Path) -> None:
         for rank in (0, 1):
             trace = result.run_dir / f"combined_traces/node_{rank}/trace/node{rank}.pt.trace.json"
             assert json.loads(trace.read_text())["run_id"] == result.run_id  # this run's only
+
+
+def test_ranks_writing_into_the_heads_run_dir_path_on_their_own_disk_are_collected(
+    cluster: Cluster, farm: SshdFarm, tmp_path: Path
+) -> None:
+    run_id = new_run_id()
+    head_out = farm.nodes[0].workdir / ".aorta-launch" / run_id / "node_0" / "out"
+    spec = LaunchSpec(argv=plain("published-run-dir", str(head_out)), torchrun=False)
+    result, _ = run_launch(cluster, spec, tmp_path / "out", run_id=run_id)
+
+    assert result.status == "complete", result.summary()
+    assert result.run_dir == tmp_path / "out" / "T-2" / "wl" / run_id
+    trace = f"T-2/wl/{run_id}/cells/c/trial_0000/trace/rank2.pt.trace.json"
+    # node 1 "does not share" the head's disk: the head's path is pulled from node 1 as well
+    assert (result.run_dir / "combined_traces" / "node_1" / trace).is_file()
+    assert result.outcomes["node1"].collected == "rsync + rsync"
+    assert_nothing_left(result)
 
 
 def test_dry_run_checks_every_node_and_starts_nothing(cluster: Cluster, farm: SshdFarm) -> None:

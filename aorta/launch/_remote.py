@@ -13,7 +13,9 @@ things ``setup`` reports).
   not yet started will not start), then SIGTERM every process of the run's session (pid file)
   and every process whose environment carries this run's and node's identity (torchrun puts
   its workers in sessions of their own), SIGKILL what is left after the grace period, and scan
-  again until nothing is left.
+  again until nothing is left. Given the head's per-run folder, it also says whether this node
+  sees the head's token there (a file system shared with the head) and whether the head's output
+  path exists here (ranks on this node wrote into the run directory path rank 0 published).
 """
 
 import base64
@@ -174,6 +176,9 @@ def setup(req):
     if not req.get("dry_run"):
         os.makedirs(os.path.join(node_dir, "out"), exist_ok=True)
         out["created"] = True
+        if req.get("head_token"):
+            with open(os.path.join(node_dir, "head.token"), "w") as fh:
+                fh.write(req["head_token"])
         for name, payload in sorted(req.get("files", {}).items()):
             with open(os.path.join(node_dir, name), "wb") as fh:
                 fh.write(base64.b64decode(payload))
@@ -259,7 +264,13 @@ def kill(req):
         if now > grace + 5.0:
             break
         time.sleep(0.05)
-    return {"terminated": len(termed), "killed": len(killed), "left": left}
+    report = {"terminated": len(termed), "killed": len(killed), "left": left}
+    head = req.get("head_dir")
+    if head:
+        token = _read(os.path.join(head, "head.token"))
+        report["shares_head"] = token is not None and token == req.get("head_token")
+        report["head_out"] = os.path.isdir(os.path.join(head, "out"))
+    return report
 
 
 def main(argv):

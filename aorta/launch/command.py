@@ -236,12 +236,15 @@ def setup_command(
     run_id: str,
     probe_port: bool,
     dry_run: bool = False,
+    head_token: str | None = None,
 ) -> tuple[str, bytes]:
     """The setup line for ``node`` and its stdin (a JSON request).
 
     Setup creates the per-run folder (not in a dry run), writes ``spec.files``, snapshots the
     environment the program will see, checks ``spec.requires`` and, with ``probe_port``, finds
-    a free port on that node. Its stdout is one JSON line (see :mod:`aorta.launch._remote`).
+    a free port on that node; ``head_token`` is written into the head's folder, so the other
+    nodes can tell later whether they share its file system. Its stdout is one JSON line (see
+    :mod:`aorta.launch._remote`).
     """
     ndir = node_dir(node, run_id)
     request = {
@@ -251,16 +254,32 @@ def setup_command(
         "requires": list(spec.requires),
         "probe_port": probe_port,
         "dry_run": dry_run,
+        "head_token": head_token,
     }
     env = node_env(node, spec, run_id=run_id, node_dir=ndir)
     return _helper(node, "setup", env), json.dumps(request).encode()
 
 
-def kill_command(node: Node, *, run_id: str, node_dir: str, grace: float) -> tuple[str, bytes]:
-    """The line (and stdin) that stops everything this run started on ``node``."""
-    request = {
+def kill_command(
+    node: Node,
+    *,
+    run_id: str,
+    node_dir: str,
+    grace: float,
+    head_dir: str | None = None,
+    head_token: str | None = None,
+) -> tuple[str, bytes]:
+    """The line (and stdin) that stops everything this run started on ``node``.
+
+    With ``head_dir`` (the head's per-run folder) and ``head_token`` (what setup wrote there),
+    the reply also says whether ``node`` shares the head's file system (``shares_head``) and
+    whether the head's output path exists on it (``head_out``).
+    """
+    request: dict[str, object] = {
         "node_dir": node_dir,
         "match": {envvars.RUN_ID: run_id, envvars.NODE_RANK: str(node.rank)},
         "grace": grace,
     }
+    if head_dir:
+        request.update(head_dir=head_dir, head_token=head_token)
     return _helper(node, "kill"), json.dumps(request).encode()

@@ -122,11 +122,12 @@ def setup_nodes(
     probe_port: bool,
     dry_run: bool,
     deadlines: Deadlines,
+    head_token: str | None = None,
 ) -> dict[str, SetupReport]:
     """Set every node up in parallel; return the reports of the nodes that made it.
 
     Failures land in ``outcomes`` (``unreachable``, ``setup_failed``, ``timeout``). The head
-    probes a free port when ``probe_port``.
+    probes a free port when ``probe_port`` and keeps ``head_token`` in its folder.
     """
 
     def one(name: str, cancel: threading.Event) -> SetupReport:
@@ -136,8 +137,14 @@ def setup_nodes(
             session.open()
         except RemoteError as exc:
             raise _Unreachable(str(exc)) from exc
+        head = node.rank == 0
         cmd, stdin = setup_command(
-            node, spec, run_id=run_id, probe_port=probe_port and node.rank == 0, dry_run=dry_run
+            node,
+            spec,
+            run_id=run_id,
+            probe_port=probe_port and head,
+            dry_run=dry_run,
+            head_token=head_token if head else None,
         )
         report = _parse_setup(node, session.exec(cmd, stdin=stdin, timeout=deadlines.setup), spec)
         if cancel.is_set() and not dry_run:
@@ -175,14 +182,25 @@ def teardown_nodes(
     run_id: str,
     dirs: Mapping[str, str],
     deadlines: Deadlines,
-) -> None:
-    """Stop whatever this run left on each node in ``dirs`` (over fresh connections) and record
-    what was found in ``outcome.teardown``."""
+    head: tuple[str, str] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Stop whatever this run left on each node in ``dirs`` (over fresh connections), record
+    what was found in ``outcome.teardown`` and return each node's report.
+
+    With ``head`` (the head's folder and token) a report also says whether the node shares the
+    head's file system (``shares_head``) and sees the head's output path (``head_out``).
+    """
 
     def one(name: str, cancel: threading.Event) -> dict[str, Any]:
         session = sessions[name]
+        head_dir, token = head if head else (None, None)
         cmd, stdin = kill_command(
-            session.node, run_id=run_id, node_dir=dirs[name], grace=deadlines.kill_grace
+            session.node,
+            run_id=run_id,
+            node_dir=dirs[name],
+            grace=deadlines.kill_grace,
+            head_dir=head_dir,
+            head_token=token,
         )
         result = session.exec_fresh(
             cmd, stdin=stdin, timeout=deadlines.kill_grace + deadlines.teardown
@@ -192,14 +210,17 @@ def teardown_nodes(
         return json.loads(_last_line(result.stdout))
 
     timeout = deadlines.kill_grace + deadlines.teardown + 5.0
+    reports: dict[str, dict[str, Any]] = {}
     for name, res in run_parallel(list(dirs), one, timeout=timeout, name="aorta-teardown").items():
         out = outcomes[name]
         if isinstance(res, Done):
+            reports[name] = res.value
             out.teardown = _describe_kill(res.value, out.teardown)
         elif isinstance(res, TimedOut):
             out.teardown = f"teardown did not finish in {timeout:g} s: processes may be left"
         else:
             out.teardown = f"teardown failed: {res.error}"
+    return reports
 
 
 def _describe_kill(report: Mapping[str, Any], before: str) -> str:

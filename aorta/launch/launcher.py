@@ -168,30 +168,189 @@ def _commands(
     }
 
 
-def _collect(
-    sessions: Mapping[str, NodeSession],
-    reports: Mapping[str, SetupReport],
-    outcomes: dict[str, NodeOutcome],
-    staging: Path,
-    *,
-    timeout: float,
-) -> None:
-    def one(name: str, cancel: threading.Event) -> str:
-        dest = node_folder(staging, sessions[name].node.rank)
-        report = reports[name]
-        return sessions[name].pull(
-            f"{report.node_dir}/out", dest, timeout=timeout, rsync=report.has_rsync
+class _Launch:
+    """One launch's state, phase by phase (what :func:`launch` drives)."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        spec: LaunchSpec,
+        *,
+        output: Path,
+        deadlines: Deadlines,
+        on_line: LineSink,
+        emit: EventSink,
+        sessions: SessionFactory,
+        run_id: str,
+    ) -> None:
+        self.cluster, self.spec, self.output, self.deadlines, self.emit = (
+            cluster,
+            spec,
+            output,
+            deadlines,
+            emit,
+        )
+        self.t0 = time.monotonic()
+        self.head_token = secrets.token_hex(8)
+        self.staging = staging_dir(output, run_id)
+        self.folders = {n.name: node_folder(self.staging, n.rank) for n in cluster.nodes}
+        for folder in self.folders.values():
+            folder.mkdir(parents=True, exist_ok=True)
+        outcomes = {
+            n.name: NodeOutcome(n, log=self.folders[n.name] / "launch.log") for n in cluster.nodes
+        }
+        addr = cluster.master_addr(spec.master_addr)
+        self.result = LaunchResult(run_id, outcomes, master_addr=addr, master_port=spec.master_port)
+        self.logs = _Logs(self.folders, on_line)
+        self.live = dict(sessions(cluster))
+        self.reports: dict[str, SetupReport] = {}
+        self.commands: dict[str, NodeCommand] = {}
+
+    @property
+    def outcomes(self) -> dict[str, NodeOutcome]:
+        return self.result.outcomes
+
+    def setup(self) -> bool:
+        """Set every node up; True when all of them are ready."""
+        self.reports = setup_nodes(
+            self.cluster,
+            self.live,
+            self.spec,
+            self.outcomes,
+            run_id=self.result.run_id,
+            probe_port=self.spec.master_port is None,
+            dry_run=False,
+            deadlines=self.deadlines,
+            head_token=self.head_token,
+        )
+        self.result.timings["setup"] = time.monotonic() - self.t0
+        _record_snapshots(self.result, self.folders, self.emit)
+        if len(self.reports) < len(self.cluster.nodes):
+            self.emit(f"setup failed: {self.result.summary()}")
+            return False
+        return True
+
+    def run(self) -> None:
+        """Start every node's torchrun and wait (kill-on-bad-exit, run deadline)."""
+        result = self.result
+        result.master_port = self.spec.master_port or self.reports[self.cluster.head.name].port
+        addr, port = str(result.master_addr), int(result.master_port or 0)
+        self.commands = _commands(
+            self.cluster, self.spec, self.reports, run_id=result.run_id, addr=addr, port=port
+        )
+        self.emit(
+            f"setup done in {result.timings['setup']:.2f} s; rendezvous {addr}:{port}; "
+            f"starting {len(self.commands)} node(s)"
+        )
+        phase = RunPhase(
+            self.live,
+            self.commands,
+            self.outcomes,
+            run_id=result.run_id,
+            deadlines=self.deadlines,
+            on_line=self.logs.line,
+            on_event=self.emit,
+            t0=self.t0,
+        )
+        try:
+            phase.run()
+        finally:
+            if phase.all_started_s is not None:
+                result.timings["all_started"] = phase.all_started_s
+            result.timings["run"] = time.monotonic() - self.t0 - result.timings["setup"]
+
+    def finish(self) -> None:
+        """Teardown, collection and the final name — whatever happened before."""
+        result = self.result
+        try:
+            t = time.monotonic()
+            found = self._teardown()
+            result.timings["teardown"] = time.monotonic() - t
+            t = time.monotonic()
+            timeout = (
+                min(self.deadlines.collect, 30.0) if result.interrupted else self.deadlines.collect
+            )
+            shared = frozenset(
+                n
+                for n, seen in found.items()
+                if seen.get("shares_head") and n != self.cluster.head.name
+            )
+            self._collect(self._sources(found), timeout=timeout, shared=shared)
+            result.timings["collect"] = time.monotonic() - t
+        finally:
+            for session in self.live.values():
+                session.close()
+            self.logs.close()
+            result.run_dir = finalize(self.staging, self.output, result.run_id)
+            for out in self.outcomes.values():
+                out.log = node_folder(result.run_dir, out.node.rank) / "launch.log"
+            result.timings["total"] = time.monotonic() - self.t0
+            record = result.to_dict()
+            record["commands"] = {name: c.describe() for name, c in self.commands.items()}
+            atomic_write(
+                result.run_dir / "launch.json", json.dumps(record, indent=1, default=str) + "\n"
+            )
+            self.emit(f"{result.status}: results in {result.run_dir}")
+
+    def _teardown(self) -> dict[str, dict[str, Any]]:
+        # Every node where setup was attempted; a node never connected to has nothing to stop.
+        attempted = {
+            n.name: self.reports[n.name].node_dir
+            if n.name in self.reports
+            else node_dir(n, self.result.run_id)
+            for n in self.cluster.nodes
+            if self.outcomes[n.name].status != "unreachable"
+        }
+        head = self.reports.get(self.cluster.head.name)
+        return teardown_nodes(
+            self.live,
+            self.outcomes,
+            run_id=self.result.run_id,
+            dirs=attempted,
+            deadlines=self.deadlines,
+            head=(head.node_dir, self.head_token) if head else None,
         )
 
-    for name, res in run_parallel(
-        list(reports), one, timeout=timeout + 5.0, name="aorta-collect"
-    ).items():
-        if isinstance(res, Done):
-            outcomes[name].collected = res.value
-        elif isinstance(res, TimedOut):
-            outcomes[name].collected = f"not collected: still copying after {timeout:g} s"
-        else:
-            outcomes[name].collected = f"not collected: {res.error}"
+    def _sources(self, found: Mapping[str, Mapping[str, Any]]) -> dict[str, list[str]]:
+        """What to pull from each node: its own output folder and — when it does not share the
+        head's file system — the head's output path, where its ranks wrote into the run
+        directory rank 0 published (the engine's per-rank traces and logs)."""
+        head = self.reports.get(self.cluster.head.name)
+        sources: dict[str, list[str]] = {}
+        for name, report in self.reports.items():
+            sources[name] = [f"{report.node_dir}/out"]
+            seen = found.get(name, {})
+            if (
+                head
+                and name != self.cluster.head.name
+                and seen.get("head_out")
+                and not seen.get("shares_head")
+            ):
+                sources[name].append(f"{head.node_dir}/out")
+        return sources
+
+    def _collect(
+        self, sources: Mapping[str, list[str]], *, timeout: float, shared: frozenset[str]
+    ) -> None:
+        def one(name: str, cancel: threading.Event) -> str:
+            session, report = self.live[name], self.reports[name]
+            dest = node_folder(self.staging, session.node.rank)
+            how = [
+                session.pull(src, dest, timeout=timeout, rsync=report.has_rsync)
+                for src in sources[name]
+            ]
+            note = " (shares the head's file system: its ranks wrote into the run directory)"
+            return " + ".join(how) + (note if name in shared else "")
+
+        for name, res in run_parallel(
+            list(sources), one, timeout=timeout + 5.0, name="aorta-collect"
+        ).items():
+            if isinstance(res, Done):
+                self.outcomes[name].collected = res.value
+            elif isinstance(res, TimedOut):
+                self.outcomes[name].collected = f"not collected: still copying after {timeout:g} s"
+            else:
+                self.outcomes[name].collected = f"not collected: {res.error}"
 
 
 def launch(
@@ -244,69 +403,27 @@ def launch(
     >>> spec.requires
     ()
     """
-    emit = on_event or _ignore
-    run_id = run_id or new_run_id()
-    addr = cluster.master_addr(spec.master_addr)
-    t0 = time.monotonic()
-    staging = staging_dir(output, run_id)
-    folders = {n.name: node_folder(staging, n.rank) for n in cluster.nodes}
-    for folder in folders.values():
-        folder.mkdir(parents=True, exist_ok=True)
-    outcomes = {n.name: NodeOutcome(n, log=folders[n.name] / "launch.log") for n in cluster.nodes}
-    result = LaunchResult(run_id, outcomes, master_addr=addr, master_port=spec.master_port)
-    logs = _Logs(folders, on_line or _ignore)
-    live = dict((sessions or ssh_sessions)(cluster))
-    reports: dict[str, SetupReport] = {}
-    commands: dict[str, NodeCommand] = {}
+    state = _Launch(
+        cluster,
+        spec,
+        output=Path(output),
+        deadlines=deadlines,
+        on_line=on_line or _ignore,
+        emit=on_event or _ignore,
+        sessions=sessions or ssh_sessions,
+        run_id=run_id or new_run_id(),
+    )
     try:
-        reports = setup_nodes(
-            cluster,
-            live,
-            spec,
-            outcomes,
-            run_id=run_id,
-            probe_port=spec.master_port is None,
-            dry_run=False,
-            deadlines=deadlines,
-        )
-        result.timings["setup"] = time.monotonic() - t0
-        _record_snapshots(result, folders, emit)
-        if len(reports) == len(cluster.nodes):
-            result.master_port = spec.master_port or reports[cluster.head.name].port
-            commands = _commands(
-                cluster, spec, reports, run_id=run_id, addr=addr, port=int(result.master_port or 0)
-            )
-            emit(
-                f"setup done in {result.timings['setup']:.2f} s; rendezvous {addr}:{result.master_port}; starting {len(commands)} node(s)"
-            )
-            phase = RunPhase(
-                live,
-                commands,
-                outcomes,
-                run_id=run_id,
-                deadlines=deadlines,
-                on_line=logs.line,
-                on_event=emit,
-                t0=t0,
-            )
-            try:
-                phase.run()
-            finally:
-                if phase.all_started_s is not None:
-                    result.timings["all_started"] = phase.all_started_s
-                result.timings["run"] = time.monotonic() - t0 - result.timings["setup"]
-        else:
-            emit(f"setup failed: {result.summary()}")
+        if state.setup():
+            state.run()
     except KeyboardInterrupt:
-        result.interrupted = True
+        state.result.interrupted = True
         raise
     finally:
-        _finish(
-            cluster, live, reports, commands, result, logs, staging, output, deadlines, emit, t0
-        )
-    if result.status != "complete":
-        raise LaunchFailed(result)
-    return result
+        state.finish()
+    if state.result.status != "complete":
+        raise LaunchFailed(state.result)
+    return state.result
 
 
 def _record_snapshots(result: LaunchResult, folders: Mapping[str, Path], emit: EventSink) -> None:
@@ -315,53 +432,8 @@ def _record_snapshots(result: LaunchResult, folders: Mapping[str, Path], emit: E
             atomic_write(folders[name] / "host_env.json", json.dumps(out.snapshot, indent=1) + "\n")
     result.skew = compare({name: o.snapshot for name, o in result.outcomes.items()})
     if result.skew:
-        emit(
-            f"warning: nodes differ in {len(result.skew)} setting(s): {', '.join(sorted(result.skew)[:6])} (see launch.json)"
-        )
-
-
-def _finish(
-    cluster: Cluster,
-    live: Mapping[str, NodeSession],
-    reports: Mapping[str, SetupReport],
-    commands: Mapping[str, NodeCommand],
-    result: LaunchResult,
-    logs: _Logs,
-    staging: Path,
-    output: str | Path,
-    deadlines: Deadlines,
-    emit: EventSink,
-    t0: float,
-) -> None:
-    """Teardown, collection and the final name — run whatever happened before."""
-    outcomes = result.outcomes
-    try:
-        attempted = {
-            n.name: reports[n.name].node_dir if n.name in reports else node_dir(n, result.run_id)
-            for n in cluster.nodes
-            if outcomes[n.name].status != "unreachable"
-        }
-        t = time.monotonic()
-        teardown_nodes(live, outcomes, run_id=result.run_id, dirs=attempted, deadlines=deadlines)
-        result.timings["teardown"] = time.monotonic() - t
-        t = time.monotonic()
-        timeout = min(deadlines.collect, 30.0) if result.interrupted else deadlines.collect
-        _collect(live, reports, outcomes, staging, timeout=timeout)
-        result.timings["collect"] = time.monotonic() - t
-    finally:
-        for session in live.values():
-            session.close()
-        logs.close()
-        result.run_dir = finalize(staging, output, result.run_id)
-        for out in outcomes.values():
-            out.log = node_folder(result.run_dir, out.node.rank) / "launch.log"
-        result.timings["total"] = time.monotonic() - t0
-        record = result.to_dict()
-        record["commands"] = {name: c.describe() for name, c in commands.items()}
-        atomic_write(
-            result.run_dir / "launch.json", json.dumps(record, indent=1, default=str) + "\n"
-        )
-        emit(f"{result.status}: results in {result.run_dir}")
+        keys = ", ".join(sorted(result.skew)[:6])
+        emit(f"warning: nodes differ in {len(result.skew)} setting(s): {keys} (see launch.json)")
 
 
 @dataclass
