@@ -195,9 +195,20 @@ def test_two_node_two_process_gloo_sweep_writes_one_run_directory(
     recipe.write_text(DISTRIBUTED_RECIPE)
     cluster = farm.write_cluster(tmp_path / "cluster.json")
     out_dir = tmp_path / "out"
+    deadlines = ["--run-timeout", "240", "--setup-timeout", "30"]
     code = main(
-        ["launch", "-c", str(cluster), "-r", str(recipe), "--nproc-per-node", "2"]
-        + ["-o", str(out_dir), "--run-timeout", "240", "--setup-timeout", "30"]
+        [
+            "launch",
+            "-c",
+            str(cluster),
+            "-r",
+            str(recipe),
+            "--nproc-per-node",
+            "2",
+            "-o",
+            str(out_dir),
+            *deadlines,
+        ]
     )
     captured = capsys.readouterr()
     assert code == ExitCode.OK, captured.err
