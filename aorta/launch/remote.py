@@ -24,7 +24,6 @@ from __future__ import annotations
 import codecs
 import collections
 import contextlib
-import select
 import socket
 import time
 from collections.abc import Callable
@@ -215,9 +214,11 @@ class SshSession:
     def _pump(
         self, chan: Any, deadline: float | None, on_line: Callable[[str], None] | None
     ) -> ExecResult:
+        # Event-driven, not polled: a blocking recv returns as soon as data or EOF arrives, then
+        # the exit status is awaited on paramiko's status event. The short timeouts only bound
+        # how late a deadline is noticed and how long stderr waits to be drained.
         tail: collections.deque[str] = collections.deque(maxlen=40)
-        out = bytearray()
-        err = bytearray()
+        out, err = bytearray(), bytearray()
         lines = None
         if on_line is not None:
 
@@ -226,37 +227,39 @@ class SshSession:
                 on_line(line)
 
             lines = LineBuffer(emit)
-        while True:
-            got = False
-            if chan.recv_ready():
+
+        def tick() -> float:
+            if deadline is None:
+                return _POLL_S
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise RemoteTimeout(f"{self._where()}: still running at the deadline")
+            return min(_POLL_S, left)
+
+        while True:  # stdout until EOF
+            chan.settimeout(tick())
+            try:
                 data = chan.recv(_CHUNK)
-                got = True
-                if lines is not None:
-                    lines.feed(data)
-                else:
-                    out += data
-            if chan.recv_stderr_ready():
+            except TimeoutError:
+                data = None
+            while chan.recv_stderr_ready():
                 err += chan.recv_stderr(_CHUNK)
-                got = True
-            if got:
-                continue
-            if chan.exit_status_ready():
+            if data == b"":
                 break
+            if data is not None and lines is not None:
+                lines.feed(data)
+            elif data is not None:
+                out += data
+        while not chan.status_event.wait(tick()):
             if chan.closed:
                 raise RemoteError(
                     f"{self._where()}: the connection closed before the command ended"
                 )
-            if deadline is not None and time.monotonic() > deadline:
-                raise RemoteTimeout(f"{self._where()}: still running at the deadline")
-            wait = (
-                _POLL_S if deadline is None else max(0.0, min(_POLL_S, deadline - time.monotonic()))
-            )
-            select.select([chan], [], [], wait)
+        while chan.recv_stderr_ready():
+            err += chan.recv_stderr(_CHUNK)
         if lines is not None:
             lines.close()
-            stdout = "\n".join(tail)
-        else:
-            stdout = out.decode("utf-8", "replace")
+        stdout = "\n".join(tail) if lines is not None else out.decode("utf-8", "replace")
         return ExecResult(chan.recv_exit_status(), stdout, err.decode("utf-8", "replace"))
 
     def exec_fresh(
