@@ -169,8 +169,8 @@ def test_ctrl_c_stops_every_node_and_exits_interrupted(
             time.sleep(0.05)
 
     threading.Thread(target=interrupt_when_running, daemon=True).start()
-    # The probe command is the sweep's: without the engine the remote sweep exits at once, so the
-    # nodes run the worker directly through the launch library's plain mode instead.
+    # Ctrl-C through the library, on two nodes running the worker directly (plain mode); the
+    # SIGTERM test below goes through the CLI and the sweep engine.
     from aorta.launch import Cluster, LaunchSpec, launch
 
     the_cluster = Cluster.from_dict(farm.cluster_dict())
@@ -183,6 +183,47 @@ def test_ctrl_c_stops_every_node_and_exits_interrupted(
     assert {n["status"] for n in data["nodes"].values()} == {"interrupted"}
     assert wait_gone(f"AORTA_RUN_ID={data['run_id']}", timeout=0.0) == []
     assert cluster.is_file()
+
+
+@needs_sshd
+@needs_venv
+def test_sigterm_stops_the_nodes_and_exits_interrupted(
+    farm: SshdFarm, tmp_path: Path, recipe: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cluster = farm.write_cluster(tmp_path / "cluster.json", nodes=farm.nodes[:1])
+    out_dir = tmp_path / "out"
+    # the trial's command; `; :` keeps sh alive (no exec), with a marker to find it by
+    probe = f"sh\0-c\0sleep 1000; :\0aorta-sigterm-{os.getpid()}\0"
+
+    def terminate_when_the_trial_runs() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if _running(probe):
+                os.kill(os.getpid(), signal.SIGTERM)  # what a scheduler's time limit does
+                return
+            time.sleep(0.1)
+
+    threading.Thread(target=terminate_when_the_trial_runs, daemon=True).start()
+    args = ["-c", str(cluster), "-r", str(recipe), "-o", str(out_dir), "--run-timeout", "120"]
+    code = main(["launch", *args, "--", *probe.rstrip("\0").split("\0")])
+    assert code == ExitCode.INTERRUPTED
+    assert "launch: interrupted: results in" in capsys.readouterr().err
+    (record,) = out_dir.glob("LAUNCH-CLI/*/*/launch.json")  # the trial had begun: a run dir
+    data = json.loads(record.read_text())
+    assert data["status"] == "interrupted" and data["nodes"]["node0"]["status"] == "interrupted"
+    assert wait_gone(f"AORTA_RUN_ID={data['run_id']}", timeout=0.0) == []
+    assert not _running(probe)
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # restored
+
+
+def _running(cmdline: str) -> bool:
+    for path in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if path.read_bytes() == cmdline.encode():
+                return True
+        except OSError:
+            continue
+    return False
 
 
 @needs_sshd

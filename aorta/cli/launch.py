@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -44,6 +47,23 @@ class _Printer:
     def event(self, text: str) -> None:
         with self.lock:
             print(f"launch: {text}", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM (a scheduler or CI job timeout stopping us) tears the nodes down like Ctrl-C."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _print_dry_run(report: DryRun) -> None:
@@ -206,13 +226,14 @@ def launch(
             raise AortaError(f"dry run: {len(bad)} node(s) not ready: {'; '.join(bad)}")
         return ExitCode.OK
     # A failed node raises LaunchFailed (exit code ERROR) after teardown and collection.
-    result = run(
-        the_cluster,
-        spec,
-        output=output,
-        deadlines=deadlines,
-        on_line=printer.line,
-        on_event=printer.event,
-    )
+    with _sigterm_as_interrupt():
+        result = run(
+            the_cluster,
+            spec,
+            output=output,
+            deadlines=deadlines,
+            on_line=printer.line,
+            on_event=printer.event,
+        )
     print(f"Wrote results of {len(result.outcomes)} node(s) to {result.run_dir}")
     return ExitCode.OK
