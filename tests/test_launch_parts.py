@@ -274,6 +274,51 @@ def test_node_helper_kill_takes_the_whole_tree_even_setsid_grandchildren(tmp_pat
         wrapper.kill()
 
 
+def _cmdlines_with(text: str) -> list[int]:
+    found = []
+    for path in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if text.encode() in path.read_bytes():
+                found.append(int(path.parent.name))
+        except (OSError, ValueError):
+            continue
+    return [pid for pid in found if pid != os.getpid()]
+
+
+def test_the_watchdog_stops_the_run_when_its_channel_closes(tmp_path: Path) -> None:
+    cluster = _cluster(tmp_path, n=1)
+    run_id = f"dog-{uuid.uuid4().hex[:8]}"
+    spec = LaunchSpec(
+        argv=(PY, "-c", "import time; print('up', flush=True); time.sleep(1000)"), torchrun=False
+    )
+    line, stdin = setup_command(cluster.head, spec, run_id=run_id, probe_port=False)
+    ndir = json.loads(_sh("sh", line, stdin=stdin).stdout.splitlines()[-1])["node_dir"]
+    cmd = run_command(
+        cluster, cluster.head, spec, run_id=run_id, node_dir=ndir, master_addr="h", master_port=1
+    )
+    # stdin is a pipe we hold, like the SSH channel the launch keeps open
+    wrapper = subprocess.Popen(
+        ["sh", "-c", cmd.remote], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert wrapper.stdout is not None and wrapper.stdin is not None
+        assert wrapper.stdout.readline().startswith(STARTED_MARKER)
+        assert wrapper.stdout.readline().strip() == "up"
+        time.sleep(0.3)
+        assert processes_with_env(f"AORTA_RUN_ID={run_id}"), "the program should still run"
+        wrapper.stdin.close()  # the orchestrator went away
+        assert wait_gone(f"AORTA_RUN_ID={run_id}", timeout=10.0) == []
+        assert wrapper.wait(timeout=10) != 0
+        deadline = time.monotonic() + 5
+        while _cmdlines_with(ndir) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _cmdlines_with(ndir) == []  # the watchdog itself ended too
+    finally:
+        for pid in processes_with_env(f"AORTA_RUN_ID={run_id}"):
+            os.kill(pid, 9)
+        wrapper.kill()
+
+
 class LocalSession:
     """A node reached without SSH: commands run in a local shell (the launch takes any session)."""
 
@@ -290,6 +335,7 @@ class LocalSession:
         stdin: bytes | None = None,
         timeout: float | None = None,
         on_line: Callable[[str], None] | None = None,
+        keep_stdin_open: bool = False,
     ) -> ExecResult:
         proc = subprocess.Popen(
             ["sh", "-c", command],
@@ -299,7 +345,9 @@ class LocalSession:
         )
         assert proc.stdin and proc.stdout
         proc.stdin.write(stdin or b"")
-        proc.stdin.close()
+        proc.stdin.flush()
+        if not keep_stdin_open:
+            proc.stdin.close()
         deadline = None if timeout is None else time.monotonic() + timeout
         out = bytearray()
         lines = LineBuffer(on_line) if on_line else None
@@ -319,7 +367,10 @@ class LocalSession:
         if lines:
             lines.close()
         err = proc.stderr.read().decode() if proc.stderr else ""
-        return ExecResult(proc.wait(), out.decode(), err)
+        code = proc.wait()
+        if not proc.stdin.closed:
+            proc.stdin.close()  # the channel closes: a watchdog on it runs its kill
+        return ExecResult(code, out.decode(), err)
 
     def exec_fresh(
         self, command: str, *, stdin: bytes | None = None, timeout: float | None = None

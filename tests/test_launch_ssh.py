@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -27,7 +29,7 @@ from tests.launch_fixtures import (
     ssh_key_fixture,  # noqa: F401 - fixture
     worker,
 )
-from tests.sshd import SshdFarm
+from tests.sshd import REPO, SshdFarm, processes_with_env, wait_gone
 
 pytestmark = [needs_sshd, needs_venv]
 
@@ -235,6 +237,33 @@ def test_ranks_writing_into_the_heads_run_dir_path_on_their_own_disk_are_collect
     assert (result.run_dir / "combined_traces" / "node_1" / trace).is_file()
     assert result.outcomes["node1"].collected == "rsync + rsync"
     assert_nothing_left(result)
+
+
+def test_nodes_stop_by_themselves_when_the_orchestrator_dies(
+    farm: SshdFarm, tmp_path: Path
+) -> None:
+    # No teardown can run in a SIGKILLed launcher: each node's watchdog sees its SSH channel
+    # close and runs the kill itself.
+    cluster_file = farm.write_cluster(tmp_path / "cluster.json")
+    run_id = new_run_id()
+    script = (
+        f"import sys; sys.path.insert(0, {str(REPO)!r})\n"
+        "from aorta.launch import LaunchSpec, launch, load_cluster\n"
+        f"spec = LaunchSpec(argv={plain('hang-on', 'all')!r}, torchrun=False)\n"
+        f"launch(load_cluster({str(cluster_file)!r}), spec, output={str(tmp_path / 'out')!r}, run_id={run_id!r})\n"
+    )
+    orchestrator = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while len(processes_with_env(f"AORTA_RUN_ID={run_id}")) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(processes_with_env(f"AORTA_RUN_ID={run_id}")) == 2  # one worker per node
+    finally:
+        orchestrator.kill()
+        orchestrator.wait(timeout=10)
+    assert wait_gone(f"AORTA_RUN_ID={run_id}", timeout=15.0) == []
 
 
 def test_dry_run_checks_every_node_and_starts_nothing(cluster: Cluster, farm: SshdFarm) -> None:

@@ -9,7 +9,9 @@ things ``setup`` reports).
   the launch ships (the recipe), snapshot the environment (versions read without importing
   torch, so it takes milliseconds), probe a free TCP port when asked (the head, for the
   rendezvous), and list required modules that are missing.
-* ``kill`` — stop what the launch started on this node: drop a ``cancel`` marker (a wrapper
+* ``kill`` — stop what the launch started on this node (run by the launch over a second
+  connection, or by the run's watchdog from ``<node dir>/helper.py`` when the orchestrator's
+  connection closes): drop a ``cancel`` marker (a wrapper
   not yet started will not start), then SIGTERM every process of the run's session (pid file)
   and every process whose environment carries this run's and node's identity (torchrun puts
   its workers in sessions of their own), SIGKILL what is left after the grace period, and scan
@@ -210,6 +212,10 @@ def setup(req):
         for name, payload in sorted(req.get("files", {}).items()):
             with open(os.path.join(node_dir, name), "wb") as fh:
                 fh.write(binascii.a2b_base64(payload))
+        if req.get("kill"):
+            # What the run's watchdog hands to `helper.py kill` if the orchestrator goes away.
+            with open(os.path.join(node_dir, "kill.json"), "w") as fh:
+                json.dump(dict(req["kill"], node_dir=node_dir), fh)
     workdir = req.get("workdir") or "."
     out["workdir"] = os.path.abspath(os.path.expanduser(workdir))
     if not req.get("dry_run"):
@@ -231,13 +237,15 @@ def _stat(pid):
     return fields[0], int(fields[3])  # state, session id
 
 
-def _matches(pid, marks):
+WATCHDOG_MARK = b"AORTA_LAUNCH_WATCHDOG=1"  # aorta.launch.command.WATCHDOG_MARK
+
+
+def _environ(pid):
     try:
         with open(f"/proc/{pid}/environ", "rb") as fh:
-            entries = set(fh.read().split(b"\0"))
+            return set(fh.read().split(b"\0"))
     except OSError:
-        return False
-    return all(mark in entries for mark in marks)
+        return set()
 
 
 def _targets(session, marks, spare):
@@ -249,7 +257,10 @@ def _targets(session, marks, spare):
         st = _stat(pid)
         if st is None or st[0] in ("Z", "X"):  # zombies are dead; their parent reaps them
             continue
-        if (session and st[1] == session) or _matches(pid, marks):
+        env = _environ(pid)
+        if WATCHDOG_MARK in env:
+            continue
+        if (session and st[1] == session) or all(mark in env for mark in marks):
             found.append(pid)
     return found
 

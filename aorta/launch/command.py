@@ -53,6 +53,10 @@ __all__ = [
 LAUNCH_DIR = ".aorta-launch"
 #: Printed by the wrapper right before it execs the program (torchrun); never shown to users.
 STARTED_MARKER = "__aorta_launch_started__"
+#: In the environment of a run's watchdog, which every kill leaves alone (it ends by itself
+#: when the launch's SSH channel closes, after running one last kill).
+WATCHDOG_MARK = "AORTA_LAUNCH_WATCHDOG=1"
+_WATCHDOG = 'cat <&3 >/dev/null; "$0" "$1" kill <"$2"'
 #: Identity variables torchrun sets: removed from the login environment so a stale export in a
 #: shell profile can never reach a worker. (``*_VISIBLE_DEVICES`` stay: they describe the node.)
 TORCHRUN_OWNED = tuple(
@@ -201,17 +205,30 @@ def run_command(
     The remote line ``cd``s to the workdir, then runs the program in a new session (``setsid``)
     whose leader writes ``<node_dir>/pid`` — unless ``<node_dir>/cancel`` exists, i.e. the launch
     was already stopped — prints :data:`STARTED_MARKER` and execs ``env -u <identity> K=V ...
-    <program>``. Stopping it later is :func:`kill_command`'s job, from another connection.
+    <program> </dev/null``. Stopping it is :func:`kill_command`'s job, from another connection.
+
+    A watchdog stays on the command's stdin (the SSH channel, which the launch keeps open):
+    when it closes — the launch ended, or the orchestrator died or lost the network — the
+    watchdog runs ``<node_dir>/helper.py kill`` (written by setup), so nothing outlives its
+    launcher.
     """
     env = node_env(node, spec, run_id=run_id, node_dir=node_dir)
     unset = TORCHRUN_OWNED
     argv = _program(cluster, node, spec, node_dir, (master_addr, master_port))
     q = shlex.quote
+    # An asynchronous list reads /dev/null, so the channel reaches the watchdog as fd 3; the
+    # marker variable keeps the kill it runs (and every other kill) from counting it.
+    watchdog = (
+        f"exec 3<&0; env {WATCHDOG_MARK} sh -c {q(_WATCHDOG)} "
+        f"{q(node.python)} {q(node_dir + '/helper.py')} {q(node_dir + '/kill.json')} "
+        ">/dev/null 2>&1 &"
+    )
     inner = (
         f"test -e {q(node_dir + '/cancel')} && exit 143; "
         f"echo $$ > {q(node_dir + '/pid')}; "
+        f"{watchdog} "
         f"echo {STARTED_MARKER} $$; "
-        f"exec {_env_prefix(env, unset)} {shlex.join(argv)}"
+        f"exec {_env_prefix(env, unset)} {shlex.join(argv)} </dev/null 3<&-"
     )
     workdir = cwd or node.workdir
     remote = (
@@ -223,8 +240,17 @@ def run_command(
     )
 
 
+def _helper_source() -> str:
+    return resources.files("aorta.launch").joinpath("_remote.py").read_text()
+
+
+def _identity(node: Node, run_id: str) -> dict[str, str]:
+    # What every process of this run on this node carries in its environment.
+    return {envvars.RUN_ID: run_id, envvars.NODE_RANK: str(node.rank)}
+
+
 def _helper(node: Node, op: str, env: Mapping[str, str] | None = None) -> str:
-    source = resources.files("aorta.launch").joinpath("_remote.py").read_text()
+    source = _helper_source()
     prefix = _env_prefix(env, TORCHRUN_OWNED) + " " if env else ""
     return f"{prefix}{shlex.join([node.python, '-c', source, op])}"
 
@@ -247,10 +273,12 @@ def setup_command(
     :mod:`aorta.launch._remote`).
     """
     ndir = node_dir(node, run_id)
+    files = {**spec.files, "helper.py": _helper_source().encode()}
     request = {
         "node_dir": ndir,
         "workdir": node.workdir,
-        "files": {name: base64.b64encode(data).decode() for name, data in spec.files.items()},
+        "files": {name: base64.b64encode(data).decode() for name, data in files.items()},
+        "kill": {"match": _identity(node, run_id), "grace": 5.0},
         "requires": list(spec.requires),
         "probe_port": probe_port,
         "dry_run": dry_run,
@@ -277,7 +305,7 @@ def kill_command(
     """
     request: dict[str, object] = {
         "node_dir": node_dir,
-        "match": {envvars.RUN_ID: run_id, envvars.NODE_RANK: str(node.rank)},
+        "match": _identity(node, run_id),
         "grace": grace,
     }
     if head_dir:

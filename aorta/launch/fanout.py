@@ -280,7 +280,8 @@ class RunPhase:
             return
         limit = self.deadlines.run + self.deadlines.kill_grace + self.deadlines.teardown + 60.0
         try:
-            self.events.put(("exit", name, session.exec(cmd.remote, timeout=limit, on_line=line)))
+            result = session.exec(cmd.remote, timeout=limit, on_line=line, keep_stdin_open=True)
+            self.events.put(("exit", name, result))
         except BaseException as exc:
             self.events.put(("error", name, exc))
 

@@ -96,6 +96,7 @@ class NodeSession(Protocol):
         stdin: bytes | None = None,
         timeout: float | None = None,
         on_line: Callable[[str], None] | None = None,
+        keep_stdin_open: bool = False,
     ) -> ExecResult: ...
 
     def exec_fresh(
@@ -179,6 +180,7 @@ class SshSession:
         stdin: bytes | None = None,
         timeout: float | None = None,
         on_line: Callable[[str], None] | None = None,
+        keep_stdin_open: bool = False,
     ) -> ExecResult:
         """Run ``command`` (one shell line), feed it ``stdin``, wait for its exit status.
 
@@ -186,6 +188,8 @@ class SshSession:
         arrives; ``stdout`` of the result then holds the last 40 lines. Raises
         :class:`RemoteTimeout` past ``timeout`` seconds (the command may still run: stop it
         with :meth:`exec_fresh`), :class:`RemoteError` when the connection fails.
+        ``keep_stdin_open`` leaves the command's stdin open until the channel closes (a remote
+        watchdog waits for that end of file).
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         self.open()
@@ -202,7 +206,8 @@ class SshSession:
             chan.exec_command(command)
             if stdin:
                 chan.sendall(stdin)
-            chan.shutdown_write()
+            if not keep_stdin_open:
+                chan.shutdown_write()
             return self._pump(chan, deadline, on_line)
         except (RemoteError, KeyboardInterrupt):
             raise
