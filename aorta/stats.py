@@ -100,10 +100,12 @@ def trial_medians(
     --------
     >>> trial_medians(np.array([[9.0, 1.0, 2.0, 3.0], [5.0, 4.0, np.nan, np.nan]]), np.array([1, 0]))
     array([2. , 4.5])
-    >>> trial_medians(np.array([[9.0, np.nan]]), 1)
-    array([nan])
+    >>> trial_medians(np.array([[9.0, np.nan]]), 1), trial_medians(np.zeros((2, 0)))
+    (array([nan]), array([nan, nan]))
     """
     values = np.moveaxis(np.asarray(step_times, dtype=float), axis, -1)
+    if values.shape[-1] == 0:
+        return np.full(values.shape[:-1], np.nan)
     steps = np.arange(values.shape[-1])
     masked = np.where(steps >= np.asarray(warmup)[..., None], values, np.nan)
     # NaN sorts last: the k valid values of a row are its first k after sorting.
@@ -111,8 +113,6 @@ def trial_medians(
     k = np.sum(~np.isnan(ordered), axis=-1)
     lo = np.take_along_axis(ordered, np.maximum((k - 1) // 2, 0)[..., None], axis=-1)[..., 0]
     hi = np.take_along_axis(ordered, np.maximum(k // 2, 0)[..., None], axis=-1)[..., 0]
-    if ordered.shape[-1] == 0:
-        return np.full(k.shape, np.nan)
     return np.where(k > 0, (lo + hi) / 2, np.nan)
 
 
