@@ -501,6 +501,14 @@ class _Sweep:
             ) from None
         rows = self.write_matrix("complete")
         self.rd.update_manifest(status="complete", finished_at=utc_now())
+        # results.nc: the finished run as an xarray Dataset (aorta.dataset). Best effort: the
+        # records and matrix files are written, and `aorta.load_run` rebuilds it from them.
+        try:
+            from aorta.dataset import write_results
+
+            write_results(self.rd.path)
+        except (OSError, ValueError, ImportError, AortaError) as exc:
+            self.reporter.message(f"warning: results.nc not written: {exc}")
         self.reporter.close()
         ordered = [
             self.records[k]
