@@ -16,7 +16,9 @@ from typer import _click as click  # typer vendors click; its exceptions are the
 
 from aorta.errors import AortaError, ExitCode
 
+from . import compare as _compare
 from . import recipe as _recipe
+from . import report as _report
 from . import sweep as _sweep
 from . import workloads as _workloads
 
@@ -33,6 +35,8 @@ app = typer.Typer(
 app.add_typer(_recipe.app, name="recipe")
 app.add_typer(_sweep.app, name="sweep")
 app.add_typer(_workloads.app, name="workloads")
+app.command("compare")(_compare.compare)
+app.command("report")(_report.report)
 
 
 def _error(message: str) -> None:
