@@ -634,3 +634,8 @@ def require_baseline(df: pd.DataFrame) -> None:
         raise IncompleteMatrix(
             f"baseline cell {base.index[0]!r} has no usable trial: nothing to compare against"
         )
+
+
+from aorta import accessor as _accessor  # noqa: E402  registers ds.aorta
+
+del _accessor

@@ -272,6 +272,11 @@ def _permutation_p(x: np.ndarray, y: np.ndarray, rng: np.random.Generator) -> fl
 
     from scipy.stats import rankdata
 
+    # A canonical order of the two groups, so that swapping them (or reordering trials)
+    # draws the same relabellings; the two-sided statistic is symmetric.
+    x, y = np.sort(x), np.sort(y)
+    if (x.size, x.tolist()) > (y.size, y.tolist()):
+        x, y = y, x
     n, m = x.size, y.size
     ranks = rankdata(np.concatenate([x, y]))
     centre = n * (n + 1) / 2 + n * m / 2
