@@ -14,11 +14,8 @@ Trials run cell by cell. After each trial its record is written atomically; afte
 from __future__ import annotations
 
 import contextlib
-import glob
 import hashlib
 import os
-import re
-import shutil
 import signal
 import socket
 import threading
@@ -28,30 +25,30 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from aorta import envvars, procs
+from aorta.distributed import (
+    DistEnv,
+    LocalCoordinator,
+    StoreCoordinator,
+    choose_backend,
+    coordinator_for,
+    trial_endpoint,
+    trial_env,
+)
 from aorta.errors import AortaError, ExitCode, UsageError
 from aorta.matrix import CellSummary, matrix_json, matrix_markdown, summarize
-from aorta.planning import Cell, Plan, TrialKey, plan
+from aorta.planning import Plan, TrialKey, plan
 from aorta.progress import ProgressMode, Reporter, choose_reporter
 from aorta.recipe import Recipe, dump_recipe, load_recipe, recipe_from_data
-from aorta.record import TrialRecord, TrialStatus
+from aorta.record import RankOutcome, TrialRecord, TrialStatus, merge_ranks
 from aorta.registry import Registry
 from aorta.rundir import RunDir, utc_now
-from aorta.trial import Outcome, Watchdog, run_in_process, run_in_worker, workload_ref
-from aorta.workload import (
-    Isolation,
-    TrialContext,
-    UnknownWorkload,
-    Workload,
-    WorkloadCatalog,
-    resolve_isolation,
-)
+from aorta.runner import TrialRunner
+from aorta.workload import Isolation, UnknownWorkload, Workload, WorkloadCatalog, resolve_isolation
 
 __all__ = ["Interrupted", "Prepared", "SweepResult", "prepare", "sweep"]
-
-#: How long an in-process trial may overrun its deadline (stuck in native code) before the
-#: engine records it as a timeout and stops the sweep for a resume.
-STUCK_GRACE_S = 60.0
 
 
 class Interrupted(AortaError):
@@ -146,12 +143,16 @@ class SweepResult:
     baseline: str
     summaries: list[CellSummary]
     records: list[TrialRecord]
+    #: This process's rank: only rank 0 holds summaries and records.
+    rank: int = 0
 
     @property
     def exit_code(self) -> ExitCode:
-        """OK, or INCOMPLETE when the baseline has no usable trial."""
+        """OK, or INCOMPLETE when the baseline has no usable trial (rank 0 decides)."""
         if self.status == "interrupted":
             return ExitCode.INTERRUPTED
+        if self.rank != 0:
+            return ExitCode.OK
         base = next((s for s in self.summaries if s.name == self.baseline), None)
         if base is None or base.n_ok == 0:
             return ExitCode.INCOMPLETE
@@ -171,10 +172,6 @@ class SweepResult:
 
 
 # ------------------------------------------------------------------------------------------
-
-
-def _recipe_sha(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _event(record: TrialRecord, verdict: str) -> bool:
@@ -199,21 +196,54 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 
 
 class _Sweep:
-    """One sweep's state; :func:`sweep` builds it and calls :meth:`run`."""
+    """One sweep on this rank; :func:`sweep` builds it and calls :meth:`run`.
+
+    Every rank walks the same trials in the same order. For each trial rank 0 decides
+    (run, already done, skipped by ``stop_after``), every rank runs its part, and rank 0
+    merges the ranks' outcomes into the record it writes. With one process the coordinator
+    is local and the same loop runs.
+    """
 
     def __init__(
-        self, prepared: Prepared, rd: RunDir, reporter: Reporter, python: str | None
+        self,
+        prepared: Prepared,
+        rd: RunDir,
+        reporter: Reporter,
+        *,
+        coord: LocalCoordinator | StoreCoordinator,
+        dist: DistEnv,
+        python: str | None,
+        backend: str | None,
     ) -> None:
         self.p = prepared
         self.plan = prepared.plan
         self.recipe = prepared.plan.recipe
         self.rd = rd
         self.reporter = reporter
-        self.python = python
+        self.coord = coord
+        self.dist = dist
         self.records: dict[tuple[str, int], TrialRecord] = {}
         self.host = socket.gethostname()
+        self.writer = dist.rank == 0
+        self._warned: set[str] = set()
+        registered = ", ".join(prepared.catalog.names())
+        self.runner = TrialRunner(
+            self.plan,
+            rd,
+            workload=prepared.workload,
+            unknown_workload_error=f"unknown workload {self.plan.workload!r} (registered: {registered})",
+            isolation=prepared.isolation,
+            rank=dist.rank,
+            world_size=dist.world_size,
+            local_rank=dist.local_rank,
+            backend=backend,
+            python=python,
+            on_stuck=self._abandon,
+        )
+        # Waits on other ranks: a whole trial, its kill grace, and slack for a slow filesystem.
+        self.wait_s = self.plan.timeout_s + 2 * procs.DEFAULT_GRACE_S + 120.0
 
-    # -- files -----------------------------------------------------------------------------
+    # -- files (rank 0 only) ---------------------------------------------------------------
 
     def _header(self, status: str) -> dict[str, Any]:
         return {
@@ -222,39 +252,34 @@ class _Sweep:
             "run_dir": str(self.rd.path),
             "baseline": self.plan.baseline,
             "threshold": self.plan.threshold,
+            "world_size": self.dist.world_size,
             "status": status,
         }
 
-    def _cells_data(self) -> list[dict[str, Any]]:
-        return [c.to_dict() for c in self.plan.cells]
-
     def write_matrix(self, status: str) -> list[CellSummary]:
         rows = summarize(
-            self._cells_data(),
+            [c.to_dict() for c in self.plan.cells],
             self.records.values(),
             baseline=self.plan.baseline,
             threshold=self.plan.threshold,
         )
-        header = self._header(status)
-        self.rd.write_json("matrix.json", matrix_json(rows, header=header))
-        self.rd.write_text("matrix.md", matrix_markdown(rows, header=header))
+        if self.writer:
+            header = self._header(status)
+            self.rd.write_json("matrix.json", matrix_json(rows, header=header))
+            self.rd.write_text("matrix.md", matrix_markdown(rows, header=header))
         return rows
 
-    def write_preamble(self, resumed: bool) -> None:
-        from aorta.hostenv import snapshot
-
+    def write_preamble(self, resumed: bool, host_snapshots: list[dict[str, Any] | None]) -> None:
         text = dump_recipe(self.recipe)
-        redaction = self.recipe.redaction
-        snap_kw: dict[str, Any] = {}
-        if redaction is not None:
-            snap_kw = {
-                "scrub_keys": redaction.scrub_env_keys,
-                "scrub_paths": redaction.scrub_paths,
-                "scrub_ips": redaction.scrub_ip_addresses,
-            }
         if not resumed:
             self.rd.write_text("recipe.resolved.yaml", text)
-            self.rd.write_json("host_env.json", snapshot(**snap_kw))
+            mine = host_snapshots[0] if host_snapshots and host_snapshots[0] else {}
+            self.rd.write_json("host_env.json", mine)
+            others = {
+                s["host"]: s for s in host_snapshots[1:] if s and s.get("host") != mine.get("host")
+            }
+            for host, snap in others.items():
+                self.rd.write_json(f"host_env/{host}.json", snap)
         for cell in self.plan.cells:
             self.rd.write_json(f"cells/{cell.name}/cell.json", cell.to_dict())
         for env in {c.environment.name: c.environment for c in self.plan.cells}.values():
@@ -262,13 +287,14 @@ class _Sweep:
         manifest = {
             "schema_version": 1,
             "status": "running",
-            "recipe_sha256": _recipe_sha(text),
+            "recipe_sha256": hashlib.sha256(text.encode()).hexdigest(),
             "ticket": self.recipe.ticket,
             "workload": self.plan.workload,
             "host": self.host,
             "pid": os.getpid(),
             "aorta_version": _aorta_version(),
             "isolation": self.p.isolation,
+            "world_size": self.dist.world_size,
             "n_cells": len(self.plan.cells),
             "n_trials": self.plan.n_trials,
             "cells": {c.name: c.cell_id for c in self.plan.cells},
@@ -281,80 +307,103 @@ class _Sweep:
             manifest["started_at"] = utc_now()
             self.rd.write_json("manifest.json", manifest)
 
-    # -- trials ------------------------------------------------------------------------------
+    # -- one trial ---------------------------------------------------------------------------
 
-    def _context(self, key: TrialKey, deadline: float) -> TrialContext:
-        cell = key.cell
-        r = self.recipe
-        return TrialContext(
-            cell=cell.name,
+    def _decide(self, key: TrialKey) -> str:
+        """Rank 0: ``run``, ``done`` (a valid record exists) or ``skip:<why>``."""
+        if (key.cell.name, key.trial) in self.records:
+            return "done"
+        stop = self.plan.stop_after
+        if stop is not None:
+            events = sum(
+                _event(r, stop.event_verdict)
+                for (c, _), r in self.records.items()
+                if c == key.cell.name
+            )
+            if events >= stop.events:
+                return f"skip:stop_after: {events} {stop.event_verdict} trial(s) reached"
+        return "run"
+
+    def _record(
+        self, key: TrialKey, merged: dict[str, Any], started: str, wall: float | None
+    ) -> TrialRecord:
+        return TrialRecord(
+            cell=key.cell.name,
+            cell_id=key.cell.cell_id,
             trial=key.trial,
-            steps=cell.steps,
             seed=key.seed,
-            artifact_dir=self.rd.artifact_dir(cell.name, key.trial),
-            env=dict(cell.env),
-            deadline=deadline,
-            command=list(self.plan.command) if self.plan.command else None,
-            collect={c.name: dict(c.options) for c in cell.collect},
-            step_time_regex=r.step_time_regex,
-            env_passthrough_mode=r.env_passthrough_mode,
-            save_logs=r.save_logs,
-            isolated=self.p.isolation == "process",
-            environment=cell.environment.to_dict(),
+            workload=self.plan.workload,
+            wall_clock_s=wall,
+            isolation=self.p.isolation,
+            started_at=started,
+            finished_at=utc_now(),
+            host=self.host,
+            **merged,
         )
 
-    def _overlay(self, key: TrialKey) -> dict[str, str]:
-        art = self.rd.artifact_dir(key.cell.name, key.trial)
-        return {
-            **key.cell.env,
-            envvars.RUN_DIR: str(self.rd.path),
-            envvars.CELL: key.cell.name,
-            envvars.TRIAL: str(key.trial),
-            envvars.SEED: str(key.seed),
-            envvars.ARTIFACT_DIR: str(art),
-        }
+    def _skip(self, key: TrialKey, why: str) -> TrialRecord:
+        skipped = RankOutcome(rank=0, status=TrialStatus.DID_NOT_RUN, passed=False, error=why)
+        return self._record(key, merge_ranks([skipped], 1), utc_now(), None)
 
-    def _execute(self, key: TrialKey, ctx: TrialContext, overlay: dict[str, str]) -> Outcome:
-        cls = self.p.workload
-        if cls is None:
-            return Outcome(
-                TrialStatus.INFRASTRUCTURE_FAILED,
-                error=f"unknown workload {self.plan.workload!r} (registered: {', '.join(self.p.catalog.names())})",
-            )
-        if key.cell.environment.kind == "docker" and not cls.supports_docker:
-            return Outcome(
-                TrialStatus.INFRASTRUCTURE_FAILED,
-                error=f"workload {cls.name!r} cannot run in docker environment {key.cell.environment.name!r}",
-            )
-        config = dict(key.cell.workload_config)
-        if self.p.isolation == "process":
-            return run_in_worker(
-                workload_ref(cls), config, ctx, env={**os.environ, **overlay}, python=self.python
-            )
+    def _abort_check(self, seq: int) -> Any:
+        if not self.coord.distributed:
+            return None
 
-        def stuck() -> None:
-            self._abandon(key, ctx)
+        def check() -> tuple[TrialStatus, str] | None:
+            raw = self.coord.abort_reason(str(seq))
+            if raw is None:
+                return None
+            status, _, reason = raw.partition("|")
+            return TrialStatus(status), reason
 
-        with Watchdog(ctx.deadline, STUCK_GRACE_S, stuck):
-            return run_in_process(cls, config, ctx, overlay)
+        return check
 
-    def _abandon(self, key: TrialKey, ctx: TrialContext) -> None:
-        # Runs on the watchdog thread while the main thread is stuck in native code: record
-        # the timeout, leave the run resumable, and end the process (nothing else can).
-        record = self._record(
-            key,
-            Outcome(
-                TrialStatus.TIMEOUT,
+    def run_trial(self, seq: int, key: TrialKey) -> TrialRecord | None:
+        """Run trial ``seq`` on this rank; rank 0 returns the merged record."""
+        rendezvous: dict[str, str] = {}
+        if self.coord.distributed:
+            endpoint = trial_endpoint(self.coord, self.dist, seq, timeout_s=self.wait_s)
+            rendezvous = trial_env(endpoint)
+        started = utc_now()
+        t0 = time.monotonic()
+        mine = self.runner.run(key, rendezvous=rendezvous, abort=self._abort_check(seq))
+        if self.coord.distributed and not mine.completed:
+            # This rank's trial died (crash, setup failure, deadline): release the peers now
+            # rather than leave them in a collective that can never complete.
+            reason = f"rank {self.dist.rank}'s trial ended: {mine.error}"
+            self.coord.raise_abort(str(seq), f"{mine.status.value}|{reason}")
+        gathered = self.coord.gather(
+            f"trial/{seq}/outcome", mine.model_dump(mode="json"), timeout_s=self.wait_s
+        )
+        if gathered is None:
+            return None
+        outcomes = [RankOutcome.model_validate(g) if g is not None else None for g in gathered]
+        merged = merge_ranks(outcomes, self.dist.world_size)
+        return self._record(key, merged, started, time.monotonic() - t0)
+
+    def _say_new_warnings(self, record: TrialRecord) -> None:
+        # Loud once (unknown config keys, cleanup errors…), recorded in every record.
+        for warning in record.warnings:
+            if warning not in self._warned:
+                self._warned.add(warning)
+                self.reporter.message(f"warning: {record.cell}: {warning}")
+
+    def _abandon(self, key: TrialKey) -> None:
+        # On the watchdog thread while the main thread is stuck in native code: record the
+        # timeout, leave the run resumable, end the process (nothing else can).
+        if self.writer:
+            timeout = RankOutcome(
+                rank=self.dist.rank,
+                status=TrialStatus.TIMEOUT,
+                passed=False,
                 error="stuck in native code past the deadline; the sweep was stopped",
-            ),
-            0.0,
-            utc_now(),
-        )
-        self.rd.write_trial(record)
-        self.records[(key.cell.name, key.trial)] = record
-        with contextlib.suppress(Exception):
-            self.write_matrix("interrupted")
-            self.rd.update_manifest(status="interrupted", finished_at=utc_now())
+            )
+            record = self._record(key, merge_ranks([timeout], 1), utc_now(), None)
+            with contextlib.suppress(Exception):
+                self.rd.write_trial(record)
+                self.records[(key.cell.name, key.trial)] = record
+                self.write_matrix("interrupted")
+                self.rd.update_manifest(status="interrupted", finished_at=utc_now())
         self.reporter.message(
             f"aorta: {key.cell.name} trial {key.trial} is stuck past its deadline in native code; recorded as timeout. "
             f"Resume with: aorta sweep resume {self.rd.path}  (trial_isolation: process survives such hangs)"
@@ -362,119 +411,7 @@ class _Sweep:
         procs.reap_all()
         os._exit(int(ExitCode.INTERRUPTED))
 
-    def _collect_paths(self, overlay: dict[str, str], art: Path) -> dict[str, str]:
-        found: dict[str, str] = {}
-        env = {**os.environ, **overlay}
-        for pattern in self.recipe.collect_paths:
-            expanded = _expand(pattern, env)
-            for src in sorted(glob.glob(expanded)):
-                path = Path(src)
-                if not path.is_file():
-                    continue
-                try:
-                    path.resolve().relative_to(art.resolve())
-                    found[path.name] = self.rd.relative(path)
-                    continue
-                except ValueError:
-                    pass
-                dest = art / "collected" / path.name
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                with contextlib.suppress(OSError):
-                    shutil.copy2(path, dest)
-                    found[f"collected/{path.name}"] = self.rd.relative(dest)
-        return found
-
-    def _record(self, key: TrialKey, outcome: Outcome, wall: float, started: str) -> TrialRecord:
-        res = outcome.result
-        art = self.rd.artifact_dir(key.cell.name, key.trial)
-        artifacts: dict[str, str] = {}
-        if art.is_dir():
-            for p in sorted(art.rglob("*")):
-                if p.is_file():
-                    artifacts[p.relative_to(art).as_posix()] = self.rd.relative(p)
-        return TrialRecord(
-            cell=key.cell.name,
-            cell_id=key.cell.cell_id,
-            trial=key.trial,
-            seed=key.seed,
-            workload=self.plan.workload,
-            status=outcome.status,
-            passed=outcome.status is TrialStatus.OK,
-            failure_count=(
-                res.failure_count if res else int(outcome.status is TrialStatus.WORKLOAD_FAILED)
-            ),
-            failure_details=[f.to_dict() for f in res.failure_details] if res else [],
-            step_times_ms=res.step_times_ms if res else [],
-            elapsed_sec=res.elapsed_sec if res else None,
-            wall_clock_s=wall,
-            total_iterations=res.total_iterations if res else None,
-            executed_iterations=res.executed_iterations if res else None,
-            configured_iterations=res.configured_iterations if res else None,
-            main_work_started=outcome.main_work_started,
-            metrics=res.metrics if res else {},
-            info=res.info if res else {},
-            warmup_steps=res.warmup_steps if res else 0,
-            error=outcome.error,
-            hint=outcome.hint,
-            warnings=outcome.warnings,
-            exit_code=outcome.exit_code,
-            isolation=self.p.isolation,
-            started_at=started,
-            finished_at=utc_now(),
-            host=self.host,
-            world_size=1,
-            ranks=[],
-            artifacts=artifacts,
-        )
-
-    def run_trial(self, key: TrialKey) -> TrialRecord:
-        deadline = time.monotonic() + self.plan.timeout_s
-        ctx = self._context(key, deadline)
-        overlay = self._overlay(key)
-        started = utc_now()
-        t0 = time.monotonic()
-        outcome = self._execute(key, ctx, overlay)
-        wall = time.monotonic() - t0
-        if self.recipe.collect_paths:
-            self._collect_paths(overlay, ctx.artifact_dir or self.rd.path)
-        return self._record(key, outcome, wall, started)
-
-    def _skip(self, key: TrialKey, why: str) -> TrialRecord:
-        return TrialRecord(
-            cell=key.cell.name,
-            cell_id=key.cell.cell_id,
-            trial=key.trial,
-            seed=key.seed,
-            workload=self.plan.workload,
-            status=TrialStatus.DID_NOT_RUN,
-            passed=False,
-            error=why,
-            isolation=self.p.isolation,
-            host=self.host,
-        )
-
     # -- the loop ----------------------------------------------------------------------------
-
-    def run_cell(self, cell: Cell) -> None:
-        stop = self.plan.stop_after
-        events = 0
-        for trial in range(cell.trials):
-            key = TrialKey(cell, trial)
-            done = self.records.get((cell.name, trial))
-            if done is not None:
-                events += stop is not None and _event(done, stop.event_verdict)
-                continue
-            if stop is not None and events >= stop.events:
-                record = self._skip(
-                    key, f"stop_after: {events} {stop.event_verdict} trial(s) reached"
-                )
-            else:
-                self.reporter.trial_started(cell.name, trial)
-                record = self.run_trial(key)
-                events += stop is not None and _event(record, stop.event_verdict)
-            self.rd.write_trial(record)
-            self.records[(cell.name, trial)] = record
-            self.reporter.trial_done(cell.name, trial, record)
 
     def run(self, done: dict[tuple[str, int], TrialRecord]) -> SweepResult:
         self.records.update(done)
@@ -486,42 +423,67 @@ class _Sweep:
         )
         for warning in self.p.warnings:
             self.reporter.message(f"warning: {warning}")
+        seq = 0
         try:
             for cell in self.plan.cells:
-                self.run_cell(cell)
+                for trial in range(cell.trials):
+                    key = TrialKey(cell, trial)
+                    decision = self.coord.share(
+                        f"trial/{seq}/decision",
+                        lambda k=key: self._decide(k),
+                        timeout_s=self.wait_s,
+                    )
+                    if decision == "done":
+                        seq += 1
+                        continue
+                    if decision.startswith("skip:"):
+                        record = self._skip(key, decision[len("skip:") :]) if self.writer else None
+                    else:
+                        self.reporter.trial_started(cell.name, trial)
+                        record = self.run_trial(seq, key)
+                    seq += 1
+                    if record is not None:
+                        self.rd.write_trial(record)
+                        self.records[(cell.name, trial)] = record
+                        self.reporter.trial_done(cell.name, trial, record)
+                        self._say_new_warnings(record)
                 self.write_matrix("running")
                 self.reporter.cell_done(cell.name)
         except KeyboardInterrupt:
             procs.reap_all()
-            self.write_matrix("interrupted")
-            self.rd.update_manifest(status="interrupted", finished_at=utc_now())
+            if self.writer:
+                self.write_matrix("interrupted")
+                self.rd.update_manifest(status="interrupted", finished_at=utc_now())
             self.reporter.close()
             raise Interrupted(
                 f"interrupted; resume with: aorta sweep resume {self.rd.path}", self.rd.path
             ) from None
         rows = self.write_matrix("complete")
-        self.rd.update_manifest(status="complete", finished_at=utc_now())
-        # results.nc: the finished run as an xarray Dataset (aorta.dataset). Best effort: the
-        # records and matrix files are written, and `aorta.load_run` rebuilds it from them.
-        try:
-            from aorta.dataset import write_results
+        if self.writer:
+            self.rd.update_manifest(status="complete", finished_at=utc_now())
+        self.coord.finish(timeout_s=self.wait_s)
+        if self.writer:
+            # results.nc: the finished run as an xarray Dataset (aorta.dataset). Best effort:
+            # the records and matrix files are written, and `aorta.load_run` rebuilds it.
+            try:
+                from aorta.dataset import write_results
 
-            write_results(self.rd.path)
-        except (OSError, ValueError, ImportError, AortaError) as exc:
-            self.reporter.message(f"warning: results.nc not written: {exc}")
+                write_results(self.rd.path)
+            except (OSError, ValueError, ImportError, AortaError) as exc:
+                self.reporter.message(f"warning: results.nc not written: {exc}")
         self.reporter.close()
         ordered = [
             self.records[k]
             for k in sorted(self.records, key=lambda k: (self.plan.cell(k[0]).index, k[1]))
         ]
-        return SweepResult(self.rd.path, "complete", self.plan.baseline, rows, ordered)
-
-
-def _expand(pattern: str, env: dict[str, str]) -> str:
-    # ${VAR} and $VAR from the trial's environment (os.path.expandvars reads os.environ only).
-    return re.sub(
-        r"\$\{(\w+)\}|\$(\w+)", lambda m: env.get(m.group(1) or m.group(2), m.group(0)), pattern
-    )
+        return SweepResult(
+            self.rd.path,
+            "complete",
+            self.plan.baseline,
+            rows if self.writer else [],
+            ordered,
+            rank=self.dist.rank,
+        )
 
 
 def _aorta_version() -> str:
@@ -544,6 +506,7 @@ def sweep(
     verbose: bool = False,
     python: str | None = None,
     workloads: Mapping[str, type[Workload]] | None = None,
+    backend: str | None = None,
 ) -> SweepResult:
     """Run every cell × trial of ``recipe`` and write the run directory.
 
@@ -569,6 +532,9 @@ def sweep(
         One progress line per trial.
     python
         The interpreter for process-isolated workers (default: this one).
+    backend
+        ``gloo``, ``nccl`` or ``auto`` for distributed workloads (default ``AORTA_BACKEND``, else
+        ``nccl`` with a GPU, ``gloo`` without).
     workloads
         Extra workload classes by name, beside the registered ones (a notebook's own
         workload; process-isolated workers import it by its module path).
@@ -594,47 +560,178 @@ def sweep(
     >>> result.summaries[0].n_ok, result.exit_code.name
     (1, 'OK')
     """
-    if resume is not None:
-        rd = RunDir.open(resume)
-        manifest = rd.manifest()
-        resolved = rd.path / "recipe.resolved.yaml"
-        if recipe is not None:
-            given = (
-                recipe
-                if isinstance(recipe, Recipe)
-                else load_recipe(recipe, command=list(command) if command else None)
-            )
-            if dump_recipe(given) != resolved.read_text():
-                raise UsageError(
-                    f"--recipe differs from the recipe {rd.path} was started with; resume without --recipe"
-                )
-        prepared = prepare(
-            resolved,
-            mitigations_files=mitigations_files or manifest.get("mitigations_files", []),
-            catalog=WorkloadCatalog(extra=workloads),
-        )
-    else:
-        if recipe is None:
-            raise UsageError("give a recipe (or resume=RUN_DIR)")
-        prepared = prepare(
+    dist = DistEnv.from_environ()
+    coord = coordinator_for(dist)
+    try:
+        return _sweep(
+            dist,
+            coord,
             recipe,
             command=command,
+            output=output,
+            resume=resume,
             ticket=ticket,
             timeout_s=timeout_s,
             isolation=isolation,
             mitigations_files=mitigations_files,
+            progress=progress if dist.rank == 0 else "none",
+            verbose=verbose,
+            python=python,
+            backend=backend,
             catalog=WorkloadCatalog(extra=workloads),
         )
-        rd = RunDir.create(
-            output, ticket=prepared.plan.recipe.ticket, workload=prepared.plan.workload
+    finally:
+        coord.close()
+
+
+def _prepare_rank0(
+    recipe: Recipe | str | Path | None,
+    *,
+    resume: str | Path | None,
+    command: Sequence[str] | None,
+    mitigations_files: Sequence[str | Path],
+    catalog: WorkloadCatalog,
+    **overrides: Any,
+) -> tuple[Prepared, RunDir | None]:
+    if resume is None:
+        if recipe is None:
+            raise UsageError("give a recipe (or resume=RUN_DIR)")
+        return prepare(
+            recipe,
+            command=command,
+            mitigations_files=mitigations_files,
+            catalog=catalog,
+            **overrides,
+        ), None
+    rd = RunDir.open(resume)
+    resolved = rd.path / "recipe.resolved.yaml"
+    if recipe is not None:
+        given = (
+            recipe
+            if isinstance(recipe, Recipe)
+            else load_recipe(recipe, command=list(command) if command else None)
         )
-    reporter = choose_reporter(progress, verbose=verbose)
-    with rd.lock(), _sigterm_as_interrupt():
-        engine = _Sweep(prepared, rd, reporter, python)
-        expected = {c.name: c.cell_id for c in prepared.plan.cells}
-        done = rd.completed(expected) if resume is not None else {}
+        if dump_recipe(given) != resolved.read_text():
+            raise UsageError(
+                f"--recipe differs from the recipe {rd.path} was started with; resume without --recipe"
+            )
+    files = mitigations_files or rd.manifest().get("mitigations_files", [])
+    return prepare(resolved, mitigations_files=files, catalog=catalog), rd
+
+
+def _check_world_size(prepared: Prepared, dist: DistEnv, recipe: object) -> None:
+    cls = prepared.workload
+    if cls is None or cls.launch_mode != "distributed" or dist.world_size >= cls.min_world_size:
+        return
+    where = recipe if isinstance(recipe, str | Path) else "RECIPE"
+    raise UsageError(
+        f"workload {cls.name!r} needs at least {cls.min_world_size} ranks, WORLD_SIZE is {dist.world_size}; "
+        f"run it under torchrun: torchrun --nproc-per-node={cls.min_world_size} $(command -v aorta) sweep run --recipe {where}"
+    )
+
+
+def _sweep(
+    dist: DistEnv,
+    coord: LocalCoordinator | StoreCoordinator,
+    recipe: Recipe | str | Path | None,
+    *,
+    command: Sequence[str] | None,
+    output: str | Path,
+    resume: str | Path | None,
+    ticket: str | None,
+    timeout_s: float | None,
+    isolation: str | None,
+    mitigations_files: Sequence[str | Path],
+    progress: ProgressMode | Reporter,
+    verbose: bool,
+    python: str | None,
+    backend: str | None,
+    catalog: WorkloadCatalog,
+) -> SweepResult:
+    from aorta.hostenv import snapshot
+
+    wait_s = 600.0  # for rank 0 to load the recipe and create the run directory
+    rd: RunDir | None = None
+    # 1. Rank 0 reads the recipe (or the run being resumed); the others take its resolved
+    #    text, so every rank runs the same plan even if their files differ.
+    if dist.rank == 0:
         try:
-            engine.write_preamble(resumed=resume is not None)
-        except KeyboardInterrupt:
-            raise Interrupted("interrupted before the first trial", rd.path) from None
+            prepared, rd = _prepare_rank0(
+                recipe,
+                resume=resume,
+                command=command,
+                mitigations_files=mitigations_files,
+                catalog=catalog,
+                ticket=ticket,
+                timeout_s=timeout_s,
+                isolation=isolation,
+            )
+            _check_world_size(prepared, dist, recipe)
+        except AortaError as exc:
+            failure = {"error": str(exc), "usage": isinstance(exc, UsageError)}
+            coord.share("setup", lambda: failure, timeout_s=wait_s)
+            raise
+        text = dump_recipe(prepared.plan.recipe)
+        ids = {c.name: c.cell_id for c in prepared.plan.cells}
+        coord.share("setup", lambda: {"recipe": text, "cell_ids": ids}, timeout_s=wait_s)
+    else:
+        setup = coord.share("setup", dict, timeout_s=wait_s)
+        if "error" in setup:
+            raise (UsageError if setup["usage"] else AortaError)(f"rank 0: {setup['error']}")
+        prepared = prepare(
+            recipe_from_data(yaml.safe_load(setup["recipe"])),
+            mitigations_files=mitigations_files,
+            catalog=catalog,
+        )
+        mine = {c.name: c.cell_id for c in prepared.plan.cells}
+        if mine != setup["cell_ids"]:
+            raise UsageError(
+                f"rank {dist.rank} resolves the cells differently from rank 0 (mitigation files or plugins differ between nodes)"
+            )
+    # 2. Rank 0 makes (or reopens) the run directory; everyone learns where it is.
+    snapshots = coord.gather(
+        "hostenv", snapshot() if dist.local_rank == 0 else None, timeout_s=wait_s
+    )
+    done: dict[tuple[str, int], TrialRecord] = {}
+    with contextlib.ExitStack() as stack:
+        if dist.rank == 0:
+            if rd is None:
+                rd = RunDir.create(
+                    output,
+                    ticket=prepared.plan.recipe.ticket,
+                    workload=prepared.plan.workload,
+                    name=os.environ.get(envvars.RUN_ID) or None,
+                )
+            stack.enter_context(rd.lock())
+            if resume is not None:
+                done = rd.completed({c.name: c.cell_id for c in prepared.plan.cells})
+            path = str(rd.path)
+            coord.share("run_dir", lambda: path, timeout_s=wait_s)
+        else:
+            rd = RunDir(coord.share("run_dir", str, timeout_s=wait_s))
+        stack.enter_context(_sigterm_as_interrupt())
+        engine = _Sweep(
+            prepared,
+            rd,
+            choose_reporter(progress, verbose=verbose),
+            coord=coord,
+            dist=dist,
+            python=python,
+            backend=_backend_for(prepared, dist, backend),
+        )
+        if dist.rank == 0:
+            try:
+                engine.write_preamble(
+                    resumed=resume is not None, host_snapshots=[s for s in snapshots or [] if s]
+                )
+            except KeyboardInterrupt:
+                raise Interrupted("interrupted before the first trial", rd.path) from None
         return engine.run(done)
+
+
+def _backend_for(prepared: Prepared, dist: DistEnv, backend: str | None) -> str | None:
+    # Only distributed trials need one, and choosing it imports torch.
+    cls = prepared.workload
+    if cls is None or (cls.launch_mode != "distributed" and not dist.distributed):
+        return backend
+    return choose_backend(backend)

@@ -14,7 +14,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -101,17 +101,21 @@ def kill_group(proc: subprocess.Popen[Any], *, grace_s: float = DEFAULT_GRACE_S)
 
 
 class Finished:
-    """How a child ended: ``returncode`` (negative = signal) and whether the deadline hit."""
+    """How a child ended: ``returncode`` (negative = signal), whether the deadline hit, and
+    the reason it was stopped early (``stopped``), if it was."""
 
-    __slots__ = ("returncode", "timed_out", "wall_s")
+    __slots__ = ("returncode", "stopped", "timed_out", "wall_s")
 
-    def __init__(self, returncode: int | None, timed_out: bool, wall_s: float) -> None:
+    def __init__(
+        self, returncode: int | None, timed_out: bool, wall_s: float, stopped: str | None = None
+    ) -> None:
         self.returncode = returncode
         self.timed_out = timed_out
         self.wall_s = wall_s
+        self.stopped = stopped
 
     def __repr__(self) -> str:
-        return f"Finished(returncode={self.returncode}, timed_out={self.timed_out}, wall_s={self.wall_s:.3f})"
+        return f"Finished(returncode={self.returncode}, timed_out={self.timed_out}, stopped={self.stopped!r}, wall_s={self.wall_s:.3f})"
 
 
 def run_with_deadline(
@@ -120,18 +124,38 @@ def run_with_deadline(
     deadline: float | None,
     grace_s: float = DEFAULT_GRACE_S,
     kill_tree_on_exit: bool = True,
+    stop_when: Callable[[], str | None] | None = None,
+    poll_s: float = 0.25,
 ) -> Finished:
     """Wait for ``proc`` until ``deadline`` (a ``time.monotonic()`` value).
 
     On expiry the whole process group is killed (see :func:`kill_group`). When the child
     exits on its own, anything it left running in its group is killed too
     (``kill_tree_on_exit``), so background jobs of a trial never leak into the next one.
+    ``stop_when`` is polled every ``poll_s``; a reason it returns stops the child early.
     """
     start = time.monotonic()
     timed_out = False
+    stopped: str | None = None
     try:
-        timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
-        proc.wait(timeout=timeout)
+        while True:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            wait = (
+                remaining
+                if stop_when is None
+                else (poll_s if remaining is None else min(poll_s, remaining))
+            )
+            try:
+                proc.wait(timeout=wait)
+                break
+            except subprocess.TimeoutExpired:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise
+                reason = stop_when() if stop_when is not None else None
+                if reason:
+                    stopped = reason
+                    kill_group(proc, grace_s=min(grace_s, 2.0))
+                    break
     except subprocess.TimeoutExpired:
         timed_out = True
         kill_group(proc, grace_s=grace_s)
@@ -143,7 +167,7 @@ def run_with_deadline(
         if kill_tree_on_exit and _group_alive(proc.pid):
             kill_group(proc, grace_s=min(grace_s, 1.0))
         _forget(proc)
-    return Finished(proc.returncode, timed_out, time.monotonic() - start)
+    return Finished(proc.returncode, timed_out, time.monotonic() - start, stopped)
 
 
 def reap_all(*, grace_s: float = 2.0) -> int:

@@ -85,7 +85,7 @@ class _Model(BaseModel):
 
 
 class RankOutcome(_Model):
-    """One rank's part of a distributed trial."""
+    """One rank's part of a trial (a single-process trial has exactly one, rank 0)."""
 
     rank: int
     host: str | None = None
@@ -94,10 +94,25 @@ class RankOutcome(_Model):
     failure_count: int = 0
     failure_details: list[dict[str, Any]] = Field(default_factory=list)
     step_times_ms: list[float] = Field(default_factory=list)
+    warmup_steps: int = 0
     elapsed_sec: float | None = None
+    wall_clock_s: float | None = None
+    total_iterations: int | None = None
+    executed_iterations: int | None = None
+    configured_iterations: int | None = None
+    main_work_started: bool = False
+    #: The workload returned a result (False: it crashed, hung, or never started).
+    completed: bool = False
+    #: This rank was stopped because another rank's trial died.
+    stopped_by_peer: bool = False
     metrics: dict[str, float | None] = Field(default_factory=dict)
+    info: dict[str, str] = Field(default_factory=dict)
     error: str | None = None
+    hint: str | None = None
+    warnings: list[str] = Field(default_factory=list)
     exit_code: int | None = None
+    #: Files this rank wrote, relative to the run directory.
+    artifacts: dict[str, str] = Field(default_factory=dict)
 
     _metrics = field_validator("metrics", mode="before")(
         classmethod(lambda cls, v: _finite_or_none(v or {}))
@@ -166,3 +181,71 @@ class TrialRecord(_Model):
 
     def to_json(self) -> bytes:
         return self.model_dump_json(indent=1).encode()
+
+
+def merge_ranks(outcomes: Sequence[RankOutcome | None], world_size: int) -> dict[str, Any]:
+    """Merge per-rank outcomes into one trial's :class:`TrialRecord` fields.
+
+    The worst status wins; passed only if every rank passed; failures are summed (each detail
+    tagged with its rank); rank 0's step times, metrics and counters are kept; warnings and
+    artifacts of all ranks are kept. A rank that reported nothing is an infrastructure
+    failure. With one rank the record is that rank's outcome (and ``ranks`` stays empty).
+
+    >>> ok = RankOutcome(rank=0, status="ok", passed=True, step_times_ms=[1.0])
+    >>> bad = RankOutcome(rank=1, status="workload_failed", passed=False, failure_count=2, error="corrupt")
+    >>> m = merge_ranks([ok, bad], 2)
+    >>> m["status"].value, m["passed"], m["failure_count"], m["error"]
+    ('workload_failed', False, 2, 'rank 1: corrupt')
+    """
+    ranks: list[RankOutcome] = []
+    for r in range(world_size):
+        got = outcomes[r] if r < len(outcomes) else None
+        if got is None:
+            got = RankOutcome(
+                rank=r,
+                status=TrialStatus.INFRASTRUCTURE_FAILED,
+                passed=False,
+                error="this rank reported no outcome (its aorta process died or hung)",
+            )
+        ranks.append(got)
+    first = ranks[0]
+    status = worst_status([r.status for r in ranks])
+    # The rank that caused the status, not one stopped because of it.
+    worst = [r for r in ranks if r.status is status and status is not TrialStatus.OK]
+    culprit = next((r for r in worst if not r.stopped_by_peer), worst[0] if worst else None)
+    single = world_size == 1
+    error = culprit.error if culprit is not None else None
+    if error and not single:
+        error = f"rank {culprit.rank}: {error}"  # type: ignore[union-attr]
+    warnings = [
+        w if single or r.rank == 0 else f"rank {r.rank}: {w}" for r in ranks for w in r.warnings
+    ]
+    artifacts: dict[str, str] = {}
+    for r in ranks:
+        artifacts.update(r.artifacts)
+    return {
+        "status": status,
+        "passed": all(r.passed for r in ranks) and status is TrialStatus.OK,
+        "failure_count": sum(r.failure_count for r in ranks),
+        "failure_details": [
+            d if single else {**d, "rank": d.get("rank", r.rank)}
+            for r in ranks
+            for d in r.failure_details
+        ],
+        "error": error,
+        "hint": culprit.hint if culprit is not None else first.hint,
+        "warnings": warnings,
+        "exit_code": culprit.exit_code if culprit is not None else first.exit_code,
+        "step_times_ms": first.step_times_ms,
+        "warmup_steps": first.warmup_steps,
+        "elapsed_sec": first.elapsed_sec,
+        "total_iterations": first.total_iterations,
+        "executed_iterations": first.executed_iterations,
+        "configured_iterations": first.configured_iterations,
+        "main_work_started": any(r.main_work_started for r in ranks),
+        "metrics": dict(first.metrics),
+        "info": dict(first.info),
+        "artifacts": artifacts,
+        "world_size": world_size,
+        "ranks": [] if single else ranks,
+    }

@@ -108,15 +108,27 @@ class RunDir:
         ticket: str | None,
         workload: str,
         now: _dt.datetime | None = None,
+        name: str | None = None,
     ) -> RunDir:
         """Make a new run directory ``<output>/<ticket>/<workload>/<UTC time>[-N]``.
 
         Runs started in the same second get ``-2``, ``-3``… (``mkdir`` is atomic, so two
-        processes never share one).
+        processes never share one). ``name`` (``AORTA_RUN_ID``, set by ``aorta launch``) names
+        the folder exactly instead; it must not exist yet.
         """
         stamp = (now or _dt.datetime.now(_dt.UTC)).strftime("%Y-%m-%dT%H-%M-%S")
         parent = Path(output) / _safe(ticket or NO_TICKET) / _safe(workload)
         parent.mkdir(parents=True, exist_ok=True)
+        if name is not None:
+            path = parent / _safe(name)
+            try:
+                path.mkdir()
+            except FileExistsError:
+                raise UsageError(
+                    f"{path} exists already: resume it with `aorta sweep resume {path}`"
+                ) from None
+            (path / "cells").mkdir()
+            return cls(path)
         for n in range(1, 10_000):
             candidate = parent / (stamp if n == 1 else f"{stamp}-{n}")
             try:

@@ -61,6 +61,8 @@ class Outcome:
     warnings: list[str] = field(default_factory=list)
     main_work_started: bool = False
     exit_code: int | None = None
+    #: Stopped because a peer rank's trial died (the peer holds the cause).
+    stopped_by_peer: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -71,6 +73,7 @@ class Outcome:
             "warnings": self.warnings,
             "main_work_started": self.main_work_started,
             "exit_code": self.exit_code,
+            "stopped_by_peer": self.stopped_by_peer,
         }
 
     @classmethod
@@ -83,6 +86,7 @@ class Outcome:
             warnings=list(d.get("warnings") or []),
             main_work_started=bool(d.get("main_work_started")),
             exit_code=d.get("exit_code"),
+            stopped_by_peer=bool(d.get("stopped_by_peer")),
         )
 
 
@@ -314,12 +318,25 @@ def run_in_worker(
     env: Mapping[str, str],
     python: str | None = None,
     grace_s: float = procs.DEFAULT_GRACE_S,
+    logs: tuple[str, str] = ("stdout.log", "stderr.log"),
+    abort: Callable[[], tuple[TrialStatus, str] | None] | None = None,
 ) -> Outcome:
     """Run a trial in a fresh ``python -m aorta.worker`` whose environment is ``env``.
 
-    The worker's stdout/stderr go to ``stdout.log``/``stderr.log`` in the trial's artifact
-    dir. At the deadline its process group gets SIGTERM, then SIGKILL.
+    The worker's stdout/stderr go to ``logs`` in the trial's artifact dir. At the deadline
+    its process group gets SIGTERM, then SIGKILL. ``abort`` is polled while the worker runs:
+    a ``(status, reason)`` it returns (a peer rank's trial died) stops the worker at once, and
+    the trial takes that status on this rank too.
     """
+    stop_status: list[TrialStatus] = []
+
+    def stop_when() -> str | None:
+        got = abort() if abort is not None else None
+        if got is None:
+            return None
+        stop_status.append(got[0])
+        return got[1]
+
     scratch = Path(tempfile.mkdtemp(prefix="aorta-trial-"))
     try:
         request = scratch / "request.json"
@@ -338,29 +355,42 @@ def run_in_worker(
         )
         art = ctx.artifact_dir or scratch
         art.mkdir(parents=True, exist_ok=True)
-        with open(art / "stdout.log", "ab") as out, open(art / "stderr.log", "ab") as err:
+        with open(art / logs[0], "ab") as out, open(art / logs[1], "ab") as err:
             proc = procs.spawn(
                 [python or sys.executable, "-m", "aorta.worker", str(request)],
                 env=env,
                 stdout=out,
                 stderr=err,
             )
-            finished = procs.run_with_deadline(proc, deadline=ctx.deadline, grace_s=grace_s)
-        if result_path.exists():
-            try:
-                outcome = Outcome.from_dict(json.loads(result_path.read_text()))
-            except (ValueError, KeyError) as exc:
-                outcome = Outcome(
-                    TrialStatus.INFRASTRUCTURE_FAILED, error=f"unreadable worker result: {exc}"
-                )
-            if finished.timed_out and outcome.status is TrialStatus.OK:
-                # The result landed, then the worker hung on the way out (atexit, a thread).
-                outcome.warnings.append("the worker had to be killed after writing its result")
-            return outcome
+            finished = procs.run_with_deadline(
+                proc, deadline=ctx.deadline, grace_s=grace_s, stop_when=stop_when if abort else None
+            )
         try:
             phase = (scratch / PHASE_FILE).read_text().strip()
         except OSError:
             phase = ""
+        written: Outcome | None = None
+        if result_path.exists():
+            try:
+                written = Outcome.from_dict(json.loads(result_path.read_text()))
+            except (ValueError, KeyError) as exc:
+                written = Outcome(
+                    TrialStatus.INFRASTRUCTURE_FAILED, error=f"unreadable worker result: {exc}"
+                )
+        if finished.stopped and (written is None or written.result is None):
+            # A peer's trial died and this worker was stopped for it: the peer's status is the
+            # cause, whatever the worker wrote on its way out.
+            return Outcome(
+                stop_status[0] if stop_status else TrialStatus.INFRASTRUCTURE_FAILED,
+                error=f"stopped during {phase or 'start'}(): {finished.stopped}",
+                main_work_started=phase == "run",
+                stopped_by_peer=True,
+            )
+        if written is not None:
+            if finished.timed_out and written.status is TrialStatus.OK:
+                # The result landed, then the worker hung on the way out (atexit, a thread).
+                written.warnings.append("the worker had to be killed after writing its result")
+            return written
         if finished.timed_out:
             where = f"during {phase}()" if phase else "while the worker started"
             return Outcome(
@@ -372,7 +402,7 @@ def run_in_worker(
         how = (
             f"killed by {_signal_name(code)}" if code is not None and code < 0 else f"exited {code}"
         )
-        tail = _tail(art / "stderr.log")
+        tail = _tail(art / logs[1])
         detail = f"{how}" + (f" — {tail}" if tail else "")
         status = {"run": TrialStatus.WORKLOAD_FAILED, "setup": TrialStatus.SETUP_FAILED}.get(
             phase, TrialStatus.INFRASTRUCTURE_FAILED

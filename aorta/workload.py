@@ -261,7 +261,8 @@ class WorkloadCatalog:
         return name in self._eps or name in self._loaded
 
     def get(self, name: str) -> type[Workload]:
-        """The workload class registered as ``name``.
+        """The workload class registered as ``name``, or named by an import path
+        ``package.module:Class`` (a workload you have not packaged as a plugin).
 
         Raises :class:`UnknownWorkload` listing the registered names, or
         :class:`~aorta.errors.AortaError` when the plugin fails to import.
@@ -269,19 +270,20 @@ class WorkloadCatalog:
         if name in self._loaded:
             return self._loaded[name]
         ep = self._eps.get(name)
+        if ep is None and ":" in name:
+            ep = importlib.metadata.EntryPoint(name=name, value=name, group=WORKLOADS_GROUP)
         if ep is None:
             raise UnknownWorkload(
-                f"unknown workload {name!r} (registered: {', '.join(self.names()) or 'none'})"
+                f"unknown workload {name!r} (registered: {', '.join(self.names()) or 'none'}; "
+                "or name a class as package.module:Class)"
             )
+        from aorta.errors import AortaError
+
         try:
             cls = ep.load()
         except Exception as exc:
-            from aorta.errors import AortaError
-
             raise AortaError(f"workload {name!r} ({ep.value}) failed to import: {exc}") from exc
         if not (isinstance(cls, type) and issubclass(cls, Workload)):
-            from aorta.errors import AortaError
-
             raise AortaError(f"workload {name!r} ({ep.value}) is not a Workload subclass")
         if not cls.name:
             cls.name = name

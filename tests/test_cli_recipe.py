@@ -177,3 +177,22 @@ def test_console_script_help_and_exit_code():
     )
     assert proc.returncode == ExitCode.USAGE
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "path", sorted(str(p.relative_to(ROOT)) for p in (ROOT / "recipes").rglob("*.yaml"))
+)
+def test_shipped_recipes_validate(run_cli, path):
+    code, out, err = run_cli("recipe", "validate", ROOT / path)
+    assert code == ExitCode.OK, err
+    assert out.startswith(f"{ROOT / path}: OK — ")
+
+
+def test_env_and_mitigations_list(run_cli, write):
+    code, out, _ = run_cli("env", "--json")
+    assert code == ExitCode.OK and json.loads(out)["python"]
+    mit = write("m.yaml", "site_fix: {SITE: '1'}\n")
+    code, out, _ = run_cli("mitigations", "list", "--mitigations-file", mit)
+    assert code == ExitCode.OK
+    assert any(line.split()[:3] == ["xnack", "amd", "HSA_XNACK=1"] for line in out.splitlines())
+    assert any(line.startswith("site_fix") for line in out.splitlines())

@@ -103,3 +103,32 @@ class Noop(Workload):
 
 
 TEST_WORKLOADS = {cls.name: cls for cls in (EnvProbe, Sleeper, Crasher, Raiser, Noop)}
+
+
+class DistHang(Workload):
+    """Joins the trial's process group; then ``crash_rank`` dies and the others hang (as a
+    stuck NCCL collective would) — only an abort from the crashed rank frees them early."""
+
+    name = "dist_hang"
+    launch_mode = "distributed"
+    default_isolation = "process"
+    config_keys = frozenset({"crash_rank", "phase"})
+
+    def setup(self) -> None:
+        from aorta.distributed import init_process_group
+
+        self.dist = init_process_group(self.context)
+        if self.config.get("phase") == "setup" and self.context.rank == int(
+            self.config.get("crash_rank", 1)
+        ):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def run(self) -> WorkloadResult:
+        self.dist.barrier()
+        crash_rank = int(self.config.get("crash_rank", 1))
+        if crash_rank < 0:
+            return WorkloadResult(passed=True)
+        if self.context.rank == crash_rank:
+            os.kill(os.getpid(), signal.SIGSEGV)
+        time.sleep(1000)
+        return WorkloadResult(passed=True)

@@ -17,6 +17,7 @@ from typer import _click as click  # typer vendors click; its exceptions are the
 from aorta.errors import AortaError, ExitCode
 
 from . import compare as _compare
+from . import info as _info
 from . import recipe as _recipe
 from . import report as _report
 from . import sweep as _sweep
@@ -35,6 +36,8 @@ app = typer.Typer(
 app.add_typer(_recipe.app, name="recipe")
 app.add_typer(_sweep.app, name="sweep")
 app.add_typer(_workloads.app, name="workloads")
+app.add_typer(_info.mitigations_app, name="mitigations")
+app.command("env")(_info.env)
 app.command("compare")(_compare.compare)
 app.command("report")(_report.report)
 

@@ -70,20 +70,41 @@ def run(
     strict: Annotated[
         bool, typer.Option("--strict", help="Exit 4 when any cell has failing or erroring trials.")
     ] = False,
+    backend: Annotated[
+        str | None,
+        typer.Option(
+            "--backend",
+            envvar=envvars.BACKEND,
+            help="torch.distributed backend: auto, gloo or nccl.",
+        ),
+    ] = None,
 ) -> int:
-    """Run every cell × trial of a recipe (or print the plan with --dry-run)."""
+    """Run every cell × trial of a recipe (or print the plan with --dry-run).
+
+    Under torchrun, run the same command on every rank: only rank 0 writes and reports.
+    """
     from aorta.console import format_plan, plan_to_dict
     from aorta.engine import prepare
 
     if recipe is None and resume is None:
         raise UsageError("give --recipe FILE (or --resume RUN_DIR)")
-    if resume is not None and not dry_run:
+    if not dry_run:
         return _run(
             recipe=recipe,
+            command=command,
+            output=output,
             resume=resume,
+            ticket=ticket,
+            timeout=timeout,
+            isolation=isolation,
             mitigations_file=mitigations_file,
             verbose=verbose,
             strict=strict,
+            backend=backend,
+        )
+    if recipe is None:
+        raise UsageError(
+            "--dry-run needs --recipe (a resumed run's plan is in its recipe.resolved.yaml)"
         )
     prepared = prepare(
         recipe,
@@ -93,32 +114,17 @@ def run(
         isolation=isolation,
         mitigations_files=mitigations_file or (),
     )
-    if dry_run:
-        if as_json:
-            print(
-                json.dumps(
-                    plan_to_dict(
-                        prepared.plan, isolation=prepared.isolation, warnings=prepared.warnings
-                    ),
-                    indent=2,
-                )
+    warnings = prepared.warnings
+    if as_json:
+        print(
+            json.dumps(
+                plan_to_dict(prepared.plan, isolation=prepared.isolation, warnings=warnings),
+                indent=2,
             )
-        else:
-            print(
-                format_plan(prepared.plan, isolation=prepared.isolation, warnings=prepared.warnings)
-            )
-        return ExitCode.OK
-    return _run(
-        recipe=recipe,
-        command=command,
-        output=output,
-        ticket=ticket,
-        timeout=timeout,
-        isolation=isolation,
-        mitigations_file=mitigations_file,
-        verbose=verbose,
-        strict=strict,
-    )
+        )
+    else:
+        print(format_plan(prepared.plan, isolation=prepared.isolation, warnings=warnings))
+    return ExitCode.OK
 
 
 def _run(*, strict: bool, mitigations_file: list[Path] | None, verbose: bool, **kw: object) -> int:
@@ -135,7 +141,10 @@ def _run(*, strict: bool, mitigations_file: list[Path] | None, verbose: bool, **
         isolation=kw.get("isolation"),  # type: ignore[arg-type]
         mitigations_files=mitigations_file or (),
         verbose=verbose,
+        backend=kw.get("backend"),  # type: ignore[arg-type]
     )
+    if result.rank != 0:
+        return result.exit_code  # rank 0 reports for everyone
     print(format_summary(result))
     code = result.exit_code
     if code == ExitCode.OK and strict and (result.failing or result.erroring):

@@ -4,6 +4,10 @@ Config (``workload_config``): ``m``, ``n``, ``k`` (default 512), ``dtype`` (``fl
 ``float64``, ``bfloat16``, ``float16``), ``device`` (``auto``: the GPU when there is one),
 ``iters_per_step`` (GEMMs per timed step, default 4), ``warmup_steps`` (default 2).
 Metrics: ``tflops`` (median step), ``threads``; info: ``device``, ``cpu_capability``.
+
+Under torchrun every rank times its own GEMMs (they start together after a barrier) and the
+ranks' median step times are gathered: ``rank_median_min_ms``, ``rank_median_max_ms``,
+``straggler_spread`` (max / min) and ``straggler_rank`` (the slowest) go into the metrics.
 """
 
 from __future__ import annotations
@@ -46,6 +50,11 @@ class MatmulWorkload(Workload):
         self.a = torch.randn(self.m, self.k, generator=gen).to(self.device, dt)
         self.b = torch.randn(self.k, self.n, generator=gen).to(self.device, dt)
         self._torch = torch
+        self._dist = None
+        if self.context.world_size > 1:
+            from aorta.distributed import init_process_group
+
+            self._dist = init_process_group(self.context)
 
     def _sync(self) -> None:
         if self.device.type == "cuda":
@@ -57,6 +66,8 @@ class MatmulWorkload(Workload):
         times: list[float] = []
         start = time.perf_counter()
         out = None
+        if self._dist is not None:
+            self._dist.barrier()
         for _ in range(total):
             self._sync()
             t0 = time.perf_counter()
@@ -78,6 +89,11 @@ class MatmulWorkload(Workload):
                 )
             ]
         )
+        metrics = {
+            "tflops": flops / median_s / 1e12 if median_s > 0 else math.nan,
+            "threads": float(torch.get_num_threads()),
+            **self._spread(median_s * 1000.0),
+        }
         return WorkloadResult(
             passed=finite,
             failure_details=details,
@@ -87,15 +103,33 @@ class MatmulWorkload(Workload):
             total_iterations=total,
             executed_iterations=total,
             configured_iterations=total,
-            metrics={
-                "tflops": flops / median_s / 1e12 if median_s > 0 else math.nan,
-                "threads": float(torch.get_num_threads()),
-            },
+            metrics=metrics,
             info={
                 "device": str(self.device),
                 "cpu_capability": torch.backends.cpu.get_cpu_capability(),
             },
         )
 
+    def _spread(self, median_ms: float) -> dict[str, float]:
+        """Across ranks: the fastest and slowest median step, their ratio, the slowest rank."""
+        if self._dist is None:
+            return {}
+        torch = self._torch
+        mine = torch.tensor([median_ms], dtype=torch.float64, device=self.device)
+        every = [torch.zeros_like(mine) for _ in range(self.context.world_size)]
+        self._dist.all_gather(every, mine)
+        values = [float(t.item()) for t in every]
+        slowest = max(range(len(values)), key=values.__getitem__)
+        return {
+            "rank_median_min_ms": min(values),
+            "rank_median_max_ms": max(values),
+            "straggler_spread": max(values) / min(values) if min(values) > 0 else math.nan,
+            "straggler_rank": float(slowest),
+        }
+
     def cleanup(self) -> None:
         self.a = self.b = None  # type: ignore[assignment]
+        if getattr(self, "_dist", None) is not None:
+            from aorta.distributed import destroy_process_group
+
+            destroy_process_group()

@@ -1,0 +1,99 @@
+"""Collectors a workload drives step by step: ``collect: [torch_profiler]``.
+
+:class:`StepProfiler` wraps ``torch.profiler.profile`` with the recipe's schedule and writes one
+Kineto trace per rank per trial into the trial's ``trace/`` folder as
+``rank<N>.pt.trace.json.gz`` (``rank<N>.<k>.pt.trace.json.gz`` for later cycles when
+``repeat`` > 1). When the recipe asks for no profiler it does nothing, so workloads call it
+unconditionally::
+
+    with StepProfiler(self.context, total_steps=n) as prof:
+        for _ in range(n):
+            train_step()
+            prof.step()
+
+Examples
+--------
+>>> from aorta.workload import TrialContext
+>>> with StepProfiler(TrialContext(cell="a", trial=0), total_steps=3) as prof:
+...     prof.step()
+>>> prof.enabled, prof.traces
+(False, [])
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from aorta.workload import TrialContext
+
+__all__ = ["StepProfiler"]
+
+DEFAULTS = {"wait": 1, "warmup": 1, "active": 3, "repeat": 1}
+
+
+class StepProfiler:
+    """torch.profiler driven by workload steps (a no-op unless ``torch_profiler`` is collected)."""
+
+    def __init__(self, context: TrialContext, *, total_steps: int) -> None:
+        options = context.collect.get("torch_profiler")
+        self.enabled = options is not None
+        self.options = {**DEFAULTS, **(options or {})}
+        self.context = context
+        self.total_steps = total_steps
+        self.traces: list[Path] = []
+        self._prof: Any = None
+
+    def _schedule(self) -> dict[str, int]:
+        wait, warmup, active = (int(self.options[k]) for k in ("wait", "warmup", "active"))
+        # A short trial still gets a trace: shrink the lead-in before the active window.
+        spare = max(0, self.total_steps - max(1, active))
+        warmup = min(warmup, spare)
+        wait = min(wait, spare - warmup)
+        return {
+            "wait": wait,
+            "warmup": warmup,
+            "active": max(1, active),
+            "repeat": int(self.options["repeat"]),
+        }
+
+    def _trace_path(self) -> Path:
+        folder = Path(self.context.artifact_dir or ".") / "trace"
+        folder.mkdir(parents=True, exist_ok=True)
+        cycle = f".{len(self.traces)}" if self.traces else ""
+        return folder / f"rank{self.context.rank}{cycle}.pt.trace.json.gz"
+
+    def _ready(self, prof: Any) -> None:
+        path = self._trace_path()
+        prof.export_chrome_trace(str(path))
+        self.traces.append(path)
+
+    def __enter__(self) -> StepProfiler:
+        if not self.enabled:
+            return self
+        import torch
+        from torch.profiler import ProfilerActivity, profile, schedule
+
+        activities = [ProfilerActivity.CPU]
+        if torch.cuda.is_available():
+            activities.append(ProfilerActivity.CUDA)
+        self._prof = profile(
+            activities=activities,
+            schedule=schedule(**self._schedule()),
+            on_trace_ready=self._ready,
+            record_shapes=bool(self.options.get("record_shapes", True)),
+            with_stack=bool(self.options.get("with_stack", False)),
+            profile_memory=bool(self.options.get("profile_memory", False)),
+        )
+        self._prof.__enter__()
+        return self
+
+    def step(self) -> None:
+        """Mark the end of one workload step."""
+        if self._prof is not None:
+            self._prof.step()
+
+    def __exit__(self, *exc: object) -> None:
+        if self._prof is not None:
+            self._prof.__exit__(*exc)
+            self._prof = None

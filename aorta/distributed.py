@@ -1,0 +1,311 @@
+"""Sweeps under torchrun: how ranks agree, exchange outcomes and meet for each trial.
+
+The launch contract is upstream AORTA's: the same command on every rank, the launcher
+providing ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT``::
+
+    torchrun --nproc-per-node=N $(which aorta) sweep run --recipe R
+
+Every rank runs every trial (so collectives complete); only rank 0 writes the run directory.
+The engines talk through a key-value store:
+
+* **torchrun's agent store** when there is one (``TORCHELASTIC_USE_AGENT_STORE=True``): every
+  rank connects to it as a client at ``MASTER_ADDR:MASTER_PORT``;
+* otherwise (srun, static launchers) rank 0 hosts one at ``AORTA_TRIAL_MASTER_PORT_BASE``, and
+  the launcher must export that variable: the base and the next 999 ports are reserved for
+  aorta — the base for the engines, ``base + 1 + (trial % 999)`` for each trial's rendezvous.
+
+Each trial gets a fresh rendezvous: rank 0 names an endpoint (a free port on its host, shared
+through the agent store — or the port above from the reserved range), every rank's trial
+(a worker process or an in-process workload) uses it as ``MASTER_ADDR:MASTER_PORT``, and rank 0's
+trial hosts the trial's store. A plain ``torch.distributed.init_process_group()`` in a
+workload therefore works unchanged; :func:`init_process_group` is the helper aorta's own
+workloads use.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from aorta import envvars
+from aorta.errors import AortaError, UsageError
+from aorta.workload import TrialContext
+
+__all__ = [
+    "DistEnv",
+    "LocalCoordinator",
+    "StoreCoordinator",
+    "choose_backend",
+    "coordinator_for",
+    "init_process_group",
+    "trial_env",
+]
+
+
+@dataclass(frozen=True)
+class DistEnv:
+    """The launcher's view of this process: rank, world size and where rank 0 is."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    master_addr: str | None = None
+    master_port: int | None = None
+    agent_store: bool = False
+    #: A token that is the same on every rank of this job (keys in a shared store use it).
+    job_id: str = "local"
+    port_base: int | None = None
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+    @classmethod
+    def from_environ(cls, environ: dict[str, str] | None = None) -> DistEnv:
+        """Read ``RANK``/``WORLD_SIZE``/… (raises :class:`UsageError` on malformed values)."""
+        env = os.environ if environ is None else environ
+
+        def number(name: str, default: int | None) -> int | None:
+            raw = env.get(name)
+            if raw in (None, ""):
+                return default
+            try:
+                return int(raw)
+            except ValueError:
+                raise UsageError(f"{name}={raw!r} is not a number (set by the launcher)") from None
+
+        world = number("WORLD_SIZE", 1) or 1
+        rank = number("RANK", 0) or 0
+        if not 0 <= rank < world:
+            raise UsageError(f"RANK={rank} is outside WORLD_SIZE={world}")
+        job = (
+            env.get("TORCHELASTIC_RUN_ID")
+            or env.get(envvars.RUN_ID)
+            or env.get("SLURM_JOB_ID")
+            or "job"
+        )
+        job += f".{env.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+        return cls(
+            rank=rank,
+            world_size=world,
+            local_rank=number("LOCAL_RANK", 0) or 0,
+            master_addr=env.get("MASTER_ADDR"),
+            master_port=number("MASTER_PORT", None),
+            agent_store=env.get("TORCHELASTIC_USE_AGENT_STORE") == "True",
+            job_id=job,
+            port_base=number(envvars.TRIAL_MASTER_PORT_BASE, None),
+        )
+
+
+def choose_backend(requested: str | None = None) -> str:
+    """``nccl`` when a GPU is visible (RCCL on ROCm answers to the same name), else ``gloo``;
+    ``requested`` or ``AORTA_BACKEND`` overrides."""
+    choice = requested or os.environ.get(envvars.BACKEND) or "auto"
+    if choice != "auto":
+        return choice
+    import torch
+
+    return "nccl" if torch.cuda.is_available() else "gloo"
+
+
+def free_port() -> int:
+    """A TCP port free on this host right now (the caller binds it soon after)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        return int(s.getsockname()[1])
+
+
+class LocalCoordinator:
+    """One process, no peers: every exchange is local."""
+
+    rank = 0
+    world_size = 1
+    distributed = False
+
+    def share(self, key: str, produce: Callable[[], Any], *, timeout_s: float) -> Any:
+        return produce()
+
+    def gather(self, key: str, value: Any, *, timeout_s: float) -> list[Any] | None:
+        return [value]
+
+    def raise_abort(self, key: str, reason: str) -> None:
+        pass
+
+    def abort_reason(self, key: str) -> str | None:
+        return None
+
+    def finish(self, *, timeout_s: float) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class StoreCoordinator:
+    """Ranks coordinating through a torch ``TCPStore`` (see the module docstring)."""
+
+    distributed = True
+
+    def __init__(self, env: DistEnv, *, connect_timeout_s: float = 300.0) -> None:
+        from torch.distributed import TCPStore
+
+        self.env = env
+        self.rank = env.rank
+        self.world_size = env.world_size
+        self.prefix = f"aorta/{env.job_id}/"
+        timeout = timedelta(seconds=connect_timeout_s)
+        if env.master_addr is None:
+            raise UsageError(
+                "WORLD_SIZE > 1 but MASTER_ADDR is not set: start aorta under torchrun or srun"
+            )
+        if env.agent_store:
+            if env.master_port is None:
+                raise UsageError("TORCHELASTIC_USE_AGENT_STORE is set but MASTER_PORT is not")
+            self.store = TCPStore(
+                env.master_addr, env.master_port, None, False, timeout, wait_for_workers=False
+            )
+        else:
+            if env.port_base is None:
+                raise UsageError(
+                    f"WORLD_SIZE={env.world_size} without torchrun's agent store: export "
+                    f"{envvars.TRIAL_MASTER_PORT_BASE} (the first of 1000 free ports reserved for aorta, e.g. 30000) "
+                    "on every rank"
+                )
+            self.store = TCPStore(
+                env.master_addr,
+                env.port_base,
+                env.world_size,
+                env.rank == 0,
+                timeout,
+                wait_for_workers=False,
+            )
+
+    def _key(self, key: str) -> str:
+        return self.prefix + key
+
+    def _get(self, key: str, timeout_s: float) -> Any:
+        full = self._key(key)
+        try:
+            self.store.wait([full], timedelta(seconds=max(1.0, timeout_s)))
+        except Exception as exc:  # torch raises DistStoreError / RuntimeError on timeout
+            raise AortaError(
+                f"rank {self.rank}: no answer for {key!r} from the other ranks within {timeout_s:.0f} s ({exc})"
+            ) from None
+        return json.loads(self.store.get(full))
+
+    def _set(self, key: str, value: Any) -> None:
+        self.store.set(self._key(key), json.dumps(value, default=str))
+
+    def share(self, key: str, produce: Callable[[], Any], *, timeout_s: float) -> Any:
+        """Rank 0 computes ``produce()`` and publishes it; every rank returns the value."""
+        if self.rank == 0:
+            value = produce()
+            self._set(key, value)
+            return value
+        return self._get(key, timeout_s)
+
+    def gather(self, key: str, value: Any, *, timeout_s: float) -> list[Any] | None:
+        """Rank 0 receives every rank's ``value`` (``None`` for a rank that never answered);
+        other ranks get ``None``."""
+        self._set(f"{key}/{self.rank}", value)
+        if self.rank != 0:
+            return None
+        out: list[Any] = []
+        deadline = time.monotonic() + timeout_s
+        for r in range(self.world_size):
+            try:
+                out.append(self._get(f"{key}/{r}", max(1.0, deadline - time.monotonic())))
+            except AortaError:
+                out.append(None)
+        return out
+
+    def raise_abort(self, key: str, reason: str) -> None:
+        """Tell the other ranks to stop their part of trial ``key`` (this rank's trial died)."""
+        with contextlib.suppress(Exception):
+            self.store.set(self._key(f"abort/{key}"), reason)
+
+    def abort_reason(self, key: str) -> str | None:
+        full = self._key(f"abort/{key}")
+        try:
+            if self.store.check([full]):
+                return self.store.get(full).decode()
+        except Exception:
+            return None
+        return None
+
+    def finish(self, *, timeout_s: float) -> None:
+        """Everyone is done; rank 0 (which may host the store) leaves last."""
+        self._set(f"finished/{self.rank}", True)
+        if self.rank == 0:
+            for r in range(1, self.world_size):
+                with contextlib.suppress(AortaError):
+                    self._get(f"finished/{r}", timeout_s)
+
+    def close(self) -> None:
+        self.store = None  # type: ignore[assignment]
+
+
+def coordinator_for(env: DistEnv) -> LocalCoordinator | StoreCoordinator:
+    return StoreCoordinator(env) if env.distributed else LocalCoordinator()
+
+
+def trial_endpoint(
+    coord: LocalCoordinator | StoreCoordinator, env: DistEnv, seq: int, *, timeout_s: float
+) -> dict[str, Any]:
+    """Where trial ``seq`` meets: ``{"addr", "port"}`` — the same answer on every rank."""
+
+    def pick() -> dict[str, Any]:
+        if env.agent_store or env.port_base is None:
+            return {"addr": env.master_addr or "127.0.0.1", "port": free_port()}
+        return {"addr": env.master_addr, "port": env.port_base + 1 + seq % 999}
+
+    return coord.share(f"trial/{seq}/endpoint", pick, timeout_s=timeout_s)
+
+
+def trial_env(endpoint: dict[str, Any]) -> dict[str, str]:
+    """Variables that point a trial's ``init_process_group()`` at its own rendezvous: rank 0's
+    trial hosts a fresh store there (so no key of an earlier trial can interfere)."""
+    return {
+        "MASTER_ADDR": str(endpoint["addr"]),
+        "MASTER_PORT": str(endpoint["port"]),
+        "TORCHELASTIC_USE_AGENT_STORE": "False",
+    }
+
+
+def init_process_group(ctx: TrialContext, *, backend: str | None = None) -> Any:
+    """Join this trial's process group; returns ``torch.distributed``.
+
+    Uses the trial's rendezvous (``MASTER_ADDR``/``MASTER_PORT`` as the engine set them), the
+    backend the engine chose (``ctx.backend``: gloo on CPU, nccl on GPUs), and the time left
+    before the trial's deadline as the collective timeout — a peer that died makes the
+    others fail instead of hang.
+    """
+    import torch.distributed as dist
+
+    remaining = ctx.remaining()
+    timeout = timedelta(seconds=max(5.0, remaining if remaining is not None else 1800.0))
+    kind = backend or ctx.backend or choose_backend()
+    if kind == "nccl":
+        import torch
+
+        torch.cuda.set_device(ctx.local_rank)
+    dist.init_process_group(
+        kind, init_method="env://", rank=ctx.rank, world_size=ctx.world_size, timeout=timeout
+    )
+    return dist
+
+
+def destroy_process_group() -> None:
+    """Leave the trial's process group if one is up (safe to call twice)."""
+    with contextlib.suppress(Exception):
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()

@@ -1,0 +1,245 @@
+"""This rank's part of one trial: its context, its environment, how it runs, what it reports.
+
+:class:`TrialRunner` turns a planned trial into a :class:`~aorta.record.RankOutcome` on this
+rank. It chooses the isolation (in process, or a fresh worker), points a distributed trial
+at its own rendezvous, watches for a peer's abort, and collects the trial's files. The
+engine (:mod:`aorta.engine`) decides which trials run and merges the ranks' outcomes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import re
+import shutil
+import socket
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from aorta import envvars
+from aorta.planning import Plan, TrialKey
+from aorta.record import RankOutcome, TrialStatus
+from aorta.rundir import RunDir
+from aorta.trial import Outcome, Watchdog, run_in_process, run_in_worker, workload_ref
+from aorta.workload import Isolation, TrialContext, Workload
+
+__all__ = ["TrialRunner"]
+
+#: How long an in-process trial may overrun its deadline (stuck in native code) before the
+#: engine records it as a timeout and stops the sweep for a resume.
+STUCK_GRACE_S = 60.0
+
+
+def _expand(pattern: str, env: Mapping[str, str]) -> str:
+    # ${VAR} and $VAR from the trial's environment (os.path.expandvars reads os.environ only).
+    return re.sub(
+        r"\$\{(\w+)\}|\$(\w+)", lambda m: env.get(m.group(1) or m.group(2), m.group(0)), pattern
+    )
+
+
+class TrialRunner:
+    """Runs trials of one plan on this rank."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        rd: RunDir,
+        *,
+        workload: type[Workload] | None,
+        unknown_workload_error: str,
+        isolation: Isolation | None,
+        rank: int = 0,
+        world_size: int = 1,
+        local_rank: int = 0,
+        backend: str | None = None,
+        python: str | None = None,
+        on_stuck: Callable[[TrialKey], None] | None = None,
+    ) -> None:
+        self.plan = plan
+        self.recipe = plan.recipe
+        self.rd = rd
+        self.workload = workload
+        self.unknown_workload_error = unknown_workload_error
+        self.isolation = isolation
+        self.rank, self.world_size, self.local_rank = rank, world_size, local_rank
+        self.backend = backend
+        self.python = python
+        self.on_stuck = on_stuck
+        self.host = socket.gethostname()
+
+    @property
+    def _log_names(self) -> tuple[str, str]:
+        # Ranks sharing a file system must not interleave their logs in one file.
+        if self.world_size == 1:
+            return "stdout.log", "stderr.log"
+        return f"rank{self.rank}.stdout.log", f"rank{self.rank}.stderr.log"
+
+    def context(self, key: TrialKey, deadline: float) -> TrialContext:
+        cell = key.cell
+        r = self.recipe
+        return TrialContext(
+            cell=cell.name,
+            trial=key.trial,
+            steps=cell.steps,
+            seed=key.seed,
+            artifact_dir=self.rd.artifact_dir(cell.name, key.trial),
+            env=dict(cell.env),
+            rank=self.rank,
+            world_size=self.world_size,
+            local_rank=self.local_rank,
+            deadline=deadline,
+            command=list(self.plan.command) if self.plan.command else None,
+            collect={c.name: dict(c.options) for c in cell.collect},
+            step_time_regex=r.step_time_regex,
+            env_passthrough_mode=r.env_passthrough_mode,
+            save_logs=r.save_logs,
+            backend=self.backend,
+            isolated=self.isolation == "process",
+            environment=cell.environment.to_dict(),
+        )
+
+    def overlay(self, key: TrialKey, rendezvous: Mapping[str, str]) -> dict[str, str]:
+        """The variables a trial runs with: the cell's, aorta's, and the trial's rendezvous."""
+        return {
+            **key.cell.env,
+            envvars.RUN_DIR: str(self.rd.path),
+            envvars.CELL: key.cell.name,
+            envvars.TRIAL: str(key.trial),
+            envvars.SEED: str(key.seed),
+            envvars.ARTIFACT_DIR: str(self.rd.artifact_dir(key.cell.name, key.trial)),
+            **rendezvous,
+        }
+
+    # ------------------------------------------------------------------------------------
+
+    def _execute(
+        self,
+        key: TrialKey,
+        ctx: TrialContext,
+        overlay: dict[str, str],
+        abort: Callable[[], str | None] | None,
+    ) -> Outcome:
+        cls = self.workload
+        if cls is None:
+            return Outcome(TrialStatus.INFRASTRUCTURE_FAILED, error=self.unknown_workload_error)
+        if key.cell.environment.kind == "docker" and not cls.supports_docker:
+            return Outcome(
+                TrialStatus.INFRASTRUCTURE_FAILED,
+                error=f"workload {cls.name!r} cannot run in docker environment {key.cell.environment.name!r}",
+            )
+        config = dict(key.cell.workload_config)
+        if self.isolation == "process":
+            return run_in_worker(
+                workload_ref(cls),
+                config,
+                ctx,
+                env={**os.environ, **overlay},
+                python=self.python,
+                logs=self._log_names,
+                abort=abort,
+            )
+
+        def stuck() -> None:
+            if self.on_stuck is not None:
+                self.on_stuck(key)
+
+        with Watchdog(ctx.deadline, STUCK_GRACE_S, stuck), self._captured(ctx):
+            return run_in_process(cls, config, ctx, overlay)
+
+    @contextlib.contextmanager
+    def _captured(self, ctx: TrialContext) -> Iterator[None]:
+        """With ``save_logs``, an in-process trial's Python-level output goes to its folder."""
+        if not self.recipe.save_logs or ctx.artifact_dir is None:
+            yield
+            return
+        ctx.artifact_dir.mkdir(parents=True, exist_ok=True)
+        out_name, err_name = self._log_names
+        with (
+            open(ctx.artifact_dir / out_name, "a") as out,
+            open(ctx.artifact_dir / err_name, "a") as err,
+            contextlib.redirect_stdout(out),
+            contextlib.redirect_stderr(err),
+        ):
+            yield
+
+    def _collect_paths(self, overlay: Mapping[str, str], art: Path) -> None:
+        env = {**os.environ, **overlay}
+        for pattern in self.recipe.collect_paths:
+            for src in sorted(glob.glob(_expand(pattern, env))):
+                path = Path(src)
+                if not path.is_file():
+                    continue
+                with contextlib.suppress(ValueError):
+                    path.resolve().relative_to(art.resolve())
+                    continue  # already in the trial's folder
+                dest = art / "collected" / path.name
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                with contextlib.suppress(OSError):
+                    shutil.copy2(path, dest)
+
+    def _artifacts(self, art: Path) -> dict[str, str]:
+        found: dict[str, str] = {}
+        if art.is_dir():
+            for p in sorted(art.rglob("*")):
+                if p.is_file():
+                    found[p.relative_to(art).as_posix()] = self.rd.relative(p)
+        return found
+
+    def run(
+        self,
+        key: TrialKey,
+        *,
+        rendezvous: Mapping[str, str] | None = None,
+        abort: Callable[[], str | None] | None = None,
+    ) -> RankOutcome:
+        """Run this rank's part of ``key`` until its deadline."""
+        deadline = time.monotonic() + self.plan.timeout_s
+        ctx = self.context(key, deadline)
+        overlay = self.overlay(key, rendezvous or {})
+        t0 = time.monotonic()
+        outcome = self._execute(key, ctx, overlay, abort)
+        wall = time.monotonic() - t0
+        art = ctx.artifact_dir or self.rd.path
+        if self.recipe.collect_paths:
+            self._collect_paths(overlay, art)
+        return self.rank_outcome(outcome, wall=wall, artifacts=self._artifacts(art))
+
+    def rank_outcome(
+        self, outcome: Outcome, *, wall: float, artifacts: dict[str, str] | None = None
+    ) -> RankOutcome:
+        res = outcome.result
+        fields: dict[str, Any] = {}
+        if res is not None:
+            fields = {
+                "failure_count": res.failure_count,
+                "failure_details": [f.to_dict() for f in res.failure_details],
+                "step_times_ms": res.step_times_ms,
+                "warmup_steps": res.warmup_steps,
+                "elapsed_sec": res.elapsed_sec,
+                "total_iterations": res.total_iterations,
+                "executed_iterations": res.executed_iterations,
+                "configured_iterations": res.configured_iterations,
+                "metrics": res.metrics,
+                "info": res.info,
+            }
+        else:
+            fields["failure_count"] = int(outcome.status is TrialStatus.WORKLOAD_FAILED)
+        return RankOutcome(
+            rank=self.rank,
+            host=self.host,
+            status=outcome.status,
+            passed=outcome.status is TrialStatus.OK,
+            wall_clock_s=wall,
+            main_work_started=outcome.main_work_started,
+            completed=res is not None,
+            stopped_by_peer=outcome.stopped_by_peer,
+            error=outcome.error,
+            hint=outcome.hint,
+            warnings=outcome.warnings,
+            exit_code=outcome.exit_code,
+            artifacts=artifacts or {},
+            **fields,
+        )

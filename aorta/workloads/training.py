@@ -1,0 +1,116 @@
+"""``training``: a few DDP or FSDP steps of a small model — the smoke test of a real stack.
+
+Config: ``mode`` (``ddp`` or ``fsdp``), ``model_dim`` (128), ``num_layers`` (4),
+``batch_size`` (16), ``lr`` (0.01), ``dtype`` (``float32`` or ``bfloat16``),
+``warmup_steps`` (1). Every step's time is recorded; a loss that is not finite fails the
+trial at that step. FSDP uses ``torch.distributed.fsdp.fully_shard`` (one unit per layer).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+from aorta.collect import StepProfiler
+from aorta.distributed import destroy_process_group, init_process_group
+from aorta.workload import FailureDetail, Workload, WorkloadResult
+
+
+class TrainingWorkload(Workload):
+    name = "training"
+    description = "DDP or FSDP steps of a small model: step times and a finite-loss check"
+    launch_mode = "distributed"
+    min_world_size = 1
+    default_isolation = "process"
+    default_steps = 8
+    config_keys = frozenset(
+        {"mode", "model_dim", "num_layers", "batch_size", "lr", "dtype", "warmup_steps"}
+    )
+
+    def setup(self) -> None:
+        import torch
+        from torch import nn
+
+        c = self.config
+        self.mode = str(c.get("mode", "ddp"))
+        if self.mode not in ("ddp", "fsdp"):
+            raise ValueError(f"mode must be ddp or fsdp, got {self.mode!r}")
+        dim, layers = int(c.get("model_dim", 128)), int(c.get("num_layers", 4))
+        self.batch = int(c.get("batch_size", 16))
+        self.warmup = int(c.get("warmup_steps", 1))
+        dtype = getattr(torch, str(c.get("dtype", "float32")))
+        self.torch = torch
+        self.dist = init_process_group(self.context)
+        self.device = (
+            torch.device(f"cuda:{self.context.local_rank}")
+            if self.context.backend == "nccl"
+            else torch.device("cpu")
+        )
+        torch.manual_seed(self.context.seed)  # same initial weights on every rank
+        blocks = [nn.Sequential(nn.Linear(dim, dim), nn.GELU()) for _ in range(layers)]
+        model = nn.Sequential(*blocks, nn.Linear(dim, 1)).to(self.device, dtype)
+        if self.mode == "ddp":
+            from torch.nn.parallel import DistributedDataParallel
+
+            self.model: Any = DistributedDataParallel(
+                model, device_ids=[self.device.index] if self.device.type == "cuda" else None
+            )
+        else:
+            from torch.distributed.fsdp import fully_shard
+
+            for block in blocks:
+                fully_shard(block)
+            self.model = fully_shard(model)
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=float(c.get("lr", 0.01)))
+        gen = torch.Generator().manual_seed(self.context.seed + self.dist.get_rank())
+        self.x = torch.randn(self.batch, dim, generator=gen).to(self.device, dtype)
+        self.y = torch.randn(self.batch, 1, generator=gen).to(self.device, dtype)
+
+    def cleanup(self) -> None:
+        destroy_process_group()
+
+    def run(self) -> WorkloadResult:
+        torch = self.torch
+        total = self.warmup + self.steps
+        times: list[float] = []
+        losses: list[float] = []
+        details: list[FailureDetail] = []
+        start = time.perf_counter()
+        with StepProfiler(self.context, total_steps=total) as prof:
+            for step in range(total):
+                t0 = time.perf_counter()
+                loss = torch.nn.functional.mse_loss(self.model(self.x), self.y)
+                loss.backward()
+                self.opt.step()
+                self.opt.zero_grad(set_to_none=True)
+                value = float(loss.detach().float())
+                if self.device.type == "cuda":
+                    torch.cuda.synchronize(self.device)
+                times.append((time.perf_counter() - t0) * 1000.0)
+                losses.append(value)
+                prof.step()
+                if not math.isfinite(value):
+                    details.append(
+                        FailureDetail(
+                            f"loss is {value} at step {step}",
+                            hint="numerics: try dtype float32, a lower lr, or the tf32_off mitigations",
+                            iteration=step,
+                        )
+                    )
+                    break
+        return WorkloadResult(
+            passed=not details,
+            failure_details=details,
+            step_times_ms=times,
+            warmup_steps=min(self.warmup, len(times)),
+            elapsed_sec=time.perf_counter() - start,
+            total_iterations=total,
+            executed_iterations=len(times),
+            configured_iterations=total,
+            metrics={
+                "final_loss": losses[-1] if losses else math.nan,
+                "first_loss": losses[0] if losses else math.nan,
+            },
+            info={"mode": self.mode, "backend": str(self.context.backend)},
+        )
