@@ -252,33 +252,49 @@ def build_dataset(
     cells = [dict(c) for c in cells]
     records = list(records)
     names = [str(c["name"]) for c in cells]
-    seen = set(names)
-    for extra in sorted({r.cell for r in records} - seen):
+    for extra in sorted({r.cell for r in records} - set(names)):
         cells.append({"name": extra})
         names.append(extra)
-    index = {name: i for i, name in enumerate(names)}
-    n_cells = len(cells)
     planned = [int(c.get("trials") or 0) for c in cells]
     n_trials = max([*planned, *(r.trial + 1 for r in records), 0])
+    data, dim_coords = _trial_variables(records, names, n_trials)
+    coords = {**dim_coords, **_cell_coords(cells, names, planned)}
+    ds = xr.Dataset(
+        {k: (*v, _VAR_ATTRS[k]) for k, v in data.items()},
+        coords={k: (*v, _COORD_ATTRS[k]) for k, v in coords.items()},
+    )
+    config_coords, common_config = _config_coords(cells)
+    ds = ds.assign_coords({k: xr.Variable(*v) for k, v in config_coords.items()})
+    run = {"aorta_dataset_version": DATASET_VERSION, **dict(attrs or {})}
+    if common_config:
+        run["workload_config"] = common_config
+    ds.attrs = _clean_attrs(run)
+    return ds
+
+
+def _trial_variables(
+    records: Sequence[TrialRecord], names: Sequence[str], n_trials: int
+) -> tuple[dict[str, tuple[tuple[str, ...], np.ndarray]], dict[str, tuple[str, np.ndarray]]]:
+    """The per-trial variables (padded as missing trials) and the trial/step/metric/info axes."""
+    index = {name: i for i, name in enumerate(names)}
     n_steps_max = max([0, *(len(r.step_times_ms) for r in records)])
     metric_names = sorted({k for r in records for k in r.metrics})
     info_keys = sorted({k for r in records for k in r.info})
-    env_vars = sorted({k for c in cells for k in (c.get("env") or {})})
     m_index = {k: i for i, k in enumerate(metric_names)}
     i_index = {k: i for i, k in enumerate(info_keys)}
-
-    shape = (n_cells, n_trials)
+    shape = (len(names), n_trials)
+    size = shape[0] * shape[1]
     step = np.full((*shape, n_steps_max), np.nan)
     n_steps = np.zeros(shape, dtype=np.int64)
     warmup = np.zeros(shape, dtype=np.int64)
     wall = np.full(shape, np.nan)
     elapsed = np.full(shape, np.nan)
-    status = _objects([MISSING] * (n_cells * n_trials), shape)
-    error = _objects([""] * (n_cells * n_trials), shape)
+    status = _objects([MISSING] * size, shape)
+    error = _objects([""] * size, shape)
     passed = np.zeros(shape, dtype=bool)
     seed = np.full(shape, -1, dtype=np.int64)
     metrics = np.full((*shape, len(metric_names)), np.nan)
-    info = _objects([""] * (n_cells * n_trials * len(info_keys)), (*shape, len(info_keys)))
+    info = _objects([""] * (size * len(info_keys)), (*shape, len(info_keys)))
     for rec in records:
         if rec.trial < 0:
             continue
@@ -298,57 +314,53 @@ def build_dataset(
             metrics[i, j, m_index[k]] = math.nan if v is None else v
         for k, v in rec.info.items():
             info[i, j, i_index[k]] = _text(v)
+    ct = ("cell", "trial")
+    data = {
+        "step_time_ms": ((*ct, "step"), step),
+        "n_steps": (ct, n_steps),
+        "warmup_steps": (ct, warmup),
+        "wall_clock_s": (ct, wall),
+        "elapsed_s": (ct, elapsed),
+        "status": (ct, status),
+        "passed": (ct, passed),
+        "error": (ct, error),
+        "seed": (ct, seed),
+        "metrics": ((*ct, "metric"), metrics),
+        "info": ((*ct, "info_key"), info),
+    }
+    axes = {
+        "trial": ("trial", np.arange(n_trials, dtype=np.int64)),
+        "step": ("step", np.arange(n_steps_max, dtype=np.int64)),
+        "metric": ("metric", _objects(metric_names)),
+        "info_key": ("info_key", _objects(info_keys)),
+    }
+    return data, axes
 
+
+def _cell_coords(
+    cells: Sequence[Mapping[str, Any]], names: Sequence[str], planned: Sequence[int]
+) -> dict[str, tuple[Any, np.ndarray]]:
+    """Per-cell coordinates: names, mitigations, environment, ids, the env overlay."""
+    env_vars = sorted({k for c in cells for k in (c.get("env") or {})})
     overlays = [dict(c.get("env") or {}) for c in cells]
-    env_value = _objects(
-        [o.get(v, "") for o in overlays for v in env_vars], (n_cells, len(env_vars))
-    )
-    env_set = np.array([[v in o for v in env_vars] for o in overlays], dtype=bool).reshape(
-        n_cells, len(env_vars)
-    )
-    config_coords, common_config = _config_coords(cells)
+    n = len(cells)
+    env_value = _objects([o.get(v, "") for o in overlays for v in env_vars], (n, len(env_vars)))
+    env_set = np.array([[v in o for v in env_vars] for o in overlays], dtype=bool)
 
     def env_name(c: Mapping[str, Any]) -> str:
         env = c.get("environment")
         return str(env.get("name", "")) if isinstance(env, Mapping) else str(env or "")
 
-    coords: dict[str, Any] = {
+    return {
         "cell": ("cell", _objects(names)),
-        "trial": ("trial", np.arange(n_trials, dtype=np.int64)),
-        "step": ("step", np.arange(n_steps_max, dtype=np.int64)),
-        "metric": ("metric", _objects(metric_names)),
-        "info_key": ("info_key", _objects(info_keys)),
         "env_var": ("env_var", _objects(env_vars)),
         "mitigations": ("cell", _objects(["+".join(c.get("mitigations") or []) for c in cells])),
         "environment": ("cell", _objects([env_name(c) for c in cells])),
         "cell_id": ("cell", _objects([str(c.get("cell_id") or "") for c in cells])),
         "planned_trials": ("cell", np.array(planned, dtype=np.int64)),
         "env_value": (("cell", "env_var"), env_value),
-        "env_set": (("cell", "env_var"), env_set),
+        "env_set": (("cell", "env_var"), env_set.reshape(n, len(env_vars))),
     }
-    data = {
-        "step_time_ms": (("cell", "trial", "step"), step),
-        "n_steps": (("cell", "trial"), n_steps),
-        "warmup_steps": (("cell", "trial"), warmup),
-        "wall_clock_s": (("cell", "trial"), wall),
-        "elapsed_s": (("cell", "trial"), elapsed),
-        "status": (("cell", "trial"), status),
-        "passed": (("cell", "trial"), passed),
-        "error": (("cell", "trial"), error),
-        "seed": (("cell", "trial"), seed),
-        "metrics": (("cell", "trial", "metric"), metrics),
-        "info": (("cell", "trial", "info_key"), info),
-    }
-    ds = xr.Dataset(
-        {k: (*v, _VAR_ATTRS[k]) for k, v in data.items()},
-        coords={k: (*v, _COORD_ATTRS[k]) for k, v in coords.items()},
-    )
-    ds = ds.assign_coords({k: xr.Variable(*v) for k, v in config_coords.items()})
-    run = {"aorta_dataset_version": DATASET_VERSION, **dict(attrs or {})}
-    if common_config:
-        run["workload_config"] = common_config
-    ds.attrs = _clean_attrs(run)
-    return ds
 
 
 # --- run directories -------------------------------------------------------------------------
@@ -575,13 +587,42 @@ def trials_frame(ds: xr.Dataset) -> pd.DataFrame:
 
 
 def load_trials(path: str | Path, *, source: Source = "auto") -> pd.DataFrame:
-    """The tidy view of a run: one row per recorded trial (see :func:`trials_frame`).
+    """The tidy view of a run: one row per recorded trial.
 
-    Raises :class:`~aorta.errors.UsageError` as :func:`load_run` does.
+    Parameters
+    ----------
+    path
+        A run directory or a ``results.nc`` file.
+    source
+        As in :func:`load_run`: ``auto``, ``records`` or ``netcdf``.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``cell``, ``trial``, the per-cell coordinates (``mitigations``,
+        ``environment``, ``config_*`` …), ``status``, ``passed``, ``error``, ``seed``,
+        ``n_steps``, ``warmup_steps``, ``step_time_ms`` (the trial value: median of the
+        post-warm-up steps), ``wall_clock_s``, ``elapsed_s`` and ``metric_<name>`` per metric.
+
+    Raises
+    ------
+    UsageError
+        As :func:`load_run`.
 
     See Also
     --------
     load_run : the same run as a Dataset.
+    trials_frame : the same from a Dataset.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from aorta.engine import sweep
+    >>> from aorta.recipe import load_recipe_text
+    >>> r = load_recipe_text("trials: 2\\ncells: [{name: base, mitigations: [none]}]", command=["true"])
+    >>> df = load_trials(sweep(r, output=tempfile.mkdtemp(), progress="none").run_dir)
+    >>> df[["cell", "trial", "status"]].values.tolist()
+    [['base', 0, 'ok'], ['base', 1, 'ok']]
     """
     return trials_frame(load_run(path, source=source))
 

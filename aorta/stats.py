@@ -452,6 +452,83 @@ def _failure_verdict(cell: Group, ref: Group, p_adj: float, alpha: float) -> Fai
     return "more" if cell.failures / cell.ran > ref.failures / ref.ran else "fewer"
 
 
+class _Bootstraps:
+    """Each group's bootstrap medians, drawn once from the group's own stream."""
+
+    def __init__(
+        self, groups: Sequence[Group], values: list[np.ndarray], *, seed: int, resamples: int
+    ):
+        self.groups, self.values, self.seed, self.resamples = groups, values, seed, resamples
+        self.cache: dict[int, np.ndarray] = {}
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        if i not in self.cache:
+            rng = _stream(self.seed, self.groups[i].key)
+            self.cache[i] = bootstrap_medians(self.values[i], resamples=self.resamples, rng=rng)
+        return self.cache[i]
+
+
+def _raw_pair(
+    c: int,
+    r: int,
+    groups: Sequence[Group],
+    values: list[np.ndarray],
+    boots: _Bootstraps,
+    *,
+    seed: int,
+    alpha: float,
+) -> tuple[float, float, float, float, str, float]:
+    """``(ratio, ci_low, ci_high, p, p_method, fisher_p)`` of cell ``c`` against ``r``."""
+    x, y = values[c], values[r]
+    pair_key = "\x1f".join(sorted((groups[c].key, groups[r].key)))
+    p, method = mann_whitney(x, y, rng=_stream(seed, pair_key))
+    fp = fisher_p(groups[c].failures, groups[c].ran, groups[r].failures, groups[r].ran)
+    ratio = lo = hi = math.nan
+    if x.size and y.size:
+        mx, my = float(np.median(x)), float(np.median(y))
+        if my > 0:
+            ratio = mx / my
+        if x.size >= 2 and y.size >= 2:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                lo, hi = percentile_interval(boots[c] / boots[r], alpha=alpha)
+    return ratio, lo, hi, p, method, fp
+
+
+def _note(
+    verdict: str,
+    *,
+    attainable: bool,
+    n: tuple[int, int],
+    min_p: float,
+    level: float,
+    family: int,
+    needed: int,
+    lo: float,
+    hi: float,
+    p_adj: float,
+    alpha: float,
+    threshold: float,
+) -> str:
+    """Why an inconclusive (or no-data) verdict is one, in words."""
+    if verdict == "no data":
+        return "a group has no timed trial"
+    if verdict != "inconclusive":
+        return ""
+    if not attainable:
+        return (
+            f"{n[0]} vs {n[1]} trials: the smallest exact p is {min_p:.3g}, not below "
+            f"{level:.3g} (alpha {alpha:g} / {family} Holm comparisons); "
+            f"run ≥ {needed} trials per cell"
+        )
+    if math.isnan(lo):
+        return "no CI: a group has fewer than 2 timed trials"
+    why = "significant, but" if p_adj < alpha else f"p_adj {p_adj:.3g} ≥ {alpha:g} and"
+    return (
+        f"{why} the CI [{lo:.3g}, {hi:.3g}] is not inside "
+        f"[{1 / threshold:.3g}, {threshold:.3g}]: more trials narrow it"
+    )
+
+
 def compare_groups(
     groups: Sequence[Group],
     pairs: Sequence[tuple[int, int]],
@@ -475,41 +552,19 @@ def compare_groups(
     if resamples < 1:
         raise ValueError(f"resamples must be ≥ 1, got {resamples}")
     values = [g.finite() for g in groups]
-    boots: dict[int, np.ndarray] = {}
-
-    def boot(i: int) -> np.ndarray:
-        if i not in boots:
-            boots[i] = bootstrap_medians(
-                values[i], resamples=resamples, rng=_stream(seed, groups[i].key)
-            )
-        return boots[i]
-
-    raw = []
-    for c, r in pairs:
-        x, y = values[c], values[r]
-        pair_key = "\x1f".join(sorted((groups[c].key, groups[r].key)))
-        p, method = mann_whitney(x, y, rng=_stream(seed, pair_key))
-        fp = fisher_p(groups[c].failures, groups[c].ran, groups[r].failures, groups[r].ran)
-        ratio = lo = hi = math.nan
-        if x.size and y.size:
-            mx, my = float(np.median(x)), float(np.median(y))
-            if my > 0:
-                ratio = mx / my
-            if x.size >= 2 and y.size >= 2:
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    lo, hi = percentile_interval(boot(c) / boot(r), alpha=alpha)
-        raw.append((ratio, lo, hi, p, method, fp))
+    boots = _Bootstraps(groups, values, seed=seed, resamples=resamples)
+    raw = [_raw_pair(c, r, groups, values, boots, seed=seed, alpha=alpha) for c, r in pairs]
     p_adj = holm([row[3] for row in raw])
     f_adj = holm([row[5] for row in raw])
-    m = int(np.sum(~np.isnan([row[3] for row in raw])))
-    level = alpha / max(m, 1)
-    needed_at_level = trials_for_level(level)
+    family = max(int(np.sum(~np.isnan([row[3] for row in raw]))), 1)
+    level = alpha / family
+    needed = trials_for_level(level)
     out = []
     for (c, r), (ratio, lo, hi, p, method, fp), pa, fa in zip(
         pairs, raw, p_adj, f_adj, strict=True
     ):
-        n_c, n_r = values[c].size, values[r].size
-        min_p = min_exact_p(n_c, n_r)
+        n = (values[c].size, values[r].size)
+        min_p = min_exact_p(*n)
         attainable = min_p < level
         verdict = timing_verdict(
             ratio=ratio,
@@ -520,26 +575,6 @@ def compare_groups(
             threshold=threshold,
             attainable=attainable,
         )
-        note = ""
-        needed: int | None = None
-        if verdict == "inconclusive":
-            if not attainable:
-                needed = needed_at_level
-                note = (
-                    f"{n_c} vs {n_r} trials: the smallest exact p is {min_p:.3g}, not below "
-                    f"{level:.3g} (alpha {alpha:g} / {max(m, 1)} Holm comparisons); "
-                    f"run ≥ {needed} trials per cell"
-                )
-            elif math.isnan(lo):
-                note = "no CI: a group has fewer than 2 timed trials"
-            else:
-                why = "significant, but" if pa < alpha else f"p_adj {pa:.3g} ≥ {alpha:g} and"
-                note = (
-                    f"{why} the CI [{lo:.3g}, {hi:.3g}] is not inside "
-                    f"[{1 / threshold:.3g}, {threshold:.3g}]: more trials narrow it"
-                )
-        elif verdict == "no data":
-            note = "a group has no timed trial"
         out.append(
             PairResult(
                 ratio=ratio,
@@ -554,8 +589,21 @@ def compare_groups(
                 failures_vs_baseline=_failure_verdict(groups[c], groups[r], float(fa), alpha),
                 min_p=min_p,
                 attainable=attainable,
-                trials_needed=needed,
-                note=note,
+                trials_needed=needed if verdict == "inconclusive" and not attainable else None,
+                note=_note(
+                    verdict,
+                    attainable=attainable,
+                    n=n,
+                    min_p=min_p,
+                    level=level,
+                    family=family,
+                    needed=needed,
+                    lo=lo,
+                    hi=hi,
+                    p_adj=float(pa),
+                    alpha=alpha,
+                    threshold=threshold,
+                ),
             )
         )
     return out

@@ -134,6 +134,19 @@ def failure_rates(comparison: pd.DataFrame, *, ax: Any = None) -> Figure:
 
     Cells with significantly more failures than the baseline are vermillion, fewer green;
     the baseline's rate is a vertical line.
+
+    Examples
+    --------
+    >>> from aorta.comparison import compare
+    >>> from aorta.dataset import build_dataset
+    >>> from aorta.record import TrialRecord
+    >>> ds = build_dataset([{"name": c, "trials": 4} for c in ("base", "x")],
+    ...     [TrialRecord(cell=c, cell_id="", trial=t, status="ok", passed=True,
+    ...                  step_times_ms=[1.0 + t / 10 + (c == "x")]) for c in ("base", "x") for t in range(4)],
+    ...     attrs={"baseline": "base", "threshold": 1.15})
+    >>> fig = failure_rates(compare(ds))
+    >>> len(fig.axes)
+    1
     """
     cells = [str(c) for c in comparison.index]
     colors = {"more": PALETTE["vermillion"], "fewer": PALETTE["green"]}
@@ -181,6 +194,19 @@ def ratio_forest(comparison: pd.DataFrame, *, ax: Any = None) -> Figure:
 
     The shaded band is ``[1/threshold, threshold]``; colours are the verdicts
     (:data:`VERDICT_COLORS`). The baseline row is left out.
+
+    Examples
+    --------
+    >>> from aorta.comparison import compare
+    >>> from aorta.dataset import build_dataset
+    >>> from aorta.record import TrialRecord
+    >>> ds = build_dataset([{"name": c, "trials": 4} for c in ("base", "x")],
+    ...     [TrialRecord(cell=c, cell_id="", trial=t, status="ok", passed=True,
+    ...                  step_times_ms=[1.0 + t / 10 + (c == "x")]) for c in ("base", "x") for t in range(4)],
+    ...     attrs={"baseline": "base", "threshold": 1.15})
+    >>> fig = ratio_forest(compare(ds))
+    >>> len(fig.axes)
+    1
     """
     rows = comparison[comparison["verdict"] != "baseline"]
     cells = [str(c) for c in rows.index]
@@ -218,6 +244,19 @@ def step_series(
 
     ``cells`` and ``trials`` pick a subset (default: all). Raises ``KeyError`` for an unknown
     cell or trial.
+
+    Examples
+    --------
+    >>> from aorta.comparison import compare
+    >>> from aorta.dataset import build_dataset
+    >>> from aorta.record import TrialRecord
+    >>> ds = build_dataset([{"name": c, "trials": 4} for c in ("base", "x")],
+    ...     [TrialRecord(cell=c, cell_id="", trial=t, status="ok", passed=True,
+    ...                  step_times_ms=[1.0 + t / 10 + (c == "x")]) for c in ("base", "x") for t in range(4)],
+    ...     attrs={"baseline": "base", "threshold": 1.15})
+    >>> fig = step_series(ds, cells=["x"])
+    >>> len(fig.axes)
+    1
     """
     sel = ds.step_time_ms
     if cells is not None:
