@@ -94,7 +94,9 @@ def step_distributions(
         fig, ax = new_axes(ax, figsize=(6.4, 0.9 + 0.45 * len(cells)))
         y = _cell_axis(ax, cells)
         if baseline is not None:
-            base = np.nanmedian(values.sel(cell=baseline).values) if values.size else math.nan
+            base_values = values.sel(cell=baseline).values
+            base_values = base_values[np.isfinite(base_values)]
+            base = float(np.median(base_values)) if base_values.size else math.nan
             if math.isfinite(base):
                 ax.axvspan(
                     base / thr,
