@@ -216,7 +216,14 @@ def ratio_forest(comparison: pd.DataFrame, *, ax: Any = None) -> Figure:
     with aorta_style():
         fig, ax = new_axes(ax, figsize=(6.4, 0.9 + 0.45 * max(len(cells), 1)))
         y = _cell_axis(ax, cells)
-        ax.axvspan(1 / thr, thr, color=PALETTE["grey"], alpha=0.2, lw=0, label=f"±band ({thr:g})")
+        ax.axvspan(
+            1 / thr,
+            thr,
+            color=PALETTE["grey"],
+            alpha=0.2,
+            lw=0,
+            label=f"band [{1 / thr:.3g}, {thr:g}]",
+        )
         ax.axvline(1.0, color=PALETTE["grey"], lw=1)
         for yi, (_, row) in zip(y, rows.iterrows(), strict=True):
             if math.isnan(row["ratio"]):
@@ -227,7 +234,11 @@ def ratio_forest(comparison: pd.DataFrame, *, ax: Any = None) -> Figure:
             ax.plot(row["ratio"], yi, "o", color=color, label=str(row["verdict"]))
         ax.set_xscale("log")
         ax.xaxis.set_major_formatter(_plain_log())
-        ax.xaxis.set_minor_formatter(_plain_log(minor=True))
+        lo, hi = ax.get_xlim()
+        if hi / lo <= 100:  # label 2 and 5 only while they do not crowd the axis
+            ax.xaxis.set_minor_formatter(_plain_log(minor=True))
+        else:
+            ax.xaxis.set_minor_formatter(_blank())
         level = comparison.attrs.get("ci_level", 0.95)
         units = comparison.attrs.get("metric", "value")
         ax.set_xlabel(f"ratio of medians to the baseline ({units}), {level:.0%} bootstrap CI")
@@ -304,6 +315,12 @@ def _percent() -> Any:
     from matplotlib.ticker import PercentFormatter
 
     return PercentFormatter(xmax=1.0, decimals=0)
+
+
+def _blank() -> Any:
+    from matplotlib.ticker import NullFormatter
+
+    return NullFormatter()
 
 
 def _plain_log(*, minor: bool = False) -> Any:
