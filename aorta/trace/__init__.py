@@ -11,16 +11,19 @@ from __future__ import annotations
 
 from .classify import GPU_CLASSES, Rule, Rules, default_rules
 from .loader import load, trace_files
+from .merge import MergeReport, merge
 from .model import GpuOps, RankInfo, Trace
 
 __all__ = [
     "GPU_CLASSES",
     "GpuOps",
+    "MergeReport",
     "RankInfo",
     "Rule",
     "Rules",
     "Trace",
     "default_rules",
     "load",
+    "merge",
     "trace_files",
 ]

@@ -91,6 +91,7 @@ def write_cache(table: RankTable, path: str | Path, *, python_functions: bool) -
                         member, np.ascontiguousarray(values), allow_pickle=False
                     )
             archive.writestr(_META, msgspec.json.encode(meta))
+        os.chmod(tmp, path.stat().st_mode & 0o666)  # as readable as the trace itself
         os.replace(tmp, target)
         tmp = None
     except OSError as exc:

@@ -203,7 +203,7 @@ def default_rules() -> Rules:
         Rule(r"sm\d+_xmma_gemm|xmma_gemm", "xmma", cats=_KERNEL),
         Rule(r"(ampere|volta|turing|hopper)_\w*gemm", "ampere", cats=_KERNEL),
         Rule(r"^triton_\w*(mm|gemm|matmul)|^triton_tem_", "triton", cats=_KERNEL),
-        Rule(r"(?i)gemm|gemv", "gemm", cats=_KERNEL),
+        Rule(r"(?i)(?<!fb)gemm|gemv", "gemm", cats=_KERNEL),  # fbgemm is a library, not a GEMM
     )
     runtime = (
         Rule(

@@ -21,7 +21,9 @@ from .model import RankInfo, Trace
 __all__ = ["load", "trace_files"]
 
 PathLike = str | os.PathLike[str]
+CacheMode = Literal["use", "refresh", "off"]
 _TRACE_SUFFIXES = (".json", ".json.gz")
+_INT_COMM = frozenset({"row", "in_nelems", "out_nelems", "group_size", "comm_seq"})
 
 
 def trace_files(directory: PathLike) -> list[Path]:
@@ -38,7 +40,7 @@ def load(
     source: PathLike | Sequence[PathLike],
     *,
     python_functions: bool = False,
-    cache: Literal["use", "refresh", "off"] = "use",
+    cache: CacheMode = "use",
     rules: Rules | None = None,
     align: Literal["base_time", "none"] = "base_time",
 ) -> Trace:

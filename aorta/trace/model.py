@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = ["GpuOps", "RankInfo", "Trace"]
 
+_CATEGORICALS = ("cat", "name", "input_dims", "input_type")
 RUNTIME_KINDS: tuple[str, ...] = ("launch", "memcpy", "memset", "sync", "other")
 _OP_CATS = ("cpu_op", "user_annotation")
 
@@ -188,6 +189,39 @@ class Trace:
         return f"<Trace ranks={self.ranks} events={len(self._events)} gpu_ops={len(self.gpu_ops)} stack={'/'.join(stacks)}>"
 
     # -- derived copies -------------------------------------------------------------------------
+    @staticmethod
+    def concat(traces: Iterable[Trace]) -> Trace:
+        """One trace holding the ranks of several (which must not share a rank).
+
+        :func:`aorta.trace.load` with a list of files is the efficient way to get a multi-rank
+        trace; this joins traces already in memory.
+
+        Examples
+        --------
+        >>> from aorta.trace.testing import synthetic_trace
+        >>> a = synthetic_trace([("kernel", "k", 0, 1)], header={"distributedInfo": {"rank": 0}})
+        >>> b = synthetic_trace([("kernel", "k", 0, 1)], header={"distributedInfo": {"rank": 1}})
+        >>> Trace.concat([a, b]).ranks
+        [0, 1]
+        """
+        traces = list(traces)
+        if not traces:
+            raise ValueError("no traces to concatenate")
+        infos: dict[int, RankInfo] = {}
+        events, comms, offset = [], [], 0
+        for t in traces:
+            clash = set(infos).intersection(t.ranks)
+            if clash:
+                raise ValueError(f"rank(s) {sorted(clash)} appear in more than one trace")
+            infos.update(t._ranks)
+            events.append(t.events.astype(dict.fromkeys(_CATEGORICALS, object)))
+            comms.append(t.comm_args.assign(row=t.comm_args["row"] + offset))
+            offset += len(t.events)
+        merged = pd.concat(events, ignore_index=True).astype(
+            dict.fromkeys(_CATEGORICALS, "category")
+        )
+        return Trace(merged, infos, pd.concat(comms, ignore_index=True), rules=traces[0].rules)
+
     def with_rules(self, rules: Rules) -> Trace:
         """The same events classified by other rules (the events are shared, not copied)."""
         return Trace(self._events, self._ranks, self._comms, rules=rules)
