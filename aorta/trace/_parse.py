@@ -134,7 +134,9 @@ def _lenient(item: Any) -> _Event | None:
 
 def _us_to_ns(values: list[float]) -> np.ndarray:
     """Kineto microseconds (floats with fractional ns) → int64 ns, rounded, exact for big ts."""
-    us = np.asarray(values, dtype=np.float64)
+    us = np.nan_to_num(
+        np.asarray(values, dtype=np.float64), nan=0.0, posinf=0.0, neginf=0.0
+    )  # no "ts": 0
     whole = np.floor(us)
     return whole.astype(np.int64) * 1000 + np.rint((us - whole) * 1000.0).astype(np.int64)
 

@@ -270,7 +270,7 @@ class _Scanner:
             result = self._exact(p)
             if result is None:  # not one complete event in the buffer yet
                 if self.reader.eof:
-                    raise self._error("truncated: traceEvents array not closed", self.fill)
+                    raise self._diagnose(p)
                 s = self._read_more(s)
                 continue
             last_end, array_end = result
@@ -279,6 +279,7 @@ class _Scanner:
                 self.stats.slow_chunks += 1
                 yield self._decode_checked(p, last_end)
             if array_end >= 0:
+                self._check_gap(last_end + 1 if last_end > 0 else p, array_end)
                 self._finish(array_end)
                 return
             s = last_end + 1
@@ -355,6 +356,39 @@ class _Scanner:
             return self.decode(memoryview(text))
         except msgspec.DecodeError as exc:
             raise self._error(f"malformed JSON ({_reason(exc)})", left) from exc
+
+    def _check_gap(self, lo: int, hi: int) -> None:
+        """Only whitespace (and one tolerated trailing comma) may sit between the last event and ``]``."""
+        gap = bytes(self.buf[lo:hi])
+        stripped = gap.strip(_WS)
+        if stripped in (b"", b","):
+            return
+        body = stripped[1:] if stripped.startswith(b",") else stripped
+        try:  # values that are not objects (not events) are valid JSON: skip them
+            _DECODE_ANY.decode(b"[" + body + b"]")
+        except msgspec.DecodeError:
+            bad = lo + len(gap) - len(gap.lstrip(_WS))
+            raise self._error(
+                "malformed JSON (unexpected bytes after the last event)", bad
+            ) from None
+
+    def _diagnose(self, p: int) -> TraceError:
+        """The error for a stream that ended inside the array: a malformed byte, or truncation."""
+        text = bytearray(self.buf[p : self.fill])
+        if text[:1] == b",":
+            text[0] = 91
+        else:
+            text[:0] = b"["
+        try:
+            _DECODE_ANY.decode(text)
+        except msgspec.DecodeError as exc:
+            match = _BYTE_RE.search(str(exc))
+            if match and int(match.group(1)) < len(text):
+                shift = 0 if self.buf[p] == 44 else -1
+                return self._error(
+                    f"malformed JSON ({_reason(exc)})", p + int(match.group(1)) + shift
+                )
+        return self._error("truncated: traceEvents array not closed", self.fill)
 
     def _finish(self, array_end: int) -> None:
         """Read the rest of the stream after the array's ``]`` and decode the trailing keys."""
