@@ -8,6 +8,7 @@ shapes and input types are dictionary-encoded (codes + the list of unique values
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -78,6 +79,7 @@ class _Event(msgspec.Struct, gc=False):
 
 
 _DECODER = msgspec.json.Decoder(list[_Event])
+_CAT = operator.attrgetter("cat")
 _DECODE_ANY = msgspec.json.Decoder()
 _COMM_FIELDS = (
     "collective",
@@ -205,7 +207,7 @@ class _Builder:
             kept = [ev for ev in events if ev.ph == "X"]
         else:
             kept = [ev for ev in events if ev.ph == "X" and ev.cat != "python_function"]
-            self.python_skipped += sum(1 for ev in events if ev.cat == "python_function")
+            self.python_skipped += list(map(_CAT, events)).count("python_function")
         if not kept:
             return
         parts = self.parts

@@ -203,17 +203,12 @@ class _Scanner:
             self._read_more(0)
 
     def _locate_key(self) -> tuple[int, int] | None:
-        a = np.frombuffer(self.buf, dtype=np.uint8, count=self.fill)
-        pos, chars, quotes = _structure(a)
-        depth = _depths(chars)
         search = 0
         while (key := self.buf.find(b'"traceEvents"', search, self.fill)) >= 0:
             search = key + 1
-            qi = np.searchsorted(quotes, key)
-            if qi >= quotes.size or quotes[qi] != key or qi % 2:  # not an opening quote
-                continue
-            si = np.searchsorted(pos, key)
-            if si == 0 or depth[si - 1] != 1:
+            # the key must open a string at depth 1: check the structure of the prefix only
+            _, chars, quotes = _structure(np.frombuffer(self.buf, dtype=np.uint8, count=key))
+            if quotes.size % 2 or int(_depths(chars)[-1] if chars.size else 0) != 1:
                 continue
             colon = self._skip_ws(key + 13)
             bracket = self._skip_ws(colon + 1)
@@ -260,8 +255,15 @@ class _Scanner:
             if cut > 0:
                 try:
                     value = self._decode_slice(p, cut)
-                except (msgspec.DecodeError, msgspec.ValidationError):
-                    pass  # a wrong cut, or a problem the exact path reports precisely
+                except msgspec.DecodeError as exc:
+                    ends = self._ends_from_error(p, cut, exc)  # the array closed inside the slice?
+                    if ends is not None:
+                        last_end, array_end = ends
+                        self.stats.chunks += 1
+                        yield self._decode_checked(p, last_end)
+                        self._finish(array_end)
+                        return
+                    # else a wrong cut, or a problem the exact path below reports precisely
                 else:
                     self.stats.chunks += 1
                     yield value
@@ -283,6 +285,37 @@ class _Scanner:
                 self._finish(array_end)
                 return
             s = last_end + 1
+
+    def _ends_from_error(
+        self, p: int, cut: int, exc: msgspec.DecodeError
+    ) -> tuple[int, int] | None:
+        """When a fast cut overshot the array (its ``]`` then trailing keys), where it ended.
+
+        The decoder stops with "trailing characters" just after the array's own ``]``; the byte
+        before it (past whitespace) must be that ``]`` and the one before the last event's ``}``.
+        Anything else returns None and the exact scan decides.
+        """
+        match = _BYTE_RE.search(str(exc))
+        if "trailing characters" not in str(exc) or match is None:
+            return None
+        left = p if self.buf[p] == 44 else p - 1
+        q = left + int(match.group(1)) - 1  # at or just past the first trailing character
+        for _ in range(2):
+            while q > p and self.buf[q] in _WS:
+                q -= 1
+            if self.buf[q] == 93:
+                break
+            q -= 1  # step over the trailing character itself
+        if q >= cut or self.buf[q] != 93:
+            return None
+        end = q - 1
+        while end > p and self.buf[end] in _WS:
+            end -= 1
+        if self.buf[end] == 44:  # a tolerated trailing comma
+            end -= 1
+            while end > p and self.buf[end] in _WS:
+                end -= 1
+        return (end, q) if self.buf[end] == 125 else None
 
     def _fast_cut(self, p: int) -> int:
         """Position of the last ``}`` in the buffer followed by ``,`` and ``{``; 0 if none."""
