@@ -16,6 +16,7 @@ Results are printed as a Markdown table and written as JSON (``--out``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import json
 import os
@@ -271,15 +272,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def machine(core: int | None) -> dict:
-    cpu = ""
-    try:
-        cpu = next(
+    cpu = platform.processor()
+    with contextlib.suppress(OSError):
+        models = [
             line.split(":", 1)[1].strip()
-            for line in open("/proc/cpuinfo")
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
             if line.startswith("model name")
-        )
-    except (OSError, StopIteration):
-        cpu = platform.processor()
+        ]
+        cpu = models[0] if models else cpu
     return {
         "cpu": cpu,
         "cores_visible": os.cpu_count(),
