@@ -159,9 +159,12 @@ def gpu_timeline(
                 "percent": [],
             }
         )
-        empty.attrs["note"] = "no GPU events (kernel/gpu_memcpy/gpu_memset)" + (
-            "" if include_unlinked else " linked to a runtime call"
-        )
+        if len(trace.gpu_ops) == 0:
+            empty.attrs["note"] = "no GPU events (kernel/gpu_memcpy/gpu_memset)"
+        else:
+            empty.attrs["note"] = (
+                "no GPU events linked to a runtime call (include_unlinked=True counts them all)"
+            )
         return empty
     frame = pd.concat(frames, ignore_index=True)
     frame.attrs["units"] = {"time ms": "ms", "percent": "% of total_time"}
