@@ -38,6 +38,7 @@ GEMM_OPS: dict[str, tuple[int, int]] = {
 }
 _LEAF_ONLY = frozenset({"aten::linear", "aten::matmul"})
 _NAN_SHAPE = (math.nan, math.nan, math.nan, math.nan)
+_UNITS = {"ts": "ns", "gpu_time": "us", "tflops": "TFLOP/s"}
 
 
 def _prod(values: list[int]) -> int:
@@ -150,30 +151,16 @@ def gemms(trace: Trace, *, by: Literal["shape", "call"] = "shape") -> pd.DataFra
     >>> int(row["flops"]), round(float(row["tflops"]), 3), row["family"]
     (268435456, 2.684, 'tensile')
     """
-    columns = [
-        "rank",
-        "ts",
-        "op",
-        "batch",
-        "M",
-        "N",
-        "K",
-        "dtype",
-        "flops",
-        "gpu_time",
-        "tflops",
-        "kernel",
-        "family",
-    ]
+    calls = _calls(trace)
+    if by == "call":
+        return calls
+    return _by_shape(calls)
+
+
+def _calls(trace: Trace) -> pd.DataFrame:
+    """One row per counted GEMM op call, in time order."""
+    rows = trace.find(cats=["cpu_op"], names=GEMM_OPS)
     names = trace.categories("name")
-    wanted = [i for i, n in enumerate(names) if n in GEMM_OPS]
-    rows = (
-        np.flatnonzero(np.isin(trace.column("name"), wanted)) if wanted else np.empty(0, np.int64)
-    )
-    if "cpu_op" in trace.categories("cat"):
-        rows = rows[trace.column("cat")[rows] == trace.categories("cat").index("cpu_op")]
-    else:
-        rows = rows[:0]
     op_names = [names[c] for c in trace.column("name")[rows]]
     keep = _leaf(trace, rows, op_names) if rows.size else np.zeros(0, bool)
     rows, op_names = rows[keep], [n for n, k in zip(op_names, keep, strict=True) if k]
@@ -181,29 +168,29 @@ def gemms(trace: Trace, *, by: Literal["shape", "call"] = "shape") -> pd.DataFra
     dims_cats, type_cats = trace.categories("input_dims"), trace.categories("input_type")
     dims_codes, type_codes = trace.column("input_dims")[rows], trace.column("input_type")[rows]
     parsed = {c: json.loads(dims_cats[c]) for c in set(dims_codes.tolist()) if c >= 0}
-    shapes = [
-        gemm_shape(op, parsed.get(int(c))) for op, c in zip(op_names, dims_codes, strict=True)
-    ]
-    shape = np.array(shapes, dtype=float).reshape(-1, 4)
-    calls = pd.DataFrame(shape, columns=["batch", "M", "N", "K"]).astype("Int64")
-    calls.insert(0, "op", op_names)
-    calls.insert(0, "ts", trace.column("ts")[rows])
-    calls.insert(0, "rank", trace.column("rank")[rows])
+    shape = np.array(
+        [gemm_shape(op, parsed.get(int(c))) for op, c in zip(op_names, dims_codes, strict=True)],
+        dtype=float,
+    ).reshape(-1, 4)
+    calls = pd.DataFrame(
+        {"rank": trace.column("rank")[rows], "ts": trace.column("ts")[rows], "op": op_names}
+    )
+    calls[["batch", "M", "N", "K"]] = pd.DataFrame(shape).astype("Int64")
     calls["dtype"] = [_dtype(type_cats[c]) if c >= 0 else "" for c in type_codes]
     calls["flops"] = 2.0 * shape.prod(axis=1)
     calls["gpu_time"] = np.where(gpu_ns > 0, gpu_ns / 1e3, np.nan)
     calls["tflops"] = calls["flops"] / (calls["gpu_time"] * 1e-6) / 1e12
-    kernel_names = trace.column("name")
-    calls["kernel"] = [names[kernel_names[r]] if r >= 0 else "" for r in longest]
-    calls["family"] = [trace.rules.gemm_family(k) or "" if k else "" for k in calls["kernel"]]
-    calls = calls[columns]
-    units = {"ts": "ns", "gpu_time": "us", "tflops": "TFLOP/s"}
-    if by == "call":
-        calls = calls.sort_values(["rank", "ts"], kind="stable").reset_index(drop=True)
-        calls.attrs["units"] = units
-        return calls
+    calls["kernel"] = [names[trace.column("name")[r]] if r >= 0 else "" for r in longest]
+    calls["family"] = [(trace.rules.gemm_family(k) or "") if k else "" for k in calls["kernel"]]
+    calls = calls.sort_values(["rank", "ts"], kind="stable").reset_index(drop=True)
+    calls.attrs["units"] = _UNITS
+    return calls
+
+
+def _by_shape(calls: pd.DataFrame) -> pd.DataFrame:
+    """Calls grouped by (op, shape, dtype); TFLOP/s over the calls that launched GPU work."""
     keys = ["op", "batch", "M", "N", "K", "dtype"]
-    calls["timed_flops"] = calls["flops"].where(calls["gpu_time"].notna())
+    calls = calls.assign(timed_flops=calls["flops"].where(calls["gpu_time"].notna()))
     grouped = calls.groupby(keys, dropna=False, sort=False).agg(
         count=("flops", "size"),
         flops=("flops", "first"),
@@ -218,5 +205,5 @@ def gemms(trace: Trace, *, by: Literal["shape", "call"] = "shape") -> pd.DataFra
     grouped["tflops"] = timed_flops / (grouped["gpu_time"].replace(0, np.nan) * 1e-6) / 1e12
     grouped = grouped.sort_values("gpu_time", ascending=False, kind="stable").reset_index(drop=True)
     grouped = grouped[[*keys, "count", "flops", "gpu_time", "tflops", "kernel", "family"]]
-    grouped.attrs["units"] = units
+    grouped.attrs["units"] = _UNITS
     return grouped

@@ -7,7 +7,7 @@ methods here are one-line calls to them, so notebook, CLI and tests share one pa
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal
@@ -271,9 +271,34 @@ class Trace:
         """The unique values of a categorical column, indexed by :meth:`column` codes."""
         return list(self._events[name].cat.categories)
 
-    def _cat_mask(self, cats: Iterable[str]) -> np.ndarray:
-        wanted = [i for i, c in enumerate(self.categories("cat")) if c in set(cats)]
-        return np.isin(self.column("cat"), wanted)
+    def find(
+        self,
+        *,
+        cats: Iterable[str] | None = None,
+        names: Collection[str] | Callable[[str], object] | None = None,
+    ) -> np.ndarray:
+        """Event rows whose ``cat`` is one of ``cats`` and whose name is in ``names`` (or
+        satisfies it, when it is a predicate — called once per unique name).
+
+        Examples
+        --------
+        >>> from aorta.trace.testing import synthetic_trace
+        >>> t = synthetic_trace([("cpu_op", "aten::mm", 0, 5), ("kernel", "k", 10, 1)])
+        >>> t.find(cats=["cpu_op"]).tolist(), t.find(names=lambda n: n.startswith("cuda")).tolist()
+        ([0], [1])
+        """
+        mask = np.ones(len(self._events), dtype=bool)
+        if cats is not None:
+            wanted = set(cats)
+            mask &= np.isin(
+                self.column("cat"), [i for i, c in enumerate(self.categories("cat")) if c in wanted]
+            )
+        if names is not None:
+            test = names if callable(names) else set(names).__contains__
+            mask &= np.isin(
+                self.column("name"), [i for i, n in enumerate(self.categories("name")) if test(n)]
+            )
+        return np.flatnonzero(mask)
 
     def _pair_codes(
         self, rows: np.ndarray, table: Literal["gpu", "gemm", "runtime"], labels: tuple[str, ...]
@@ -298,7 +323,7 @@ class Trace:
     @cached_property
     def runtime_rows(self) -> np.ndarray:
         """Event rows of host runtime/driver calls (``cuda_runtime``/``cuda_driver``, HIP too)."""
-        return np.flatnonzero(self._cat_mask(RUNTIME_CATS))
+        return self.find(cats=RUNTIME_CATS)
 
     @cached_property
     def runtime_kind(self) -> np.ndarray:
@@ -308,7 +333,7 @@ class Trace:
     @cached_property
     def gpu_ops(self) -> GpuOps:
         """The GPU ops, classified and linked to their launching runtime calls."""
-        rows = np.flatnonzero(self._cat_mask(GPU_CATS))
+        rows = self.find(cats=GPU_CATS)
         rank = self.column("rank")
         rt = self.runtime_rows
         launch_pos = _links.lookup(
@@ -337,7 +362,7 @@ class Trace:
     @cached_property
     def op_rows(self) -> np.ndarray:
         """Event rows of CPU ops and user annotations (``cpu_op``/``user_annotation``)."""
-        return np.flatnonzero(self._cat_mask(_OP_CATS))
+        return self.find(cats=_OP_CATS)
 
     @cached_property
     def runtime_op(self) -> np.ndarray:

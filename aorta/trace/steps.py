@@ -62,18 +62,7 @@ def steps(
     {'step': [3, 4], 'cpu_time': [100.0, 100.0], 'gpu_time': [10.0, 20.0], 'computation': [10.0, 20.0]}
     """
     columns = ["rank", "step", "cpu_start", "cpu_time", "gpu_start", "gpu_time", *_PARTS, "gpu_ops"]
-    names = trace.categories("name")
-    step_codes = {i: int(m.group(1)) for i, n in enumerate(names) if (m := _STEP.match(n))}
-    rows = (
-        np.flatnonzero(np.isin(trace.column("name"), list(step_codes)))
-        if step_codes
-        else np.empty(0, np.int64)
-    )
-    rows = (
-        rows[trace.column("cat")[rows] != trace.categories("cat").index("gpu_user_annotation")]
-        if "gpu_user_annotation" in trace.categories("cat")
-        else rows
-    )
+    rows = trace.find(cats=["user_annotation", "cpu_op"], names=_STEP.match)
     if rows.size == 0:
         empty = pd.DataFrame({c: [] for c in columns})
         empty.attrs["note"] = "no ProfilerStep annotations in the trace"
@@ -81,6 +70,7 @@ def steps(
     ops, cls = _selected(trace.gpu_ops, include_unlinked=include_unlinked, memset=memset)
     when = np.where(ops.launch_ts >= 0, ops.launch_ts, ops.ts)
     ts, dur, rank = trace.column("ts"), trace.column("dur"), trace.column("rank")
+    names = trace.categories("name")
     records = []
     for r in np.unique(rank[rows]):
         mine = rows[rank[rows] == r]
@@ -97,7 +87,7 @@ def steps(
             records.append(
                 {
                     "rank": int(r),
-                    "step": step_codes[int(trace.column("name")[row])],
+                    "step": int(_STEP.match(names[trace.column("name")[row]]).group(1)),
                     "cpu_start": int(starts[k]),
                     "cpu_time": (ends[k] - starts[k]) / 1e3,
                     "gpu_start": int(ops.ts[idx].min()) if idx.size else -1,

@@ -170,11 +170,7 @@ def ops(trace: Trace, *, by_rank: bool = False) -> pd.DataFrame:
     >>> t.ops()[["name", "cpu_total", "gpu_total", "gpu_ops"]].to_dict("records")
     [{'name': 'aten::mm', 'cpu_total': 10.0, 'gpu_total': 30.0, 'gpu_ops': 1}]
     """
-    cpu = (
-        np.flatnonzero(trace.column("cat") == trace.categories("cat").index("cpu_op"))
-        if "cpu_op" in trace.categories("cat")
-        else np.empty(0, np.int64)
-    )
+    cpu = trace.find(cats=["cpu_op"])
     gpu_ns, n_gpu, _ = launched_gpu_time(trace, cpu)
     frame = pd.DataFrame(
         {
