@@ -27,7 +27,17 @@ _INT_COMM = frozenset({"row", "in_nelems", "out_nelems", "group_size", "comm_seq
 
 
 def trace_files(directory: PathLike) -> list[Path]:
-    """The Kineto trace files (``*.json``, ``*.json.gz``) directly inside ``directory``, sorted."""
+    """The Kineto trace files (``*.json``, ``*.json.gz``) directly inside ``directory``, sorted.
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> for name in ("rank1.json.gz", "rank0.json", "notes.txt", "rank0.json.aorta-cache"):
+    ...     _ = (folder / name).write_bytes(b"")
+    >>> [p.name for p in trace_files(folder)]
+    ['rank0.json', 'rank1.json.gz']
+    """
     directory = Path(directory)
     return sorted(
         p

@@ -381,59 +381,70 @@ class Trace:
         return [GPU_CLASSES[c] for c in self.gpu_ops.cls]
 
     # -- analyses (each a pure function in its own module) --------------------------------------
-    def gpu_timeline(self, **options: Any) -> pd.DataFrame:
+    def gpu_timeline(
+        self,
+        *,
+        by: Literal["rank", "device"] = "rank",
+        include_unlinked: bool = False,
+        memset: Literal["ignore", "memcpy", "compute"] = "ignore",
+    ) -> pd.DataFrame:
         """TraceLens-compatible GPU time breakdown; see :func:`aorta.trace.timeline.gpu_timeline`."""
         from .timeline import gpu_timeline
 
-        return gpu_timeline(self, **options)
+        return gpu_timeline(self, by=by, include_unlinked=include_unlinked, memset=memset)
 
-    def idle_causes(self, **options: Any) -> pd.DataFrame:
+    def idle_causes(self, *, kernel_wait_us: float = 10.0) -> pd.DataFrame:
         """Idle time per stream by cause; see :func:`aorta.trace.timeline.idle_causes`."""
         from .timeline import idle_causes
 
-        return idle_causes(self, **options)
+        return idle_causes(self, kernel_wait_us=kernel_wait_us)
 
-    def steps(self, **options: Any) -> pd.DataFrame:
+    def steps(
+        self,
+        *,
+        include_unlinked: bool = False,
+        memset: Literal["ignore", "memcpy", "compute"] = "ignore",
+    ) -> pd.DataFrame:
         """One row per ProfilerStep; see :func:`aorta.trace.steps.steps`."""
         from .steps import steps
 
-        return steps(self, **options)
+        return steps(self, include_unlinked=include_unlinked, memset=memset)
 
-    def kernels(self, **options: Any) -> pd.DataFrame:
+    def kernels(self, *, by_rank: bool = False) -> pd.DataFrame:
         """GPU time per kernel name; see :func:`aorta.trace.tables.kernels`."""
         from .tables import kernels
 
-        return kernels(self, **options)
+        return kernels(self, by_rank=by_rank)
 
-    def ops(self, **options: Any) -> pd.DataFrame:
+    def ops(self, *, by_rank: bool = False) -> pd.DataFrame:
         """CPU and GPU time per CPU op; see :func:`aorta.trace.tables.ops`."""
         from .tables import ops
 
-        return ops(self, **options)
+        return ops(self, by_rank=by_rank)
 
-    def gemms(self, **options: Any) -> pd.DataFrame:
-        """GEMM FLOPs and TFLOPS/s; see :func:`aorta.trace.gemm.gemms`."""
+    def gemms(self, *, by: Literal["shape", "call"] = "shape") -> pd.DataFrame:
+        """GEMM FLOPs and TFLOP/s; see :func:`aorta.trace.gemm.gemms`."""
         from .gemm import gemms
 
-        return gemms(self, **options)
+        return gemms(self, by=by)
 
-    def collectives(self, **options: Any) -> pd.DataFrame:
+    def collectives(self) -> pd.DataFrame:
         """Collective calls with bytes and bandwidths; see :func:`aorta.trace.collectives.collectives`."""
         from .collectives import collectives
 
-        return collectives(self, **options)
+        return collectives(self)
 
-    def collective_skew(self, **options: Any) -> pd.DataFrame:
+    def collective_skew(self) -> pd.DataFrame:
         """Collectives matched across ranks; see :func:`aorta.trace.collectives.collective_skew`."""
         from .collectives import collective_skew
 
-        return collective_skew(self, **options)
+        return collective_skew(self)
 
-    def stragglers(self, **options: Any) -> pd.DataFrame:
+    def stragglers(self) -> pd.DataFrame:
         """Ranks ranked by lateness; see :func:`aorta.trace.collectives.stragglers`."""
         from .collectives import stragglers
 
-        return stragglers(self, **options)
+        return stragglers(self)
 
     def align(self, *, method: Alignment = "collective_end") -> Trace:
         """Clock-align the ranks; see :func:`aorta.trace.collectives.clock_offsets`."""
