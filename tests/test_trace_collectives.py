@@ -203,3 +203,13 @@ def test_real_two_rank_pair():
 def test_single_rank_has_no_skew():
     skew = shipped("mi300_rccl_resnet_rank0.json.gz").collective_skew()
     assert skew.empty and "two ranks" in skew.attrs["note"]
+
+
+def test_selecting_a_rank_keeps_its_collective_arguments():
+    both = Trace.concat([_rank(0, [0], [10], seq_args=COMM), _rank(1, [5], [5], seq_args=COMM)])
+    one = both.select(ranks=[1])
+    assert one.ranks == [1] and len(one.events) == len(both.events) // 2
+    row = one.collectives().iloc[0]
+    assert (row["rank"], row["bytes"], row["source"]) == (1, 2_000_000, "kernel")
+    with pytest.raises(ValueError, match="no rank"):
+        both.select(ranks=[7])

@@ -161,3 +161,8 @@ def test_steps_split_gpu_work_by_launch_time():
     assert (
         synthetic_trace([("kernel", "k", 0, 1)]).steps().attrs["note"].startswith("no ProfilerStep")
     )
+
+
+def test_only_unlinked_ops_say_how_to_count_them():
+    table = synthetic_trace([("kernel", "k", 0, 10, {"linked": False})]).gpu_timeline()
+    assert table.empty and "include_unlinked=True" in table.attrs["note"]
