@@ -233,6 +233,13 @@ def test_keys_after_the_array_and_bare_arrays(tmp_path):
     assert len(bare.gpu_ops) == 1 and bare.info().header == {}
 
 
+def test_a_byte_order_mark_is_skipped(tmp_path):
+    data = b"\xef\xbb\xbf" + kineto_json(
+        [("kernel", "k", 0, 10)], header={"distributedInfo": {"rank": 2}}
+    )
+    assert aorta.trace.load(_write(tmp_path, data), cache="off").ranks == [2]
+
+
 def test_odd_value_types_fall_back_to_lenient_decoding(tmp_path):
     events = kineto_events([("kernel", "k", 0, 10), ("cpu_op", "op", 0, 5, {"External id": 3})])
     by_name = {e["name"]: e for e in events}

@@ -221,7 +221,7 @@ class _Scanner:
 
     def _decode_object(self, body: bytes | bytearray, close: bytes, at: int) -> dict[str, Any]:
         """Decode top-level ``key: value`` pairs given as ``{ ... ,`` (prefix) or ``, ... }``."""
-        text = bytes(body).strip(_WS)
+        text = bytes(body).removeprefix(b"\xef\xbb\xbf").strip(_WS)
         # the prefix "{ k: v, k: v," → "{ k: v, k: v }"; the suffix ", k: v }" → "{ k: v }"
         text = text.rstrip(b",").rstrip(_WS) + b"}" if close == b"}" else b"{" + text.lstrip(b",")
         try:
