@@ -7,6 +7,7 @@ shapes and input types are dictionary-encoded (codes + the list of unique values
 
 from __future__ import annotations
 
+import itertools
 import math
 import operator
 from dataclasses import dataclass, field
@@ -32,7 +33,6 @@ COLUMNS: dict[str, type] = {
     "external_id": np.int64,
     "stream": np.int64,
     "device": np.int64,
-    "seq": np.int64,  # "Sequence number" (autograd forward/backward link)
     "input_dims": np.int32,  # code into RankTable.input_dims (the JSON text), -1 if absent
     "input_type": np.int32,  # code into RankTable.input_types
 }
@@ -45,7 +45,6 @@ class _Args(msgspec.Struct, frozen=True, gc=False):
     external_id: int = msgspec.field(name="External id", default=-1)
     stream: int | str = -1
     device: int = -1
-    seq: int = msgspec.field(name="Sequence number", default=-1)
     input_dims: msgspec.Raw = msgspec.field(name="Input Dims", default=_NO_RAW)
     input_type: msgspec.Raw = msgspec.field(name="Input type", default=_NO_RAW)
     # collectives (record_param_comms, and NCCL kernels on recent CUDA builds)
@@ -80,6 +79,7 @@ class _Event(msgspec.Struct, gc=False):
 
 _DECODER = msgspec.json.Decoder(list[_Event])
 _CAT = operator.attrgetter("cat")
+_PH = operator.attrgetter("ph")
 _DECODE_ANY = msgspec.json.Decoder()
 _COMM_FIELDS = (
     "collective",
@@ -202,7 +202,8 @@ class _Builder:
 
     def add(self, events: list[_Event]) -> None:
         self.seen += len(events)
-        self.meta_events.extend(_meta(ev) for ev in events if ev.ph == "M")
+        if list(map(_PH, events)).count("M"):  # counting in C is cheaper than a Python filter
+            self.meta_events.extend(_meta(ev) for ev in events if ev.ph == "M")
         if self.python_functions:
             kept = [ev for ev in events if ev.ph == "X"]
         else:
@@ -222,7 +223,6 @@ class _Builder:
         parts["external_id"].append(np.array([a.external_id for a in args], dtype=np.int64))
         parts["stream"].append(self._ids([a.stream for a in args], strings="absent"))
         parts["device"].append(np.array([a.device for a in args], dtype=np.int64))
-        parts["seq"].append(np.array([a.seq for a in args], dtype=np.int64))
         parts["input_dims"].append(self._raw_codes([a.input_dims for a in args], self.dims))
         parts["input_type"].append(self._raw_codes([a.input_type for a in args], self.types))
         for i, a in enumerate(args):
@@ -251,10 +251,12 @@ class _Builder:
     @staticmethod
     def _raw_codes(raws: list[msgspec.Raw], dictionary: _Dictionary) -> np.ndarray:
         """Codes of the raw JSON texts (keys are bytes until :meth:`finish` decodes them)."""
-        present = [i for i, raw in enumerate(raws) if raw is not _NO_RAW]
+        present = np.fromiter((raw is not _NO_RAW for raw in raws), dtype=bool, count=len(raws))
         codes = np.full(len(raws), -1, dtype=np.int32)
-        if present:
-            codes[present] = dictionary.encode(list(map(bytes, map(raws.__getitem__, present))))
+        if present.any():
+            # One join and one split make all the bytes objects in C (NUL never occurs in JSON text).
+            texts = b"\0".join(itertools.compress(raws, present)).split(b"\0")
+            codes[present] = dictionary.encode(texts)
         return codes
 
     def finish(self, header: dict[str, Any], stats: ScanStats) -> RankTable:

@@ -271,7 +271,6 @@ def _assemble(tables: Sequence[tuple[int, RankTable]]) -> tuple[pd.DataFrame, pd
         "external_id",
         "stream",
         "device",
-        "seq",
         "input_dims",
         "input_type",
     ):

@@ -94,8 +94,8 @@ class Trace:
 
     Build one with :func:`aorta.trace.load`. ``events`` is a DataFrame with one row per complete
     (``ph == "X"``) event: ``rank``, ``cat`` and ``name`` (categoricals), ``ts`` and ``dur``
-    (int64 ns), ``pid``, ``tid``, ``correlation``, ``external_id``, ``stream``, ``device``,
-    ``seq`` (``-1`` when absent) and ``input_dims``/``input_type`` (the JSON text, categorical).
+    (int64 ns), ``pid``, ``tid``, ``correlation``, ``external_id``, ``stream``, ``device``
+    (``-1`` when absent) and ``input_dims``/``input_type`` (the JSON text, categorical).
 
     Links are computed once, on first use: a GPU op to the runtime call that launched it
     (``correlation``), a runtime call to the CPU op it ran under (``External id``).
