@@ -219,6 +219,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--timeout", type=float, default=1800.0, help="Seconds allowed per contender."
     )
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="Runs of each aorta contender (median reported)."
+    )
+    parser.add_argument(
+        "--hta-repeat", type=int, default=1, help="Runs of HTA (each takes minutes)."
+    )
     parser.add_argument("--out", type=Path, default=ROOT / ".bench" / "trace_load.json")
     parser.add_argument("--keep", action="store_true", help="Keep the generated trace.")
     args = parser.parse_args(argv)
@@ -233,31 +239,32 @@ def main(argv: list[str] | None = None) -> int:
             f"generated {trace} ({made['bytes'] / 1e6:.0f} MB, {made['copies']} copies of {made['source']}) in {time.perf_counter() - t:.0f} s",
             flush=True,
         )
-        results: dict[str, dict] = {}
-        results["aorta (cold, no cache)"] = run_child(
-            sys.executable, AORTA_CHILD, [str(trace), "cold"], core, args.timeout
+        results: dict[str, list[dict]] = {}
+
+        def measure(name: str, python: str, code: str, child_args: list[str], repeat: int) -> None:
+            results[name] = [
+                run_child(python, code, child_args, core, args.timeout) for _ in range(repeat)
+            ]
+            print(f"  {name}: {summarize(results[name], made['bytes'])}", flush=True)
+
+        measure(
+            "aorta (cold, no cache)", sys.executable, AORTA_CHILD, [str(trace), "cold"], args.repeat
         )
-        run_child(
-            sys.executable, AORTA_CHILD, [str(trace), "write-cache"], core, args.timeout
-        )  # writes the cache
-        results["aorta (cached reload)"] = run_child(
-            sys.executable, AORTA_CHILD, [str(trace), "warm"], core, args.timeout
+        run_child(sys.executable, AORTA_CHILD, [str(trace), "write-cache"], core, args.timeout)
+        measure(
+            "aorta (cached reload)", sys.executable, AORTA_CHILD, [str(trace), "warm"], args.repeat
         )
         if not args.skip_hta:
             try:
                 hta_python = ensure_hta(args.hta_venv)
             except (OSError, subprocess.CalledProcessError) as exc:
-                results["HTA 0.5.0"] = {"error": f"could not install HTA: {exc}"}
+                results["HTA 0.5.0"] = [{"error": f"could not install HTA: {exc}"}]
             else:
                 for cache in workdir.glob("*.aorta-cache"):
                     cache.unlink()  # HTA must see a directory with the trace only
-                results["HTA 0.5.0"] = run_child(
-                    str(hta_python), HTA_CHILD, [str(workdir)], core, args.timeout
-                )
+                measure("HTA 0.5.0", str(hta_python), HTA_CHILD, [str(workdir)], args.hta_repeat)
         if args.peer:
-            results["json.load + pandas"] = run_child(
-                sys.executable, PEER_CHILD, [str(trace)], core, args.timeout
-            )
+            measure("json.load + pandas", sys.executable, PEER_CHILD, [str(trace)], 1)
         report = {"machine": machine(core), "trace": made, "results": results}
         print(markdown(report))
         args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -289,33 +296,58 @@ def machine(core: int | None) -> dict:
     }
 
 
+def _work(run: dict) -> float:
+    return run["load_s"] + run["analysis_s"]
+
+
+def summarize(runs: list[dict], size: int) -> str:
+    ok = [r for r in runs if "error" not in r]
+    if not ok:
+        return f"failed: {runs[0]['error']}"
+    work = sorted(_work(r) for r in ok)
+    median = work[len(work) // 2]
+    return f"load + breakdown {median:.2f} s median of {len(ok)} (best {work[0]:.2f} s), {size / 1e6 / median:.0f} MB/s, peak RSS {max(r['maxrss'] for r in ok) / 1e6:.0f} MB"
+
+
+def _median_run(runs: list[dict]) -> dict | None:
+    ok = sorted((r for r in runs if "error" not in r), key=_work)
+    return ok[len(ok) // 2] if ok else None
+
+
 def markdown(report: dict) -> str:
     size = report["trace"]["bytes"]
     lines = [
-        "| contender | load (s) | GPU breakdown (s) | load + breakdown (s) | MB/s | whole process (s) | peak RSS (MB) | RSS / file |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| contender | runs | load (s) | GPU breakdown (s) | load + breakdown (s), median (best) | MB/s (median) | whole process (s) | peak RSS (MB) | peak RSS / file size |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    base = report["results"].get("aorta (cold, no cache)", {})
-    for name, r in report["results"].items():
-        if "error" in r:
-            lines.append(f"| {name} | failed: {r['error']} | | | | | | |")
+    for name, runs in report["results"].items():
+        run = _median_run(runs)
+        if run is None:
+            lines.append(f"| {name} | {len(runs)} | failed: {runs[0]['error']} | | | | | | |")
             continue
-        work = r["load_s"] + r["analysis_s"]
+        ok = [r for r in runs if "error" not in r]
+        best = min(_work(r) for r in ok)
+        rss = max(r["maxrss"] for r in ok)
         lines.append(
-            f"| {name} | {r['load_s']:.2f} | {r['analysis_s']:.3f} | {work:.2f} | {size / 1e6 / work:.0f} | {r['process_s']:.2f} | {r['maxrss'] / 1e6:.0f} | {r['maxrss'] / size:.2f} |"
+            f"| {name} | {len(ok)} | {run['load_s']:.2f} | {run['analysis_s']:.3f} | {_work(run):.2f} ({best:.2f}) | "
+            f"{size / 1e6 / _work(run):.0f} | {run['process_s']:.2f} | {rss / 1e6:.0f} | {rss / size:.2f} |"
         )
-    hta = report["results"].get("HTA 0.5.0", {})
-    if "error" not in hta and hta and "error" not in base and base:
-        speedup = (hta["load_s"] + hta["analysis_s"]) / (base["load_s"] + base["analysis_s"])
+    base, hta = (
+        _median_run(report["results"].get("aorta (cold, no cache)", [])),
+        _median_run(report["results"].get("HTA 0.5.0", [])),
+    )
+    if base and hta:
         lines.append("")
         lines.append(
-            f"aorta cold is {speedup:.1f}x faster than HTA 0.5.0 (load + breakdown); whole processes: {hta['process_s'] / base['process_s']:.1f}x."
+            f"aorta (cold) is {_work(hta) / _work(base):.1f}x faster than HTA 0.5.0 at load + breakdown "
+            f"({hta['process_s'] / base['process_s']:.1f}x for the whole process, imports included)."
         )
     m = report["machine"]
     lines.append("")
     lines.append(
         textwrap.fill(
-            f"Trace: {size / 1e6:.0f} MB uncompressed, {report['trace']['copies']} copies of {report['trace']['source']}. Machine: {m['cpu']}, pinned to core {m['pinned_core']}, Python {m['python']}.",
+            f"Trace: {size / 1e6:.0f} MB uncompressed, {report['trace']['copies']} copies of {report['trace']['source']}. "
+            f"Machine: {m['cpu']}, {m['cores_visible']} cores, each contender pinned to core {m['pinned_core']}, Python {m['python']}.",
             100,
         )
     )
