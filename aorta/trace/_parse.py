@@ -18,7 +18,7 @@ import numpy as np
 
 from ._scan import ScanStats, scan_events
 
-__all__ = ["COLUMNS", "RankTable", "parse_events", "parse_file"]
+__all__ = ["COLUMNS", "COMM_COLUMNS", "COMM_INT_COLUMNS", "RankTable", "parse_events", "parse_file"]
 
 #: Integer columns of a :class:`RankTable` and their dtypes (-1 means "absent").
 COLUMNS: dict[str, type] = {
@@ -88,6 +88,9 @@ _COMM_FIELDS = (
     "pg_desc",
     "comm_seq",
 )
+#: Columns of the collective-arguments table (``Trace.comm_args``); the integer ones use -1 for absent.
+COMM_COLUMNS: tuple[str, ...] = ("row", *_COMM_FIELDS, "pg_ranks")
+COMM_INT_COLUMNS = frozenset({"row", "in_nelems", "out_nelems", "group_size", "comm_seq"})
 
 
 def _decode(chunk: memoryview) -> list[_Event]:

@@ -13,7 +13,7 @@ import pandas as pd
 
 from aorta.errors import TraceError
 
-from ._parse import RankTable, parse_file
+from ._parse import COMM_COLUMNS, COMM_INT_COLUMNS, RankTable, parse_file
 from .cache import CACHE_SUFFIX, read_cache, write_cache
 from .classify import Rules
 from .model import RankInfo, Trace
@@ -23,7 +23,6 @@ __all__ = ["load", "trace_files"]
 PathLike = str | os.PathLike[str]
 CacheMode = Literal["use", "refresh", "off"]
 _TRACE_SUFFIXES = (".json", ".json.gz")
-_INT_COMM = frozenset({"row", "in_nelems", "out_nelems", "group_size", "comm_seq"})
 
 
 def trace_files(directory: PathLike) -> list[Path]:
@@ -279,22 +278,14 @@ def _assemble(tables: Sequence[tuple[int, RankTable]]) -> tuple[pd.DataFrame, pd
             _categorical(values, list(dictionaries[column])) if column in dictionaries else values
         )
     events = pd.DataFrame(data, copy=False)
-    comm_columns = [
-        "row",
-        "collective",
-        "in_nelems",
-        "out_nelems",
-        "group_size",
-        "dtype",
-        "pg_name",
-        "pg_desc",
-        "comm_seq",
-        "pg_ranks",
-    ]
-    comms = (
-        pd.concat(comm_frames, ignore_index=True)[comm_columns]
-        if comm_frames
-        else pd.DataFrame({c: [] for c in comm_columns})
-    )
+    if comm_frames:
+        comms = pd.concat(comm_frames, ignore_index=True)[list(COMM_COLUMNS)]
+    else:
+        comms = pd.DataFrame(
+            {
+                c: pd.Series(dtype=np.int64 if c in COMM_INT_COLUMNS else object)
+                for c in COMM_COLUMNS
+            }
+        )
     comms["row"] = comms["row"].astype(np.int64)
     return events, comms
