@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from aorta.trace.gemm import gemm_shape
@@ -107,3 +108,27 @@ def test_same_model_on_both_stacks_finds_the_same_gemms():
     assert sorted(map(tuple, nv[key].to_numpy().tolist())) == sorted(
         map(tuple, amd[key].to_numpy().tolist())
     )
+
+
+def test_gpu_work_of_nested_ops_and_their_longest_kernel():
+    from aorta.trace.tables import _segment_argmax, launched_gpu_time
+
+    trace = synthetic_trace(
+        [
+            ("cpu_op", "outer", 0, 100),
+            ("cpu_op", "inner", 10, 20),
+            ("kernel", "short", 200, 5, {"launch_ts": 15}),
+            ("kernel", "long", 210, 50, {"launch_ts": 50}),
+            ("cpu_op", "idle", 300, 5),
+        ]
+    )
+    ops = trace.find(cats=["cpu_op"])
+    gpu_ns, count, longest = launched_gpu_time(trace, ops)
+    names = [trace.categories("name")[trace.column("name")[r]] if r >= 0 else None for r in longest]
+    assert gpu_ns.tolist() == [55_000, 5_000, 0] and count.tolist() == [2, 1, 0]
+    assert names == ["long", "short", None]
+    values = np.array([3, 9, 1, 7])
+    got = _segment_argmax(
+        values, np.array([0, 2, 1, 3]), np.array([4, 4, 1, 4]), np.array([10, 11, 12, 13])
+    )
+    assert got.tolist() == [11, 13, -1, 13]
