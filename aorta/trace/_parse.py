@@ -201,7 +201,7 @@ class _Builder:
     def add(self, events: list[_Event]) -> None:
         self.seen += len(events)
         cats = [ev.cat for ev in events]
-        if cats.count(""):  # metadata events have no category (nor do a few others)
+        if cats.count("") or cats.count("__metadata"):  # Kineto's metadata events have no category
             self.meta_events.extend(_meta(ev) for ev in events if ev.ph == "M")
         if self.python_functions:
             kept = [ev for ev in events if ev.ph == "X"]
