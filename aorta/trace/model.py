@@ -376,10 +376,6 @@ class Trace:
         pos = _links.lookup(rank[rt], ext[rt], rank[ops], ext[ops])
         return np.where(pos >= 0, ops[np.maximum(pos, 0)], -1) if ops.size else np.full(rt.size, -1)
 
-    def gpu_class_names(self) -> list[str]:
-        """Class label of each GPU op, for building tables."""
-        return [GPU_CLASSES[c] for c in self.gpu_ops.cls]
-
     # -- analyses (each a pure function in its own module) --------------------------------------
     def gpu_timeline(
         self,
