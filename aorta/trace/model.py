@@ -249,14 +249,13 @@ class Trace:
 
     def shifted(self, offsets_ns: Mapping[int, int]) -> Trace:
         """A copy with each rank's timestamps moved by ``offsets_ns[rank]`` (added to ``ts``)."""
-        events = self._events.copy()
-        shift = np.zeros(len(events), dtype=np.int64)
-        rank = events["rank"].to_numpy()
+        shift = np.zeros(len(self._events), dtype=np.int64)
+        rank = self.column("rank")
         infos = dict(self._ranks)
         for r, off in offsets_ns.items():
             shift[rank == r] = int(off)
             infos[r] = replace(infos[r], offset_ns=infos[r].offset_ns + int(off))
-        events["ts"] = events["ts"].to_numpy() + shift
+        events = self._events.assign(ts=self.column("ts") + shift)  # the other columns are shared
         return Trace(events, infos, self._comms, rules=self._rules)
 
     # -- columns as numpy -----------------------------------------------------------------------
