@@ -21,6 +21,7 @@ from . import info as _info
 from . import recipe as _recipe
 from . import report as _report
 from . import sweep as _sweep
+from . import trace as _trace
 from . import workloads as _workloads
 
 __all__ = ["app", "entry", "main"]
@@ -35,6 +36,7 @@ app = typer.Typer(
 )
 app.add_typer(_recipe.app, name="recipe")
 app.add_typer(_sweep.app, name="sweep")
+app.add_typer(_trace.app, name="trace")
 app.add_typer(_workloads.app, name="workloads")
 app.add_typer(_info.mitigations_app, name="mitigations")
 app.command("env")(_info.env)
