@@ -257,16 +257,18 @@ class _Sweep:
         }
 
     def write_matrix(self, status: str) -> list[CellSummary]:
+        """Rank 0 rewrites matrix.md/json (the other ranks hold no records to summarise)."""
+        if not self.writer:
+            return []
         rows = summarize(
             [c.to_dict() for c in self.plan.cells],
             self.records.values(),
             baseline=self.plan.baseline,
             threshold=self.plan.threshold,
         )
-        if self.writer:
-            header = self._header(status)
-            self.rd.write_json("matrix.json", matrix_json(rows, header=header))
-            self.rd.write_text("matrix.md", matrix_markdown(rows, header=header))
+        header = self._header(status)
+        self.rd.write_json("matrix.json", matrix_json(rows, header=header))
+        self.rd.write_text("matrix.md", matrix_markdown(rows, header=header))
         return rows
 
     def write_preamble(self, resumed: bool, host_snapshots: list[dict[str, Any] | None]) -> None:
