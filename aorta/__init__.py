@@ -5,6 +5,9 @@ The notebook API::
     import aorta
     recipe = aorta.load_recipe("recipes/cpu-smoke.yaml")
     plan = aorta.plan(recipe)
+    result = aorta.sweep(recipe)
+    ds = aorta.load_run(result.run_dir)     # xarray Dataset, cell × trial (× step)
+    aorta.compare(ds)                       # pandas DataFrame: ratio [CI], p_adj, verdict
 
 Heavy dependencies (torch, xarray, matplotlib) load on first use, so ``aorta --help`` and
 ``import aorta`` stay fast.
@@ -39,8 +42,13 @@ __all__ = [
     "Workload",
     "WorkloadResult",
     "__version__",
+    "compare",
+    "compare_runs",
     "dump_recipe",
     "load_recipe",
+    "load_run",
+    "load_runs",
+    "load_trials",
     "plan",
     "plot",
     "sweep",
@@ -66,6 +74,11 @@ _LAZY: dict[str, str] = {
     "Workload": "aorta.workload",
     "WorkloadResult": "aorta.workload",
     "TrialContext": "aorta.workload",
+    "load_run": "aorta.dataset",
+    "load_runs": "aorta.dataset",
+    "load_trials": "aorta.dataset",
+    "compare": "aorta.comparison",
+    "compare_runs": "aorta.comparison",
     "plot": "aorta.plot",
     "trace": "aorta.trace",
 }

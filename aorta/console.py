@@ -85,6 +85,24 @@ def format_plan(plan: Plan, *, isolation: str | None = None, warnings: Sequence[
     return "\n".join(head + lines + tail)
 
 
+def _verdict_lines(rows: Sequence[Any]) -> list[str]:
+    """Timing against the baseline: each significant change, then what stays undecided."""
+    lines = []
+    for row in rows:
+        verdict = getattr(row, "verdict", "")
+        if verdict in ("slower", "faster") and row.ratio is not None:
+            ci = f" [{row.ratio_ci[0]:.3g}, {row.ratio_ci[1]:.3g}]" if row.ratio_ci else ""
+            lines.append(
+                f"  {row.name}: {verdict}, {row.ratio:.3g}× the baseline's step time{ci} (p_adj {row.p_adj:.2g})"
+            )
+    undecided = [r for r in rows if getattr(r, "verdict", "") == "inconclusive"]
+    if undecided:
+        needed = max((r.trials_needed or 0) for r in undecided)
+        more = f"; about {needed} trials per cell could decide" if needed else ""
+        lines.append(f"  timing inconclusive for {len(undecided)} cell(s){more} (see matrix.md)")
+    return lines
+
+
 def format_summary(result: Any) -> str:
     """The end-of-run summary: counts, a line per non-clean cell with its files, the run dir."""
     rows = result.summaries
@@ -114,6 +132,7 @@ def format_summary(result: Any) -> str:
         lines.append(f"  {row.name}: {'; '.join(parts)} → {where}")
         if first_bad is not None and first_bad.get("error"):
             lines.append(f"    {first_bad['error'][:200]}")
+    lines += _verdict_lines(rows)
     if result.exit_code.name == "INCOMPLETE":
         lines.append(
             f"warning: the baseline {result.baseline!r} has no successful trial: comparisons are impossible"

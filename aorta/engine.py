@@ -257,16 +257,18 @@ class _Sweep:
         }
 
     def write_matrix(self, status: str) -> list[CellSummary]:
+        """Rank 0 rewrites matrix.md/json (the other ranks hold no records to summarise)."""
+        if not self.writer:
+            return []
         rows = summarize(
             [c.to_dict() for c in self.plan.cells],
             self.records.values(),
             baseline=self.plan.baseline,
             threshold=self.plan.threshold,
         )
-        if self.writer:
-            header = self._header(status)
-            self.rd.write_json("matrix.json", matrix_json(rows, header=header))
-            self.rd.write_text("matrix.md", matrix_markdown(rows, header=header))
+        header = self._header(status)
+        self.rd.write_json("matrix.json", matrix_json(rows, header=header))
+        self.rd.write_text("matrix.md", matrix_markdown(rows, header=header))
         return rows
 
     def write_preamble(self, resumed: bool, host_snapshots: list[dict[str, Any] | None]) -> None:
@@ -462,6 +464,15 @@ class _Sweep:
         if self.writer:
             self.rd.update_manifest(status="complete", finished_at=utc_now())
         self.coord.finish(timeout_s=self.wait_s)
+        if self.writer:
+            # results.nc: the finished run as an xarray Dataset (aorta.dataset). Best effort:
+            # the records and matrix files are written, and `aorta.load_run` rebuilds it.
+            try:
+                from aorta.dataset import write_results
+
+                write_results(self.rd.path)
+            except (OSError, ValueError, ImportError, AortaError) as exc:
+                self.reporter.message(f"warning: results.nc not written: {exc}")
         self.reporter.close()
         ordered = [
             self.records[k]

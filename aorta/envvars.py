@@ -30,6 +30,12 @@ MASTER_ADDR_OVERRIDE = "AORTA_MASTER_ADDR"
 MASTER_PORT_OVERRIDE = "AORTA_MASTER_PORT"
 BASELINE = "AORTA_BASELINE"
 ALPHA = "AORTA_ALPHA"
+METRIC = "AORTA_METRIC"
+FAIL_ON_REGRESSION = "AORTA_FAIL_ON_REGRESSION"
+#: Not AORTA_SEED: that one is the per-trial seed handed to workloads.
+BOOTSTRAP_SEED = "AORTA_BOOTSTRAP_SEED"
+BOOTSTRAP_RESAMPLES = "AORTA_BOOTSTRAP_RESAMPLES"
+JSON_OUTPUT = "AORTA_JSON"
 LAUNCH_SETUP_TIMEOUT = "AORTA_LAUNCH_SETUP_TIMEOUT"
 LAUNCH_RUN_TIMEOUT = "AORTA_LAUNCH_RUN_TIMEOUT"
 LAUNCH_COLLECT_TIMEOUT = "AORTA_LAUNCH_COLLECT_TIMEOUT"
@@ -50,6 +56,11 @@ CLI_TWINS: dict[str, str] = {
     "--master-port": MASTER_PORT_OVERRIDE,
     "--baseline": BASELINE,
     "--alpha": ALPHA,
+    "--metric": METRIC,
+    "--fail-on-regression": FAIL_ON_REGRESSION,
+    "--seed": BOOTSTRAP_SEED,
+    "--resamples": BOOTSTRAP_RESAMPLES,
+    "--json": JSON_OUTPUT,
     # `aorta launch` (its --output shares AORTA_OUTPUT with `sweep run`: both name the root of
     # the run directories on this machine)
     "--setup-timeout": LAUNCH_SETUP_TIMEOUT,

@@ -10,11 +10,18 @@ The columns and semantics follow upstream AORTA so its users recognise the table
 * **confound**: ``speed (+N%)`` when the cell's mean step exceeds the baseline's by more than
   the recipe's threshold; ``n/a`` when the two cells' step sources differ.
 
+Beside upstream's columns each row carries the statistics of :func:`aorta.compare` against
+the baseline (trial value = median of post-warm-up steps; ratio of medians with a bootstrap
+CI, Holm-adjusted exact Mann–Whitney p, verdict; Fisher's test on failures), and the
+rendered files record how they were computed (``statistics``: seed, resamples, alpha, band).
+When the baseline has no per-step times the statistics use each trial's wall clock.
+
 Pure functions: :func:`summarize` and the renderers take records and return data or text.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -22,7 +29,15 @@ from typing import Any, Literal
 
 from aorta.record import TrialRecord, TrialStatus
 
-__all__ = ["CellSummary", "StepSource", "matrix_json", "matrix_markdown", "summarize"]
+__all__ = [
+    "CellSummary",
+    "Matrix",
+    "StepSource",
+    "matrix_json",
+    "matrix_markdown",
+    "statistics_line",
+    "summarize",
+]
 
 StepSource = Literal["per_step", "elapsed_per_iter", "wall_clock_total", "missing"]
 _LADDER: tuple[StepSource, ...] = ("per_step", "elapsed_per_iter", "wall_clock_total")
@@ -48,9 +63,44 @@ class CellSummary:
     confound: str
     statuses: dict[str, int] = field(default_factory=dict)
     trials: list[dict[str, Any]] = field(default_factory=list)
+    # -- statistics against the baseline (aorta.comparison.compare); None where undefined --
+    #: Trials whose value counts for timing.
+    n_timed: int = 0
+    #: Median, IQR and CV of the trial values (the metric of ``Matrix.statistics``).
+    median: float | None = None
+    iqr: float | None = None
+    cv: float | None = None
+    #: Wilson interval of the failure rate.
+    failure_ci: list[float] | None = None
+    #: Cell median / baseline median, and its bootstrap CI.
+    ratio: float | None = None
+    ratio_ci: list[float] | None = None
+    p: float | None = None
+    p_adj: float | None = None
+    fisher_p_adj: float | None = None
+    #: ``more`` / ``fewer`` failures than the baseline (significant), ``not significant``…
+    failures_vs_baseline: str = ""
+    #: ``baseline``, ``slower``, ``faster``, ``no change``, ``inconclusive`` or ``no data``.
+    verdict: str = ""
+    #: For an inconclusive verdict: trials per cell at which the test can reach alpha.
+    trials_needed: int | None = None
+    note: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+class Matrix(list[CellSummary]):
+    """The rows of a matrix, in cell order, with ``statistics``: how the statistical columns
+    were computed (metric, alpha, band, bootstrap seed and resamples, family size)."""
+
+    statistics: dict[str, Any]
+
+    def __init__(
+        self, rows: Iterable[CellSummary] = (), statistics: Mapping[str, Any] | None = None
+    ):
+        super().__init__(rows)
+        self.statistics = dict(statistics or {})
 
 
 def _trial_step_ms(rec: TrialRecord, source: StepSource) -> float | None:
@@ -83,16 +133,20 @@ def summarize(
     *,
     baseline: str,
     threshold: float,
-) -> list[CellSummary]:
-    """Summarise ``records`` per cell, in the order of ``cells`` (dicts of :meth:`Cell.to_dict`).
+    alpha: float = 0.05,
+) -> Matrix:
+    """Summarise ``records`` per cell, in the order of ``cells`` (dicts of :meth:`Cell.to_dict`),
+    with the statistics of each cell against ``baseline`` at level ``alpha``.
 
     Examples
     --------
     >>> cells = [{"name": "a", "cell_id": "1", "mitigations": ["none"], "environment": {"name": "local"}, "trials": 1}]
     >>> recs = [TrialRecord(cell="a", cell_id="1", trial=0, status="ok", passed=True, step_times_ms=[2.0, 4.0])]
-    >>> summarize(cells, recs, baseline="a", threshold=1.15)[0].mean_step_ms
-    3.0
+    >>> rows = summarize(cells, recs, baseline="a", threshold=1.15)
+    >>> rows[0].mean_step_ms, rows[0].verdict, rows.statistics["metric"]
+    (3.0, 'baseline', 'step_time_ms')
     """
+    records = list(records)
     by_cell: dict[str, list[TrialRecord]] = {}
     for rec in records:
         by_cell.setdefault(rec.cell, []).append(rec)
@@ -133,7 +187,57 @@ def summarize(
     base = next((r for r in rows if r.name == baseline), None)
     for row in rows:
         row.confound = _confound(row, base, threshold)
-    return rows
+    out = Matrix(rows)
+    if base is not None:
+        out.statistics = _attach_statistics(
+            out, cells, records, baseline=baseline, threshold=threshold, alpha=alpha
+        )
+    return out
+
+
+def _finite(v: Any) -> float | None:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def _attach_statistics(
+    rows: Sequence[CellSummary],
+    cells: Sequence[Mapping[str, Any]],
+    records: Sequence[TrialRecord],
+    *,
+    baseline: str,
+    threshold: float,
+    alpha: float,
+) -> dict[str, Any]:
+    from aorta.comparison import compare, comparison_json, trial_values
+    from aorta.dataset import build_dataset
+
+    ds = build_dataset(cells, records, attrs={"baseline": baseline, "threshold": threshold})
+    steps = trial_values(ds, metric="step_time_ms", trials="ran").sel(cell=baseline)
+    metric = "step_time_ms" if bool(steps.notnull().any()) else "wall_clock_s"
+    df = compare(ds, baseline, metric=metric, alpha=alpha, threshold=threshold)
+    for row in rows:
+        if row.name not in df.index:
+            continue
+        r = df.loc[row.name]
+        lo, hi = _finite(r["failure_ci_low"]), _finite(r["failure_ci_high"])
+        rlo, rhi = _finite(r["ratio_ci_low"]), _finite(r["ratio_ci_high"])
+        row.n_timed = int(r["n_timed"])
+        row.median, row.iqr, row.cv = _finite(r["median"]), _finite(r["iqr"]), _finite(r["cv"])
+        row.failure_ci = [lo, hi] if lo is not None and hi is not None else None
+        row.ratio = _finite(r["ratio"])
+        row.ratio_ci = [rlo, rhi] if rlo is not None and rhi is not None else None
+        row.p, row.p_adj = _finite(r["p"]), _finite(r["p_adj"])
+        row.fisher_p_adj = _finite(r["fisher_p_adj"])
+        row.failures_vs_baseline = str(r["failures_vs_baseline"])
+        row.verdict = str(r["verdict"])
+        needed = r["trials_needed"]
+        row.trials_needed = None if _finite(needed) is None else int(needed)
+        row.note = str(r["note"])
+    return comparison_json(df)["statistics"]
 
 
 def _confound(row: CellSummary, base: CellSummary | None, threshold: float) -> str:
@@ -148,8 +252,14 @@ def _confound(row: CellSummary, base: CellSummary | None, threshold: float) -> s
 
 
 def matrix_json(rows: Sequence[CellSummary], *, header: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``matrix.json`` document: the run's header fields and one entry per cell."""
-    return {"schema_version": 1, **header, "cells": [r.to_dict() for r in rows]}
+    """The ``matrix.json`` document: the run's header fields, how the statistics were computed
+    (``statistics``, from a :class:`Matrix`) and one entry per cell."""
+    return {
+        "schema_version": 1,
+        **header,
+        "statistics": dict(getattr(rows, "statistics", {})),
+        "cells": [r.to_dict() for r in rows],
+    }
 
 
 def _fmt_ms(v: float | None) -> str:
@@ -158,24 +268,110 @@ def _fmt_ms(v: float | None) -> str:
     return f"{v:.3g}" if v < 100 else f"{v:.0f}"
 
 
+def _fmt_p(v: float | None) -> str:
+    return "—" if v is None else f"{v:.2g}"
+
+
+def _fmt_ratio(r: CellSummary) -> str:
+    if r.verdict == "baseline":
+        return "1"
+    if r.ratio is None:
+        return "—"
+    ci = f" [{r.ratio_ci[0]:.3g}, {r.ratio_ci[1]:.3g}]" if r.ratio_ci else ""
+    return f"{r.ratio:.3g}{ci}"
+
+
+def _fmt_verdict(r: CellSummary) -> str:
+    if r.verdict == "inconclusive":
+        more = f" (≥ {r.trials_needed} per cell)" if r.trials_needed else ""
+        return f"inconclusive — add trials{more}"
+    return r.verdict or "—"
+
+
+def _fmt_rate(r: CellSummary) -> str:
+    if r.failure_rate is None:
+        return "—"
+    text = f"{r.failure_rate:.0%} ({r.failures}/{r.n_ran})"
+    if r.failures_vs_baseline in ("more", "fewer"):
+        text = f"**{text} {r.failures_vs_baseline}**"
+    return text
+
+
+def statistics_line(stats: Mapping[str, Any]) -> str:
+    """One markdown bullet saying how the statistics were computed ("" without statistics)."""
+    if not stats:
+        return ""
+    band = stats.get("band") or [None, None]
+    value = stats.get("trial_value", "")
+    units = f" ({stats['units']})" if stats.get("units") else ""
+    level = float(stats.get("ci_level", 0.95))
+    return (
+        f"- statistics: trial value = {value}{units}, trials that ended {stats.get('trials')}; "
+        f"ratio = cell median / baseline median, {level:.0%} bootstrap CI "
+        f"({stats.get('resamples')} resamples, seed {stats.get('seed')}); "
+        f"p_adj = exact Mann–Whitney, Holm over {stats.get('family_size')} cells; "
+        f"verdicts at α = {stats.get('alpha')} with band [{band[0]:.3g}, {band[1]:.3g}]; "
+        f"below {stats.get('min_trials')} trials per cell no test can reach significance; "
+        "failures: Fisher's exact test, Holm-adjusted"
+    )
+
+
+def _findings(rows: Sequence[CellSummary], stats: Mapping[str, Any]) -> list[str]:
+    base = next((r for r in rows if r.verdict == "baseline"), None)
+    out = []
+    for r in rows:
+        if r.failures_vs_baseline in ("more", "fewer") and base is not None:
+            out.append(
+                f"- `{r.name}`: **{r.failures_vs_baseline} failures** than the baseline — "
+                f"{r.failures}/{r.n_ran} vs {base.failures}/{base.n_ran}, Fisher p_adj "
+                f"{_fmt_p(r.fisher_p_adj)} (timing: {_fmt_verdict(r)})"
+            )
+    for r in rows:
+        if r.verdict in ("slower", "faster") and r.ratio is not None:
+            ci = f" [{r.ratio_ci[0]:.3g}, {r.ratio_ci[1]:.3g}]" if r.ratio_ci else ""
+            out.append(
+                f"- `{r.name}`: **{r.verdict}** — {r.ratio:.3g}× the baseline's median{ci}, "
+                f"p_adj {_fmt_p(r.p_adj)}"
+            )
+        elif r.verdict == "inconclusive":
+            out.append(f"- `{r.name}`: inconclusive — {r.note}")
+    if not out and stats:
+        out.append(
+            f"- no cell differs from the baseline in failures or beyond the band at "
+            f"α = {stats.get('alpha')}"
+        )
+    return out
+
+
 def matrix_markdown(rows: Sequence[CellSummary], *, header: Mapping[str, Any]) -> str:
-    """The ``matrix.md`` table (upstream columns)."""
+    """The ``matrix.md`` table: upstream's columns, then ratio [CI], p_adj and verdict, and a
+    list of findings (significant failure-rate changes first, then timing verdicts)."""
+    stats = dict(getattr(rows, "statistics", {}))
     title = header.get("ticket") or "(no ticket)"
+    level = float(stats.get("ci_level", 0.95))
     lines = [
         f"# {title} — {header.get('workload', '')}",
         "",
         f"- run: `{header.get('run_dir', '')}`",
         f"- baseline: `{header.get('baseline', '')}`, confound threshold {header.get('threshold', '')}",
         f"- status: {header.get('status', '')}",
+    ]
+    if stats:
+        lines.append(statistics_line(stats))
+    lines += [
         "",
-        "| cell | mitigations | env | trials | failure rate | failures | errors | mean step (ms) | step source | confound |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| cell | mitigations | env | trials | failure rate | failures | errors | mean step (ms) "
+        f"| step source | confound | ratio [{level:.0%} CI] | p_adj | verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        rate = "—" if r.failure_rate is None else f"{r.failure_rate:.0%} ({r.failures}/{r.n_ran})"
         trials = f"{r.n_ran + r.errors}/{r.n_trials}"
         lines.append(
-            f"| {r.name} | {'+'.join(r.mitigations)} | {r.environment} | {trials} | {rate} | {r.failures} | "
-            f"{r.errors} | {_fmt_ms(r.mean_step_ms)} | {r.step_source} | {r.confound} |"
+            f"| {r.name} | {'+'.join(r.mitigations)} | {r.environment} | {trials} | {_fmt_rate(r)} | {r.failures} | "
+            f"{r.errors} | {_fmt_ms(r.mean_step_ms)} | {r.step_source} | {r.confound} | "
+            f"{_fmt_ratio(r)} | {_fmt_p(r.p_adj)} | {_fmt_verdict(r)} |"
         )
+    findings = _findings(rows, stats)
+    if findings:
+        lines += ["", "## Findings", "", *findings]
     return "\n".join(lines) + "\n"

@@ -52,6 +52,7 @@ from pydantic_core import PydanticCustomError
 
 from aorta.envvars import is_reserved_env_name
 from aorta.errors import RecipeError, RecipeProblem
+from aorta.yamldoc import parse_yaml
 
 __all__ = [
     "KNOWN_COLLECTORS",
@@ -646,57 +647,6 @@ def _cross_check(recipe: Recipe, command: list[str] | None) -> list[RecipeProble
 # YAML in, YAML out
 
 
-class _Loader(yaml.SafeLoader):
-    """SafeLoader that rejects duplicate keys (YAML silently keeps the last one)."""
-
-
-def _walk_duplicates(node: yaml.Node, path: str, out: list[RecipeProblem]) -> None:
-    if isinstance(node, yaml.MappingNode):
-        seen: dict[Any, int] = {}
-        for key_node, value_node in node.value:
-            key = key_node.value
-            child = f"{path}.{key}" if path else str(key)
-            if key in seen:
-                out.append(
-                    RecipeProblem(
-                        child,
-                        f"duplicate key {key!r} (lines {seen[key]} and {key_node.start_mark.line + 1})",
-                    )
-                )
-            else:
-                seen[key] = key_node.start_mark.line + 1
-            _walk_duplicates(value_node, child, out)
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            _walk_duplicates(item, f"{path}[{i}]", out)
-
-
-def _parse_yaml(text: str) -> Any:
-    try:
-        loader = _Loader(text)
-    except yaml.YAMLError as exc:  # the reader refuses control characters up front
-        raise RecipeError([RecipeProblem("", f"not valid YAML: {exc}")]) from None
-    try:
-        node = loader.get_single_node()
-        if node is None:
-            return None
-        dups: list[RecipeProblem] = []
-        _walk_duplicates(node, "", dups)
-        if dups:
-            raise RecipeError(dups)
-        return loader.construct_document(node)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        raise RecipeError(
-            [RecipeProblem("", f"{where}not valid YAML: {exc.problem or exc}")]
-        ) from None
-    except (yaml.YAMLError, RecursionError, TypeError, ValueError) as exc:
-        raise RecipeError([RecipeProblem("", f"not valid YAML: {exc}")]) from None
-    finally:
-        loader.dispose()
-
-
 def _format_loc(loc: tuple[Any, ...]) -> str:
     out = ""
     for part in loc:
@@ -797,7 +747,7 @@ def load_recipe_text(
 ) -> Recipe:
     """Parse and validate a recipe from YAML/JSON text; see :func:`load_recipe`."""
     try:
-        return recipe_from_data(_parse_yaml(text), command=command)
+        return recipe_from_data(parse_yaml(text), command=command)
     except RecipeError as exc:
         raise exc.with_source(source) if source else exc from None
 

@@ -84,57 +84,18 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
-class RankOutcome(_Model):
-    """One rank's part of a trial (a single-process trial has exactly one, rank 0)."""
+class _Result(_Model):
+    """What a trial produced — the fields a rank's outcome and the merged record share."""
 
-    rank: int
-    host: str | None = None
-    status: TrialStatus
-    passed: bool
-    failure_count: int = 0
-    failure_details: list[dict[str, Any]] = Field(default_factory=list)
-    step_times_ms: list[float] = Field(default_factory=list)
-    warmup_steps: int = 0
-    elapsed_sec: float | None = None
-    wall_clock_s: float | None = None
-    total_iterations: int | None = None
-    executed_iterations: int | None = None
-    configured_iterations: int | None = None
-    main_work_started: bool = False
-    #: The workload returned a result (False: it crashed, hung, or never started).
-    completed: bool = False
-    #: This rank was stopped because another rank's trial died.
-    stopped_by_peer: bool = False
-    metrics: dict[str, float | None] = Field(default_factory=dict)
-    info: dict[str, str] = Field(default_factory=dict)
-    error: str | None = None
-    hint: str | None = None
-    warnings: list[str] = Field(default_factory=list)
-    exit_code: int | None = None
-    #: Files this rank wrote, relative to the run directory.
-    artifacts: dict[str, str] = Field(default_factory=dict)
-
-    _metrics = field_validator("metrics", mode="before")(
-        classmethod(lambda cls, v: _finite_or_none(v or {}))
-    )
-
-
-class TrialRecord(_Model):
-    """The record of one trial of one cell (``trial`` counts from 0)."""
-
-    schema_version: int = RECORD_SCHEMA_VERSION
-    cell: str
-    cell_id: str
-    trial: int
-    seed: int = 0
-    workload: str = ""
     status: TrialStatus
     #: The workload's verdict; False for every status but ``ok``.
     passed: bool
     failure_count: int = 0
     failure_details: list[dict[str, Any]] = Field(default_factory=list)
-    #: One time per executed step (warm-up included), rank 0's in a distributed trial.
+    #: One time per executed step (warm-up included); rank 0's in a merged record.
     step_times_ms: list[float] = Field(default_factory=list)
+    #: How many leading ``step_times_ms`` are warm-up.
+    warmup_steps: int = 0
     #: Time the workload reported for its main work.
     elapsed_sec: float | None = None
     #: Time the engine measured for the whole trial, setup and cleanup included.
@@ -145,25 +106,45 @@ class TrialRecord(_Model):
     main_work_started: bool = False
     metrics: dict[str, float | None] = Field(default_factory=dict)
     info: dict[str, str] = Field(default_factory=dict)
-    #: How many leading ``step_times_ms`` are warm-up.
-    warmup_steps: int = 0
     #: Why the trial did not end ``ok`` (the exception, the deadline, the crash).
     error: str | None = None
     hint: str | None = None
     warnings: list[str] = Field(default_factory=list)
     exit_code: int | None = None
+    #: Files of the trial, relative to the run directory (``stdout``, ``trace/rank0``…).
+    artifacts: dict[str, str] = Field(default_factory=dict)
+
+    _metrics = field_validator("metrics", mode="before")(
+        classmethod(lambda cls, v: _finite_or_none(v or {}))
+    )
+
+
+class RankOutcome(_Result):
+    """One rank's part of a trial (a single-process trial has exactly one, rank 0)."""
+
+    rank: int
+    host: str | None = None
+    #: The workload returned a result (False: it crashed, hung, or never started).
+    completed: bool = False
+    #: This rank was stopped because another rank's trial died.
+    stopped_by_peer: bool = False
+
+
+class TrialRecord(_Result):
+    """The record of one trial of one cell (``trial`` counts from 0)."""
+
+    schema_version: int = RECORD_SCHEMA_VERSION
+    cell: str
+    cell_id: str
+    trial: int
+    seed: int = 0
+    workload: str = ""
     isolation: str | None = None
     started_at: str | None = None
     finished_at: str | None = None
     host: str | None = None
     world_size: int = 1
     ranks: list[RankOutcome] = Field(default_factory=list)
-    #: Files of the trial, relative to the run directory (``stdout``, ``stderr``, ``trace/rank0``…).
-    artifacts: dict[str, str] = Field(default_factory=dict)
-
-    _metrics = field_validator("metrics", mode="before")(
-        classmethod(lambda cls, v: _finite_or_none(v or {}))
-    )
 
     @property
     def is_error(self) -> bool:

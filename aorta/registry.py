@@ -35,6 +35,7 @@ from typing import Any, Literal
 from aorta.envvars import is_reserved_env_name
 from aorta.errors import RecipeError, RecipeProblem
 from aorta.recipe import ENV_NAME_RE, DockerEnvironment
+from aorta.yamldoc import parse_yaml
 
 __all__ = ["Environment", "Mitigation", "Registry"]
 
@@ -348,8 +349,6 @@ def _load_plugins(group: str, convert: Callable[[Any, str], list[Any]]) -> list[
 
 
 def _read_sidecar(path: Path) -> tuple[list[Mitigation], list[Environment]]:
-    from aorta.recipe import _parse_yaml  # one YAML reader, with its duplicate-key check
-
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -357,7 +356,7 @@ def _read_sidecar(path: Path) -> tuple[list[Mitigation], list[Environment]]:
             [RecipeProblem("", f"cannot read mitigations file: {exc}")], source=str(path)
         ) from None
     try:
-        data = _parse_yaml(text)
+        data = parse_yaml(text)
     except RecipeError as exc:
         raise exc.with_source(str(path)) from None
     if data is None:

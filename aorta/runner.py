@@ -70,13 +70,6 @@ class TrialRunner:
         self.on_stuck = on_stuck
         self.host = socket.gethostname()
 
-    @property
-    def _log_names(self) -> tuple[str, str]:
-        # Ranks sharing a file system must not interleave their logs in one file.
-        if self.world_size == 1:
-            return "stdout.log", "stderr.log"
-        return f"rank{self.rank}.stdout.log", f"rank{self.rank}.stderr.log"
-
     def context(self, key: TrialKey, deadline: float) -> TrialContext:
         cell = key.cell
         r = self.recipe
@@ -138,7 +131,7 @@ class TrialRunner:
                 ctx,
                 env={**os.environ, **overlay},
                 python=self.python,
-                logs=self._log_names,
+                logs=ctx.log_names,
                 abort=abort,
             )
 
@@ -156,7 +149,7 @@ class TrialRunner:
             yield
             return
         ctx.artifact_dir.mkdir(parents=True, exist_ok=True)
-        out_name, err_name = self._log_names
+        out_name, err_name = ctx.log_names
         with (
             open(ctx.artifact_dir / out_name, "a") as out,
             open(ctx.artifact_dir / err_name, "a") as err,

@@ -155,6 +155,13 @@ class TrialContext:
         default_factory=lambda: {"name": "local", "kind": "local"}
     )
 
+    @property
+    def log_names(self) -> tuple[str, str]:
+        """The trial's stdout/stderr file names: per rank when ranks share a folder."""
+        if self.world_size == 1:
+            return "stdout.log", "stderr.log"
+        return f"rank{self.rank}.stdout.log", f"rank{self.rank}.stderr.log"
+
     def remaining(self) -> float | None:
         """Seconds left before the deadline (``None``: no deadline)."""
         return None if self.deadline is None else self.deadline - time.monotonic()

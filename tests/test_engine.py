@@ -386,3 +386,34 @@ def test_recipe_errors_raise_before_a_run_dir_exists(tmp_path):
     with pytest.raises(RecipeError):
         run("workload: matmul\ncells: [{name: a, mitigations: [nope]}]\n", tmp_path)
     assert not (tmp_path / "out").exists()
+
+
+def test_docker_environment_wraps_the_command(tmp_path, monkeypatch):
+    # No Docker engine runs on this machine: a stand-in `docker` on PATH records its argv and
+    # runs the command as the container would (the one mock in this suite; see its note).
+    fake = tmp_path / "bin" / "docker"
+    fake.parent.mkdir()
+    fake.write_text(
+        "#!/usr/bin/env bash\n"
+        f'printf "%s\\n" "$@" > {tmp_path}/docker-argv\n'
+        'while [ "${1#--}" != "$1" ] || [ "$1" = run ]; do shift; done\n'
+        'shift\nexec "$@"\n'
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    text = "cells: [{name: a, mitigations: [xnack], environment: {docker: 'rocm/pytorch:7'}}]\n"
+    rec = run(text, tmp_path, command=["true"]).records[0]
+    assert rec.status.value == "ok", rec.error
+    argv = (tmp_path / "docker-argv").read_text().splitlines()
+    assert argv[:3] == ["run", "--rm", "--network=host"]
+    env_file = next(a.split("=", 1)[1] for a in argv if a.startswith("--env-file="))
+    assert "HSA_XNACK=1" in Path(env_file).read_text().splitlines()
+    assert stat.S_IMODE(Path(env_file).stat().st_mode) == 0o600
+    assert argv[-2:] == ["rocm/pytorch:7", "true"]
+
+
+def test_docker_environment_refused_by_workloads_that_cannot(tmp_path):
+    text = "workload: env_probe\ncells: [{name: a, mitigations: [none], environment: {docker: 'img:1'}}]\n"
+    rec = run(text, tmp_path).records[0]
+    assert rec.status.value == "infrastructure_failed"
+    assert "cannot run in docker environment" in rec.error

@@ -16,10 +16,13 @@ from typer import _click as click  # typer vendors click; its exceptions are the
 
 from aorta.errors import AortaError, ExitCode
 
+from . import compare as _compare
 from . import info as _info
 from . import launch as _launch
 from . import recipe as _recipe
+from . import report as _report
 from . import sweep as _sweep
+from . import trace as _trace
 from . import workloads as _workloads
 
 __all__ = ["app", "entry", "main"]
@@ -34,9 +37,12 @@ app = typer.Typer(
 )
 app.add_typer(_recipe.app, name="recipe")
 app.add_typer(_sweep.app, name="sweep")
+app.add_typer(_trace.app, name="trace")
 app.add_typer(_workloads.app, name="workloads")
 app.add_typer(_info.mitigations_app, name="mitigations")
 app.command("env")(_info.env)
+app.command("compare")(_compare.compare)
+app.command("report")(_report.report)
 app.command("launch", context_settings=_launch.CONTEXT)(_launch.launch)
 
 

@@ -24,4 +24,6 @@ Verbose = Annotated[
         "--verbose", "-v", envvar=envvars.VERBOSE, help="Stream per-trial lines to stderr."
     ),
 ]
-Json = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
+Json = Annotated[
+    bool, typer.Option("--json", envvar=envvars.JSON_OUTPUT, help="Print JSON instead of text.")
+]

@@ -66,11 +66,49 @@ def parse_step_times(text: str, pattern: str) -> list[float]:
     return times
 
 
+def docker_argv(
+    image: str,
+    argv: list[str],
+    *,
+    env_file: Path,
+    mounts: list[Path],
+    workdir: Path,
+) -> list[str]:
+    """The ``docker run`` line that runs ``argv`` in ``image`` with the trial's variables.
+
+    Host networking and IPC (collectives need them), the GPUs of either vendor when present,
+    the trial folder and the working directory mounted at the same paths.
+
+    >>> docker_argv("rocm/pytorch:7", ["python", "t.py"], env_file=Path("/r/env"),
+    ...             mounts=[Path("/r")], workdir=Path("/w"))[:6]
+    ['docker', 'run', '--rm', '--network=host', '--ipc=host', '--env-file=/r/env']
+    """
+    line = ["docker", "run", "--rm", "--network=host", "--ipc=host", f"--env-file={env_file}"]
+    if Path("/dev/kfd").exists():
+        line += ["--device=/dev/kfd", "--device=/dev/dri", "--group-add=video"]
+    elif Path("/dev/nvidiactl").exists():
+        line += ["--gpus=all"]
+    for mount in dict.fromkeys(p.resolve() for p in mounts):
+        line.append(f"--volume={mount}:{mount}")
+    line += [f"--workdir={workdir.resolve()}", image, *argv]
+    return line
+
+
 class CommandWorkload(Workload):
     name = "command"
     description = "probe mode: run the command after '--'; its exit code is the verdict"
     default_steps = 1
     config_keys = frozenset({"cwd"})
+
+    supports_docker = True
+
+    def _env_file(self, variables: dict[str, str]) -> Path:
+        # docker --env-file format, private: values may be credentials.
+        path = self._art / "env"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.writelines(f"{k}={v}\n" for k, v in variables.items())
+        return path
 
     def setup(self) -> None:
         ctx = self.context
@@ -81,29 +119,37 @@ class CommandWorkload(Workload):
         self._art = Path(ctx.artifact_dir) if ctx.artifact_dir else Path.cwd()
         self._art.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ)
+        argv = list(ctx.command)
         if ctx.env_passthrough_mode == "file":
-            # The overlay goes into a private file (docker --env-file format) instead of the
-            # command's environment: for launchers that forward it to remote ranks themselves.
-            env_file = self._art / "env"
-            fd = os.open(env_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w") as fh:
-                fh.writelines(f"{k}={v}\n" for k, v in ctx.env.items())
+            # The overlay goes into a private file instead of the command's environment: for
+            # launchers that forward it to remote ranks themselves.
             for key in ctx.env:
                 env.pop(key, None)
-            env["AORTA_ENV_FILE"] = str(env_file)
+            env["AORTA_ENV_FILE"] = str(self._env_file(dict(ctx.env)))
+        if ctx.environment.get("kind") == "docker":
+            aorta_vars = {k: v for k, v in os.environ.items() if k.startswith("AORTA_")}
+            env_file = self._env_file({**aorta_vars, **ctx.environment.get("env", {}), **ctx.env})
+            argv = docker_argv(
+                str(ctx.environment["image"]),
+                argv,
+                env_file=env_file,
+                mounts=[self._art, Path(self.config.get("cwd") or Path.cwd())],
+                workdir=Path(self.config.get("cwd") or Path.cwd()),
+            )
         self._logs: list[Any] = []
         if ctx.isolated:
             stdout = stderr = None  # the worker's own stdout/stderr already are the trial's logs
         else:
-            stdout = open(self._art / "stdout.log", "ab")  # noqa: SIM115 - closed in cleanup()
-            stderr = open(self._art / "stderr.log", "ab")  # noqa: SIM115
+            out_name, err_name = ctx.log_names
+            stdout = open(self._art / out_name, "ab")  # noqa: SIM115 - closed in cleanup()
+            stderr = open(self._art / err_name, "ab")  # noqa: SIM115
             self._logs = [stdout, stderr]
         self._start = time.monotonic()
         # Starting the process is the setup: a command that cannot start is not a failure of
         # the thing being probed (exit codes 127/126 are recorded all the same).
         try:
             self._proc: subprocess.Popen[Any] = procs.spawn(
-                list(ctx.command),
+                argv,
                 env=env,
                 cwd=self.config.get("cwd"),
                 stdout=stdout,
@@ -131,7 +177,7 @@ class CommandWorkload(Workload):
         steps: list[float] = []
         if self.context.step_time_regex:
             try:
-                text = (self._art / "stdout.log").read_text(errors="replace")
+                text = (self._art / self.context.log_names[0]).read_text(errors="replace")
             except OSError:
                 text = ""
             steps = parse_step_times(text, self.context.step_time_regex)
@@ -145,7 +191,7 @@ class CommandWorkload(Workload):
             elapsed_sec=time.monotonic() - self._start,
             executed_iterations=len(steps) or None,
             exit_code=code,
-            artifacts={"stdout": "stdout.log", "stderr": "stderr.log"},
+            artifacts=dict(zip(("stdout", "stderr"), self.context.log_names, strict=True)),
         )
 
     def cleanup(self) -> None:

@@ -1,0 +1,128 @@
+"""``ds.aorta``: the common calls on a run's Dataset, registered once.
+
+Each method is one line calling :mod:`aorta.comparison`, :mod:`aorta.dataset` or
+:mod:`aorta.plot`, so a notebook and the CLI go through the same code.
+
+Examples
+--------
+>>> from aorta.dataset import build_dataset
+>>> from aorta.record import TrialRecord
+>>> ds = build_dataset([{"name": "base", "trials": 1}],
+...     [TrialRecord(cell="base", cell_id="", trial=0, status="ok", passed=True, step_times_ms=[2.0])],
+...     attrs={"baseline": "base"})
+>>> ds.aorta.compare()["verdict"].tolist()
+['baseline']
+>>> import xarray as xr
+>>> xr.Dataset().aorta
+Traceback (most recent call last):
+...
+ValueError: an aorta Dataset needs a 'cell' dimension; this one has []
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import xarray as xr
+
+from aorta import stats
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.figure import Figure
+
+    from aorta.comparison import TrialSelection
+
+__all__ = ["AortaAccessor"]
+
+
+@xr.register_dataset_accessor("aorta")
+class AortaAccessor:
+    """The ``aorta`` accessor of a run's Dataset (dims ``cell`` and ``trial``).
+
+    Raises ``ValueError`` naming the missing dimension when the Dataset is not one.
+    """
+
+    def __init__(self, ds: xr.Dataset) -> None:
+        from aorta.comparison import _check_dims
+
+        _check_dims(ds)
+        self._ds = ds
+
+    def compare(
+        self,
+        baseline: str | None = None,
+        *,
+        metric: str = "step_time_ms",
+        alpha: float = 0.05,
+        threshold: float | None = None,
+        trials: TrialSelection = "ok",
+        seed: int = stats.DEFAULT_SEED,
+        resamples: int = stats.DEFAULT_RESAMPLES,
+    ) -> pd.DataFrame:
+        """Every cell against the baseline: :func:`aorta.compare`."""
+        from aorta.comparison import compare
+
+        return compare(
+            self._ds,
+            baseline,
+            metric=metric,
+            alpha=alpha,
+            threshold=threshold,
+            trials=trials,
+            seed=seed,
+            resamples=resamples,
+        )
+
+    def compare_to(self, reference: xr.Dataset, **kwargs: Any) -> pd.DataFrame:
+        """This run's cells against the same cells of ``reference``: :func:`aorta.compare_runs`."""
+        from aorta.comparison import compare_runs
+
+        return compare_runs(reference, self._ds, **kwargs)
+
+    def trial_values(
+        self, *, metric: str = "step_time_ms", trials: TrialSelection = "ok"
+    ) -> xr.DataArray:
+        """One value per trial: :func:`aorta.comparison.trial_values`."""
+        from aorta.comparison import trial_values
+
+        return trial_values(self._ds, metric=metric, trials=trials)
+
+    def trials(self) -> pd.DataFrame:
+        """One row per recorded trial: :func:`aorta.dataset.trials_frame`."""
+        from aorta.dataset import trials_frame
+
+        return trials_frame(self._ds)
+
+    def to_netcdf(self, path: str | Path) -> Path:
+        """Write the Dataset so :func:`aorta.load_run` reads it back identical."""
+        from aorta.dataset import write_netcdf
+
+        return write_netcdf(self._ds, path)
+
+    def plot_steps(self, baseline: str | None = None, **kwargs: Any) -> Figure:
+        """Per-cell trial values with the baseline band: :func:`aorta.plot.step_distributions`."""
+        from aorta.plot import step_distributions
+
+        return step_distributions(self._ds, baseline, **kwargs)
+
+    def plot_series(self, **kwargs: Any) -> Figure:
+        """Step time per step, one line per trial: :func:`aorta.plot.step_series`."""
+        from aorta.plot import step_series
+
+        return step_series(self._ds, **kwargs)
+
+    def plot_failures(
+        self, baseline: str | None = None, *, ax: Any = None, **kwargs: Any
+    ) -> Figure:
+        """Failure rates with Wilson intervals: :func:`aorta.plot.failure_rates`."""
+        from aorta.plot import failure_rates
+
+        return failure_rates(self.compare(baseline, **kwargs), ax=ax)
+
+    def plot_forest(self, baseline: str | None = None, *, ax: Any = None, **kwargs: Any) -> Figure:
+        """Ratios to the baseline with their CIs: :func:`aorta.plot.ratio_forest`."""
+        from aorta.plot import ratio_forest
+
+        return ratio_forest(self.compare(baseline, **kwargs), ax=ax)

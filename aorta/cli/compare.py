@@ -1,0 +1,99 @@
+"""``aorta compare RUN [RUN_B]``: cells against the baseline, or two runs cell by cell."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from aorta import envvars
+from aorta.errors import ExitCode
+
+from ._options import Json
+
+Baseline = Annotated[
+    str | None,
+    typer.Option(
+        "--baseline",
+        envvar=envvars.BASELINE,
+        help="The reference cell (default: the recipe's baseline). One run only.",
+    ),
+]
+Alpha = Annotated[
+    float,
+    typer.Option(
+        "--alpha",
+        envvar=envvars.ALPHA,
+        min=0.0,
+        max=1.0,
+        help="Significance level; CIs are at 1 - alpha.",
+    ),
+]
+Metric = Annotated[
+    str,
+    typer.Option(
+        "--metric",
+        envvar=envvars.METRIC,
+        help="step_time_ms (median of post-warm-up steps per trial), wall_clock_s, elapsed_s, or a workload metric.",
+    ),
+]
+Seed = Annotated[
+    int, typer.Option("--seed", envvar=envvars.BOOTSTRAP_SEED, help="Seed of the bootstrap.")
+]
+Resamples = Annotated[
+    int,
+    typer.Option(
+        "--resamples", envvar=envvars.BOOTSTRAP_RESAMPLES, min=1, help="Bootstrap resamples."
+    ),
+]
+
+
+def compare(
+    runs: Annotated[
+        list[Path],
+        typer.Argument(
+            help="One run directory (its cells against its baseline) or two, A B (each cell of B against the same cell of A).",
+            exists=True,
+            show_default=False,
+        ),
+    ],
+    baseline: Baseline = None,
+    alpha: Alpha = 0.05,
+    metric: Metric = "step_time_ms",
+    fail_on_regression: Annotated[
+        bool,
+        typer.Option(
+            "--fail-on-regression",
+            envvar=envvars.FAIL_ON_REGRESSION,
+            help="Exit 4 when a cell is significantly slower (a CI regression gate).",
+        ),
+    ] = False,
+    seed: Seed = 0,
+    resamples: Resamples = 10_000,
+    as_json: Json = False,
+) -> int:
+    """Compare cells: ratio of medians with a bootstrap CI, Holm-adjusted exact Mann–Whitney p,
+    Fisher's test on failures, and a verdict per cell."""
+    from aorta.comparison import comparison_json, comparison_table, regressions
+    from aorta.matrix import statistics_line
+    from aorta.report import compare_paths
+
+    df = compare_paths(
+        runs, baseline=baseline, metric=metric, alpha=alpha, seed=seed, resamples=resamples
+    )
+    if as_json:
+        print(json.dumps(comparison_json(df), indent=2, ensure_ascii=False))
+    else:
+        what = f"{runs[1]} against {runs[0]}" if len(runs) == 2 else str(runs[0])
+        print(f"{what} — baseline: {df.attrs['baseline']}")
+        print(statistics_line(comparison_json(df)["statistics"]).removeprefix("- "))
+        print()
+        print(comparison_table(df))
+    slow = regressions(df)
+    if fail_on_regression and slow:
+        print(f"regression: significantly slower: {', '.join(slow)}", file=sys.stderr)
+        return ExitCode.GATE
+    return ExitCode.OK

@@ -1,0 +1,692 @@
+"""The matrix as data: trial records → :class:`xarray.Dataset`, and back from ``results.nc``.
+
+One Dataset per run, dims ``cell`` × ``trial`` (× ``step`` for the per-step series,
+× ``metric`` for the workload's metrics, × ``info_key`` for its text facts), in the plan's cell
+order. Trials that have no record (an interrupted run, a cell with fewer trials) are padded:
+``status`` ``missing``, ``NaN`` numbers, ``""`` text.
+
+========================  ==========================  ==========================================
+variable                  dims                        meaning
+========================  ==========================  ==========================================
+``step_time_ms``          cell, trial, step           every executed step, warm-up included;
+                                                      NaN past ``n_steps``
+``n_steps``               cell, trial                 recorded steps
+``warmup_steps``          cell, trial                 leading warm-up steps
+``wall_clock_s``          cell, trial                 the engine's clock around the whole trial
+``elapsed_s``             cell, trial                 the workload's own clock of its main work
+``status``                cell, trial                 ``ok``, ``workload_failed``, …, ``missing``
+``passed``                cell, trial                 the workload's verdict
+``error``                 cell, trial                 why the trial did not end ``ok``
+``seed``                  cell, trial                 the trial's seed (-1 where missing)
+``metrics``               cell, trial, metric         workload metrics (NaN where absent)
+``info``                  cell, trial, info_key       workload facts as text
+========================  ==========================  ==========================================
+
+Coordinates: ``mitigations`` (``+``-joined), ``environment``, ``cell_id``,
+``planned_trials`` per cell; the overlay as ``env_value(cell, env_var)`` (``""`` where
+``env_set`` is False); one ``config_<key>`` per ``workload_config`` key whose value differs
+between cells (the keys all cells share are in ``attrs["workload_config"]``).
+
+``attrs`` hold the run: the manifest's fields, ``baseline`` and ``threshold`` (from the
+recipe); dicts, lists and booleans as JSON text, null fields left out. Text is stored as
+object arrays of ``str``; a NUL character, which netCDF cannot store, is replaced by ``␀``.
+
+Examples
+--------
+>>> from aorta.record import TrialRecord
+>>> cells = [{"name": "base", "mitigations": ["none"], "trials": 2},
+...          {"name": "x", "mitigations": ["xnack"], "env": {"HSA_XNACK": "1"}, "trials": 2}]
+>>> recs = [TrialRecord(cell=c, cell_id="", trial=t, status="ok", passed=True,
+...                     step_times_ms=[5.0, 1.0 + t, 2.0 + t], warmup_steps=1)
+...         for c in ("base", "x") for t in range(2)]
+>>> ds = build_dataset(cells, recs, attrs={"baseline": "base", "threshold": 1.15})
+>>> dict(ds.sizes)
+{'cell': 2, 'trial': 2, 'step': 3, 'metric': 0, 'info_key': 0, 'env_var': 1}
+>>> ds.step_time_ms.sel(cell="x", trial=1).values.tolist()
+[5.0, 2.0, 3.0]
+>>> ds.env_value.sel(cell="x", env_var="HSA_XNACK").item(), ds.status.dtype
+('1', dtype('O'))
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+from aorta.errors import UsageError
+from aorta.record import TrialRecord
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import xarray as xr
+
+__all__ = [
+    "DATASET_VERSION",
+    "RESULTS",
+    "build_dataset",
+    "load_run",
+    "load_runs",
+    "load_trials",
+    "read_netcdf",
+    "run_attrs",
+    "trials_frame",
+    "write_netcdf",
+    "write_results",
+]
+
+#: Version of the Dataset layout (``attrs["aorta_dataset_version"]``).
+DATASET_VERSION = 1
+#: The file a finished run keeps its Dataset in.
+RESULTS = "results.nc"
+MISSING = "missing"
+
+_VAR_ATTRS: dict[str, dict[str, str]] = {
+    "step_time_ms": {
+        "long_name": "step time",
+        "units": "ms",
+        "description": "every executed step, warm-up included (see warmup_steps); NaN past n_steps",
+    },
+    "n_steps": {"long_name": "recorded steps"},
+    "warmup_steps": {"long_name": "warm-up steps", "description": "leading steps that are warm-up"},
+    "wall_clock_s": {
+        "long_name": "trial wall clock",
+        "units": "s",
+        "description": "measured by the engine around the whole trial, setup and cleanup included",
+    },
+    "elapsed_s": {
+        "long_name": "workload elapsed time",
+        "units": "s",
+        "description": "the workload's own clock of its main work",
+    },
+    "status": {
+        "long_name": "trial status",
+        "description": "ok, workload_failed, setup_failed, infrastructure_failed, timeout, "
+        "did_not_run, or missing (no readable record)",
+    },
+    "passed": {"long_name": "workload verdict"},
+    "error": {"long_name": "why the trial did not end ok"},
+    "seed": {"long_name": "trial seed", "description": "-1 where the trial has no record"},
+    "metrics": {"long_name": "workload metric"},
+    "info": {"long_name": "workload info"},
+}
+_COORD_ATTRS: dict[str, dict[str, str]] = {
+    "cell": {"long_name": "cell"},
+    "trial": {"long_name": "trial"},
+    "step": {"long_name": "step", "description": "index of the executed step, warm-up included"},
+    "metric": {"long_name": "metric"},
+    "info_key": {"long_name": "info key"},
+    "env_var": {"long_name": "environment variable"},
+    "mitigations": {"long_name": "mitigations", "description": "'+'-joined, in stacking order"},
+    "environment": {"long_name": "environment"},
+    "cell_id": {"long_name": "cell id"},
+    "planned_trials": {"long_name": "planned trials"},
+    "env_value": {
+        "long_name": "overlay value",
+        "description": "the cell's environment overlay; '' where env_set is False",
+    },
+    "env_set": {"long_name": "overlay sets the variable"},
+}
+
+
+# --- building --------------------------------------------------------------------------------
+
+
+def _text(value: Any) -> str:
+    s = value if isinstance(value, str) else str(value)
+    if "\x00" in s:
+        s = s.replace("\x00", "\u2400")
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        s = s.encode("utf-8", "backslashreplace").decode("utf-8")
+    return s
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def _attr(value: Any) -> Any:
+    """A netCDF-safe attribute value: text and numbers stay, the rest becomes JSON text."""
+    if isinstance(value, str):
+        return _text(value)
+    if isinstance(value, bool | np.bool_):
+        return _json(bool(value))
+    if isinstance(value, int | float | np.integer | np.floating):
+        return value
+    return _text(_json(value))
+
+
+def _clean_attrs(attrs: Mapping[str, Any]) -> dict[str, Any]:
+    return {str(k): _attr(v) for k, v in attrs.items() if v is not None}
+
+
+def _objects(values: Sequence[str], shape: tuple[int, ...] | None = None) -> np.ndarray:
+    out = np.empty(len(values), dtype=object)
+    out[:] = [_text(v) for v in values]
+    return out if shape is None else out.reshape(shape)
+
+
+def _config_name(key: str, taken: set[str]) -> str:
+    base = "config_" + (re.sub(r"[^0-9A-Za-z_.-]", "_", key) or "_")
+    name, n = base, 2
+    while name in taken:
+        name, n = f"{base}_{n}", n + 1
+    taken.add(name)
+    return name
+
+
+_ABSENT = object()
+
+
+def _config_values(values: list[Any]) -> np.ndarray:
+    present = [v for v in values if v is not _ABSENT]
+    numbers = all(
+        isinstance(v, int | float) and not isinstance(v, bool) for v in present if v is not None
+    )
+    if present and len(present) == len(values) and all(isinstance(v, bool) for v in present):
+        return np.array(present, dtype=bool)
+    if present and len(present) == len(values) and all(type(v) is int for v in present):
+        return np.array(present, dtype=np.int64)
+    if present and numbers:
+        return np.array(
+            [math.nan if v is _ABSENT or v is None else float(v) for v in values], dtype=float
+        )
+    if present and len(present) == len(values) and all(isinstance(v, str) for v in present):
+        return _objects(present)
+    return _objects([_json(None if v is _ABSENT else v) for v in values])
+
+
+def _config_coords(
+    cells: Sequence[Mapping[str, Any]],
+) -> tuple[dict[str, tuple[tuple[str], np.ndarray, dict[str, str]]], dict[str, Any]]:
+    configs = [dict(c.get("workload_config") or {}) for c in cells]
+    keys = sorted({k for cfg in configs for k in cfg})
+    coords: dict[str, tuple[tuple[str], np.ndarray, dict[str, str]]] = {}
+    common: dict[str, Any] = {}
+    taken: set[str] = set()
+    for key in keys:
+        values = [cfg.get(key, _ABSENT) for cfg in configs]
+        texts = {_json(v) if v is not _ABSENT else "\x00absent" for v in values}
+        if len(texts) == 1:
+            common[key] = values[0]
+            continue
+        coords[_config_name(key, taken)] = (
+            ("cell",),
+            _config_values(values),
+            {"long_name": f"workload_config.{key}", "config_key": _text(key)},
+        )
+    return coords, common
+
+
+def build_dataset(
+    cells: Sequence[Mapping[str, Any]],
+    records: Iterable[TrialRecord],
+    *,
+    attrs: Mapping[str, Any] | None = None,
+) -> xr.Dataset:
+    """The Dataset of ``records``, with one cell per entry of ``cells`` (``cell.json`` dicts,
+    in plan order; cells that only appear in ``records`` follow, by name).
+
+    ``attrs`` become the Dataset's attributes (made netCDF-safe: dicts, lists and booleans as
+    JSON text, ``None`` left out). Pure: reads no file.
+
+    Returns
+    -------
+    xarray.Dataset
+        See the module docstring for every variable.
+
+    See Also
+    --------
+    load_run : the same from a run directory.
+    """
+    import xarray as xr
+
+    cells = [dict(c) for c in cells]
+    records = list(records)
+    names = [str(c["name"]) for c in cells]
+    for extra in sorted({r.cell for r in records} - set(names)):
+        cells.append({"name": extra})
+        names.append(extra)
+    planned = [int(c.get("trials") or 0) for c in cells]
+    n_trials = max([*planned, *(r.trial + 1 for r in records), 0])
+    data, dim_coords = _trial_variables(records, names, n_trials)
+    coords = {**dim_coords, **_cell_coords(cells, names, planned)}
+    ds = xr.Dataset(
+        {k: (*v, _VAR_ATTRS[k]) for k, v in data.items()},
+        coords={k: (*v, _COORD_ATTRS[k]) for k, v in coords.items()},
+    )
+    config_coords, common_config = _config_coords(cells)
+    ds = ds.assign_coords({k: xr.Variable(*v) for k, v in config_coords.items()})
+    run = {"aorta_dataset_version": DATASET_VERSION, **dict(attrs or {})}
+    if common_config:
+        run["workload_config"] = common_config
+    ds.attrs = _clean_attrs(run)
+    return ds
+
+
+def _trial_variables(
+    records: Sequence[TrialRecord], names: Sequence[str], n_trials: int
+) -> tuple[dict[str, tuple[tuple[str, ...], np.ndarray]], dict[str, tuple[str, np.ndarray]]]:
+    """The per-trial variables (padded as missing trials) and the trial/step/metric/info axes."""
+    index = {name: i for i, name in enumerate(names)}
+    n_steps_max = max([0, *(len(r.step_times_ms) for r in records)])
+    metric_names = sorted({k for r in records for k in r.metrics})
+    info_keys = sorted({k for r in records for k in r.info})
+    m_index = {k: i for i, k in enumerate(metric_names)}
+    i_index = {k: i for i, k in enumerate(info_keys)}
+    shape = (len(names), n_trials)
+    size = shape[0] * shape[1]
+    step = np.full((*shape, n_steps_max), np.nan)
+    n_steps = np.zeros(shape, dtype=np.int64)
+    warmup = np.zeros(shape, dtype=np.int64)
+    wall = np.full(shape, np.nan)
+    elapsed = np.full(shape, np.nan)
+    status = _objects([MISSING] * size, shape)
+    error = _objects([""] * size, shape)
+    passed = np.zeros(shape, dtype=bool)
+    seed = np.full(shape, -1, dtype=np.int64)
+    metrics = np.full((*shape, len(metric_names)), np.nan)
+    info = _objects([""] * (size * len(info_keys)), (*shape, len(info_keys)))
+    for rec in records:
+        if rec.trial < 0:
+            continue
+        i, j = index[rec.cell], rec.trial
+        times = rec.step_times_ms
+        if times:
+            step[i, j, : len(times)] = times
+        n_steps[i, j] = len(times)
+        warmup[i, j] = rec.warmup_steps
+        wall[i, j] = math.nan if rec.wall_clock_s is None else rec.wall_clock_s
+        elapsed[i, j] = math.nan if rec.elapsed_sec is None else rec.elapsed_sec
+        status[i, j] = rec.status.value
+        error[i, j] = _text(rec.error or "")
+        passed[i, j] = rec.passed
+        seed[i, j] = rec.seed
+        for k, v in rec.metrics.items():
+            metrics[i, j, m_index[k]] = math.nan if v is None else v
+        for k, v in rec.info.items():
+            info[i, j, i_index[k]] = _text(v)
+    ct = ("cell", "trial")
+    data = {
+        "step_time_ms": ((*ct, "step"), step),
+        "n_steps": (ct, n_steps),
+        "warmup_steps": (ct, warmup),
+        "wall_clock_s": (ct, wall),
+        "elapsed_s": (ct, elapsed),
+        "status": (ct, status),
+        "passed": (ct, passed),
+        "error": (ct, error),
+        "seed": (ct, seed),
+        "metrics": ((*ct, "metric"), metrics),
+        "info": ((*ct, "info_key"), info),
+    }
+    axes = {
+        "trial": ("trial", np.arange(n_trials, dtype=np.int64)),
+        "step": ("step", np.arange(n_steps_max, dtype=np.int64)),
+        "metric": ("metric", _objects(metric_names)),
+        "info_key": ("info_key", _objects(info_keys)),
+    }
+    return data, axes
+
+
+def _cell_coords(
+    cells: Sequence[Mapping[str, Any]], names: Sequence[str], planned: Sequence[int]
+) -> dict[str, tuple[Any, np.ndarray]]:
+    """Per-cell coordinates: names, mitigations, environment, ids, the env overlay."""
+    env_vars = sorted({k for c in cells for k in (c.get("env") or {})})
+    overlays = [dict(c.get("env") or {}) for c in cells]
+    n = len(cells)
+    env_value = _objects([o.get(v, "") for o in overlays for v in env_vars], (n, len(env_vars)))
+    env_set = np.array([[v in o for v in env_vars] for o in overlays], dtype=bool)
+
+    def env_name(c: Mapping[str, Any]) -> str:
+        env = c.get("environment")
+        return str(env.get("name", "")) if isinstance(env, Mapping) else str(env or "")
+
+    return {
+        "cell": ("cell", _objects(names)),
+        "env_var": ("env_var", _objects(env_vars)),
+        "mitigations": ("cell", _objects(["+".join(c.get("mitigations") or []) for c in cells])),
+        "environment": ("cell", _objects([env_name(c) for c in cells])),
+        "cell_id": ("cell", _objects([str(c.get("cell_id") or "") for c in cells])),
+        "planned_trials": ("cell", np.array(planned, dtype=np.int64)),
+        "env_value": (("cell", "env_var"), env_value),
+        "env_set": (("cell", "env_var"), env_set.reshape(n, len(env_vars))),
+    }
+
+
+# --- run directories -------------------------------------------------------------------------
+
+
+def _read_cells(rd: Any) -> list[dict[str, Any]]:
+    cells = []
+    root = rd.path / "cells"
+    for path in sorted(root.glob("*/cell.json")) if root.is_dir() else []:
+        try:
+            cells.append(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            continue
+    cells = [c for c in cells if isinstance(c, dict) and "name" in c]
+    return sorted(cells, key=lambda c: (int(c.get("index", 1 << 30)), str(c["name"])))
+
+
+def run_attrs(path: str | Path) -> dict[str, Any]:
+    """The run's attributes: the manifest's fields, plus ``baseline`` and ``threshold`` from
+    ``recipe.resolved.yaml`` (or, if that cannot be read, from ``matrix.json``)."""
+    from aorta.rundir import RunDir
+
+    rd = RunDir.open(path)
+    attrs = dict(rd.manifest())
+    try:
+        from aorta.recipe import load_recipe
+
+        recipe = load_recipe(rd.path / "recipe.resolved.yaml")
+        attrs["baseline"] = recipe.baseline_cell()
+        attrs["threshold"] = float(recipe.confound.threshold)
+    except (OSError, UsageError):
+        try:
+            matrix = json.loads((rd.path / "matrix.json").read_text())
+            attrs["baseline"] = matrix.get("baseline")
+            attrs["threshold"] = matrix.get("threshold")
+        except (OSError, ValueError):
+            pass
+    return attrs
+
+
+Source = Literal["auto", "records", "netcdf"]
+
+
+def load_run(path: str | Path, *, source: Source = "auto") -> xr.Dataset:
+    """Load a run directory (or a ``results.nc`` file) as an :class:`xarray.Dataset`.
+
+    Parameters
+    ----------
+    path
+        A run directory, or a netCDF file written by :func:`write_netcdf`.
+    source
+        ``auto``: ``results.nc`` when the run is complete and has one, else the trial
+        records; ``records``: always rebuild from ``cells/*/trial_*.json`` (unreadable records
+        count as missing trials); ``netcdf``: only ``results.nc``.
+
+    Returns
+    -------
+    xarray.Dataset
+        Dims ``cell`` × ``trial`` × ``step`` × ``metric`` × ``info_key`` × ``env_var``; see
+        :mod:`aorta.dataset` for every variable. ``ds.aorta`` gives the common calls.
+
+    Raises
+    ------
+    UsageError
+        ``path`` is neither a run directory nor a netCDF file, or ``source="netcdf"`` and
+        there is no ``results.nc``.
+
+    See Also
+    --------
+    load_runs : several runs along a new dimension.
+    load_trials : one row per trial, as a DataFrame.
+    aorta.compare : the statistics of a loaded run.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from aorta.engine import sweep
+    >>> from aorta.recipe import load_recipe_text
+    >>> r = load_recipe_text("trials: 2\\ncells: [{name: base, mitigations: [none]}]", command=["true"])
+    >>> ds = load_run(sweep(r, output=tempfile.mkdtemp(), progress="none").run_dir)
+    >>> ds.status.values.tolist(), ds.attrs["baseline"]
+    ([['ok', 'ok']], 'base')
+    """
+    from aorta.rundir import RunDir
+
+    p = Path(path)
+    if p.is_file():
+        return read_netcdf(p)
+    rd = RunDir.open(p)
+    nc = rd.path / RESULTS
+    if source == "netcdf" or (
+        source == "auto" and nc.is_file() and rd.manifest().get("status") == "complete"
+    ):
+        if not nc.is_file():
+            raise UsageError(f"{nc}: no such file (the run has not completed)")
+        return read_netcdf(nc)
+    return build_dataset(_read_cells(rd), rd.trial_records(), attrs=run_attrs(rd.path))
+
+
+_FILL: dict[str, Any] = {
+    "status": MISSING,
+    "error": "",
+    "info": "",
+    "passed": False,
+    "n_steps": 0,
+    "warmup_steps": 0,
+    "seed": -1,
+    "env_value": "",
+    "env_set": False,
+    "mitigations": "",
+    "environment": "",
+    "cell_id": "",
+    "planned_trials": 0,
+}
+
+
+def load_runs(
+    paths: Sequence[str | Path],
+    *,
+    dim: str = "run",
+    labels: Sequence[str] | None = None,
+    source: Source = "auto",
+) -> xr.Dataset:
+    """Several runs stacked along a new dimension ``dim`` (outer join of cells, trials, steps…).
+
+    Runs that lack a cell or a trial get the padding of a missing trial (``status``
+    ``missing``, NaN numbers, ``""`` text). Attributes the runs share are kept; each run's
+    ``started_at`` and ``status`` become coordinates along ``dim``.
+
+    Parameters
+    ----------
+    paths
+        Run directories or ``results.nc`` files.
+    dim
+        Name of the new dimension.
+    labels
+        One label per run (default: the paths as given).
+    source
+        As in :func:`load_run`.
+
+    Raises
+    ------
+    ValueError
+        No paths, or ``labels`` of another length or with repeats.
+
+    Examples
+    --------
+    >>> from aorta.record import TrialRecord
+    >>> a = build_dataset([{"name": "x", "trials": 1}],
+    ...     [TrialRecord(cell="x", cell_id="", trial=0, status="ok", passed=True)])
+    >>> b = build_dataset([{"name": "x", "trials": 2}], [])
+    >>> _stack([a, b], dim="run", labels=["a", "b"]).status.values.tolist()
+    [[['ok', 'missing']], [['missing', 'missing']]]
+    """
+    if not paths:
+        raise ValueError("load_runs needs at least one path")
+    labels = [str(p) for p in paths] if labels is None else [str(x) for x in labels]
+    return _stack([load_run(p, source=source) for p in paths], dim=dim, labels=labels)
+
+
+def _stack(datasets: Sequence[xr.Dataset], *, dim: str, labels: Sequence[str]) -> xr.Dataset:
+    import xarray as xr
+
+    if len(labels) != len(datasets) or len(set(labels)) != len(labels):
+        raise ValueError(f"need {len(datasets)} distinct labels, got {list(labels)}")
+    aligned = xr.align(*datasets, join="outer", exclude=(), fill_value=_FILL)
+    per_run: dict[str, list[Any]] = {"started_at": [], "run_status": []}
+    for ds in datasets:
+        per_run["started_at"].append(_text(ds.attrs.get("started_at", "")))
+        per_run["run_status"].append(_text(ds.attrs.get("status", "")))
+    out = xr.concat(
+        aligned,
+        dim=dim,
+        data_vars="all",
+        coords="different",
+        compat="equals",
+        join="outer",
+        combine_attrs="drop_conflicts",
+        fill_value=_FILL,
+    )
+    out = out.assign_coords(
+        {
+            dim: (dim, _objects(labels)),
+            "started_at": (dim, _objects(per_run["started_at"])),
+            "run_status": (dim, _objects(per_run["run_status"])),
+        }
+    )
+    return out
+
+
+# --- tidy view -------------------------------------------------------------------------------
+
+
+def trials_frame(ds: xr.Dataset) -> pd.DataFrame:
+    """One row per recorded trial (``status`` not ``missing``): the per-cell coordinates,
+    status, the trial value (``step_time_ms``: median of post-warm-up steps), clocks, and
+    one ``metric_<name>`` column per metric.
+
+    Examples
+    --------
+    >>> from aorta.record import TrialRecord
+    >>> ds = build_dataset([{"name": "x", "mitigations": ["none"], "trials": 2}],
+    ...     [TrialRecord(cell="x", cell_id="", trial=0, status="ok", passed=True,
+    ...                  step_times_ms=[9.0, 1.0, 3.0], warmup_steps=1, metrics={"tflops": 2.0})])
+    >>> trials_frame(ds)[["cell", "trial", "status", "step_time_ms", "metric_tflops"]]
+      cell  trial status  step_time_ms  metric_tflops
+    0    x      0     ok           2.0            2.0
+    """
+    import xarray as xr
+
+    from aorta.comparison import trial_values
+
+    per_trial = ["status", "passed", "error", "seed", "n_steps", "warmup_steps"]
+    frame = xr.Dataset({k: ds[k] for k in per_trial})
+    frame["step_time_ms"] = trial_values(ds, metric="step_time_ms", trials="all")
+    frame["wall_clock_s"] = ds.wall_clock_s
+    frame["elapsed_s"] = ds.elapsed_s
+    for name in ds.metric.values.tolist():
+        frame[f"metric_{name}"] = ds.metrics.sel(metric=name, drop=True)
+    keep = [c for c in frame.coords if set(frame[c].dims) <= set(frame.status.dims)]
+    frame = frame.reset_coords([c for c in frame.coords if c not in keep], drop=True)
+    df = frame.to_dataframe().reset_index()
+    return df[df["status"] != MISSING].reset_index(drop=True)
+
+
+def load_trials(path: str | Path, *, source: Source = "auto") -> pd.DataFrame:
+    """The tidy view of a run: one row per recorded trial.
+
+    Parameters
+    ----------
+    path
+        A run directory or a ``results.nc`` file.
+    source
+        As in :func:`load_run`: ``auto``, ``records`` or ``netcdf``.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``cell``, ``trial``, the per-cell coordinates (``mitigations``,
+        ``environment``, ``config_*`` …), ``status``, ``passed``, ``error``, ``seed``,
+        ``n_steps``, ``warmup_steps``, ``step_time_ms`` (the trial value: median of the
+        post-warm-up steps), ``wall_clock_s``, ``elapsed_s`` and ``metric_<name>`` per metric.
+
+    Raises
+    ------
+    UsageError
+        As :func:`load_run`.
+
+    See Also
+    --------
+    load_run : the same run as a Dataset.
+    trials_frame : the same from a Dataset.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from aorta.engine import sweep
+    >>> from aorta.recipe import load_recipe_text
+    >>> r = load_recipe_text("trials: 2\\ncells: [{name: base, mitigations: [none]}]", command=["true"])
+    >>> df = load_trials(sweep(r, output=tempfile.mkdtemp(), progress="none").run_dir)
+    >>> df[["cell", "trial", "status"]].values.tolist()
+    [['base', 0, 'ok'], ['base', 1, 'ok']]
+    """
+    return trials_frame(load_run(path, source=source))
+
+
+# --- netCDF ----------------------------------------------------------------------------------
+
+
+def write_netcdf(ds: xr.Dataset, path: str | Path) -> Path:
+    """Write ``ds`` to ``path`` (netCDF-4 through h5netcdf), atomically.
+
+    Text variables are stored as variable-length strings, so :func:`read_netcdf` gives back
+    an identical Dataset (``xarray.testing.assert_identical``).
+    """
+    path = Path(path)
+    encoding = {name: {"dtype": str} for name, var in ds.variables.items() if var.dtype == object}
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        ds.to_netcdf(tmp, engine="h5netcdf", encoding=encoding)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def read_netcdf(path: str | Path) -> xr.Dataset:
+    """Read a Dataset written by :func:`write_netcdf`, fully into memory (the file is closed).
+
+    Text comes back as object arrays of ``str``, as :func:`build_dataset` makes them.
+    """
+    import xarray as xr
+
+    try:
+        with xr.open_dataset(
+            path, engine="h5netcdf", decode_times=False, decode_timedelta=False
+        ) as opened:
+            ds = opened.load()
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{path}: not a readable netCDF file ({exc})") from None
+    text = {
+        name: var.copy(data=var.values.astype(object))
+        for name, var in ds.variables.items()
+        if var.dtype.kind in "US"
+    }
+    index_text = {k: v for k, v in text.items() if k in ds.dims}
+    ds = ds.assign_coords(index_text)
+    for name, var in text.items():
+        if name in index_text:
+            continue
+        if name in ds.coords:
+            ds = ds.assign_coords({name: var})
+        else:
+            ds[name] = var
+    return ds
+
+
+def write_results(path: str | Path) -> Path:
+    """Write the run directory's Dataset, rebuilt from its records, to ``results.nc``."""
+    from aorta.rundir import RunDir
+
+    rd = RunDir.open(path)
+    return write_netcdf(load_run(rd.path, source="records"), rd.path / RESULTS)
+
+
+from aorta import accessor as _accessor  # noqa: E402  registers ds.aorta
+
+del _accessor

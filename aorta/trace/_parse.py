@@ -1,0 +1,347 @@
+"""Decoded event chunks → growing numpy columns (one :class:`RankTable` per trace file).
+
+Only the fields the analyses need are decoded (``msgspec`` skips the rest without building
+objects); each chunk's Python objects are dropped once its columns are appended. Names, input
+shapes and input types are dictionary-encoded (codes + the list of unique values).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from ._scan import ScanStats, scan_events
+
+__all__ = ["COLUMNS", "COMM_COLUMNS", "COMM_INT_COLUMNS", "RankTable", "parse_events", "parse_file"]
+
+#: Integer columns of a :class:`RankTable` and their dtypes (-1 means "absent").
+COLUMNS: dict[str, type] = {
+    "ts": np.int64,  # start, ns (as in the file: Kineto µs × 1000, rounded)
+    "dur": np.int64,  # duration, ns
+    "cat": np.int32,  # code into RankTable.cats
+    "name": np.int32,  # code into RankTable.names
+    "pid": np.int64,  # negative: code into RankTable.labels (a string pid such as "Spans")
+    "tid": np.int64,
+    "correlation": np.int64,
+    "external_id": np.int64,
+    "stream": np.int64,
+    "device": np.int64,
+    "input_dims": np.int32,  # code into RankTable.input_dims (the JSON text), -1 if absent
+    "input_type": np.int32,  # code into RankTable.input_types
+}
+
+_NO_RAW = msgspec.Raw()
+
+
+class _Args(msgspec.Struct, frozen=True, gc=False):
+    correlation: int = -1
+    external_id: int = msgspec.field(name="External id", default=-1)
+    stream: int | str = -1
+    device: int = -1
+    input_dims: msgspec.Raw = msgspec.field(name="Input Dims", default=_NO_RAW)
+    input_type: msgspec.Raw = msgspec.field(name="Input type", default=_NO_RAW)
+    # collectives (record_param_comms, and NCCL kernels on recent CUDA builds)
+    collective: str = msgspec.field(name="Collective name", default="")
+    in_nelems: int = msgspec.field(name="In msg nelems", default=-1)
+    out_nelems: int = msgspec.field(name="Out msg nelems", default=-1)
+    group_size: int = msgspec.field(name="Group size", default=-1)
+    dtype: str = ""
+    pg_name: str = msgspec.field(name="Process Group Name", default="")
+    pg_desc: str = msgspec.field(name="Process Group Description", default="")
+    pg_ranks: msgspec.Raw = msgspec.field(name="Process Group Ranks", default=_NO_RAW)
+    comm_seq: int = msgspec.field(name="Seq", default=-1)
+    # metadata events (ph "M")
+    label: str | int = msgspec.field(name="name", default="")
+    labels: str = ""
+    sort_index: int = -1
+
+
+_NO_ARGS = _Args()
+
+
+class _Event(msgspec.Struct, gc=False):
+    ph: str = ""
+    cat: str = ""
+    name: str = ""
+    pid: int | str = -1
+    tid: int | str = -1
+    ts: float = math.nan
+    dur: float = 0.0
+    args: _Args = _NO_ARGS
+
+
+_DECODER = msgspec.json.Decoder(list[_Event])
+_DECODE_ANY = msgspec.json.Decoder()
+_COMM_FIELDS = (
+    "collective",
+    "in_nelems",
+    "out_nelems",
+    "group_size",
+    "dtype",
+    "pg_name",
+    "pg_desc",
+    "comm_seq",
+)
+#: Columns of the collective-arguments table (``Trace.comm_args``); the integer ones use -1 for absent.
+COMM_COLUMNS: tuple[str, ...] = ("row", *_COMM_FIELDS, "pg_ranks")
+COMM_INT_COLUMNS = frozenset({"row", "in_nelems", "out_nelems", "group_size", "comm_seq"})
+
+
+def _decode(chunk: memoryview) -> list[_Event]:
+    """Typed decode; a chunk with an unexpected value type is converted event by event."""
+    try:
+        return _DECODER.decode(chunk)
+    except msgspec.ValidationError:
+        items = _DECODE_ANY.decode(chunk)
+    return [ev for ev in map(_lenient, items) if ev is not None]
+
+
+def _lenient(item: Any) -> _Event | None:
+    """One event from a dict, dropping the fields whose type is unexpected."""
+    if not isinstance(item, dict):
+        return None
+    args = item.get("args")
+    if not isinstance(args, dict):
+        item = {k: v for k, v in item.items() if k != "args"}
+        args = {}
+    try:
+        return msgspec.convert(item, _Event, strict=False)
+    except msgspec.ValidationError:
+        pass
+    good_args = {}
+    for key, value in args.items():
+        try:
+            msgspec.convert({key: value}, _Args, strict=False)
+        except msgspec.ValidationError:
+            continue
+        good_args[key] = value
+    top = {k: v for k, v in item.items() if k != "args"}
+    for key in ("ph", "cat", "name"):
+        if not isinstance(top.get(key, ""), str):
+            top[key] = str(top[key])
+    for key in ("ts", "dur"):
+        if not isinstance(top.get(key, 0), int | float):
+            top.pop(key, None)
+    try:
+        return msgspec.convert({**top, "args": good_args}, _Event, strict=False)
+    except msgspec.ValidationError:
+        return None
+
+
+def _us_to_ns(us: np.ndarray) -> np.ndarray:
+    """Kineto microseconds (floats with fractional ns) → int64 ns, rounded, exact for big ts."""
+    us = np.nan_to_num(us, nan=0.0, posinf=0.0, neginf=0.0)  # an event without "ts": 0
+    whole = np.floor(us)
+    return whole.astype(np.int64) * 1000 + np.rint((us - whole) * 1000.0).astype(np.int64)
+
+
+class _Dictionary:
+    """Grows a list of unique values and encodes lists of values as int32 codes."""
+
+    def __init__(self) -> None:
+        self.index: dict[Any, int] = {}
+
+    def encode(self, values: list[Any]) -> np.ndarray:
+        index = self.index
+        for value in set(values).difference(index):
+            index[value] = len(index)
+        return np.fromiter(map(index.__getitem__, values), dtype=np.int32, count=len(values))
+
+    def values(self) -> list[Any]:
+        return list(self.index)
+
+
+@dataclass
+class RankTable:
+    """The columns of one trace file plus its dictionaries, metadata and scan statistics."""
+
+    columns: dict[str, np.ndarray]
+    cats: list[str]
+    names: list[str]
+    labels: list[str]  # string pids/tids: code -1 - i ↔ labels[i]
+    input_dims: list[str]
+    input_types: list[str]
+    #: One dict per event that carries collective arguments: ``row`` plus the fields.
+    comms: list[dict[str, Any]]
+    #: Metadata events (process_name, thread_name, ...): dicts with name/pid/tid/value.
+    meta_events: list[dict[str, Any]]
+    header: dict[str, Any]
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def n(self) -> int:
+        return len(self.columns["ts"])
+
+
+class _Builder:
+    """Appends decoded chunks to per-column lists of arrays."""
+
+    def __init__(self, *, python_functions: bool) -> None:
+        self.python_functions = python_functions
+        self.parts: dict[str, list[np.ndarray]] = {key: [] for key in COLUMNS}
+        self.cats, self.names, self.dims, self.types = (
+            _Dictionary(),
+            _Dictionary(),
+            _Dictionary(),
+            _Dictionary(),
+        )
+        self.labels: dict[str, int] = {}
+        self.comms: list[dict[str, Any]] = []
+        self.meta_events: list[dict[str, Any]] = []
+        self.rows = 0
+        self.seen = 0
+        self.python_skipped = 0
+
+    def add(self, events: list[_Event]) -> None:
+        self.seen += len(events)
+        cats = [ev.cat for ev in events]
+        if cats.count("") or cats.count("__metadata"):  # Kineto's metadata events have no category
+            self.meta_events.extend(_meta(ev) for ev in events if ev.ph == "M")
+        if self.python_functions:
+            kept = [ev for ev in events if ev.ph == "X"]
+        else:
+            kept = [ev for ev in events if ev.ph == "X" and ev.cat != "python_function"]
+            self.python_skipped += cats.count("python_function")
+        if not kept:
+            return
+        parts = self.parts
+        n = len(kept)
+        parts["ts"].append(
+            _us_to_ns(np.fromiter([ev.ts for ev in kept], dtype=np.float64, count=n))
+        )
+        parts["dur"].append(
+            _us_to_ns(np.fromiter([ev.dur for ev in kept], dtype=np.float64, count=n))
+        )
+        parts["cat"].append(self.cats.encode([ev.cat for ev in kept]))
+        parts["name"].append(self.names.encode([ev.name for ev in kept]))
+        parts["pid"].append(self._ids([ev.pid for ev in kept]))
+        parts["tid"].append(self._ids([ev.tid for ev in kept]))
+        args = [ev.args for ev in kept]
+        parts["correlation"].append(np.array([a.correlation for a in args], dtype=np.int64))
+        parts["external_id"].append(np.array([a.external_id for a in args], dtype=np.int64))
+        parts["stream"].append(self._ids([a.stream for a in args], strings="absent"))
+        parts["device"].append(np.array([a.device for a in args], dtype=np.int64))
+        parts["input_dims"].append(self._raw_codes([a.input_dims for a in args], self.dims))
+        parts["input_type"].append(self._raw_codes([a.input_type for a in args], self.types))
+        for i, a in enumerate(args):
+            if a.collective or a.in_nelems >= 0:
+                self.comms.append(_comm(self.rows + i, a))
+        self.rows += len(kept)
+
+    def _ids(self, values: list[int | str], *, strings: str = "label") -> np.ndarray:
+        """int pids/tids; strings become negative label codes (or -1 with ``strings="absent"``)."""
+        try:
+            return np.array(values, dtype=np.int64)
+        except (TypeError, ValueError, OverflowError):
+            pass
+        out = np.empty(len(values), dtype=np.int64)
+        for i, value in enumerate(values):
+            if isinstance(value, int):
+                out[i] = value
+            elif strings == "absent":
+                out[i] = -1
+            elif value.strip().lstrip("-").isdigit():
+                out[i] = int(value)
+            else:
+                out[i] = -1 - self.labels.setdefault(value, len(self.labels))
+        return out
+
+    @staticmethod
+    def _raw_codes(raws: list[msgspec.Raw], dictionary: _Dictionary) -> np.ndarray:
+        """Codes of the raw JSON texts (keys are bytes until :meth:`finish` decodes them)."""
+        present = np.fromiter([raw is not _NO_RAW for raw in raws], dtype=bool, count=len(raws))
+        codes = np.full(len(raws), -1, dtype=np.int32)
+        if present.any():
+            # One join and one split make all the bytes objects in C (NUL never occurs in JSON text).
+            texts = b"\0".join(itertools.compress(raws, present)).split(b"\0")
+            codes[present] = dictionary.encode(texts)
+        return codes
+
+    def finish(self, header: dict[str, Any], stats: ScanStats) -> RankTable:
+        columns = {
+            key: (np.concatenate(parts) if parts else np.empty(0, dtype=COLUMNS[key])).astype(
+                COLUMNS[key], copy=False
+            )
+            for key, parts in self.parts.items()
+        }
+        self.parts = {}
+        return RankTable(
+            columns=columns,
+            cats=self.cats.values(),
+            names=self.names.values(),
+            labels=list(self.labels),
+            input_dims=[text.decode(errors="replace") for text in self.dims.values()],
+            input_types=[text.decode(errors="replace") for text in self.types.values()],
+            comms=self.comms,
+            meta_events=self.meta_events,
+            header=header,
+            stats={
+                "bytes": stats.nbytes,
+                "gzipped": stats.gzipped,
+                "events_seen": self.seen,
+                "events_kept": self.rows,
+                "python_functions_skipped": self.python_skipped,
+                "chunks": stats.chunks,
+                "slow_chunks": stats.slow_chunks,
+                "sanitized_bytes": stats.sanitized_bytes,
+                "lossy_utf8_chunks": stats.lossy_utf8_chunks,
+            },
+        )
+
+
+def _comm(row: int, a: _Args) -> dict[str, Any]:
+    record: dict[str, Any] = {"row": row}
+    for key in _COMM_FIELDS:
+        record[key] = getattr(a, key)
+    ranks = bytes(a.pg_ranks).decode() if len(a.pg_ranks) else ""
+    record["pg_ranks"] = ranks[1:-1] if ranks.startswith('"') else ranks  # a JSON string or list
+    return record
+
+
+def _meta(ev: _Event) -> dict[str, Any]:
+    a = ev.args
+    value: Any = a.label if a.label != "" else (a.labels if a.labels else a.sort_index)
+    return {"name": ev.name, "pid": ev.pid, "tid": ev.tid, "value": value}
+
+
+def parse_file(path: str | Path, *, python_functions: bool = False) -> RankTable:
+    """Parse one Kineto trace file (``.json`` or gzip) into a :class:`RankTable`.
+
+    Raises
+    ------
+    TraceError
+        Unreadable, truncated or corrupt file (the message names the file and byte offset).
+    """
+    import gc
+
+    stats = ScanStats()
+    builder = _Builder(python_functions=python_functions)
+    enabled = gc.isenabled()
+    gc.disable()  # millions of short-lived objects per chunk: the cyclic GC only costs time here
+    try:
+        for events in scan_events(path, _decode, stats=stats):
+            builder.add(events)
+            del events
+    finally:
+        if enabled:
+            gc.enable()
+    return builder.finish(stats.header, stats)
+
+
+def parse_events(
+    events: list[dict[str, Any]],
+    *,
+    header: dict[str, Any] | None = None,
+    python_functions: bool = False,
+) -> RankTable:
+    """Like :func:`parse_file` for events already in memory (tests, synthetic traces)."""
+    builder = _Builder(python_functions=python_functions)
+    builder.add(_decode(memoryview(msgspec.json.encode(events))))
+    stats = ScanStats(header=dict(header or {}))
+    return builder.finish(stats.header, stats)

@@ -1,0 +1,484 @@
+"""Bytes → JSON chunks of whole events, streamed from a Chrome-trace file.
+
+A Kineto trace is one JSON object whose ``traceEvents`` array holds every event. Decoding it in
+one piece costs a Python object per event (≈1 KB each), so this module never does: it reads the
+file (or the gzip stream) in blocks, cuts each block after the last complete event and hands the
+cut — a valid JSON array — to a decoder, then reuses the buffer.
+
+The cut is found cheaply (the last ``}`` followed by ``,`` and ``{``). A wrong cut (one inside a
+string, or inside a nested object) always makes the decoder fail, so a failure falls back to an
+exact structural scan (numpy, string- and escape-aware) of the block. The same scan locates the
+``traceEvents`` key, the end of the array, control characters to sanitise and the byte offset of
+a corruption. Top-level keys before and after the array are returned as the ``header``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO, TypeVar
+
+import msgspec
+import numpy as np
+
+from aorta.errors import TraceError
+
+__all__ = ["ScanStats", "scan_events"]
+
+T = TypeVar("T")
+
+#: Bytes read per block; a chunk handed to the decoder is at most about this large.
+BLOCK = 8 << 20
+_WS = b" \t\r\n"
+_SPECIAL = np.zeros(256, dtype=bool)
+for _c in b'"\\{}[]':
+    _SPECIAL[_c] = True
+_BYTE_RE = re.compile(r"\(byte (\d+)\)")
+_DECODE_ANY = msgspec.json.Decoder()
+
+
+@dataclass
+class ScanStats:
+    """What the scanner saw: bytes read, chunks, repairs and the top-level keys."""
+
+    #: Uncompressed bytes read.
+    nbytes: int = 0
+    #: Whether the file was gzip-compressed.
+    gzipped: bool = False
+    #: Chunks decoded, and how many needed the exact scan.
+    chunks: int = 0
+    slow_chunks: int = 0
+    #: Control characters inside strings replaced by spaces; chunks re-decoded as lossy UTF-8.
+    sanitized_bytes: int = 0
+    lossy_utf8_chunks: int = 0
+    #: Top-level keys other than ``traceEvents`` (deviceProperties, distributedInfo, ...).
+    header: dict[str, Any] = field(default_factory=dict)
+
+
+class _Reader:
+    """Block reader over a plain or gzip file that knows its uncompressed offset."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            self._raw: BinaryIO = open(path, "rb", buffering=0)  # noqa: SIM115 - closed in close()
+        except OSError as exc:
+            raise TraceError(f"{path}: cannot open: {exc.strerror or exc}") from exc
+        magic = self._raw.read(2)
+        self._raw.seek(0)
+        self.gzipped = magic == b"\x1f\x8b"
+        self._src: Any = gzip.GzipFile(fileobj=self._raw, mode="rb") if self.gzipped else self._raw
+        self.offset = 0  # uncompressed bytes delivered so far
+        self.eof = False
+
+    def readinto(self, view: memoryview) -> int:
+        if self.eof or len(view) == 0:
+            return 0
+        total = 0
+        try:
+            while total < len(view):
+                got = self._src.readinto(view[total:])
+                if not got:
+                    self.eof = True
+                    break
+                total += got
+        except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+            where = self._raw.tell()
+            what = "truncated gzip stream" if isinstance(exc, EOFError) else "corrupt gzip stream"
+            raise TraceError(f"{self.path}: {what} at compressed byte {where} ({exc})") from exc
+        except OSError as exc:
+            raise TraceError(
+                f"{self.path}: read error at byte {self.offset + total}: {exc}"
+            ) from exc
+        self.offset += total
+        return total
+
+    def close(self) -> None:
+        if self._src is not self._raw:
+            self._src.close()
+        self._raw.close()
+
+
+def _escaped(quotes: np.ndarray, backslashes: np.ndarray) -> np.ndarray:
+    """Mask of the quotes preceded by an odd run of backslashes (escaped quotes)."""
+    breaks = np.flatnonzero(np.diff(backslashes) != 1)
+    run_end = backslashes[np.r_[breaks, backslashes.size - 1]]
+    run_len = run_end - backslashes[np.r_[0, breaks + 1]] + 1
+    idx = np.searchsorted(run_end, quotes - 1)
+    hit = np.zeros(quotes.size, dtype=bool)
+    ok = idx < run_end.size
+    hit[ok] = (run_end[idx[ok]] == quotes[ok] - 1) & (run_len[idx[ok]] % 2 == 1)
+    return hit
+
+
+def _structure(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Structural characters outside strings of ``a`` (which starts outside a string).
+
+    Returns ``(positions, chars, quotes)``: positions and bytes of ``{}[]`` outside strings and
+    the positions of the unescaped quotes.
+    """
+    special = np.flatnonzero(_SPECIAL[a])
+    chars = a[special]
+    quotes = special[chars == 34]
+    backslashes = special[chars == 92]
+    if backslashes.size:
+        quotes = quotes[~_escaped(quotes, backslashes)]
+    is_struct = (chars != 34) & (chars != 92)
+    pos, sch = special[is_struct], chars[is_struct]
+    outside = (np.searchsorted(quotes, pos) & 1) == 0
+    return pos[outside], sch[outside], quotes
+
+
+def _depths(chars: np.ndarray) -> np.ndarray:
+    """Nesting depth after each structural character (opening +1, closing −1)."""
+    return np.cumsum(np.where((chars == 123) | (chars == 91), 1, -1))
+
+
+class _Scanner:
+    """One pass over a trace file; see :func:`scan_events`."""
+
+    def __init__(self, path: Path, decode: Callable[[memoryview], T], stats: ScanStats) -> None:
+        self.path = path
+        self.decode = decode
+        self.stats = stats
+        self.reader = _Reader(path)
+        stats.gzipped = self.reader.gzipped
+        self.buf = bytearray(BLOCK + 1)
+        self.fill = 0
+        self.base = 0  # uncompressed offset of buf[0]
+        self.bare = False  # the file is a bare array of events, not an object
+
+    # -- buffer management ----------------------------------------------------------------------
+    def _read_more(self, s: int) -> int:
+        """Drop the bytes before ``s - 1``, fill the buffer up and return ``s``'s new position.
+
+        One byte before ``s`` is kept so that a ``[`` can be written there (see ``_decode_slice``).
+        """
+        drop = max(s - 1, 0)
+        if drop:
+            n = self.fill - drop
+            self.buf[0:n] = self.buf[drop : self.fill]
+            self.base += drop
+            self.fill = n
+        if self.fill >= len(self.buf) - 1:  # one event larger than the buffer: grow it
+            bigger = bytearray(2 * len(self.buf))
+            bigger[: self.fill] = self.buf[: self.fill]
+            self.buf = bigger
+        with memoryview(self.buf) as mv:
+            self.fill += self.reader.readinto(mv[self.fill : len(self.buf) - 1])
+        return s - drop
+
+    def _error(self, what: str, pos: int) -> TraceError:
+        where = "byte" if not self.stats.gzipped else "byte (uncompressed)"
+        return TraceError(f"{self.path}: {what} at {where} {self.base + pos}")
+
+    def _skip_ws(self, pos: int) -> int:
+        buf, fill = self.buf, self.fill
+        while pos < fill and buf[pos] in _WS:
+            pos += 1
+        return pos
+
+    # -- header ---------------------------------------------------------------------------------
+    def find_events(self) -> int:
+        """Position just after the ``[`` that opens ``traceEvents`` (reading as needed)."""
+        self._read_more(0)
+        while True:
+            start = self._skip_ws(3 if self.buf.startswith(b"\xef\xbb\xbf") else 0)
+            if start < self.fill and self.buf[start] == 91:  # a bare array of events
+                self.bare = True
+                return start + 1
+            if start < self.fill and self.buf[start] != 123:
+                raise self._error("not a JSON object (no traceEvents array)", start)
+            found = self._locate_key()
+            if found is not None:
+                key, bracket = found
+                self.stats.header.update(self._decode_object(self.buf[:key], b"}", key))
+                return bracket + 1
+            if self.reader.eof:
+                raise TraceError(f"{self.path}: no traceEvents array found")
+            self._read_more(0)
+
+    def _locate_key(self) -> tuple[int, int] | None:
+        search = 0
+        while (key := self.buf.find(b'"traceEvents"', search, self.fill)) >= 0:
+            search = key + 1
+            # the key must open a string at depth 1: check the structure of the prefix only
+            _, chars, quotes = _structure(np.frombuffer(self.buf, dtype=np.uint8, count=key))
+            if quotes.size % 2 or int(_depths(chars)[-1] if chars.size else 0) != 1:
+                continue
+            colon = self._skip_ws(key + 13)
+            bracket = self._skip_ws(colon + 1)
+            if bracket >= self.fill:
+                return None
+            if self.buf[colon] != 58 or self.buf[bracket] != 91:
+                raise self._error("traceEvents is not an array", bracket)
+            return key, bracket
+        return None
+
+    def _decode_object(self, body: bytes | bytearray, close: bytes, at: int) -> dict[str, Any]:
+        """Decode top-level ``key: value`` pairs given as ``{ ... ,`` (prefix) or ``, ... }``."""
+        text = bytes(body).removeprefix(b"\xef\xbb\xbf").strip(_WS)
+        # the prefix "{ k: v, k: v," → "{ k: v, k: v }"; the suffix ", k: v }" → "{ k: v }"
+        text = text.rstrip(b",").rstrip(_WS) + b"}" if close == b"}" else b"{" + text.lstrip(b",")
+        try:
+            value = _DECODE_ANY.decode(text)
+        except msgspec.DecodeError:
+            repaired = bytearray(text)
+            _sanitize_inplace(repaired, 0, len(repaired))
+            try:
+                value = _DECODE_ANY.decode(repaired)
+            except msgspec.DecodeError as exc:
+                raise self._error(f"malformed top-level JSON ({_reason(exc)})", at) from exc
+        return value if isinstance(value, dict) else {}
+
+    # -- events ---------------------------------------------------------------------------------
+    def events(self, start: int) -> Iterator[T]:
+        """Decoded chunks of events from ``start`` (just after the array's ``[``) to its end."""
+        s = start
+        while True:
+            if not self.reader.eof and self.fill - s < BLOCK // 2:
+                s = self._read_more(s)
+            p = self._skip_ws(s)
+            if p >= self.fill:
+                if self.reader.eof:
+                    raise self._error("truncated: traceEvents array not closed", self.fill)
+                s = self._read_more(s)
+                continue
+            if self.buf[p] == 93:  # "]": the array ends
+                self._finish(p)
+                return
+            cut = self._fast_cut(p)
+            if cut > 0:
+                try:
+                    value = self._decode_slice(p, cut)
+                except msgspec.DecodeError as exc:
+                    ends = self._ends_from_error(p, cut, exc)  # the array closed inside the slice?
+                    if ends is not None:
+                        last_end, array_end = ends
+                        self.stats.chunks += 1
+                        yield self._decode_checked(p, last_end)
+                        self._finish(array_end)
+                        return
+                    # else a wrong cut, or a problem the exact path below reports precisely
+                else:
+                    self.stats.chunks += 1
+                    yield value
+                    s = cut + 1
+                    continue
+            result = self._exact(p)
+            if result is None:  # not one complete event in the buffer yet
+                if self.reader.eof:
+                    raise self._diagnose(p)
+                s = self._read_more(s)
+                continue
+            last_end, array_end = result
+            if last_end > 0:
+                self.stats.chunks += 1
+                self.stats.slow_chunks += 1
+                yield self._decode_checked(p, last_end)
+            if array_end >= 0:
+                self._check_gap(last_end + 1 if last_end > 0 else p, array_end)
+                self._finish(array_end)
+                return
+            s = last_end + 1
+
+    def _ends_from_error(
+        self, p: int, cut: int, exc: msgspec.DecodeError
+    ) -> tuple[int, int] | None:
+        """When a fast cut overshot the array (its ``]`` then trailing keys), where it ended.
+
+        The decoder stops with "trailing characters" just after the array's own ``]``; the byte
+        before it (past whitespace) must be that ``]`` and the one before the last event's ``}``.
+        Anything else returns None and the exact scan decides.
+        """
+        match = _BYTE_RE.search(str(exc))
+        if "trailing characters" not in str(exc) or match is None:
+            return None
+        left = p if self.buf[p] == 44 else p - 1
+        q = left + int(match.group(1)) - 1  # at or just past the first trailing character
+        for _ in range(2):
+            while q > p and self.buf[q] in _WS:
+                q -= 1
+            if self.buf[q] == 93:
+                break
+            q -= 1  # step over the trailing character itself
+        if q >= cut or self.buf[q] != 93:
+            return None
+        end = q - 1
+        while end > p and self.buf[end] in _WS:
+            end -= 1
+        if self.buf[end] == 44:  # a tolerated trailing comma
+            end -= 1
+            while end > p and self.buf[end] in _WS:
+                end -= 1
+        return (end, q) if self.buf[end] == 125 else None
+
+    def _fast_cut(self, p: int) -> int:
+        """Position of the last ``}`` in the buffer followed by ``,`` and ``{``; 0 if none."""
+        buf, fill = self.buf, self.fill
+        end = fill
+        while (cut := buf.rfind(b"}", p, end)) > p:
+            j = cut + 1
+            while j < fill and buf[j] in _WS:
+                j += 1
+            if j < fill and buf[j] == 44:
+                j += 1
+                while j < fill and buf[j] in _WS:
+                    j += 1
+                if j < fill and buf[j] == 123:
+                    return cut
+            end = cut
+        return 0
+
+    def _exact(self, p: int) -> tuple[int, int] | None:
+        """``(last event end, array end or -1)`` in ``buf[p:]``, or ``None`` if neither is there."""
+        a = np.frombuffer(self.buf, dtype=np.uint8, count=self.fill)[p:]
+        pos, chars, _ = _structure(a)
+        depth = _depths(chars)
+        closing = np.flatnonzero(depth < 0)
+        array_end = -1
+        if closing.size:
+            k = closing[0]
+            if chars[k] != 93:
+                raise self._error("unbalanced '}' in traceEvents", p + int(pos[k]))
+            array_end = p + int(pos[k])
+            pos, chars, depth = pos[:k], chars[:k], depth[:k]
+        ends = pos[(chars == 125) & (depth == 0)]
+        if ends.size == 0 and array_end < 0:
+            return None
+        last_end = p + int(ends[-1]) if ends.size else 0
+        return last_end, array_end
+
+    def _decode_slice(self, p: int, cut: int) -> T:
+        """Decode ``buf[p..cut]`` (``p`` at ``,``/``{``, ``cut`` at ``}``) as a JSON array."""
+        buf = self.buf
+        left = p if buf[p] == 44 else p - 1
+        saved = buf[left], buf[cut + 1]
+        buf[left], buf[cut + 1] = 91, 93
+        try:
+            with memoryview(buf) as mv:
+                return self.decode(mv[left : cut + 2])
+        finally:
+            buf[left], buf[cut + 1] = saved
+
+    def _decode_checked(self, p: int, cut: int) -> T:
+        """Like :meth:`_decode_slice` but repairs control characters and bad UTF-8, else raises."""
+        try:
+            return self._decode_slice(p, cut)
+        except msgspec.DecodeError:
+            pass
+        left = p if self.buf[p] == 44 else p - 1
+        self.stats.sanitized_bytes += _sanitize_inplace(self.buf, left, cut + 1)
+        try:
+            return self._decode_slice(p, cut)
+        except msgspec.DecodeError as exc:
+            match = _BYTE_RE.search(str(exc))
+            if match:
+                raise self._error(
+                    f"malformed JSON ({_reason(exc)})", left + int(match.group(1))
+                ) from exc
+        # No offset: invalid UTF-8. Decode this chunk lossily (offsets no longer matter).
+        text = bytes(self.buf[left : cut + 2])
+        text = b"[" + text[1:-1].decode("utf-8", "replace").encode() + b"]"
+        self.stats.lossy_utf8_chunks += 1
+        try:
+            return self.decode(memoryview(text))
+        except msgspec.DecodeError as exc:
+            raise self._error(f"malformed JSON ({_reason(exc)})", left) from exc
+
+    def _check_gap(self, lo: int, hi: int) -> None:
+        """Only whitespace (and one tolerated trailing comma) may sit between the last event and ``]``."""
+        gap = bytes(self.buf[lo:hi])
+        stripped = gap.strip(_WS)
+        if stripped in (b"", b","):
+            return
+        body = stripped[1:] if stripped.startswith(b",") else stripped
+        try:  # values that are not objects (not events) are valid JSON: skip them
+            _DECODE_ANY.decode(b"[" + body + b"]")
+        except msgspec.DecodeError:
+            bad = lo + len(gap) - len(gap.lstrip(_WS))
+            raise self._error(
+                "malformed JSON (unexpected bytes after the last event)", bad
+            ) from None
+
+    def _diagnose(self, p: int) -> TraceError:
+        """The error for a stream that ended inside the array: a malformed byte, or truncation."""
+        text = bytearray(self.buf[p : self.fill])
+        if text[:1] == b",":
+            text[0] = 91
+        else:
+            text[:0] = b"["
+        try:
+            _DECODE_ANY.decode(text)
+        except msgspec.DecodeError as exc:
+            match = _BYTE_RE.search(str(exc))
+            if match and int(match.group(1)) < len(text):
+                shift = 0 if self.buf[p] == 44 else -1
+                return self._error(
+                    f"malformed JSON ({_reason(exc)})", p + int(match.group(1)) + shift
+                )
+        return self._error("truncated: traceEvents array not closed", self.fill)
+
+    def _finish(self, array_end: int) -> None:
+        """Read the rest of the stream after the array's ``]`` and decode the trailing keys."""
+        tail = bytearray(self.buf[array_end + 1 : self.fill])
+        chunk = bytearray(BLOCK)
+        with memoryview(chunk) as mv:
+            while (got := self.reader.readinto(mv)) > 0:
+                tail += mv[:got]
+        if self.bare:
+            if bytes(tail).strip(_WS):
+                raise self._error("trailing characters after the events array", array_end + 1)
+            return
+        if not bytes(tail).strip(_WS):
+            raise self._error("truncated after the traceEvents array", array_end + 1)
+        self.stats.header.update(self._decode_object(tail, b"{", array_end + 1))
+
+    def close(self) -> None:
+        self.stats.nbytes = self.reader.offset
+        self.reader.close()
+
+
+def _reason(exc: Exception) -> str:
+    return _BYTE_RE.sub("", str(exc).replace("JSON is malformed: ", "")).strip()
+
+
+def _sanitize_inplace(buf: bytearray, lo: int, hi: int) -> int:
+    """Replace raw control characters inside strings of ``buf[lo:hi]`` by spaces; count them."""
+    a = np.frombuffer(buf, dtype=np.uint8, count=hi)[lo:]
+    ctrl = np.flatnonzero(a < 32)
+    if ctrl.size == 0:
+        return 0
+    _, _, quotes = _structure(a)
+    inside = ctrl[(np.searchsorted(quotes, ctrl) & 1) == 1]
+    for i in inside.tolist():
+        buf[lo + i] = 32
+    return int(inside.size)
+
+
+def scan_events(
+    path: str | Path, decode: Callable[[memoryview], T], *, stats: ScanStats | None = None
+) -> Iterator[T]:
+    """Yield ``decode(chunk)`` for consecutive chunks of ``traceEvents`` in the file at ``path``.
+
+    ``chunk`` is a memoryview of a JSON array of whole events, valid only during the call.
+    ``stats`` (filled in as the scan goes, complete once the iterator is exhausted) receives the
+    top-level keys and counters.
+
+    Raises
+    ------
+    TraceError
+        The file cannot be opened, is not a trace, is truncated or corrupt; the message names
+        the file and the byte offset.
+    """
+    stats = stats if stats is not None else ScanStats()
+    scanner = _Scanner(Path(path), decode, stats)
+    try:
+        start = scanner.find_events()
+        yield from scanner.events(start)
+    finally:
+        scanner.close()

@@ -1,0 +1,217 @@
+"""Rules tables that classify event names, CUDA and ROCm alike.
+
+A :class:`Rules` holds three ordered tables of :class:`Rule` (first match wins):
+
+- ``gpu``: GPU ops → ``compute`` / ``communication`` / ``memcpy`` / ``memset``;
+- ``gemm``: kernels → a GEMM family (``tensile``, ``hipblaslt``, ``ck``, ``nvjet``, ``cutlass``,
+  ``xmma``, ``ampere``, ``triton``, ``gemm``) or none;
+- ``runtime``: host runtime/driver calls → ``launch`` / ``memcpy`` / ``memset`` / ``sync`` /
+  ``other`` (``hipMemcpyAsync`` is a copy, not communication).
+
+Rules are data passed in (:func:`default_rules`, extended with :meth:`Rules.extend`), never
+module globals to patch; they are applied once per unique name, never per row.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from typing import Literal
+
+import numpy as np
+
+__all__ = ["GPU_CLASSES", "Rule", "Rules", "default_rules"]
+
+#: The classes of GPU ops, in the order tables list them.
+GPU_CLASSES: tuple[str, ...] = ("compute", "communication", "memcpy", "memset")
+
+#: Event categories of GPU ops and of host runtime calls in Kineto traces (also for HIP).
+GPU_CATS: frozenset[str] = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+RUNTIME_CATS: frozenset[str] = frozenset({"cuda_runtime", "cuda_driver"})
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One row of a rules table: events whose name matches ``pattern`` get ``label``.
+
+    Parameters
+    ----------
+    pattern
+        A regular expression searched (``re.search``) in the event name.
+    label
+        The class (or family) given to matching events.
+    cats
+        Restrict the rule to these event categories (``cat``); empty means any.
+
+    Examples
+    --------
+    >>> Rule(r"^my_allreduce", "communication").matches("my_allreduce_kernel", "kernel")
+    True
+    >>> Rule("Memcpy", "memcpy", cats=("gpu_memcpy",)).matches("Memcpy DtoD", "kernel")
+    False
+    """
+
+    pattern: str
+    label: str
+    cats: tuple[str, ...] = ()
+
+    @cached_property
+    def _regex(self) -> re.Pattern[str]:
+        return re.compile(self.pattern)
+
+    def matches(self, name: str, cat: str) -> bool:
+        """Whether this rule applies to an event named ``name`` of category ``cat``."""
+        return (not self.cats or cat in self.cats) and self._regex.search(name) is not None
+
+
+def _first(rules: Sequence[Rule], name: str, cat: str, default: str | None) -> str | None:
+    for rule in rules:
+        if rule.matches(name, cat):
+            return rule.label
+    return default
+
+
+@dataclass(frozen=True)
+class Rules:
+    """The three classification tables; see the module docstring.
+
+    Parameters
+    ----------
+    gpu, gemm, runtime
+        Ordered rules; the first match wins. GPU ops no ``gpu`` rule matches are ``compute``,
+        kernels no ``gemm`` rule matches have no family, runtime calls no rule matches are
+        ``other``.
+
+    Examples
+    --------
+    >>> rules = default_rules()
+    >>> rules.gpu_class("ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)", "kernel")
+    'communication'
+    >>> rules.gpu_class("__amd_rocclr_copyBuffer", "kernel")
+    'memcpy'
+    >>> rules.gemm_family("Cijk_Ailk_Bljk_BBS_BH_MT32x32x64_MI16x16x16x1_SN_1LDSB0", "kernel")
+    'tensile'
+    >>> rules.runtime_kind("hipMemcpyAsync", "cuda_runtime")
+    'memcpy'
+    >>> mine = rules.extend(gpu=[Rule(r"^my_allreduce", "communication")])
+    >>> mine.gpu_class("my_allreduce_bf16", "kernel")
+    'communication'
+    """
+
+    gpu: tuple[Rule, ...] = ()
+    gemm: tuple[Rule, ...] = ()
+    runtime: tuple[Rule, ...] = ()
+    _cache: dict[tuple[str, str, str], str | None] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+
+    def extend(
+        self,
+        *,
+        gpu: Iterable[Rule] = (),
+        gemm: Iterable[Rule] = (),
+        runtime: Iterable[Rule] = (),
+        where: Literal["first", "last"] = "first",
+    ) -> Rules:
+        """A copy with extra rules, checked before (``where="first"``) or after the existing ones."""
+
+        def merge(old: tuple[Rule, ...], new: Iterable[Rule]) -> tuple[Rule, ...]:
+            new = tuple(new)
+            return new + old if where == "first" else old + new
+
+        return replace(
+            self,
+            gpu=merge(self.gpu, gpu),
+            gemm=merge(self.gemm, gemm),
+            runtime=merge(self.runtime, runtime),
+            _cache={},
+        )
+
+    def _lookup(self, table: str, name: str, cat: str, default: str | None) -> str | None:
+        key = (table, name, cat)
+        if key not in self._cache:
+            self._cache[key] = _first(getattr(self, table), name, cat, default)
+        return self._cache[key]
+
+    def gpu_class(self, name: str, cat: str) -> str:
+        """``compute``, ``communication``, ``memcpy`` or ``memset`` for a GPU op."""
+        return self._lookup("gpu", name, cat, "compute") or "compute"
+
+    def gemm_family(self, name: str, cat: str = "kernel") -> str | None:
+        """The GEMM family of a kernel, or ``None``."""
+        return self._lookup("gemm", name, cat, None)
+
+    def runtime_kind(self, name: str, cat: str = "cuda_runtime") -> str:
+        """``launch``, ``memcpy``, ``memset``, ``sync`` or ``other`` for a runtime call."""
+        return self._lookup("runtime", name, cat, "other") or "other"
+
+    def codes(
+        self,
+        table: Literal["gpu", "gemm", "runtime"],
+        names: Sequence[str],
+        cats: Sequence[str],
+        labels: Sequence[str],
+    ) -> np.ndarray:
+        """For parallel unique ``names``/``cats``: the index of each one's label in ``labels``.
+
+        Unmatched names get the table's default (``-1`` for none). This is the vectorised entry
+        point: call it with the unique (name, cat) pairs, then index the result with row codes.
+        """
+        lookup = {"gpu": self.gpu_class, "gemm": self.gemm_family, "runtime": self.runtime_kind}[
+            table
+        ]
+        position = {label: i for i, label in enumerate(labels)}
+        return np.array(
+            [position.get(lookup(n, c), -1) for n, c in zip(names, cats, strict=True)],
+            dtype=np.int16,
+        )
+
+
+_KERNEL = ("kernel",)
+
+
+def default_rules() -> Rules:
+    """The built-in CUDA + ROCm rules.
+
+    Communication: NCCL/RCCL/MSCCL kernels (``ncclDevKernel_Generic``, ``ncclKernel_*``,
+    ``rcclGenericKernel``, ...). Copies and fills: Kineto's ``gpu_memcpy``/``gpu_memset`` events
+    and ROCm's rocclr blit kernels (``__amd_rocclr_copyBuffer``, ``__amd_rocclr_fillBuffer``).
+    GEMM families: Tensile ``Cijk_`` (rocBLAS), hipBLASLt (``Cijk_..._UserArgs``), Composable
+    Kernel, nvjet, CUTLASS, cuBLAS ``sm80/sm90_xmma``, ``ampere_*gemm``, Triton matmul
+    templates, then any other ``gemm`` kernel.
+
+    Examples
+    --------
+    >>> default_rules().gemm_family("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_TNT")
+    'nvjet'
+    """
+    gpu = (
+        Rule(".", "memcpy", cats=("gpu_memcpy",)),
+        Rule(".", "memset", cats=("gpu_memset",)),
+        Rule(r"(?i)nccl|rccl|msccl|cross_device_reduce", "communication", cats=_KERNEL),
+        Rule(r"__amd_rocclr_(copy|copyBuffer|copyImage)", "memcpy", cats=_KERNEL),
+        Rule(r"__amd_rocclr_fill", "memset", cats=_KERNEL),
+    )
+    gemm = (
+        Rule(r"^(Custom_)?Cijk_.*UserArgs", "hipblaslt", cats=_KERNEL),
+        Rule(r"^(Custom_)?Cijk_", "tensile", cats=_KERNEL),
+        Rule(r"(?i)(\bck(_tile)?::|_ZN2ck|_ZN7ck_tile).*gemm", "ck", cats=_KERNEL),
+        Rule(r"^nvjet_", "nvjet", cats=_KERNEL),
+        Rule(r"(?i)cutlass", "cutlass", cats=_KERNEL),
+        Rule(r"sm\d+_xmma_gemm|xmma_gemm", "xmma", cats=_KERNEL),
+        Rule(r"(ampere|volta|turing|hopper)_\w*gemm", "ampere", cats=_KERNEL),
+        Rule(r"^triton_\w*(mm|gemm|matmul)|^triton_tem_", "triton", cats=_KERNEL),
+        Rule(r"(?i)(?<!fb)gemm|gemv", "gemm", cats=_KERNEL),  # fbgemm is a library, not a GEMM
+    )
+    runtime = (
+        Rule(
+            r"(?i)^(cuda|hip|cu)(Ext)?(Module)?Launch(Cooperative)?Kernel|^(cuda|hip|cu)GraphLaunch|^cuLaunchKernelEx|LaunchKernelExC",
+            "launch",
+        ),
+        Rule(r"^(cuda|hip|cu)Memcpy", "memcpy"),
+        Rule(r"^(cuda|hip|cu)Memset", "memset"),
+        Rule(r"Synchronize|StreamWaitEvent|EventQuery|StreamQuery|^cuStreamWaitValue", "sync"),
+    )
+    return Rules(gpu=gpu, gemm=gemm, runtime=runtime)

@@ -1,0 +1,291 @@
+"""``load``: trace files → :class:`~aorta.trace.model.Trace` (through the parse cache)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+
+from aorta.errors import TraceError
+
+from ._parse import COMM_COLUMNS, COMM_INT_COLUMNS, RankTable, parse_file
+from .cache import CACHE_SUFFIX, read_cache, write_cache
+from .classify import Rules
+from .model import RankInfo, Trace
+
+__all__ = ["load", "trace_files"]
+
+PathLike = str | os.PathLike[str]
+CacheMode = Literal["use", "refresh", "off"]
+_TRACE_SUFFIXES = (".json", ".json.gz")
+
+
+def trace_files(directory: PathLike) -> list[Path]:
+    """The Kineto trace files (``*.json``, ``*.json.gz``) directly inside ``directory``, sorted.
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> for name in ("rank1.json.gz", "rank0.json", "notes.txt", "rank0.json.aorta-cache"):
+    ...     _ = (folder / name).write_bytes(b"")
+    >>> [p.name for p in trace_files(folder)]
+    ['rank0.json', 'rank1.json.gz']
+    """
+    directory = Path(directory)
+    return sorted(
+        p
+        for p in directory.iterdir()
+        if p.is_file() and p.name.endswith(_TRACE_SUFFIXES) and not p.name.endswith(CACHE_SUFFIX)
+    )
+
+
+def load(
+    source: PathLike | Sequence[PathLike],
+    *,
+    python_functions: bool = False,
+    cache: CacheMode = "use",
+    rules: Rules | None = None,
+    align: Literal["base_time", "none"] = "base_time",
+) -> Trace:
+    """Load Kineto Chrome-trace files (``.json`` or ``.json.gz``, CUDA or ROCm) into a :class:`Trace`.
+
+    Parameters
+    ----------
+    source
+        One trace file, a directory of them, or a list of files — one per rank. The rank comes
+        from each file's ``distributedInfo.rank``; files without one (or with a rank already
+        taken) get their position in the list.
+    python_functions
+        Keep ``python_function`` events (skipped by default: they are most of a ``with_stack``
+        trace and no analysis here uses them).
+    cache
+        ``"use"`` reads ``<file>.aorta-cache`` when it matches the file's size and mtime and
+        writes it otherwise; ``"refresh"`` always parses and rewrites it; ``"off"`` neither
+        reads nor writes. A directory that cannot be written is not an error: ``info().cache``
+        says ``"not written: <why>"``.
+    rules
+        Classification rules (default :func:`~aorta.trace.classify.default_rules`).
+    align
+        ``"base_time"`` shifts each rank by its ``baseTimeNanoseconds`` relative to the
+        earliest, so ranks share one clock; ``"none"`` keeps the files' timestamps. See
+        :meth:`Trace.align` for alignment on collective end times.
+
+    Returns
+    -------
+    Trace
+
+    Raises
+    ------
+    TraceError
+        A file is missing, unreadable, truncated or corrupt; the message names the file and
+        the byte offset.
+
+    Examples
+    --------
+    >>> import aorta.trace, pathlib, tempfile
+    >>> from aorta.trace.testing import kineto_json
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> path = folder / "rank0.json"
+    >>> _ = path.write_bytes(kineto_json([("kernel", "gemm_kernel", 0, 10)]))
+    >>> trace = aorta.trace.load(path)
+    >>> trace.info().cache, len(trace.gpu_ops)
+    ('written', 1)
+    >>> aorta.trace.load(path).info().cache
+    'hit'
+    """
+    paths = _expand(source)
+    loaded = [_load_one(p, python_functions=python_functions, cache=cache) for p in paths]
+    trace = build_trace(loaded, rules=rules)
+    if align == "base_time":
+        bases = {
+            r: i.base_time_ns
+            for r, i in ((r, trace.info(r)) for r in trace.ranks)
+            if i.base_time_ns is not None
+        }
+        if len(bases) > 1 and len(set(bases.values())) > 1:
+            first = min(bases.values())
+            trace = trace.shifted({r: b - first for r, b in bases.items()})
+    return trace
+
+
+def _expand(source: PathLike | Sequence[PathLike]) -> list[Path]:
+    items = [source] if isinstance(source, str | os.PathLike) else list(source)
+    if not items:
+        raise TraceError("no trace files given")
+    paths: list[Path] = []
+    for item in items:
+        path = Path(item)
+        if path.is_dir():
+            found = trace_files(path)
+            if not found:
+                raise TraceError(f"{path}: no *.json or *.json.gz trace files in this directory")
+            paths.extend(found)
+        elif not path.exists():
+            raise TraceError(f"{path}: no such file")
+        else:
+            paths.append(path)
+    return paths
+
+
+def _load_one(path: Path, *, python_functions: bool, cache: str) -> tuple[Path, RankTable, str]:
+    if cache == "use":
+        table = read_cache(path, python_functions=python_functions)
+        if table is not None:
+            return path, table, "hit"
+    table = parse_file(path, python_functions=python_functions)
+    status = (
+        "off" if cache == "off" else write_cache(table, path, python_functions=python_functions)
+    )
+    return path, table, status
+
+
+def build_trace(
+    loaded: Sequence[tuple[Path | None, RankTable, str]], *, rules: Rules | None = None
+) -> Trace:
+    """Assemble parsed files into one :class:`Trace`, one rank each (ranks from the headers)."""
+    infos: list[RankInfo] = []
+    taken: set[int] = set()
+    for position, (path, table, status) in enumerate(loaded):
+        info = rank_info(table, path=path, cache=status)
+        if info.rank in taken or (len(loaded) > 1 and "rank" not in _dist(table.header)):
+            info = replace(info, rank=position)
+        taken.add(info.rank)
+        infos.append(info)
+    events, comms = _assemble(
+        [(info.rank, table) for info, (_, table, _) in zip(infos, loaded, strict=True)]
+    )
+    return Trace(events, {info.rank: info for info in infos}, comms, rules=rules)
+
+
+def _dist(header: dict[str, Any]) -> dict[str, Any]:
+    dist = header.get("distributedInfo")
+    return dist if isinstance(dist, dict) else {}
+
+
+def _stack(header: dict[str, Any], table: RankTable) -> str:
+    keys = " ".join(header)
+    if any(k in keys for k in ("hip_runtime_version", "roctracer_version", "rocprofiler")):
+        return "rocm"
+    if any(k in keys for k in ("cuda_runtime_version", "cupti_version", "cuda_driver_version")):
+        return "cuda"
+    if any(c in table.cats for c in ("kernel", "gpu_memcpy", "gpu_memset")):
+        names = " ".join(n for n in table.names if n.startswith(("hip", "cuda")))
+        return "rocm" if "hip" in names else "cuda" if "cuda" in names else "unknown"
+    return "cpu"
+
+
+def rank_info(table: RankTable, *, path: Path | None = None, cache: str = "off") -> RankInfo:
+    """The :class:`RankInfo` of one parsed file."""
+    header, dist = table.header, _dist(table.header)
+    processes: dict[int, str] = {}
+    threads: dict[tuple[int, int], str] = {}
+    for ev in table.meta_events:
+        if not isinstance(ev["pid"], int) or not isinstance(ev["value"], str):
+            continue
+        if ev["name"] == "process_name":
+            processes[ev["pid"]] = ev["value"]
+        elif ev["name"] == "thread_name" and isinstance(ev["tid"], int):
+            threads[(ev["pid"], ev["tid"])] = ev["value"]
+    base = header.get("baseTimeNanoseconds")
+    devices = header.get("deviceProperties")
+    pg_config = dist.get("pg_config")
+    return RankInfo(
+        rank=int(dist.get("rank", 0)) if isinstance(dist.get("rank", 0), int) else 0,
+        path=str(path) if path is not None else None,
+        world_size=dist.get("world_size") if isinstance(dist.get("world_size"), int) else None,
+        backend=dist.get("backend") if isinstance(dist.get("backend"), str) else None,
+        pg_config=tuple(pg_config) if isinstance(pg_config, list) else (),
+        device_properties=tuple(devices) if isinstance(devices, list) else (),
+        versions={
+            k: v for k, v in header.items() if "version" in k.lower() and k != "schemaVersion"
+        }
+        | ({"nccl_version": dist["nccl_version"]} if "nccl_version" in dist else {}),
+        stack=_stack(header, table),  # type: ignore[arg-type]
+        base_time_ns=int(base) if isinstance(base, int) else None,
+        processes=processes,
+        threads=threads,
+        labels=tuple(table.labels),
+        header=header,
+        stats=table.stats,
+        cache=cache,
+    )
+
+
+def _categorical(codes: np.ndarray, categories: list[str]) -> pd.Categorical:
+    return pd.Categorical.from_codes(
+        codes, categories=pd.Index(categories, dtype=object), validate=False
+    )
+
+
+def _assemble(tables: Sequence[tuple[int, RankTable]]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Concatenate the ranks' columns, unifying the dictionaries of the categorical columns."""
+    dictionaries: dict[str, dict[str, int]] = {
+        "cat": {},
+        "name": {},
+        "input_dims": {},
+        "input_type": {},
+    }
+    source = {
+        "cat": "cats",
+        "name": "names",
+        "input_dims": "input_dims",
+        "input_type": "input_types",
+    }
+    parts: dict[str, list[np.ndarray]] = {}
+    comm_frames: list[pd.DataFrame] = []
+    offset = 0
+    for rank, table in tables:
+        for column, values in table.columns.items():
+            if column in dictionaries:
+                index = dictionaries[column]
+                remap = np.array(
+                    [index.setdefault(v, len(index)) for v in getattr(table, source[column])]
+                    + [-1],
+                    dtype=np.int32,
+                )
+                values = remap[values]  # code -1 (absent) picks the trailing -1
+            parts.setdefault(column, []).append(values)
+        parts.setdefault("rank", []).append(np.full(table.n, rank, dtype=np.int32))
+        if table.comms:
+            frame = pd.DataFrame(table.comms)
+            frame["row"] += offset
+            comm_frames.append(frame)
+        offset += table.n
+    data: dict[str, Any] = {}
+    for column in (
+        "rank",
+        "cat",
+        "name",
+        "ts",
+        "dur",
+        "pid",
+        "tid",
+        "correlation",
+        "external_id",
+        "stream",
+        "device",
+        "input_dims",
+        "input_type",
+    ):
+        values = parts[column][0] if len(parts[column]) == 1 else np.concatenate(parts[column])
+        data[column] = (
+            _categorical(values, list(dictionaries[column])) if column in dictionaries else values
+        )
+    events = pd.DataFrame(data, copy=False)
+    if comm_frames:
+        comms = pd.concat(comm_frames, ignore_index=True)[list(COMM_COLUMNS)]
+    else:
+        comms = pd.DataFrame(
+            {
+                c: pd.Series(dtype=np.int64 if c in COMM_INT_COLUMNS else object)
+                for c in COMM_COLUMNS
+            }
+        )
+    comms["row"] = comms["row"].astype(np.int64)
+    return events, comms

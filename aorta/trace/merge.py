@@ -1,0 +1,266 @@
+"""Merge per-rank traces into one Perfetto-loadable trace, written as a stream.
+
+Each rank's events are copied whole (python_function and flow events included) with:
+
+- ``pid``/``tid`` remapped to fresh integers, unique across ranks (GPU ``pid`` 0 of rank 0 and
+  of rank 1 no longer collide; string pids such as ``"Spans"`` become integers too);
+- flow ``id``\\ s made unique per rank, so arrows never join two ranks;
+- process names prefixed ``[rank R]`` and processes sorted by rank;
+- ``ts`` shifted onto one clock (``baseTimeNanoseconds``, optionally collective end times).
+
+Memory stays bounded: events are read, rewritten and written one chunk at a time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import os
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO, Literal
+
+import msgspec
+
+from aorta.errors import TraceError
+
+from ._scan import ScanStats, scan_events
+from .collectives import clock_offsets
+from .loader import CacheMode, PathLike, _expand, load
+
+__all__ = ["MergeReport", "merge"]
+
+_DECODER = msgspec.json.Decoder()
+_ENCODER = msgspec.json.Encoder()
+_FLOW_PHASES = frozenset({"s", "t", "f"})
+_RENAMED = frozenset(
+    {"process_name", "process_labels", "process_sort_index", "thread_name", "thread_sort_index"}
+)
+
+
+@dataclass(frozen=True)
+class MergeReport:
+    """What :func:`merge` wrote: the output, its ranks (in the order of the inputs), the events
+    copied, the clock shift applied to each rank (ns) and the bytes written."""
+
+    output: str
+    ranks: tuple[int, ...]
+    sources: tuple[str, ...]
+    events: int
+    offsets_ns: dict[int, int] = field(default_factory=dict)
+    bytes_written: int = 0
+
+
+class _Remap:
+    """Fresh pids/tids/flow ids for one rank's events."""
+
+    def __init__(
+        self,
+        rank: int,
+        shift_us: float,
+        pids: dict[tuple[int, Any], int],
+        tids: dict[tuple[int, Any, Any], int],
+    ) -> None:
+        self.rank, self.shift_us, self.pids, self.tids = rank, shift_us, pids, tids
+        self.named: set[int] = set()
+
+    def pid(self, pid: Any) -> int:
+        key = (self.rank, pid)
+        if key not in self.pids:
+            self.pids[key] = len(self.pids) + 1
+        return self.pids[key]
+
+    def tid(self, pid: Any, tid: Any) -> int:
+        key = (self.rank, pid, tid)
+        if key not in self.tids:
+            self.tids[key] = len(self.tids) + 1
+        return self.tids[key]
+
+    def event(self, ev: Any) -> dict[str, Any] | None:
+        if not isinstance(ev, dict):
+            return None
+        pid, tid = ev.get("pid", 0), ev.get("tid", 0)
+        ev["pid"], ev["tid"] = self.pid(pid), self.tid(pid, tid)
+        ts = ev.get("ts")
+        if isinstance(ts, int | float) and self.shift_us:
+            ev["ts"] = ts + self.shift_us
+        if ev.get("ph") in _FLOW_PHASES and "id" in ev:
+            fid = ev["id"]
+            ev["id"] = (
+                (fid << 16) | self.rank
+                if isinstance(fid, int) and 0 <= fid < 1 << 36 and self.rank < 1 << 16
+                else f"r{self.rank}:{fid}"
+            )
+        if ev.get("ph") == "M" and ev.get("name") in _RENAMED:
+            self._metadata(ev, pid)
+        return ev
+
+    def _metadata(self, ev: dict[str, Any], pid: Any) -> None:
+        args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
+        if ev["name"] == "process_name":
+            args["name"] = f"[rank {self.rank}] {args.get('name', pid)}"
+            self.named.add(ev["pid"])
+        elif ev["name"] == "process_sort_index":
+            index = args.get("sort_index", 0)
+            args["sort_index"] = (
+                self.rank * 100_000 + (index if isinstance(index, int) else 0) % 100_000
+            )
+        ev["args"] = args
+
+    def missing_names(self) -> list[dict[str, Any]]:
+        """process_name/sort events for this rank's processes that the file did not name."""
+        out = []
+        for (rank, pid), new in self.pids.items():
+            if rank == self.rank and new not in self.named:
+                out.append(
+                    {
+                        "ph": "M",
+                        "name": "process_name",
+                        "pid": new,
+                        "tid": 0,
+                        "args": {"name": f"[rank {rank}] {pid}"},
+                    }
+                )
+                out.append(
+                    {
+                        "ph": "M",
+                        "name": "process_sort_index",
+                        "pid": new,
+                        "tid": 0,
+                        "args": {"sort_index": rank * 100_000},
+                    }
+                )
+        return out
+
+
+def _offsets(
+    paths: list[Path], align: str, cache: CacheMode
+) -> tuple[list[int], dict[int, int], int | None]:
+    """Ranks (in input order), per-rank shifts (ns) and the merged base time."""
+    trace = load(paths, align="none" if align == "none" else "base_time", cache=cache)
+    by_path = {trace.info(r).path: r for r in trace.ranks}
+    ranks = [by_path[str(p)] for p in paths]
+    offsets = {r: trace.info(r).offset_ns for r in ranks}
+    if align == "collective_end":
+        extra = clock_offsets(trace, method="collective_end")
+        offsets = {r: offsets[r] + extra.get(r, 0) for r in ranks}
+    bases = [trace.info(r).base_time_ns for r in ranks if trace.info(r).base_time_ns is not None]
+    return ranks, offsets, (min(bases) if bases else None)
+
+
+def _write_rank(out: BinaryIO, path: Path, remap: _Remap, first: bool) -> tuple[int, bool]:
+    """Copy one rank's events; returns (events written, whether nothing has been written yet)."""
+    count = 0
+    for events in scan_events(path, _DECODER.decode, stats=ScanStats()):
+        rewritten = [e for e in map(remap.event, events) if e is not None]
+        if not rewritten:
+            continue
+        out.write((b"" if first else b",\n") + _ENCODER.encode(rewritten)[1:-1])
+        first = False
+        count += len(rewritten)
+    extra = remap.missing_names()
+    if extra:
+        out.write((b"" if first else b",\n") + _ENCODER.encode(extra)[1:-1])
+        first = False
+        count += len(extra)
+    return count, first
+
+
+def merge(
+    sources: Sequence[PathLike],
+    output: PathLike,
+    *,
+    align: Literal["base_time", "collective_end", "none"] = "base_time",
+    cache: CacheMode = "use",
+) -> MergeReport:
+    """Write one trace holding every rank of ``sources``, loadable in Perfetto / chrome://tracing.
+
+    Parameters
+    ----------
+    sources
+        Trace files (or directories of them), one per rank.
+    output
+        The merged file; ``.gz`` compresses. Written to a temporary file first, then renamed.
+    align
+        ``"base_time"``: shift ranks by their ``baseTimeNanoseconds``; ``"collective_end"``:
+        then also make matched collectives end together (see
+        :func:`~aorta.trace.collectives.clock_offsets`); ``"none"``: keep timestamps.
+    cache
+        The parse cache policy of the first pass (ranks, clocks), as for
+        :func:`~aorta.trace.load`.
+
+    Returns
+    -------
+    MergeReport
+
+    Raises
+    ------
+    TraceError
+        An input cannot be read (named, with the byte offset), or the output cannot be written.
+
+    Examples
+    --------
+    >>> import pathlib, tempfile, json
+    >>> from aorta.trace.testing import kineto_json
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> for r in (0, 1):
+    ...     _ = (folder / f"rank{r}.json").write_bytes(
+    ...         kineto_json([("kernel", "k", 10, 5)], header={"distributedInfo": {"rank": r}}))
+    >>> report = merge([folder / "rank0.json", folder / "rank1.json"], folder / "merged.json")
+    >>> report.ranks, report.offsets_ns
+    ((0, 1), {0: 0, 1: 0})
+    >>> events = json.loads((folder / "merged.json").read_text())["traceEvents"]
+    >>> sorted({e["pid"] for e in events if e.get("cat") == "kernel"})
+    [2, 4]
+    """
+    paths = _expand(sources)
+    ranks, offsets, base = _offsets(paths, align, cache)
+    output = Path(output)
+    pids: dict[tuple[int, Any], int] = {}
+    tids: dict[tuple[int, Any, Any], int] = {}
+    total, first = 0, True
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent)
+    except OSError as exc:
+        raise TraceError(f"{output}: cannot write: {exc.strerror or exc}") from exc
+    try:
+        with (
+            os.fdopen(fd, "wb") as raw,
+            (
+                gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=4)
+                if output.name.endswith(".gz")
+                else contextlib.nullcontext(raw)
+            ) as out,
+        ):
+            out.write(b'{"traceEvents": [\n')
+            for path, rank in zip(paths, ranks, strict=True):
+                written, first = _write_rank(
+                    out, path, _Remap(rank, offsets[rank] / 1e3, pids, tids), first
+                )
+                total += written
+            tail: dict[str, Any] = {"displayTimeUnit": "ms"}
+            if base is not None:
+                tail["baseTimeNanoseconds"] = base
+            tail["aorta_merge"] = {
+                "ranks": ranks,
+                "sources": [str(p) for p in paths],
+                "offsets_ns": {str(r): offsets[r] for r in ranks},
+                "align": align,
+            }
+            out.write(b"\n], " + _ENCODER.encode(tail)[1:])
+        os.replace(tmp, output)
+    except OSError as exc:
+        raise TraceError(f"{output}: cannot write: {exc.strerror or exc}") from exc
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+    return MergeReport(
+        output=str(output),
+        ranks=tuple(ranks),
+        sources=tuple(str(p) for p in paths),
+        events=total,
+        offsets_ns={r: offsets[r] for r in ranks},
+        bytes_written=output.stat().st_size,
+    )

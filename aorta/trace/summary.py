@@ -1,0 +1,120 @@
+"""All the tables of a trace at once, and their text and JSON forms (for ``aorta trace summarize``)."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+if TYPE_CHECKING:
+    from .model import Trace
+
+__all__ = ["summary", "summary_json", "summary_text"]
+
+
+def summary(trace: Trace, *, top: int = 15) -> dict[str, pd.DataFrame]:
+    """The trace's tables by name, the long ones cut to their ``top`` rows.
+
+    Names: ``gpu_timeline`` (per device), ``steps``, ``kernels``, ``ops``, ``gemms``,
+    ``collectives``, ``idle_causes``; with several ranks also ``collective_skew`` and
+    ``stragglers``.
+
+    Examples
+    --------
+    >>> from aorta.trace.testing import synthetic_trace
+    >>> sorted(summary(synthetic_trace([("kernel", "k", 0, 10)])))
+    ['collectives', 'gemms', 'gpu_timeline', 'idle_causes', 'kernels', 'ops', 'steps']
+    """
+    tables = {
+        "gpu_timeline": trace.gpu_timeline(by="device"),
+        "steps": trace.steps(),
+        "kernels": trace.kernels().head(top),
+        "ops": trace.ops().head(top),
+        "gemms": trace.gemms().head(top),
+        "collectives": trace.collectives(),
+        "idle_causes": trace.idle_causes(),
+    }
+    if len(trace.ranks) > 1:
+        tables["collective_skew"] = trace.collective_skew()
+        tables["stragglers"] = trace.stragglers()
+    return tables
+
+
+def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    def clean(value: Any) -> Any:
+        if value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+            return None
+        return value.item() if hasattr(value, "item") else value
+
+    return [{k: clean(v) for k, v in row.items()} for row in frame.to_dict("records")]
+
+
+def summary_json(trace: Trace, tables: dict[str, pd.DataFrame]) -> dict[str, Any]:
+    """A JSON-ready document: the ranks' metadata, diagnostics, and every table as records."""
+    ranks = []
+    for r in trace.ranks:
+        info = trace.info(r)
+        ranks.append(
+            {
+                "rank": r,
+                "path": info.path,
+                "stack": info.stack,
+                "world_size": info.world_size,
+                "devices": [d.get("name") for d in info.device_properties if isinstance(d, dict)],
+                "versions": dict(info.versions),
+                "events": int(info.stats.get("events_kept", 0)),
+                "cache": info.cache,
+            }
+        )
+    return {
+        "ranks": ranks,
+        "diagnostics": trace.diagnostics,
+        "tables": {name: _records(frame) for name, frame in tables.items()},
+        "units": {name: frame.attrs.get("units", {}) for name, frame in tables.items()},
+    }
+
+
+def _shorten(frame: pd.DataFrame, width: int = 60) -> pd.DataFrame:
+    out = frame.copy()
+    for column in out.columns:
+        if pd.api.types.is_object_dtype(out[column]) or pd.api.types.is_string_dtype(out[column]):
+            out[column] = [
+                v if not isinstance(v, str) or len(v) <= width else v[: width - 1] + "…"
+                for v in out[column]
+            ]
+    return out
+
+
+def summary_text(trace: Trace, tables: dict[str, pd.DataFrame]) -> str:
+    """Plain-text report: a header per rank, then each table (empty ones say why)."""
+    lines = []
+    for r in trace.ranks:
+        info = trace.info(r)
+        devices = sorted(
+            {d.get("name", "?") for d in info.device_properties if isinstance(d, dict)}
+        )
+        lines.append(
+            f"rank {r}: {info.path or '(in memory)'} — {info.stack}, {', '.join(devices) or 'no devices listed'}, "
+            f"{info.stats.get('events_kept', 0)} events, cache {info.cache}"
+        )
+    for note in trace.diagnostics:
+        lines.append(f"note: {note}")
+    for name, frame in tables.items():
+        units = frame.attrs.get("units")
+        suffix = f"  (units: {', '.join(f'{k} {v}' for k, v in units.items())})" if units else ""
+        lines.append("")
+        lines.append(f"== {name}{suffix}")
+        if frame.empty:
+            lines.append(f"   {frame.attrs.get('note', 'nothing to show')}")
+        else:
+            with pd.option_context(
+                "display.width",
+                200,
+                "display.max_columns",
+                40,
+                "display.float_format",
+                "{:.4g}".format,
+            ):
+                lines.append(_shorten(frame).to_string(index=False))
+    return "\n".join(lines)

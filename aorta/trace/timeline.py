@@ -1,0 +1,267 @@
+"""GPU time breakdown (TraceLens-compatible) and idle time per stream by cause.
+
+The breakdown is interval arithmetic over GPU ops, per class, across streams: one sweep over the
+sorted start/end points gives, for every elementary segment, which classes cover it.
+
+- ``computation_time`` = |∪ compute|
+- ``exposed_comm_time`` = |∪ communication − ∪ compute|
+- ``exposed_memcpy_time`` = |∪ memcpy − ∪ compute − ∪ communication|
+- ``busy_time`` = |∪ all|, ``total_time`` = last end − first start, ``idle_time`` = total − busy
+- ``total_comm_time`` = |∪ communication|, ``total_memcpy_time`` = |∪ memcpy|
+
+so computation + exposed comm + exposed memcpy + idle = total, whatever the overlap.
+
+TraceLens compatibility (checked against its own output on three traces, see
+``docs/traces.md``): only GPU ops with a launching runtime call in the trace count (TraceLens'
+default ``include_unlinked_kernels=False``), and ``gpu_memset`` events are left out of every
+class (TraceLens does not count them). Both are options here.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+import pandas as pd
+
+from .classify import GPU_CLASSES
+
+if TYPE_CHECKING:
+    from .model import GpuOps, Trace
+
+__all__ = ["BREAKDOWN_TYPES", "breakdown", "gpu_timeline", "idle_causes"]
+
+#: Row order of the TraceLens ``gpu_timeline`` table.
+BREAKDOWN_TYPES: tuple[str, ...] = (
+    "computation_time",
+    "exposed_comm_time",
+    "exposed_memcpy_time",
+    "busy_time",
+    "idle_time",
+    "total_time",
+    "total_comm_time",
+    "total_memcpy_time",
+)
+_COMPUTE, _COMM, _MEMCPY, _MEMSET = (
+    GPU_CLASSES.index(c) for c in ("compute", "communication", "memcpy", "memset")
+)
+
+
+def breakdown(start: np.ndarray, end: np.ndarray, cls: np.ndarray) -> dict[str, int]:
+    """The breakdown of intervals ``[start, end)`` with class codes ``cls`` (0 compute,
+    1 communication, 2 memcpy; any other code is ignored), in the units of the input.
+
+    Examples
+    --------
+    >>> b = breakdown(np.array([0, 5, 30]), np.array([10, 20, 40]), np.array([0, 1, 2]))
+    >>> b["computation_time"], b["exposed_comm_time"], b["exposed_memcpy_time"], b["idle_time"], b["total_time"]
+    (10, 10, 10, 10, 40)
+    """
+    keep = (cls == _COMPUTE) | (cls == _COMM) | (cls == _MEMCPY)
+    start, end, cls = start[keep], np.maximum(end[keep], start[keep]), cls[keep]
+    if start.size == 0:
+        return dict.fromkeys(BREAKDOWN_TYPES, 0)
+    points = np.concatenate([start, end])
+    order = np.argsort(points, kind="stable")
+    seg = np.diff(points[order])
+    step = np.concatenate([np.ones(start.size, np.int32), -np.ones(end.size, np.int32)])[order]
+    both_cls = np.concatenate([cls, cls])[order]
+    cover = {
+        c: np.cumsum(np.where(both_cls == c, step, 0))[:-1] > 0 for c in (_COMPUTE, _COMM, _MEMCPY)
+    }
+    comp, comm, mem = cover[_COMPUTE], cover[_COMM], cover[_MEMCPY]
+    busy = int(seg[comp | comm | mem].sum())
+    total = int(end.max() - start.min())
+    return {
+        "computation_time": int(seg[comp].sum()),
+        "exposed_comm_time": int(seg[comm & ~comp].sum()),
+        "exposed_memcpy_time": int(seg[mem & ~comp & ~comm].sum()),
+        "busy_time": busy,
+        "idle_time": total - busy,
+        "total_time": total,
+        "total_comm_time": int(seg[comm].sum()),
+        "total_memcpy_time": int(seg[mem].sum()),
+    }
+
+
+def _selected(ops: GpuOps, *, include_unlinked: bool, memset: str) -> tuple[GpuOps, np.ndarray]:
+    """The ops that count and their classes after the memset policy."""
+    if not include_unlinked:
+        ops = ops.take(ops.linked)
+    cls = ops.cls.astype(np.int8, copy=True)
+    cls[cls == _MEMSET] = {"ignore": -1, "memcpy": _MEMCPY, "compute": _COMPUTE}[memset]
+    return ops, cls
+
+
+def _table(parts: dict[str, int], keys: dict[str, int]) -> pd.DataFrame:
+    total = parts["total_time"]
+    frame = pd.DataFrame(
+        {"type": list(BREAKDOWN_TYPES), "time ms": [parts[t] / 1e6 for t in BREAKDOWN_TYPES]}
+    )
+    frame["percent"] = [100.0 * parts[t] / total if total else np.nan for t in BREAKDOWN_TYPES]
+    for i, (key, value) in enumerate(keys.items()):
+        frame.insert(i, key, value)
+    return frame
+
+
+def gpu_timeline(
+    trace: Trace,
+    *,
+    by: Literal["rank", "device"] = "rank",
+    include_unlinked: bool = False,
+    memset: Literal["ignore", "memcpy", "compute"] = "ignore",
+) -> pd.DataFrame:
+    """The TraceLens ``gpu_timeline`` table: where GPU time went.
+
+    Parameters
+    ----------
+    trace
+        The trace.
+    by
+        ``"rank"``: all of a rank's GPU ops in one breakdown (what TraceLens reports for a
+        single-rank trace); ``"device"``: one breakdown per (rank, device).
+    include_unlinked
+        Also count GPU ops whose launching runtime call is not in the trace (TraceLens:
+        ``include_unlinked_kernels``).
+    memset
+        What fills (``gpu_memset``, rocclr fill kernels) count as: ``"ignore"`` (TraceLens),
+        ``"memcpy"`` or ``"compute"``.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``rank`` (and ``device``), ``type`` (the rows of :data:`BREAKDOWN_TYPES`),
+        ``time ms`` and ``percent`` (of ``total_time``). ``df[["type", "time ms", "percent"]]``
+        of a single rank is TraceLens' CSV. A trace without GPU ops gives an empty table whose
+        ``attrs["note"]`` says so.
+
+    Examples
+    --------
+    >>> from aorta.trace.testing import synthetic_trace
+    >>> t = synthetic_trace([("kernel", "gemm", 0, 10), ("kernel", "ncclKernel_AllReduce", 5, 10),
+    ...                      ("gpu_memcpy", "Memcpy HtoD", 30, 10)])
+    >>> t.gpu_timeline().set_index("type")["time ms"].to_dict()["exposed_comm_time"]
+    0.005
+    """
+    ops, cls = _selected(trace.gpu_ops, include_unlinked=include_unlinked, memset=memset)
+    keys = ["rank"] if by == "rank" else ["rank", "device"]
+    frames = []
+    groups = pd.DataFrame({"rank": ops.rank, "device": ops.device}).groupby(keys, sort=True).indices
+    for key, idx in groups.items():
+        values = dict(zip(keys, key if isinstance(key, tuple) else (key,), strict=True))
+        frames.append(_table(breakdown(ops.ts[idx], ops.end[idx], cls[idx]), values))
+    if not frames:
+        empty = pd.DataFrame(
+            {
+                **{k: pd.Series(dtype=np.int64) for k in keys},
+                "type": pd.Series(dtype=object),
+                "time ms": [],
+                "percent": [],
+            }
+        )
+        if len(trace.gpu_ops) == 0:
+            empty.attrs["note"] = "no GPU events (kernel/gpu_memcpy/gpu_memset)"
+        else:
+            empty.attrs["note"] = (
+                "no GPU events linked to a runtime call (include_unlinked=True counts them all)"
+            )
+        return empty
+    frame = pd.concat(frames, ignore_index=True)
+    frame.attrs["units"] = {"time ms": "ms", "percent": "% of total_time"}
+    return frame
+
+
+def idle_causes(trace: Trace, *, kernel_wait_us: float = 10.0) -> pd.DataFrame:
+    """Idle gaps between consecutive GPU ops of each stream, by cause.
+
+    For each gap before an op on a stream (the op starts after everything before it on the
+    stream ended):
+
+    - ``host_wait``: the op's launching runtime call started after the previous op ended —
+      the GPU waited for the CPU to submit work;
+    - ``kernel_wait``: otherwise, if the gap is shorter than ``kernel_wait_us`` — the overhead
+      between back-to-back queued ops;
+    - ``other``: the rest (waiting for another stream, an event, a synchronisation), and gaps
+      before ops whose launch is not in the trace.
+
+    These are HTA's idle-time categories (``get_idle_time_breakdown``), for CUDA and HIP alike.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per (rank, device, stream): ``host_wait``, ``kernel_wait``, ``other``,
+        ``idle`` (their sum) and ``span`` (first start to last end), all in µs, and ``gaps``.
+
+    Examples
+    --------
+    >>> from aorta.trace.testing import synthetic_trace
+    >>> t = synthetic_trace([("kernel", "a", 0, 10), ("kernel", "b", 40, 10, {"launch_ts": 30}),
+    ...                      ("kernel", "c", 55, 5, {"launch_ts": 1})])
+    >>> t.idle_causes()[["host_wait", "kernel_wait", "other"]].iloc[0].tolist()
+    [30.0, 5.0, 0.0]
+    """
+    ops = trace.gpu_ops
+    columns = [
+        "rank",
+        "device",
+        "stream",
+        "host_wait",
+        "kernel_wait",
+        "other",
+        "idle",
+        "span",
+        "gaps",
+    ]
+    if len(ops) == 0:
+        empty = pd.DataFrame({c: [] for c in columns})
+        empty.attrs["note"] = "no GPU events"
+        return empty
+    order = np.lexsort((ops.ts, ops.stream, ops.device, ops.rank))
+    rank, device, stream = ops.rank[order], ops.device[order], ops.stream[order]
+    ts, end, launch_ts, linked = (
+        ops.ts[order],
+        ops.end[order],
+        ops.launch_ts[order],
+        ops.linked[order],
+    )
+    same = np.r_[
+        False, (rank[1:] == rank[:-1]) & (device[1:] == device[:-1]) & (stream[1:] == stream[:-1])
+    ]
+    group_start = np.flatnonzero(~same)
+    # the latest end so far within the stream (ops on a stream may nest when traces are odd)
+    prev_end = np.empty_like(end)
+    for a, b in zip(group_start, np.r_[group_start[1:], end.size], strict=True):
+        prev_end[a:b] = np.maximum.accumulate(end[a:b])
+    before = np.r_[0, prev_end[:-1]]
+    gap = np.where(same, np.maximum(ts - before, 0), 0)
+    host = same & linked & (launch_ts > before) & (gap > 0)
+    kernel = same & ~host & linked & (gap > 0) & (gap < kernel_wait_us * 1000)
+    other = same & (gap > 0) & ~host & ~kernel
+    frame = pd.DataFrame(
+        {
+            "rank": rank,
+            "device": device,
+            "stream": stream,
+            "host_wait": np.where(host, gap, 0),
+            "kernel_wait": np.where(kernel, gap, 0),
+            "other": np.where(other, gap, 0),
+            "gaps": (gap > 0).astype(np.int64),
+            "ts": ts,
+            "end": end,
+        }
+    )
+    out = frame.groupby(["rank", "device", "stream"], sort=True).agg(
+        host_wait=("host_wait", "sum"),
+        kernel_wait=("kernel_wait", "sum"),
+        other=("other", "sum"),
+        gaps=("gaps", "sum"),
+        first=("ts", "min"),
+        last=("end", "max"),
+    )
+    for column in ("host_wait", "kernel_wait", "other"):
+        out[column] = out[column] / 1e3
+    out["idle"] = out["host_wait"] + out["kernel_wait"] + out["other"]
+    out["span"] = (out["last"] - out["first"]) / 1e3
+    out = out.reset_index()[columns]
+    out.attrs["units"] = dict.fromkeys(("host_wait", "kernel_wait", "other", "idle", "span"), "us")
+    return out

@@ -1,0 +1,164 @@
+"""``aorta compare`` and ``aorta report`` in-process, on real (tiny) sweeps."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from aorta.engine import sweep
+from aorta.errors import ExitCode
+from aorta.recipe import load_recipe_text
+
+from .conftest import DATA
+
+# Step times: SLOW_FACTOR scales every step, HSA_XNACK (the xnack cell) doubles them; FAIL
+# makes the baseline fail. Distinct per trial, so the exact test applies.
+STEPS = (
+    "import os, sys\n"
+    "if os.environ.get('FAIL'): sys.exit(1)\n"
+    "t = int(os.environ['AORTA_TRIAL'])\n"
+    "f = float(os.environ.get('SLOW_FACTOR', '1')) * (2 if os.environ.get('HSA_XNACK') else 1)\n"
+    "for s in range(4): print(f'step {f * (10 + t * 0.01 + s * 0.001):.4f} ms')"
+)
+
+
+def probe(extra_env: str = "{}", trials: int = 5) -> str:
+    return f"""
+mode: probe
+trials: {trials}
+mitigation_axis: [none, xnack, tf32_off]
+step_time_regex: 'step ([0-9.]+) ms'
+extra_env: {extra_env}
+"""
+
+
+def run(tmp_path, name, text):
+    result = sweep(
+        load_recipe_text(text, command=["python3", "-c", STEPS]),
+        output=tmp_path / name,
+        progress="none",
+    )
+    return result.run_dir
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("cmp")
+    return {
+        "a": run(tmp, "a", probe()),
+        "a2": run(tmp, "a2", probe()),
+        "slow": run(tmp, "slow", probe("{SLOW_FACTOR: '1.5'}")),
+    }
+
+
+def test_one_run_against_its_baseline(run_cli, runs):
+    code, out, err = run_cli("compare", runs["a"])
+    assert code == ExitCode.OK, err
+    lines = {line.split()[0]: line for line in out.splitlines() if line.strip()}
+    assert "baseline" in lines["none-none"]
+    assert lines["xnack-none"].rstrip().endswith("slower")
+    assert "no change" in lines["tf32_off-none"]
+    assert "10000 resamples, seed 0" in out
+
+
+def test_fail_on_regression_trips_the_gate(run_cli, runs):
+    code, _, err = run_cli("compare", runs["a"], "--fail-on-regression")
+    assert code == ExitCode.GATE
+    assert "xnack-none" in err
+
+
+def test_two_runs_cell_by_cell(run_cli, runs):
+    code, out, _ = run_cli("compare", runs["a"], runs["a2"], "--fail-on-regression")
+    assert code == ExitCode.OK  # the same runs again: nothing regressed
+    code, out, err = run_cli("compare", runs["a"], runs["slow"], "--fail-on-regression")
+    assert code == ExitCode.GATE
+    assert "none-none" in err and "xnack-none" in err
+    # B faster than A is no regression.
+    code, out, _ = run_cli("compare", runs["slow"], runs["a"], "--fail-on-regression")
+    assert code == ExitCode.OK and out.count("faster") == 3
+
+
+def test_gate_from_its_env_twin(run_cli, runs, monkeypatch):
+    monkeypatch.setenv("AORTA_FAIL_ON_REGRESSION", "1")
+    code, _, _ = run_cli("compare", runs["a"], runs["slow"])
+    assert code == ExitCode.GATE
+
+
+def test_json_records_seed_and_resamples(run_cli, runs):
+    code, out, _ = run_cli("compare", runs["a"], "--json", "--seed", "3", "--resamples", "500")
+    assert code == ExitCode.OK
+    doc = json.loads(out)
+    assert doc["statistics"]["seed"] == 3 and doc["statistics"]["resamples"] == 500
+    cells = {c["cell"]: c for c in doc["cells"]}
+    assert cells["xnack-none"]["ratio"] == pytest.approx(2.0, rel=1e-3)
+    assert cells["none-none"]["verdict"] == "baseline"
+
+
+def test_baseline_alpha_and_metric_options(run_cli, runs):
+    code, out, _ = run_cli("compare", runs["a"], "--baseline", "xnack-none", "--alpha", "0.01")
+    assert code == ExitCode.OK
+    # 5 trials against 5 cannot reach 0.01 / 2 (the smallest exact p is 2/252).
+    assert "α = 0.01" in out and "inconclusive — add trials (≥ 6 per cell)" in out
+    assert "0.5 [0.499, 0.501]" in out  # the baseline, against xnack: half the time
+    code, out, _ = run_cli("compare", runs["a"], "--metric", "wall_clock_s", "--json")
+    assert code == ExitCode.OK and json.loads(out)["statistics"]["metric"] == "wall_clock_s"
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--baseline", "nope"], "baseline cell 'nope'"),
+        (["--metric", "nope"], "unknown metric 'nope'"),
+        (["--alpha", "0"], "alpha must be in (0, 1)"),
+    ],
+)
+def test_usage_errors(run_cli, runs, args, message):
+    code, _, err = run_cli("compare", runs["a"], *args)
+    assert code == ExitCode.USAGE
+    assert message in err and err.startswith("Error: ")
+
+
+def test_usage_errors_about_runs(run_cli, runs, tmp_path):
+    code, _, err = run_cli("compare", runs["a"], runs["a2"], "--baseline", "none-none")
+    assert code == ExitCode.USAGE and "--baseline applies to one run" in err
+    code, _, err = run_cli("compare", runs["a"], runs["a2"], runs["slow"])
+    assert code == ExitCode.USAGE
+    code, _, err = run_cli("compare", tmp_path)
+    assert code == ExitCode.USAGE and "not an aorta run directory" in err
+
+
+def test_no_usable_baseline_is_incomplete(run_cli, tmp_path):
+    code, _, err = run_cli("compare", run(tmp_path, "f", probe("{FAIL: '1'}", trials=2)))
+    assert code == ExitCode.INCOMPLETE and "no usable trial" in err
+
+
+def test_runs_sharing_no_cell_are_incomplete(run_cli, runs, tmp_path):
+    other = run(tmp_path, "o", probe(trials=1).replace("[none, xnack, tf32_off]", "[hsa_no_sdma]"))
+    code, _, err = run_cli("compare", runs["a"], other)
+    assert code == ExitCode.INCOMPLETE and "share no cell" in err
+
+
+def test_report_writes_tables_and_figures(run_cli, tmp_path):
+    run_dir = tmp_path / "golden"
+    shutil.copytree(DATA / "golden_run", run_dir)
+    code, out, err = run_cli("report", run_dir)
+    assert code == ExitCode.OK, err
+    names = sorted(p.name for p in (run_dir / "report").iterdir())
+    assert names == [
+        "comparison.csv",
+        "comparison.json",
+        "failure_rates.png",
+        "ratio_forest.png",
+        "report.md",
+        "step_distributions.png",
+        "step_series.png",
+        "trials.csv",
+    ]
+    assert len(out.splitlines()) == len(names)
+    for png in (run_dir / "report").glob("*.png"):
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    csv = (run_dir / "report" / "comparison.csv").read_text().splitlines()
+    assert csv[0].startswith("cell,mitigations,environment,n,n_ok")
+    assert "![ratio_forest](ratio_forest.png)" in (run_dir / "report" / "report.md").read_text()

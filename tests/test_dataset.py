@@ -1,0 +1,308 @@
+"""aorta.dataset: records → Dataset, run directories, results.nc, the accessor."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import xarray as xr
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import aorta
+from aorta.dataset import (
+    RESULTS,
+    build_dataset,
+    load_run,
+    load_runs,
+    load_trials,
+    read_netcdf,
+    write_netcdf,
+)
+from aorta.engine import sweep
+from aorta.errors import UsageError
+from aorta.recipe import load_recipe_text
+from aorta.record import TrialRecord, TrialStatus
+
+# A probe whose step times depend on the cell (HSA_XNACK doubles them) and the trial.
+STEPS = (
+    "import os; t = int(os.environ['AORTA_TRIAL']); f = 2 if os.environ.get('HSA_XNACK') else 1\n"
+    "for s in range(5): print(f'step {f * (10 + t * 0.1 + s * 0.01 + (s == 0) * 50):.3f} ms')"
+)
+PROBE = """
+mode: probe
+ticket: DS-1
+trials: 3
+mitigation_axis: [none, xnack]
+step_time_regex: 'step ([0-9.]+) ms'
+"""
+
+
+@pytest.fixture(scope="module")
+def probe_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs")
+    result = sweep(
+        load_recipe_text(PROBE, command=["python3", "-c", STEPS]), output=out, progress="none"
+    )
+    return result.run_dir
+
+
+def rec(cell, trial, status="ok", **kw):
+    return TrialRecord(
+        cell=cell, cell_id="id", trial=trial, status=status, passed=status == "ok", **kw
+    )
+
+
+def test_layout_dtypes_and_padding():
+    cells = [
+        {
+            "name": "base",
+            "cell_id": "b1",
+            "mitigations": ["none"],
+            "environment": {"name": "local"},
+            "env": {},
+            "workload_config": {"m": 64, "dtype": "float32"},
+            "trials": 3,
+        },
+        {
+            "name": "x",
+            "cell_id": "x1",
+            "mitigations": ["xnack", "tf32_off"],
+            "environment": {"name": "local"},
+            "env": {"HSA_XNACK": "1", "EMPTY": ""},
+            "workload_config": {"m": 128, "dtype": "float32"},
+            "trials": 2,
+        },
+    ]
+    records = [
+        rec("base", 0, step_times_ms=[9.0, 1.0, 2.0], warmup_steps=1, metrics={"tflops": 1.5}),
+        rec("base", 2, "workload_failed", error="bad\x00value", info={"device": "cpu"}),
+        rec("x", 0, "timeout", wall_clock_s=3.0, metrics={"tflops": None}),
+    ]
+    ds = build_dataset(cells, records, attrs={"baseline": "base", "nested": {"a": [1]}})
+    assert dict(ds.sizes) == {
+        "cell": 2,
+        "trial": 3,
+        "step": 3,
+        "metric": 1,
+        "info_key": 1,
+        "env_var": 2,
+    }
+    assert ds.status.values.tolist() == [
+        ["ok", "missing", "workload_failed"],
+        ["timeout", "missing", "missing"],
+    ]
+    for name in ("status", "error", "info", "cell", "mitigations", "env_value", "metric"):
+        assert ds[name].dtype == object, name
+    assert ds.mitigations.values.tolist() == ["none", "xnack+tf32_off"]
+    assert ds.error.sel(cell="base", trial=2).item() == "bad\u2400value"
+    assert np.isnan(ds.step_time_ms.sel(cell="x", trial=0)).all()
+    assert ds.n_steps.values.tolist() == [[3, 0, 0], [0, 0, 0]]
+    assert ds.seed.sel(cell="x", trial=1).item() == -1
+    assert np.isnan(ds.metrics.sel(cell="x", trial=0, metric="tflops")).item()
+    # The overlay: "" set explicitly is told apart from unset by env_set.
+    assert ds.env_value.sel(cell="x", env_var="EMPTY").item() == ""
+    assert ds.env_set.sel(env_var="EMPTY").values.tolist() == [False, True]
+    # Config: only the key that varies is a coordinate; the shared one is in attrs.
+    assert ds.config_m.values.tolist() == [64, 128] and ds.config_m.dtype == np.int64
+    assert json.loads(ds.attrs["workload_config"]) == {"dtype": "float32"}
+    assert json.loads(ds.attrs["nested"]) == {"a": [1]}
+    assert ds.step_time_ms.attrs["units"] == "ms" and ds.wall_clock_s.attrs["units"] == "s"
+
+
+def test_plot_labels_itself():
+    ds = build_dataset([{"name": "a"}], [rec("a", 0, step_times_ms=[1.0, 2.0])])
+    ax = ds.step_time_ms.sel(cell="a", trial=0).plot()[0].axes
+    assert ax.get_ylabel() == "step time [ms]"
+
+
+def test_config_coords_of_mixed_types():
+    cells = [
+        {"name": "a", "workload_config": {"f": 1.5, "s": "x", "j": [1], "b": True}},
+        {"name": "b", "workload_config": {"s": "y", "j": {"k": 2}, "b": False}},
+    ]
+    ds = build_dataset(cells, [])
+    assert ds.config_f.values.tolist()[0] == 1.5 and np.isnan(ds.config_f.values[1])
+    assert ds.config_s.values.tolist() == ["x", "y"]
+    assert ds.config_j.values.tolist() == ["[1]", '{"k": 2}']
+    assert ds.config_b.values.tolist() == [True, False]
+
+
+def test_load_run_of_a_real_sweep_and_results_nc(probe_run):
+    assert (probe_run / RESULTS).is_file()
+    ds = load_run(probe_run)
+    fresh = load_run(probe_run, source="records")
+    xr.testing.assert_identical(ds, fresh)
+    assert ds.cell.values.tolist() == ["none-none", "xnack-none"]
+    assert ds.attrs["baseline"] == "none-none" and ds.attrs["status"] == "complete"
+    assert ds.attrs["threshold"] == 1.15
+    assert ds.env_value.sel(cell="xnack-none", env_var="HSA_XNACK").item() == "1"
+    steps = ds.step_time_ms.sel(cell="xnack-none", trial=1).values.tolist()
+    assert steps == [120.2, 20.22, 20.24, 20.26, 20.28]
+
+
+def test_netcdf_round_trip_is_exact(tmp_path, probe_run):
+    ds = load_run(probe_run, source="records")
+    path = ds.aorta.to_netcdf(tmp_path / "r.nc")
+    back = read_netcdf(path)
+    xr.testing.assert_identical(ds, back)
+    assert back.status.dtype == object and back.cell.dtype == object
+    xr.testing.assert_identical(load_run(path), ds)
+
+
+def test_load_trials_is_tidy(probe_run):
+    df = load_trials(probe_run)
+    assert len(df) == 6
+    assert {"cell", "trial", "status", "step_time_ms", "wall_clock_s", "mitigations"} <= set(
+        df.columns
+    )
+    # The trial value is the median of the steps after the warm-up; a probe declares none,
+    # so its slow first step counts (and the median shrugs it off).
+    row = df[(df.cell == "xnack-none") & (df.trial == 1)].iloc[0]
+    assert row.step_time_ms == pytest.approx(20.26)
+
+
+def test_load_runs_stacks_with_an_outer_join(probe_run):
+    a = build_dataset([{"name": "x", "trials": 1}], [rec("x", 0, step_times_ms=[1.0])])
+    stacked = load_runs([probe_run, probe_run], labels=["first", "second"])
+    assert stacked.sizes["run"] == 2 and stacked.run.values.tolist() == ["first", "second"]
+    assert stacked.attrs["baseline"] == "none-none"
+    from aorta.dataset import _stack
+
+    mixed = _stack([load_run(probe_run), a], dim="run", labels=["p", "a"])
+    assert mixed.status.sel(run="a", cell="none-none").values.tolist() == ["missing"] * 3
+    assert mixed.status.sel(run="p", cell="x").values.tolist() == ["missing"] * 3
+    assert mixed.passed.dtype == bool and mixed.status.dtype == object
+    with pytest.raises(ValueError, match="distinct labels"):
+        load_runs([probe_run, probe_run], labels=["a", "a"])
+
+
+def test_load_run_errors(tmp_path, probe_run):
+    with pytest.raises(UsageError, match="not an aorta run directory"):
+        load_run(tmp_path)
+    (tmp_path / "junk.nc").write_text("nope")
+    with pytest.raises(UsageError, match="not a readable netCDF"):
+        load_run(tmp_path / "junk.nc")
+
+
+def test_netcdf_source_needs_results(tmp_path, probe_run):
+    import shutil
+
+    copy = tmp_path / "run"
+    shutil.copytree(probe_run, copy)
+    (copy / RESULTS).unlink()
+    with pytest.raises(UsageError, match=r"results\.nc"):
+        load_run(copy, source="netcdf")
+    assert load_run(copy).sizes["cell"] == 2  # auto falls back to the records
+
+
+def test_accessor_validates_dims():
+    with pytest.raises(ValueError, match="'trial'"):
+        _ = xr.Dataset(coords={"cell": ["a"]}).aorta
+    with pytest.raises(ValueError, match="'cell'"):
+        _ = xr.Dataset().aorta
+
+
+def test_top_level_api(probe_run):
+    ds = aorta.load_run(probe_run)
+    df = aorta.compare(ds)
+    assert isinstance(df, pd.DataFrame) and df.loc["none-none", "verdict"] == "baseline"
+    assert isinstance(aorta.load_trials(probe_run), pd.DataFrame)
+    assert {"load_run", "load_runs", "load_trials", "compare", "compare_runs"} <= set(aorta.__all__)
+
+
+# --- the round trip on random datasets --------------------------------------------------------
+
+text = st.text(st.characters(exclude_categories=["Cs"]), max_size=8)
+floats = st.floats(allow_nan=True, allow_infinity=True, width=64)
+
+
+@st.composite
+def runs(draw):
+    names = draw(
+        st.lists(
+            st.from_regex(r"[a-z][a-z0-9_.-]{0,6}", fullmatch=True),
+            min_size=1,
+            max_size=3,
+            unique=True,
+        )
+    )
+    env_names = draw(
+        st.lists(st.from_regex(r"[A-Z_][A-Z0-9_]{0,5}", fullmatch=True), max_size=3, unique=True)
+    )
+    config_values = st.one_of(
+        st.integers(-5, 5),
+        st.floats(allow_nan=False),
+        text,
+        st.booleans(),
+        st.none(),
+        st.lists(st.integers(), max_size=2),
+    )
+    cells = []
+    for name in names:
+        cells.append(
+            {
+                "name": name,
+                "mitigations": draw(
+                    st.lists(st.sampled_from(["none", "xnack", "tf32_off"]), max_size=2)
+                ),
+                "environment": {"name": draw(st.sampled_from(["local", "img"]))},
+                "env": draw(
+                    st.dictionaries(st.sampled_from(env_names), text) if env_names else st.just({})
+                ),
+                "workload_config": draw(
+                    st.dictionaries(st.sampled_from(["m", "k", "a/b"]), config_values, max_size=3)
+                ),
+                "trials": draw(st.integers(0, 3)),
+            }
+        )
+    records = []
+    for name in names:
+        for trial in draw(st.sets(st.integers(0, 3), max_size=3)):
+            records.append(
+                TrialRecord(
+                    cell=name,
+                    cell_id="",
+                    trial=trial,
+                    status=draw(st.sampled_from(list(TrialStatus))),
+                    passed=draw(st.booleans()),
+                    step_times_ms=draw(st.lists(floats, max_size=4)),
+                    warmup_steps=draw(st.integers(0, 2)),
+                    wall_clock_s=draw(st.none() | floats),
+                    metrics=draw(
+                        st.dictionaries(st.sampled_from(["tflops", "loss"]), st.none() | floats)
+                    ),
+                    info=draw(st.dictionaries(text, text, max_size=2)),
+                    error=draw(st.none() | text),
+                    seed=draw(st.integers(0, 2**31 - 1)),
+                )
+            )
+    attrs = draw(
+        st.dictionaries(
+            st.from_regex(r"[a-z]{1,5}", fullmatch=True),
+            st.one_of(
+                text,
+                st.integers(-(2**31), 2**31),
+                floats,
+                st.booleans(),
+                st.none(),
+                st.lists(text, max_size=2),
+            ),
+        )
+    )
+    return cells, records, attrs
+
+
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(runs())
+def test_netcdf_round_trip_on_random_runs(tmp_path, run):
+    cells, records, attrs = run
+    ds = build_dataset(cells, records, attrs=attrs)
+    path = write_netcdf(ds, tmp_path / "random.nc")
+    xr.testing.assert_identical(read_netcdf(path), ds)
