@@ -16,7 +16,8 @@ from aorta import envvars
 from aorta.errors import AortaError, ExitCode, UsageError
 
 if TYPE_CHECKING:
-    from aorta.launch import DryRun, Node
+    from aorta.launch import Cluster, Deadlines, LaunchSpec, Node
+    from aorta.launch import DryRun as DryRunReport
 
 CONTEXT = {"allow_interspersed_args": False}
 
@@ -66,7 +67,7 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _print_dry_run(report: DryRun) -> None:
+def _print_dry_run(report: DryRunReport) -> None:
     from aorta.launch.preflight import format_skew, version_rows
 
     port = report.master_port if report.master_port else "? (the head could not probe one)"
@@ -89,118 +90,129 @@ def _print_dry_run(report: DryRun) -> None:
         print(line)
 
 
+# -- options (each with its AORTA_* twin) -------------------------------------------------------
+
+Command = Annotated[
+    list[str] | None,
+    typer.Argument(
+        help="Probe mode: the command every trial runs, after '--'.", show_default=False
+    ),
+]
+ClusterFile = Annotated[
+    Path,
+    typer.Option(
+        "--cluster",
+        "-c",
+        envvar=envvars.CLUSTER,
+        help="cluster.json (CVS format) or a hostfile.",
+        dir_okay=False,
+    ),
+]
+RecipeFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--recipe", "-r", envvar=envvars.RECIPE, help="The recipe to sweep.", dir_okay=False
+    ),
+]
+NprocPerNode = Annotated[
+    str | None,
+    typer.Option(
+        "--nproc-per-node",
+        envvar=envvars.NPROC_PER_NODE,
+        help="Processes per node: N, 'gpu' or 'auto' (default: the cluster's nproc_per_node/slots, else 1).",
+    ),
+]
+DryRun = Annotated[
+    bool,
+    typer.Option(
+        "--dry-run", help="Check every node and print each node's command; start nothing."
+    ),
+]
+Output = Annotated[
+    Path,
+    typer.Option("--output", "-o", envvar=envvars.OUTPUT, help="Root of the run directories here."),
+]
+Ticket = Annotated[
+    str | None,
+    typer.Option("--ticket", envvar=envvars.TICKET, help="Override the recipe's ticket."),
+]
+MasterAddr = Annotated[
+    str | None,
+    typer.Option(
+        "--master-addr",
+        envvar=envvars.MASTER_ADDR_OVERRIDE,
+        help="Rendezvous address (default: the head's vpc_ip).",
+    ),
+]
+MasterPort = Annotated[
+    int | None,
+    typer.Option(
+        "--master-port",
+        envvar=envvars.MASTER_PORT_OVERRIDE,
+        help="Rendezvous port (default: a free port on the head).",
+        min=1,
+        max=65535,
+    ),
+]
+Override = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--override",
+        envvar=envvars.LAUNCH_OVERRIDE,
+        help="KEY=VALUE for the training command; repeatable, passed as one group.",
+    ),
+]
+SetupTimeout = Annotated[
+    float,
+    typer.Option(
+        "--setup-timeout",
+        envvar=envvars.LAUNCH_SETUP_TIMEOUT,
+        help="Seconds to set every node up.",
+        min=1,
+    ),
+]
+RunTimeout = Annotated[
+    float,
+    typer.Option(
+        "--run-timeout", envvar=envvars.LAUNCH_RUN_TIMEOUT, help="Seconds the run may take.", min=1
+    ),
+]
+CollectTimeout = Annotated[
+    float,
+    typer.Option(
+        "--collect-timeout",
+        envvar=envvars.LAUNCH_COLLECT_TIMEOUT,
+        help="Seconds to pull artifacts.",
+        min=1,
+    ),
+]
+Quiet = Annotated[
+    bool,
+    typer.Option(
+        "--quiet", "-q", help="Do not stream node output (each node's launch.log keeps it)."
+    ),
+]
+
+
 def launch(
-    command: Annotated[
-        list[str] | None,
-        typer.Argument(
-            help="Probe mode: the command every trial runs, after '--'.", show_default=False
-        ),
-    ] = None,
-    cluster: Annotated[
-        Path,
-        typer.Option(
-            "--cluster",
-            "-c",
-            envvar=envvars.CLUSTER,
-            help="cluster.json (CVS format) or a hostfile.",
-            dir_okay=False,
-        ),
-    ] = Path("cluster.json"),
-    recipe: Annotated[
-        Path | None,
-        typer.Option(
-            "--recipe", "-r", envvar=envvars.RECIPE, help="The recipe to sweep.", dir_okay=False
-        ),
-    ] = None,
-    nproc_per_node: Annotated[
-        str | None,
-        typer.Option(
-            "--nproc-per-node",
-            envvar=envvars.NPROC_PER_NODE,
-            help="Processes per node: N, 'gpu' or 'auto' (default: the cluster's nproc_per_node/slots, else 1).",
-        ),
-    ] = None,
-    dry_run: Annotated[
-        bool,
-        typer.Option(
-            "--dry-run", help="Check every node and print each node's command; start nothing."
-        ),
-    ] = False,
-    output: Annotated[
-        Path,
-        typer.Option(
-            "--output", "-o", envvar=envvars.OUTPUT, help="Root of the run directories here."
-        ),
-    ] = Path("triage_results"),
-    ticket: Annotated[
-        str | None,
-        typer.Option("--ticket", envvar=envvars.TICKET, help="Override the recipe's ticket."),
-    ] = None,
-    master_addr: Annotated[
-        str | None,
-        typer.Option(
-            "--master-addr",
-            envvar=envvars.MASTER_ADDR_OVERRIDE,
-            help="Rendezvous address (default: the head's vpc_ip).",
-        ),
-    ] = None,
-    master_port: Annotated[
-        int | None,
-        typer.Option(
-            "--master-port",
-            envvar=envvars.MASTER_PORT_OVERRIDE,
-            help="Rendezvous port (default: a free port on the head).",
-            min=1,
-            max=65535,
-        ),
-    ] = None,
-    override: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--override",
-            envvar=envvars.LAUNCH_OVERRIDE,
-            help="KEY=VALUE for the training command; repeatable, passed as one group.",
-        ),
-    ] = None,
-    setup_timeout: Annotated[
-        float,
-        typer.Option(
-            "--setup-timeout",
-            envvar=envvars.LAUNCH_SETUP_TIMEOUT,
-            help="Seconds to set every node up.",
-            min=1,
-        ),
-    ] = 120.0,
-    run_timeout: Annotated[
-        float,
-        typer.Option(
-            "--run-timeout",
-            envvar=envvars.LAUNCH_RUN_TIMEOUT,
-            help="Seconds the run may take.",
-            min=1,
-        ),
-    ] = 24 * 3600.0,
-    collect_timeout: Annotated[
-        float,
-        typer.Option(
-            "--collect-timeout",
-            envvar=envvars.LAUNCH_COLLECT_TIMEOUT,
-            help="Seconds to pull artifacts.",
-            min=1,
-        ),
-    ] = 600.0,
-    quiet: Annotated[
-        bool,
-        typer.Option(
-            "--quiet", "-q", help="Do not stream node output (each node's launch.log keeps it)."
-        ),
-    ] = False,
+    command: Command = None,
+    cluster: ClusterFile = Path("cluster.json"),
+    recipe: RecipeFile = None,
+    nproc_per_node: NprocPerNode = None,
+    dry_run: DryRun = False,
+    output: Output = Path("triage_results"),
+    ticket: Ticket = None,
+    master_addr: MasterAddr = None,
+    master_port: MasterPort = None,
+    override: Override = None,
+    setup_timeout: SetupTimeout = 120.0,
+    run_timeout: RunTimeout = 24 * 3600.0,
+    collect_timeout: CollectTimeout = 600.0,
+    quiet: Quiet = False,
 ) -> int:
     """Run a recipe's sweep on every node of a cluster (torchrun, rendezvous on the head) and
     gather the results into one run directory."""
     from aorta.launch import Deadlines, load_cluster, sweep_spec
-    from aorta.launch import dry_run as check
-    from aorta.launch import launch as run
 
     if recipe is None:
         raise UsageError("give --recipe FILE (the recipe every node sweeps)")
@@ -219,16 +231,30 @@ def launch(
         printer.event(f"warning: {cluster}: {warning}")
     deadlines = Deadlines(setup=setup_timeout, run=run_timeout, collect=collect_timeout)
     if dry_run:
-        report = check(the_cluster, spec, deadlines=deadlines)
-        _print_dry_run(report)
-        if not report.ok:
-            bad = [o.describe() for o in report.outcomes.values() if o.status != "ok"]
-            raise AortaError(f"dry run: {len(bad)} node(s) not ready: {'; '.join(bad)}")
-        return ExitCode.OK
+        return _dry_run(the_cluster, spec, deadlines=deadlines)
+    return _launch(the_cluster, spec, output=output, deadlines=deadlines, printer=printer)
+
+
+def _dry_run(cluster: Cluster, spec: LaunchSpec, *, deadlines: Deadlines) -> int:
+    from aorta.launch import dry_run
+
+    report = dry_run(cluster, spec, deadlines=deadlines)
+    _print_dry_run(report)
+    if not report.ok:
+        bad = [o.describe() for o in report.outcomes.values() if o.status != "ok"]
+        raise AortaError(f"dry run: {len(bad)} node(s) not ready: {'; '.join(bad)}")
+    return ExitCode.OK
+
+
+def _launch(
+    cluster: Cluster, spec: LaunchSpec, *, output: Path, deadlines: Deadlines, printer: _Printer
+) -> int:
+    from aorta.launch import launch
+
     # A failed node raises LaunchFailed (exit code ERROR) after teardown and collection.
     with _sigterm_as_interrupt():
-        result = run(
-            the_cluster,
+        result = launch(
+            cluster,
             spec,
             output=output,
             deadlines=deadlines,

@@ -547,8 +547,24 @@ def parse_hostfile(text: str, *, source: str | None = None) -> Cluster:
 def load_cluster(path: str | Path) -> Cluster:
     """Read a ``cluster.json`` or a hostfile (whichever the content is) and validate it.
 
-    Raises :class:`ClusterError` (a :class:`~aorta.errors.UsageError`) naming the file and
-    the path of each problem inside it.
+    Raises
+    ------
+    ClusterError
+        A :class:`~aorta.errors.UsageError` naming the file and the path of each problem inside
+        it (``cluster.json: node_dict["10.0.0.2"].port: ...``).
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "hostfile"
+    >>> _ = path.write_text("gpu-1 slots=8\\ngpu-2 slots=8\\n")
+    >>> [n.label for n in load_cluster(path).nodes]
+    ['node0 gpu-1', 'node1 gpu-2']
+    >>> _ = path.write_text('{"node_dict": {"gpu-1": {"port": "22"}}}')
+    >>> load_cluster(path)
+    Traceback (most recent call last):
+    ...
+    aorta.launch.cluster.ClusterError: ...hostfile: node_dict["gpu-1"].port: must be an integer from 1 to 65535, got string '22'
     """
     path = Path(path)
     try:

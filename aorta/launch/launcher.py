@@ -51,7 +51,11 @@ def _ignore(*_args: object) -> None:
 
 
 def new_run_id(now: _dt.datetime | None = None) -> str:
-    """``2026-11-30T05-12-33-a1b2c3``: UTC time plus 24 random bits (also ``AORTA_RUN_ID``)."""
+    """``2026-11-30T05-12-33-a1b2c3``: UTC time plus 24 random bits (also ``AORTA_RUN_ID``).
+
+    >>> new_run_id(_dt.datetime(2026, 1, 2, 3, 4, 5))[:20]
+    '2026-01-02T03-04-05-'
+    """
     stamp = (now or _dt.datetime.now(_dt.UTC)).strftime("%Y-%m-%dT%H-%M-%S")
     return f"{stamp}-{secrets.token_hex(3)}"
 
@@ -82,7 +86,22 @@ def sweep_spec(
     """The spec of ``aorta launch``: ``aorta sweep run --recipe R [-- command]`` under torchrun.
 
     The recipe is shipped to every node (nodes need not share a file system) and each node's
-    sweep writes under its per-run folder, which the launch collects.
+    sweep writes under its per-run folder, which the launch collects. ``command`` is the probe
+    command (after ``--``); ``overrides`` are appended to it as one ``--override`` group.
+
+    Raises
+    ------
+    UsageError
+        The recipe cannot be read, or ``overrides`` were given without a ``command``.
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> recipe = pathlib.Path(tempfile.mkdtemp()) / "probe.yaml"
+    >>> _ = recipe.write_text("mode: probe\\nmitigation_axis: [none]\\n")
+    >>> spec = sweep_spec(recipe, command=["python", "train.py"], overrides=["lr=0.1"])
+    >>> spec.argv[:4], spec.argv[-3:], spec.overrides
+    (('-m', 'aorta', 'sweep', 'run'), ('--', 'python', 'train.py'), ('lr=0.1',))
     """
     path = Path(recipe)
     try:
@@ -397,11 +416,19 @@ def launch(
 
     Examples
     --------
-    Building the spec touches no network (launching needs SSH-reachable nodes):
+    With a node that refuses connections the launch fails at setup, nothing is started, and
+    the result (every node's outcome) still lands in a run directory:
 
+    >>> import tempfile
+    >>> c = Cluster.from_dict({"node_dict": {"127.0.0.1": {"port": 1}}, "connect_timeout": 2})
     >>> spec = LaunchSpec(argv=("-m", "my_training", "--epochs", "1"), nproc_per_node=8)
-    >>> spec.requires
-    ()
+    >>> try:
+    ...     launch(c, spec, output=tempfile.mkdtemp())
+    ... except LaunchFailed as exc:
+    ...     print(exc.result.status, exc.result.outcomes["node0"].status)
+    ...     print((exc.result.run_dir / "launch.json").is_file())
+    failed unreachable
+    True
     """
     state = _Launch(
         cluster,
@@ -460,8 +487,36 @@ def dry_run(
     deadlines: Deadlines = Deadlines(),
     sessions: SessionFactory | None = None,
 ) -> DryRun:
-    """Check every node (SSH, Python, required modules, versions) and build each node's command
-    without creating or starting anything; the head still probes a free port."""
+    """Check every node and build each node's command, creating or starting nothing.
+
+    Each node is connected to and snapshotted (Python, aorta and torch versions, drivers, the
+    variables that steer NCCL/RCCL) and must be able to import ``spec.requires``; the head still
+    probes a free rendezvous port.
+
+    Parameters
+    ----------
+    deadlines
+        ``deadlines.setup`` bounds the whole check.
+    sessions
+        ``cluster -> {node name: session}``; default :func:`ssh_sessions`.
+
+    Returns
+    -------
+    DryRun
+        ``outcomes`` (``ok``, ``unreachable``, ``setup_failed``, ``timeout`` per node), the exact
+        ``commands`` of the ready nodes (none when the head is not ready: no port), ``skew``.
+
+    Examples
+    --------
+    A node nobody listens on is reported, not raised:
+
+    >>> c = Cluster.from_dict({"node_dict": {"127.0.0.1": {"port": 1}}, "connect_timeout": 2})
+    >>> report = dry_run(c, LaunchSpec(argv=("train.py",)))
+    >>> report.ok, report.outcomes["node0"].status
+    (False, 'unreachable')
+    >>> "connection refused" in report.outcomes["node0"].message
+    True
+    """
     run_id = new_run_id()
     addr = cluster.master_addr(spec.master_addr)
     outcomes = {n.name: NodeOutcome(n) for n in cluster.nodes}
