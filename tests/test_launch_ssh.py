@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from aorta.launch import Cluster, LaunchSpec, dry_run, new_run_id
+from aorta.launch import Cluster, LaunchSpec, dry_run, new_run_id, ssh_sessions
 from tests.launch_fixtures import (
     FAST,
+    PY,
     assert_nothing_left,
     cluster_fixture,  # noqa: F401 - fixture
     farm_fixture,  # noqa: F401 - fixture
@@ -264,6 +265,71 @@ def test_nodes_stop_by_themselves_when_the_orchestrator_dies(
         orchestrator.kill()
         orchestrator.wait(timeout=10)
     assert wait_gone(f"AORTA_RUN_ID={run_id}", timeout=15.0) == []
+
+
+def test_a_node_finishing_setup_after_the_deadline_tears_itself_down(
+    farm: SshdFarm, tmp_path: Path
+) -> None:
+    # Node 1's setup starts 3 s late, like one stuck connecting. (Without the run's identity in
+    # its environment: a setup process that has it is simply killed by the launch's teardown.)
+    slow = tmp_path / "slow-python"
+    slow.write_text(
+        "#!/bin/sh\n"
+        'case "$*" in *setup) exec env -u AORTA_RUN_ID -u AORTA_NODE_RANK sh -c \'sleep 3; exec "$0" "$@"\' '
+        f'{PY} "$@";; esac\nexec {PY} "$@"\n'
+    )
+    slow.chmod(0o755)
+    data = farm.cluster_dict()
+    data["node_dict"]["127.0.0.3"]["python"] = str(slow)
+    deadlines = FAST.__class__(**{**FAST.__dict__, "setup": 1.0})
+    run_id = new_run_id()
+    result, _ = run_launch(
+        Cluster.from_dict(data),
+        LaunchSpec(argv=plain("hang-on", "none"), torchrun=False),
+        tmp_path / "out",
+        deadlines=deadlines,
+        run_id=run_id,
+    )
+
+    assert result.status == "timeout"
+    assert (
+        result.outcomes["node1"].status == "timeout"
+        and "setup not finished" in result.outcomes["node1"].message
+    )
+    assert result.outcomes["node0"].status == "not_started"
+    assert (
+        json.loads((result.run_dir / "launch.json").read_text())["nodes"]["node1"]["status"]
+        == "timeout"
+    )
+    # the straggler creates its folder after the launch gave up on it (and after the launch's
+    # own teardown found nothing there), then undoes it by itself
+    cancel = farm.nodes[1].workdir / ".aorta-launch" / run_id / "node_1" / "cancel"
+    assert not cancel.exists()
+    deadline = time.monotonic() + 10
+    while not cancel.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert cancel.exists()
+    assert_nothing_left(result)
+
+
+def test_sftp_pulls_when_rsync_is_not_there(
+    farm: SshdFarm, cluster: Cluster, tmp_path: Path
+) -> None:
+    remote = farm.nodes[1].workdir / "sftp-src"
+    (remote / "cells" / "a" / "trace").mkdir(parents=True)
+    (remote / "cells" / "a" / "trace" / "rank2.pt.trace.json").write_text("{}")
+    (remote / "name with space.log").write_text("x")
+    (remote / "combined_traces" / "node_0").mkdir(parents=True)  # an earlier collection
+    (remote / "combined_traces" / "node_0" / "old.txt").write_text("old")
+    session = ssh_sessions(cluster)["node1"]
+    try:
+        how = session.pull(str(remote), tmp_path / "got", timeout=20, rsync=False)
+    finally:
+        session.close()
+    assert how == "sftp (2 files)"
+    assert (tmp_path / "got/cells/a/trace/rank2.pt.trace.json").read_text() == "{}"
+    assert (tmp_path / "got/name with space.log").read_text() == "x"
+    assert not (tmp_path / "got/combined_traces").exists()
 
 
 def test_dry_run_checks_every_node_and_starts_nothing(cluster: Cluster, farm: SshdFarm) -> None:

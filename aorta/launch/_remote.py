@@ -315,7 +315,15 @@ def kill(req):
 def main(argv):
     request = json.loads(sys.stdin.read() or "{}")
     result = {"setup": setup, "kill": kill, "snapshot": lambda _req: snapshot()}[argv[0]](request)
-    sys.stdout.write(json.dumps(result) + "\n")
+    try:
+        sys.stdout.write(json.dumps(result) + "\n")
+        sys.stdout.flush()
+    except OSError:
+        # Nobody is reading: the launch gave up on this node (its setup deadline passed, or the
+        # launcher died). A setup that finished anyway tears itself down: the cancel mark keeps
+        # anything from starting in this run's folder, and nothing of the run is left running.
+        if argv[0] == "setup" and result.get("created") and request.get("kill"):
+            kill(dict(request["kill"], node_dir=result["node_dir"]))
 
 
 if __name__ == "__main__":

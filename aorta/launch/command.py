@@ -310,4 +310,11 @@ def kill_command(
     }
     if head_dir:
         request.update(head_dir=head_dir, head_token=head_token)
-    return _helper(node, "kill"), json.dumps(request).encode()
+    # Without a working Python (the node's interpreter is what failed setup), still stop the
+    # pid file's session and report it in the helper's format.
+    pid = shlex.quote(posixpath.join(node_dir, "pid"))
+    fallback = (
+        f"{{ p=$(cat {pid} 2>/dev/null) && kill -KILL -- -$p 2>/dev/null; "
+        """echo '{"terminated": 0, "killed": 0, "left": [], "fallback": true}'; }"""
+    )
+    return f"{_helper(node, 'kill')} || {fallback}", json.dumps(request).encode()

@@ -224,6 +224,8 @@ def teardown_nodes(
 
 
 def _describe_kill(report: Mapping[str, Any], before: str) -> str:
+    if report.get("fallback"):
+        return "the node's Python could not run the cleanup: killed the pid file's session only"
     left = report.get("left") or []
     if left:
         return f"{len(left)} process(es) still running after SIGKILL: {left}"
