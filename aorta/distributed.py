@@ -303,7 +303,14 @@ def init_process_group(ctx: TrialContext, *, backend: str | None = None) -> Any:
 
 
 def destroy_process_group() -> None:
-    """Leave the trial's process group if one is up (safe to call twice)."""
+    """Leave the trial's process group if one is up (safe to call twice).
+
+    Objects that hold the group (DDP, FSDP modules) must be dropped first; garbage that still
+    refers to it is collected here, so no destructor runs against a destroyed group later.
+    """
+    import gc
+
+    gc.collect()
     with contextlib.suppress(Exception):
         import torch.distributed as dist
 

@@ -308,3 +308,45 @@ def test_distributed_resume_reruns_only_missing_trials(tmp_path):
     assert json.loads(victim.read_text())["status"] == "ok"
     assert (run_dir / "cells/a/trial_0000.json").stat().st_mtime_ns == kept
     assert only_run_dir(tmp_path / "out") == run_dir
+
+
+def test_in_process_distributed_trials_across_two_torchrun_nodes(tmp_path):
+    # Two torchrun agents with a static rendezvous, two ranks each, trials in the engine
+    # process: DDP/FSDP objects must let go of each trial's group before the next one.
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(
+        "workload: training\ntrials: 2\nsteps: 2\ntrial_isolation: in_process\n"
+        "workload_config: {model_dim: 16, num_layers: 1, batch_size: 2}\n"
+        "cells: [{name: ddp, mitigations: [none], workload_config: {mode: ddp}}, "
+        "{name: fsdp, mitigations: [none], workload_config: {mode: fsdp}}]\n"
+    )
+    port = str(_free_port())
+    procs = [
+        subprocess.Popen(
+            [
+                TORCHRUN,
+                "--nnodes=2",
+                "--nproc-per-node=2",
+                f"--node-rank={n}",
+                "--master-addr=127.0.0.1",
+                f"--master-port={port}",
+                AORTA,
+                "sweep",
+                "run",
+                "--recipe",
+                str(recipe),
+                "-o",
+                str(tmp_path / "out"),
+            ],
+            env=_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for n in (0, 1)
+    ]
+    outs = [p.communicate(timeout=150) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs[0][1][-2000:] + outs[1][1][-2000:]
+    recs = records(only_run_dir(tmp_path / "out"))
+    assert sorted(recs) == [("ddp", 0), ("ddp", 1), ("fsdp", 0), ("fsdp", 1)]
+    assert all(r["status"] == "ok" and r["isolation"] == "in_process" for r in recs.values())

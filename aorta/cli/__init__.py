@@ -75,6 +75,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(ExitCode.INTERRUPTED)
     if rv is None:
         return int(ExitCode.OK)
+    if rv == ExitCode.INTERRUPTED:
+        # Typer turns a Ctrl-C outside the engine into a bare exit code: say what happened.
+        _error("interrupted")
     return int(rv)
 
 
