@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.figure import Figure
 
-    from aorta.comparison import TrialSelection
+    from aorta.comparison import RankReduction, TrialSelection
 
 __all__ = ["AortaAccessor"]
 
@@ -58,6 +58,7 @@ class AortaAccessor:
         alpha: float = 0.05,
         threshold: float | None = None,
         trials: TrialSelection = "ok",
+        ranks: RankReduction = "worst",
         seed: int = stats.DEFAULT_SEED,
         resamples: int = stats.DEFAULT_RESAMPLES,
     ) -> pd.DataFrame:
@@ -71,6 +72,7 @@ class AortaAccessor:
             alpha=alpha,
             threshold=threshold,
             trials=trials,
+            ranks=ranks,
             seed=seed,
             resamples=resamples,
         )
@@ -82,12 +84,16 @@ class AortaAccessor:
         return compare_runs(reference, self._ds, **kwargs)
 
     def trial_values(
-        self, *, metric: str = "step_time_ms", trials: TrialSelection = "ok"
+        self,
+        *,
+        metric: str = "step_time_ms",
+        trials: TrialSelection = "ok",
+        ranks: RankReduction = "worst",
     ) -> xr.DataArray:
         """One value per trial: :func:`aorta.comparison.trial_values`."""
         from aorta.comparison import trial_values
 
-        return trial_values(self._ds, metric=metric, trials=trials)
+        return trial_values(self._ds, metric=metric, trials=trials, ranks=ranks)
 
     def trials(self) -> pd.DataFrame:
         """One row per recorded trial: :func:`aorta.dataset.trials_frame`."""
