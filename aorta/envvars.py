@@ -35,6 +35,8 @@ FAIL_ON_REGRESSION = "AORTA_FAIL_ON_REGRESSION"
 BOOTSTRAP_SEED = "AORTA_BOOTSTRAP_SEED"
 BOOTSTRAP_RESAMPLES = "AORTA_BOOTSTRAP_RESAMPLES"
 JSON_OUTPUT = "AORTA_JSON"
+TRACES = "AORTA_TRACES"
+RANKS = "AORTA_RANKS"
 
 CLI_TWINS: dict[str, str] = {
     "--recipe": RECIPE,
@@ -56,6 +58,8 @@ CLI_TWINS: dict[str, str] = {
     "--seed": BOOTSTRAP_SEED,
     "--resamples": BOOTSTRAP_RESAMPLES,
     "--json": JSON_OUTPUT,
+    "--traces": TRACES,
+    "--ranks": RANKS,
 }
 
 # --- what the engine hands to every trial -----------------------------------------------------
