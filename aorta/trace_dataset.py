@@ -59,6 +59,7 @@ __all__ = [
     "add_trace_metrics",
     "analyse_trial",
     "is_trace_variable",
+    "load_tracelens",
     "trace_variables",
 ]
 
@@ -348,7 +349,8 @@ def trace_variables(
     *,
     n_ranks: int,
 ) -> dict[str, xr.DataArray]:
-    """The per-rank DataArrays (dims cell × trial × rank) of the trials' results."""
+    """The per-rank DataArrays (dims cell × trial × rank) of the trials' results (``file``: the
+    path to show in ``trace_file``)."""
     import xarray as xr
 
     from aorta.dataset import _objects
@@ -365,11 +367,10 @@ def trace_variables(
     files = np.full(shape, "", dtype=object)
     for (cell, trial), result in results.items():
         i, j = cells.index(cell), trials.index(trial)
-        folder = Path("cells") / cell / f"trial_{trial:04d}" / "trace"
         for rank_text, metrics in result["ranks"].items():
             k = int(rank_text)
             source[i, j, k] = str(metrics.get("source", "missing"))
-            files[i, j, k] = (folder / metrics["file"]).as_posix() if metrics.get("file") else ""
+            files[i, j, k] = str(metrics.get("file") or "")
             for name in names:
                 value = metrics.get(name)
                 values[name][i, j, k] = np.nan if value is None else value
@@ -383,8 +384,8 @@ def trace_variables(
         attrs={
             "long_name": "trace source",
             "description": "gpu: GPU time breakdown; host: host-side breakdown (no GPU events); "
-            "none: a trace with nothing to break down; missing: no trace file; "
-            "unreadable: the file could not be loaded",
+            "tracelens: a TraceLens report; none: a trace with nothing to break down; "
+            "missing: no trace file; unreadable: the file could not be loaded",
         },
     )
     out["trace_file"] = xr.DataArray(
@@ -435,6 +436,13 @@ def add_trace_metrics(
     problems = _problems(jobs, results)
     for line in problems:
         warnings.warn(line, TraceWarning, stacklevel=3)
+    for (cell, trial), result in list(results.items()):  # file names → paths in the run
+        folder = Path("cells") / cell / f"trial_{trial:04d}" / "trace"
+        ranks = {
+            r: m | {"file": (folder / m["file"]).as_posix()} if m.get("file") else m
+            for r, m in result["ranks"].items()
+        }
+        results[(cell, trial)] = {**result, "ranks": ranks}
     found = [int(r) for res in results.values() for r in res["ranks"]]
     n_ranks = max([world_size, *(r + 1 for r in found)])
     ds = ds.drop_vars([v for v in ds.data_vars if is_trace_variable(str(v))])
@@ -445,4 +453,133 @@ def add_trace_metrics(
     )
     ds.attrs["trace_metrics_version"] = TRACE_METRICS_VERSION
     ds.attrs["trace_diagnostics"] = json.dumps(problems + notes, ensure_ascii=False)
+    return ds
+
+
+# --- TraceLens reports -----------------------------------------------------------------------
+
+TraceLensSource = str | Path | Mapping[tuple[Any, ...], str | Path]
+
+
+def _number(name: str) -> int | None:
+    match = re.search(r"(\d+)$", name)
+    return int(match.group(1)) if match else None
+
+
+def _tracelens_layout(root: Path) -> dict[tuple[str, int, int], Path]:
+    """``<root>/<cell>/<trial>/[<rank>/]`` → {(cell, trial, rank): report folder}."""
+    out: dict[tuple[str, int, int], Path] = {}
+    for cell_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+        for trial_dir in sorted(p for p in cell_dir.iterdir() if p.is_dir()):
+            trial = _number(trial_dir.name)
+            if trial is None:
+                continue
+            rank_dirs = {_number(p.name): p for p in trial_dir.iterdir() if p.is_dir()}
+            rank_dirs.pop(None, None)
+            if any(trial_dir.glob("*.csv")) or not rank_dirs:
+                out[(cell_dir.name, trial, 0)] = trial_dir
+            for rank, folder in rank_dirs.items():
+                out[(cell_dir.name, trial, int(rank))] = folder  # type: ignore[arg-type]
+    return out
+
+
+def _tracelens_entries(source: TraceLensSource) -> dict[tuple[str, int, int], Path]:
+    if isinstance(source, str | Path):
+        root = Path(source)
+        if not root.is_dir():
+            raise TraceError(f"{root}: no such directory")
+        return _tracelens_layout(root)
+    entries = {}
+    for key, folder in source.items():
+        if not isinstance(key, tuple) or len(key) not in (2, 3):
+            raise ValueError(f"keys are (cell, trial) or (cell, trial, rank), got {key!r}")
+        cell, trial, rank = (*key, 0) if len(key) == 2 else key
+        entries[(str(cell), int(trial), int(rank))] = Path(folder)
+    return entries
+
+
+def load_tracelens(
+    source: TraceLensSource,
+    *,
+    baseline: str | None = None,
+    threshold: float = 1.15,
+    prefix: str | None = None,
+) -> xr.Dataset:
+    """TraceLens perf reports of a sweep as a Dataset that :func:`aorta.compare` takes.
+
+    Parameters
+    ----------
+    source
+        A folder laid out ``<cell>/<trial>/`` (each trial folder holding one report's CSVs) or
+        ``<cell>/<trial>/<rank>/`` (one report per rank); trial and rank folders are numbered
+        by the digits they end with (``trial_0003``, ``3``, ``rank1``). Or a mapping
+        ``{(cell, trial): folder}`` / ``{(cell, trial, rank): folder}``.
+    baseline
+        The reference cell (default: the first, in folder or mapping order).
+    threshold
+        The band of practical equivalence for the verdicts, as a recipe's
+        ``confound.threshold``.
+    prefix
+        Passed to :func:`aorta.trace.read_tracelens` for folders holding several reports.
+
+    Returns
+    -------
+    xarray.Dataset
+        Dims ``cell`` × ``trial`` × ``rank``: ``status`` ``ok`` for every report found
+        (``missing`` for gaps), and the trace metrics of :func:`add_trace_metrics` with
+        ``trace_source`` ``tracelens`` (``unreadable`` for a folder that is not a report, with
+        a :class:`~aorta.errors.TraceWarning`). No step times: compare on a trace metric.
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> root = pathlib.Path(tempfile.mkdtemp())
+    >>> for cell, comm in (("base", 3), ("nccl-tuned", 1)):
+    ...     for trial in range(2):
+    ...         folder = root / cell / f"trial_{trial}"
+    ...         folder.mkdir(parents=True)
+    ...         _ = (folder / "gpu_timeline.csv").write_text(
+    ...             f"type,time ms\\ncomputation_time,6\\nexposed_comm_time,{comm + trial / 10}\\n")
+    >>> ds = load_tracelens(root)
+    >>> ds.exposed_comm_ms.sel(rank=0).values.tolist()
+    [[3.0, 3.1], [1.0, 1.1]]
+    >>> import aorta
+    >>> aorta.compare(ds, metric="exposed_comm_ms")["median"].tolist()
+    [3.05, 1.05]
+    """
+    from aorta.dataset import build_dataset
+    from aorta.record import TrialRecord
+    from aorta.trace.tracelens import read_tracelens
+
+    entries = _tracelens_entries(source)
+    cells = list(dict.fromkeys(cell for cell, _, _ in entries))
+    if not cells:
+        raise TraceError(f"{source}: no TraceLens reports found")
+    results: dict[tuple[str, int], dict[str, Any]] = {}
+    problems: list[str] = []
+    for (cell, trial, rank), folder in entries.items():
+        result = results.setdefault((cell, trial), {"ranks": {}, "problems": []})
+        try:
+            frame = read_tracelens(folder, prefix=prefix).metrics()
+        except TraceError as exc:
+            problems.append(str(exc))
+            result["ranks"][str(rank)] = {"source": "unreadable", "file": str(folder)}
+            continue
+        row = frame.iloc[0].to_dict()
+        result["ranks"][str(rank)] = {"file": str(folder)} | {
+            k: v if isinstance(v, str) else (None if math.isnan(v) else float(v))
+            for k, v in row.items()
+        }
+    for line in problems:
+        warnings.warn(line, TraceWarning, stacklevel=2)
+    records = [
+        TrialRecord(cell=cell, cell_id="", trial=trial, status="ok", passed=True)
+        for cell, trial in results
+    ]
+    attrs = {"baseline": baseline or cells[0], "threshold": threshold, "source": "tracelens"}
+    ds = build_dataset([{"name": c} for c in cells], records, attrs=attrs)
+    n_ranks = 1 + max(rank for _, _, rank in entries)
+    ds = ds.assign(trace_variables(ds, results, n_ranks=n_ranks))
+    ds = ds.assign_coords(rank=("rank", np.arange(n_ranks, dtype=np.int64), {"long_name": "rank"}))
+    ds.attrs["trace_diagnostics"] = json.dumps(problems, ensure_ascii=False)
     return ds

@@ -25,11 +25,12 @@ __all__ = ["SECTION_MARKER", "has_traces", "trace_json", "trace_markdown", "trac
 #: The first line of the trace section in ``matrix.md`` (everything after it is the section).
 SECTION_MARKER = "<!-- aorta: trace section (aorta report --traces) -->"
 _PARTS = ("computation_ms", "exposed_comm_ms", "idle_ms")
+_ANALYSED = ("gpu", "host", "tracelens")
 
 
 def has_traces(ds: xr.Dataset) -> bool:
     """Whether ``ds`` holds trace metrics (and at least one trace was analysed)."""
-    return "trace_source" in ds and bool(ds.trace_source.isin(["gpu", "host"]).any())
+    return "trace_source" in ds and bool(ds.trace_source.isin(list(_ANALYSED)).any())
 
 
 def trace_summary(
@@ -53,8 +54,8 @@ def trace_summary(
     Returns
     -------
     pandas.DataFrame
-        Index ``cell``; ``traced`` (trials with a value), ``source`` (``gpu``, ``host`` or
-        ``gpu+host``), ``computation_ms``, ``exposed_comm_ms``, ``idle_ms`` (medians) and
+        Index ``cell``; ``traced`` (trials with a value), ``source`` (``gpu``, ``host``,
+        ``tracelens``, or several joined by ``+``), ``computation_ms``, ``exposed_comm_ms``, ``idle_ms`` (medians) and
         their ``*_iqr``, then ``ratio``, ``ratio_ci_low``, ``ratio_ci_high``, ``p_adj`` and
         ``verdict`` of exposed comm against the baseline. ``attrs``: the comparison's
         statistics, and ``diagnostics`` (the Dataset's missing or unreadable traces).
@@ -109,7 +110,7 @@ def trace_summary(
 
 def _sources(ds: xr.Dataset, cell: Any) -> str:
     seen = {str(s) for s in ds.trace_source.sel(cell=cell).values.ravel().tolist()}
-    return "+".join(s for s in ("gpu", "host") if s in seen) or "—"
+    return "+".join(s for s in _ANALYSED if s in seen) or "—"
 
 
 def _num(v: Any) -> str:
