@@ -132,3 +132,22 @@ class AortaAccessor:
         from aorta.plot import ratio_forest
 
         return ratio_forest(self.compare(baseline, **kwargs), ax=ax)
+
+    def trace_summary(self, baseline: str | None = None, **kwargs: Any) -> pd.DataFrame:
+        """Per cell: time breakdown medians and the exposed-comm verdict:
+        :func:`aorta.trace_matrix.trace_summary` (needs ``load_run(run, traces=True)``)."""
+        from aorta.trace_matrix import trace_summary
+
+        return trace_summary(self._ds, baseline, **kwargs)
+
+    def plot_time_breakdown(self, **kwargs: Any) -> Figure:
+        """Stacked time breakdown per cell: :func:`aorta.plot.time_breakdown`."""
+        from aorta.plot import time_breakdown
+
+        return time_breakdown(self._ds, **kwargs)
+
+    def plot_exposed_comm(self, **kwargs: Any) -> Figure:
+        """Exposed communication against step time: :func:`aorta.plot.exposed_comm_vs_step`."""
+        from aorta.plot import exposed_comm_vs_step
+
+        return exposed_comm_vs_step(self._ds, **kwargs)

@@ -209,3 +209,36 @@ def test_analyse_trial_is_a_function_of_the_files(traced_run):
     assert {r: m["source"] for r, m in result["ranks"].items()} == {"0": "host", "1": "host"}
     assert result["ranks"]["1"]["computation_ms"] == 0.23
     assert json.loads(json.dumps(result)) == result  # JSON data: it is cached as is
+
+
+def test_trace_summary_section_and_figures(run_copy):
+    from matplotlib.figure import Figure
+
+    from aorta.report import write_trace_matrix
+    from aorta.trace_matrix import SECTION_MARKER, trace_markdown
+
+    ds = aorta.load_run(run_copy, traces=True)
+    summary = ds.aorta.trace_summary()
+    assert summary["traced"].tolist() == [5, 5] and summary["source"].tolist() == ["host", "host"]
+    assert summary["computation_ms"].tolist() == pytest.approx([0.132, 0.232])
+    # both cells wait the same 30 µs for rank 1: exposed comm did not change
+    assert summary.loc["slow", "verdict"] == "no change"
+    assert summary.loc["slow", "ratio"] == pytest.approx(1.0)
+    text = trace_markdown(summary)
+    assert text.startswith(SECTION_MARKER) and "| slow | 5 | host |" in text
+    before = (run_copy / "matrix.md").read_text()
+    for _ in range(2):  # a second report replaces the section
+        written = write_trace_matrix(ds, run_copy)
+    assert [p.name for p in written] == ["matrix.md", "matrix.json"]
+    after = (run_copy / "matrix.md").read_text()
+    assert after.startswith(before.rstrip("\n")) and after.count(SECTION_MARKER) == 1
+    assert json.loads((run_copy / "matrix.json").read_text())["traces"]["cells"][1]["verdict"] == (
+        "no change"
+    )
+    host = Figure()
+    ax = host.add_subplot()
+    assert ds.aorta.plot_time_breakdown(ax=ax) is host
+    fig = ds.aorta.plot_exposed_comm()
+    assert isinstance(fig, Figure) and "per profiled step" in fig.axes[0].get_ylabel()
+    with pytest.raises(ValueError, match="traces=True"):
+        aorta.load_run(run_copy).aorta.trace_summary()
