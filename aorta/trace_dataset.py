@@ -2,7 +2,8 @@
 
 A sweep with ``collect: [torch_profiler]`` leaves ``cells/<cell>/trial_NNNN/trace/rank<N>.pt.trace.json.gz``
 per rank per trial. :func:`add_trace_metrics` analyses every trial's traces once — one call of
-:func:`aorta.trace.metrics.rank_metrics` per trial, trials in parallel processes — and adds:
+:func:`aorta.trace.metrics.rank_metrics` per trial, trials in parallel processes (``forkserver``,
+never ``fork``; as many as the cores this process may use) — and adds:
 
 =========================================  ===================  ==============================
 variable                                   dims                 meaning
@@ -42,6 +43,7 @@ import re
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -230,26 +232,55 @@ def _failed(job: _Job, exc: BaseException) -> dict[str, Any]:
     }
 
 
+#: Below this much trace JSON to parse (gzip counted at 8×), trials are analysed in this process.
+PARALLEL_MIN_BYTES = 64 * 2**20
+
+
+def _json_bytes(job: _Job) -> int:
+    sizes = ((p.stat().st_size, p.name.endswith(".gz")) for p in job.files.values())
+    return sum(size * (8 if gz else 1) for size, gz in sizes)
+
+
+def _serial(jobs: Sequence[_Job], cache: CacheMode) -> Iterable[tuple[_Job, dict[str, Any]]]:
+    for job in jobs:
+        try:
+            yield job, analyse_trial(job.files, cache=cache)
+        except Exception as exc:  # a bug in one trial's analysis must not lose the others
+            yield job, _failed(job, exc)
+
+
 def _analyse_all(
-    jobs: Sequence[_Job], *, cache: CacheMode, workers: int | None
+    jobs: Sequence[_Job], *, cache: CacheMode, workers: int | None, notes: list[str]
 ) -> Iterable[tuple[_Job, dict[str, Any]]]:
-    """Each job with its result, in parallel processes when there are several jobs and cores."""
-    n = min(workers if workers is not None else available_cores(), len(jobs))
+    """Each job with its result, in parallel processes when there are several jobs and cores.
+
+    When the pool breaks (a worker killed, or an interpreter that cannot start workers, such
+    as a script read from stdin), the trials not done yet are analysed in this process.
+    """
+    if workers is None:  # starting workers costs about a second: worth it for big traces only
+        small = sum(_json_bytes(job) for job in jobs) < PARALLEL_MIN_BYTES
+        workers = 1 if small else available_cores()
+    n = min(workers, len(jobs))
     if n <= 1:
-        for job in jobs:
-            try:
-                yield job, analyse_trial(job.files, cache=cache)
-            except Exception as exc:  # a bug in one trial's analysis must not lose the others
-                yield job, _failed(job, exc)
+        yield from _serial(jobs, cache)
         return
-    with ProcessPoolExecutor(max_workers=n, mp_context=_pool_context()) as pool:
-        futures = {pool.submit(analyse_trial, job.files, cache=cache): job for job in jobs}
-        for future in as_completed(futures):
-            job = futures[future]
-            try:
-                yield job, future.result()
-            except Exception as exc:  # includes a worker that died (BrokenProcessPool)
-                yield job, _failed(job, exc)
+    done: set[int] = set()
+    try:
+        with ProcessPoolExecutor(max_workers=n, mp_context=_pool_context()) as pool:
+            futures = {pool.submit(analyse_trial, job.files, cache=cache): job for job in jobs}
+            for future in as_completed(futures):
+                job = futures[future]
+                try:
+                    result = future.result()
+                except BrokenProcessPool:
+                    raise
+                except Exception as exc:
+                    result = _failed(job, exc)
+                done.add(id(job))
+                yield job, result
+    except BrokenProcessPool as exc:
+        notes.append(f"trace analysis workers failed ({exc}); the rest ran in this process")
+        yield from _serial([job for job in jobs if id(job) not in done], cache)
 
 
 def trial_results(
@@ -270,7 +301,7 @@ def trial_results(
         else:
             results[(job.cell, job.trial)] = cached
     notes: list[str] = []
-    for job, result in _analyse_all(todo, cache=cache, workers=workers):
+    for job, result in _analyse_all(todo, cache=cache, workers=workers, notes=notes):
         results[(job.cell, job.trial)] = result
         if cache != "off" and (note := _write_cached(job, keys[(job.cell, job.trial)], result)):
             notes.append(note)
@@ -416,8 +447,9 @@ def add_trace_metrics(
         ``use``: parse and metrics caches are read and written; ``refresh``: both rebuilt;
         ``off``: neither read nor written.
     workers
-        Processes analysing trials (default: the cores this process may use, at most one per
-        trial; ``1`` analyses in this process).
+        Processes analysing trials. Default: the cores this process may use, at most one per
+        trial — or none (this process) when there is less than :data:`PARALLEL_MIN_BYTES` of
+        trace JSON to parse, since starting workers costs about a second. ``1``: this process.
 
     Warns
     -----

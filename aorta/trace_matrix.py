@@ -180,7 +180,7 @@ def trace_markdown(summary: pd.DataFrame) -> str:
         )
     problems = list(attrs.get("diagnostics", []))
     if problems:
-        lines += ["", f"{len(problems)} trace file(s) missing or unreadable (their ranks are NaN):"]
+        lines += ["", "Trace diagnostics (a missing or unreadable file's rank is NaN):"]
         lines += [f"- `{p}`" for p in problems[:10]]
         if len(problems) > 10:
             lines.append(f"- … and {len(problems) - 10} more")

@@ -242,3 +242,29 @@ def test_trace_summary_section_and_figures(run_copy):
     assert isinstance(fig, Figure) and "per profiled step" in fig.axes[0].get_ylabel()
     with pytest.raises(ValueError, match="traces=True"):
         aorta.load_run(run_copy).aorta.trace_summary()
+
+
+def test_a_broken_worker_pool_falls_back_to_this_process(traced_run, monkeypatch):
+    from concurrent.futures import Future
+    from concurrent.futures.process import BrokenProcessPool
+
+    class BrokenPool:  # what an interpreter that cannot start workers gives
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def submit(self, *args, **kwargs):
+            future = Future()
+            future.set_exception(BrokenProcessPool("a worker died"))
+            return future
+
+    expected = aorta.load_run(traced_run, traces=True, trace_workers=1, trace_cache="off")
+    monkeypatch.setattr("aorta.trace_dataset.ProcessPoolExecutor", BrokenPool)
+    ds = aorta.load_run(traced_run, traces=True, trace_workers=2, trace_cache="off")
+    xr.testing.assert_identical(ds.drop_attrs(), expected.drop_attrs())
+    assert "the rest ran in this process" in json.loads(ds.attrs["trace_diagnostics"])[0]
