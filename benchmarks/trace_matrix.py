@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size-mb", type=float, default=5.0, help="JSON per rank trace")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--source", type=Path, help="a trial's trace/ folder (rank0, rank1)")
-    parser.add_argument("--out", type=Path, default=Path("trace_matrix_bench.json"))
+    parser.add_argument("--out", type=Path, default=ROOT / ".bench" / "trace_matrix.json")
     parser.add_argument("--keep", action="store_true", help="keep the generated run directory")
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="aorta-trace-matrix-"))
@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         files = sorted(run_dir.glob("cells/*/trial_*/trace/rank*.pt.trace.json.gz"))
         on_disk = sum(f.stat().st_size for f in files)
-        json_bytes = sum(len(gzip.decompress(files[0].read_bytes())) for _ in [0]) * len(files)
+        json_bytes = len(gzip.decompress(files[0].read_bytes())) * len(files)  # all alike
         print(f"built {len(files)} traces in {time.perf_counter() - t0:.0f} s: {run_dir}")
         runs: dict[str, list[float]] = {"peer": [], "cold": [], "cold_serial": [], "warm": []}
         for _ in range(args.repeat):
@@ -199,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
             "cold_serial_over_peer": med["cold_serial"] / med["peer"],
             "cold_over_warm": med["cold"] / med["warm"],
         }
+        args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=1))
         print(
             f"\n{result['trials']} trials × 2 ranks, {result['json_mb_per_file']:.1f} MB JSON "
