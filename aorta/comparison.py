@@ -191,7 +191,14 @@ def trial_values(
             for v in ds.data_vars
             if set(ds[v].dims) == per_trial | {"rank"} and ds[v].dtype.kind == "f"
         ]
-        raise ValueError(f"unknown metric {metric!r}; choose one of: {', '.join(choices)}")
+        from aorta.trace_dataset import is_trace_variable
+
+        hint = (
+            " (a trace metric: load the run with load_run(run, traces=True), or pass --traces)"
+            if is_trace_variable(metric) and metric not in ds
+            else ""
+        )
+        raise ValueError(f"unknown metric {metric!r}{hint}; choose one of: {', '.join(choices)}")
     if trials == "ok":
         keep = ds.status == "ok"
     elif trials == "ran":

@@ -268,3 +268,10 @@ def test_a_broken_worker_pool_falls_back_to_this_process(traced_run, monkeypatch
     ds = aorta.load_run(traced_run, traces=True, trace_workers=2, trace_cache="off")
     xr.testing.assert_identical(ds.drop_attrs(), expected.drop_attrs())
     assert "the rest ran in this process" in json.loads(ds.attrs["trace_diagnostics"])[0]
+
+
+def test_a_trace_metric_without_traces_says_how_to_get_them(traced_run, run_cli):
+    with pytest.raises(ValueError, match=r"load_run\(run, traces=True\)"):
+        aorta.compare(aorta.load_run(traced_run), metric="exposed_comm_ms")
+    code, _, err = run_cli("compare", traced_run, "--metric", "idle_ms")
+    assert code == aorta.ExitCode.USAGE and "--traces" in err
