@@ -8,6 +8,8 @@ The notebook API::
     result = aorta.sweep(recipe)
     ds = aorta.load_run(result.run_dir)     # xarray Dataset, cell × trial (× step)
     aorta.compare(ds)                       # pandas DataFrame: ratio [CI], p_adj, verdict
+    ds = aorta.load_run(run, traces=True)   # + trace metrics, cell × trial × rank
+    aorta.compare(ds, metric="exposed_comm_ms")
 
 Heavy dependencies (torch, xarray, matplotlib) load on first use, so ``aorta --help`` and
 ``import aorta`` stay fast.
@@ -18,7 +20,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from aorta.errors import AortaError, ExitCode, RecipeError, TraceError, UsageError
+from aorta.errors import AortaError, ExitCode, RecipeError, TraceError, TraceWarning, UsageError
 
 __version__ = "0.1.0"
 
@@ -35,6 +37,7 @@ __all__ = [
     "RunDir",
     "SweepResult",
     "TraceError",
+    "TraceWarning",
     "TrialContext",
     "TrialRecord",
     "TrialStatus",
@@ -48,6 +51,7 @@ __all__ = [
     "load_recipe",
     "load_run",
     "load_runs",
+    "load_tracelens",
     "load_trials",
     "plan",
     "plot",
@@ -77,6 +81,7 @@ _LAZY: dict[str, str] = {
     "load_run": "aorta.dataset",
     "load_runs": "aorta.dataset",
     "load_trials": "aorta.dataset",
+    "load_tracelens": "aorta.trace_dataset",
     "compare": "aorta.comparison",
     "compare_runs": "aorta.comparison",
     "plot": "aorta.plot",

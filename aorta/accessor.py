@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.figure import Figure
 
-    from aorta.comparison import TrialSelection
+    from aorta.comparison import RankReduction, TrialSelection
 
 __all__ = ["AortaAccessor"]
 
@@ -58,6 +58,7 @@ class AortaAccessor:
         alpha: float = 0.05,
         threshold: float | None = None,
         trials: TrialSelection = "ok",
+        ranks: RankReduction = "worst",
         seed: int = stats.DEFAULT_SEED,
         resamples: int = stats.DEFAULT_RESAMPLES,
     ) -> pd.DataFrame:
@@ -71,6 +72,7 @@ class AortaAccessor:
             alpha=alpha,
             threshold=threshold,
             trials=trials,
+            ranks=ranks,
             seed=seed,
             resamples=resamples,
         )
@@ -82,12 +84,16 @@ class AortaAccessor:
         return compare_runs(reference, self._ds, **kwargs)
 
     def trial_values(
-        self, *, metric: str = "step_time_ms", trials: TrialSelection = "ok"
+        self,
+        *,
+        metric: str = "step_time_ms",
+        trials: TrialSelection = "ok",
+        ranks: RankReduction = "worst",
     ) -> xr.DataArray:
         """One value per trial: :func:`aorta.comparison.trial_values`."""
         from aorta.comparison import trial_values
 
-        return trial_values(self._ds, metric=metric, trials=trials)
+        return trial_values(self._ds, metric=metric, trials=trials, ranks=ranks)
 
     def trials(self) -> pd.DataFrame:
         """One row per recorded trial: :func:`aorta.dataset.trials_frame`."""
@@ -126,3 +132,22 @@ class AortaAccessor:
         from aorta.plot import ratio_forest
 
         return ratio_forest(self.compare(baseline, **kwargs), ax=ax)
+
+    def trace_summary(self, baseline: str | None = None, **kwargs: Any) -> pd.DataFrame:
+        """Per cell: time breakdown medians and the exposed-comm verdict:
+        :func:`aorta.trace_matrix.trace_summary` (needs ``load_run(run, traces=True)``)."""
+        from aorta.trace_matrix import trace_summary
+
+        return trace_summary(self._ds, baseline, **kwargs)
+
+    def plot_time_breakdown(self, **kwargs: Any) -> Figure:
+        """Stacked time breakdown per cell: :func:`aorta.plot.time_breakdown`."""
+        from aorta.plot import time_breakdown
+
+        return time_breakdown(self._ds, **kwargs)
+
+    def plot_exposed_comm(self, **kwargs: Any) -> Figure:
+        """Exposed communication against step time: :func:`aorta.plot.exposed_comm_vs_step`."""
+        from aorta.plot import exposed_comm_vs_step
+
+        return exposed_comm_vs_step(self._ds, **kwargs)

@@ -22,11 +22,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "COLUMNS",
+    "RankReduction",
     "TrialSelection",
     "compare",
     "compare_runs",
     "comparison_json",
     "comparison_table",
+    "reduce_ranks",
     "regressions",
     "require_baseline",
     "trial_values",
@@ -35,6 +37,11 @@ __all__ = [
 #: Which trials' values count for timing: ``ok`` (default), ``ran`` (``ok`` and
 #: ``workload_failed``), ``all`` (every recorded trial that has a value).
 TrialSelection = Literal["ok", "ran", "all"]
+#: How a per-rank metric (dims cell × trial × rank) becomes one value per trial: ``worst``
+#: (the variable's ``rank_reduction``: the max for times, the min for rates), ``max``,
+#: ``min``, ``mean``, ``median``, or a rank number (that rank's value).
+RankReduction = Literal["worst", "max", "min", "mean", "median"] | int
+_BROKEN_TRACE = ("missing", "unreadable")
 _TIME_UNITS = ("ms", "s")
 _RAN = ("ok", "workload_failed")
 _ERRORS = ("setup_failed", "infrastructure_failed", "timeout")
@@ -79,8 +86,54 @@ def _check_dims(ds: xr.Dataset) -> None:
             )
 
 
+def reduce_ranks(ds: xr.Dataset, metric: str, ranks: RankReduction = "worst") -> xr.DataArray:
+    """One value per trial of a per-rank variable (dims cell × trial × rank).
+
+    A trial with a rank whose trace is missing or unreadable (``trace_source``) has no value:
+    the rank left out could be the one that matters. Otherwise ranks without a value (a
+    collective that rank never ran) are skipped.
+
+    Raises ``ValueError`` for an unknown reduction or a rank not in the Dataset.
+
+    Examples
+    --------
+    >>> import numpy as np, xarray as xr
+    >>> ds = xr.Dataset({"idle_ms": (("cell", "trial", "rank"), np.array([[[1.0, 3.0], [2.0, np.nan]]]),
+    ...                              {"rank_reduction": "max"})}, coords={"rank": [0, 1]})
+    >>> reduce_ranks(ds, "idle_ms").values.tolist(), reduce_ranks(ds, "idle_ms", "mean").values.tolist()
+    ([[3.0, 2.0]], [[2.0, 2.0]])
+    >>> reduce_ranks(ds, "idle_ms", 1).values.tolist()
+    [[3.0, nan]]
+    """
+    da = ds[metric]
+    how = da.attrs.get("rank_reduction", "max") if ranks == "worst" else ranks
+    if isinstance(how, int | np.integer) and not isinstance(how, bool):
+        if int(how) not in ds["rank"].values.tolist():
+            raise ValueError(f"no rank {how} in the Dataset (ranks {ds['rank'].values.tolist()})")
+        out = da.sel(rank=int(how), drop=True)
+    elif how in ("max", "min", "mean", "median"):
+        out = getattr(da, str(how))("rank", skipna=True, keep_attrs=True)
+    else:
+        raise ValueError(
+            f"ranks must be 'worst', 'max', 'min', 'mean', 'median' or a rank number, got {ranks!r}"
+        )
+    if "trace_source" in ds:
+        out = out.where(~ds.trace_source.isin(list(_BROKEN_TRACE)).any("rank"))
+    which = f"rank {how}" if isinstance(how, int | np.integer) else f"{how} over ranks"
+    out.attrs = {
+        "long_name": f"{da.attrs.get('long_name', metric)} ({which})",
+        "ranks": which,
+        **({"units": da.attrs["units"]} if "units" in da.attrs else {}),
+    }
+    return out
+
+
 def trial_values(
-    ds: xr.Dataset, *, metric: str = "step_time_ms", trials: TrialSelection = "ok"
+    ds: xr.Dataset,
+    *,
+    metric: str = "step_time_ms",
+    trials: TrialSelection = "ok",
+    ranks: RankReduction = "worst",
 ) -> xr.DataArray:
     """One value per trial (dims of ``status``), NaN for trials that do not count.
 
@@ -88,16 +141,20 @@ def trial_values(
     ----------
     metric
         ``step_time_ms``: the median of the trial's post-warm-up steps; a per-trial
-        variable such as ``wall_clock_s`` or ``elapsed_s``; or a name along ``metric``
-        (a workload metric such as ``tflops``).
+        variable such as ``wall_clock_s`` or ``elapsed_s``; a name along ``metric``
+        (a workload metric such as ``tflops``); or a per-rank trace metric such as
+        ``exposed_comm_ms`` (``aorta.load_run(run, traces=True)``), reduced over ranks.
     trials
         ``ok`` (default): only trials that ended ``ok``; ``ran``: ``ok`` and
         ``workload_failed``; ``all``: any trial with a value.
+    ranks
+        For a per-rank metric: see :func:`reduce_ranks` (default ``worst``: the max over
+        ranks for times, the min for rates).
 
     Raises
     ------
     ValueError
-        An unknown ``metric`` (the message lists the choices) or ``trials``.
+        An unknown ``metric`` (the message lists the choices), ``trials`` or ``ranks``.
 
     Examples
     --------
@@ -110,6 +167,7 @@ def trial_values(
     ([[3.0, nan]], [[3.0, 5.0]])
     """
     _check_dims(ds)
+    per_trial = set(ds.status.dims)
     if metric == "step_time_ms":
         values = stats.trial_medians(ds.step_time_ms.values, ds.warmup_steps.values)
         da = ds.status.copy(data=values)
@@ -117,8 +175,10 @@ def trial_values(
             "long_name": "median post-warm-up step time",
             "units": "ms",
         }
-    elif metric in ds.data_vars and set(ds[metric].dims) == set(ds.status.dims):
+    elif metric in ds.data_vars and set(ds[metric].dims) == per_trial:
         da = ds[metric].astype(float)
+    elif metric in ds.data_vars and set(ds[metric].dims) == per_trial | {"rank"}:
+        da = reduce_ranks(ds, metric, ranks).astype(float)
     elif "metric" in ds.dims and metric in ds.metric.values.tolist():
         da = ds.metrics.sel(metric=metric, drop=True)
         da.attrs = {"long_name": metric}
@@ -126,7 +186,19 @@ def trial_values(
         choices = ["step_time_ms", "wall_clock_s", "elapsed_s"]
         if "metric" in ds.dims:
             choices += [str(m) for m in ds.metric.values.tolist()]
-        raise ValueError(f"unknown metric {metric!r}; choose one of: {', '.join(choices)}")
+        choices += [
+            str(v)
+            for v in ds.data_vars
+            if set(ds[v].dims) == per_trial | {"rank"} and ds[v].dtype.kind == "f"
+        ]
+        from aorta.trace_dataset import is_trace_variable
+
+        hint = (
+            " (a trace metric: load the run with load_run(run, traces=True), or pass --traces)"
+            if is_trace_variable(metric) and metric not in ds
+            else ""
+        )
+        raise ValueError(f"unknown metric {metric!r}{hint}; choose one of: {', '.join(choices)}")
     if trials == "ok":
         keep = ds.status == "ok"
     elif trials == "ran":
@@ -246,14 +318,16 @@ def _attrs(
     resamples: int,
     family: int,
     baseline: str,
+    values: xr.DataArray | None = None,
 ) -> dict[str, Any]:
     level = alpha / max(family, 1)
+    value = "median of post-warm-up steps" if metric == "step_time_ms" else f"{metric} per trial"
+    if values is not None and "ranks" in values.attrs:
+        value += f", {values.attrs['ranks']}"
     return {
         "metric": metric,
         "units": units,
-        "trial_value": (
-            "median of post-warm-up steps" if metric == "step_time_ms" else f"{metric} per trial"
-        ),
+        "trial_value": value,
         "trials": trials,
         "baseline": baseline,
         "alpha": alpha,
@@ -292,6 +366,7 @@ def compare(
     alpha: float = 0.05,
     threshold: float | None = None,
     trials: TrialSelection = "ok",
+    ranks: RankReduction = "worst",
     seed: int = stats.DEFAULT_SEED,
     resamples: int = stats.DEFAULT_RESAMPLES,
 ) -> pd.DataFrame:
@@ -310,7 +385,8 @@ def compare(
     baseline
         The reference cell (default: ``ds.attrs["baseline"]``, the recipe's).
     metric
-        ``step_time_ms``, ``wall_clock_s``, ``elapsed_s`` or a workload metric name.
+        ``step_time_ms``, ``wall_clock_s``, ``elapsed_s``, a workload metric name, or a trace
+        metric of ``aorta.load_run(run, traces=True)`` such as ``exposed_comm_ms``.
     alpha
         Significance level of the tests; the CIs are at ``1 - alpha``.
     threshold
@@ -318,6 +394,10 @@ def compare(
         recipe's ``confound.threshold``, ``ds.attrs["threshold"]``).
     trials
         Which trials' values count for timing: ``ok``, ``ran`` or ``all``.
+    ranks
+        How a per-rank trace metric becomes one value per trial (:func:`reduce_ranks`):
+        ``worst`` (default: max over ranks for times, min for rates), ``max``, ``min``,
+        ``mean``, ``median`` or a rank number.
     seed, resamples
         The bootstrap's seed and number of resamples (both recorded in ``attrs``).
 
@@ -366,7 +446,7 @@ def compare(
             f"baseline cell {baseline!r} is not in the run (cells: {', '.join(cells)})"
         )
     thr = _threshold(ds, threshold)
-    values = trial_values(ds, metric=metric, trials=trials)
+    values = trial_values(ds, metric=metric, trials=trials, ranks=ranks)
     rows, groups = _cell_rows(ds, values, alpha=alpha)
     b = cells.index(baseline)
     others = [i for i in range(len(cells)) if i != b]
@@ -397,6 +477,7 @@ def compare(
         resamples=resamples,
         family=family,
         baseline=baseline,
+        values=values,
     )
     return df
 
@@ -409,6 +490,7 @@ def compare_runs(
     alpha: float = 0.05,
     threshold: float | None = None,
     trials: TrialSelection = "ok",
+    ranks: RankReduction = "worst",
     seed: int = stats.DEFAULT_SEED,
     resamples: int = stats.DEFAULT_RESAMPLES,
 ) -> pd.DataFrame:
@@ -449,8 +531,8 @@ def compare_runs(
         )
     thr = _threshold(a, threshold)
     a_sel, b_sel = a.sel(cell=shared), b.sel(cell=shared)
-    va = trial_values(a_sel, metric=metric, trials=trials)
-    vb = trial_values(b_sel, metric=metric, trials=trials)
+    va = trial_values(a_sel, metric=metric, trials=trials, ranks=ranks)
+    vb = trial_values(b_sel, metric=metric, trials=trials, ranks=ranks)
     rows_a, groups_a = _cell_rows(a_sel, va, alpha=alpha, key_prefix="A/")
     rows_b, groups_b = _cell_rows(b_sel, vb, alpha=alpha, key_prefix="B/")
     n = len(shared)
@@ -480,6 +562,7 @@ def compare_runs(
         resamples=resamples,
         family=family,
         baseline="run A (same cell)",
+        values=vb,
     )
     return df
 

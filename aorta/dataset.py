@@ -402,9 +402,17 @@ def run_attrs(path: str | Path) -> dict[str, Any]:
 
 
 Source = Literal["auto", "records", "netcdf"]
+TraceCache = Literal["use", "refresh", "off"]
 
 
-def load_run(path: str | Path, *, source: Source = "auto") -> xr.Dataset:
+def load_run(
+    path: str | Path,
+    *,
+    source: Source = "auto",
+    traces: bool = False,
+    trace_cache: TraceCache = "use",
+    trace_workers: int | None = None,
+) -> xr.Dataset:
     """Load a run directory (or a ``results.nc`` file) as an :class:`xarray.Dataset`.
 
     Parameters
@@ -415,18 +423,31 @@ def load_run(path: str | Path, *, source: Source = "auto") -> xr.Dataset:
         ``auto``: ``results.nc`` when the run is complete and has one, else the trial
         records; ``records``: always rebuild from ``cells/*/trial_*.json`` (unreadable records
         count as missing trials); ``netcdf``: only ``results.nc``.
+    traces
+        Also analyse every trial's profiler traces (``collect: [torch_profiler]``) and add
+        their metrics — computation, exposed communication, idle time, GEMM TFLOP/s, bus
+        bandwidth per collective, the straggler wait — with dims ``cell`` × ``trial`` ×
+        ``rank`` (see :mod:`aorta.trace_dataset`). Trials are analysed in parallel processes,
+        once: the results are cached beside the traces. A missing or unreadable trace gives
+        NaN and a :class:`~aorta.errors.TraceWarning` naming the file.
+    trace_cache
+        ``use`` (default), ``refresh`` or ``off``: the trace parse and metrics caches.
+    trace_workers
+        Processes analysing traces (default: the cores available, at most one per trial).
 
     Returns
     -------
     xarray.Dataset
-        Dims ``cell`` × ``trial`` × ``step`` × ``metric`` × ``info_key`` × ``env_var``; see
-        :mod:`aorta.dataset` for every variable. ``ds.aorta`` gives the common calls.
+        Dims ``cell`` × ``trial`` × ``step`` × ``metric`` × ``info_key`` × ``env_var`` (and
+        ``rank`` with ``traces=True``); see :mod:`aorta.dataset` for every variable.
+        ``ds.aorta`` gives the common calls.
 
     Raises
     ------
     UsageError
         ``path`` is neither a run directory nor a netCDF file, or ``source="netcdf"`` and
-        there is no ``results.nc``.
+        there is no ``results.nc``; ``traces=True`` for a netCDF file outside its run
+        directory.
 
     See Also
     --------
@@ -448,16 +469,28 @@ def load_run(path: str | Path, *, source: Source = "auto") -> xr.Dataset:
 
     p = Path(path)
     if p.is_file():
-        return read_netcdf(p)
-    rd = RunDir.open(p)
-    nc = rd.path / RESULTS
-    if source == "netcdf" or (
-        source == "auto" and nc.is_file() and rd.manifest().get("status") == "complete"
-    ):
-        if not nc.is_file():
-            raise UsageError(f"{nc}: no such file (the run has not completed)")
-        return read_netcdf(nc)
-    return build_dataset(_read_cells(rd), rd.trial_records(), attrs=run_attrs(rd.path))
+        ds = read_netcdf(p)
+        if not traces:
+            return ds
+        if not (p.parent / "manifest.json").is_file():
+            raise UsageError(f"{p}: trace metrics need the run directory this file belongs to")
+        rd = RunDir.open(p.parent)
+    else:
+        rd = RunDir.open(p)
+        nc = rd.path / RESULTS
+        if source == "netcdf" or (
+            source == "auto" and nc.is_file() and rd.manifest().get("status") == "complete"
+        ):
+            if not nc.is_file():
+                raise UsageError(f"{nc}: no such file (the run has not completed)")
+            ds = read_netcdf(nc)
+        else:
+            ds = build_dataset(_read_cells(rd), rd.trial_records(), attrs=run_attrs(rd.path))
+    if traces:
+        from aorta.trace_dataset import add_trace_metrics
+
+        ds = add_trace_metrics(ds, rd.path, cache=trace_cache, workers=trace_workers)
+    return ds
 
 
 _FILL: dict[str, Any] = {
@@ -474,6 +507,8 @@ _FILL: dict[str, Any] = {
     "environment": "",
     "cell_id": "",
     "planned_trials": 0,
+    "trace_source": "missing",
+    "trace_file": "",
 }
 
 
@@ -483,6 +518,7 @@ def load_runs(
     dim: str = "run",
     labels: Sequence[str] | None = None,
     source: Source = "auto",
+    traces: bool = False,
 ) -> xr.Dataset:
     """Several runs stacked along a new dimension ``dim`` (outer join of cells, trials, steps…).
 
@@ -498,7 +534,7 @@ def load_runs(
         Name of the new dimension.
     labels
         One label per run (default: the paths as given).
-    source
+    source, traces
         As in :func:`load_run`.
 
     Raises
@@ -518,7 +554,9 @@ def load_runs(
     if not paths:
         raise ValueError("load_runs needs at least one path")
     labels = [str(p) for p in paths] if labels is None else [str(x) for x in labels]
-    return _stack([load_run(p, source=source) for p in paths], dim=dim, labels=labels)
+    return _stack(
+        [load_run(p, source=source, traces=traces) for p in paths], dim=dim, labels=labels
+    )
 
 
 def _stack(datasets: Sequence[xr.Dataset], *, dim: str, labels: Sequence[str]) -> xr.Dataset:
@@ -556,8 +594,9 @@ def _stack(datasets: Sequence[xr.Dataset], *, dim: str, labels: Sequence[str]) -
 
 def trials_frame(ds: xr.Dataset) -> pd.DataFrame:
     """One row per recorded trial (``status`` not ``missing``): the per-cell coordinates,
-    status, the trial value (``step_time_ms``: median of post-warm-up steps), clocks, and
-    one ``metric_<name>`` column per metric.
+    status, the trial value (``step_time_ms``: median of post-warm-up steps), clocks, one
+    ``metric_<name>`` column per metric, and each trace metric (``load_run(traces=True)``)
+    reduced to its worst rank.
 
     Examples
     --------
@@ -571,7 +610,7 @@ def trials_frame(ds: xr.Dataset) -> pd.DataFrame:
     """
     import xarray as xr
 
-    from aorta.comparison import trial_values
+    from aorta.comparison import reduce_ranks, trial_values
 
     per_trial = ["status", "passed", "error", "seed", "n_steps", "warmup_steps"]
     frame = xr.Dataset({k: ds[k] for k in per_trial})
@@ -580,13 +619,17 @@ def trials_frame(ds: xr.Dataset) -> pd.DataFrame:
     frame["elapsed_s"] = ds.elapsed_s
     for name in ds.metric.values.tolist():
         frame[f"metric_{name}"] = ds.metrics.sel(metric=name, drop=True)
+    per_rank = set(ds.status.dims) | {"rank"}
+    for name in ds.data_vars:  # trace metrics (load_run(traces=True)): the worst rank's value
+        if set(ds[name].dims) == per_rank and ds[name].dtype.kind == "f":
+            frame[str(name)] = reduce_ranks(ds, str(name), "worst")
     keep = [c for c in frame.coords if set(frame[c].dims) <= set(frame.status.dims)]
     frame = frame.reset_coords([c for c in frame.coords if c not in keep], drop=True)
     df = frame.to_dataframe().reset_index()
     return df[df["status"] != MISSING].reset_index(drop=True)
 
 
-def load_trials(path: str | Path, *, source: Source = "auto") -> pd.DataFrame:
+def load_trials(path: str | Path, *, source: Source = "auto", traces: bool = False) -> pd.DataFrame:
     """The tidy view of a run: one row per recorded trial.
 
     Parameters
@@ -595,6 +638,8 @@ def load_trials(path: str | Path, *, source: Source = "auto") -> pd.DataFrame:
         A run directory or a ``results.nc`` file.
     source
         As in :func:`load_run`: ``auto``, ``records`` or ``netcdf``.
+    traces
+        Add the trace metrics (:func:`load_run`), each reduced to its worst rank.
 
     Returns
     -------
@@ -624,7 +669,7 @@ def load_trials(path: str | Path, *, source: Source = "auto") -> pd.DataFrame:
     >>> df[["cell", "trial", "status"]].values.tolist()
     [['base', 0, 'ok'], ['base', 1, 'ok']]
     """
-    return trials_frame(load_run(path, source=source))
+    return trials_frame(load_run(path, source=source, traces=traces))
 
 
 # --- netCDF ----------------------------------------------------------------------------------

@@ -40,6 +40,8 @@ LAUNCH_SETUP_TIMEOUT = "AORTA_LAUNCH_SETUP_TIMEOUT"
 LAUNCH_RUN_TIMEOUT = "AORTA_LAUNCH_RUN_TIMEOUT"
 LAUNCH_COLLECT_TIMEOUT = "AORTA_LAUNCH_COLLECT_TIMEOUT"
 LAUNCH_OVERRIDE = "AORTA_LAUNCH_OVERRIDE"
+TRACES = "AORTA_TRACES"
+RANKS = "AORTA_RANKS"
 
 CLI_TWINS: dict[str, str] = {
     "--recipe": RECIPE,
@@ -67,6 +69,8 @@ CLI_TWINS: dict[str, str] = {
     "--run-timeout": LAUNCH_RUN_TIMEOUT,
     "--collect-timeout": LAUNCH_COLLECT_TIMEOUT,
     "--override": LAUNCH_OVERRIDE,
+    "--traces": TRACES,
+    "--ranks": RANKS,
 }
 
 # --- what the engine hands to every trial -----------------------------------------------------

@@ -16,6 +16,7 @@ __all__ = [
     "RecipeError",
     "RecipeProblem",
     "TraceError",
+    "TraceWarning",
     "UsageError",
 ]
 
@@ -118,3 +119,8 @@ class GateTripped(AortaError):
 
 class TraceError(AortaError):
     """A trace file that cannot be read; the message names the file and the byte offset."""
+
+
+class TraceWarning(UserWarning):
+    """A trace that could not be used where one was expected (missing, unreadable); the
+    message names the file. Loading goes on without it (its numbers are NaN)."""

@@ -87,7 +87,10 @@ def test_cpu_only_trace_says_so():
     assert table.empty and list(table.columns) == ["rank", "type", "time ms", "percent"]
     assert "no GPU events" in table.attrs["note"]
     assert any("no GPU events" in note for note in trace.diagnostics)
-    assert trace.idle_causes().empty and trace.collectives().empty and trace.gemms().empty
+    assert trace.idle_causes().empty and trace.collectives(device="gpu").empty
+    assert trace.gemms().empty
+    # ... while the host side has gloo's all_reduces (aorta.trace.host)
+    assert set(trace.collectives()["source"]) == {"host"}
 
 
 intervals = st.lists(

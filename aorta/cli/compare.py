@@ -40,6 +40,22 @@ Metric = Annotated[
         help="step_time_ms (median of post-warm-up steps per trial), wall_clock_s, elapsed_s, or a workload metric.",
     ),
 ]
+Traces = Annotated[
+    bool,
+    typer.Option(
+        "--traces",
+        envvar=envvars.TRACES,
+        help="Analyse the runs' profiler traces, so --metric can be a trace metric (exposed_comm_ms, idle_ms, gemm_tflops, busbw_all_reduce_gbps, ...).",
+    ),
+]
+Ranks = Annotated[
+    str,
+    typer.Option(
+        "--ranks",
+        envvar=envvars.RANKS,
+        help="A trace metric's value per trial: worst (max for times, min for rates), max, min, mean, median, or a rank number.",
+    ),
+]
 Seed = Annotated[
     int, typer.Option("--seed", envvar=envvars.BOOTSTRAP_SEED, help="Seed of the bootstrap.")
 ]
@@ -49,6 +65,11 @@ Resamples = Annotated[
         "--resamples", envvar=envvars.BOOTSTRAP_RESAMPLES, min=1, help="Bootstrap resamples."
     ),
 ]
+
+
+def rank_reduction(text: str) -> str | int:
+    """``--ranks`` as :func:`aorta.compare` takes it: a rank number or a reduction's name."""
+    return int(text) if text.strip().isdigit() else text.strip()
 
 
 def compare(
@@ -73,6 +94,8 @@ def compare(
     ] = False,
     seed: Seed = 0,
     resamples: Resamples = 10_000,
+    traces: Traces = False,
+    ranks: Ranks = "worst",
     as_json: Json = False,
 ) -> int:
     """Compare cells: ratio of medians with a bootstrap CI, Holm-adjusted exact Mann–Whitney p,
@@ -82,7 +105,14 @@ def compare(
     from aorta.report import compare_paths
 
     df = compare_paths(
-        runs, baseline=baseline, metric=metric, alpha=alpha, seed=seed, resamples=resamples
+        runs,
+        baseline=baseline,
+        metric=metric,
+        alpha=alpha,
+        seed=seed,
+        resamples=resamples,
+        traces=traces,
+        ranks=rank_reduction(ranks),  # type: ignore[arg-type]
     )
     if as_json:
         print(json.dumps(comparison_json(df), indent=2, ensure_ascii=False))

@@ -9,7 +9,7 @@ import typer
 
 from aorta.errors import ExitCode
 
-from .compare import Alpha, Baseline, Metric, Resamples, Seed
+from .compare import Alpha, Baseline, Metric, Ranks, Resamples, Seed, Traces, rank_reduction
 
 
 def report(
@@ -22,12 +22,22 @@ def report(
     metric: Metric = "step_time_ms",
     seed: Seed = 0,
     resamples: Resamples = 10_000,
+    traces: Traces = False,
+    ranks: Ranks = "worst",
 ) -> int:
-    """Write the comparison (CSV, JSON), the trials (CSV), PNG figures and report.md into RUN/report/."""
+    """Write the comparison (CSV, JSON), the trials (CSV), PNG figures and report.md into
+    RUN/report/; with --traces also the trace metrics, and their section in RUN/matrix.md."""
     from aorta.report import write_report
 
     for path in write_report(
-        run, baseline=baseline, metric=metric, alpha=alpha, seed=seed, resamples=resamples
+        run,
+        baseline=baseline,
+        metric=metric,
+        alpha=alpha,
+        seed=seed,
+        resamples=resamples,
+        traces=traces,
+        ranks=rank_reduction(ranks),  # type: ignore[arg-type]
     ):
         print(path)
     return ExitCode.OK

@@ -7,19 +7,27 @@ existing axes, and never calls ``plt.show()``. Figures use the package style
 Matrix figures (:mod:`aorta.plot.matrix`): :func:`step_distributions` (one point per trial,
 the baseline band), :func:`failure_rates` (Wilson intervals), :func:`ratio_forest` (ratios to
 the baseline with their CIs), :func:`step_series` (step time per step, one line per trial).
+
+Trace metrics of a run (:mod:`aorta.plot.trace_matrix`, ``load_run(run, traces=True)``):
+:func:`time_breakdown` (stacked bars per cell), :func:`exposed_comm_vs_step` (one point per
+trial). Single traces: :mod:`aorta.plot.trace`.
 """
 
 from __future__ import annotations
 
 from .matrix import VERDICT_COLORS, failure_rates, ratio_forest, step_distributions, step_series
 from .style import PALETTE, aorta_style
+from .trace_matrix import BREAKDOWN_COLORS, exposed_comm_vs_step, time_breakdown
 
 __all__ = [
+    "BREAKDOWN_COLORS",
     "PALETTE",
     "VERDICT_COLORS",
     "aorta_style",
+    "exposed_comm_vs_step",
     "failure_rates",
     "ratio_forest",
     "step_distributions",
     "step_series",
+    "time_breakdown",
 ]

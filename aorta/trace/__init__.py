@@ -13,6 +13,7 @@ from .classify import GPU_CLASSES, Rule, Rules, default_rules
 from .loader import load, trace_files
 from .merge import MergeReport, merge
 from .model import GpuOps, RankInfo, Trace
+from .tracelens import TraceLensReport, read_tracelens
 
 __all__ = [
     "GPU_CLASSES",
@@ -22,8 +23,10 @@ __all__ = [
     "Rule",
     "Rules",
     "Trace",
+    "TraceLensReport",
     "default_rules",
     "load",
     "merge",
+    "read_tracelens",
     "trace_files",
 ]

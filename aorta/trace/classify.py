@@ -6,7 +6,10 @@ A :class:`Rules` holds three ordered tables of :class:`Rule` (first match wins):
 - ``gemm``: kernels → a GEMM family (``tensile``, ``hipblaslt``, ``ck``, ``nvjet``, ``cutlass``,
   ``xmma``, ``ampere``, ``triton``, ``gemm``) or none;
 - ``runtime``: host runtime/driver calls → ``launch`` / ``memcpy`` / ``memset`` / ``sync`` /
-  ``other`` (``hipMemcpyAsync`` is a copy, not communication).
+  ``other`` (``hipMemcpyAsync`` is a copy, not communication);
+- ``host``: host ops (``cpu_op``/``user_annotation``) → ``compute`` / ``communication`` /
+  ``other``, for the host-side breakdown of traces without GPU events (gloo's work is
+  ``communication``, ATen ops are ``compute``, wrappers and collective calls are ``other``).
 
 Rules are data passed in (:func:`default_rules`, extended with :meth:`Rules.extend`), never
 module globals to patch; they are applied once per unique name, never per row.
@@ -22,10 +25,12 @@ from typing import Literal
 
 import numpy as np
 
-__all__ = ["GPU_CLASSES", "Rule", "Rules", "default_rules"]
+__all__ = ["GPU_CLASSES", "HOST_CLASSES", "Rule", "Rules", "default_rules"]
 
 #: The classes of GPU ops, in the order tables list them.
 GPU_CLASSES: tuple[str, ...] = ("compute", "communication", "memcpy", "memset")
+#: The classes of host ops in the host-side breakdown.
+HOST_CLASSES: tuple[str, ...] = ("compute", "communication", "other")
 
 #: Event categories of GPU ops and of host runtime calls in Kineto traces (also for HIP).
 GPU_CATS: frozenset[str] = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
@@ -75,14 +80,14 @@ def _first(rules: Sequence[Rule], name: str, cat: str, default: str | None) -> s
 
 @dataclass(frozen=True)
 class Rules:
-    """The three classification tables; see the module docstring.
+    """The four classification tables; see the module docstring.
 
     Parameters
     ----------
-    gpu, gemm, runtime
+    gpu, gemm, runtime, host
         Ordered rules; the first match wins. GPU ops no ``gpu`` rule matches are ``compute``,
-        kernels no ``gemm`` rule matches have no family, runtime calls no rule matches are
-        ``other``.
+        kernels no ``gemm`` rule matches have no family, runtime calls and host ops no rule
+        matches are ``other``.
 
     Examples
     --------
@@ -95,6 +100,10 @@ class Rules:
     'tensile'
     >>> rules.runtime_kind("hipMemcpyAsync", "cuda_runtime")
     'memcpy'
+    >>> rules.host_class("gloo:all_reduce", "user_annotation"), rules.host_class("aten::addmm", "cpu_op")
+    ('communication', 'compute')
+    >>> rules.host_class("c10d::allreduce_", "cpu_op"), rules.host_class("autograd::engine::evaluate_function: MmBackward0", "cpu_op")
+    ('other', 'other')
     >>> mine = rules.extend(gpu=[Rule(r"^my_allreduce", "communication")])
     >>> mine.gpu_class("my_allreduce_bf16", "kernel")
     'communication'
@@ -103,6 +112,7 @@ class Rules:
     gpu: tuple[Rule, ...] = ()
     gemm: tuple[Rule, ...] = ()
     runtime: tuple[Rule, ...] = ()
+    host: tuple[Rule, ...] = ()
     _cache: dict[tuple[str, str, str], str | None] = field(
         default_factory=dict, compare=False, repr=False
     )
@@ -113,6 +123,7 @@ class Rules:
         gpu: Iterable[Rule] = (),
         gemm: Iterable[Rule] = (),
         runtime: Iterable[Rule] = (),
+        host: Iterable[Rule] = (),
         where: Literal["first", "last"] = "first",
     ) -> Rules:
         """A copy with extra rules, checked before (``where="first"``) or after the existing ones."""
@@ -126,6 +137,7 @@ class Rules:
             gpu=merge(self.gpu, gpu),
             gemm=merge(self.gemm, gemm),
             runtime=merge(self.runtime, runtime),
+            host=merge(self.host, host),
             _cache={},
         )
 
@@ -147,9 +159,13 @@ class Rules:
         """``launch``, ``memcpy``, ``memset``, ``sync`` or ``other`` for a runtime call."""
         return self._lookup("runtime", name, cat, "other") or "other"
 
+    def host_class(self, name: str, cat: str = "cpu_op") -> str:
+        """``compute``, ``communication`` or ``other`` for a host op (host-side breakdown)."""
+        return self._lookup("host", name, cat, "other") or "other"
+
     def codes(
         self,
-        table: Literal["gpu", "gemm", "runtime"],
+        table: Literal["gpu", "gemm", "runtime", "host"],
         names: Sequence[str],
         cats: Sequence[str],
         labels: Sequence[str],
@@ -159,9 +175,12 @@ class Rules:
         Unmatched names get the table's default (``-1`` for none). This is the vectorised entry
         point: call it with the unique (name, cat) pairs, then index the result with row codes.
         """
-        lookup = {"gpu": self.gpu_class, "gemm": self.gemm_family, "runtime": self.runtime_kind}[
-            table
-        ]
+        lookup = {
+            "gpu": self.gpu_class,
+            "gemm": self.gemm_family,
+            "runtime": self.runtime_kind,
+            "host": self.host_class,
+        }[table]
         position = {label: i for i, label in enumerate(labels)}
         return np.array(
             [position.get(lookup(n, c), -1) for n, c in zip(names, cats, strict=True)],
@@ -170,6 +189,7 @@ class Rules:
 
 
 _KERNEL = ("kernel",)
+_HOST_OPS = ("user_annotation", "cpu_op")
 
 
 def default_rules() -> Rules:
@@ -180,7 +200,11 @@ def default_rules() -> Rules:
     and ROCm's rocclr blit kernels (``__amd_rocclr_copyBuffer``, ``__amd_rocclr_fillBuffer``).
     GEMM families: Tensile ``Cijk_`` (rocBLAS), hipBLASLt (``Cijk_..._UserArgs``), Composable
     Kernel, nvjet, CUTLASS, cuBLAS ``sm80/sm90_xmma``, ``ampere_*gemm``, Triton matmul
-    templates, then any other ``gemm`` kernel.
+    templates, then any other ``gemm`` kernel. Host ops: the work of a host collective backend
+    (``gloo:all_reduce``, ``mpi:``/``ucc:`` alike) is communication; collective calls
+    (``c10d::*``, ``_c10d_functional::*``, ``record_param_comms``, ``nccl:*``) and wrappers
+    (``autograd::*``, ``torch::autograd::*``, ``profiler::*``) are other; every other namespaced
+    ``cpu_op`` (``aten::mm``, ``mylib::op``) is compute.
 
     Examples
     --------
@@ -214,4 +238,13 @@ def default_rules() -> Rules:
         Rule(r"^(cuda|hip|cu)Memset", "memset"),
         Rule(r"Synchronize|StreamWaitEvent|EventQuery|StreamQuery|^cuStreamWaitValue", "sync"),
     )
-    return Rules(gpu=gpu, gemm=gemm, runtime=runtime)
+    host = (
+        Rule(r"^(gloo|mpi|ucc):", "communication", cats=_HOST_OPS),
+        Rule(
+            r"^(c10d|_c10d_functional|c10d_functional|autograd|torch::autograd|profiler)::"
+            r"|^record_param_comms$|^nccl:",
+            "other",
+        ),
+        Rule(r"^\w+::", "compute", cats=("cpu_op",)),
+    )
+    return Rules(gpu=gpu, gemm=gemm, runtime=runtime, host=host)

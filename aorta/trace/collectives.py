@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Alignment",
+    "Device",
     "bus_factor",
     "canonical_collective",
     "clock_offsets",
@@ -38,6 +39,8 @@ __all__ = [
 ]
 
 Alignment = Literal["base_time", "collective_end"]
+#: Which collective calls: the GPU's communication kernels, the host's (gloo), or auto.
+Device = Literal["auto", "gpu", "host"]
 _COMM = GPU_CLASSES.index("communication")
 
 # Checked in order on the name with everything but letters removed, lower-cased.
@@ -129,8 +132,15 @@ def _group_sizes(trace: Trace, frame: pd.DataFrame) -> np.ndarray:
     return size
 
 
-def collectives(trace: Trace) -> pd.DataFrame:
-    """One row per communication kernel, with its collective's arguments and bandwidths.
+def collectives(trace: Trace, *, device: Device = "auto") -> pd.DataFrame:
+    """One row per collective call, with its arguments and bandwidths.
+
+    Parameters
+    ----------
+    device
+        ``"gpu"``: the communication kernels (NCCL/RCCL); ``"host"``: the host communication
+        events of CPU-only runs (gloo's ``gloo:all_reduce``, ..., see :mod:`aorta.trace.host`);
+        ``"auto"``: the GPU's when the trace has any communication kernel, else the host's.
 
     Returns
     -------
@@ -140,8 +150,8 @@ def collectives(trace: Trace) -> pd.DataFrame:
         (canonical), ``dtype``, ``in_nelems``, ``out_nelems``, ``group_size``, ``bytes``,
         ``start``/``end`` (ns), ``dur`` (µs), ``algbw``/``busbw`` (decimal GB/s),
         ``device``, ``stream``, ``kernel`` and ``source`` (``kernel``, ``cpu_op`` or ``name``:
-        where the arguments came from). Empty, with ``attrs["note"]``, when there are no
-        communication kernels.
+        where a GPU call's arguments came from; ``host`` for host calls). Empty, with
+        ``attrs["note"]``, when there is no collective call.
 
     Examples
     --------
@@ -152,13 +162,35 @@ def collectives(trace: Trace) -> pd.DataFrame:
     >>> row = t.collectives().iloc[0]
     >>> int(row["bytes"]), float(row["algbw"]), float(row["busbw"])
     (2000000, 2.0, 3.5)
+    >>> h = synthetic_trace([("user_annotation", "gloo:all_gather", 0, 1000,
+    ...     {"Input Dims": [[250_000]], "Input type": ["float"]})], header={"distributedInfo": {"world_size": 4}})
+    >>> row = h.collectives().iloc[0]
+    >>> row["source"], int(row["bytes"]), float(row["busbw"])
+    ('host', 4000000, 3.0)
     """
+    if device == "auto":
+        device = "gpu" if (trace.gpu_ops.cls == _COMM).any() else "host"
+    if device == "host":
+        from .host import host_calls
+
+        frame = host_calls(trace)
+        note = "no host communication events (gloo:*) in the trace"
+    else:
+        frame = _gpu_calls(trace)
+        note = "no communication kernels (nccl/rccl) in the trace"
+    if frame.empty:
+        empty = pd.DataFrame(columns=_COLUMNS)
+        empty.attrs["note"] = note
+        return empty
+    return _derive(trace, frame)
+
+
+def _gpu_calls(trace: Trace) -> pd.DataFrame:
+    """The communication kernels with their arguments (before sizes and bandwidths)."""
     gpu = trace.gpu_ops
     pick = np.flatnonzero(gpu.cls == _COMM)
     if pick.size == 0:
-        empty = pd.DataFrame(columns=_COLUMNS)
-        empty.attrs["note"] = "no communication kernels (nccl/rccl) in the trace"
-        return empty
+        return pd.DataFrame()
     rows = gpu.row[pick]
     args = trace.comm_args.drop_duplicates("row").set_index("row")
     launch = gpu.launch[pick]
@@ -171,7 +203,7 @@ def collectives(trace: Trace) -> pd.DataFrame:
     names = trace.categories("name")
     kernel_names = [names[c] for c in gpu.name[pick]]
     meta = args.reindex(meta_row)
-    frame = pd.DataFrame(
+    return pd.DataFrame(
         {
             "rank": gpu.rank[pick],
             "pg": meta["pg_name"].astype(object).fillna("").to_numpy(),
@@ -193,10 +225,30 @@ def collectives(trace: Trace) -> pd.DataFrame:
             "source": np.where(own, "kernel", np.where(via_op, "cpu_op", "name")),
         }
     )
+
+
+def _out_elements(collective: str, in_nelems: float, n: float) -> float:
+    """The output size a collective implies when the trace records only its input."""
+    if collective in ("all_gather", "gather"):
+        return in_nelems * n
+    if collective in ("reduce_scatter", "scatter"):
+        return in_nelems / n if n > 0 else float("nan")
+    return in_nelems
+
+
+def _derive(trace: Trace, frame: pd.DataFrame) -> pd.DataFrame:
+    """Sequence numbers, group sizes, bytes and bandwidths of the calls in ``frame``."""
     frame = frame.sort_values(["rank", "start"], kind="stable").reset_index(drop=True)
     order_in_pg = frame.groupby(["rank", "pg"], sort=False).cumcount().to_numpy()
     frame["seq"] = np.where(frame["seq"] >= 0, frame["seq"], order_in_pg)
     frame["group_size"] = _group_sizes(trace, frame)
+    implied = [
+        _out_elements(c, i, n)
+        for c, i, n in zip(
+            frame["collective"], frame["in_nelems"], frame["group_size"], strict=True
+        )
+    ]
+    frame["out_nelems"] = frame["out_nelems"].fillna(pd.Series(implied, dtype=float))
     itemsize = np.array([dtype_size(d) if d else np.nan for d in frame["dtype"]], dtype=float)
     frame["bytes"] = np.fmax(frame["in_nelems"], frame["out_nelems"]) * itemsize
     frame["dur"] = (frame["end"] - frame["start"]) / 1e3
@@ -225,11 +277,11 @@ _COLUMNS = [
 ]  # fmt: skip
 
 
-def collective_skew(trace: Trace) -> pd.DataFrame:
+def collective_skew(trace: Trace, *, device: Device = "auto") -> pd.DataFrame:
     """Each collective matched across ranks by (process group, sequence), one row per rank.
 
     A collective cannot finish before its last rank arrives, so the rank that starts last is
-    the one the others wait for.
+    the one the others wait for. ``device`` picks the calls as in :func:`collectives`.
 
     Returns
     -------
@@ -251,7 +303,7 @@ def collective_skew(trace: Trace) -> pd.DataFrame:
     >>> skew[["rank", "lateness", "wait", "last"]].to_dict("list")
     {'rank': [0, 1], 'lateness': [0.0, 30.0], 'wait': [30.0, 0.0], 'last': [False, True]}
     """
-    calls = collectives(trace)
+    calls = collectives(trace, device=device)
     columns = [
         "pg",
         "seq",
@@ -270,7 +322,7 @@ def collective_skew(trace: Trace) -> pd.DataFrame:
     ]
     if calls.empty or calls["rank"].nunique() < 2:
         empty = pd.DataFrame(columns=columns)
-        empty.attrs["note"] = "needs communication kernels from at least two ranks"
+        empty.attrs["note"] = "needs collective calls from at least two ranks"
         return empty
     group = calls.groupby(["pg", "seq"], sort=False)
     calls = calls.assign(
@@ -298,7 +350,7 @@ def collective_skew(trace: Trace) -> pd.DataFrame:
     return out
 
 
-def stragglers(trace: Trace) -> pd.DataFrame:
+def stragglers(trace: Trace, *, device: Device = "auto") -> pd.DataFrame:
     """Ranks ranked by how late they arrive at collectives (the straggler first).
 
     Returns
@@ -316,7 +368,7 @@ def stragglers(trace: Trace) -> pd.DataFrame:
     >>> stragglers(Trace.concat([a, b]))["rank"].tolist()
     [1, 0]
     """
-    skew = collective_skew(trace)
+    skew = collective_skew(trace, device=device)
     columns = ["rank", "collectives", "times_last", "total_lateness", "mean_lateness", "mean_wait"]
     if skew.empty:
         empty = pd.DataFrame(columns=columns)

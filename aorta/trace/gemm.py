@@ -38,7 +38,7 @@ GEMM_OPS: dict[str, tuple[int, int]] = {
 }
 _LEAF_ONLY = frozenset({"aten::linear", "aten::matmul"})
 _NAN_SHAPE = (math.nan, math.nan, math.nan, math.nan)
-_UNITS = {"ts": "ns", "gpu_time": "us", "tflops": "TFLOP/s"}
+_UNITS = {"ts": "ns", "gpu_time": "us", "cpu_time": "us", "tflops": "TFLOP/s"}
 
 
 def _prod(values: list[int]) -> int:
@@ -137,8 +137,9 @@ def gemms(trace: Trace, *, by: Literal["shape", "call"] = "shape") -> pd.DataFra
     -------
     pandas.DataFrame
         ``op``, ``batch``, ``M``, ``N``, ``K``, ``dtype``, ``flops`` (per call), ``gpu_time``
-        (µs of GPU ops launched by the op; per call, or summed), ``tflops`` (achieved
-        TFLOP/s = FLOPs / GPU time), ``kernel`` (the longest GPU op it launched) and
+        (µs of GPU ops launched by the op; per call, or summed), ``cpu_time`` (µs the op ran on
+        the host, the GEMM's own time on a CPU-only run), ``tflops`` (achieved TFLOP/s = FLOPs /
+        GPU time), ``kernel`` (the longest GPU op it launched) and
         ``family`` (its GEMM family); ``count`` by shape; ``rank``, ``ts`` (ns) by call.
         Ops recorded without shapes (``record_shapes=False``) have NaN FLOPs.
 
@@ -179,6 +180,7 @@ def _calls(trace: Trace) -> pd.DataFrame:
     calls["dtype"] = [_dtype(type_cats[c]) if c >= 0 else "" for c in type_codes]
     calls["flops"] = 2.0 * shape.prod(axis=1)
     calls["gpu_time"] = np.where(gpu_ns > 0, gpu_ns / 1e3, np.nan)
+    calls["cpu_time"] = trace.column("dur")[rows] / 1e3
     calls["tflops"] = calls["flops"] / (calls["gpu_time"] * 1e-6) / 1e12
     calls["kernel"] = [names[trace.column("name")[r]] if r >= 0 else "" for r in longest]
     calls["family"] = [(trace.rules.gemm_family(k) or "") if k else "" for k in calls["kernel"]]
@@ -197,6 +199,7 @@ def _by_shape(calls: pd.DataFrame) -> pd.DataFrame:
         timed_flops=("timed_flops", "sum"),
         timed=("timed_flops", "count"),
         gpu_time=("gpu_time", "sum"),
+        cpu_time=("cpu_time", "sum"),
         kernel=("kernel", "first"),
         family=("family", "first"),
     )
@@ -204,6 +207,8 @@ def _by_shape(calls: pd.DataFrame) -> pd.DataFrame:
     timed_flops = grouped["timed_flops"].where(grouped["timed"] > 0)
     grouped["tflops"] = timed_flops / (grouped["gpu_time"].replace(0, np.nan) * 1e-6) / 1e12
     grouped = grouped.sort_values("gpu_time", ascending=False, kind="stable").reset_index(drop=True)
-    grouped = grouped[[*keys, "count", "flops", "gpu_time", "tflops", "kernel", "family"]]
+    grouped = grouped[
+        [*keys, "count", "flops", "gpu_time", "cpu_time", "tflops", "kernel", "family"]
+    ]
     grouped.attrs["units"] = _UNITS
     return grouped

@@ -16,10 +16,10 @@ import numpy as np
 import pandas as pd
 
 from . import _links
-from .classify import GPU_CATS, GPU_CLASSES, RUNTIME_CATS, Rules, default_rules
+from .classify import GPU_CATS, GPU_CLASSES, HOST_CLASSES, RUNTIME_CATS, Rules, default_rules
 
 if TYPE_CHECKING:
-    from .collectives import Alignment
+    from .collectives import Alignment, Device
 
 __all__ = ["GpuOps", "RankInfo", "Trace"]
 
@@ -300,7 +300,10 @@ class Trace:
         return np.flatnonzero(mask)
 
     def _pair_codes(
-        self, rows: np.ndarray, table: Literal["gpu", "gemm", "runtime"], labels: tuple[str, ...]
+        self,
+        rows: np.ndarray,
+        table: Literal["gpu", "gemm", "runtime", "host"],
+        labels: tuple[str, ...],
     ) -> np.ndarray:
         """Classify ``rows`` by (name, cat) with one rules lookup per unique pair."""
         names, cats = (
@@ -364,6 +367,11 @@ class Trace:
         return self.find(cats=_OP_CATS)
 
     @cached_property
+    def host_cls(self) -> np.ndarray:
+        """For :attr:`op_rows`: index into ``HOST_CLASSES`` (compute, communication, other)."""
+        return self._pair_codes(self.op_rows, "host", HOST_CLASSES)
+
+    @cached_property
     def runtime_op(self) -> np.ndarray:
         """For :attr:`runtime_rows`: the event row of the CPU op with the same External id, or -1."""
         rank, ext, ops, rt = (
@@ -387,6 +395,25 @@ class Trace:
         from .timeline import gpu_timeline
 
         return gpu_timeline(self, by=by, include_unlinked=include_unlinked, memset=memset)
+
+    def host_timeline(self) -> pd.DataFrame:
+        """The host-side breakdown (CPU-only traces); see :func:`aorta.trace.host.host_timeline`."""
+        from .host import host_timeline
+
+        return host_timeline(self)
+
+    def timeline(
+        self,
+        *,
+        device: Literal["auto", "gpu", "host"] = "auto",
+        include_unlinked: bool = False,
+        memset: Literal["ignore", "memcpy", "compute"] = "ignore",
+    ) -> pd.DataFrame:
+        """GPU breakdown per rank, or the host's for ranks without GPU ops; see
+        :func:`aorta.trace.timeline.timeline`."""
+        from .timeline import timeline
+
+        return timeline(self, device=device, include_unlinked=include_unlinked, memset=memset)
 
     def idle_causes(self, *, kernel_wait_us: float = 10.0) -> pd.DataFrame:
         """Idle time per stream by cause; see :func:`aorta.trace.timeline.idle_causes`."""
@@ -423,23 +450,23 @@ class Trace:
 
         return gemms(self, by=by)
 
-    def collectives(self) -> pd.DataFrame:
+    def collectives(self, *, device: Device = "auto") -> pd.DataFrame:
         """Collective calls with bytes and bandwidths; see :func:`aorta.trace.collectives.collectives`."""
         from .collectives import collectives
 
-        return collectives(self)
+        return collectives(self, device=device)
 
-    def collective_skew(self) -> pd.DataFrame:
+    def collective_skew(self, *, device: Device = "auto") -> pd.DataFrame:
         """Collectives matched across ranks; see :func:`aorta.trace.collectives.collective_skew`."""
         from .collectives import collective_skew
 
-        return collective_skew(self)
+        return collective_skew(self, device=device)
 
-    def stragglers(self) -> pd.DataFrame:
+    def stragglers(self, *, device: Device = "auto") -> pd.DataFrame:
         """Ranks ranked by lateness; see :func:`aorta.trace.collectives.stragglers`."""
         from .collectives import stragglers
 
-        return stragglers(self)
+        return stragglers(self, device=device)
 
     def align(self, *, method: Alignment = "collective_end") -> Trace:
         """Clock-align the ranks; see :func:`aorta.trace.collectives.clock_offsets`."""

@@ -29,7 +29,7 @@ from .classify import GPU_CLASSES
 if TYPE_CHECKING:
     from .model import GpuOps, Trace
 
-__all__ = ["BREAKDOWN_TYPES", "breakdown", "gpu_timeline", "idle_causes"]
+__all__ = ["BREAKDOWN_TYPES", "breakdown", "gpu_timeline", "idle_causes", "timeline"]
 
 #: Row order of the TraceLens ``gpu_timeline`` table.
 BREAKDOWN_TYPES: tuple[str, ...] = (
@@ -167,6 +167,57 @@ def gpu_timeline(
             )
         return empty
     frame = pd.concat(frames, ignore_index=True)
+    frame.attrs["units"] = {"time ms": "ms", "percent": "% of total_time"}
+    return frame
+
+
+def timeline(
+    trace: Trace,
+    *,
+    device: Literal["auto", "gpu", "host"] = "auto",
+    include_unlinked: bool = False,
+    memset: Literal["ignore", "memcpy", "compute"] = "ignore",
+) -> pd.DataFrame:
+    """The time breakdown of each rank, from its GPU ops or, for a rank without any, its host ops.
+
+    Parameters
+    ----------
+    device
+        ``"auto"``: per rank, :func:`gpu_timeline` when the rank has GPU ops, else
+        :func:`~aorta.trace.host.host_timeline`; ``"gpu"`` / ``"host"``: that one for every
+        rank.
+    include_unlinked, memset
+        As for :func:`gpu_timeline`.
+
+    Returns
+    -------
+    pandas.DataFrame
+        The columns of ``gpu_timeline(by="rank")`` plus ``source`` (``gpu`` or ``host``).
+        Ranks with nothing to break down have no rows.
+
+    Examples
+    --------
+    >>> from aorta.trace import Trace
+    >>> from aorta.trace.testing import synthetic_trace
+    >>> gpu = synthetic_trace([("kernel", "gemm", 0, 10)], header={"distributedInfo": {"rank": 0}})
+    >>> cpu = synthetic_trace([("cpu_op", "aten::mm", 0, 10)], header={"distributedInfo": {"rank": 1}})
+    >>> t = timeline(Trace.concat([gpu, cpu]))
+    >>> t[t["type"] == "computation_time"][["rank", "source", "time ms"]].to_dict("list")
+    {'rank': [0, 1], 'source': ['gpu', 'host'], 'time ms': [0.01, 0.01]}
+    """
+    from .host import host_timeline
+
+    with_gpu = set(np.unique(trace.gpu_ops.rank).tolist())
+    use_gpu = {r: device == "gpu" or (device == "auto" and r in with_gpu) for r in trace.ranks}
+    frames = []
+    if any(use_gpu.values()):
+        gpu = gpu_timeline(trace, include_unlinked=include_unlinked, memset=memset)
+        frames.append(gpu[gpu["rank"].map(use_gpu).astype(bool)].assign(source="gpu"))
+    if not all(use_gpu.values()):
+        host = host_timeline(trace)
+        frames.append(host[~host["rank"].map(use_gpu).astype(bool)].assign(source="host"))
+    frame = pd.concat(frames, ignore_index=True).sort_values("rank", kind="stable")
+    frame = frame.reset_index(drop=True)
     frame.attrs["units"] = {"time ms": "ms", "percent": "% of total_time"}
     return frame
 

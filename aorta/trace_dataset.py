@@ -1,0 +1,617 @@
+"""Traces in the matrix: each trial's trace metrics as Dataset variables (cell × trial × rank).
+
+A sweep with ``collect: [torch_profiler]`` leaves ``cells/<cell>/trial_NNNN/trace/rank<N>.pt.trace.json.gz``
+per rank per trial. :func:`add_trace_metrics` analyses every trial's traces once — one call of
+:func:`aorta.trace.metrics.rank_metrics` per trial, trials in parallel processes (``forkserver``,
+never ``fork``; as many as the cores this process may use) — and adds:
+
+=========================================  ===================  ==============================
+variable                                   dims                 meaning
+=========================================  ===================  ==============================
+``computation_ms``, ``exposed_comm_ms``,   cell, trial, rank    the time breakdown of the
+``exposed_memcpy_ms``, ``busy_ms``,                             profiled window (GPU, or host
+``idle_ms``, ``total_ms``,                                      for a trace without GPU events)
+``total_comm_ms``
+``gemm_tflops``                            cell, trial, rank    Σ GEMM FLOPs / Σ GEMM time
+``busbw_<collective>_gbps``                cell, trial, rank    bus bandwidth, one variable per
+                                                                collective type seen
+``straggler_wait_ms``                      cell, trial, rank    time spent at collectives
+                                                                waiting for the last rank
+``profiled_steps``                         cell, trial, rank    ProfilerStep annotations
+``trace_source``                           cell, trial, rank    ``gpu``, ``host``, ``none``,
+                                                                ``missing``, ``unreadable``
+``trace_file``                             cell, trial, rank    the file, relative to the run
+=========================================  ===================  ==============================
+
+Each metric's ``attrs`` give ``long_name``, ``units`` and ``rank_reduction`` (``max`` for times,
+``min`` for rates: the worst rank, what :func:`aorta.compare` uses by default).
+
+Caches: each trace's parse is kept beside it (``<file>.aorta-cache``, see
+:func:`aorta.trace.load`) and each trial's metrics in ``trace/metrics.aorta-cache`` (JSON, keyed
+by the trace files' sizes and mtimes), so a second load reads a few small files. A missing or
+unreadable trace gives NaN for its rank, a :class:`~aorta.errors.TraceWarning` naming the file,
+and a line in ``ds.attrs["trace_diagnostics"]``; the rest loads.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import multiprocessing
+import os
+import re
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+from aorta.errors import TraceError, TraceWarning
+
+if TYPE_CHECKING:
+    import xarray as xr
+
+__all__ = [
+    "METRICS_CACHE",
+    "TRACE_VARIABLE_PREFIXES",
+    "add_trace_metrics",
+    "analyse_trial",
+    "is_trace_variable",
+    "load_tracelens",
+    "trace_variables",
+]
+
+#: Bump when what :func:`analyse_trial` computes changes: older metrics caches are ignored.
+TRACE_METRICS_VERSION = 1
+#: The per-trial metrics cache, inside the trial's ``trace/`` folder.
+METRICS_CACHE = "metrics.aorta-cache"
+#: Names of the per-rank variables this module adds (besides ``busbw_*_gbps``).
+TRACE_VARIABLE_PREFIXES = ("trace_source", "trace_file")
+_RANK_FILE = re.compile(r"^rank(\d+)(?:\.pt\.trace)?\.json(?:\.gz)?$")
+_NO_TRACE_STATUSES = ("missing", "did_not_run")
+_RAN = ("ok", "workload_failed")
+CacheMode = Literal["use", "refresh", "off"]
+
+
+def is_trace_variable(name: str) -> bool:
+    """Whether ``name`` is one of the variables :func:`add_trace_metrics` adds.
+
+    >>> is_trace_variable("exposed_comm_ms"), is_trace_variable("busbw_all_gather_gbps"), is_trace_variable("step_time_ms")
+    (True, True, False)
+    """
+    from aorta.trace.metrics import BUSBW, METRICS
+
+    return name in METRICS or name in TRACE_VARIABLE_PREFIXES or bool(BUSBW.match(name))
+
+
+# --- one trial -------------------------------------------------------------------------------
+
+
+def rank_files(trace_dir: Path) -> dict[int, Path]:
+    """The first profiling cycle's file of each rank in a trial's ``trace/`` folder."""
+    if not trace_dir.is_dir():
+        return {}
+    found = {}
+    for path in trace_dir.iterdir():
+        match = _RANK_FILE.match(path.name)
+        if match and path.is_file():
+            found[int(match.group(1))] = path
+    return dict(sorted(found.items()))
+
+
+def _without_path(message: str, path: Path) -> str:
+    for prefix in (f"{path}: ", f"{path.name}: "):
+        if message.startswith(prefix):
+            return message[len(prefix) :]
+    return message
+
+
+def _load(files: Mapping[int, Path], cache: CacheMode) -> tuple[Any, dict[int, str]]:
+    """One trace of the readable files, and why each other file could not be read."""
+    import aorta.trace
+
+    try:
+        return aorta.trace.load(list(files.values()), cache=cache), {}
+    except TraceError:
+        pass
+    bad: dict[int, str] = {}
+    for rank, path in files.items():
+        try:
+            aorta.trace.load(path, cache=cache)
+        except TraceError as exc:
+            bad[rank] = _without_path(str(exc), path)
+    good = [p for r, p in files.items() if r not in bad]
+    return (aorta.trace.load(good, cache=cache) if good else None), bad
+
+
+def analyse_trial(files: Mapping[int, str | Path], *, cache: CacheMode = "use") -> dict[str, Any]:
+    """The metrics of one trial's rank traces: a pure function of the files (runs in a worker).
+
+    Parameters
+    ----------
+    files
+        The trace file of each rank (by the rank in its name).
+    cache
+        The parse cache mode of :func:`aorta.trace.load`.
+
+    Returns
+    -------
+    dict
+        ``{"ranks": {rank: {"source": ..., "file": name, metric: value, ...}}, "problems":
+        [[name, why], ...]}`` — JSON data (NaN as ``None``), file names without their folder.
+        An unreadable file gives its rank ``source: "unreadable"`` and a problem; the others
+        are analysed together (stragglers need every rank).
+    """
+    from aorta.trace.metrics import rank_metrics
+
+    paths = {int(r): Path(p) for r, p in files.items()}
+    trace, bad = _load(paths, cache)
+    ranks: dict[str, dict[str, Any]] = {}
+    problems = [[paths[r].name, why] for r, why in sorted(bad.items())]
+    for rank in bad:
+        ranks[str(rank)] = {"source": "unreadable", "file": paths[rank].name}
+    if trace is not None:
+        by_path = {str(trace.info(r).path): r for r in trace.ranks}
+        table = rank_metrics(trace)
+        for rank, path in paths.items():
+            if rank in bad:
+                continue
+            row = table.loc[by_path.get(str(path), rank)]
+            ranks[str(rank)] = {"file": path.name} | {
+                k: (v if isinstance(v, str) else None if math.isnan(v) else float(v))
+                for k, v in row.items()
+            }
+    return {"ranks": ranks, "problems": problems}
+
+
+# --- many trials -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Job:
+    cell: str
+    trial: int
+    trace_dir: Path
+    files: dict[int, Path]
+    expected: tuple[int, ...]
+    warn_missing: bool
+
+
+def _cache_key(job: _Job) -> dict[str, Any]:
+    stats = {}
+    for path in job.files.values():
+        st = path.stat()
+        stats[path.name] = [st.st_size, st.st_mtime_ns]
+    return {"version": TRACE_METRICS_VERSION, "files": stats}
+
+
+def _read_cached(job: _Job, key: Mapping[str, Any]) -> dict[str, Any] | None:
+    try:
+        data = json.loads((job.trace_dir / METRICS_CACHE).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("key") != key:
+        return None
+    return data.get("result")
+
+
+def _write_cached(job: _Job, key: Mapping[str, Any], result: Mapping[str, Any]) -> str | None:
+    from aorta.rundir import atomic_write
+
+    try:
+        atomic_write(job.trace_dir / METRICS_CACHE, json.dumps({"key": key, "result": result}))
+    except OSError as exc:
+        return f"{job.trace_dir / METRICS_CACHE}: metrics cache not written ({exc.strerror or exc})"
+    return None
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the OS says, else cpu_count)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def _pool_context() -> Any:
+    # Never fork: the parent may hold torch, threads or locks. forkserver forks from a clean
+    # server process; spawn where there is none.
+    methods = multiprocessing.get_all_start_methods()
+    return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+
+
+def _failed(job: _Job, exc: BaseException) -> dict[str, Any]:
+    why = f"analysis failed: {type(exc).__name__}: {exc}"
+    return {
+        "ranks": {str(r): {"source": "unreadable", "file": p.name} for r, p in job.files.items()},
+        "problems": [[p.name, why] for p in job.files.values()],
+    }
+
+
+#: Below this much trace JSON to parse (gzip counted at 8×), trials are analysed in this process.
+PARALLEL_MIN_BYTES = 64 * 2**20
+
+
+def _json_bytes(job: _Job) -> int:
+    sizes = ((p.stat().st_size, p.name.endswith(".gz")) for p in job.files.values())
+    return sum(size * (8 if gz else 1) for size, gz in sizes)
+
+
+def _serial(jobs: Sequence[_Job], cache: CacheMode) -> Iterable[tuple[_Job, dict[str, Any]]]:
+    for job in jobs:
+        try:
+            yield job, analyse_trial(job.files, cache=cache)
+        except Exception as exc:  # a bug in one trial's analysis must not lose the others
+            yield job, _failed(job, exc)
+
+
+def _analyse_all(
+    jobs: Sequence[_Job], *, cache: CacheMode, workers: int | None, notes: list[str]
+) -> Iterable[tuple[_Job, dict[str, Any]]]:
+    """Each job with its result, in parallel processes when there are several jobs and cores.
+
+    When the pool breaks (a worker killed, or an interpreter that cannot start workers, such
+    as a script read from stdin), the trials not done yet are analysed in this process.
+    """
+    if workers is None:  # starting workers costs about a second: worth it for big traces only
+        small = sum(_json_bytes(job) for job in jobs) < PARALLEL_MIN_BYTES
+        workers = 1 if small else available_cores()
+    n = min(workers, len(jobs))
+    if n <= 1:
+        yield from _serial(jobs, cache)
+        return
+    done: set[int] = set()
+    try:
+        with ProcessPoolExecutor(max_workers=n, mp_context=_pool_context()) as pool:
+            futures = {pool.submit(analyse_trial, job.files, cache=cache): job for job in jobs}
+            for future in as_completed(futures):
+                job = futures[future]
+                try:
+                    result = future.result()
+                except BrokenProcessPool:
+                    raise
+                except Exception as exc:
+                    result = _failed(job, exc)
+                done.add(id(job))
+                yield job, result
+    except BrokenProcessPool as exc:
+        notes.append(f"trace analysis workers failed ({exc}); the rest ran in this process")
+        yield from _serial([job for job in jobs if id(job) not in done], cache)
+
+
+def trial_results(
+    jobs: Sequence[_Job], *, cache: CacheMode = "use", workers: int | None = None
+) -> tuple[dict[tuple[str, int], dict[str, Any]], list[str]]:
+    """Every job's result (from its metrics cache when valid) and notes on unwritable caches."""
+    results: dict[tuple[str, int], dict[str, Any]] = {}
+    keys: dict[tuple[str, int], dict[str, Any]] = {}
+    todo: list[_Job] = []
+    for job in jobs:
+        if not job.files:
+            results[(job.cell, job.trial)] = {"ranks": {}, "problems": []}
+            continue
+        key = keys[(job.cell, job.trial)] = _cache_key(job)
+        cached = _read_cached(job, key) if cache == "use" else None
+        if cached is None:
+            todo.append(job)
+        else:
+            results[(job.cell, job.trial)] = cached
+    notes: list[str] = []
+    for job, result in _analyse_all(todo, cache=cache, workers=workers, notes=notes):
+        results[(job.cell, job.trial)] = result
+        if cache != "off" and (note := _write_cached(job, keys[(job.cell, job.trial)], result)):
+            notes.append(note)
+    return results, notes
+
+
+# --- the Dataset -----------------------------------------------------------------------------
+
+
+def _collected(run_dir: Path) -> dict[str, bool]:
+    """Per cell: whether its plan collects torch_profiler traces (from ``cell.json``)."""
+    out = {}
+    for path in (run_dir / "cells").glob("*/cell.json"):
+        try:
+            cell = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        collect = cell.get("collect") or []
+        out[str(cell.get("name", path.parent.name))] = any(
+            (c.get("name") if isinstance(c, dict) else c) == "torch_profiler" for c in collect
+        )
+    return out
+
+
+def _jobs(ds: xr.Dataset, run_dir: Path, world_size: int) -> list[_Job]:
+    collects = _collected(run_dir)
+    status = ds.status.transpose("cell", "trial").values
+    jobs = []
+    for i, cell in enumerate(str(c) for c in ds.cell.values.tolist()):
+        for j, trial in enumerate(int(t) for t in ds.trial.values.tolist()):
+            if status[i, j] in _NO_TRACE_STATUSES:
+                continue
+            trace_dir = run_dir / "cells" / cell / f"trial_{trial:04d}" / "trace"
+            files = rank_files(trace_dir)
+            warn = collects.get(cell, False) and status[i, j] in _RAN
+            if files or warn:
+                expected = tuple(range(world_size)) if warn else ()
+                jobs.append(_Job(cell, trial, trace_dir, files, expected, warn))
+    return jobs
+
+
+def _problems(
+    jobs: Sequence[_Job], results: Mapping[tuple[str, int], Mapping[str, Any]]
+) -> list[str]:
+    """One line per file that was expected and is missing or could not be used."""
+    lines = []
+    for job in jobs:
+        result = results[(job.cell, job.trial)]
+        for name, why in result["problems"]:
+            lines.append(f"{job.trace_dir / name}: {why}")
+        for rank in job.expected:
+            if rank not in job.files:
+                lines.append(f"{job.trace_dir / f'rank{rank}.pt.trace.json.gz'}: no such file")
+    return lines
+
+
+def _variable_attrs(name: str) -> dict[str, str]:
+    from aorta.trace.metrics import BUSBW, METRICS
+
+    if match := BUSBW.match(name):
+        collective = match.group("collective")
+        return {
+            "long_name": f"{collective} bus bandwidth",
+            "units": "GB/s",
+            "rank_reduction": "min",
+            "description": f"Σ bytes × nccl-tests bus factor / Σ time of the trial's {collective} calls",
+        }
+    long_name, units, worse = METRICS[name]
+    out = {"long_name": long_name, "rank_reduction": "max" if worse == "higher" else "min"}
+    return out | ({"units": units} if units else {})
+
+
+def trace_variables(
+    ds: xr.Dataset,
+    results: Mapping[tuple[str, int], Mapping[str, Any]],
+    *,
+    n_ranks: int,
+) -> dict[str, xr.DataArray]:
+    """The per-rank DataArrays (dims cell × trial × rank) of the trials' results (``file``: the
+    path to show in ``trace_file``)."""
+    import xarray as xr
+
+    from aorta.dataset import _objects
+    from aorta.trace.metrics import BUSBW, METRICS
+
+    cells = [str(c) for c in ds.cell.values.tolist()]
+    trials = [int(t) for t in ds.trial.values.tolist()]
+    names = list(METRICS) + sorted(
+        {k for r in results.values() for m in r["ranks"].values() for k in m if BUSBW.match(k)}
+    )
+    shape = (len(cells), len(trials), n_ranks)
+    values = {name: np.full(shape, np.nan) for name in names}
+    source = np.full(shape, "missing", dtype=object)
+    files = np.full(shape, "", dtype=object)
+    for (cell, trial), result in results.items():
+        i, j = cells.index(cell), trials.index(trial)
+        for rank_text, metrics in result["ranks"].items():
+            k = int(rank_text)
+            source[i, j, k] = str(metrics.get("source", "missing"))
+            files[i, j, k] = str(metrics.get("file") or "")
+            for name in names:
+                value = metrics.get(name)
+                values[name][i, j, k] = np.nan if value is None else value
+    dims = ("cell", "trial", "rank")
+    out = {
+        name: xr.DataArray(v, dims=dims, attrs=_variable_attrs(name)) for name, v in values.items()
+    }
+    out["trace_source"] = xr.DataArray(
+        _objects(source.ravel().tolist(), shape),
+        dims=dims,
+        attrs={
+            "long_name": "trace source",
+            "description": "gpu: GPU time breakdown; host: host-side breakdown (no GPU events); "
+            "tracelens: a TraceLens report; none: a trace with nothing to break down; "
+            "missing: no trace file; unreadable: the file could not be loaded",
+        },
+    )
+    out["trace_file"] = xr.DataArray(
+        _objects(files.ravel().tolist(), shape),
+        dims=dims,
+        attrs={"long_name": "trace file", "description": "relative to the run directory"},
+    )
+    return out
+
+
+def add_trace_metrics(
+    ds: xr.Dataset,
+    run_dir: str | Path,
+    *,
+    cache: CacheMode = "use",
+    workers: int | None = None,
+) -> xr.Dataset:
+    """``ds`` with the trace metrics of every trial of the run in ``run_dir`` (see the module
+    docstring), replacing any it had.
+
+    Parameters
+    ----------
+    ds
+        The run's Dataset (:func:`aorta.load_run`).
+    run_dir
+        The run directory whose ``cells/*/trial_*/trace/`` folders hold the traces.
+    cache
+        ``use``: parse and metrics caches are read and written; ``refresh``: both rebuilt;
+        ``off``: neither read nor written.
+    workers
+        Processes analysing trials. Default: the cores this process may use, at most one per
+        trial — or none (this process) when there is less than :data:`PARALLEL_MIN_BYTES` of
+        trace JSON to parse, since starting workers costs about a second. ``1``: this process.
+
+    Warns
+    -----
+    TraceWarning
+        Once per trace file that a trial which ran should have and that is missing or
+        unreadable (its rank's values are NaN).
+    """
+    import xarray as xr
+
+    from aorta.rundir import RunDir
+
+    rd = RunDir.open(run_dir)
+    world_size = int(rd.manifest().get("world_size") or 1)
+    jobs = _jobs(ds, rd.path, world_size)
+    results, notes = trial_results(jobs, cache=cache, workers=workers)
+    problems = _problems(jobs, results)
+    for line in problems:
+        warnings.warn(line, TraceWarning, stacklevel=3)
+    for (cell, trial), result in list(results.items()):  # file names → paths in the run
+        folder = Path("cells") / cell / f"trial_{trial:04d}" / "trace"
+        ranks = {
+            r: m | {"file": (folder / m["file"]).as_posix()} if m.get("file") else m
+            for r, m in result["ranks"].items()
+        }
+        results[(cell, trial)] = {**result, "ranks": ranks}
+    found = [int(r) for res in results.values() for r in res["ranks"]]
+    n_ranks = max([world_size, *(r + 1 for r in found)])
+    ds = ds.drop_vars([v for v in ds.data_vars if is_trace_variable(str(v))])
+    ds = ds.drop_dims([d for d in ("rank",) if d in ds.dims])
+    variables = trace_variables(ds, results, n_ranks=n_ranks)
+    ds = ds.assign(variables).assign_coords(
+        rank=xr.Variable("rank", np.arange(n_ranks, dtype=np.int64), {"long_name": "rank"})
+    )
+    ds.attrs["trace_metrics_version"] = TRACE_METRICS_VERSION
+    ds.attrs["trace_diagnostics"] = json.dumps(problems + notes, ensure_ascii=False)
+    return ds
+
+
+# --- TraceLens reports -----------------------------------------------------------------------
+
+TraceLensSource = str | Path | Mapping[tuple[Any, ...], str | Path]
+
+
+def _number(name: str) -> int | None:
+    match = re.search(r"(\d+)$", name)
+    return int(match.group(1)) if match else None
+
+
+def _tracelens_layout(root: Path) -> dict[tuple[str, int, int], Path]:
+    """``<root>/<cell>/<trial>/[<rank>/]`` → {(cell, trial, rank): report folder}."""
+    out: dict[tuple[str, int, int], Path] = {}
+    for cell_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+        for trial_dir in sorted(p for p in cell_dir.iterdir() if p.is_dir()):
+            trial = _number(trial_dir.name)
+            if trial is None:
+                continue
+            rank_dirs = {_number(p.name): p for p in trial_dir.iterdir() if p.is_dir()}
+            rank_dirs.pop(None, None)
+            if any(trial_dir.glob("*.csv")) or not rank_dirs:
+                out[(cell_dir.name, trial, 0)] = trial_dir
+            for rank, folder in rank_dirs.items():
+                out[(cell_dir.name, trial, int(rank))] = folder  # type: ignore[arg-type]
+    return out
+
+
+def _tracelens_entries(source: TraceLensSource) -> dict[tuple[str, int, int], Path]:
+    if isinstance(source, str | Path):
+        root = Path(source)
+        if not root.is_dir():
+            raise TraceError(f"{root}: no such directory")
+        return _tracelens_layout(root)
+    entries = {}
+    for key, folder in source.items():
+        if not isinstance(key, tuple) or len(key) not in (2, 3):
+            raise ValueError(f"keys are (cell, trial) or (cell, trial, rank), got {key!r}")
+        cell, trial, rank = (*key, 0) if len(key) == 2 else key
+        entries[(str(cell), int(trial), int(rank))] = Path(folder)
+    return entries
+
+
+def load_tracelens(
+    source: TraceLensSource,
+    *,
+    baseline: str | None = None,
+    threshold: float = 1.15,
+    prefix: str | None = None,
+) -> xr.Dataset:
+    """TraceLens perf reports of a sweep as a Dataset that :func:`aorta.compare` takes.
+
+    Parameters
+    ----------
+    source
+        A folder laid out ``<cell>/<trial>/`` (each trial folder holding one report's CSVs) or
+        ``<cell>/<trial>/<rank>/`` (one report per rank); trial and rank folders are numbered
+        by the digits they end with (``trial_0003``, ``3``, ``rank1``). Or a mapping
+        ``{(cell, trial): folder}`` / ``{(cell, trial, rank): folder}``.
+    baseline
+        The reference cell (default: the first, in folder or mapping order).
+    threshold
+        The band of practical equivalence for the verdicts, as a recipe's
+        ``confound.threshold``.
+    prefix
+        Passed to :func:`aorta.trace.read_tracelens` for folders holding several reports.
+
+    Returns
+    -------
+    xarray.Dataset
+        Dims ``cell`` × ``trial`` × ``rank``: ``status`` ``ok`` for every report found
+        (``missing`` for gaps), and the trace metrics of :func:`add_trace_metrics` with
+        ``trace_source`` ``tracelens`` (``unreadable`` for a folder that is not a report, with
+        a :class:`~aorta.errors.TraceWarning`). No step times: compare on a trace metric.
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> root = pathlib.Path(tempfile.mkdtemp())
+    >>> for cell, comm in (("base", 3), ("nccl-tuned", 1)):
+    ...     for trial in range(2):
+    ...         folder = root / cell / f"trial_{trial}"
+    ...         folder.mkdir(parents=True)
+    ...         _ = (folder / "gpu_timeline.csv").write_text(
+    ...             f"type,time ms\\ncomputation_time,6\\nexposed_comm_time,{comm + trial / 10}\\n")
+    >>> ds = load_tracelens(root)
+    >>> ds.exposed_comm_ms.sel(rank=0).values.tolist()
+    [[3.0, 3.1], [1.0, 1.1]]
+    >>> import aorta
+    >>> aorta.compare(ds, metric="exposed_comm_ms")["median"].tolist()
+    [3.05, 1.05]
+    """
+    from aorta.dataset import build_dataset
+    from aorta.record import TrialRecord
+    from aorta.trace.tracelens import read_tracelens
+
+    entries = _tracelens_entries(source)
+    cells = list(dict.fromkeys(cell for cell, _, _ in entries))
+    if not cells:
+        raise TraceError(f"{source}: no TraceLens reports found")
+    results: dict[tuple[str, int], dict[str, Any]] = {}
+    problems: list[str] = []
+    for (cell, trial, rank), folder in entries.items():
+        result = results.setdefault((cell, trial), {"ranks": {}, "problems": []})
+        try:
+            frame = read_tracelens(folder, prefix=prefix).metrics()
+        except TraceError as exc:
+            problems.append(str(exc))
+            result["ranks"][str(rank)] = {"source": "unreadable", "file": str(folder)}
+            continue
+        row = frame.iloc[0].to_dict()
+        result["ranks"][str(rank)] = {"file": str(folder)} | {
+            k: v if isinstance(v, str) else (None if math.isnan(v) else float(v))
+            for k, v in row.items()
+        }
+    for line in problems:
+        warnings.warn(line, TraceWarning, stacklevel=2)
+    records = [
+        TrialRecord(cell=cell, cell_id="", trial=trial, status="ok", passed=True)
+        for cell, trial in results
+    ]
+    attrs = {"baseline": baseline or cells[0], "threshold": threshold, "source": "tracelens"}
+    ds = build_dataset([{"name": c} for c in cells], records, attrs=attrs)
+    n_ranks = 1 + max(rank for _, _, rank in entries)
+    ds = ds.assign(trace_variables(ds, results, n_ranks=n_ranks))
+    ds = ds.assign_coords(rank=("rank", np.arange(n_ranks, dtype=np.int64), {"long_name": "rank"}))
+    ds.attrs["trace_diagnostics"] = json.dumps(problems, ensure_ascii=False)
+    return ds

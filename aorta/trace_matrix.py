@@ -1,0 +1,195 @@
+"""The matrix's trace section: per cell, where the time went and whether exposed communication
+changed against the baseline.
+
+Pure functions of a Dataset with trace metrics (``aorta.load_run(run, traces=True)``):
+:func:`trace_summary` gives one row per cell; :func:`trace_markdown` renders it as the
+``## Traces`` section of ``matrix.md`` and :func:`trace_json` as the ``traces`` entry of
+``matrix.json`` (``aorta report RUN --traces`` writes both).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import TYPE_CHECKING, Any
+
+from aorta import stats
+from aorta.comparison import RankReduction, TrialSelection, compare, comparison_json
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import xarray as xr
+
+__all__ = ["SECTION_MARKER", "has_traces", "trace_json", "trace_markdown", "trace_summary"]
+
+#: The first line of the trace section in ``matrix.md`` (everything after it is the section).
+SECTION_MARKER = "<!-- aorta: trace section (aorta report --traces) -->"
+_PARTS = ("computation_ms", "exposed_comm_ms", "idle_ms")
+_ANALYSED = ("gpu", "host", "tracelens")
+
+
+def has_traces(ds: xr.Dataset) -> bool:
+    """Whether ``ds`` holds trace metrics (and at least one trace was analysed)."""
+    return "trace_source" in ds and bool(ds.trace_source.isin(list(_ANALYSED)).any())
+
+
+def trace_summary(
+    ds: xr.Dataset,
+    baseline: str | None = None,
+    *,
+    ranks: RankReduction = "worst",
+    trials: TrialSelection = "ok",
+    alpha: float = 0.05,
+    threshold: float | None = None,
+    seed: int = stats.DEFAULT_SEED,
+    resamples: int = stats.DEFAULT_RESAMPLES,
+) -> pd.DataFrame:
+    """One row per cell: medians of the time breakdown and the exposed-comm verdict.
+
+    Each trial's value is its ranks reduced by ``ranks`` (default ``worst``: the max for these
+    times); the cell's value is the median over trials. The exposed-communication columns
+    are :func:`aorta.compare` with ``metric="exposed_comm_ms"``: the same statistics and
+    verdicts as step time.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Index ``cell``; ``traced`` (trials with a value), ``source`` (``gpu``, ``host``,
+        ``tracelens``, or several joined by ``+``), ``computation_ms``, ``exposed_comm_ms``, ``idle_ms`` (medians) and
+        their ``*_iqr``, then ``ratio``, ``ratio_ci_low``, ``ratio_ci_high``, ``p_adj`` and
+        ``verdict`` of exposed comm against the baseline. ``attrs``: the comparison's
+        statistics, and ``diagnostics`` (the Dataset's missing or unreadable traces).
+
+    Raises
+    ------
+    ValueError
+        ``ds`` has no trace metrics; as :func:`aorta.compare` otherwise.
+
+    Examples
+    --------
+    >>> import numpy as np, xarray as xr
+    >>> from aorta.dataset import build_dataset
+    >>> from aorta.record import TrialRecord
+    >>> ds = build_dataset([{"name": c, "trials": 2} for c in ("base", "x")],
+    ...     [TrialRecord(cell=c, cell_id="", trial=t, status="ok", passed=True) for c in ("base", "x") for t in (0, 1)],
+    ...     attrs={"baseline": "base"})
+    >>> parts = {"computation_ms": 5.0, "exposed_comm_ms": 2.0, "idle_ms": 1.0}
+    >>> ds = ds.assign({k: (("cell", "trial", "rank"), np.full((2, 2, 1), v), {"rank_reduction": "max", "units": "ms"})
+    ...                 for k, v in parts.items()} | {"trace_source": (("cell", "trial", "rank"), np.full((2, 2, 1), "host", dtype=object))})
+    >>> trace_summary(ds)[["traced", "source", "computation_ms", "exposed_comm_ms", "verdict"]]  # doctest: +NORMALIZE_WHITESPACE
+          traced source  computation_ms  exposed_comm_ms       verdict
+    cell
+    base       2   host             5.0              2.0      baseline
+    x          2   host             5.0              2.0  inconclusive
+    """
+    if "exposed_comm_ms" not in ds or "trace_source" not in ds:
+        raise ValueError(
+            "no trace metrics in this Dataset: load it with load_run(run, traces=True)"
+        )
+    kw: dict[str, Any] = {
+        "ranks": ranks,
+        "trials": trials,
+        "alpha": alpha,
+        "threshold": threshold,
+        "seed": seed,
+        "resamples": resamples,
+    }
+    comparisons = {m: compare(ds, baseline, metric=m, **kw) for m in _PARTS}
+    comm = comparisons["exposed_comm_ms"]
+    out = comm[["n_timed"]].rename(columns={"n_timed": "traced"})
+    out.insert(1, "source", [_sources(ds, cell) for cell in out.index])
+    for metric, df in comparisons.items():
+        out[metric] = df["median"]
+        out[f"{metric}_iqr"] = df["iqr"]
+    for column in ("ratio", "ratio_ci_low", "ratio_ci_high", "p_adj", "verdict", "trials_needed"):
+        out[column] = comm[column]
+    out.attrs = dict(comm.attrs)
+    out.attrs["diagnostics"] = json.loads(str(ds.attrs.get("trace_diagnostics", "[]")))
+    return out
+
+
+def _sources(ds: xr.Dataset, cell: Any) -> str:
+    seen = {str(s) for s in ds.trace_source.sel(cell=cell).values.ravel().tolist()}
+    return "+".join(s for s in _ANALYSED if s in seen) or "—"
+
+
+def _num(v: Any) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "—"
+    return f"{v:.3g}" if abs(v) < 100 else f"{v:.0f}"
+
+
+def _ratio(row: Any) -> str:
+    if row["verdict"] == "baseline":
+        return "1"
+    if math.isnan(row["ratio"]):
+        return "—"
+    ci = (
+        ""
+        if math.isnan(row["ratio_ci_low"])
+        else f" [{row['ratio_ci_low']:.3g}, {row['ratio_ci_high']:.3g}]"
+    )
+    return f"{row['ratio']:.3g}{ci}"
+
+
+def _verdict(row: Any) -> str:
+    if row["verdict"] == "inconclusive":
+        needed = row["trials_needed"]
+        more = "" if needed is None or needed != needed else f" (≥ {int(needed)} per cell)"
+        return f"inconclusive — add trials{more}"
+    return str(row["verdict"])
+
+
+def trace_markdown(summary: pd.DataFrame) -> str:
+    """The ``## Traces`` section of ``matrix.md`` (it begins with :data:`SECTION_MARKER`).
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> row = dict(traced=3, source="host", computation_ms=5.0, computation_ms_iqr=0.5, exposed_comm_ms=2.0,
+    ...            exposed_comm_ms_iqr=0.1, idle_ms=1.0, idle_ms_iqr=0.2, ratio=1.0, ratio_ci_low=float("nan"),
+    ...            ratio_ci_high=float("nan"), p_adj=float("nan"), verdict="baseline", trials_needed=None)
+    >>> print(trace_markdown(pd.DataFrame([row], index=pd.Index(["base"], name="cell"))).splitlines()[-1])
+    | base | 3 | host | 5 [0.5] | 2 [0.1] | 1 [0.2] | 1 | — | baseline |
+    """
+    attrs = summary.attrs
+    level = float(attrs.get("ci_level", 0.95))
+    which = str(attrs.get("trial_value", "")).partition(", ")[2] or "per trial"
+    lines = [
+        SECTION_MARKER,
+        "## Traces",
+        "",
+        f"Each trial's value: the {which} of each rank's profiled-window time; per cell: the "
+        "median [IQR] over trials, in ms. Exposed communication is compared with the baseline "
+        'like step time (`aorta.compare(ds, metric="exposed_comm_ms")`). Source `host`: the '
+        "host-side breakdown of a trace without GPU events (CPU-only runs).",
+        "",
+        "| cell | traced trials | source | computation | exposed comm | idle "
+        f"| exposed comm ratio [{level:.0%} CI] | p_adj | verdict |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for cell, row in summary.iterrows():
+        parts = [
+            f"{_num(row[m])} [{_num(row[f'{m}_iqr'])}]" if not math.isnan(row[m]) else "—"
+            for m in _PARTS
+        ]
+        p_adj = "—" if math.isnan(row["p_adj"]) else f"{row['p_adj']:.2g}"
+        lines.append(
+            f"| {cell} | {int(row['traced'])} | {row['source']} | {' | '.join(parts)} "
+            f"| {_ratio(row)} | {p_adj} | {_verdict(row)} |"
+        )
+    problems = list(attrs.get("diagnostics", []))
+    if problems:
+        lines += ["", "Trace diagnostics (a missing or unreadable file's rank is NaN):"]
+        lines += [f"- `{p}`" for p in problems[:10]]
+        if len(problems) > 10:
+            lines.append(f"- … and {len(problems) - 10} more")
+    return "\n".join(lines) + "\n"
+
+
+def trace_json(summary: pd.DataFrame) -> dict[str, Any]:
+    """The ``traces`` entry of ``matrix.json``: ``{"statistics": ..., "cells": [...]}``."""
+    data = comparison_json(summary)
+    data["statistics"].pop("diagnostics", None)
+    data["diagnostics"] = list(summary.attrs.get("diagnostics", []))
+    return data
