@@ -164,7 +164,10 @@ class Trace:
             n_gpu = int((gpu.rank == rank).sum())
             where = f"rank {rank}" + (f" ({info.path})" if info.path else "")
             if n_gpu == 0:
-                notes.append(f"{where}: no GPU events (kernel/gpu_memcpy/gpu_memset)")
+                notes.append(
+                    f"{where}: no GPU events (kernel/gpu_memcpy/gpu_memset); "
+                    "host_timeline() breaks down its host-side work instead"
+                )
             else:
                 unlinked = int(((gpu.rank == rank) & ~gpu.linked).sum())
                 if unlinked:

@@ -17,7 +17,8 @@ def summary(trace: Trace, *, top: int = 15) -> dict[str, pd.DataFrame]:
     """The trace's tables by name, the long ones cut to their ``top`` rows.
 
     Names: ``gpu_timeline`` (per device), ``steps``, ``kernels``, ``ops``, ``gemms``,
-    ``collectives``, ``idle_causes``; with several ranks also ``collective_skew`` and
+    ``collectives``, ``idle_causes``; ``host_timeline`` when a rank has no GPU events (a CPU
+    run: its host-side breakdown); with several ranks also ``collective_skew`` and
     ``stragglers``.
 
     Examples
@@ -26,8 +27,10 @@ def summary(trace: Trace, *, top: int = 15) -> dict[str, pd.DataFrame]:
     >>> sorted(summary(synthetic_trace([("kernel", "k", 0, 10)])))
     ['collectives', 'gemms', 'gpu_timeline', 'idle_causes', 'kernels', 'ops', 'steps']
     """
-    tables = {
-        "gpu_timeline": trace.gpu_timeline(by="device"),
+    tables = {"gpu_timeline": trace.gpu_timeline(by="device")}
+    if any(not (trace.gpu_ops.rank == r).any() for r in trace.ranks):
+        tables["host_timeline"] = trace.host_timeline()
+    tables |= {
         "steps": trace.steps(),
         "kernels": trace.kernels().head(top),
         "ops": trace.ops().head(top),
@@ -101,8 +104,10 @@ def summary_text(trace: Trace, tables: dict[str, pd.DataFrame]) -> str:
     for note in trace.diagnostics:
         lines.append(f"note: {note}")
     for name, frame in tables.items():
-        units = frame.attrs.get("units")
-        suffix = f"  (units: {', '.join(f'{k} {v}' for k, v in units.items())})" if units else ""
+        units = frame.attrs.get("units") or {}
+        # A column named for its unit ("time ms") says it once.
+        shown = [k if k.endswith(f" {v}") else f"{k} {v}" for k, v in units.items()]
+        suffix = f"  (units: {', '.join(shown)})" if shown else ""
         lines.append("")
         lines.append(f"== {name}{suffix}")
         if frame.empty:
