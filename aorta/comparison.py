@@ -599,7 +599,8 @@ def _pct(v: float) -> str:
     return "—" if math.isnan(v) else f"{v:.0%}"
 
 
-def _ratio_text(row: Any) -> str:
+def ratio_text(row: Any) -> str:
+    """``1.32 [1.20, 1.45]`` for a comparison row (``1`` for the baseline, ``—`` without data)."""
     if row["verdict"] == "baseline":
         return "1"
     if math.isnan(row["ratio"]):
@@ -612,7 +613,8 @@ def _ratio_text(row: Any) -> str:
     return f"{row['ratio']:.3g}{ci}"
 
 
-def _verdict_text(row: Any) -> str:
+def verdict_text(row: Any) -> str:
+    """The row's verdict in words, with the trials an inconclusive one needs when known."""
     verdict = str(row["verdict"])
     if verdict == "inconclusive":
         needed = row["trials_needed"]
@@ -664,9 +666,9 @@ def comparison_table(df: pd.DataFrame, *, style: Literal["text", "markdown"] = "
                 _num(row["iqr"]),
                 _pct(row["cv"]),
                 _failure_text(row),
-                _ratio_text(row),
+                ratio_text(row),
                 _num(row["p_adj"], ".2g"),
-                _verdict_text(row),
+                verdict_text(row),
             ]
         )
     if style == "markdown":

@@ -14,7 +14,14 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from aorta import stats
-from aorta.comparison import RankReduction, TrialSelection, compare, comparison_json
+from aorta.comparison import (
+    RankReduction,
+    TrialSelection,
+    compare,
+    comparison_json,
+    ratio_text,
+    verdict_text,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -119,27 +126,6 @@ def _num(v: Any) -> str:
     return f"{v:.3g}" if abs(v) < 100 else f"{v:.0f}"
 
 
-def _ratio(row: Any) -> str:
-    if row["verdict"] == "baseline":
-        return "1"
-    if math.isnan(row["ratio"]):
-        return "—"
-    ci = (
-        ""
-        if math.isnan(row["ratio_ci_low"])
-        else f" [{row['ratio_ci_low']:.3g}, {row['ratio_ci_high']:.3g}]"
-    )
-    return f"{row['ratio']:.3g}{ci}"
-
-
-def _verdict(row: Any) -> str:
-    if row["verdict"] == "inconclusive":
-        needed = row["trials_needed"]
-        more = "" if needed is None or needed != needed else f" (≥ {int(needed)} per cell)"
-        return f"inconclusive — add trials{more}"
-    return str(row["verdict"])
-
-
 def trace_markdown(summary: pd.DataFrame) -> str:
     """The ``## Traces`` section of ``matrix.md`` (it begins with :data:`SECTION_MARKER`).
 
@@ -176,7 +162,7 @@ def trace_markdown(summary: pd.DataFrame) -> str:
         p_adj = "—" if math.isnan(row["p_adj"]) else f"{row['p_adj']:.2g}"
         lines.append(
             f"| {cell} | {int(row['traced'])} | {row['source']} | {' | '.join(parts)} "
-            f"| {_ratio(row)} | {p_adj} | {_verdict(row)} |"
+            f"| {ratio_text(row)} | {p_adj} | {verdict_text(row)} |"
         )
     problems = list(attrs.get("diagnostics", []))
     if problems:
