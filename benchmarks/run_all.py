@@ -22,11 +22,15 @@ QUICK: list[list[str]] = [
     ["engine_overhead.py", "--trials", "200", "--process-trials", "10"],
     ["matrix_build.py", "--cells", "100", "--trials", "20", "--steps", "1000", "--repeat", "3"],
     ["trace_load.py", "--skip-hta", "--repeat", "3"],
+    ["trace_matrix.py", "--repeat", "3"],
+    ["launch_fanout.py", "--repeats", "3"],  # needs /usr/sbin/sshd
 ]
 FULL: list[list[str]] = [
     ["engine_overhead.py", "--trials", "200", "--process-trials", "10"],
     ["matrix_build.py", "--cells", "100", "--trials", "20", "--steps", "1000", "--repeat", "5"],
     ["trace_load.py", "--peer", "--repeat", "5"],
+    ["trace_matrix.py", "--repeat", "3"],
+    ["launch_fanout.py", "--repeats", "7"],
 ]
 
 
