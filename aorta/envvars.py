@@ -42,6 +42,9 @@ LAUNCH_COLLECT_TIMEOUT = "AORTA_LAUNCH_COLLECT_TIMEOUT"
 LAUNCH_OVERRIDE = "AORTA_LAUNCH_OVERRIDE"
 TRACES = "AORTA_TRACES"
 RANKS = "AORTA_RANKS"
+TRACE_TOP = "AORTA_TRACE_TOP"
+TRACE_CACHE = "AORTA_TRACE_CACHE"
+TRACE_ALIGN = "AORTA_TRACE_ALIGN"
 
 CLI_TWINS: dict[str, str] = {
     "--recipe": RECIPE,
@@ -70,6 +73,10 @@ CLI_TWINS: dict[str, str] = {
     "--collect-timeout": LAUNCH_COLLECT_TIMEOUT,
     "--override": LAUNCH_OVERRIDE,
     "--traces": TRACES,
+    # `aorta trace summarize|merge`
+    "--top": TRACE_TOP,
+    "--cache": TRACE_CACHE,
+    "--align": TRACE_ALIGN,
     "--ranks": RANKS,
 }
 

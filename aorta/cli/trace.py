@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 
 import typer
 
+from aorta import envvars
 from aorta.errors import ExitCode, UsageError
 
 from ._options import Json
@@ -16,10 +17,6 @@ app = typer.Typer(
     help="Analyse torch.profiler (Kineto) traces: tables, merging ranks.", no_args_is_help=True
 )
 
-# AORTA_* twins of this group's flags (see aorta.envvars for the others).
-TRACE_TOP = "AORTA_TRACE_TOP"
-TRACE_CACHE = "AORTA_TRACE_CACHE"
-TRACE_ALIGN = "AORTA_TRACE_ALIGN"
 
 Paths = Annotated[
     list[Path],
@@ -32,7 +29,7 @@ Cache = Annotated[
     Literal["use", "refresh", "off"],
     typer.Option(
         "--cache",
-        envvar=TRACE_CACHE,
+        envvar=envvars.TRACE_CACHE,
         help="Parse cache beside each trace: use it, rebuild it, or neither.",
     ),
 ]
@@ -49,7 +46,10 @@ def summarize(
     top: Annotated[
         int,
         typer.Option(
-            "--top", envvar=TRACE_TOP, min=1, help="Rows kept in the kernel, op and GEMM tables."
+            "--top",
+            envvar=envvars.TRACE_TOP,
+            min=1,
+            help="Rows kept in the kernel, op and GEMM tables.",
         ),
     ] = 15,
     cache: Cache = "use",
@@ -87,7 +87,7 @@ def merge(
         Literal["base-time", "collective-end", "none"],
         typer.Option(
             "--align",
-            envvar=TRACE_ALIGN,
+            envvar=envvars.TRACE_ALIGN,
             help="Clock alignment: baseTimeNanoseconds, then optionally collective end times.",
         ),
     ] = "base-time",

@@ -10,13 +10,18 @@ the baseline with their CIs), :func:`step_series` (step time per step, one line 
 
 Trace metrics of a run (:mod:`aorta.plot.trace_matrix`, ``load_run(run, traces=True)``):
 :func:`time_breakdown` (stacked bars per cell), :func:`exposed_comm_vs_step` (one point per
-trial). Single traces: :mod:`aorta.plot.trace`.
+trial).
+
+Single traces (:mod:`aorta.plot.trace`): :func:`gpu_breakdown` (per rank),
+:func:`timeline` (a window of one rank's streams), :func:`gemm_tflops`,
+:func:`collective_bandwidth` (bandwidth vs message size), :func:`straggler_heatmap`.
 """
 
 from __future__ import annotations
 
 from .matrix import VERDICT_COLORS, failure_rates, ratio_forest, step_distributions, step_series
 from .style import PALETTE, aorta_style
+from .trace import collective_bandwidth, gemm_tflops, gpu_breakdown, straggler_heatmap, timeline
 from .trace_matrix import BREAKDOWN_COLORS, exposed_comm_vs_step, time_breakdown
 
 __all__ = [
@@ -24,10 +29,15 @@ __all__ = [
     "PALETTE",
     "VERDICT_COLORS",
     "aorta_style",
+    "collective_bandwidth",
     "exposed_comm_vs_step",
     "failure_rates",
+    "gemm_tflops",
+    "gpu_breakdown",
     "ratio_forest",
     "step_distributions",
     "step_series",
+    "straggler_heatmap",
     "time_breakdown",
+    "timeline",
 ]
