@@ -18,6 +18,7 @@ __all__ = [
     "TraceError",
     "TraceWarning",
     "UsageError",
+    "summarize_problems",
 ]
 
 
@@ -51,6 +52,21 @@ class UsageError(AortaError):
     """The user asked for something that cannot be done as asked; nothing ran."""
 
     exit_code = ExitCode.USAGE
+
+
+def summarize_problems(problems: list[str], *, source: str | None, empty: str) -> str:
+    """One line for a list of located problems: the first (with its file) and a count of the rest.
+
+    >>> summarize_problems(["a: bad", "b: worse"], source="r.yaml", empty="?")
+    'r.yaml: a: bad (+1 more problem)'
+    """
+    head = problems[0] if problems else empty
+    if source:
+        head = f"{source}: {head}"
+    extra = len(problems) - 1
+    if extra > 0:
+        head += f" (+{extra} more problem{'s' if extra > 1 else ''})"
+    return head
 
 
 class RecipeProblem:
@@ -93,13 +109,9 @@ class RecipeError(UsageError):
         super().__init__(self._summary())
 
     def _summary(self) -> str:
-        head = str(self.problems[0]) if self.problems else "invalid recipe"
-        if self.source:
-            head = f"{self.source}: {head}"
-        extra = len(self.problems) - 1
-        if extra > 0:
-            head += f" (+{extra} more problem{'s' if extra > 1 else ''})"
-        return head
+        return summarize_problems(
+            [str(p) for p in self.problems], source=self.source, empty="invalid recipe"
+        )
 
     def with_source(self, source: str) -> RecipeError:
         return RecipeError(self.problems, source=source)

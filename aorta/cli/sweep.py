@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import typer
 
@@ -90,16 +90,16 @@ def run(
         raise UsageError("give --recipe FILE (or --resume RUN_DIR)")
     if not dry_run:
         return _run(
-            recipe=recipe,
-            command=command,
+            recipe,
+            strict=strict,
+            command=command or None,
             output=output,
             resume=resume,
             ticket=ticket,
-            timeout=timeout,
+            timeout_s=timeout,
             isolation=isolation,
-            mitigations_file=mitigations_file,
+            mitigations_files=mitigations_file or (),
             verbose=verbose,
-            strict=strict,
             backend=backend,
         )
     if recipe is None:
@@ -127,22 +127,12 @@ def run(
     return ExitCode.OK
 
 
-def _run(*, strict: bool, mitigations_file: list[Path] | None, verbose: bool, **kw: object) -> int:
+def _run(recipe: Path | None, *, strict: bool, **options: Any) -> int:
+    """Run the sweep (``options`` are :func:`aorta.sweep`'s), print the summary, map the code."""
     from aorta.console import format_summary
     from aorta.engine import sweep
 
-    result = sweep(
-        kw.get("recipe"),  # type: ignore[arg-type]
-        command=kw.get("command") or None,  # type: ignore[arg-type]
-        output=kw.get("output") or "triage_results",  # type: ignore[arg-type]
-        resume=kw.get("resume"),  # type: ignore[arg-type]
-        ticket=kw.get("ticket"),  # type: ignore[arg-type]
-        timeout_s=kw.get("timeout"),  # type: ignore[arg-type]
-        isolation=kw.get("isolation"),  # type: ignore[arg-type]
-        mitigations_files=mitigations_file or (),
-        verbose=verbose,
-        backend=kw.get("backend"),  # type: ignore[arg-type]
-    )
+    result = sweep(recipe, **options)
     if result.rank != 0:
         return result.exit_code  # rank 0 reports for everyone
     print(format_summary(result))
@@ -165,11 +155,11 @@ def resume(
 ) -> int:
     """Finish an interrupted run: run only its missing or unreadable trials."""
     return _run(
-        recipe=None,
-        resume=run_dir,
-        mitigations_file=mitigations_file,
-        verbose=verbose,
+        None,
         strict=strict,
+        resume=run_dir,
+        mitigations_files=mitigations_file or (),
+        verbose=verbose,
     )
 
 

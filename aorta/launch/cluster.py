@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from aorta.envvars import TRIAL_MASTER_PORT_BASE, is_reserved_env_name
-from aorta.errors import UsageError
+from aorta.errors import UsageError, summarize_problems
 
 __all__ = [
     "Cluster",
@@ -113,14 +113,8 @@ class ClusterError(UsageError):
         super().__init__(self._summary())
 
     def _summary(self) -> str:
-        path, message = self.problems[0] if self.problems else ("", "invalid cluster file")
-        head = f"{path}: {message}" if path else message
-        if self.source:
-            head = f"{self.source}: {head}"
-        extra = len(self.problems) - 1
-        if extra > 0:
-            head += f" (+{extra} more problem{'s' if extra > 1 else ''})"
-        return head
+        lines = [f"{path}: {message}" if path else message for path, message in self.problems]
+        return summarize_problems(lines, source=self.source, empty="invalid cluster file")
 
 
 @dataclass(frozen=True)

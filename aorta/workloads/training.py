@@ -68,13 +68,10 @@ class TrainingWorkload(Workload):
         self.y = torch.randn(self.batch, 1, generator=gen).to(self.device, dtype)
 
     def cleanup(self) -> None:
-        # DDP and FSDP hold the process group: drop them (and collect them) before the group
-        # goes, or their destructors talk to a group that is gone — in a long-lived process
-        # (in-process isolation) that can hang the next trial.
-        import gc
-
+        # DDP and FSDP hold the process group: drop them before the group goes (the helper
+        # collects them first), or their destructors talk to a group that is gone — in a
+        # long-lived process (in-process isolation) that can hang the next trial.
         self.model = self.opt = None
-        gc.collect()
         destroy_process_group()
 
     def run(self) -> WorkloadResult:
