@@ -61,29 +61,29 @@ __all__ = [
 
 # name -> module that defines it; imported on first attribute access.
 _LAZY: dict[str, str] = {
-    "Cell": "aorta.planning",
-    "Plan": "aorta.planning",
-    "plan": "aorta.planning",
-    "Recipe": "aorta.recipe",
-    "dump_recipe": "aorta.recipe",
-    "load_recipe": "aorta.recipe",
-    "Environment": "aorta.registry",
-    "Mitigation": "aorta.registry",
-    "Registry": "aorta.registry",
-    "sweep": "aorta.engine",
-    "SweepResult": "aorta.engine",
-    "TrialRecord": "aorta.record",
-    "TrialStatus": "aorta.record",
-    "RunDir": "aorta.rundir",
-    "Workload": "aorta.workload",
-    "WorkloadResult": "aorta.workload",
-    "TrialContext": "aorta.workload",
-    "load_run": "aorta.dataset",
-    "load_runs": "aorta.dataset",
-    "load_trials": "aorta.dataset",
-    "load_tracelens": "aorta.trace_dataset",
-    "compare": "aorta.comparison",
-    "compare_runs": "aorta.comparison",
+    "Cell": "aorta.recipe.plan",
+    "Plan": "aorta.recipe.plan",
+    "plan": "aorta.recipe.plan",
+    "Recipe": "aorta.recipe.schema",
+    "dump_recipe": "aorta.recipe.schema",
+    "load_recipe": "aorta.recipe.schema",
+    "Environment": "aorta.recipe.registry",
+    "Mitigation": "aorta.recipe.registry",
+    "Registry": "aorta.recipe.registry",
+    "sweep": "aorta.run.sweep",
+    "SweepResult": "aorta.run.sweep",
+    "TrialRecord": "aorta.store.record",
+    "TrialStatus": "aorta.store.record",
+    "RunDir": "aorta.store.rundir",
+    "Workload": "aorta.run.workload",
+    "WorkloadResult": "aorta.run.workload",
+    "TrialContext": "aorta.run.workload",
+    "load_run": "aorta.matrix.dataset",
+    "load_runs": "aorta.matrix.dataset",
+    "load_trials": "aorta.matrix.dataset",
+    "load_tracelens": "aorta.matrix.trace_metrics",
+    "compare": "aorta.matrix.compare",
+    "compare_runs": "aorta.matrix.compare",
     "plot": "aorta.plot",
     "trace": "aorta.trace",
 }
@@ -94,7 +94,7 @@ def __getattr__(name: str) -> Any:
     if target is None:
         raise AttributeError(f"module 'aorta' has no attribute {name!r}")
     module = importlib.import_module(target)
-    value = module if target.endswith(name) else getattr(module, name)
+    value = module if target == f"aorta.{name}" else getattr(module, name)
     globals()[name] = value
     return value
 

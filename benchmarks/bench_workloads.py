@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aorta.workload import Workload, WorkloadResult
+from aorta.run.workload import Workload, WorkloadResult
 
 
 class Noop(Workload):

@@ -23,9 +23,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_workloads import WORKLOADS, Noop
 
-from aorta.engine import sweep
-from aorta.recipe import load_recipe_text
-from aorta.workload import TrialContext
+from aorta.recipe.schema import load_recipe_text
+from aorta.run.sweep import sweep
+from aorta.run.workload import TrialContext
 
 
 def in_process(n: int) -> tuple[float, float]:

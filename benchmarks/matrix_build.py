@@ -2,10 +2,10 @@
 
     .venv/bin/python benchmarks/matrix_build.py [--cells 100] [--trials 20] [--steps 1000] [--repeat 5]
 
-The matrix is synthesized in memory: ``cells × trials`` :class:`~aorta.record.TrialRecord`
+The matrix is synthesized in memory: ``cells × trials`` :class:`~aorta.store.record.TrialRecord`
 objects of ``steps`` step times each (5 warm-up steps), a few cells slower, one failing.
 
-* **timed (target ≤ 2 s)**: records in memory → :func:`aorta.dataset.build_dataset` →
+* **timed (target ≤ 2 s)**: records in memory → :func:`aorta.matrix.dataset.build_dataset` →
   :func:`aorta.compare` (10,000 bootstrap resamples per cell, exact Mann–Whitney, Holm,
   Fisher, Wilson). Median of ``--repeat`` runs.
 * **peer**: the same numbers the obvious pandas way — a long DataFrame of every step,
@@ -26,10 +26,10 @@ import time
 
 import numpy as np
 
-from aorta.comparison import compare
-from aorta.dataset import build_dataset, load_run, write_results
-from aorta.record import TrialRecord
-from aorta.rundir import RunDir
+from aorta.matrix.compare import compare
+from aorta.matrix.dataset import build_dataset, load_run, write_results
+from aorta.store.record import TrialRecord
+from aorta.store.rundir import RunDir
 
 WARMUP = 5
 RESAMPLES = 10_000

@@ -56,7 +56,7 @@ cells: [{{name: a, mitigations: [none]}}, {{name: b, mitigations: [none], extra_
 
 CHILD = """
 import json, sys, time
-import aorta, aorta.trace, aorta.dataset, aorta.trace_dataset, aorta.trace.metrics, xarray
+import aorta, aorta.trace, aorta.matrix.dataset, aorta.matrix.trace_metrics, aorta.trace.metrics, xarray
 from pathlib import Path
 mode, run = sys.argv[1], Path(sys.argv[2])
 t0 = time.perf_counter()
@@ -122,8 +122,8 @@ def replicate(path: Path, size_mb: float) -> tuple[dict, list[dict], float]:
 def build_run(work: Path, sources: dict[int, Path], *, trials: int, size_mb: float) -> Path:
     """A run directory (2 cells × trials/2) whose every trial holds the replicated traces."""
     sys.path.insert(0, str(ROOT))
-    from aorta.engine import sweep
-    from aorta.recipe import load_recipe_text
+    from aorta.recipe.schema import load_recipe_text
+    from aorta.run.sweep import sweep
 
     recipe = load_recipe_text(RUN.format(trials=max(1, trials // 2)), command=["true"])
     run_dir = sweep(recipe, output=work / "runs", progress="none").run_dir

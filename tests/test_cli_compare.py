@@ -7,9 +7,9 @@ import shutil
 
 import pytest
 
-from aorta.engine import sweep
 from aorta.errors import ExitCode
-from aorta.recipe import load_recipe_text
+from aorta.recipe.schema import load_recipe_text
+from aorta.run.sweep import sweep
 
 from .conftest import DATA
 

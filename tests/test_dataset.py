@@ -1,4 +1,4 @@
-"""aorta.dataset: records → Dataset, run directories, results.nc, the accessor."""
+"""aorta.matrix.dataset: records → Dataset, run directories, results.nc, the accessor."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import aorta
-from aorta.dataset import (
+from aorta.errors import UsageError
+from aorta.matrix.dataset import (
     RESULTS,
     build_dataset,
     load_run,
@@ -21,10 +22,9 @@ from aorta.dataset import (
     read_netcdf,
     write_netcdf,
 )
-from aorta.engine import sweep
-from aorta.errors import UsageError
-from aorta.recipe import load_recipe_text
-from aorta.record import TrialRecord, TrialStatus
+from aorta.recipe.schema import load_recipe_text
+from aorta.run.sweep import sweep
+from aorta.store.record import TrialRecord, TrialStatus
 
 # A probe whose step times depend on the cell (HSA_XNACK doubles them) and the trial.
 STEPS = (
@@ -169,7 +169,7 @@ def test_load_runs_stacks_with_an_outer_join(probe_run):
     stacked = load_runs([probe_run, probe_run], labels=["first", "second"])
     assert stacked.sizes["run"] == 2 and stacked.run.values.tolist() == ["first", "second"]
     assert stacked.attrs["baseline"] == "none-none"
-    from aorta.dataset import _stack
+    from aorta.matrix.dataset import _stack
 
     mixed = _stack([load_run(probe_run), a], dim="run", labels=["p", "a"])
     assert mixed.status.sel(run="a", cell="none-none").values.tolist() == ["missing"] * 3

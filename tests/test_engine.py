@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from aorta.engine import sweep
 from aorta.errors import ExitCode, RecipeError, UsageError
-from aorta.recipe import load_recipe_text
-from aorta.rundir import RunDir, RunLocked
+from aorta.recipe.schema import load_recipe_text
+from aorta.run.sweep import sweep
+from aorta.store.rundir import RunDir, RunLocked
 
 from .workloads_fixture import TEST_WORKLOADS
 

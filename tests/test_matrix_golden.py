@@ -12,9 +12,9 @@ import os
 
 import pytest
 
-from aorta.dataset import load_run, run_attrs
-from aorta.matrix import matrix_json, matrix_markdown, summarize
-from aorta.rundir import RunDir
+from aorta.matrix.dataset import load_run, run_attrs
+from aorta.report.matrix import matrix_json, matrix_markdown, summarize
+from aorta.store.rundir import RunDir
 
 from .conftest import DATA
 

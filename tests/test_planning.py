@@ -8,9 +8,9 @@ import warnings
 import pytest
 
 from aorta.errors import RecipeError
-from aorta.planning import plan
-from aorta.recipe import load_recipe_text
-from aorta.registry import Environment, Mitigation, Registry
+from aorta.recipe.plan import plan
+from aorta.recipe.registry import Environment, Mitigation, Registry
+from aorta.recipe.schema import load_recipe_text
 
 
 @pytest.fixture(scope="module")
@@ -222,7 +222,7 @@ def test_sidecar_rejects_numbers_and_reserved(write):
 def test_broken_entry_point_is_named_in_a_warning(monkeypatch):
     import importlib.metadata as md
 
-    from aorta import registry as registry_mod
+    from aorta.recipe import registry as registry_mod
 
     ep = md.EntryPoint(name="broken", value="no_such_module_xyz:table", group="aorta.mitigations")
     monkeypatch.setattr(
@@ -240,7 +240,7 @@ def test_broken_entry_point_is_named_in_a_warning(monkeypatch):
 def test_entry_point_table_is_loaded(monkeypatch):
     import importlib.metadata as md
 
-    from aorta import registry as registry_mod
+    from aorta.recipe import registry as registry_mod
 
     ep = md.EntryPoint(
         name="site", value="tests.plugin_fixtures:MITIGATIONS", group="aorta.mitigations"

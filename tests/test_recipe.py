@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from aorta.errors import RecipeError
-from aorta.recipe import DockerEnvironment, dump_recipe, load_recipe, load_recipe_text
+from aorta.recipe.schema import DockerEnvironment, dump_recipe, load_recipe, load_recipe_text
 
 from .conftest import UPSTREAM_RECIPES
 

@@ -11,9 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from aorta.errors import RecipeError
-from aorta.planning import merge_env, plan
-from aorta.recipe import dump_recipe, load_recipe_text, recipe_from_data
-from aorta.registry import Mitigation, Registry
+from aorta.recipe.plan import merge_env, plan
+from aorta.recipe.registry import Mitigation, Registry
+from aorta.recipe.schema import dump_recipe, load_recipe_text, recipe_from_data
 
 MITIGATION_NAMES = ["none", "m_a", "m_b", "m_c", "m_d"]
 REGISTRY = Registry(
@@ -199,7 +199,7 @@ def test_env_merge_later_layer_wins(layers):
 
 @given(env_maps, env_maps, env_maps, env_maps)
 def test_plan_precedence_for_random_bundles(env_layer, mit_layer, recipe_layer, cell_layer):
-    from aorta.registry import Environment
+    from aorta.recipe.registry import Environment
 
     reg = Registry(
         [Mitigation("none", {}), Mitigation("mx", mit_layer)],

@@ -1,4 +1,4 @@
-"""aorta.stats: each building block against a reference or a hand computation."""
+"""aorta.matrix.stats: each building block against a reference or a hand computation."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from aorta import stats
+from aorta.matrix import stats
 
 
 def test_trial_medians_drop_warmup_and_padding():

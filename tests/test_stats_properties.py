@@ -9,10 +9,10 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from aorta import stats
-from aorta.comparison import compare
-from aorta.dataset import build_dataset
-from aorta.record import TrialRecord
+from aorta.matrix import stats
+from aorta.matrix.compare import compare
+from aorta.matrix.dataset import build_dataset
+from aorta.store.record import TrialRecord
 
 FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 RESAMPLES = 400

@@ -17,11 +17,11 @@ import pytest
 import xarray as xr
 
 import aorta
-from aorta.engine import sweep
 from aorta.errors import TraceWarning
-from aorta.recipe import load_recipe_text
+from aorta.matrix.trace_metrics import METRICS_CACHE, analyse_trial, rank_files
+from aorta.recipe.schema import load_recipe_text
+from aorta.run.sweep import sweep
 from aorta.trace.testing import kineto_json
-from aorta.trace_dataset import METRICS_CACHE, analyse_trial, rank_files
 
 RECIPE = """
 ticket: TM-1
@@ -136,7 +136,7 @@ def test_second_load_reads_the_metrics_cache(traced_run, monkeypatch):
     def boom(*args, **kwargs):
         raise AssertionError("analysed again despite a valid cache")
 
-    monkeypatch.setattr("aorta.trace_dataset.analyse_trial", boom)
+    monkeypatch.setattr("aorta.matrix.trace_metrics.analyse_trial", boom)
     xr.testing.assert_identical(aorta.load_run(traced_run, traces=True), first)
 
 
@@ -214,8 +214,8 @@ def test_analyse_trial_is_a_function_of_the_files(traced_run):
 def test_trace_summary_section_and_figures(run_copy):
     from matplotlib.figure import Figure
 
-    from aorta.report import write_trace_matrix
-    from aorta.trace_matrix import SECTION_MARKER, trace_markdown
+    from aorta.matrix.trace_summary import SECTION_MARKER, trace_markdown
+    from aorta.report.run_report import write_trace_matrix
 
     ds = aorta.load_run(run_copy, traces=True)
     summary = ds.aorta.trace_summary()
@@ -264,7 +264,7 @@ def test_a_broken_worker_pool_falls_back_to_this_process(traced_run, monkeypatch
             return future
 
     expected = aorta.load_run(traced_run, traces=True, trace_workers=1, trace_cache="off")
-    monkeypatch.setattr("aorta.trace_dataset.ProcessPoolExecutor", BrokenPool)
+    monkeypatch.setattr("aorta.matrix.trace_metrics.ProcessPoolExecutor", BrokenPool)
     ds = aorta.load_run(traced_run, traces=True, trace_workers=2, trace_cache="off")
     xr.testing.assert_identical(ds.drop_attrs(), expected.drop_attrs())
     assert "the rest ran in this process" in json.loads(ds.attrs["trace_diagnostics"])[0]

@@ -16,9 +16,9 @@ import pytest
 import aorta
 import aorta.trace
 from aorta.errors import ExitCode, TraceWarning
+from aorta.matrix.trace_metrics import rank_files
+from aorta.matrix.trace_summary import SECTION_MARKER
 from aorta.trace.metrics import rank_metrics
-from aorta.trace_dataset import rank_files
-from aorta.trace_matrix import SECTION_MARKER
 
 from .test_distributed import only_run_dir, torchrun
 

@@ -6,7 +6,7 @@ import os
 import signal
 import time
 
-from aorta.workload import FailureDetail, Workload, WorkloadResult
+from aorta.run.workload import FailureDetail, Workload, WorkloadResult
 
 
 class EnvProbe(Workload):
@@ -115,7 +115,7 @@ class DistHang(Workload):
     config_keys = frozenset({"crash_rank", "phase"})
 
     def setup(self) -> None:
-        from aorta.distributed import init_process_group
+        from aorta.run.ranks import init_process_group
 
         self.dist = init_process_group(self.context)
         if self.config.get("phase") == "setup" and self.context.rank == int(

@@ -100,9 +100,9 @@ def compare(
 ) -> int:
     """Compare cells: ratio of medians with a bootstrap CI, Holm-adjusted exact Mann–Whitney p,
     Fisher's test on failures, and a verdict per cell."""
-    from aorta.comparison import comparison_json, comparison_table, regressions
-    from aorta.matrix import statistics_line
-    from aorta.report import compare_paths
+    from aorta.matrix.compare import comparison_json, comparison_table, regressions
+    from aorta.report.matrix import statistics_line
+    from aorta.report.run_report import compare_paths
 
     df = compare_paths(
         runs,

@@ -20,9 +20,9 @@ RecipeFile = Annotated[Path, typer.Argument(help="The recipe (YAML or JSON).", d
 @app.command()
 def validate(file: RecipeFile, mitigations_file: MitigationsFiles = None) -> int:
     """Check a recipe against the schema and the mitigation registry; list every problem."""
-    from aorta.planning import plan
-    from aorta.recipe import load_recipe
-    from aorta.registry import Registry
+    from aorta.recipe.plan import plan
+    from aorta.recipe.registry import Registry
+    from aorta.recipe.schema import load_recipe
 
     try:
         recipe = load_recipe(file)
@@ -49,7 +49,7 @@ def show(
     """Print a recipe as aorta reads it."""
     import yaml
 
-    from aorta.recipe import dump_recipe, load_recipe
+    from aorta.recipe.schema import dump_recipe, load_recipe
 
     recipe = load_recipe(file)
     if resolved:

@@ -83,8 +83,8 @@ def run(
 
     Under torchrun, run the same command on every rank: only rank 0 writes and reports.
     """
-    from aorta.console import format_plan, plan_to_dict
-    from aorta.engine import prepare
+    from aorta.report.console import format_plan, plan_to_dict
+    from aorta.run.sweep import prepare
 
     if recipe is None and resume is None:
         raise UsageError("give --recipe FILE (or --resume RUN_DIR)")
@@ -129,8 +129,8 @@ def run(
 
 def _run(recipe: Path | None, *, strict: bool, **options: Any) -> int:
     """Run the sweep (``options`` are :func:`aorta.sweep`'s), print the summary, map the code."""
-    from aorta.console import format_summary
-    from aorta.engine import sweep
+    from aorta.report.console import format_summary
+    from aorta.run.sweep import sweep
 
     result = sweep(recipe, **options)
     if result.rank != 0:
@@ -169,7 +169,7 @@ def status(
     as_json: Json = False,
 ) -> int:
     """Show how far a run got (from its manifest and trial records)."""
-    from aorta.rundir import RunDir
+    from aorta.store.rundir import RunDir
 
     rd = RunDir.open(run_dir)
     manifest = rd.manifest()

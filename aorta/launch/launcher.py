@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from aorta.errors import UsageError
-from aorta.rundir import atomic_write
+from aorta.store.rundir import atomic_write
 
 from .cluster import Cluster, Node, NprocPerNode
 from .collect import finalize, node_folder, staging_dir

@@ -5,8 +5,8 @@ Each function returns a :class:`~matplotlib.figure.Figure`, draws into ``ax=`` w
 
 Examples
 --------
->>> from aorta.dataset import build_dataset
->>> from aorta.record import TrialRecord
+>>> from aorta.matrix.dataset import build_dataset
+>>> from aorta.store.record import TrialRecord
 >>> ds = build_dataset([{"name": c, "trials": 4} for c in ("base", "x")],
 ...     [TrialRecord(cell=c, cell_id="", trial=t, status="ok", passed=True,
 ...                  step_times_ms=[5.0, 1.0 + t / 10 + (c == "x"), 1.1])
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     import xarray as xr
     from matplotlib.figure import Figure
 
-    from aorta.comparison import TrialSelection
+    from aorta.matrix.compare import TrialSelection
 
 __all__ = ["VERDICT_COLORS", "failure_rates", "ratio_forest", "step_distributions", "step_series"]
 
@@ -81,7 +81,7 @@ def step_distributions(
 
     Raises ``ValueError`` for an unknown metric, ``trials`` or baseline cell.
     """
-    from aorta.comparison import _threshold, trial_values
+    from aorta.matrix.compare import _threshold, trial_values
 
     values = trial_values(ds, metric=metric, trials=trials).transpose("cell", "trial")
     cells = [str(c) for c in ds.cell.values.tolist()]
@@ -139,9 +139,9 @@ def failure_rates(comparison: pd.DataFrame, *, ax: Any = None) -> Figure:
 
     Examples
     --------
-    >>> from aorta.comparison import compare
-    >>> from aorta.dataset import build_dataset
-    >>> from aorta.record import TrialRecord
+    >>> from aorta.matrix.compare import compare
+    >>> from aorta.matrix.dataset import build_dataset
+    >>> from aorta.store.record import TrialRecord
     >>> ds = build_dataset([{"name": c, "trials": 4} for c in ("base", "x")],
     ...     [TrialRecord(cell=c, cell_id="", trial=t, status="ok", passed=True,
     ...                  step_times_ms=[1.0 + t / 10 + (c == "x")]) for c in ("base", "x") for t in range(4)],
@@ -199,9 +199,9 @@ def ratio_forest(comparison: pd.DataFrame, *, ax: Any = None) -> Figure:
 
     Examples
     --------
-    >>> from aorta.comparison import compare
-    >>> from aorta.dataset import build_dataset
-    >>> from aorta.record import TrialRecord
+    >>> from aorta.matrix.compare import compare
+    >>> from aorta.matrix.dataset import build_dataset
+    >>> from aorta.store.record import TrialRecord
     >>> ds = build_dataset([{"name": c, "trials": 4} for c in ("base", "x")],
     ...     [TrialRecord(cell=c, cell_id="", trial=t, status="ok", passed=True,
     ...                  step_times_ms=[1.0 + t / 10 + (c == "x")]) for c in ("base", "x") for t in range(4)],
@@ -260,9 +260,9 @@ def step_series(
 
     Examples
     --------
-    >>> from aorta.comparison import compare
-    >>> from aorta.dataset import build_dataset
-    >>> from aorta.record import TrialRecord
+    >>> from aorta.matrix.compare import compare
+    >>> from aorta.matrix.dataset import build_dataset
+    >>> from aorta.store.record import TrialRecord
     >>> ds = build_dataset([{"name": c, "trials": 4} for c in ("base", "x")],
     ...     [TrialRecord(cell=c, cell_id="", trial=t, status="ok", passed=True,
     ...                  step_times_ms=[1.0 + t / 10 + (c == "x")]) for c in ("base", "x") for t in range(4)],

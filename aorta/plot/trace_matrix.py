@@ -8,8 +8,8 @@ when given one and never touch pyplot's global state.
 Examples
 --------
 >>> import numpy as np
->>> from aorta.dataset import build_dataset
->>> from aorta.record import TrialRecord
+>>> from aorta.matrix.dataset import build_dataset
+>>> from aorta.store.record import TrialRecord
 >>> ds = build_dataset([{"name": c, "trials": 3} for c in ("base", "x")],
 ...     [TrialRecord(cell=c, cell_id="", trial=t, status="ok", passed=True, step_times_ms=[10.0 + t + (c == "x")])
 ...      for c in ("base", "x") for t in range(3)], attrs={"baseline": "base"})
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     import xarray as xr
     from matplotlib.figure import Figure
 
-    from aorta.comparison import RankReduction, TrialSelection
+    from aorta.matrix.compare import RankReduction, TrialSelection
 
 __all__ = ["BREAKDOWN_COLORS", "exposed_comm_vs_step", "time_breakdown"]
 
@@ -79,7 +79,7 @@ def time_breakdown(
     up to the mean profiled span; ``worst`` would mix ranks); ``trials`` as in
     :func:`aorta.compare`. Raises ``ValueError`` when ``ds`` has no trace metrics.
     """
-    from aorta.comparison import trial_values
+    from aorta.matrix.compare import trial_values
 
     parts = [p for p in BREAKDOWN_COLORS if p in ds]
     if "computation_ms" not in parts:
@@ -138,7 +138,7 @@ def exposed_comm_vs_step(
     lose their step time to communication. Raises ``ValueError`` when ``ds`` has no trace
     metrics.
     """
-    from aorta.comparison import trial_values
+    from aorta.matrix.compare import trial_values
 
     if "exposed_comm_ms" not in ds:
         raise ValueError(

@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from aorta import procs
-from aorta.workload import FailureDetail, Workload, WorkloadResult
+from aorta.run import procs
+from aorta.run.workload import FailureDetail, Workload, WorkloadResult
 
 _EXIT_HINTS = {
     126: "exit 126: the command was found but is not executable (permissions?)",
@@ -164,7 +164,7 @@ class CommandWorkload(Workload):
             ) from None
 
     def run(self) -> WorkloadResult:
-        from aorta.trial import TrialDeadline
+        from aorta.run.trial import TrialDeadline
 
         finished = procs.run_with_deadline(
             self._proc, deadline=self.context.deadline, kill_tree_on_exit=not self.context.isolated

@@ -16,7 +16,7 @@ import math
 import statistics
 import time
 
-from aorta.workload import FailureDetail, Workload, WorkloadResult
+from aorta.run.workload import FailureDetail, Workload, WorkloadResult
 
 _DTYPES = ("float32", "float64", "bfloat16", "float16")
 
@@ -52,7 +52,7 @@ class MatmulWorkload(Workload):
         self._torch = torch
         self._dist = None
         if self.context.world_size > 1:
-            from aorta.distributed import init_process_group
+            from aorta.run.ranks import init_process_group
 
             self._dist = init_process_group(self.context)
 
@@ -130,6 +130,6 @@ class MatmulWorkload(Workload):
     def cleanup(self) -> None:
         self.a = self.b = None  # type: ignore[assignment]
         if getattr(self, "_dist", None) is not None:
-            from aorta.distributed import destroy_process_group
+            from aorta.run.ranks import destroy_process_group
 
             destroy_process_group()

@@ -12,9 +12,9 @@ import math
 import time
 from typing import Any
 
-from aorta.collect import StepProfiler
-from aorta.distributed import destroy_process_group, init_process_group
-from aorta.workload import FailureDetail, Workload, WorkloadResult
+from aorta.run.profiler import StepProfiler
+from aorta.run.ranks import destroy_process_group, init_process_group
+from aorta.run.workload import FailureDetail, Workload, WorkloadResult
 
 
 class TrainingWorkload(Workload):

@@ -27,8 +27,15 @@ from typing import Any
 
 import yaml
 
-from aorta import envvars, procs
-from aorta.distributed import (
+from aorta import envvars
+from aorta.errors import AortaError, ExitCode, UsageError
+from aorta.recipe.plan import Plan, TrialKey, plan
+from aorta.recipe.registry import Registry
+from aorta.recipe.schema import Recipe, dump_recipe, load_recipe, recipe_from_data
+from aorta.report.matrix import CellSummary, matrix_json, matrix_markdown, summarize
+from aorta.report.progress import ProgressMode, Reporter, choose_reporter
+from aorta.run import procs
+from aorta.run.ranks import (
     DistEnv,
     LocalCoordinator,
     StoreCoordinator,
@@ -37,16 +44,16 @@ from aorta.distributed import (
     trial_endpoint,
     trial_env,
 )
-from aorta.errors import AortaError, ExitCode, UsageError
-from aorta.matrix import CellSummary, matrix_json, matrix_markdown, summarize
-from aorta.planning import Plan, TrialKey, plan
-from aorta.progress import ProgressMode, Reporter, choose_reporter
-from aorta.recipe import Recipe, dump_recipe, load_recipe, recipe_from_data
-from aorta.record import RankOutcome, TrialRecord, TrialStatus, merge_ranks
-from aorta.registry import Registry
-from aorta.rundir import RunDir, utc_now
-from aorta.runner import TrialRunner
-from aorta.workload import Isolation, UnknownWorkload, Workload, WorkloadCatalog, resolve_isolation
+from aorta.run.runner import TrialRunner
+from aorta.run.workload import (
+    Isolation,
+    UnknownWorkload,
+    Workload,
+    WorkloadCatalog,
+    resolve_isolation,
+)
+from aorta.store.record import RankOutcome, TrialRecord, TrialStatus, merge_ranks
+from aorta.store.rundir import RunDir, utc_now
 
 __all__ = ["Interrupted", "Prepared", "SweepResult", "prepare", "sweep"]
 
@@ -465,10 +472,10 @@ class _Sweep:
             self.rd.update_manifest(status="complete", finished_at=utc_now())
         self.coord.finish(timeout_s=self.wait_s)
         if self.writer:
-            # results.nc: the finished run as an xarray Dataset (aorta.dataset). Best effort:
+            # results.nc: the finished run as an xarray Dataset (aorta.matrix.dataset). Best effort:
             # the records and matrix files are written, and `aorta.load_run` rebuilds it.
             try:
-                from aorta.dataset import write_results
+                from aorta.matrix.dataset import write_results
 
                 write_results(self.rd.path)
             except (OSError, ValueError, ImportError, AortaError) as exc:
@@ -515,7 +522,7 @@ def sweep(
     Parameters
     ----------
     recipe
-        A :class:`~aorta.recipe.Recipe` or a recipe file. Omit it with ``resume``.
+        A :class:`~aorta.recipe.schema.Recipe` or a recipe file. Omit it with ``resume``.
     command
         Probe mode: the argv to run in every trial.
     output
@@ -529,7 +536,7 @@ def sweep(
         Sidecar files with more mitigations and environments.
     progress
         ``auto`` (rich on a terminal, tqdm in Jupyter, lines otherwise), ``lines``,
-        ``rich``, ``tqdm``, ``none``, or a :class:`~aorta.progress.Reporter`.
+        ``rich``, ``tqdm``, ``none``, or a :class:`~aorta.report.progress.Reporter`.
     verbose
         One progress line per trial.
     python
@@ -556,7 +563,7 @@ def sweep(
     Examples
     --------
     >>> import tempfile
-    >>> from aorta.recipe import load_recipe_text
+    >>> from aorta.recipe.schema import load_recipe_text
     >>> r = load_recipe_text("cells: [{name: base, mitigations: [none]}]", command=["true"])
     >>> result = sweep(r, output=tempfile.mkdtemp(), progress="none")
     >>> result.summaries[0].n_ok, result.exit_code.name
@@ -650,7 +657,7 @@ def _sweep(
     backend: str | None,
     catalog: WorkloadCatalog,
 ) -> SweepResult:
-    from aorta.hostenv import snapshot
+    from aorta.store.hostenv import snapshot
 
     wait_s = 600.0  # for rank 0 to load the recipe and create the run directory
     rd: RunDir | None = None

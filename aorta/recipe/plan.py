@@ -1,7 +1,7 @@
 """From a recipe to the cells and trials to run — pure, no files, no processes.
 
 :func:`plan` resolves every cell's mitigations and environment against a
-:class:`~aorta.registry.Registry`, merges the environment overlay with the precedence
+:class:`~aorta.recipe.registry.Registry`, merges the environment overlay with the precedence
 
     environment  <  mitigations (list order)  <  recipe ``extra_env``  <  cell ``extra_env``
 
@@ -11,8 +11,8 @@ error: override deliberately with ``extra_env``.
 
 Examples
 --------
->>> from aorta.recipe import load_recipe_text
->>> from aorta.registry import Registry
+>>> from aorta.recipe.schema import load_recipe_text
+>>> from aorta.recipe.registry import Registry
 >>> r = load_recipe_text('''
 ... workload: matmul
 ... extra_env: {OMP_NUM_THREADS: "2"}
@@ -36,8 +36,8 @@ from types import MappingProxyType
 from typing import Any
 
 from aorta.errors import RecipeError, RecipeProblem
-from aorta.recipe import Collector, Recipe, StopAfter, canonical_json
-from aorta.registry import Environment, Registry
+from aorta.recipe.registry import Environment, Registry
+from aorta.recipe.schema import Collector, Recipe, StopAfter, canonical_json
 
 __all__ = ["DEFAULT_TIMEOUT_S", "Cell", "Plan", "TrialKey", "merge_env", "plan"]
 

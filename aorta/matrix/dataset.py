@@ -33,7 +33,7 @@ object arrays of ``str``; a NUL character, which netCDF cannot store, is replace
 
 Examples
 --------
->>> from aorta.record import TrialRecord
+>>> from aorta.store.record import TrialRecord
 >>> cells = [{"name": "base", "mitigations": ["none"], "trials": 2},
 ...          {"name": "x", "mitigations": ["xnack"], "env": {"HSA_XNACK": "1"}, "trials": 2}]
 >>> recs = [TrialRecord(cell=c, cell_id="", trial=t, status="ok", passed=True,
@@ -61,7 +61,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from aorta.errors import UsageError
-from aorta.record import TrialRecord
+from aorta.store.record import TrialRecord
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -381,12 +381,12 @@ def _read_cells(rd: Any) -> list[dict[str, Any]]:
 def run_attrs(path: str | Path) -> dict[str, Any]:
     """The run's attributes: the manifest's fields, plus ``baseline`` and ``threshold`` from
     ``recipe.resolved.yaml`` (or, if that cannot be read, from ``matrix.json``)."""
-    from aorta.rundir import RunDir
+    from aorta.store.rundir import RunDir
 
     rd = RunDir.open(path)
     attrs = dict(rd.manifest())
     try:
-        from aorta.recipe import load_recipe
+        from aorta.recipe.schema import load_recipe
 
         recipe = load_recipe(rd.path / "recipe.resolved.yaml")
         attrs["baseline"] = recipe.baseline_cell()
@@ -427,7 +427,7 @@ def load_run(
         Also analyse every trial's profiler traces (``collect: [torch_profiler]``) and add
         their metrics — computation, exposed communication, idle time, GEMM TFLOP/s, bus
         bandwidth per collective, the straggler wait — with dims ``cell`` × ``trial`` ×
-        ``rank`` (see :mod:`aorta.trace_dataset`). Trials are analysed in parallel processes,
+        ``rank`` (see :mod:`aorta.matrix.trace_metrics`). Trials are analysed in parallel processes,
         once: the results are cached beside the traces. A missing or unreadable trace gives
         NaN and a :class:`~aorta.errors.TraceWarning` naming the file.
     trace_cache
@@ -439,7 +439,7 @@ def load_run(
     -------
     xarray.Dataset
         Dims ``cell`` × ``trial`` × ``step`` × ``metric`` × ``info_key`` × ``env_var`` (and
-        ``rank`` with ``traces=True``); see :mod:`aorta.dataset` for every variable.
+        ``rank`` with ``traces=True``); see :mod:`aorta.matrix.dataset` for every variable.
         ``ds.aorta`` gives the common calls.
 
     Raises
@@ -458,14 +458,14 @@ def load_run(
     Examples
     --------
     >>> import tempfile
-    >>> from aorta.engine import sweep
-    >>> from aorta.recipe import load_recipe_text
+    >>> from aorta.run.sweep import sweep
+    >>> from aorta.recipe.schema import load_recipe_text
     >>> r = load_recipe_text("trials: 2\\ncells: [{name: base, mitigations: [none]}]", command=["true"])
     >>> ds = load_run(sweep(r, output=tempfile.mkdtemp(), progress="none").run_dir)
     >>> ds.status.values.tolist(), ds.attrs["baseline"]
     ([['ok', 'ok']], 'base')
     """
-    from aorta.rundir import RunDir
+    from aorta.store.rundir import RunDir
 
     p = Path(path)
     if p.is_file():
@@ -487,7 +487,7 @@ def load_run(
         else:
             ds = build_dataset(_read_cells(rd), rd.trial_records(), attrs=run_attrs(rd.path))
     if traces:
-        from aorta.trace_dataset import add_trace_metrics
+        from aorta.matrix.trace_metrics import add_trace_metrics
 
         ds = add_trace_metrics(ds, rd.path, cache=trace_cache, workers=trace_workers)
     return ds
@@ -544,7 +544,7 @@ def load_runs(
 
     Examples
     --------
-    >>> from aorta.record import TrialRecord
+    >>> from aorta.store.record import TrialRecord
     >>> a = build_dataset([{"name": "x", "trials": 1}],
     ...     [TrialRecord(cell="x", cell_id="", trial=0, status="ok", passed=True)])
     >>> b = build_dataset([{"name": "x", "trials": 2}], [])
@@ -600,7 +600,7 @@ def trials_frame(ds: xr.Dataset) -> pd.DataFrame:
 
     Examples
     --------
-    >>> from aorta.record import TrialRecord
+    >>> from aorta.store.record import TrialRecord
     >>> ds = build_dataset([{"name": "x", "mitigations": ["none"], "trials": 2}],
     ...     [TrialRecord(cell="x", cell_id="", trial=0, status="ok", passed=True,
     ...                  step_times_ms=[9.0, 1.0, 3.0], warmup_steps=1, metrics={"tflops": 2.0})])
@@ -610,7 +610,7 @@ def trials_frame(ds: xr.Dataset) -> pd.DataFrame:
     """
     import xarray as xr
 
-    from aorta.comparison import reduce_ranks, trial_values
+    from aorta.matrix.compare import reduce_ranks, trial_values
 
     per_trial = ["status", "passed", "error", "seed", "n_steps", "warmup_steps"]
     frame = xr.Dataset({k: ds[k] for k in per_trial})
@@ -662,8 +662,8 @@ def load_trials(path: str | Path, *, source: Source = "auto", traces: bool = Fal
     Examples
     --------
     >>> import tempfile
-    >>> from aorta.engine import sweep
-    >>> from aorta.recipe import load_recipe_text
+    >>> from aorta.run.sweep import sweep
+    >>> from aorta.recipe.schema import load_recipe_text
     >>> r = load_recipe_text("trials: 2\\ncells: [{name: base, mitigations: [none]}]", command=["true"])
     >>> df = load_trials(sweep(r, output=tempfile.mkdtemp(), progress="none").run_dir)
     >>> df[["cell", "trial", "status"]].values.tolist()
@@ -726,12 +726,12 @@ def read_netcdf(path: str | Path) -> xr.Dataset:
 
 def write_results(path: str | Path) -> Path:
     """Write the run directory's Dataset, rebuilt from its records, to ``results.nc``."""
-    from aorta.rundir import RunDir
+    from aorta.store.rundir import RunDir
 
     rd = RunDir.open(path)
     return write_netcdf(load_run(rd.path, source="records"), rd.path / RESULTS)
 
 
-from aorta import accessor as _accessor  # noqa: E402  registers ds.aorta
+from aorta.matrix import accessor as _accessor  # noqa: E402  registers ds.aorta
 
 del _accessor

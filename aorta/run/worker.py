@@ -1,8 +1,8 @@
-"""``python -m aorta.worker REQUEST.json`` — one trial in a fresh interpreter.
+"""``python -m aorta.run.worker REQUEST.json`` — one trial in a fresh interpreter.
 
 The engine starts the worker with the cell's overlay already in its environment, so variables
 read when torch, HIP or RCCL load take effect. The worker runs the trial through
-:func:`aorta.trial.execute` and writes the :class:`~aorta.trial.Outcome` as JSON to the path
+:func:`aorta.run.trial.execute` and writes the :class:`~aorta.run.trial.Outcome` as JSON to the path
 the request names (atomically). It exits 0 whenever it could write an outcome; anything else
 (a crash, a signal) is classified by the engine.
 """
@@ -17,15 +17,15 @@ from pathlib import Path
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        print("usage: python -m aorta.worker REQUEST.json", file=sys.stderr)
+        print("usage: python -m aorta.run.worker REQUEST.json", file=sys.stderr)
         return 2
     # SIGTERM from the engine's deadline: unwind like Ctrl-C so cleanup() still runs.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     request = json.loads(Path(argv[0]).read_text())
 
-    from aorta.record import TrialStatus
-    from aorta.rundir import atomic_write
-    from aorta.trial import Outcome, context_from_dict, execute
+    from aorta.run.trial import Outcome, context_from_dict, execute
+    from aorta.store.record import TrialStatus
+    from aorta.store.rundir import atomic_write
 
     ctx = context_from_dict(request["context"])
     result_path = Path(request["result_path"])

@@ -40,7 +40,7 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from aorta.errors import AortaError, UsageError
-from aorta.record import TrialRecord
+from aorta.store.record import TrialRecord
 
 __all__ = ["RunDir", "RunLocked", "atomic_write", "utc_now"]
 

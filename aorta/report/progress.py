@@ -11,7 +11,7 @@ import os
 import sys
 from typing import IO, Any, Literal
 
-from aorta.record import TrialRecord
+from aorta.store.record import TrialRecord
 
 __all__ = ["LineReporter", "NullReporter", "Reporter", "choose_reporter"]
 

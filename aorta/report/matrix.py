@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from aorta.record import TrialRecord, TrialStatus
+from aorta.store.record import TrialRecord, TrialStatus
 
 __all__ = [
     "CellSummary",
@@ -63,7 +63,7 @@ class CellSummary:
     confound: str
     statuses: dict[str, int] = field(default_factory=dict)
     trials: list[dict[str, Any]] = field(default_factory=list)
-    # -- statistics against the baseline (aorta.comparison.compare); None where undefined --
+    # -- statistics against the baseline (aorta.matrix.compare.compare); None where undefined --
     #: Trials whose value counts for timing.
     n_timed: int = 0
     #: Median, IQR and CV of the trial values (the metric of ``Matrix.statistics``).
@@ -212,8 +212,8 @@ def _attach_statistics(
     threshold: float,
     alpha: float,
 ) -> dict[str, Any]:
-    from aorta.comparison import compare, comparison_json, trial_values
-    from aorta.dataset import build_dataset
+    from aorta.matrix.compare import compare, comparison_json, trial_values
+    from aorta.matrix.dataset import build_dataset
 
     ds = build_dataset(cells, records, attrs={"baseline": baseline, "threshold": threshold})
     steps = trial_values(ds, metric="step_time_ms", trials="ran").sel(cell=baseline)

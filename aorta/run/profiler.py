@@ -13,7 +13,7 @@ unconditionally::
 
 Examples
 --------
->>> from aorta.workload import TrialContext
+>>> from aorta.run.workload import TrialContext
 >>> with StepProfiler(TrialContext(cell="a", trial=0), total_steps=3) as prof:
 ...     prof.step()
 >>> prof.enabled, prof.traces
@@ -25,7 +25,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from aorta.workload import TrialContext
+from aorta.run.workload import TrialContext
 
 __all__ = ["StepProfiler"]
 

@@ -52,7 +52,7 @@ from pydantic_core import PydanticCustomError
 
 from aorta.envvars import is_reserved_env_name
 from aorta.errors import RecipeError, RecipeProblem
-from aorta.yamldoc import parse_yaml
+from aorta.recipe.yamldoc import parse_yaml
 
 __all__ = [
     "KNOWN_COLLECTORS",

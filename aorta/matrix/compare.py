@@ -1,6 +1,6 @@
 """Compare cells: a run's Dataset in, one row per cell out (:func:`compare`, :func:`compare_runs`).
 
-The numbers come from :mod:`aorta.stats`; this module picks the trial values out of the
+The numbers come from :mod:`aorta.matrix.stats`; this module picks the trial values out of the
 Dataset, forms the comparison family, and lays the results out as a
 :class:`pandas.DataFrame` whose ``attrs`` record how they were computed (seed, resamples,
 alpha, band, metric). :func:`comparison_table` and :func:`comparison_json` render it.
@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from aorta import stats
 from aorta.errors import IncompleteMatrix
+from aorta.matrix import stats
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -158,8 +158,8 @@ def trial_values(
 
     Examples
     --------
-    >>> from aorta.dataset import build_dataset
-    >>> from aorta.record import TrialRecord
+    >>> from aorta.matrix.dataset import build_dataset
+    >>> from aorta.store.record import TrialRecord
     >>> ds = build_dataset([{"name": "x", "trials": 2}], [
     ...     TrialRecord(cell="x", cell_id="", trial=0, status="ok", passed=True, step_times_ms=[9.0, 2.0, 4.0], warmup_steps=1),
     ...     TrialRecord(cell="x", cell_id="", trial=1, status="workload_failed", passed=False, step_times_ms=[5.0])])
@@ -191,7 +191,7 @@ def trial_values(
             for v in ds.data_vars
             if set(ds[v].dims) == per_trial | {"rank"} and ds[v].dtype.kind == "f"
         ]
-        from aorta.trace_dataset import is_trace_variable
+        from aorta.matrix.trace_metrics import is_trace_variable
 
         hint = (
             " (a trace metric: load the run with load_run(run, traces=True), or pass --traces)"
@@ -376,7 +376,7 @@ def compare(
     times). Per cell: trial counts, failure rate with its Wilson interval, median, IQR, CV.
     Against the baseline: the ratio of medians with a seeded bootstrap CI, the exact
     Mann–Whitney p (Holm-adjusted across cells), Fisher's exact test on failures
-    (Holm-adjusted), and a verdict. See :mod:`aorta.stats` and ``docs/statistics.md``.
+    (Holm-adjusted), and a verdict. See :mod:`aorta.matrix.stats` and ``docs/statistics.md``.
 
     Parameters
     ----------
@@ -422,8 +422,8 @@ def compare(
 
     Examples
     --------
-    >>> from aorta.dataset import build_dataset
-    >>> from aorta.record import TrialRecord
+    >>> from aorta.matrix.dataset import build_dataset
+    >>> from aorta.store.record import TrialRecord
     >>> times = {"base": [10.0, 10.2, 9.9, 10.1, 10.03], "slow": [13.0, 13.4, 12.9, 13.1, 13.2]}
     >>> ds = build_dataset([{"name": c, "trials": 5} for c in times],
     ...     [TrialRecord(cell=c, cell_id="", trial=t, status="ok", passed=True, step_times_ms=[v])
@@ -509,8 +509,8 @@ def compare_runs(
 
     Examples
     --------
-    >>> from aorta.dataset import build_dataset
-    >>> from aorta.record import TrialRecord
+    >>> from aorta.matrix.dataset import build_dataset
+    >>> from aorta.store.record import TrialRecord
     >>> def run(times):
     ...     return build_dataset([{"name": "x", "trials": len(times)}],
     ...         [TrialRecord(cell="x", cell_id="", trial=t, status="ok", passed=True, step_times_ms=[v])
@@ -721,6 +721,6 @@ def require_baseline(df: pd.DataFrame) -> None:
         )
 
 
-from aorta import accessor as _accessor  # noqa: E402  registers ds.aorta
+from aorta.matrix import accessor as _accessor  # noqa: E402  registers ds.aorta
 
 del _accessor

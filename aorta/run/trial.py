@@ -8,7 +8,7 @@ both isolation modes use it:
   afterwards (by diff). Its deadline raises :class:`TrialDeadline` in the main thread
   (SIGALRM), which interrupts Python code; native code stuck past the deadline is a case for
   process isolation (see :class:`Watchdog`).
-* :func:`run_in_worker` starts ``python -m aorta.worker`` with the overlay already in its
+* :func:`run_in_worker` starts ``python -m aorta.run.worker`` with the overlay already in its
   environment, so variables read at import time take effect, and kills the worker's whole
   process group at the deadline.
 """
@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from aorta import procs
-from aorta.record import TrialStatus
-from aorta.workload import TrialContext, Workload, WorkloadResult
+from aorta.run import procs
+from aorta.run.workload import TrialContext, Workload, WorkloadResult
+from aorta.store.record import TrialStatus
 
 __all__ = [
     "Outcome",
@@ -52,7 +52,7 @@ class TrialDeadline(BaseException):
 
 @dataclass
 class Outcome:
-    """What a trial produced, before the engine turns it into a :class:`~aorta.record.TrialRecord`."""
+    """What a trial produced, before the engine turns it into a :class:`~aorta.store.record.TrialRecord`."""
 
     status: TrialStatus
     result: WorkloadResult | None = None
@@ -321,7 +321,7 @@ def run_in_worker(
     logs: tuple[str, str] = ("stdout.log", "stderr.log"),
     abort: Callable[[], tuple[TrialStatus, str] | None] | None = None,
 ) -> Outcome:
-    """Run a trial in a fresh ``python -m aorta.worker`` whose environment is ``env``.
+    """Run a trial in a fresh ``python -m aorta.run.worker`` whose environment is ``env``.
 
     The worker's stdout/stderr go to ``logs`` in the trial's artifact dir. At the deadline
     its process group gets SIGTERM, then SIGKILL. ``abort`` is polled while the worker runs:
@@ -357,7 +357,7 @@ def run_in_worker(
         art.mkdir(parents=True, exist_ok=True)
         with open(art / logs[0], "ab") as out, open(art / logs[1], "ab") as err:
             proc = procs.spawn(
-                [python or sys.executable, "-m", "aorta.worker", str(request)],
+                [python or sys.executable, "-m", "aorta.run.worker", str(request)],
                 env=env,
                 stdout=out,
                 stderr=err,

@@ -13,8 +13,8 @@ import json
 import math
 from typing import TYPE_CHECKING, Any
 
-from aorta import stats
-from aorta.comparison import (
+from aorta.matrix import stats
+from aorta.matrix.compare import (
     RankReduction,
     TrialSelection,
     compare,
@@ -75,8 +75,8 @@ def trace_summary(
     Examples
     --------
     >>> import numpy as np, xarray as xr
-    >>> from aorta.dataset import build_dataset
-    >>> from aorta.record import TrialRecord
+    >>> from aorta.matrix.dataset import build_dataset
+    >>> from aorta.store.record import TrialRecord
     >>> ds = build_dataset([{"name": c, "trials": 2} for c in ("base", "x")],
     ...     [TrialRecord(cell=c, cell_id="", trial=t, status="ok", passed=True) for c in ("base", "x") for t in (0, 1)],
     ...     attrs={"baseline": "base"})

@@ -1,12 +1,12 @@
 """``ds.aorta``: the common calls on a run's Dataset, registered once.
 
-Each method is one line calling :mod:`aorta.comparison`, :mod:`aorta.dataset` or
+Each method is one line calling :mod:`aorta.matrix.compare`, :mod:`aorta.matrix.dataset` or
 :mod:`aorta.plot`, so a notebook and the CLI go through the same code.
 
 Examples
 --------
->>> from aorta.dataset import build_dataset
->>> from aorta.record import TrialRecord
+>>> from aorta.matrix.dataset import build_dataset
+>>> from aorta.store.record import TrialRecord
 >>> ds = build_dataset([{"name": "base", "trials": 1}],
 ...     [TrialRecord(cell="base", cell_id="", trial=0, status="ok", passed=True, step_times_ms=[2.0])],
 ...     attrs={"baseline": "base"})
@@ -26,13 +26,13 @@ from typing import TYPE_CHECKING, Any
 
 import xarray as xr
 
-from aorta import stats
+from aorta.matrix import stats
 
 if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.figure import Figure
 
-    from aorta.comparison import RankReduction, TrialSelection
+    from aorta.matrix.compare import RankReduction, TrialSelection
 
 __all__ = ["AortaAccessor"]
 
@@ -45,7 +45,7 @@ class AortaAccessor:
     """
 
     def __init__(self, ds: xr.Dataset) -> None:
-        from aorta.comparison import _check_dims
+        from aorta.matrix.compare import _check_dims
 
         _check_dims(ds)
         self._ds = ds
@@ -63,7 +63,7 @@ class AortaAccessor:
         resamples: int = stats.DEFAULT_RESAMPLES,
     ) -> pd.DataFrame:
         """Every cell against the baseline: :func:`aorta.compare`."""
-        from aorta.comparison import compare
+        from aorta.matrix.compare import compare
 
         return compare(
             self._ds,
@@ -79,7 +79,7 @@ class AortaAccessor:
 
     def compare_to(self, reference: xr.Dataset, **kwargs: Any) -> pd.DataFrame:
         """This run's cells against the same cells of ``reference``: :func:`aorta.compare_runs`."""
-        from aorta.comparison import compare_runs
+        from aorta.matrix.compare import compare_runs
 
         return compare_runs(reference, self._ds, **kwargs)
 
@@ -90,20 +90,20 @@ class AortaAccessor:
         trials: TrialSelection = "ok",
         ranks: RankReduction = "worst",
     ) -> xr.DataArray:
-        """One value per trial: :func:`aorta.comparison.trial_values`."""
-        from aorta.comparison import trial_values
+        """One value per trial: :func:`aorta.matrix.compare.trial_values`."""
+        from aorta.matrix.compare import trial_values
 
         return trial_values(self._ds, metric=metric, trials=trials, ranks=ranks)
 
     def trials(self) -> pd.DataFrame:
-        """One row per recorded trial: :func:`aorta.dataset.trials_frame`."""
-        from aorta.dataset import trials_frame
+        """One row per recorded trial: :func:`aorta.matrix.dataset.trials_frame`."""
+        from aorta.matrix.dataset import trials_frame
 
         return trials_frame(self._ds)
 
     def to_netcdf(self, path: str | Path) -> Path:
         """Write the Dataset so :func:`aorta.load_run` reads it back identical."""
-        from aorta.dataset import write_netcdf
+        from aorta.matrix.dataset import write_netcdf
 
         return write_netcdf(self._ds, path)
 
@@ -135,8 +135,8 @@ class AortaAccessor:
 
     def trace_summary(self, baseline: str | None = None, **kwargs: Any) -> pd.DataFrame:
         """Per cell: time breakdown medians and the exposed-comm verdict:
-        :func:`aorta.trace_matrix.trace_summary` (needs ``load_run(run, traces=True)``)."""
-        from aorta.trace_matrix import trace_summary
+        :func:`aorta.matrix.trace_summary.trace_summary` (needs ``load_run(run, traces=True)``)."""
+        from aorta.matrix.trace_summary import trace_summary
 
         return trace_summary(self._ds, baseline, **kwargs)
 

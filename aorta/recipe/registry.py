@@ -34,8 +34,8 @@ from typing import Any, Literal
 
 from aorta.envvars import is_reserved_env_name
 from aorta.errors import RecipeError, RecipeProblem
-from aorta.recipe import ENV_NAME_RE, DockerEnvironment
-from aorta.yamldoc import parse_yaml
+from aorta.recipe.schema import ENV_NAME_RE, DockerEnvironment
+from aorta.recipe.yamldoc import parse_yaml
 
 __all__ = ["Environment", "Mitigation", "Registry"]
 

@@ -1,9 +1,9 @@
 """This rank's part of one trial: its context, its environment, how it runs, what it reports.
 
-:class:`TrialRunner` turns a planned trial into a :class:`~aorta.record.RankOutcome` on this
+:class:`TrialRunner` turns a planned trial into a :class:`~aorta.store.record.RankOutcome` on this
 rank. It chooses the isolation (in process, or a fresh worker), points a distributed trial
 at its own rendezvous, watches for a peer's abort, and collects the trial's files. The
-engine (:mod:`aorta.engine`) decides which trials run and merges the ranks' outcomes.
+engine (:mod:`aorta.run.sweep`) decides which trials run and merges the ranks' outcomes.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from aorta import envvars
-from aorta.planning import Plan, TrialKey
-from aorta.record import RankOutcome, TrialStatus
-from aorta.rundir import RunDir
-from aorta.trial import Outcome, Watchdog, run_in_process, run_in_worker, workload_ref
-from aorta.workload import Isolation, TrialContext, Workload
+from aorta.recipe.plan import Plan, TrialKey
+from aorta.run.trial import Outcome, Watchdog, run_in_process, run_in_worker, workload_ref
+from aorta.run.workload import Isolation, TrialContext, Workload
+from aorta.store.record import RankOutcome, TrialStatus
+from aorta.store.rundir import RunDir
 
 __all__ = ["TrialRunner"]
 

@@ -200,7 +200,7 @@ def _read_cached(job: _Job, key: Mapping[str, Any]) -> dict[str, Any] | None:
 
 
 def _write_cached(job: _Job, key: Mapping[str, Any], result: Mapping[str, Any]) -> str | None:
-    from aorta.rundir import atomic_write
+    from aorta.store.rundir import atomic_write
 
     try:
         atomic_write(job.trace_dir / METRICS_CACHE, json.dumps({"key": key, "result": result}))
@@ -384,7 +384,7 @@ def trace_variables(
     path to show in ``trace_file``)."""
     import xarray as xr
 
-    from aorta.dataset import _objects
+    from aorta.matrix.dataset import _objects
     from aorta.trace.metrics import BUSBW, METRICS
 
     cells = [str(c) for c in ds.cell.values.tolist()]
@@ -459,7 +459,7 @@ def add_trace_metrics(
     """
     import xarray as xr
 
-    from aorta.rundir import RunDir
+    from aorta.store.rundir import RunDir
 
     rd = RunDir.open(run_dir)
     world_size = int(rd.manifest().get("world_size") or 1)
@@ -579,8 +579,8 @@ def load_tracelens(
     >>> aorta.compare(ds, metric="exposed_comm_ms")["median"].tolist()
     [3.05, 1.05]
     """
-    from aorta.dataset import build_dataset
-    from aorta.record import TrialRecord
+    from aorta.matrix.dataset import build_dataset
+    from aorta.store.record import TrialRecord
     from aorta.trace.tracelens import read_tracelens
 
     entries = _tracelens_entries(source)

@@ -17,14 +17,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from aorta import stats
 from aorta.errors import UsageError
+from aorta.matrix import stats
 
 if TYPE_CHECKING:
     import pandas as pd
     import xarray as xr
 
-    from aorta.comparison import RankReduction
+    from aorta.matrix.compare import RankReduction
 
 __all__ = ["REPORT_DIR", "compare_paths", "write_report", "write_trace_matrix"]
 
@@ -56,7 +56,7 @@ def compare_paths(
     IncompleteMatrix
         The baseline has no usable trial, or two runs share no cell.
     """
-    from aorta.dataset import load_run
+    from aorta.matrix.dataset import load_run
 
     if len(runs) not in (1, 2):
         raise UsageError(f"give one run (cells vs its baseline) or two (A B), got {len(runs)}")
@@ -79,7 +79,7 @@ def compare_paths(
 
 
 def _compare(datasets: Sequence[xr.Dataset], *, baseline: str | None, **kw: Any) -> pd.DataFrame:
-    from aorta.comparison import compare, compare_runs, require_baseline
+    from aorta.matrix.compare import compare, compare_runs, require_baseline
 
     try:
         if len(datasets) == 1:
@@ -122,10 +122,10 @@ def write_report(
     Returns the files written. Raises as :func:`compare_paths` does for one run.
     """
     from aorta import plot
-    from aorta.comparison import comparison_json, comparison_table
-    from aorta.dataset import load_run, trials_frame
-    from aorta.matrix import statistics_line
-    from aorta.rundir import atomic_write
+    from aorta.matrix.compare import comparison_json, comparison_table
+    from aorta.matrix.dataset import load_run, trials_frame
+    from aorta.report.matrix import statistics_line
+    from aorta.store.rundir import atomic_write
 
     ds = load_run(run, traces=traces)
     kw: dict[str, Any] = {"alpha": alpha, "seed": seed, "resamples": resamples, "ranks": ranks}
@@ -175,7 +175,7 @@ def _trace_report(
 ) -> list[str]:
     """``traces.csv``, the two trace figures, and the lines of report.md's traces section."""
     from aorta import plot
-    from aorta.trace_matrix import has_traces, trace_markdown, trace_summary
+    from aorta.matrix.trace_summary import has_traces, trace_markdown, trace_summary
 
     if not has_traces(ds):
         return ["## Traces", "", "No trace could be analysed (see the warnings).", ""]
@@ -194,18 +194,18 @@ def write_trace_matrix(
     ds: xr.Dataset, run_dir: str | Path, baseline: str | None = None, **kw: Any
 ) -> list[Path]:
     """Add (or replace) the traces section of the run's ``matrix.md`` and the ``traces`` entry
-    of its ``matrix.json`` (see :mod:`aorta.trace_matrix`); ``kw`` go to
-    :func:`~aorta.trace_matrix.trace_summary`. Files the run does not have are left alone;
+    of its ``matrix.json`` (see :mod:`aorta.matrix.trace_summary`); ``kw`` go to
+    :func:`~aorta.matrix.trace_summary.trace_summary`. Files the run does not have are left alone;
     returns the files written. The engine rewrites both without the section after each cell.
     """
-    from aorta.rundir import atomic_write
-    from aorta.trace_matrix import (
+    from aorta.matrix.trace_summary import (
         SECTION_MARKER,
         has_traces,
         trace_json,
         trace_markdown,
         trace_summary,
     )
+    from aorta.store.rundir import atomic_write
 
     if not has_traces(ds):
         return []

@@ -36,7 +36,7 @@ from typing import Any
 
 from aorta import envvars
 from aorta.errors import AortaError, UsageError
-from aorta.workload import TrialContext
+from aorta.run.workload import TrialContext
 
 __all__ = [
     "DistEnv",

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from aorta.rundir import utc_now
+from aorta.store.rundir import utc_now
 
 __all__ = ["RELEVANT_PREFIXES", "redact_env", "snapshot"]
 

@@ -10,7 +10,7 @@ import shlex
 from collections.abc import Sequence
 from typing import Any
 
-from aorta.planning import Plan
+from aorta.recipe.plan import Plan
 
 __all__ = ["format_plan", "plan_to_dict"]
 

@@ -1,0 +1,1 @@
+"""Every rendering of results: matrix.md/json, report files, terminal text, progress."""
