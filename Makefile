@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: dev test lint format sweep launch bench clean
+.PHONY: dev test test-fast lint format sweep launch bench clean
 
 dev: $(STAMP)
 
@@ -23,6 +23,10 @@ $(STAMP): pyproject.toml Makefile
 
 test: dev
 	$(BIN)/python -m pytest --doctest-modules --nbmake aorta tests notebooks $(PYTEST_ARGS)
+
+# The edit loop: no `slow` tests (real torchrun, sshd, Slurm), no notebooks.
+test-fast: dev
+	$(BIN)/python -m pytest --doctest-modules aorta tests -m "not slow" $(PYTEST_ARGS)
 
 lint: dev
 	$(BIN)/ruff format --check aorta tests benchmarks

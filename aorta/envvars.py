@@ -1,18 +1,33 @@
-"""Every environment variable aorta reads or sets, in one place.
+"""Every environment variable aorta reads or sets, in one place, and the one rule for which
+names and values may be set.
 
 Each CLI flag has an ``AORTA_*`` twin (typer's ``envvar=``); the variables aorta hands to a
 workload are listed too, as are the launcher identity variables that a cell can never set.
+:func:`env_problems` is the only validator of a name/value pair: recipes, the mitigation
+registry, cluster files and launch specs all call it, so they accept and refuse the same things.
+
+>>> env_problems({"NCCL_DEBUG": "INFO", "RANK": "3", "BAD NAME": "x", "V": "a\\nb"})
+[('RANK', 'RANK belongs to the launcher or to aorta; it cannot be set here'), ('BAD NAME', "'BAD NAME' is not a valid environment variable name (letters, digits and '_', not starting with a digit)"), ('V', 'contains a NUL or newline character, which a process environment cannot carry')]
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Collection, Mapping
+
+from aorta.errors import describe_value
+
 __all__ = [
     "CLI_TWINS",
     "ENGINE_PROVIDED",
+    "ENV_NAME_RE",
     "LAUNCHER_IDENTITY",
     "LAUNCHER_IDENTITY_PREFIXES",
     "LAUNCH_PROVIDED",
+    "env_problems",
     "is_reserved_env_name",
+    "name_problem",
+    "value_problem",
 ]
 
 # --- twins of CLI flags -----------------------------------------------------------------------
@@ -143,3 +158,53 @@ def is_reserved_env_name(name: str) -> bool:
         or name in LAUNCH_PROVIDED
         or name.startswith(LAUNCHER_IDENTITY_PREFIXES)
     )
+
+
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def name_problem(name: object, *, allow: Collection[str] = ()) -> str | None:
+    """Why ``name`` cannot be set as an environment variable, or ``None`` when it can.
+
+    ``allow`` lists reserved names this caller may set all the same (a launcher may set
+    :data:`TRIAL_MASTER_PORT_BASE`).
+    """
+    if not isinstance(name, str) or not ENV_NAME_RE.match(name):
+        return (
+            f"{name!r} is not a valid environment variable name "
+            "(letters, digits and '_', not starting with a digit)"
+        )
+    if is_reserved_env_name(name) and name not in allow:
+        return f"{name} belongs to the launcher or to aorta; it cannot be set here"
+    return None
+
+
+def value_problem(value: object) -> str | None:
+    """Why ``value`` cannot be an environment variable's value, or ``None`` when it can.
+
+    Values are strings (YAML's unquoted ``on``/``yes``/numbers are not), without NUL or line
+    breaks: a process environment cannot carry a NUL, and a line break would split the
+    ``env`` files and ``KEY=value`` lines aorta writes.
+    """
+    if isinstance(value, bool):
+        return (
+            f"must be a string, got {describe_value(value)} "
+            "(YAML reads unquoted on/off/yes/no/true/false as booleans): quote the value"
+        )
+    if not isinstance(value, str):
+        return f'must be a string, got {describe_value(value)}: quote the value ("{value}")'
+    if "\x00" in value or "\n" in value or "\r" in value:
+        return "contains a NUL or newline character, which a process environment cannot carry"
+    return None
+
+
+def env_problems(
+    env: Mapping[object, object], *, allow: Collection[str] = ()
+) -> list[tuple[str, str]]:
+    """Every ``(name, message)`` problem of an environment overlay; empty when it can be set."""
+    out: list[tuple[str, str]] = []
+    for name, value in env.items():
+        problem = name_problem(name, allow=allow) or value_problem(value)
+        if problem:
+            out.append((str(name), problem))
+    return out

@@ -7,17 +7,19 @@ an :class:`ExitCode` in one place and prints one line, ``Error: <message>``.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping, Sequence
 
 __all__ = [
     "AortaError",
     "ExitCode",
-    "GateTripped",
     "IncompleteMatrix",
+    "LocatedError",
+    "Problem",
     "RecipeError",
-    "RecipeProblem",
     "TraceError",
     "TraceWarning",
     "UsageError",
+    "describe_value",
     "summarize_problems",
 ]
 
@@ -69,8 +71,32 @@ def summarize_problems(problems: list[str], *, source: str | None, empty: str) -
     return head
 
 
-class RecipeProblem:
-    """One problem in a recipe: where (``cells[2].mitigations``) and what."""
+def describe_value(value: object) -> str:
+    """How a YAML or JSON user would name a value and its type: ``integer 1``, ``boolean true``.
+
+    >>> describe_value(True), describe_value(3), describe_value("x"), describe_value([1])
+    ('boolean true', 'integer 3', "string 'x'", 'a list')
+    """
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"boolean {str(value).lower()}"
+    if isinstance(value, int):
+        return f"integer {value}"
+    if isinstance(value, float):
+        return f"number {value!r}"
+    if isinstance(value, str):
+        return f"string {value!r}"
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, list | tuple):
+        return "a list"
+    return type(value).__name__
+
+
+class Problem:
+    """One problem in a document (a recipe, a cluster file): where (``cells[2].mitigations``)
+    and what."""
 
     __slots__ = ("message", "path")
 
@@ -82,10 +108,10 @@ class RecipeProblem:
         return f"{self.path}: {self.message}" if self.path else self.message
 
     def __repr__(self) -> str:
-        return f"RecipeProblem({self.path!r}, {self.message!r})"
+        return f"Problem({self.path!r}, {self.message!r})"
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, RecipeProblem) and (self.path, self.message) == (
+        return isinstance(other, Problem) and (self.path, self.message) == (
             other.path,
             other.message,
         )
@@ -94,39 +120,42 @@ class RecipeProblem:
         return hash((self.path, self.message))
 
 
-class RecipeError(UsageError):
-    """A recipe that cannot be loaded or planned.
+class LocatedError(UsageError):
+    """A document that cannot be used; every problem names its path inside the document.
 
-    ``problems`` lists every problem found, each naming its path inside the document;
-    ``str(err)`` is the first one (with the file name when known) and a count of the rest.
+    ``problems`` lists every problem found; ``str(err)`` is the first one (with the file name
+    when known) and a count of the rest. Subclasses name the kind of document.
     """
 
-    def __init__(self, problems: list[RecipeProblem] | str, *, source: str | None = None) -> None:
+    #: What the summary says when there is no problem to show.
+    document = "invalid document"
+
+    def __init__(self, problems: Sequence[Problem] | str, *, source: str | None = None) -> None:
         if isinstance(problems, str):
-            problems = [RecipeProblem("", problems)]
+            problems = [Problem("", problems)]
         self.problems = list(problems)
         self.source = source
-        super().__init__(self._summary())
-
-    def _summary(self) -> str:
-        return summarize_problems(
-            [str(p) for p in self.problems], source=self.source, empty="invalid recipe"
+        super().__init__(
+            summarize_problems(
+                [str(p) for p in self.problems], source=self.source, empty=self.document
+            )
         )
 
-    def with_source(self, source: str) -> RecipeError:
-        return RecipeError(self.problems, source=source)
+    def with_source(self, source: str) -> LocatedError:
+        """The same problems, attributed to the file ``source``."""
+        return type(self)(self.problems, source=source)
+
+
+class RecipeError(LocatedError):
+    """A recipe (or a mitigations sidecar file) that cannot be loaded or planned."""
+
+    document = "invalid recipe"
 
 
 class IncompleteMatrix(AortaError):
     """The matrix has no usable baseline (all its trials failed or none ran)."""
 
     exit_code = ExitCode.INCOMPLETE
-
-
-class GateTripped(AortaError):
-    """A gate such as ``--fail-on-regression`` or ``--strict`` tripped."""
-
-    exit_code = ExitCode.GATE
 
 
 class TraceError(AortaError):

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from aorta.errors import RecipeError, RecipeProblem
+from aorta.errors import Problem, RecipeError
 from aorta.recipe.registry import Environment, Registry
 from aorta.recipe.schema import Collector, Recipe, StopAfter, canonical_json
 
@@ -188,7 +188,7 @@ def plan(
     """
     if registry is None:
         registry = Registry.load()
-    problems: list[RecipeProblem] = []
+    problems: list[Problem] = []
     cells: list[Cell] = []
     for index, ex in enumerate(recipe.expand_cells()):
         spec = ex.spec
@@ -213,7 +213,7 @@ def plan(
                 prior = owner.get(var)
                 if prior is not None and prior[1] != value:
                     problems.append(
-                        RecipeProblem(
+                        Problem(
                             mpath,
                             f"{name!r} sets {var}={value!r} but {prior[0]!r} sets {var}={prior[1]!r}; "
                             f"stack only one, or override deliberately with extra_env",

@@ -32,9 +32,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
-from aorta.envvars import is_reserved_env_name
-from aorta.errors import RecipeError, RecipeProblem
-from aorta.recipe.schema import ENV_NAME_RE, DockerEnvironment
+from aorta.envvars import env_problems
+from aorta.errors import Problem, RecipeError
+from aorta.recipe.schema import DockerEnvironment
 from aorta.recipe.yamldoc import parse_yaml
 
 __all__ = ["Environment", "Mitigation", "Registry"]
@@ -199,25 +199,10 @@ BUILTIN_ENVIRONMENTS: tuple[Environment, ...] = (
 
 def _check_env_mapping(env: Any, where: str) -> dict[str, str]:
     if not isinstance(env, Mapping):
-        raise RecipeError([RecipeProblem(where, "env must be a mapping of NAME: 'value'")])
-    for key, val in env.items():
-        if not isinstance(key, str) or not ENV_NAME_RE.match(key):
-            raise RecipeError(
-                [RecipeProblem(f"{where}.{key}", "not a valid environment variable name")]
-            )
-        if is_reserved_env_name(key):
-            raise RecipeError(
-                [RecipeProblem(f"{where}.{key}", f"{key} belongs to the launcher or to aorta")]
-            )
-        if not isinstance(val, str) or "\x00" in val or "\n" in val:
-            raise RecipeError(
-                [
-                    RecipeProblem(
-                        f"{where}.{key}",
-                        "must be a string without NUL or newline (quote numbers in YAML)",
-                    )
-                ]
-            )
+        raise RecipeError([Problem(where, "env must be a mapping of NAME: 'value'")])
+    problems = env_problems(env)
+    if problems:
+        raise RecipeError([Problem(f"{where}.{name}", message) for name, message in problems])
     return dict(env)
 
 
@@ -232,13 +217,13 @@ def _mitigations_from(obj: Any, source: str) -> list[Mitigation]:
         for name, spec in obj.items():
             where = f"{source}: mitigations.{name}"
             if not isinstance(name, str) or not _NAME_RE.match(name):
-                raise RecipeError([RecipeProblem(where, "not a valid mitigation name")])
+                raise RecipeError([Problem(where, "not a valid mitigation name")])
             if isinstance(spec, Mapping) and "env" in spec:
                 extra = set(spec) - {"env", "description", "vendor"}
                 if extra:
                     raise RecipeError(
                         [
-                            RecipeProblem(
+                            Problem(
                                 where,
                                 f"unknown key(s) {sorted(extra)} (allowed: env, description, vendor)",
                             )
@@ -262,17 +247,11 @@ def _mitigations_from(obj: Any, source: str) -> list[Mitigation]:
         for item in obj:
             if not isinstance(item, Mitigation):
                 raise RecipeError(
-                    [
-                        RecipeProblem(
-                            source, f"expected Mitigation objects, got {type(item).__name__}"
-                        )
-                    ]
+                    [Problem(source, f"expected Mitigation objects, got {type(item).__name__}")]
                 )
             out.append(Mitigation(item.name, item.env, item.description, item.vendor, source))
     else:
-        raise RecipeError(
-            [RecipeProblem(source, "mitigations must be a mapping of name → env vars")]
-        )
+        raise RecipeError([Problem(source, "mitigations must be a mapping of name → env vars")])
     return out
 
 
@@ -286,16 +265,14 @@ def _environments_from(obj: Any, source: str) -> list[Environment]:
         for name, spec in obj.items():
             where = f"{source}: environments.{name}"
             if not isinstance(name, str) or not _NAME_RE.match(name):
-                raise RecipeError([RecipeProblem(where, "not a valid environment name")])
+                raise RecipeError([Problem(where, "not a valid environment name")])
             if not isinstance(spec, Mapping):
-                raise RecipeError(
-                    [RecipeProblem(where, "must be a mapping with 'docker' and/or 'env'")]
-                )
+                raise RecipeError([Problem(where, "must be a mapping with 'docker' and/or 'env'")])
             extra = set(spec) - {"docker", "env", "description"}
             if extra:
                 raise RecipeError(
                     [
-                        RecipeProblem(
+                        Problem(
                             where,
                             f"unknown key(s) {sorted(extra)} (allowed: docker, env, description)",
                         )
@@ -303,7 +280,7 @@ def _environments_from(obj: Any, source: str) -> list[Environment]:
                 )
             image = spec.get("docker")
             if image is not None and (not isinstance(image, str) or not image):
-                raise RecipeError([RecipeProblem(f"{where}.docker", "must be an image reference")])
+                raise RecipeError([Problem(f"{where}.docker", "must be an image reference")])
             env = _check_env_mapping(spec.get("env") or {}, f"{where}.env")
             out.append(
                 Environment(
@@ -319,17 +296,13 @@ def _environments_from(obj: Any, source: str) -> list[Environment]:
         for item in obj:
             if not isinstance(item, Environment):
                 raise RecipeError(
-                    [
-                        RecipeProblem(
-                            source, f"expected Environment objects, got {type(item).__name__}"
-                        )
-                    ]
+                    [Problem(source, f"expected Environment objects, got {type(item).__name__}")]
                 )
             out.append(
                 Environment(item.name, item.kind, item.image, item.env, item.description, source)
             )
     else:
-        raise RecipeError([RecipeProblem(source, "environments must be a mapping of name → spec")])
+        raise RecipeError([Problem(source, "environments must be a mapping of name → spec")])
     return out
 
 
@@ -353,7 +326,7 @@ def _read_sidecar(path: Path) -> tuple[list[Mitigation], list[Environment]]:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise RecipeError(
-            [RecipeProblem("", f"cannot read mitigations file: {exc}")], source=str(path)
+            [Problem("", f"cannot read mitigations file: {exc}")], source=str(path)
         ) from None
     try:
         data = parse_yaml(text)
@@ -362,18 +335,14 @@ def _read_sidecar(path: Path) -> tuple[list[Mitigation], list[Environment]]:
     if data is None:
         return [], []
     if not isinstance(data, Mapping):
-        raise RecipeError([RecipeProblem("", "a mitigations file is a mapping")], source=str(path))
+        raise RecipeError([Problem("", "a mitigations file is a mapping")], source=str(path))
     if not set(data) & {"mitigations", "environments"}:
         # The short form: the whole file is name → env.
         data = {"mitigations": data}
     extra = set(data) - {"mitigations", "environments"}
     if extra:
         raise RecipeError(
-            [
-                RecipeProblem(
-                    str(sorted(extra)[0]), "unknown key (allowed: mitigations, environments)"
-                )
-            ],
+            [Problem(str(sorted(extra)[0]), "unknown key (allowed: mitigations, environments)")],
             source=str(path),
         )
     src = str(path)
@@ -410,7 +379,7 @@ class Registry:
         if prior is not None:
             raise RecipeError(
                 [
-                    RecipeProblem(
+                    Problem(
                         "",
                         f"{what} {item.name!r} is defined twice: by {prior.source} and by {item.source}",
                     )
@@ -455,7 +424,7 @@ class Registry:
             return self._mitigations[name]
         except KeyError:
             raise RecipeError(
-                [RecipeProblem(path, self._unknown("mitigation", name, self._mitigations))]
+                [Problem(path, self._unknown("mitigation", name, self._mitigations))]
             ) from None
 
     def environment(self, ref: str | DockerEnvironment, *, path: str = "") -> Environment:
@@ -466,7 +435,7 @@ class Registry:
             return self._environments[ref]
         except KeyError:
             raise RecipeError(
-                [RecipeProblem(path, self._unknown("environment", ref, self._environments))]
+                [Problem(path, self._unknown("environment", ref, self._environments))]
             ) from None
 
     @staticmethod

@@ -50,8 +50,8 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from aorta.envvars import is_reserved_env_name
-from aorta.errors import RecipeError, RecipeProblem
+from aorta import envvars
+from aorta.errors import Problem, RecipeError, describe_value
 from aorta.recipe.yamldoc import parse_yaml
 
 __all__ = [
@@ -72,7 +72,6 @@ __all__ = [
 
 SCHEMA_VERSION = 1
 CELL_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
-ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 RESERVED_CELL_NAMES = frozenset({"matrix.md", "matrix.json", ".", ".."})
 RESERVED_CONFIG_KEYS = frozenset({"steps"})
 RESERVED_CONFIG_PREFIX = "_aorta_"
@@ -88,25 +87,6 @@ KNOWN_COLLECTORS: dict[str, frozenset[str]] = {
 # small helpers shared by the validators
 
 
-def _describe(value: Any) -> str:
-    """How a YAML user would name a value's type: ``integer 1``, ``boolean true``."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return f"boolean {str(value).lower()}"
-    if isinstance(value, int):
-        return f"integer {value}"
-    if isinstance(value, float):
-        return f"number {value!r}"
-    if isinstance(value, str):
-        return f"string {value!r}"
-    if isinstance(value, Mapping):
-        return "a mapping"
-    if isinstance(value, list | tuple):
-        return "a list"
-    return type(value).__name__
-
-
 def _closest(word: str, choices: Iterable[str]) -> str:
     match = difflib.get_close_matches(word, list(choices), n=1)
     return f"; did you mean {match[0]!r}?" if match else ""
@@ -118,39 +98,22 @@ def _fail(kind: str, message: str) -> PydanticCustomError:
 
 
 def _check_env_name(name: Any) -> Any:
-    if not isinstance(name, str) or not ENV_NAME_RE.match(name):
-        raise _fail(
-            "env_name",
-            f"{name!r} is not a valid environment variable name (letters, digits and '_', not starting with a digit)",
-        )
-    if is_reserved_env_name(name):
-        raise _fail(
-            "env_reserved", f"{name} belongs to the launcher or to aorta; a recipe cannot set it"
-        )
+    problem = envvars.name_problem(name)
+    if problem:
+        raise _fail("env_name", problem)
     return name
 
 
 def _check_env_value(val: Any) -> Any:
-    if isinstance(val, bool):
-        raise _fail(
-            "env_value",
-            f"must be a string, got {_describe(val)} (YAML reads unquoted on/off/yes/no/true/false as booleans): quote the value",
-        )
-    if not isinstance(val, str):
-        raise _fail(
-            "env_value", f'must be a string, got {_describe(val)}: quote the value ("{val}")'
-        )
-    if "\x00" in val or "\n" in val or "\r" in val:
-        raise _fail(
-            "env_value_char",
-            "contains a NUL or newline character, which a process environment cannot carry",
-        )
+    problem = envvars.value_problem(val)
+    if problem:
+        raise _fail("env_value", problem)
     return val
 
 
 def _check_config_key(key: Any) -> Any:
     if not isinstance(key, str):
-        raise _fail("config_key", f"keys must be strings, got {_describe(key)}")
+        raise _fail("config_key", f"keys must be strings, got {describe_value(key)}")
     if key in RESERVED_CONFIG_KEYS:
         raise _fail(
             "config_reserved",
@@ -174,7 +137,7 @@ ConfigMap = dict[ConfigKey, Any]
 def _check_count(value: Any) -> Any:
     # Strict ints already reject booleans; say so in words a YAML author recognises.
     if isinstance(value, bool):
-        raise _fail("count", f"must be a whole number ≥ 1, got {_describe(value)}")
+        raise _fail("count", f"must be a whole number ≥ 1, got {describe_value(value)}")
     return value
 
 
@@ -195,7 +158,7 @@ class _Strict(BaseModel):
                         f"unknown key {key!r}{_closest(str(key), allowed)} (allowed: {', '.join(allowed)})",
                     )
         elif data is not None and not isinstance(data, BaseModel):
-            raise _fail("mapping", f"must be a mapping, got {_describe(data)}")
+            raise _fail("mapping", f"must be a mapping, got {describe_value(data)}")
         return data
 
 
@@ -216,7 +179,7 @@ class Confound(_Strict):
     @classmethod
     def _no_bool(cls, v: Any) -> Any:
         if isinstance(v, bool):
-            raise _fail("number", f"must be a number > 1.0, got {_describe(v)}")
+            raise _fail("number", f"must be a number > 1.0, got {describe_value(v)}")
         return v
 
 
@@ -299,13 +262,13 @@ def _check_environment(value: Any) -> Any:
         return DockerEnvironment.model_validate(value)
     raise _fail(
         "environment",
-        f"must be an environment name or {{docker: <image ref>}}, got {_describe(value)}",
+        f"must be an environment name or {{docker: <image ref>}}, got {describe_value(value)}",
     )
 
 
 def _check_mitigation_list(value: Any) -> Any:
     if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
-        shown = repr(value) if isinstance(value, str) else _describe(value)
+        shown = repr(value) if isinstance(value, str) else describe_value(value)
         raise _fail("mitigations", f"must be a non-empty list of names, got {shown}")
     return value
 
@@ -357,7 +320,7 @@ class Axes(_Strict):
         if v is None:
             return v
         if not isinstance(v, list) or not v:
-            raise _fail("axis", f"must be a non-empty list, got {_describe(v)}")
+            raise _fail("axis", f"must be a non-empty list, got {describe_value(v)}")
         return [[s] if isinstance(s, str) else _check_mitigation_list(s) for s in v]
 
     @field_validator("environment", mode="before")
@@ -366,18 +329,19 @@ class Axes(_Strict):
         if v is None:
             return v
         if not isinstance(v, list) or not v:
-            raise _fail("axis", f"must be a non-empty list, got {_describe(v)}")
+            raise _fail("axis", f"must be a non-empty list, got {describe_value(v)}")
         return [_check_environment(e) for e in v]
 
     @field_validator("workload_config", mode="before")
     @classmethod
     def _cfg(cls, v: Any) -> Any:
         if not isinstance(v, Mapping):
-            raise _fail("axis", f"must be a mapping of key: [values], got {_describe(v)}")
+            raise _fail("axis", f"must be a mapping of key: [values], got {describe_value(v)}")
         for key, values in v.items():
             if not isinstance(values, list) or not values:
                 raise _fail(
-                    "axis", f"{key}: must be a non-empty list of values, got {_describe(values)}"
+                    "axis",
+                    f"{key}: must be a non-empty list of values, got {describe_value(values)}",
                 )
         return v
 
@@ -417,7 +381,7 @@ class Recipe(_Strict):
     @classmethod
     def _timeout(cls, v: Any) -> Any:
         if isinstance(v, bool):
-            raise _fail("number", f"must be a number of seconds > 0, got {_describe(v)}")
+            raise _fail("number", f"must be a number of seconds > 0, got {describe_value(v)}")
         return v
 
     @field_validator("step_time_regex")
@@ -442,7 +406,7 @@ class Recipe(_Strict):
             not isinstance(v, list) or not v or not all(isinstance(a, str) for a in v)
         ):
             raise _fail(
-                "command", f"must be a non-empty list of strings (an argv), got {_describe(v)}"
+                "command", f"must be a non-empty list of strings (an argv), got {describe_value(v)}"
             )
         return v
 
@@ -512,7 +476,7 @@ class Recipe(_Strict):
             if explicit not in names:
                 raise RecipeError(
                     [
-                        RecipeProblem(
+                        Problem(
                             "confound.baseline_cell",
                             f"no cell named {explicit!r}{_closest(explicit, names)} (cells: {', '.join(names)})",
                         )
@@ -529,7 +493,7 @@ class Recipe(_Strict):
             return names[0]
         raise RecipeError(
             [
-                RecipeProblem(
+                Problem(
                     "confound.baseline_cell",
                     "cannot tell which cell is the baseline: set confound.baseline_cell, name a cell 'baseline-…', or give one cell mitigations [none]",
                 )
@@ -598,9 +562,9 @@ def _expand_axes(axes: Axes) -> list[ExpandedCell]:
 # cross-field checks: everything that needs more than one field
 
 
-def _cross_check(recipe: Recipe, command: list[str] | None) -> list[RecipeProblem]:
-    problems: list[RecipeProblem] = []
-    add = lambda path, msg: problems.append(RecipeProblem(path, msg))  # noqa: E731
+def _cross_check(recipe: Recipe, command: list[str] | None) -> list[Problem]:
+    problems: list[Problem] = []
+    add = lambda path, msg: problems.append(Problem(path, msg))  # noqa: E731
     if recipe.mode == "probe":
         if not recipe.mitigation_axis:
             add("mitigation_axis", "probe mode needs a non-empty mitigation_axis")
@@ -671,7 +635,7 @@ _PLAIN_MESSAGES = {
 }
 
 
-def _problems_from(exc: ValidationError) -> list[RecipeProblem]:
+def _problems_from(exc: ValidationError) -> list[Problem]:
     problems = []
     for err in exc.errors(include_url=False):
         loc = tuple(err["loc"])
@@ -689,18 +653,18 @@ def _problems_from(exc: ValidationError) -> list[RecipeProblem]:
             )
         )
         if kind in _PLAIN_MESSAGES:
-            msg = _PLAIN_MESSAGES[kind].format(got=_describe(err.get("input")))
+            msg = _PLAIN_MESSAGES[kind].format(got=describe_value(err.get("input")))
         elif kind in {"greater_than_equal", "greater_than"}:
             op = "≥" if kind == "greater_than_equal" else ">"
             bound = (err.get("ctx") or {}).get("ge", (err.get("ctx") or {}).get("gt"))
-            msg = f"must be {op} {bound}, got {_describe(err.get('input'))}"
+            msg = f"must be {op} {bound}, got {describe_value(err.get('input'))}"
         elif kind == "literal_error":
-            msg = f"must be one of {(err.get('ctx') or {}).get('expected')}, got {_describe(err.get('input'))}"
+            msg = f"must be one of {(err.get('ctx') or {}).get('expected')}, got {describe_value(err.get('input'))}"
         else:
             msg = err["msg"]
-        problems.append(RecipeProblem(_format_loc(loc), msg))
+        problems.append(Problem(_format_loc(loc), msg))
     # One problem per path: unions report each alternative; keep the first.
-    unique: dict[str, RecipeProblem] = {}
+    unique: dict[str, Problem] = {}
     for p in problems:
         unique.setdefault(p.path, p)
     return list(unique.values())
@@ -710,14 +674,14 @@ def recipe_from_data(data: Any, *, command: list[str] | None = None) -> Recipe:
     """Validate a parsed document into a :class:`Recipe` (see :func:`load_recipe`)."""
     if not isinstance(data, Mapping):
         raise RecipeError(
-            [RecipeProblem("", f"a recipe is a mapping of keys, got {_describe(data)}")]
+            [Problem("", f"a recipe is a mapping of keys, got {describe_value(data)}")]
         )
     if "schema_version" in data and data["schema_version"] != SCHEMA_VERSION:
         raise RecipeError(
             [
-                RecipeProblem(
+                Problem(
                     "schema_version",
-                    f"this aorta reads schema_version {SCHEMA_VERSION}, got {_describe(data['schema_version'])}",
+                    f"this aorta reads schema_version {SCHEMA_VERSION}, got {describe_value(data['schema_version'])}",
                 )
             ]
         )
@@ -729,7 +693,7 @@ def recipe_from_data(data: Any, *, command: list[str] | None = None) -> Recipe:
         if recipe.workload not in (None, "command"):
             raise RecipeError(
                 [
-                    RecipeProblem(
+                    Problem(
                         "workload",
                         f"a command after '--' runs with workload 'command', but the recipe asks for {recipe.workload!r}",
                     )
@@ -783,9 +747,9 @@ def load_recipe(path: str | Path, *, command: list[str] | None = None) -> Recipe
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise RecipeError([RecipeProblem("", "no such file")], source=str(path)) from None
+        raise RecipeError([Problem("", "no such file")], source=str(path)) from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise RecipeError([RecipeProblem("", f"cannot read: {exc}")], source=str(path)) from None
+        raise RecipeError([Problem("", f"cannot read: {exc}")], source=str(path)) from None
     return load_recipe_text(text, command=command, source=str(path))
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from aorta.errors import RecipeError, RecipeProblem
+from aorta.errors import Problem, RecipeError
 
 __all__ = ["parse_yaml"]
 
@@ -23,7 +23,7 @@ class _Loader(yaml.SafeLoader):
     """SafeLoader that rejects duplicate keys (YAML silently keeps the last one)."""
 
 
-def _walk_duplicates(node: yaml.Node, path: str, out: list[RecipeProblem]) -> None:
+def _walk_duplicates(node: yaml.Node, path: str, out: list[Problem]) -> None:
     if isinstance(node, yaml.MappingNode):
         seen: dict[Any, int] = {}
         for key_node, value_node in node.value:
@@ -31,7 +31,7 @@ def _walk_duplicates(node: yaml.Node, path: str, out: list[RecipeProblem]) -> No
             child = f"{path}.{key}" if path else str(key)
             if key in seen:
                 out.append(
-                    RecipeProblem(
+                    Problem(
                         child,
                         f"duplicate key {key!r} (lines {seen[key]} and {key_node.start_mark.line + 1})",
                     )
@@ -49,12 +49,12 @@ def parse_yaml(text: str) -> Any:
     try:
         loader = _Loader(text)
     except yaml.YAMLError as exc:  # the reader refuses control characters up front
-        raise RecipeError([RecipeProblem("", f"not valid YAML: {exc}")]) from None
+        raise RecipeError([Problem("", f"not valid YAML: {exc}")]) from None
     try:
         node = loader.get_single_node()
         if node is None:
             return None
-        dups: list[RecipeProblem] = []
+        dups: list[Problem] = []
         _walk_duplicates(node, "", dups)
         if dups:
             raise RecipeError(dups)
@@ -62,10 +62,8 @@ def parse_yaml(text: str) -> Any:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        raise RecipeError(
-            [RecipeProblem("", f"{where}not valid YAML: {exc.problem or exc}")]
-        ) from None
+        raise RecipeError([Problem("", f"{where}not valid YAML: {exc.problem or exc}")]) from None
     except (yaml.YAMLError, RecursionError, TypeError, ValueError) as exc:
-        raise RecipeError([RecipeProblem("", f"not valid YAML: {exc}")]) from None
+        raise RecipeError([Problem("", f"not valid YAML: {exc}")]) from None
     finally:
         loader.dispose()
