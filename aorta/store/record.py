@@ -20,7 +20,15 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-__all__ = ["RECORD_SCHEMA_VERSION", "RankOutcome", "TrialRecord", "TrialStatus", "worst_status"]
+__all__ = [
+    "ERRORED",
+    "RAN",
+    "RECORD_SCHEMA_VERSION",
+    "RankOutcome",
+    "TrialRecord",
+    "TrialStatus",
+    "worst_status",
+]
 
 RECORD_SCHEMA_VERSION = 1
 
@@ -45,6 +53,17 @@ class TrialStatus(str, enum.Enum):
     def __str__(self) -> str:
         return self.value
 
+
+#: The status groups, owned here and nowhere else (values are the status strings, so they work
+#: on records and on a Dataset's ``status`` variable alike).
+#: The workload ran to a verdict: the trials a failure rate is computed over.
+RAN: tuple[str, ...] = (TrialStatus.OK.value, TrialStatus.WORKLOAD_FAILED.value)
+#: The trial says nothing about the workload: counted as errors beside the failure rate.
+ERRORED: tuple[str, ...] = (
+    TrialStatus.SETUP_FAILED.value,
+    TrialStatus.INFRASTRUCTURE_FAILED.value,
+    TrialStatus.TIMEOUT.value,
+)
 
 # Worst first: merging ranks keeps the worst.
 _SEVERITY = {
@@ -149,11 +168,7 @@ class TrialRecord(_Result):
     @property
     def is_error(self) -> bool:
         """Setup, infrastructure or timeout: the trial says nothing about the workload."""
-        return self.status in (
-            TrialStatus.SETUP_FAILED,
-            TrialStatus.INFRASTRUCTURE_FAILED,
-            TrialStatus.TIMEOUT,
-        )
+        return self.status in ERRORED
 
     @property
     def is_failure(self) -> bool:
