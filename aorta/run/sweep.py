@@ -281,18 +281,18 @@ class _Sweep:
     def write_preamble(self, resumed: bool, host_snapshots: list[dict[str, Any] | None]) -> None:
         text = dump_recipe(self.recipe)
         if not resumed:
-            self.rd.write_text("recipe.resolved.yaml", text)
+            self.rd.write_text(self.rd.recipe_path, text)
             mine = host_snapshots[0] if host_snapshots and host_snapshots[0] else {}
-            self.rd.write_json("host_env.json", mine)
+            self.rd.write_json(self.rd.host_env_path, mine)
             others = {
                 s["host"]: s for s in host_snapshots[1:] if s and s.get("host") != mine.get("host")
             }
             for host, snap in others.items():
-                self.rd.write_json(f"host_env/{host}.json", snap)
+                self.rd.write_json(self.rd.host_env_of(host), snap)
         for cell in self.plan.cells:
-            self.rd.write_json(f"cells/{cell.name}/cell.json", cell.to_dict())
+            self.rd.write_json(self.rd.cell_json(cell.name), cell.to_dict())
         for env in {c.environment.name: c.environment for c in self.plan.cells}.values():
-            self.rd.write_json(f"environments/{env.name}/env.json", env.to_dict())
+            self.rd.write_json(self.rd.environment_json(env.name), env.to_dict())
         manifest = {
             "schema_version": 1,
             "status": "running",
@@ -314,7 +314,7 @@ class _Sweep:
             self.rd.update_manifest(**manifest)
         else:
             manifest["started_at"] = utc_now()
-            self.rd.write_json("manifest.json", manifest)
+            self.rd.write_json(self.rd.manifest_path, manifest)
 
     # -- one trial ---------------------------------------------------------------------------
 

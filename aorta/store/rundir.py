@@ -42,12 +42,35 @@ from pydantic import ValidationError
 from aorta.errors import AortaError, UsageError
 from aorta.store.record import TrialRecord
 
-__all__ = ["RunDir", "RunLocked", "atomic_write", "utc_now"]
+__all__ = ["RunDir", "RunLocked", "atomic_write", "trace_file_name", "utc_now"]
 
 NO_TICKET = "_no_ticket_"
+# Every file name of the run directory, here and nowhere else.
 MANIFEST = "manifest.json"
 LOCK = "run.lock"
+RECIPE = "recipe.resolved.yaml"
+HOST_ENV = "host_env.json"
+MATRIX_MD = "matrix.md"
+MATRIX_JSON = "matrix.json"
+RESULTS = "results.nc"
+REPORT_DIR = "report"
+CELLS = "cells"
+CELL_JSON = "cell.json"
+#: A trial's profiler traces, inside its artifact folder.
+TRACE_DIR = "trace"
+#: Suffix of a Kineto trace written by aorta's profiler (TraceLens and HTA read it as is).
+TRACE_SUFFIX = ".pt.trace.json.gz"
 RunStatus = Literal["running", "complete", "interrupted"]
+
+
+def trace_file_name(rank: int, cycle: int = 0) -> str:
+    """The trace file of ``rank`` (``rank0.pt.trace.json.gz``; later profiler cycles
+    ``rank0.1.pt.trace.json.gz``).
+
+    >>> trace_file_name(3), trace_file_name(0, cycle=2)
+    ('rank3.pt.trace.json.gz', 'rank0.2.pt.trace.json.gz')
+    """
+    return f"rank{rank}{f'.{cycle}' if cycle else ''}{TRACE_SUFFIX}"
 
 
 def utc_now() -> str:
@@ -127,7 +150,7 @@ class RunDir:
                 raise UsageError(
                     f"{path} exists already: resume it with `aorta sweep resume {path}`"
                 ) from None
-            (path / "cells").mkdir()
+            (path / CELLS).mkdir()
             return cls(path)
         for n in range(1, 10_000):
             candidate = parent / (stamp if n == 1 else f"{stamp}-{n}")
@@ -135,7 +158,7 @@ class RunDir:
                 candidate.mkdir()
             except FileExistsError:
                 continue
-            (candidate / "cells").mkdir()
+            (candidate / CELLS).mkdir()
             return cls(candidate)
         raise AortaError(f"cannot create a run directory under {parent}")
 
@@ -149,8 +172,55 @@ class RunDir:
 
     # -- paths ---------------------------------------------------------------------------------
 
+    @property
+    def manifest_path(self) -> Path:
+        return self.path / MANIFEST
+
+    @property
+    def recipe_path(self) -> Path:
+        """``recipe.resolved.yaml``: the recipe as run, every field explicit."""
+        return self.path / RECIPE
+
+    @property
+    def host_env_path(self) -> Path:
+        return self.path / HOST_ENV
+
+    def host_env_of(self, host: str) -> Path:
+        """Another host's snapshot, when ranks ran on several hosts."""
+        return self.path / "host_env" / f"{_safe(host)}.json"
+
+    def environment_json(self, name: str) -> Path:
+        """A cell environment's definition (``local``, a docker image, …)."""
+        return self.path / "environments" / _safe(name) / "env.json"
+
+    @property
+    def matrix_md(self) -> Path:
+        return self.path / MATRIX_MD
+
+    @property
+    def matrix_json(self) -> Path:
+        return self.path / MATRIX_JSON
+
+    @property
+    def results_path(self) -> Path:
+        """``results.nc``: the run's Dataset."""
+        return self.path / RESULTS
+
+    @property
+    def report_dir(self) -> Path:
+        """``report/``: what ``aorta report`` writes."""
+        return self.path / REPORT_DIR
+
+    @property
+    def cells_dir(self) -> Path:
+        return self.path / CELLS
+
     def cell_dir(self, cell: str) -> Path:
-        return self.path / "cells" / cell
+        return self.cells_dir / cell
+
+    def cell_json(self, cell: str) -> Path:
+        """The planned cell as run (overlay, config, …)."""
+        return self.cell_dir(cell) / CELL_JSON
 
     def trial_path(self, cell: str, trial: int) -> Path:
         return self.cell_dir(cell) / f"trial_{trial:04d}.json"
@@ -159,18 +229,26 @@ class RunDir:
         """The trial's own folder (``AORTA_ARTIFACT_DIR``): logs, traces, collected files."""
         return self.cell_dir(cell) / f"trial_{trial:04d}"
 
+    def trace_dir(self, cell: str, trial: int) -> Path:
+        """The trial's profiler traces (one :func:`trace_file_name` per rank)."""
+        return self.artifact_dir(cell, trial) / TRACE_DIR
+
+    def trace_path(self, cell: str, trial: int, rank: int) -> Path:
+        return self.trace_dir(cell, trial) / trace_file_name(rank)
+
     def relative(self, path: str | Path) -> str:
         return Path(path).resolve().relative_to(self.path.resolve()).as_posix()
 
     # -- writes --------------------------------------------------------------------------------
 
-    def write_json(self, rel: str, data: Any) -> Path:
+    def write_json(self, rel: str | Path, data: Any) -> Path:
+        """Write JSON atomically at ``rel`` (relative to the run directory, or one of its paths)."""
         path = self.path / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(path, json.dumps(data, indent=1, sort_keys=False, default=str) + "\n")
         return path
 
-    def write_text(self, rel: str, text: str) -> Path:
+    def write_text(self, rel: str | Path, text: str) -> Path:
         path = self.path / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(path, text)
@@ -199,17 +277,9 @@ class RunDir:
         self.write_json(MANIFEST, data)
         return data
 
-    def read_trial(self, cell: str, trial: int) -> TrialRecord | None:
-        """The trial's record, or ``None`` when it is missing, truncated or not a record."""
-        path = self.trial_path(cell, trial)
-        try:
-            return TrialRecord.model_validate_json(path.read_bytes())
-        except (OSError, ValidationError, ValueError):
-            return None
-
     def trial_records(self) -> Iterator[TrialRecord]:
         """Every readable trial record, cell folder by cell folder, in trial order."""
-        cells = self.path / "cells"
+        cells = self.cells_dir
         if not cells.is_dir():
             return
         for cell_dir in sorted(p for p in cells.iterdir() if p.is_dir()):
