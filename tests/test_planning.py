@@ -211,7 +211,9 @@ def test_two_sidecars_clash(write):
 
 
 def test_sidecar_rejects_numbers_and_reserved(write):
-    with pytest.raises(RecipeError, match=r"mitigations.m.A: must be a string, got integer 1: quote the value"):
+    with pytest.raises(
+        RecipeError, match=r"mitigations.m.A: must be a string, got integer 1: quote the value"
+    ):
         Registry.load(files=[write("a.yaml", "mitigations: {m: {A: 1}}\n")], entry_points=False)
     with pytest.raises(RecipeError, match="MASTER_PORT belongs to the launcher"):
         Registry.load(

@@ -14,11 +14,18 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["Finished", "kill_group", "reap_all", "run_with_deadline", "spawn"]
+__all__ = [
+    "Finished",
+    "kill_group",
+    "reap_all",
+    "run_with_deadline",
+    "sigterm_as_interrupt",
+    "spawn",
+]
 
 #: Seconds between SIGTERM and SIGKILL.
 DEFAULT_GRACE_S = 5.0
@@ -189,7 +196,16 @@ def reap_all(*, grace_s: float = 2.0) -> int:
     return len(procs)
 
 
-def live_groups() -> list[int]:
-    """Process-group ids aorta currently holds (tests use it to prove nothing leaked)."""
-    with _lock:
-        return [pid for pid in _live if _group_alive(pid)]
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Within the block, SIGTERM (a scheduler's stop, ``kill``) raises KeyboardInterrupt like
+    Ctrl-C, so children are reaped and the run is left resumable. A no-op off the main thread.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

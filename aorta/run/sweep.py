@@ -16,20 +16,19 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import signal
 import socket
-import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from aorta import envvars
+from aorta import __version__, envvars
 from aorta.errors import AortaError, ExitCode, UsageError
-from aorta.recipe.plan import Plan, TrialKey, plan
+from aorta.matrix.dataset import write_results
+from aorta.recipe.plan import Cell, Plan, TrialKey, plan
 from aorta.recipe.registry import Registry
 from aorta.recipe.schema import Recipe, dump_recipe, load_recipe, recipe_from_data
 from aorta.report.matrix import CellSummary, matrix_json, matrix_markdown, summarize
@@ -52,7 +51,9 @@ from aorta.run.workload import (
     WorkloadCatalog,
     resolve_isolation,
 )
+from aorta.store.hostenv import snapshot
 from aorta.store.record import RankOutcome, TrialRecord, TrialStatus, merge_ranks
+from aorta.store.redact import Redactor
 from aorta.store.rundir import RunDir, utc_now
 
 __all__ = ["Interrupted", "Prepared", "SweepResult", "prepare", "sweep"]
@@ -189,19 +190,6 @@ def _event(record: TrialRecord, verdict: str) -> bool:
     return record.status is TrialStatus.WORKLOAD_FAILED
 
 
-@contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """A scheduler's SIGTERM stops the sweep like Ctrl-C: children reaped, run resumable."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 class _Sweep:
     """One sweep on this rank; :func:`sweep` builds it and calls :meth:`run`.
 
@@ -233,6 +221,10 @@ class _Sweep:
         self.host = socket.gethostname()
         self.writer = dist.rank == 0
         self._warned: set[str] = set()
+        overlays: dict[str, str] = {}
+        for c in self.plan.cells:
+            overlays.update(c.env)
+        self.redactor = Redactor.for_recipe(self.recipe.redaction, env={**os.environ, **overlays})
         registered = ", ".join(prepared.catalog.names())
         self.runner = TrialRunner(
             self.plan,
@@ -252,6 +244,17 @@ class _Sweep:
 
     # -- files (rank 0 only) ---------------------------------------------------------------
 
+    def _keep(self, record: TrialRecord) -> TrialRecord:
+        """Redact, write and remember a trial's record (what is kept is what is on disk)."""
+        record = self.redactor.record(record)
+        self.rd.write_trial(record)
+        self.records[(record.cell, record.trial)] = record
+        return record
+
+    def _cell_dict(self, cell: Cell) -> dict[str, Any]:
+        # A cell's overlay can carry a token (extra_env); cell.json and the matrix show it redacted.
+        return {**cell.to_dict(), "env": self.redactor.env(cell.env)}
+
     def _header(self, status: str) -> dict[str, Any]:
         return {
             "ticket": self.recipe.ticket,
@@ -268,7 +271,7 @@ class _Sweep:
         if not self.writer:
             return []
         rows = summarize(
-            [c.to_dict() for c in self.plan.cells],
+            [self._cell_dict(c) for c in self.plan.cells],
             self.records.values(),
             baseline=self.plan.baseline,
             threshold=self.plan.threshold,
@@ -290,7 +293,7 @@ class _Sweep:
             for host, snap in others.items():
                 self.rd.write_json(self.rd.host_env_of(host), snap)
         for cell in self.plan.cells:
-            self.rd.write_json(self.rd.cell_json(cell.name), cell.to_dict())
+            self.rd.write_json(self.rd.cell_json(cell.name), self._cell_dict(cell))
         for env in {c.environment.name: c.environment for c in self.plan.cells}.values():
             self.rd.write_json(self.rd.environment_json(env.name), env.to_dict())
         manifest = {
@@ -301,7 +304,7 @@ class _Sweep:
             "workload": self.plan.workload,
             "host": self.host,
             "pid": os.getpid(),
-            "aorta_version": _aorta_version(),
+            "aorta_version": __version__,
             "isolation": self.p.isolation,
             "world_size": self.dist.world_size,
             "n_cells": len(self.plan.cells),
@@ -409,8 +412,7 @@ class _Sweep:
             )
             record = self._record(key, merge_ranks([timeout], 1), utc_now(), None)
             with contextlib.suppress(Exception):
-                self.rd.write_trial(record)
-                self.records[(key.cell.name, key.trial)] = record
+                self._keep(record)
                 self.write_matrix("interrupted")
                 self.rd.update_manifest(status="interrupted", finished_at=utc_now())
         self.reporter.message(
@@ -452,8 +454,7 @@ class _Sweep:
                         record = self.run_trial(seq, key)
                     seq += 1
                     if record is not None:
-                        self.rd.write_trial(record)
-                        self.records[(cell.name, trial)] = record
+                        record = self._keep(record)
                         self.reporter.trial_done(cell.name, trial, record)
                         self._say_new_warnings(record)
                 self.write_matrix("running")
@@ -475,8 +476,6 @@ class _Sweep:
             # results.nc: the finished run as an xarray Dataset (aorta.matrix.dataset). Best effort:
             # the records and matrix files are written, and `aorta.load_run` rebuilds it.
             try:
-                from aorta.matrix.dataset import write_results
-
                 write_results(self.rd.path)
             except (OSError, ValueError, ImportError, AortaError) as exc:
                 self.reporter.message(f"warning: results.nc not written: {exc}")
@@ -493,12 +492,6 @@ class _Sweep:
             ordered,
             rank=self.dist.rank,
         )
-
-
-def _aorta_version() -> str:
-    from aorta import __version__
-
-    return __version__
 
 
 def sweep(
@@ -657,8 +650,6 @@ def _sweep(
     backend: str | None,
     catalog: WorkloadCatalog,
 ) -> SweepResult:
-    from aorta.store.hostenv import snapshot
-
     wait_s = 600.0  # for rank 0 to load the recipe and create the run directory
     rd: RunDir | None = None
     # 1. Rank 0 reads the recipe (or the run being resumed); the others take its resolved
@@ -698,9 +689,13 @@ def _sweep(
                 f"rank {dist.rank} resolves the cells differently from rank 0 (mitigation files or plugins differ between nodes)"
             )
     # 2. Rank 0 makes (or reopens) the run directory; everyone learns where it is.
-    snapshots = coord.gather(
-        "hostenv", snapshot() if dist.local_rank == 0 else None, timeout_s=wait_s
-    )
+    scrub = Redactor.for_recipe(prepared.plan.recipe.redaction)
+    mine = None
+    if dist.local_rank == 0:
+        mine = snapshot(
+            scrub_keys=scrub.scrub_keys, scrub_paths=scrub.scrub_paths, scrub_ips=scrub.scrub_ips
+        )
+    snapshots = coord.gather("hostenv", mine, timeout_s=wait_s)
     done: dict[tuple[str, int], TrialRecord] = {}
     with contextlib.ExitStack() as stack:
         if dist.rank == 0:
@@ -718,7 +713,7 @@ def _sweep(
             coord.share("run_dir", lambda: path, timeout_s=wait_s)
         else:
             rd = RunDir(coord.share("run_dir", str, timeout_s=wait_s))
-        stack.enter_context(_sigterm_as_interrupt())
+        stack.enter_context(procs.sigterm_as_interrupt())
         engine = _Sweep(
             prepared,
             rd,

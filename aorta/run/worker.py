@@ -14,6 +14,10 @@ import signal
 import sys
 from pathlib import Path
 
+from aorta.run.trial import Outcome, context_from_dict, execute
+from aorta.store.record import TrialStatus
+from aorta.store.rundir import atomic_write
+
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
@@ -22,10 +26,6 @@ def main(argv: list[str]) -> int:
     # SIGTERM from the engine's deadline: unwind like Ctrl-C so cleanup() still runs.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     request = json.loads(Path(argv[0]).read_text())
-
-    from aorta.run.trial import Outcome, context_from_dict, execute
-    from aorta.store.record import TrialStatus
-    from aorta.store.rundir import atomic_write
 
     ctx = context_from_dict(request["context"])
     result_path = Path(request["result_path"])

@@ -24,14 +24,13 @@ from __future__ import annotations
 
 import importlib.metadata
 import math
-import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from aorta.errors import UsageError
+from aorta.errors import AortaError, UsageError
 
 __all__ = [
     "ISOLATION_LEVELS",
@@ -284,8 +283,6 @@ class WorkloadCatalog:
                 f"unknown workload {name!r} (registered: {', '.join(self.names()) or 'none'}; "
                 "or name a class as package.module:Class)"
             )
-        from aorta.errors import AortaError
-
         try:
             cls = ep.load()
         except Exception as exc:
@@ -318,11 +315,3 @@ class WorkloadCatalog:
                 }
             )
         return rows
-
-
-def env_world() -> tuple[int, int, int]:
-    """(rank, world_size, local_rank) from the launcher's environment (torchrun, srun)."""
-    rank = int(os.environ.get("RANK", "0"))
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    local = int(os.environ.get("LOCAL_RANK", "0"))
-    return rank, world, local

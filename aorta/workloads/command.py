@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from aorta.run import procs
+from aorta.run.trial import TrialDeadline
 from aorta.run.workload import FailureDetail, Workload, WorkloadResult
 
 _EXIT_HINTS = {
@@ -164,8 +165,6 @@ class CommandWorkload(Workload):
             ) from None
 
     def run(self) -> WorkloadResult:
-        from aorta.run.trial import TrialDeadline
-
         finished = procs.run_with_deadline(
             self._proc, deadline=self.context.deadline, kill_tree_on_exit=not self.context.isolated
         )

@@ -16,6 +16,7 @@ import math
 import statistics
 import time
 
+from aorta.run.ranks import destroy_process_group, init_process_group
 from aorta.run.workload import FailureDetail, Workload, WorkloadResult
 
 _DTYPES = ("float32", "float64", "bfloat16", "float16")
@@ -52,8 +53,6 @@ class MatmulWorkload(Workload):
         self._torch = torch
         self._dist = None
         if self.context.world_size > 1:
-            from aorta.run.ranks import init_process_group
-
             self._dist = init_process_group(self.context)
 
     def _sync(self) -> None:
@@ -130,6 +129,4 @@ class MatmulWorkload(Workload):
     def cleanup(self) -> None:
         self.a = self.b = None  # type: ignore[assignment]
         if getattr(self, "_dist", None) is not None:
-            from aorta.run.ranks import destroy_process_group
-
             destroy_process_group()
