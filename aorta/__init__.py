@@ -11,6 +11,7 @@ The notebook API::
     ds = aorta.load_run(run, traces=True)   # + trace metrics, cell × trial × rank
     aorta.compare(ds, metric="exposed_comm_ms")
 
+Plugin authors (workloads, mitigations, environments) import from :mod:`aorta.plugins`.
 Heavy dependencies (torch, xarray, matplotlib) load on first use, so ``aorta --help`` and
 ``import aorta`` stay fast.
 """
@@ -26,28 +27,16 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AortaError",
-    "Cell",
-    "Environment",
     "ExitCode",
-    "Mitigation",
-    "Plan",
-    "Recipe",
     "RecipeError",
-    "Registry",
-    "RunDir",
-    "SweepResult",
     "TraceError",
     "TraceWarning",
-    "TrialContext",
-    "TrialRecord",
-    "TrialStatus",
     "UsageError",
-    "Workload",
-    "WorkloadResult",
     "__version__",
     "compare",
     "compare_runs",
     "dump_recipe",
+    "errors",
     "load_recipe",
     "load_run",
     "load_runs",
@@ -59,42 +48,30 @@ __all__ = [
     "trace",
 ]
 
-# name -> module that defines it; imported on first attribute access.
+# name -> module that defines it; imported on first attribute access. Plugin authors' names
+# (Workload, Registry, …) are in aorta.plugins.
 _LAZY: dict[str, str] = {
-    "Cell": "aorta.recipe.plan",
-    "Plan": "aorta.recipe.plan",
     "plan": "aorta.recipe.plan",
-    "Recipe": "aorta.recipe.schema",
     "dump_recipe": "aorta.recipe.schema",
     "load_recipe": "aorta.recipe.schema",
-    "Environment": "aorta.recipe.registry",
-    "Mitigation": "aorta.recipe.registry",
-    "Registry": "aorta.recipe.registry",
     "sweep": "aorta.run.sweep",
-    "SweepResult": "aorta.run.sweep",
-    "TrialRecord": "aorta.store.record",
-    "TrialStatus": "aorta.store.record",
-    "RunDir": "aorta.store.rundir",
-    "Workload": "aorta.run.workload",
-    "WorkloadResult": "aorta.run.workload",
-    "TrialContext": "aorta.run.workload",
     "load_run": "aorta.matrix.dataset",
     "load_runs": "aorta.matrix.dataset",
     "load_trials": "aorta.matrix.dataset",
     "load_tracelens": "aorta.matrix.trace_metrics",
     "compare": "aorta.matrix.compare",
     "compare_runs": "aorta.matrix.compare",
-    "plot": "aorta.plot",
-    "trace": "aorta.trace",
 }
+_MODULES = frozenset({"errors", "plot", "trace"})
 
 
 def __getattr__(name: str) -> Any:
-    target = _LAZY.get(name)
-    if target is None:
+    if name in _MODULES:
+        value = importlib.import_module(f"aorta.{name}")
+    elif name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+    else:
         raise AttributeError(f"module 'aorta' has no attribute {name!r}")
-    module = importlib.import_module(target)
-    value = module if target == f"aorta.{name}" else getattr(module, name)
     globals()[name] = value
     return value
 
