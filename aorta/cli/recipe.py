@@ -20,13 +20,11 @@ RecipeFile = Annotated[Path, typer.Argument(help="The recipe (YAML or JSON).", d
 @app.command()
 def validate(file: RecipeFile, mitigations_file: MitigationsFiles = None) -> int:
     """Check a recipe against the schema and the mitigation registry; list every problem."""
-    from aorta.recipe.plan import plan
-    from aorta.recipe.registry import Registry
-    from aorta.recipe.schema import load_recipe
+    import aorta.recipe as recipes
 
     try:
-        recipe = load_recipe(file)
-        p = plan(recipe, registry=Registry.load(files=mitigations_file or ()))
+        recipe = recipes.load_recipe(file)
+        p = recipes.plan(recipe, registry=recipes.Registry.load(files=mitigations_file or ()))
     except RecipeError as exc:
         source = exc.source or str(file)
         for problem in exc.problems:
@@ -49,11 +47,11 @@ def show(
     """Print a recipe as aorta reads it."""
     import yaml
 
-    from aorta.recipe.schema import dump_recipe, load_recipe
+    import aorta.recipe as recipes
 
-    recipe = load_recipe(file)
+    recipe = recipes.load_recipe(file)
     if resolved:
-        sys.stdout.write(dump_recipe(recipe))
+        sys.stdout.write(recipes.dump_recipe(recipe))
     else:
         data = recipe.model_dump(mode="json", exclude_defaults=True)
         sys.stdout.write(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))

@@ -10,6 +10,8 @@ import typer
 
 from aorta import envvars
 from aorta.errors import ExitCode, UsageError
+from aorta.report import console
+from aorta.store.rundir import RunDir
 
 from ._options import Json, MitigationsFiles, Verbose
 
@@ -83,8 +85,7 @@ def run(
 
     Under torchrun, run the same command on every rank: only rank 0 writes and reports.
     """
-    from aorta.report.console import format_plan, plan_to_dict
-    from aorta.run.sweep import prepare
+    from aorta.run import sweep as engine
 
     if recipe is None and resume is None:
         raise UsageError("give --recipe FILE (or --resume RUN_DIR)")
@@ -106,7 +107,7 @@ def run(
         raise UsageError(
             "--dry-run needs --recipe (a resumed run's plan is in its recipe.resolved.yaml)"
         )
-    prepared = prepare(
+    prepared = engine.prepare(
         recipe,
         command=command or None,
         ticket=ticket,
@@ -118,24 +119,25 @@ def run(
     if as_json:
         print(
             json.dumps(
-                plan_to_dict(prepared.plan, isolation=prepared.isolation, warnings=warnings),
+                console.plan_to_dict(
+                    prepared.plan, isolation=prepared.isolation, warnings=warnings
+                ),
                 indent=2,
             )
         )
     else:
-        print(format_plan(prepared.plan, isolation=prepared.isolation, warnings=warnings))
+        print(console.format_plan(prepared.plan, isolation=prepared.isolation, warnings=warnings))
     return ExitCode.OK
 
 
 def _run(recipe: Path | None, *, strict: bool, **options: Any) -> int:
     """Run the sweep (``options`` are :func:`aorta.sweep`'s), print the summary, map the code."""
-    from aorta.report.console import format_summary
-    from aorta.run.sweep import sweep
+    from aorta.run import sweep as engine
 
-    result = sweep(recipe, **options)
+    result = engine.sweep(recipe, **options)
     if result.rank != 0:
         return result.exit_code  # rank 0 reports for everyone
-    print(format_summary(result))
+    print(console.format_summary(result))
     code = result.exit_code
     if code == ExitCode.OK and strict and (result.failing or result.erroring):
         return ExitCode.GATE
@@ -169,8 +171,6 @@ def status(
     as_json: Json = False,
 ) -> int:
     """Show how far a run got (from its manifest and trial records)."""
-    from aorta.store.rundir import RunDir
-
     rd = RunDir.open(run_dir)
     manifest = rd.manifest()
     counts: dict[str, int] = {}

@@ -1,3 +1,25 @@
 """What to run, pure: the recipe schema, YAML with located errors, the mitigation and
 environment registry, and the plan (cells × trials). Reads files; writes none.
+
+>>> from aorta.recipe import load_recipe_text, plan
+>>> p = plan(load_recipe_text("cells: [{name: base, mitigations: [none]}]", command=["true"]))
+>>> [c.name for c in p.cells], p.baseline
+(['base'], 'base')
 """
+
+from aorta.recipe.plan import Cell, Plan, plan
+from aorta.recipe.registry import Environment, Mitigation, Registry
+from aorta.recipe.schema import Recipe, dump_recipe, load_recipe, load_recipe_text
+
+__all__ = [
+    "Cell",
+    "Environment",
+    "Mitigation",
+    "Plan",
+    "Recipe",
+    "Registry",
+    "dump_recipe",
+    "load_recipe",
+    "load_recipe_text",
+    "plan",
+]

@@ -8,9 +8,10 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from aorta.recipe.plan import Plan
+if TYPE_CHECKING:  # typing only: the CLI imports this module to print a plan
+    from aorta.recipe.plan import Plan
 
 __all__ = ["format_plan", "plan_to_dict"]
 
