@@ -19,11 +19,12 @@ from .cache import CACHE_SUFFIX, read_cache, write_cache
 from .classify import Rules
 from .model import RankInfo, Trace
 
-__all__ = ["load", "trace_files"]
+__all__ = ["TRACE_SUFFIXES", "load", "trace_files"]
 
 PathLike = str | os.PathLike[str]
 CacheMode = Literal["use", "refresh", "off"]
-_TRACE_SUFFIXES = (".json", ".json.gz")
+#: The endings of the trace files :func:`trace_files` finds (``rank0.pt.trace.json.gz`` too).
+TRACE_SUFFIXES: tuple[str, ...] = (".json", ".json.gz")
 
 
 def trace_files(directory: PathLike) -> list[Path]:
@@ -42,7 +43,7 @@ def trace_files(directory: PathLike) -> list[Path]:
     return sorted(
         p
         for p in directory.iterdir()
-        if p.is_file() and p.name.endswith(_TRACE_SUFFIXES) and not p.name.endswith(CACHE_SUFFIX)
+        if p.is_file() and p.name.endswith(TRACE_SUFFIXES) and not p.name.endswith(CACHE_SUFFIX)
     )
 
 
@@ -133,7 +134,8 @@ def _expand(source: PathLike | Sequence[PathLike]) -> list[Path]:
         if path.is_dir():
             found = trace_files(path)
             if not found:
-                raise TraceError(f"{path}: no *.json or *.json.gz trace files in this directory")
+                patterns = " or ".join(f"*{suffix}" for suffix in TRACE_SUFFIXES)
+                raise TraceError(f"{path}: no {patterns} trace files in this directory")
             paths.extend(found)
         elif not path.exists():
             raise TraceError(f"{path}: no such file")
