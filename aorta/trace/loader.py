@@ -19,7 +19,7 @@ from .cache import CACHE_SUFFIX, read_cache, write_cache
 from .classify import Rules
 from .model import RankInfo, Trace
 
-__all__ = ["TRACE_SUFFIXES", "load", "trace_files"]
+__all__ = ["TRACE_SUFFIXES", "load", "trace_files", "trace_paths"]
 
 PathLike = str | os.PathLike[str]
 CacheMode = Literal["use", "refresh", "off"]
@@ -106,7 +106,7 @@ def load(
     >>> aorta.trace.load(path).info().cache
     'hit'
     """
-    paths = _expand(source)
+    paths = trace_paths(source)
     loaded = [
         _load_one(p, python_functions=python_functions, cache=cache, block_size=block_size)
         for p in paths
@@ -124,7 +124,24 @@ def load(
     return trace
 
 
-def _expand(source: PathLike | Sequence[PathLike]) -> list[Path]:
+def trace_paths(source: PathLike | Sequence[PathLike]) -> list[Path]:
+    """The files ``source`` names, one per rank: a file, a directory's :func:`trace_files`, or
+    a list of both, in order.
+
+    Raises
+    ------
+    TraceError
+        Nothing given, a file that does not exist, or a directory without trace files.
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> for name in ("rank1.json.gz", "rank0.json"):
+    ...     _ = (folder / name).write_bytes(b"")
+    >>> [p.name for p in trace_paths([folder / "rank1.json.gz", folder])]
+    ['rank1.json.gz', 'rank0.json', 'rank1.json.gz']
+    """
     items = [source] if isinstance(source, str | os.PathLike) else list(source)
     if not items:
         raise TraceError("no trace files given")
