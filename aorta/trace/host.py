@@ -1,4 +1,4 @@
-"""The host-side time breakdown and collectives: the CPU analogue of the GPU tables.
+"""The host-side time breakdown: the CPU analogue of the GPU breakdown, for CPU-only runs.
 
 A CPU-only run (gloo) records no GPU events, so a GPU breakdown has nothing to say. Its trace
 still shows the same two activities side by side: the main thread issues collectives
