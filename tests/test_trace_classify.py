@@ -52,6 +52,10 @@ def test_gpu_classes(name, cat, cls):
         ),
         ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize64x64x64", "xmma"),
         ("ampere_sgemm_128x64_nn", "ampere"),
+        # the family is the architecture in the name, not the device's: volta_sgemm runs on A100s
+        ("volta_sgemm_128x64_nn", "volta"),
+        ("turing_fp16_s1688gemm_fp16_128x128_ldg8_f2f_tn", "turing"),
+        ("maxwell_sgemm_128x64_nt", "maxwell"),
         ("triton_tem_fused_addmm_0", "triton"),
         ("void gemmk1_kernel<float, 256, 5>", "gemm"),
         ("void fbgemm_gpu::permute_2D_lengths_kernel<int>", None),

@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 
 from aorta.trace.gemm import gemm_shape
+from aorta.trace.links import segment_argmax
+from aorta.trace.tables import launched_gpu_time
 from aorta.trace.testing import synthetic_trace
 from tests.trace_helpers import shipped
 
@@ -111,8 +113,6 @@ def test_same_model_on_both_stacks_finds_the_same_gemms():
 
 
 def test_gpu_work_of_nested_ops_and_their_longest_kernel():
-    from aorta.trace.tables import _segment_argmax, launched_gpu_time
-
     trace = synthetic_trace(
         [
             ("cpu_op", "outer", 0, 100),
@@ -128,7 +128,7 @@ def test_gpu_work_of_nested_ops_and_their_longest_kernel():
     assert gpu_ns.tolist() == [55_000, 5_000, 0] and count.tolist() == [2, 1, 0]
     assert names == ["long", "short", None]
     values = np.array([3, 9, 1, 7])
-    got = _segment_argmax(
+    got = segment_argmax(
         values, np.array([0, 2, 1, 3]), np.array([4, 4, 1, 4]), np.array([10, 11, 12, 13])
     )
     assert got.tolist() == [11, 13, -1, 13]

@@ -13,7 +13,6 @@ import pytest
 
 import aorta.trace
 from aorta.errors import TraceError
-from aorta.trace import _scan
 from aorta.trace.cache import cache_path
 from aorta.trace.testing import kineto_events, kineto_json
 from tests.trace_helpers import ALL_TRACES, DATA, shipped
@@ -78,11 +77,11 @@ def test_gzip_and_plain_give_the_same_columns(tmp_path):
     assert a.events.equals(b.events)
 
 
-def test_tiny_blocks_exercise_every_chunk_boundary(monkeypatch):
+def test_tiny_blocks_exercise_every_chunk_boundary():
     name = "mi300_rccl_resnet_rank0.json.gz"
     reference = shipped(name)
-    monkeypatch.setattr(_scan, "BLOCK", 2048)  # smaller than some events: the buffer must grow
-    small = aorta.trace.load(DATA / name, cache="off")
+    # smaller than some events: the buffer must grow
+    small = aorta.trace.load(DATA / name, cache="off", block_size=2048)
     assert small.info().stats["chunks"] > 1000
     assert small.events.equals(reference.events)
     assert small.comm_args.equals(reference.comm_args)
@@ -214,13 +213,13 @@ def test_invalid_utf8_is_replaced(tmp_path):
     assert trace.info().stats["lossy_utf8_chunks"] == 1
 
 
-def test_tricky_strings_do_not_confuse_the_scanner(tmp_path, monkeypatch):
+def test_tricky_strings_do_not_confuse_the_scanner(tmp_path):
     names = ['a"},{"b', "c\\", 'x\\"}]', "{lambda()#1}::operator()", '"', "\\\\"]
     ops = [("kernel", n, i * 10, 5) for i, n in enumerate(names * 40)]
-    monkeypatch.setattr(_scan, "BLOCK", 256)
-    trace = aorta.trace.load(_write(tmp_path, kineto_json(ops)), cache="off")
+    trace = aorta.trace.load(_write(tmp_path, kineto_json(ops)), cache="off", block_size=256)
     got = [trace.categories("name")[c] for c in trace.gpu_ops.name]
     assert got == names * 40
+    assert trace.info().stats["chunks"] > 1  # the small blocks were used
 
 
 def test_keys_after_the_array_and_bare_arrays(tmp_path):

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from aorta.trace.breakdown import BREAKDOWN_TYPES, breakdown
 from aorta.trace.testing import synthetic_trace
-from aorta.trace.timeline import BREAKDOWN_TYPES, breakdown
 from tests.trace_helpers import GOLDEN, shipped
 
 GOLDEN_TRACES = ["h100_bert_small", "mi300_bert_small", "mi300_rccl_resnet_rank0"]

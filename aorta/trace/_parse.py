@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from ._scan import ScanStats, scan_events
+from ._scan import BLOCK_SIZE, ScanStats, scan_events
 
 __all__ = ["COLUMNS", "COMM_COLUMNS", "COMM_INT_COLUMNS", "RankTable", "parse_events", "parse_file"]
 
@@ -310,8 +310,11 @@ def _meta(ev: _Event) -> dict[str, Any]:
     return {"name": ev.name, "pid": ev.pid, "tid": ev.tid, "value": value}
 
 
-def parse_file(path: str | Path, *, python_functions: bool = False) -> RankTable:
-    """Parse one Kineto trace file (``.json`` or gzip) into a :class:`RankTable`.
+def parse_file(
+    path: str | Path, *, python_functions: bool = False, block_size: int = BLOCK_SIZE
+) -> RankTable:
+    """Parse one Kineto trace file (``.json`` or gzip) into a :class:`RankTable`, reading
+    ``block_size`` bytes at a time.
 
     Raises
     ------
@@ -325,7 +328,7 @@ def parse_file(path: str | Path, *, python_functions: bool = False) -> RankTable
     enabled = gc.isenabled()
     gc.disable()  # millions of short-lived objects per chunk: the cyclic GC only costs time here
     try:
-        for events in scan_events(path, _decode, stats=stats):
+        for events in scan_events(path, _decode, stats=stats, block_size=block_size):
             builder.add(events)
             del events
     finally:

@@ -27,12 +27,12 @@ import numpy as np
 
 from aorta.errors import TraceError
 
-__all__ = ["ScanStats", "scan_events"]
+__all__ = ["BLOCK_SIZE", "ScanStats", "scan_events"]
 
 T = TypeVar("T")
 
-#: Bytes read per block; a chunk handed to the decoder is at most about this large.
-BLOCK = 8 << 20
+#: Default bytes read per block; a chunk handed to the decoder is at most about this large.
+BLOCK_SIZE = 8 << 20
 _WS = b" \t\r\n"
 _SPECIAL = np.zeros(256, dtype=bool)
 for _c in b'"\\{}[]':
@@ -141,13 +141,18 @@ def _depths(chars: np.ndarray) -> np.ndarray:
 class _Scanner:
     """One pass over a trace file; see :func:`scan_events`."""
 
-    def __init__(self, path: Path, decode: Callable[[memoryview], T], stats: ScanStats) -> None:
+    def __init__(
+        self, path: Path, decode: Callable[[memoryview], T], stats: ScanStats, block_size: int
+    ) -> None:
+        if block_size < 1:
+            raise ValueError(f"block_size must be positive, not {block_size}")
         self.path = path
+        self.block_size = block_size
         self.decode = decode
         self.stats = stats
         self.reader = _Reader(path)
         stats.gzipped = self.reader.gzipped
-        self.buf = bytearray(BLOCK + 1)
+        self.buf = bytearray(block_size + 1)
         self.fill = 0
         self.base = 0  # uncompressed offset of buf[0]
         self.bare = False  # the file is a bare array of events, not an object
@@ -240,7 +245,7 @@ class _Scanner:
         """Decoded chunks of events from ``start`` (just after the array's ``[``) to its end."""
         s = start
         while True:
-            if not self.reader.eof and self.fill - s < BLOCK // 2:
+            if not self.reader.eof and self.fill - s < self.block_size // 2:
                 s = self._read_more(s)
             p = self._skip_ws(s)
             if p >= self.fill:
@@ -426,7 +431,7 @@ class _Scanner:
     def _finish(self, array_end: int) -> None:
         """Read the rest of the stream after the array's ``]`` and decode the trailing keys."""
         tail = bytearray(self.buf[array_end + 1 : self.fill])
-        chunk = bytearray(BLOCK)
+        chunk = bytearray(self.block_size)
         with memoryview(chunk) as mv:
             while (got := self.reader.readinto(mv)) > 0:
                 tail += mv[:got]
@@ -461,13 +466,18 @@ def _sanitize_inplace(buf: bytearray, lo: int, hi: int) -> int:
 
 
 def scan_events(
-    path: str | Path, decode: Callable[[memoryview], T], *, stats: ScanStats | None = None
+    path: str | Path,
+    decode: Callable[[memoryview], T],
+    *,
+    stats: ScanStats | None = None,
+    block_size: int = BLOCK_SIZE,
 ) -> Iterator[T]:
     """Yield ``decode(chunk)`` for consecutive chunks of ``traceEvents`` in the file at ``path``.
 
     ``chunk`` is a memoryview of a JSON array of whole events, valid only during the call.
     ``stats`` (filled in as the scan goes, complete once the iterator is exhausted) receives the
-    top-level keys and counters.
+    top-level keys and counters. ``block_size`` is the number of bytes read at a time (the
+    buffer grows for an event larger than that); small blocks exercise every chunk boundary.
 
     Raises
     ------
@@ -476,7 +486,7 @@ def scan_events(
         the file and the byte offset.
     """
     stats = stats if stats is not None else ScanStats()
-    scanner = _Scanner(Path(path), decode, stats)
+    scanner = _Scanner(Path(path), decode, stats, block_size)
     try:
         start = scanner.find_events()
         yield from scanner.events(start)

@@ -1,10 +1,11 @@
 """Rules tables that classify event names, CUDA and ROCm alike.
 
-A :class:`Rules` holds three ordered tables of :class:`Rule` (first match wins):
+A :class:`Rules` holds four ordered tables of :class:`Rule` (first match wins):
 
 - ``gpu``: GPU ops → ``compute`` / ``communication`` / ``memcpy`` / ``memset``;
 - ``gemm``: kernels → a GEMM family (``tensile``, ``hipblaslt``, ``ck``, ``nvjet``, ``cutlass``,
-  ``xmma``, ``ampere``, ``triton``, ``gemm``) or none;
+  ``xmma``, ``maxwell``/``volta``/``turing``/``ampere``/``hopper``, ``triton``, ``gemm``) or
+  none;
 - ``runtime``: host runtime/driver calls → ``launch`` / ``memcpy`` / ``memset`` / ``sync`` /
   ``other`` (``hipMemcpyAsync`` is a copy, not communication);
 - ``host``: host ops (``cpu_op``/``user_annotation``) → ``compute`` / ``communication`` /
@@ -189,6 +190,7 @@ class Rules:
 
 
 _KERNEL = ("kernel",)
+_CUBLAS_ARCHS = ("maxwell", "volta", "turing", "ampere", "hopper")
 _HOST_OPS = ("user_annotation", "cpu_op")
 
 
@@ -199,9 +201,10 @@ def default_rules() -> Rules:
     ``rcclGenericKernel``, ...). Copies and fills: Kineto's ``gpu_memcpy``/``gpu_memset`` events
     and ROCm's rocclr blit kernels (``__amd_rocclr_copyBuffer``, ``__amd_rocclr_fillBuffer``).
     GEMM families: Tensile ``Cijk_`` (rocBLAS), hipBLASLt (``Cijk_..._UserArgs``), Composable
-    Kernel, nvjet, CUTLASS, cuBLAS ``sm80/sm90_xmma``, ``ampere_*gemm``, Triton matmul
-    templates, then any other ``gemm`` kernel. Host ops: the work of a host collective backend
-    (``gloo:all_reduce``, ``mpi:``/``ucc:`` alike) is communication; collective calls
+    Kernel, nvjet, CUTLASS, cuBLAS ``sm80/sm90_xmma``, cuBLAS ``<arch>_*gemm`` (family
+    ``volta``, ``ampere``, ...: the architecture in the kernel's name, not the device's), Triton
+    matmul templates, then any other ``gemm`` kernel. Host ops: the work of a host collective
+    backend (``gloo:all_reduce``, ``mpi:``/``ucc:`` alike) is communication; collective calls
     (``c10d::*``, ``_c10d_functional::*``, ``record_param_comms``, ``nccl:*``) and wrappers
     (``autograd::*``, ``torch::autograd::*``, ``profiler::*``) are other; every other namespaced
     ``cpu_op`` (``aten::mm``, ``mylib::op``) is compute.
@@ -225,7 +228,9 @@ def default_rules() -> Rules:
         Rule(r"^nvjet_", "nvjet", cats=_KERNEL),
         Rule(r"(?i)cutlass", "cutlass", cats=_KERNEL),
         Rule(r"sm\d+_xmma_gemm|xmma_gemm", "xmma", cats=_KERNEL),
-        Rule(r"(ampere|volta|turing|hopper)_\w*gemm", "ampere", cats=_KERNEL),
+        # cuBLAS's pre-nvjet kernels are named after the architecture they were written for
+        # (``volta_sgemm_*`` runs on an A100 too): the family is that name, not the device
+        *(Rule(rf"{arch}_\w*gemm", arch, cats=_KERNEL) for arch in _CUBLAS_ARCHS),
         Rule(r"^triton_\w*(mm|gemm|matmul)|^triton_tem_", "triton", cats=_KERNEL),
         Rule(r"(?i)(?<!fb)gemm|gemv", "gemm", cats=_KERNEL),  # fbgemm is a library, not a GEMM
     )

@@ -10,11 +10,14 @@ communication kernel's duration (it includes waiting for the other ranks).
 Where the arguments come from: the NCCL kernel's own args (recent CUDA builds), else the CPU op
 (``record_param_comms``) whose ``External id`` the launching runtime call carries (ROCm/RCCL,
 and CUDA). Kernels with neither keep the collective named in the kernel (``AllReduce``,
-``SendRecv``, ...) and NaN sizes.
+``SendRecv``, ...) and NaN sizes. Host collectives (CPU-only runs, gloo; see
+:mod:`aorta.trace.host`) take their sizes from the communication events' own ``Input Dims`` /
+``Input type`` (gloo records the tensor it works on) and their time from the event's duration.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from typing import TYPE_CHECKING, Literal
 
@@ -22,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from .classify import GPU_CLASSES
+from .host import communication_rows
 
 if TYPE_CHECKING:
     from .model import Trace
@@ -171,9 +175,7 @@ def collectives(trace: Trace, *, device: Device = "auto") -> pd.DataFrame:
     if device == "auto":
         device = "gpu" if (trace.gpu_ops.cls == _COMM).any() else "host"
     if device == "host":
-        from .host import host_calls
-
-        frame = host_calls(trace)
+        frame = _host_calls(trace)
         note = "no host communication events (gloo:*) in the trace"
     else:
         frame = _gpu_calls(trace)
@@ -186,7 +188,8 @@ def collectives(trace: Trace, *, device: Device = "auto") -> pd.DataFrame:
 
 
 def _gpu_calls(trace: Trace) -> pd.DataFrame:
-    """The communication kernels with their arguments (before sizes and bandwidths)."""
+    """The communication kernels with their arguments: the columns of :func:`collectives`
+    before sizes and bandwidths are derived."""
     gpu = trace.gpu_ops
     pick = np.flatnonzero(gpu.cls == _COMM)
     if pick.size == 0:
@@ -223,6 +226,67 @@ def _gpu_calls(trace: Trace) -> pd.DataFrame:
             "stream": gpu.stream[pick],
             "kernel": kernel_names,
             "source": np.where(own, "kernel", np.where(via_op, "cpu_op", "name")),
+        }
+    )
+
+
+def _elements(dims: object, types: object) -> float:
+    """Elements of the tensors in an ``Input Dims`` list (NaN when it names none)."""
+    if not isinstance(dims, list):
+        return np.nan
+    kinds = types if isinstance(types, list) else [None] * len(dims)
+    total, found = 0, False
+    for shape, kind in zip(dims, kinds, strict=False):
+        if kind in ("Scalar", "ScalarList", "GenericList", ""):
+            continue
+        if isinstance(shape, list) and all(isinstance(x, int) for x in shape):
+            total += int(np.prod(shape)) if shape else 1
+            found = True
+    return float(total) if found else np.nan
+
+
+def _first_type(types: object) -> str:
+    for t in types if isinstance(types, list) else []:
+        if isinstance(t, str) and t and t not in ("Scalar", "ScalarList", "TensorList"):
+            return t.replace("c10::", "")
+    return ""
+
+
+def _parsed(trace: Trace, column: str, rows: np.ndarray) -> list[object]:
+    cats, codes = trace.categories(column), trace.column(column)[rows]
+    cache = {int(c): json.loads(cats[c]) for c in np.unique(codes) if c >= 0}
+    return [cache.get(int(c)) for c in codes]
+
+
+def _host_calls(trace: Trace) -> pd.DataFrame:
+    """One row per host communication event (gloo), in the columns of :func:`_gpu_calls`.
+
+    ``in_nelems`` counts the elements of the tensors the event records; ``out_nelems`` is
+    left NaN (the collective's semantics fill it in); ``pg`` is ``""`` (gloo's events do not
+    say which group); ``stream`` is the thread id; ``source`` is ``"host"``.
+    """
+    rows = communication_rows(trace)
+    dims, types = _parsed(trace, "input_dims", rows), _parsed(trace, "input_type", rows)
+    names = trace.categories("name")
+    ts = trace.column("ts")[rows]
+    kernel = [names[c] for c in trace.column("name")[rows]]
+    return pd.DataFrame(
+        {
+            "rank": trace.column("rank")[rows],
+            "pg": "",
+            "pg_desc": "",
+            "seq": np.full(rows.size, -1, dtype=np.int64),
+            "collective": [canonical_collective(k) for k in kernel],
+            "dtype": [_first_type(t) for t in types],
+            "in_nelems": np.array([_elements(d, t) for d, t in zip(dims, types, strict=True)]),
+            "out_nelems": np.full(rows.size, np.nan),
+            "group_size": np.full(rows.size, np.nan),
+            "start": ts,
+            "end": ts + np.maximum(trace.column("dur")[rows], 0),
+            "device": np.full(rows.size, -1, dtype=np.int64),
+            "stream": trace.column("tid")[rows],
+            "kernel": kernel,
+            "source": "host",
         }
     )
 

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 import pandas as pd
 
-from . import _links
-from .tables import _thread_groups, launched_gpu_time
+from . import links
+from .tables import launched_gpu_time
 
 if TYPE_CHECKING:
     from .model import Trace
@@ -119,8 +119,8 @@ def _dtype(text: str | float) -> str:
 def _leaf(trace: Trace, rows: np.ndarray, names: list[str]) -> np.ndarray:
     """True for rows with no other GEMM op starting inside them on the same thread."""
     ts, end = trace.column("ts")[rows], trace.column("ts")[rows] + trace.column("dur")[rows]
-    (group,) = _thread_groups(trace, rows)
-    _, lo, hi = _links.contained_ranges(group, ts, end, group, ts)
+    (group,) = links.thread_groups(trace, rows)
+    _, lo, hi = links.contained_ranges(group, ts, end, group, ts)
     return ((hi - lo) <= 1) | ~np.isin(names, list(_LEAF_ONLY))
 
 

@@ -1,4 +1,4 @@
-"""The host-side time breakdown and collectives: the CPU analogue of the GPU tables.
+"""The host-side time breakdown: the CPU analogue of the GPU breakdown, for CPU-only runs.
 
 A CPU-only run (gloo) records no GPU events, so a GPU breakdown has nothing to say. Its trace
 still shows the same two activities side by side: the main thread issues collectives
@@ -21,27 +21,25 @@ per rank:
   busy (Python, the dispatcher, and waits that no communication explains);
   ``exposed_memcpy_time`` and ``total_memcpy_time`` are 0 (no host op is a copy here).
 
-Host collectives take their sizes from the communication events' own ``Input Dims`` /
-``Input type`` (gloo records the tensor it works on) and their time from the event's duration.
+Host collectives (:func:`aorta.trace.collectives.collectives` with ``device="host"``) are
+these communication events.
 """
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
+from . import links
+from .breakdown import breakdown, breakdown_table
 from .classify import HOST_CLASSES
-from .collectives import canonical_collective
-from .tables import _thread_groups
-from .timeline import _table, breakdown
 
 if TYPE_CHECKING:
     from .model import Trace
 
-__all__ = ["communication_rows", "compute_rows", "host_calls", "host_timeline"]
+__all__ = ["communication_rows", "compute_rows", "host_timeline"]
 
 _COMPUTE, _COMM = HOST_CLASSES.index("compute"), HOST_CLASSES.index("communication")
 
@@ -74,7 +72,7 @@ def compute_rows(trace: Trace) -> np.ndarray:
     comm, compute = rows[cls == _COMM], rows[cls == _COMPUTE]
     if comm.size == 0 or compute.size == 0:
         return compute
-    comm_key, compute_key = _thread_groups(trace, comm, compute)
+    comm_key, compute_key = links.thread_groups(trace, comm, compute)
     return compute[~np.isin(compute_key, comm_key)]
 
 
@@ -82,7 +80,7 @@ def host_timeline(trace: Trace) -> pd.DataFrame:
     """The host-side breakdown, one block of rows per rank, in the shape of ``gpu_timeline``.
 
     See the module docstring for the definitions; every rank with host ops gets the rows of
-    :data:`~aorta.trace.timeline.BREAKDOWN_TYPES`.
+    :data:`~aorta.trace.breakdown.BREAKDOWN_TYPES`.
 
     Returns
     -------
@@ -104,7 +102,7 @@ def host_timeline(trace: Trace) -> pd.DataFrame:
     ts, rank = trace.column("ts")[rows], trace.column("rank")[rows]
     end = ts + np.maximum(trace.column("dur")[rows], 0)
     frames = [
-        _table(breakdown(ts[rank == r], end[rank == r], cls[rank == r]), {"rank": int(r)})
+        breakdown_table(breakdown(ts[rank == r], end[rank == r], cls[rank == r]), {"rank": int(r)})
         for r in np.unique(rank)
     ]
     if not frames:
@@ -117,65 +115,3 @@ def host_timeline(trace: Trace) -> pd.DataFrame:
     frame = pd.concat(frames, ignore_index=True)
     frame.attrs["units"] = {"time ms": "ms", "percent": "% of total_time"}
     return frame
-
-
-def _elements(dims: object, types: object) -> float:
-    """Elements of the tensors in an ``Input Dims`` list (NaN when it names none)."""
-    if not isinstance(dims, list):
-        return np.nan
-    kinds = types if isinstance(types, list) else [None] * len(dims)
-    total, found = 0, False
-    for shape, kind in zip(dims, kinds, strict=False):
-        if kind in ("Scalar", "ScalarList", "GenericList", ""):
-            continue
-        if isinstance(shape, list) and all(isinstance(x, int) for x in shape):
-            total += int(np.prod(shape)) if shape else 1
-            found = True
-    return float(total) if found else np.nan
-
-
-def _first_type(types: object) -> str:
-    for t in types if isinstance(types, list) else []:
-        if isinstance(t, str) and t and t not in ("Scalar", "ScalarList", "TensorList"):
-            return t.replace("c10::", "")
-    return ""
-
-
-def _parsed(trace: Trace, column: str, rows: np.ndarray) -> list[object]:
-    cats, codes = trace.categories(column), trace.column(column)[rows]
-    cache = {int(c): json.loads(cats[c]) for c in np.unique(codes) if c >= 0}
-    return [cache.get(int(c)) for c in codes]
-
-
-def host_calls(trace: Trace) -> pd.DataFrame:
-    """One row per host communication event, in the columns of
-    :func:`~aorta.trace.collectives.collectives` before sizes and bandwidths are derived.
-
-    ``in_nelems`` counts the elements of the tensors the event records; ``out_nelems`` is
-    left NaN (the collective's semantics fill it in); ``pg`` is ``""`` (gloo's events do not
-    say which group); ``stream`` is the thread id; ``source`` is ``"host"``.
-    """
-    rows = communication_rows(trace)
-    dims, types = _parsed(trace, "input_dims", rows), _parsed(trace, "input_type", rows)
-    names = trace.categories("name")
-    ts = trace.column("ts")[rows]
-    kernel = [names[c] for c in trace.column("name")[rows]]
-    return pd.DataFrame(
-        {
-            "rank": trace.column("rank")[rows],
-            "pg": "",
-            "pg_desc": "",
-            "seq": np.full(rows.size, -1, dtype=np.int64),
-            "collective": [canonical_collective(k) for k in kernel],
-            "dtype": [_first_type(t) for t in types],
-            "in_nelems": np.array([_elements(d, t) for d, t in zip(dims, types, strict=True)]),
-            "out_nelems": np.full(rows.size, np.nan),
-            "group_size": np.full(rows.size, np.nan),
-            "start": ts,
-            "end": ts + np.maximum(trace.column("dur")[rows], 0),
-            "device": np.full(rows.size, -1, dtype=np.int64),
-            "stream": trace.column("tid")[rows],
-            "kernel": kernel,
-            "source": "host",
-        }
-    )

@@ -14,15 +14,17 @@ import pandas as pd
 from aorta.errors import TraceError
 
 from ._parse import COMM_COLUMNS, COMM_INT_COLUMNS, RankTable, parse_file
+from ._scan import BLOCK_SIZE
 from .cache import CACHE_SUFFIX, read_cache, write_cache
 from .classify import Rules
 from .model import RankInfo, Trace
 
-__all__ = ["load", "trace_files"]
+__all__ = ["TRACE_SUFFIXES", "load", "trace_files", "trace_paths"]
 
 PathLike = str | os.PathLike[str]
 CacheMode = Literal["use", "refresh", "off"]
-_TRACE_SUFFIXES = (".json", ".json.gz")
+#: The endings of the trace files :func:`trace_files` finds (``rank0.pt.trace.json.gz`` too).
+TRACE_SUFFIXES: tuple[str, ...] = (".json", ".json.gz")
 
 
 def trace_files(directory: PathLike) -> list[Path]:
@@ -41,7 +43,7 @@ def trace_files(directory: PathLike) -> list[Path]:
     return sorted(
         p
         for p in directory.iterdir()
-        if p.is_file() and p.name.endswith(_TRACE_SUFFIXES) and not p.name.endswith(CACHE_SUFFIX)
+        if p.is_file() and p.name.endswith(TRACE_SUFFIXES) and not p.name.endswith(CACHE_SUFFIX)
     )
 
 
@@ -52,6 +54,7 @@ def load(
     cache: CacheMode = "use",
     rules: Rules | None = None,
     align: Literal["base_time", "none"] = "base_time",
+    block_size: int = BLOCK_SIZE,
 ) -> Trace:
     """Load Kineto Chrome-trace files (``.json`` or ``.json.gz``, CUDA or ROCm) into a :class:`Trace`.
 
@@ -75,6 +78,10 @@ def load(
         ``"base_time"`` shifts each rank by its ``baseTimeNanoseconds`` relative to the
         earliest, so ranks share one clock; ``"none"`` keeps the files' timestamps. See
         :meth:`Trace.align` for alignment on collective end times.
+    block_size
+        Bytes read from a file at a time while parsing (default 8 MiB; an event larger than
+        that grows the buffer). Smaller blocks mean more, smaller chunks; no effect on a cache
+        hit.
 
     Returns
     -------
@@ -99,8 +106,11 @@ def load(
     >>> aorta.trace.load(path).info().cache
     'hit'
     """
-    paths = _expand(source)
-    loaded = [_load_one(p, python_functions=python_functions, cache=cache) for p in paths]
+    paths = trace_paths(source)
+    loaded = [
+        _load_one(p, python_functions=python_functions, cache=cache, block_size=block_size)
+        for p in paths
+    ]
     trace = build_trace(loaded, rules=rules)
     if align == "base_time":
         bases = {
@@ -114,7 +124,24 @@ def load(
     return trace
 
 
-def _expand(source: PathLike | Sequence[PathLike]) -> list[Path]:
+def trace_paths(source: PathLike | Sequence[PathLike]) -> list[Path]:
+    """The files ``source`` names, one per rank: a file, a directory's :func:`trace_files`, or
+    a list of both, in order.
+
+    Raises
+    ------
+    TraceError
+        Nothing given, a file that does not exist, or a directory without trace files.
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> for name in ("rank1.json.gz", "rank0.json"):
+    ...     _ = (folder / name).write_bytes(b"")
+    >>> [p.name for p in trace_paths([folder / "rank1.json.gz", folder])]
+    ['rank1.json.gz', 'rank0.json', 'rank1.json.gz']
+    """
     items = [source] if isinstance(source, str | os.PathLike) else list(source)
     if not items:
         raise TraceError("no trace files given")
@@ -124,7 +151,8 @@ def _expand(source: PathLike | Sequence[PathLike]) -> list[Path]:
         if path.is_dir():
             found = trace_files(path)
             if not found:
-                raise TraceError(f"{path}: no *.json or *.json.gz trace files in this directory")
+                patterns = " or ".join(f"*{suffix}" for suffix in TRACE_SUFFIXES)
+                raise TraceError(f"{path}: no {patterns} trace files in this directory")
             paths.extend(found)
         elif not path.exists():
             raise TraceError(f"{path}: no such file")
@@ -133,12 +161,14 @@ def _expand(source: PathLike | Sequence[PathLike]) -> list[Path]:
     return paths
 
 
-def _load_one(path: Path, *, python_functions: bool, cache: str) -> tuple[Path, RankTable, str]:
+def _load_one(
+    path: Path, *, python_functions: bool, cache: str, block_size: int
+) -> tuple[Path, RankTable, str]:
     if cache == "use":
         table = read_cache(path, python_functions=python_functions)
         if table is not None:
             return path, table, "hit"
-    table = parse_file(path, python_functions=python_functions)
+    table = parse_file(path, python_functions=python_functions, block_size=block_size)
     status = (
         "off" if cache == "off" else write_cache(table, path, python_functions=python_functions)
     )

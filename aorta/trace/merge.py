@@ -28,7 +28,7 @@ from aorta.errors import TraceError
 
 from ._scan import ScanStats, scan_events
 from .collectives import clock_offsets
-from .loader import CacheMode, PathLike, _expand, load
+from .loader import CacheMode, PathLike, load, trace_paths
 
 __all__ = ["MergeReport", "merge"]
 
@@ -215,7 +215,7 @@ def merge(
     >>> sorted({e["pid"] for e in events if e.get("cat") == "kernel"})
     [2, 4]
     """
-    paths = _expand(sources)
+    paths = trace_paths(sources)
     ranks, offsets, base = _offsets(paths, align, cache)
     output = Path(output)
     pids: dict[tuple[int, Any], int] = {}

@@ -10,16 +10,14 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
 
-from . import _links
+from . import collectives, gemm, host, links, steps, tables, timeline
 from .classify import GPU_CATS, GPU_CLASSES, HOST_CLASSES, RUNTIME_CATS, Rules, default_rules
-
-if TYPE_CHECKING:
-    from .collectives import Alignment, Device
+from .collectives import Alignment, Device
 
 __all__ = ["GpuOps", "RankInfo", "Trace"]
 
@@ -341,7 +339,7 @@ class Trace:
         rows = self.find(cats=GPU_CATS)
         rank = self.column("rank")
         rt = self.runtime_rows
-        launch_pos = _links.lookup(
+        launch_pos = links.lookup(
             rank[rows], self.column("correlation")[rows], rank[rt], self.column("correlation")[rt]
         )
         launch = (
@@ -383,7 +381,7 @@ class Trace:
             self.op_rows,
             self.runtime_rows,
         )
-        pos = _links.lookup(rank[rt], ext[rt], rank[ops], ext[ops])
+        pos = links.lookup(rank[rt], ext[rt], rank[ops], ext[ops])
         return np.where(pos >= 0, ops[np.maximum(pos, 0)], -1) if ops.size else np.full(rt.size, -1)
 
     # -- analyses (each a pure function in its own module) --------------------------------------
@@ -395,15 +393,11 @@ class Trace:
         memset: Literal["ignore", "memcpy", "compute"] = "ignore",
     ) -> pd.DataFrame:
         """TraceLens-compatible GPU time breakdown; see :func:`aorta.trace.timeline.gpu_timeline`."""
-        from .timeline import gpu_timeline
-
-        return gpu_timeline(self, by=by, include_unlinked=include_unlinked, memset=memset)
+        return timeline.gpu_timeline(self, by=by, include_unlinked=include_unlinked, memset=memset)
 
     def host_timeline(self) -> pd.DataFrame:
         """The host-side breakdown (CPU-only traces); see :func:`aorta.trace.host.host_timeline`."""
-        from .host import host_timeline
-
-        return host_timeline(self)
+        return host.host_timeline(self)
 
     def timeline(
         self,
@@ -414,15 +408,13 @@ class Trace:
     ) -> pd.DataFrame:
         """GPU breakdown per rank, or the host's for ranks without GPU ops; see
         :func:`aorta.trace.timeline.timeline`."""
-        from .timeline import timeline
-
-        return timeline(self, device=device, include_unlinked=include_unlinked, memset=memset)
+        return timeline.timeline(
+            self, device=device, include_unlinked=include_unlinked, memset=memset
+        )
 
     def idle_causes(self, *, kernel_wait_us: float = 10.0) -> pd.DataFrame:
         """Idle time per stream by cause; see :func:`aorta.trace.timeline.idle_causes`."""
-        from .timeline import idle_causes
-
-        return idle_causes(self, kernel_wait_us=kernel_wait_us)
+        return timeline.idle_causes(self, kernel_wait_us=kernel_wait_us)
 
     def steps(
         self,
@@ -431,48 +423,32 @@ class Trace:
         memset: Literal["ignore", "memcpy", "compute"] = "ignore",
     ) -> pd.DataFrame:
         """One row per ProfilerStep; see :func:`aorta.trace.steps.steps`."""
-        from .steps import steps
-
-        return steps(self, include_unlinked=include_unlinked, memset=memset)
+        return steps.steps(self, include_unlinked=include_unlinked, memset=memset)
 
     def kernels(self, *, by_rank: bool = False) -> pd.DataFrame:
         """GPU time per kernel name; see :func:`aorta.trace.tables.kernels`."""
-        from .tables import kernels
-
-        return kernels(self, by_rank=by_rank)
+        return tables.kernels(self, by_rank=by_rank)
 
     def ops(self, *, by_rank: bool = False) -> pd.DataFrame:
         """CPU and GPU time per CPU op; see :func:`aorta.trace.tables.ops`."""
-        from .tables import ops
-
-        return ops(self, by_rank=by_rank)
+        return tables.ops(self, by_rank=by_rank)
 
     def gemms(self, *, by: Literal["shape", "call"] = "shape") -> pd.DataFrame:
         """GEMM FLOPs and TFLOP/s; see :func:`aorta.trace.gemm.gemms`."""
-        from .gemm import gemms
-
-        return gemms(self, by=by)
+        return gemm.gemms(self, by=by)
 
     def collectives(self, *, device: Device = "auto") -> pd.DataFrame:
         """Collective calls with bytes and bandwidths; see :func:`aorta.trace.collectives.collectives`."""
-        from .collectives import collectives
-
-        return collectives(self, device=device)
+        return collectives.collectives(self, device=device)
 
     def collective_skew(self, *, device: Device = "auto") -> pd.DataFrame:
         """Collectives matched across ranks; see :func:`aorta.trace.collectives.collective_skew`."""
-        from .collectives import collective_skew
-
-        return collective_skew(self, device=device)
+        return collectives.collective_skew(self, device=device)
 
     def stragglers(self, *, device: Device = "auto") -> pd.DataFrame:
         """Ranks ranked by lateness; see :func:`aorta.trace.collectives.stragglers`."""
-        from .collectives import stragglers
-
-        return stragglers(self, device=device)
+        return collectives.stragglers(self, device=device)
 
     def align(self, *, method: Alignment = "collective_end") -> Trace:
         """Clock-align the ranks; see :func:`aorta.trace.collectives.clock_offsets`."""
-        from .collectives import clock_offsets
-
-        return self.shifted(clock_offsets(self, method=method))
+        return self.shifted(collectives.clock_offsets(self, method=method))

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 import pandas as pd
 
-from .timeline import _selected, breakdown
+from .breakdown import breakdown, counted_gpu_ops
 
 if TYPE_CHECKING:
     from .model import Trace
@@ -67,7 +67,7 @@ def steps(
         empty = pd.DataFrame({c: [] for c in columns})
         empty.attrs["note"] = "no ProfilerStep annotations in the trace"
         return empty
-    ops, cls = _selected(trace.gpu_ops, include_unlinked=include_unlinked, memset=memset)
+    ops, cls = counted_gpu_ops(trace.gpu_ops, include_unlinked=include_unlinked, memset=memset)
     when = np.where(ops.launch_ts >= 0, ops.launch_ts, ops.ts)
     ts, dur, rank = trace.column("ts"), trace.column("dur"), trace.column("rank")
     names = trace.categories("name")

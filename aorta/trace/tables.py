@@ -10,23 +10,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from . import _links
+from . import links
 from .classify import GPU_CLASSES
 
 if TYPE_CHECKING:
     from .model import Trace
 
 __all__ = ["kernels", "launched_gpu_time", "ops"]
-
-
-def _thread_groups(trace: Trace, *row_sets: np.ndarray) -> list[np.ndarray]:
-    """One integer per (rank, pid, tid), consistent across the given row sets."""
-    rows = np.concatenate(row_sets) if row_sets else np.empty(0, dtype=np.int64)
-    key = np.zeros(rows.size, dtype=np.int64)
-    for column in ("rank", "pid", "tid"):  # pack the codes pairwise, re-coding to stay small
-        codes, uniques = pd.factorize(trace.column(column)[rows])
-        key = pd.factorize(key * max(len(uniques), 1) + codes)[0].astype(np.int64)
-    return list(np.split(key, np.cumsum([part.size for part in row_sets])[:-1]))
 
 
 def launched_gpu_time(trace: Trace, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -60,37 +50,14 @@ def launched_gpu_time(trace: Trace, rows: np.ndarray) -> tuple[np.ndarray, np.nd
     by_dur = np.lexsort((dur, launch_idx))  # the last op of each runtime call is its longest
     best[launch_idx[by_dur]], best_dur[launch_idx[by_dur]] = gpu.row[linked][by_dur], dur[by_dur]
     ts = trace.column("ts")
-    group, rt_group = _thread_groups(trace, rows, rt)
-    order, lo, hi = _links.contained_ranges(
+    group, rt_group = links.thread_groups(trace, rows, rt)
+    order, lo, hi = links.contained_ranges(
         group, ts[rows], ts[rows] + trace.column("dur")[rows], rt_group, ts[rt]
     )
     cum_ns, cum_n = np.r_[0, np.cumsum(per_rt_ns[order])], np.r_[0, np.cumsum(per_rt_n[order])]
     gpu_ns, count = cum_ns[hi] - cum_ns[lo], cum_n[hi] - cum_n[lo]
-    longest = _segment_argmax(best_dur[order], lo, hi, best[order])
+    longest = links.segment_argmax(best_dur[order], lo, hi, best[order])
     return gpu_ns, count, longest
-
-
-def _segment_argmax(
-    values: np.ndarray, lo: np.ndarray, hi: np.ndarray, labels: np.ndarray
-) -> np.ndarray:
-    """``labels`` at the largest of ``values[lo[i]:hi[i]]`` for each i (-1 for empty ranges).
-
-    One ``maximum.reduceat`` over (value, position) packed into an int64; ``lo``/``hi``
-    interleaved so every other result is a wanted range.
-    """
-    out = np.full(lo.size, -1, np.int64)
-    some = np.flatnonzero(hi > lo)
-    if some.size == 0:
-        return out
-    width = values.size + 1
-    packed = np.r_[
-        (values + 1) * width + np.arange(values.size), 0
-    ]  # the sentinel keeps hi in range
-    bounds = np.empty(2 * some.size, np.int64)
-    bounds[0::2], bounds[1::2] = lo[some], hi[some]
-    position = np.maximum.reduceat(packed, bounds)[0::2] % width
-    out[some] = labels[position]
-    return out
 
 
 def kernels(trace: Trace, *, by_rank: bool = False) -> pd.DataFrame:

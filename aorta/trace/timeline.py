@@ -1,15 +1,7 @@
 """GPU time breakdown (TraceLens-compatible) and idle time per stream by cause.
 
-The breakdown is interval arithmetic over GPU ops, per class, across streams: one sweep over the
-sorted start/end points gives, for every elementary segment, which classes cover it.
-
-- ``computation_time`` = |∪ compute|
-- ``exposed_comm_time`` = |∪ communication − ∪ compute|
-- ``exposed_memcpy_time`` = |∪ memcpy − ∪ compute − ∪ communication|
-- ``busy_time`` = |∪ all|, ``total_time`` = last end − first start, ``idle_time`` = total − busy
-- ``total_comm_time`` = |∪ communication|, ``total_memcpy_time`` = |∪ memcpy|
-
-so computation + exposed comm + exposed memcpy + idle = total, whatever the overlap.
+The breakdown is the interval arithmetic of :mod:`aorta.trace.breakdown` over GPU ops, per
+class, across streams.
 
 TraceLens compatibility (checked against its own output on three traces, see
 ``docs/traces.md``): only GPU ops with a launching runtime call in the trace count (TraceLens'
@@ -24,84 +16,13 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 import pandas as pd
 
-from .classify import GPU_CLASSES
+from .breakdown import breakdown, breakdown_table, counted_gpu_ops
+from .host import host_timeline
 
 if TYPE_CHECKING:
-    from .model import GpuOps, Trace
+    from .model import Trace
 
-__all__ = ["BREAKDOWN_TYPES", "breakdown", "gpu_timeline", "idle_causes", "timeline"]
-
-#: Row order of the TraceLens ``gpu_timeline`` table.
-BREAKDOWN_TYPES: tuple[str, ...] = (
-    "computation_time",
-    "exposed_comm_time",
-    "exposed_memcpy_time",
-    "busy_time",
-    "idle_time",
-    "total_time",
-    "total_comm_time",
-    "total_memcpy_time",
-)
-_COMPUTE, _COMM, _MEMCPY, _MEMSET = (
-    GPU_CLASSES.index(c) for c in ("compute", "communication", "memcpy", "memset")
-)
-
-
-def breakdown(start: np.ndarray, end: np.ndarray, cls: np.ndarray) -> dict[str, int]:
-    """The breakdown of intervals ``[start, end)`` with class codes ``cls`` (0 compute,
-    1 communication, 2 memcpy; any other code is ignored), in the units of the input.
-
-    Examples
-    --------
-    >>> b = breakdown(np.array([0, 5, 30]), np.array([10, 20, 40]), np.array([0, 1, 2]))
-    >>> b["computation_time"], b["exposed_comm_time"], b["exposed_memcpy_time"], b["idle_time"], b["total_time"]
-    (10, 10, 10, 10, 40)
-    """
-    keep = (cls == _COMPUTE) | (cls == _COMM) | (cls == _MEMCPY)
-    start, end, cls = start[keep], np.maximum(end[keep], start[keep]), cls[keep]
-    if start.size == 0:
-        return dict.fromkeys(BREAKDOWN_TYPES, 0)
-    points = np.concatenate([start, end])
-    order = np.argsort(points, kind="stable")
-    seg = np.diff(points[order])
-    step = np.concatenate([np.ones(start.size, np.int32), -np.ones(end.size, np.int32)])[order]
-    both_cls = np.concatenate([cls, cls])[order]
-    cover = {
-        c: np.cumsum(np.where(both_cls == c, step, 0))[:-1] > 0 for c in (_COMPUTE, _COMM, _MEMCPY)
-    }
-    comp, comm, mem = cover[_COMPUTE], cover[_COMM], cover[_MEMCPY]
-    busy = int(seg[comp | comm | mem].sum())
-    total = int(end.max() - start.min())
-    return {
-        "computation_time": int(seg[comp].sum()),
-        "exposed_comm_time": int(seg[comm & ~comp].sum()),
-        "exposed_memcpy_time": int(seg[mem & ~comp & ~comm].sum()),
-        "busy_time": busy,
-        "idle_time": total - busy,
-        "total_time": total,
-        "total_comm_time": int(seg[comm].sum()),
-        "total_memcpy_time": int(seg[mem].sum()),
-    }
-
-
-def _selected(ops: GpuOps, *, include_unlinked: bool, memset: str) -> tuple[GpuOps, np.ndarray]:
-    """The ops that count and their classes after the memset policy."""
-    if not include_unlinked:
-        ops = ops.take(ops.linked)
-    cls = ops.cls.astype(np.int8, copy=True)
-    cls[cls == _MEMSET] = {"ignore": -1, "memcpy": _MEMCPY, "compute": _COMPUTE}[memset]
-    return ops, cls
-
-
-def _table(parts: dict[str, int], keys: dict[str, int]) -> pd.DataFrame:
-    total = parts["total_time"]
-    frame = pd.DataFrame(
-        {"type": list(BREAKDOWN_TYPES), "time ms": [parts[t] / 1e6 for t in BREAKDOWN_TYPES]}
-    )
-    frame["percent"] = [100.0 * parts[t] / total if total else np.nan for t in BREAKDOWN_TYPES]
-    for i, (key, value) in enumerate(keys.items()):
-        frame.insert(i, key, value)
-    return frame
+__all__ = ["gpu_timeline", "idle_causes", "timeline"]
 
 
 def gpu_timeline(
@@ -130,7 +51,7 @@ def gpu_timeline(
     Returns
     -------
     pandas.DataFrame
-        Columns ``rank`` (and ``device``), ``type`` (the rows of :data:`BREAKDOWN_TYPES`),
+        Columns ``rank`` (and ``device``), ``type`` (the rows of :data:`~aorta.trace.breakdown.BREAKDOWN_TYPES`),
         ``time ms`` and ``percent`` (of ``total_time``). ``df[["type", "time ms", "percent"]]``
         of a single rank is TraceLens' CSV. A trace without GPU ops gives an empty table whose
         ``attrs["note"]`` says so.
@@ -143,13 +64,13 @@ def gpu_timeline(
     >>> t.gpu_timeline().set_index("type")["time ms"].to_dict()["exposed_comm_time"]
     0.005
     """
-    ops, cls = _selected(trace.gpu_ops, include_unlinked=include_unlinked, memset=memset)
+    ops, cls = counted_gpu_ops(trace.gpu_ops, include_unlinked=include_unlinked, memset=memset)
     keys = ["rank"] if by == "rank" else ["rank", "device"]
     frames = []
     groups = pd.DataFrame({"rank": ops.rank, "device": ops.device}).groupby(keys, sort=True).indices
     for key, idx in groups.items():
         values = dict(zip(keys, key if isinstance(key, tuple) else (key,), strict=True))
-        frames.append(_table(breakdown(ops.ts[idx], ops.end[idx], cls[idx]), values))
+        frames.append(breakdown_table(breakdown(ops.ts[idx], ops.end[idx], cls[idx]), values))
     if not frames:
         empty = pd.DataFrame(
             {
@@ -205,8 +126,6 @@ def timeline(
     >>> t[t["type"] == "computation_time"][["rank", "source", "time ms"]].to_dict("list")
     {'rank': [0, 1], 'source': ['gpu', 'host'], 'time ms': [0.01, 0.01]}
     """
-    from .host import host_timeline
-
     with_gpu = set(np.unique(trace.gpu_ops.rank).tolist())
     use_gpu = {r: device == "gpu" or (device == "auto" and r in with_gpu) for r in trace.ranks}
     frames = []

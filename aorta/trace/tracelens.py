@@ -37,8 +37,9 @@ import pandas as pd
 
 from aorta.errors import TraceError
 
+from .breakdown import BREAKDOWN_TYPES
 from .collectives import bus_factor, canonical_collective, dtype_size
-from .timeline import BREAKDOWN_TYPES
+from .metrics import table_metrics
 
 __all__ = ["SHEETS", "TraceLensReport", "read_tracelens"]
 
@@ -68,8 +69,6 @@ class TraceLensReport:
     def metrics(self) -> pd.DataFrame:
         """The per-rank metrics of :func:`~aorta.trace.metrics.table_metrics` (one row, rank 0,
         ``source`` ``tracelens``); NaN where a sheet is missing."""
-        from .metrics import table_metrics
-
         timeline = self.gpu_timeline
         if timeline is None:
             timeline = pd.DataFrame({"type": pd.Series(dtype=object), "time ms": []})

@@ -1,11 +1,21 @@
-"""Vectorised joins on (rank, id) keys and interval containment — the trace's plumbing."""
+"""Vectorised joins between event rows: (rank, id) keys, threads, interval containment.
+
+The trace's plumbing, shared by :class:`~aorta.trace.model.Trace` (a GPU op to its launching
+runtime call, a runtime call to its CPU op) and the analyses (GPU work launched inside a host
+op, nested ops on one thread).
+"""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
-__all__ = ["contained_ranges", "lookup"]
+if TYPE_CHECKING:
+    from .model import Trace
+
+__all__ = ["contained_ranges", "lookup", "segment_argmax", "thread_groups"]
 
 _SHIFT = 1 << 44  # ids below 2**44 and ranks below 2**19 pack into one int64
 
@@ -86,3 +96,52 @@ def contained_ranges(
         lo[outer] = a + np.searchsorted(s[a:b], start[outer], side="left")
         hi[outer] = a + np.searchsorted(s[a:b], end[outer], side="right")
     return order, lo, hi
+
+
+def segment_argmax(
+    values: np.ndarray, lo: np.ndarray, hi: np.ndarray, labels: np.ndarray
+) -> np.ndarray:
+    """``labels`` at the largest of ``values[lo[i]:hi[i]]`` for each i (-1 for empty ranges).
+
+    ``values`` must be non-negative (-1 is allowed too); ties go to the last position. One
+    ``maximum.reduceat`` over (value, position) packed into an int64; ``lo``/``hi``
+    interleaved so every other result is a wanted range. With :func:`contained_ranges`, the
+    longest inner event inside each outer one.
+
+    Examples
+    --------
+    >>> segment_argmax(np.array([3, 9, 1, 7]), np.array([0, 2, 1]), np.array([4, 4, 1]),
+    ...                np.array([10, 11, 12, 13])).tolist()
+    [11, 13, -1]
+    """
+    out = np.full(lo.size, -1, np.int64)
+    some = np.flatnonzero(hi > lo)
+    if some.size == 0:
+        return out
+    width = values.size + 1
+    packed = np.r_[
+        (values + 1) * width + np.arange(values.size), 0
+    ]  # the sentinel keeps hi in range
+    bounds = np.empty(2 * some.size, np.int64)
+    bounds[0::2], bounds[1::2] = lo[some], hi[some]
+    position = np.maximum.reduceat(packed, bounds)[0::2] % width
+    out[some] = labels[position]
+    return out
+
+
+def thread_groups(trace: Trace, *row_sets: np.ndarray) -> list[np.ndarray]:
+    """For each row set, one integer per row naming its (rank, pid, tid), consistent across sets.
+
+    Examples
+    --------
+    >>> from aorta.trace.testing import synthetic_trace
+    >>> t = synthetic_trace([("cpu_op", "a", 0, 5), ("cpu_op", "b", 1, 1, {"tid": 7}), ("cpu_op", "c", 2, 1)])
+    >>> [k.tolist() for k in thread_groups(t, np.array([0, 1]), np.array([2]))]
+    [[0, 1], [0]]
+    """
+    rows = np.concatenate(row_sets) if row_sets else np.empty(0, dtype=np.int64)
+    key = np.zeros(rows.size, dtype=np.int64)
+    for column in ("rank", "pid", "tid"):  # pack the codes pairwise, re-coding to stay small
+        codes, uniques = pd.factorize(trace.column(column)[rows])
+        key = pd.factorize(key * max(len(uniques), 1) + codes)[0].astype(np.int64)
+    return list(np.split(key, np.cumsum([part.size for part in row_sets])[:-1]))
