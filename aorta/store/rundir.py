@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import errno
+import fcntl
 import json
 import os
 import socket
@@ -98,14 +98,6 @@ def atomic_write(path: Path, data: bytes | str, *, mode: int | None = None) -> N
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except OSError as exc:
-        return exc.errno == errno.EPERM
-    return True
 
 
 class RunLocked(UsageError):
@@ -304,43 +296,56 @@ class RunDir:
     def lock(self) -> Iterator[None]:
         """Hold the run directory: a second sweep on it fails with :class:`RunLocked`.
 
-        A lock left by a dead process on this host is taken over; one held on another host
-        (a shared file system) is respected.
+        The lock is the kernel's (``flock`` on ``run.lock``), so it is released when its holder
+        dies however it dies, and taking it is atomic: of several resumes started at once after
+        a crash exactly one wins. The file names its holder for the error message; a holder
+        named on another host (a shared file system whose locks do not reach this host) is
+        respected until the file is removed.
         """
         path = self.path / LOCK
         me = {"host": socket.gethostname(), "pid": os.getpid(), "since": utc_now()}
-        for _ in range(3):
-            try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            except FileExistsError:
-                holder = _read_lock(path)
-                if (
-                    holder
-                    and holder.get("host") == me["host"]
-                    and not _pid_alive(int(holder.get("pid", -1)))
-                ):
-                    with contextlib.suppress(FileNotFoundError):
-                        path.unlink()
-                    continue
-                who = (
-                    f"pid {holder.get('pid')} on {holder.get('host')}"
-                    if holder
-                    else "another process"
-                )
-                raise RunLocked(
-                    f"{self.path} is in use by {who} (remove {path} if that process is gone)"
-                ) from None
-            with os.fdopen(fd, "w") as fh:
-                json.dump(me, fh)
-            break
-        else:
-            raise RunLocked(f"{self.path}: could not take the lock {path}")
+        fd = _lock_file(path)
         try:
-            yield
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                if (_read_lock(path) or {}).get("pid") == me["pid"]:
+            holder = _read_lock(path)
+            if holder and holder.get("host") not in (None, me["host"]):
+                raise RunLocked(
+                    f"{self.path} is in use by {_holder(path)} (remove {path} if that process "
+                    "is gone)"
+                )
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(me).encode(), 0)
+            try:
+                yield
+            finally:
+                # Unlinked while still locked: whoever opened this inode meanwhile finds it
+                # gone from the path after locking it, and retries (see _lock_file).
+                with contextlib.suppress(FileNotFoundError):
                     path.unlink()
+        finally:
+            os.close(fd)  # releases the flock
+
+
+def _lock_file(path: Path) -> int:
+    """An open, exclusively ``flock``-ed descriptor of ``path`` (the file the path names now)."""
+    for _ in range(100):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise RunLocked(f"{path.parent} is in use by {_holder(path)}") from None
+        try:
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                return fd
+        except FileNotFoundError:
+            pass
+        os.close(fd)  # the holder removed it after we opened it: lock the new file instead
+    raise RunLocked(f"{path.parent}: could not take the lock {path}")
+
+
+def _holder(path: Path) -> str:
+    holder = _read_lock(path)
+    return f"pid {holder.get('pid')} on {holder.get('host')}" if holder else "another process"
 
 
 def _read_lock(path: Path) -> dict[str, Any] | None:
