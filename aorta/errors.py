@@ -7,7 +7,8 @@ an :class:`ExitCode` in one place and prints one line, ``Error: <message>``.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
 
 __all__ = [
     "AortaError",
@@ -20,7 +21,9 @@ __all__ = [
     "TraceWarning",
     "UsageError",
     "describe_value",
+    "invalid",
     "summarize_problems",
+    "validation_problems",
 ]
 
 
@@ -144,6 +147,83 @@ class LocatedError(UsageError):
     def with_source(self, source: str) -> LocatedError:
         """The same problems, attributed to the file ``source``."""
         return type(self)(self.problems, source=source)
+
+
+def invalid(kind: str, message: str) -> Exception:
+    """The error a pydantic validator raises to report ``message`` word for word.
+
+    Pydantic formats ``{names}`` in templates and prefixes a plain ``ValueError`` with
+    ``Value error,``; a ``PydanticCustomError`` holding the finished message does neither.
+    """
+    from pydantic_core import PydanticCustomError
+
+    return PydanticCustomError(kind, "{message}", {"message": message})
+
+
+_PLAIN_MESSAGES = {
+    "string_type": "must be a string, got {got}",
+    "int_type": "must be a whole number, got {got}",
+    "float_type": "must be a number, got {got}",
+    "bool_type": "must be true or false, got {got}",
+    "list_type": "must be a list, got {got}",
+    "dict_type": "must be a mapping, got {got}",
+    "model_type": "must be a mapping, got {got}",
+    "missing": "required key is missing",
+}
+
+
+def _format_loc(loc: Sequence[Any], at: str) -> str:
+    out = at
+    for part in loc:
+        if part == "[key]":
+            continue
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def validation_problems(exc: Any, *, at: str = "", hide: Collection[str] = ()) -> list[Problem]:
+    """The :class:`Problem`\\ s of a pydantic ``ValidationError``, one per path, in user words.
+
+    ``at`` prefixes every path (the place of the validated object inside its document);
+    ``hide`` names union members whose tags pydantic puts in a location (the user never wrote
+    them); ``function-...``, ``list[...]`` and ``dict[...]`` tags are always dropped.
+
+    >>> from pydantic import BaseModel, ValidationError
+    >>> class Node(BaseModel):
+    ...     port: int
+    >>> try:
+    ...     Node.model_validate({"port": [1]})
+    ... except ValidationError as exc:
+    ...     validation_problems(exc, at='node_dict["h"]')
+    [Problem('node_dict["h"].port', 'must be a whole number, got a list')]
+    """
+    problems: dict[str, Problem] = {}
+    for err in exc.errors(include_url=False):
+        loc = [
+            p
+            for p in err["loc"]
+            if not (
+                isinstance(p, str) and (p in hide or p.startswith(("function-", "list[", "dict[")))
+            )
+        ]
+        kind, got = err["type"], describe_value(err.get("input"))
+        ctx = err.get("ctx") or {}
+        if kind in _PLAIN_MESSAGES:
+            msg = _PLAIN_MESSAGES[kind].format(got=got)
+        elif kind in {"greater_than_equal", "greater_than"}:
+            op = "≥" if kind == "greater_than_equal" else ">"
+            msg = f"must be {op} {ctx.get('ge', ctx.get('gt'))}, got {got}"
+        elif kind == "literal_error":
+            msg = f"must be one of {ctx.get('expected')}, got {got}"
+        else:
+            msg = err["msg"]
+        # Unions report each alternative at one path: keep the first.
+        path = _format_loc(loc, at)
+        problems.setdefault(path, Problem(path, msg))
+    return list(problems.values())
 
 
 class RecipeError(LocatedError):

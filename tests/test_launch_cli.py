@@ -71,7 +71,7 @@ def test_bad_cluster_file_is_a_usage_error_naming_the_path(
     line = _one_error_line(capsys.readouterr().err)
     assert (
         line
-        == f'Error: {cluster}: node_dict["10.0.0.2"].vpc_ip: must be a non-empty string, got number 5'
+        == f'Error: {cluster}: node_dict["10.0.0.2"].vpc_ip: must be a host name or IP address, got integer 5'
     )
 
 
@@ -80,7 +80,7 @@ def test_bad_cluster_file_is_a_usage_error_naming_the_path(
     [
         (
             ["--recipe", "{recipe}", "--nproc-per-node", "many"],
-            "--nproc-per-node: expected a whole number",
+            "--nproc-per-node: must be a whole number ≥ 1, 'gpu' or 'auto', got string 'many'",
         ),
         ([], "give --recipe FILE"),
         (["--recipe", "{tmp}/missing.yaml"], "cannot read the recipe"),
@@ -126,6 +126,19 @@ def test_dry_run_prints_each_nodes_command_and_versions(
     assert "--nproc-per-node=2 --node-rank=1 --master-addr=127.0.0.2" in out
     assert "sweep run --recipe" in out and "-- echo 'a b'" in out
     assert "AORTA_NODE_RANK=1" in out
+
+
+def test_a_newline_in_an_env_value_is_refused_like_in_a_recipe(
+    tmp_path: Path, recipe: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cluster = tmp_path / "cluster.json"
+    cluster.write_text(json.dumps({"node_dict": {"h": {}}, "env_vars": {"A": "x\ny"}}))
+    assert main(["launch", "--cluster", str(cluster), "--recipe", str(recipe)]) == ExitCode.USAGE
+    line = _one_error_line(capsys.readouterr().err)
+    assert line == (
+        f"Error: {cluster}: env_vars.A: contains a NUL or newline character, "
+        "which a process environment cannot carry"
+    )
 
 
 @needs_sshd

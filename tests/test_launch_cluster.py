@@ -10,8 +10,7 @@ from typing import Any
 import pytest
 
 from aorta.errors import ExitCode, UsageError
-from aorta.launch import Cluster, ClusterError, load_cluster, parse_hostfile
-from aorta.launch.ssh import SshOptions
+from aorta.launch import Cluster, ClusterError, SshOptions, SshSession, load_cluster, parse_hostfile
 
 
 def _cvs(**extra: Any) -> dict[str, Any]:
@@ -24,7 +23,7 @@ def _cvs(**extra: Any) -> dict[str, Any]:
             "10.0.0.2": {"bmc_ip": "NA", "vpc_ip": "192.168.0.2", "port": 2222},
             "10.0.0.3": {"bmc_ip": "NA", "vpc_ip": "192.168.0.3"},
         },
-        "env_vars": {"NCCL_SOCKET_IFNAME": "ens1", "NCCL_IB_HCA": 5},
+        "env_vars": {"NCCL_SOCKET_IFNAME": "ens1", "NCCL_IB_HCA": "5"},
     }
     data.update(extra)
     return data
@@ -34,7 +33,7 @@ def _problems(data: Any) -> list[str]:
     with pytest.raises(ClusterError) as info:
         Cluster.from_dict(data, source="cluster.json", check_files=False)
     assert info.value.exit_code is ExitCode.USAGE
-    return [f"{path}: {message}" for path, message in info.value.problems]
+    return [f"{p.path}: {p.message}" for p in info.value.problems]
 
 
 def test_cvs_cluster_head_first_and_ranks_in_file_order() -> None:
@@ -117,7 +116,7 @@ def test_aorta_settings_global_and_per_node() -> None:
         ({"node_dict": {}}, "node_dict: is empty"),
         (
             {"node_dict": {"h": {"vpc_ip": 3}}},
-            'node_dict["h"].vpc_ip: must be a non-empty string, got number 3',
+            'node_dict["h"].vpc_ip: must be a host name or IP address, got integer 3',
         ),
         (
             {"node_dict": {"h": {"port": "22"}}},
@@ -144,7 +143,7 @@ def test_aorta_settings_global_and_per_node() -> None:
         ),
         (
             {"node_dict": {"h": {"env_vars": {"1X": "y"}}}},
-            'node_dict["h"].env_vars.1X: is not a valid environment variable name',
+            "node_dict[\"h\"].env_vars.1X: '1X' is not a valid environment variable name",
         ),
         (
             {"node_dict": {"h": {}}, "env_vars": {"A": True}},
@@ -158,7 +157,15 @@ def test_aorta_settings_global_and_per_node() -> None:
             {"node_dict": {"h": {}}, "host_key_checking": "maybe"},
             "host_key_checking: must be one of yes, accept-new, no",
         ),
-        ({"node_dict": {"h": {}}, "password": 5}, "password: must be a string, got int"),
+        ({"node_dict": {"h": {}}, "password": 5}, "password: must be a string, got integer 5"),
+        (
+            {"node_dict": {"h": {}}, "env_vars": {"A": "x\ny"}},
+            "env_vars.A: contains a NUL or newline character",
+        ),
+        (
+            {"node_dict": {"h": {}}, "env_vars": {"A": 5}},
+            'env_vars.A: must be a string, got integer 5: quote the value ("5")',
+        ),
     ],
 )
 def test_problems_name_their_path(data: Any, expected: str) -> None:
@@ -171,7 +178,7 @@ def test_every_problem_is_listed_and_the_message_names_the_file() -> None:
     assert len(info.value.problems) == 2
     assert (
         str(info.value)
-        == 'cl.json: node_dict["a"].port: must be an integer from 1 to 65535, got number 0 (+1 more problem)'
+        == 'cl.json: node_dict["a"].port: must be an integer from 1 to 65535, got integer 0 (+1 more problem)'
     )
 
 
@@ -251,36 +258,20 @@ def test_ssh_options_carry_the_key_port_and_policy_everywhere() -> None:
         },
         check_files=False,
     )
-    opts = SshOptions.for_node(c, c.head)
-    for argv in (opts.ssh_argv(), opts.scp_argv()):
-        joined = " ".join(argv)
-        assert "-i /keys/id -o IdentitiesOnly=yes" in joined
-        assert "StrictHostKeyChecking=no" in joined and "UserKnownHostsFile=/dev/null" in joined
-        assert (
-            "ConnectTimeout=3" in joined
-            and "ServerAliveInterval=7" in joined
-            and "User=ops" in joined
-        )
-    assert opts.ssh_argv()[-2:] == ["-p", "2201"] and opts.scp_argv()[-2:] == ["-P", "2201"]
-    rsync = opts.rsync_argv("/w/out dir/", "/tmp/x/", exclude=["combined_traces/"])
-    assert (
-        rsync[rsync.index("-e") + 1].split()[:1] == ["ssh"]
-        and "-i /keys/id" in rsync[rsync.index("-e") + 1]
-    )
-    assert rsync[-2:] == ["ops@10.0.0.1:/w/out dir/", "/tmp/x/"] and "--protect-args" in rsync
-    kwargs = opts.connect_kwargs()
-    assert (
-        kwargs["key_filename"] == ["/keys/id"]
-        and kwargs["look_for_keys"] is False
-        and kwargs["allow_agent"] is False
-    )
-    conn = opts.connection()
-    assert (conn.host, conn.port, conn.user, conn.connect_timeout) == ("10.0.0.1", 2201, "ops", 3)
-    assert conn.connect_kwargs["key_filename"] == ["/keys/id"] and not conn.is_connected
+    session = SshSession(c.head, SshOptions.for_node(c, c.head))
+    argv = session.argv("true")
+    joined = " ".join(argv)
+    assert "-i /keys/id -o IdentitiesOnly=yes" in joined
+    assert "StrictHostKeyChecking=no" in joined and "UserKnownHostsFile=/dev/null" in joined
+    assert "ConnectTimeout=3" in joined and "ServerAliveInterval=7" in joined
+    assert "User=ops" in joined and "BatchMode=yes" in joined
+    assert argv[-4:] == ["-p", "2201", "10.0.0.1", "true"]
 
 
-def test_password_only_logins_cannot_use_openssh() -> None:
-    opts = SshOptions(host="h", password="pw")
-    assert not opts.openssh_usable
-    assert opts.connect_kwargs()["password"] == "pw" and "pw" not in repr(opts)
-    assert SshOptions(host="h").connect_kwargs().get("look_for_keys", True) is True
+def test_a_password_is_not_used_and_says_so() -> None:
+    c = Cluster.from_dict({"node_dict": {"h": {}}, "password": "pw"})
+    assert c.warnings == (
+        "password is not used: aorta logs in with OpenSSH in batch mode "
+        "(priv_key_file, ssh-agent or ~/.ssh keys)",
+    )
+    assert "pw" not in repr(c)

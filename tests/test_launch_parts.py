@@ -6,13 +6,11 @@ from __future__ import annotations
 import json
 import os
 import platform
-import select
 import shutil
 import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -24,17 +22,17 @@ from aorta.launch import (
     LaunchFailed,
     LaunchSpec,
     NodePath,
-    compare,
+    SshOptions,
+    SshSession,
+    env_diff,
     launch,
     run_command,
     sweep_spec,
 )
-from aorta.launch.collect import finalize, is_artifact, node_folder, staging_dir
 from aorta.launch.command import STARTED_MARKER, kill_command, setup_command
-from aorta.launch.fanout import last_words
-from aorta.launch.parallel import Done, Failed, TimedOut, run_parallel
+from aorta.launch.fanout import Done, Failed, TimedOut, last_words, run_parallel
+from aorta.launch.gather import finalize, is_artifact, node_folder, staging_dir
 from aorta.launch.preflight import format_skew, version_rows
-from aorta.launch.remote import ExecResult, LineBuffer, RemoteTimeout
 from tests.sshd import REPO, VENV_PYTHON, processes_with_env, wait_gone
 
 PY = str(VENV_PYTHON) if VENV_PYTHON.is_file() else shutil.which("python3") or "python3"
@@ -181,6 +179,7 @@ def test_torchrun_line(tmp_path: Path) -> None:
             "AORTA_NODE_RANK belongs to the launcher",
         ),
         ({"argv": ("x",), "env": {"bad name": "2"}}, "not a valid environment variable name"),
+        ({"argv": ("x",), "env": {"A": "x\ny"}}, "env A: contains a NUL or newline character"),
         ({"argv": ("x",), "files": {"../r.yaml": b""}}, "plain names"),
         ({"argv": ("x",), "master_port": 70000}, "not a TCP port"),
     ],
@@ -192,7 +191,7 @@ def test_launch_spec_validation(kwargs: dict, message: str) -> None:
 
 def test_sweep_spec(tmp_path: Path) -> None:
     recipe = tmp_path / "r.yml"
-    recipe.write_text("workload: matmul\n")
+    recipe.write_text("workload: matmul\nredaction: {scrub_env_keys: [MY_*]}\n")
     spec = sweep_spec(
         recipe, command=["python", "train.py"], overrides=["lr=1"], ticket="T-9", nproc_per_node=2
     )
@@ -206,10 +205,11 @@ def test_sweep_spec(tmp_path: Path) -> None:
         "python",
         "train.py",
     )
-    assert spec.files == {"recipe.yml": b"workload: matmul\n"} and spec.requires == (
+    assert spec.files == {"recipe.yml": recipe.read_bytes()} and spec.requires == (
         "torch",
         "aorta",
     )
+    assert spec.scrub_env_keys == ("MY_*",)
     with pytest.raises(UsageError, match="--override needs a training command"):
         sweep_spec(recipe, overrides=["lr=1"])
     with pytest.raises(UsageError, match="cannot read the recipe"):
@@ -219,10 +219,14 @@ def test_sweep_spec(tmp_path: Path) -> None:
 def test_node_helper_setup_runs_locally(tmp_path: Path) -> None:
     cluster = _cluster(tmp_path, n=1)
     spec = LaunchSpec(
-        argv=("x",), files={"recipe.yaml": b"a: 1\n"}, requires=("json", "no_such_module_xyz")
+        argv=("x",),
+        files={"recipe.yaml": b"a: 1\n"},
+        requires=("json", "no_such_module_xyz"),
+        scrub_env_keys=("MY_*",),
     )
     line, stdin = setup_command(cluster.head, spec, run_id="r-5", probe_port=True)
-    proc = _sh("sh", line, stdin=stdin)
+    secrets = {"NCCL_IB_PASSWD": "p", "NCCL_CREDENTIAL": "c", "NCCL_MY_X": "m", "MY_NCCL": "s"}
+    proc = _sh("sh", line, stdin=stdin, env={**os.environ, **secrets})
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout.splitlines()[-1])
     ndir = Path(report["node_dir"])
@@ -232,6 +236,10 @@ def test_node_helper_setup_runs_locally(tmp_path: Path) -> None:
     snap = report["snapshot"]
     assert snap["python"] == platform.python_version() or snap["executable"] == PY
     assert snap["env"]["AORTA_NODE_RANK"] == "0" and snap["tools"]["setsid"] in (True, False)
+    # the one host snapshot and its secret policy: the same schema as the sweep's host_env.json
+    assert {"host", "aorta", "torch", "gpus", "env"} <= set(snap)
+    assert snap["env"]["NCCL_IB_PASSWD"] == snap["env"]["NCCL_CREDENTIAL"] == "<redacted>"
+    assert snap["env"]["NCCL_MY_X"] == "m"  # the recipe's globs match whole names
     dry_line, dry_stdin = setup_command(
         cluster.head, spec, run_id="r-6", probe_port=False, dry_run=True
     )
@@ -319,79 +327,16 @@ def test_the_watchdog_stops_the_run_when_its_channel_closes(tmp_path: Path) -> N
         wrapper.kill()
 
 
-class LocalSession:
-    """A node reached without SSH: commands run in a local shell (the launch takes any session)."""
+class LocalSession(SshSession):
+    """A node reached without SSH: the same commands, run by a local shell (the launch takes
+    any session)."""
 
-    def __init__(self, node: object) -> None:
-        self.node = node
-
-    def open(self) -> None:
-        pass
-
-    def exec(
-        self,
-        command: str,
-        *,
-        stdin: bytes | None = None,
-        timeout: float | None = None,
-        on_line: Callable[[str], None] | None = None,
-        keep_stdin_open: bool = False,
-    ) -> ExecResult:
-        proc = subprocess.Popen(
-            ["sh", "-c", command],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT if on_line else subprocess.PIPE,
-        )
-        assert proc.stdin and proc.stdout
-        proc.stdin.write(stdin or b"")
-        proc.stdin.flush()
-        if not keep_stdin_open:
-            proc.stdin.close()
-        deadline = None if timeout is None else time.monotonic() + timeout
-        out = bytearray()
-        lines = LineBuffer(on_line) if on_line else None
-        while True:
-            if deadline is not None and time.monotonic() > deadline:
-                raise RemoteTimeout("local: still running at the deadline")
-            ready, _, _ = select.select([proc.stdout], [], [], 0.05)
-            if not ready:
-                continue
-            data = os.read(proc.stdout.fileno(), 65536)
-            if not data:
-                break
-            if lines:
-                lines.feed(data)
-            else:
-                out += data
-        if lines:
-            lines.close()
-        err = proc.stderr.read().decode() if proc.stderr else ""
-        code = proc.wait()
-        if not proc.stdin.closed:
-            proc.stdin.close()  # the channel closes: a watchdog on it runs its kill
-        return ExecResult(code, out.decode(), err)
-
-    def exec_fresh(
-        self, command: str, *, stdin: bytes | None = None, timeout: float | None = None
-    ) -> ExecResult:
-        return self.exec(command, stdin=stdin, timeout=timeout)
-
-    def pull(self, remote_dir: str, local_dir: Path, *, timeout: float, rsync: bool) -> str:
-        shutil.copytree(
-            remote_dir,
-            local_dir,
-            dirs_exist_ok=True,
-            ignore=shutil.ignore_patterns("combined_traces"),
-        )
-        return "copy"
-
-    def close(self) -> None:
-        pass
+    def argv(self, command: str) -> list[str]:
+        return ["sh", "-c", command]
 
 
 def _local(cluster: Cluster) -> dict[str, LocalSession]:
-    return {n.name: LocalSession(n) for n in cluster.nodes}
+    return {n.name: LocalSession(n, SshOptions(host=n.address)) for n in cluster.nodes}
 
 
 def test_fanout_through_an_injected_session_stops_the_others_on_a_bad_exit(tmp_path: Path) -> None:
@@ -446,42 +391,57 @@ def test_run_parallel_reports_each_key_and_never_waits_past_the_deadline() -> No
     assert all(t.daemon for t in threading.enumerate() if t.name.startswith("aorta-"))
 
 
-def test_line_buffer_and_last_words() -> None:
+def test_local_session_streams_lines_and_pulls_a_tar(tmp_path: Path) -> None:
+    node = _cluster(tmp_path, n=1).head
+    session = LocalSession(node, SshOptions(host=node.address))
     got: list[str] = []
-    buf = LineBuffer(got.append)
-    for chunk in (b"a\r\nb", "€".encode()[:2], "€".encode()[2:] + b"\n", b"tail"):
-        buf.feed(chunk)
-    buf.close()
-    assert got == ["a", "b€", "tail"]
+    result = session.exec("printf 'a\\r\\nb\\342\\202\\254\\ntail'", on_line=got.append)
+    assert got == ["a", "b€", "tail"] and result.exit_code == 0
+    src = tmp_path / "src"
+    (src / "cells" / "trace").mkdir(parents=True)
+    (src / "cells" / "trace" / "rank0.json").write_text("{}")
+    (src / "name with space.log").write_text("x")
+    (src / "combined_traces" / "node_0").mkdir(parents=True)  # an earlier gathering
+    (src / "combined_traces" / "node_0" / "old.txt").write_text("old")
+    assert session.pull(str(src), tmp_path / "got", timeout=20) == "tar (2 files)"
+    assert (tmp_path / "got/name with space.log").read_text() == "x"
+    assert not (tmp_path / "got/combined_traces").exists()
+
+
+def test_last_words() -> None:
     assert last_words("step 1\nNaN loss at step 2\n=====\n") == "NaN loss at step 2"
     torchrun = "worker says bye\nTraceback (most recent call last):\n  File torch/distributed/run.py\nChildFailedError:\n====="
     assert last_words(torchrun) == "worker says bye"
     assert last_words("") == ""
 
 
-def test_preflight_compare_and_versions() -> None:
+def test_preflight_env_diff_and_versions() -> None:
     a = {
-        "packages": {"torch": "2.4.0", "aorta": "0.1"},
+        "torch": {"version": "2.4.0"},
+        "aorta": "0.1",
         "env": {"NCCL_IB_DISABLE": "1", "AORTA_NODE_RANK": "0"},
-        "hostname": "a",
+        "host": "a",
+        "taken_at": "t0",
     }
     b = {
-        "packages": {"torch": "2.4.0", "aorta": "0.1"},
+        "torch": {"version": "2.4.0"},
+        "aorta": "0.1",
         "env": {"AORTA_NODE_RANK": "1"},
-        "hostname": "b",
+        "host": "b",
+        "taken_at": "t1",
     }
-    skew = compare({"node0": a, "node1": b, "node2": None})
+    skew = env_diff({"node0": a, "node1": b, "node2": None})
     assert skew == {"env.NCCL_IB_DISABLE": {"node0": "1", "node1": "(unset)"}}
     assert format_skew(skew) == [
         "nodes differ in 1 setting(s):",
         "  env.NCCL_IB_DISABLE: node0=1  node1=(unset)",
     ]
-    assert compare({"node0": a}) == {}
+    assert env_diff({"node0": a}) == {}
     rows = version_rows(
         {
             "python": "3.11",
-            "packages": {"torch": "2.4", "nvidia-nccl-cu12": "2.21.5"},
-            "torch_build": {"cuda": "12.4"},
+            "torch": {"version": "2.4", "cuda": "12.4"},
+            "libraries": {"nccl_wheel": "2.21.5"},
         }
     )
     assert rows == {

@@ -1,7 +1,7 @@
 """Acceptance tests of the launch against real OpenSSH servers on 127.0.0.2, 127.0.0.3, …
 
 No mocks: every node is an ``sshd`` (tests/sshd.py), the nodes run real ``torchrun`` with gloo
-on loopback, kills go through a second SSH connection, artifacts come back through rsync/SFTP.
+on loopback, kills go through a second SSH connection, artifacts come back as ``tar`` streams.
 Each test checks the status, the node it names, what survived, and that no process is left.
 """
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -57,12 +58,13 @@ def test_two_nodes_two_processes_gloo_allreduce(cluster: Cluster, tmp_path: Path
     for rank, expect in ((0, {"rank0", "rank1"}), (1, {"rank2", "rank3"})):
         folder = result.run_dir / "combined_traces" / f"node_{rank}"
         assert {p.name.split(".")[0] for p in (folder / "trace").iterdir()} == expect
-        assert json.loads((folder / "host_env.json").read_text())["packages"]["torch"]
+        assert json.loads((folder / "host_env.json").read_text())["torch"]["version"]
         assert "all_reduce=10" in (folder / "launch.log").read_text()
     assert any(line.startswith("[node1 127.0.0.3] rank ") for line in lines)
     record = json.loads((result.run_dir / "launch.json").read_text())
     assert record["status"] == "complete"
-    assert record["nodes"]["node1"]["collected"].startswith("rsync (shares the head's file system")
+    assert record["nodes"]["node1"]["collected"].startswith("tar (")
+    assert "(shares the head's file system" in record["nodes"]["node1"]["collected"]
     assert "--node-rank=1" in record["commands"]["node1"]
     assert 0 < result.timings["all_started"] < result.timings["setup"] + 5
     assert not list((tmp_path / "out").glob(".aorta-launch-*"))  # staging renamed
@@ -142,7 +144,7 @@ def test_key_given_only_through_priv_key_file(
 
     assert result.status == "complete", result.summary()
     assert result.master_port  # probed on the head over SSH with the key
-    assert {o.collected.split()[0] for o in result.outcomes.values()} == {"rsync"}  # OpenSSH got -i
+    assert {o.collected.split()[0] for o in result.outcomes.values()} == {"tar"}  # ssh got -i
     assert len(_records(result.run_dir, 1)) == 1
     assert_nothing_left(result)
 
@@ -236,7 +238,9 @@ def test_ranks_writing_into_the_heads_run_dir_path_on_their_own_disk_are_collect
     trace = f"T-2/wl/{run_id}/cells/c/trial_0000/trace/rank2.pt.trace.json"
     # node 1 "does not share" the head's disk: the head's path is pulled from node 1 as well
     assert (result.run_dir / "combined_traces" / "node_1" / trace).is_file()
-    assert result.outcomes["node1"].collected == "rsync + rsync"
+    assert re.fullmatch(
+        r"tar \(\d+ files\) \+ tar \(\d+ files\)", result.outcomes["node1"].collected
+    )
     assert_nothing_left(result)
 
 
@@ -324,21 +328,18 @@ def test_a_node_finishing_setup_after_the_deadline_tears_itself_down(
     assert_nothing_left(result)
 
 
-def test_sftp_pulls_when_rsync_is_not_there(
+def test_pull_brings_a_folder_back_over_ssh(
     farm: SshdFarm, cluster: Cluster, tmp_path: Path
 ) -> None:
-    remote = farm.nodes[1].workdir / "sftp-src"
+    remote = farm.nodes[1].workdir / "pull-src"
     (remote / "cells" / "a" / "trace").mkdir(parents=True)
     (remote / "cells" / "a" / "trace" / "rank2.pt.trace.json").write_text("{}")
     (remote / "name with space.log").write_text("x")
-    (remote / "combined_traces" / "node_0").mkdir(parents=True)  # an earlier collection
+    (remote / "combined_traces" / "node_0").mkdir(parents=True)  # an earlier gathering
     (remote / "combined_traces" / "node_0" / "old.txt").write_text("old")
     session = ssh_sessions(cluster)["node1"]
-    try:
-        how = session.pull(str(remote), tmp_path / "got", timeout=20, rsync=False)
-    finally:
-        session.close()
-    assert how == "sftp (2 files)"
+    how = session.pull(str(remote), tmp_path / "got", timeout=20)
+    assert how == "tar (2 files)"
     assert (tmp_path / "got/cells/a/trace/rank2.pt.trace.json").read_text() == "{}"
     assert (tmp_path / "got/name with space.log").read_text() == "x"
     assert not (tmp_path / "got/combined_traces").exists()
@@ -353,6 +354,6 @@ def test_dry_run_checks_every_node_and_starts_nothing(cluster: Cluster, farm: Ss
     assert report.ok
     assert report.master_port and report.master_addr == "127.0.0.2"
     for rank, name in enumerate(("node0", "node1")):
-        assert report.outcomes[name].snapshot["packages"]["aorta"]
+        assert report.outcomes[name].snapshot["aorta"]
         assert f"--node-rank={rank}" in report.commands[name].remote
     assert {n.index: set((n.workdir / ".aorta-launch").glob("*")) for n in farm.nodes} == before

@@ -23,13 +23,12 @@ CONTEXT = {"allow_interspersed_args": False}
 
 
 def _nproc(value: str | None) -> int | str | None:
-    if value is None or value in ("gpu", "auto"):
-        return value
-    if value.isdigit() and int(value) >= 1:
-        return int(value)
-    raise UsageError(
-        f"--nproc-per-node: expected a whole number ≥ 1, 'gpu' or 'auto', got {value!r}"
-    )
+    from aorta.launch import parse_nproc
+
+    try:
+        return None if value is None else parse_nproc(value)
+    except ValueError as exc:
+        raise UsageError(f"--nproc-per-node: {exc}") from None
 
 
 class _Printer:

@@ -4,12 +4,12 @@ The pieces, from pure to effectful:
 
 * :mod:`~aorta.launch.cluster` — :class:`Cluster` / :class:`Node` from ``cluster.json`` or a
   hostfile (:func:`load_cluster`), validated with path-localised :class:`ClusterError`\\ s;
-* :mod:`~aorta.launch.ssh` — :class:`SshOptions`, the one builder of every SSH call's options;
+* :mod:`~aorta.launch.ssh` — the transport: :class:`SshOptions` (the one builder of every
+  ``ssh`` call's options) and :class:`SshSession` (run a command, pull a folder, with deadlines);
 * :mod:`~aorta.launch.command` — :class:`LaunchSpec` and each node's quoted command line;
-* :mod:`~aorta.launch.fanout` / :mod:`~aorta.launch.remote` — threads, deadlines,
-  kill-on-bad-exit, teardown over SSH;
-* :mod:`~aorta.launch.collect` — pulling artifacts into ``combined_traces/node_<rank>/``;
-* :mod:`~aorta.launch.preflight` — environment snapshots and the cross-node diff;
+* :mod:`~aorta.launch.fanout` — the per-node thread map, kill-on-bad-exit, teardown;
+* :mod:`~aorta.launch.gather` — pulled artifacts in ``combined_traces/node_<rank>/``;
+* :mod:`~aorta.launch.preflight` — the cross-node environment diff (:func:`env_diff`);
 * :func:`launch` / :func:`dry_run` — all of it, in order.
 
 Examples
@@ -20,13 +20,12 @@ Examples
 ('node0 gpu-1', '10.0.0.1')
 """
 
-from .cluster import Cluster, ClusterError, Node, load_cluster, parse_hostfile
+from .cluster import Cluster, ClusterError, Node, load_cluster, parse_hostfile, parse_nproc
 from .command import LaunchSpec, NodeCommand, NodePath, run_command
 from .launcher import DryRun, dry_run, launch, new_run_id, ssh_sessions, sweep_spec
 from .outcome import Deadlines, LaunchFailed, LaunchResult, NodeOutcome
-from .preflight import compare
-from .remote import RemoteError, SshSession
-from .ssh import SshOptions
+from .preflight import env_diff
+from .ssh import RemoteError, SshOptions, SshSession
 
 __all__ = [
     "Cluster",
@@ -43,12 +42,13 @@ __all__ = [
     "RemoteError",
     "SshOptions",
     "SshSession",
-    "compare",
     "dry_run",
+    "env_diff",
     "launch",
     "load_cluster",
     "new_run_id",
     "parse_hostfile",
+    "parse_nproc",
     "run_command",
     "ssh_sessions",
     "sweep_spec",

@@ -6,13 +6,13 @@ only, no annotations, nothing imported from aorta (which may be missing — that
 things ``setup`` reports).
 
 * ``setup`` — resolve (and unless a dry run, create) the node's per-run folder, write the files
-  the launch ships (the recipe), snapshot the environment (versions read without importing
-  torch, so it takes milliseconds), probe a free TCP port when asked (the head, for the
-  rendezvous), and list required modules that are missing.
+  the launch ships (the recipe), snapshot the environment with :mod:`aorta.store.hostenv`
+  (whose source comes in the request: one schema and one secret policy for every
+  ``host_env.json``), probe a free TCP port when asked (the head, for the rendezvous), and list
+  required modules that are missing.
 * ``kill`` — stop what the launch started on this node (run by the launch over a second
   connection, or by the run's watchdog from ``<node dir>/helper.py`` when the orchestrator's
-  connection closes): drop a ``cancel`` marker (a wrapper
-  not yet started will not start), then SIGTERM every process of the run's session (pid file)
+  connection closes): drop a ``cancel`` marker (a wrapper not yet started will not start), then SIGTERM every process of the run's session (pid file)
   and every process whose environment carries this run's and node's identity (torchrun puts
   its workers in sessions of their own), SIGKILL what is left after the grace period, and scan
   again until nothing is left. Given the head's per-run folder, it also says whether this node
@@ -29,47 +29,12 @@ import socket
 import sys
 import time
 
-# Kept to C-implemented or already-loaded modules (no glob/re/platform/base64): the helper
-# runs on every node before every launch, so its start-up time is the launch's.
 
-ENV_PREFIXES = (
-    "NCCL_", "RCCL_", "HSA_", "HIP_", "ROCR_", "ROCM_", "ROC_", "CUDA_", "NVIDIA_", "TORCH_",
-    "PYTORCH_", "GLOO_", "OMP_", "MKL_", "UCX_", "FI_", "GPU_", "AMD_", "DEBUG_", "MIOPEN_",
-    "HIPBLASLT_", "AORTA_",
-)  # fmt: skip
-ENV_NAMES = ("PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "DISABLE_TF32", "VIRTUAL_ENV", "CONDA_PREFIX")
-SECRET_MARKS = ("TOKEN", "SECRET", "KEY", "PASSWORD")
-PACKAGES = ("aorta", "torch", "numpy", "nvidia-nccl-cu11", "nvidia-nccl-cu12", "nvidia-nccl-cu13")
-
-
-_DISTS = None
-
-
-def _version(dist):
-    # importlib.metadata costs ~50 ms to import and scan; the dist-info folder names in sys.path
-    # say the same in ~1 ms (setup runs on every node of every launch).
-    global _DISTS
-    if _DISTS is None:
-        _DISTS = {}
-        for folder in sys.path:
-            try:
-                names = os.listdir(folder or ".")
-            except OSError:
-                continue
-            for entry in names:
-                base = entry.rsplit(".", 1)[0]
-                if entry.endswith((".dist-info", ".egg-info")) and "-" in base:
-                    name, version = base.split("-", 1)
-                    _DISTS.setdefault(name.lower().replace("_", "-").replace(".", "-"), version)
-    return _DISTS.get(dist.lower().replace("_", "-"))
-
-
-def _listdir(folder, prefix):
-    try:
-        names = os.listdir(folder)
-    except OSError:
-        return []
-    return [os.path.join(folder, n) for n in sorted(names) if n.startswith(prefix)]
+def snapshot(req, env):
+    """The node's ``host_env.json``: aorta.store.hostenv's source, shipped in the request."""
+    scope = {"__name__": "aorta_hostenv"}
+    exec(compile(req["hostenv"], "aorta/store/hostenv.py", "exec"), scope)
+    return scope["snapshot"](env=env, scrub_keys=req.get("scrub_env_keys", []))
 
 
 def _read(path, limit=4096):
@@ -78,104 +43,6 @@ def _read(path, limit=4096):
             return fh.read(limit).decode("utf-8", "replace").strip()
     except OSError:
         return None
-
-
-def _torch_build():
-    # torch/version.py holds the build's CUDA/HIP versions; executing it avoids importing torch.
-    try:
-        spec = importlib.util.find_spec("torch")
-    except (ImportError, ValueError):
-        spec = None
-    if spec is None or not spec.submodule_search_locations:
-        return {}, None
-    root = next(iter(spec.submodule_search_locations))
-    scope = {}
-    try:
-        with open(os.path.join(root, "version.py")) as fh:
-            exec(compile(fh.read(), "torch/version.py", "exec"), scope)
-    except Exception:
-        return {}, root
-    return {
-        "cuda": scope.get("cuda"),
-        "hip": scope.get("hip"),
-        "git": scope.get("git_version"),
-    }, root
-
-
-def _library_versions(torch_root):
-    # NCCL/RCCL as the loader would find them: real names of the shared objects on disk.
-    dirs = ["/opt/rocm/lib", "/usr/lib/x86_64-linux-gnu", "/usr/local/lib"]
-    if torch_root:
-        dirs.insert(0, os.path.join(torch_root, "lib"))
-    found = {}
-    for lib in ("nccl", "rccl"):
-        names = []
-        for d in dirs:
-            for path in _listdir(d, f"lib{lib}.so"):
-                names.append(os.path.basename(os.path.realpath(path)))
-        found[lib] = max(names, key=len) if names else None
-    return found
-
-
-def _drivers():
-    nvidia = _read("/proc/driver/nvidia/version")
-    if nvidia:
-        words = nvidia.split()
-        nvidia = next((w for w in words if w[:1].isdigit() and w.count(".") >= 1), nvidia[:80])
-    nv_gpus = len(_listdir("/proc/driver/nvidia/gpus", ""))
-    amd_gpus = 0
-    for node in _listdir("/sys/class/kfd/kfd/topology/nodes", ""):
-        props = os.path.join(node, "properties")
-        text = _read(props, 65536) or ""
-        if any(
-            line.startswith("simd_count") and line.split()[-1] != "0" for line in text.splitlines()
-        ):
-            amd_gpus += 1
-    rocm = _read("/opt/rocm/.info/version")
-    return {
-        "nvidia": nvidia,
-        "amdgpu": _read("/sys/module/amdgpu/version"),
-        "rocm": rocm,
-        "gpus_nvidia": nv_gpus,
-        "gpus_amd": amd_gpus,
-    }
-
-
-def _which(name):
-    for d in os.environ.get("PATH", "").split(os.pathsep):
-        path = os.path.join(d, name)
-        if d and os.access(path, os.X_OK) and not os.path.isdir(path):
-            return path
-    return None
-
-
-def _env():
-    env = {}
-    for name, value in os.environ.items():
-        if name in ENV_NAMES or name.startswith(ENV_PREFIXES):
-            if any(mark in name.upper() for mark in SECRET_MARKS):
-                value = "<redacted>"
-            env[name] = value
-    return env
-
-
-def snapshot():
-    """What a version skew between nodes would show up in."""
-    build, torch_root = _torch_build()
-    uname = os.uname()
-    return {
-        "hostname": socket.gethostname(),
-        "os": f"{uname.sysname} {uname.release}",
-        "machine": uname.machine,
-        "python": ".".join(str(v) for v in sys.version_info[:3]),
-        "executable": sys.executable,
-        "packages": {name: _version(name) for name in PACKAGES},
-        "torch_build": build,
-        "libraries": _library_versions(torch_root),
-        "drivers": _drivers(),
-        "tools": {name: _which(name) is not None for name in ("rsync", "setsid")},
-        "env": _env(),
-    }
 
 
 def _free_port():
@@ -188,13 +55,10 @@ def _free_port():
 
 
 def _installed(module):
-    # Importable, or at least installed (its dist-info is on sys.path).
     try:
-        if importlib.util.find_spec(module) is not None:
-            return True
+        return importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):
-        pass
-    return _version(module) is not None
+        return False
 
 
 def setup(req):
@@ -222,7 +86,7 @@ def setup(req):
         os.makedirs(out["workdir"], exist_ok=True)
     if req.get("probe_port"):
         out["port"] = _free_port()
-    out["snapshot"] = snapshot()
+    out["snapshot"] = snapshot(req, dict(os.environ))
     return out
 
 
@@ -314,7 +178,7 @@ def kill(req):
 
 def main(argv):
     request = json.loads(sys.stdin.read() or "{}")
-    result = {"setup": setup, "kill": kill, "snapshot": lambda _req: snapshot()}[argv[0]](request)
+    result = {"setup": setup, "kill": kill}[argv[0]](request)
     try:
         sys.stdout.write(json.dumps(result) + "\n")
         sys.stdout.flush()

@@ -7,7 +7,7 @@ connects anywhere. Two file formats are accepted:
 
       {
         "username": "{user-id}",                       # {user-id} = the current user
-        "priv_key_file": "/home/{user-id}/.ssh/id_rsa",  # or "password"
+        "priv_key_file": "/home/{user-id}/.ssh/id_rsa",
         "head_node_dict": {"mgmt_ip": "10.0.0.1"},     # optional; default: the first node
         "node_dict": {
           "10.0.0.1": {"vpc_ip": "192.168.1.1", "bmc_ip": "NA"},
@@ -23,8 +23,10 @@ connects anywhere. Two file formats are accepted:
   ``nproc_per_node``, ``port``, ``env_vars``) may be given globally or per node.
 * a DeepSpeed-style hostfile: one ``host slots=N`` per line, ``#`` comments.
 
-Node ranks follow the file order with the head moved to rank 0. Every problem names its path
+The file is validated by pydantic models, like a recipe, and every problem names its path
 inside the file: ``cluster.json: node_dict["10.0.0.2"].port: must be an integer ...``.
+``env_vars`` follow the one rule of :func:`aorta.envvars.env_problems`. Node ranks follow the
+file order with the head moved to rank 0.
 
 Examples
 --------
@@ -48,73 +50,164 @@ import ipaddress
 import json
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from aorta.envvars import TRIAL_MASTER_PORT_BASE, is_reserved_env_name
-from aorta.errors import UsageError, summarize_problems
+from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
+
+from aorta import envvars
+from aorta.errors import LocatedError, Problem, describe_value, invalid, validation_problems
 
 __all__ = [
     "Cluster",
     "ClusterError",
     "HostKeyChecking",
     "Node",
+    "NprocPerNode",
     "load_cluster",
     "parse_hostfile",
+    "parse_nproc",
 ]
 
 HostKeyChecking = Literal["yes", "accept-new", "no"]
 NprocPerNode = int | Literal["gpu", "auto"]
 
 USER_PLACEHOLDER = "{user-id}"
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _HOST = re.compile(r"^[A-Za-z0-9_.:%\[\]-]+$")
-# Keys of cluster.json that aorta reads; anything else is reported (CVS files carry more).
-_TOP_KEYS = frozenset(
-    {
-        "username",
-        "priv_key_file",
-        "password",
-        "node_dict",
-        "head_node_dict",
-        "env_vars",
-        "port",
-        "python",
-        "workdir",
-        "nproc_per_node",
-        "host_key_checking",
-        "known_hosts_file",
-        "connect_timeout",
-        "keepalive",
-    }
-)
-_NODE_KEYS = frozenset(
-    {"vpc_ip", "mgmt_ip", "port", "python", "workdir", "nproc_per_node", "slots", "env_vars"}
-)
-_HOST_KEY_CHOICES = ("yes", "accept-new", "no")
 
 
-class ClusterError(UsageError):
-    """A cluster file that cannot be used; every problem names its path inside the file.
+class ClusterError(LocatedError):
+    """A cluster file that cannot be used; every :class:`~aorta.errors.Problem` names its path
+    inside the file (a :class:`~aorta.errors.UsageError`)."""
 
-    ``problems`` lists ``(path, message)`` pairs; ``str(err)`` is the first one, prefixed with
-    the file name, plus a count of the rest.
+    document = "invalid cluster file"
+
+
+def parse_nproc(value: object) -> NprocPerNode:
+    """Processes per node: ``"gpu"``, ``"auto"`` or a whole number ≥ 1 (also as text).
+
+    The one reader of ``--nproc-per-node`` and of ``nproc_per_node``/``slots``; raises
+    ``ValueError`` saying what is accepted.
+
+    >>> parse_nproc("8"), parse_nproc(2), parse_nproc("gpu")
+    (8, 2, 'gpu')
     """
+    if value in ("gpu", "auto"):
+        return value  # type: ignore[return-value]
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    raise ValueError(f"must be a whole number ≥ 1, 'gpu' or 'auto', got {describe_value(value)}")
 
-    def __init__(
-        self, problems: Sequence[tuple[str, str]] | str, *, source: str | None = None
-    ) -> None:
-        if isinstance(problems, str):
-            problems = [("", problems)]
-        self.problems = list(problems)
-        self.source = source
-        super().__init__(self._summary())
 
-    def _summary(self) -> str:
-        lines = [f"{path}: {message}" if path else message for path, message in self.problems]
-        return summarize_problems(lines, source=self.source, empty="invalid cluster file")
+# -- the file's models ----------------------------------------------------------------------
+
+
+def _check(test: Any, kind: str, what: str) -> BeforeValidator:
+    def check(value: Any) -> Any:
+        if value is not None and not test(value):
+            raise invalid(kind, f"must be {what}, got {describe_value(value)}")
+        return value.strip() if isinstance(value, str) else value
+
+    return BeforeValidator(check)
+
+
+def _number(lo: float, hi: float, *, integer: bool) -> BeforeValidator:
+    kinds = int if integer else (int, float)
+    what = f"{'an integer' if integer else 'a number'} from {lo:g} to {hi:g}"
+    return _check(
+        lambda v: isinstance(v, kinds) and not isinstance(v, bool) and lo <= v <= hi, "range", what
+    )
+
+
+def _nproc(value: Any) -> Any:
+    try:
+        return None if value is None else parse_nproc(value)
+    except ValueError as exc:
+        raise invalid("nproc", str(exc)) from None
+
+
+def _env_name(name: Any) -> Any:
+    problem = envvars.name_problem(name, allow={envvars.TRIAL_MASTER_PORT_BASE})
+    if problem:
+        raise invalid("env_name", problem)
+    return name
+
+
+def _env_value(value: Any) -> Any:
+    problem = envvars.value_problem(value)
+    if problem:
+        raise invalid("env_value", problem)
+    return value
+
+
+Text = Annotated[
+    str, _check(lambda v: isinstance(v, str) and v.strip(), "text", "a non-empty string")
+]
+Host = Annotated[
+    str,
+    _check(lambda v: isinstance(v, str) and _HOST.match(v), "host", "a host name or IP address"),
+]
+Nproc = Annotated[Any, BeforeValidator(_nproc)]
+EnvMap = dict[
+    Annotated[str, BeforeValidator(_env_name)], Annotated[str, BeforeValidator(_env_value)]
+]
+
+
+class _Settings(BaseModel):
+    """aorta's per-node settings, valid both at the top level and inside a node entry."""
+
+    model_config = ConfigDict(extra="allow")
+    port: Annotated[int | None, _number(1, 65535, integer=True)] = None
+    python: Text | None = None
+    workdir: Text | None = None
+    nproc_per_node: Nproc = None
+    slots: Nproc = None
+    env_vars: EnvMap | None = None
+
+    def node_fields(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.port is not None:
+            out["port"] = self.port
+        for key in ("python", "workdir"):
+            value = getattr(self, key)
+            if value is not None:
+                out[key] = _home_relative(value.replace(USER_PLACEHOLDER, getpass.getuser()))
+        slots = self.nproc_per_node if self.nproc_per_node is not None else self.slots
+        if slots is not None:
+            out["slots"] = slots
+        return out
+
+
+class _NodeEntry(_Settings):
+    vpc_ip: Host | None = None
+    mgmt_ip: Host | None = None
+
+
+class _Head(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    mgmt_ip: Text | None = None
+
+
+class _ClusterFile(_Settings):
+    username: Text | None = None
+    priv_key_file: Text | None = None
+    password: Annotated[str | None, _check(lambda v: isinstance(v, str), "text", "a string")] = None
+    node_dict: Any = None
+    head_node_dict: _Head | None = None
+    host_key_checking: Annotated[
+        HostKeyChecking | None,
+        _check(lambda v: v in ("yes", "accept-new", "no"), "choice", "one of yes, accept-new, no"),
+    ] = None
+    known_hosts_file: Text | None = None
+    connect_timeout: Annotated[float | None, _number(0.1, 3600, integer=False)] = None
+    keepalive: Annotated[int | None, _number(0, 3600, integer=True)] = None
+
+
+# -- the cluster ----------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -135,8 +228,7 @@ class Node:
     slots: NprocPerNode | None = None
     #: The node's Python interpreter (with torch and aorta installed).
     python: str = "python3"
-    #: Working directory of the launched processes; relative paths are relative to the login
-    #: directory.
+    #: Working directory of the launched processes; relative paths start at the login directory.
     workdir: str = "."
     #: Variables for every process on this node (the cluster's, then the node's own).
     env_vars: Mapping[str, str] = field(default_factory=dict)
@@ -163,14 +255,13 @@ class Node:
 class Cluster:
     """The nodes of a launch and how to log in to them; the head is ``nodes[0]``.
 
-    Building one is free and touches no network: :mod:`aorta.launch` connects later, inside a
-    context manager that tears down what it started.
+    Building one is free and touches no network: :mod:`aorta.launch` connects later and tears
+    down what it started.
     """
 
     nodes: tuple[Node, ...]
     username: str | None = None
     priv_key_file: str | None = None
-    password: str | None = field(default=None, repr=False)
     host_key_checking: HostKeyChecking = "accept-new"
     known_hosts_file: str | None = None
     connect_timeout: float = 10.0
@@ -186,13 +277,6 @@ class Cluster:
         """The node with rank 0: it hosts the rendezvous and writes the run directory."""
         return self.nodes[0]
 
-    def node(self, name: str) -> Node:
-        """The node called ``name`` (``node1``) or with SSH address ``name``."""
-        for n in self.nodes:
-            if name in (n.name, n.address):
-                return n
-        raise KeyError(name)
-
     def master_addr(self, override: str | None = None) -> str:
         """The rendezvous address every node connects to.
 
@@ -200,14 +284,13 @@ class Cluster:
         address is refused when any node is not on loopback: only this machine could reach it.
         """
         addr = override or self.head.peer_address
-        if _is_loopback(addr):
-            remote = [n for n in self.nodes[1:] if not _is_loopback(n.address)]
-            if remote:
-                raise ClusterError(
-                    f"rendezvous address {addr} is a loopback address, but {remote[0].label} is "
-                    "another machine: give the head a vpc_ip (or --master-addr) the nodes can reach",
-                    source=self.source,
-                )
+        remote = [n for n in self.nodes[1:] if not _is_loopback(n.address)]
+        if _is_loopback(addr) and remote:
+            raise ClusterError(
+                f"rendezvous address {addr} is a loopback address, but {remote[0].label} is "
+                "another machine: give the head a vpc_ip (or --master-addr) the nodes can reach",
+                source=self.source,
+            )
         return addr
 
     @classmethod
@@ -217,9 +300,37 @@ class Cluster:
         """Validate a parsed ``cluster.json`` and build the cluster (see the module docstring).
 
         Raises :class:`ClusterError` listing every problem. ``check_files`` also checks that
-        ``priv_key_file`` and ``known_hosts_file`` exist on this machine.
+        ``priv_key_file`` exists on this machine.
         """
-        return _ClusterParser(source, check_files).parse(data)
+        if not isinstance(data, Mapping):
+            raise ClusterError(
+                [Problem("", f"must be a JSON object, got {describe_value(data)}")], source=source
+            )
+        try:
+            top = _ClusterFile.model_validate(data)
+        except ValidationError as exc:
+            problems = validation_problems(exc)
+            top = _ClusterFile.model_construct()
+        else:
+            problems = []
+        nodes = _nodes(data.get("node_dict"), top, problems)
+        head = _head_index(top.head_node_dict, nodes, problems)
+        login = _login(top, check_files, problems)
+        if problems:
+            raise ClusterError(problems, source=source)
+        nodes.insert(0, nodes.pop(head))
+        warnings = [f"unknown key {k!r} ignored" for k in top.model_extra or {} if k[:1] != "_"]
+        if top.password is not None:
+            warnings.append(
+                "password is not used: aorta logs in with OpenSSH in batch mode "
+                "(priv_key_file, ssh-agent or ~/.ssh keys)"
+            )
+        return cls(
+            nodes=tuple(Node(rank=i, **fields) for i, fields in enumerate(nodes)),
+            source=source,
+            warnings=tuple(warnings),
+            **login,
+        )
 
 
 def _is_loopback(addr: str) -> bool:
@@ -231,276 +342,108 @@ def _is_loopback(addr: str) -> bool:
         return False
 
 
-def _describe(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return f"boolean {str(value).lower()}"
-    if isinstance(value, int | float):
-        return f"number {value!r}"
-    if isinstance(value, str):
-        return f"string {value!r}"
-    if isinstance(value, Mapping):
-        return "an object"
-    if isinstance(value, list):
-        return "a list"
-    return type(value).__name__
-
-
-class _ClusterParser:
-    """Collects every problem of one document, each with its path, then raises them together."""
-
-    def __init__(self, source: str | None, check_files: bool) -> None:
-        self.source = source
-        self.check_files = check_files
-        self.problems: list[tuple[str, str]] = []
-        self.warnings: list[str] = []
-
-    def bad(self, path: str, message: str) -> None:
-        self.problems.append((path, message))
-
-    def parse(self, data: Any) -> Cluster:
-        if not isinstance(data, Mapping):
-            raise ClusterError(
-                [("", f"must be a JSON object, got {_describe(data)}")], source=self.source
-            )
-        for key in data:
-            if key not in _TOP_KEYS and not str(key).startswith("_"):
-                self.warnings.append(f"unknown key {key!r} ignored")
-        user = self.string(data, "username", "username", optional=True)
-        user = user.replace(USER_PLACEHOLDER, getpass.getuser()) if user else None
-        defaults = self.node_settings(data, "")
-        nodes = self.nodes(data.get("node_dict"), defaults)
-        head = self.head(data.get("head_node_dict"), nodes)
-        settings = self.login_settings(data, user)
-        if self.problems:
-            raise ClusterError(self.problems, source=self.source)
-        if head:
-            nodes.insert(0, nodes.pop(head))
-        ranked = tuple(Node(rank=i, **fields) for i, fields in enumerate(nodes))
-        return Cluster(
-            nodes=ranked,
-            username=user,
-            source=self.source,
-            warnings=tuple(self.warnings),
-            **settings,
-        )
-
-    # -- scalar fields ---------------------------------------------------------------------
-
-    def string(self, obj: Mapping[str, Any], key: str, path: str, *, optional: bool) -> str | None:
-        if key not in obj or (optional and obj[key] is None):
-            if not optional:
-                self.bad(path, "is required")
-            return None
-        value = obj[key]
-        if not isinstance(value, str) or not value.strip():
-            self.bad(path, f"must be a non-empty string, got {_describe(value)}")
-            return None
-        return value.strip()
-
-    def number(
-        self, obj: Mapping[str, Any], key: str, path: str, *, lo: float, hi: float, integer: bool
-    ) -> Any:
-        value = obj.get(key)
-        if value is None:
-            return None
-        ok_type = isinstance(value, int) if integer else isinstance(value, int | float)
-        if isinstance(value, bool) or not ok_type or not lo <= value <= hi:
-            kind = "an integer" if integer else "a number"
-            self.bad(path, f"must be {kind} from {lo:g} to {hi:g}, got {_describe(value)}")
-            return None
-        return value
-
-    def nproc(self, obj: Mapping[str, Any], key: str, path: str) -> NprocPerNode | None:
-        value = obj.get(key)
-        if value is None:
-            return None
-        if value in ("gpu", "auto"):
-            return value
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            self.bad(path, f"must be a whole number ≥ 1, 'gpu' or 'auto', got {_describe(value)}")
-            return None
-        return value
-
-    def env(self, obj: Mapping[str, Any], path: str) -> dict[str, str]:
-        raw = obj.get("env_vars")
-        if raw is None:
-            return {}
-        if not isinstance(raw, Mapping):
-            self.bad(path, f"must be an object of NAME: value, got {_describe(raw)}")
-            return {}
-        env: dict[str, str] = {}
-        for name, value in raw.items():
-            where = f"{path}.{name}"
-            if not _ENV_NAME.match(str(name)):
-                self.bad(where, "is not a valid environment variable name (letters, digits, '_')")
-            elif is_reserved_env_name(name) and name != TRIAL_MASTER_PORT_BASE:
-                self.bad(
-                    where,
-                    f"{name} belongs to the launcher (torchrun sets it); it cannot be set here",
-                )
-            elif isinstance(value, bool) or not isinstance(value, str | int | float):
-                self.bad(where, f"must be a string, got {_describe(value)}")
-            elif "\x00" in str(value):
-                self.bad(
-                    where, "contains a NUL character, which a process environment cannot carry"
-                )
-            else:
-                env[name] = str(value)
-        return env
-
-    # -- nodes -----------------------------------------------------------------------------
-
-    def node_settings(self, obj: Mapping[str, Any], prefix: str) -> dict[str, Any]:
-        """aorta's per-node settings, valid both at the top level and inside a node entry."""
-        dot = f"{prefix}." if prefix else ""
-        out: dict[str, Any] = {}
-        port = self.number(obj, "port", f"{dot}port", lo=1, hi=65535, integer=True)
-        if port is not None:
-            out["port"] = port
-        for key in ("python", "workdir"):
-            value = self.string(obj, key, f"{dot}{key}", optional=True)
-            if value is not None:
-                out[key] = _home_relative(value.replace(USER_PLACEHOLDER, getpass.getuser()))
-        slots = self.nproc(obj, "nproc_per_node", f"{dot}nproc_per_node")
-        slots = slots if slots is not None else self.nproc(obj, "slots", f"{dot}slots")
-        if slots is not None:
-            out["slots"] = slots
-        if "env_vars" in obj:
-            out["env_vars"] = self.env(obj, f"{dot}env_vars")
-        return out
-
-    def nodes(self, raw: Any, defaults: Mapping[str, Any]) -> list[dict[str, Any]]:
-        if raw is None:
-            self.bad("node_dict", "is required: the nodes to launch on")
-            return []
-        if isinstance(raw, Mapping):
-            entries = [(f"node_dict[{json.dumps(k)}]", k, v) for k, v in raw.items()]
-        elif isinstance(raw, list):
-            entries = []
-            for i, v in enumerate(raw):
-                addr = v.get("mgmt_ip") if isinstance(v, Mapping) else None
-                if not isinstance(addr, str):
-                    self.bad(
-                        f"node_dict[{i}].mgmt_ip",
-                        "is required (the node's SSH address) in a list of nodes",
-                    )
-                    continue
-                entries.append((f"node_dict[{i}]", addr, v))
-        else:
-            self.bad(
-                "node_dict",
-                f"must be an object {{ssh address: {{vpc_ip: ...}}}}, got {_describe(raw)}",
-            )
-            return []
-        if not entries and not self.problems:
-            self.bad("node_dict", "is empty: give at least one node")
-        nodes: list[dict[str, Any]] = []
-        seen: set[str] = set()
-        for path, address, entry in entries:
-            node = self.node(path, str(address).strip(), entry, defaults)
-            if node is None:
-                continue
-            if node["address"] in seen:
-                self.bad(path, f"node {node['address']!r} is listed twice")
-            seen.add(node["address"])
-            nodes.append(node)
-        return nodes
-
-    def node(
-        self, path: str, address: str, entry: Any, defaults: Mapping[str, Any]
-    ) -> dict[str, Any] | None:
-        if not address or not _HOST.match(address):
-            self.bad(path, f"{address!r} is not a host name or IP address")
-            return None
-        if entry is None:
-            entry = {}
-        if not isinstance(entry, Mapping):
-            self.bad(
-                path, f'must be an object such as {{"vpc_ip": "10.0.0.1"}}, got {_describe(entry)}'
-            )
-            return None
-        vpc = self.string(entry, "vpc_ip", f"{path}.vpc_ip", optional=True)
-        if vpc is not None and not _HOST.match(vpc):
-            self.bad(f"{path}.vpc_ip", f"{vpc!r} is not a host name or IP address")
-        own = self.node_settings(entry, path)
-        env = {**defaults.get("env_vars", {}), **own.pop("env_vars", {})}
-        fields = {**defaults, **own, "address": address, "vpc_ip": vpc, "env_vars": env}
-        fields["extra"] = {k: v for k, v in entry.items() if k not in _NODE_KEYS}
-        if isinstance(entry.get("mgmt_ip"), str):
-            fields["extra"]["mgmt_ip"] = entry["mgmt_ip"]
-        return fields
-
-    def head(self, raw: Any, nodes: list[dict[str, Any]]) -> int:
-        if raw is None:
-            return 0
-        if not isinstance(raw, Mapping):
-            self.bad(
-                "head_node_dict", f'must be an object {{"mgmt_ip": ...}}, got {_describe(raw)}'
-            )
-            return 0
-        mgmt = self.string(raw, "mgmt_ip", "head_node_dict.mgmt_ip", optional=True)
-        if mgmt is None:
-            return 0
-        for i, n in enumerate(nodes):
-            if mgmt in (n["address"], n["vpc_ip"], n["extra"].get("mgmt_ip")):
-                return i
-        if nodes:
-            known = ", ".join(n["address"] for n in nodes)
-            self.bad(
-                "head_node_dict.mgmt_ip",
-                f"{mgmt!r} is not one of the nodes ({known}); the head must run rank 0 — "
-                "name one of them or drop head_node_dict to use the first",
-            )
-        return 0
-
-    # -- login -----------------------------------------------------------------------------
-
-    def login_settings(self, data: Mapping[str, Any], user: str | None) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        key = self.string(data, "priv_key_file", "priv_key_file", optional=True)
-        if key is not None:
-            key = os.path.expanduser(key.replace(USER_PLACEHOLDER, user or getpass.getuser()))
-            if self.check_files and not Path(key).is_file():
-                self.bad("priv_key_file", f"{key}: no such file")
-            out["priv_key_file"] = key
-        if "password" in data and data["password"] is not None:
-            if not isinstance(data["password"], str):
-                self.bad("password", f"must be a string, got {type(data['password']).__name__}")
-            else:
-                out["password"] = data["password"]
-        policy = data.get("host_key_checking")
-        if policy is not None:
-            if policy not in _HOST_KEY_CHOICES:
-                self.bad(
-                    "host_key_checking",
-                    f"must be one of {', '.join(_HOST_KEY_CHOICES)}, got {_describe(policy)}",
-                )
-            else:
-                out["host_key_checking"] = policy
-        known = self.string(data, "known_hosts_file", "known_hosts_file", optional=True)
-        if known is not None:
-            out["known_hosts_file"] = os.path.expanduser(known)
-        timeout = self.number(
-            data, "connect_timeout", "connect_timeout", lo=0.1, hi=3600, integer=False
-        )
-        if timeout is not None:
-            out["connect_timeout"] = float(timeout)
-        keepalive = self.number(data, "keepalive", "keepalive", lo=0, hi=3600, integer=True)
-        if keepalive is not None:
-            out["keepalive"] = keepalive
-        return out
-
-
 def _home_relative(path: str) -> str:
     # A remote command receives every path quoted, so '~' would not expand there: the login
     # directory is where relative paths start anyway.
     if path == "~":
         return "."
-    if path.startswith("~/"):
-        return path[2:] or "."
-    return path
+    return (path[2:] or ".") if path.startswith("~/") else path
+
+
+def _nodes(raw: Any, top: _ClusterFile, problems: list[Problem]) -> list[dict[str, Any]]:
+    if raw is None:
+        problems.append(Problem("node_dict", "is required: the nodes to launch on"))
+        return []
+    if isinstance(raw, Mapping):
+        entries = [(f"node_dict[{json.dumps(k)}]", str(k).strip(), v) for k, v in raw.items()]
+    elif isinstance(raw, list):
+        entries = [
+            (f"node_dict[{i}]", v.get("mgmt_ip") if isinstance(v, Mapping) else None, v)
+            for i, v in enumerate(raw)
+        ]
+    else:
+        what = f"must be an object {{ssh address: {{vpc_ip: ...}}}}, got {describe_value(raw)}"
+        problems.append(Problem("node_dict", what))
+        return []
+    if not entries:
+        problems.append(Problem("node_dict", "is empty: give at least one node"))
+    defaults = top.node_fields()
+    nodes: list[dict[str, Any]] = []
+    for path, address, entry in entries:
+        if not isinstance(address, str):
+            problems.append(
+                Problem(
+                    f"{path}.mgmt_ip", "is required (the node's SSH address) in a list of nodes"
+                )
+            )
+            continue
+        if not address or not _HOST.match(address):
+            problems.append(Problem(path, f"{address!r} is not a host name or IP address"))
+            continue
+        if not isinstance(entry, Mapping | None):
+            what = (
+                f'must be an object such as {{"vpc_ip": "10.0.0.1"}}, got {describe_value(entry)}'
+            )
+            problems.append(Problem(path, what))
+            continue
+        try:
+            own = _NodeEntry.model_validate(entry or {})
+        except ValidationError as exc:
+            problems.extend(validation_problems(exc, at=path))
+            continue
+        if any(n["address"] == address for n in nodes):
+            problems.append(Problem(path, f"node {address!r} is listed twice"))
+        extra = dict(own.model_extra or {})
+        if own.mgmt_ip:
+            extra["mgmt_ip"] = own.mgmt_ip
+        env = {**(top.env_vars or {}), **(own.env_vars or {})}
+        nodes.append(
+            {
+                **defaults,
+                **own.node_fields(),
+                "address": address,
+                "vpc_ip": own.vpc_ip,
+                "env_vars": env,
+                "extra": extra,
+            }
+        )
+    return nodes
+
+
+def _head_index(head: _Head | None, nodes: list[dict[str, Any]], problems: list[Problem]) -> int:
+    if head is None or head.mgmt_ip is None:
+        return 0
+    for i, n in enumerate(nodes):
+        if head.mgmt_ip in (n["address"], n["vpc_ip"], n["extra"].get("mgmt_ip")):
+            return i
+    if nodes:
+        known = ", ".join(n["address"] for n in nodes)
+        problems.append(
+            Problem(
+                "head_node_dict.mgmt_ip",
+                f"{head.mgmt_ip!r} is not one of the nodes ({known}); the head must run rank 0 — "
+                "name one of them or drop head_node_dict to use the first",
+            )
+        )
+    return 0
+
+
+def _login(top: _ClusterFile, check_files: bool, problems: list[Problem]) -> dict[str, Any]:
+    user = top.username.replace(USER_PLACEHOLDER, getpass.getuser()) if top.username else None
+    out: dict[str, Any] = {"username": user}
+    if top.priv_key_file:
+        key = os.path.expanduser(
+            top.priv_key_file.replace(USER_PLACEHOLDER, user or getpass.getuser())
+        )
+        if check_files and not Path(key).is_file():
+            problems.append(Problem("priv_key_file", f"{key}: no such file"))
+        out["priv_key_file"] = key
+    if top.known_hosts_file:
+        out["known_hosts_file"] = os.path.expanduser(top.known_hosts_file)
+    for key in ("host_key_checking", "connect_timeout", "keepalive"):
+        if getattr(top, key) is not None:
+            out[key] = getattr(top, key)
+    return out
 
 
 def parse_hostfile(text: str, *, source: str | None = None) -> Cluster:
@@ -509,9 +452,8 @@ def parse_hostfile(text: str, *, source: str | None = None) -> Cluster:
     The user, key and ports come from ``~/.ssh/config`` (or the defaults); the first host is
     the head.
     """
-    problems: list[tuple[str, str]] = []
+    problems: list[Problem] = []
     nodes: list[Node] = []
-    seen: set[str] = set()
     for lineno, raw in enumerate(text.splitlines(), 1):
         line = raw.split("#", 1)[0].strip()
         if not line:
@@ -522,17 +464,16 @@ def parse_hostfile(text: str, *, source: str | None = None) -> Cluster:
         for token in rest:
             key, _, value = token.partition("=")
             if key != "slots" or not value.isdigit() or int(value) < 1:
-                problems.append((where, f"expected 'host slots=N', got {token!r}"))
+                problems.append(Problem(where, f"expected 'host slots=N', got {token!r}"))
                 continue
             slots = int(value)
         if not _HOST.match(host):
-            problems.append((where, f"{host!r} is not a host name or IP address"))
-        elif host in seen:
-            problems.append((where, f"host {host!r} is listed twice"))
-        seen.add(host)
+            problems.append(Problem(where, f"{host!r} is not a host name or IP address"))
+        elif any(n.address == host for n in nodes):
+            problems.append(Problem(where, f"host {host!r} is listed twice"))
         nodes.append(Node(rank=len(nodes), address=host, slots=slots))
     if not nodes and not problems:
-        problems.append(("", "no hosts: expected lines like 'worker-1 slots=8'"))
+        problems.append(Problem("", "no hosts: expected lines like 'worker-1 slots=8'"))
     if problems:
         raise ClusterError(problems, source=source)
     return Cluster(nodes=tuple(nodes), source=source)
@@ -567,28 +508,19 @@ def load_cluster(path: str | Path) -> Cluster:
         raise ClusterError(f"{path}: cannot read the cluster file: {exc.strerror or exc}") from None
     if not text.lstrip().startswith("{"):
         return parse_hostfile(text, source=str(path))
+
+    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        keys = [k for k, _ in pairs]
+        twice = next((k for k in keys if keys.count(k) > 1), None)
+        if twice is not None:
+            raise ClusterError(
+                [Problem("", f"key {twice!r} appears twice in one object")], source=str(path)
+            )
+        return dict(pairs)
+
     try:
-        data = json.loads(text, object_pairs_hook=_no_duplicates)
-    except _DuplicateKey as exc:
-        raise ClusterError(
-            [("", f"key {exc.args[0]!r} appears twice in one object")], source=str(path)
-        ) from None
+        data = json.loads(text, object_pairs_hook=no_duplicates)
     except json.JSONDecodeError as exc:
-        raise ClusterError(
-            [(f"line {exc.lineno} column {exc.colno}", f"invalid JSON: {exc.msg}")],
-            source=str(path),
-        ) from None
+        where = f"line {exc.lineno} column {exc.colno}"
+        raise ClusterError([Problem(where, f"invalid JSON: {exc.msg}")], source=str(path)) from None
     return Cluster.from_dict(data, source=str(path))
-
-
-class _DuplicateKey(ValueError):
-    pass
-
-
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise _DuplicateKey(key)
-        out[key] = value
-    return out

@@ -62,7 +62,6 @@ _WATCHDOG = 'cat <&3 >/dev/null; "$0" "$1" kill <"$2"'
 TORCHRUN_OWNED = tuple(
     sorted(n for n in envvars.LAUNCHER_IDENTITY if not n.endswith("_VISIBLE_DEVICES"))
 )
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _FILE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 
 
@@ -103,17 +102,16 @@ class LaunchSpec:
     master_addr: str | None = None
     #: Rendezvous port; ``None``: a free port probed on the head.
     master_port: int | None = None
+    #: Name globs redacted in the nodes' ``host_env.json`` on top of the secret names
+    #: (a recipe's ``redaction.scrub_env_keys``).
+    scrub_env_keys: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.argv:
             raise UsageError("nothing to launch: the command is empty")
-        for name, value in self.env.items():
-            if not _ENV_NAME.match(name):
-                raise UsageError(f"{name!r} is not a valid environment variable name")
-            if envvars.is_reserved_env_name(name) and name != envvars.TRIAL_MASTER_PORT_BASE:
-                raise UsageError(f"{name} belongs to the launcher; it cannot be set")
-            if "\x00" in value:
-                raise UsageError(f"{name}: a NUL character cannot be passed in an environment")
+        problems = envvars.env_problems(self.env, allow={envvars.TRIAL_MASTER_PORT_BASE})
+        if problems:
+            raise UsageError("; ".join(f"env {name}: {message}" for name, message in problems))
         for name in self.files:
             if not _FILE_NAME.match(name):
                 raise UsageError(f"{name!r}: shipped files are plain names (no '/' or leading '.')")
@@ -244,6 +242,10 @@ def _helper_source() -> str:
     return resources.files("aorta.launch").joinpath("_remote.py").read_text()
 
 
+def _hostenv_source() -> str:
+    return resources.files("aorta.store").joinpath("hostenv.py").read_text()
+
+
 def _identity(node: Node, run_id: str) -> dict[str, str]:
     # What every process of this run on this node carries in its environment.
     return {envvars.RUN_ID: run_id, envvars.NODE_RANK: str(node.rank)}
@@ -283,6 +285,8 @@ def setup_command(
         "probe_port": probe_port,
         "dry_run": dry_run,
         "head_token": head_token,
+        "hostenv": _hostenv_source(),
+        "scrub_env_keys": list(spec.scrub_env_keys),
     }
     env = node_env(node, spec, run_id=run_id, node_dir=ndir)
     return _helper(node, "setup", env), json.dumps(request).encode()

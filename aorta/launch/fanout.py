@@ -1,18 +1,32 @@
 """The fan-out: one thread per node for setup, run and teardown, each phase with a deadline.
 
-* :func:`setup_nodes` connects to every node at once, creates its per-run folder, snapshots its
+* :func:`run_parallel` is the one parallel strategy: ``fn(key, cancel)`` per key in daemon
+  threads, one deadline for all. (``concurrent.futures`` joins its threads at interpreter exit,
+  so one node stuck in a read would keep the process alive; daemon threads are abandoned.)
+* :func:`setup_nodes` reaches every node at once, creates its per-run folder, snapshots its
   environment and (on the head) probes the rendezvous port. A node still setting up at the
-  deadline is ``timeout``; when it finally finishes it tears itself down (a straggler never
-  leaves anything behind).
+  deadline is ``timeout``; when it finally finishes it tears itself down.
 * :class:`RunPhase` starts every node's command and watches them: the first node to exit
   non-zero makes the launch stop the others at once (kill-on-bad-exit); at the run deadline the
-  nodes still running are ``timeout`` and stopped. Stopping is a ``kill`` run over a *second*
+  nodes still running are ``timeout`` and stopped. Stopping is a ``kill`` run over a new
   connection against the pid file and the run's identity, so whole process trees go.
 * :func:`teardown_nodes` runs that ``kill`` on every node where setup was attempted, whatever
   happened, and reports what it found.
 
 Results are kept per node (``{node name: NodeOutcome}``); one bad node never hides another's.
-Threads are daemons (see :mod:`aorta.launch.parallel`).
+
+Examples
+--------
+>>> import time
+>>> def work(key, cancel):
+...     if key == "slow":
+...         time.sleep(5)
+...     if key == "bad":
+...         raise ValueError("no")
+...     return key.upper()
+>>> out = run_parallel(["a", "bad", "slow"], work, timeout=0.3)
+>>> out["a"].value, type(out["bad"].error).__name__, isinstance(out["slow"], TimedOut)
+('A', 'ValueError', True)
 """
 
 from __future__ import annotations
@@ -21,28 +35,90 @@ import json
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
-from .cluster import Cluster, Node
-from .command import STARTED_MARKER, LaunchSpec, NodeCommand, kill_command, node_dir, setup_command
+from .cluster import Node
+from .command import STARTED_MARKER, LaunchSpec, NodeCommand, kill_command, setup_command
 from .outcome import Deadlines, NodeOutcome
-from .parallel import Done, TimedOut, run_parallel, start_daemon
-from .remote import ExecResult, NodeSession, RemoteError
+from .ssh import ExecResult, NodeSession, RemoteError, Unreachable
 
-__all__ = ["RunPhase", "SetupReport", "setup_nodes", "teardown_nodes"]
+__all__ = [
+    "Done",
+    "Failed",
+    "RunPhase",
+    "SetupReport",
+    "TimedOut",
+    "last_words",
+    "run_parallel",
+    "setup_nodes",
+    "teardown_nodes",
+]
 
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
 LineSink = Callable[[Node, str], None]
 EventSink = Callable[[str], None]
 
 
+@dataclass(frozen=True)
+class Done(Generic[V]):
+    value: V
+
+
+@dataclass(frozen=True)
+class Failed:
+    error: BaseException
+
+
+@dataclass(frozen=True)
+class TimedOut:
+    pass
+
+
+def _daemon(target: Callable[[], None], name: str) -> None:
+    threading.Thread(target=target, name=name, daemon=True).start()
+
+
+def run_parallel(
+    keys: Iterable[K], fn: Callable[[K, threading.Event], V], *, timeout: float, name: str = "aorta"
+) -> dict[K, Done[V] | Failed | TimedOut]:
+    """Call ``fn(key, cancel)`` for every key at once; wait at most ``timeout`` seconds.
+
+    Returns ``{key: Done(value) | Failed(error) | TimedOut()}`` in the order of ``keys``.
+    ``cancel`` is set when the deadline passes (a straggler should then clean up after itself)
+    and when the caller is interrupted.
+    """
+    keys = list(keys)
+    cancel = threading.Event()
+    results: queue.Queue[tuple[K, Done[V] | Failed]] = queue.Queue()
+
+    def runner(key: K) -> None:
+        try:
+            results.put((key, Done(fn(key, cancel))))
+        except BaseException as exc:
+            results.put((key, Failed(exc)))
+
+    for i, key in enumerate(keys):
+        _daemon(lambda key=key: runner(key), f"{name}-{i}")
+    got: dict[K, Done[V] | Failed] = {}
+    deadline = time.monotonic() + timeout
+    try:
+        while len(got) < len(keys) and (left := deadline - time.monotonic()) > 0:
+            try:
+                key, outcome = results.get(timeout=left)
+            except queue.Empty:
+                break
+            got[key] = outcome
+    finally:
+        if len(got) < len(keys):
+            cancel.set()
+    return {key: got.get(key, TimedOut()) for key in keys}
+
+
 class SetupFailed(RemoteError):
     """A node was reached but is not ready (its Python, torch or aorta is missing, ...)."""
-
-
-class _Unreachable(RemoteError):
-    pass
 
 
 @dataclass
@@ -53,10 +129,6 @@ class SetupReport:
     workdir: str
     port: int | None
     snapshot: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def has_rsync(self) -> bool:
-        return bool(self.snapshot.get("tools", {}).get("rsync"))
 
 
 def _last_line(text: str) -> str:
@@ -75,23 +147,17 @@ def last_words(text: str) -> str:
     'loss nan'
     """
     lines = [line.strip() for line in text.splitlines() if any(c.isalnum() for c in line)]
-    starts = [
-        i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")
-    ]
+    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call")]
     if (
         starts
-        and any(
-            m in line
-            for line in lines[starts[-1] :]
-            for m in ("torch.distributed", "torch/distributed")
-        )
         and starts[-1] > 0
+        and any("torch" in line and "distributed" in line for line in lines[starts[-1] :])
     ):
         lines = lines[: starts[-1]]
     return lines[-1] if lines else ""
 
 
-def _parse_setup(node: Node, result: ExecResult, spec: LaunchSpec) -> SetupReport:
+def _parse_setup(node: Node, result: ExecResult) -> SetupReport:
     if result.exit_code != 0:
         why = (
             _last_line(result.stderr)
@@ -113,7 +179,6 @@ def _parse_setup(node: Node, result: ExecResult, spec: LaunchSpec) -> SetupRepor
 
 
 def setup_nodes(
-    cluster: Cluster,
     sessions: Mapping[str, NodeSession],
     spec: LaunchSpec,
     outcomes: dict[str, NodeOutcome],
@@ -132,12 +197,7 @@ def setup_nodes(
 
     def one(name: str, cancel: threading.Event) -> SetupReport:
         session = sessions[name]
-        node = session.node
-        try:
-            session.open()
-        except RemoteError as exc:
-            raise _Unreachable(str(exc)) from exc
-        head = node.rank == 0
+        node, head = session.node, session.node.rank == 0
         cmd, stdin = setup_command(
             node,
             spec,
@@ -146,7 +206,7 @@ def setup_nodes(
             dry_run=dry_run,
             head_token=head_token if head else None,
         )
-        report = _parse_setup(node, session.exec(cmd, stdin=stdin, timeout=deadlines.setup), spec)
+        report = _parse_setup(node, session.exec(cmd, stdin=stdin, timeout=deadlines.setup))
         if cancel.is_set() and not dry_run:
             # A straggler: the launch gave up on this node, so undo what setup made.
             kill, kstdin = kill_command(
@@ -155,24 +215,37 @@ def setup_nodes(
             session.exec(kill, stdin=kstdin, timeout=deadlines.teardown)
         return report
 
-    results = run_parallel(list(sessions), one, timeout=deadlines.setup, name="aorta-setup")
     reports: dict[str, SetupReport] = {}
-    for name, res in results.items():
+    for name, res in run_parallel(
+        sessions, one, timeout=deadlines.setup, name="aorta-setup"
+    ).items():
         out = outcomes[name]
         if isinstance(res, Done):
-            reports[name] = res.value
-            out.snapshot = res.value.snapshot
+            reports[name], out.snapshot = res.value, res.value.snapshot
         elif isinstance(res, TimedOut):
             out.status, out.message = "timeout", f"setup not finished after {deadlines.setup:g} s"
+        elif isinstance(res.error, KeyboardInterrupt):
+            raise res.error
         else:
+            out.status = "unreachable" if isinstance(res.error, Unreachable) else "setup_failed"
             err = res.error
-            if isinstance(err, KeyboardInterrupt):
-                raise err
-            out.status = "unreachable" if isinstance(err, _Unreachable) else "setup_failed"
             out.message = (
                 str(err) if isinstance(err, RemoteError) else f"{type(err).__name__}: {err}"
             )
     return reports
+
+
+def _stop(
+    session: NodeSession, *, run_id: str, node_dir: str, deadlines: Deadlines, **head: str | None
+) -> dict[str, Any]:
+    """Run the ``kill`` on one node (a new connection); return the helper's report."""
+    cmd, stdin = kill_command(
+        session.node, run_id=run_id, node_dir=node_dir, grace=deadlines.kill_grace, **head
+    )
+    result = session.exec(cmd, stdin=stdin, timeout=deadlines.kill_grace + deadlines.teardown)
+    if result.exit_code != 0:
+        raise RemoteError(_last_line(result.stderr) or f"exit code {result.exit_code}")
+    return json.loads(_last_line(result.stdout))
 
 
 def teardown_nodes(
@@ -184,34 +257,27 @@ def teardown_nodes(
     deadlines: Deadlines,
     head: tuple[str, str] | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """Stop whatever this run left on each node in ``dirs`` (over fresh connections), record
-    what was found in ``outcome.teardown`` and return each node's report.
+    """Stop whatever this run left on each node in ``dirs``, record what was found in
+    ``outcome.teardown`` and return each node's report.
 
     With ``head`` (the head's folder and token) a report also says whether the node shares the
     head's file system (``shares_head``) and sees the head's output path (``head_out``).
     """
+    head_dir, token = head if head else (None, None)
 
     def one(name: str, cancel: threading.Event) -> dict[str, Any]:
-        session = sessions[name]
-        head_dir, token = head if head else (None, None)
-        cmd, stdin = kill_command(
-            session.node,
+        return _stop(
+            sessions[name],
             run_id=run_id,
             node_dir=dirs[name],
-            grace=deadlines.kill_grace,
+            deadlines=deadlines,
             head_dir=head_dir,
             head_token=token,
         )
-        result = session.exec_fresh(
-            cmd, stdin=stdin, timeout=deadlines.kill_grace + deadlines.teardown
-        )
-        if result.exit_code != 0:
-            raise RemoteError(_last_line(result.stderr) or f"exit code {result.exit_code}")
-        return json.loads(_last_line(result.stdout))
 
     timeout = deadlines.kill_grace + deadlines.teardown + 5.0
     reports: dict[str, dict[str, Any]] = {}
-    for name, res in run_parallel(list(dirs), one, timeout=timeout, name="aorta-teardown").items():
+    for name, res in run_parallel(dirs, one, timeout=timeout, name="aorta-teardown").items():
         out = outcomes[name]
         if isinstance(res, Done):
             reports[name] = res.value
@@ -226,9 +292,8 @@ def teardown_nodes(
 def _describe_kill(report: Mapping[str, Any], before: str) -> str:
     if report.get("fallback"):
         return "the node's Python could not run the cleanup: killed the pid file's session only"
-    left = report.get("left") or []
-    if left:
-        return f"{len(left)} process(es) still running after SIGKILL: {left}"
+    if report.get("left"):
+        return f"{len(report['left'])} process(es) still running after SIGKILL: {report['left']}"
     n = int(report.get("terminated", 0))
     now = f"stopped {n} leftover process(es)" if n else "nothing left"
     return f"{before}; {now}" if before else now
@@ -252,14 +317,9 @@ class RunPhase:
         on_event: EventSink,
         t0: float,
     ) -> None:
-        self.sessions = sessions
-        self.commands = commands
-        self.outcomes = outcomes
-        self.run_id = run_id
-        self.deadlines = deadlines
-        self.on_line = on_line
-        self.on_event = on_event
-        self.t0 = t0
+        self.sessions, self.commands, self.outcomes = sessions, commands, outcomes
+        self.run_id, self.deadlines, self.t0 = run_id, deadlines, t0
+        self.on_line, self.on_event = on_line, on_event
         self.events: queue.Queue[tuple[str, str, Any]] = queue.Queue()
         self.cancel = threading.Event()
         self.stopping: dict[str, str] = {}  # node name → why it is being stopped
@@ -280,63 +340,59 @@ class RunPhase:
         if self.cancel.is_set():
             self.events.put(("skipped", name, None))
             return
-        limit = self.deadlines.run + self.deadlines.kill_grace + self.deadlines.teardown + 60.0
+        d = self.deadlines
         try:
-            result = session.exec(cmd.remote, timeout=limit, on_line=line, keep_stdin_open=True)
+            result = session.exec(
+                cmd.remote,
+                timeout=d.run + d.kill_grace + d.teardown + 60.0,
+                on_line=line,
+                keep_stdin_open=True,
+            )
             self.events.put(("exit", name, result))
         except BaseException as exc:
             self.events.put(("error", name, exc))
 
     def _stop(self, names: list[str], why: str) -> None:
-        names = [n for n in names if n not in self.stopping]
         self.cancel.set()
-        for name in names:
+        for name in [n for n in names if n not in self.stopping]:
             self.stopping[name] = why
-            session = self.sessions[name]
-            cmd, stdin = kill_command(
-                session.node,
-                run_id=self.run_id,
-                node_dir=self.commands[name].node_dir,
-                grace=self.deadlines.kill_grace,
-            )
 
-            def kill(
-                session: NodeSession = session,
-                cmd: str = cmd,
-                stdin: bytes = stdin,
-                name: str = name,
-            ) -> None:
+            def kill(name: str = name) -> None:
                 try:
-                    res = session.exec_fresh(
-                        cmd,
-                        stdin=stdin,
-                        timeout=self.deadlines.kill_grace + self.deadlines.teardown,
+                    report = _stop(
+                        self.sessions[name],
+                        run_id=self.run_id,
+                        node_dir=self.commands[name].node_dir,
+                        deadlines=self.deadlines,
                     )
-                    report = json.loads(_last_line(res.stdout)) if res.exit_code == 0 else {}
                     n = int(report.get("terminated", 0))
                     self.outcomes[name].teardown = f"stopped {n} process(es)" if n else ""
                 except Exception as exc:
                     self.outcomes[name].teardown = f"stop failed: {exc}"
 
-            start_daemon(kill, name=f"aorta-stop-{name}")
+            _daemon(kill, f"aorta-stop-{name}")
 
     def run(self) -> None:
         """Start all nodes and wait; returns when every node ended or was given up on."""
         pending = set(self.commands)
         for name in self.commands:
-            start_daemon(lambda name=name: self._watch(name), name=f"aorta-run-{name}")
+            _daemon(lambda name=name: self._watch(name), f"aorta-run-{name}")
         deadline = time.monotonic() + self.deadlines.run
+        grace = self.deadlines.kill_grace + self.deadlines.teardown
         give_up: float | None = None
         try:
             while pending:
-                limit = give_up if give_up is not None else deadline
-                remaining = limit - time.monotonic()
+                remaining = (give_up if give_up is not None else deadline) - time.monotonic()
+                if remaining <= 0 and give_up is not None:
+                    for name in sorted(pending):
+                        out = self.outcomes[name]
+                        out.message += (
+                            "; " if out.message else ""
+                        ) + "its connection did not close after the stop"
+                    return
                 if remaining <= 0:
-                    if give_up is not None:
-                        self._abandon(pending)
-                        return
                     self._deadline(pending)
-                    give_up = time.monotonic() + self.deadlines.kill_grace + self.deadlines.teardown
+                    give_up = time.monotonic() + grace
                     continue
                 try:
                     kind, name, payload = self.events.get(timeout=remaining)
@@ -344,14 +400,13 @@ class RunPhase:
                     continue
                 if kind == "started":
                     self.outcomes[name].started_s = payload
-                    if all(self.outcomes[n].started_s is not None for n in self.commands):
-                        self.all_started_s = max(
-                            self.outcomes[n].started_s or 0.0 for n in self.commands
-                        )
+                    starts = [self.outcomes[n].started_s for n in self.commands]
+                    if None not in starts:
+                        self.all_started_s = max(s or 0.0 for s in starts)
                     continue
                 pending.discard(name)
                 if self._ended(name, kind, payload) and give_up is None:
-                    give_up = time.monotonic() + self.deadlines.kill_grace + self.deadlines.teardown
+                    give_up = time.monotonic() + grace
         except KeyboardInterrupt:
             for name in pending:
                 self.outcomes[name].status = "interrupted"
@@ -361,22 +416,12 @@ class RunPhase:
     def _deadline(self, pending: set[str]) -> None:
         for name in sorted(pending):
             out = self.outcomes[name]
-            out.status, out.message = (
-                "timeout",
-                f"still running after the {self.deadlines.run:g} s run deadline",
-            )
-            out.ended_s = self._now()
+            out.status, out.ended_s = "timeout", self._now()
+            out.message = f"still running after the {self.deadlines.run:g} s run deadline"
         self.on_event(
             f"run deadline ({self.deadlines.run:g} s) passed: stopping {', '.join(sorted(pending))}"
         )
         self._stop(sorted(pending), "run deadline")
-
-    def _abandon(self, pending: set[str]) -> None:
-        for name in sorted(pending):
-            out = self.outcomes[name]
-            out.message = (
-                out.message + "; " if out.message else ""
-            ) + "its connection did not close after the stop"
 
     def _ended(self, name: str, kind: str, payload: Any) -> bool:
         """Record one node's end; start stopping the others when it failed. True if it did."""
@@ -390,8 +435,7 @@ class RunPhase:
                 raise payload
             code, message = None, str(payload)
         else:
-            code = payload.exit_code
-            last = last_words(payload.stdout)
+            code, last = payload.exit_code, last_words(payload.stdout)
             message = f"exited with code {code}" + (
                 f" (last words: {last[:160]})" if last and code else ""
             )
@@ -405,15 +449,8 @@ class RunPhase:
             out.status, out.message = "stopped", f"because {self.stopping[name]}"
             return False
         out.status, out.message = "failed", message
-        others = sorted(
-            n for n, o in self.outcomes.items() if n in self.commands and o.ended_s is None
-        )
+        others = sorted(n for n in self.commands if self.outcomes[n].ended_s is None)
         if others:
             self.on_event(f"{out.node.label} {message}: stopping {', '.join(others)}")
             self._stop(others, f"{out.node.label} failed")
         return True
-
-
-def node_dirs(cluster: Cluster, run_id: str) -> dict[str, str]:
-    """Every node's per-run folder as the launch names it before setup resolves it."""
-    return {n.name: node_dir(n, run_id) for n in cluster.nodes}

@@ -8,7 +8,7 @@ The steps, each bounded by a :class:`~aorta.launch.outcome.Deadlines` field:
 2. **run** — start torchrun on every node (static rendezvous on the head, node rank = position
    in the cluster), stream each line as ``[node<k> host] ...``, stop everyone when one node fails;
 3. **teardown** — on every node where setup was attempted, stop whatever this run left;
-4. **collect** — pull every node's per-run output into ``combined_traces/node_<k>/``, then name
+4. **gather** — pull every node's per-run output into ``combined_traces/node_<k>/``, then name
    the result after the head's run directory.
 
 :func:`launch` returns a :class:`LaunchResult` when every node finished with exit code 0 and
@@ -27,17 +27,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+import yaml
+
 from aorta.errors import UsageError
 from aorta.store.rundir import atomic_write
 
 from .cluster import Cluster, Node, NprocPerNode
-from .collect import finalize, node_folder, staging_dir
 from .command import LaunchSpec, NodeCommand, NodePath, node_dir, run_command
-from .fanout import RunPhase, SetupReport, setup_nodes, teardown_nodes
+from .fanout import Done, RunPhase, SetupReport, TimedOut, run_parallel, setup_nodes, teardown_nodes
+from .gather import finalize, node_folder, staging_dir
 from .outcome import Deadlines, LaunchFailed, LaunchResult, NodeOutcome
-from .parallel import Done, TimedOut, run_parallel
-from .preflight import compare
-from .remote import NodeSession
+from .preflight import env_diff
+from .ssh import NodeSession, SshOptions, SshSession
 
 __all__ = ["DryRun", "dry_run", "launch", "new_run_id", "ssh_sessions", "sweep_spec"]
 
@@ -61,16 +62,8 @@ def new_run_id(now: _dt.datetime | None = None) -> str:
 
 
 def ssh_sessions(cluster: Cluster) -> dict[str, NodeSession]:
-    """One :class:`~aorta.launch.remote.SshSession` per node, sharing one parsed ``~/.ssh/config``."""
-    from fabric import Config
-
-    from .remote import SshSession
-    from .ssh import SshOptions
-
-    config = Config()
-    return {
-        n.name: SshSession(n, SshOptions.for_node(cluster, n), config=config) for n in cluster.nodes
-    }
+    """One :class:`~aorta.launch.ssh.SshSession` per node (building them connects nothing)."""
+    return {n.name: SshSession(n, SshOptions.for_node(cluster, n)) for n in cluster.nodes}
 
 
 def sweep_spec(
@@ -86,7 +79,8 @@ def sweep_spec(
     """The spec of ``aorta launch``: ``aorta sweep run --recipe R [-- command]`` under torchrun.
 
     The recipe is shipped to every node (nodes need not share a file system) and each node's
-    sweep writes under its per-run folder, which the launch collects. ``command`` is the probe
+    sweep writes under its per-run folder, which the launch gathers. The recipe's
+    ``redaction.scrub_env_keys`` also redact the nodes' ``host_env.json``. ``command`` is the probe
     command (after ``--``); ``overrides`` are appended to it as one ``--override`` group.
 
     Raises
@@ -133,7 +127,18 @@ def sweep_spec(
         requires=("torch", "aorta"),
         master_addr=master_addr,
         master_port=master_port,
+        scrub_env_keys=_scrub_env_keys(data),
     )
+
+
+def _scrub_env_keys(recipe: bytes) -> tuple[str, ...]:
+    # Only this key is read here: the node's sweep validates the whole recipe.
+    try:
+        data = yaml.safe_load(recipe)
+        keys = data["redaction"]["scrub_env_keys"]
+    except (yaml.YAMLError, KeyError, TypeError):
+        return ()
+    return tuple(k for k in keys if isinstance(k, str)) if isinstance(keys, list) else ()
 
 
 class _Logs:
@@ -232,7 +237,6 @@ class _Launch:
     def setup(self) -> bool:
         """Set every node up; True when all of them are ready."""
         self.reports = setup_nodes(
-            self.cluster,
             self.live,
             self.spec,
             self.outcomes,
@@ -279,7 +283,7 @@ class _Launch:
             result.timings["run"] = time.monotonic() - self.t0 - result.timings["setup"]
 
     def finish(self) -> None:
-        """Teardown, collection and the final name — whatever happened before."""
+        """Teardown, gathering and the final name — whatever happened before."""
         result = self.result
         try:
             t = time.monotonic()
@@ -294,11 +298,9 @@ class _Launch:
                 for n, seen in found.items()
                 if seen.get("shares_head") and n != self.cluster.head.name
             )
-            self._collect(self._sources(found), timeout=timeout, shared=shared)
+            self._gather(self._sources(found), timeout=timeout, shared=shared)
             result.timings["collect"] = time.monotonic() - t
         finally:
-            for session in self.live.values():
-                session.close()
             self.logs.close()
             result.run_dir = finalize(self.staging, self.output, result.run_id)
             for out in self.outcomes.values():
@@ -348,16 +350,13 @@ class _Launch:
                 sources[name].append(f"{head.node_dir}/out")
         return sources
 
-    def _collect(
+    def _gather(
         self, sources: Mapping[str, list[str]], *, timeout: float, shared: frozenset[str]
     ) -> None:
         def one(name: str, cancel: threading.Event) -> str:
-            session, report = self.live[name], self.reports[name]
+            session = self.live[name]
             dest = node_folder(self.staging, session.node.rank)
-            how = [
-                session.pull(src, dest, timeout=timeout, rsync=report.has_rsync)
-                for src in sources[name]
-            ]
+            how = [session.pull(src, dest, timeout=timeout) for src in sources[name]]
             note = " (shares the head's file system: its ranks wrote into the run directory)"
             return " + ".join(how) + (note if name in shared else "")
 
@@ -457,7 +456,7 @@ def _record_snapshots(result: LaunchResult, folders: Mapping[str, Path], emit: E
     for name, out in result.outcomes.items():
         if out.snapshot is not None:
             atomic_write(folders[name] / "host_env.json", json.dumps(out.snapshot, indent=1) + "\n")
-    result.skew = compare({name: o.snapshot for name, o in result.outcomes.items()})
+    result.skew = env_diff({name: o.snapshot for name, o in result.outcomes.items()})
     if result.skew:
         keys = ", ".join(sorted(result.skew)[:6])
         emit(f"warning: nodes differ in {len(result.skew)} setting(s): {keys} (see launch.json)")
@@ -520,21 +519,15 @@ def dry_run(
     run_id = new_run_id()
     addr = cluster.master_addr(spec.master_addr)
     outcomes = {n.name: NodeOutcome(n) for n in cluster.nodes}
-    live = dict((sessions or ssh_sessions)(cluster))
-    try:
-        reports = setup_nodes(
-            cluster,
-            live,
-            spec,
-            outcomes,
-            run_id=run_id,
-            probe_port=spec.master_port is None,
-            dry_run=True,
-            deadlines=deadlines,
-        )
-    finally:
-        for session in live.values():
-            session.close()
+    reports = setup_nodes(
+        (sessions or ssh_sessions)(cluster),
+        spec,
+        outcomes,
+        run_id=run_id,
+        probe_port=spec.master_port is None,
+        dry_run=True,
+        deadlines=deadlines,
+    )
     head = reports.get(cluster.head.name)
     port = spec.master_port or (head.port if head else None)
     for name, out in outcomes.items():
@@ -543,5 +536,5 @@ def dry_run(
     commands = (
         _commands(cluster, spec, reports, run_id=run_id, addr=addr, port=port or 0) if port else {}
     )
-    skew = compare({name: o.snapshot for name, o in outcomes.items()})
+    skew = env_diff({name: o.snapshot for name, o in outcomes.items()})
     return DryRun(run_id, addr, port, commands, outcomes, skew)

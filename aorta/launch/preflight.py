@@ -4,18 +4,19 @@ Every launch (and ``--dry-run``) snapshots each node's environment during setup:
 and torch versions, the torch build's CUDA/HIP version, the NCCL/RCCL libraries, the GPU driver,
 and the variables that steer them (``NCCL_*``, ``HSA_*``, ...; secrets redacted). A difference
 between nodes — one node on another torch, one with ``NCCL_IB_DISABLE`` set — is a classic
-cluster-only bug, so :func:`compare` lists every key whose value is not the same everywhere.
+cluster-only bug, so :func:`env_diff` lists every key whose value is not the same everywhere.
+The snapshots are :func:`aorta.store.hostenv.snapshot`'s, taken on each node.
 
 Examples
 --------
->>> skew = compare({
-...     "node0": {"packages": {"torch": "2.4.0"}, "env": {"NCCL_DEBUG": "INFO"}, "hostname": "a"},
-...     "node1": {"packages": {"torch": "2.3.1"}, "env": {}, "hostname": "b"},
+>>> skew = env_diff({
+...     "node0": {"torch": {"version": "2.4.0"}, "env": {"NCCL_DEBUG": "INFO"}, "host": "a"},
+...     "node1": {"torch": {"version": "2.3.1"}, "env": {}, "host": "b"},
 ... })
 >>> sorted(skew)
-['env.NCCL_DEBUG', 'packages.torch']
+['env.NCCL_DEBUG', 'torch.version']
 >>> format_skew(skew)[2]
-'  packages.torch: node0=2.4.0  node1=2.3.1'
+'  torch.version: node0=2.4.0  node1=2.3.1'
 """
 
 from __future__ import annotations
@@ -25,10 +26,10 @@ from typing import Any
 
 from aorta.envvars import LAUNCH_PROVIDED
 
-__all__ = ["IGNORED_KEYS", "compare", "flatten", "format_skew", "version_rows"]
+__all__ = ["IGNORED_KEYS", "env_diff", "flatten", "format_skew", "version_rows"]
 
 #: Keys expected to differ between nodes (the launcher's own per-node variables included).
-IGNORED_KEYS = frozenset({"hostname", *(f"env.{name}" for name in LAUNCH_PROVIDED)})
+IGNORED_KEYS = frozenset({"host", "taken_at", *(f"env.{name}" for name in LAUNCH_PROVIDED)})
 MISSING = "(unset)"
 
 
@@ -44,7 +45,7 @@ def flatten(snapshot: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def compare(snapshots: Mapping[str, Mapping[str, Any] | None]) -> dict[str, dict[str, Any]]:
+def env_diff(snapshots: Mapping[str, Mapping[str, Any] | None]) -> dict[str, dict[str, Any]]:
     """Keys whose values differ across the nodes that have a snapshot: ``{key: {node: value}}``.
 
     A key present on some nodes only is reported with ``(unset)`` for the others.
@@ -62,7 +63,7 @@ def compare(snapshots: Mapping[str, Mapping[str, Any] | None]) -> dict[str, dict
 
 
 def format_skew(skew: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """Human lines for :func:`compare`'s result (empty when the nodes agree)."""
+    """Human lines for :func:`env_diff`'s result (empty when the nodes agree)."""
     if not skew:
         return []
     lines = [f"nodes differ in {len(skew)} setting(s):"]
@@ -79,16 +80,13 @@ def version_rows(snapshot: Mapping[str, Any] | None) -> dict[str, str]:
     """The versions ``--dry-run`` shows for one node (``-`` when found none)."""
     if not snapshot:
         return {}
-    pkgs = snapshot.get("packages", {})
-    build = snapshot.get("torch_build", {})
-    libs = snapshot.get("libraries", {})
-    drivers = snapshot.get("drivers", {})
-    nccl = next((pkgs[k] for k in sorted(pkgs) if k.startswith("nvidia-nccl") and pkgs[k]), None)
+    torch, libs = snapshot.get("torch") or {}, snapshot.get("libraries") or {}
+    drivers = snapshot.get("drivers") or {}
     return {
         "python": _or_none(snapshot.get("python")),
-        "aorta": _or_none(pkgs.get("aorta")),
-        "torch": _or_none(pkgs.get("torch")),
-        "cuda/hip": _or_none(build.get("cuda") or build.get("hip")),
-        "nccl/rccl": _or_none(nccl or libs.get("nccl") or libs.get("rccl")),
+        "aorta": _or_none(snapshot.get("aorta")),
+        "torch": _or_none(torch.get("version")),
+        "cuda/hip": _or_none(torch.get("cuda") or torch.get("hip")),
+        "nccl/rccl": _or_none(libs.get("nccl_wheel") or libs.get("nccl") or libs.get("rccl")),
         "driver": _or_none(drivers.get("nvidia") or drivers.get("amdgpu") or drivers.get("rocm")),
     }

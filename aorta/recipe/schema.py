@@ -48,10 +48,10 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_core import PydanticCustomError
 
 from aorta import envvars
-from aorta.errors import Problem, RecipeError, describe_value
+from aorta.errors import Problem, RecipeError, describe_value, validation_problems
+from aorta.errors import invalid as _fail
 from aorta.recipe.yamldoc import parse_yaml
 
 __all__ = [
@@ -90,11 +90,6 @@ KNOWN_COLLECTORS: dict[str, frozenset[str]] = {
 def _closest(word: str, choices: Iterable[str]) -> str:
     match = difflib.get_close_matches(word, list(choices), n=1)
     return f"; did you mean {match[0]!r}?" if match else ""
-
-
-def _fail(kind: str, message: str) -> PydanticCustomError:
-    # Pydantic formats {names} in templates; hand it a finished message instead.
-    return PydanticCustomError(kind, "{message}", {"message": message})
 
 
 def _check_env_name(name: Any) -> Any:
@@ -611,65 +606,6 @@ def _cross_check(recipe: Recipe, command: list[str] | None) -> list[Problem]:
 # YAML in, YAML out
 
 
-def _format_loc(loc: tuple[Any, ...]) -> str:
-    out = ""
-    for part in loc:
-        if part == "[key]":
-            continue
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += f".{part}" if out else str(part)
-    return out
-
-
-_PLAIN_MESSAGES = {
-    "string_type": "must be a string, got {got}",
-    "int_type": "must be a whole number, got {got}",
-    "float_type": "must be a number, got {got}",
-    "bool_type": "must be true or false, got {got}",
-    "list_type": "must be a list, got {got}",
-    "dict_type": "must be a mapping, got {got}",
-    "model_type": "must be a mapping, got {got}",
-    "missing": "required key is missing",
-}
-
-
-def _problems_from(exc: ValidationError) -> list[Problem]:
-    problems = []
-    for err in exc.errors(include_url=False):
-        loc = tuple(err["loc"])
-        kind = err["type"]
-        # Pydantic tags which union member failed; the user never wrote those names.
-        loc = tuple(
-            p
-            for p in loc
-            if not (
-                isinstance(p, str)
-                and (
-                    p in {"str", "DockerEnvironment"}
-                    or p.startswith(("function-", "list[", "dict["))
-                )
-            )
-        )
-        if kind in _PLAIN_MESSAGES:
-            msg = _PLAIN_MESSAGES[kind].format(got=describe_value(err.get("input")))
-        elif kind in {"greater_than_equal", "greater_than"}:
-            op = "≥" if kind == "greater_than_equal" else ">"
-            bound = (err.get("ctx") or {}).get("ge", (err.get("ctx") or {}).get("gt"))
-            msg = f"must be {op} {bound}, got {describe_value(err.get('input'))}"
-        elif kind == "literal_error":
-            msg = f"must be one of {(err.get('ctx') or {}).get('expected')}, got {describe_value(err.get('input'))}"
-        else:
-            msg = err["msg"]
-        problems.append(Problem(_format_loc(loc), msg))
-    # One problem per path: unions report each alternative; keep the first.
-    unique: dict[str, Problem] = {}
-    for p in problems:
-        unique.setdefault(p.path, p)
-    return list(unique.values())
-
-
 def recipe_from_data(data: Any, *, command: list[str] | None = None) -> Recipe:
     """Validate a parsed document into a :class:`Recipe` (see :func:`load_recipe`)."""
     if not isinstance(data, Mapping):
@@ -688,7 +624,7 @@ def recipe_from_data(data: Any, *, command: list[str] | None = None) -> Recipe:
     try:
         recipe = Recipe.model_validate(data)
     except ValidationError as exc:
-        raise RecipeError(_problems_from(exc)) from None
+        raise RecipeError(validation_problems(exc, hide={"str", "DockerEnvironment"})) from None
     if command is not None:
         if recipe.workload not in (None, "command"):
             raise RecipeError(

@@ -1,11 +1,13 @@
-"""Gathering a launch into one run directory on this machine.
+"""Gathering a launch into one run directory on this machine ("gather": pulling node artifacts,
+not the sweep's ``collect`` of trial records or a recipe's ``collect:`` collectors).
 
 While the launch runs, everything goes to a staging folder ``<output>/.aorta-launch-<run id>/``:
 each node's streamed log and environment snapshot in ``combined_traces/node_<rank>/``. After the
 run — whatever its status — every node's per-run output folder (where its ranks wrote traces,
-logs and, on the head, the run directory) is pulled into that node's ``combined_traces/node_<rank>/``
-with rsync, or SFTP when rsync is missing on either side. Only this run's folder is pulled, and
-``combined_traces`` folders inside it are skipped, so an earlier collection can never nest.
+logs and, on the head, the run directory) is pulled into that node's
+``combined_traces/node_<rank>/`` (:meth:`~aorta.launch.ssh.SshSession.pull`). Only this run's
+folder is pulled, and ``combined_traces`` folders inside it are skipped, so an earlier gathering
+can never nest.
 
 :func:`finalize` then moves the staging folder to its final name: the head's run directory
 (``<output>/<ticket>/<workload>/<timestamp>``, whose files are hard-linked to the top level, so
@@ -22,35 +24,14 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import stat
-import subprocess
-import time
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from aorta.errors import AortaError
 
-from .ssh import SshOptions
-
-__all__ = [
-    "COMBINED",
-    "finalize",
-    "is_artifact",
-    "node_folder",
-    "pull_rsync",
-    "pull_sftp",
-    "staging_dir",
-]
+__all__ = ["COMBINED", "finalize", "is_artifact", "node_folder", "staging_dir"]
 
 COMBINED = "combined_traces"
 NO_RUN_DIR = "_launch_"
-#: Never pulled: an earlier collection, and the launch's own bookkeeping files.
-EXCLUDE = (COMBINED,)
-
-
-class CollectError(AortaError):
-    """Artifacts of a node could not be pulled."""
 
 
 def staging_dir(output: str | Path, run_id: str) -> Path:
@@ -61,49 +42,6 @@ def staging_dir(output: str | Path, run_id: str) -> Path:
 def node_folder(run_dir: Path, rank: int) -> Path:
     """``<run_dir>/combined_traces/node_<rank>``."""
     return run_dir / COMBINED / f"node_{rank}"
-
-
-def pull_rsync(options: SshOptions, remote_dir: str, local_dir: Path, *, timeout: float) -> None:
-    """``rsync`` ``remote_dir``'s contents into ``local_dir`` over the node's SSH options."""
-    if shutil.which("rsync") is None:
-        raise CollectError("rsync is not installed here")
-    argv = options.rsync_argv(
-        remote_dir.rstrip("/") + "/", f"{local_dir}/", exclude=[f"{p}/" for p in EXCLUDE]
-    )
-    try:
-        proc = subprocess.run(
-            argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
-        )
-    except subprocess.TimeoutExpired:
-        raise CollectError(f"rsync did not finish in {timeout:g} s") from None
-    if proc.returncode != 0:
-        lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
-        raise CollectError(f"rsync exited {proc.returncode}: {lines[-1] if lines else ''}")
-
-
-def pull_sftp(
-    sftp: Any, remote_dir: str, local_dir: Path, *, timeout: float, exclude: Sequence[str] = EXCLUDE
-) -> int:
-    """Copy ``remote_dir`` recursively over SFTP (skipping ``exclude`` names); return the file count."""
-    deadline = time.monotonic() + timeout
-    count = 0
-    stack = [(remote_dir.rstrip("/"), local_dir)]
-    while stack:
-        src, dst = stack.pop()
-        dst.mkdir(parents=True, exist_ok=True)
-        for entry in sftp.listdir_attr(src):
-            if time.monotonic() > deadline:
-                raise CollectError(f"sftp did not finish in {timeout:g} s ({count} files copied)")
-            if entry.filename in exclude:
-                continue
-            path = f"{src}/{entry.filename}"
-            mode = entry.st_mode or 0
-            if stat.S_ISDIR(mode):
-                stack.append((path, dst / entry.filename))
-            elif stat.S_ISREG(mode):
-                sftp.get(path, str(dst / entry.filename))
-                count += 1
-    return count
 
 
 #: Folder names and file suffixes that make a file a per-node artifact (traces and logs).
