@@ -247,3 +247,28 @@ def test_status_command(tmp_path, run_cli):
     code, out, _ = run_cli("sweep", "status", run_dir)
     assert code == ExitCode.OK
     assert out.strip() == f"{run_dir}: complete — 9/9 trials recorded (8 ok, 1 workload_failed)"
+
+
+def test_a_killed_attempts_output_does_not_leak_into_the_rerun(tmp_path):
+    # The trial prints two steps, then the sweep is killed; the resumed attempt prints three.
+    script = (
+        'echo "step 1.5"; echo "step 2.5"; '
+        'if [ "$AORTA_CELL/$AORTA_TRIAL" = "$KILL_AT" ] && [ ! -e "$MARK" ]; then '
+        'touch "$MARK"; kill -9 $PPID; sleep 5; fi; echo "step 3.5"'
+    )
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(RECIPE)
+    env = {"KILL_AT": "xnack-none/1", "MARK": str(tmp_path / "killed-once")}
+    killed = _aorta(
+        "sweep", "run", "--recipe", str(recipe), "-o", str(tmp_path / "run"),
+        "--", "bash", "-c", script, env=env,
+    )  # fmt: skip
+    assert killed.returncode == -signal.SIGKILL
+    run_dir = _only_run_dir(tmp_path / "run")
+    resumed = _aorta("sweep", "resume", str(run_dir), env=env)
+    assert resumed.returncode == ExitCode.OK, resumed.stderr
+    trial = json.loads((run_dir / "cells" / "xnack-none" / "trial_0001.json").read_text())
+    assert trial["step_times_ms"] == [1.5, 2.5, 3.5]
+    # The killed attempt's files are kept beside the trial's, named as such.
+    aside = run_dir / "cells" / "xnack-none" / "trial_0001.attempt-1"
+    assert "step 2.5" in "".join(p.read_text() for p in aside.glob("*stdout*"))

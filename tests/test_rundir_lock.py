@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import socket
 import subprocess
@@ -53,5 +54,5 @@ def test_concurrent_resumes_after_a_crash_have_one_holder_at_a_time(tmp_path):
         assert held, f"attempt {attempt}: nobody took the stale lock"
         # No two holding intervals overlap.
         spans = sorted(held)
-        assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), spans
+        assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans)), spans
         assert not (rd.path / "run.lock").exists()

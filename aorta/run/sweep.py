@@ -218,6 +218,8 @@ class _Sweep:
         self.coord = coord
         self.dist = dist
         self.records: dict[tuple[str, int], TrialRecord] = {}
+        #: Per cell, how many recorded trials count as a stop_after event (kept as records come).
+        self._events: dict[str, int] = {}
         self.host = socket.gethostname()
         self.writer = dist.rank == 0
         self._warned: set[str] = set()
@@ -248,8 +250,14 @@ class _Sweep:
         """Redact, write and remember a trial's record (what is kept is what is on disk)."""
         record = self.redactor.record(record)
         self.rd.write_trial(record)
-        self.records[(record.cell, record.trial)] = record
+        self._remember(record)
         return record
+
+    def _remember(self, record: TrialRecord) -> None:
+        self.records[(record.cell, record.trial)] = record
+        stop = self.plan.stop_after
+        if stop is not None and _event(record, stop.event_verdict):
+            self._events[record.cell] = self._events.get(record.cell, 0) + 1
 
     def _cell_dict(self, cell: Cell) -> dict[str, Any]:
         # A cell's overlay can carry a token (extra_env); cell.json and the matrix show it redacted.
@@ -327,13 +335,11 @@ class _Sweep:
             return "done"
         stop = self.plan.stop_after
         if stop is not None:
-            events = sum(
-                _event(r, stop.event_verdict)
-                for (c, _), r in self.records.items()
-                if c == key.cell.name
-            )
+            events = self._events.get(key.cell.name, 0)
             if events >= stop.events:
                 return f"skip:stop_after: {events} {stop.event_verdict} trial(s) reached"
+        # A killed attempt's files must not mix with this one's (its logs would add step times).
+        self.rd.set_aside(key.cell.name, key.trial)
         return "run"
 
     def _record(
@@ -425,7 +431,8 @@ class _Sweep:
     # -- the loop ----------------------------------------------------------------------------
 
     def run(self, done: dict[tuple[str, int], TrialRecord]) -> SweepResult:
-        self.records.update(done)
+        for record in done.values():
+            self._remember(record)
         self.reporter.start(
             run_dir=str(self.rd.path),
             total=self.plan.n_trials,

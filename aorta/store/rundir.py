@@ -221,6 +221,20 @@ class RunDir:
         """The trial's own folder (``AORTA_ARTIFACT_DIR``): logs, traces, collected files."""
         return self.cell_dir(cell) / f"trial_{trial:04d}"
 
+    def set_aside(self, cell: str, trial: int) -> Path | None:
+        """Move an earlier attempt's artifact folder (a killed trial's logs and traces) to
+        ``trial_NNNN.attempt-K`` beside it, so the next attempt starts from clean files.
+        Returns where it went (``None`` when there was nothing)."""
+        art = self.artifact_dir(cell, trial)
+        if not art.is_dir():
+            return None
+        for k in range(1, 10_000):
+            dest = art.with_name(f"{art.name}.attempt-{k}")
+            if not dest.exists():
+                art.rename(dest)
+                return dest
+        raise AortaError(f"{art}: too many earlier attempts")
+
     def trace_dir(self, cell: str, trial: int) -> Path:
         """The trial's profiler traces (one :func:`trace_file_name` per rank)."""
         return self.artifact_dir(cell, trial) / TRACE_DIR
