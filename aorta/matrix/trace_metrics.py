@@ -270,7 +270,7 @@ def _analyse_all(
         yield from _serial([job for job in jobs if id(job) not in done], cache)
 
 
-def trial_results(
+def _trial_results(
     jobs: Sequence[_Job], *, cache: CacheMode = "use", workers: int | None = None
 ) -> tuple[dict[tuple[str, int], dict[str, Any]], list[str]]:
     """Every job's result (from its metrics cache when valid) and notes on unwritable caches."""
@@ -440,7 +440,7 @@ def add_trace_metrics(
     rd = RunDir.open(run_dir)
     world_size = int(rd.manifest().get("world_size") or 1)
     jobs = _jobs(ds, rd.path, world_size)
-    results, notes = trial_results(jobs, cache=cache, workers=workers)
+    results, notes = _trial_results(jobs, cache=cache, workers=workers)
     problems = _problems(jobs, results)
     for line in problems:
         warnings.warn(line, TraceWarning, stacklevel=3)
