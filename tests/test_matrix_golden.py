@@ -64,4 +64,6 @@ def test_matrix_agrees_with_compare():
     _, summary, _ = render()
     df = load_run(RUN).aorta.compare()
     assert summary["verdict"].tolist() == df["verdict"].tolist()
-    assert summary["ratio"].tolist() == pytest.approx(df["ratio"].tolist(), rel=0, abs=0, nan_ok=True)
+    assert summary["ratio"].tolist() == pytest.approx(
+        df["ratio"].tolist(), rel=0, abs=0, nan_ok=True
+    )
