@@ -27,7 +27,8 @@ import time
 import numpy as np
 
 from aorta.matrix.compare import compare
-from aorta.matrix.dataset import build_dataset, load_run, write_results
+from aorta.matrix.dataset import build_dataset
+from aorta.matrix.load import load_run, write_results
 from aorta.store.record import TrialRecord
 from aorta.store.rundir import RunDir
 

@@ -1,4 +1,4 @@
-"""aorta.matrix.dataset: records → Dataset, run directories, results.nc, the accessor."""
+"""aorta.matrix.dataset and .load: records → Dataset, run directories, results.nc, the accessor."""
 
 from __future__ import annotations
 
@@ -13,15 +13,8 @@ from hypothesis import strategies as st
 
 import aorta
 from aorta.errors import UsageError
-from aorta.matrix.dataset import (
-    RESULTS,
-    build_dataset,
-    load_run,
-    load_runs,
-    load_trials,
-    read_netcdf,
-    write_netcdf,
-)
+from aorta.matrix.dataset import RESULTS, build_dataset, read_netcdf, write_netcdf
+from aorta.matrix.load import load_run, load_runs, load_trials, stack_runs
 from aorta.recipe.schema import load_recipe_text
 from aorta.run.sweep import sweep
 from aorta.store.record import TrialRecord, TrialStatus
@@ -169,9 +162,7 @@ def test_load_runs_stacks_with_an_outer_join(probe_run):
     stacked = load_runs([probe_run, probe_run], labels=["first", "second"])
     assert stacked.sizes["run"] == 2 and stacked.run.values.tolist() == ["first", "second"]
     assert stacked.attrs["baseline"] == "none-none"
-    from aorta.matrix.dataset import _stack
-
-    mixed = _stack([load_run(probe_run), a], dim="run", labels=["p", "a"])
+    mixed = stack_runs([load_run(probe_run), a], dim="run", labels=["p", "a"])
     assert mixed.status.sel(run="a", cell="none-none").values.tolist() == ["missing"] * 3
     assert mixed.status.sel(run="p", cell="x").values.tolist() == ["missing"] * 3
     assert mixed.passed.dtype == bool and mixed.status.dtype == object

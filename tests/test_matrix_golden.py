@@ -12,9 +12,9 @@ import os
 
 import pytest
 
-from aorta.matrix.dataset import load_run, run_attrs
-from aorta.report.matrix import matrix_json, matrix_markdown, summarize
-from aorta.store.rundir import RunDir
+from aorta.matrix.load import load_run
+from aorta.matrix.summary import summarize
+from aorta.report.matrix import matrix_header, matrix_json, matrix_markdown
 
 from .conftest import DATA
 
@@ -23,38 +23,23 @@ GOLDEN_MD = DATA / "golden_matrix.md"
 
 
 def render():
-    rd = RunDir.open(RUN)
-    cells = sorted(
-        (json.loads(p.read_text()) for p in (RUN / "cells").glob("*/cell.json")),
-        key=lambda c: c["index"],
-    )
-    attrs = run_attrs(RUN)
-    rows = summarize(
-        cells, rd.trial_records(), baseline=attrs["baseline"], threshold=attrs["threshold"]
-    )
-    header = {
-        "ticket": attrs["ticket"],
-        "workload": attrs["workload"],
-        "run_dir": "tests/data/golden_run",
-        "baseline": attrs["baseline"],
-        "threshold": attrs["threshold"],
-        "status": "complete",
-    }
-    return rows, header
+    ds = load_run(RUN, source="records")
+    summary = summarize(ds)
+    header = matrix_header(ds, run_dir="tests/data/golden_run", status="complete")
+    return ds, summary, header
 
 
 def test_golden_matrix_md():
-    rows, header = render()
-    text = matrix_markdown(rows, header=header)
+    _, summary, header = render()
+    text = matrix_markdown(summary, header=header)
     if os.environ.get("UPDATE_GOLDEN"):
         GOLDEN_MD.write_text(text)
     assert text == GOLDEN_MD.read_text()
 
 
 def test_golden_run_verdicts():
-    rows, header = render()
-    by = {r.name: r for r in rows}
-    assert {n: r.verdict for n, r in by.items()} == {
+    ds, summary, header = render()
+    assert summary["verdict"].to_dict() == {
         "baseline": "baseline",
         "slow": "slower",
         "same": "no change",
@@ -62,22 +47,23 @@ def test_golden_run_verdicts():
         "few": "inconclusive",
     }
     # The failure finding stands although flaky's timing is inconclusive.
-    assert by["flaky"].failures_vs_baseline == "more"
-    assert by["few"].trials_needed == 5 and by["flaky"].trials_needed == 5
+    assert summary.loc["flaky", "failures_vs_baseline"] == "more"
+    assert summary.loc["few", "trials_needed"] == 5 and summary.loc["flaky", "trials_needed"] == 5
     # Upstream's confound tag is still there beside the new columns.
-    assert by["slow"].confound.startswith("speed (+")
-    doc = matrix_json(rows, header=header)
+    assert summary.loc["slow", "confound"].startswith("speed (+")
+    doc = matrix_json(summary, ds, header=header)
     assert doc["statistics"]["seed"] == 0 and doc["statistics"]["resamples"] == 10_000
     assert doc["statistics"]["family_size"] == 4
     slow = next(c for c in doc["cells"] if c["name"] == "slow")
     assert slow["ratio_ci"][0] > 1.15 and slow["p_adj"] < 0.05
+    assert slow["statuses"] == {"ok": 8} and len(slow["trials"]) == 8
     json.dumps(doc, allow_nan=False)  # no NaN leaks into matrix.json
 
 
 def test_matrix_agrees_with_compare():
-    rows, _ = render()
+    _, summary, _ = render()
     df = load_run(RUN).aorta.compare()
-    for r in rows:
-        assert r.verdict == df.loc[r.name, "verdict"]
-        if r.ratio is not None:
-            assert r.ratio == pytest.approx(df.loc[r.name, "ratio"], rel=0, abs=0)
+    assert summary["verdict"].tolist() == df["verdict"].tolist()
+    assert summary["ratio"].tolist() == pytest.approx(
+        df["ratio"].tolist(), rel=0, abs=0, nan_ok=True
+    )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aorta.matrix.dataset import load_run
+from aorta.matrix.load import load_run
 from aorta.recipe.schema import load_recipe_text
 from aorta.run.sweep import sweep
 from aorta.store.redact import Redactor

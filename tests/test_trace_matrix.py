@@ -214,8 +214,7 @@ def test_analyse_trial_is_a_function_of_the_files(traced_run):
 def test_trace_summary_section_and_figures(run_copy):
     from matplotlib.figure import Figure
 
-    from aorta.matrix.trace_summary import SECTION_MARKER, trace_markdown
-    from aorta.report.run_report import write_trace_matrix
+    from aorta.report.matrix import trace_markdown, write_matrix
 
     ds = aorta.load_run(run_copy, traces=True)
     summary = ds.aorta.trace_summary()
@@ -225,13 +224,15 @@ def test_trace_summary_section_and_figures(run_copy):
     assert summary.loc["slow", "verdict"] == "no change"
     assert summary.loc["slow", "ratio"] == pytest.approx(1.0)
     text = trace_markdown(summary)
-    assert text.startswith(SECTION_MARKER) and "| slow | 5 | host |" in text
+    assert text.startswith("## Traces") and "| slow | 5 | host |" in text
     before = (run_copy / "matrix.md").read_text()
-    for _ in range(2):  # a second report replaces the section
-        written = write_trace_matrix(ds, run_copy)
-    assert [p.name for p in written] == ["matrix.md", "matrix.json"]
+    for _ in range(2):  # the one writer renders the whole matrix, the traces section with it
+        write_matrix(run_copy, ds)
     after = (run_copy / "matrix.md").read_text()
-    assert after.startswith(before.rstrip("\n")) and after.count(SECTION_MARKER) == 1
+    # the same matrix, now naming the directory it is in, and one traces section after it
+    assert f"- run: `{run_copy}`" in after and after.count("## Traces") == 1
+    head = before.split("\n", 3)[3].rstrip("\n")
+    assert after.split("\n", 3)[3].startswith(head)
     assert json.loads((run_copy / "matrix.json").read_text())["traces"]["cells"][1]["verdict"] == (
         "no change"
     )

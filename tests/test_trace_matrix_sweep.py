@@ -17,7 +17,6 @@ import aorta
 import aorta.trace
 from aorta.errors import ExitCode, TraceWarning
 from aorta.matrix.trace_metrics import rank_files
-from aorta.matrix.trace_summary import SECTION_MARKER
 from aorta.trace.metrics import rank_metrics
 
 from .test_distributed import only_run_dir, torchrun
@@ -127,7 +126,7 @@ def test_compare_and_report_with_traces(profiled_run, run_copy, run_cli):
         assert (report / name).is_file(), name
     code, _, _ = run_cli("report", run_copy, "--traces", "--ranks", "mean")  # again: replaced
     matrix = (run_copy / "matrix.md").read_text()
-    assert matrix.count(SECTION_MARKER) == 1 and matrix.index("## Findings") < matrix.index(
+    assert matrix.count("## Traces") == 1 and matrix.index("## Findings") < matrix.index(
         "## Traces"
     )
     assert "| ddp | 2 | host |" in matrix and "mean over ranks" in matrix

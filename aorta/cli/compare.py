@@ -100,9 +100,13 @@ def compare(
 ) -> int:
     """Compare cells: ratio of medians with a bootstrap CI, Holm-adjusted exact Mann–Whitney p,
     Fisher's test on failures, and a verdict per cell."""
-    from aorta.matrix.compare import comparison_json, comparison_table, regressions
-    from aorta.report.matrix import statistics_line
-    from aorta.report.run_report import compare_paths
+    from aorta.matrix.compare import regressions
+    from aorta.report.comparison import (
+        compare_paths,
+        comparison_json,
+        comparison_table,
+        statistics_line,
+    )
 
     df = compare_paths(
         runs,
@@ -119,7 +123,7 @@ def compare(
     else:
         what = f"{runs[1]} against {runs[0]}" if len(runs) == 2 else str(runs[0])
         print(f"{what} — baseline: {df.attrs['baseline']}")
-        print(statistics_line(comparison_json(df)["statistics"]).removeprefix("- "))
+        print(statistics_line(df.attrs).removeprefix("- "))
         print()
         print(comparison_table(df))
     slow = regressions(df)

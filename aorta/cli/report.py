@@ -27,7 +27,7 @@ def report(
 ) -> int:
     """Write the comparison (CSV, JSON), the trials (CSV), PNG figures and report.md into
     RUN/report/; with --traces also the trace metrics, and their section in RUN/matrix.md."""
-    from aorta.report.run_report import write_report
+    from aorta.report.report_dir import write_report
 
     for path in write_report(
         run,

@@ -10,7 +10,6 @@ import typer
 
 from aorta import envvars
 from aorta.errors import ExitCode, UsageError
-from aorta.report import console
 from aorta.store.rundir import RunDir
 
 from ._options import Json, MitigationsFiles, Verbose
@@ -85,6 +84,7 @@ def run(
 
     Under torchrun, run the same command on every rank: only rank 0 writes and reports.
     """
+    from aorta.report import console
     from aorta.run import sweep as engine
 
     if recipe is None and resume is None:
@@ -132,6 +132,7 @@ def run(
 
 def _run(recipe: Path | None, *, strict: bool, **options: Any) -> int:
     """Run the sweep (``options`` are :func:`aorta.sweep`'s), print the summary, map the code."""
+    from aorta.report import console
     from aorta.run import sweep as engine
 
     result = engine.sweep(recipe, **options)

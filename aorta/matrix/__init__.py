@@ -1,4 +1,14 @@
-"""The matrix as data, pure: the run's xarray Dataset (build, netCDF I/O), statistics,
-comparisons against the baseline, trace metrics per cell × trial × rank, the ``ds.aorta``
-accessor.
+"""The matrix as data, pure: the run's xarray Dataset (build, netCDF I/O, run directories),
+statistics, comparisons against the baseline, the per-cell summary, trace metrics per
+cell × trial × rank, and the ``ds.aorta`` accessor.
+
+Modules, bottom to top: :mod:`~aorta.matrix.stats` (numbers), :mod:`~aorta.matrix.select`
+(which trials count, one value per trial), :mod:`~aorta.matrix.dataset` (records → Dataset,
+netCDF), :mod:`~aorta.matrix.trace_metrics`, :mod:`~aorta.matrix.load` (run directories),
+:mod:`~aorta.matrix.compare`, :mod:`~aorta.matrix.summary`, :mod:`~aorta.matrix.trace_summary`,
+:mod:`~aorta.matrix.accessor`. Importing this package registers ``ds.aorta``, once.
 """
+
+from aorta.matrix.accessor import AortaAccessor
+
+__all__ = ["AortaAccessor"]

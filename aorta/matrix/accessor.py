@@ -1,7 +1,8 @@
 """``ds.aorta``: the common calls on a run's Dataset, registered once.
 
 Each method is one line calling :mod:`aorta.matrix.compare`, :mod:`aorta.matrix.dataset` or
-:mod:`aorta.plot`, so a notebook and the CLI go through the same code.
+:mod:`aorta.plot`, so a notebook and the CLI go through the same code. The class is
+registered once, when :mod:`aorta.matrix` is imported.
 
 Examples
 --------
@@ -22,19 +23,30 @@ ValueError: an aorta Dataset needs a 'cell' dimension; this one has []
 from __future__ import annotations
 
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import xarray as xr
 
 from aorta.matrix import stats
+from aorta.matrix.compare import compare, compare_runs
+from aorta.matrix.dataset import trials_frame, write_netcdf
+from aorta.matrix.select import RankReduction, TrialSelection, check_dims, trial_values
+from aorta.matrix.trace_summary import trace_summary
 
 if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.figure import Figure
 
-    from aorta.matrix.compare import RankReduction, TrialSelection
-
 __all__ = ["AortaAccessor"]
+
+
+def _plot() -> ModuleType:
+    """:mod:`aorta.plot`, imported on the first figure: the one upward edge of the matrix
+    (as xarray's own ``.plot``), and matplotlib stays unloaded until then."""
+    import aorta.plot
+
+    return aorta.plot
 
 
 @xr.register_dataset_accessor("aorta")
@@ -45,9 +57,7 @@ class AortaAccessor:
     """
 
     def __init__(self, ds: xr.Dataset) -> None:
-        from aorta.matrix.compare import _check_dims
-
-        _check_dims(ds)
+        check_dims(ds)
         self._ds = ds
 
     def compare(
@@ -63,8 +73,6 @@ class AortaAccessor:
         resamples: int = stats.DEFAULT_RESAMPLES,
     ) -> pd.DataFrame:
         """Every cell against the baseline: :func:`aorta.compare`."""
-        from aorta.matrix.compare import compare
-
         return compare(
             self._ds,
             baseline,
@@ -79,8 +87,6 @@ class AortaAccessor:
 
     def compare_to(self, reference: xr.Dataset, **kwargs: Any) -> pd.DataFrame:
         """This run's cells against the same cells of ``reference``: :func:`aorta.compare_runs`."""
-        from aorta.matrix.compare import compare_runs
-
         return compare_runs(reference, self._ds, **kwargs)
 
     def trial_values(
@@ -90,64 +96,44 @@ class AortaAccessor:
         trials: TrialSelection = "ok",
         ranks: RankReduction = "worst",
     ) -> xr.DataArray:
-        """One value per trial: :func:`aorta.matrix.compare.trial_values`."""
-        from aorta.matrix.compare import trial_values
-
+        """One value per trial: :func:`aorta.matrix.select.trial_values`."""
         return trial_values(self._ds, metric=metric, trials=trials, ranks=ranks)
 
     def trials(self) -> pd.DataFrame:
         """One row per recorded trial: :func:`aorta.matrix.dataset.trials_frame`."""
-        from aorta.matrix.dataset import trials_frame
-
         return trials_frame(self._ds)
 
     def to_netcdf(self, path: str | Path) -> Path:
         """Write the Dataset so :func:`aorta.load_run` reads it back identical."""
-        from aorta.matrix.dataset import write_netcdf
-
         return write_netcdf(self._ds, path)
 
     def plot_steps(self, baseline: str | None = None, **kwargs: Any) -> Figure:
         """Per-cell trial values with the baseline band: :func:`aorta.plot.step_distributions`."""
-        from aorta.plot import step_distributions
-
-        return step_distributions(self._ds, baseline, **kwargs)
+        return _plot().step_distributions(self._ds, baseline, **kwargs)
 
     def plot_series(self, **kwargs: Any) -> Figure:
         """Step time per step, one line per trial: :func:`aorta.plot.step_series`."""
-        from aorta.plot import step_series
-
-        return step_series(self._ds, **kwargs)
+        return _plot().step_series(self._ds, **kwargs)
 
     def plot_failures(
         self, baseline: str | None = None, *, ax: Any = None, **kwargs: Any
     ) -> Figure:
         """Failure rates with Wilson intervals: :func:`aorta.plot.failure_rates`."""
-        from aorta.plot import failure_rates
-
-        return failure_rates(self.compare(baseline, **kwargs), ax=ax)
+        return _plot().failure_rates(self.compare(baseline, **kwargs), ax=ax)
 
     def plot_forest(self, baseline: str | None = None, *, ax: Any = None, **kwargs: Any) -> Figure:
         """Ratios to the baseline with their CIs: :func:`aorta.plot.ratio_forest`."""
-        from aorta.plot import ratio_forest
-
-        return ratio_forest(self.compare(baseline, **kwargs), ax=ax)
+        return _plot().ratio_forest(self.compare(baseline, **kwargs), ax=ax)
 
     def trace_summary(self, baseline: str | None = None, **kwargs: Any) -> pd.DataFrame:
         """Per cell: time breakdown medians and the exposed-comm verdict:
         :func:`aorta.matrix.trace_summary.trace_summary` (needs ``load_run(run, traces=True)``)."""
-        from aorta.matrix.trace_summary import trace_summary
-
         return trace_summary(self._ds, baseline, **kwargs)
 
     def plot_time_breakdown(self, **kwargs: Any) -> Figure:
         """Stacked time breakdown per cell: :func:`aorta.plot.time_breakdown`."""
-        from aorta.plot import time_breakdown
-
-        return time_breakdown(self._ds, **kwargs)
+        return _plot().time_breakdown(self._ds, **kwargs)
 
     def plot_exposed_comm(self, **kwargs: Any) -> Figure:
         """Exposed communication against step time: :func:`aorta.plot.exposed_comm_vs_step`."""
-        from aorta.plot import exposed_comm_vs_step
-
-        return exposed_comm_vs_step(self._ds, **kwargs)
+        return _plot().exposed_comm_vs_step(self._ds, **kwargs)

@@ -1,4 +1,6 @@
-"""The matrix as data: trial records → :class:`xarray.Dataset`, and back from ``results.nc``.
+"""The matrix as data: trial records → :class:`xarray.Dataset`, and netCDF I/O (``results.nc``).
+
+Reading run directories is :mod:`aorta.matrix.load`; this module reads no run directory.
 
 One Dataset per run, dims ``cell`` × ``trial`` (× ``step`` for the per-step series,
 × ``metric`` for the workload's metrics, × ``info_key`` for its text facts), in the plan's cell
@@ -14,6 +16,7 @@ variable                  dims                        meaning
 ``warmup_steps``          cell, trial                 leading warm-up steps
 ``wall_clock_s``          cell, trial                 the engine's clock around the whole trial
 ``elapsed_s``             cell, trial                 the workload's own clock of its main work
+``executed_iterations``   cell, trial                 iterations the workload ran (-1: unknown)
 ``status``                cell, trial                 ``ok``, ``workload_failed``, …, ``missing``
 ``passed``                cell, trial                 the workload's verdict
 ``error``                 cell, trial                 why the trial did not end ``ok``
@@ -56,35 +59,34 @@ import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import xarray as xr
 
 from aorta.errors import UsageError
+from aorta.matrix.select import reduce_ranks, trial_values
 from aorta.store.record import TrialRecord
 
 if TYPE_CHECKING:
     import pandas as pd
-    import xarray as xr
 
 __all__ = [
     "DATASET_VERSION",
+    "MISSING",
     "RESULTS",
     "build_dataset",
-    "load_run",
-    "load_runs",
-    "load_trials",
     "read_netcdf",
-    "run_attrs",
+    "text_array",
     "trials_frame",
     "write_netcdf",
-    "write_results",
 ]
 
 #: Version of the Dataset layout (``attrs["aorta_dataset_version"]``).
 DATASET_VERSION = 1
 #: The file a finished run keeps its Dataset in.
 RESULTS = "results.nc"
+#: ``status`` of a trial that has no (readable) record.
 MISSING = "missing"
 
 _VAR_ATTRS: dict[str, dict[str, str]] = {
@@ -104,6 +106,10 @@ _VAR_ATTRS: dict[str, dict[str, str]] = {
         "long_name": "workload elapsed time",
         "units": "s",
         "description": "the workload's own clock of its main work",
+    },
+    "executed_iterations": {
+        "long_name": "executed iterations",
+        "description": "iterations the workload reports it ran; -1 where unknown",
     },
     "status": {
         "long_name": "trial status",
@@ -168,7 +174,13 @@ def _clean_attrs(attrs: Mapping[str, Any]) -> dict[str, Any]:
     return {str(k): _attr(v) for k, v in attrs.items() if v is not None}
 
 
-def _objects(values: Sequence[str], shape: tuple[int, ...] | None = None) -> np.ndarray:
+def text_array(values: Sequence[str], shape: tuple[int, ...] | None = None) -> np.ndarray:
+    """``values`` as an object array of netCDF-safe ``str`` (NUL → ``␀``), the way every text
+    variable of a run's Dataset is stored; reshaped to ``shape`` when given.
+
+    >>> text_array(["a", "b" + chr(0)]).tolist()
+    ['a', 'b␀']
+    """
     out = np.empty(len(values), dtype=object)
     out[:] = [_text(v) for v in values]
     return out if shape is None else out.reshape(shape)
@@ -200,8 +212,8 @@ def _config_values(values: list[Any]) -> np.ndarray:
             [math.nan if v is _ABSENT or v is None else float(v) for v in values], dtype=float
         )
     if present and len(present) == len(values) and all(isinstance(v, str) for v in present):
-        return _objects(present)
-    return _objects([_json(None if v is _ABSENT else v) for v in values])
+        return text_array(present)
+    return text_array([_json(None if v is _ABSENT else v) for v in values])
 
 
 def _config_coords(
@@ -245,10 +257,8 @@ def build_dataset(
 
     See Also
     --------
-    load_run : the same from a run directory.
+    aorta.matrix.load.load_run : the same from a run directory.
     """
-    import xarray as xr
-
     cells = [dict(c) for c in cells]
     records = list(records)
     names = [str(c["name"]) for c in cells]
@@ -289,12 +299,13 @@ def _trial_variables(
     warmup = np.zeros(shape, dtype=np.int64)
     wall = np.full(shape, np.nan)
     elapsed = np.full(shape, np.nan)
-    status = _objects([MISSING] * size, shape)
-    error = _objects([""] * size, shape)
+    iterations = np.full(shape, -1, dtype=np.int64)
+    status = text_array([MISSING] * size, shape)
+    error = text_array([""] * size, shape)
     passed = np.zeros(shape, dtype=bool)
     seed = np.full(shape, -1, dtype=np.int64)
     metrics = np.full((*shape, len(metric_names)), np.nan)
-    info = _objects([""] * (size * len(info_keys)), (*shape, len(info_keys)))
+    info = text_array([""] * (size * len(info_keys)), (*shape, len(info_keys)))
     for rec in records:
         if rec.trial < 0:
             continue
@@ -306,6 +317,7 @@ def _trial_variables(
         warmup[i, j] = rec.warmup_steps
         wall[i, j] = math.nan if rec.wall_clock_s is None else rec.wall_clock_s
         elapsed[i, j] = math.nan if rec.elapsed_sec is None else rec.elapsed_sec
+        iterations[i, j] = -1 if rec.executed_iterations is None else rec.executed_iterations
         status[i, j] = rec.status.value
         error[i, j] = _text(rec.error or "")
         passed[i, j] = rec.passed
@@ -321,6 +333,7 @@ def _trial_variables(
         "warmup_steps": (ct, warmup),
         "wall_clock_s": (ct, wall),
         "elapsed_s": (ct, elapsed),
+        "executed_iterations": (ct, iterations),
         "status": (ct, status),
         "passed": (ct, passed),
         "error": (ct, error),
@@ -331,8 +344,8 @@ def _trial_variables(
     axes = {
         "trial": ("trial", np.arange(n_trials, dtype=np.int64)),
         "step": ("step", np.arange(n_steps_max, dtype=np.int64)),
-        "metric": ("metric", _objects(metric_names)),
-        "info_key": ("info_key", _objects(info_keys)),
+        "metric": ("metric", text_array(metric_names)),
+        "info_key": ("info_key", text_array(info_keys)),
     }
     return data, axes
 
@@ -344,7 +357,7 @@ def _cell_coords(
     env_vars = sorted({k for c in cells for k in (c.get("env") or {})})
     overlays = [dict(c.get("env") or {}) for c in cells]
     n = len(cells)
-    env_value = _objects([o.get(v, "") for o in overlays for v in env_vars], (n, len(env_vars)))
+    env_value = text_array([o.get(v, "") for o in overlays for v in env_vars], (n, len(env_vars)))
     env_set = np.array([[v in o for v in env_vars] for o in overlays], dtype=bool)
 
     def env_name(c: Mapping[str, Any]) -> str:
@@ -352,241 +365,15 @@ def _cell_coords(
         return str(env.get("name", "")) if isinstance(env, Mapping) else str(env or "")
 
     return {
-        "cell": ("cell", _objects(names)),
-        "env_var": ("env_var", _objects(env_vars)),
-        "mitigations": ("cell", _objects(["+".join(c.get("mitigations") or []) for c in cells])),
-        "environment": ("cell", _objects([env_name(c) for c in cells])),
-        "cell_id": ("cell", _objects([str(c.get("cell_id") or "") for c in cells])),
+        "cell": ("cell", text_array(names)),
+        "env_var": ("env_var", text_array(env_vars)),
+        "mitigations": ("cell", text_array(["+".join(c.get("mitigations") or []) for c in cells])),
+        "environment": ("cell", text_array([env_name(c) for c in cells])),
+        "cell_id": ("cell", text_array([str(c.get("cell_id") or "") for c in cells])),
         "planned_trials": ("cell", np.array(planned, dtype=np.int64)),
         "env_value": (("cell", "env_var"), env_value),
         "env_set": (("cell", "env_var"), env_set.reshape(n, len(env_vars))),
     }
-
-
-# --- run directories -------------------------------------------------------------------------
-
-
-def _read_cells(rd: Any) -> list[dict[str, Any]]:
-    cells = []
-    root = rd.path / "cells"
-    for path in sorted(root.glob("*/cell.json")) if root.is_dir() else []:
-        try:
-            cells.append(json.loads(path.read_text()))
-        except (OSError, ValueError):
-            continue
-    cells = [c for c in cells if isinstance(c, dict) and "name" in c]
-    return sorted(cells, key=lambda c: (int(c.get("index", 1 << 30)), str(c["name"])))
-
-
-def run_attrs(path: str | Path) -> dict[str, Any]:
-    """The run's attributes: the manifest's fields, plus ``baseline`` and ``threshold`` from
-    ``recipe.resolved.yaml`` (or, if that cannot be read, from ``matrix.json``)."""
-    from aorta.store.rundir import RunDir
-
-    rd = RunDir.open(path)
-    attrs = dict(rd.manifest())
-    try:
-        from aorta.recipe.schema import load_recipe
-
-        recipe = load_recipe(rd.path / "recipe.resolved.yaml")
-        attrs["baseline"] = recipe.baseline_cell()
-        attrs["threshold"] = float(recipe.confound.threshold)
-    except (OSError, UsageError):
-        try:
-            matrix = json.loads((rd.path / "matrix.json").read_text())
-            attrs["baseline"] = matrix.get("baseline")
-            attrs["threshold"] = matrix.get("threshold")
-        except (OSError, ValueError):
-            pass
-    return attrs
-
-
-Source = Literal["auto", "records", "netcdf"]
-TraceCache = Literal["use", "refresh", "off"]
-
-
-def load_run(
-    path: str | Path,
-    *,
-    source: Source = "auto",
-    traces: bool = False,
-    trace_cache: TraceCache = "use",
-    trace_workers: int | None = None,
-) -> xr.Dataset:
-    """Load a run directory (or a ``results.nc`` file) as an :class:`xarray.Dataset`.
-
-    Parameters
-    ----------
-    path
-        A run directory, or a netCDF file written by :func:`write_netcdf`.
-    source
-        ``auto``: ``results.nc`` when the run is complete and has one, else the trial
-        records; ``records``: always rebuild from ``cells/*/trial_*.json`` (unreadable records
-        count as missing trials); ``netcdf``: only ``results.nc``.
-    traces
-        Also analyse every trial's profiler traces (``collect: [torch_profiler]``) and add
-        their metrics — computation, exposed communication, idle time, GEMM TFLOP/s, bus
-        bandwidth per collective, the straggler wait — with dims ``cell`` × ``trial`` ×
-        ``rank`` (see :mod:`aorta.matrix.trace_metrics`). Trials are analysed in parallel processes,
-        once: the results are cached beside the traces. A missing or unreadable trace gives
-        NaN and a :class:`~aorta.errors.TraceWarning` naming the file.
-    trace_cache
-        ``use`` (default), ``refresh`` or ``off``: the trace parse and metrics caches.
-    trace_workers
-        Processes analysing traces (default: the cores available, at most one per trial).
-
-    Returns
-    -------
-    xarray.Dataset
-        Dims ``cell`` × ``trial`` × ``step`` × ``metric`` × ``info_key`` × ``env_var`` (and
-        ``rank`` with ``traces=True``); see :mod:`aorta.matrix.dataset` for every variable.
-        ``ds.aorta`` gives the common calls.
-
-    Raises
-    ------
-    UsageError
-        ``path`` is neither a run directory nor a netCDF file, or ``source="netcdf"`` and
-        there is no ``results.nc``; ``traces=True`` for a netCDF file outside its run
-        directory.
-
-    See Also
-    --------
-    load_runs : several runs along a new dimension.
-    load_trials : one row per trial, as a DataFrame.
-    aorta.compare : the statistics of a loaded run.
-
-    Examples
-    --------
-    >>> import tempfile
-    >>> from aorta.run.sweep import sweep
-    >>> from aorta.recipe.schema import load_recipe_text
-    >>> r = load_recipe_text("trials: 2\\ncells: [{name: base, mitigations: [none]}]", command=["true"])
-    >>> ds = load_run(sweep(r, output=tempfile.mkdtemp(), progress="none").run_dir)
-    >>> ds.status.values.tolist(), ds.attrs["baseline"]
-    ([['ok', 'ok']], 'base')
-    """
-    from aorta.store.rundir import RunDir
-
-    p = Path(path)
-    if p.is_file():
-        ds = read_netcdf(p)
-        if not traces:
-            return ds
-        if not (p.parent / "manifest.json").is_file():
-            raise UsageError(f"{p}: trace metrics need the run directory this file belongs to")
-        rd = RunDir.open(p.parent)
-    else:
-        rd = RunDir.open(p)
-        nc = rd.path / RESULTS
-        if source == "netcdf" or (
-            source == "auto" and nc.is_file() and rd.manifest().get("status") == "complete"
-        ):
-            if not nc.is_file():
-                raise UsageError(f"{nc}: no such file (the run has not completed)")
-            ds = read_netcdf(nc)
-        else:
-            ds = build_dataset(_read_cells(rd), rd.trial_records(), attrs=run_attrs(rd.path))
-    if traces:
-        from aorta.matrix.trace_metrics import add_trace_metrics
-
-        ds = add_trace_metrics(ds, rd.path, cache=trace_cache, workers=trace_workers)
-    return ds
-
-
-_FILL: dict[str, Any] = {
-    "status": MISSING,
-    "error": "",
-    "info": "",
-    "passed": False,
-    "n_steps": 0,
-    "warmup_steps": 0,
-    "seed": -1,
-    "env_value": "",
-    "env_set": False,
-    "mitigations": "",
-    "environment": "",
-    "cell_id": "",
-    "planned_trials": 0,
-    "trace_source": "missing",
-    "trace_file": "",
-}
-
-
-def load_runs(
-    paths: Sequence[str | Path],
-    *,
-    dim: str = "run",
-    labels: Sequence[str] | None = None,
-    source: Source = "auto",
-    traces: bool = False,
-) -> xr.Dataset:
-    """Several runs stacked along a new dimension ``dim`` (outer join of cells, trials, steps…).
-
-    Runs that lack a cell or a trial get the padding of a missing trial (``status``
-    ``missing``, NaN numbers, ``""`` text). Attributes the runs share are kept; each run's
-    ``started_at`` and ``status`` become coordinates along ``dim``.
-
-    Parameters
-    ----------
-    paths
-        Run directories or ``results.nc`` files.
-    dim
-        Name of the new dimension.
-    labels
-        One label per run (default: the paths as given).
-    source, traces
-        As in :func:`load_run`.
-
-    Raises
-    ------
-    ValueError
-        No paths, or ``labels`` of another length or with repeats.
-
-    Examples
-    --------
-    >>> from aorta.store.record import TrialRecord
-    >>> a = build_dataset([{"name": "x", "trials": 1}],
-    ...     [TrialRecord(cell="x", cell_id="", trial=0, status="ok", passed=True)])
-    >>> b = build_dataset([{"name": "x", "trials": 2}], [])
-    >>> _stack([a, b], dim="run", labels=["a", "b"]).status.values.tolist()
-    [[['ok', 'missing']], [['missing', 'missing']]]
-    """
-    if not paths:
-        raise ValueError("load_runs needs at least one path")
-    labels = [str(p) for p in paths] if labels is None else [str(x) for x in labels]
-    return _stack(
-        [load_run(p, source=source, traces=traces) for p in paths], dim=dim, labels=labels
-    )
-
-
-def _stack(datasets: Sequence[xr.Dataset], *, dim: str, labels: Sequence[str]) -> xr.Dataset:
-    import xarray as xr
-
-    if len(labels) != len(datasets) or len(set(labels)) != len(labels):
-        raise ValueError(f"need {len(datasets)} distinct labels, got {list(labels)}")
-    aligned = xr.align(*datasets, join="outer", exclude=(), fill_value=_FILL)
-    per_run: dict[str, list[Any]] = {"started_at": [], "run_status": []}
-    for ds in datasets:
-        per_run["started_at"].append(_text(ds.attrs.get("started_at", "")))
-        per_run["run_status"].append(_text(ds.attrs.get("status", "")))
-    out = xr.concat(
-        aligned,
-        dim=dim,
-        data_vars="all",
-        coords="different",
-        compat="equals",
-        join="outer",
-        combine_attrs="drop_conflicts",
-        fill_value=_FILL,
-    )
-    out = out.assign_coords(
-        {
-            dim: (dim, _objects(labels)),
-            "started_at": (dim, _objects(per_run["started_at"])),
-            "run_status": (dim, _objects(per_run["run_status"])),
-        }
-    )
-    return out
 
 
 # --- tidy view -------------------------------------------------------------------------------
@@ -608,10 +395,6 @@ def trials_frame(ds: xr.Dataset) -> pd.DataFrame:
       cell  trial status  step_time_ms  metric_tflops
     0    x      0     ok           2.0            2.0
     """
-    import xarray as xr
-
-    from aorta.matrix.compare import reduce_ranks, trial_values
-
     per_trial = ["status", "passed", "error", "seed", "n_steps", "warmup_steps"]
     frame = xr.Dataset({k: ds[k] for k in per_trial})
     frame["step_time_ms"] = trial_values(ds, metric="step_time_ms", trials="all")
@@ -627,49 +410,6 @@ def trials_frame(ds: xr.Dataset) -> pd.DataFrame:
     frame = frame.reset_coords([c for c in frame.coords if c not in keep], drop=True)
     df = frame.to_dataframe().reset_index()
     return df[df["status"] != MISSING].reset_index(drop=True)
-
-
-def load_trials(path: str | Path, *, source: Source = "auto", traces: bool = False) -> pd.DataFrame:
-    """The tidy view of a run: one row per recorded trial.
-
-    Parameters
-    ----------
-    path
-        A run directory or a ``results.nc`` file.
-    source
-        As in :func:`load_run`: ``auto``, ``records`` or ``netcdf``.
-    traces
-        Add the trace metrics (:func:`load_run`), each reduced to its worst rank.
-
-    Returns
-    -------
-    pandas.DataFrame
-        Columns ``cell``, ``trial``, the per-cell coordinates (``mitigations``,
-        ``environment``, ``config_*`` …), ``status``, ``passed``, ``error``, ``seed``,
-        ``n_steps``, ``warmup_steps``, ``step_time_ms`` (the trial value: median of the
-        post-warm-up steps), ``wall_clock_s``, ``elapsed_s`` and ``metric_<name>`` per metric.
-
-    Raises
-    ------
-    UsageError
-        As :func:`load_run`.
-
-    See Also
-    --------
-    load_run : the same run as a Dataset.
-    trials_frame : the same from a Dataset.
-
-    Examples
-    --------
-    >>> import tempfile
-    >>> from aorta.run.sweep import sweep
-    >>> from aorta.recipe.schema import load_recipe_text
-    >>> r = load_recipe_text("trials: 2\\ncells: [{name: base, mitigations: [none]}]", command=["true"])
-    >>> df = load_trials(sweep(r, output=tempfile.mkdtemp(), progress="none").run_dir)
-    >>> df[["cell", "trial", "status"]].values.tolist()
-    [['base', 0, 'ok'], ['base', 1, 'ok']]
-    """
-    return trials_frame(load_run(path, source=source, traces=traces))
 
 
 # --- netCDF ----------------------------------------------------------------------------------
@@ -698,7 +438,6 @@ def read_netcdf(path: str | Path) -> xr.Dataset:
 
     Text comes back as object arrays of ``str``, as :func:`build_dataset` makes them.
     """
-    import xarray as xr
 
     try:
         with xr.open_dataset(
@@ -722,16 +461,3 @@ def read_netcdf(path: str | Path) -> xr.Dataset:
         else:
             ds[name] = var
     return ds
-
-
-def write_results(path: str | Path) -> Path:
-    """Write the run directory's Dataset, rebuilt from its records, to ``results.nc``."""
-    from aorta.store.rundir import RunDir
-
-    rd = RunDir.open(path)
-    return write_netcdf(load_run(rd.path, source="records"), rd.path / RESULTS)
-
-
-from aorta.matrix import accessor as _accessor  # noqa: E402  registers ds.aorta
-
-del _accessor

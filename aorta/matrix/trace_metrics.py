@@ -46,22 +46,29 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
+import xarray as xr
 
+import aorta.trace
 from aorta.errors import TraceError, TraceWarning
-
-if TYPE_CHECKING:
-    import xarray as xr
+from aorta.matrix.dataset import build_dataset, text_array
+from aorta.matrix.select import is_trace_variable
+from aorta.store.record import RAN, TrialRecord
+from aorta.store.rundir import RunDir, atomic_write
+from aorta.trace.metrics import BUSBW, METRICS, rank_metrics
+from aorta.trace.tracelens import read_tracelens
 
 __all__ = [
     "METRICS_CACHE",
-    "TRACE_VARIABLE_PREFIXES",
+    "PARALLEL_MIN_BYTES",
+    "TRACE_METRICS_VERSION",
     "add_trace_metrics",
     "analyse_trial",
-    "is_trace_variable",
+    "available_cores",
     "load_tracelens",
+    "rank_files",
     "trace_variables",
 ]
 
@@ -69,23 +76,9 @@ __all__ = [
 TRACE_METRICS_VERSION = 1
 #: The per-trial metrics cache, inside the trial's ``trace/`` folder.
 METRICS_CACHE = "metrics.aorta-cache"
-#: Names of the per-rank variables this module adds (besides ``busbw_*_gbps``).
-TRACE_VARIABLE_PREFIXES = ("trace_source", "trace_file")
 _RANK_FILE = re.compile(r"^rank(\d+)(?:\.pt\.trace)?\.json(?:\.gz)?$")
 _NO_TRACE_STATUSES = ("missing", "did_not_run")
-_RAN = ("ok", "workload_failed")
 CacheMode = Literal["use", "refresh", "off"]
-
-
-def is_trace_variable(name: str) -> bool:
-    """Whether ``name`` is one of the variables :func:`add_trace_metrics` adds.
-
-    >>> is_trace_variable("exposed_comm_ms"), is_trace_variable("busbw_all_gather_gbps"), is_trace_variable("step_time_ms")
-    (True, True, False)
-    """
-    from aorta.trace.metrics import BUSBW, METRICS
-
-    return name in METRICS or name in TRACE_VARIABLE_PREFIXES or bool(BUSBW.match(name))
 
 
 # --- one trial -------------------------------------------------------------------------------
@@ -112,8 +105,6 @@ def _without_path(message: str, path: Path) -> str:
 
 def _load(files: Mapping[int, Path], cache: CacheMode) -> tuple[Any, dict[int, str]]:
     """One trace of the readable files, and why each other file could not be read."""
-    import aorta.trace
-
     try:
         return aorta.trace.load(list(files.values()), cache=cache), {}
     except TraceError:
@@ -146,8 +137,6 @@ def analyse_trial(files: Mapping[int, str | Path], *, cache: CacheMode = "use") 
         An unreadable file gives its rank ``source: "unreadable"`` and a problem; the others
         are analysed together (stragglers need every rank).
     """
-    from aorta.trace.metrics import rank_metrics
-
     paths = {int(r): Path(p) for r, p in files.items()}
     trace, bad = _load(paths, cache)
     ranks: dict[str, dict[str, Any]] = {}
@@ -200,8 +189,6 @@ def _read_cached(job: _Job, key: Mapping[str, Any]) -> dict[str, Any] | None:
 
 
 def _write_cached(job: _Job, key: Mapping[str, Any], result: Mapping[str, Any]) -> str | None:
-    from aorta.store.rundir import atomic_write
-
     try:
         atomic_write(job.trace_dir / METRICS_CACHE, json.dumps({"key": key, "result": result}))
     except OSError as exc:
@@ -283,7 +270,7 @@ def _analyse_all(
         yield from _serial([job for job in jobs if id(job) not in done], cache)
 
 
-def trial_results(
+def _trial_results(
     jobs: Sequence[_Job], *, cache: CacheMode = "use", workers: int | None = None
 ) -> tuple[dict[tuple[str, int], dict[str, Any]], list[str]]:
     """Every job's result (from its metrics cache when valid) and notes on unwritable caches."""
@@ -336,7 +323,7 @@ def _jobs(ds: xr.Dataset, run_dir: Path, world_size: int) -> list[_Job]:
                 continue
             trace_dir = run_dir / "cells" / cell / f"trial_{trial:04d}" / "trace"
             files = rank_files(trace_dir)
-            warn = collects.get(cell, False) and status[i, j] in _RAN
+            warn = collects.get(cell, False) and status[i, j] in RAN
             if files or warn:
                 expected = tuple(range(world_size)) if warn else ()
                 jobs.append(_Job(cell, trial, trace_dir, files, expected, warn))
@@ -359,8 +346,6 @@ def _problems(
 
 
 def _variable_attrs(name: str) -> dict[str, str]:
-    from aorta.trace.metrics import BUSBW, METRICS
-
     if match := BUSBW.match(name):
         collective = match.group("collective")
         return {
@@ -382,11 +367,6 @@ def trace_variables(
 ) -> dict[str, xr.DataArray]:
     """The per-rank DataArrays (dims cell × trial × rank) of the trials' results (``file``: the
     path to show in ``trace_file``)."""
-    import xarray as xr
-
-    from aorta.matrix.dataset import _objects
-    from aorta.trace.metrics import BUSBW, METRICS
-
     cells = [str(c) for c in ds.cell.values.tolist()]
     trials = [int(t) for t in ds.trial.values.tolist()]
     names = list(METRICS) + sorted(
@@ -410,7 +390,7 @@ def trace_variables(
         name: xr.DataArray(v, dims=dims, attrs=_variable_attrs(name)) for name, v in values.items()
     }
     out["trace_source"] = xr.DataArray(
-        _objects(source.ravel().tolist(), shape),
+        text_array(source.ravel().tolist(), shape),
         dims=dims,
         attrs={
             "long_name": "trace source",
@@ -420,7 +400,7 @@ def trace_variables(
         },
     )
     out["trace_file"] = xr.DataArray(
-        _objects(files.ravel().tolist(), shape),
+        text_array(files.ravel().tolist(), shape),
         dims=dims,
         attrs={"long_name": "trace file", "description": "relative to the run directory"},
     )
@@ -457,14 +437,10 @@ def add_trace_metrics(
         Once per trace file that a trial which ran should have and that is missing or
         unreadable (its rank's values are NaN).
     """
-    import xarray as xr
-
-    from aorta.store.rundir import RunDir
-
     rd = RunDir.open(run_dir)
     world_size = int(rd.manifest().get("world_size") or 1)
     jobs = _jobs(ds, rd.path, world_size)
-    results, notes = trial_results(jobs, cache=cache, workers=workers)
+    results, notes = _trial_results(jobs, cache=cache, workers=workers)
     problems = _problems(jobs, results)
     for line in problems:
         warnings.warn(line, TraceWarning, stacklevel=3)
@@ -579,10 +555,6 @@ def load_tracelens(
     >>> aorta.compare(ds, metric="exposed_comm_ms")["median"].tolist()
     [3.05, 1.05]
     """
-    from aorta.matrix.dataset import build_dataset
-    from aorta.store.record import TrialRecord
-    from aorta.trace.tracelens import read_tracelens
-
     entries = _tracelens_entries(source)
     cells = list(dict.fromkeys(cell for cell, _, _ in entries))
     if not cells:

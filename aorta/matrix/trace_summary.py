@@ -1,37 +1,28 @@
-"""The matrix's trace section: per cell, where the time went and whether exposed communication
-changed against the baseline.
+"""The numbers of the matrix's trace section: per cell, where the time went and whether exposed
+communication changed against the baseline.
 
 Pure functions of a Dataset with trace metrics (``aorta.load_run(run, traces=True)``):
-:func:`trace_summary` gives one row per cell; :func:`trace_markdown` renders it as the
-``## Traces`` section of ``matrix.md`` and :func:`trace_json` as the ``traces`` entry of
-``matrix.json`` (``aorta report RUN --traces`` writes both).
+:func:`trace_summary` gives one row per cell (:mod:`aorta.report.matrix` renders it as the
+``## Traces`` section of ``matrix.md`` and the ``traces`` entry of ``matrix.json``).
 """
 
 from __future__ import annotations
 
 import json
-import math
 from typing import TYPE_CHECKING, Any
 
 from aorta.matrix import stats
-from aorta.matrix.compare import (
-    RankReduction,
-    TrialSelection,
-    compare,
-    comparison_json,
-    ratio_text,
-    verdict_text,
-)
+from aorta.matrix.compare import compare
+from aorta.matrix.select import RankReduction, TrialSelection
 
 if TYPE_CHECKING:
     import pandas as pd
     import xarray as xr
 
-__all__ = ["SECTION_MARKER", "has_traces", "trace_json", "trace_markdown", "trace_summary"]
+__all__ = ["BREAKDOWN_PARTS", "has_traces", "trace_summary"]
 
-#: The first line of the trace section in ``matrix.md`` (everything after it is the section).
-SECTION_MARKER = "<!-- aorta: trace section (aorta report --traces) -->"
-_PARTS = ("computation_ms", "exposed_comm_ms", "idle_ms")
+#: The parts of the time breakdown the trace section shows, in order.
+BREAKDOWN_PARTS = ("computation_ms", "exposed_comm_ms", "idle_ms")
 _ANALYSED = ("gpu", "host", "tracelens")
 
 
@@ -101,7 +92,7 @@ def trace_summary(
         "seed": seed,
         "resamples": resamples,
     }
-    comparisons = {m: compare(ds, baseline, metric=m, **kw) for m in _PARTS}
+    comparisons = {m: compare(ds, baseline, metric=m, **kw) for m in BREAKDOWN_PARTS}
     comm = comparisons["exposed_comm_ms"]
     out = comm[["n_timed"]].rename(columns={"n_timed": "traced"})
     out.insert(1, "source", [_sources(ds, cell) for cell in out.index])
@@ -118,64 +109,3 @@ def trace_summary(
 def _sources(ds: xr.Dataset, cell: Any) -> str:
     seen = {str(s) for s in ds.trace_source.sel(cell=cell).values.ravel().tolist()}
     return "+".join(s for s in _ANALYSED if s in seen) or "—"
-
-
-def _num(v: Any) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "—"
-    return f"{v:.3g}" if abs(v) < 100 else f"{v:.0f}"
-
-
-def trace_markdown(summary: pd.DataFrame) -> str:
-    """The ``## Traces`` section of ``matrix.md`` (it begins with :data:`SECTION_MARKER`).
-
-    Examples
-    --------
-    >>> import pandas as pd
-    >>> row = dict(traced=3, source="host", computation_ms=5.0, computation_ms_iqr=0.5, exposed_comm_ms=2.0,
-    ...            exposed_comm_ms_iqr=0.1, idle_ms=1.0, idle_ms_iqr=0.2, ratio=1.0, ratio_ci_low=float("nan"),
-    ...            ratio_ci_high=float("nan"), p_adj=float("nan"), verdict="baseline", trials_needed=None)
-    >>> print(trace_markdown(pd.DataFrame([row], index=pd.Index(["base"], name="cell"))).splitlines()[-1])
-    | base | 3 | host | 5 [0.5] | 2 [0.1] | 1 [0.2] | 1 | — | baseline |
-    """
-    attrs = summary.attrs
-    level = float(attrs.get("ci_level", 0.95))
-    which = str(attrs.get("trial_value", "")).partition(", ")[2] or "per trial"
-    lines = [
-        SECTION_MARKER,
-        "## Traces",
-        "",
-        f"Each trial's value: the {which} of each rank's profiled-window time; per cell: the "
-        "median [IQR] over trials, in ms. Exposed communication is compared with the baseline "
-        'like step time (`aorta.compare(ds, metric="exposed_comm_ms")`). Source `host`: the '
-        "host-side breakdown of a trace without GPU events (CPU-only runs).",
-        "",
-        "| cell | traced trials | source | computation | exposed comm | idle "
-        f"| exposed comm ratio [{level:.0%} CI] | p_adj | verdict |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for cell, row in summary.iterrows():
-        parts = [
-            f"{_num(row[m])} [{_num(row[f'{m}_iqr'])}]" if not math.isnan(row[m]) else "—"
-            for m in _PARTS
-        ]
-        p_adj = "—" if math.isnan(row["p_adj"]) else f"{row['p_adj']:.2g}"
-        lines.append(
-            f"| {cell} | {int(row['traced'])} | {row['source']} | {' | '.join(parts)} "
-            f"| {ratio_text(row)} | {p_adj} | {verdict_text(row)} |"
-        )
-    problems = list(attrs.get("diagnostics", []))
-    if problems:
-        lines += ["", "Trace diagnostics (a missing or unreadable file's rank is NaN):"]
-        lines += [f"- `{p}`" for p in problems[:10]]
-        if len(problems) > 10:
-            lines.append(f"- … and {len(problems) - 10} more")
-    return "\n".join(lines) + "\n"
-
-
-def trace_json(summary: pd.DataFrame) -> dict[str, Any]:
-    """The ``traces`` entry of ``matrix.json``: ``{"statistics": ..., "cells": [...]}``."""
-    data = comparison_json(summary)
-    data["statistics"].pop("diagnostics", None)
-    data["diagnostics"] = list(summary.attrs.get("diagnostics", []))
-    return data

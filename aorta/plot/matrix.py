@@ -24,14 +24,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from aorta.matrix.select import TrialSelection, band_threshold, trial_values
+from aorta.store.record import TrialStatus
+
 from .style import PALETTE, aorta_style, new_axes
 
 if TYPE_CHECKING:
     import pandas as pd
     import xarray as xr
     from matplotlib.figure import Figure
-
-    from aorta.matrix.compare import TrialSelection
 
 __all__ = ["VERDICT_COLORS", "failure_rates", "ratio_forest", "step_distributions", "step_series"]
 
@@ -46,7 +47,10 @@ VERDICT_COLORS: dict[str, str] = {
     "no data": PALETTE["grey"],
     "baseline": PALETTE["black"],
 }
-_STATUS_COLORS = {"ok": PALETTE["blue"], "workload_failed": PALETTE["vermillion"]}
+_STATUS_COLORS = {
+    TrialStatus.OK.value: PALETTE["blue"],
+    TrialStatus.WORKLOAD_FAILED.value: PALETTE["vermillion"],
+}
 
 
 def _label(da: xr.DataArray) -> str:
@@ -81,14 +85,12 @@ def step_distributions(
 
     Raises ``ValueError`` for an unknown metric, ``trials`` or baseline cell.
     """
-    from aorta.matrix.compare import _threshold, trial_values
-
     values = trial_values(ds, metric=metric, trials=trials).transpose("cell", "trial")
     cells = [str(c) for c in ds.cell.values.tolist()]
     baseline = baseline if baseline is not None else ds.attrs.get("baseline")
     if baseline is not None and baseline not in cells:
         raise ValueError(f"baseline cell {baseline!r} is not in the run")
-    thr = _threshold(ds, threshold)
+    thr = band_threshold(ds, threshold)
     status = ds.status.transpose("cell", "trial").values
     with aorta_style():
         fig, ax = new_axes(ax, figsize=(6.4, 0.9 + 0.45 * len(cells)))

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from aorta.trace.classify import GPU_CLASSES
+
 from .style import PALETTE, aorta_style, new_axes
 
 if TYPE_CHECKING:
@@ -111,8 +113,6 @@ def timeline(
     >>> fig.axes[0].get_xlabel()
     'time from window start (ms)'
     """
-    from aorta.trace.classify import GPU_CLASSES
-
     ops = trace.gpu_ops
     lo = int(ops.ts.min()) if start_ns is None and len(ops) else (start_ns or 0)
     hi = int(ops.end.max()) if end_ns is None and len(ops) else (end_ns or 0)

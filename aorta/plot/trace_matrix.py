@@ -29,13 +29,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from aorta.matrix.select import RankReduction, TrialSelection, trial_values
+
 from .style import PALETTE, aorta_style, new_axes
 
 if TYPE_CHECKING:
     import xarray as xr
     from matplotlib.figure import Figure
-
-    from aorta.matrix.compare import RankReduction, TrialSelection
 
 __all__ = ["BREAKDOWN_COLORS", "exposed_comm_vs_step", "time_breakdown"]
 
@@ -79,8 +79,6 @@ def time_breakdown(
     up to the mean profiled span; ``worst`` would mix ranks); ``trials`` as in
     :func:`aorta.compare`. Raises ``ValueError`` when ``ds`` has no trace metrics.
     """
-    from aorta.matrix.compare import trial_values
-
     parts = [p for p in BREAKDOWN_COLORS if p in ds]
     if "computation_ms" not in parts:
         raise ValueError(
@@ -138,8 +136,6 @@ def exposed_comm_vs_step(
     lose their step time to communication. Raises ``ValueError`` when ``ds`` has no trace
     metrics.
     """
-    from aorta.matrix.compare import trial_values
-
     if "exposed_comm_ms" not in ds:
         raise ValueError(
             "no trace metrics in this Dataset: load it with load_run(run, traces=True)"

@@ -1,4 +1,4 @@
-"""Text renderings for the terminal: the dry-run plan, the workload list.
+"""Text renderings for the terminal: the dry-run plan, the end-of-run summary.
 
 Pure functions returning strings; the CLI prints them.
 """
@@ -7,13 +7,17 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections import Counter
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:  # typing only: the CLI imports this module to print a plan
-    from aorta.recipe.plan import Plan
+import pandas as pd
 
-__all__ = ["format_plan", "plan_to_dict"]
+from aorta.recipe.plan import Plan
+from aorta.report.comparison import ci_text, is_missing, p_text
+from aorta.store.record import ERRORED, TrialRecord, TrialStatus
+
+__all__ = ["format_plan", "format_summary", "plan_to_dict"]
 
 
 def _fmt_env(env: dict[str, str]) -> str:
@@ -86,54 +90,60 @@ def format_plan(plan: Plan, *, isolation: str | None = None, warnings: Sequence[
     return "\n".join(head + lines + tail)
 
 
-def _verdict_lines(rows: Sequence[Any]) -> list[str]:
+def _verdict_lines(summary: pd.DataFrame) -> list[str]:
     """Timing against the baseline: each significant change, then what stays undecided."""
     lines = []
-    for row in rows:
-        verdict = getattr(row, "verdict", "")
-        if verdict in ("slower", "faster") and row.ratio is not None:
-            ci = f" [{row.ratio_ci[0]:.3g}, {row.ratio_ci[1]:.3g}]" if row.ratio_ci else ""
+    for cell, row in summary.iterrows():
+        if row["verdict"] in ("slower", "faster") and not is_missing(row["ratio"]):
             lines.append(
-                f"  {row.name}: {verdict}, {row.ratio:.3g}× the baseline's step time{ci} (p_adj {row.p_adj:.2g})"
+                f"  {cell}: {row['verdict']}, {row['ratio']:.3g}× the baseline's step time"
+                f"{ci_text(row)} (p_adj {p_text(row['p_adj'])})"
             )
-    undecided = [r for r in rows if getattr(r, "verdict", "") == "inconclusive"]
-    if undecided:
-        needed = max((r.trials_needed or 0) for r in undecided)
+    undecided = summary[summary["verdict"] == "inconclusive"]
+    if len(undecided):
+        needed = int(undecided["trials_needed"].fillna(0).max())
         more = f"; about {needed} trials per cell could decide" if needed else ""
         lines.append(f"  timing inconclusive for {len(undecided)} cell(s){more} (see matrix.md)")
     return lines
 
 
+def _cell_problems(
+    cell: str, row: pd.Series, records: Sequence[TrialRecord], run_dir: Any
+) -> list[str]:
+    """The summary's lines for a cell with failing or erroring trials: counts, the first bad
+    trial's record and its error."""
+    failures, errors = int(row["n_failed"]), int(row["n_errors"])
+    mine = sorted((r for r in records if r.cell == cell), key=lambda r: r.trial)
+    parts = []
+    if failures:
+        parts.append(f"{failures}/{failures + int(row['n_ok'])} failed")
+    if errors:
+        kinds = Counter(r.status.value for r in mine if r.status.value in ERRORED)
+        parts.append(", ".join(f"{n} {s}" for s, n in sorted(kinds.items())))
+    first_bad = next(
+        (r for r in mine if r.status not in (TrialStatus.OK, TrialStatus.DID_NOT_RUN)), None
+    )
+    where = f"{run_dir}/cells/{cell}/"
+    if first_bad is not None:
+        where += f"trial_{first_bad.trial:04d}.json"
+    lines = [f"  {cell}: {'; '.join(parts)} → {where}"]
+    if first_bad is not None and first_bad.error:
+        lines.append(f"    {first_bad.error[:200]}")
+    return lines
+
+
 def format_summary(result: Any) -> str:
-    """The end-of-run summary: counts, a line per non-clean cell with its files, the run dir."""
-    rows = result.summaries
-    clean = len(result.clean)
-    failing = len(result.failing)
-    erroring = len(result.erroring)
+    """The end-of-run summary of a :class:`~aorta.run.sweep.SweepResult`: counts, a line per
+    non-clean cell with its files, the verdicts, the run dir."""
+    summary: pd.DataFrame = result.summaries
     lines = [
-        f"{len(rows)} cells — {clean} clean, {failing} with failing trials, {erroring} with errors"
+        f"{len(summary)} cells — {len(result.clean)} clean, {len(result.failing)} with failing "
+        f"trials, {len(result.erroring)} with errors"
     ]
-    for row in rows:
-        if row.failures == 0 and row.errors == 0:
-            continue
-        parts = []
-        if row.failures:
-            parts.append(f"{row.failures}/{row.n_ran} failed")
-        if row.errors:
-            kinds = ", ".join(
-                f"{n} {s}"
-                for s, n in sorted(row.statuses.items())
-                if s in ("setup_failed", "infrastructure_failed", "timeout")
-            )
-            parts.append(kinds)
-        first_bad = next((t for t in row.trials if t["status"] not in ("ok", "did_not_run")), None)
-        where = f"{result.run_dir}/cells/{row.name}/"
-        if first_bad is not None:
-            where += f"trial_{first_bad['trial']:04d}.json"
-        lines.append(f"  {row.name}: {'; '.join(parts)} → {where}")
-        if first_bad is not None and first_bad.get("error"):
-            lines.append(f"    {first_bad['error'][:200]}")
-    lines += _verdict_lines(rows)
+    for cell, row in summary.iterrows():
+        if int(row["n_failed"]) or int(row["n_errors"]):
+            lines += _cell_problems(str(cell), row, result.records, result.run_dir)
+    lines += _verdict_lines(summary)
     if result.exit_code.name == "INCOMPLETE":
         lines.append(
             f"warning: the baseline {result.baseline!r} has no successful trial: comparisons are impossible"

@@ -1,377 +1,368 @@
-"""The matrix: per-cell summaries of trial records, and the ``matrix.md`` / ``matrix.json`` files.
+"""``matrix.md`` and ``matrix.json``: the one writer of a run's matrix.
 
-The columns and semantics follow upstream AORTA so its users recognise the table:
+:func:`write_matrix` renders the whole matrix of a run's Dataset — the table of
+:func:`aorta.matrix.summary.summarize` (upstream AORTA's columns, then ratio [CI], p_adj and
+verdict), the findings, and the ``## Traces`` section when the Dataset has trace metrics
+(:func:`aorta.matrix.trace_summary.trace_summary`) — and writes both files atomically. The
+engine calls it after every cell; ``aorta report RUN --traces`` calls it with the traces.
 
-* **failure rate** = workload failures / trials that ran (``ok`` + ``workload_failed``);
-  setup, infrastructure and timeout problems are counted as **errors** beside it;
-* **mean step** from the best source every trial of the cell has, in this order:
-  ``per_step`` (mean of the step times) → ``elapsed_per_iter`` (elapsed / executed
-  iterations) → ``wall_clock_total`` (the trial's wall clock) → ``missing``;
-* **confound**: ``speed (+N%)`` when the cell's mean step exceeds the baseline's by more than
-  the recipe's threshold; ``n/a`` when the two cells' step sources differ.
-
-Beside upstream's columns each row carries the statistics of :func:`aorta.compare` against
-the baseline (trial value = median of post-warm-up steps; ratio of medians with a bootstrap
-CI, Holm-adjusted exact Mann–Whitney p, verdict; Fisher's test on failures), and the
-rendered files record how they were computed (``statistics``: seed, resamples, alpha, band).
-When the baseline has no per-step times the statistics use each trial's wall clock.
-
-Pure functions: :func:`summarize` and the renderers take records and return data or text.
+The columns follow upstream AORTA so its users recognise the table: **failure rate** =
+workload failures / trials that ran (``ok`` + ``workload_failed``); setup, infrastructure
+and timeout problems are counted as **errors** beside it; **mean step** and **confound** as
+:mod:`aorta.matrix.summary` defines them. The files record how the statistics were computed
+(``statistics``: seed, resamples, alpha, band).
 """
 
 from __future__ import annotations
 
 import math
-import statistics
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
 
-from aorta.store.record import TrialRecord, TrialStatus
+import pandas as pd
+import xarray as xr
+
+from aorta.matrix import stats
+from aorta.matrix.dataset import MISSING
+from aorta.matrix.load import load_run
+from aorta.matrix.select import RankReduction
+from aorta.matrix.summary import summarize
+from aorta.matrix.trace_summary import BREAKDOWN_PARTS, has_traces, trace_summary
+from aorta.report.comparison import (
+    ci_text,
+    comparison_json,
+    markdown_table,
+    ms_text,
+    p_text,
+    percent_text,
+    plain,
+    ratio_text,
+    statistics_line,
+    verdict_text,
+)
+from aorta.store.rundir import RunDir
 
 __all__ = [
-    "CellSummary",
-    "Matrix",
-    "StepSource",
+    "MATRIX_JSON",
+    "MATRIX_MD",
+    "matrix_header",
     "matrix_json",
     "matrix_markdown",
-    "statistics_line",
-    "summarize",
+    "trace_json",
+    "trace_markdown",
+    "write_matrix",
 ]
 
-StepSource = Literal["per_step", "elapsed_per_iter", "wall_clock_total", "missing"]
-_LADDER: tuple[StepSource, ...] = ("per_step", "elapsed_per_iter", "wall_clock_total")
+#: The matrix files of a run directory.
+MATRIX_MD = "matrix.md"
+MATRIX_JSON = "matrix.json"
+_HEADER_KEYS = ("ticket", "workload", "run_dir", "baseline", "threshold", "world_size", "status")
 
 
-@dataclass
-class CellSummary:
-    """One row of the matrix."""
-
-    name: str
-    cell_id: str
-    mitigations: list[str]
-    environment: str
-    n_trials: int
-    n_ran: int
-    n_ok: int
-    failures: int
-    errors: int
-    did_not_run: int
-    failure_rate: float | None
-    mean_step_ms: float | None
-    step_source: StepSource
-    confound: str
-    statuses: dict[str, int] = field(default_factory=dict)
-    trials: list[dict[str, Any]] = field(default_factory=list)
-    # -- statistics against the baseline (aorta.matrix.compare.compare); None where undefined --
-    #: Trials whose value counts for timing.
-    n_timed: int = 0
-    #: Median, IQR and CV of the trial values (the metric of ``Matrix.statistics``).
-    median: float | None = None
-    iqr: float | None = None
-    cv: float | None = None
-    #: Wilson interval of the failure rate.
-    failure_ci: list[float] | None = None
-    #: Cell median / baseline median, and its bootstrap CI.
-    ratio: float | None = None
-    ratio_ci: list[float] | None = None
-    p: float | None = None
-    p_adj: float | None = None
-    fisher_p_adj: float | None = None
-    #: ``more`` / ``fewer`` failures than the baseline (significant), ``not significant``…
-    failures_vs_baseline: str = ""
-    #: ``baseline``, ``slower``, ``faster``, ``no change``, ``inconclusive`` or ``no data``.
-    verdict: str = ""
-    #: For an inconclusive verdict: trials per cell at which the test can reach alpha.
-    trials_needed: int | None = None
-    note: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-class Matrix(list[CellSummary]):
-    """The rows of a matrix, in cell order, with ``statistics``: how the statistical columns
-    were computed (metric, alpha, band, bootstrap seed and resamples, family size)."""
-
-    statistics: dict[str, Any]
-
-    def __init__(
-        self, rows: Iterable[CellSummary] = (), statistics: Mapping[str, Any] | None = None
-    ):
-        super().__init__(rows)
-        self.statistics = dict(statistics or {})
-
-
-def _trial_step_ms(rec: TrialRecord, source: StepSource) -> float | None:
-    if source == "per_step":
-        return statistics.fmean(rec.step_times_ms) if rec.step_times_ms else None
-    if source == "elapsed_per_iter":
-        if rec.elapsed_sec is not None and rec.executed_iterations:
-            return rec.elapsed_sec * 1000.0 / rec.executed_iterations
-        return None
-    if source == "wall_clock_total":
-        return rec.wall_clock_s * 1000.0 if rec.wall_clock_s is not None else None
-    return None
-
-
-def _mean_step(records: Sequence[TrialRecord]) -> tuple[float | None, StepSource]:
-    # Every trial that ran counts: a failing cell's timing is part of the finding.
-    timed = [r for r in records if r.status in (TrialStatus.OK, TrialStatus.WORKLOAD_FAILED)]
-    if not timed:
-        return None, "missing"
-    for source in _LADDER:
-        values = [_trial_step_ms(r, source) for r in timed]
-        if all(v is not None for v in values):
-            return statistics.fmean(v for v in values if v is not None), source
-    return None, "missing"
-
-
-def summarize(
-    cells: Sequence[Mapping[str, Any]],
-    records: Iterable[TrialRecord],
+def write_matrix(
+    run_dir: RunDir | str | Path,
+    ds: xr.Dataset | None = None,
     *,
-    baseline: str,
-    threshold: float,
+    status: str | None = None,
     alpha: float = 0.05,
-) -> Matrix:
-    """Summarise ``records`` per cell, in the order of ``cells`` (dicts of :meth:`Cell.to_dict`),
-    with the statistics of each cell against ``baseline`` at level ``alpha``.
+    seed: int = stats.DEFAULT_SEED,
+    resamples: int = stats.DEFAULT_RESAMPLES,
+    ranks: RankReduction = "worst",
+) -> pd.DataFrame:
+    """Render and write the run's ``matrix.md`` and ``matrix.json``; return the summary.
+
+    Parameters
+    ----------
+    run_dir
+        The run directory the files go into.
+    ds
+        The run's Dataset (default: rebuilt from the run's trial records). With trace
+        metrics (``aorta.load_run(run, traces=True)``) the files get a traces section.
+    status
+        The run's status in the header (default: ``ds.attrs["status"]``, the manifest's).
+    alpha, seed, resamples
+        The statistics of both sections, as in :func:`aorta.compare`.
+    ranks
+        How the trace section reduces a trial's ranks (:func:`aorta.matrix.select.reduce_ranks`).
+
+    Returns
+    -------
+    pandas.DataFrame
+        The matrix's result, :func:`aorta.matrix.summary.summarize` of ``ds``.
+
+    Raises
+    ------
+    UsageError
+        ``run_dir`` is not a run directory.
+    ValueError
+        The run's baseline is not one of its cells.
 
     Examples
     --------
-    >>> cells = [{"name": "a", "cell_id": "1", "mitigations": ["none"], "environment": {"name": "local"}, "trials": 1}]
-    >>> recs = [TrialRecord(cell="a", cell_id="1", trial=0, status="ok", passed=True, step_times_ms=[2.0, 4.0])]
-    >>> rows = summarize(cells, recs, baseline="a", threshold=1.15)
-    >>> rows[0].mean_step_ms, rows[0].verdict, rows.statistics["metric"]
-    (3.0, 'baseline', 'step_time_ms')
+    >>> import tempfile
+    >>> from aorta.run.sweep import sweep
+    >>> from aorta.recipe.schema import load_recipe_text
+    >>> r = load_recipe_text("cells: [{name: base, mitigations: [none]}]", command=["true"])
+    >>> run = sweep(r, output=tempfile.mkdtemp(), progress="none").run_dir
+    >>> write_matrix(run)["verdict"].tolist()
+    ['baseline']
+    >>> (run / "matrix.md").read_text().splitlines()[4]
+    '- status: complete'
     """
-    records = list(records)
-    by_cell: dict[str, list[TrialRecord]] = {}
-    for rec in records:
-        by_cell.setdefault(rec.cell, []).append(rec)
-    rows: list[CellSummary] = []
-    for cell in cells:
-        recs = sorted(by_cell.get(cell["name"], []), key=lambda r: r.trial)
-        counts: dict[str, int] = {}
-        for r in recs:
-            counts[r.status.value] = counts.get(r.status.value, 0) + 1
-        failures = counts.get("workload_failed", 0)
-        n_ok = counts.get("ok", 0)
-        ran = n_ok + failures
-        errors = sum(counts.get(s, 0) for s in ("setup_failed", "infrastructure_failed", "timeout"))
-        mean, source = _mean_step(recs)
-        env = cell.get("environment")
-        rows.append(
-            CellSummary(
-                name=cell["name"],
-                cell_id=cell.get("cell_id", ""),
-                mitigations=list(cell.get("mitigations", [])),
-                environment=env.get("name", "") if isinstance(env, Mapping) else str(env or ""),
-                n_trials=int(cell.get("trials", len(recs))),
-                n_ran=ran,
-                n_ok=n_ok,
-                failures=failures,
-                errors=errors,
-                did_not_run=counts.get("did_not_run", 0),
-                failure_rate=failures / ran if ran else None,
-                mean_step_ms=mean,
-                step_source=source,
-                confound="",
-                statuses=counts,
-                trials=[
-                    {"trial": r.trial, "status": r.status.value, "error": r.error} for r in recs
-                ],
-            )
-        )
-    base = next((r for r in rows if r.name == baseline), None)
-    for row in rows:
-        row.confound = _confound(row, base, threshold)
-    out = Matrix(rows)
-    if base is not None:
-        out.statistics = _attach_statistics(
-            out, cells, records, baseline=baseline, threshold=threshold, alpha=alpha
-        )
-    return out
+    rd = run_dir if isinstance(run_dir, RunDir) else RunDir.open(run_dir)
+    if ds is None:
+        ds = load_run(rd.path, source="records")
+    summary = summarize(ds, alpha=alpha, seed=seed, resamples=resamples)
+    traces = None
+    if has_traces(ds):
+        traces = trace_summary(ds, ranks=ranks, alpha=alpha, seed=seed, resamples=resamples)
+    header = matrix_header(ds, run_dir=rd.path, status=status)
+    rd.write_json(MATRIX_JSON, matrix_json(summary, ds, header=header, traces=traces))
+    rd.write_text(MATRIX_MD, matrix_markdown(summary, header=header, traces=traces))
+    return summary
+
+
+def matrix_header(
+    ds: xr.Dataset, *, run_dir: str | Path, status: str | None = None
+) -> dict[str, Any]:
+    """The header fields of the matrix files: the run's ticket, workload, directory, baseline,
+    threshold, world size and status (``None`` where the Dataset does not say)."""
+    header: dict[str, Any] = {k: plain(ds.attrs.get(k)) for k in _HEADER_KEYS}
+    header["run_dir"] = str(run_dir)
+    if status is not None:
+        header["status"] = status
+    return header
+
+
+# --- matrix.json -----------------------------------------------------------------------------
 
 
 def _finite(v: Any) -> float | None:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
+    f = plain(v)
+    return None if f is None or not math.isfinite(float(f)) else float(f)
 
 
-def _attach_statistics(
-    rows: Sequence[CellSummary],
-    cells: Sequence[Mapping[str, Any]],
-    records: Sequence[TrialRecord],
-    *,
-    baseline: str,
-    threshold: float,
-    alpha: float,
-) -> dict[str, Any]:
-    from aorta.matrix.compare import compare, comparison_json, trial_values
-    from aorta.matrix.dataset import build_dataset
+def _interval(row: pd.Series, low: str, high: str) -> list[float] | None:
+    lo, hi = _finite(row[low]), _finite(row[high])
+    return None if lo is None or hi is None else [lo, hi]
 
-    ds = build_dataset(cells, records, attrs={"baseline": baseline, "threshold": threshold})
-    steps = trial_values(ds, metric="step_time_ms", trials="ran").sel(cell=baseline)
-    metric = "step_time_ms" if bool(steps.notnull().any()) else "wall_clock_s"
-    df = compare(ds, baseline, metric=metric, alpha=alpha, threshold=threshold)
-    for row in rows:
-        if row.name not in df.index:
+
+def _trials(ds: xr.Dataset, cell: str) -> tuple[dict[str, int], list[dict[str, Any]]]:
+    """The cell's status counts and its recorded trials (trial, status, error)."""
+    status = ds.status.sel(cell=cell).values.tolist()
+    error = ds.error.sel(cell=cell).values.tolist()
+    counts: dict[str, int] = {}
+    trials = []
+    for trial, s, e in zip(ds.trial.values.tolist(), status, error, strict=True):
+        if s == MISSING:
             continue
-        r = df.loc[row.name]
-        lo, hi = _finite(r["failure_ci_low"]), _finite(r["failure_ci_high"])
-        rlo, rhi = _finite(r["ratio_ci_low"]), _finite(r["ratio_ci_high"])
-        row.n_timed = int(r["n_timed"])
-        row.median, row.iqr, row.cv = _finite(r["median"]), _finite(r["iqr"]), _finite(r["cv"])
-        row.failure_ci = [lo, hi] if lo is not None and hi is not None else None
-        row.ratio = _finite(r["ratio"])
-        row.ratio_ci = [rlo, rhi] if rlo is not None and rhi is not None else None
-        row.p, row.p_adj = _finite(r["p"]), _finite(r["p_adj"])
-        row.fisher_p_adj = _finite(r["fisher_p_adj"])
-        row.failures_vs_baseline = str(r["failures_vs_baseline"])
-        row.verdict = str(r["verdict"])
-        needed = r["trials_needed"]
-        row.trials_needed = None if _finite(needed) is None else int(needed)
-        row.note = str(r["note"])
-    return comparison_json(df)["statistics"]
+        counts[str(s)] = counts.get(str(s), 0) + 1
+        trials.append({"trial": int(trial), "status": str(s), "error": str(e) or None})
+    return counts, trials
 
 
-def _confound(row: CellSummary, base: CellSummary | None, threshold: float) -> str:
-    if base is None or row is base:
-        return "baseline" if row is base else ""
-    if row.mean_step_ms is None or base.mean_step_ms is None:
-        return ""
-    if row.step_source != base.step_source:
-        return "n/a"
-    ratio = row.mean_step_ms / base.mean_step_ms if base.mean_step_ms > 0 else float("inf")
-    return f"speed (+{(ratio - 1) * 100:.0f}%)" if ratio > threshold else ""
-
-
-def matrix_json(rows: Sequence[CellSummary], *, header: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``matrix.json`` document: the run's header fields, how the statistics were computed
-    (``statistics``, from a :class:`Matrix`) and one entry per cell."""
+def _cell_json(cell: str, row: pd.Series, ds: xr.Dataset) -> dict[str, Any]:
+    statuses, trials = _trials(ds, cell)
+    needed = _finite(row["trials_needed"])
     return {
-        "schema_version": 1,
-        **header,
-        "statistics": dict(getattr(rows, "statistics", {})),
-        "cells": [r.to_dict() for r in rows],
+        "name": cell,
+        "cell_id": str(row["cell_id"]),
+        "mitigations": [m for m in str(row["mitigations"]).split("+") if m],
+        "environment": str(row["environment"]),
+        "n_trials": int(row["n_trials"]),
+        "n_ran": int(row["n_ok"]) + int(row["n_failed"]),
+        "n_ok": int(row["n_ok"]),
+        "failures": int(row["n_failed"]),
+        "errors": int(row["n_errors"]),
+        "did_not_run": int(row["did_not_run"]),
+        "failure_rate": _finite(row["failure_rate"]),
+        "mean_step_ms": _finite(row["mean_step_ms"]),
+        "step_source": str(row["step_source"]),
+        "confound": str(row["confound"]),
+        "statuses": statuses,
+        "trials": trials,
+        "n_timed": int(row["n_timed"]),
+        "median": _finite(row["median"]),
+        "iqr": _finite(row["iqr"]),
+        "cv": _finite(row["cv"]),
+        "failure_ci": _interval(row, "failure_ci_low", "failure_ci_high"),
+        "ratio": _finite(row["ratio"]),
+        "ratio_ci": _interval(row, "ratio_ci_low", "ratio_ci_high"),
+        "p": _finite(row["p"]),
+        "p_adj": _finite(row["p_adj"]),
+        "fisher_p_adj": _finite(row["fisher_p_adj"]),
+        "failures_vs_baseline": str(row["failures_vs_baseline"]),
+        "verdict": str(row["verdict"]),
+        "trials_needed": None if needed is None else int(needed),
+        "note": str(row["note"]),
     }
 
 
-def _fmt_ms(v: float | None) -> str:
-    if v is None:
+def matrix_json(
+    summary: pd.DataFrame,
+    ds: xr.Dataset,
+    *,
+    header: Mapping[str, Any],
+    traces: pd.DataFrame | None = None,
+) -> dict[str, Any]:
+    """The ``matrix.json`` document: the header fields, how the statistics were computed
+    (``statistics``), one entry per cell (upstream's fields, the statistics, the recorded
+    trials of ``ds``) and, with ``traces``, the ``traces`` entry (:func:`trace_json`)."""
+    doc: dict[str, Any] = {
+        "schema_version": 1,
+        **header,
+        "statistics": comparison_json(summary.iloc[:0])["statistics"],
+        "cells": [_cell_json(str(cell), row, ds) for cell, row in summary.iterrows()],
+    }
+    if traces is not None:
+        doc["traces"] = trace_json(traces)
+    return doc
+
+
+def trace_json(summary: pd.DataFrame) -> dict[str, Any]:
+    """The ``traces`` entry of ``matrix.json``: ``{"statistics": ..., "cells": [...],
+    "diagnostics": [...]}`` of a :func:`~aorta.matrix.trace_summary.trace_summary`."""
+    data = comparison_json(summary)
+    data["statistics"].pop("diagnostics", None)
+    data["diagnostics"] = list(summary.attrs.get("diagnostics", []))
+    return data
+
+
+# --- matrix.md -------------------------------------------------------------------------------
+
+
+def _rate_text(row: pd.Series) -> str:
+    ran = int(row["n_ok"]) + int(row["n_failed"])
+    if not ran:
         return "—"
-    return f"{v:.3g}" if v < 100 else f"{v:.0f}"
-
-
-def _fmt_p(v: float | None) -> str:
-    return "—" if v is None else f"{v:.2g}"
-
-
-def _fmt_ratio(r: CellSummary) -> str:
-    if r.verdict == "baseline":
-        return "1"
-    if r.ratio is None:
-        return "—"
-    ci = f" [{r.ratio_ci[0]:.3g}, {r.ratio_ci[1]:.3g}]" if r.ratio_ci else ""
-    return f"{r.ratio:.3g}{ci}"
-
-
-def _fmt_verdict(r: CellSummary) -> str:
-    if r.verdict == "inconclusive":
-        more = f" (≥ {r.trials_needed} per cell)" if r.trials_needed else ""
-        return f"inconclusive — add trials{more}"
-    return r.verdict or "—"
-
-
-def _fmt_rate(r: CellSummary) -> str:
-    if r.failure_rate is None:
-        return "—"
-    text = f"{r.failure_rate:.0%} ({r.failures}/{r.n_ran})"
-    if r.failures_vs_baseline in ("more", "fewer"):
-        text = f"**{text} {r.failures_vs_baseline}**"
+    text = f"{percent_text(row['failure_rate'])} ({int(row['n_failed'])}/{ran})"
+    if row["failures_vs_baseline"] in ("more", "fewer"):
+        text = f"**{text} {row['failures_vs_baseline']}**"
     return text
 
 
-def statistics_line(stats: Mapping[str, Any]) -> str:
-    """One markdown bullet saying how the statistics were computed ("" without statistics)."""
-    if not stats:
-        return ""
-    band = stats.get("band") or [None, None]
-    value = stats.get("trial_value", "")
-    units = f" ({stats['units']})" if stats.get("units") else ""
-    level = float(stats.get("ci_level", 0.95))
-    return (
-        f"- statistics: trial value = {value}{units}, trials that ended {stats.get('trials')}; "
-        f"ratio = cell median / baseline median, {level:.0%} bootstrap CI "
-        f"({stats.get('resamples')} resamples, seed {stats.get('seed')}); "
-        f"p_adj = exact Mann–Whitney, Holm over {stats.get('family_size')} cells; "
-        f"verdicts at α = {stats.get('alpha')} with band [{band[0]:.3g}, {band[1]:.3g}]; "
-        f"below {stats.get('min_trials')} trials per cell no test can reach significance; "
-        "failures: Fisher's exact test, Holm-adjusted"
-    )
-
-
-def _findings(rows: Sequence[CellSummary], stats: Mapping[str, Any]) -> list[str]:
-    base = next((r for r in rows if r.verdict == "baseline"), None)
+def _findings(summary: pd.DataFrame) -> list[str]:
+    """Significant failure-rate changes first, then timing verdicts."""
+    base = summary[summary["verdict"] == "baseline"]
     out = []
-    for r in rows:
-        if r.failures_vs_baseline in ("more", "fewer") and base is not None:
+    if len(base):
+        b = base.iloc[0]
+        for cell, r in summary.iterrows():
+            if r["failures_vs_baseline"] in ("more", "fewer"):
+                out.append(
+                    f"- `{cell}`: **{r['failures_vs_baseline']} failures** than the baseline — "
+                    f"{int(r['n_failed'])}/{int(r['n_ok']) + int(r['n_failed'])} vs "
+                    f"{int(b['n_failed'])}/{int(b['n_ok']) + int(b['n_failed'])}, Fisher p_adj "
+                    f"{p_text(r['fisher_p_adj'])} (timing: {verdict_text(r)})"
+                )
+    for cell, r in summary.iterrows():
+        if r["verdict"] in ("slower", "faster") and not math.isnan(r["ratio"]):
             out.append(
-                f"- `{r.name}`: **{r.failures_vs_baseline} failures** than the baseline — "
-                f"{r.failures}/{r.n_ran} vs {base.failures}/{base.n_ran}, Fisher p_adj "
-                f"{_fmt_p(r.fisher_p_adj)} (timing: {_fmt_verdict(r)})"
+                f"- `{cell}`: **{r['verdict']}** — {r['ratio']:.3g}× the baseline's median"
+                f"{ci_text(r)}, p_adj {p_text(r['p_adj'])}"
             )
-    for r in rows:
-        if r.verdict in ("slower", "faster") and r.ratio is not None:
-            ci = f" [{r.ratio_ci[0]:.3g}, {r.ratio_ci[1]:.3g}]" if r.ratio_ci else ""
-            out.append(
-                f"- `{r.name}`: **{r.verdict}** — {r.ratio:.3g}× the baseline's median{ci}, "
-                f"p_adj {_fmt_p(r.p_adj)}"
-            )
-        elif r.verdict == "inconclusive":
-            out.append(f"- `{r.name}`: inconclusive — {r.note}")
-    if not out and stats:
+        elif r["verdict"] == "inconclusive":
+            out.append(f"- `{cell}`: inconclusive — {r['note']}")
+    if not out and summary.attrs:
         out.append(
             f"- no cell differs from the baseline in failures or beyond the band at "
-            f"α = {stats.get('alpha')}"
+            f"α = {summary.attrs.get('alpha')}"
         )
     return out
 
 
-def matrix_markdown(rows: Sequence[CellSummary], *, header: Mapping[str, Any]) -> str:
-    """The ``matrix.md`` table: upstream's columns, then ratio [CI], p_adj and verdict, and a
-    list of findings (significant failure-rate changes first, then timing verdicts)."""
-    stats = dict(getattr(rows, "statistics", {}))
-    title = header.get("ticket") or "(no ticket)"
-    level = float(stats.get("ci_level", 0.95))
+def matrix_markdown(
+    summary: pd.DataFrame, *, header: Mapping[str, Any], traces: pd.DataFrame | None = None
+) -> str:
+    """The ``matrix.md`` text: upstream's columns, then ratio [CI], p_adj and verdict, the
+    findings, and with ``traces`` the traces section (:func:`trace_markdown`)."""
+    attrs = summary.attrs
+    level = float(attrs.get("ci_level", 0.95))
     lines = [
-        f"# {title} — {header.get('workload', '')}",
+        f"# {header.get('ticket') or '(no ticket)'} — {header.get('workload') or ''}",
         "",
         f"- run: `{header.get('run_dir', '')}`",
         f"- baseline: `{header.get('baseline', '')}`, confound threshold {header.get('threshold', '')}",
         f"- status: {header.get('status', '')}",
     ]
-    if stats:
-        lines.append(statistics_line(stats))
-    lines += [
-        "",
-        "| cell | mitigations | env | trials | failure rate | failures | errors | mean step (ms) "
-        f"| step source | confound | ratio [{level:.0%} CI] | p_adj | verdict |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    if attrs:
+        lines.append(statistics_line(attrs))
+    head = ["cell", "mitigations", "env", "trials", "failure rate", "failures", "errors"]
+    head += ["mean step (ms)", "step source", "confound", f"ratio [{level:.0%} CI]", "p_adj"]
+    head.append("verdict")
+    body = [
+        [
+            str(cell),
+            str(r["mitigations"]),
+            str(r["environment"]),
+            f"{int(r['n_ok']) + int(r['n_failed']) + int(r['n_errors'])}/{int(r['n_trials'])}",
+            _rate_text(r),
+            str(int(r["n_failed"])),
+            str(int(r["n_errors"])),
+            ms_text(r["mean_step_ms"]),
+            str(r["step_source"]),
+            str(r["confound"]),
+            ratio_text(r),
+            p_text(r["p_adj"]),
+            verdict_text(r),
+        ]
+        for cell, r in summary.iterrows()
     ]
-    for r in rows:
-        trials = f"{r.n_ran + r.errors}/{r.n_trials}"
-        lines.append(
-            f"| {r.name} | {'+'.join(r.mitigations)} | {r.environment} | {trials} | {_fmt_rate(r)} | {r.failures} | "
-            f"{r.errors} | {_fmt_ms(r.mean_step_ms)} | {r.step_source} | {r.confound} | "
-            f"{_fmt_ratio(r)} | {_fmt_p(r.p_adj)} | {_fmt_verdict(r)} |"
-        )
-    findings = _findings(rows, stats)
+    lines += ["", markdown_table(head, body)]
+    findings = _findings(summary)
     if findings:
         lines += ["", "## Findings", "", *findings]
+    text = "\n".join(lines) + "\n"
+    return text if traces is None else f"{text}\n{trace_markdown(traces)}"
+
+
+def trace_markdown(summary: pd.DataFrame) -> str:
+    """The ``## Traces`` section of ``matrix.md`` and ``report.md``, from a
+    :func:`~aorta.matrix.trace_summary.trace_summary`.
+
+    Examples
+    --------
+    >>> row = dict(traced=3, source="host", computation_ms=5.0, computation_ms_iqr=0.5, exposed_comm_ms=2.0,
+    ...            exposed_comm_ms_iqr=0.1, idle_ms=1.0, idle_ms_iqr=0.2, ratio=1.0, ratio_ci_low=float("nan"),
+    ...            ratio_ci_high=float("nan"), p_adj=float("nan"), verdict="baseline", trials_needed=None)
+    >>> print(trace_markdown(pd.DataFrame([row], index=pd.Index(["base"], name="cell"))).splitlines()[-1])
+    | base | 3 | host | 5 [0.5] | 2 [0.1] | 1 [0.2] | 1 | — | baseline |
+    """
+    attrs = summary.attrs
+    level = float(attrs.get("ci_level", 0.95))
+    which = str(attrs.get("trial_value", "")).partition(", ")[2] or "per trial"
+    head = ["cell", "traced trials", "source", "computation", "exposed comm", "idle"]
+    head += [f"exposed comm ratio [{level:.0%} CI]", "p_adj", "verdict"]
+    body = [
+        [
+            str(cell),
+            str(int(row["traced"])),
+            str(row["source"]),
+            *(
+                "—" if math.isnan(row[m]) else f"{ms_text(row[m])} [{ms_text(row[f'{m}_iqr'])}]"
+                for m in BREAKDOWN_PARTS
+            ),
+            ratio_text(row),
+            p_text(row["p_adj"]),
+            verdict_text(row),
+        ]
+        for cell, row in summary.iterrows()
+    ]
+    lines = [
+        "## Traces",
+        "",
+        f"Each trial's value: the {which} of each rank's profiled-window time; per cell: the "
+        "median [IQR] over trials, in ms. Exposed communication is compared with the baseline "
+        'like step time (`aorta.compare(ds, metric="exposed_comm_ms")`). Source `host`: the '
+        "host-side breakdown of a trace without GPU events (CPU-only runs).",
+        "",
+        markdown_table(head, body),
+    ]
+    problems = list(attrs.get("diagnostics", []))
+    if problems:
+        lines += ["", "Trace diagnostics (a missing or unreadable file's rank is NaN):"]
+        lines += [f"- `{p}`" for p in problems[:10]]
+        if len(problems) > 10:
+            lines.append(f"- … and {len(problems) - 10} more")
     return "\n".join(lines) + "\n"

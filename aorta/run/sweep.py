@@ -23,15 +23,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import yaml
 
 from aorta import __version__, envvars
 from aorta.errors import AortaError, ExitCode, UsageError
-from aorta.matrix.dataset import write_results
+from aorta.matrix.dataset import build_dataset
+from aorta.matrix.load import write_results
 from aorta.recipe.plan import Cell, Plan, TrialKey, plan
 from aorta.recipe.registry import Registry
 from aorta.recipe.schema import Recipe, dump_recipe, load_recipe, recipe_from_data
-from aorta.report.matrix import CellSummary, matrix_json, matrix_markdown, summarize
+from aorta.report.matrix import write_matrix
 from aorta.report.progress import ProgressMode, Reporter, choose_reporter
 from aorta.run import procs
 from aorta.run.ranks import (
@@ -149,7 +151,8 @@ class SweepResult:
     run_dir: Path
     status: str
     baseline: str
-    summaries: list[CellSummary]
+    #: One row per cell (:func:`aorta.matrix.summary.summarize`); empty on other ranks.
+    summaries: pd.DataFrame
     records: list[TrialRecord]
     #: This process's rank: only rank 0 holds summaries and records.
     rank: int = 0
@@ -161,22 +164,34 @@ class SweepResult:
             return ExitCode.INTERRUPTED
         if self.rank != 0:
             return ExitCode.OK
-        base = next((s for s in self.summaries if s.name == self.baseline), None)
-        if base is None or base.n_ok == 0:
+        df = self.summaries
+        if self.baseline not in df.index or df.loc[self.baseline, "n_ok"] == 0:
             return ExitCode.INCOMPLETE
         return ExitCode.OK
 
     @property
-    def clean(self) -> list[CellSummary]:
-        return [s for s in self.summaries if s.failures == 0 and s.errors == 0]
+    def clean(self) -> list[str]:
+        """Cells without failing or erroring trials."""
+        df = self.summaries
+        return [] if df.empty else df.index[(df.n_failed == 0) & (df.n_errors == 0)].tolist()
 
     @property
-    def failing(self) -> list[CellSummary]:
-        return [s for s in self.summaries if s.failures > 0]
+    def failing(self) -> list[str]:
+        """Cells with failing trials."""
+        return (
+            []
+            if self.summaries.empty
+            else self.summaries.index[self.summaries.n_failed > 0].tolist()
+        )
 
     @property
-    def erroring(self) -> list[CellSummary]:
-        return [s for s in self.summaries if s.errors > 0]
+    def erroring(self) -> list[str]:
+        """Cells with erroring trials (setup, infrastructure, timeout)."""
+        return (
+            []
+            if self.summaries.empty
+            else self.summaries.index[self.summaries.n_errors > 0].tolist()
+        )
 
 
 # ------------------------------------------------------------------------------------------
@@ -274,20 +289,13 @@ class _Sweep:
             "status": status,
         }
 
-    def write_matrix(self, status: str) -> list[CellSummary]:
+    def write_matrix(self, status: str) -> pd.DataFrame:
         """Rank 0 rewrites matrix.md/json (the other ranks hold no records to summarise)."""
         if not self.writer:
-            return []
-        rows = summarize(
-            [self._cell_dict(c) for c in self.plan.cells],
-            self.records.values(),
-            baseline=self.plan.baseline,
-            threshold=self.plan.threshold,
-        )
-        header = self._header(status)
-        self.rd.write_json("matrix.json", matrix_json(rows, header=header))
-        self.rd.write_text("matrix.md", matrix_markdown(rows, header=header))
-        return rows
+            return pd.DataFrame()
+        cells = [self._cell_dict(c) for c in self.plan.cells]
+        ds = build_dataset(cells, self.records.values(), attrs=self._header(status))
+        return write_matrix(self.rd, ds, status=status)
 
     def write_preamble(self, resumed: bool, host_snapshots: list[dict[str, Any] | None]) -> None:
         text = dump_recipe(self.recipe)
@@ -495,7 +503,7 @@ class _Sweep:
             self.rd.path,
             "complete",
             self.plan.baseline,
-            rows if self.writer else [],
+            rows,
             ordered,
             rank=self.dist.rank,
         )
@@ -566,7 +574,7 @@ def sweep(
     >>> from aorta.recipe.schema import load_recipe_text
     >>> r = load_recipe_text("cells: [{name: base, mitigations: [none]}]", command=["true"])
     >>> result = sweep(r, output=tempfile.mkdtemp(), progress="none")
-    >>> result.summaries[0].n_ok, result.exit_code.name
+    >>> int(result.summaries.loc["base", "n_ok"]), result.exit_code.name
     (1, 'OK')
     """
     dist = DistEnv.from_environ()

@@ -1,0 +1,174 @@
+"""The matrix's result: one row per cell, the comparison against the baseline beside upstream
+AORTA's columns.
+
+:func:`summarize` is the single result model of a run's matrix: the frame of
+:func:`aorta.compare` (trial counts, failure rate with its Wilson interval, ratio of medians
+with its bootstrap CI, Holm-adjusted p, verdict) plus the columns upstream AORTA's users know:
+
+* ``mean_step_ms`` from the best source every trial that ran has, in this order
+  (``step_source``): ``per_step`` (mean of the step times) → ``elapsed_per_iter`` (elapsed /
+  executed iterations) → ``wall_clock_total`` (the trial's wall clock) → ``missing``;
+* ``confound``: ``speed (+N%)`` when the cell's mean step exceeds the baseline's by more than
+  the band's threshold, ``n/a`` when the two cells' step sources differ, ``baseline`` for it;
+* ``n_trials`` (planned), ``did_not_run`` and ``cell_id``.
+
+The statistics use each trial's median post-warm-up step time, or its wall clock when the
+baseline has no per-step times. :mod:`aorta.report.matrix` renders the frame as ``matrix.md``
+and ``matrix.json``.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+from aorta.matrix import stats
+from aorta.matrix.compare import compare
+from aorta.matrix.select import band_threshold, check_dims, trial_values
+from aorta.store.record import RAN, TrialStatus
+
+__all__ = ["MATRIX_COLUMNS", "STEP_SOURCES", "StepSource", "summarize"]
+
+#: Where a cell's mean step comes from (``missing``: no source every trial that ran has).
+StepSource = Literal["per_step", "elapsed_per_iter", "wall_clock_total", "missing"]
+#: The step sources in the order they are tried.
+STEP_SOURCES: tuple[StepSource, ...] = ("per_step", "elapsed_per_iter", "wall_clock_total")
+#: The columns :func:`summarize` adds to those of :func:`aorta.compare`.
+MATRIX_COLUMNS: tuple[str, ...] = (
+    "cell_id",
+    "n_trials",
+    "did_not_run",
+    "mean_step_ms",
+    "step_source",
+    "confound",
+)
+
+
+def summarize(
+    ds: xr.Dataset,
+    baseline: str | None = None,
+    *,
+    threshold: float | None = None,
+    alpha: float = 0.05,
+    seed: int = stats.DEFAULT_SEED,
+    resamples: int = stats.DEFAULT_RESAMPLES,
+) -> pd.DataFrame:
+    """One row per cell of a run: its comparison with the baseline and upstream's columns.
+
+    Parameters
+    ----------
+    ds
+        A run's Dataset (:func:`aorta.load_run`).
+    baseline
+        The reference cell (default: ``ds.attrs["baseline"]``, the recipe's).
+    threshold
+        The band's threshold (default: the recipe's ``confound.threshold``); also the
+        ``confound`` tag's.
+    alpha, seed, resamples
+        As in :func:`aorta.compare`.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Index ``cell``; the columns of :func:`aorta.compare`, then :data:`MATRIX_COLUMNS`.
+        ``attrs``: the comparison's (metric, alpha, band, seed, resamples, family size).
+
+    Raises
+    ------
+    ValueError
+        As :func:`aorta.compare` (an unknown baseline cell, a bad threshold or alpha).
+
+    Examples
+    --------
+    >>> from aorta.matrix.dataset import build_dataset
+    >>> from aorta.store.record import TrialRecord
+    >>> ds = build_dataset([{"name": "a", "cell_id": "1", "mitigations": ["none"], "trials": 1}],
+    ...     [TrialRecord(cell="a", cell_id="1", trial=0, status="ok", passed=True, step_times_ms=[2.0, 4.0])],
+    ...     attrs={"baseline": "a", "threshold": 1.15})
+    >>> df = summarize(ds)
+    >>> df[["mean_step_ms", "step_source", "confound", "verdict"]]  # doctest: +NORMALIZE_WHITESPACE
+          mean_step_ms step_source  confound   verdict
+    cell
+    a              3.0    per_step  baseline  baseline
+    >>> df.attrs["metric"]
+    'step_time_ms'
+    """
+    check_dims(ds)
+    baseline = baseline if baseline is not None else ds.attrs.get("baseline")
+    thr = band_threshold(ds, threshold)
+    cells = [str(c) for c in ds.cell.values.tolist()]
+    metric = "step_time_ms"
+    if baseline in cells:
+        steps = trial_values(ds, metric="step_time_ms", trials="ran").sel(cell=baseline)
+        metric = "step_time_ms" if bool(steps.notnull().any()) else "wall_clock_s"
+    df = compare(
+        ds, baseline, metric=metric, alpha=alpha, threshold=thr, seed=seed, resamples=resamples
+    )
+    status = ds.status.transpose("cell", "trial").values.astype(str)
+    planned = ds["planned_trials"].values if "planned_trials" in ds.coords else np.zeros(len(cells))
+    recorded = (status != "missing").sum(axis=1)
+    mean, source = _mean_steps(ds)
+    df["cell_id"] = [str(c) for c in ds.cell_id.values] if "cell_id" in ds.coords else ""
+    df["n_trials"] = [int(p) or int(r) for p, r in zip(planned, recorded, strict=True)]
+    df["did_not_run"] = (status == TrialStatus.DID_NOT_RUN.value).sum(axis=1)
+    df["mean_step_ms"] = mean
+    df["step_source"] = source
+    b = cells.index(baseline)
+    df["confound"] = [_confound(i, b, mean, source, thr) for i in range(len(cells))]
+    return df
+
+
+def _per_trial_ms(ds: xr.Dataset) -> dict[StepSource, np.ndarray]:
+    """Each step source's value per trial (cell × trial), NaN where the trial lacks it."""
+    steps = ds.step_time_ms.transpose("cell", "trial", "step").values
+    n_steps = ds.n_steps.transpose("cell", "trial").values
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows: trials without steps
+        per_step = np.where(n_steps > 0, np.nanmean(steps, axis=2), np.nan)
+    elapsed = ds.elapsed_s.transpose("cell", "trial").values
+    if "executed_iterations" in ds:  # absent in results.nc written before it was recorded
+        iterations = ds.executed_iterations.transpose("cell", "trial").values.astype(float)
+    else:
+        iterations = np.full(elapsed.shape, np.nan)
+    counted = iterations > 0
+    per_iter = np.where(counted, elapsed * 1000.0 / np.where(counted, iterations, 1.0), np.nan)
+    wall = ds.wall_clock_s.transpose("cell", "trial").values * 1000.0
+    return {"per_step": per_step, "elapsed_per_iter": per_iter, "wall_clock_total": wall}
+
+
+def _mean_steps(ds: xr.Dataset) -> tuple[list[float], list[StepSource]]:
+    """Per cell: the mean step over the trials that ran, from the first source all of them have.
+
+    Every trial that ran counts: a failing cell's timing is part of the finding.
+    """
+    ran = ds.status.transpose("cell", "trial").isin(list(RAN)).values
+    values = _per_trial_ms(ds)
+    means: list[float] = []
+    sources: list[StepSource] = []
+    for i in range(ran.shape[0]):
+        found: tuple[float, StepSource] = (math.nan, "missing")
+        if ran[i].any():
+            for source in STEP_SOURCES:
+                v = values[source][i, ran[i]]
+                if np.isfinite(v).all():
+                    found = (float(np.mean(v)), source)
+                    break
+        means.append(found[0])
+        sources.append(found[1])
+    return means, sources
+
+
+def _confound(i: int, b: int, mean: list[float], source: list[StepSource], threshold: float) -> str:
+    if i == b:
+        return "baseline"
+    if math.isnan(mean[i]) or math.isnan(mean[b]):
+        return ""
+    if source[i] != source[b]:
+        return "n/a"
+    ratio = mean[i] / mean[b] if mean[b] > 0 else math.inf
+    return f"speed (+{(ratio - 1) * 100:.0f}%)" if ratio > threshold else ""

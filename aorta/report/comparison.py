@@ -1,0 +1,350 @@
+"""A comparison as people read it: the text of ratios, verdicts and p-values, the table and JSON
+of ``aorta compare``, and :func:`compare_paths`, its run-directory edge.
+
+The one owner of how a comparison row reads: ``matrix.md``, the trace section, ``report.md``,
+the terminal and the end-of-run summary all use :func:`ratio_text`, :func:`verdict_text`,
+:func:`ci_text`, :func:`p_text` and :func:`number_text`. A row is one row of
+:func:`aorta.compare` (or of :func:`aorta.matrix.summary.summarize`, which has its columns).
+
+Examples
+--------
+>>> import pandas as pd
+>>> row = pd.Series({"verdict": "inconclusive", "ratio": 1.234, "ratio_ci_low": 0.9,
+...                  "ratio_ci_high": 1.5, "trials_needed": 5})
+>>> ratio_text(row), verdict_text(row)
+('1.23 [0.9, 1.5]', 'inconclusive — add trials (≥ 5 per cell)')
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+from aorta.errors import UsageError
+from aorta.matrix import stats
+from aorta.matrix.compare import compare, compare_runs, require_baseline
+from aorta.matrix.load import load_run
+from aorta.matrix.select import RankReduction
+
+__all__ = [
+    "ci_text",
+    "compare_datasets",
+    "compare_paths",
+    "comparison_json",
+    "comparison_table",
+    "is_missing",
+    "markdown_table",
+    "ms_text",
+    "number_text",
+    "p_text",
+    "percent_text",
+    "plain",
+    "ratio_text",
+    "statistics_line",
+    "verdict_text",
+]
+
+
+# --- one value -------------------------------------------------------------------------------
+
+
+def is_missing(v: Any) -> bool:
+    """Whether ``v`` is no value: ``None``, ``pd.NA`` or NaN.
+
+    >>> is_missing(None), is_missing(float("nan")), is_missing(0)
+    (True, True, False)
+    """
+    return v is None or v is pd.NA or (isinstance(v, float | np.floating) and math.isnan(v))
+
+
+def number_text(v: Any, fmt: str = ".3g") -> str:
+    """``v`` formatted by ``fmt``, or ``—`` when missing.
+
+    >>> number_text(3.14159), number_text(float("nan"))
+    ('3.14', '—')
+    """
+    return "—" if is_missing(v) else format(v, fmt)
+
+
+def p_text(v: Any) -> str:
+    """A p-value with two significant digits (``—`` when missing).
+
+    >>> p_text(0.000623), p_text(None)
+    ('0.00062', '—')
+    """
+    return number_text(v, ".2g")
+
+
+def ms_text(v: Any) -> str:
+    """A time: three significant digits below 100, whole numbers above (``—`` when missing).
+
+    >>> ms_text(11.43), ms_text(1234.5), ms_text(None)
+    ('11.4', '1234', '—')
+    """
+    if is_missing(v):
+        return "—"
+    return f"{v:.3g}" if abs(v) < 100 else f"{v:.0f}"
+
+
+def percent_text(v: Any) -> str:
+    """A rate as a whole percentage (``—`` when missing).
+
+    >>> percent_text(0.875), percent_text(float("nan"))
+    ('88%', '—')
+    """
+    return "—" if is_missing(v) else f"{v:.0%}"
+
+
+# --- one row ---------------------------------------------------------------------------------
+
+
+def ci_text(row: Any) -> str:
+    """`` [low, high]`` of the row's ratio CI, or ``""`` without one.
+
+    >>> ci_text({"ratio_ci_low": 1.2, "ratio_ci_high": 1.45})
+    ' [1.2, 1.45]'
+    """
+    if is_missing(row["ratio_ci_low"]) or is_missing(row["ratio_ci_high"]):
+        return ""
+    return f" [{row['ratio_ci_low']:.3g}, {row['ratio_ci_high']:.3g}]"
+
+
+def ratio_text(row: Any) -> str:
+    """``1.32 [1.20, 1.45]`` for a comparison row (``1`` for the baseline, ``—`` without data).
+
+    >>> ratio_text({"verdict": "baseline", "ratio": 1.0})
+    '1'
+    """
+    if row["verdict"] == "baseline":
+        return "1"
+    if is_missing(row["ratio"]):
+        return "—"
+    return f"{row['ratio']:.3g}{ci_text(row)}"
+
+
+def verdict_text(row: Any) -> str:
+    """The row's verdict in words, with the trials an inconclusive one needs when known.
+
+    >>> verdict_text({"verdict": "inconclusive", "trials_needed": None})
+    'inconclusive — add trials'
+    """
+    verdict = str(row["verdict"] or "—")
+    if verdict == "inconclusive":
+        needed = row["trials_needed"]
+        if not is_missing(needed):
+            return f"inconclusive — add trials (≥ {int(needed)} per cell)"
+        return "inconclusive — add trials"
+    return verdict
+
+
+def _failure_text(row: Any) -> str:
+    ran = int(row["n_ok"]) + int(row["n_failed"])
+    if not ran:
+        return "—"
+    text = f"{percent_text(row['failure_rate'])} ({int(row['n_failed'])}/{ran})"
+    text += f" [{percent_text(row['failure_ci_low'])}, {percent_text(row['failure_ci_high'])}]"
+    if row["failures_vs_baseline"] in ("more", "fewer"):
+        text += f" {row['failures_vs_baseline']} (p_adj {row['fisher_p_adj']:.2g})"
+    return text
+
+
+# --- a whole comparison ----------------------------------------------------------------------
+
+
+def statistics_line(stats: Mapping[str, Any]) -> str:
+    """One markdown bullet saying how the statistics were computed ("" without statistics).
+
+    ``stats`` is a comparison's ``attrs`` (:func:`aorta.compare`).
+    """
+    if not stats:
+        return ""
+    band = stats.get("band") or [None, None]
+    value = stats.get("trial_value", "")
+    units = f" ({stats['units']})" if stats.get("units") else ""
+    level = float(stats.get("ci_level", 0.95))
+    return (
+        f"- statistics: trial value = {value}{units}, trials that ended {stats.get('trials')}; "
+        f"ratio = cell median / baseline median, {level:.0%} bootstrap CI "
+        f"({stats.get('resamples')} resamples, seed {stats.get('seed')}); "
+        f"p_adj = exact Mann–Whitney, Holm over {stats.get('family_size')} cells; "
+        f"verdicts at α = {stats.get('alpha')} with band [{band[0]:.3g}, {band[1]:.3g}]; "
+        f"below {stats.get('min_trials')} trials per cell no test can reach significance; "
+        "failures: Fisher's exact test, Holm-adjusted"
+    )
+
+
+def comparison_table(df: pd.DataFrame, *, style: Literal["text", "markdown"] = "text") -> str:
+    """A comparison as a table for a terminal (``text``) or a document (``markdown``).
+
+    Raises ``ValueError`` for another ``style``.
+
+    Examples
+    --------
+    >>> row = dict(n=3, n_ok=3, n_failed=0, n_timed=3, failure_rate=0.0, failure_ci_low=0.0,
+    ...            failure_ci_high=0.56, median=4.0, iqr=0.5, cv=0.1, ratio=1.0,
+    ...            ratio_ci_low=float("nan"), ratio_ci_high=float("nan"), p_adj=float("nan"),
+    ...            fisher_p_adj=float("nan"), failures_vs_baseline="baseline", verdict="baseline",
+    ...            trials_needed=None)
+    >>> print(comparison_table(pd.DataFrame([row], index=pd.Index(["base"], name="cell")), style="markdown"))
+    | cell | n_ok/n | median | IQR | CV | failure rate [CI] | ratio [CI] | p_adj | verdict |
+    |---|---|---|---|---|---|---|---|---|
+    | base | 3/3 | 4 | 0.5 | 10% | 0% (0/3) [0%, 56%] | 1 | — | baseline |
+    """
+    if style not in ("text", "markdown"):
+        raise ValueError(f"style must be 'text' or 'markdown', got {style!r}")
+    head = ["cell", "n_ok/n", "median", "IQR", "CV", "failure rate [CI]", "ratio [CI]", "p_adj"]
+    head.append("verdict")
+    body = []
+    for cell, row in df.iterrows():
+        body.append(
+            [
+                str(cell),
+                f"{int(row['n_ok'])}/{int(row['n'])}",
+                number_text(row["median"]),
+                number_text(row["iqr"]),
+                percent_text(row["cv"]),
+                _failure_text(row),
+                ratio_text(row),
+                p_text(row["p_adj"]),
+                verdict_text(row),
+            ]
+        )
+    if style == "markdown":
+        return markdown_table(head, body)
+    widths = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(head)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    lines = [fmt.format(*head).rstrip()] + [fmt.format(*r).rstrip() for r in body]
+    return "\n".join(lines)
+
+
+def markdown_table(head: Sequence[str], body: Sequence[Sequence[str]]) -> str:
+    """A markdown table of ``head`` and the rows of ``body`` (cells as given).
+
+    >>> print(markdown_table(["a", "b"], [["1", "2"]]))
+    | a | b |
+    |---|---|
+    | 1 | 2 |
+    """
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(r) + " |" for r in body]
+    return "\n".join(lines)
+
+
+def plain(v: Any) -> Any:
+    """``v`` as plain JSON data: numpy scalars as Python numbers, missing values as ``None``.
+
+    >>> plain([np.float64(1.5), np.int64(2), float("nan")])
+    [1.5, 2, None]
+    """
+    if isinstance(v, list | tuple):
+        return [plain(x) for x in v]
+    if is_missing(v):
+        return None
+    if isinstance(v, float | np.floating):
+        return float(v)
+    if isinstance(v, np.integer):
+        return int(v)
+    if isinstance(v, np.bool_):
+        return bool(v)
+    return v
+
+
+def comparison_json(df: pd.DataFrame) -> dict[str, Any]:
+    """A comparison as plain JSON data: ``{"statistics": attrs, "cells": [row, …]}`` (NaN → null).
+
+    Examples
+    --------
+    >>> df = pd.DataFrame({"ratio": [float("nan")]}, index=pd.Index(["a"], name="cell"))
+    >>> df.attrs = {"seed": 0}
+    >>> comparison_json(df)
+    {'statistics': {'seed': 0}, 'cells': [{'cell': 'a', 'ratio': None}]}
+    """
+    cells = []
+    for cell, row in df.iterrows():
+        cells.append({"cell": str(cell), **{k: plain(v) for k, v in row.items()}})
+    return {"statistics": {k: plain(v) for k, v in df.attrs.items()}, "cells": cells}
+
+
+# --- from run directories --------------------------------------------------------------------
+
+
+def compare_paths(
+    runs: Sequence[str | Path],
+    *,
+    baseline: str | None = None,
+    metric: str = "step_time_ms",
+    alpha: float = 0.05,
+    seed: int = stats.DEFAULT_SEED,
+    resamples: int = stats.DEFAULT_RESAMPLES,
+    traces: bool = False,
+    ranks: RankReduction = "worst",
+) -> pd.DataFrame:
+    """One run's cells against its baseline, or two runs' shared cells (B against A).
+
+    ``traces`` loads the runs' trace metrics (:func:`aorta.load_run`), so ``metric`` can be
+    one of them, reduced over ranks by ``ranks``.
+
+    Raises
+    ------
+    UsageError
+        Not one or two runs; ``baseline`` with two runs; a path that is not a run; an
+        unknown baseline cell, metric or rank; ``alpha`` outside (0, 1).
+    IncompleteMatrix
+        The baseline has no usable trial, or two runs share no cell.
+    """
+    if len(runs) not in (1, 2):
+        raise UsageError(f"give one run (cells vs its baseline) or two (A B), got {len(runs)}")
+    if len(runs) == 2 and baseline is not None:
+        raise UsageError(
+            "--baseline applies to one run; with two runs each cell of B is compared with the same cell of A"
+        )
+    df = compare_datasets(
+        [load_run(p, traces=traces) for p in runs],
+        baseline=baseline,
+        metric=metric,
+        alpha=alpha,
+        seed=seed,
+        resamples=resamples,
+        ranks=ranks,
+    )
+    df.attrs["runs"] = [str(p) for p in runs]
+    return df
+
+
+def compare_datasets(
+    datasets: Sequence[xr.Dataset],
+    *,
+    baseline: str | None = None,
+    metric: str = "step_time_ms",
+    alpha: float = 0.05,
+    seed: int = stats.DEFAULT_SEED,
+    resamples: int = stats.DEFAULT_RESAMPLES,
+    ranks: RankReduction = "worst",
+) -> pd.DataFrame:
+    """:func:`aorta.compare` of one run (which needs a usable baseline) or
+    :func:`aorta.compare_runs` of two, with a bad option as a :class:`~aorta.errors.UsageError`.
+
+    Raises as :func:`compare_paths`.
+    """
+    kw: dict[str, Any] = {
+        "metric": metric,
+        "alpha": alpha,
+        "seed": seed,
+        "resamples": resamples,
+        "ranks": ranks,
+    }
+    try:
+        if len(datasets) == 1:
+            df = compare(datasets[0], baseline, **kw)
+            require_baseline(df)
+        else:
+            df = compare_runs(datasets[0], datasets[1], **kw)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return df

@@ -1,0 +1,135 @@
+"""``aorta report``: the ``report/`` folder of a run directory.
+
+:func:`write_report` writes ``comparison.csv`` / ``comparison.json`` (one row per cell, with
+how the statistics were computed), ``trials.csv`` (one row per trial), four PNG figures and
+``report.md`` that shows them together. With ``traces=True`` (``aorta report RUN --traces``)
+it also analyses the profiler traces: ``traces.csv`` (per cell: time breakdown and the
+exposed-communication verdict), two more figures, a traces section in ``report.md``, and
+the run's ``matrix.md`` / ``matrix.json`` rewritten with their traces section
+(:func:`aorta.report.matrix.write_matrix`).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import xarray as xr
+from matplotlib.figure import Figure
+
+from aorta import plot
+from aorta.matrix import stats
+from aorta.matrix.dataset import trials_frame
+from aorta.matrix.load import load_run
+from aorta.matrix.select import RankReduction
+from aorta.matrix.trace_summary import has_traces, trace_summary
+from aorta.report.comparison import (
+    compare_datasets,
+    comparison_json,
+    comparison_table,
+    statistics_line,
+)
+from aorta.report.matrix import MATRIX_JSON, MATRIX_MD, trace_markdown, write_matrix
+from aorta.store.rundir import atomic_write
+
+__all__ = ["REPORT_DIR", "write_report"]
+
+#: Folder of the run directory that ``aorta report`` writes.
+REPORT_DIR = "report"
+
+
+def _png(fig: Figure) -> bytes:
+    buf = io.BytesIO()
+    with plot.aorta_style():
+        fig.savefig(buf, format="png")
+    return buf.getvalue()
+
+
+def write_report(
+    run: str | Path,
+    *,
+    baseline: str | None = None,
+    metric: str = "step_time_ms",
+    alpha: float = 0.05,
+    seed: int = stats.DEFAULT_SEED,
+    resamples: int = stats.DEFAULT_RESAMPLES,
+    traces: bool = False,
+    ranks: RankReduction = "worst",
+) -> list[Path]:
+    """Write ``report/`` (tables, figures, ``report.md``) into the run directory ``run``.
+
+    With ``traces`` the trace metrics are loaded too (:func:`aorta.load_run`), ``metric`` may
+    be one of them, and the report gains ``traces.csv``, ``time_breakdown.png``,
+    ``exposed_comm_vs_step.png`` and a traces section; the run's ``matrix.md`` and
+    ``matrix.json`` are rewritten with theirs.
+
+    Returns the files written. Raises as :func:`~aorta.report.comparison.compare_paths` does
+    for one run.
+    """
+    kw: dict[str, Any] = {"alpha": alpha, "seed": seed, "resamples": resamples, "ranks": ranks}
+    ds = load_run(run, traces=traces)
+    df = compare_datasets([ds], baseline=baseline, metric=metric, **kw)
+    df.attrs["runs"] = [str(run)]
+    root = Path(run)
+    run_dir = root.parent if root.is_file() else root
+    out = run_dir / REPORT_DIR
+    out.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+
+    def put(name: str, data: bytes | str) -> None:
+        atomic_write(out / name, data)
+        written.append(out / name)
+
+    put("comparison.csv", df.to_csv())
+    put("comparison.json", json.dumps(comparison_json(df), indent=1, ensure_ascii=False) + "\n")
+    put("trials.csv", trials_frame(ds).to_csv(index=False))
+    figures = {
+        "step_distributions.png": plot.step_distributions(ds, baseline, metric=metric),
+        "failure_rates.png": plot.failure_rates(df),
+        "ratio_forest.png": plot.ratio_forest(df),
+        "step_series.png": plot.step_series(ds),
+    }
+    title = ds.attrs.get("ticket") or "(no ticket)"
+    lines = [
+        f"# {title} — {ds.attrs.get('workload', '')}: report",
+        "",
+        f"- baseline: `{df.attrs['baseline']}`",
+        statistics_line(df.attrs),
+        "",
+        comparison_table(df, style="markdown"),
+        "",
+        *(f"![{name[:-4]}]({name})\n" for name in figures),
+    ]
+    if traces:
+        lines += _trace_report(ds, baseline, put=put, figures=figures, **kw)
+    for name, fig in figures.items():
+        put(name, _png(fig))
+    put("report.md", "\n".join(lines))
+    if traces and has_traces(ds):
+        write_matrix(run_dir, ds, **kw)
+        written += [run_dir / MATRIX_MD, run_dir / MATRIX_JSON]
+    return written
+
+
+def _trace_report(
+    ds: xr.Dataset,
+    baseline: str | None,
+    *,
+    put: Callable[[str, bytes | str], None],
+    figures: dict[str, Figure],
+    **kw: Any,
+) -> list[str]:
+    """``traces.csv``, the two trace figures, and the lines of report.md's traces section."""
+    if not has_traces(ds):
+        return ["## Traces", "", "No trace could be analysed (see the warnings).", ""]
+    summary = trace_summary(ds, baseline, **kw)
+    put("traces.csv", summary.to_csv())
+    new = {
+        "time_breakdown.png": plot.time_breakdown(ds),
+        "exposed_comm_vs_step.png": plot.exposed_comm_vs_step(ds, ranks=kw["ranks"]),
+    }
+    figures.update(new)
+    return [trace_markdown(summary), *(f"![{name[:-4]}]({name})\n" for name in new)]
