@@ -107,9 +107,24 @@ ENV_FILE = "AORTA_ENV_FILE"
 TRIAL_MASTER_PORT_BASE = "AORTA_TRIAL_MASTER_PORT_BASE"
 #: Set by ``aorta launch`` so every rank on every node writes into one run directory.
 RUN_ID = "AORTA_RUN_ID"
+#: Markers every process of a sweep / of one trial inherits, so none outlives them
+#: (:mod:`aorta.run.orphans`).
+SWEEP_TOKEN = "AORTA_SWEEP_TOKEN"
+TRIAL_TOKEN = "AORTA_TRIAL_TOKEN"
 
 ENGINE_PROVIDED: frozenset[str] = frozenset(
-    {RUN_DIR, CELL, TRIAL, SEED, ARTIFACT_DIR, ENV_FILE, TRIAL_MASTER_PORT_BASE, RUN_ID}
+    {
+        RUN_DIR,
+        CELL,
+        TRIAL,
+        SEED,
+        ARTIFACT_DIR,
+        ENV_FILE,
+        TRIAL_MASTER_PORT_BASE,
+        RUN_ID,
+        SWEEP_TOKEN,
+        TRIAL_TOKEN,
+    }
 )
 
 # --- what `aorta launch` hands to every process on every node --------------------------------

@@ -21,6 +21,7 @@ from typing import Any
 
 from aorta import envvars
 from aorta.recipe.plan import Plan, TrialKey
+from aorta.run import orphans
 from aorta.run.trial import Outcome, Watchdog, run_in_process, run_in_worker, workload_ref
 from aorta.run.workload import Isolation, TrialContext, Workload
 from aorta.store.record import RankOutcome, TrialStatus
@@ -69,6 +70,8 @@ class TrialRunner:
         self.python = python
         self.on_stuck = on_stuck
         self.host = socket.gethostname()
+        #: This process's children that are not the trial's (the orphan guard).
+        self.keep_pids: tuple[int, ...] = ()
 
     def context(self, key: TrialKey, deadline: float) -> TrialContext:
         cell = key.cell
@@ -94,9 +97,12 @@ class TrialRunner:
             environment=cell.environment.to_dict(),
         )
 
-    def overlay(self, key: TrialKey, rendezvous: Mapping[str, str]) -> dict[str, str]:
+    def overlay(
+        self, key: TrialKey, rendezvous: Mapping[str, str], token: str = ""
+    ) -> dict[str, str]:
         """The variables a trial runs with: the cell's, aorta's, and the trial's rendezvous."""
         return {
+            **({envvars.TRIAL_TOKEN: token} if token else {}),
             **key.cell.env,
             envvars.RUN_DIR: str(self.rd.path),
             envvars.CELL: key.cell.name,
@@ -191,9 +197,16 @@ class TrialRunner:
         """Run this rank's part of ``key`` until its deadline."""
         deadline = time.monotonic() + self.plan.timeout_s
         ctx = self.context(key, deadline)
-        overlay = self.overlay(key, rendezvous or {})
+        token = orphans.new_token()
+        overlay = self.overlay(key, rendezvous or {}, token)
         t0 = time.monotonic()
         outcome = self._execute(key, ctx, overlay, abort)
+        left = orphans.reap_trial(token, ignore=self.keep_pids)
+        if left:
+            outcome.warnings.append(
+                f"killed {left} process(es) the trial left running outside its process group "
+                "(setsid or a daemon)"
+            )
         wall = time.monotonic() - t0
         art = ctx.artifact_dir or self.rd.path
         if self.recipe.collect_paths:

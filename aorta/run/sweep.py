@@ -36,6 +36,7 @@ from aorta.recipe.schema import Recipe, dump_recipe, load_recipe, recipe_from_da
 from aorta.report.matrix import write_matrix
 from aorta.report.progress import ProgressMode, Reporter, choose_reporter
 from aorta.run import procs
+from aorta.run.orphans import OrphanGuard
 from aorta.run.ranks import (
     DistEnv,
     LocalCoordinator,
@@ -729,6 +730,7 @@ def _sweep(
         else:
             rd = RunDir(coord.share("run_dir", str, timeout_s=wait_s))
         stack.enter_context(procs.sigterm_as_interrupt())
+        guard = stack.enter_context(OrphanGuard())
         engine = _Sweep(
             prepared,
             rd,
@@ -738,6 +740,7 @@ def _sweep(
             python=python,
             backend=_backend_for(prepared, dist, backend),
         )
+        engine.runner.keep_pids = guard.pids
         if dist.rank == 0:
             try:
                 engine.write_preamble(

@@ -1,0 +1,208 @@
+"""Processes a trial leaves behind: found by a marker in their environment, never left running.
+
+Process groups (:mod:`aorta.run.procs`) cover the usual tree of a trial, but two things
+escape them: a child that calls ``setsid`` (a daemon) and everything the sweep started when
+the sweep itself is killed with SIGKILL. Both are caught by marking every process a sweep
+starts with variables it inherits, and looking for the marks:
+
+* ``AORTA_SWEEP_TOKEN`` — set in the sweep's own environment for its duration, so every
+  descendant (workers, commands, their daemons) carries it. An :class:`OrphanGuard` process,
+  started per sweep and holding a pipe from it, wakes when the pipe closes — whenever and
+  however the sweep ends, ``kill -9`` included — and kills every process still carrying the
+  sweep's token.
+* ``AORTA_TRIAL_TOKEN`` — set in one trial's overlay. While a sweep runs it is a *child
+  subreaper* (``PR_SET_CHILD_SUBREAPER``), so a trial's orphans (a ``setsid`` daemon whose
+  parent exited) become its children; after the trial, :func:`reap_trial` kills and reaps the
+  children that carry the trial's token. Checking costs one read of
+  ``/proc/self/task/*/children``: nothing when the trial left nothing.
+
+A process that scrubs its own environment escapes both; nothing short of a cgroup catches it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterable
+from pathlib import Path
+from types import TracebackType
+
+from aorta import envvars
+
+__all__ = ["OrphanGuard", "marked_processes", "new_token", "reap_trial"]
+
+_PR_SET_CHILD_SUBREAPER = 36
+
+# The guard runs this with the system Python's standard library only: it must start fast and
+# must not import aorta (which may be mid-upgrade on disk). argv: entry, grace seconds.
+_GUARD = r"""
+import os, select, signal, sys, time
+entry = sys.argv[1].encode()
+grace = float(sys.argv[2])
+parent = os.getppid()
+# Until the sweep closes the pipe or dies (EOF), or is gone while a forked child of it still
+# holds the pipe open (we are reparented).
+while os.getppid() == parent:
+    if select.select([0], [], [], 1.0)[0] and not os.read(0, 4096):
+        break
+def marked():
+    out = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            with open("/proc/%s/environ" % pid, "rb") as fh:
+                if entry in fh.read().split(b"\0"):
+                    out.append(int(pid))
+        except OSError:
+            pass
+    return out
+for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 0)):
+    for pid in marked():
+        try:
+            os.kill(pid, sig)
+        except OSError:
+            pass
+    end = time.monotonic() + wait
+    while wait and marked() and time.monotonic() < end:
+        time.sleep(0.05)
+"""
+
+
+def new_token() -> str:
+    """A fresh marker value."""
+    return uuid.uuid4().hex
+
+
+def _environ_has(pid: int, entry: bytes) -> bool:
+    try:
+        return entry in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
+
+
+def marked_processes(name: str, value: str) -> list[int]:
+    """Live processes (not zombies) whose environment holds ``name=value``."""
+    entry = f"{name}={value}".encode()
+    found = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit() and int(pid) != os.getpid() and _environ_has(int(pid), entry):
+            with contextlib.suppress(OSError, IndexError):
+                state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+                if state not in ("Z", "X"):
+                    found.append(int(pid))
+    return found
+
+
+def _children() -> list[int]:
+    out: list[int] = []
+    with contextlib.suppress(OSError):
+        for task in os.listdir("/proc/self/task"):
+            with contextlib.suppress(OSError):
+                out += [
+                    int(p) for p in Path(f"/proc/self/task/{task}/children").read_text().split()
+                ]
+    return out
+
+
+def _set_subreaper(on: bool) -> bool:
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) == 0
+    return False
+
+
+def reap_trial(token: str, *, ignore: Iterable[int] = (), grace_s: float = 2.0) -> int:
+    """Kill and reap this process's children that carry the trial ``token``; how many.
+
+    Only children are looked at (orphans come to the sweep because it is a subreaper), and
+    only marked ones are waited for, so no ``subprocess.Popen`` loses its exit status.
+    """
+    entry = f"{envvars.TRIAL_TOKEN}={token}".encode()
+    skip = set(ignore)
+    killed = 0
+    for _ in range(10):  # a killed daemon's own children become ours next round
+        found = [p for p in _children() if p not in skip and _environ_has(p, entry)]
+        if not found:
+            break
+        killed += len(found)
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for pid in found:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+            end = time.monotonic() + (grace_s if sig == signal.SIGTERM else 5.0)
+            while found and time.monotonic() < end:
+                found = [p for p in found if not _reaped(p)]
+                time.sleep(0.02) if found else None
+    return killed
+
+
+def _reaped(pid: int) -> bool:
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return True
+    return done == pid
+
+
+class OrphanGuard:
+    """For one sweep: its token in the environment, a subreaper, and a guard process.
+
+    Cheap to build; :meth:`__enter__` starts the guard (one small Python process) and
+    :meth:`__exit__` stops it — which, like the sweep dying, makes it kill whatever still
+    carries the sweep's token. Use it in a ``with`` around the whole sweep.
+    """
+
+    def __init__(self, *, grace_s: float = 2.0) -> None:
+        self.token = new_token()
+        self.grace_s = grace_s
+        self.guard: subprocess.Popen[bytes] | None = None
+        self._previous: str | None = None
+        self._subreaper = False
+
+    def __enter__(self) -> OrphanGuard:
+        entry = f"{envvars.SWEEP_TOKEN}={self.token}"
+        # The guard itself must not carry the token (it would be its own target).
+        env = {k: v for k, v in os.environ.items() if k != envvars.SWEEP_TOKEN}
+        with contextlib.suppress(OSError):
+            self.guard = subprocess.Popen(
+                [sys.executable, "-I", "-S", "-c", _GUARD, entry, str(self.grace_s)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,  # not in any group a trial kill reaches
+            )
+        self._previous = os.environ.get(envvars.SWEEP_TOKEN)
+        os.environ[envvars.SWEEP_TOKEN] = self.token
+        self._subreaper = _set_subreaper(True)
+        return self
+
+    @property
+    def pids(self) -> tuple[int, ...]:
+        """The guard's pid (to leave alone when looking at this process's children)."""
+        return (self.guard.pid,) if self.guard is not None else ()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._previous is None:
+            os.environ.pop(envvars.SWEEP_TOKEN, None)
+        else:
+            os.environ[envvars.SWEEP_TOKEN] = self._previous
+        if self._subreaper:
+            _set_subreaper(False)
+        if self.guard is not None:
+            with contextlib.suppress(OSError):
+                self.guard.stdin.close()  # type: ignore[union-attr]
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.guard.wait(timeout=self.grace_s + 10.0)

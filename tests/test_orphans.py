@@ -1,0 +1,95 @@
+"""Nothing a trial starts outlives it: kill -9 of the sweep, setsid daemons (real processes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from aorta.errors import ExitCode
+
+from .sshd import processes_with_env
+
+AORTA = str(Path(sys.executable).parent / "aorta")
+
+PROBE = """
+mode: probe
+ticket: ORPHANS
+trials: 1
+mitigation_axis: [none]
+trial_isolation: {isolation}
+"""
+
+
+def _wait_gone(entry: str, timeout: float = 15.0) -> list[int]:
+    end = time.monotonic() + timeout
+    while (left := processes_with_env(entry)) and time.monotonic() < end:
+        time.sleep(0.1)
+    return left
+
+
+def _wait_file(path: Path, timeout: float = 30.0) -> None:
+    end = time.monotonic() + timeout
+    while not path.exists() and time.monotonic() < end:
+        time.sleep(0.05)
+    assert path.exists(), f"the trial never started ({path} missing)"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("isolation", ["in_process", "process"])
+def test_kill_9_of_the_sweep_leaves_no_trial_process(tmp_path, isolation):
+    mark = f"ORPHAN_TEST={uuid.uuid4().hex}"
+    started = tmp_path / "started"
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(PROBE.format(isolation=isolation))
+    script = f"touch {started}; sleep 1000 & sleep 1000; wait"
+    sweep = subprocess.Popen(
+        [AORTA, "sweep", "run", "--recipe", str(recipe), "-o", str(tmp_path / "out"),
+         "--", "bash", "-c", script],
+        env={**os.environ, mark.split("=")[0]: mark.split("=")[1]},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        _wait_file(started)
+        assert len(processes_with_env(mark)) >= 3  # the sweep, bash and its two sleeps
+        sweep.kill()
+        sweep.wait(timeout=10)
+        assert _wait_gone(mark) == []
+    finally:
+        for pid in processes_with_env(mark):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("isolation", ["in_process", "process"])
+def test_a_setsid_daemon_does_not_survive_an_ok_trial(tmp_path, isolation):
+    mark = f"DAEMON_TEST={uuid.uuid4().hex}"
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(PROBE.format(isolation=isolation))
+    # The daemon leaves the trial's process group and session; the command itself passes.
+    script = "setsid sleep 1000 < /dev/null > /dev/null 2>&1 & sleep 0.3; echo done"
+    try:
+        proc = subprocess.run(
+            [AORTA, "sweep", "run", "--recipe", str(recipe), "-o", str(tmp_path / "out"),
+             "--", "bash", "-c", script],
+            env={**os.environ, mark.split("=")[0]: mark.split("=")[1]},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )  # fmt: skip
+        assert proc.returncode == ExitCode.OK, proc.stderr
+        assert _wait_gone(mark, timeout=5.0) == []
+        (record,) = (tmp_path / "out").rglob("trial_0000.json")
+        data = json.loads(record.read_text())
+        assert data["status"] == "ok"
+        assert any("setsid" in w for w in data["warnings"]), data["warnings"]
+    finally:
+        for pid in processes_with_env(mark):
+            os.kill(pid, signal.SIGKILL)
