@@ -86,7 +86,7 @@ def setup(req):
         os.makedirs(out["workdir"], exist_ok=True)
     if req.get("probe_port"):
         out["port"] = _free_port()
-    out["snapshot"] = snapshot(req, dict(os.environ))
+    out["snapshot"] = snapshot(req, dict(os.environ, **req.get("env", {})))
     return out
 
 
@@ -142,6 +142,8 @@ def kill(req):
     if os.path.isdir(node_dir):
         with open(os.path.join(node_dir, "cancel"), "w") as fh:
             fh.write(f"{os.getpid()}\n")
+        if os.path.exists(os.path.join(node_dir, "env.sh")):  # no run read (and removed) it
+            os.remove(os.path.join(node_dir, "env.sh"))
     text = _read(os.path.join(node_dir, "pid"))
     session = int(text) if text and text.isdigit() else 0
     marks = [f"{k}={v}".encode() for k, v in sorted(req["match"].items())]

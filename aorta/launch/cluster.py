@@ -195,7 +195,7 @@ class _Head(BaseModel):
 class _ClusterFile(_Settings):
     username: Text | None = None
     priv_key_file: Text | None = None
-    password: Annotated[str | None, _check(lambda v: isinstance(v, str), "text", "a string")] = None
+    password: str | None = None  # as written: never stripped, never shown in a message
     node_dict: Any = None
     head_node_dict: _Head | None = None
     host_key_checking: Annotated[
@@ -262,6 +262,8 @@ class Cluster:
     nodes: tuple[Node, ...]
     username: str | None = None
     priv_key_file: str | None = None
+    #: Login password (Fabric's ``connect_kwargs``); never printed or written down.
+    password: str | None = field(default=None, repr=False)
     host_key_checking: HostKeyChecking = "accept-new"
     known_hosts_file: str | None = None
     connect_timeout: float = 10.0
@@ -320,11 +322,6 @@ class Cluster:
             raise ClusterError(problems, source=source)
         nodes.insert(0, nodes.pop(head))
         warnings = [f"unknown key {k!r} ignored" for k in top.model_extra or {} if k[:1] != "_"]
-        if top.password is not None:
-            warnings.append(
-                "password is not used: aorta logs in with OpenSSH in batch mode "
-                "(priv_key_file, ssh-agent or ~/.ssh keys)"
-            )
         return cls(
             nodes=tuple(Node(rank=i, **fields) for i, fields in enumerate(nodes)),
             source=source,
@@ -440,7 +437,7 @@ def _login(top: _ClusterFile, check_files: bool, problems: list[Problem]) -> dic
         out["priv_key_file"] = key
     if top.known_hosts_file:
         out["known_hosts_file"] = os.path.expanduser(top.known_hosts_file)
-    for key in ("host_key_checking", "connect_timeout", "keepalive"):
+    for key in ("password", "host_key_checking", "connect_timeout", "keepalive"):
         if getattr(top, key) is not None:
             out[key] = getattr(top, key)
     return out

@@ -35,14 +35,18 @@ from importlib import resources
 
 from aorta import envvars
 from aorta.errors import UsageError
+from aorta.store.hostenv import redact_env
 
 from .cluster import Cluster, Node, NprocPerNode
 
 __all__ = [
+    "ENV_FILE",
     "STARTED_MARKER",
     "LaunchSpec",
     "NodeCommand",
     "NodePath",
+    "env_file_command",
+    "env_script",
     "kill_command",
     "node_dir",
     "run_command",
@@ -51,6 +55,9 @@ __all__ = [
 
 #: The folder, inside a node's workdir, holding one sub-folder per launch.
 LAUNCH_DIR = ".aorta-launch"
+#: In the node's per-run folder: the program's environment (mode 0600, removed once read), so
+#: no value of it is ever in a command line (``ps``) on the node.
+ENV_FILE = "env.sh"
 #: Printed by the wrapper right before it execs the program (torchrun); never shown to users.
 STARTED_MARKER = "__aorta_launch_started__"
 #: In the environment of a run's watchdog, which every kill leaves alone (it ends by itself
@@ -136,8 +143,9 @@ class NodeCommand:
     remote: str
 
     def describe(self) -> str:
-        """``cd <cwd> && env K=V ... <argv>``: what a human would type, for ``--dry-run``."""
-        env = " ".join(shlex.quote(f"{k}={v}") for k, v in self.env.items())
+        """``cd <cwd> && env K=V ... <argv>``, secret values redacted: for ``--dry-run`` and
+        ``launch.json``."""
+        env = " ".join(shlex.quote(f"{k}={v}") for k, v in redact_env(self.env).items())
         return f"cd {shlex.quote(self.cwd)} && env {env} {shlex.join(self.argv)}"
 
 
@@ -146,7 +154,18 @@ def node_dir(node: Node, run_id: str) -> str:
     return posixpath.join(node.workdir, LAUNCH_DIR, run_id, f"node_{node.rank}")
 
 
+def env_script(env: Mapping[str, str]) -> bytes:
+    """The text of :data:`ENV_FILE` for ``env``: ``export K='v'`` lines (the remote line sources
+    the file, then removes it).
+
+    >>> env_script({"A": "it's"})
+    b"export A='it'\"'\"'s'\n"
+    """
+    return "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items()).encode()
+
+
 def _env_prefix(env: Mapping[str, str], unset: Sequence[str]) -> str:
+    # Names and aorta's own identity only: other values travel in the environment file.
     parts = ["env"] + [f"-u {name}" for name in unset]
     parts += [shlex.quote(f"{name}={value}") for name, value in env.items()]
     return " ".join(parts)
@@ -202,8 +221,10 @@ def run_command(
 
     The remote line ``cd``s to the workdir, then runs the program in a new session (``setsid``)
     whose leader writes ``<node_dir>/pid`` — unless ``<node_dir>/cancel`` exists, i.e. the launch
-    was already stopped — prints :data:`STARTED_MARKER` and execs ``env -u <identity> K=V ...
-    <program> </dev/null``. Stopping it is :func:`kill_command`'s job, from another connection.
+    was already stopped — sources and removes :data:`ENV_FILE` (:func:`env_script` of ``cmd.env``,
+    written by setup),
+    prints :data:`STARTED_MARKER` and execs ``env -u <identity> <program> </dev/null``. Stopping
+    it is :func:`kill_command`'s job, from another connection.
 
     A watchdog stays on the command's stdin (the SSH channel, which the launch keeps open):
     when it closes — the launch ended, or the orchestrator died or lost the network — the
@@ -221,12 +242,14 @@ def run_command(
         f"{q(node.python)} {q(node_dir + '/helper.py')} {q(node_dir + '/kill.json')} "
         ">/dev/null 2>&1 &"
     )
+    env_file = q(posixpath.join(node_dir, ENV_FILE))
     inner = (
         f"test -e {q(node_dir + '/cancel')} && exit 143; "
         f"echo $$ > {q(node_dir + '/pid')}; "
         f"{watchdog} "
+        f". {env_file} || exit 126; rm -f {env_file}; "
         f"echo {STARTED_MARKER} $$; "
-        f"exec {_env_prefix(env, unset)} {shlex.join(argv)} </dev/null 3<&-"
+        f"exec {_env_prefix({}, unset)} {shlex.join(argv)} </dev/null 3<&-"
     )
     workdir = cwd or node.workdir
     remote = (
@@ -287,9 +310,15 @@ def setup_command(
         "head_token": head_token,
         "hostenv": _hostenv_source(),
         "scrub_env_keys": list(spec.scrub_env_keys),
+        # For the snapshot only, on stdin: values never go into a command line.
+        "env": node_env(node, spec, run_id=run_id, node_dir=ndir),
     }
-    env = node_env(node, spec, run_id=run_id, node_dir=ndir)
-    return _helper(node, "setup", env), json.dumps(request).encode()
+    return _helper(node, "setup", _identity(node, run_id)), json.dumps(request).encode()
+
+
+def env_file_command(node_dir: str) -> str:
+    """The line that writes :data:`ENV_FILE` (``NodeCommand.env_script()`` on its stdin), 0600."""
+    return f"umask 077 && cat > {shlex.quote(posixpath.join(node_dir, ENV_FILE))}"
 
 
 def kill_command(

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from aorta.errors import AortaError
+from aorta.report.launch import describe_outcome, summarize_outcomes
 
 from .cluster import Node
 
@@ -79,7 +80,7 @@ class NodeOutcome:
     snapshot: dict[str, Any] | None = None
     #: What teardown found and stopped (``"nothing left"``, ``"stopped 3 processes"``...).
     teardown: str = ""
-    #: How its artifacts were collected (``rsync``, ``sftp``) or why they were not.
+    #: How its artifacts were collected (``tar (N files)``) or why they were not.
     collected: str = ""
     #: The node's full log in the run directory.
     log: Path | None = None
@@ -90,16 +91,7 @@ class NodeOutcome:
 
     def describe(self) -> str:
         """``node1 10.0.0.2 exited with code 1 (...)`` — one line for error messages."""
-        verb = {
-            "ok": "finished",
-            "stopped": "was stopped",
-            "not_started": "was not started",
-            "interrupted": "was interrupted",
-        }.get(self.status)
-        what = verb if verb and not self.message else (self.message or self.status)
-        if self.status == "stopped" and self.message:
-            what = f"was stopped ({self.message})"
-        return f"{self.node.label} {what}"
+        return describe_outcome(self)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -155,11 +147,8 @@ class LaunchResult:
 
     def summary(self) -> str:
         """One line naming the failed nodes first, then the ones stopped because of them."""
-        parts = [o.describe() for o in self.culprits()]
-        parts += [
-            o.describe() for o in self.outcomes.values() if o.status in ("stopped", "not_started")
-        ]
-        return "; ".join(parts) if parts else f"{len(self.outcomes)} node(s) finished"
+        text = summarize_outcomes(self.culprits(), self.outcomes.values())
+        return text or f"{len(self.outcomes)} node(s) finished"
 
     def to_dict(self) -> dict[str, Any]:
         return {
