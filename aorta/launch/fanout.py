@@ -1,17 +1,10 @@
 """The fan-out: one thread per node, one deadline per phase, one outcome per node.
 
-* :func:`run_parallel` is the one parallel strategy: ``fn(key, cancel)`` per key in daemon
-  threads, one deadline for all. (``concurrent.futures`` joins its threads at interpreter exit,
-  so one node stuck in a read would keep the process alive; daemon threads are abandoned.)
-* :func:`setup_nodes` reaches every node at once: per-run folder, shipped files, environment
-  snapshot, the head's rendezvous port, then the environment file. A node still setting up at
-  the deadline is ``timeout``; when it finally finishes it tears itself down.
-* :func:`stop_node` runs the node helper's ``kill`` over a *fresh* connection; it is how a run
-  is stopped (kill-on-bad-exit, deadlines, Ctrl-C) and, through :func:`teardown_nodes`, what
-  runs on every node where setup was attempted, whatever happened.
+:func:`run_parallel` is the one parallel strategy (daemon threads: ``concurrent.futures`` would
+join a thread stuck in a read at exit). :func:`setup_nodes` sets every node up at once;
+:func:`stop_node` runs the node helper's ``kill`` over a *fresh* connection (kill-on-bad-exit,
+deadlines, Ctrl-C, and :func:`teardown_nodes` on every node where setup was attempted).
 
-Examples
---------
 >>> import time
 >>> def work(key, cancel):
 ...     if key == "slow":
@@ -86,12 +79,9 @@ def daemon(target: Callable[[], None], name: str) -> None:
 def run_parallel(
     keys: Iterable[K], fn: Callable[[K, threading.Event], V], *, timeout: float, name: str = "aorta"
 ) -> dict[K, Done[V] | Failed | TimedOut]:
-    """Call ``fn(key, cancel)`` for every key at once; wait at most ``timeout`` seconds.
-
-    Returns ``{key: Done(value) | Failed(error) | TimedOut()}`` in the order of ``keys``.
-    ``cancel`` is set when the deadline passes (a straggler should then clean up after itself)
-    and when the caller is interrupted.
-    """
+    """Call ``fn(key, cancel)`` for every key at once; wait at most ``timeout`` seconds; return
+    ``{key: Done(value) | Failed(error) | TimedOut()}``. ``cancel`` is set at the deadline (a
+    straggler then cleans up after itself) and when the caller is interrupted."""
     keys = list(keys)
     cancel = threading.Event()
     results: queue.Queue[tuple[K, Done[V] | Failed]] = queue.Queue()
@@ -168,9 +158,8 @@ def setup_nodes(
 ) -> dict[str, SetupReport]:
     """Set every node up in parallel; return the reports of the nodes that made it.
 
-    Failures land in ``outcomes`` (``unreachable``, ``setup_failed``, ``timeout``). The head
-    probes a free port when ``probe_port`` and keeps ``head_token`` in its folder. Unless a dry
-    run, each node then gets its environment file (0600, over the connection's stdin).
+    Failures land in ``outcomes`` (``unreachable``, ``setup_failed``, ``timeout``; a straggler
+    tears itself down). Unless a dry run, each node then gets its 0600 environment file.
     """
 
     def one(name: str, cancel: threading.Event) -> SetupReport:
@@ -241,12 +230,8 @@ def teardown_nodes(
     deadlines: Deadlines,
     head: tuple[str, str] | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """Stop whatever this run left on each node in ``dirs``, record what was found in
-    ``outcome.teardown`` and return each node's report.
-
-    With ``head`` (the head's folder and token) a report also says whether the node shares the
-    head's file system (``shares_head``) and sees the head's output path (``head_out``).
-    """
+    """Stop whatever this run left on each node in ``dirs`` (in ``outcome.teardown``); return
+    each node's report (with ``head``, its folder and token: ``shares_head``, ``head_out``)."""
     head_dir, token = head if head else (None, None)
 
     def one(name: str, cancel: threading.Event) -> dict[str, Any]:

@@ -1,18 +1,10 @@
-"""``launch``: set up every node, run torchrun everywhere, tear down, gather — in that order,
-whatever fails.
+"""``launch``: setup on every node, torchrun everywhere, teardown, gather — in that order,
+whatever fails; each phase bounded by a :class:`~aorta.launch.outcome.Deadlines` field.
 
-1. **setup** (all nodes at once, :func:`~aorta.launch.fanout.setup_nodes`) — connect, create
-   ``<workdir>/.aorta-launch/<run id>/node_<k>/``, ship the recipe, snapshot the environment,
-   probe the rendezvous port on the head, write the environment file;
-2. **run** — start torchrun on every node (static rendezvous on the head, node rank = position
-   in the cluster), stream each line to ``on_line``; the first node to exit non-zero gets every
-   other node stopped at once (kill-on-bad-exit); at the run deadline the rest are stopped;
-3. **teardown** — on every node where setup was attempted, stop whatever this run left;
-4. **gather** — pull every node's per-run output into ``combined_traces/node_<k>/``, then name
-   the result after the head's run directory and write ``launch.json``.
-
-Every phase is bounded by a :class:`~aorta.launch.outcome.Deadlines` field; outcomes are kept
-per node, so one bad node never hides another's.
+The run streams each node's lines; the first node to exit non-zero gets every other node
+stopped at once (kill-on-bad-exit), and at the run deadline the rest are stopped. Teardown runs
+on every node where setup was attempted; gathering pulls every node's output into
+``combined_traces/node_<k>/``, also after a failure. Outcomes are kept per node.
 """
 
 from __future__ import annotations
@@ -87,13 +79,10 @@ def sweep_spec(
     master_port: int | None = None,
     ticket: str | None = None,
 ) -> LaunchSpec:
-    """The spec of ``aorta launch``: ``aorta sweep run --recipe R [-- command]`` under torchrun.
-
-    The recipe is shipped to every node and each node's sweep writes under its per-run folder;
-    the recipe's ``redaction.scrub_env_keys`` also redact the nodes' ``host_env.json``.
-    ``command`` is the probe command (after ``--``), ``overrides`` one ``--override`` group for
-    it. Raises :class:`~aorta.errors.UsageError` when the recipe cannot be read or
-    ``overrides`` come without a ``command``.
+    """``aorta sweep run --recipe R [-- command]`` under torchrun, the recipe shipped to every
+    node (its ``redaction.scrub_env_keys`` also redact the nodes' ``host_env.json``).
+    ``overrides`` are one ``--override`` group for the probe ``command``. Raises
+    :class:`~aorta.errors.UsageError` for an unreadable recipe or overrides without a command.
 
     >>> import pathlib, tempfile
     >>> recipe = pathlib.Path(tempfile.mkdtemp()) / "probe.yaml"
@@ -447,40 +436,16 @@ def launch(
     sessions: SessionFactory | None = None,
     run_id: str | None = None,
 ) -> LaunchResult:
-    """Run ``spec`` on every node of ``cluster`` under torchrun; gather the results.
+    """Run ``spec`` on every node of ``cluster`` under torchrun; gather the results under
+    ``output`` (named after the head's run directory, else ``<output>/_launch_/<run id>``).
 
-    Parameters
-    ----------
-    output
-        Root of the run directories on this machine; the result is named after the head's run
-        directory (``<output>/<ticket>/<workload>/<timestamp>``) or ``<output>/_launch_/<run id>``.
-    deadlines
-        Seconds for setup, run, collection and stopping (:class:`Deadlines`).
-    on_line, on_event
-        Called with ``(node, line)`` for every output line of every node (from several threads),
-        and with one line for each step of the launch (setup done, a node failed, ...).
-    sessions
-        ``cluster -> {node name: session}``; default :func:`ssh_sessions` (Fabric).
-
-    Returns
-    -------
-    LaunchResult
-        Every node's outcome, the run directory, the rendezvous and timings.
-
-    Raises
-    ------
-    LaunchFailed
-        A node exited non-zero, timed out or was unreachable; ``.result`` has every node's
-        outcome and the (collected) run directory.
-    ClusterError
-        The rendezvous address cannot work (nothing was started).
-    KeyboardInterrupt
-        After stopping every node and collecting what there was.
-
-    Examples
-    --------
-    With a node that refuses connections the launch fails at setup, nothing is started, and
-    the result (every node's outcome) still lands in a run directory:
+    ``on_line(node, line)`` gets every output line of every node (from several threads),
+    ``on_event(line)`` each step of the launch; ``sessions`` maps a cluster to its node
+    sessions (default :func:`ssh_sessions`, Fabric). Returns the :class:`LaunchResult` when
+    every node exited 0; raises :class:`LaunchFailed` carrying it otherwise (a node failed,
+    timed out or was unreachable), :class:`ClusterError` for a rendezvous address that cannot
+    work, and ``KeyboardInterrupt`` after stopping every node and gathering what there was.
+    A node that refuses connections fails the launch at setup; the record still lands:
 
     >>> import tempfile
     >>> c = Cluster.from_dict({"node_dict": {"127.0.0.1": {"port": 1}}, "connect_timeout": 2})
@@ -540,12 +505,8 @@ def dry_run(
     deadlines: Deadlines = Deadlines(),
     sessions: SessionFactory | None = None,
 ) -> DryRun:
-    """Check every node and build each node's command, creating or starting nothing.
-
-    Each node is connected to (within ``deadlines.setup``), snapshotted and must be able to
-    import ``spec.requires``; the head still probes a free rendezvous port. ``outcomes`` are
-    ``ok``, ``unreachable``, ``setup_failed`` or ``timeout`` per node; ``commands`` are those of
-    the ready nodes (none when the head is not ready: no port).
+    """Check every node (reachable, snapshot, ``spec.requires``, the head's free port) within
+    ``deadlines.setup`` and build each ready node's command; create or start nothing.
 
     >>> c = Cluster.from_dict({"node_dict": {"127.0.0.1": {"port": 1}}, "connect_timeout": 2})
     >>> report = dry_run(c, LaunchSpec(argv=("train.py",)))

@@ -33,15 +33,8 @@ __all__ = ["Deadlines", "LaunchFailed", "LaunchResult", "NodeOutcome", "NodeStat
 #: ``unreachable`` SSH failed · ``setup_failed`` reached but not ready (missing torch, ...) ·
 #: ``not_started`` never launched (another node failed setup) · ``interrupted`` by Ctrl-C.
 NodeStatus = Literal[
-    "ok",
-    "failed",
-    "timeout",
-    "stopped",
-    "unreachable",
-    "setup_failed",
-    "not_started",
-    "interrupted",
-]
+    "ok", "failed", "timeout", "stopped", "unreachable", "setup_failed", "not_started", "interrupted"
+]  # fmt: skip
 #: ``complete`` every node ok · ``failed`` a node failed or could not be set up · ``timeout`` a
 #: node hit a deadline (and none failed) · ``interrupted`` the user stopped the launch.
 RunStatus = Literal["complete", "failed", "timeout", "interrupted"]
@@ -94,19 +87,9 @@ class NodeOutcome:
         return describe_outcome(self)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "node": self.node.name,
-            "address": self.node.address,
-            "rank": self.node.rank,
-            "status": self.status,
-            "exit_code": self.exit_code,
-            "message": self.message,
-            "started_s": self.started_s,
-            "ended_s": self.ended_s,
-            "teardown": self.teardown,
-            "collected": self.collected,
-            "log": str(self.log) if self.log else None,
-        }
+        node = {"node": self.node.name, "address": self.node.address, "rank": self.node.rank}
+        keep = ("status", "exit_code", "message", "started_s", "ended_s", "teardown", "collected")
+        return {**node, **{k: getattr(self, k) for k in keep}, "log": self.log and str(self.log)}
 
 
 @dataclass
@@ -151,15 +134,14 @@ class LaunchResult:
         return text or f"{len(self.outcomes)} node(s) finished"
 
     def to_dict(self) -> dict[str, Any]:
+        keep = ("run_id", "status", "master_addr", "master_port", "timings")
+        nodes = {name: o.to_dict() for name, o in self.outcomes.items()}
+        run_dir = self.run_dir and str(self.run_dir)
         return {
-            "run_id": self.run_id,
-            "status": self.status,
-            "master_addr": self.master_addr,
-            "master_port": self.master_port,
-            "timings": self.timings,
-            "nodes": {name: o.to_dict() for name, o in self.outcomes.items()},
+            **{k: getattr(self, k) for k in keep},
+            "nodes": nodes,
             "skew": self.skew,
-            "run_dir": str(self.run_dir) if self.run_dir else None,
+            "run_dir": run_dir,
         }
 
 

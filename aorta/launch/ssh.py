@@ -1,18 +1,12 @@
 """How aorta talks to a node: Fabric connections, all built from one :class:`SshOptions`.
 
-Every SSH use — setup, the run, the kill, teardown, the artifact pull — goes through a
-``fabric.Connection`` made by :meth:`SshOptions.connection`, so the user, key or password, port,
-host-key policy, keepalive and connect timeout can never differ between two calls, and
-``~/.ssh/config`` (``ProxyJump``, ``User``, ``IdentityFile``) applies through Fabric's config.
-A command runs on its own channel of that connection (:meth:`fabric.Connection.create_session`):
-its output is read line by line with bounded memory, and every read and every wait for an exit
-status has a deadline. Artifacts come back as a ``tar`` stream read from a channel.
+Setup, the run, kills, teardown and the artifact pull all go through a ``fabric.Connection``
+from :meth:`SshOptions.connection`, so user, key or password, port, host-key policy, keepalive
+and connect timeout never differ between two calls; ``~/.ssh/config`` (``ProxyJump``, ``User``,
+``IdentityFile``) applies through Fabric's config. Each command runs on its own channel, read
+line by line (bounded memory), closed by a timer at its deadline. The launch takes any object
+with :class:`NodeSession`'s methods, so tests of the fan-out logic can use a local fake.
 
-The launch takes any object with :class:`NodeSession`'s methods (a session factory), so tests of
-the fan-out logic can run the same commands in a local shell.
-
-Examples
---------
 >>> opts = SshOptions(host="10.0.0.2", user="ops", key_file="/keys/id", password="pw")
 >>> sorted(opts.connect_kwargs())  # the key and the password are the only credentials tried
 ['allow_agent', 'auth_timeout', 'banner_timeout', 'key_filename', 'look_for_keys', 'password']
@@ -43,8 +37,6 @@ from .cluster import Cluster, HostKeyChecking, Node
 from .gather import COMBINED
 
 __all__ = ["ExecResult", "NodeSession", "RemoteError", "RemoteTimeout", "SshOptions", "SshSession"]
-
-_CHUNK = 65536
 
 
 class RemoteError(AortaError):
