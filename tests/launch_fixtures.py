@@ -6,13 +6,19 @@ farm_fixture``); tests ask for them by fixture name (``farm``).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import collections
+import shutil
+import subprocess
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from aorta.launch import Cluster, Deadlines, LaunchFailed, LaunchResult, LaunchSpec, launch
+from aorta.launch import Cluster, Deadlines, LaunchFailed, LaunchResult, LaunchSpec, Node, launch
+from aorta.launch.gather import COMBINED
+from aorta.launch.ssh import ExecResult, RemoteTimeout
 from tests.sshd import VENV_PYTHON, SshdFarm, make_key, sshd_available, wait_gone
 
 needs_sshd = pytest.mark.skipif(
@@ -79,3 +85,67 @@ def assert_nothing_left(result: LaunchResult) -> None:
     """No process of this run survives the launch (checked at once: teardown waited)."""
     left = wait_gone(f"AORTA_RUN_ID={result.run_id}", timeout=0.0)
     assert left == [], f"processes left behind by {result.run_id}: {left}"
+
+
+class LocalSession:
+    """A stand-in for :class:`aorta.launch.SshSession` for tests of the fan-out logic only: the
+    same commands, run by a local ``sh -c`` (what sshd does with them), a copy for a pull.
+    Transport behaviour is tested against real sshd (tests/test_launch_ssh.py)."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+
+    def exec(
+        self,
+        command: str,
+        *,
+        timeout: float,
+        stdin: bytes | None = None,
+        on_line: Callable[[str], None] | None = None,
+        keep_stdin_open: bool = False,
+        fresh: bool = False,
+    ) -> ExecResult:
+        proc = subprocess.Popen(
+            ["sh", "-c", command],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        assert proc.stdin is not None and proc.stdout is not None
+        timer = threading.Timer(timeout, proc.kill)
+        timer.start()
+        tail: collections.deque[str] = collections.deque(maxlen=40)
+        try:
+            proc.stdin.write(stdin or b"")
+            proc.stdin.flush()
+            if not keep_stdin_open:
+                proc.stdin.close()
+            for raw in proc.stdout:
+                tail.append(line := raw.decode(errors="replace").rstrip("\r\n"))
+                if on_line is not None:
+                    on_line(line)
+            code = proc.wait()
+        finally:
+            timer.cancel()
+            if proc.poll() is None:
+                proc.kill()
+            proc.stdin.close()
+            proc.stdout.close()
+        if code == -9:
+            raise RemoteTimeout(f"{self.node.label}: still running after {timeout:g} s")
+        return ExecResult(code, "\n".join(tail))
+
+    def pull(self, remote_dir: str, local_dir: Path, *, timeout: float) -> str:
+        shutil.copytree(
+            remote_dir, local_dir, dirs_exist_ok=True, ignore=shutil.ignore_patterns(COMBINED)
+        )
+        return "copy"
+
+    def close(self) -> None:
+        pass
+
+
+def local_sessions(cluster: Cluster) -> dict[str, LocalSession]:
+    """The session factory ``launch(..., sessions=local_sessions)`` takes."""
+    return {n.name: LocalSession(n) for n in cluster.nodes}

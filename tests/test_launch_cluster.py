@@ -7,10 +7,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+import paramiko
 import pytest
 
 from aorta.errors import ExitCode, UsageError
-from aorta.launch import Cluster, ClusterError, SshOptions, SshSession, load_cluster, parse_hostfile
+from aorta.launch import Cluster, ClusterError, SshOptions, load_cluster, parse_hostfile
 
 
 def _cvs(**extra: Any) -> dict[str, Any]:
@@ -258,20 +259,24 @@ def test_ssh_options_carry_the_key_port_and_policy_everywhere() -> None:
         },
         check_files=False,
     )
-    session = SshSession(c.head, SshOptions.for_node(c, c.head))
-    argv = session.argv("true")
-    joined = " ".join(argv)
-    assert "-i /keys/id -o IdentitiesOnly=yes" in joined
-    assert "StrictHostKeyChecking=no" in joined and "UserKnownHostsFile=/dev/null" in joined
-    assert "ConnectTimeout=3" in joined and "ServerAliveInterval=7" in joined
-    assert "User=ops" in joined and "BatchMode=yes" in joined
-    assert argv[-4:] == ["-p", "2201", "10.0.0.1", "true"]
+    options = SshOptions.for_node(c, c.head)
+    assert options.keepalive == 7  # SshSession sets it on the transport once connected
+    conn = options.connection()  # nothing connects yet
+    assert (conn.host, conn.port, conn.user, conn.connect_timeout) == ("10.0.0.1", 2201, "ops", 3)
+    assert conn.connect_kwargs["key_filename"] == ["/keys/id"]
+    assert conn.connect_kwargs["look_for_keys"] is False  # the key is the only one tried
+    assert conn.connect_kwargs["auth_timeout"] == conn.connect_kwargs["banner_timeout"] == 2.5
+    assert isinstance(conn.client._policy, paramiko.AutoAddPolicy)  # host_key_checking: no
+    assert not conn.is_connected
+    strict = SshOptions(host="h", host_key_checking="yes").connection()
+    assert isinstance(strict.client._policy, paramiko.RejectPolicy)
 
 
-def test_a_password_is_not_used_and_says_so() -> None:
-    c = Cluster.from_dict({"node_dict": {"h": {}}, "password": "pw"})
-    assert c.warnings == (
-        "password is not used: aorta logs in with OpenSSH in batch mode "
-        "(priv_key_file, ssh-agent or ~/.ssh keys)",
-    )
-    assert "pw" not in repr(c)
+def test_a_password_reaches_paramiko_and_nothing_else() -> None:
+    # The password login itself is tested against a real SSH server in test_launch_ssh.py.
+    c = Cluster.from_dict({"node_dict": {"h": {}}, "password": " pw "})
+    assert c.warnings == ()
+    assert c.password == " pw "  # as written
+    assert "pw" not in repr(c) and "pw" not in repr(SshOptions.for_node(c, c.head))
+    kwargs = SshOptions.for_node(c, c.head).connection().connect_kwargs
+    assert kwargs["password"] == " pw " and kwargs["allow_agent"] is False

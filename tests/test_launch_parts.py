@@ -22,17 +22,16 @@ from aorta.launch import (
     LaunchFailed,
     LaunchSpec,
     NodePath,
-    SshOptions,
-    SshSession,
     env_diff,
     launch,
     run_command,
     sweep_spec,
 )
-from aorta.launch.command import STARTED_MARKER, kill_command, setup_command
-from aorta.launch.fanout import Done, Failed, TimedOut, last_words, run_parallel
+from aorta.launch.command import ENV_FILE, STARTED_MARKER, env_script, kill_command, setup_command
+from aorta.launch.fanout import Done, Failed, TimedOut, run_parallel
 from aorta.launch.gather import finalize, is_artifact, node_folder, staging_dir
-from aorta.launch.preflight import format_skew, version_rows
+from aorta.report.launch import format_skew, last_words, version_rows
+from tests.launch_fixtures import local_sessions
 from tests.sshd import REPO, VENV_PYTHON, processes_with_env, wait_gone
 
 PY = str(VENV_PYTHON) if VENV_PYTHON.is_file() else shutil.which("python3") or "python3"
@@ -86,6 +85,7 @@ def test_the_remote_line_delivers_argv_env_and_cwd_intact(tmp_path: Path, shell:
     cmd = run_command(
         cluster, node, spec, run_id="r-1", node_dir=ndir, master_addr="127.0.0.2", master_port=1
     )
+    Path(ndir, ENV_FILE).write_bytes(env_script(cmd.env))  # what setup writes over SSH
     login_env = {
         **os.environ,
         "RANK": "7",
@@ -117,7 +117,9 @@ def test_exit_codes_pass_through_and_cancel_stops_a_late_start(tmp_path: Path) -
     cmd = run_command(
         cluster, cluster.head, spec, run_id="r", node_dir=str(ndir), master_addr="h", master_port=1
     )
+    (ndir / ENV_FILE).write_bytes(env_script(cmd.env))
     assert _sh("sh", cmd.remote).returncode == 7
+    assert not (ndir / ENV_FILE).exists()  # read once, then removed
     (ndir / "cancel").write_text("")
     late = _sh("sh", cmd.remote)
     assert late.returncode == 143 and STARTED_MARKER not in late.stdout
@@ -264,6 +266,7 @@ def test_node_helper_kill_takes_the_whole_tree_even_setsid_grandchildren(tmp_pat
         master_addr="h",
         master_port=1,
     )
+    (ndir / ENV_FILE).write_bytes(env_script(cmd.env))
     wrapper = subprocess.Popen(["sh", "-c", cmd.remote], stdout=subprocess.PIPE, text=True)
     try:
         assert wrapper.stdout is not None
@@ -304,6 +307,7 @@ def test_the_watchdog_stops_the_run_when_its_channel_closes(tmp_path: Path) -> N
     cmd = run_command(
         cluster, cluster.head, spec, run_id=run_id, node_dir=ndir, master_addr="h", master_port=1
     )
+    Path(ndir, ENV_FILE).write_bytes(env_script(cmd.env))
     # stdin is a pipe we hold, like the SSH channel the launch keeps open
     wrapper = subprocess.Popen(
         ["sh", "-c", cmd.remote], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
@@ -327,18 +331,6 @@ def test_the_watchdog_stops_the_run_when_its_channel_closes(tmp_path: Path) -> N
         wrapper.kill()
 
 
-class LocalSession(SshSession):
-    """A node reached without SSH: the same commands, run by a local shell (the launch takes
-    any session)."""
-
-    def argv(self, command: str) -> list[str]:
-        return ["sh", "-c", command]
-
-
-def _local(cluster: Cluster) -> dict[str, LocalSession]:
-    return {n.name: LocalSession(n, SshOptions(host=n.address)) for n in cluster.nodes}
-
-
 def test_fanout_through_an_injected_session_stops_the_others_on_a_bad_exit(tmp_path: Path) -> None:
     cluster = _cluster(tmp_path)
     spec = LaunchSpec(argv=(PY, "-m", "tests.launch_worker", "fail-on", "1"), torchrun=False)
@@ -350,7 +342,7 @@ def test_fanout_through_an_injected_session_stops_the_others_on_a_bad_exit(tmp_p
             spec,
             output=tmp_path / "out",
             deadlines=deadlines,
-            sessions=_local,
+            sessions=local_sessions,
             on_event=events.append,
         )
     result = info.value.result
@@ -389,23 +381,6 @@ def test_run_parallel_reports_each_key_and_never_waits_past_the_deadline() -> No
         time.sleep(0.05)
     assert stragglers == ["slow"]
     assert all(t.daemon for t in threading.enumerate() if t.name.startswith("aorta-"))
-
-
-def test_local_session_streams_lines_and_pulls_a_tar(tmp_path: Path) -> None:
-    node = _cluster(tmp_path, n=1).head
-    session = LocalSession(node, SshOptions(host=node.address))
-    got: list[str] = []
-    result = session.exec("printf 'a\\r\\nb\\342\\202\\254\\ntail'", on_line=got.append)
-    assert got == ["a", "b€", "tail"] and result.exit_code == 0
-    src = tmp_path / "src"
-    (src / "cells" / "trace").mkdir(parents=True)
-    (src / "cells" / "trace" / "rank0.json").write_text("{}")
-    (src / "name with space.log").write_text("x")
-    (src / "combined_traces" / "node_0").mkdir(parents=True)  # an earlier gathering
-    (src / "combined_traces" / "node_0" / "old.txt").write_text("old")
-    assert session.pull(str(src), tmp_path / "got", timeout=20) == "tar (2 files)"
-    assert (tmp_path / "got/name with space.log").read_text() == "x"
-    assert not (tmp_path / "got/combined_traces").exists()
 
 
 def test_last_words() -> None:

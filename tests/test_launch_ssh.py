@@ -1,7 +1,8 @@
 """Acceptance tests of the launch against real OpenSSH servers on 127.0.0.2, 127.0.0.3, …
 
 No mocks: every node is an ``sshd`` (tests/sshd.py), the nodes run real ``torchrun`` with gloo
-on loopback, kills go through a second SSH connection, artifacts come back as ``tar`` streams.
+on loopback, the transport is Fabric, kills go through a second SSH connection, artifacts come
+back as ``tar`` streams read from a channel.
 Each test checks the status, the node it names, what survived, and that no process is left.
 """
 
@@ -12,12 +13,23 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
+import uuid
 from pathlib import Path
 
 import pytest
 
-from aorta.launch import Cluster, LaunchSpec, dry_run, new_run_id, ssh_sessions
+from aorta.launch import (
+    Cluster,
+    LaunchSpec,
+    SshOptions,
+    SshSession,
+    dry_run,
+    new_run_id,
+    ssh_sessions,
+)
+from aorta.launch.ssh import RemoteTimeout, Unreachable
 from tests.launch_fixtures import (
     FAST,
     PY,
@@ -357,3 +369,65 @@ def test_dry_run_checks_every_node_and_starts_nothing(cluster: Cluster, farm: Ss
         assert report.outcomes[name].snapshot["aorta"]
         assert f"--node-rank={rank}" in report.commands[name].remote
     assert {n.index: set((n.workdir / ".aorta-launch").glob("*")) for n in farm.nodes} == before
+
+
+def test_a_session_streams_lines_and_says_why_a_login_failed(
+    cluster: Cluster, farm: SshdFarm
+) -> None:
+    got: list[str] = []
+    with ssh_sessions(cluster)["node1"] as session:
+        result = session.exec(
+            "printf 'a\\r\\nb\\342\\202\\254\\ntail'; echo err >&2; exit 3",
+            on_line=got.append,
+            timeout=20,
+        )
+        assert got == ["a", "b€", "tailerr"] and result.exit_code == 3
+        with pytest.raises(RemoteTimeout):
+            session.exec("sleep 30", timeout=0.5)
+        assert session.exec("echo again", timeout=20).stdout == "again"  # still usable
+    refused = SshSession(cluster.head, SshOptions(host="127.0.0.2", port=1, connect_timeout=2))
+    with pytest.raises(Unreachable, match="connection refused"):
+        refused.exec("true", timeout=5)
+
+
+def _cmdlines_with(text: str) -> list[str]:
+    found = []
+    for path in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            cmdline = path.read_bytes()
+        except OSError:
+            continue
+        if text.encode() in cmdline:
+            found.append(cmdline.replace(b"\0", b" ").decode(errors="replace"))
+    return found
+
+
+def test_cluster_env_values_never_reach_a_command_line_or_launch_json(
+    farm: SshdFarm, tmp_path: Path
+) -> None:
+    secret = f"s3cr3t-{uuid.uuid4().hex}"
+    data = farm.cluster_dict()
+    data["env_vars"]["TEST_TOKEN"] = secret
+    seen: list[str] = []
+    done = threading.Event()
+
+    def watch() -> None:  # every process on this machine, the nodes' included, all along
+        while not done.is_set():
+            seen.extend(_cmdlines_with(secret))
+
+    threading.Thread(target=watch, daemon=True).start()
+    try:
+        spec = LaunchSpec(argv=worker("argv"), nproc_per_node=1)
+        result, _ = run_launch(Cluster.from_dict(data), spec, tmp_path / "out")
+    finally:
+        done.set()
+
+    assert result.status == "complete", result.summary()
+    assert seen == []
+    for rank in (0, 1):
+        (record,) = _records(result.run_dir, rank)
+        assert record["env"]["TEST_TOKEN"] == secret  # the program got it
+        assert not list(farm.nodes[rank].workdir.glob(f".aorta-launch/*/node_{rank}/env.sh"))
+    launch_json = (result.run_dir / "launch.json").read_text()
+    assert secret not in launch_json and "TEST_TOKEN=<redacted>" in launch_json
+    assert_nothing_left(result)

@@ -17,7 +17,6 @@ from aorta.errors import AortaError, ExitCode, UsageError
 
 if TYPE_CHECKING:
     from aorta.launch import Cluster, Deadlines, LaunchSpec, Node
-    from aorta.launch import DryRun as DryRunReport
 
 CONTEXT = {"allow_interspersed_args": False}
 
@@ -64,29 +63,6 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
-
-
-def _print_dry_run(report: DryRunReport) -> None:
-    from aorta.launch.preflight import format_skew, version_rows
-
-    port = report.master_port if report.master_port else "? (the head could not probe one)"
-    print(f"rendezvous: {report.master_addr}:{port}")
-    for name, out in report.outcomes.items():
-        state = "reachable" if out.status == "ok" else f"NOT READY: {out.message}"
-        print(f"\n{out.node.label}: {state}")
-        versions = version_rows(out.snapshot)
-        if versions:
-            print("  " + "  ".join(f"{k} {v}" for k, v in versions.items()))
-        cmd = report.commands.get(name)
-        if cmd is not None:
-            print("  env:")
-            for key, value in cmd.env.items():
-                print(f"    {key}={value}")
-            print(f"  unset: {' '.join(cmd.unset)}")
-            print(f"  command: {cmd.describe()}")
-            print(f"  remote line: {cmd.remote}")
-    for line in format_skew(report.skew):
-        print(line)
 
 
 # -- options (each with its AORTA_* twin) -------------------------------------------------------
@@ -236,9 +212,10 @@ def launch(
 
 def _dry_run(cluster: Cluster, spec: LaunchSpec, *, deadlines: Deadlines) -> int:
     from aorta.launch import dry_run
+    from aorta.report.launch import dry_run_lines
 
     report = dry_run(cluster, spec, deadlines=deadlines)
-    _print_dry_run(report)
+    print("\n".join(dry_run_lines(report)))
     if not report.ok:
         bad = [o.describe() for o in report.outcomes.values() if o.status != "ok"]
         raise AortaError(f"dry run: {len(bad)} node(s) not ready: {'; '.join(bad)}")

@@ -4,8 +4,8 @@ The pieces, from pure to effectful:
 
 * :mod:`~aorta.launch.cluster` — :class:`Cluster` / :class:`Node` from ``cluster.json`` or a
   hostfile (:func:`load_cluster`), validated with path-localised :class:`ClusterError`\\ s;
-* :mod:`~aorta.launch.ssh` — the transport: :class:`SshOptions` (the one builder of every
-  ``ssh`` call's options) and :class:`SshSession` (run a command, pull a folder, with deadlines);
+* :mod:`~aorta.launch.ssh` — the transport, Fabric: :class:`SshOptions` (the one builder of
+  every connection) and :class:`SshSession` (run a command, pull a folder, with deadlines);
 * :mod:`~aorta.launch.command` — :class:`LaunchSpec` and each node's quoted command line;
 * :mod:`~aorta.launch.fanout` — the per-node thread map, kill-on-bad-exit, teardown;
 * :mod:`~aorta.launch.gather` — pulled artifacts in ``combined_traces/node_<rank>/``;

@@ -1,23 +1,16 @@
 """The helper aorta runs on each node: ``python -c <this file> setup|kill`` with a JSON request
 on stdin and one JSON line on stdout.
 
-It is sent as source text, so it runs wherever the node's Python runs (3.8+): standard library
-only, no annotations, nothing imported from aorta (which may be missing — that is one of the
-things ``setup`` reports).
+Sent as source: standard library only, Python 3.8+, nothing from aorta (which may be missing).
 
-* ``setup`` — resolve (and unless a dry run, create) the node's per-run folder, write the files
-  the launch ships (the recipe), snapshot the environment with :mod:`aorta.store.hostenv`
-  (whose source comes in the request: one schema and one secret policy for every
-  ``host_env.json``), probe a free TCP port when asked (the head, for the rendezvous), and list
-  required modules that are missing.
-* ``kill`` — stop what the launch started on this node (run by the launch over a second
-  connection, or by the run's watchdog from ``<node dir>/helper.py`` when the orchestrator's
-  connection closes): drop a ``cancel`` marker (a wrapper not yet started will not start), then SIGTERM every process of the run's session (pid file)
-  and every process whose environment carries this run's and node's identity (torchrun puts
-  its workers in sessions of their own), SIGKILL what is left after the grace period, and scan
-  again until nothing is left. Given the head's per-run folder, it also says whether this node
-  sees the head's token there (a file system shared with the head) and whether the head's output
-  path exists here (ranks on this node wrote into the run directory path rank 0 published).
+* ``setup`` — the node's per-run folder (not in a dry run) with the shipped files, the snapshot
+  (:mod:`aorta.store.hostenv`, its source in the request), a free port when asked, the missing
+  required modules.
+* ``kill`` — (over a second connection, or by the run's watchdog) drop a ``cancel`` marker and
+  the unread env file, SIGTERM the pid file's session and every process carrying this run's and
+  node's identity (torchrun's workers have sessions of their own), SIGKILL after the grace,
+  rescan until nothing is left; given the head's folder, also say whether this node shares the
+  head's disk (its token) and sees the head's output path.
 """
 
 import binascii
@@ -86,7 +79,7 @@ def setup(req):
         os.makedirs(out["workdir"], exist_ok=True)
     if req.get("probe_port"):
         out["port"] = _free_port()
-    out["snapshot"] = snapshot(req, dict(os.environ))
+    out["snapshot"] = snapshot(req, dict(os.environ, **req.get("env", {})))
     return out
 
 
@@ -142,6 +135,8 @@ def kill(req):
     if os.path.isdir(node_dir):
         with open(os.path.join(node_dir, "cancel"), "w") as fh:
             fh.write(f"{os.getpid()}\n")
+        if os.path.exists(os.path.join(node_dir, "env.sh")):  # no run read (and removed) it
+            os.remove(os.path.join(node_dir, "env.sh"))
     text = _read(os.path.join(node_dir, "pid"))
     session = int(text) if text and text.isdigit() else 0
     marks = [f"{k}={v}".encode() for k, v in sorted(req["match"].items())]

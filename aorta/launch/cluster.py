@@ -1,35 +1,14 @@
 """The cluster: which nodes, how to reach them, which one is the head.
 
-A :class:`Cluster` is cheap to build and pure: loading a file reads it and checks it, nothing
-connects anywhere. Two file formats are accepted:
+A :class:`Cluster` is cheap to build and pure: loading a file reads and checks it, nothing
+connects. Two formats: a CVS-compatible ``cluster.json`` (``node_dict`` keys are SSH addresses,
+``vpc_ip`` is where the *other nodes* reach a node; ``node_dict`` may also be a list of objects
+with a ``mgmt_ip``; aorta's settings ``python``, ``workdir``, ``nproc_per_node``, ``port`` and
+``env_vars`` go at the top level or in a node entry), or a DeepSpeed-style hostfile (``host
+slots=N`` lines). The file goes through pydantic models like a recipe, and every problem names
+its path: ``cluster.json: node_dict["10.0.0.2"].port: must be an integer ...``. Node ranks follow
+the file order, the head moved to rank 0. See docs/launch.md for every key.
 
-* a CVS-compatible ``cluster.json``::
-
-      {
-        "username": "{user-id}",                       # {user-id} = the current user
-        "priv_key_file": "/home/{user-id}/.ssh/id_rsa",
-        "head_node_dict": {"mgmt_ip": "10.0.0.1"},     # optional; default: the first node
-        "node_dict": {
-          "10.0.0.1": {"vpc_ip": "192.168.1.1", "bmc_ip": "NA"},
-          "10.0.0.2": {"vpc_ip": "192.168.1.2", "port": 2222}
-        },
-        "env_vars": {"NCCL_SOCKET_IFNAME": "ens1"},
-        "python": "/opt/venv/bin/python", "workdir": "runs", "nproc_per_node": 8
-      }
-
-  ``node_dict`` keys are SSH addresses; ``vpc_ip`` is the address the *other nodes* reach a
-  node on (the rendezvous goes there). ``node_dict`` may also be a list of objects with a
-  ``mgmt_ip`` (the SSH address). aorta's own settings (``python``, ``workdir``,
-  ``nproc_per_node``, ``port``, ``env_vars``) may be given globally or per node.
-* a DeepSpeed-style hostfile: one ``host slots=N`` per line, ``#`` comments.
-
-The file is validated by pydantic models, like a recipe, and every problem names its path
-inside the file: ``cluster.json: node_dict["10.0.0.2"].port: must be an integer ...``.
-``env_vars`` follow the one rule of :func:`aorta.envvars.env_problems`. Node ranks follow the
-file order with the head moved to rank 0.
-
-Examples
---------
 >>> c = Cluster.from_dict({
 ...     "username": "ops",
 ...     "node_dict": {"gpu-a": {"vpc_ip": "10.1.0.1"}, "gpu-b": {"vpc_ip": "10.1.0.2"}},
@@ -130,18 +109,13 @@ def _nproc(value: Any) -> Any:
         raise invalid("nproc", str(exc)) from None
 
 
-def _env_name(name: Any) -> Any:
-    problem = envvars.name_problem(name, allow={envvars.TRIAL_MASTER_PORT_BASE})
-    if problem:
-        raise invalid("env_name", problem)
-    return name
+def _env(kind: str, problem: Any) -> BeforeValidator:
+    def check(value: Any) -> Any:
+        if why := problem(value):
+            raise invalid(kind, why)
+        return value
 
-
-def _env_value(value: Any) -> Any:
-    problem = envvars.value_problem(value)
-    if problem:
-        raise invalid("env_value", problem)
-    return value
+    return BeforeValidator(check)
 
 
 Text = Annotated[
@@ -152,9 +126,8 @@ Host = Annotated[
     _check(lambda v: isinstance(v, str) and _HOST.match(v), "host", "a host name or IP address"),
 ]
 Nproc = Annotated[Any, BeforeValidator(_nproc)]
-EnvMap = dict[
-    Annotated[str, BeforeValidator(_env_name)], Annotated[str, BeforeValidator(_env_value)]
-]
+_NAME = _env("env_name", lambda n: envvars.name_problem(n, allow={envvars.TRIAL_MASTER_PORT_BASE}))
+EnvMap = dict[Annotated[str, _NAME], Annotated[str, _env("env_value", envvars.value_problem)]]
 
 
 class _Settings(BaseModel):
@@ -195,7 +168,7 @@ class _Head(BaseModel):
 class _ClusterFile(_Settings):
     username: Text | None = None
     priv_key_file: Text | None = None
-    password: Annotated[str | None, _check(lambda v: isinstance(v, str), "text", "a string")] = None
+    password: str | None = None  # as written: never stripped, never shown in a message
     node_dict: Any = None
     head_node_dict: _Head | None = None
     host_key_checking: Annotated[
@@ -262,6 +235,8 @@ class Cluster:
     nodes: tuple[Node, ...]
     username: str | None = None
     priv_key_file: str | None = None
+    #: Login password (Fabric's ``connect_kwargs``); never printed or written down.
+    password: str | None = field(default=None, repr=False)
     host_key_checking: HostKeyChecking = "accept-new"
     known_hosts_file: str | None = None
     connect_timeout: float = 10.0
@@ -320,11 +295,6 @@ class Cluster:
             raise ClusterError(problems, source=source)
         nodes.insert(0, nodes.pop(head))
         warnings = [f"unknown key {k!r} ignored" for k in top.model_extra or {} if k[:1] != "_"]
-        if top.password is not None:
-            warnings.append(
-                "password is not used: aorta logs in with OpenSSH in batch mode "
-                "(priv_key_file, ssh-agent or ~/.ssh keys)"
-            )
         return cls(
             nodes=tuple(Node(rank=i, **fields) for i, fields in enumerate(nodes)),
             source=source,
@@ -440,7 +410,7 @@ def _login(top: _ClusterFile, check_files: bool, problems: list[Problem]) -> dic
         out["priv_key_file"] = key
     if top.known_hosts_file:
         out["known_hosts_file"] = os.path.expanduser(top.known_hosts_file)
-    for key in ("host_key_checking", "connect_timeout", "keepalive"):
+    for key in ("password", "host_key_checking", "connect_timeout", "keepalive"):
         if getattr(top, key) is not None:
             out[key] = getattr(top, key)
     return out

@@ -1,25 +1,19 @@
 """What runs on each node, as text: pure functions, no SSH.
 
-:class:`LaunchSpec` says what every process runs; :func:`run_command` turns it into one
-node's :class:`NodeCommand` — the environment, the torchrun argv, and the single remote shell
-line that starts it in a session of its own with a pid file. Every value that reaches a remote
-shell goes through :func:`shlex.quote` here and nowhere else.
+:class:`LaunchSpec` says what every process runs; :func:`run_command` makes one node's
+:class:`NodeCommand`. Every value that reaches a remote shell is quoted (:func:`shlex.quote`) here and
+nowhere else; environment values never reach a command line (they travel in :data:`ENV_FILE`).
 
-Examples
---------
 >>> from aorta.launch.cluster import Cluster
 >>> cluster = Cluster.from_dict({"node_dict": {"10.0.0.1": {}, "10.0.0.2": {}}})
 >>> spec = LaunchSpec(argv=("-m", "train", "--name", "a b"), nproc_per_node=2)
 >>> cmd = run_command(cluster, cluster.nodes[1], spec, run_id="r1",
 ...                   node_dir="/w/.aorta-launch/r1/node_1", master_addr="10.0.0.1", master_port=29500)
->>> cmd.argv[:3]
-['python3', '-m', 'torch.distributed.run']
->>> cmd.argv[3:7]
-['--nnodes=2', '--nproc-per-node=2', '--node-rank=1', '--master-addr=10.0.0.1']
->>> cmd.env["AORTA_NODE_RANK"], cmd.argv[-1]
-('1', 'a b')
->>> "'a b'" in cmd.remote
-True
+>>> cmd.argv[:7]  # doctest: +NORMALIZE_WHITESPACE
+['python3', '-m', 'torch.distributed.run', '--nnodes=2', '--nproc-per-node=2', '--node-rank=1',
+ '--master-addr=10.0.0.1']
+>>> cmd.env["AORTA_NODE_RANK"], "'a b'" in cmd.remote
+('1', True)
 """
 
 from __future__ import annotations
@@ -29,20 +23,24 @@ import json
 import posixpath
 import re
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 
 from aorta import envvars
 from aorta.errors import UsageError
+from aorta.store.hostenv import redact_env
 
 from .cluster import Cluster, Node, NprocPerNode
 
 __all__ = [
+    "ENV_FILE",
     "STARTED_MARKER",
     "LaunchSpec",
     "NodeCommand",
     "NodePath",
+    "env_file_command",
+    "env_script",
     "kill_command",
     "node_dir",
     "run_command",
@@ -51,14 +49,15 @@ __all__ = [
 
 #: The folder, inside a node's workdir, holding one sub-folder per launch.
 LAUNCH_DIR = ".aorta-launch"
+#: The program's environment in the node's per-run folder (0600, removed once read).
+ENV_FILE = "env.sh"
 #: Printed by the wrapper right before it execs the program (torchrun); never shown to users.
 STARTED_MARKER = "__aorta_launch_started__"
-#: In the environment of a run's watchdog, which every kill leaves alone (it ends by itself
-#: when the launch's SSH channel closes, after running one last kill).
+#: Marks a run's watchdog, which every kill spares (it ends by itself with its channel).
 WATCHDOG_MARK = "AORTA_LAUNCH_WATCHDOG=1"
 _WATCHDOG = 'cat <&3 >/dev/null; "$0" "$1" kill <"$2"'
-#: Identity variables torchrun sets: removed from the login environment so a stale export in a
-#: shell profile can never reach a worker. (``*_VISIBLE_DEVICES`` stay: they describe the node.)
+#: torchrun's identity variables, removed from the login environment (a stale profile export);
+#: ``*_VISIBLE_DEVICES`` stay: they describe the node.
 TORCHRUN_OWNED = tuple(
     sorted(n for n in envvars.LAUNCHER_IDENTITY if not n.endswith("_VISIBLE_DEVICES"))
 )
@@ -67,10 +66,8 @@ _FILE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 
 @dataclass(frozen=True)
 class NodePath:
-    """An argument naming a file in the node's per-run folder, resolved on each node.
-
-    ``NodePath("recipe.yaml")`` becomes ``<workdir>/.aorta-launch/<run id>/node_<k>/recipe.yaml``.
-    """
+    """An argument naming a file in the node's per-run folder: ``NodePath("recipe.yaml")`` is
+    ``<workdir>/.aorta-launch/<run id>/node_<k>/recipe.yaml`` on node ``k``."""
 
     relative: str
 
@@ -82,12 +79,11 @@ class NodePath:
 class LaunchSpec:
     """What every process of the launch runs, and with what.
 
-    ``argv`` follows torchrun (``("-m", "aorta", "sweep", "run", ...)`` or a script path and its
-    arguments) when ``torchrun`` is true, else it is the whole command run once per node.
-    ``overrides`` are appended as ONE ``--override k=v k2=v2`` group, so a training script whose
-    ``--override`` is ``argparse(nargs="*")`` keeps all of them. ``files`` are written into
-    every node's per-run folder before the run (refer to them with :class:`NodePath`).
-    ``requires`` names modules the node's Python must be able to import.
+    ``argv`` follows torchrun (``("-m", "aorta", ...)`` or a script and its arguments), or with
+    ``torchrun=False`` is the whole command, run once per node. ``overrides`` are appended as
+    ONE ``--override k=v k2=v2`` group (for ``argparse(nargs="*")``). ``files`` are written into
+    every node's per-run folder (see :class:`NodePath`); ``requires`` names modules the node's
+    Python must import. ``scrub_env_keys`` (a recipe's) redact the nodes' ``host_env.json``.
     """
 
     argv: tuple[str | NodePath, ...]
@@ -98,12 +94,9 @@ class LaunchSpec:
     overrides: tuple[str, ...] = ()
     files: Mapping[str, bytes] = field(default_factory=dict)
     requires: tuple[str, ...] = ()
-    #: Rendezvous address; ``None``: the head's vpc_ip, else its SSH address.
+    #: Rendezvous; ``None``: the head's vpc_ip (else SSH address), a port free on the head.
     master_addr: str | None = None
-    #: Rendezvous port; ``None``: a free port probed on the head.
     master_port: int | None = None
-    #: Name globs redacted in the nodes' ``host_env.json`` on top of the secret names
-    #: (a recipe's ``redaction.scrub_env_keys``).
     scrub_env_keys: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -124,9 +117,9 @@ class NodeCommand:
     """One node's launch: the environment, the program's argv, and the remote shell line."""
 
     node: Node
-    #: Variables set for the program (on top of the login environment).
+    #: Set for the program on top of the login environment (through :data:`ENV_FILE`).
     env: Mapping[str, str]
-    #: Variables removed from the login environment: torchrun owns them.
+    #: Removed from the login environment: torchrun owns them.
     unset: tuple[str, ...]
     #: The program (``python -m torch.distributed.run ...``), one element per argument.
     argv: list[str]
@@ -136,8 +129,9 @@ class NodeCommand:
     remote: str
 
     def describe(self) -> str:
-        """``cd <cwd> && env K=V ... <argv>``: what a human would type, for ``--dry-run``."""
-        env = " ".join(shlex.quote(f"{k}={v}") for k, v in self.env.items())
+        """``cd <cwd> && env K=V ... <argv>``, secret values redacted: for ``--dry-run`` and
+        ``launch.json``."""
+        env = " ".join(shlex.quote(f"{k}={v}") for k, v in redact_env(self.env).items())
         return f"cd {shlex.quote(self.cwd)} && env {env} {shlex.join(self.argv)}"
 
 
@@ -146,10 +140,15 @@ def node_dir(node: Node, run_id: str) -> str:
     return posixpath.join(node.workdir, LAUNCH_DIR, run_id, f"node_{node.rank}")
 
 
-def _env_prefix(env: Mapping[str, str], unset: Sequence[str]) -> str:
-    parts = ["env"] + [f"-u {name}" for name in unset]
-    parts += [shlex.quote(f"{name}={value}") for name, value in env.items()]
-    return " ".join(parts)
+def env_script(env: Mapping[str, str]) -> bytes:
+    """:data:`ENV_FILE`'s text: ``export K='v'`` lines, sourced (then removed) by the run."""
+    return "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items()).encode()
+
+
+def _env_prefix(env: Mapping[str, str]) -> str:
+    # Names and aorta's own identity only: other values travel in ENV_FILE.
+    parts = ["env", *(f"-u {name}" for name in TORCHRUN_OWNED)]
+    return " ".join(parts + [shlex.quote(f"{k}={v}") for k, v in env.items()])
 
 
 def node_env(node: Node, spec: LaunchSpec, *, run_id: str, node_dir: str) -> dict[str, str]:
@@ -171,20 +170,10 @@ def _program(
         args += ["--override", *spec.overrides]
     if not spec.torchrun:
         return args
-    nproc = spec.nproc_per_node or node.slots or 1
-    addr, port = rdzv
-    return [
-        node.python,
-        "-m",
-        "torch.distributed.run",
-        f"--nnodes={len(cluster.nodes)}",
-        f"--nproc-per-node={nproc}",
-        f"--node-rank={node.rank}",
-        f"--master-addr={addr}",
-        f"--master-port={port}",
-        "--max-restarts=0",
-        *args,
-    ]
+    nproc, (addr, port) = spec.nproc_per_node or node.slots or 1, rdzv
+    torchrun = [node.python, "-m", "torch.distributed.run", f"--nnodes={len(cluster.nodes)}"]
+    torchrun += [f"--nproc-per-node={nproc}", f"--node-rank={node.rank}"]
+    return [*torchrun, f"--master-addr={addr}", f"--master-port={port}", "--max-restarts=0", *args]
 
 
 def run_command(
@@ -200,18 +189,17 @@ def run_command(
 ) -> NodeCommand:
     """The command that starts ``spec`` on ``node``.
 
-    The remote line ``cd``s to the workdir, then runs the program in a new session (``setsid``)
-    whose leader writes ``<node_dir>/pid`` — unless ``<node_dir>/cancel`` exists, i.e. the launch
-    was already stopped — prints :data:`STARTED_MARKER` and execs ``env -u <identity> K=V ...
-    <program> </dev/null``. Stopping it is :func:`kill_command`'s job, from another connection.
+    The remote line ``cd``s to the workdir and runs the program in a new session (``setsid``)
+    whose leader — unless ``<node_dir>/cancel`` exists (the launch was stopped) — writes
+    ``<node_dir>/pid``, sources and removes :data:`ENV_FILE` (written by setup), prints
+    :data:`STARTED_MARKER` and execs ``env -u <identity> <program> </dev/null``.
+    :func:`kill_command` stops it, from another connection.
 
-    A watchdog stays on the command's stdin (the SSH channel, which the launch keeps open):
-    when it closes — the launch ended, or the orchestrator died or lost the network — the
-    watchdog runs ``<node_dir>/helper.py kill`` (written by setup), so nothing outlives its
-    launcher.
+    A watchdog waits on the command's stdin (the SSH channel, kept open by the launch): when it
+    closes — the launch ended, or its launcher died or lost the network — it runs
+    ``<node_dir>/helper.py kill``, so nothing outlives its launcher.
     """
     env = node_env(node, spec, run_id=run_id, node_dir=node_dir)
-    unset = TORCHRUN_OWNED
     argv = _program(cluster, node, spec, node_dir, (master_addr, master_port))
     q = shlex.quote
     # An asynchronous list reads /dev/null, so the channel reaches the watchdog as fd 3; the
@@ -221,29 +209,25 @@ def run_command(
         f"{q(node.python)} {q(node_dir + '/helper.py')} {q(node_dir + '/kill.json')} "
         ">/dev/null 2>&1 &"
     )
+    env_file = q(posixpath.join(node_dir, ENV_FILE))
     inner = (
         f"test -e {q(node_dir + '/cancel')} && exit 143; "
         f"echo $$ > {q(node_dir + '/pid')}; "
         f"{watchdog} "
+        f". {env_file} || exit 126; rm -f {env_file}; "
         f"echo {STARTED_MARKER} $$; "
-        f"exec {_env_prefix(env, unset)} {shlex.join(argv)} </dev/null 3<&-"
+        f"exec {_env_prefix({})} {shlex.join(argv)} </dev/null 3<&-"
     )
     workdir = cwd or node.workdir
     remote = (
         f"cd {q(workdir)} && if command -v setsid >/dev/null 2>&1; "
         f"then exec setsid -w sh -c {q(inner)}; else exec sh -c {q(inner)}; fi"
     )
-    return NodeCommand(
-        node=node, env=env, unset=unset, argv=argv, cwd=workdir, node_dir=node_dir, remote=remote
-    )
+    return NodeCommand(node, env, TORCHRUN_OWNED, argv, workdir, node_dir, remote)
 
 
-def _helper_source() -> str:
-    return resources.files("aorta.launch").joinpath("_remote.py").read_text()
-
-
-def _hostenv_source() -> str:
-    return resources.files("aorta.store").joinpath("hostenv.py").read_text()
+def _source(package: str, name: str) -> str:
+    return resources.files(package).joinpath(name).read_text()
 
 
 def _identity(node: Node, run_id: str) -> dict[str, str]:
@@ -251,10 +235,9 @@ def _identity(node: Node, run_id: str) -> dict[str, str]:
     return {envvars.RUN_ID: run_id, envvars.NODE_RANK: str(node.rank)}
 
 
-def _helper(node: Node, op: str, env: Mapping[str, str] | None = None) -> str:
-    source = _helper_source()
-    prefix = _env_prefix(env, TORCHRUN_OWNED) + " " if env else ""
-    return f"{prefix}{shlex.join([node.python, '-c', source, op])}"
+def _helper(node: Node, op: str, env: Mapping[str, str]) -> str:
+    helper = [node.python, "-c", _source("aorta.launch", "_remote.py"), op]
+    return f"{_env_prefix(env)} {shlex.join(helper)}"
 
 
 def setup_command(
@@ -266,16 +249,14 @@ def setup_command(
     dry_run: bool = False,
     head_token: str | None = None,
 ) -> tuple[str, bytes]:
-    """The setup line for ``node`` and its stdin (a JSON request).
+    """The setup line for ``node`` and its stdin (a JSON request; see :mod:`._remote`).
 
-    Setup creates the per-run folder (not in a dry run), writes ``spec.files``, snapshots the
-    environment the program will see, checks ``spec.requires`` and, with ``probe_port``, finds
-    a free port on that node; ``head_token`` is written into the head's folder, so the other
-    nodes can tell later whether they share its file system. Its stdout is one JSON line (see
-    :mod:`aorta.launch._remote`).
+    Setup creates the per-run folder (not in a dry run) with ``spec.files``, snapshots the
+    environment the program will see, checks ``spec.requires``, with ``probe_port`` finds a free
+    port, and writes ``head_token`` (so other nodes can tell whether they share its disk).
     """
     ndir = node_dir(node, run_id)
-    files = {**spec.files, "helper.py": _helper_source().encode()}
+    files = {**spec.files, "helper.py": _source("aorta.launch", "_remote.py").encode()}
     request = {
         "node_dir": ndir,
         "workdir": node.workdir,
@@ -285,11 +266,17 @@ def setup_command(
         "probe_port": probe_port,
         "dry_run": dry_run,
         "head_token": head_token,
-        "hostenv": _hostenv_source(),
+        "hostenv": _source("aorta.store", "hostenv.py"),
         "scrub_env_keys": list(spec.scrub_env_keys),
+        # For the snapshot only, on stdin: values never go into a command line.
+        "env": node_env(node, spec, run_id=run_id, node_dir=ndir),
     }
-    env = node_env(node, spec, run_id=run_id, node_dir=ndir)
-    return _helper(node, "setup", env), json.dumps(request).encode()
+    return _helper(node, "setup", _identity(node, run_id)), json.dumps(request).encode()
+
+
+def env_file_command(node_dir: str) -> str:
+    """The line that writes :data:`ENV_FILE` (0600) from its stdin (:func:`env_script`)."""
+    return f"umask 077 && cat > {shlex.quote(posixpath.join(node_dir, ENV_FILE))}"
 
 
 def kill_command(
@@ -303,15 +290,11 @@ def kill_command(
 ) -> tuple[str, bytes]:
     """The line (and stdin) that stops everything this run started on ``node``.
 
-    With ``head_dir`` (the head's per-run folder) and ``head_token`` (what setup wrote there),
-    the reply also says whether ``node`` shares the head's file system (``shares_head``) and
-    whether the head's output path exists on it (``head_out``).
+    With the head's folder and token, the reply also says whether ``node`` shares the head's
+    file system (``shares_head``) and sees the head's output path (``head_out``).
     """
-    request: dict[str, object] = {
-        "node_dir": node_dir,
-        "match": _identity(node, run_id),
-        "grace": grace,
-    }
+    request: dict[str, object] = {"node_dir": node_dir, "match": _identity(node, run_id)}
+    request["grace"] = grace
     if head_dir:
         request.update(head_dir=head_dir, head_token=head_token)
     # Without a working Python (the node's interpreter is what failed setup), still stop the
@@ -321,4 +304,4 @@ def kill_command(
         f"{{ p=$(cat {pid} 2>/dev/null) && kill -KILL -- -$p 2>/dev/null; "
         """echo '{"terminated": 0, "killed": 0, "left": [], "fallback": true}'; }"""
     )
-    return f"{_helper(node, 'kill')} || {fallback}", json.dumps(request).encode()
+    return f"{_helper(node, 'kill', {})} || {fallback}", json.dumps(request).encode()

@@ -1,24 +1,17 @@
-"""``launch``: set up every node, run torchrun everywhere, tear down, collect — in that order,
-whatever fails.
+"""``launch``: setup on every node, torchrun everywhere, teardown, gather — in that order,
+whatever fails; each phase bounded by a :class:`~aorta.launch.outcome.Deadlines` field.
 
-The steps, each bounded by a :class:`~aorta.launch.outcome.Deadlines` field:
-
-1. **setup** (all nodes at once) — connect, create ``<workdir>/.aorta-launch/<run id>/node_<k>/``,
-   ship the recipe, snapshot the environment, probe the rendezvous port on the head;
-2. **run** — start torchrun on every node (static rendezvous on the head, node rank = position
-   in the cluster), stream each line as ``[node<k> host] ...``, stop everyone when one node fails;
-3. **teardown** — on every node where setup was attempted, stop whatever this run left;
-4. **gather** — pull every node's per-run output into ``combined_traces/node_<k>/``, then name
-   the result after the head's run directory.
-
-:func:`launch` returns a :class:`LaunchResult` when every node finished with exit code 0 and
-raises :class:`LaunchFailed` (carrying the same result, every node's outcome included) otherwise.
+The run streams each node's lines; the first node to exit non-zero gets every other node
+stopped at once (kill-on-bad-exit), and at the run deadline the rest are stopped. Teardown runs
+on every node where setup was attempted; gathering pulls every node's output into
+``combined_traces/node_<k>/``, also after a failure. Outcomes are kept per node.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import json
+import queue
 import secrets
 import threading
 import time
@@ -30,11 +23,21 @@ from typing import IO, Any
 import yaml
 
 from aorta.errors import UsageError
+from aorta.report.launch import last_words
 from aorta.store.rundir import atomic_write
 
 from .cluster import Cluster, Node, NprocPerNode
-from .command import LaunchSpec, NodeCommand, NodePath, node_dir, run_command
-from .fanout import Done, RunPhase, SetupReport, TimedOut, run_parallel, setup_nodes, teardown_nodes
+from .command import STARTED_MARKER, LaunchSpec, NodeCommand, NodePath, node_dir, run_command
+from .fanout import (
+    Done,
+    SetupReport,
+    TimedOut,
+    daemon,
+    run_parallel,
+    setup_nodes,
+    stop_node,
+    teardown_nodes,
+)
 from .gather import finalize, node_folder, staging_dir
 from .outcome import Deadlines, LaunchFailed, LaunchResult, NodeOutcome
 from .preflight import env_diff
@@ -76,20 +79,11 @@ def sweep_spec(
     master_port: int | None = None,
     ticket: str | None = None,
 ) -> LaunchSpec:
-    """The spec of ``aorta launch``: ``aorta sweep run --recipe R [-- command]`` under torchrun.
+    """``aorta sweep run --recipe R [-- command]`` under torchrun, the recipe shipped to every
+    node (its ``redaction.scrub_env_keys`` also redact the nodes' ``host_env.json``).
+    ``overrides`` are one ``--override`` group for the probe ``command``. Raises
+    :class:`~aorta.errors.UsageError` for an unreadable recipe or overrides without a command.
 
-    The recipe is shipped to every node (nodes need not share a file system) and each node's
-    sweep writes under its per-run folder, which the launch gathers. The recipe's
-    ``redaction.scrub_env_keys`` also redact the nodes' ``host_env.json``. ``command`` is the probe
-    command (after ``--``); ``overrides`` are appended to it as one ``--override`` group.
-
-    Raises
-    ------
-    UsageError
-        The recipe cannot be read, or ``overrides`` were given without a ``command``.
-
-    Examples
-    --------
     >>> import pathlib, tempfile
     >>> recipe = pathlib.Path(tempfile.mkdtemp()) / "probe.yaml"
     >>> _ = recipe.write_text("mode: probe\\nmitigation_axis: [none]\\n")
@@ -105,20 +99,12 @@ def sweep_spec(
     if overrides and not command:
         raise UsageError("--override needs a training command after '--' to pass the overrides to")
     name = "recipe" + (path.suffix if path.suffix in (".yaml", ".yml", ".json") else ".yaml")
-    argv: list[str | NodePath] = [
-        "-m",
-        "aorta",
-        "sweep",
-        "run",
-        "--recipe",
-        NodePath(name),
-        "--output",
-        NodePath("out"),
-    ]
-    if ticket:
-        argv += ["--ticket", ticket]
-    if command:
-        argv += ["--", *command]
+    argv = ["-m", "aorta", "sweep", "run", "--recipe", NodePath(name), "--output", NodePath("out")]
+    argv += [*(["--ticket", ticket] if ticket else []), *(["--", *command] if command else [])]
+    try:  # only this key is read here: the node's sweep validates the whole recipe
+        keys = yaml.safe_load(data)["redaction"]["scrub_env_keys"]
+    except (yaml.YAMLError, KeyError, TypeError):
+        keys = []
     return LaunchSpec(
         argv=tuple(argv),
         nproc_per_node=nproc_per_node,
@@ -127,65 +113,23 @@ def sweep_spec(
         requires=("torch", "aorta"),
         master_addr=master_addr,
         master_port=master_port,
-        scrub_env_keys=_scrub_env_keys(data),
+        scrub_env_keys=tuple(k for k in keys if isinstance(k, str))
+        if isinstance(keys, list)
+        else (),
     )
 
 
-def _scrub_env_keys(recipe: bytes) -> tuple[str, ...]:
-    # Only this key is read here: the node's sweep validates the whole recipe.
-    try:
-        data = yaml.safe_load(recipe)
-        keys = data["redaction"]["scrub_env_keys"]
-    except (yaml.YAMLError, KeyError, TypeError):
-        return ()
-    return tuple(k for k in keys if isinstance(k, str)) if isinstance(keys, list) else ()
-
-
-class _Logs:
-    """Each node's lines: appended to its ``launch.log`` and handed to the caller's sink."""
-
-    def __init__(self, folders: Mapping[str, Path], sink: LineSink) -> None:
-        self._sink = sink
-        self._lock = threading.Lock()
-        self._files: dict[str, IO[str]] = {
-            name: open(folder / "launch.log", "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
-            for name, folder in folders.items()
-        }
-
-    def line(self, node: Node, text: str) -> None:
-        with self._lock:
-            fh = self._files.get(node.name)
-            if fh is not None:
-                fh.write(text + "\n")
-                fh.flush()
-        self._sink(node, text)
-
-    def close(self) -> None:
-        with self._lock:
-            for fh in self._files.values():
-                fh.close()
-            self._files.clear()
-
-
 def _commands(
-    cluster: Cluster,
-    spec: LaunchSpec,
-    reports: Mapping[str, SetupReport],
-    *,
-    run_id: str,
-    addr: str,
-    port: int,
+    cluster: Cluster, spec: LaunchSpec, reports: Mapping[str, SetupReport], **kwargs: Any
 ) -> dict[str, NodeCommand]:
     return {
         n.name: run_command(
             cluster,
             n,
             spec,
-            run_id=run_id,
             node_dir=reports[n.name].node_dir,
-            master_addr=addr,
-            master_port=port,
             cwd=reports[n.name].workdir,
+            **kwargs,
         )
         for n in cluster.nodes
         if n.name in reports
@@ -207,32 +151,32 @@ class _Launch:
         sessions: SessionFactory,
         run_id: str,
     ) -> None:
-        self.cluster, self.spec, self.output, self.deadlines, self.emit = (
-            cluster,
-            spec,
-            output,
-            deadlines,
-            emit,
-        )
-        self.t0 = time.monotonic()
+        self.cluster, self.spec, self.output, self.deadlines = cluster, spec, output, deadlines
+        self.on_line, self.emit, self.t0 = on_line, emit, time.monotonic()
         self.head_token = secrets.token_hex(8)
         self.staging = staging_dir(output, run_id)
         self.folders = {n.name: node_folder(self.staging, n.rank) for n in cluster.nodes}
         for folder in self.folders.values():
             folder.mkdir(parents=True, exist_ok=True)
+        self.logs: dict[str, IO[str]] = {
+            name: open(folder / "launch.log", "a", encoding="utf-8")  # noqa: SIM115 - closed in finish()
+            for name, folder in self.folders.items()
+        }
+        self.log_lock = threading.Lock()
         outcomes = {
             n.name: NodeOutcome(n, log=self.folders[n.name] / "launch.log") for n in cluster.nodes
         }
         addr = cluster.master_addr(spec.master_addr)
         self.result = LaunchResult(run_id, outcomes, master_addr=addr, master_port=spec.master_port)
-        self.logs = _Logs(self.folders, on_line)
+        self.outcomes = self.result.outcomes
         self.live = dict(sessions(cluster))
         self.reports: dict[str, SetupReport] = {}
         self.commands: dict[str, NodeCommand] = {}
+        self.events: queue.Queue[tuple[str, str, Any]] = queue.Queue()
+        self.stopping: dict[str, str] = {}  # node name → why it is being stopped
 
-    @property
-    def outcomes(self) -> dict[str, NodeOutcome]:
-        return self.result.outcomes
+    def now(self) -> float:
+        return time.monotonic() - self.t0
 
     def setup(self) -> bool:
         """Set every node up; True when all of them are ready."""
@@ -246,41 +190,161 @@ class _Launch:
             deadlines=self.deadlines,
             head_token=self.head_token,
         )
-        self.result.timings["setup"] = time.monotonic() - self.t0
-        _record_snapshots(self.result, self.folders, self.emit)
+        self.result.timings["setup"] = self.now()
+        for name, out in self.outcomes.items():
+            if out.snapshot is not None:
+                text = json.dumps(out.snapshot, indent=1) + "\n"
+                atomic_write(self.folders[name] / "host_env.json", text)
+        self.result.skew = env_diff({name: o.snapshot for name, o in self.outcomes.items()})
+        if self.result.skew:
+            keys = ", ".join(sorted(self.result.skew)[:6])
+            self.emit(
+                f"warning: nodes differ in {len(self.result.skew)} setting(s): {keys} (see launch.json)"
+            )
         if len(self.reports) < len(self.cluster.nodes):
             self.emit(f"setup failed: {self.result.summary()}")
             return False
         return True
 
+    # -- run ------------------------------------------------------------------------------------
+
+    def _watch(self, name: str) -> None:
+        """One node's run (in its own thread): stream its lines, report its end as an event."""
+        session, cmd = self.live[name], self.commands[name]
+        log = self.logs[name]
+
+        def line(text: str) -> None:
+            if text.startswith(STARTED_MARKER):
+                self.events.put(("started", name, self.now()))
+                return
+            with self.log_lock:
+                if not log.closed:
+                    log.write(text + "\n")
+                    log.flush()
+            self.on_line(session.node, text)
+
+        d = self.deadlines
+        try:
+            # stdin stays open: the node's watchdog stops the run when this channel closes
+            timeout = d.run + d.kill_grace + d.teardown + 60.0
+            result = session.exec(cmd.remote, timeout=timeout, on_line=line, keep_stdin_open=True)
+            self.events.put(("exit", name, result))
+        except BaseException as exc:
+            self.events.put(("error", name, exc))
+
+    def _stop(self, names: list[str], why: str) -> None:
+        """Stop ``names`` now, each over a fresh connection, without waiting."""
+        for name in [n for n in names if n not in self.stopping]:
+            self.stopping[name] = why
+
+            def kill(name: str = name) -> None:
+                out = self.outcomes[name]
+                try:
+                    session, ndir = self.live[name], self.commands[name].node_dir
+                    found = stop_node(
+                        session, run_id=self.result.run_id, node_dir=ndir, deadlines=self.deadlines
+                    )
+                    n = int(found.get("terminated", 0))
+                    out.teardown = f"stopped {n} process(es)" if n else ""
+                except Exception as exc:
+                    out.teardown = f"stop failed: {exc}"
+
+            daemon(kill, f"aorta-stop-{name}")
+
     def run(self) -> None:
-        """Start every node's torchrun and wait (kill-on-bad-exit, run deadline)."""
-        result = self.result
+        """Start every node's command and wait: until every node ended, or — once a node failed
+        or the run deadline passed and the rest were being stopped — the stop's grace ran out."""
+        result, d = self.result, self.deadlines
         result.master_port = self.spec.master_port or self.reports[self.cluster.head.name].port
         addr, port = str(result.master_addr), int(result.master_port or 0)
         self.commands = _commands(
-            self.cluster, self.spec, self.reports, run_id=result.run_id, addr=addr, port=port
+            self.cluster,
+            self.spec,
+            self.reports,
+            run_id=result.run_id,
+            master_addr=addr,
+            master_port=port,
         )
         self.emit(
             f"setup done in {result.timings['setup']:.2f} s; rendezvous {addr}:{port}; "
             f"starting {len(self.commands)} node(s)"
         )
-        phase = RunPhase(
-            self.live,
-            self.commands,
-            self.outcomes,
-            run_id=result.run_id,
-            deadlines=self.deadlines,
-            on_line=self.logs.line,
-            on_event=self.emit,
-            t0=self.t0,
-        )
+        pending = set(self.commands)
+        for name in self.commands:
+            daemon(lambda name=name: self._watch(name), f"aorta-run-{name}")
+        deadline, give_up = time.monotonic() + d.run, None
         try:
-            phase.run()
+            while pending:
+                left = (give_up or deadline) - time.monotonic()
+                if left <= 0 and give_up is not None:
+                    for name in sorted(pending):
+                        out = self.outcomes[name]
+                        out.message += (
+                            "; " if out.message else ""
+                        ) + "its connection did not close after the stop"
+                    return
+                if left <= 0:
+                    self._timeout(sorted(pending))
+                    give_up = time.monotonic() + d.kill_grace + d.teardown
+                    continue
+                try:
+                    kind, name, payload = self.events.get(timeout=left)
+                except queue.Empty:
+                    continue
+                if kind == "started":
+                    self.outcomes[name].started_s = payload
+                    starts = [self.outcomes[n].started_s for n in self.commands]
+                    if None not in starts:
+                        result.timings["all_started"] = max(s or 0.0 for s in starts)
+                    continue
+                pending.discard(name)
+                if self._ended(name, kind, payload) and give_up is None:
+                    give_up = time.monotonic() + d.kill_grace + d.teardown
+        except KeyboardInterrupt:
+            for name in pending:
+                self.outcomes[name].status = "interrupted"
+            self._stop(sorted(pending), "interrupted")
+            raise
         finally:
-            if phase.all_started_s is not None:
-                result.timings["all_started"] = phase.all_started_s
-            result.timings["run"] = time.monotonic() - self.t0 - result.timings["setup"]
+            result.timings["run"] = self.now() - result.timings["setup"]
+
+    def _timeout(self, names: list[str]) -> None:
+        for name in names:
+            out = self.outcomes[name]
+            out.status, out.ended_s = "timeout", self.now()
+            out.message = f"still running after the {self.deadlines.run:g} s run deadline"
+        self.emit(f"run deadline ({self.deadlines.run:g} s) passed: stopping {', '.join(names)}")
+        self._stop(names, "run deadline")
+
+    def _ended(self, name: str, kind: str, payload: Any) -> bool:
+        """Record one node's end; start stopping the others when it failed. True if it did."""
+        out = self.outcomes[name]
+        out.ended_s = self.now()
+        if kind == "error" and isinstance(payload, KeyboardInterrupt):
+            raise payload
+        code = payload.exit_code if kind == "exit" else None
+        out.exit_code = code
+        if out.status in ("timeout", "interrupted"):
+            return False
+        if code == 0:
+            out.status, out.message = "ok", ""
+            return False
+        if name in self.stopping:
+            out.status, out.message = "stopped", f"because {self.stopping[name]}"
+            return False
+        last = last_words(payload.stdout) if kind == "exit" else ""
+        message = str(payload) if kind == "error" else f"exited with code {code}"
+        out.status, out.message = (
+            "failed",
+            message + (f" (last words: {last[:160]})" if last else ""),
+        )
+        others = sorted(n for n in self.commands if self.outcomes[n].ended_s is None)
+        if others:
+            self.emit(f"{out.node.label} {out.message}: stopping {', '.join(others)}")
+            self._stop(others, f"{out.node.label} failed")
+        return True
+
+    # -- teardown, gather, the record --------------------------------------------------------
 
     def finish(self) -> None:
         """Teardown, gathering and the final name — whatever happened before."""
@@ -290,27 +354,22 @@ class _Launch:
             found = self._teardown()
             result.timings["teardown"] = time.monotonic() - t
             t = time.monotonic()
-            timeout = (
-                min(self.deadlines.collect, 30.0) if result.interrupted else self.deadlines.collect
-            )
-            shared = frozenset(
-                n
-                for n, seen in found.items()
-                if seen.get("shares_head") and n != self.cluster.head.name
-            )
-            self._gather(self._sources(found), timeout=timeout, shared=shared)
+            self._gather(found)
             result.timings["collect"] = time.monotonic() - t
         finally:
-            self.logs.close()
+            for session in self.live.values():
+                session.close()
+            with self.log_lock:
+                for log in self.logs.values():
+                    log.close()
             result.run_dir = finalize(self.staging, self.output, result.run_id)
             for out in self.outcomes.values():
                 out.log = node_folder(result.run_dir, out.node.rank) / "launch.log"
-            result.timings["total"] = time.monotonic() - self.t0
+            result.timings["total"] = self.now()
             record = result.to_dict()
             record["commands"] = {name: c.describe() for name, c in self.commands.items()}
-            atomic_write(
-                result.run_dir / "launch.json", json.dumps(record, indent=1, default=str) + "\n"
-            )
+            text = json.dumps(record, indent=1, default=str) + "\n"
+            atomic_write(result.run_dir / "launch.json", text)
             self.emit(f"{result.status}: results in {result.run_dir}")
 
     def _teardown(self) -> dict[str, dict[str, Any]]:
@@ -332,43 +391,38 @@ class _Launch:
             head=(head.node_dir, self.head_token) if head else None,
         )
 
-    def _sources(self, found: Mapping[str, Mapping[str, Any]]) -> dict[str, list[str]]:
-        """What to pull from each node: its own output folder and — when it does not share the
-        head's file system — the head's output path, where its ranks wrote into the run
-        directory rank 0 published (the engine's per-rank traces and logs)."""
+    def _gather(self, found: Mapping[str, Mapping[str, Any]]) -> None:
+        """Pull each node's output folder and — when it does not share the head's file system —
+        the head's output path, where its ranks wrote into the run directory rank 0 published."""
+        timeout = (
+            min(self.deadlines.collect, 30.0) if self.result.interrupted else self.deadlines.collect
+        )
         head = self.reports.get(self.cluster.head.name)
         sources: dict[str, list[str]] = {}
         for name, report in self.reports.items():
-            sources[name] = [f"{report.node_dir}/out"]
             seen = found.get(name, {})
-            if (
-                head
-                and name != self.cluster.head.name
-                and seen.get("head_out")
-                and not seen.get("shares_head")
-            ):
+            sources[name] = [f"{report.node_dir}/out"]
+            if head and report is not head and seen.get("head_out") and not seen.get("shares_head"):
                 sources[name].append(f"{head.node_dir}/out")
-        return sources
 
-    def _gather(
-        self, sources: Mapping[str, list[str]], *, timeout: float, shared: frozenset[str]
-    ) -> None:
         def one(name: str, cancel: threading.Event) -> str:
             session = self.live[name]
             dest = node_folder(self.staging, session.node.rank)
-            how = [session.pull(src, dest, timeout=timeout) for src in sources[name]]
+            how = " + ".join(session.pull(src, dest, timeout=timeout) for src in sources[name])
+            shared = name != self.cluster.head.name and found.get(name, {}).get("shares_head")
             note = " (shares the head's file system: its ranks wrote into the run directory)"
-            return " + ".join(how) + (note if name in shared else "")
+            return how + (note if shared else "")
 
         for name, res in run_parallel(
-            list(sources), one, timeout=timeout + 5.0, name="aorta-collect"
+            sources, one, timeout=timeout + 5.0, name="aorta-collect"
         ).items():
+            out = self.outcomes[name]
             if isinstance(res, Done):
-                self.outcomes[name].collected = res.value
+                out.collected = res.value
             elif isinstance(res, TimedOut):
-                self.outcomes[name].collected = f"not collected: still copying after {timeout:g} s"
+                out.collected = f"not collected: still copying after {timeout:g} s"
             else:
-                self.outcomes[name].collected = f"not collected: {res.error}"
+                out.collected = f"not collected: {res.error}"
 
 
 def launch(
@@ -382,41 +436,16 @@ def launch(
     sessions: SessionFactory | None = None,
     run_id: str | None = None,
 ) -> LaunchResult:
-    """Run ``spec`` on every node of ``cluster`` under torchrun; gather the results.
+    """Run ``spec`` on every node of ``cluster`` under torchrun; gather the results under
+    ``output`` (named after the head's run directory, else ``<output>/_launch_/<run id>``).
 
-    Parameters
-    ----------
-    output
-        Root of the run directories on this machine; the result is named after the head's run
-        directory (``<output>/<ticket>/<workload>/<timestamp>``) or ``<output>/_launch_/<run id>``.
-    deadlines
-        Seconds for setup, run, collection and stopping (:class:`Deadlines`).
-    on_line
-        Called with ``(node, line)`` for every output line of every node, from several threads.
-    on_event
-        Called with one line for each step of the launch (setup done, a node failed, ...).
-    sessions
-        ``cluster -> {node name: session}``; default :func:`ssh_sessions`.
-
-    Returns
-    -------
-    LaunchResult
-        Every node's outcome, the run directory, the rendezvous and timings.
-
-    Raises
-    ------
-    LaunchFailed
-        A node exited non-zero, timed out or was unreachable; ``.result`` has every node's
-        outcome and the (collected) run directory.
-    ClusterError
-        The rendezvous address cannot work (nothing was started).
-    KeyboardInterrupt
-        After stopping every node and collecting what there was.
-
-    Examples
-    --------
-    With a node that refuses connections the launch fails at setup, nothing is started, and
-    the result (every node's outcome) still lands in a run directory:
+    ``on_line(node, line)`` gets every output line of every node (from several threads),
+    ``on_event(line)`` each step of the launch; ``sessions`` maps a cluster to its node
+    sessions (default :func:`ssh_sessions`, Fabric). Returns the :class:`LaunchResult` when
+    every node exited 0; raises :class:`LaunchFailed` carrying it otherwise (a node failed,
+    timed out or was unreachable), :class:`ClusterError` for a rendezvous address that cannot
+    work, and ``KeyboardInterrupt`` after stopping every node and gathering what there was.
+    A node that refuses connections fails the launch at setup; the record still lands:
 
     >>> import tempfile
     >>> c = Cluster.from_dict({"node_dict": {"127.0.0.1": {"port": 1}}, "connect_timeout": 2})
@@ -452,16 +481,6 @@ def launch(
     return state.result
 
 
-def _record_snapshots(result: LaunchResult, folders: Mapping[str, Path], emit: EventSink) -> None:
-    for name, out in result.outcomes.items():
-        if out.snapshot is not None:
-            atomic_write(folders[name] / "host_env.json", json.dumps(out.snapshot, indent=1) + "\n")
-    result.skew = env_diff({name: o.snapshot for name, o in result.outcomes.items()})
-    if result.skew:
-        keys = ", ".join(sorted(result.skew)[:6])
-        emit(f"warning: nodes differ in {len(result.skew)} setting(s): {keys} (see launch.json)")
-
-
 @dataclass
 class DryRun:
     """What ``--dry-run`` found: each node's exact command, reachability and versions."""
@@ -486,28 +505,8 @@ def dry_run(
     deadlines: Deadlines = Deadlines(),
     sessions: SessionFactory | None = None,
 ) -> DryRun:
-    """Check every node and build each node's command, creating or starting nothing.
-
-    Each node is connected to and snapshotted (Python, aorta and torch versions, drivers, the
-    variables that steer NCCL/RCCL) and must be able to import ``spec.requires``; the head still
-    probes a free rendezvous port.
-
-    Parameters
-    ----------
-    deadlines
-        ``deadlines.setup`` bounds the whole check.
-    sessions
-        ``cluster -> {node name: session}``; default :func:`ssh_sessions`.
-
-    Returns
-    -------
-    DryRun
-        ``outcomes`` (``ok``, ``unreachable``, ``setup_failed``, ``timeout`` per node), the exact
-        ``commands`` of the ready nodes (none when the head is not ready: no port), ``skew``.
-
-    Examples
-    --------
-    A node nobody listens on is reported, not raised:
+    """Check every node (reachable, snapshot, ``spec.requires``, the head's free port) within
+    ``deadlines.setup`` and build each ready node's command; create or start nothing.
 
     >>> c = Cluster.from_dict({"node_dict": {"127.0.0.1": {"port": 1}}, "connect_timeout": 2})
     >>> report = dry_run(c, LaunchSpec(argv=("train.py",)))
@@ -519,22 +518,28 @@ def dry_run(
     run_id = new_run_id()
     addr = cluster.master_addr(spec.master_addr)
     outcomes = {n.name: NodeOutcome(n) for n in cluster.nodes}
-    reports = setup_nodes(
-        (sessions or ssh_sessions)(cluster),
-        spec,
-        outcomes,
-        run_id=run_id,
-        probe_port=spec.master_port is None,
-        dry_run=True,
-        deadlines=deadlines,
-    )
+    live = (sessions or ssh_sessions)(cluster)
+    try:
+        reports = setup_nodes(
+            live,
+            spec,
+            outcomes,
+            run_id=run_id,
+            probe_port=spec.master_port is None,
+            dry_run=True,
+            deadlines=deadlines,
+        )
+    finally:
+        for session in live.values():
+            session.close()
     head = reports.get(cluster.head.name)
     port = spec.master_port or (head.port if head else None)
-    for name, out in outcomes.items():
-        if name in reports:
-            out.status = "ok"
+    for name in reports:
+        outcomes[name].status = "ok"
     commands = (
-        _commands(cluster, spec, reports, run_id=run_id, addr=addr, port=port or 0) if port else {}
+        _commands(cluster, spec, reports, run_id=run_id, master_addr=addr, master_port=port)
+        if port
+        else {}
     )
     skew = env_diff({name: o.snapshot for name, o in outcomes.items()})
     return DryRun(run_id, addr, port, commands, outcomes, skew)

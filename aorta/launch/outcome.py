@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from aorta.errors import AortaError
+from aorta.report.launch import describe_outcome, summarize_outcomes
 
 from .cluster import Node
 
@@ -32,15 +33,8 @@ __all__ = ["Deadlines", "LaunchFailed", "LaunchResult", "NodeOutcome", "NodeStat
 #: ``unreachable`` SSH failed · ``setup_failed`` reached but not ready (missing torch, ...) ·
 #: ``not_started`` never launched (another node failed setup) · ``interrupted`` by Ctrl-C.
 NodeStatus = Literal[
-    "ok",
-    "failed",
-    "timeout",
-    "stopped",
-    "unreachable",
-    "setup_failed",
-    "not_started",
-    "interrupted",
-]
+    "ok", "failed", "timeout", "stopped", "unreachable", "setup_failed", "not_started", "interrupted"
+]  # fmt: skip
 #: ``complete`` every node ok · ``failed`` a node failed or could not be set up · ``timeout`` a
 #: node hit a deadline (and none failed) · ``interrupted`` the user stopped the launch.
 RunStatus = Literal["complete", "failed", "timeout", "interrupted"]
@@ -79,7 +73,7 @@ class NodeOutcome:
     snapshot: dict[str, Any] | None = None
     #: What teardown found and stopped (``"nothing left"``, ``"stopped 3 processes"``...).
     teardown: str = ""
-    #: How its artifacts were collected (``rsync``, ``sftp``) or why they were not.
+    #: How its artifacts were collected (``tar (N files)``) or why they were not.
     collected: str = ""
     #: The node's full log in the run directory.
     log: Path | None = None
@@ -90,31 +84,12 @@ class NodeOutcome:
 
     def describe(self) -> str:
         """``node1 10.0.0.2 exited with code 1 (...)`` — one line for error messages."""
-        verb = {
-            "ok": "finished",
-            "stopped": "was stopped",
-            "not_started": "was not started",
-            "interrupted": "was interrupted",
-        }.get(self.status)
-        what = verb if verb and not self.message else (self.message or self.status)
-        if self.status == "stopped" and self.message:
-            what = f"was stopped ({self.message})"
-        return f"{self.node.label} {what}"
+        return describe_outcome(self)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "node": self.node.name,
-            "address": self.node.address,
-            "rank": self.node.rank,
-            "status": self.status,
-            "exit_code": self.exit_code,
-            "message": self.message,
-            "started_s": self.started_s,
-            "ended_s": self.ended_s,
-            "teardown": self.teardown,
-            "collected": self.collected,
-            "log": str(self.log) if self.log else None,
-        }
+        node = {"node": self.node.name, "address": self.node.address, "rank": self.node.rank}
+        keep = ("status", "exit_code", "message", "started_s", "ended_s", "teardown", "collected")
+        return {**node, **{k: getattr(self, k) for k in keep}, "log": self.log and str(self.log)}
 
 
 @dataclass
@@ -155,22 +130,18 @@ class LaunchResult:
 
     def summary(self) -> str:
         """One line naming the failed nodes first, then the ones stopped because of them."""
-        parts = [o.describe() for o in self.culprits()]
-        parts += [
-            o.describe() for o in self.outcomes.values() if o.status in ("stopped", "not_started")
-        ]
-        return "; ".join(parts) if parts else f"{len(self.outcomes)} node(s) finished"
+        text = summarize_outcomes(self.culprits(), self.outcomes.values())
+        return text or f"{len(self.outcomes)} node(s) finished"
 
     def to_dict(self) -> dict[str, Any]:
+        keep = ("run_id", "status", "master_addr", "master_port", "timings")
+        nodes = {name: o.to_dict() for name, o in self.outcomes.items()}
+        run_dir = self.run_dir and str(self.run_dir)
         return {
-            "run_id": self.run_id,
-            "status": self.status,
-            "master_addr": self.master_addr,
-            "master_port": self.master_port,
-            "timings": self.timings,
-            "nodes": {name: o.to_dict() for name, o in self.outcomes.items()},
+            **{k: getattr(self, k) for k in keep},
+            "nodes": nodes,
             "skew": self.skew,
-            "run_dir": str(self.run_dir) if self.run_dir else None,
+            "run_dir": run_dir,
         }
 
 

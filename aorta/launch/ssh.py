@@ -1,30 +1,17 @@
-"""How aorta talks to a node: one OpenSSH options builder and one session type.
+"""How aorta talks to a node: Fabric connections, all built from one :class:`SshOptions`.
 
-The transport is the ``ssh`` program, one process per remote command, and nothing else (no
-Fabric/paramiko, no scp, rsync or SFTP). That keeps the launcher small and its failure
-semantics simple:
+Setup, the run, kills, teardown and the artifact pull all go through a ``fabric.Connection``
+from :meth:`SshOptions.connection`, so user, key or password, port, host-key policy, keepalive
+and connect timeout never differ between two calls; ``~/.ssh/config`` (``ProxyJump``, ``User``,
+``IdentityFile``) applies through Fabric's config. Each command runs on its own channel, read
+line by line (bounded memory), closed by a timer at its deadline. The launch takes any object
+with :class:`NodeSession`'s methods, so tests of the fan-out logic can use a local fake.
 
-* every SSH use is built from one :class:`SshOptions`, so the key, port, host-key policy,
-  keepalive and connect timeout can never differ between two calls, and ``~/.ssh/config``
-  (ProxyJump, certificates, agent, ControlMaster) applies exactly as on the user's shell;
-* every command is a fresh connection, so a stop can never be blocked behind a busy channel;
-* a deadline is a timer that kills the local ``ssh``: no read loop can outlive it;
-* artifacts come back through the same ``ssh`` as a ``tar`` stream, unpacked here with
-  tarfile's ``data`` filter: nothing to install on either side beyond ``ssh`` and ``tar``.
-
-The price: OpenSSH in batch mode cannot type a password, so logins use keys (``priv_key_file``,
-ssh-agent or ``~/.ssh``). Anything with :class:`SshSession`'s ``exec`` and ``pull`` can stand in
-for it: the launch takes a session factory (tests run the same commands in a local shell).
-
-Examples
---------
->>> opts = SshOptions(host="10.0.0.2", user="ops", port=2222, key_file="/keys/id_ed25519")
->>> " ".join(opts.ssh_argv())  # doctest: +NORMALIZE_WHITESPACE
-'ssh -o BatchMode=yes -o User=ops -i /keys/id_ed25519 -o IdentitiesOnly=yes
- -o StrictHostKeyChecking=accept-new -o ConnectTimeout=10 -o ServerAliveInterval=15
- -o ServerAliveCountMax=3 -o LogLevel=ERROR -p 2222'
->>> describe_ssh_error("ssh: connect to host 10.0.0.2 port 22: Connection refused")
-'connection refused (is sshd running there?)'
+>>> opts = SshOptions(host="10.0.0.2", user="ops", key_file="/keys/id", password="pw")
+>>> sorted(opts.connect_kwargs())  # the key and the password are the only credentials tried
+['allow_agent', 'auth_timeout', 'banner_timeout', 'key_filename', 'look_for_keys', 'password']
+>>> "pw" in repr(opts)
+False
 """
 
 from __future__ import annotations
@@ -33,31 +20,23 @@ import collections
 import contextlib
 import math
 import shlex
-import subprocess
+import socket
 import tarfile
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
+
+import paramiko
+from fabric import Config, Connection
 
 from aorta.errors import AortaError
 
 from .cluster import Cluster, HostKeyChecking, Node
 from .gather import COMBINED
 
-__all__ = [
-    "ExecResult",
-    "NodeSession",
-    "RemoteError",
-    "RemoteTimeout",
-    "SshOptions",
-    "SshSession",
-    "Unreachable",
-    "describe_ssh_error",
-]
-
-_SSH_FAILED = 255  # ssh's own exit code: the connection or the login failed
+__all__ = ["ExecResult", "NodeSession", "RemoteError", "RemoteTimeout", "SshOptions", "SshSession"]
 
 
 class RemoteError(AortaError):
@@ -65,34 +44,34 @@ class RemoteError(AortaError):
 
 
 class Unreachable(RemoteError):
-    """``ssh`` itself failed: refused, timed out, unknown host, login or host key refused."""
+    """Connecting or logging in failed: refused, timed out, unknown host, key or password refused."""
 
 
 class RemoteTimeout(RemoteError):
-    """A remote command did not finish before its deadline (its local ``ssh`` was killed)."""
+    """A remote command did not finish before its deadline (its channel was closed)."""
 
 
 @dataclass(frozen=True)
 class ExecResult:
-    """How a remote command ended; with streaming, ``stdout`` holds only the last lines."""
+    """How a remote command ended; ``stdout`` (stderr merged in) holds its last 40 lines."""
 
     exit_code: int
     stdout: str
-    stderr: str = ""
 
 
 @dataclass(frozen=True)
 class SshOptions:
-    """How to reach one node: address, login, key, host-key policy, timeouts."""
+    """How to reach one node: address, login, key and/or password, host-key policy, timeouts."""
 
     host: str
     user: str | None = None
     port: int | None = None
     key_file: str | None = None
+    password: str | None = field(default=None, repr=False)
     host_key_checking: HostKeyChecking = "accept-new"
     known_hosts_file: str | None = None
     connect_timeout: float = 10.0
-    #: Seconds between keepalive probes (0 = none); a dead peer is noticed after three.
+    #: Seconds between keepalive probes (0 = none).
     keepalive: int = 15
 
     @classmethod
@@ -103,28 +82,50 @@ class SshOptions:
             user=cluster.username,
             port=node.port,
             key_file=cluster.priv_key_file,
+            password=cluster.password,
             host_key_checking=cluster.host_key_checking,
             known_hosts_file=cluster.known_hosts_file,
             connect_timeout=cluster.connect_timeout,
             keepalive=cluster.keepalive,
         )
 
-    def ssh_argv(self) -> list[str]:
-        """``ssh`` and its options, without the destination (add ``host`` and the command)."""
-        opts = ["ssh", "-o", "BatchMode=yes"]
-        if self.user:
-            opts += ["-o", f"User={self.user}"]
+    def connect_kwargs(self) -> dict[str, Any]:
+        """Fabric's ``connect_kwargs`` (paramiko's ``connect``): a given key or password is the
+        only credential tried; with neither, the agent and ``~/.ssh`` keys are."""
+        kwargs: dict[str, Any] = {
+            "banner_timeout": self.connect_timeout,
+            "auth_timeout": self.connect_timeout,
+        }
+        if self.key_file or self.password:
+            kwargs.update(look_for_keys=False, allow_agent=False)
         if self.key_file:
-            opts += ["-i", self.key_file, "-o", "IdentitiesOnly=yes"]
-        opts += ["-o", f"StrictHostKeyChecking={self.host_key_checking}"]
+            kwargs["key_filename"] = [self.key_file]
+        if self.password:
+            kwargs["password"] = self.password
+        return kwargs
+
+    def connection(self) -> Connection:
+        """A ``fabric.Connection`` to the node with these options; it connects on first use."""
+        conn = Connection(
+            self.host,
+            user=self.user,
+            port=self.port,
+            config=Config(),
+            connect_timeout=max(1, math.ceil(self.connect_timeout)),  # Fabric takes whole seconds
+            connect_kwargs=self.connect_kwargs(),
+        )
+        client = conn.client
         if self.host_key_checking == "no":
-            opts += ["-o", "UserKnownHostsFile=/dev/null"]
-        elif self.known_hosts_file:
-            opts += ["-o", f"UserKnownHostsFile={self.known_hosts_file}"]
-        opts += ["-o", f"ConnectTimeout={max(1, math.ceil(self.connect_timeout))}"]
-        if self.keepalive:
-            opts += ["-o", f"ServerAliveInterval={self.keepalive}", "-o", "ServerAliveCountMax=3"]
-        return [*opts, "-o", "LogLevel=ERROR", *(["-p", str(self.port)] if self.port else [])]
+            client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
+            return conn
+        known = Path(self.known_hosts_file or "~/.ssh/known_hosts").expanduser()
+        if known.is_file():  # checked, never written back (threads share the file)
+            client.load_system_host_keys(str(known))
+        strict = self.host_key_checking == "yes"
+        client.set_missing_host_key_policy(
+            paramiko.RejectPolicy() if strict else paramiko.AutoAddPolicy()
+        )
+        return conn
 
     def where(self) -> str:
         """``ssh user@host:port``, the prefix of this node's connection errors."""
@@ -132,24 +133,29 @@ class SshOptions:
         return f"ssh {user}{self.host}" + (f":{self.port}" if self.port else "")
 
 
-def describe_ssh_error(stderr: str) -> str:
-    """A one-line reason from what ``ssh`` printed when it failed (exit code 255)."""
-    text = stderr.strip()
-    reasons = {
-        "Connection refused": "connection refused (is sshd running there?)",
-        "Permission denied": f"authentication failed ({text.splitlines()[-1] if text else ''})",
-        "Host key verification failed": "host key mismatch: the node's key is not the one in known_hosts",
-        "Could not resolve hostname": "cannot resolve the host name",
-        "timed out": "timed out connecting",
-    }
-    for mark, reason in reasons.items():
-        if mark in text:
-            return reason
-    return text.splitlines()[-1] if text else "ssh failed (exit code 255)"
+def describe_ssh_error(exc: BaseException) -> str:
+    """A one-line reason for a failed connection.
+
+    >>> describe_ssh_error(ConnectionRefusedError(111, "Connection refused"))
+    'connection refused (is sshd running there?)'
+    """
+    if isinstance(exc, ConnectionRefusedError | paramiko.ssh_exception.NoValidConnectionsError):
+        return "connection refused (is sshd running there?)"
+    if isinstance(exc, paramiko.BadHostKeyException):
+        return "host key mismatch: the node's key is not the one in known_hosts"
+    if isinstance(exc, paramiko.AuthenticationException):
+        return f"authentication failed ({exc})"
+    if isinstance(exc, socket.gaierror):
+        return f"cannot resolve the host name ({exc.strerror})"
+    if isinstance(exc, TimeoutError | socket.timeout):
+        return "timed out connecting"
+    if "No authentication methods available" in str(exc):
+        return "authentication failed: no key or password to try (priv_key_file, password, agent)"
+    return (exc.strerror if isinstance(exc, OSError) else None) or f"{type(exc).__name__}: {exc}"
 
 
 class NodeSession(Protocol):
-    """What the launch needs from a connection to one node."""
+    """What the launch needs from one node's connection."""
 
     node: Node
 
@@ -157,139 +163,152 @@ class NodeSession(Protocol):
         self,
         command: str,
         *,
+        timeout: float,
         stdin: bytes | None = None,
-        timeout: float | None = None,
         on_line: Callable[[str], None] | None = None,
         keep_stdin_open: bool = False,
+        fresh: bool = False,
     ) -> ExecResult: ...
 
     def pull(self, remote_dir: str, local_dir: Path, *, timeout: float) -> str: ...
 
+    def close(self) -> None: ...
+
 
 class SshSession:
-    """One node, reached by ``ssh`` with :class:`SshOptions`; each call is one ``ssh`` process.
+    """One node over Fabric.
 
-    Building one starts nothing; there is nothing to close.
+    Lifecycle: building a session is free and touches no network. The first command opens its
+    ``fabric.Connection`` (connect and login bounded by ``connect_timeout``; keepalives on);
+    later commands — also from other threads — each get a channel of that connection.
+    ``exec(..., fresh=True)`` runs on a second connection opened and closed for that command: the
+    kill path, never stuck behind a busy or dead first connection. ``close()`` (or leaving a
+    ``with`` block) closes the connection, which ends every channel still open on it.
     """
 
     def __init__(self, node: Node, options: SshOptions) -> None:
-        self.node = node
-        self.options = options
+        self.node, self.options = node, options
+        self._conn: Connection | None = None
+        self._lock = threading.Lock()
 
-    def argv(self, command: str) -> list[str]:
-        """The local argv that runs the shell line ``command`` on the node."""
-        return [*self.options.ssh_argv(), self.options.host, command]
+    def __enter__(self) -> SshSession:
+        return self
 
-    def _start(self, command: str, *, merge: bool) -> subprocess.Popen[bytes]:
-        # A session of its own: the terminal's Ctrl-C reaches the launcher, which stops the
-        # nodes in order, not every ssh at once.
-        return subprocess.Popen(
-            self.argv(command),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT if merge else subprocess.PIPE,
-            start_new_session=True,
-        )
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _open(self, conn: Connection) -> Connection:
+        try:
+            conn.open()
+        except Exception as exc:
+            raise Unreachable(f"{self.options.where()}: {describe_ssh_error(exc)}") from exc
+        if self.options.keepalive:
+            conn.transport.set_keepalive(self.options.keepalive)
+        with contextlib.suppress(OSError, AttributeError):  # no Nagle delay on small replies
+            conn.transport.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return conn
+
+    def _channel(self, fresh: bool) -> tuple[paramiko.Channel, Connection | None]:
+        if fresh:
+            conn = self._open(self.options.connection())
+        else:
+            with self._lock:
+                if self._conn is None or not self._conn.is_connected:
+                    self._conn = self._open(self.options.connection())
+                conn = self._conn
+        try:
+            chan = conn.transport.open_session(timeout=self.options.connect_timeout)
+        except Exception as exc:
+            raise RemoteError(f"{self.options.where()}: {describe_ssh_error(exc)}") from exc
+        return chan, conn if fresh else None
+
+    @contextlib.contextmanager
+    def _command(
+        self, command: str, timeout: float, fresh: bool = False
+    ) -> Iterator[tuple[paramiko.Channel, threading.Event]]:
+        """A channel running ``command``, closed by a timer at the deadline (which unblocks every
+        wait on it: the request, a write, a read, the exit status); the event says it fired."""
+        chan, own = self._channel(fresh)
+        expired = threading.Event()
+        timer = threading.Timer(timeout, lambda: (expired.set(), chan.close()))
+        timer.daemon = True
+        timer.start()
+        try:
+            chan.exec_command(command)
+            yield chan, expired
+        except Exception as exc:  # after the timer fired, whatever broke is the timeout
+            if not expired.is_set() and isinstance(exc, OSError | EOFError | paramiko.SSHException):
+                raise RemoteError(f"{self.options.where()}: {describe_ssh_error(exc)}") from exc
+            if not expired.is_set():
+                raise
+        finally:
+            timer.cancel()
+            chan.close()
+            if own is not None:
+                own.close()
+        if expired.is_set():
+            raise RemoteTimeout(f"{self.options.where()}: still running after {timeout:g} s")
 
     def exec(
         self,
         command: str,
         *,
+        timeout: float,
         stdin: bytes | None = None,
-        timeout: float | None = None,
         on_line: Callable[[str], None] | None = None,
         keep_stdin_open: bool = False,
+        fresh: bool = False,
     ) -> ExecResult:
-        """Run ``command`` (one shell line), feed it ``stdin``, wait for its exit status.
+        """Run the shell line ``command``, feed it ``stdin``, wait for its exit status.
 
-        With ``on_line``, stdout and stderr are merged and every line goes to the callback as it
-        arrives; ``stdout`` of the result then holds the last 40 lines. ``keep_stdin_open``
-        leaves the command's stdin open until it ends (a remote watchdog waits for that end of
-        file). Raises :class:`RemoteTimeout` past ``timeout`` seconds and :class:`Unreachable`
-        when ``ssh`` itself failed (not when streaming: its message is then in the lines).
+        stdout and stderr are merged; each line goes to ``on_line`` as it arrives.
+        ``keep_stdin_open`` leaves the command's stdin open until the channel closes (a remote
+        watchdog waits for that end of file). Raises :class:`RemoteTimeout` past ``timeout``
+        seconds and :class:`Unreachable` when connecting or logging in failed.
         """
-        proc = self._start(command, merge=on_line is not None)
-        assert proc.stdin is not None and proc.stdout is not None
-        if on_line is None:
-            try:
-                out, err = proc.communicate(stdin or b"", timeout=timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.communicate()
-                raise RemoteTimeout(
-                    f"{self.options.where()}: still running at the deadline"
-                ) from None
-            result = ExecResult(
-                proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
-            )
-            if result.exit_code == _SSH_FAILED and not result.stdout:
-                raise Unreachable(f"{self.options.where()}: {describe_ssh_error(result.stderr)}")
-            return result
-        expired, timer = _kill_after(proc, timeout)
         tail: collections.deque[str] = collections.deque(maxlen=40)
-        try:
-            with contextlib.suppress(BrokenPipeError):  # ssh failed at once: its lines say why
-                proc.stdin.write(stdin or b"")
-                proc.stdin.flush()
-                if not keep_stdin_open:
-                    proc.stdin.close()
-            for raw in proc.stdout:
-                line = raw.decode(errors="replace").rstrip("\r\n")
-                tail.append(line)
-                on_line(line)
-            code = proc.wait()
-        finally:
-            timer.cancel()
-            if proc.poll() is None:
-                proc.kill()  # interrupted: the channel closes, the node's watchdog takes over
-            with contextlib.suppress(BrokenPipeError):
-                proc.stdin.close()
-            proc.stdout.close()
-        if expired.is_set():
-            raise RemoteTimeout(f"{self.options.where()}: still running at the deadline")
+        code = -1
+        with self._command(command, timeout, fresh) as (chan, _):
+            chan.set_combine_stderr(True)
+            chan.sendall(stdin or b"")
+            if not keep_stdin_open:
+                chan.shutdown_write()
+            for raw in chan.makefile("rb"):  # one line at a time, until end of file
+                tail.append(line := raw.decode(errors="replace").rstrip("\r\n"))
+                if on_line is not None:
+                    on_line(line)
+            chan.status_event.wait()  # set by the exit status, the channel's close or the timer
+            code = chan.exit_status
         return ExecResult(code, "\n".join(tail))
 
     def pull(self, remote_dir: str, local_dir: Path, *, timeout: float) -> str:
-        """Copy ``remote_dir``'s contents (no ``combined_traces``) into ``local_dir`` as a tar
-        stream; return ``"tar (N files)"``. Raises :class:`RemoteError`."""
+        """Copy ``remote_dir``'s contents (no ``combined_traces``) into ``local_dir``: a ``tar``
+        stream read from a channel, unpacked with tarfile's ``data`` filter. Returns
+        ``"tar (N files)"``; raises :class:`RemoteError`."""
+        files, code, err = 0, -1, ""
         line = f"cd {shlex.quote(remote_dir)} && exec tar -cf - --exclude={COMBINED} ."
-        proc = self._start(line, merge=False)
-        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-        proc.stdin.close()
-        expired, timer = _kill_after(proc, timeout)
-        files, problem = 0, ""
         try:
-            with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
-                for member in tar:
-                    tar.extract(member, local_dir, filter="data")
-                    files += member.isfile()
-        except (tarfile.TarError, OSError) as exc:
-            problem = str(exc)
-        finally:
-            timer.cancel()
-            err = proc.stderr.read().decode(errors="replace").strip()
-            code = proc.wait()
-        if expired.is_set():
-            raise RemoteError(f"tar did not finish in {timeout:g} s ({files} files copied)")
-        if code == _SSH_FAILED:
-            raise Unreachable(f"{self.options.where()}: {describe_ssh_error(err)}")
-        if code != 0 or problem:
-            raise RemoteError(f"tar exited {code}: {err.splitlines()[-1] if err else problem}")
+            with self._command(line, timeout) as (chan, _):
+                chan.shutdown_write()
+                with tarfile.open(fileobj=chan.makefile("rb"), mode="r|") as tar:
+                    for member in tar:
+                        tar.extract(member, local_dir, filter="data")
+                        files += member.isfile()
+                chan.status_event.wait()
+                code = chan.exit_status
+                err = chan.recv_stderr(4096).decode(errors="replace").strip()
+        except RemoteTimeout:
+            raise RemoteError(f"tar did not finish in {timeout:g} s ({files} files)") from None
+        except tarfile.TarError as exc:
+            err = str(exc)
+        if code != 0:
+            raise RemoteError(f"tar exited {code}: {err.splitlines()[-1] if err else 'no reason'}")
         return f"tar ({files} files)"
 
-
-def _kill_after(
-    proc: subprocess.Popen[bytes], timeout: float | None
-) -> tuple[threading.Event, threading.Timer]:
-    """Kill ``proc`` after ``timeout`` seconds (``None``: never); the event says it happened."""
-    expired = threading.Event()
-
-    def expire() -> None:
-        expired.set()
-        proc.kill()
-
-    timer = threading.Timer(timeout if timeout is not None else 0.0, expire)
-    timer.daemon = True
-    if timeout is not None:
-        timer.start()
-    return expired, timer
+    def close(self) -> None:
+        """Close the connection (every channel on it ends); a later command reconnects."""
+        with self._lock:
+            conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):  # closing never masks the real error
+                conn.close()

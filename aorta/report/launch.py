@@ -1,0 +1,129 @@
+"""Text renderings of a multi-node launch: node outcomes, the dry-run table, version skew.
+
+Pure functions returning strings; :mod:`aorta.launch` builds the data, the CLI prints.
+
+Examples
+--------
+>>> format_skew({"torch.version": {"node0": "2.4.0", "node1": "2.3.1"}})
+['nodes differ in 1 setting(s):', '  torch.version: node0=2.4.0  node1=2.3.1']
+>>> last_words("loss nan\\nTraceback (most recent call last):\\n  torch.distributed.elastic ...\\n===")
+'loss nan'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from aorta.store.hostenv import redact_env
+
+if TYPE_CHECKING:  # typing only: launch/ sits above report/
+    from aorta.launch import DryRun, NodeOutcome
+
+__all__ = [
+    "describe_kill",
+    "describe_outcome",
+    "dry_run_lines",
+    "format_skew",
+    "last_words",
+    "summarize_outcomes",
+    "version_rows",
+]
+
+_VERBS = {
+    "ok": "finished",
+    "stopped": "was stopped",
+    "not_started": "was not started",
+    "interrupted": "was interrupted",
+}
+
+
+def describe_outcome(outcome: NodeOutcome) -> str:
+    """``node1 10.0.0.2 exited with code 1 (...)``: one node, one line, for error messages."""
+    verb = _VERBS.get(outcome.status)
+    what = verb if verb and not outcome.message else (outcome.message or outcome.status)
+    if outcome.status == "stopped" and outcome.message:
+        what = f"was stopped ({outcome.message})"
+    return f"{outcome.node.label} {what}"
+
+
+def summarize_outcomes(culprits: Iterable[NodeOutcome], others: Iterable[NodeOutcome]) -> str:
+    """The nodes that caused a launch's status first, then the ones stopped because of them."""
+    parts = [describe_outcome(o) for o in culprits]
+    parts += [describe_outcome(o) for o in others if o.status in ("stopped", "not_started")]
+    return "; ".join(parts)
+
+
+def describe_kill(report: Mapping[str, Any], before: str = "") -> str:
+    """What a node's teardown found, from the node helper's ``kill`` report."""
+    if report.get("fallback"):
+        return "the node's Python could not run the cleanup: killed the pid file's session only"
+    if report.get("left"):
+        return f"{len(report['left'])} process(es) still running after SIGKILL: {report['left']}"
+    n = int(report.get("terminated", 0))
+    now = f"stopped {n} leftover process(es)" if n else "nothing left"
+    return f"{before}; {now}" if before else now
+
+
+def last_words(text: str) -> str:
+    """The line of a failed node's output most likely to say why.
+
+    torchrun ends a failure with its own traceback and a ``ChildFailedError`` box; the line
+    before that traceback (the worker's last words) says more. Lines without a letter or digit
+    (``=====``) never do.
+    """
+    lines = [line.strip() for line in text.splitlines() if any(c.isalnum() for c in line)]
+    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call")]
+    tail = lines[starts[-1] :] if starts and starts[-1] > 0 else []
+    if any("torch" in line and "distributed" in line for line in tail):
+        lines = lines[: starts[-1]]
+    return lines[-1] if lines else ""
+
+
+def format_skew(skew: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Lines for :func:`aorta.launch.env_diff`'s result (none when the nodes agree)."""
+    if not skew:
+        return []
+    lines = [f"nodes differ in {len(skew)} setting(s):"]
+    for key, values in skew.items():
+        lines.append(f"  {key}: " + "  ".join(f"{n}={v}" for n, v in values.items()))
+    return lines
+
+
+def _or_none(value: Any) -> str:
+    return "-" if value in (None, "", {}) else str(value)
+
+
+def version_rows(snapshot: Mapping[str, Any] | None) -> dict[str, str]:
+    """The versions ``--dry-run`` shows for one node (``-`` when found none)."""
+    if not snapshot:
+        return {}
+    torch, libs = snapshot.get("torch") or {}, snapshot.get("libraries") or {}
+    drivers = snapshot.get("drivers") or {}
+    return {
+        "python": _or_none(snapshot.get("python")),
+        "aorta": _or_none(snapshot.get("aorta")),
+        "torch": _or_none(torch.get("version")),
+        "cuda/hip": _or_none(torch.get("cuda") or torch.get("hip")),
+        "nccl/rccl": _or_none(libs.get("nccl_wheel") or libs.get("nccl") or libs.get("rccl")),
+        "driver": _or_none(drivers.get("nvidia") or drivers.get("amdgpu") or drivers.get("rocm")),
+    }
+
+
+def dry_run_lines(report: DryRun) -> list[str]:
+    """``aorta launch --dry-run``: each node's reachability, versions, environment (secret values
+    redacted), command and remote line, then the settings that differ between nodes."""
+    port = report.master_port or "? (the head could not probe one)"
+    lines = [f"rendezvous: {report.master_addr}:{port}"]
+    for name, out in report.outcomes.items():
+        state = "reachable" if out.status == "ok" else f"NOT READY: {out.message}"
+        lines += ["", f"{out.node.label}: {state}"]
+        versions = version_rows(out.snapshot)
+        if versions:
+            lines.append("  " + "  ".join(f"{k} {v}" for k, v in versions.items()))
+        cmd = report.commands.get(name)
+        if cmd is not None:
+            lines += ["  env:", *(f"    {k}={v}" for k, v in redact_env(cmd.env).items())]
+            lines += [f"  unset: {' '.join(cmd.unset)}", f"  command: {cmd.describe()}"]
+            lines.append(f"  remote line: {cmd.remote}")
+    return lines + format_skew(report.skew)
