@@ -8,7 +8,9 @@ runs on Python 3.8, and it never imports torch (versions are read from files).
 Secrets never reach disk: :func:`redact_env` replaces the value of every variable whose name
 matches :data:`SECRET_NAME_GLOBS` (case-insensitive) or one of the caller's ``scrub_keys`` globs
 (a recipe's ``redaction.scrub_env_keys``); with ``scrub_paths`` / ``scrub_ips`` home paths and IP
-addresses in the other values are masked.
+addresses in the other values are masked. Values are also scrubbed by shape
+(:func:`redact_secret_shapes`: credentials in URLs, bearer tokens, ``--password=…``, well-known
+token formats), whatever their variable is called.
 
 Examples
 --------
@@ -33,7 +35,14 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable, Mapping  # noqa: UP035 - Python 3.8 on the nodes
 
-__all__ = ["REDACTED", "RELEVANT_PREFIXES", "SECRET_NAME_GLOBS", "redact_env", "snapshot"]
+__all__ = [
+    "REDACTED",
+    "RELEVANT_PREFIXES",
+    "SECRET_NAME_GLOBS",
+    "redact_env",
+    "redact_secret_shapes",
+    "snapshot",
+]
 
 #: Variables worth keeping in a snapshot: the stacks a triage touches.
 RELEVANT_PREFIXES = (
@@ -47,6 +56,41 @@ RELEVANT_PREFIXES = (
 SECRET_NAME_GLOBS = ("*TOKEN*", "*SECRET*", "*KEY*", "*PASSWORD*", "*PASSWD*", "*CREDENTIAL*")
 REDACTED = "<redacted>"
 _IP = re.compile(r"\b(?:\d{1,3}\.){3}\d{1,3}\b")
+#: Values that carry a credential whatever the variable is called: the secret part of each
+#: match (group ``s``) becomes ``<redacted>``.
+_SECRET_SHAPES = (
+    # scheme://user:SECRET@host (postgres, https, redis, amqp, …)
+    re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://[^\s:/@]+:(?P<s>[^\s@/]+)@"),
+    # Authorization: Bearer SECRET / token SECRET / Basic SECRET
+    re.compile(r"(?i)\b(?:bearer|basic|token)\s+(?P<s>[A-Za-z0-9._~+/=-]{8,})"),
+    # --password=SECRET, --token SECRET, api_key=SECRET, secret: SECRET, passwd=SECRET
+    re.compile(
+        r"(?i)(?:--?|\b)[a-z0-9_-]*(?:password|passwd|token|secret|api[_-]?key|credential)s?"
+        r"(?:\s*[=:]\s*|\s+)(?P<s>[^\s'\"&;,]{4,})"
+    ),
+    # Well-known token formats: GitHub, Hugging Face, Slack, AWS access keys, JWTs.
+    re.compile(r"\b(?P<s>(?:gh[pousr]_|hf_|xox[abposr]-)[A-Za-z0-9_-]{16,})"),
+    re.compile(r"\b(?P<s>AKIA[0-9A-Z]{16})\b"),
+    re.compile(r"\b(?P<s>eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,})"),
+)
+
+
+def redact_secret_shapes(text: str) -> str:
+    """``text`` with credentials recognised by their shape redacted.
+
+    >>> redact_secret_shapes("postgres://u:hunter2@db/x --password=s3cret Bearer abcdefgh123")
+    'postgres://u:<redacted>@db/x --password=<redacted> Bearer <redacted>'
+    """
+    for shape in _SECRET_SHAPES:
+        text = shape.sub(
+            lambda m: (
+                m.group(0)[: m.start("s") - m.start()]
+                + REDACTED
+                + m.group(0)[m.end("s") - m.start() :]
+            ),
+            text,
+        )
+    return text
 
 
 def redact_env(
@@ -70,6 +114,7 @@ def redact_env(
         ):
             out[key] = REDACTED
             continue
+        value = redact_secret_shapes(value)
         if scrub_paths and home and home != "/":
             value = value.replace(home, "~")
         if scrub_ips:

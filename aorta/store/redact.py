@@ -7,8 +7,9 @@ environment the trials see, it scrubs
   :func:`aorta.store.hostenv.redact_env`) and the recipe's ``scrub_env_keys`` globs become
   ``<redacted>``, in ``host_env.json`` and in each cell's ``cell.json`` overlay;
 * **text** — the *values* of those variables wherever they appear in a trial record's error,
-  hint, warnings, info and failure details; with ``scrub_paths`` the home folder becomes
-  ``~``, with ``scrub_ip_addresses`` IPv4 addresses become ``<ip>``.
+  hint, warnings, info and failure details, and any credential recognised by its shape
+  (:func:`~aorta.store.hostenv.redact_secret_shapes`); with ``scrub_paths`` the home folder
+  becomes ``~``, with ``scrub_ip_addresses`` IPv4 addresses become ``<ip>``.
 
 The recipe itself (``recipe.resolved.yaml``) is left as written: a resumed run needs it.
 
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aorta.store.hostenv import REDACTED, redact_env
+from aorta.store.hostenv import REDACTED, redact_env, redact_secret_shapes
 from aorta.store.record import TrialRecord
 
 __all__ = ["Redactor"]
@@ -85,9 +86,11 @@ class Redactor:
         return {k: v if v == REDACTED else self.text(v) for k, v in out.items()}
 
     def text(self, text: str) -> str:
-        """``text`` with secret values, and (when asked) home paths and IPs, masked."""
+        """``text`` with secret values and credential shapes (URLs with a password, bearer
+        tokens, ``--password=…``), and (when asked) home paths and IPs, masked."""
         for value in self.secrets:
             text = text.replace(value, REDACTED)
+        text = redact_secret_shapes(text)
         if self.scrub_paths:
             home = str(Path.home())
             if home and home != "/":
@@ -108,8 +111,6 @@ class Redactor:
     def record(self, record: TrialRecord) -> TrialRecord:
         """A copy of ``record`` whose free text (errors, hints, warnings, info, failure details,
         each rank's too) is scrubbed; numbers and statuses are untouched."""
-        if not (self.secrets or self.scrub_paths or self.scrub_ips):
-            return record
 
         def scrub(part: Any) -> dict[str, Any]:
             update: dict[str, Any] = {
