@@ -161,8 +161,9 @@ def _z(alpha: float) -> float:
 def wilson_interval(k: int, n: int, *, alpha: float = 0.05) -> tuple[float, float]:
     """Wilson score interval for ``k`` events in ``n`` trials, at confidence ``1 - alpha``.
 
-    Unlike the normal approximation it stays inside [0, 1] and is not empty at 0/n.
-    ``(nan, nan)`` when ``n`` is 0.
+    Unlike the normal approximation it stays inside [0, 1] and is not empty at 0/n. The
+    lower end is exactly 0 when ``k`` is 0 (and only then), the upper exactly 1 when ``k``
+    is ``n``, and ``k / n`` always lies inside. ``(nan, nan)`` when ``n`` is 0.
 
     Examples
     --------
@@ -170,6 +171,8 @@ def wilson_interval(k: int, n: int, *, alpha: float = 0.05) -> tuple[float, floa
     [0.0, 0.278]
     >>> [round(v, 3) for v in wilson_interval(8, 10)]
     [0.49, 0.943]
+    >>> wilson_interval(0, 3)[0], wilson_interval(3, 3)[1]
+    (0.0, 1.0)
     """
     if n <= 0:
         return (math.nan, math.nan)
@@ -178,7 +181,11 @@ def wilson_interval(k: int, n: int, *, alpha: float = 0.05) -> tuple[float, floa
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return (max(0.0, centre - half), min(1.0, centre + half))
+    # At 0/n and n/n the formula's end is 0 or 1 only up to rounding (2.8e-17 at 0/3), which
+    # turns into a negative error bar; pin the ends and keep the rate inside.
+    lo = 0.0 if k <= 0 else min(p, max(0.0, centre - half))
+    hi = 1.0 if k >= n else max(p, min(1.0, centre + half))
+    return (lo, hi)
 
 
 # --- against a reference ---------------------------------------------------------------------
