@@ -270,3 +270,13 @@ def test_docker_reference_check_never_lets_an_option_through(ref):
     if problem is None:
         assert ref and not ref.startswith("-")
         assert not any(c.isspace() for c in ref)
+
+
+def test_bad_docker_reference_from_environment_objects_is_refused():
+    # What a plugin hands over through the aorta.environments entry point.
+    from aorta.recipe.registry import Environment, _environments_from
+
+    with pytest.raises(RecipeError, match=r"plugin x: environments\.evil\.docker: not a docker"):
+        _environments_from([Environment("evil", "docker", "-v/:/host")], "plugin x")
+    (ok,) = _environments_from([Environment("img", "docker", "rocm/pytorch:latest")], "plugin x")
+    assert ok.image == "rocm/pytorch:latest" and ok.source == "plugin x"

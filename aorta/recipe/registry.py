@@ -313,6 +313,20 @@ def _environments_from(obj: Any, source: str) -> list[Environment]:
                 raise RecipeError(
                     [Problem(source, f"expected Environment objects, got {type(item).__name__}")]
                 )
+            problem = _name_problem(item.name, "environment")
+            if problem:
+                raise RecipeError([Problem(f"{source}: environments.{item.name}", problem)])
+            if item.kind == "docker":
+                problem = image_ref_problem(item.image)
+                if problem:
+                    raise RecipeError(
+                        [
+                            Problem(
+                                f"{source}: environments.{item.name}.docker",
+                                f"{problem}, got {item.image!r}",
+                            )
+                        ]
+                    )
             out.append(
                 Environment(item.name, item.kind, item.image, item.env, item.description, source)
             )
