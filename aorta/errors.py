@@ -168,6 +168,7 @@ _PLAIN_MESSAGES = {
     "list_type": "must be a list, got {got}",
     "dict_type": "must be a mapping, got {got}",
     "model_type": "must be a mapping, got {got}",
+    "finite_number": "must be a finite number, got {got}",
     "missing": "required key is missing",
 }
 
@@ -216,6 +217,13 @@ def validation_problems(exc: Any, *, at: str = "", hide: Collection[str] = ()) -
         elif kind in {"greater_than_equal", "greater_than"}:
             op = "≥" if kind == "greater_than_equal" else ">"
             msg = f"must be {op} {ctx.get('ge', ctx.get('gt'))}, got {got}"
+        elif kind in {"less_than_equal", "less_than"}:
+            op = "≤" if kind == "less_than_equal" else "<"
+            bound = ctx.get("le", ctx.get("lt"))
+            if isinstance(bound, float) and bound.is_integer():
+                bound = int(bound)
+            shown = f"{bound:,}" if isinstance(bound, int) else str(bound)
+            msg = f"must be {op} {shown}, got {got}"
         elif kind == "literal_error":
             msg = f"must be one of {ctx.get('expected')}, got {got}"
         else:

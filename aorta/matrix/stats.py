@@ -16,7 +16,9 @@ Against a reference group (:func:`compare_groups`):
 * **p**: two-sided Mann–Whitney U, exact (:func:`mann_whitney`). The exact null distribution
   assumes no ties; when a value occurs twice, a permutation test of the same statistic on
   mid-ranks is used instead (every relabelling of the trials when there are at most 9,999,
-  otherwise 9,999 seeded random ones), and ``p_method`` says ``permutation``;
+  otherwise 9,999 seeded random ones), and ``p_method`` says ``permutation``. Beyond
+  :data:`EXACT_MAX_TRIALS` trials in a group both would cost minutes (or overflow), and the
+  normal approximation with tie correction is accurate there: ``p_method`` says ``asymptotic``;
 * **p_adj**: Holm's step-down adjustment across all compared cells (:func:`holm`);
 * **fisher_p** / **fisher_p_adj**: Fisher's exact test on failures vs passes, Holm-adjusted;
 * **verdict** (:func:`timing_verdict`): ``slower`` / ``faster`` when ``p_adj < alpha`` and the
@@ -52,6 +54,7 @@ import numpy as np
 __all__ = [
     "DEFAULT_RESAMPLES",
     "DEFAULT_SEED",
+    "EXACT_MAX_TRIALS",
     "PERMUTATION_RESAMPLES",
     "FailureVerdict",
     "Group",
@@ -78,6 +81,9 @@ DEFAULT_RESAMPLES = 10_000
 DEFAULT_SEED = 0
 #: Permutations of the tie-aware Mann–Whitney fallback.
 PERMUTATION_RESAMPLES = 9_999
+#: Largest group for the exact / permutation Mann–Whitney; larger groups use the normal
+#: approximation (scipy's exact distribution takes minutes at 600 vs 600, and returns NaN).
+EXACT_MAX_TRIALS = 50
 
 Verdict = Literal["baseline", "slower", "faster", "no change", "inconclusive", "no data"]
 FailureVerdict = Literal["baseline", "more", "fewer", "not significant", "no data"]
@@ -161,8 +167,9 @@ def _z(alpha: float) -> float:
 def wilson_interval(k: int, n: int, *, alpha: float = 0.05) -> tuple[float, float]:
     """Wilson score interval for ``k`` events in ``n`` trials, at confidence ``1 - alpha``.
 
-    Unlike the normal approximation it stays inside [0, 1] and is not empty at 0/n.
-    ``(nan, nan)`` when ``n`` is 0.
+    Unlike the normal approximation it stays inside [0, 1] and is not empty at 0/n. The
+    lower end is exactly 0 when ``k`` is 0 (and only then), the upper exactly 1 when ``k``
+    is ``n``, and ``k / n`` always lies inside. ``(nan, nan)`` when ``n`` is 0.
 
     Examples
     --------
@@ -170,6 +177,8 @@ def wilson_interval(k: int, n: int, *, alpha: float = 0.05) -> tuple[float, floa
     [0.0, 0.278]
     >>> [round(v, 3) for v in wilson_interval(8, 10)]
     [0.49, 0.943]
+    >>> wilson_interval(0, 3)[0], wilson_interval(3, 3)[1]
+    (0.0, 1.0)
     """
     if n <= 0:
         return (math.nan, math.nan)
@@ -178,7 +187,11 @@ def wilson_interval(k: int, n: int, *, alpha: float = 0.05) -> tuple[float, floa
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return (max(0.0, centre - half), min(1.0, centre + half))
+    # At 0/n and n/n the formula's end is 0 or 1 only up to rounding (2.8e-17 at 0/3), which
+    # turns into a negative error bar; pin the ends and keep the rate inside.
+    lo = 0.0 if k <= 0 else min(p, max(0.0, centre - half))
+    hi = 1.0 if k >= n else max(p, min(1.0, centre + half))
+    return (lo, hi)
 
 
 # --- against a reference ---------------------------------------------------------------------
@@ -236,16 +249,18 @@ def percentile_interval(samples: np.ndarray, *, alpha: float) -> tuple[float, fl
 
 def min_exact_p(n: int, m: int) -> float:
     """The smallest two-sided p-value an exact Mann–Whitney test of ``n`` vs ``m`` values can
-    give: ``2 / C(n + m, n)`` (no ties), or 1 when a group is empty.
+    give: ``2 / C(n + m, n)`` (no ties), or 1 when a group is empty. It underflows to 0 at
+    large counts (``C(1032, 516)`` is past the largest float) rather than overflowing.
 
     Examples
     --------
-    >>> min_exact_p(3, 3), round(min_exact_p(4, 4), 4)
-    (0.1, 0.0286)
+    >>> min_exact_p(3, 3), round(min_exact_p(4, 4), 4), min_exact_p(600, 600)
+    (0.1, 0.0286, 0.0)
     """
     if n <= 0 or m <= 0:
         return 1.0
-    return min(1.0, 2.0 / math.comb(n + m, n))
+    # int / int divides exactly and rounds once; 2.0 / int converts the int to a float first.
+    return min(1.0, 2 / math.comb(n + m, n))
 
 
 def trials_for_level(level: float, *, limit: int = 10_000) -> int:
@@ -298,7 +313,9 @@ def mann_whitney(
     ``method`` is ``exact`` (scipy's exact null distribution, valid without ties) or, when a
     value occurs twice, ``permutation``: the same statistic on mid-ranks against every
     relabelling of the trials when there are at most 9,999, else 9,999 relabellings drawn
-    from ``rng``. ``(nan, "")`` when a group is empty.
+    from ``rng``. When a group has more than :data:`EXACT_MAX_TRIALS` values, ``asymptotic``:
+    the normal approximation with tie and continuity corrections (scipy,
+    ``method="asymptotic"``). ``(nan, "")`` when a group is empty.
 
     Examples
     --------
@@ -315,6 +332,9 @@ def mann_whitney(
     y = np.asarray(y, dtype=float)
     if x.size == 0 or y.size == 0:
         return (math.nan, "")
+    if max(x.size, y.size) > EXACT_MAX_TRIALS:
+        res = stats.mannwhitneyu(x, y, alternative="two-sided", method="asymptotic")
+        return (min(1.0, max(0.0, float(res.pvalue))), "asymptotic")
     both = np.concatenate([x, y])
     if np.unique(both).size == both.size:
         res = stats.mannwhitneyu(x, y, alternative="two-sided", method="exact")

@@ -67,6 +67,9 @@ class Cell:
     collect: tuple[Collector, ...]
     #: Where the cell comes from in the recipe (``cells[2]``, ``axes``, ``mitigation_axis[0]``).
     path: str
+    #: The generated name in full when it was too long for a file name and ``name`` is
+    #: its shortened form (``<head>-<8 hex>``); ``None`` otherwise.
+    full_name: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for JSON (trial records, matrix.json, the dry-run)."""
@@ -83,7 +86,7 @@ class Cell:
             "trials": self.trials,
             "steps": self.steps,
             "collect": [c.model_dump(mode="json") for c in self.collect],
-        }
+        } | ({"full_name": self.full_name} if self.full_name is not None else {})
 
 
 @dataclass(frozen=True)
@@ -264,6 +267,7 @@ def plan(
                 steps=steps,
                 collect=collect,
                 path=ex.path,
+                full_name=ex.full_name,
             )
         )
     if problems:

@@ -34,6 +34,7 @@ from typing import Any, Literal
 
 from aorta.envvars import env_problems
 from aorta.errors import Problem, RecipeError
+from aorta.recipe.limits import MAX_NAME_BYTES, image_ref_problem
 from aorta.recipe.schema import DockerEnvironment
 from aorta.recipe.yamldoc import parse_yaml
 
@@ -197,6 +198,16 @@ BUILTIN_ENVIRONMENTS: tuple[Environment, ...] = (
 # --------------------------------------------------------------------------------------------
 
 
+def _name_problem(name: Any, what: str) -> str | None:
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        return f"not a valid {what} name"
+    size = len(name.encode("utf-8"))
+    if size > MAX_NAME_BYTES:
+        # environments name folders of the run directory
+        return f"not a valid {what} name: it is {size} bytes long, at most {MAX_NAME_BYTES} bytes"
+    return None
+
+
 def _check_env_mapping(env: Any, where: str) -> dict[str, str]:
     if not isinstance(env, Mapping):
         raise RecipeError([Problem(where, "env must be a mapping of NAME: 'value'")])
@@ -216,8 +227,9 @@ def _mitigations_from(obj: Any, source: str) -> list[Mitigation]:
     if isinstance(obj, Mapping):
         for name, spec in obj.items():
             where = f"{source}: mitigations.{name}"
-            if not isinstance(name, str) or not _NAME_RE.match(name):
-                raise RecipeError([Problem(where, "not a valid mitigation name")])
+            problem = _name_problem(name, "mitigation")
+            if problem:
+                raise RecipeError([Problem(where, problem)])
             if isinstance(spec, Mapping) and "env" in spec:
                 extra = set(spec) - {"env", "description", "vendor"}
                 if extra:
@@ -264,8 +276,9 @@ def _environments_from(obj: Any, source: str) -> list[Environment]:
     if isinstance(obj, Mapping):
         for name, spec in obj.items():
             where = f"{source}: environments.{name}"
-            if not isinstance(name, str) or not _NAME_RE.match(name):
-                raise RecipeError([Problem(where, "not a valid environment name")])
+            problem = _name_problem(name, "environment")
+            if problem:
+                raise RecipeError([Problem(where, problem)])
             if not isinstance(spec, Mapping):
                 raise RecipeError([Problem(where, "must be a mapping with 'docker' and/or 'env'")])
             extra = set(spec) - {"docker", "env", "description"}
@@ -279,8 +292,10 @@ def _environments_from(obj: Any, source: str) -> list[Environment]:
                     ]
                 )
             image = spec.get("docker")
-            if image is not None and (not isinstance(image, str) or not image):
-                raise RecipeError([Problem(f"{where}.docker", "must be an image reference")])
+            if image is not None:
+                problem = image_ref_problem(image)
+                if problem:
+                    raise RecipeError([Problem(f"{where}.docker", f"{problem}, got {image!r}")])
             env = _check_env_mapping(spec.get("env") or {}, f"{where}.env")
             out.append(
                 Environment(
@@ -298,6 +313,20 @@ def _environments_from(obj: Any, source: str) -> list[Environment]:
                 raise RecipeError(
                     [Problem(source, f"expected Environment objects, got {type(item).__name__}")]
                 )
+            problem = _name_problem(item.name, "environment")
+            if problem:
+                raise RecipeError([Problem(f"{source}: environments.{item.name}", problem)])
+            if item.kind == "docker":
+                problem = image_ref_problem(item.image)
+                if problem:
+                    raise RecipeError(
+                        [
+                            Problem(
+                                f"{source}: environments.{item.name}.docker",
+                                f"{problem}, got {item.image!r}",
+                            )
+                        ]
+                    )
             out.append(
                 Environment(item.name, item.kind, item.image, item.env, item.description, source)
             )

@@ -32,6 +32,7 @@ import difflib
 import hashlib
 import itertools
 import json
+import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -52,6 +53,16 @@ from pydantic import (
 from aorta import envvars
 from aorta.errors import Problem, RecipeError, describe_value, validation_problems
 from aorta.errors import invalid as _fail
+from aorta.recipe.limits import (
+    MAX_CELLS,
+    MAX_STEPS,
+    MAX_TIMEOUT_S,
+    MAX_TOTAL_TRIALS,
+    MAX_TRIALS,
+    fit_name,
+    image_ref_problem,
+    name_bytes_problem,
+)
 from aorta.recipe.yamldoc import parse_yaml
 
 __all__ = [
@@ -136,6 +147,13 @@ def _check_count(value: Any) -> Any:
     return value
 
 
+def _check_name_bytes(value: Any) -> Any:
+    problem = name_bytes_problem(value) if isinstance(value, str) else None
+    if problem:
+        raise _fail("name_length", problem)
+    return value
+
+
 class _Strict(BaseModel):
     """Base of every recipe model: strict types, unknown keys rejected with the allowed list."""
 
@@ -166,7 +184,7 @@ class Confound(_Strict):
 
     #: A cell whose mean step time exceeds the baseline's by this ratio is tagged ``speed (+N%)``;
     #: the statistics use it as the band of practical equivalence.
-    threshold: float = Field(1.15, gt=1.0)
+    threshold: float = Field(1.15, gt=1.0, allow_inf_nan=False)
     #: The cell every other cell is compared with; resolved automatically when unset.
     baseline_cell: str | None = None
 
@@ -182,9 +200,9 @@ class StopAfter(_Strict):
     """Stop a cell's trials early once enough events were seen (hunting a rare failure)."""
 
     #: Stop after this many trials of the cell had an event.
-    events: int = Field(1, ge=1)
+    events: int = Field(1, ge=1, le=MAX_TRIALS)
     #: The most trials a cell runs while hunting (default: the cell's ``trials``).
-    max_trials: int | None = Field(None, ge=1)
+    max_trials: int | None = Field(None, ge=1, le=MAX_TRIALS)
     #: Which trial outcome counts as an event.
     event_verdict: Literal["workload_failed", "timeout", "any_failure"] = "workload_failed"
 
@@ -237,6 +255,14 @@ class DockerEnvironment(_Strict):
 
     docker: str = Field(min_length=1)
 
+    @field_validator("docker")
+    @classmethod
+    def _ref(cls, v: str) -> str:
+        problem = image_ref_problem(v)
+        if problem:
+            raise _fail("image_ref", f"{problem}, got {v!r}")
+        return v
+
     @property
     def name(self) -> str:
         """``_inline_<8 hex of blake2b(ref)>``: stable, so resumed runs find the same cells."""
@@ -261,6 +287,9 @@ def _check_environment(value: Any) -> Any:
     )
 
 
+EnvironmentRef = Annotated[str | DockerEnvironment, BeforeValidator(_check_environment)]
+
+
 def _check_mitigation_list(value: Any) -> Any:
     if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
         shown = repr(value) if isinstance(value, str) else describe_value(value)
@@ -273,20 +302,20 @@ class CellSpec(_Strict):
 
     name: str
     mitigations: list[str]
-    environment: str | DockerEnvironment = "local"
+    environment: EnvironmentRef = "local"
     extra_env: EnvMap = Field(default_factory=dict)
-    trials: int | None = Field(None, ge=1)
-    steps: int | None = Field(None, ge=1)
+    trials: int | None = Field(None, ge=1, le=MAX_TRIALS)
+    steps: int | None = Field(None, ge=1, le=MAX_STEPS)
     workload_config: ConfigMap = Field(default_factory=dict)
     collect: list[Collector] | None = None
 
     _mit = field_validator("mitigations", mode="before")(_check_mitigation_list)
-    _env = field_validator("environment", mode="before")(_check_environment)
     _count = field_validator("trials", "steps", mode="before")(_check_count)
 
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
+        _check_name_bytes(v)
         if v in RESERVED_CELL_NAMES:
             raise _fail("cell_name", f"{v!r} is reserved")
         if not CELL_NAME_RE.match(v):
@@ -306,7 +335,7 @@ class Axes(_Strict):
     """
 
     mitigations: list[list[str]] | None = None
-    environment: list[str | DockerEnvironment] | None = None
+    environment: list[EnvironmentRef] | None = None
     workload_config: dict[ConfigKey, list[Any]] = Field(default_factory=dict)
 
     @field_validator("mitigations", mode="before")
@@ -325,7 +354,7 @@ class Axes(_Strict):
             return v
         if not isinstance(v, list) or not v:
             raise _fail("axis", f"must be a non-empty list, got {describe_value(v)}")
-        return [_check_environment(e) for e in v]
+        return v
 
     @field_validator("workload_config", mode="before")
     @classmethod
@@ -349,9 +378,9 @@ class Recipe(_Strict):
     ticket: str | None = None
     description: str | None = None
     workload: str | None = None
-    trials: int = Field(1, ge=1)
-    steps: int | None = Field(None, ge=1)
-    timeout_per_trial: float | None = Field(None, gt=0)
+    trials: int = Field(1, ge=1, le=MAX_TRIALS)
+    steps: int | None = Field(None, ge=1, le=MAX_STEPS)
+    timeout_per_trial: float | None = Field(None, gt=0, le=MAX_TIMEOUT_S)
     trial_isolation: Literal["auto", "in_process", "process"] = "auto"
     save_logs: bool = False
     extra_env: EnvMap = Field(default_factory=dict)
@@ -377,7 +406,14 @@ class Recipe(_Strict):
     def _timeout(cls, v: Any) -> Any:
         if isinstance(v, bool):
             raise _fail("number", f"must be a number of seconds > 0, got {describe_value(v)}")
+        if isinstance(v, float) and not math.isfinite(v):
+            raise _fail(
+                "number",
+                f"must be a finite number of seconds (at most {MAX_TIMEOUT_S:,}, 30 days), got {v}",
+            )
         return v
+
+    _names = field_validator("ticket", "workload", mode="before")(_check_name_bytes)
 
     @field_validator("step_time_regex")
     @classmethod
@@ -434,8 +470,9 @@ class Recipe(_Strict):
             for (i, m), (j, d) in itertools.product(
                 enumerate(self.mitigation_axis or []), enumerate(diag)
             ):
+                name, full = fit_name(f"{m}-{d}")
                 spec = CellSpec.model_construct(
-                    name=f"{m}-{d}",
+                    name=name,
                     mitigations=[m, d],
                     environment="local",
                     extra_env={},
@@ -447,7 +484,11 @@ class Recipe(_Strict):
                 dpath = f"diagnostic_axis[{j}]" if self.diagnostic_axis else "diagnostic_axis"
                 out.append(
                     ExpandedCell(
-                        spec, f"mitigation_axis[{i}]", (f"mitigation_axis[{i}]", dpath), "mode"
+                        spec,
+                        f"mitigation_axis[{i}]",
+                        (f"mitigation_axis[{i}]", dpath),
+                        "mode",
+                        full_name=full,
                     )
                 )
             return out
@@ -504,6 +545,8 @@ class ExpandedCell:
     path: str
     mitigation_paths: tuple[str, ...]
     environment_path: str
+    #: A generated name over :data:`MAX_NAME_BYTES`, in full (``name`` is then shortened).
+    full_name: str | None = None
 
     @property
     def name(self) -> str:
@@ -537,6 +580,7 @@ def _expand_axes(axes: Axes) -> list[ExpandedCell]:
         name = "-".join(parts) or "cell"
         if not CELL_NAME_RE.match(name):
             name = "c" + name
+        name, full = fit_name(name)
         spec = CellSpec.model_construct(
             name=name,
             mitigations=list(stack),
@@ -549,12 +593,32 @@ def _expand_axes(axes: Axes) -> list[ExpandedCell]:
         )
         mpath = f"axes.mitigations[{si}]" if axes.mitigations is not None else "axes"
         epath = f"axes.environment[{ei}]" if axes.environment is not None else "axes"
-        out.append(ExpandedCell(spec, "axes", tuple(mpath for _ in stack), epath))
+        out.append(ExpandedCell(spec, "axes", tuple(mpath for _ in stack), epath, full_name=full))
     return out
 
 
 # --------------------------------------------------------------------------------------------
 # cross-field checks: everything that needs more than one field
+
+
+def _count_cells(recipe: Recipe) -> int:
+    """How many cells :meth:`Recipe.expand_cells` gives, without expanding them."""
+    if recipe.mode == "probe":
+        return len(recipe.mitigation_axis or []) * len(recipe.diagnostic_axis or ["none"])
+    n = 0
+    if recipe.axes is not None:
+        axes = recipe.axes
+        n = len(axes.mitigations or [None]) * len(axes.environment or [None])
+        for values in axes.workload_config.values():
+            n *= len(values)
+    return len(recipe.cells) + n
+
+
+def _planned_trials(recipe: Recipe, spec: CellSpec) -> int:
+    # As aorta.plan counts them: stop_after.max_trials replaces every cell's trials.
+    if recipe.stop_after is not None and recipe.stop_after.max_trials is not None:
+        return recipe.stop_after.max_trials
+    return spec.trials or recipe.trials
 
 
 def _cross_check(recipe: Recipe, command: list[str] | None) -> list[Problem]:
@@ -582,7 +646,13 @@ def _cross_check(recipe: Recipe, command: list[str] | None) -> list[Problem]:
             add("cells", "a matrix recipe needs at least one cell (or an axes block)")
     if problems:
         return problems
+    n_cells = _count_cells(recipe)
+    if n_cells > MAX_CELLS:
+        where = {"probe": "mitigation_axis"}.get(recipe.mode, "axes" if recipe.axes else "cells")
+        add(where, f"the recipe expands to {n_cells:,} cells, more than {MAX_CELLS:,}")
+        return problems
     seen: dict[str, str] = {}
+    total = 0
     for cell in recipe.expand_cells():
         where = cell.path if cell.path != "axes" else f"axes (cell {cell.name!r})"
         if cell.name in seen:
@@ -594,6 +664,14 @@ def _cross_check(recipe: Recipe, command: list[str] | None) -> list[Problem]:
             seen[cell.name] = cell.path
         if not CELL_NAME_RE.match(cell.name) or cell.name in RESERVED_CELL_NAMES:
             add(where, f"generated cell name {cell.name!r} is not valid")
+        total += _planned_trials(recipe, cell.spec)
+    if total > MAX_TOTAL_TRIALS:
+        hunting = recipe.stop_after is not None and recipe.stop_after.max_trials is not None
+        add(
+            "stop_after.max_trials" if hunting else "trials",
+            f"the recipe plans {total:,} trials in all over {n_cells:,} cells, more than "
+            f"{MAX_TOTAL_TRIALS:,}",
+        )
     if not problems:
         try:
             recipe.baseline_cell()
