@@ -62,8 +62,7 @@ EventSink = Callable[[str], None]
 TOOLS = ("sbatch", "srun", "scontrol", "sinfo", "scancel")
 #: What ``launch.json`` keeps of ``scontrol show job``.
 _JOB_FIELDS = frozenset(
-    "JobId JobName JobState Reason ExitCode RunTime TimeLimit SubmitTime StartTime EndTime "
-    "Partition NodeList BatchHost NumNodes NumTasks Command StdOut".split()
+    ["JobId", "JobName", "JobState", "Reason", "ExitCode", "RunTime", "TimeLimit", "SubmitTime", "StartTime", "EndTime", "Partition", "NodeList", "BatchHost", "NumNodes", "NumTasks", "Command", "StdOut"]
 )
 SCRIPT, JOB_FILE = "aorta.sbatch", "slurm.json"
 _TIME = re.compile(r"\d+(:\d\d?){0,2}|\d+-\d+(:\d\d?){0,2}")
