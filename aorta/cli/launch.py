@@ -8,6 +8,7 @@ import sys
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -279,11 +280,17 @@ def launch(
     """Run a recipe's sweep on every node of a cluster (torchrun, rendezvous on the head) and
     gather the results into one run directory."""
     from aorta.launch import Deadlines, load_cluster, sweep_spec
+    from aorta.launch import slurm as backend
 
     printer = _Printer(quiet=quiet)
     if slurm and (in_job or attach):
         return _slurm_follow(
-            in_job=in_job, attach=attach, output=output, run_timeout=run_timeout, printer=printer
+            backend,
+            in_job=in_job,
+            attach=attach,
+            output=output,
+            run_timeout=run_timeout,
+            printer=printer,
         )
     if recipe is None:
         raise UsageError("give --recipe FILE (the recipe every node sweeps)")
@@ -299,7 +306,9 @@ def launch(
     if slurm:
         sbatch = _sbatch_options(partition, time, gpus_per_node, account, sbatch_arg or ())
         return _slurm_launch(
+            backend,
             spec,
+            run_id=backend.new_run_id(),
             nodes=nodes,
             sbatch=sbatch,
             output=output,
@@ -361,8 +370,10 @@ def _sbatch_options(
 
 
 def _slurm_launch(
+    slurm: ModuleType,
     spec: LaunchSpec,
     *,
+    run_id: str,
     nodes: int | None,
     sbatch: dict[str, Any],
     output: Path,
@@ -372,12 +383,9 @@ def _slurm_launch(
     run_timeout: float,
     printer: _Printer,
 ) -> int:
-    from aorta.launch import new_run_id, slurm
-
     if srun_ranks and not isinstance(spec.nproc_per_node or 1, int):
         raise UsageError("--srun-ranks needs a number for --nproc-per-node")
     slurm.check_request(nodes=nodes, partition=sbatch["partition"], time_limit=sbatch["time_limit"])
-    run_id = new_run_id()
     if nodes is None:  # inside an allocation: srun from here
         if dry_run:
             raise UsageError("--dry-run with --slurm shows the sbatch script: give --nodes")
@@ -412,15 +420,19 @@ def _slurm_launch(
         print(job)
         return ExitCode.OK
     return _slurm_follow(
-        in_job=None, attach=job, output=output, run_timeout=run_timeout, printer=printer
+        slurm, in_job=None, attach=job, output=output, run_timeout=run_timeout, printer=printer
     )
 
 
 def _slurm_follow(
-    *, in_job: Path | None, attach: str | None, output: Path, run_timeout: float, printer: _Printer
+    slurm: ModuleType,
+    *,
+    in_job: Path | None,
+    attach: str | None,
+    output: Path,
+    run_timeout: float,
+    printer: _Printer,
 ) -> int:
-    from aorta.launch import slurm
-
     if in_job is not None:
         return slurm.run_in_job(in_job, emit=printer.event)
     with _sigterm_as_interrupt():

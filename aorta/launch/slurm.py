@@ -21,6 +21,7 @@ import base64
 import json
 import os
 import re
+import secrets
 import shlex
 import shutil
 import signal
@@ -28,7 +29,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,20 @@ from .command import LaunchSpec, NodePath, run_command
 from .gather import finalize, node_folder, staging_dir
 from .outcome import LaunchFailed, LaunchResult, NodeOutcome
 
-__all__ = ["FINAL_STATES", "check_request", "check_time", "finish", "job_info", "start_step"]
+__all__ = [
+    "FINAL_STATES",
+    "SCRIPT",
+    "check_request",
+    "check_time",
+    "finish",
+    "follow",
+    "job_info",
+    "new_run_id",
+    "run_in_job",
+    "run_inside",
+    "start_step",
+    "submit",
+]
 
 #: Job states after which nothing of the job runs any more.
 FINAL_STATES = frozenset(
@@ -60,10 +74,6 @@ FINAL_STATES = frozenset(
 LineSink = Callable[[Node, str], None]
 EventSink = Callable[[str], None]
 TOOLS = ("sbatch", "srun", "scontrol", "sinfo", "scancel")
-#: What ``launch.json`` keeps of ``scontrol show job``.
-_JOB_FIELDS = frozenset(
-    ["JobId", "JobName", "JobState", "Reason", "ExitCode", "RunTime", "TimeLimit", "SubmitTime", "StartTime", "EndTime", "Partition", "NodeList", "BatchHost", "NumNodes", "NumTasks", "Command", "StdOut"]
-)
 SCRIPT, JOB_FILE = "aorta.sbatch", "slurm.json"
 _TIME = re.compile(r"\d+(:\d\d?){0,2}|\d+-\d+(:\d\d?){0,2}")
 _PROBE = "import socket; s = socket.socket(); s.bind(('', 0)); print(s.getsockname()[1])"
@@ -72,6 +82,11 @@ _TASK = (
     'd="$0/node_$SLURM_NODEID"; date +%s.%N > "$d/started.$SLURM_PROCID"; sh "$d/run.sh"; '
     'c=$?; echo "$c $(date +%s.%N)" > "$d/exit.$SLURM_PROCID"; exit $c'
 )
+
+
+def new_run_id() -> str:
+    """``2026-11-30T05-12-33-a1b2c3``, as the SSH launcher names its runs (``AORTA_RUN_ID``)."""
+    return f"{time.strftime('%Y-%m-%dT%H-%M-%S', time.gmtime())}-{secrets.token_hex(3)}"
 
 
 def _slurm(*argv: str, timeout: float = 60.0) -> str:
@@ -169,22 +184,17 @@ def start_step(
         _slurm("srun", "-N1", "-n1", "-w", head.address, sys.executable, "-c", _PROBE).split()[-1]
     )
     addr = spec.master_addr or str(head.vpc_ip)
-    slurm_dir = staging / "slurm"
+    slurm_dir, where = (
+        staging / "slurm",
+        {"run_id": run_id, "master_addr": addr, "master_port": port},
+    )
     for node in cluster.nodes:
         ndir = slurm_dir / f"node_{node.rank}"
         (ndir / "out").mkdir(parents=True, exist_ok=True)
         node_folder(staging, node.rank).mkdir(parents=True, exist_ok=True)
         for name, data in spec.files.items():
             (ndir / name).write_bytes(data)
-        cmd = run_command(
-            cluster,
-            node,
-            spec,
-            run_id=run_id,
-            node_dir=str(ndir),
-            master_addr=addr,
-            master_port=port,
-        )
+        cmd = run_command(cluster, node, spec, **where, node_dir=str(ndir))
         (ndir / "run.sh").write_text(_run_sh(cmd, ranks, addr, port))
         (ndir / "command").write_text(cmd.describe() + "\n")
     argv = ["srun", "--kill-on-bad-exit=1", "--quit-on-interrupt", f"-N{nnodes}"]
@@ -222,19 +232,25 @@ def _outcome(node: Node, folder: Path, state: str, t0: float, tasks: int) -> Nod
     return out
 
 
+@dataclass(frozen=True)
+class _Run:
+    """Where one launch keeps its files until :func:`finish`, and when it began (wall clock)."""
+
+    output: Path
+    run_id: str
+    t0: float
+
+    @property
+    def staging(self) -> Path:
+        return staging_dir(self.output, self.run_id).resolve()
+
+
 def finish(
-    cluster: Cluster,
-    *,
-    staging: Path,
-    output: Path,
-    run_id: str,
-    t0: float,
-    state: str,
-    job: Mapping[str, Any] | None = None,
-    interrupted: bool = False,
+    cluster: Cluster, run: _Run, *, state: str, job: Any = None, interrupted: bool = False
 ) -> LaunchResult:
     """Outcomes from the task files, outputs into ``combined_traces/node_<k>/``, the run named,
     ``launch.json`` written; raises :class:`LaunchFailed` unless every node finished."""
+    staging, t0 = run.staging, run.t0
     meta = _note(staging)
     outcomes = {}
     for node in cluster.nodes:
@@ -247,13 +263,15 @@ def finish(
         out.collected = "in place (the staging folder is on a shared file system)"
         outcomes[node.name] = out
     addr, _, port = str(meta.get("master", "")).rpartition(":")
-    result = LaunchResult(run_id, outcomes, master_addr=addr or None, master_port=int(port or 0))
+    result = LaunchResult(
+        run.run_id, outcomes, master_addr=addr or None, master_port=int(port or 0)
+    )
     result.interrupted = interrupted
     started = [o.started_s for o in outcomes.values()]
     if started and None not in started:
         result.timings["all_started"] = max(s for s in started if s is not None)
     result.timings["total"] = time.time() - t0
-    result.run_dir = finalize(staging, output, run_id)
+    result.run_dir = finalize(staging, run.output, run.run_id)
     for out in outcomes.values():
         out.log = node_folder(result.run_dir, out.node.rank) / "launch.log"
     record = result.to_dict()
@@ -262,9 +280,8 @@ def finish(
         for n in cluster.nodes
         if (result.run_dir / f"slurm/node_{n.rank}/command").is_file()
     }
-    keep = {k: v for k, v in (job or {}).items() if k in _JOB_FIELDS}
-    meta = {k: v for k, v in meta.items() if k != "spec"}
-    record["slurm"] = {**meta, "state": state, "script": str(result.run_dir / SCRIPT), "job": keep}
+    meta = {k: v for k, v in meta.items() if k != "spec"}  # slurm.json beside it has the spec
+    record["slurm"] = {**meta, "state": state, "script": str(result.run_dir / SCRIPT), "job": job}
     atomic_write(result.run_dir / "launch.json", json.dumps(record, indent=1, default=str) + "\n")
     if result.status != "complete" and not interrupted:
         raise LaunchFailed(result)
@@ -333,7 +350,8 @@ def run_inside(
     timeout: float,
 ) -> LaunchResult:
     """Inside an allocation: the srun step, followed until it ends, then :func:`finish`."""
-    t0, staging = time.time(), staging_dir(output, run_id)
+    run = _Run(output, run_id, time.time())
+    staging, t0 = run.staging, run.t0
     proc, cluster = start_step(
         spec, staging=staging, run_id=run_id, srun_ranks=srun_ranks, emit=emit
     )
@@ -348,19 +366,11 @@ def run_inside(
     except KeyboardInterrupt:
         _stop(proc)
         tail.poll()
-        finish(
-            cluster,
-            staging=staging,
-            output=output,
-            run_id=run_id,
-            t0=t0,
-            state="CANCELLED",
-            interrupted=True,
-        )
+        finish(cluster, run, state="CANCELLED", interrupted=True)
         raise
     tail.poll()
     state = "COMPLETED" if proc.returncode == 0 else state
-    return finish(cluster, staging=staging, output=output, run_id=run_id, t0=t0, state=state)
+    return finish(cluster, run, state=state)
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
@@ -420,14 +430,8 @@ def submit(
         return None, script
     staging.mkdir(parents=True)
     (staging / SCRIPT).write_text(script)
-    _note(
-        staging,
-        run_id=run_id,
-        nodes=nodes,
-        srun_ranks=srun_ranks,
-        spec=_save_spec(spec),
-        submitted=time.time(),
-    )
+    saved = {"nodes": nodes, "srun_ranks": srun_ranks, "spec": _save_spec(spec)}
+    _note(staging, run_id=run_id, submitted=time.time(), **saved)
     job = _slurm("sbatch", "--parsable", str(staging / SCRIPT)).strip().split(";")[0]
     _note(staging, job_id=job)
     return job, script
@@ -495,19 +499,17 @@ def follow(
 ) -> LaunchResult:
     """Follow a submitted job (queue state, node output) to its end, then :func:`finish`.
     Ctrl-C/SIGTERM cancels it (``scancel``), waits for it to end and re-raises."""
-    staging = find_job(output, job_id)
-    meta = _note(staging)
-    t0, run_id = float(meta["submitted"]), str(meta["run_id"])
-    watch = _Watch(job_id, staging, int(meta["nodes"]), on_line, emit)
-    args = {"staging": staging, "output": output, "run_id": run_id, "t0": t0}
+    meta = _note(find_job(output, job_id))
+    run = _Run(output, str(meta["run_id"]), float(meta["submitted"]))
+    watch = _Watch(job_id, run.staging, int(meta["nodes"]), on_line, emit)
     try:
         while not watch.step():
-            if time.time() - t0 > timeout:
+            if time.time() - run.t0 > timeout:
                 watch.cancel("DEADLINE")
                 break
             time.sleep(poll)
     except KeyboardInterrupt:
         watch.cancel("CANCELLED")
-        finish(watch.cluster, **args, state="CANCELLED", job=watch.info, interrupted=True)
+        finish(watch.cluster, run, state="CANCELLED", job=watch.info, interrupted=True)
         raise
-    return finish(watch.cluster, **args, state=watch.cause or watch.state, job=watch.info)
+    return finish(watch.cluster, run, state=watch.cause or watch.state, job=watch.info)
