@@ -6,9 +6,10 @@ import contextlib
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from types import ModuleType
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -168,6 +169,62 @@ Quiet = Annotated[
     ),
 ]
 
+# -- Slurm (see docs/launch.md, "Slurm") ---------------------------------------------------------
+Slurm = Annotated[
+    bool,
+    typer.Option(
+        "--slurm",
+        envvar=envvars.SLURM,
+        help="Launch through Slurm: srun inside an allocation, else sbatch (needs --nodes).",
+    ),
+]
+Nodes = Annotated[
+    int | None,
+    typer.Option(
+        "--nodes", envvar=envvars.SLURM_NODES, help="Nodes to sbatch (login node).", min=1
+    ),
+]
+Partition = Annotated[
+    str | None,
+    typer.Option("--partition", envvar=envvars.SLURM_PARTITION, help="Slurm partition."),
+]
+TimeLimit = Annotated[
+    str | None,
+    typer.Option(
+        "--time", envvar=envvars.SLURM_TIME, help="Job time limit (MM, HH:MM:SS, D-HH:MM, ...)."
+    ),
+]
+GpusPerNode = Annotated[
+    int | None,
+    typer.Option(
+        "--gpus-per-node", envvar=envvars.SLURM_GPUS_PER_NODE, min=0, help="GPUs per node."
+    ),
+]
+Account = Annotated[
+    str | None, typer.Option("--account", envvar=envvars.SLURM_ACCOUNT, help="Slurm account.")
+]
+SbatchArg = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--sbatch-arg", envvar=envvars.SLURM_SBATCH_ARGS, help="Extra sbatch option; repeatable."
+    ),
+]
+SrunRanks = Annotated[
+    bool,
+    typer.Option(
+        "--srun-ranks",
+        envvar=envvars.SLURM_SRUN_RANKS,
+        help="One srun task per rank (no torchrun): RANK etc. from SLURM_PROCID.",
+    ),
+]
+NoWait = Annotated[
+    bool, typer.Option("--no-wait", help="Submit, print the job id and return (see --attach).")
+]
+Attach = Annotated[
+    str | None, typer.Option("--attach", help="Follow a job submitted with --no-wait.")
+]
+InJob = Annotated[Path | None, typer.Option("--in-job", hidden=True)]
+
 
 def launch(
     command: Command = None,
@@ -184,14 +241,35 @@ def launch(
     run_timeout: RunTimeout = 24 * 3600.0,
     collect_timeout: CollectTimeout = 600.0,
     quiet: Quiet = False,
+    slurm: Slurm = False,
+    nodes: Nodes = None,
+    partition: Partition = None,
+    time: TimeLimit = None,
+    gpus_per_node: GpusPerNode = None,
+    account: Account = None,
+    sbatch_arg: SbatchArg = None,
+    srun_ranks: SrunRanks = False,
+    no_wait: NoWait = False,
+    attach: Attach = None,
+    in_job: InJob = None,
 ) -> int:
     """Run a recipe's sweep on every node of a cluster (torchrun, rendezvous on the head) and
     gather the results into one run directory."""
     from aorta.launch import Deadlines, load_cluster, sweep_spec
+    from aorta.launch import slurm as backend
 
+    printer = _Printer(quiet=quiet)
+    if slurm and (in_job or attach):
+        return _slurm_follow(
+            backend,
+            in_job=in_job,
+            attach=attach,
+            output=output,
+            run_timeout=run_timeout,
+            printer=printer,
+        )
     if recipe is None:
         raise UsageError("give --recipe FILE (the recipe every node sweeps)")
-    the_cluster = load_cluster(cluster)
     spec = sweep_spec(
         recipe,
         command=command or (),
@@ -201,7 +279,22 @@ def launch(
         master_port=master_port,
         ticket=ticket,
     )
-    printer = _Printer(quiet=quiet)
+    if slurm:
+        sbatch = _sbatch_options(partition, time, gpus_per_node, account, sbatch_arg or ())
+        return _slurm_launch(
+            backend,
+            spec,
+            run_id=backend.new_run_id(),
+            nodes=nodes,
+            sbatch=sbatch,
+            output=output,
+            srun_ranks=srun_ranks,
+            dry_run=dry_run,
+            no_wait=no_wait,
+            run_timeout=run_timeout,
+            printer=printer,
+        )
+    the_cluster = load_cluster(cluster)
     for warning in the_cluster.warnings:
         printer.event(f"warning: {cluster}: {warning}")
     deadlines = Deadlines(setup=setup_timeout, run=run_timeout, collect=collect_timeout)
@@ -236,6 +329,96 @@ def _launch(
             deadlines=deadlines,
             on_line=printer.line,
             on_event=printer.event,
+        )
+    print(f"Wrote results of {len(result.outcomes)} node(s) to {result.run_dir}")
+    return ExitCode.OK
+
+
+def _sbatch_options(
+    partition: str | None,
+    time: str | None,
+    gpus: int | None,
+    account: str | None,
+    extra: Sequence[str],
+) -> dict[str, Any]:
+    named = {"partition": partition, "time": time, "gpus-per-node": gpus, "account": account}
+    options = [f"--{k}={v}" for k, v in named.items() if v is not None] + list(extra)
+    return {"partition": partition, "time_limit": time, "options": options}
+
+
+def _slurm_launch(
+    slurm: ModuleType,
+    spec: LaunchSpec,
+    *,
+    run_id: str,
+    nodes: int | None,
+    sbatch: dict[str, Any],
+    output: Path,
+    srun_ranks: bool,
+    dry_run: bool,
+    no_wait: bool,
+    run_timeout: float,
+    printer: _Printer,
+) -> int:
+    if srun_ranks and not isinstance(spec.nproc_per_node or 1, int):
+        raise UsageError("--srun-ranks needs a number for --nproc-per-node")
+    slurm.check_request(nodes=nodes, partition=sbatch["partition"], time_limit=sbatch["time_limit"])
+    if nodes is None:  # inside an allocation: srun from here
+        if dry_run:
+            raise UsageError("--dry-run with --slurm shows the sbatch script: give --nodes")
+        with _sigterm_as_interrupt():
+            result = slurm.run_inside(
+                spec,
+                output=output,
+                run_id=run_id,
+                srun_ranks=srun_ranks,
+                on_line=printer.line,
+                emit=printer.event,
+                timeout=run_timeout,
+            )
+        print(f"Wrote results of {len(result.outcomes)} node(s) to {result.run_dir}")
+        return ExitCode.OK
+    job, script = slurm.submit(
+        spec,
+        output=output,
+        run_id=run_id,
+        srun_ranks=srun_ranks,
+        nodes=nodes,
+        options=sbatch["options"],
+        dry_run=dry_run,
+    )
+    if job is None:
+        print(script, end="")
+        return ExitCode.OK
+    printer.event(
+        f"submitted job {job} (script {slurm.staging_dir(output, run_id) / slurm.SCRIPT})"
+    )
+    if no_wait:
+        print(job)
+        return ExitCode.OK
+    return _slurm_follow(
+        slurm, in_job=None, attach=job, output=output, run_timeout=run_timeout, printer=printer
+    )
+
+
+def _slurm_follow(
+    slurm: ModuleType,
+    *,
+    in_job: Path | None,
+    attach: str | None,
+    output: Path,
+    run_timeout: float,
+    printer: _Printer,
+) -> int:
+    if in_job is not None:
+        return slurm.run_in_job(in_job, emit=printer.event)
+    with _sigterm_as_interrupt():
+        result = slurm.follow(
+            str(attach),
+            output=output,
+            on_line=printer.line,
+            emit=printer.event,
+            timeout=run_timeout,
         )
     print(f"Wrote results of {len(result.outcomes)} node(s) to {result.run_dir}")
     return ExitCode.OK
