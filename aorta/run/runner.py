@@ -164,8 +164,14 @@ class TrialRunner:
         ):
             yield
 
-    def _collect_paths(self, overlay: Mapping[str, str], art: Path) -> None:
+    def _collect_paths(self, overlay: Mapping[str, str], art: Path) -> list[str]:
+        """Copy the recipe's ``collect_paths`` matches into ``collected/``; warnings back.
+
+        Two files with one name are both kept (``name``, ``name-2``, … before the suffixes).
+        """
         env = {**os.environ, **overlay}
+        taken: dict[str, Path] = {}
+        warnings = []
         for pattern in self.recipe.collect_paths:
             for src in sorted(glob.glob(_expand(pattern, env))):
                 path = Path(src)
@@ -174,10 +180,25 @@ class TrialRunner:
                 with contextlib.suppress(ValueError):
                     path.resolve().relative_to(art.resolve())
                     continue  # already in the trial's folder
-                dest = art / "collected" / path.name
+                if path.resolve() in taken.values():
+                    continue  # matched by two patterns
+                name = path.name
+                stem, dot, suffixes = name.partition(".")
+                n = 1
+                while name in taken:
+                    n += 1
+                    name = f"{stem}-{n}{dot}{suffixes}"
+                if n > 1:
+                    warnings.append(
+                        f"collect_paths: {taken[path.name]} and {path} have the same name; "
+                        f"the second is kept as collected/{name}"
+                    )
+                taken[name] = path.resolve()
+                dest = art / "collected" / name
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 with contextlib.suppress(OSError):
                     shutil.copy2(path, dest)
+        return warnings
 
     def _artifacts(self, art: Path) -> dict[str, str]:
         found: dict[str, str] = {}
@@ -210,7 +231,7 @@ class TrialRunner:
         wall = time.monotonic() - t0
         art = ctx.artifact_dir or self.rd.path
         if self.recipe.collect_paths:
-            self._collect_paths(overlay, art)
+            outcome.warnings.extend(self._collect_paths(overlay, art))
         return self.rank_outcome(outcome, wall=wall, artifacts=self._artifacts(art))
 
     def rank_outcome(

@@ -622,7 +622,14 @@ def _prepare_rank0(
             **overrides,
         ), None
     rd = RunDir.open(resume)
-    resolved = rd.path / "recipe.resolved.yaml"
+    resolved = rd.recipe_path
+    if command and recipe is None:
+        recorded = load_recipe(resolved).command
+        if list(command) != (recorded or []):
+            raise UsageError(
+                f"{rd.path} was started with the command {recorded!r}, not {list(command)!r}: "
+                "a resumed run keeps its command (start a new run for a different one)"
+            )
     if recipe is not None:
         given = (
             recipe

@@ -270,14 +270,22 @@ class RunDir:
 
     def manifest(self) -> dict[str, Any]:
         try:
-            return json.loads((self.path / MANIFEST).read_text())
+            data = json.loads((self.path / MANIFEST).read_text())
         except (OSError, ValueError) as exc:
             raise UsageError(f"{self.path / MANIFEST}: unreadable manifest: {exc}") from None
+        if not isinstance(data, dict):
+            raise UsageError(
+                f"{self.path / MANIFEST}: not an aorta manifest (a JSON object), "
+                f"got {type(data).__name__}"
+            )
+        return data
 
     def update_manifest(self, **fields: Any) -> dict[str, Any]:
         try:
             data = json.loads((self.path / MANIFEST).read_text())
         except (OSError, ValueError):
+            data = {}
+        if not isinstance(data, dict):
             data = {}
         data.update(fields)
         self.write_json(MANIFEST, data)

@@ -43,7 +43,7 @@ def _hint(code: int) -> str | None:
     return _EXIT_HINTS.get(code)
 
 
-def parse_step_times(text: str, pattern: str) -> list[float]:
+def parse_step_times(text: str, pattern: str | re.Pattern[str]) -> list[float]:
     """Step times in ms from every match of ``pattern`` in ``text``.
 
     >>> parse_step_times("step 1 took 12.5 ms\\nstep 2 took 13 ms", r"took ([0-9.]+) ms")
@@ -64,6 +64,24 @@ def parse_step_times(text: str, pattern: str) -> list[float]:
                 times.append(float(m.group(1) if m.groups() else m.group(0)))
         except ValueError:
             continue
+    return times
+
+
+#: Longest piece of a log line matched at once: a trial that prints one 400 MB line must not
+#: make the sweep hold it whole (step-time lines are short).
+MAX_LINE = 1 << 16
+
+
+def step_times_from_log(path: Path, pattern: str) -> list[float]:
+    """Step times from a log file, read line by line (bounded memory whatever its size)."""
+    rx = re.compile(pattern)
+    times: list[float] = []
+    try:
+        with open(path, "rb") as fh:
+            while chunk := fh.readline(MAX_LINE):
+                times += parse_step_times(chunk.decode(errors="replace"), rx)
+    except OSError:
+        pass
     return times
 
 
@@ -175,11 +193,9 @@ class CommandWorkload(Workload):
         code = finished.returncode if finished.returncode is not None else -1
         steps: list[float] = []
         if self.context.step_time_regex:
-            try:
-                text = (self._art / self.context.log_names[0]).read_text(errors="replace")
-            except OSError:
-                text = ""
-            steps = parse_step_times(text, self.context.step_time_regex)
+            steps = step_times_from_log(
+                self._art / self.context.log_names[0], self.context.step_time_regex
+            )
         details = (
             [] if code == 0 else [FailureDetail(f"the command exited {code}", hint=_hint(code))]
         )

@@ -1,0 +1,93 @@
+"""Hardening of the sweep on unlucky runs: huge output, bad manifests, changed commands, name
+clashes (real sweeps, real processes)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from aorta.errors import ExitCode, UsageError
+from aorta.store.rundir import RunDir
+
+AORTA = str(Path(sys.executable).parent / "aorta")
+
+PROBE = """
+mode: probe
+ticket: HARD
+trials: 1
+mitigation_axis: [none]
+step_time_regex: 'step ([0-9.]+) ms'
+"""
+
+
+def _aorta(*args: str, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([AORTA, *args], capture_output=True, text=True, timeout=180, **kw)
+
+
+@pytest.mark.slow
+def test_a_trial_printing_hundreds_of_megabytes_is_parsed_in_bounded_memory(tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(PROBE)
+    # One 200 MB line, then the step lines; the sweep must not hold the log whole.
+    script = (
+        'echo "step 1.5 ms"; head -c 200000000 /dev/zero | tr "\\0" x; echo; echo "step 2.5 ms"'
+    )
+    code = (
+        "import resource, sys; from aorta.cli import main; "
+        f"rc = main(['sweep', 'run', '--recipe', {str(recipe)!r}, '-o', {str(tmp_path / 'out')!r},"
+        f" '--', 'bash', '-c', {script!r}]); "
+        "print('MAXRSS', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss); sys.exit(rc)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == ExitCode.OK, proc.stderr
+    maxrss_kb = int(proc.stdout.split("MAXRSS")[1].split()[0])
+    assert maxrss_kb < 200_000_000 // 1024, f"peak RSS {maxrss_kb} kB for a 200 MB log"
+    (record,) = (tmp_path / "out").rglob("trial_0000.json")
+    assert json.loads(record.read_text())["step_times_ms"] == [1.5, 2.5]
+
+
+def test_a_manifest_that_is_json_but_not_an_object_is_a_clear_error(tmp_path, run_cli):
+    rd = RunDir.create(tmp_path, ticket=None, workload="w")
+    rd.manifest_path.write_text("[1, 2]")
+    with pytest.raises(UsageError, match="not an aorta manifest"):
+        rd.manifest()
+    code, _, err = run_cli("sweep", "status", str(rd.path))
+    assert code == ExitCode.USAGE
+    assert "not an aorta manifest" in err and "Traceback" not in err
+
+
+def test_resume_refuses_a_different_command(tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(PROBE)
+    first = _aorta("sweep", "run", "--recipe", str(recipe), "-o", str(tmp_path), "--", "true")
+    assert first.returncode == ExitCode.OK, first.stderr
+    (run_dir,) = (tmp_path / "HARD" / "command").iterdir()
+    other = _aorta("sweep", "run", "--resume", str(run_dir), "--", "./other.sh")
+    assert other.returncode == ExitCode.USAGE
+    assert "keeps its command" in other.stderr and "./other.sh" in other.stderr
+    same = _aorta("sweep", "run", "--resume", str(run_dir), "--", "true")
+    assert same.returncode == ExitCode.OK, same.stderr
+
+
+def test_collect_paths_keeps_two_files_of_the_same_name(tmp_path):
+    for sub in ("a", "b"):
+        (tmp_path / sub).mkdir()
+        (tmp_path / sub / "dmesg.log").write_text(f"from {sub}\n")
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(PROBE + f"collect_paths: ['{tmp_path}/a/*.log', '{tmp_path}/b/*.log']\n")
+    proc = _aorta(
+        "sweep", "run", "--recipe", str(recipe), "-o", str(tmp_path / "out"), "--", "true"
+    )
+    assert proc.returncode == ExitCode.OK, proc.stderr
+    (record,) = (tmp_path / "out").rglob("trial_0000.json")
+    collected = record.with_suffix("") / "collected"
+    assert {p.name: p.read_text() for p in collected.iterdir()} == {
+        "dmesg.log": "from a\n",
+        "dmesg-2.log": "from b\n",
+    }
+    warnings = json.loads(record.read_text())["warnings"]
+    assert any("same name" in w and "dmesg-2.log" in w for w in warnings), warnings
