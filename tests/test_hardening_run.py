@@ -4,6 +4,7 @@ clashes (real sweeps, real processes)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -91,3 +92,44 @@ def test_collect_paths_keeps_two_files_of_the_same_name(tmp_path):
     }
     warnings = json.loads(record.read_text())["warnings"]
     assert any("same name" in w and "dmesg-2.log" in w for w in warnings), warnings
+
+
+@pytest.fixture
+def tiny_fs(tmp_path):
+    """A 3 MB tmpfs (needs root and mount; skipped where either is missing)."""
+    mnt = tmp_path / "fs"
+    mnt.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mnt)]).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+@pytest.mark.slow
+def test_a_full_disk_stops_the_run_resumably_with_one_line(tmp_path, tiny_fs):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(PROBE.replace("trials: 1", "trials: 12"))
+    # Each trial writes ~400 kB of log: the 3 MB file system fills up part way.
+    script = 'echo "step 1.5 ms"; head -c 400000 /dev/zero | tr "\\0" x; echo'
+    full = _aorta(
+        "sweep", "run", "--recipe", str(recipe), "-o", str(tiny_fs), "--", "bash", "-c", script
+    )
+    assert full.returncode == ExitCode.ERROR
+    assert "No space left on device" in full.stderr and "aorta sweep resume" in full.stderr
+    assert "Traceback" not in full.stderr
+    (run_dir,) = (tiny_fs / "HARD" / "command").iterdir()
+    assert json.loads((run_dir / "manifest.json").read_text())["status"] == "interrupted"
+    written = {p.name for p in run_dir.rglob("trial_*.json")}
+    assert 0 < len(written) < 12
+    # Space comes back: the run finishes where it stopped, every trial with its full log.
+    subprocess.run(["mount", "-o", "remount,size=64m", str(tiny_fs)], check=True)
+    resumed = _aorta("sweep", "resume", str(run_dir))
+    assert resumed.returncode == ExitCode.OK, resumed.stderr
+    records = [json.loads(p.read_text()) for p in run_dir.rglob("trial_*.json")]
+    assert len(records) == 12
+    assert {r["status"] for r in records} == {"ok"}
+    assert all(r["step_times_ms"] == [1.5] for r in records)

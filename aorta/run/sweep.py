@@ -14,6 +14,7 @@ Trials run cell by cell. After each trial its record is written atomically; afte
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import socket
@@ -206,6 +207,12 @@ def _event(record: TrialRecord, verdict: str) -> bool:
     return record.status is TrialStatus.WORKLOAD_FAILED
 
 
+#: A full (or read-only, or over-quota) file system: the run stops, resumable, with one line.
+_NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
+#: Below this much free space a trial's logs may have been cut short: stop before its record.
+MIN_FREE_BYTES = 1 << 20
+
+
 class _Sweep:
     """One sweep on this rank; :func:`sweep` builds it and calls :meth:`run`.
 
@@ -263,7 +270,13 @@ class _Sweep:
     # -- files (rank 0 only) ---------------------------------------------------------------
 
     def _keep(self, record: TrialRecord) -> TrialRecord:
-        """Redact, write and remember a trial's record (what is kept is what is on disk)."""
+        """Redact, write and remember a trial's record (what is kept is what is on disk).
+
+        On a full file system the trial's own logs may have been cut short (and the command
+        failed for it), so its record is not written: the run stops and resume reruns it.
+        """
+        if self.rd.free_bytes() < MIN_FREE_BYTES:
+            raise OSError(errno.ENOSPC, "no space left on device", str(self.rd.path))
         record = self.redactor.record(record)
         self.rd.write_trial(record)
         self._remember(record)
@@ -483,6 +496,19 @@ class _Sweep:
             self.reporter.close()
             raise Interrupted(
                 f"interrupted; resume with: aorta sweep resume {self.rd.path}", self.rd.path
+            ) from None
+        except OSError as exc:
+            if exc.errno not in _NO_SPACE:
+                raise
+            procs.reap_all()
+            if self.writer:
+                # The manifest is rewritten in place (a temporary copy may not fit any more).
+                with contextlib.suppress(OSError):
+                    self.rd.update_manifest(status="interrupted", finished_at=utc_now())
+            self.reporter.close()
+            raise AortaError(
+                f"{exc.filename or self.rd.path}: {os.strerror(exc.errno or 0)}; the run stopped "
+                f"and is resumable once there is space: aorta sweep resume {self.rd.path}"
             ) from None
         rows = self.write_matrix("complete")
         if self.writer:

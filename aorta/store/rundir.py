@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import errno
 import fcntl
 import json
 import os
@@ -242,6 +243,14 @@ class RunDir:
     def trace_path(self, cell: str, trial: int, rank: int) -> Path:
         return self.trace_dir(cell, trial) / trace_file_name(rank)
 
+    def free_bytes(self) -> int:
+        """Bytes an unprivileged writer may still use on the run directory's file system."""
+        try:
+            st = os.statvfs(self.path)
+        except OSError:
+            return 1 << 62
+        return st.f_bavail * st.f_frsize
+
     def relative(self, path: str | Path) -> str:
         return Path(path).resolve().relative_to(self.path.resolve()).as_posix()
 
@@ -288,7 +297,16 @@ class RunDir:
         if not isinstance(data, dict):
             data = {}
         data.update(fields)
-        self.write_json(MANIFEST, data)
+        try:
+            self.write_json(MANIFEST, data)
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC:
+                raise
+            # A full disk: no room for the temporary copy, but the manifest's own blocks are
+            # freed by the truncation and hold the new text (about the same size).
+            with open(self.manifest_path, "r+") as fh:
+                fh.truncate(0)
+                fh.write(json.dumps(data, indent=1, default=str) + "\n")
         return data
 
     def trial_records(self) -> Iterator[TrialRecord]:
