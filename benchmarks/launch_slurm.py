@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from aorta.launch import LaunchFailed, LaunchSpec, slurm  # noqa: E402
+from aorta.launch import LaunchFailed, LaunchSpec, new_run_id, slurm  # noqa: E402
 from tests.slurm import SlurmCluster, slurm_missing  # noqa: E402
 
 
@@ -36,7 +36,7 @@ def one(nodes: int, output: Path) -> float:
     job, _ = slurm.submit(
         spec,
         output=output,
-        run_id=slurm.new_run_id(),
+        run_id=new_run_id(),
         srun_ranks=False,
         nodes=nodes,
         options=["--time=5"],
@@ -48,7 +48,7 @@ def one(nodes: int, output: Path) -> float:
     except LaunchFailed as exc:
         raise SystemExit(f"launch failed: {exc}") from None
     record = json.loads((result.run_dir / "launch.json").read_text())
-    return result.timings["all_started"] + record["slurm"]["submitted"] - t
+    return result.timings["all_started"] + record["slurm"]["t0"] - t
 
 
 def main() -> None:

@@ -11,10 +11,12 @@ TIMEOUT overlaps the other tests.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,6 +40,8 @@ PROBE = "schema_version: 1\nmode: probe\nticket: SLURM\ntrials: 1\nmitigation_ax
 FAIL_ON_1 = (
     'if [ "$AORTA_NODE_RANK" = 1 ]; then echo failing on purpose; exit 1; fi; exec sleep 300'
 )
+
+SECRET = "s3cr3t-slurm-value-81f2"
 
 
 @pytest.fixture(scope="session", name="slurm")
@@ -237,6 +241,53 @@ def test_a_node_exiting_1_fails_the_job_and_is_named(slurm: SlurmCluster, tmp_pa
     assert "[node1 node2] failing on purpose" in lines
     record = _record(result.run_dir)
     assert record["status"] == "failed" and record["slurm"]["state"] == "FAILED"
+    _assert_clean(slurm, record)
+
+
+def _scan_cmdlines(needle: bytes, stop: threading.Event, found: set[str]) -> None:
+    while not stop.is_set():
+        for path in Path("/proc").glob("[0-9]*/cmdline"):
+            with contextlib.suppress(OSError):
+                if needle in path.read_bytes():
+                    found.add(path.read_bytes().decode(errors="replace"))
+        time.sleep(0.02)
+
+
+@pytest.mark.slow
+def test_environment_values_stay_out_of_command_lines(slurm: SlurmCluster, tmp_path: Path) -> None:
+    spec = LaunchSpec(
+        argv=("sh", "-c", 'echo "$MY_API_TOKEN" | rev; sleep 3'),
+        torchrun=False,
+        env={"MY_API_TOKEN": SECRET},
+    )
+    run_id, lines, found, stop = new_run_id(), [], set(), threading.Event()
+    job, script = slurm_launch.submit(
+        spec, output=tmp_path / "out", run_id=run_id, srun_ranks=False, nodes=2, options=[]
+    )
+    env_files = list(tmp_path.glob("out/.aorta-launch-*/slurm/node_*/env.sh"))
+    assert len(env_files) == 2 and {p.stat().st_mode & 0o777 for p in env_files} == {0o600}
+    scanner = threading.Thread(target=_scan_cmdlines, args=(SECRET.encode(), stop, found))
+    scanner.start()
+    try:
+        result = slurm_launch.follow(
+            str(job),
+            output=tmp_path / "out",
+            on_line=lambda n, t: lines.append(f"[{n.label}] {t}"),
+            emit=lines.append,
+            timeout=120,
+            poll=0.3,
+        )
+    finally:
+        stop.set()
+        scanner.join()
+    assert found == set()  # in no process's argv, while the job ran
+    assert f"[node1 node2] {SECRET[::-1]}" in lines  # yet every node's program had it
+    assert SECRET not in script
+    for path in [p for p in result.run_dir.rglob("*") if p.is_file()]:
+        assert SECRET.encode() not in path.read_bytes(), path
+    record = _record(result.run_dir)
+    assert "MY_API_TOKEN=<redacted>" in record["commands"]["node0"]
+    assert list(result.run_dir.rglob("env.sh")) == []  # removed when the step ended
     _assert_clean(slurm, record)
 
 

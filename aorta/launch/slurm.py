@@ -1,92 +1,58 @@
-"""The Slurm backend: one ``srun`` step runs torchrun (or, with ``srun_ranks``, each rank) on
-every node of an allocation; from a login node, an sbatch job does that and is followed here.
+"""The Slurm backend: one ``srun --kill-on-bad-exit=1`` step runs torchrun (with ``srun_ranks``,
+each rank) on every node of an allocation; from a login node, a batch job runs that step.
 
-Inside an allocation (``salloc``, ``sbatch``) :func:`start_step` probes a rendezvous port on the
-first node, writes each node's exact command to ``<staging>/slurm/node_<k>/run.sh`` and starts
-``srun --kill-on-bad-exit=1``: every task writes ``started.<task>`` and ``exit.<task>`` (exit code
-and time) beside it, and its output goes to ``combined_traces/node_<k>/launch.log``. From a login
-node :func:`submit` writes ``<staging>/aorta.sbatch`` (which runs ``aorta launch --slurm --in-job
-<staging>``: the same step) and submits it. Both end in :func:`finish`: per-node outcomes from
-those files and the job's state, the node outputs moved into ``combined_traces/node_<k>/``,
-the run directory named as the SSH path names it, and ``launch.json`` with the job record.
-The staging folder must be on a file system every node shares.
-
->>> check_time("1-02:30"), check_time("90")
-('1-02:30', '90')
+:func:`prepare` fills ``<staging>/slurm/node_<k>/`` (shipped files; ``env.sh``, 0600, removed when
+the step ends) and ``slurm.json`` (the spec, secret values redacted). In the allocation,
+:func:`start_step` probes a rendezvous port, writes each node's ``run.sh`` and starts the step:
+each task writes ``started.<task>`` and ``exit.<task>`` beside it, its output goes to
+``combined_traces/node_<k>/launch.log``. :func:`finish` turns those and the job's state into
+per-node outcomes and the run directory. The staging folder must be on a shared file system.
 """
 
 from __future__ import annotations
 
-import base64
+import contextlib
 import json
 import os
 import re
-import secrets
 import shlex
 import shutil
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from aorta import envvars
 from aorta.errors import AortaError, UsageError
+from aorta.report.launch import sbatch_script
+from aorta.store.hostenv import redact_env
 from aorta.store.rundir import atomic_write
 
 from .cluster import Cluster, Node
-from .command import LaunchSpec, NodePath, run_command
+from .command import ENV_FILE, LaunchSpec, NodePath, env_script, node_env, run_command
 from .gather import finalize, node_folder, staging_dir
+from .launcher import new_run_id  # the one owner; the CLI names a Slurm run with it too
 from .outcome import LaunchFailed, LaunchResult, NodeOutcome
 
-__all__ = [
-    "FINAL_STATES",
-    "SCRIPT",
-    "check_request",
-    "check_time",
-    "finish",
-    "follow",
-    "job_info",
-    "new_run_id",
-    "run_in_job",
-    "run_inside",
-    "start_step",
-    "submit",
-]
+__all__ = ["FINAL_STATES", "SCRIPT", "check_request", "finish", "follow", "prepare"]
+__all__ += ["new_run_id", "run_in_job", "run_inside", "start_step", "submit"]
 
 #: Job states after which nothing of the job runs any more.
 FINAL_STATES = frozenset(
-    [
-        "COMPLETED",
-        "FAILED",
-        "TIMEOUT",
-        "NODE_FAIL",
-        "CANCELLED",
-        "OUT_OF_MEMORY",
-        "PREEMPTED",
-        "BOOT_FAIL",
-        "DEADLINE",
-    ]
+    "COMPLETED FAILED TIMEOUT NODE_FAIL CANCELLED OUT_OF_MEMORY PREEMPTED BOOT_FAIL DEADLINE".split()  # noqa: SIM905
 )
-LineSink = Callable[[Node, str], None]
-EventSink = Callable[[str], None]
-TOOLS = ("sbatch", "srun", "scontrol", "sinfo", "scancel")
+LineSink, EventSink = Callable[[Node, str], None], Callable[[str], None]
 SCRIPT, JOB_FILE = "aorta.sbatch", "slurm.json"
 _TIME = re.compile(r"\d+(:\d\d?){0,2}|\d+-\d+(:\d\d?){0,2}")
 _PROBE = "import socket; s = socket.socket(); s.bind(('', 0)); print(s.getsockname()[1])"
 # One srun task: mark the start, run the node's command, record the exit code and the time.
-_TASK = (
-    'd="$0/node_$SLURM_NODEID"; date +%s.%N > "$d/started.$SLURM_PROCID"; sh "$d/run.sh"; '
-    'c=$?; echo "$c $(date +%s.%N)" > "$d/exit.$SLURM_PROCID"; exit $c'
-)
-
-
-def new_run_id() -> str:
-    """``2026-11-30T05-12-33-a1b2c3``, as the SSH launcher names its runs (``AORTA_RUN_ID``)."""
-    return f"{time.strftime('%Y-%m-%dT%H-%M-%S', time.gmtime())}-{secrets.token_hex(3)}"
+_TASK = 'd="$0/node_$SLURM_NODEID"; date +%s.%N > "$d/started.$SLURM_PROCID"; sh "$d/run.sh"; '
+_TASK += 'c=$?; echo "$c $(date +%s.%N)" > "$d/exit.$SLURM_PROCID"; exit $c'
 
 
 def _slurm(*argv: str, timeout: float = 60.0) -> str:
@@ -99,188 +65,151 @@ def _slurm(*argv: str, timeout: float = 60.0) -> str:
     return done.stdout
 
 
-def check_time(value: str) -> str:
-    """``value`` if it is a Slurm time (``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``,
-    ``D-HH:MM:SS``); else :class:`UsageError`."""
-    if not _TIME.fullmatch(value):
-        raise UsageError(
-            f"--time {value!r}: not a Slurm time (MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS)"
-        )
-    return value
-
-
 def check_request(*, nodes: int | None, partition: str | None, time_limit: str | None) -> None:
-    """Refuse, before anything is submitted, what Slurm would refuse or what cannot run."""
-    missing = [t for t in TOOLS if shutil.which(t) is None]
+    """Refuse, before anything is submitted, what Slurm would refuse or what cannot run.
+
+    >>> check_request(nodes=2, partition=None, time_limit="1:2:3:4")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    aorta.errors.UsageError: --time '1:2:3:4': not a Slurm time (MM, MM:SS, HH:MM:SS, D-HH, ...)
+    """
+    if time_limit is not None and not _TIME.fullmatch(time_limit):
+        forms = "MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS"
+        raise UsageError(f"--time {time_limit!r}: not a Slurm time ({forms})")
+    missing = [t for t in ("sbatch", "srun", "scontrol", "sinfo", "scancel") if not shutil.which(t)]
     if missing:
         raise UsageError(f"--slurm: Slurm client tools not found on PATH: {', '.join(missing)}")
-    if nodes is None:
-        if "SLURM_JOB_ID" not in os.environ:
-            raise UsageError("--slurm outside an allocation needs --nodes K (or run in salloc)")
-        return
-    if time_limit is not None:
-        check_time(time_limit)
-    rows = [r.split() for r in _slurm("sinfo", "-h", "-o", "%P %D").splitlines() if r.strip()]
-    sizes: dict[str, int] = {}
-    for name, count in rows:
-        sizes[name.rstrip("*")] = sizes.get(name.rstrip("*"), 0) + int(count)
-    default = next((n.rstrip("*") for n, _ in rows if n.endswith("*")), None)
-    part = partition or default
-    if part is None or part not in sizes:
+    if nodes is None and "SLURM_JOB_ID" not in os.environ:
+        raise UsageError("--slurm outside an allocation needs --nodes K (or run in salloc)")
+    rows = (
+        [r.split() for r in _slurm("sinfo", "-h", "-o", "%P %D").splitlines() if r] if nodes else []
+    )
+    part = partition or next((n.rstrip("*") for n, _ in rows if n.endswith("*")), None)
+    size = sum(int(count) for name, count in rows if name.rstrip("*") == part)
+    if nodes and not any(name.rstrip("*") == part for name, _ in rows):
         raise UsageError(f"--partition {part!r}: no such Slurm partition (sinfo -h -p {part})")
-    if nodes > sizes[part]:
-        raise UsageError(f"--nodes {nodes}: partition {part!r} has only {sizes[part]} node(s)")
+    if nodes and nodes > size:
+        raise UsageError(f"--nodes {nodes}: partition {part!r} has only {size} node(s)")
 
 
-def job_info(job_id: str) -> dict[str, str]:
-    """``scontrol show job``'s fields (``JobState``, ``NodeList``, ``ExitCode``, ...)."""
-    text = _slurm("scontrol", "show", "job", "-o", job_id, timeout=30.0)
-    return dict(f.split("=", 1) for f in text.split() if "=" in f)
+def _note(staging: Path, **fields: Any) -> dict[str, Any]:
+    """``slurm.json`` (the run id, the spec, the job id, the hosts...), ``fields`` added."""
+    path = staging / JOB_FILE
+    data = {**(json.loads(path.read_text()) if path.is_file() else {}), **fields}
+    if fields:
+        atomic_write(path, json.dumps(data, indent=1) + "\n")
+    return data
 
 
-def hosts(nodelist: str) -> list[str]:
-    return _slurm("scontrol", "show", "hostnames", nodelist).split()
+def _drop_env(staging: Path) -> None:
+    for path in staging.glob(f"slurm/node_*/{ENV_FILE}"):  # the step is over: no task reads it
+        path.unlink(missing_ok=True)
 
 
-def allocation(python: str, cwd: str) -> Cluster:
-    """The current allocation's nodes, in Slurm's order (``vpc_ip``: the node's NodeAddr)."""
-    names = hosts(os.environ["SLURM_JOB_NODELIST"])
-    info = _slurm("scontrol", "show", "node", "-o", names[0])
-    addr = re.search(r"NodeAddr=(\S+)", info)
-    first = addr.group(1) if addr else names[0]
-    nodes = [
-        Node(rank=k, address=h, vpc_ip=first if k == 0 else None, python=python, workdir=cwd)
-        for k, h in enumerate(names)
-    ]
-    return Cluster(nodes=tuple(nodes), source="slurm")
-
-
-def _run_sh(cmd: Any, ranks: int | None, addr: str, port: int) -> str:
-    q = shlex.quote
-    ident = (
-        f'RANK="$SLURM_PROCID" WORLD_SIZE="$SLURM_NTASKS" LOCAL_RANK="$SLURM_LOCALID" '
-        f"LOCAL_WORLD_SIZE={ranks} MASTER_ADDR={q(addr)} MASTER_PORT={port} "
-        if ranks
-        else ""
-    )
-    unset = " ".join(f"-u {n}" for n in cmd.unset)
-    env = " ".join(q(f"{k}={v}") for k, v in cmd.env.items())
-    return f"cd {q(cmd.cwd)} || exit 1\nexec env {unset} {ident}{env} {shlex.join(cmd.argv)} </dev/null\n"
-
-
-def start_step(
-    spec: LaunchSpec, *, staging: Path, run_id: str, srun_ranks: bool, emit: Callable[[str], None]
-) -> tuple[subprocess.Popen[bytes], Cluster]:
-    """Inside an allocation: probe the port, write each node's ``run.sh``, start the srun step."""
-    job = os.environ["SLURM_JOB_ID"]
-    cluster = allocation(sys.executable, os.getcwd())
-    head, nnodes = cluster.head, len(cluster.nodes)
-    ranks = int(spec.nproc_per_node or 1) if srun_ranks else None
-    if srun_ranks:  # the static-launcher contract: srun makes the ranks, aorta the trial ports
-        base = str(30000 + int(job.split("_")[0]) % 30 * 1000)
-        env = {**spec.env, envvars.TRIAL_MASTER_PORT_BASE: base}
-        spec = replace(spec, torchrun=False, argv=(sys.executable, *spec.argv), env=env)
-    port = spec.master_port or int(
-        _slurm("srun", "-N1", "-n1", "-w", head.address, sys.executable, "-c", _PROBE).split()[-1]
-    )
-    addr = spec.master_addr or str(head.vpc_ip)
-    slurm_dir, where = (
-        staging / "slurm",
-        {"run_id": run_id, "master_addr": addr, "master_port": port},
-    )
-    for node in cluster.nodes:
-        ndir = slurm_dir / f"node_{node.rank}"
-        (ndir / "out").mkdir(parents=True, exist_ok=True)
-        node_folder(staging, node.rank).mkdir(parents=True, exist_ok=True)
+def prepare(spec: LaunchSpec, *, staging: Path, run_id: str, nodes: int, ranks: bool) -> None:
+    """Each node's folder with the shipped files and ``env.sh``; ``slurm.json`` with the spec."""
+    for k in range(nodes):
+        ndir = staging / "slurm" / f"node_{k}"
+        (ndir / "out").mkdir(parents=True)
+        node_folder(staging, k).mkdir(parents=True)
         for name, data in spec.files.items():
             (ndir / name).write_bytes(data)
-        cmd = run_command(cluster, node, spec, **where, node_dir=str(ndir))
-        (ndir / "run.sh").write_text(_run_sh(cmd, ranks, addr, port))
-        (ndir / "command").write_text(cmd.describe() + "\n")
-    argv = ["srun", "--kill-on-bad-exit=1", "--quit-on-interrupt", f"-N{nnodes}"]
-    argv += [f"--ntasks-per-node={ranks or 1}", f"--ntasks={nnodes * (ranks or 1)}"]
-    argv += [f"--output={staging}/combined_traces/node_%n/launch.log", "--open-mode=append"]
-    _note(staging, job_id=job, master=f"{addr}:{port}", tasks=ranks or 1)
-    emit(f"job {job}: rendezvous {addr}:{port}; starting {nnodes} node(s)")
-    step = [*argv, "sh", "-c", _TASK, str(slurm_dir)]
-    return subprocess.Popen(step, stdin=subprocess.DEVNULL, start_new_session=True), cluster
+        (ndir / ENV_FILE).touch(mode=0o600)  # values never in a command line or a readable file
+        env = node_env(Node(k, "-"), spec, run_id=run_id, node_dir=str(ndir))
+        (ndir / ENV_FILE).write_bytes(env_script(env))
+    saved = asdict(
+        replace(spec, env=redact_env(spec.env, scrub_keys=spec.scrub_env_keys), files={})
+    )
+    tasks = int(spec.nproc_per_node or 1) if ranks else 1
+    _note(staging, run_id=run_id, nodes=nodes, tasks=tasks, ranks=ranks, spec=saved, t0=time.time())
 
 
-def _files(folder: Path, prefix: str) -> list[list[float]]:
-    return [[float(x) for x in p.read_text().split()] for p in folder.glob(f"{prefix}.*")]
+def start_step(staging: Path, emit: EventSink) -> subprocess.Popen[bytes]:
+    """In the allocation: probe the port, write each node's ``run.sh``, start the srun step."""
+    meta, job, q, cwd = _note(staging), os.environ["SLURM_JOB_ID"], shlex.quote, os.getcwd()
+    argv = tuple(NodePath(**a) if isinstance(a, dict) else a for a in meta["spec"]["argv"])
+    spec, ranks = LaunchSpec(**{**meta["spec"], "argv": argv}), meta["ranks"] and meta["tasks"]
+    if ranks:  # the static-launcher contract: srun makes the ranks, aorta the trial ports
+        spec = replace(spec, torchrun=False, argv=(sys.executable, *spec.argv))
+    names = _slurm("scontrol", "show", "hostnames", os.environ["SLURM_JOB_NODELIST"]).split()
+    found = re.search(r"NodeAddr=(\S+)", _slurm("scontrol", "show", "node", "-o", names[0]))
+    addr = spec.master_addr or (found.group(1) if found else names[0])
+    probe = ("srun", "-N1", "-n1", "-w", names[0], sys.executable, "-c", _PROBE)
+    port, base = spec.master_port or int(_slurm(*probe).split()[-1]), int(job.split("_")[0])
+    ident = 'RANK="$SLURM_PROCID" WORLD_SIZE="$SLURM_NTASKS" LOCAL_RANK="$SLURM_LOCALID" '
+    ident += f"LOCAL_WORLD_SIZE={ranks} MASTER_ADDR={q(addr)} MASTER_PORT={port} "
+    ident += f"{envvars.TRIAL_MASTER_PORT_BASE}={30000 + base % 30 * 1000} "
+    nodes = tuple(Node(k, h, python=sys.executable, workdir=cwd) for k, h in enumerate(names))
+    cluster, commands, rdzv = Cluster(nodes, source="slurm"), {}, {"master_addr": addr}
+    for node in nodes:
+        ndir = staging / "slurm" / f"node_{node.rank}"
+        cmd = run_command(
+            cluster, node, spec, run_id=meta["run_id"], node_dir=str(ndir), **rdzv, master_port=port
+        )
+        (ndir / "run.sh").write_text(
+            f"cd {q(cwd)} || exit 1\n. {q(f'{ndir}/{ENV_FILE}')} || exit 126\n"
+            f"exec env {' '.join(f'-u {n}' for n in cmd.unset)} {ident if ranks else ''}"
+            f"{shlex.join(cmd.argv)} </dev/null\n"
+        )
+        commands[node.name] = cmd.describe()  # secret values redacted
+    _note(staging, job_id=job, hosts=names, master=f"{addr}:{port}", commands=commands)
+    emit(f"job {job}: rendezvous {addr}:{port}; starting {len(names)} node(s)")
+    step = ["srun", "--kill-on-bad-exit=1", "--quit-on-interrupt", f"-N{len(names)}"]
+    step += [f"--ntasks-per-node={ranks or 1}", f"--ntasks={len(names) * (ranks or 1)}"]
+    step += [f"--output={staging}/combined_traces/node_%n/launch.log", "--open-mode=append"]
+    step += ["sh", "-c", _TASK, str(staging / "slurm")]
+    return subprocess.Popen(step, stdin=subprocess.DEVNULL, start_new_session=True)
 
 
-def _outcome(node: Node, folder: Path, state: str, t0: float, tasks: int) -> NodeOutcome:
-    exits, started = _files(folder, "exit"), _files(folder, "started")
+def _outcome(node: Node, ndir: Path, state: str, meta: dict[str, Any]) -> NodeOutcome:
+    exits, started = (
+        [[*map(float, p.read_text().split())] for p in ndir.glob(f"{n}.*")]
+        for n in ("exit", "started")
+    )
+    t0, bad = meta["t0"], sorted((e for e in exits if e[0] != 0), key=lambda e: e[1])
     out = NodeOutcome(node, started_s=min((s[0] - t0 for s in started), default=None))
-    bad = sorted((e for e in exits if e[0] != 0), key=lambda e: e[1])
     if bad:
-        code, when = int(bad[0][0]), bad[0][1]
-        out.status, out.exit_code, out.ended_s = "failed", code, when - t0
-        out.message = f"exited with code {code} (job {state})"
-    elif len(exits) >= tasks:
-        out.status, out.exit_code = "ok", 0
-        out.ended_s = max(e[1] for e in exits) - t0
+        out.status, out.exit_code, out.ended_s = "failed", int(bad[0][0]), bad[0][1] - t0
+        out.message = f"exited with code {out.exit_code} (job {state})"
+    elif len(exits) >= meta["tasks"]:
+        out.status, out.exit_code, out.ended_s = "ok", 0, max(e[1] for e in exits) - t0
     elif state in ("TIMEOUT", "DEADLINE"):
         out.status, out.message = "timeout", f"still running at the job's time limit ({state})"
     elif state in ("NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL"):
         out.status, out.message = "failed", f"job {state}, no exit code from this node"
-    elif started:
-        out.status, out.message = "stopped", f"job {state}"
     else:
-        out.status, out.message = "not_started", f"job {state}"
+        out.status, out.message = "stopped" if started else "not_started", f"job {state}"
     return out
 
 
-@dataclass(frozen=True)
-class _Run:
-    """Where one launch keeps its files until :func:`finish`, and when it began (wall clock)."""
-
-    output: Path
-    run_id: str
-    t0: float
-
-    @property
-    def staging(self) -> Path:
-        return staging_dir(self.output, self.run_id).resolve()
-
-
 def finish(
-    cluster: Cluster, run: _Run, *, state: str, job: Any = None, interrupted: bool = False
+    staging: Path, *, state: str, job: Any = None, interrupted: bool = False
 ) -> LaunchResult:
     """Outcomes from the task files, outputs into ``combined_traces/node_<k>/``, the run named,
     ``launch.json`` written; raises :class:`LaunchFailed` unless every node finished."""
-    staging, t0 = run.staging, run.t0
-    meta = _note(staging)
-    outcomes = {}
-    for node in cluster.nodes:
-        ndir = staging / "slurm" / f"node_{node.rank}"
-        out = _outcome(node, ndir, state, t0, int(meta.get("tasks", 1)))
+    meta, outcomes = _note(staging), {}
+    _drop_env(staging)
+    for k, host in enumerate(meta.get("hosts") or ["-"] * meta["nodes"]):
+        ndir, folder = staging / "slurm" / f"node_{k}", node_folder(staging, k)
+        out = outcomes[f"node{k}"] = _outcome(Node(k, host), ndir, state, meta)
         if out.status == "stopped" and not interrupted:
             out.message = f"stopped by srun --kill-on-bad-exit (job {state})"
-        for entry in (ndir / "out").iterdir() if (ndir / "out").is_dir() else ():
-            os.replace(entry, node_folder(staging, node.rank) / entry.name)
+        for entry in (ndir / "out").iterdir():
+            os.replace(entry, folder / entry.name)
         out.collected = "in place (the staging folder is on a shared file system)"
-        outcomes[node.name] = out
     addr, _, port = str(meta.get("master", "")).rpartition(":")
     result = LaunchResult(
-        run.run_id, outcomes, master_addr=addr or None, master_port=int(port or 0)
+        meta["run_id"], outcomes, master_addr=addr or None, master_port=int(port or 0)
     )
     result.interrupted = interrupted
     started = [o.started_s for o in outcomes.values()]
-    if started and None not in started:
-        result.timings["all_started"] = max(s for s in started if s is not None)
-    result.timings["total"] = time.time() - t0
-    result.run_dir = finalize(staging, run.output, run.run_id)
+    if None not in started:
+        result.timings["all_started"] = max(s or 0.0 for s in started)
+    result.timings["total"] = time.time() - meta["t0"]
+    result.run_dir = finalize(staging, staging.parent, meta["run_id"])
     for out in outcomes.values():
         out.log = node_folder(result.run_dir, out.node.rank) / "launch.log"
-    record = result.to_dict()
-    record["commands"] = {
-        n.name: (result.run_dir / f"slurm/node_{n.rank}/command").read_text().strip()
-        for n in cluster.nodes
-        if (result.run_dir / f"slurm/node_{n.rank}/command").is_file()
-    }
-    meta = {k: v for k, v in meta.items() if k != "spec"}  # slurm.json beside it has the spec
+    record = {**result.to_dict(), "commands": meta.pop("commands", {})}
+    meta.pop("spec")  # slurm.json beside it has the spec
     record["slurm"] = {**meta, "state": state, "script": str(result.run_dir / SCRIPT), "job": job}
     atomic_write(result.run_dir / "launch.json", json.dumps(record, indent=1, default=str) + "\n")
     if result.status != "complete" and not interrupted:
@@ -288,55 +217,78 @@ def finish(
     return result
 
 
-def _note(staging: Path, **fields: Any) -> dict[str, Any]:
-    """Read ``slurm.json`` (the job id, the spec, the rendezvous...), adding ``fields``."""
-    path = staging / JOB_FILE
-    data = json.loads(path.read_text()) if path.is_file() else {}
-    if fields:
-        data.update(fields)
-        atomic_write(path, json.dumps(data, indent=1) + "\n")
-    return data
+class _Watch:
+    """The srun step this process started (inside an allocation) or a batch job (``scontrol``),
+    and every node's output (and the batch script's), each file followed as it grows."""
 
+    def __init__(self, staging: Path, on_line: LineSink, emit: EventSink, proc: Any = None) -> None:
+        self.staging, self.on_line, self.emit, self.proc = staging, on_line, emit, proc
+        self.job, self.info, self.seen, self.pos = _note(staging).get("job_id"), None, "", {}
 
-def _save_spec(spec: LaunchSpec) -> dict[str, Any]:
-    data = asdict(spec)
-    data["argv"] = [a if isinstance(a, str) else {"node_path": a.relative} for a in spec.argv]
-    data["files"] = {k: base64.b64encode(v).decode() for k, v in spec.files.items()}
-    return data
+    def state(self) -> str | None:
+        if self.proc is not None:
+            code = self.proc.poll()
+            return None if code is None else "COMPLETED" if code == 0 else "FAILED"
+        try:
+            text = _slurm("scontrol", "show", "job", "-o", self.job, timeout=30.0)
+            self.info = dict(f.split("=", 1) for f in text.split() if "=" in f)
+        except AortaError as exc:
+            if "Invalid job id" not in str(exc):
+                raise
+            self.info = {"JobState": "ENDED", "Reason": "no longer known to scontrol"}
+        state, why = self.info.get("JobState", "UNKNOWN"), self.info.get("Reason", "None")
+        if state != self.seen:
+            self.seen = state
+            self.emit(f"job {self.job} {state}" + (f" ({why})" if why != "None" else ""))
+        return state if state in FINAL_STATES or state == "ENDED" else None
 
+    def stop(self) -> None:
+        if self.proc is not None:  # srun --quit-on-interrupt ends the step on one SIGINT
+            self.proc.send_signal(signal.SIGINT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=30)
+            self.proc.kill()
+            self.proc.wait()
+            return
+        _slurm("scancel", self.job)
+        end = time.time() + 120.0  # KillWait (30 s by default) and the epilog
+        while self.state() is None and time.time() < end:
+            time.sleep(0.5)
 
-def _load_spec(data: Mapping[str, Any]) -> LaunchSpec:
-    argv = tuple(a if isinstance(a, str) else NodePath(a["node_path"]) for a in data["argv"])
-    files = {k: base64.b64decode(v) for k, v in data["files"].items()}
-    lists = {k: tuple(data[k]) for k in ("overrides", "requires", "scrub_env_keys")}
-    return LaunchSpec(**{**data, **lists, "argv": argv, "files": files})
+    def tail(self) -> None:
+        out = self.staging / f"slurm-{self.job}.out"  # the batch script's own lines: events
+        sinks = {out: lambda text: self.emit(text.removeprefix("launch: "))}
+        for k, host in enumerate(_note(self.staging).get("hosts", ())):
+            sinks[node_folder(self.staging, k) / "launch.log"] = partial(
+                self.on_line, Node(k, host)
+            )
+        for path, sink in sinks.items():
+            lines: list[bytes] = []
+            with contextlib.suppress(FileNotFoundError), open(path, "rb") as fh:
+                fh.seek(self.pos.get(path, 0))
+                *lines, rest = fh.read().split(b"\n")  # whole lines only
+                self.pos[path] = fh.tell() - len(rest)
+            for line in lines:
+                sink(line.decode(errors="replace"))
 
-
-class _Tail:
-    """Each node's ``launch.log`` (and the batch script's output) followed as it grows."""
-
-    def __init__(self, sinks: Mapping[Path, Callable[[str], None]]) -> None:
-        self.sinks, self.pos = dict(sinks), dict.fromkeys(sinks, 0)
-
-    @classmethod
-    def of(cls, staging: Path, cluster: Cluster, on_line: LineSink) -> _Tail:
-        def sink(node: Node) -> Callable[[str], None]:
-            return lambda text: on_line(node, text)
-
-        return cls({node_folder(staging, n.rank) / "launch.log": sink(n) for n in cluster.nodes})
-
-    def poll(self) -> None:
-        for path, sink in self.sinks.items():
-            try:
-                with open(path, "rb") as fh:
-                    fh.seek(self.pos[path])
-                    data = fh.read()
-            except OSError:
-                continue
-            data = data[: data.rfind(b"\n") + 1]
-            self.pos[path] += len(data)
-            for line in data.decode(errors="replace").splitlines():
-                sink(line)
+    def follow(self, *, timeout: float, poll: float) -> LaunchResult:
+        """To the end (or ``timeout`` after ``t0``: stopped), then :func:`finish`; Ctrl-C or
+        SIGTERM stops it, waits for it to end, writes what there is and re-raises."""
+        t0 = _note(self.staging)["t0"]
+        try:
+            while (state := self.state()) is None and time.time() - t0 < timeout:
+                self.tail()
+                time.sleep(poll)
+            if state is None:
+                state = "DEADLINE"
+                self.stop()
+        except KeyboardInterrupt:
+            self.stop()
+            self.tail()
+            finish(self.staging, state="CANCELLED", job=self.info, interrupted=True)
+            raise
+        self.tail()
+        return finish(self.staging, state=state, job=self.info)
 
 
 def run_inside(
@@ -350,64 +302,17 @@ def run_inside(
     timeout: float,
 ) -> LaunchResult:
     """Inside an allocation: the srun step, followed until it ends, then :func:`finish`."""
-    run = _Run(output, run_id, time.time())
-    staging, t0 = run.staging, run.t0
-    proc, cluster = start_step(
-        spec, staging=staging, run_id=run_id, srun_ranks=srun_ranks, emit=emit
-    )
-    tail, state = _Tail.of(staging, cluster, on_line), "FAILED"
-    try:
-        while proc.poll() is None and time.time() - t0 < timeout:
-            tail.poll()
-            time.sleep(0.2)
-        if proc.poll() is None:
-            state = "DEADLINE"
-            _stop(proc)
-    except KeyboardInterrupt:
-        _stop(proc)
-        tail.poll()
-        finish(cluster, run, state="CANCELLED", interrupted=True)
-        raise
-    tail.poll()
-    state = "COMPLETED" if proc.returncode == 0 else state
-    return finish(cluster, run, state=state)
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    # srun --quit-on-interrupt ends the step (and Slurm every task of it) on one SIGINT.
-    proc.send_signal(signal.SIGINT)
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    staging, nodes = staging_dir(output, run_id).resolve(), int(os.environ["SLURM_JOB_NUM_NODES"])
+    prepare(spec, staging=staging, run_id=run_id, nodes=nodes, ranks=srun_ranks)
+    watch = _Watch(staging, on_line, emit, start_step(staging, emit))
+    return watch.follow(timeout=timeout, poll=0.2)
 
 
 def run_in_job(staging: Path, emit: EventSink) -> int:
-    """The sbatch script's step: :func:`start_step` with the saved spec; srun's exit code."""
-    meta = _note(staging)
-    spec = _load_spec(meta["spec"])
-    proc, _ = start_step(
-        spec, staging=staging, run_id=meta["run_id"], srun_ranks=meta["srun_ranks"], emit=emit
-    )
-    return proc.wait()
-
-
-def sbatch_script(staging: Path, *, run_id: str, options: Sequence[str]) -> str:
-    """The batch script: ``#SBATCH`` options, then ``aorta launch --slurm --in-job <staging>``."""
-    head = [f"--job-name=aorta-{run_id}", *options, f"--output={staging}/slurm-%j.out"]
-    step = [sys.executable, "-m", "aorta", "launch", "--slurm", "--in-job", str(staging)]
-    return "\n".join(
-        [
-            "#!/bin/bash",
-            *(f"#SBATCH {shlex.quote(o)}" for o in head),
-            f"# aorta launch --slurm, run {run_id}: one srun step runs every node's command",
-            f"# (slurm/node_<k>/run.sh); the spec is in {JOB_FILE}.",
-            f"cd {shlex.quote(os.getcwd())} || exit 1",
-            f"exec {shlex.join(step)}",
-            "",
-        ]
-    )
+    """The batch script's step: :func:`start_step`, then ``env.sh`` removed; srun's exit code."""
+    code = start_step(staging, emit).wait()
+    _drop_env(staging)
+    return code
 
 
 def submit(
@@ -420,72 +325,21 @@ def submit(
     options: Sequence[str],
     dry_run: bool = False,
 ) -> tuple[str | None, str]:
-    """Write the sbatch script into the staging folder and submit it: ``(job id, script)``.
-    With ``dry_run`` nothing is written or submitted (job id ``None``)."""
+    """Write the batch script (``#SBATCH`` options, then ``aorta launch --slurm --in-job
+    <staging>``) and submit it: ``(job id, script)``; with ``dry_run`` neither (job id ``None``)."""
     staging = staging_dir(output, run_id).resolve()
     tasks = int(spec.nproc_per_node or 1) if srun_ranks else 1
-    opts = [f"--nodes={nodes}", f"--ntasks-per-node={tasks}", *options]
-    script = sbatch_script(staging, run_id=run_id, options=opts)
+    head = [f"--job-name=aorta-{run_id}", f"--nodes={nodes}", f"--ntasks-per-node={tasks}"]
+    head += [*options, f"--output={staging}/slurm-%j.out"]
+    step = [sys.executable, "-m", "aorta", "launch", "--slurm", "--in-job", str(staging)]
+    script = sbatch_script(head, step, run_id=run_id, cwd=os.getcwd())
     if dry_run:
         return None, script
-    staging.mkdir(parents=True)
+    prepare(spec, staging=staging, run_id=run_id, nodes=nodes, ranks=srun_ranks)
     (staging / SCRIPT).write_text(script)
-    saved = {"nodes": nodes, "srun_ranks": srun_ranks, "spec": _save_spec(spec)}
-    _note(staging, run_id=run_id, submitted=time.time(), **saved)
     job = _slurm("sbatch", "--parsable", str(staging / SCRIPT)).strip().split(";")[0]
     _note(staging, job_id=job)
     return job, script
-
-
-def find_job(output: Path, job_id: str) -> Path:
-    """The staging folder of a job this machine submitted (for ``--attach``)."""
-    for path in Path(output).glob(f".aorta-launch-*/{JOB_FILE}"):
-        if json.loads(path.read_text()).get("job_id") == job_id:
-            return path.parent
-    raise UsageError(f"--attach {job_id}: no pending launch of that job under {output}")
-
-
-class _Watch:
-    """One submitted job seen through ``scontrol``: state changes, then node output."""
-
-    def __init__(self, job_id: str, staging: Path, nodes: int, on_line: LineSink, emit: EventSink):
-        self.job_id, self.staging, self.on_line, self.emit = job_id, staging, on_line, emit
-        self.cluster = Cluster(nodes=tuple(Node(rank=k, address="-") for k in range(nodes)))
-        self.state, self.info, self.cause = "", {}, ""
-        self.tails: list[_Tail] = []
-
-    def step(self) -> bool:
-        """Look once; True when the job has ended."""
-        try:
-            self.info = job_info(self.job_id)
-        except AortaError as exc:
-            if "Invalid job id" not in str(exc):
-                raise
-            self.info = {"JobState": "ENDED", "Reason": "no longer known to scontrol"}
-        info = self.info
-        if info.get("JobState") != self.state:
-            self.state, why = info.get("JobState", "UNKNOWN"), info.get("Reason", "None")
-            self.emit(f"job {self.job_id} {self.state}" + (f" ({why})" if why != "None" else ""))
-        if not self.tails and info.get("NodeList", "(null)") not in ("(null)", "", "None assigned"):
-            names = hosts(info["NodeList"])
-            self.cluster = Cluster(
-                nodes=tuple(Node(rank=k, address=h) for k, h in enumerate(names))
-            )
-            batch = self.staging / f"slurm-{self.job_id}.out"
-            self.tails = [
-                _Tail.of(self.staging, self.cluster, self.on_line),
-                _Tail({batch: lambda t: self.emit(t.removeprefix("launch: "))}),
-            ]
-        for tail in self.tails:
-            tail.poll()
-        return self.state in FINAL_STATES or self.state == "ENDED"
-
-    def cancel(self, cause: str) -> None:
-        self.cause = cause
-        _slurm("scancel", self.job_id)
-        end = time.time() + 120.0  # KillWait (30 s by default) and the epilog
-        while not self.step() and time.time() < end:
-            time.sleep(0.5)
 
 
 def follow(
@@ -499,17 +353,7 @@ def follow(
 ) -> LaunchResult:
     """Follow a submitted job (queue state, node output) to its end, then :func:`finish`.
     Ctrl-C/SIGTERM cancels it (``scancel``), waits for it to end and re-raises."""
-    meta = _note(find_job(output, job_id))
-    run = _Run(output, str(meta["run_id"]), float(meta["submitted"]))
-    watch = _Watch(job_id, run.staging, int(meta["nodes"]), on_line, emit)
-    try:
-        while not watch.step():
-            if time.time() - run.t0 > timeout:
-                watch.cancel("DEADLINE")
-                break
-            time.sleep(poll)
-    except KeyboardInterrupt:
-        watch.cancel("CANCELLED")
-        finish(watch.cluster, run, state="CANCELLED", job=watch.info, interrupted=True)
-        raise
-    return finish(watch.cluster, run, state=watch.cause or watch.state, job=watch.info)
+    for path in Path(output).glob(f".aorta-launch-*/{JOB_FILE}"):
+        if json.loads(path.read_text()).get("job_id") == job_id:
+            return _Watch(path.parent.resolve(), on_line, emit).follow(timeout=timeout, poll=poll)
+    raise UsageError(f"--attach {job_id}: no pending launch of that job under {output}")

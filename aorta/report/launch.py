@@ -1,4 +1,5 @@
-"""Text renderings of a multi-node launch: node outcomes, the dry-run table, version skew.
+"""Text renderings of a multi-node launch: node outcomes, the dry-run table, version skew, the
+Slurm batch script.
 
 Pure functions returning strings; :mod:`aorta.launch` builds the data, the CLI prints.
 
@@ -12,7 +13,8 @@ Examples
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import shlex
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from aorta.store.hostenv import redact_env
@@ -26,6 +28,7 @@ __all__ = [
     "dry_run_lines",
     "format_skew",
     "last_words",
+    "sbatch_script",
     "summarize_outcomes",
     "version_rows",
 ]
@@ -127,3 +130,29 @@ def dry_run_lines(report: DryRun) -> list[str]:
             lines += [f"  unset: {' '.join(cmd.unset)}", f"  command: {cmd.describe()}"]
             lines.append(f"  remote line: {cmd.remote}")
     return lines + format_skew(report.skew)
+
+
+def sbatch_script(options: Sequence[str], step: Sequence[str], *, run_id: str, cwd: str) -> str:
+    """The batch script ``aorta launch --slurm`` submits (and ``--dry-run`` prints): ``#SBATCH``
+    options, then ``step`` run from ``cwd``. It carries no environment values.
+
+    >>> print(sbatch_script(["--nodes=2"], ["python", "-m", "aorta"], run_id="r1", cwd="/w"), end="")
+    #!/bin/bash
+    #SBATCH --nodes=2
+    # aorta launch --slurm, run r1: one srun step runs every node's command
+    # (slurm/node_<k>/run.sh); the spec is in slurm.json, the environment in slurm/node_<k>/env.sh.
+    cd /w || exit 1
+    exec python -m aorta
+    """
+    return "\n".join(
+        [
+            "#!/bin/bash",
+            *(f"#SBATCH {shlex.quote(o)}" for o in options),
+            f"# aorta launch --slurm, run {run_id}: one srun step runs every node's command",
+            "# (slurm/node_<k>/run.sh); the spec is in slurm.json, the environment in"
+            " slurm/node_<k>/env.sh.",
+            f"cd {shlex.quote(cwd)} || exit 1",
+            f"exec {shlex.join(step)}",
+            "",
+        ]
+    )
