@@ -85,14 +85,14 @@ def redact_secret_shapes(text: str) -> str:
     return redact_secret_shapes_counted(text)[0]
 
 
-def _mask_secret_part(m: "re.Match[str]") -> str:
+def _mask_secret_part(m: re.Match[str]) -> str:
     whole = m.group(0)
     if m.group("s") == REDACTED:
         return whole  # already masked: do not count it twice
     return whole[: m.start("s") - m.start()] + REDACTED + whole[m.end("s") - m.start() :]
 
 
-def redact_secret_shapes_counted(text: str) -> "tuple[str, int]":
+def redact_secret_shapes_counted(text: str) -> tuple[str, int]:
     """:func:`redact_secret_shapes` and how many credentials it masked (for bundle manifests).
 
     >>> redact_secret_shapes_counted("Bearer abcdefgh123 and token <redacted>")
@@ -102,7 +102,7 @@ def redact_secret_shapes_counted(text: str) -> "tuple[str, int]":
     for shape in _SECRET_SHAPES:
         masked = 0
 
-        def mask(m: "re.Match[str]") -> str:
+        def mask(m: re.Match[str]) -> str:
             nonlocal masked
             out = _mask_secret_part(m)
             masked += out != m.group(0)
