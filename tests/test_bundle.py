@@ -31,18 +31,18 @@ SCRIPT = (
     'echo "my value $MY_CUSTOM"; exit 1'
 )
 
-RECIPE = """
+RECIPE = f"""
 ticket: TICKET-42
 trials: 1
 redaction:
   scrub_env_keys: ["MY_*"]
   scrub_ip_addresses: true
 cells:
-  - {name: baseline, mitigations: [none]}
+  - {{name: baseline, mitigations: [none]}}
   - name: leaky
     mitigations: [none]
-    extra_env: {HF_TOKEN: "%s", MY_CUSTOM: "%s"}
-""" % (HF, CUSTOM)
+    extra_env: {{HF_TOKEN: "{HF}", MY_CUSTOM: "{CUSTOM}"}}
+"""
 
 
 @pytest.fixture
