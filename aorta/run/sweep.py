@@ -57,6 +57,7 @@ from aorta.run.workload import (
 from aorta.store.hostenv import snapshot
 from aorta.store.record import RankOutcome, TrialRecord, TrialStatus, merge_ranks
 from aorta.store.redact import Redactor
+from aorta.store.retention import retain_trial
 from aorta.store.rundir import RunDir, utc_now
 
 __all__ = ["Interrupted", "Prepared", "SweepResult", "prepare", "sweep"]
@@ -265,6 +266,7 @@ class _Sweep:
     def _keep(self, record: TrialRecord) -> TrialRecord:
         """Redact, write and remember a trial's record (what is kept is what is on disk)."""
         record = self.redactor.record(record)
+        record = retain_trial(self.rd, record, self.recipe.retain)  # prune per `retain:`
         self.rd.write_trial(record)
         self._remember(record)
         return record
