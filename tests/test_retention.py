@@ -102,7 +102,7 @@ def test_without_retain_everything_stays(tmp_path):
 
 
 def test_unknown_level_is_a_recipe_error():
-    with pytest.raises(RecipeError, match="retain.on_pass"):
+    with pytest.raises(RecipeError, match=r"retain\.on_pass"):
         load_recipe_text(
             "workload: matmul\nretain: {on_pass: some}\ncells: [{name: a, mitigations: [none]}]"
         )

@@ -27,6 +27,7 @@ Examples
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from collections.abc import Mapping
@@ -89,10 +90,8 @@ def _prune(folder: Path, level: str) -> None:
             if sub.is_symlink():
                 sub.unlink(missing_ok=True)
             else:
-                try:
+                with contextlib.suppress(OSError):
                     sub.rmdir()  # only folders left empty
-                except OSError:
-                    pass
 
 
 def retain_trial(rd: RunDir, record: TrialRecord, retain: Any) -> TrialRecord:
