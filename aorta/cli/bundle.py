@@ -10,6 +10,8 @@ import typer
 
 from aorta import envvars
 from aorta.errors import ExitCode
+from aorta.report.bundle import format_review
+from aorta.store.bundle import plan_bundle, write_bundle
 
 from ._options import Json
 
@@ -92,9 +94,6 @@ def bundle(
 ) -> int:
     """Pack a run for a ticket: records, matrix, recipe, snapshots, logs, report and traces
     (within --max-size), every text file redacted, with a manifest of redaction counts."""
-    from aorta.report.bundle import format_review
-    from aorta.store.bundle import plan_bundle, write_bundle
-
     plan = plan_bundle(
         run,
         ticket=ticket,
