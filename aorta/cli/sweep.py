@@ -173,9 +173,7 @@ def run(
             command=command or None,
         )
     if recipe is None and resume is None:
-        raise UsageError(
-            "give --recipe FILE, --resume RUN_DIR, or flag mode (--workload W --mitigation-axis a,b …)"
-        )
+        raise UsageError("give --recipe FILE (or --resume RUN_DIR)")
     if not dry_run:
         return _run(
             recipe,
