@@ -68,6 +68,20 @@ RANKS = "AORTA_RANKS"
 TRACE_TOP = "AORTA_TRACE_TOP"
 TRACE_CACHE = "AORTA_TRACE_CACHE"
 TRACE_ALIGN = "AORTA_TRACE_ALIGN"
+# `aorta bundle`
+BUNDLE_OUTPUT = "AORTA_BUNDLE_OUTPUT"
+BUNDLE_MAX_SIZE = "AORTA_BUNDLE_MAX_SIZE"
+BUNDLE_TRACES = "AORTA_BUNDLE_TRACES"
+SCRUB_ENV_KEYS = "AORTA_SCRUB_ENV_KEYS"
+SCRUB_PATHS = "AORTA_SCRUB_PATHS"
+SCRUB_IP_ADDRESSES = "AORTA_SCRUB_IP_ADDRESSES"
+REVIEW = "AORTA_REVIEW"
+# `aorta sweep run` flag mode (a recipe built from the command line)
+WORKLOAD = "AORTA_WORKLOAD"
+MITIGATION_AXIS = "AORTA_MITIGATION_AXIS"
+ENVIRONMENT_AXIS = "AORTA_ENVIRONMENT_AXIS"
+TRIALS = "AORTA_TRIALS"
+STEPS = "AORTA_STEPS"
 
 CLI_TWINS: dict[str, str] = {
     "--recipe": RECIPE,
@@ -109,6 +123,20 @@ CLI_TWINS: dict[str, str] = {
     "--cache": TRACE_CACHE,
     "--align": TRACE_ALIGN,
     "--ranks": RANKS,
+    # `aorta bundle` (its --output, the folder the archive goes into, has the twin
+    # AORTA_BUNDLE_OUTPUT; --ticket shares AORTA_TICKET with `sweep run`)
+    "--max-size": BUNDLE_MAX_SIZE,
+    "--include-traces/--no-traces": BUNDLE_TRACES,
+    "--scrub-env-keys": SCRUB_ENV_KEYS,
+    "--scrub-paths": SCRUB_PATHS,
+    "--scrub-ip-addresses": SCRUB_IP_ADDRESSES,
+    "--review": REVIEW,
+    # `aorta sweep run` flag mode (--baseline shares AORTA_BASELINE with `compare`)
+    "--workload": WORKLOAD,
+    "--mitigation-axis": MITIGATION_AXIS,
+    "--environment-axis": ENVIRONMENT_AXIS,
+    "--trials": TRIALS,
+    "--steps": STEPS,
 }
 
 # --- what the engine hands to every trial -----------------------------------------------------

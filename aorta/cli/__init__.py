@@ -16,6 +16,7 @@ from typer import _click as click  # typer vendors click; its exceptions are the
 
 from aorta.errors import AortaError, ExitCode
 
+from . import bundle as _bundle
 from . import compare as _compare
 from . import info as _info
 from . import launch as _launch
@@ -43,6 +44,7 @@ app.add_typer(_info.mitigations_app, name="mitigations")
 app.command("env")(_info.env)
 app.command("compare")(_compare.compare)
 app.command("report")(_report.report)
+app.command("bundle")(_bundle.bundle)
 app.command("launch", context_settings=_launch.CONTEXT)(_launch.launch)
 
 

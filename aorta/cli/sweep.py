@@ -10,6 +10,8 @@ import typer
 
 from aorta import envvars
 from aorta.errors import ExitCode, UsageError
+from aorta.recipe.flags import recipe_from_flags, split_axis
+from aorta.recipe.schema import Recipe
 from aorta.store.rundir import RunDir
 
 from ._options import Json, MitigationsFiles, Verbose
@@ -79,20 +81,104 @@ def run(
             help="torch.distributed backend: auto, gloo or nccl.",
         ),
     ] = None,
+    workload: Annotated[
+        str | None,
+        typer.Option(
+            "--workload",
+            envvar=envvars.WORKLOAD,
+            help="Flag mode (no --recipe): the workload every cell runs.",
+            rich_help_panel="Flag mode",
+        ),
+    ] = None,
+    mitigation_axis: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--mitigation-axis",
+            envvar=envvars.MITIGATION_AXIS,
+            help="Flag mode: mitigations, comma-separated (a+b stacks two); include none.",
+            rich_help_panel="Flag mode",
+        ),
+    ] = None,
+    environment_axis: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--environment-axis",
+            envvar=envvars.ENVIRONMENT_AXIS,
+            help="Flag mode: environments, comma-separated: local, a registered name or "
+            "image:<ref> (default local).",
+            rich_help_panel="Flag mode",
+        ),
+    ] = None,
+    trials: Annotated[
+        int | None,
+        typer.Option(
+            "--trials",
+            envvar=envvars.TRIALS,
+            help="Flag mode: trials per cell (default 1).",
+            min=1,
+            rich_help_panel="Flag mode",
+        ),
+    ] = None,
+    steps: Annotated[
+        int | None,
+        typer.Option(
+            "--steps",
+            envvar=envvars.STEPS,
+            help="Flag mode: steps per trial.",
+            min=1,
+            rich_help_panel="Flag mode",
+        ),
+    ] = None,
+    baseline: Annotated[
+        str | None,
+        typer.Option(
+            "--baseline",
+            envvar=envvars.BASELINE,
+            help="Flag mode: the baseline cell (<mitigation>-<environment>).",
+            rich_help_panel="Flag mode",
+        ),
+    ] = None,
 ) -> int:
     """Run every cell × trial of a recipe (or print the plan with --dry-run).
 
-    Under torchrun, run the same command on every rank: only rank 0 writes and reports.
+    Without --recipe, flag mode builds the recipe from --workload, --mitigation-axis,
+    --environment-axis, --trials and --steps. Under torchrun, run the same command on every
+    rank: only rank 0 writes and reports.
     """
     from aorta.report import console
     from aorta.run import sweep as engine
 
+    flags = {
+        "--workload": workload,
+        "--mitigation-axis": mitigation_axis,
+        "--environment-axis": environment_axis,
+        "--trials": trials,
+        "--steps": steps,
+        "--baseline": baseline,
+    }
+    given = [name for name, value in flags.items() if value not in (None, [])]
+    if given and (recipe is not None or resume is not None):
+        raise UsageError(
+            f"{', '.join(given)} build a recipe (flag mode): give them without --recipe/--resume"
+        )
+    if given:
+        recipe = _flag_recipe(
+            workload=workload,
+            mitigation_axis=mitigation_axis,
+            environment_axis=environment_axis,
+            trials=trials,
+            steps=steps,
+            baseline=baseline,
+            ticket=ticket,
+            command=command or None,
+        )
     if recipe is None and resume is None:
         raise UsageError("give --recipe FILE (or --resume RUN_DIR)")
     if not dry_run:
         return _run(
             recipe,
             strict=strict,
+            as_json=as_json,
             command=command or None,
             output=output,
             resume=resume,
@@ -105,7 +191,7 @@ def run(
         )
     if recipe is None:
         raise UsageError(
-            "--dry-run needs --recipe (a resumed run's plan is in its recipe.resolved.yaml)"
+            "--dry-run needs --recipe or flag mode (a resumed run's plan is in its recipe.resolved.yaml)"
         )
     prepared = engine.prepare(
         recipe,
@@ -130,18 +216,40 @@ def run(
     return ExitCode.OK
 
 
-def _run(recipe: Path | None, *, strict: bool, **options: Any) -> int:
-    """Run the sweep (``options`` are :func:`aorta.sweep`'s), print the summary, map the code."""
+def _flag_recipe(
+    *,
+    mitigation_axis: list[str] | None,
+    environment_axis: list[str] | None,
+    trials: int | None,
+    **options: Any,
+) -> Recipe:
+    """Flag mode: the recipe the axes describe (:func:`aorta.recipe.flags.recipe_from_flags`)."""
+    return recipe_from_flags(
+        mitigation_axis=split_axis(mitigation_axis),
+        environment_axis=split_axis(environment_axis) or ["local"],
+        trials=trials or 1,
+        **options,
+    )
+
+
+def _run(
+    recipe: Path | Recipe | None, *, strict: bool, as_json: bool = False, **options: Any
+) -> int:
+    """Run the sweep (``options`` are :func:`aorta.sweep`'s), print the summary (or, with
+    ``as_json``, the summary as JSON), map the code."""
     from aorta.report import console
     from aorta.run import sweep as engine
 
     result = engine.sweep(recipe, **options)
     if result.rank != 0:
         return result.exit_code  # rank 0 reports for everyone
-    print(console.format_summary(result))
     code = result.exit_code
     if code == ExitCode.OK and strict and (result.failing or result.erroring):
-        return ExitCode.GATE
+        code = ExitCode.GATE
+    if as_json:
+        print(json.dumps(console.summary_to_dict(result, exit_code=code), indent=2))
+    else:
+        print(console.format_summary(result))
     return code
 
 
@@ -155,11 +263,13 @@ def resume(
     strict: Annotated[
         bool, typer.Option("--strict", help="Exit 4 when any cell has failing or erroring trials.")
     ] = False,
+    as_json: Json = False,
 ) -> int:
     """Finish an interrupted run: run only its missing or unreadable trials."""
     return _run(
         None,
         strict=strict,
+        as_json=as_json,
         resume=run_dir,
         mitigations_files=mitigations_file or (),
         verbose=verbose,

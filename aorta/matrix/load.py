@@ -58,7 +58,8 @@ def _read_cells(rd: RunDir) -> list[dict[str, Any]]:
 
 def run_attrs(path: str | Path) -> dict[str, Any]:
     """The run's attributes: the manifest's fields, plus ``baseline`` and ``threshold`` from
-    ``recipe.resolved.yaml`` (or, if that cannot be read, from ``matrix.json``)."""
+    ``recipe.resolved.yaml`` (or, if that cannot be read, from ``matrix.json``: aorta's
+    ``baseline``/``threshold`` or upstream's ``baseline_cell``/``confound.threshold``)."""
     rd = RunDir.open(path)
     attrs = dict(rd.manifest())
     try:
@@ -68,8 +69,11 @@ def run_attrs(path: str | Path) -> dict[str, Any]:
     except (OSError, UsageError):
         try:
             matrix = json.loads((rd.path / "matrix.json").read_text())
-            attrs["baseline"] = matrix.get("baseline")
-            attrs["threshold"] = matrix.get("threshold")
+            # aorta's keys, else upstream AORTA's (baseline_cell, confound.threshold).
+            confound = matrix.get("confound")
+            upstream = confound.get("threshold") if isinstance(confound, dict) else None
+            attrs["baseline"] = matrix.get("baseline") or matrix.get("baseline_cell")
+            attrs["threshold"] = matrix.get("threshold") or upstream
         except (OSError, ValueError):
             pass
     return attrs

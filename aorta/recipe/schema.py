@@ -75,6 +75,8 @@ __all__ = [
     "ExpandedCell",
     "Recipe",
     "Redaction",
+    "Retain",
+    "RetainLevel",
     "StopAfter",
     "dump_recipe",
     "load_recipe",
@@ -215,6 +217,23 @@ class Redaction(_Strict):
     scrub_env_keys: list[str] = Field(default_factory=list)
     scrub_paths: bool = False
     scrub_ip_addresses: bool = False
+
+
+#: How much of a trial's artifact folder is kept once its record is written (the record is
+#: always kept): ``full`` everything; ``log`` its logs only; ``summary`` the last lines of
+#: each log; ``none`` nothing.
+RetainLevel = Literal["full", "log", "summary", "none"]
+
+
+class Retain(_Strict):
+    """Which artifacts of a trial are kept, by outcome (upstream's ``retain`` block)."""
+
+    #: Trials that ran and failed (``workload_failed``).
+    on_fail: RetainLevel = "full"
+    #: Trials that passed.
+    on_pass: RetainLevel = "full"
+    #: Trials that errored (setup, infrastructure, timeout) or did not run.
+    on_error: RetainLevel = "full"
 
 
 class Collector(_Strict):
@@ -398,6 +417,7 @@ class Recipe(_Strict):
     step_time_regex: str | None = None
     env_passthrough_mode: Literal["inherit", "file"] = "inherit"
     redaction: Redaction | None = None
+    retain: Retain | None = None
 
     _count = field_validator("trials", "steps", mode="before")(_check_count)
 

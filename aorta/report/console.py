@@ -14,10 +14,10 @@ from typing import Any
 import pandas as pd
 
 from aorta.recipe.plan import Plan
-from aorta.report.comparison import ci_text, is_missing, p_text
+from aorta.report.comparison import ci_text, comparison_json, is_missing, p_text
 from aorta.store.record import ERRORED, TrialRecord, TrialStatus
 
-__all__ = ["format_plan", "format_summary", "plan_to_dict"]
+__all__ = ["format_plan", "format_summary", "plan_to_dict", "summary_to_dict"]
 
 
 def _fmt_env(env: dict[str, str]) -> str:
@@ -150,3 +150,33 @@ def format_summary(result: Any) -> str:
         )
     lines.append(f"Wrote matrix to {result.run_dir}")
     return "\n".join(lines)
+
+
+def summary_to_dict(result: Any, *, exit_code: int | None = None) -> dict[str, Any]:
+    """The end-of-run summary as plain data (``aorta sweep run --json``): the run directory,
+    its status and exit code, the clean / failing / erroring cells, and per cell the trial
+    counts (``statuses`` by status) with every column of the summary frame
+    (:func:`aorta.matrix.summary.summarize`: failure rate, mean step, confound, ratio and its
+    CI, p_adj, verdict …). ``exit_code`` is the command's (``--strict`` may turn OK into GATE);
+    default the sweep's."""
+    code = result.exit_code if exit_code is None else exit_code
+    statuses: dict[str, Counter[str]] = {}
+    for rec in result.records:
+        statuses.setdefault(rec.cell, Counter())[rec.status.value] += 1
+    frame = comparison_json(result.summaries)
+    cells = [
+        {**cell, "statuses": dict(sorted(statuses.get(cell["cell"], Counter()).items()))}
+        for cell in frame["cells"]
+    ]
+    return {
+        "run_dir": str(result.run_dir),
+        "status": result.status,
+        "exit_code": int(code),
+        "exit_status": getattr(code, "name", str(code)),
+        "baseline": result.baseline,
+        "clean": list(result.clean),
+        "failing": list(result.failing),
+        "erroring": list(result.erroring),
+        "statistics": frame["statistics"],
+        "cells": cells,
+    }

@@ -41,6 +41,7 @@ from aorta.report.comparison import (
     statistics_line,
     verdict_text,
 )
+from aorta.report.upstream import with_upstream_keys
 from aorta.store.rundir import RunDir
 
 __all__ = [
@@ -217,7 +218,7 @@ def matrix_json(
     }
     if traces is not None:
         doc["traces"] = trace_json(traces)
-    return doc
+    return with_upstream_keys(doc, summary, ds)  # upstream AORTA's keys and vocabulary too
 
 
 def trace_json(summary: pd.DataFrame) -> dict[str, Any]:

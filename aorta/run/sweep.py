@@ -58,6 +58,7 @@ from aorta.run.workload import (
 from aorta.store.hostenv import snapshot
 from aorta.store.record import RankOutcome, TrialRecord, TrialStatus, merge_ranks
 from aorta.store.redact import Redactor
+from aorta.store.retention import retain_trial
 from aorta.store.rundir import RunDir, utc_now
 
 __all__ = ["Interrupted", "Prepared", "SweepResult", "prepare", "sweep"]
@@ -278,6 +279,7 @@ class _Sweep:
         if self.rd.free_bytes() < MIN_FREE_BYTES:
             raise OSError(errno.ENOSPC, "no space left on device", str(self.rd.path))
         record = self.redactor.record(record)
+        record = retain_trial(self.rd, record, self.recipe.retain)  # prune per `retain:`
         self.rd.write_trial(record)
         self._remember(record)
         return record

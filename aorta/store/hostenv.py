@@ -41,6 +41,7 @@ __all__ = [
     "SECRET_NAME_GLOBS",
     "redact_env",
     "redact_secret_shapes",
+    "redact_secret_shapes_counted",
     "snapshot",
 ]
 
@@ -81,16 +82,35 @@ def redact_secret_shapes(text: str) -> str:
     >>> redact_secret_shapes("postgres://u:hunter2@db/x --password=s3cret Bearer abcdefgh123")
     'postgres://u:<redacted>@db/x --password=<redacted> Bearer <redacted>'
     """
+    return redact_secret_shapes_counted(text)[0]
+
+
+def _mask_secret_part(m: re.Match[str]) -> str:
+    whole = m.group(0)
+    if m.group("s") == REDACTED:
+        return whole  # already masked: do not count it twice
+    return whole[: m.start("s") - m.start()] + REDACTED + whole[m.end("s") - m.start() :]
+
+
+def redact_secret_shapes_counted(text: str) -> tuple[str, int]:
+    """:func:`redact_secret_shapes` and how many credentials it masked (for bundle manifests).
+
+    >>> redact_secret_shapes_counted("Bearer abcdefgh123 and token <redacted>")
+    ('Bearer <redacted> and token <redacted>', 1)
+    """
+    total = 0
     for shape in _SECRET_SHAPES:
-        text = shape.sub(
-            lambda m: (
-                m.group(0)[: m.start("s") - m.start()]
-                + REDACTED
-                + m.group(0)[m.end("s") - m.start() :]
-            ),
-            text,
-        )
-    return text
+        masked = 0
+
+        def mask(m: re.Match[str]) -> str:
+            nonlocal masked
+            out = _mask_secret_part(m)
+            masked += out != m.group(0)
+            return out
+
+        text = shape.sub(mask, text)
+        total += masked
+    return text, total
 
 
 def redact_env(

@@ -24,6 +24,8 @@ __all__ = [
     "ERRORED",
     "RAN",
     "RECORD_SCHEMA_VERSION",
+    "UPSTREAM_ALIASES",
+    "UPSTREAM_NAMES",
     "RankOutcome",
     "TrialRecord",
     "TrialStatus",
@@ -52,6 +54,23 @@ class TrialStatus(str, enum.Enum):
 
     def __str__(self) -> str:
         return self.value
+
+    @classmethod
+    def _missing_(cls, value: object) -> TrialStatus | None:
+        # Upstream AORTA's names are read as ours (records and results written by either).
+        return cls.__members__.get(UPSTREAM_ALIASES.get(str(value), "").upper())
+
+    @property
+    def upstream_name(self) -> str:
+        """The status as upstream AORTA names it (``workload_setup_failed`` for
+        ``setup_failed``), for the files upstream's tools read (``matrix.json``)."""
+        return UPSTREAM_NAMES.get(self.value, self.value)
+
+
+#: Our status → upstream AORTA's name for it, where they differ.
+UPSTREAM_NAMES: dict[str, str] = {"setup_failed": "workload_setup_failed"}
+#: Upstream AORTA's status names → ours (``TrialStatus("workload_setup_failed")`` works).
+UPSTREAM_ALIASES: dict[str, str] = {v: k for k, v in UPSTREAM_NAMES.items()}
 
 
 #: The status groups, owned here and nowhere else (values are the status strings, so they work

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aorta.store.hostenv import REDACTED, redact_env, redact_secret_shapes
+from aorta.store.hostenv import REDACTED, redact_env, redact_secret_shapes_counted
 from aorta.store.record import TrialRecord
 
 __all__ = ["Redactor"]
@@ -88,16 +88,67 @@ class Redactor:
     def text(self, text: str) -> str:
         """``text`` with secret values and credential shapes (URLs with a password, bearer
         tokens, ``--password=…``), and (when asked) home paths and IPs, masked."""
+        return self.text_counted(text)[0]
+
+    def text_counted(self, text: str) -> tuple[str, int]:
+        """:meth:`text` and how many things it masked (secret values, credential shapes, home
+        paths, IP addresses), for the per-file counts of a bundle's manifest.
+
+        >>> Redactor.for_run(env={"HF_TOKEN": "hf_abc123"}).text_counted("a hf_abc123 b hf_abc123")
+        ('a <redacted> b <redacted>', 2)
+        """
+        n = 0
         for value in self.secrets:
-            text = text.replace(value, REDACTED)
-        text = redact_secret_shapes(text)
+            hits = text.count(value)
+            if hits:
+                n += hits
+                text = text.replace(value, REDACTED)
+        text, shapes = redact_secret_shapes_counted(text)
+        n += shapes
         if self.scrub_paths:
             home = str(Path.home())
-            if home and home != "/":
+            if home and home != "/" and home in text:
+                n += text.count(home)
                 text = text.replace(home, "~")
         if self.scrub_ips:
-            text = _IP.sub("<ip>", text)
-        return text
+            text, ips = _IP.subn("<ip>", text)
+            n += ips
+        return text, n
+
+    def is_secret_name(self, name: str) -> bool:
+        """Whether a variable (or JSON key) called ``name`` holds a secret: the policy's
+        names or the recipe's ``scrub_env_keys``.
+
+        >>> r = Redactor(scrub_keys=("MY_*",))
+        >>> r.is_secret_name("HF_TOKEN"), r.is_secret_name("MY_VAR"), r.is_secret_name("PATH")
+        (True, True, False)
+        """
+        return redact_env({name: "x"}, scrub_keys=self.scrub_keys)[name] == REDACTED
+
+    def data_counted(self, value: Any) -> tuple[Any, int]:
+        """Parsed JSON/YAML data with every string scrubbed as :meth:`text` and every string
+        under a secret-named key (``{"HF_TOKEN": "…"}``) replaced whole; and the count.
+
+        >>> Redactor().data_counted({"env": {"HF_TOKEN": "x1", "N": "postgres://u:pw@h/d"}})
+        ({'env': {'HF_TOKEN': '<redacted>', 'N': 'postgres://u:<redacted>@h/d'}}, 2)
+        """
+        if isinstance(value, str):
+            return self.text_counted(value)
+        if isinstance(value, Mapping):
+            out: dict[Any, Any] = {}
+            n = 0
+            for k, v in value.items():
+                if isinstance(k, str) and isinstance(v, str) and self.is_secret_name(k):
+                    out[k] = REDACTED
+                    n += v != REDACTED
+                    continue
+                out[k], m = self.data_counted(v)
+                n += m
+            return out, n
+        if isinstance(value, list):
+            items = [self.data_counted(v) for v in value]
+            return [v for v, _ in items], sum(m for _, m in items)
+        return value, 0
 
     def _deep(self, value: Any) -> Any:
         if isinstance(value, str):

@@ -61,6 +61,14 @@ CELL_JSON = "cell.json"
 TRACE_DIR = "trace"
 #: Suffix of a Kineto trace written by aorta's profiler (TraceLens and HTA read it as is).
 TRACE_SUFFIX = ".pt.trace.json.gz"
+#: Other host snapshots (``host_env/<host>.json``) and cell environments (``environments/``).
+HOST_ENV_DIR = "host_env"
+ENVIRONMENTS_DIR = "environments"
+#: The manifest inside a bundle (``aorta bundle``): what went in, redaction counts, what was
+#: left out and why.
+BUNDLE_MANIFEST = "bundle_manifest.json"
+#: The HTML report ``aorta report`` writes, when present.
+REPORT_HTML = "report.html"
 RunStatus = Literal["running", "complete", "interrupted"]
 
 
@@ -109,7 +117,9 @@ class RunDir:
     """One run's directory. Cheap to build; nothing is written until a method says so."""
 
     def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
+        # Absolute: the path methods return paths under it, and writing one of them back
+        # through write_json(rd.host_env_path) must not nest a relative path inside itself.
+        self.path = Path(path).absolute()
 
     def __repr__(self) -> str:
         return f"RunDir({str(self.path)!r})"
@@ -180,11 +190,11 @@ class RunDir:
 
     def host_env_of(self, host: str) -> Path:
         """Another host's snapshot, when ranks ran on several hosts."""
-        return self.path / "host_env" / f"{_safe(host)}.json"
+        return self.path / HOST_ENV_DIR / f"{_safe(host)}.json"
 
     def environment_json(self, name: str) -> Path:
         """A cell environment's definition (``local``, a docker image, …)."""
-        return self.path / "environments" / _safe(name) / "env.json"
+        return self.path / ENVIRONMENTS_DIR / _safe(name) / "env.json"
 
     @property
     def matrix_md(self) -> Path:

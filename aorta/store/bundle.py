@@ -1,0 +1,536 @@
+"""A run as one redacted ``tar.gz`` for a ticket: ``<ticket>-<UTC>.tar.gz``.
+
+Two steps, so a person can look before anything is written:
+
+* :func:`plan_bundle` reads the run directory and decides, file by file, what goes in and
+  what is left out (and why), redacting every text file in memory to count what would be
+  masked. It writes nothing — ``aorta bundle --review`` prints its plan.
+* :func:`write_bundle` writes the plan: each included file redacted again as it is added,
+  the bundle's own manifest (:data:`~aorta.store.rundir.BUNDLE_MANIFEST`) last.
+
+What goes in: the run's manifest, resolved recipe, host snapshots, cell definitions, trial
+records, matrix files and report (``report/report.html`` too) always; trial logs, traces and
+other artifacts while they fit in ``max_size`` (bytes on disk, a cap the user can raise).
+Left out, with the reason in the manifest: ``results.nc`` (binary; :func:`aorta.load_run`
+rebuilds it from the records), other binary files (they cannot be scanned), the lock and
+half-written temporary files, and whatever is over the cap.
+
+Redaction is the run's one policy (:class:`~aorta.store.redact.Redactor`), built from the
+recipe's ``redaction:`` block plus the caller's extra settings, and it applies to every file
+that goes in — JSON (walked: a value under a secret-named key is replaced whole), YAML,
+logs, markdown, HTML, and the JSON inside gzip'd traces (decompressed, scanned,
+recompressed). On top of credential shapes (URLs with a password, bearer tokens, …) it masks
+the literal values of secret-named variables found in the run itself (the recipe's
+``extra_env``, snapshots, cell overlays) and in this process's environment, and
+``NAME=value`` / ``NAME: value`` assignments to secret names.
+
+Examples
+--------
+>>> parse_size("512M"), parse_size("2GiB"), parse_size("1000")
+(536870912, 2147483648, 1000)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import gzip
+import io
+import json
+import os
+import re
+import tarfile
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from aorta.errors import UsageError
+from aorta.store.hostenv import REDACTED
+from aorta.store.redact import Redactor
+from aorta.store.rundir import (
+    BUNDLE_MANIFEST,
+    CELL_JSON,
+    CELLS,
+    ENVIRONMENTS_DIR,
+    HOST_ENV_DIR,
+    LOCK,
+    RESULTS,
+    TRACE_DIR,
+    RunDir,
+    _safe,
+    utc_now,
+)
+
+__all__ = [
+    "DEFAULT_MAX_SIZE",
+    "BundleEntry",
+    "BundlePlan",
+    "parse_size",
+    "plan_bundle",
+    "write_bundle",
+]
+
+#: The default cap on logs, traces and other trial artifacts (bytes on disk): 512 MiB.
+DEFAULT_MAX_SIZE = 512 * 1024**2
+#: What a file is to the bundle. ``core`` files always go in; the others while they fit.
+Kind = Literal["core", "log", "trace", "artifact"]
+_UNITS = {"": 1, "B": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
+_TEXT_SUFFIXES = frozenset(
+    {".json", ".yaml", ".yml", ".md", ".html", ".htm", ".txt", ".log", ".csv", ".svg", ".out",
+     ".err", ".env", ".cfg", ".ini", ".toml", ".sh", ".py", ".xml", ".tsv"}
+)  # fmt: skip
+_IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".gif", ".webp"})
+#: A text file is one without NUL bytes in its first this many bytes.
+_SNIFF = 8192
+
+
+def parse_size(text: str | int) -> int:
+    """Bytes from ``"512M"``, ``"2G"``, ``"1.5GiB"`` or a plain number (binary units).
+
+    Raises :class:`~aorta.errors.UsageError` for anything else.
+    """
+    if isinstance(text, int):
+        return text
+    m = _SIZE.match(str(text))
+    if not m:
+        raise UsageError(f"--max-size: expected a size like 512M, 2G or 1000000, got {text!r}")
+    return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
+
+
+@dataclass(frozen=True)
+class BundleEntry:
+    """One file of the run directory and what the bundle does with it."""
+
+    #: Relative to the run directory (POSIX separators); the path inside the bundle too.
+    path: str
+    #: Bytes on disk.
+    size: int
+    kind: Kind
+    included: bool
+    #: How many things redaction masked in it (``None``: not scanned, e.g. an image).
+    redactions: int | None = None
+    #: Why it was left out, or a note on how it went in.
+    note: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "size": self.size,
+            "kind": self.kind,
+            "redactions": self.redactions,
+            "note": self.note,
+        }
+
+
+@dataclass(frozen=True)
+class BundlePlan:
+    """What :func:`write_bundle` will write; cheap to print (``aorta bundle --review``)."""
+
+    run_dir: Path
+    ticket: str
+    #: ``<ticket>-<UTC>``: the archive's name without ``.tar.gz`` and its top folder.
+    name: str
+    max_size: int
+    traces: bool
+    redactor: Redactor = field(repr=False)
+    entries: tuple[BundleEntry, ...] = ()
+
+    @property
+    def file_name(self) -> str:
+        return f"{self.name}.tar.gz"
+
+    @property
+    def included(self) -> list[BundleEntry]:
+        return [e for e in self.entries if e.included]
+
+    @property
+    def left_out(self) -> list[BundleEntry]:
+        return [e for e in self.entries if not e.included]
+
+    @property
+    def redactions(self) -> int:
+        return sum(e.redactions or 0 for e in self.included)
+
+    def manifest(self, *, created_at: str | None = None) -> dict[str, Any]:
+        """The bundle's own manifest: the run, the redaction settings (never the secret
+        values), every file with its size and redaction count, and what was left out and why."""
+        r = self.redactor
+        return {
+            "schema_version": 1,
+            "ticket": self.ticket,
+            "bundle": self.file_name,
+            "created_at": created_at or utc_now(),
+            "run": self.run_dir.name,
+            "max_size": self.max_size,
+            "traces": self.traces,
+            "redaction": {
+                "scrub_env_keys": list(r.scrub_keys),
+                "scrub_paths": r.scrub_paths,
+                "scrub_ip_addresses": r.scrub_ips,
+                "secret_values_masked": len(r.secrets),
+            },
+            "total_redactions": self.redactions,
+            "files": [e.to_dict() for e in self.included],
+            "left_out": [
+                {"path": e.path, "size": e.size, "kind": e.kind, "reason": e.note}
+                for e in self.left_out
+            ],
+        }
+
+
+# --- what the run holds ------------------------------------------------------------------------
+
+
+def _kind(rel: str) -> Kind:
+    parts = rel.split("/")
+    if parts[0] != CELLS or len(parts) < 3:
+        return "core"
+    if len(parts) == 3:  # cells/<cell>/cell.json, cells/<cell>/trial_0007.json
+        return "core"
+    if TRACE_DIR in parts[2:-1] or ".pt.trace." in parts[-1]:
+        return "trace"
+    if parts[-1].endswith(".log"):
+        return "log"
+    return "artifact"
+
+
+def _walk(root: Path) -> Iterator[Path]:
+    """Every regular file under ``root`` (symbolic links are not followed: a link could point
+    anywhere on the machine)."""
+    for folder, dirs, files in os.walk(root, followlinks=False):
+        dirs.sort()
+        for name in sorted(files):
+            path = Path(folder) / name
+            if path.is_file() and not path.is_symlink():
+                yield path
+
+
+def _skip_reason(rel: str) -> str | None:
+    name = rel.rsplit("/", 1)[-1]
+    if rel == LOCK:
+        return "the run's lock file"
+    if name.startswith(".") and ".tmp" in name:
+        return "a half-written temporary file"
+    if rel == RESULTS:
+        return "binary netCDF; aorta.load_run rebuilds it from the trial records"
+    if rel == BUNDLE_MANIFEST:
+        return "an earlier bundle's manifest"
+    if name in ("env", "probe.env") or name.endswith(".env"):
+        return "an environment file a trial ran with: its values are the environment itself"
+    return None
+
+
+def _is_text(path: Path, suffix: str) -> bool:
+    if suffix in _TEXT_SUFFIXES:
+        return True
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(_SNIFF)
+    except OSError:
+        return False
+    if b"\0" in head:
+        return False
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return exc.start >= len(head) - 4  # a multi-byte character cut at the sniff's end
+    return True
+
+
+# --- the secrets to look for -------------------------------------------------------------------
+
+
+def _secret_pairs(value: Any, redactor: Redactor) -> Iterator[str]:
+    """Values of secret-named keys anywhere in parsed data (``extra_env``, snapshots…)."""
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            if isinstance(k, str) and isinstance(v, str) and redactor.is_secret_name(k):
+                yield v
+            else:
+                yield from _secret_pairs(v, redactor)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _secret_pairs(v, redactor)
+
+
+def _load(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+        return json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (OSError, ValueError, yaml.YAMLError):
+        return None
+
+
+def _run_redactor(
+    rd: RunDir,
+    *,
+    scrub_env_keys: Iterable[str],
+    scrub_paths: bool | None,
+    scrub_ips: bool | None,
+    env: Mapping[str, str],
+) -> Redactor:
+    """The run's policy: the recipe's ``redaction:`` block, the caller's settings on top, and
+    the literal secret values the run's own files and ``env`` hold."""
+    recipe = _load(rd.recipe_path)
+    block = recipe.get("redaction") if isinstance(recipe, Mapping) else None
+    block = block if isinstance(block, Mapping) else {}
+    keys = [str(k) for k in block.get("scrub_env_keys") or []]
+    keys += [k for k in scrub_env_keys if k not in keys]
+    base = Redactor(
+        scrub_keys=tuple(keys),
+        scrub_paths=bool(block.get("scrub_paths")) if scrub_paths is None else scrub_paths,
+        scrub_ips=bool(block.get("scrub_ip_addresses")) if scrub_ips is None else scrub_ips,
+    )
+    sources: list[Any] = [recipe, dict(env)]
+    snapshots = [rd.host_env_path, *sorted((rd.path / HOST_ENV_DIR).glob("*.json"))]
+    snapshots += sorted((rd.path / ENVIRONMENTS_DIR).glob("*/env.json"))
+    snapshots += sorted(rd.cells_dir.glob(f"*/{CELL_JSON}"))
+    sources += [_load(p) for p in snapshots]
+    values = {v for s in sources for v in _secret_pairs(s, base) if len(v) >= 4 and v != REDACTED}
+    secrets = tuple(sorted(values, key=lambda v: (-len(v), v)))
+    return Redactor(base.scrub_keys, base.scrub_paths, base.scrub_ips, secrets)
+
+
+# --- redaction of one file ---------------------------------------------------------------------
+
+_NAME_VALUE = re.compile(
+    r"""(?P<name>\b[A-Za-z_][A-Za-z0-9_]*)(?P<sep>["']?\s*[=:]\s*["']?)(?P<value>[^\s"',;&}\]]+)"""
+)
+
+
+def _assignments(text: str, redactor: Redactor) -> tuple[str, int]:
+    """``HF_TOKEN=abc`` / ``WANDB_API_KEY: abc`` → the value masked (secret names only)."""
+    n = 0
+
+    def mask(m: re.Match[str]) -> str:
+        nonlocal n
+        if m.group("value") == REDACTED or not redactor.is_secret_name(m.group("name")):
+            return m.group(0)
+        n += 1
+        return f"{m.group('name')}{m.group('sep')}{REDACTED}"
+
+    return _NAME_VALUE.sub(mask, text), n
+
+
+def _scrub_text(text: str, redactor: Redactor) -> tuple[str, int]:
+    text, n = redactor.text_counted(text)
+    text, m = _assignments(text, redactor)
+    return text, n + m
+
+
+def _scrub_json(raw: str, redactor: Redactor) -> tuple[str, int] | None:
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return None
+    data, n = redactor.data_counted(data)
+    return json.dumps(data, indent=1, ensure_ascii=False) + "\n", n
+
+
+def _decode(data: bytes) -> str:
+    # surrogateescape: a log's stray non-UTF-8 bytes survive the round trip unchanged.
+    return data.decode("utf-8", "surrogateescape")
+
+
+def _encode(text: str) -> bytes:
+    return text.encode("utf-8", "surrogateescape")
+
+
+class _TooBig(Exception):
+    pass
+
+
+def _gunzip(path: Path, limit: int) -> bytes:
+    out = io.BytesIO()
+    with gzip.open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            out.write(chunk)
+            if out.tell() > limit:
+                raise _TooBig
+    return out.getvalue()
+
+
+def _redacted(path: Path, redactor: Redactor, *, limit: int) -> tuple[bytes, int]:
+    """The bytes that go into the bundle for a text or gzip'd text file, and the count."""
+    name = path.name
+    if name.endswith(".gz"):
+        raw = _decode(_gunzip(path, limit))
+        inner = name[: -len(".gz")]
+        done = _scrub_json(raw, redactor) if inner.endswith(".json") else None
+        text, n = done if done is not None else _scrub_text(raw, redactor)
+        return gzip.compress(_encode(text), compresslevel=6, mtime=0), n
+    raw = _decode(path.read_bytes())
+    done = _scrub_json(raw, redactor) if name.endswith(".json") else None
+    text, n = done if done is not None else _scrub_text(raw, redactor)
+    return _encode(text), n
+
+
+def _entry(
+    rel: str, path: Path, size: int, kind: Kind, redactor: Redactor, limit: int
+) -> BundleEntry:
+    """Scan one file that is to go in: redaction count, or why it cannot go in."""
+    suffixes = "".join(path.suffixes[-2:]).lower()
+    suffix = path.suffix.lower()
+    if suffix in _IMAGE_SUFFIXES:
+        return BundleEntry(rel, size, kind, True, None, "image, not scanned")
+    gz_text = suffix == ".gz" and Path(path.name[:-3]).suffix.lower() in _TEXT_SUFFIXES
+    if not gz_text and not _is_text(path, suffix):
+        return BundleEntry(rel, size, kind, False, None, "binary file: it cannot be scanned")
+    try:
+        _, n = _redacted(path, redactor, limit=limit)
+    except _TooBig:
+        why = f"decompresses past the size cap ({limit:,} bytes); raise --max-size to include it"
+        return BundleEntry(rel, size, kind, False, None, why)
+    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        return BundleEntry(rel, size, kind, False, None, f"unreadable ({suffixes}): {exc}")
+    return BundleEntry(
+        rel, size, kind, True, n, "decompressed, scanned, recompressed" if gz_text else None
+    )
+
+
+# --- the plan and the archive ------------------------------------------------------------------
+
+
+def _stamp(now: _dt.datetime | None) -> str:
+    return (now or _dt.datetime.now(_dt.UTC)).strftime("%Y%m%dT%H%M%SZ")
+
+
+def plan_bundle(
+    run_dir: str | Path,
+    *,
+    ticket: str | None = None,
+    max_size: int | str = DEFAULT_MAX_SIZE,
+    traces: bool = True,
+    scrub_env_keys: Iterable[str] = (),
+    scrub_paths: bool | None = None,
+    scrub_ips: bool | None = None,
+    env: Mapping[str, str] | None = None,
+    now: _dt.datetime | None = None,
+) -> BundlePlan:
+    """Decide what a bundle of ``run_dir`` holds; write nothing.
+
+    Parameters
+    ----------
+    run_dir
+        A run directory.
+    ticket
+        Names the bundle (``<ticket>-<UTC>.tar.gz``); default the run's ticket, else
+        ``_no_ticket_``.
+    max_size
+        Cap on the logs, traces and other trial artifacts that go in (bytes on disk, or
+        ``"512M"``, ``"2G"``); files past it are left out and listed. Records, matrix,
+        recipe, snapshots and report always go in.
+    traces
+        Include profiler traces (within the cap).
+    scrub_env_keys, scrub_paths, scrub_ips
+        Redaction on top of the recipe's ``redaction:`` block (``None``: as the recipe says).
+    env
+        Variables whose secret-named values are masked too (default: this process's).
+    now
+        The bundle's UTC time (default: now).
+
+    Returns
+    -------
+    BundlePlan
+        Every file with what happens to it; :func:`write_bundle` writes it.
+
+    Raises
+    ------
+    UsageError
+        ``run_dir`` is not a run directory, or ``max_size`` is not a size.
+    """
+    rd = RunDir.open(run_dir)
+    cap = parse_size(max_size)
+    if cap < 0:
+        raise UsageError(f"--max-size must be ≥ 0, got {max_size!r}")
+    redactor = _run_redactor(
+        rd,
+        scrub_env_keys=scrub_env_keys,
+        scrub_paths=scrub_paths,
+        scrub_ips=scrub_ips,
+        env=os.environ if env is None else env,
+    )
+    if ticket is None:
+        manifest = rd.manifest()
+        ticket = manifest.get("ticket") or "_no_ticket_"
+    name = f"{_safe(str(ticket))}-{_stamp(now)}"
+    entries: list[BundleEntry] = []
+    heavy: list[tuple[str, Path, int, Kind]] = []
+    for path in _walk(rd.path):
+        rel = path.relative_to(rd.path).as_posix()
+        size = path.stat().st_size
+        kind = _kind(rel)
+        skip = _skip_reason(rel)
+        if skip is not None:
+            entries.append(BundleEntry(rel, size, kind, False, None, skip))
+        elif kind == "trace" and not traces:
+            entries.append(BundleEntry(rel, size, kind, False, None, "traces not asked for"))
+        elif kind == "core":
+            entries.append(_entry(rel, path, size, kind, redactor, max(cap, 1 << 30)))
+        else:
+            heavy.append((rel, path, size, kind))
+    # Logs first (the first thing a reader opens), then traces, then the rest; each in path
+    # order, while the cap lasts.
+    order = {"log": 0, "trace": 1, "artifact": 2}
+    budget = cap
+    for rel, path, size, kind in sorted(heavy, key=lambda h: (order[h[3]], h[0])):
+        if size > budget:
+            why = f"over the size cap ({cap:,} bytes, {budget:,} left); raise --max-size to include it"
+            entries.append(BundleEntry(rel, size, kind, False, None, why))
+            continue
+        entry = _entry(rel, path, size, kind, redactor, cap)
+        budget -= size if entry.included else 0
+        entries.append(entry)
+    entries.sort(key=lambda e: e.path)
+    return BundlePlan(rd.path, str(ticket), name, cap, traces, redactor, tuple(entries))
+
+
+def write_bundle(plan: BundlePlan, output: str | Path = ".") -> Path:
+    """Write ``plan`` as ``<output>/<ticket>-<UTC>.tar.gz`` and return its path.
+
+    Every member sits under the ``<ticket>-<UTC>/`` folder, owned by nobody in particular
+    (uid/gid 0, no user names), mode 0644; ``bundle_manifest.json`` lists what is inside. The
+    archive appears only when complete (written beside it, then renamed).
+
+    Raises
+    ------
+    UsageError
+        The archive exists already.
+    """
+    out = Path(output)
+    out.mkdir(parents=True, exist_ok=True)
+    target = out / plan.file_name
+    if target.exists():
+        raise UsageError(f"{target} exists already")
+    created = utc_now()
+    buffer_path = out / f".{plan.file_name}.tmp-{os.getpid()}"
+    try:
+        with tarfile.open(buffer_path, "w:gz", format=tarfile.PAX_FORMAT) as tar:
+            for entry in plan.included:
+                path = plan.run_dir / entry.path
+                if entry.redactions is None:
+                    data = path.read_bytes()
+                else:
+                    data, _ = _redacted(path, plan.redactor, limit=max(plan.max_size, 1 << 30))
+                _add(tar, f"{plan.name}/{entry.path}", data, path.stat().st_mtime)
+            manifest = json.dumps(plan.manifest(created_at=created), indent=1) + "\n"
+            _add(tar, f"{plan.name}/{BUNDLE_MANIFEST}", manifest.encode(), None)
+        os.chmod(buffer_path, 0o644)
+        os.replace(buffer_path, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            buffer_path.unlink()
+        raise
+    return target
+
+
+def _add(tar: tarfile.TarFile, name: str, data: bytes, mtime: float | None) -> None:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    info.mode = 0o644
+    info.mtime = int(mtime if mtime is not None else _dt.datetime.now(_dt.UTC).timestamp())
+    tar.addfile(info, io.BytesIO(data))
