@@ -1,0 +1,719 @@
+"""The sections of a run's ``report.html``: pure functions of a :class:`RunPage`.
+
+Each builder takes the page's data and returns a :class:`~aorta.report.html_kit.Section`, or
+``None`` when its data does not exist (no trace metrics, no failed trial, ...), so a section
+appears exactly when there is something to show. :data:`RUN_SECTIONS` is the default order;
+:func:`aorta.report.html` takes another sequence (``sections=``), which is how a new section is
+added without touching this module.
+
+Extension points for data other issues add:
+
+* failure signatures: a trial record's ``signature`` (a name, or ``{"name", "hint", "lines"}``)
+  and its matching log lines (``signature_lines``), or the Dataset's ``signature`` variable, are
+  shown when present; until then a failure is grouped by its ``error`` and shown with its
+  ``hint`` and the tail of its logs;
+* "where the time went": :attr:`RunPage.waterfalls` maps a cell to its waterfall figure;
+  :func:`time_went_section` shows them when there are any;
+* run order and drift: the Dataset's ``run_order`` and ``schedule``, and a comparison's
+  ``drift`` / ``warnings`` attrs, are shown in the run section when present.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+import numpy as np
+
+from aorta import plot
+from aorta.matrix.select import trial_values
+from aorta.report.comparison import (
+    is_missing,
+    ms_text,
+    number_text,
+    p_text,
+    percent_text,
+    ratio_text,
+    statistics_line,
+    verdict_text,
+)
+from aorta.report.html_kit import (
+    Cell,
+    FigureFormat,
+    Section,
+    definition_rows,
+    esc,
+    figure_block,
+    rgba,
+    table,
+)
+from aorta.store.record import ERRORED, RAN
+from aorta.store.rundir import RunDir
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import xarray as xr
+    from matplotlib.figure import Figure
+
+__all__ = [
+    "RUN_SECTIONS",
+    "STATUS_LABELS",
+    "RunFiles",
+    "RunPage",
+    "SectionBuilder",
+    "failures_section",
+    "figures_section",
+    "host_facts",
+    "hosts_table",
+    "matrix_section",
+    "run_section",
+    "time_went_section",
+    "traces_section",
+    "trials_section",
+    "verdict_chip",
+]
+
+#: How each trial status is named in the page's columns, in order (others follow as named).
+STATUS_LABELS: dict[str, str] = {
+    "ok": "ok",
+    "workload_failed": "failed",
+    "setup_failed": "setup failed",
+    "infrastructure_failed": "infra failed",
+    "timeout": "timeout",
+    "did_not_run": "did not run",
+    "missing": "no record",
+}
+_STEP_SERIES_MAX_TRIALS = 200  # above this a line per trial is a grey blur: left out
+_TAIL_SHOWN = 3  # failed trials whose log tail is shown per signature
+
+
+@dataclass(frozen=True)
+class RunFiles:
+    """What a page shows from the run directory beyond the Dataset (read by
+    :mod:`aorta.report.html_report`; every field may be empty)."""
+
+    #: The run directory.
+    path: Path
+    #: ``recipe.resolved.yaml`` as text.
+    recipe: str | None = None
+    #: Host name → its ``host_env.json`` snapshot (the run's first, then ``host_env/*.json``).
+    hosts: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    #: ``launch.json``'s cross-node differences: ``{key: {node: value}}``.
+    skew: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    #: ``(cell, trial)`` → the trial record as JSON data (fields a newer aorta adds included).
+    records: Mapping[tuple[str, int], Mapping[str, Any]] = field(default_factory=dict)
+    #: ``(cell, trial)`` → ``{log name: its last lines}`` for some failed trials.
+    log_tails: Mapping[tuple[str, int], Mapping[str, list[str]]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RunPage:
+    """Everything one run's page shows."""
+
+    #: The run's Dataset (:func:`aorta.load_run`).
+    ds: xr.Dataset
+    #: :func:`aorta.matrix.summary.summarize` of ``ds`` (or a frame with its columns).
+    summary: pd.DataFrame
+    #: :func:`~aorta.matrix.trace_summary.trace_summary` when ``ds`` has trace metrics.
+    traces: pd.DataFrame | None = None
+    files: RunFiles | None = None
+    #: The run directory relative to the page's folder (``..`` for ``report/report.html``);
+    #: ``None``: no links.
+    link_prefix: str | None = None
+    fmt: FigureFormat = "svg"
+    #: How trace metrics were reduced over ranks (``--ranks``).
+    ranks: Any = "worst"
+    #: Cell → its "where the time went" waterfall (empty until that analysis exists).
+    waterfalls: Mapping[str, Figure] = field(default_factory=dict)
+
+    def link(self, rel: str) -> str | None:
+        """The URL of ``rel`` (a path relative to the run directory) from the page."""
+        if self.link_prefix is None:
+            return None
+        return quote(posixpath.join(self.link_prefix, rel))
+
+    def anchor(self, rel: str, text: str) -> str:
+        url = self.link(rel)
+        return esc(text) if url is None else f'<a href="{esc(url)}">{esc(text)}</a>'
+
+
+#: A section builder: the page's data → its section, or ``None`` when there is nothing to show.
+SectionBuilder = Callable[[RunPage], "Section | None"]
+
+
+# --- small pieces ----------------------------------------------------------------------------
+
+
+def verdict_chip(row: Any) -> str:
+    """A verdict in its colour (:data:`aorta.plot.VERDICT_COLORS`), worded by
+    :func:`~aorta.report.comparison.verdict_text`."""
+    verdict = str(row["verdict"] or "—")
+    color = plot.VERDICT_COLORS.get(verdict, plot.PALETTE["grey"])
+    style = f"background: {rgba(color, 0.17)}; box-shadow: inset 3px 0 0 {color}"
+    return f'<span class="verdict" style="{style}">{esc(verdict_text(row))}</span>'
+
+
+def _num(v: Any) -> float | None:
+    return None if is_missing(v) else float(v)
+
+
+def _statuses(ds: xr.Dataset) -> tuple[np.ndarray, list[str]]:
+    status = ds.status.transpose("cell", "trial").values.astype(str)
+    present = set(np.unique(status).tolist())
+    order = [s for s in STATUS_LABELS if s in present or s in ("ok", "workload_failed")]
+    order += sorted(present - set(STATUS_LABELS))
+    return status, order
+
+
+def _trial_rel(page: RunPage, cell: str, trial: int) -> str:
+    """The trial record's path relative to the run directory (as :class:`RunDir` names it)."""
+    assert page.files is not None
+    rd = RunDir(page.files.path)
+    return rd.trial_path(cell, trial).relative_to(rd.path).as_posix()
+
+
+# --- the run ---------------------------------------------------------------------------------
+
+
+def host_facts(snap: Mapping[str, Any]) -> dict[str, str]:
+    """The lines of a ``host_env.json`` snapshot worth a glance, as text."""
+    torch = snap.get("torch") or {}
+    build = ", ".join(f"{k.upper()} {torch[k]}" for k in ("cuda", "hip") if torch.get(k))
+    libs = snap.get("libraries") or {}
+    drivers = snap.get("drivers") or {}
+    gpus = snap.get("gpus") or {}
+    devices = [*gpus.get("nvidia", []), *gpus.get("rocm_smi", [])[1:]]
+    facts = {
+        "platform": snap.get("platform"),
+        "CPUs": snap.get("cpus"),
+        "Python": snap.get("python"),
+        "aorta": snap.get("aorta"),
+        "torch": f"{torch.get('version')}{f' ({build})' if build else ''}"
+        if torch.get("version")
+        else None,
+        "NCCL / RCCL": " / ".join(str(libs.get(k) or "—") for k in ("nccl", "rccl"))
+        if libs.get("nccl") or libs.get("rccl")
+        else None,
+        "drivers": ", ".join(
+            f"{k} {drivers[k]}" for k in ("nvidia", "amdgpu", "rocm") if drivers.get(k)
+        ),
+        "GPUs": "; ".join(devices)
+        or (
+            f"{(drivers.get('gpus_nvidia') or 0) + (drivers.get('gpus_amd') or 0)}"
+            if drivers
+            else None
+        ),
+        "git commit": snap.get("git_commit"),
+        "snapshot taken": snap.get("taken_at"),
+    }
+    return {k: str(v) for k, v in facts.items() if v not in (None, "")}
+
+
+def hosts_table(hosts: Mapping[str, Mapping[str, Any]], *, env: bool = True) -> str:
+    """Hosts side by side: a row per fact, a column per host; values that differ are marked.
+    With ``env`` the snapshots' variables follow in a collapsed table."""
+    names = list(hosts)
+    facts = {h: host_facts(s) for h, s in hosts.items()}
+    keys = list(dict.fromkeys(k for f in facts.values() for k in f))
+    rows = []
+    for k in keys:
+        values = [facts[h].get(k, "—") for h in names]
+        differ = len(names) > 1 and len(set(values)) > 1 and k != "snapshot taken"
+        rows.append([Cell(k, cls="key"), *(Cell(v, cls="diff" * differ) for v in values)])
+    out = table(["", *names], rows, sortable=False, cls="hosts")
+    if env:
+        envs = {h: dict(s.get("env") or {}) for h, s in hosts.items()}
+        var_names = sorted({v for e in envs.values() for v in e})
+        if var_names:
+            env_rows = []
+            n_diff = 0
+            for v in var_names:
+                values = [envs[h].get(v, "—") for h in names]
+                differ = len(names) > 1 and len(set(values)) > 1
+                n_diff += differ
+                env_rows.append(
+                    [Cell(v, cls="key"), *(Cell(x, cls="diff" * differ) for x in values)]
+                )
+            diff_note = f", {n_diff} differ between hosts" if n_diff else ""
+            out += (
+                f"<details><summary>Environment variables <span class=muted>({len(var_names)} "
+                f"recorded, secrets redacted{diff_note})</span></summary>"
+                + table(["variable", *names], env_rows, sortable=False, filterable=True)
+                + "</details>"
+            )
+    return out
+
+
+def _skew_table(skew: Mapping[str, Mapping[str, Any]]) -> str:
+    nodes = list(dict.fromkeys(n for values in skew.values() for n in values))
+    rows = [
+        [Cell(k, cls="key"), *(Cell(str(v.get(n, "—")), cls="diff") for n in nodes)]
+        for k, v in sorted(skew.items())
+    ]
+    return table(["setting", *nodes], rows, sortable=False)
+
+
+def _run_order(page: RunPage) -> list[str]:
+    """The run-order facts and drift warnings, when the Dataset or comparison has them."""
+    out = []
+    attrs = page.summary.attrs
+    if "run_order" in page.ds:
+        schedule = page.ds.attrs.get("schedule", "")
+        out.append(
+            f'<p class="note">Trials ran in the order recorded as <code>run_order</code>'
+            f"{f' (schedule: {esc(schedule)})' if schedule else ''}.</p>"
+        )
+    warnings = [attrs["drift"]] if isinstance(attrs.get("drift"), str) else []
+    warnings += [str(w) for w in attrs.get("warnings", []) or []]
+    out += [f'<div class="banner">{esc(w)}</div>' for w in warnings]
+    return out
+
+
+def run_section(page: RunPage) -> Section:
+    """Recipe, ticket, when and where it ran, hosts, cross-node differences, run order."""
+    a = page.ds.attrs
+    files = page.files
+    planned = a.get("n_trials") or int(page.summary["n_trials"].sum())
+    facts = {
+        "ticket": a.get("ticket"),
+        "workload": a.get("workload"),
+        "status": a.get("status"),
+        "run directory": files.path.name if files else None,
+        "started": a.get("started_at"),
+        "finished": a.get("finished_at"),
+        "cells × trials": f"{page.ds.sizes['cell']} cells, {planned} trials planned",
+        "baseline": a.get("baseline"),
+        "confound threshold": a.get("threshold"),
+        "isolation": a.get("isolation"),
+        "world size": a.get("world_size"),
+        "host": a.get("host"),
+        "aorta": a.get("aorta_version"),
+        "recipe sha256": a.get("recipe_sha256"),
+    }
+    left = [definition_rows(facts)]
+    if files and files.recipe:
+        left.append(
+            "<details><summary>The recipe as run "
+            f"<span class=muted>(recipe.resolved.yaml)</span></summary><pre>{esc(files.recipe)}</pre></details>"
+        )
+    right = []
+    if files and files.hosts:
+        n = len(files.hosts)
+        right.append(f"<h3>{'Hosts' if n > 1 else 'Host'} and environment</h3>")
+        right.append(hosts_table(files.hosts))
+    parts = [*_run_order(page)]
+    parts.append(f'<div class="cols"><div>{"".join(left)}</div><div>{"".join(right)}</div></div>')
+    if files and files.skew:
+        parts.append("<h3>Differences between nodes</h3>")
+        parts.append(
+            f'<div class="banner">The nodes differ in {len(files.skew)} setting(s) '
+            "(<code>launch.json</code>): a cluster-only bug often hides in one of them.</div>"
+        )
+        parts.append(_skew_table(files.skew))
+    return Section("run", "The run", "\n".join(parts))
+
+
+# --- the matrix ------------------------------------------------------------------------------
+
+
+def _failure_cell(row: Any) -> Cell:
+    ran = int(row["n_ok"]) + int(row["n_failed"])
+    if not ran:
+        return Cell("—", sort=None, cls="num")
+    text = f"{percent_text(row['failure_rate'])} [{percent_text(row['failure_ci_low'])}, "
+    text += f"{percent_text(row['failure_ci_high'])}]"
+    vs = str(row["failures_vs_baseline"])
+    title = f"{int(row['n_failed'])} of {ran} trials that ran failed; Wilson CI"
+    if vs in ("more", "fewer"):
+        text += f" {vs}"
+        title += f"; {vs} failures than the baseline, Fisher p_adj {p_text(row['fisher_p_adj'])}"
+    return Cell(text, sort=_num(row["failure_rate"]), cls=f"num {vs}", title=title)
+
+
+def matrix_section(page: RunPage) -> Section:
+    """Every cell: trials by outcome, failure rate, step time, ratio, p_adj, verdict."""
+    df = page.summary
+    status, kinds = _statuses(page.ds)
+    cells = [str(c) for c in page.ds.cell.values.tolist()]
+    level = float(df.attrs.get("ci_level", 0.95))
+    units = df.attrs.get("units") or ""
+    head: list[str | Cell] = ["cell", "mitigations", "env", Cell("trials", cls="num")]
+    head += [Cell(STATUS_LABELS.get(k, k), cls="num") for k in kinds]
+    head += [
+        Cell(f"failure rate [{level:.0%} CI]", cls="num"),
+        Cell("mean step (ms)", cls="num"),
+        Cell(f"median [IQR]{f' ({units})' if units else ''}", cls="num"),
+        Cell(f"ratio [{level:.0%} CI]", cls="num"),
+        Cell("p_adj", cls="num"),
+        "verdict",
+        "confound",
+    ]
+    rows = []
+    for cell, row in df.iterrows():
+        i = cells.index(str(cell))
+        counts = [int((status[i] == k).sum()) for k in kinds]
+        recorded = sum(c for k, c in zip(kinds, counts, strict=True) if k in (*RAN, *ERRORED))
+        note = str(row.get("note") or "")
+        verdict = verdict_chip(row)
+        if note and row["verdict"] != "baseline":
+            verdict += f'<div class="cellnote">{esc(note)}</div>'
+        ratio = Cell(ratio_text(row), sort=_num(row["ratio"]), cls="num")
+        median = "—" if is_missing(row["median"]) else f"{ms_text(row['median'])}"
+        if not is_missing(row["iqr"]):
+            median += f" [{ms_text(row['iqr'])}]"
+        rows.append(
+            [
+                Cell(str(cell), cls="cellname"),
+                Cell(str(row["mitigations"])),
+                Cell(str(row["environment"])),
+                Cell(f"{recorded}/{int(row['n_trials'])}", sort=recorded, cls="num"),
+                *(Cell(str(c), sort=c, cls="num zero" if c == 0 else "num") for c in counts),
+                _failure_cell(row),
+                Cell(
+                    ms_text(row["mean_step_ms"]),
+                    sort=_num(row["mean_step_ms"]),
+                    cls="num",
+                    title=f"source: {row['step_source']}",
+                ),
+                Cell(median, sort=_num(row["median"]), cls="num"),
+                ratio,
+                Cell(p_text(row["p_adj"]), sort=_num(row["p_adj"]), cls="num"),
+                Cell(markup=verdict, sort=str(row["verdict"])),
+                Cell(str(row["confound"] or "")),
+            ]
+        )
+    legend = "".join(
+        verdict_chip({"verdict": v, "trials_needed": None})
+        for v in ("baseline", "no change", "slower", "faster", "inconclusive")
+    )
+    body = [
+        f'<p class="stats">{esc(statistics_line(df.attrs).removeprefix("- "))}</p>',
+        f'<div class="legend">{legend}</div>',
+        table(head, rows, filterable=len(rows) > 8, cls="matrix"),
+        '<p class="note">Failure rate: workload failures / trials that ran (ok + failed); setup,'
+        " infrastructure and timeout problems are counted beside it, not in it. Click a heading"
+        " to sort.</p>",
+    ]
+    return Section("matrix", "The matrix", "\n".join(body))
+
+
+# --- figures ---------------------------------------------------------------------------------
+
+
+def figures_section(page: RunPage) -> Section | None:
+    """The forest plot, failure rates, per-trial distributions and step series."""
+    df, ds = page.summary, page.ds
+    blocks = []
+    compared = df[(df["verdict"] != "baseline") & df["ratio"].notna()]
+    if len(compared):
+        blocks.append(
+            figure_block(
+                plot.ratio_forest(df),
+                key="ratio_forest",
+                fmt=page.fmt,
+                caption="Each cell's ratio of medians to the baseline with its bootstrap CI; the"
+                " shaded band is the band of practical equivalence, colours are the verdicts.",
+            )
+        )
+    if int(df["n_ok"].sum() + df["n_failed"].sum()):
+        blocks.append(
+            figure_block(
+                plot.failure_rates(df),
+                key="failure_rates",
+                fmt=page.fmt,
+                caption="Failure rate per cell (workload failures / trials that ran) with its"
+                " Wilson interval; the line is the baseline's rate.",
+            )
+        )
+    metric = str(df.attrs.get("metric", "step_time_ms"))
+    values = trial_values(ds, metric=metric, trials="ran")
+    if bool(np.isfinite(values.values).any()):
+        blocks.append(
+            figure_block(
+                plot.step_distributions(ds, df.attrs.get("baseline"), metric=metric),
+                key="step_distributions",
+                fmt=page.fmt,
+                caption="One point per trial (failed trials in vermillion), the cell's median as"
+                " a bar, and the baseline's band.",
+            )
+        )
+    n_trials = int((ds.n_steps > 0).sum())
+    if 0 < n_trials <= _STEP_SERIES_MAX_TRIALS:
+        blocks.append(
+            figure_block(
+                plot.step_series(ds),
+                key="step_series",
+                fmt=page.fmt,
+                caption="Step time against step, one line per trial; warm-up shaded.",
+            )
+        )
+    elif n_trials:
+        blocks.append(
+            f'<p class="note">The step series ({n_trials} trials) is left out: one line per '
+            "trial would not be readable. <code>aorta.plot.step_series(ds, cells=[…])</code> "
+            "draws a few cells.</p>"
+        )
+    if not blocks:
+        return None
+    return Section("figures", "Figures", '<div class="figs">' + "\n".join(blocks) + "</div>")
+
+
+# --- failures --------------------------------------------------------------------------------
+
+
+def _signature(rec: Mapping[str, Any], error: str, status: str) -> tuple[str, str, list[str]]:
+    """(signature, hint, matching log lines) of a failed trial."""
+    sig = rec.get("signature")
+    hint = str(rec.get("hint") or "")
+    lines = [str(x) for x in rec.get("signature_lines") or [] if x]
+    if isinstance(sig, Mapping):
+        name = str(sig.get("name") or sig.get("signature") or "")
+        hint = str(sig.get("hint") or hint)
+        lines = lines or [str(x) for x in sig.get("lines") or [sig.get("line")] if x]
+    else:
+        name = str(sig or "")
+    if not name:
+        name = (error or str(rec.get("error") or "") or status).strip().splitlines()[0]
+    return name, hint, lines
+
+
+def failures_section(page: RunPage) -> Section | None:
+    """Per cell, its failed and errored trials grouped by signature, with the matching log
+    lines (or the error, hint and tail of the logs until records carry signatures)."""
+    ds = page.ds
+    status = ds.status.transpose("cell", "trial").values.astype(str)
+    error = ds.error.transpose("cell", "trial").values.astype(str)
+    sig_var = (
+        ds["signature"].transpose("cell", "trial").values.astype(str) if "signature" in ds else None
+    )
+    bad = {*ERRORED, "workload_failed"} | (set(np.unique(status).tolist()) - {*RAN, *ERRORED})
+    bad -= {"ok", "did_not_run", "missing"}
+    files = page.files
+    trials = ds.trial.values.tolist()
+    parts = []
+    for i, cell in enumerate(str(c) for c in ds.cell.values.tolist()):
+        groups: dict[tuple[str, str], dict[str, Any]] = {}
+        for j, t in enumerate(trials):
+            if status[i, j] not in bad:
+                continue
+            rec = files.records.get((cell, int(t)), {}) if files else {}
+            if sig_var is not None and sig_var[i, j] and "signature" not in rec:
+                rec = {**rec, "signature": sig_var[i, j]}
+            name, hint, lines = _signature(rec, error[i, j], status[i, j])
+            g = groups.setdefault((status[i, j], name), {"trials": [], "hint": hint, "lines": []})
+            g["trials"].append(int(t))
+            g["lines"] = g["lines"] or lines
+        if not groups:
+            continue
+        n = sum(len(g["trials"]) for g in groups.values())
+        parts.append(f"<h3>{esc(cell)} <span class=muted>— {n} trial(s)</span></h3>")
+        rows = []
+        for (kind, name), g in sorted(groups.items(), key=lambda kv: -len(kv[1]["trials"])):
+            links = ", ".join(
+                page.anchor(_trial_rel(page, cell, t), f"#{t}") if files else f"#{t}"
+                for t in g["trials"]
+            )
+            detail = ""
+            if g["lines"]:
+                detail = "<pre>" + esc("\n".join(g["lines"])) + "</pre>"
+            elif files:
+                detail = _tails(page, cell, g["trials"])
+            rows.append(
+                [
+                    Cell(STATUS_LABELS.get(kind, kind), cls="status-bad"),
+                    Cell(markup=f"<code>{esc(name)}</code>{detail}"),
+                    Cell(str(len(g["trials"])), sort=len(g["trials"]), cls="num"),
+                    Cell(markup=f'<span class="links">{links}</span>'),
+                    Cell(g["hint"] or "—"),
+                ]
+            )
+        parts.append(table(["kind", "signature / log", "trials", "which", "hint"], rows))
+    if not parts:
+        return None
+    intro = (
+        '<p class="note">Failed and errored trials of each cell, grouped by their failure. '
+        "Until records carry failure signatures a group is the trial's error, shown with the "
+        "last lines of its logs.</p>"
+    )
+    return Section("failures", "Failures", intro + "\n".join(parts))
+
+
+def _tails(page: RunPage, cell: str, trials: Sequence[int]) -> str:
+    assert page.files is not None
+    out = []
+    for t in trials[:_TAIL_SHOWN]:
+        for name, lines in (page.files.log_tails.get((cell, t)) or {}).items():
+            if lines:
+                opened = " open" if not out else ""
+                out.append(
+                    f'<details{opened}><summary class="muted">trial {t}: end of {esc(name)}</summary>'
+                    f"<pre>{esc(chr(10).join(lines))}</pre></details>"
+                )
+    return "".join(out)
+
+
+# --- traces ----------------------------------------------------------------------------------
+
+
+def traces_section(page: RunPage) -> Section | None:
+    """Per cell, where the profiled time went (computation, exposed comm, idle) and the
+    exposed-communication verdict; the breakdown figures; trace diagnostics."""
+    ts = page.traces
+    if ts is None:
+        return None
+    level = float(ts.attrs.get("ci_level", 0.95))
+    head: list[str | Cell] = ["cell", Cell("traced", cls="num"), "source"]
+    parts = ("computation_ms", "exposed_comm_ms", "idle_ms")
+    head += [Cell(f"{p[:-3].replace('_', ' ')} (ms)", cls="num") for p in parts]
+    head += [Cell(f"exposed comm ratio [{level:.0%} CI]", cls="num"), Cell("p_adj", cls="num")]
+    head.append("verdict")
+    rows = []
+    for cell, row in ts.iterrows():
+        values = [
+            Cell(
+                "—" if is_missing(row[p]) else f"{ms_text(row[p])} [{ms_text(row[f'{p}_iqr'])}]",
+                sort=_num(row[p]),
+                cls="num",
+            )
+            for p in parts
+        ]
+        rows.append(
+            [
+                Cell(str(cell), cls="cellname"),
+                Cell(str(int(row["traced"])), sort=int(row["traced"]), cls="num"),
+                Cell(str(row["source"])),
+                *values,
+                Cell(ratio_text(row), sort=_num(row["ratio"]), cls="num"),
+                Cell(p_text(row["p_adj"]), sort=_num(row["p_adj"]), cls="num"),
+                Cell(markup=verdict_chip(row), sort=str(row["verdict"])),
+            ]
+        )
+    which = str(ts.attrs.get("trial_value", "")).partition(", ")[2] or "per trial"
+    body = [
+        f"<p class=\"note\">Each trial's value: the {esc(which)} of each rank's profiled-window "
+        "time; per cell the median [IQR] over trials. Exposed communication is compared with "
+        "the baseline like step time. Source <code>host</code>: the host-side breakdown of a "
+        "trace without GPU events (CPU-only runs).</p>",
+        table(head, rows),
+        '<div class="figs">',
+        figure_block(
+            plot.time_breakdown(page.ds),
+            key="time_breakdown",
+            fmt=page.fmt,
+            caption="Where the profiled time went, per cell (median over trials of the "
+            "worst rank).",
+        ),
+        figure_block(
+            plot.exposed_comm_vs_step(page.ds, ranks=page.ranks),
+            key="exposed_comm_vs_step",
+            fmt=page.fmt,
+            caption="Exposed communication against step time, one point per trial.",
+        ),
+        "</div>",
+    ]
+    problems = list(ts.attrs.get("diagnostics", []))
+    if problems:
+        items = "".join(f"<li><code>{esc(p)}</code></li>" for p in problems[:20])
+        more = f"<li>… and {len(problems) - 20} more</li>" if len(problems) > 20 else ""
+        body.append(
+            "<p>Trace diagnostics (a missing or unreadable file's rank is NaN):</p>"
+            f"<ul>{items}{more}</ul>"
+        )
+    return Section("traces", "Traces", "\n".join(body))
+
+
+def time_went_section(page: RunPage) -> Section | None:
+    """ "Where the time went": one waterfall per cell (baseline step → per-item deltas →
+    the cell's step), when :attr:`RunPage.waterfalls` has any."""
+    if not page.waterfalls:
+        return None
+    blocks = [
+        figure_block(
+            fig,
+            key=f"waterfall-{cell}",
+            fmt=page.fmt,
+            caption=f"{cell}: from the baseline's step time to this cell's, item by item.",
+        )
+        for cell, fig in page.waterfalls.items()
+    ]
+    return Section(
+        "time-went", "Where the time went", '<div class="figs">' + "".join(blocks) + "</div>"
+    )
+
+
+# --- trials ----------------------------------------------------------------------------------
+
+
+def trials_section(page: RunPage) -> Section:
+    """One row per recorded trial with links to its record, logs and traces (relative to the
+    page, so the run directory can be moved or bundled)."""
+    ds, df = page.ds, page.summary
+    metric = str(df.attrs.get("metric", "step_time_ms"))
+    units = df.attrs.get("units") or ""
+    values = trial_values(ds, metric=metric, trials="ran").transpose("cell", "trial").values
+    status = ds.status.transpose("cell", "trial").values.astype(str)
+    wall = ds.wall_clock_s.transpose("cell", "trial").values
+    error = ds.error.transpose("cell", "trial").values.astype(str)
+    files = page.files
+    head: list[str | Cell] = ["cell", Cell("trial", cls="num"), "status"]
+    label = "median step" if metric == "step_time_ms" else metric
+    head += [
+        Cell("wall clock (s)", cls="num"),
+        Cell(
+            f"{label}{f' ({units})' if units else ''}",
+            cls="num",
+            title=str(df.attrs.get("trial_value", "")),
+        ),
+    ]
+    head += ["error", *(["files"] if files else [])]
+    rows = []
+    for i, cell in enumerate(str(c) for c in ds.cell.values.tolist()):
+        for j, t in enumerate(int(x) for x in ds.trial.values.tolist()):
+            s = status[i, j]
+            if s == "missing":
+                continue
+            row = [
+                Cell(cell, cls="cellname"),
+                Cell(str(t), sort=t, cls="num"),
+                Cell(STATUS_LABELS.get(s, s), cls="status-ok" if s == "ok" else "status-bad"),
+                Cell(number_text(wall[i, j]), sort=_num(wall[i, j]), cls="num"),
+                Cell(number_text(values[i, j]), sort=_num(values[i, j]), cls="num"),
+                Cell(error[i, j].splitlines()[0] if error[i, j] else ""),
+            ]
+            if files:
+                rec = files.records.get((cell, t), {})
+                links = [page.anchor(_trial_rel(page, cell, t), "record")]
+                for name, rel in sorted((rec.get("artifacts") or {}).items()):
+                    links.append(page.anchor(str(rel), str(name)))
+                row.append(Cell(markup=f'<span class="links">{"".join(links)}</span>'))
+            rows.append(row)
+    n = len(rows)
+    where = (
+        f" Links are relative to this page (the run directory is <code>{esc(page.link_prefix)}</code>"
+        " from here), so the run directory can be moved or bundled with it."
+        if files and page.link_prefix is not None
+        else ""
+    )
+    body = (
+        f"<details{' open' if n <= 60 else ''}><summary>{n} trial(s)</summary>"
+        f'<p class="note">Every recorded trial.{where}</p>'
+        + table(head, rows, filterable=True)
+        + "</details>"
+    )
+    return Section("trials", "Trials", body)
+
+
+#: The sections of a run's page, in order.
+RUN_SECTIONS: tuple[SectionBuilder, ...] = (
+    run_section,
+    matrix_section,
+    figures_section,
+    failures_section,
+    traces_section,
+    time_went_section,
+    trials_section,
+)
