@@ -60,6 +60,7 @@ RANKS = "AORTA_RANKS"
 TRACE_TOP = "AORTA_TRACE_TOP"
 TRACE_CACHE = "AORTA_TRACE_CACHE"
 TRACE_ALIGN = "AORTA_TRACE_ALIGN"
+HTML = "AORTA_HTML"
 
 CLI_TWINS: dict[str, str] = {
     "--recipe": RECIPE,
@@ -93,6 +94,8 @@ CLI_TWINS: dict[str, str] = {
     "--cache": TRACE_CACHE,
     "--align": TRACE_ALIGN,
     "--ranks": RANKS,
+    # `aorta report`
+    "--html": HTML,
 }
 
 # --- what the engine hands to every trial -----------------------------------------------------

@@ -261,6 +261,7 @@ table.sortable thead th[aria-sort="ascending"]::after { content: " \\25B2"; font
 table.sortable thead th[aria-sort="descending"]::after { content: " \\25BC"; font-size: 10px; }
 .verdict { font-weight: 600; border-radius: 3px; padding: 1px 6px 1px 8px; display: inline-block; }
 table.matrix { width: 100%; }
+td.verdictcell { min-width: 13em; }
 .cols { display: grid; grid-template-columns: repeat(auto-fit, minmax(520px, 1fr)); gap: 0 36px; align-items: start; }
 .cellnote { color: var(--muted); font-size: 11.5px; max-width: 40ch; margin-top: 2px; white-space: normal; }
 td.diff { background: rgba(230, 159, 0, 0.18); }

@@ -288,6 +288,7 @@ def run_section(page: RunPage) -> Section:
         "cells × trials": f"{page.ds.sizes['cell']} cells, {planned} trials planned",
         "baseline": a.get("baseline"),
         "confound threshold": a.get("threshold"),
+        "environment": ", ".join(sorted(set(page.summary["environment"].astype(str)))),
         "isolation": a.get("isolation"),
         "world size": a.get("world_size"),
         "host": a.get("host"),
@@ -341,7 +342,9 @@ def matrix_section(page: RunPage) -> Section:
     cells = [str(c) for c in page.ds.cell.values.tolist()]
     level = float(df.attrs.get("ci_level", 0.95))
     units = df.attrs.get("units") or ""
-    head: list[str | Cell] = ["cell", "mitigations", "env", Cell("trials", cls="num")]
+    envs = len(set(df["environment"].astype(str)))  # one environment: said in the run section
+    head: list[str | Cell] = ["cell", "mitigations", *(["env"] if envs > 1 else [])]
+    head.append(Cell("trials", cls="num"))
     head += [Cell(STATUS_LABELS.get(k, k), cls="num") for k in kinds]
     head += [
         Cell(f"failure rate [{level:.0%} CI]", cls="num"),
@@ -369,7 +372,7 @@ def matrix_section(page: RunPage) -> Section:
             [
                 Cell(str(cell), cls="cellname"),
                 Cell(str(row["mitigations"])),
-                Cell(str(row["environment"])),
+                *([Cell(str(row["environment"]))] if envs > 1 else []),
                 Cell(f"{recorded}/{int(row['n_trials'])}", sort=recorded, cls="num"),
                 *(Cell(str(c), sort=c, cls="num zero" if c == 0 else "num") for c in counts),
                 _failure_cell(row),
@@ -382,7 +385,7 @@ def matrix_section(page: RunPage) -> Section:
                 Cell(median, sort=_num(row["median"]), cls="num"),
                 ratio,
                 Cell(p_text(row["p_adj"]), sort=_num(row["p_adj"]), cls="num"),
-                Cell(markup=verdict, sort=str(row["verdict"])),
+                Cell(markup=verdict, sort=str(row["verdict"]), cls="verdictcell"),
                 Cell(str(row["confound"] or "")),
             ]
         )
