@@ -149,11 +149,9 @@ def external_urls(page: Page) -> list[str]:
     for tag, name, value in page.attrs:
         if name.startswith("xmlns"):
             bad.append(f"<{tag} {name}={value}>")
-        if name in _URL_ATTRS:
-            if value.startswith("//") or (
-                _SCHEME.match(value) and not value.startswith("data:image/png;base64,")
-            ):
-                bad.append(f"<{tag} {name}={value[:60]}>")
+        png = value.startswith("data:image/png;base64,")
+        if name in _URL_ATTRS and (value.startswith("//") or (_SCHEME.match(value) and not png)):
+            bad.append(f"<{tag} {name}={value[:60]}>")
     return bad
 
 
