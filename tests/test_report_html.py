@@ -364,3 +364,35 @@ def test_svg_markup_names_no_url_and_keeps_references():
     assert not set(re.findall(r'\bid="([^"]+)"', one)) & set(re.findall(r'\bid="([^"]+)"', two))
     assert figure_markup(fig, key="one") == one  # reproducible
     assert svg_markup('<svg width="1pt"></svg>', prefix="p") == '<svg width="1pt"></svg>'
+
+
+# --- a profiled sweep ------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_page_for_a_profiled_two_rank_sweep(tmp_path, run_cli):
+    from .test_distributed import only_run_dir, torchrun
+    from .test_trace_matrix_sweep import RECIPE
+
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(RECIPE)
+    proc = torchrun(recipe, tmp_path / "out")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run_dir = only_run_dir(tmp_path / "out")
+    code, out, err = run_cli("report", run_dir, "--traces", "--html", "--resamples", "1000")
+    assert code == ExitCode.OK, err
+    path = run_dir / "report" / "report.html"
+    page = read_page(path)
+    assert page.sections == ["run", "matrix", "figures", "traces", "trials"]
+    assert page.figures == [*FIGURES, "time_breakdown", "exposed_comm_vs_step"]
+    assert page.column("matrix#1") == ["fsdp", "ddp"]
+    traces = page.tables["traces#1"]
+    assert [r[0] for r in traces[1:]] == ["fsdp", "ddp"]
+    assert all(r[1] == "2" and r[2] == "host" for r in traces[1:])  # 2 traced trials each
+    assert external_urls(page) == []
+    links = local_links(page, path)
+    assert any(p.name == "rank1.pt.trace.json.gz" for p in links) or all(
+        p.is_file() for p in links
+    )
+    assert all(p.is_file() for p in links)
+    assert_not_blank(screenshot(path, tmp_path / "report-traces.png", height=2600))

@@ -262,6 +262,8 @@ table.sortable thead th[aria-sort="descending"]::after { content: " \\25BC"; fon
 .verdict { font-weight: 600; border-radius: 3px; padding: 1px 6px 1px 8px; display: inline-block; }
 table.matrix { width: 100%; }
 td.verdictcell { min-width: 13em; }
+td.bar { padding-top: 5px; }
+svg.bar { display: block; }
 .cols { display: grid; grid-template-columns: repeat(auto-fit, minmax(520px, 1fr)); gap: 0 36px; align-items: start; }
 .cellnote { color: var(--muted); font-size: 11.5px; max-width: 40ch; margin-top: 2px; white-space: normal; }
 td.diff { background: rgba(230, 159, 0, 0.18); }

@@ -20,6 +20,7 @@ Extension points for data other issues add:
 
 from __future__ import annotations
 
+import math
 import posixpath
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -88,6 +89,10 @@ STATUS_LABELS: dict[str, str] = {
     "missing": "no record",
 }
 _STEP_SERIES_MAX_TRIALS = 200  # above this a line per trial is a grey blur: left out
+#: Above this many cells the forest plot and failure rates are drawn in the matrix's rows
+#: (its "ratio" column) instead of as figures: a 100-row matplotlib figure is slow to render
+#: and hard to read against its table.
+_FIGURE_MAX_CELLS = 40
 _TAIL_SHOWN = 3  # failed trials whose log tail is shown per signature
 
 
@@ -351,10 +356,12 @@ def matrix_section(page: RunPage) -> Section:
         Cell("mean step (ms)", cls="num"),
         Cell(f"median [IQR]{f' ({units})' if units else ''}", cls="num"),
         Cell(f"ratio [{level:.0%} CI]", cls="num"),
+        Cell("ratio (log scale)", title="the ratio and its CI; shaded: the band"),
         Cell("p_adj", cls="num"),
         "verdict",
         "confound",
     ]
+    scale = _LogScale.of(df)
     rows = []
     for cell, row in df.iterrows():
         i = cells.index(str(cell))
@@ -384,6 +391,7 @@ def matrix_section(page: RunPage) -> Section:
                 ),
                 Cell(median, sort=_num(row["median"]), cls="num"),
                 ratio,
+                Cell(markup=scale.bar(row), sort=_num(row["ratio"]), cls="bar"),
                 Cell(p_text(row["p_adj"]), sort=_num(row["p_adj"]), cls="num"),
                 Cell(markup=verdict, sort=str(row["verdict"]), cls="verdictcell"),
                 Cell(str(row["confound"] or "")),
@@ -404,6 +412,53 @@ def matrix_section(page: RunPage) -> Section:
     return Section("matrix", "The matrix", "\n".join(body))
 
 
+@dataclass(frozen=True)
+class _LogScale:
+    """A shared log axis for the matrix's ratio bars (a forest plot drawn in the rows)."""
+
+    lo: float
+    hi: float
+    band: tuple[float, float]
+    width: int = 150
+
+    @classmethod
+    def of(cls, df: pd.DataFrame) -> _LogScale:
+        thr = float(df.attrs.get("threshold", 1.15))
+        values = [1 / thr, thr]
+        for c in ("ratio", "ratio_ci_low", "ratio_ci_high"):
+            values += [float(v) for v in df[c] if not is_missing(v) and float(v) > 0]
+        lo, hi = min(values), max(values)
+        pad = (math.log(hi) - math.log(lo)) * 0.06 or 0.05
+        return cls(math.exp(math.log(lo) - pad), math.exp(math.log(hi) + pad), (1 / thr, thr))
+
+    def x(self, v: float) -> float:
+        span = math.log(self.hi) - math.log(self.lo)
+        return (math.log(min(max(v, self.lo), self.hi)) - math.log(self.lo)) / span * self.width
+
+    def bar(self, row: Any) -> str:
+        """An inline SVG: the band, the line at 1, the CI and the ratio in its verdict's colour."""
+        w = self.width
+        b0, b1 = (self.x(v) for v in self.band)
+        one = self.x(1.0)
+        parts = [
+            f'<svg class="bar" width="{w}" height="14" viewBox="0 0 {w} 14" role="img">',
+            f'<rect x="{b0:.1f}" y="1" width="{b1 - b0:.1f}" height="12" fill="#e6e6e6"/>',
+            f'<line x1="{one:.1f}" x2="{one:.1f}" y1="0" y2="14" stroke="#999"/>',
+        ]
+        ratio = _num(row["ratio"])
+        if ratio is not None and row["verdict"] != "baseline":
+            color = plot.VERDICT_COLORS.get(str(row["verdict"]), plot.PALETTE["blue"])
+            lo, hi = _num(row["ratio_ci_low"]), _num(row["ratio_ci_high"])
+            if lo is not None and hi is not None:
+                parts.append(
+                    f'<line x1="{self.x(lo):.1f}" x2="{self.x(hi):.1f}" y1="7" y2="7" '
+                    f'stroke="{color}" stroke-width="2.5"/>'
+                )
+            parts.append(f'<circle cx="{self.x(ratio):.1f}" cy="7" r="3.5" fill="{color}"/>')
+            parts.append(f"<title>{esc(ratio_text(row))}</title>")
+        return "".join(parts) + "</svg>"
+
+
 # --- figures ---------------------------------------------------------------------------------
 
 
@@ -412,7 +467,15 @@ def figures_section(page: RunPage) -> Section | None:
     df, ds = page.summary, page.ds
     blocks = []
     compared = df[(df["verdict"] != "baseline") & df["ratio"].notna()]
-    if len(compared):
+    big = len(df) > _FIGURE_MAX_CELLS
+    if big:
+        blocks.append(
+            f'<p class="note">With {len(df)} cells the forest plot is the bar column of the '
+            "matrix (ratio with its CI on a log scale, the band shaded), sortable with it; "
+            "<code>aorta.plot.ratio_forest</code> and <code>failure_rates</code> draw the "
+            "figures.</p>"
+        )
+    if len(compared) and not big:
         blocks.append(
             figure_block(
                 plot.ratio_forest(df),
@@ -422,7 +485,7 @@ def figures_section(page: RunPage) -> Section | None:
                 " shaded band is the band of practical equivalence, colours are the verdicts.",
             )
         )
-    if int(df["n_ok"].sum() + df["n_failed"].sum()):
+    if int(df["n_ok"].sum() + df["n_failed"].sum()) and not big:
         blocks.append(
             figure_block(
                 plot.failure_rates(df),
