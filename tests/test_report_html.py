@@ -290,7 +290,7 @@ def test_waterfalls_and_custom_sections(run_copy):
     from matplotlib.figure import Figure
 
     from aorta.report.html_kit import Section
-    from aorta.report.html_sections import RUN_SECTIONS
+    from aorta.report.html_report import RUN_SECTIONS
 
     fig = Figure()
     fig.add_subplot().bar(["base", "gemm", "comm"], [10, 2, 3])
@@ -379,7 +379,7 @@ def test_page_for_a_profiled_two_rank_sweep(tmp_path, run_cli):
     proc = torchrun(recipe, tmp_path / "out")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     run_dir = only_run_dir(tmp_path / "out")
-    code, out, err = run_cli("report", run_dir, "--traces", "--html", "--resamples", "1000")
+    code, _, err = run_cli("report", run_dir, "--traces", "--html", "--resamples", "1000")
     assert code == ExitCode.OK, err
     path = run_dir / "report" / "report.html"
     page = read_page(path)
@@ -391,8 +391,6 @@ def test_page_for_a_profiled_two_rank_sweep(tmp_path, run_cli):
     assert all(r[1] == "2" and r[2] == "host" for r in traces[1:])  # 2 traced trials each
     assert external_urls(page) == []
     links = local_links(page, path)
-    assert any(p.name == "rank1.pt.trace.json.gz" for p in links) or all(
-        p.is_file() for p in links
-    )
+    assert any(p.name == "rank1.pt.trace.json.gz" for p in links) or all(p.is_file() for p in links)
     assert all(p.is_file() for p in links)
     assert_not_blank(screenshot(path, tmp_path / "report-traces.png", height=2600))

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from aorta import envvars
+from aorta import report as pages  # light: its html and compare_html load on first use
 from aorta.errors import ExitCode, UsageError
 
 from .compare import Alpha, Baseline, Metric, Ranks, Resamples, Seed, Traces, rank_reduction
@@ -45,7 +46,7 @@ def report(
     """Write the comparison (CSV, JSON), the trials (CSV), PNG figures and report.md into
     RUN/report/; with --traces also the trace metrics, and their section in RUN/matrix.md;
     with --html also report.html. Two runs with --html: RUN_B/report/compare_<A>.html."""
-    from aorta.report import html_report, report_dir
+    from aorta.report.report_dir import write_report
 
     kw = {"alpha": alpha, "seed": seed, "resamples": resamples, "traces": traces}
     kw["ranks"] = rank_reduction(ranks)
@@ -60,11 +61,11 @@ def report(
             raise UsageError(
                 "--baseline applies to one run; with two runs each cell of B is compared with the same cell of A"
             )
-        print(html_report.compare_html(runs[0], runs[1], metric=metric, **kw))  # type: ignore[arg-type]
+        print(pages.compare_html(runs[0], runs[1], metric=metric, **kw))  # type: ignore[arg-type]
         return ExitCode.OK
-    for path in report_dir.write_report(runs[0], baseline=baseline, metric=metric, **kw):  # type: ignore[arg-type]
+    for path in write_report(runs[0], baseline=baseline, metric=metric, **kw):  # type: ignore[arg-type]
         print(path)
     if html:
         chosen = None if metric == "step_time_ms" else metric  # the matrix's own choice
-        print(html_report.html(runs[0], baseline=baseline, metric=chosen, **kw))  # type: ignore[arg-type]
+        print(pages.html(runs[0], baseline=baseline, metric=chosen, **kw))  # type: ignore[arg-type]
     return ExitCode.OK

@@ -5,7 +5,8 @@ This module is the file edge of the HTML report: it loads the run, computes the 
 (:func:`aorta.matrix.summary.summarize`) and the trace summary, reads what the page shows from
 the run directory (recipe, host snapshots, ``launch.json``'s cross-node differences, trial
 records, the tail of failed trials' logs), and writes the page atomically. The sections are
-pure functions in :mod:`aorta.report.html_sections` (a run) and
+pure functions in :mod:`aorta.report.html_sections` and :mod:`aorta.report.html_details`
+(a run) and
 :mod:`aorta.report.html_compare` (two runs); the markup in :mod:`aorta.report.html_kit`.
 
 The page holds everything: figures inline as SVG (or PNG data), stylesheet and a small script
@@ -36,16 +37,46 @@ from aorta.matrix.summary import MATRIX_COLUMNS, summarize
 from aorta.matrix.trace_summary import has_traces, trace_summary
 from aorta.report.comparison import compare_datasets
 from aorta.report.html_compare import RunSide, render_compare_page
+from aorta.report.html_details import (
+    failures_section,
+    time_went_section,
+    traces_section,
+    trials_section,
+)
 from aorta.report.html_kit import FigureFormat, esc, page
-from aorta.report.html_sections import RUN_SECTIONS, RunFiles, RunPage, SectionBuilder
+from aorta.report.html_sections import (
+    RunFiles,
+    RunPage,
+    SectionBuilder,
+    figures_section,
+    matrix_section,
+    run_section,
+)
 from aorta.store.record import ERRORED
 from aorta.store.rundir import RunDir, atomic_write
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["REPORT_HTML", "compare_html", "html", "read_run_files", "render_run_page"]
+__all__ = [
+    "REPORT_HTML",
+    "RUN_SECTIONS",
+    "compare_html",
+    "html",
+    "read_run_files",
+    "render_run_page",
+]
 
+#: The sections of a run's page, in order (a builder returns ``None`` to leave its out).
+RUN_SECTIONS: tuple[SectionBuilder, ...] = (
+    run_section,
+    matrix_section,
+    figures_section,
+    failures_section,
+    traces_section,
+    time_went_section,
+    trials_section,
+)
 #: The page's name inside ``report/``.
 REPORT_HTML = "report.html"
 _TAIL_BYTES = 8192
@@ -106,7 +137,7 @@ def html(
         ``svg`` (default: sharp, searchable text) or ``png`` (data URIs).
     sections
         The section builders, in order (default:
-        :data:`aorta.report.html_sections.RUN_SECTIONS`); a builder returns ``None`` to leave
+        :data:`RUN_SECTIONS`); a builder returns ``None`` to leave
         its section out.
     waterfalls
         Cell → its "where the time went" figure.

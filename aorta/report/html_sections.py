@@ -2,7 +2,8 @@
 
 Each builder takes the page's data and returns a :class:`~aorta.report.html_kit.Section`, or
 ``None`` when its data does not exist (no trace metrics, no failed trial, ...), so a section
-appears exactly when there is something to show. :data:`RUN_SECTIONS` is the default order;
+appears exactly when there is something to show. :data:`aorta.report.html_report.RUN_SECTIONS` is the default order (with the sections of
+:mod:`aorta.report.html_details`);
 :func:`aorta.report.html` takes another sequence (``sections=``), which is how a new section is
 added without touching this module.
 
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import math
 import posixpath
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,7 +36,6 @@ from aorta.matrix.select import trial_values
 from aorta.report.comparison import (
     is_missing,
     ms_text,
-    number_text,
     p_text,
     percent_text,
     ratio_text,
@@ -61,20 +61,17 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 __all__ = [
-    "RUN_SECTIONS",
     "STATUS_LABELS",
     "RunFiles",
     "RunPage",
     "SectionBuilder",
-    "failures_section",
     "figures_section",
     "host_facts",
     "hosts_table",
     "matrix_section",
+    "number_or_none",
     "run_section",
-    "time_went_section",
-    "traces_section",
-    "trials_section",
+    "statuses",
     "verdict_chip",
 ]
 
@@ -93,7 +90,6 @@ _STEP_SERIES_MAX_TRIALS = 200  # above this a line per trial is a grey blur: lef
 #: (its "ratio" column) instead of as figures: a 100-row matplotlib figure is slow to render
 #: and hard to read against its table.
 _FIGURE_MAX_CELLS = 40
-_TAIL_SHOWN = 3  # failed trials whose log tail is shown per signature
 
 
 @dataclass(frozen=True)
@@ -141,6 +137,12 @@ class RunPage:
             return None
         return quote(posixpath.join(self.link_prefix, rel))
 
+    def record_rel(self, cell: str, trial: int) -> str:
+        """A trial record's path relative to the run directory (as :class:`RunDir` names it)."""
+        assert self.files is not None
+        rd = RunDir(self.files.path)
+        return rd.trial_path(cell, trial).relative_to(rd.path).as_posix()
+
     def anchor(self, rel: str, text: str) -> str:
         url = self.link(rel)
         return esc(text) if url is None else f'<a href="{esc(url)}">{esc(text)}</a>'
@@ -162,23 +164,17 @@ def verdict_chip(row: Any) -> str:
     return f'<span class="verdict" style="{style}">{esc(verdict_text(row))}</span>'
 
 
-def _num(v: Any) -> float | None:
+def number_or_none(v: Any) -> float | None:
+    """``v`` as a float, ``None`` when missing (a sort key)."""
     return None if is_missing(v) else float(v)
 
 
-def _statuses(ds: xr.Dataset) -> tuple[np.ndarray, list[str]]:
+def statuses(ds: xr.Dataset) -> tuple[np.ndarray, list[str]]:
     status = ds.status.transpose("cell", "trial").values.astype(str)
     present = set(np.unique(status).tolist())
     order = [s for s in STATUS_LABELS if s in present or s in ("ok", "workload_failed")]
     order += sorted(present - set(STATUS_LABELS))
     return status, order
-
-
-def _trial_rel(page: RunPage, cell: str, trial: int) -> str:
-    """The trial record's path relative to the run directory (as :class:`RunDir` names it)."""
-    assert page.files is not None
-    rd = RunDir(page.files.path)
-    return rd.trial_path(cell, trial).relative_to(rd.path).as_posix()
 
 
 # --- the run ---------------------------------------------------------------------------------
@@ -337,13 +333,13 @@ def _failure_cell(row: Any) -> Cell:
     if vs in ("more", "fewer"):
         text += f" {vs}"
         title += f"; {vs} failures than the baseline, Fisher p_adj {p_text(row['fisher_p_adj'])}"
-    return Cell(text, sort=_num(row["failure_rate"]), cls=f"num {vs}", title=title)
+    return Cell(text, sort=number_or_none(row["failure_rate"]), cls=f"num {vs}", title=title)
 
 
 def matrix_section(page: RunPage) -> Section:
     """Every cell: trials by outcome, failure rate, step time, ratio, p_adj, verdict."""
     df = page.summary
-    status, kinds = _statuses(page.ds)
+    status, kinds = statuses(page.ds)
     cells = [str(c) for c in page.ds.cell.values.tolist()]
     level = float(df.attrs.get("ci_level", 0.95))
     units = df.attrs.get("units") or ""
@@ -371,7 +367,7 @@ def matrix_section(page: RunPage) -> Section:
         verdict = verdict_chip(row)
         if note and row["verdict"] != "baseline":
             verdict += f'<div class="cellnote">{esc(note)}</div>'
-        ratio = Cell(ratio_text(row), sort=_num(row["ratio"]), cls="num")
+        ratio = Cell(ratio_text(row), sort=number_or_none(row["ratio"]), cls="num")
         median = "—" if is_missing(row["median"]) else f"{ms_text(row['median'])}"
         if not is_missing(row["iqr"]):
             median += f" [{ms_text(row['iqr'])}]"
@@ -385,14 +381,14 @@ def matrix_section(page: RunPage) -> Section:
                 _failure_cell(row),
                 Cell(
                     ms_text(row["mean_step_ms"]),
-                    sort=_num(row["mean_step_ms"]),
+                    sort=number_or_none(row["mean_step_ms"]),
                     cls="num",
                     title=f"source: {row['step_source']}",
                 ),
-                Cell(median, sort=_num(row["median"]), cls="num"),
+                Cell(median, sort=number_or_none(row["median"]), cls="num"),
                 ratio,
-                Cell(markup=scale.bar(row), sort=_num(row["ratio"]), cls="bar"),
-                Cell(p_text(row["p_adj"]), sort=_num(row["p_adj"]), cls="num"),
+                Cell(markup=scale.bar(row), sort=number_or_none(row["ratio"]), cls="bar"),
+                Cell(p_text(row["p_adj"]), sort=number_or_none(row["p_adj"]), cls="num"),
                 Cell(markup=verdict, sort=str(row["verdict"]), cls="verdictcell"),
                 Cell(str(row["confound"] or "")),
             ]
@@ -445,10 +441,10 @@ class _LogScale:
             f'<rect x="{b0:.1f}" y="1" width="{b1 - b0:.1f}" height="12" fill="#e6e6e6"/>',
             f'<line x1="{one:.1f}" x2="{one:.1f}" y1="0" y2="14" stroke="#999"/>',
         ]
-        ratio = _num(row["ratio"])
+        ratio = number_or_none(row["ratio"])
         if ratio is not None and row["verdict"] != "baseline":
             color = plot.VERDICT_COLORS.get(str(row["verdict"]), plot.PALETTE["blue"])
-            lo, hi = _num(row["ratio_ci_low"]), _num(row["ratio_ci_high"])
+            lo, hi = number_or_none(row["ratio_ci_low"]), number_or_none(row["ratio_ci_high"])
             if lo is not None and hi is not None:
                 parts.append(
                     f'<line x1="{self.x(lo):.1f}" x2="{self.x(hi):.1f}" y1="7" y2="7" '
@@ -526,260 +522,3 @@ def figures_section(page: RunPage) -> Section | None:
     if not blocks:
         return None
     return Section("figures", "Figures", '<div class="figs">' + "\n".join(blocks) + "</div>")
-
-
-# --- failures --------------------------------------------------------------------------------
-
-
-def _signature(rec: Mapping[str, Any], error: str, status: str) -> tuple[str, str, list[str]]:
-    """(signature, hint, matching log lines) of a failed trial."""
-    sig = rec.get("signature")
-    hint = str(rec.get("hint") or "")
-    lines = [str(x) for x in rec.get("signature_lines") or [] if x]
-    if isinstance(sig, Mapping):
-        name = str(sig.get("name") or sig.get("signature") or "")
-        hint = str(sig.get("hint") or hint)
-        lines = lines or [str(x) for x in sig.get("lines") or [sig.get("line")] if x]
-    else:
-        name = str(sig or "")
-    if not name:
-        name = (error or str(rec.get("error") or "") or status).strip().splitlines()[0]
-    return name, hint, lines
-
-
-def failures_section(page: RunPage) -> Section | None:
-    """Per cell, its failed and errored trials grouped by signature, with the matching log
-    lines (or the error, hint and tail of the logs until records carry signatures)."""
-    ds = page.ds
-    status = ds.status.transpose("cell", "trial").values.astype(str)
-    error = ds.error.transpose("cell", "trial").values.astype(str)
-    sig_var = (
-        ds["signature"].transpose("cell", "trial").values.astype(str) if "signature" in ds else None
-    )
-    bad = {*ERRORED, "workload_failed"} | (set(np.unique(status).tolist()) - {*RAN, *ERRORED})
-    bad -= {"ok", "did_not_run", "missing"}
-    files = page.files
-    trials = ds.trial.values.tolist()
-    parts = []
-    for i, cell in enumerate(str(c) for c in ds.cell.values.tolist()):
-        groups: dict[tuple[str, str], dict[str, Any]] = {}
-        for j, t in enumerate(trials):
-            if status[i, j] not in bad:
-                continue
-            rec = files.records.get((cell, int(t)), {}) if files else {}
-            if sig_var is not None and sig_var[i, j] and "signature" not in rec:
-                rec = {**rec, "signature": sig_var[i, j]}
-            name, hint, lines = _signature(rec, error[i, j], status[i, j])
-            g = groups.setdefault((status[i, j], name), {"trials": [], "hint": hint, "lines": []})
-            g["trials"].append(int(t))
-            g["lines"] = g["lines"] or lines
-        if not groups:
-            continue
-        n = sum(len(g["trials"]) for g in groups.values())
-        parts.append(f"<h3>{esc(cell)} <span class=muted>— {n} trial(s)</span></h3>")
-        rows = []
-        for (kind, name), g in sorted(groups.items(), key=lambda kv: -len(kv[1]["trials"])):
-            links = ", ".join(
-                page.anchor(_trial_rel(page, cell, t), f"#{t}") if files else f"#{t}"
-                for t in g["trials"]
-            )
-            detail = ""
-            if g["lines"]:
-                detail = "<pre>" + esc("\n".join(g["lines"])) + "</pre>"
-            elif files:
-                detail = _tails(page, cell, g["trials"])
-            rows.append(
-                [
-                    Cell(STATUS_LABELS.get(kind, kind), cls="status-bad"),
-                    Cell(markup=f"<code>{esc(name)}</code>{detail}"),
-                    Cell(str(len(g["trials"])), sort=len(g["trials"]), cls="num"),
-                    Cell(markup=f'<span class="links">{links}</span>'),
-                    Cell(g["hint"] or "—"),
-                ]
-            )
-        parts.append(table(["kind", "signature / log", "trials", "which", "hint"], rows))
-    if not parts:
-        return None
-    intro = (
-        '<p class="note">Failed and errored trials of each cell, grouped by their failure. '
-        "Until records carry failure signatures a group is the trial's error, shown with the "
-        "last lines of its logs.</p>"
-    )
-    return Section("failures", "Failures", intro + "\n".join(parts))
-
-
-def _tails(page: RunPage, cell: str, trials: Sequence[int]) -> str:
-    assert page.files is not None
-    out = []
-    for t in trials[:_TAIL_SHOWN]:
-        for name, lines in (page.files.log_tails.get((cell, t)) or {}).items():
-            if lines:
-                opened = " open" if not out else ""
-                out.append(
-                    f'<details{opened}><summary class="muted">trial {t}: end of {esc(name)}</summary>'
-                    f"<pre>{esc(chr(10).join(lines))}</pre></details>"
-                )
-    return "".join(out)
-
-
-# --- traces ----------------------------------------------------------------------------------
-
-
-def traces_section(page: RunPage) -> Section | None:
-    """Per cell, where the profiled time went (computation, exposed comm, idle) and the
-    exposed-communication verdict; the breakdown figures; trace diagnostics."""
-    ts = page.traces
-    if ts is None:
-        return None
-    level = float(ts.attrs.get("ci_level", 0.95))
-    head: list[str | Cell] = ["cell", Cell("traced", cls="num"), "source"]
-    parts = ("computation_ms", "exposed_comm_ms", "idle_ms")
-    head += [Cell(f"{p[:-3].replace('_', ' ')} (ms)", cls="num") for p in parts]
-    head += [Cell(f"exposed comm ratio [{level:.0%} CI]", cls="num"), Cell("p_adj", cls="num")]
-    head.append("verdict")
-    rows = []
-    for cell, row in ts.iterrows():
-        values = [
-            Cell(
-                "—" if is_missing(row[p]) else f"{ms_text(row[p])} [{ms_text(row[f'{p}_iqr'])}]",
-                sort=_num(row[p]),
-                cls="num",
-            )
-            for p in parts
-        ]
-        rows.append(
-            [
-                Cell(str(cell), cls="cellname"),
-                Cell(str(int(row["traced"])), sort=int(row["traced"]), cls="num"),
-                Cell(str(row["source"])),
-                *values,
-                Cell(ratio_text(row), sort=_num(row["ratio"]), cls="num"),
-                Cell(p_text(row["p_adj"]), sort=_num(row["p_adj"]), cls="num"),
-                Cell(markup=verdict_chip(row), sort=str(row["verdict"])),
-            ]
-        )
-    which = str(ts.attrs.get("trial_value", "")).partition(", ")[2] or "per trial"
-    body = [
-        f"<p class=\"note\">Each trial's value: the {esc(which)} of each rank's profiled-window "
-        "time; per cell the median [IQR] over trials. Exposed communication is compared with "
-        "the baseline like step time. Source <code>host</code>: the host-side breakdown of a "
-        "trace without GPU events (CPU-only runs).</p>",
-        table(head, rows),
-        '<div class="figs">',
-        figure_block(
-            plot.time_breakdown(page.ds),
-            key="time_breakdown",
-            fmt=page.fmt,
-            caption="Where the profiled time went, per cell (median over trials of the "
-            "worst rank).",
-        ),
-        figure_block(
-            plot.exposed_comm_vs_step(page.ds, ranks=page.ranks),
-            key="exposed_comm_vs_step",
-            fmt=page.fmt,
-            caption="Exposed communication against step time, one point per trial.",
-        ),
-        "</div>",
-    ]
-    problems = list(ts.attrs.get("diagnostics", []))
-    if problems:
-        items = "".join(f"<li><code>{esc(p)}</code></li>" for p in problems[:20])
-        more = f"<li>… and {len(problems) - 20} more</li>" if len(problems) > 20 else ""
-        body.append(
-            "<p>Trace diagnostics (a missing or unreadable file's rank is NaN):</p>"
-            f"<ul>{items}{more}</ul>"
-        )
-    return Section("traces", "Traces", "\n".join(body))
-
-
-def time_went_section(page: RunPage) -> Section | None:
-    """ "Where the time went": one waterfall per cell (baseline step → per-item deltas →
-    the cell's step), when :attr:`RunPage.waterfalls` has any."""
-    if not page.waterfalls:
-        return None
-    blocks = [
-        figure_block(
-            fig,
-            key=f"waterfall-{cell}",
-            fmt=page.fmt,
-            caption=f"{cell}: from the baseline's step time to this cell's, item by item.",
-        )
-        for cell, fig in page.waterfalls.items()
-    ]
-    return Section(
-        "time-went", "Where the time went", '<div class="figs">' + "".join(blocks) + "</div>"
-    )
-
-
-# --- trials ----------------------------------------------------------------------------------
-
-
-def trials_section(page: RunPage) -> Section:
-    """One row per recorded trial with links to its record, logs and traces (relative to the
-    page, so the run directory can be moved or bundled)."""
-    ds, df = page.ds, page.summary
-    metric = str(df.attrs.get("metric", "step_time_ms"))
-    units = df.attrs.get("units") or ""
-    values = trial_values(ds, metric=metric, trials="ran").transpose("cell", "trial").values
-    status = ds.status.transpose("cell", "trial").values.astype(str)
-    wall = ds.wall_clock_s.transpose("cell", "trial").values
-    error = ds.error.transpose("cell", "trial").values.astype(str)
-    files = page.files
-    head: list[str | Cell] = ["cell", Cell("trial", cls="num"), "status"]
-    label = "median step" if metric == "step_time_ms" else metric
-    head += [
-        Cell("wall clock (s)", cls="num"),
-        Cell(
-            f"{label}{f' ({units})' if units else ''}",
-            cls="num",
-            title=str(df.attrs.get("trial_value", "")),
-        ),
-    ]
-    head += ["error", *(["files"] if files else [])]
-    rows = []
-    for i, cell in enumerate(str(c) for c in ds.cell.values.tolist()):
-        for j, t in enumerate(int(x) for x in ds.trial.values.tolist()):
-            s = status[i, j]
-            if s == "missing":
-                continue
-            row = [
-                Cell(cell, cls="cellname"),
-                Cell(str(t), sort=t, cls="num"),
-                Cell(STATUS_LABELS.get(s, s), cls="status-ok" if s == "ok" else "status-bad"),
-                Cell(number_text(wall[i, j]), sort=_num(wall[i, j]), cls="num"),
-                Cell(number_text(values[i, j]), sort=_num(values[i, j]), cls="num"),
-                Cell(error[i, j].splitlines()[0] if error[i, j] else ""),
-            ]
-            if files:
-                rec = files.records.get((cell, t), {})
-                links = [page.anchor(_trial_rel(page, cell, t), "record")]
-                for name, rel in sorted((rec.get("artifacts") or {}).items()):
-                    links.append(page.anchor(str(rel), str(name)))
-                row.append(Cell(markup=f'<span class="links">{"".join(links)}</span>'))
-            rows.append(row)
-    n = len(rows)
-    where = (
-        f" Links are relative to this page (the run directory is <code>{esc(page.link_prefix)}</code>"
-        " from here), so the run directory can be moved or bundled with it."
-        if files and page.link_prefix is not None
-        else ""
-    )
-    body = (
-        f"<details{' open' if n <= 60 else ''}><summary>{n} trial(s)</summary>"
-        f'<p class="note">Every recorded trial.{where}</p>'
-        + table(head, rows, filterable=True)
-        + "</details>"
-    )
-    return Section("trials", "Trials", body)
-
-
-#: The sections of a run's page, in order.
-RUN_SECTIONS: tuple[SectionBuilder, ...] = (
-    run_section,
-    matrix_section,
-    figures_section,
-    failures_section,
-    traces_section,
-    time_went_section,
-    trials_section,
-)
