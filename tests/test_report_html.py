@@ -100,7 +100,7 @@ class Page(HTMLParser):
             self._table_n = 0
         elif tag == "figure":
             self.figures.append(a.get("id", "").removeprefix("fig-"))
-        elif tag == "svg":
+        elif tag == "svg" and a.get("class") != "bar":  # bars: the matrix's ratio column
             self.svgs += 1
         elif tag == "img":
             self.imgs += 1

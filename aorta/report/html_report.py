@@ -170,7 +170,7 @@ def html(
     ...      for c in ("base", "x") for t in range(3)], attrs={"baseline": "base", "threshold": 1.15})
     >>> path = html(ds, output=Path(tempfile.mkdtemp()) / "page.html", resamples=200)
     >>> text = path.read_text()
-    >>> text.startswith("<!DOCTYPE html>"), text.count("<svg"), "http" in text
+    >>> text.startswith("<!DOCTYPE html>"), text.count("<figure"), "http" in text
     (True, 4, False)
     """
     root: Path | None
