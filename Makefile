@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: dev test test-fast lint format sweep launch bench clean
+.PHONY: dev test test-fast lint format sweep launch bench docs clean
 
 dev: $(STAMP)
 
@@ -44,6 +44,12 @@ launch: dev
 
 bench: dev
 	$(BIN)/python benchmarks/run_all.py
+
+# The notebooks with their outputs as HTML (nbclient comes with the test extra, via nbmake;
+# no nbconvert), and the README's figure from a real CPU sweep.
+docs: dev
+	$(BIN)/python docs/notebooks/render.py notebooks docs/notebooks
+	$(BIN)/python docs/readme_figure.py docs/readme_matrix.png
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis .ruff_cache build *.egg-info

@@ -10,6 +10,7 @@ The notebook API::
     aorta.compare(ds)                       # pandas DataFrame: ratio [CI], p_adj, verdict
     ds = aorta.load_run(run, traces=True)   # + trace metrics, cell × trial × rank
     aorta.compare(ds, metric="exposed_comm_ms")
+    aorta.report.html(run)                  # run/report/report.html: one self-contained page
 
 Plugin authors (workloads, mitigations, environments) import from :mod:`aorta.plugins`.
 Heavy dependencies (torch, xarray, matplotlib) load on first use, so ``aorta --help`` and
@@ -44,6 +45,7 @@ __all__ = [
     "load_trials",
     "plan",
     "plot",
+    "report",
     "sweep",
     "trace",
 ]
@@ -62,7 +64,7 @@ _LAZY: dict[str, str] = {
     "compare": "aorta.matrix.compare",
     "compare_runs": "aorta.matrix.compare",
 }
-_MODULES = frozenset({"errors", "plot", "trace"})
+_MODULES = frozenset({"errors", "plot", "report", "trace"})
 
 
 def __getattr__(name: str) -> Any:

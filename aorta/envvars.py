@@ -82,6 +82,7 @@ MITIGATION_AXIS = "AORTA_MITIGATION_AXIS"
 ENVIRONMENT_AXIS = "AORTA_ENVIRONMENT_AXIS"
 TRIALS = "AORTA_TRIALS"
 STEPS = "AORTA_STEPS"
+HTML = "AORTA_HTML"
 
 CLI_TWINS: dict[str, str] = {
     "--recipe": RECIPE,
@@ -137,6 +138,8 @@ CLI_TWINS: dict[str, str] = {
     "--environment-axis": ENVIRONMENT_AXIS,
     "--trials": TRIALS,
     "--steps": STEPS,
+    # `aorta report`
+    "--html": HTML,
 }
 
 # --- what the engine hands to every trial -----------------------------------------------------

@@ -1,4 +1,5 @@
-"""``aorta report RUN``: tables and figures into ``RUN/report/``."""
+"""``aorta report RUN [RUN_B]``: tables and figures into ``RUN/report/``; with ``--html`` the
+self-contained page too, or, for two runs, the page comparing them."""
 
 from __future__ import annotations
 
@@ -7,15 +8,31 @@ from typing import Annotated
 
 import typer
 
-from aorta.errors import ExitCode
+from aorta import envvars
+from aorta import report as pages  # light: its html and compare_html load on first use
+from aorta.errors import ExitCode, UsageError
 
 from .compare import Alpha, Baseline, Metric, Ranks, Resamples, Seed, Traces, rank_reduction
 
+Html = Annotated[
+    bool,
+    typer.Option(
+        "--html",
+        envvar=envvars.HTML,
+        help="Also write report/report.html: one self-contained page (figures inline, no network). With two runs: the page comparing B with A.",
+    ),
+]
+
 
 def report(
-    run: Annotated[
-        Path,
-        typer.Argument(help="A run directory.", exists=True, file_okay=False, show_default=False),
+    runs: Annotated[
+        list[Path],
+        typer.Argument(
+            help="A run directory; or two, A B, with --html (each cell of B against the same cell of A).",
+            exists=True,
+            file_okay=False,
+            show_default=False,
+        ),
     ],
     baseline: Baseline = None,
     alpha: Alpha = 0.05,
@@ -24,20 +41,31 @@ def report(
     resamples: Resamples = 10_000,
     traces: Traces = False,
     ranks: Ranks = "worst",
+    html: Html = False,
 ) -> int:
     """Write the comparison (CSV, JSON), the trials (CSV), PNG figures and report.md into
-    RUN/report/; with --traces also the trace metrics, and their section in RUN/matrix.md."""
+    RUN/report/; with --traces also the trace metrics, and their section in RUN/matrix.md;
+    with --html also report.html. Two runs with --html: RUN_B/report/compare_<A>.html."""
     from aorta.report.report_dir import write_report
 
-    for path in write_report(
-        run,
-        baseline=baseline,
-        metric=metric,
-        alpha=alpha,
-        seed=seed,
-        resamples=resamples,
-        traces=traces,
-        ranks=rank_reduction(ranks),  # type: ignore[arg-type]
-    ):
+    kw = {"alpha": alpha, "seed": seed, "resamples": resamples, "traces": traces}
+    kw["ranks"] = rank_reduction(ranks)
+    if len(runs) > 2:
+        raise UsageError(f"give one run, or two (A B) with --html; got {len(runs)}")
+    if len(runs) == 2:
+        if not html:
+            raise UsageError(
+                "two runs make a comparison page: add --html (`aorta compare A B` prints the table)"
+            )
+        if baseline is not None:
+            raise UsageError(
+                "--baseline applies to one run; with two runs each cell of B is compared with the same cell of A"
+            )
+        print(pages.compare_html(runs[0], runs[1], metric=metric, **kw))  # type: ignore[arg-type]
+        return ExitCode.OK
+    for path in write_report(runs[0], baseline=baseline, metric=metric, **kw):  # type: ignore[arg-type]
         print(path)
+    if html:
+        chosen = None if metric == "step_time_ms" else metric  # the matrix's own choice
+        print(pages.html(runs[0], baseline=baseline, metric=chosen, **kw))  # type: ignore[arg-type]
     return ExitCode.OK

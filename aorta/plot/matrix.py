@@ -168,7 +168,8 @@ def failure_rates(comparison: pd.DataFrame, *, ax: Any = None) -> Figure:
             ax.errorbar(
                 row["failure_rate"],
                 yi,
-                xerr=[[row["failure_rate"] - lo], [hi - row["failure_rate"]]],
+                # clipped at 0: Wilson's bound at 0 failures can land a rounding error above 0
+                xerr=[[max(row["failure_rate"] - lo, 0.0)], [max(hi - row["failure_rate"], 0.0)]],
                 fmt="o",
                 color=color,
                 capsize=3,

@@ -1,1 +1,28 @@
-"""Every rendering of results: matrix.md/json, report files, terminal text, progress."""
+"""Every rendering of results: matrix.md/json, report files, HTML pages, terminal text, progress.
+
+``aorta.report.html(run)`` writes a run's self-contained ``report.html`` and
+``aorta.report.compare_html(run_a, run_b)`` the page comparing two runs
+(:mod:`aorta.report.html_report`); both load on first use, so importing this package stays
+cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__all__ = ["compare_html", "html"]
+
+_LAZY = {"html": "aorta.report.html_report", "compare_html": "aorta.report.html_report"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'aorta.report' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -51,6 +51,8 @@ MANIFEST = "manifest.json"
 LOCK = "run.lock"
 RECIPE = "recipe.resolved.yaml"
 HOST_ENV = "host_env.json"
+#: What ``aorta launch`` records: every node's outcome, commands, the cross-node differences.
+LAUNCH_JSON = "launch.json"
 MATRIX_MD = "matrix.md"
 MATRIX_JSON = "matrix.json"
 RESULTS = "results.nc"
@@ -187,6 +189,11 @@ class RunDir:
     @property
     def host_env_path(self) -> Path:
         return self.path / HOST_ENV
+
+    @property
+    def launch_json(self) -> Path:
+        """``launch.json``: the launch's record (``aorta launch`` runs only)."""
+        return self.path / LAUNCH_JSON
 
     def host_env_of(self, host: str) -> Path:
         """Another host's snapshot, when ranks ran on several hosts."""

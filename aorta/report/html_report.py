@@ -1,0 +1,392 @@
+"""``report.html``: one self-contained page to read a run (:func:`html`), and a page comparing
+two runs (:func:`compare_html`).
+
+This module is the file edge of the HTML report: it loads the run, computes the matrix
+(:func:`aorta.matrix.summary.summarize`) and the trace summary, reads what the page shows from
+the run directory (recipe, host snapshots, ``launch.json``'s cross-node differences, trial
+records, the tail of failed trials' logs), and writes the page atomically. The sections are
+pure functions in :mod:`aorta.report.html_sections` and :mod:`aorta.report.html_details`
+(a run) and
+:mod:`aorta.report.html_compare` (two runs); the markup in :mod:`aorta.report.html_kit`.
+
+The page holds everything: figures inline as SVG (or PNG data), stylesheet and a small script
+that sorts and filters tables (the page reads the same without it); no URL to anything outside
+the file. Links to trial records and logs are relative to the page, so a run directory can be
+moved or bundled with its report.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+import xarray as xr
+
+from aorta import __version__
+from aorta.errors import UsageError
+from aorta.matrix import stats
+from aorta.matrix.compare import compare
+from aorta.matrix.load import load_run
+from aorta.matrix.select import RankReduction
+from aorta.matrix.summary import MATRIX_COLUMNS, summarize
+from aorta.matrix.trace_summary import has_traces, trace_summary
+from aorta.report.comparison import compare_datasets
+from aorta.report.html_compare import RunSide, render_compare_page
+from aorta.report.html_details import (
+    failures_section,
+    time_went_section,
+    traces_section,
+    trials_section,
+)
+from aorta.report.html_kit import FigureFormat, esc, page
+from aorta.report.html_sections import (
+    RunFiles,
+    RunPage,
+    SectionBuilder,
+    figures_section,
+    matrix_section,
+    run_section,
+)
+from aorta.store.record import ERRORED
+from aorta.store.rundir import RunDir, atomic_write
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = [
+    "REPORT_HTML",
+    "RUN_SECTIONS",
+    "compare_html",
+    "html",
+    "read_run_files",
+    "render_run_page",
+]
+
+#: The sections of a run's page, in order (a builder returns ``None`` to leave its out).
+RUN_SECTIONS: tuple[SectionBuilder, ...] = (
+    run_section,
+    matrix_section,
+    figures_section,
+    failures_section,
+    traces_section,
+    time_went_section,
+    trials_section,
+)
+#: The page's name inside ``report/``.
+REPORT_HTML = "report.html"
+_TAIL_BYTES = 8192
+_TAIL_LINES = 8
+_TAILS_PER_CELL = 5
+
+
+def html(
+    source: xr.Dataset | str | Path,
+    *,
+    run_dir: str | Path | None = None,
+    output: str | Path | None = None,
+    baseline: str | None = None,
+    metric: str | None = None,
+    alpha: float = 0.05,
+    seed: int = stats.DEFAULT_SEED,
+    resamples: int = stats.DEFAULT_RESAMPLES,
+    traces: bool = False,
+    ranks: RankReduction = "worst",
+    summary: pd.DataFrame | None = None,
+    figure_format: FigureFormat = "svg",
+    sections: Sequence[SectionBuilder] | None = None,
+    waterfalls: Mapping[str, Figure] | None = None,
+) -> Path:
+    """Write a run's ``report.html``: one self-contained page to read the run.
+
+    Sections (each only when its data exists): the run (recipe, ticket, hosts and their
+    environment, differences between nodes, run order); the matrix (every cell: trials by
+    outcome, failure rate, step time, ratio [CI], p_adj, verdict — colour-coded, sortable);
+    the figures (forest plot, failure rates, per-trial distributions, step series); failures
+    per cell; traces (when the Dataset has trace metrics); "where the time went"
+    (``waterfalls``); every trial with relative links to its record and logs.
+
+    Parameters
+    ----------
+    source
+        A run directory (or its ``results.nc``), or a run's Dataset (:func:`aorta.load_run`).
+    run_dir
+        With a Dataset: its run directory, for the recipe, hosts, records and links (without
+        one the page has none of them).
+    output
+        The file to write (default: ``<run_dir>/report/report.html``).
+    baseline, alpha, seed, resamples
+        The statistics, as in :func:`aorta.compare` (default baseline: the recipe's).
+    metric
+        The trial value compared (default: the matrix's — ``step_time_ms``, or ``wall_clock_s``
+        when the baseline has no step times).
+    traces
+        Analyse the profiler traces when loading ``source`` from disk (a Dataset shows its
+        trace metrics whenever it has them).
+    ranks
+        How trace metrics are reduced over a trial's ranks (``worst``, ``max``, ``min``,
+        ``mean``, ``median`` or a rank number).
+    summary
+        The matrix when already computed (:func:`aorta.matrix.summary.summarize` of the same
+        Dataset), to skip recomputing its statistics.
+    figure_format
+        ``svg`` (default: sharp, searchable text) or ``png`` (data URIs).
+    sections
+        The section builders, in order (default:
+        :data:`RUN_SECTIONS`); a builder returns ``None`` to leave
+        its section out.
+    waterfalls
+        Cell → its "where the time went" figure.
+
+    Returns
+    -------
+    pathlib.Path
+        The file written.
+
+    Raises
+    ------
+    UsageError
+        ``source`` or ``run_dir`` is not a run; a Dataset with neither ``run_dir`` nor
+        ``output``; an unknown baseline cell or metric, ``alpha`` outside (0, 1).
+
+    See Also
+    --------
+    compare_html : the page comparing two runs.
+    aorta.report.report_dir.write_report : the CSV, PNG and Markdown report.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from aorta.matrix.dataset import build_dataset
+    >>> from aorta.store.record import TrialRecord
+    >>> ds = build_dataset([{"name": c, "trials": 3} for c in ("base", "x")],
+    ...     [TrialRecord(cell=c, cell_id="", trial=t, status="ok", passed=True,
+    ...                  step_times_ms=[5.0, 1.0 + t / 10 + (c == "x")])
+    ...      for c in ("base", "x") for t in range(3)], attrs={"baseline": "base", "threshold": 1.15})
+    >>> path = html(ds, output=Path(tempfile.mkdtemp()) / "page.html", resamples=200)
+    >>> text = path.read_text()
+    >>> text.startswith("<!DOCTYPE html>"), text.count("<figure"), "http" in text
+    (True, 4, False)
+    """
+    root: Path | None
+    if isinstance(source, xr.Dataset):
+        ds = source
+        root = Path(run_dir) if run_dir is not None else None
+    else:
+        path = Path(source)
+        root = path.parent if path.is_file() else path
+        ds = load_run(path, traces=traces)
+    if root is None and output is None:
+        raise UsageError("a Dataset without its run directory needs output= (where to write)")
+    rd = RunDir.open(root) if root is not None else None
+    kw: dict[str, Any] = {"alpha": alpha, "seed": seed, "resamples": resamples}
+    try:
+        if summary is None:
+            summary = _matrix(ds, baseline, metric, **kw)
+        tsum = trace_summary(ds, baseline, ranks=ranks, **kw) if has_traces(ds) else None
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    out = Path(output) if output is not None else rd.report_dir / REPORT_HTML  # type: ignore[union-attr]
+    prefix = None
+    if rd is not None:
+        prefix = Path(os.path.relpath(rd.path.resolve(), out.parent.resolve())).as_posix()
+    run_page = RunPage(
+        ds=ds,
+        summary=summary,
+        traces=tsum,
+        files=read_run_files(rd, ds) if rd is not None else None,
+        link_prefix=prefix,
+        fmt=figure_format,
+        ranks=ranks,
+        waterfalls=dict(waterfalls or {}),
+    )
+    text = render_run_page(run_page, sections=RUN_SECTIONS if sections is None else sections)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(out, text)
+    return out
+
+
+def _matrix(ds: xr.Dataset, baseline: str | None, metric: str | None, **kw: Any) -> pd.DataFrame:
+    """The matrix of ``ds``; with ``metric`` its statistics are those of that metric."""
+    df = summarize(ds, baseline, **kw)
+    if metric is None or metric == df.attrs.get("metric"):
+        return df
+    other = compare(ds, baseline, metric=metric, **kw)
+    for column in MATRIX_COLUMNS:
+        other[column] = df[column]
+    return other
+
+
+def render_run_page(
+    page_data: RunPage, *, sections: Sequence[SectionBuilder] = RUN_SECTIONS
+) -> str:
+    """The HTML text of a run's page (no file is read or written)."""
+    a = page_data.ds.attrs
+    built = [s for s in (build(page_data) for build in sections) if s is not None]
+    title = f"{a.get('ticket') or '(no ticket)'} — {a.get('workload') or 'run'}"
+    n_cells = page_data.ds.sizes["cell"]
+    run_name = page_data.files.path.name if page_data.files else "(in-memory Dataset)"
+    subtitle = f"run {run_name} · {a.get('status') or 'status unknown'} · {n_cells} cells"
+    banners = []
+    status = a.get("status")
+    if status and status != "complete":
+        banners.append(
+            f'<div class="banner">This run is <b>{esc(status)}</b>: cells or trials may be '
+            "missing, and the numbers can change when it is resumed.</div>"
+        )
+    return page(
+        title=title,
+        subtitle=subtitle,
+        sections=built,
+        banners=banners,
+        footer=_footer(),
+    )
+
+
+def _footer() -> str:
+    now = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return f"Written by aorta {esc(__version__)} on {now}. One file: no network access needed."
+
+
+# --- the run directory -----------------------------------------------------------------------
+
+
+def read_run_files(rd: RunDir, ds: xr.Dataset) -> RunFiles:
+    """What a page shows from the run directory: recipe, host snapshots, ``launch.json``'s
+    cross-node differences, the trial records of ``ds``'s trials, and the end of the logs of
+    up to five failed trials per cell. A file that is missing or unreadable is left out."""
+    recipe = _read_text(rd.recipe_path)
+    hosts: dict[str, Mapping[str, Any]] = {}
+    for path in [rd.host_env_path, *sorted(rd.host_env_of("_").parent.glob("*.json"))]:
+        snap = _read_json(path)
+        if isinstance(snap, dict):
+            name = str(snap.get("host") or path.stem)
+            hosts.setdefault(name if name not in hosts else f"{name} ({path.stem})", snap)
+    launch = _read_json(rd.launch_json)
+    skew = launch.get("skew") if isinstance(launch, dict) else None
+    records: dict[tuple[str, int], Mapping[str, Any]] = {}
+    tails: dict[tuple[str, int], dict[str, list[str]]] = {}
+    status = ds.status.transpose("cell", "trial").values.astype(str)
+    trials = [int(t) for t in ds.trial.values.tolist()]
+    for i, cell in enumerate(str(c) for c in ds.cell.values.tolist()):
+        shown = 0
+        for j, t in enumerate(trials):
+            if status[i, j] == "missing":
+                continue
+            rec = _read_json(rd.trial_path(cell, t))
+            if not isinstance(rec, dict):
+                continue
+            records[(cell, t)] = rec
+            failed = status[i, j] == "workload_failed" or status[i, j] in ERRORED
+            if failed and shown < _TAILS_PER_CELL:
+                shown += 1
+                tails[(cell, t)] = _log_tails(rd, rec)
+    return RunFiles(
+        path=rd.path,
+        recipe=recipe,
+        hosts=hosts,
+        skew=skew if isinstance(skew, dict) else {},
+        records=records,
+        log_tails=tails,
+    )
+
+
+def _log_tails(rd: RunDir, rec: Mapping[str, Any]) -> dict[str, list[str]]:
+    out = {}
+    for name, rel in sorted((rec.get("artifacts") or {}).items()):
+        if not str(rel).endswith(".log"):
+            continue
+        try:
+            with open(rd.path / str(rel), "rb") as fh:
+                fh.seek(0, os.SEEK_END)
+                fh.seek(max(0, fh.tell() - _TAIL_BYTES))
+                text = fh.read().decode("utf-8", "replace")
+        except OSError:
+            continue
+        lines = [line.rstrip() for line in text.splitlines() if line.strip()]
+        if lines:
+            out[str(name)] = lines[-_TAIL_LINES:]
+    return out
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return None
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+
+
+# --- two runs --------------------------------------------------------------------------------
+
+
+def compare_html(
+    run_a: str | Path,
+    run_b: str | Path,
+    *,
+    output: str | Path | None = None,
+    metric: str = "step_time_ms",
+    alpha: float = 0.05,
+    seed: int = stats.DEFAULT_SEED,
+    resamples: int = stats.DEFAULT_RESAMPLES,
+    traces: bool = False,
+    ranks: RankReduction = "worst",
+    figure_format: FigureFormat = "svg",
+) -> Path:
+    """Write a page comparing run B with run A, cell by cell (:func:`aorta.compare_runs`).
+
+    The page shows both runs side by side (when, where, hosts and their differences), every
+    shared cell with A's and B's trials, failures and medians, B's ratio to A with its CI,
+    p_adj and verdict (colour-coded, sortable), and the forest plot.
+
+    Parameters
+    ----------
+    run_a, run_b
+        The reference run and the run compared with it.
+    output
+        The file to write (default: ``<run_b>/report/compare_<run A's folder name>.html``).
+    metric, alpha, seed, resamples, traces, ranks, figure_format
+        As in :func:`html` and :func:`aorta.compare_runs`.
+
+    Returns
+    -------
+    pathlib.Path
+        The file written.
+
+    Raises
+    ------
+    UsageError
+        A path that is not a run; an unknown metric; ``alpha`` outside (0, 1).
+    IncompleteMatrix
+        The runs share no cell.
+    """
+    rds = [RunDir.open(p) for p in (run_a, run_b)]
+    datasets = [load_run(rd.path, traces=traces) for rd in rds]
+    df = compare_datasets(
+        datasets, metric=metric, alpha=alpha, seed=seed, resamples=resamples, ranks=ranks
+    )
+    out = (
+        Path(output)
+        if output is not None
+        else rds[1].report_dir / f"compare_{rds[0].path.name}.html"
+    )
+    sides = []
+    for label, rd, ds in zip(("A", "B"), rds, datasets, strict=True):
+        prefix = Path(os.path.relpath(rd.path.resolve(), out.parent.resolve())).as_posix()
+        hosts = read_run_files(rd, ds.isel(cell=slice(0, 0))).hosts
+        sides.append(RunSide(label=label, ds=ds, path=rd.path, link_prefix=prefix, hosts=hosts))
+    text = render_compare_page(sides[0], sides[1], df, fmt=figure_format, footer=_footer())
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(out, text)
+    return out

@@ -1,0 +1,524 @@
+"""The sections of a run's ``report.html``: pure functions of a :class:`RunPage`.
+
+Each builder takes the page's data and returns a :class:`~aorta.report.html_kit.Section`, or
+``None`` when its data does not exist (no trace metrics, no failed trial, ...), so a section
+appears exactly when there is something to show. :data:`aorta.report.html_report.RUN_SECTIONS` is the default order (with the sections of
+:mod:`aorta.report.html_details`);
+:func:`aorta.report.html` takes another sequence (``sections=``), which is how a new section is
+added without touching this module.
+
+Extension points for data other issues add:
+
+* failure signatures: a trial record's ``signature`` (a name, or ``{"name", "hint", "lines"}``)
+  and its matching log lines (``signature_lines``), or the Dataset's ``signature`` variable, are
+  shown when present; until then a failure is grouped by its ``error`` and shown with its
+  ``hint`` and the tail of its logs;
+* "where the time went": :attr:`RunPage.waterfalls` maps a cell to its waterfall figure;
+  :func:`time_went_section` shows them when there are any;
+* run order and drift: the Dataset's ``run_order`` and ``schedule``, and a comparison's
+  ``drift`` / ``warnings`` attrs, are shown in the run section when present.
+"""
+
+from __future__ import annotations
+
+import math
+import posixpath
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+import numpy as np
+
+from aorta import plot
+from aorta.matrix.select import trial_values
+from aorta.report.comparison import (
+    is_missing,
+    ms_text,
+    p_text,
+    percent_text,
+    ratio_text,
+    statistics_line,
+    verdict_text,
+)
+from aorta.report.html_kit import (
+    Cell,
+    FigureFormat,
+    Section,
+    definition_rows,
+    esc,
+    figure_block,
+    rgba,
+    table,
+)
+from aorta.store.record import ERRORED, RAN
+from aorta.store.rundir import RunDir
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import xarray as xr
+    from matplotlib.figure import Figure
+
+__all__ = [
+    "STATUS_LABELS",
+    "RunFiles",
+    "RunPage",
+    "SectionBuilder",
+    "figures_section",
+    "host_facts",
+    "hosts_table",
+    "matrix_section",
+    "number_or_none",
+    "run_section",
+    "statuses",
+    "verdict_chip",
+]
+
+#: How each trial status is named in the page's columns, in order (others follow as named).
+STATUS_LABELS: dict[str, str] = {
+    "ok": "ok",
+    "workload_failed": "failed",
+    "setup_failed": "setup failed",
+    "infrastructure_failed": "infra failed",
+    "timeout": "timeout",
+    "did_not_run": "did not run",
+    "missing": "no record",
+}
+_STEP_SERIES_MAX_TRIALS = 200  # above this a line per trial is a grey blur: left out
+#: Above this many cells the forest plot and failure rates are drawn in the matrix's rows
+#: (its "ratio" column) instead of as figures: a 100-row matplotlib figure is slow to render
+#: and hard to read against its table.
+_FIGURE_MAX_CELLS = 40
+
+
+@dataclass(frozen=True)
+class RunFiles:
+    """What a page shows from the run directory beyond the Dataset (read by
+    :mod:`aorta.report.html_report`; every field may be empty)."""
+
+    #: The run directory.
+    path: Path
+    #: ``recipe.resolved.yaml`` as text.
+    recipe: str | None = None
+    #: Host name → its ``host_env.json`` snapshot (the run's first, then ``host_env/*.json``).
+    hosts: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    #: ``launch.json``'s cross-node differences: ``{key: {node: value}}``.
+    skew: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    #: ``(cell, trial)`` → the trial record as JSON data (fields a newer aorta adds included).
+    records: Mapping[tuple[str, int], Mapping[str, Any]] = field(default_factory=dict)
+    #: ``(cell, trial)`` → ``{log name: its last lines}`` for some failed trials.
+    log_tails: Mapping[tuple[str, int], Mapping[str, list[str]]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RunPage:
+    """Everything one run's page shows."""
+
+    #: The run's Dataset (:func:`aorta.load_run`).
+    ds: xr.Dataset
+    #: :func:`aorta.matrix.summary.summarize` of ``ds`` (or a frame with its columns).
+    summary: pd.DataFrame
+    #: :func:`~aorta.matrix.trace_summary.trace_summary` when ``ds`` has trace metrics.
+    traces: pd.DataFrame | None = None
+    files: RunFiles | None = None
+    #: The run directory relative to the page's folder (``..`` for ``report/report.html``);
+    #: ``None``: no links.
+    link_prefix: str | None = None
+    fmt: FigureFormat = "svg"
+    #: How trace metrics were reduced over ranks (``--ranks``).
+    ranks: Any = "worst"
+    #: Cell → its "where the time went" waterfall (empty until that analysis exists).
+    waterfalls: Mapping[str, Figure] = field(default_factory=dict)
+
+    def link(self, rel: str) -> str | None:
+        """The URL of ``rel`` (a path relative to the run directory) from the page."""
+        if self.link_prefix is None:
+            return None
+        return quote(posixpath.join(self.link_prefix, rel))
+
+    def record_rel(self, cell: str, trial: int) -> str:
+        """A trial record's path relative to the run directory (as :class:`RunDir` names it)."""
+        assert self.files is not None
+        rd = RunDir(self.files.path)
+        return rd.trial_path(cell, trial).relative_to(rd.path).as_posix()
+
+    def anchor(self, rel: str, text: str) -> str:
+        url = self.link(rel)
+        return esc(text) if url is None else f'<a href="{esc(url)}">{esc(text)}</a>'
+
+
+#: A section builder: the page's data → its section, or ``None`` when there is nothing to show.
+SectionBuilder = Callable[[RunPage], "Section | None"]
+
+
+# --- small pieces ----------------------------------------------------------------------------
+
+
+def verdict_chip(row: Any) -> str:
+    """A verdict in its colour (:data:`aorta.plot.VERDICT_COLORS`), worded by
+    :func:`~aorta.report.comparison.verdict_text`."""
+    verdict = str(row["verdict"] or "—")
+    color = plot.VERDICT_COLORS.get(verdict, plot.PALETTE["grey"])
+    style = f"background: {rgba(color, 0.17)}; box-shadow: inset 3px 0 0 {color}"
+    return f'<span class="verdict" style="{style}">{esc(verdict_text(row))}</span>'
+
+
+def number_or_none(v: Any) -> float | None:
+    """``v`` as a float, ``None`` when missing (a sort key)."""
+    return None if is_missing(v) else float(v)
+
+
+def statuses(ds: xr.Dataset) -> tuple[np.ndarray, list[str]]:
+    status = ds.status.transpose("cell", "trial").values.astype(str)
+    present = set(np.unique(status).tolist())
+    order = [s for s in STATUS_LABELS if s in present or s in ("ok", "workload_failed")]
+    order += sorted(present - set(STATUS_LABELS))
+    return status, order
+
+
+# --- the run ---------------------------------------------------------------------------------
+
+
+def host_facts(snap: Mapping[str, Any]) -> dict[str, str]:
+    """The lines of a ``host_env.json`` snapshot worth a glance, as text."""
+    torch = snap.get("torch") or {}
+    build = ", ".join(f"{k.upper()} {torch[k]}" for k in ("cuda", "hip") if torch.get(k))
+    libs = snap.get("libraries") or {}
+    drivers = snap.get("drivers") or {}
+    gpus = snap.get("gpus") or {}
+    devices = [*gpus.get("nvidia", []), *gpus.get("rocm_smi", [])[1:]]
+    facts = {
+        "platform": snap.get("platform"),
+        "CPUs": snap.get("cpus"),
+        "Python": snap.get("python"),
+        "aorta": snap.get("aorta"),
+        "torch": f"{torch.get('version')}{f' ({build})' if build else ''}"
+        if torch.get("version")
+        else None,
+        "NCCL / RCCL": " / ".join(str(libs.get(k) or "—") for k in ("nccl", "rccl"))
+        if libs.get("nccl") or libs.get("rccl")
+        else None,
+        "drivers": ", ".join(
+            f"{k} {drivers[k]}" for k in ("nvidia", "amdgpu", "rocm") if drivers.get(k)
+        ),
+        "GPUs": "; ".join(devices)
+        or (
+            f"{(drivers.get('gpus_nvidia') or 0) + (drivers.get('gpus_amd') or 0)}"
+            if drivers
+            else None
+        ),
+        "git commit": snap.get("git_commit"),
+        "snapshot taken": snap.get("taken_at"),
+    }
+    return {k: str(v) for k, v in facts.items() if v not in (None, "")}
+
+
+def hosts_table(hosts: Mapping[str, Mapping[str, Any]], *, env: bool = True) -> str:
+    """Hosts side by side: a row per fact, a column per host; values that differ are marked.
+    With ``env`` the snapshots' variables follow in a collapsed table."""
+    names = list(hosts)
+    facts = {h: host_facts(s) for h, s in hosts.items()}
+    keys = list(dict.fromkeys(k for f in facts.values() for k in f))
+    rows = []
+    for k in keys:
+        values = [facts[h].get(k, "—") for h in names]
+        differ = len(names) > 1 and len(set(values)) > 1 and k != "snapshot taken"
+        rows.append([Cell(k, cls="key"), *(Cell(v, cls="diff" * differ) for v in values)])
+    out = table(["", *names], rows, sortable=False, cls="hosts")
+    if env:
+        envs = {h: dict(s.get("env") or {}) for h, s in hosts.items()}
+        var_names = sorted({v for e in envs.values() for v in e})
+        if var_names:
+            env_rows = []
+            n_diff = 0
+            for v in var_names:
+                values = [envs[h].get(v, "—") for h in names]
+                differ = len(names) > 1 and len(set(values)) > 1
+                n_diff += differ
+                env_rows.append(
+                    [Cell(v, cls="key"), *(Cell(x, cls="diff" * differ) for x in values)]
+                )
+            diff_note = f", {n_diff} differ between hosts" if n_diff else ""
+            out += (
+                f"<details><summary>Environment variables <span class=muted>({len(var_names)} "
+                f"recorded, secrets redacted{diff_note})</span></summary>"
+                + table(["variable", *names], env_rows, sortable=False, filterable=True)
+                + "</details>"
+            )
+    return out
+
+
+def _skew_table(skew: Mapping[str, Mapping[str, Any]]) -> str:
+    nodes = list(dict.fromkeys(n for values in skew.values() for n in values))
+    rows = [
+        [Cell(k, cls="key"), *(Cell(str(v.get(n, "—")), cls="diff") for n in nodes)]
+        for k, v in sorted(skew.items())
+    ]
+    return table(["setting", *nodes], rows, sortable=False)
+
+
+def _run_order(page: RunPage) -> list[str]:
+    """The run-order facts and drift warnings, when the Dataset or comparison has them."""
+    out = []
+    attrs = page.summary.attrs
+    if "run_order" in page.ds:
+        schedule = page.ds.attrs.get("schedule", "")
+        out.append(
+            f'<p class="note">Trials ran in the order recorded as <code>run_order</code>'
+            f"{f' (schedule: {esc(schedule)})' if schedule else ''}.</p>"
+        )
+    warnings = [attrs["drift"]] if isinstance(attrs.get("drift"), str) else []
+    warnings += [str(w) for w in attrs.get("warnings", []) or []]
+    out += [f'<div class="banner">{esc(w)}</div>' for w in warnings]
+    return out
+
+
+def run_section(page: RunPage) -> Section:
+    """Recipe, ticket, when and where it ran, hosts, cross-node differences, run order."""
+    a = page.ds.attrs
+    files = page.files
+    planned = a.get("n_trials") or int(page.summary["n_trials"].sum())
+    facts = {
+        "ticket": a.get("ticket"),
+        "workload": a.get("workload"),
+        "status": a.get("status"),
+        "run directory": files.path.name if files else None,
+        "started": a.get("started_at"),
+        "finished": a.get("finished_at"),
+        "cells × trials": f"{page.ds.sizes['cell']} cells, {planned} trials planned",
+        "baseline": a.get("baseline"),
+        "confound threshold": a.get("threshold"),
+        "environment": ", ".join(sorted(set(page.summary["environment"].astype(str)))),
+        "isolation": a.get("isolation"),
+        "world size": a.get("world_size"),
+        "host": a.get("host"),
+        "aorta": a.get("aorta_version"),
+        "recipe sha256": a.get("recipe_sha256"),
+    }
+    left = [definition_rows(facts)]
+    if files and files.recipe:
+        left.append(
+            "<details><summary>The recipe as run "
+            f"<span class=muted>(recipe.resolved.yaml)</span></summary><pre>{esc(files.recipe)}</pre></details>"
+        )
+    right = []
+    if files and files.hosts:
+        n = len(files.hosts)
+        right.append(f"<h3>{'Hosts' if n > 1 else 'Host'} and environment</h3>")
+        right.append(hosts_table(files.hosts))
+    parts = [*_run_order(page)]
+    parts.append(f'<div class="cols"><div>{"".join(left)}</div><div>{"".join(right)}</div></div>')
+    if files and files.skew:
+        parts.append("<h3>Differences between nodes</h3>")
+        parts.append(
+            f'<div class="banner">The nodes differ in {len(files.skew)} setting(s) '
+            "(<code>launch.json</code>): a cluster-only bug often hides in one of them.</div>"
+        )
+        parts.append(_skew_table(files.skew))
+    return Section("run", "The run", "\n".join(parts))
+
+
+# --- the matrix ------------------------------------------------------------------------------
+
+
+def _failure_cell(row: Any) -> Cell:
+    ran = int(row["n_ok"]) + int(row["n_failed"])
+    if not ran:
+        return Cell("—", sort=None, cls="num")
+    text = f"{percent_text(row['failure_rate'])} [{percent_text(row['failure_ci_low'])}, "
+    text += f"{percent_text(row['failure_ci_high'])}]"
+    vs = str(row["failures_vs_baseline"])
+    title = f"{int(row['n_failed'])} of {ran} trials that ran failed; Wilson CI"
+    if vs in ("more", "fewer"):
+        text += f" {vs}"
+        title += f"; {vs} failures than the baseline, Fisher p_adj {p_text(row['fisher_p_adj'])}"
+    return Cell(text, sort=number_or_none(row["failure_rate"]), cls=f"num {vs}", title=title)
+
+
+def matrix_section(page: RunPage) -> Section:
+    """Every cell: trials by outcome, failure rate, step time, ratio, p_adj, verdict."""
+    df = page.summary
+    status, kinds = statuses(page.ds)
+    cells = [str(c) for c in page.ds.cell.values.tolist()]
+    level = float(df.attrs.get("ci_level", 0.95))
+    units = df.attrs.get("units") or ""
+    envs = len(set(df["environment"].astype(str)))  # one environment: said in the run section
+    head: list[str | Cell] = ["cell", "mitigations", *(["env"] if envs > 1 else [])]
+    head.append(Cell("trials", cls="num"))
+    head += [Cell(STATUS_LABELS.get(k, k), cls="num") for k in kinds]
+    head += [
+        Cell(f"failure rate [{level:.0%} CI]", cls="num"),
+        Cell("mean step (ms)", cls="num"),
+        Cell(f"median [IQR]{f' ({units})' if units else ''}", cls="num"),
+        Cell(f"ratio [{level:.0%} CI]", cls="num"),
+        Cell("ratio (log scale)", title="the ratio and its CI; shaded: the band"),
+        Cell("p_adj", cls="num"),
+        "verdict",
+        "confound",
+    ]
+    scale = _LogScale.of(df)
+    rows = []
+    for cell, row in df.iterrows():
+        i = cells.index(str(cell))
+        counts = [int((status[i] == k).sum()) for k in kinds]
+        recorded = sum(c for k, c in zip(kinds, counts, strict=True) if k in (*RAN, *ERRORED))
+        note = str(row.get("note") or "")
+        verdict = verdict_chip(row)
+        if note and row["verdict"] != "baseline":
+            verdict += f'<div class="cellnote">{esc(note)}</div>'
+        ratio = Cell(ratio_text(row), sort=number_or_none(row["ratio"]), cls="num")
+        median = "—" if is_missing(row["median"]) else f"{ms_text(row['median'])}"
+        if not is_missing(row["iqr"]):
+            median += f" [{ms_text(row['iqr'])}]"
+        rows.append(
+            [
+                Cell(str(cell), cls="cellname"),
+                Cell(str(row["mitigations"])),
+                *([Cell(str(row["environment"]))] if envs > 1 else []),
+                Cell(f"{recorded}/{int(row['n_trials'])}", sort=recorded, cls="num"),
+                *(Cell(str(c), sort=c, cls="num zero" if c == 0 else "num") for c in counts),
+                _failure_cell(row),
+                Cell(
+                    ms_text(row["mean_step_ms"]),
+                    sort=number_or_none(row["mean_step_ms"]),
+                    cls="num",
+                    title=f"source: {row['step_source']}",
+                ),
+                Cell(median, sort=number_or_none(row["median"]), cls="num"),
+                ratio,
+                Cell(markup=scale.bar(row), sort=number_or_none(row["ratio"]), cls="bar"),
+                Cell(p_text(row["p_adj"]), sort=number_or_none(row["p_adj"]), cls="num"),
+                Cell(markup=verdict, sort=str(row["verdict"]), cls="verdictcell"),
+                Cell(str(row["confound"] or "")),
+            ]
+        )
+    legend = "".join(
+        verdict_chip({"verdict": v, "trials_needed": None})
+        for v in ("baseline", "no change", "slower", "faster", "inconclusive")
+    )
+    body = [
+        f'<p class="stats">{esc(statistics_line(df.attrs).removeprefix("- "))}</p>',
+        f'<div class="legend">{legend}</div>',
+        table(head, rows, filterable=len(rows) > 8, cls="matrix"),
+        '<p class="note">Failure rate: workload failures / trials that ran (ok + failed); setup,'
+        " infrastructure and timeout problems are counted beside it, not in it. Click a heading"
+        " to sort.</p>",
+    ]
+    return Section("matrix", "The matrix", "\n".join(body))
+
+
+@dataclass(frozen=True)
+class _LogScale:
+    """A shared log axis for the matrix's ratio bars (a forest plot drawn in the rows)."""
+
+    lo: float
+    hi: float
+    band: tuple[float, float]
+    width: int = 150
+
+    @classmethod
+    def of(cls, df: pd.DataFrame) -> _LogScale:
+        thr = float(df.attrs.get("threshold", 1.15))
+        values = [1 / thr, thr]
+        for c in ("ratio", "ratio_ci_low", "ratio_ci_high"):
+            values += [float(v) for v in df[c] if not is_missing(v) and float(v) > 0]
+        lo, hi = min(values), max(values)
+        pad = (math.log(hi) - math.log(lo)) * 0.06 or 0.05
+        return cls(math.exp(math.log(lo) - pad), math.exp(math.log(hi) + pad), (1 / thr, thr))
+
+    def x(self, v: float) -> float:
+        span = math.log(self.hi) - math.log(self.lo)
+        return (math.log(min(max(v, self.lo), self.hi)) - math.log(self.lo)) / span * self.width
+
+    def bar(self, row: Any) -> str:
+        """An inline SVG: the band, the line at 1, the CI and the ratio in its verdict's colour."""
+        w = self.width
+        b0, b1 = (self.x(v) for v in self.band)
+        one = self.x(1.0)
+        parts = [
+            f'<svg class="bar" width="{w}" height="14" viewBox="0 0 {w} 14" role="img">',
+            f'<rect x="{b0:.1f}" y="1" width="{b1 - b0:.1f}" height="12" fill="#e6e6e6"/>',
+            f'<line x1="{one:.1f}" x2="{one:.1f}" y1="0" y2="14" stroke="#999"/>',
+        ]
+        ratio = number_or_none(row["ratio"])
+        if ratio is not None and row["verdict"] != "baseline":
+            color = plot.VERDICT_COLORS.get(str(row["verdict"]), plot.PALETTE["blue"])
+            lo, hi = number_or_none(row["ratio_ci_low"]), number_or_none(row["ratio_ci_high"])
+            if lo is not None and hi is not None:
+                parts.append(
+                    f'<line x1="{self.x(lo):.1f}" x2="{self.x(hi):.1f}" y1="7" y2="7" '
+                    f'stroke="{color}" stroke-width="2.5"/>'
+                )
+            parts.append(f'<circle cx="{self.x(ratio):.1f}" cy="7" r="3.5" fill="{color}"/>')
+            parts.append(f"<title>{esc(ratio_text(row))}</title>")
+        return "".join(parts) + "</svg>"
+
+
+# --- figures ---------------------------------------------------------------------------------
+
+
+def figures_section(page: RunPage) -> Section | None:
+    """The forest plot, failure rates, per-trial distributions and step series."""
+    df, ds = page.summary, page.ds
+    blocks = []
+    compared = df[(df["verdict"] != "baseline") & df["ratio"].notna()]
+    big = len(df) > _FIGURE_MAX_CELLS
+    if big:
+        blocks.append(
+            f'<p class="note">With {len(df)} cells the forest plot is the bar column of the '
+            "matrix (ratio with its CI on a log scale, the band shaded), sortable with it; "
+            "<code>aorta.plot.ratio_forest</code> and <code>failure_rates</code> draw the "
+            "figures.</p>"
+        )
+    if len(compared) and not big:
+        blocks.append(
+            figure_block(
+                plot.ratio_forest(df),
+                key="ratio_forest",
+                fmt=page.fmt,
+                caption="Each cell's ratio of medians to the baseline with its bootstrap CI; the"
+                " shaded band is the band of practical equivalence, colours are the verdicts.",
+            )
+        )
+    if int(df["n_ok"].sum() + df["n_failed"].sum()) and not big:
+        blocks.append(
+            figure_block(
+                plot.failure_rates(df),
+                key="failure_rates",
+                fmt=page.fmt,
+                caption="Failure rate per cell (workload failures / trials that ran) with its"
+                " Wilson interval; the line is the baseline's rate.",
+            )
+        )
+    metric = str(df.attrs.get("metric", "step_time_ms"))
+    values = trial_values(ds, metric=metric, trials="ran")
+    if bool(np.isfinite(values.values).any()):
+        blocks.append(
+            figure_block(
+                plot.step_distributions(ds, df.attrs.get("baseline"), metric=metric),
+                key="step_distributions",
+                fmt=page.fmt,
+                caption="One point per trial (failed trials in vermillion), the cell's median as"
+                " a bar, and the baseline's band.",
+            )
+        )
+    n_trials = int((ds.n_steps > 0).sum())
+    if 0 < n_trials <= _STEP_SERIES_MAX_TRIALS:
+        blocks.append(
+            figure_block(
+                plot.step_series(ds),
+                key="step_series",
+                fmt=page.fmt,
+                caption="Step time against step, one line per trial; warm-up shaded.",
+            )
+        )
+    elif n_trials:
+        blocks.append(
+            f'<p class="note">The step series ({n_trials} trials) is left out: one line per '
+            "trial would not be readable. <code>aorta.plot.step_series(ds, cells=[…])</code> "
+            "draws a few cells.</p>"
+        )
+    if not blocks:
+        return None
+    return Section("figures", "Figures", '<div class="figs">' + "\n".join(blocks) + "</div>")
