@@ -34,7 +34,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
+from pydantic import (
+    AfterValidator,
+    AliasChoices,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from aorta import envvars
 from aorta.errors import LocatedError, Problem, describe_value, invalid, validation_problems
@@ -102,13 +112,6 @@ def _number(lo: float, hi: float, *, integer: bool) -> BeforeValidator:
     )
 
 
-def _nproc(value: Any) -> Any:
-    try:
-        return None if value is None else parse_nproc(value)
-    except ValueError as exc:
-        raise invalid("nproc", str(exc)) from None
-
-
 def _env(kind: str, problem: Any) -> BeforeValidator:
     def check(value: Any) -> Any:
         if why := problem(value):
@@ -118,6 +121,24 @@ def _env(kind: str, problem: Any) -> BeforeValidator:
     return BeforeValidator(check)
 
 
+def _nproc(value: Any) -> Any:
+    try:
+        return None if value is None else parse_nproc(value)
+    except ValueError as exc:
+        raise invalid("nproc", str(exc)) from None
+
+
+def _user(text: str) -> str:
+    return text.replace(USER_PLACEHOLDER, getpass.getuser())
+
+
+def _remote_path(path: str) -> str:
+    # A remote command receives every path quoted, so '~' would not expand there: the login
+    # directory is where relative paths start anyway.
+    path = _user(path)
+    return "." if path == "~" else (path[2:] or ".") if path.startswith("~/") else path
+
+
 Text = Annotated[
     str, _check(lambda v: isinstance(v, str) and v.strip(), "text", "a non-empty string")
 ]
@@ -125,9 +146,12 @@ Host = Annotated[
     str,
     _check(lambda v: isinstance(v, str) and _HOST.match(v), "host", "a host name or IP address"),
 ]
-Nproc = Annotated[Any, BeforeValidator(_nproc)]
 _NAME = _env("env_name", lambda n: envvars.name_problem(n, allow={envvars.TRIAL_MASTER_PORT_BASE}))
 EnvMap = dict[Annotated[str, _NAME], Annotated[str, _env("env_value", envvars.value_problem)]]
+#: The keys of a node entry that become :class:`Node` fields (also valid at the top level).
+_NODE_KEYS = {"port", "python", "workdir", "slots"}
+_LOGIN_KEYS = {"username", "priv_key_file", "password", "host_key_checking"}
+_LOGIN_KEYS |= {"known_hosts_file", "connect_timeout", "keepalive"}
 
 
 class _Settings(BaseModel):
@@ -135,24 +159,12 @@ class _Settings(BaseModel):
 
     model_config = ConfigDict(extra="allow")
     port: Annotated[int | None, _number(1, 65535, integer=True)] = None
-    python: Text | None = None
-    workdir: Text | None = None
-    nproc_per_node: Nproc = None
-    slots: Nproc = None
+    python: Annotated[Text, AfterValidator(_remote_path)] | None = None
+    workdir: Annotated[Text, AfterValidator(_remote_path)] | None = None
+    slots: Annotated[Any, BeforeValidator(_nproc)] = Field(
+        None, validation_alias=AliasChoices("nproc_per_node", "slots")
+    )
     env_vars: EnvMap | None = None
-
-    def node_fields(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        if self.port is not None:
-            out["port"] = self.port
-        for key in ("python", "workdir"):
-            value = getattr(self, key)
-            if value is not None:
-                out[key] = _home_relative(value.replace(USER_PLACEHOLDER, getpass.getuser()))
-        slots = self.nproc_per_node if self.nproc_per_node is not None else self.slots
-        if slots is not None:
-            out["slots"] = slots
-        return out
 
 
 class _NodeEntry(_Settings):
@@ -166,7 +178,7 @@ class _Head(BaseModel):
 
 
 class _ClusterFile(_Settings):
-    username: Text | None = None
+    username: Annotated[Text, AfterValidator(_user)] | None = None
     priv_key_file: Text | None = None
     password: str | None = None  # as written: never stripped, never shown in a message
     node_dict: Any = None
@@ -175,9 +187,20 @@ class _ClusterFile(_Settings):
         HostKeyChecking | None,
         _check(lambda v: v in ("yes", "accept-new", "no"), "choice", "one of yes, accept-new, no"),
     ] = None
-    known_hosts_file: Text | None = None
+    known_hosts_file: Annotated[Text, AfterValidator(os.path.expanduser)] | None = None
     connect_timeout: Annotated[float | None, _number(0.1, 3600, integer=False)] = None
     keepalive: Annotated[int | None, _number(0, 3600, integer=True)] = None
+
+    @field_validator("priv_key_file")
+    @classmethod
+    def _key_file(cls, key: str | None, info: ValidationInfo) -> str | None:
+        if key is None:
+            return None
+        user = info.data.get("username") or getpass.getuser()
+        key = os.path.expanduser(key.replace(USER_PLACEHOLDER, user))
+        if (info.context or {}).get("check_files") and not Path(key).is_file():
+            raise invalid("file", f"{key}: no such file")
+        return key
 
 
 # -- the cluster ----------------------------------------------------------------------------
@@ -282,15 +305,12 @@ class Cluster:
                 [Problem("", f"must be a JSON object, got {describe_value(data)}")], source=source
             )
         try:
-            top = _ClusterFile.model_validate(data)
+            top = _ClusterFile.model_validate(data, context={"check_files": check_files})
+            problems: list[Problem] = []
         except ValidationError as exc:
-            problems = validation_problems(exc)
-            top = _ClusterFile.model_construct()
-        else:
-            problems = []
+            top, problems = _ClusterFile.model_construct(), validation_problems(exc)
         nodes = _nodes(data.get("node_dict"), top, problems)
         head = _head_index(top.head_node_dict, nodes, problems)
-        login = _login(top, check_files, problems)
         if problems:
             raise ClusterError(problems, source=source)
         nodes.insert(0, nodes.pop(head))
@@ -299,7 +319,7 @@ class Cluster:
             nodes=tuple(Node(rank=i, **fields) for i, fields in enumerate(nodes)),
             source=source,
             warnings=tuple(warnings),
-            **login,
+            **top.model_dump(include=_LOGIN_KEYS, exclude_none=True),
         )
 
 
@@ -312,44 +332,22 @@ def _is_loopback(addr: str) -> bool:
         return False
 
 
-def _home_relative(path: str) -> str:
-    # A remote command receives every path quoted, so '~' would not expand there: the login
-    # directory is where relative paths start anyway.
-    if path == "~":
-        return "."
-    return (path[2:] or ".") if path.startswith("~/") else path
-
-
 def _nodes(raw: Any, top: _ClusterFile, problems: list[Problem]) -> list[dict[str, Any]]:
-    if raw is None:
-        problems.append(Problem("node_dict", "is required: the nodes to launch on"))
-        return []
     if isinstance(raw, Mapping):
         entries = [(f"node_dict[{json.dumps(k)}]", str(k).strip(), v) for k, v in raw.items()]
     elif isinstance(raw, list):
-        entries = [
-            (f"node_dict[{i}]", v.get("mgmt_ip") if isinstance(v, Mapping) else None, v)
-            for i, v in enumerate(raw)
-        ]
+        entries = [(f"node_dict[{i}]", None, v) for i, v in enumerate(raw)]
     else:
         what = f"must be an object {{ssh address: {{vpc_ip: ...}}}}, got {describe_value(raw)}"
-        problems.append(Problem("node_dict", what))
+        problems.append(
+            Problem("node_dict", "is required: the nodes to launch on" if raw is None else what)
+        )
         return []
     if not entries:
         problems.append(Problem("node_dict", "is empty: give at least one node"))
-    defaults = top.node_fields()
+    defaults = top.model_dump(include=_NODE_KEYS, exclude_none=True)
     nodes: list[dict[str, Any]] = []
-    for path, address, entry in entries:
-        if not isinstance(address, str):
-            problems.append(
-                Problem(
-                    f"{path}.mgmt_ip", "is required (the node's SSH address) in a list of nodes"
-                )
-            )
-            continue
-        if not address or not _HOST.match(address):
-            problems.append(Problem(path, f"{address!r} is not a host name or IP address"))
-            continue
+    for path, key, entry in entries:
         if not isinstance(entry, Mapping | None):
             what = (
                 f'must be an object such as {{"vpc_ip": "10.0.0.1"}}, got {describe_value(entry)}'
@@ -361,16 +359,26 @@ def _nodes(raw: Any, top: _ClusterFile, problems: list[Problem]) -> list[dict[st
         except ValidationError as exc:
             problems.extend(validation_problems(exc, at=path))
             continue
+        address = key if key is not None else own.mgmt_ip
+        if address is None:
+            problems.append(
+                Problem(
+                    f"{path}.mgmt_ip", "is required (the node's SSH address) in a list of nodes"
+                )
+            )
+            continue
+        if not _HOST.match(address):
+            problems.append(Problem(path, f"{address!r} is not a host name or IP address"))
+            continue
         if any(n["address"] == address for n in nodes):
             problems.append(Problem(path, f"node {address!r} is listed twice"))
-        extra = dict(own.model_extra or {})
-        if own.mgmt_ip:
-            extra["mgmt_ip"] = own.mgmt_ip
+        extra = {**(own.model_extra or {}), **({"mgmt_ip": own.mgmt_ip} if own.mgmt_ip else {})}
+        own_fields = own.model_dump(include=_NODE_KEYS, exclude_none=True)
         env = {**(top.env_vars or {}), **(own.env_vars or {})}
         nodes.append(
             {
                 **defaults,
-                **own.node_fields(),
+                **own_fields,
                 "address": address,
                 "vpc_ip": own.vpc_ip,
                 "env_vars": env,
@@ -396,24 +404,6 @@ def _head_index(head: _Head | None, nodes: list[dict[str, Any]], problems: list[
             )
         )
     return 0
-
-
-def _login(top: _ClusterFile, check_files: bool, problems: list[Problem]) -> dict[str, Any]:
-    user = top.username.replace(USER_PLACEHOLDER, getpass.getuser()) if top.username else None
-    out: dict[str, Any] = {"username": user}
-    if top.priv_key_file:
-        key = os.path.expanduser(
-            top.priv_key_file.replace(USER_PLACEHOLDER, user or getpass.getuser())
-        )
-        if check_files and not Path(key).is_file():
-            problems.append(Problem("priv_key_file", f"{key}: no such file"))
-        out["priv_key_file"] = key
-    if top.known_hosts_file:
-        out["known_hosts_file"] = os.path.expanduser(top.known_hosts_file)
-    for key in ("password", "host_key_checking", "connect_timeout", "keepalive"):
-        if getattr(top, key) is not None:
-            out[key] = getattr(top, key)
-    return out
 
 
 def parse_hostfile(text: str, *, source: str | None = None) -> Cluster:
@@ -476,7 +466,8 @@ def load_cluster(path: str | Path) -> Cluster:
         text = path.read_text()
     except OSError as exc:
         raise ClusterError(f"{path}: cannot read the cluster file: {exc.strerror or exc}") from None
-    if not text.lstrip().startswith("{"):
+    first = text.lstrip()[:1]
+    if first not in ("{", "["):
         return parse_hostfile(text, source=str(path))
 
     def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -491,6 +482,8 @@ def load_cluster(path: str | Path) -> Cluster:
     try:
         data = json.loads(text, object_pairs_hook=no_duplicates)
     except json.JSONDecodeError as exc:
+        if first == "[":  # not JSON: a hostfile whose first host is an IPv6 address, '[::1]'
+            return parse_hostfile(text, source=str(path))
         where = f"line {exc.lineno} column {exc.colno}"
         raise ClusterError([Problem(where, f"invalid JSON: {exc.msg}")], source=str(path)) from None
     return Cluster.from_dict(data, source=str(path))
