@@ -1,13 +1,9 @@
-"""The cluster: which nodes, how to reach them, which one is the head.
+"""The cluster: which nodes, how to reach them, which one is the head (pure: nothing connects).
 
-A :class:`Cluster` is cheap to build and pure: loading a file reads and checks it, nothing
-connects. Two formats: a CVS-compatible ``cluster.json`` (``node_dict`` keys are SSH addresses,
-``vpc_ip`` is where the *other nodes* reach a node; ``node_dict`` may also be a list of objects
-with a ``mgmt_ip``; aorta's settings ``python``, ``workdir``, ``nproc_per_node``, ``port`` and
-``env_vars`` go at the top level or in a node entry), or a DeepSpeed-style hostfile (``host
-slots=N`` lines). The file goes through pydantic models like a recipe, and every problem names
-its path: ``cluster.json: node_dict["10.0.0.2"].port: must be an integer ...``. Node ranks follow
-the file order, the head moved to rank 0. See docs/launch.md for every key.
+A CVS ``cluster.json`` (``node_dict`` keys are SSH addresses, or a list of ``mgmt_ip``
+entries; ``vpc_ip`` is where the other nodes reach a node) read through pydantic models, every
+problem with its path; or a DeepSpeed-style hostfile. Ranks follow the file order, the head
+first. See docs/launch.md for every key.
 
 >>> c = Cluster.from_dict({
 ...     "username": "ops",
@@ -75,10 +71,8 @@ class ClusterError(LocatedError):
 
 
 def parse_nproc(value: object) -> NprocPerNode:
-    """Processes per node: ``"gpu"``, ``"auto"`` or a whole number ≥ 1 (also as text).
-
-    The one reader of ``--nproc-per-node`` and of ``nproc_per_node``/``slots``; raises
-    ``ValueError`` saying what is accepted.
+    """Processes per node: ``"gpu"``, ``"auto"`` or a whole number ≥ 1 (also as text); the one
+    reader of ``--nproc-per-node`` and ``nproc_per_node``/``slots``. Raises ``ValueError``.
 
     >>> parse_nproc("8"), parse_nproc(2), parse_nproc("gpu")
     (8, 2, 'gpu')
@@ -208,26 +202,17 @@ class _ClusterFile(_Settings):
 
 @dataclass(frozen=True)
 class Node:
-    """One machine of the cluster.
-
-    ``address`` is how this machine reaches it over SSH; ``vpc_ip`` how the other nodes reach
-    it (``None``: the same address). ``rank`` is its node rank: 0 is the head, which hosts the
-    rendezvous.
-    """
+    """One machine: ``address`` for SSH from here, ``vpc_ip`` for the other nodes (``None``:
+    the same); ``rank`` 0 is the head, which hosts the rendezvous."""
 
     rank: int
     address: str
     vpc_ip: str | None = None
-    #: SSH port; ``None`` leaves it to ``~/.ssh/config`` or 22.
-    port: int | None = None
-    #: Processes to start on this node (``--nproc-per-node``); ``None``: the launch decides.
-    slots: NprocPerNode | None = None
-    #: The node's Python interpreter (with torch and aorta installed).
-    python: str = "python3"
-    #: Working directory of the launched processes; relative paths start at the login directory.
-    workdir: str = "."
-    #: Variables for every process on this node (the cluster's, then the node's own).
-    env_vars: Mapping[str, str] = field(default_factory=dict)
+    port: int | None = None  # None: ~/.ssh/config or 22
+    slots: NprocPerNode | None = None  # processes to start; None: the launch decides
+    python: str = "python3"  # with torch and aorta installed
+    workdir: str = "."  # relative paths start at the login directory
+    env_vars: Mapping[str, str] = field(default_factory=dict)  # the cluster's, then the node's
     #: Keys of the node entry aorta does not use (``bmc_ip``, ...), kept for the report.
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
@@ -249,11 +234,8 @@ class Node:
 
 @dataclass(frozen=True)
 class Cluster:
-    """The nodes of a launch and how to log in to them; the head is ``nodes[0]``.
-
-    Building one is free and touches no network: :mod:`aorta.launch` connects later and tears
-    down what it started.
-    """
+    """The nodes of a launch (the head is ``nodes[0]``) and how to log in to them; building
+    one is free: :mod:`aorta.launch` connects later and tears down what it started."""
 
     nodes: tuple[Node, ...]
     username: str | None = None
@@ -263,10 +245,8 @@ class Cluster:
     host_key_checking: HostKeyChecking = "accept-new"
     known_hosts_file: str | None = None
     connect_timeout: float = 10.0
-    #: Seconds between SSH keepalives (0 = off).
-    keepalive: int = 15
-    #: Where the cluster came from (a file name), for messages.
-    source: str | None = None
+    keepalive: int = 15  # seconds between SSH keepalives (0 = off)
+    source: str | None = None  # the file name, for messages
     #: Things worth telling the user that do not stop a launch (unknown keys, ...).
     warnings: tuple[str, ...] = ()
 
@@ -276,11 +256,8 @@ class Cluster:
         return self.nodes[0]
 
     def master_addr(self, override: str | None = None) -> str:
-        """The rendezvous address every node connects to.
-
-        ``override`` wins; else the head's ``vpc_ip``; else the head's SSH address. A loopback
-        address is refused when any node is not on loopback: only this machine could reach it.
-        """
+        """The rendezvous address: ``override``, else the head's ``vpc_ip``, else its SSH
+        address; a loopback address is refused when another node is not on loopback."""
         addr = override or self.head.peer_address
         remote = [n for n in self.nodes[1:] if not _is_loopback(n.address)]
         if _is_loopback(addr) and remote:
@@ -295,11 +272,8 @@ class Cluster:
     def from_dict(
         cls, data: Any, *, source: str | None = None, check_files: bool = True
     ) -> Cluster:
-        """Validate a parsed ``cluster.json`` and build the cluster (see the module docstring).
-
-        Raises :class:`ClusterError` listing every problem. ``check_files`` also checks that
-        ``priv_key_file`` exists on this machine.
-        """
+        """Validate a parsed ``cluster.json``; :class:`ClusterError` lists every problem.
+        ``check_files``: also check that ``priv_key_file`` exists here."""
         if not isinstance(data, Mapping):
             raise ClusterError(
                 [Problem("", f"must be a JSON object, got {describe_value(data)}")], source=source
@@ -407,11 +381,8 @@ def _head_index(head: _Head | None, nodes: list[dict[str, Any]], problems: list[
 
 
 def parse_hostfile(text: str, *, source: str | None = None) -> Cluster:
-    """A cluster from a DeepSpeed-style hostfile (``host slots=N`` per line, ``#`` comments).
-
-    The user, key and ports come from ``~/.ssh/config`` (or the defaults); the first host is
-    the head.
-    """
+    """A cluster from a DeepSpeed-style hostfile (``host slots=N`` lines, ``#`` comments); the
+    user, key and ports come from ``~/.ssh/config``, the first host is the head."""
     problems: list[Problem] = []
     nodes: list[Node] = []
     for lineno, raw in enumerate(text.splitlines(), 1):
@@ -440,16 +411,9 @@ def parse_hostfile(text: str, *, source: str | None = None) -> Cluster:
 
 
 def load_cluster(path: str | Path) -> Cluster:
-    """Read a ``cluster.json`` or a hostfile (whichever the content is) and validate it.
+    """Read a ``cluster.json`` or a hostfile (whichever the content is) and validate it; a
+    :class:`ClusterError` names the file and the path of each problem inside it.
 
-    Raises
-    ------
-    ClusterError
-        A :class:`~aorta.errors.UsageError` naming the file and the path of each problem inside
-        it (``cluster.json: node_dict["10.0.0.2"].port: ...``).
-
-    Examples
-    --------
     >>> import pathlib, tempfile
     >>> path = pathlib.Path(tempfile.mkdtemp()) / "hostfile"
     >>> _ = path.write_text("gpu-1 slots=8\\ngpu-2 slots=8\\n")

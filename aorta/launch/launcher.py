@@ -1,13 +1,6 @@
-"""``launch`` and ``dry_run``: setup on every node, torchrun everywhere, teardown, gather — in
-that order, whatever fails; every wait bounded by a :class:`~aorta.launch.outcome.Deadlines`
-field, every outcome kept per node.
-
-:func:`run_parallel` is the one parallel strategy (daemon threads: ``concurrent.futures`` would
-join a thread stuck in a read at exit). The run streams each node's lines; the first node to
-exit non-zero gets every other node stopped at once (kill-on-bad-exit), each over a fresh
-connection, and at the run deadline the rest are stopped. Teardown runs on every node where
-setup was attempted; gathering pulls every node's output into ``combined_traces/node_<k>/``,
-also after a failure.
+"""``launch``: setup on every node, the run, teardown, gathering — in that order, whatever
+fails, each wait bounded by a :class:`~aorta.launch.outcome.Deadlines` field; ``dry_run``: the
+setup checks only. The first node to exit non-zero gets the others stopped (kill-on-bad-exit).
 
 >>> import time
 >>> def work(key, cancel):
@@ -91,12 +84,9 @@ def run_parallel(
     timeout: float,
     name: str = "aorta",
 ) -> dict[K, Any]:
-    """Call ``fn(key, cancel)`` for every key at once; wait at most ``timeout`` seconds.
-
-    Returns ``{key: value or exception}`` like Fabric's group results, :class:`TimedOut` for a
-    call still running at the deadline. ``cancel`` is set at the deadline (a straggler then
-    cleans up after itself) and when the caller is interrupted.
-    """
+    """``{key: fn(key, cancel) or its exception}`` (like Fabric's group results), each in a
+    daemon thread (``concurrent.futures`` would join one stuck in a read at exit); a call still
+    running after ``timeout`` seconds is :class:`TimedOut`, and its ``cancel`` event is set."""
     keys = list(keys)
     cancel = threading.Event()
     results: queue.Queue[tuple[K, Any]] = queue.Queue()
@@ -143,8 +133,7 @@ def sweep_spec(
     ticket: str | None = None,
 ) -> LaunchSpec:
     """``aorta sweep run --recipe R [-- command]`` under torchrun, the recipe shipped to every
-    node (its ``redaction.scrub_env_keys`` also redact the nodes' ``host_env.json``).
-    ``overrides`` are one ``--override`` group for the probe ``command``. Raises
+    node (its ``redaction.scrub_env_keys`` redact the nodes' ``host_env.json``); raises
     :class:`~aorta.errors.UsageError` for an unreadable recipe or overrides without a command.
 
     >>> import pathlib, tempfile
@@ -211,11 +200,8 @@ def _parse_setup(node: Node, exit_code: int, stdout: str) -> SetupReport:
 
 
 class _Launch:
-    """One launch's state, phase by phase: what :func:`launch` and :func:`dry_run` drive.
-
-    With an ``output``, every node's lines and snapshot go to a staging folder that
-    :meth:`finish` names; without one (a dry run) nothing is written here.
-    """
+    """One launch's state, phase by phase (:func:`launch`, :func:`dry_run`); with an
+    ``output``, node logs and snapshots go to the staging folder :meth:`finish` names."""
 
     def __init__(
         self,
@@ -254,11 +240,8 @@ class _Launch:
     # -- setup --------------------------------------------------------------------------------
 
     def setup(self, *, dry_run: bool = False) -> bool:
-        """Set every node up at once; True when all of them are ready.
-
-        Failures land in the outcomes (``unreachable``, ``setup_failed``, ``timeout``: a
-        straggler tears itself down); the snapshots are kept and compared across nodes.
-        """
+        """Set every node up at once; True when all are ready. Failures land in the outcomes
+        (``unreachable``, ``setup_failed``, ``timeout``: a straggler tears itself down)."""
         one = functools.partial(self._setup_one, dry_run=dry_run)
         timeout = self.deadlines.setup
         for name, res in run_parallel(self.live, one, timeout=timeout, name="aorta-setup").items():
@@ -290,8 +273,7 @@ class _Launch:
         return True
 
     def _setup_one(self, name: str, cancel: threading.Event, *, dry_run: bool) -> SetupReport:
-        """Setup (see :func:`~aorta.launch.command.setup_command`), then — unless a dry run —
-        the node's 0600 environment file."""
+        """Setup, then — unless a dry run — the node's 0600 environment file."""
         session, d = self.live[name], self.deadlines
         node, head = session.node, session.node.rank == 0
         cmd, stdin = setup_command(
@@ -496,9 +478,8 @@ class _Launch:
             self.emit(f"{result.status}: results in {result.run_dir}")
 
     def _teardown(self) -> dict[str, dict[str, Any]]:
-        """Stop what this run left on every node where setup was attempted (a node never
-        connected to has nothing to stop); each report also says whether the node shares the
-        head's file system (``shares_head``) and sees the head's output path (``head_out``)."""
+        """Stop what this run left on every node where setup was attempted; each report says
+        whether the node shares the head's disk and sees its output path (``kill_command``)."""
         head = self.reports.get(self.cluster.head.name)
         where = {"head_dir": head.node_dir, "head_token": self.head_token} if head else {}
         dirs = {
@@ -525,8 +506,8 @@ class _Launch:
         return {name: res for name, res in found.items() if isinstance(res, dict)}
 
     def _gather(self, found: Mapping[str, Mapping[str, Any]], staging: Path) -> None:
-        """Pull each node's output folder and — when it does not share the head's file system —
-        the head's output path, where its ranks wrote into the run directory rank 0 published."""
+        """Pull each node's output folder and — if it does not share the head's disk — the
+        head's output path, where its ranks wrote into the run directory rank 0 published."""
         collect = self.deadlines.collect
         timeout = min(collect, 30.0) if self.result.interrupted else collect
         head = self.reports.get(self.cluster.head.name)
@@ -566,17 +547,13 @@ def launch(
     sessions: SessionFactory | None = None,
     run_id: str | None = None,
 ) -> LaunchResult:
-    """Run ``spec`` on every node of ``cluster`` under torchrun; gather the results under
-    ``output`` (named after the head's run directory, else ``<output>/_launch_/<run id>``).
+    """Run ``spec`` on every node of ``cluster``; gather the results under ``output`` (named
+    after the head's run directory, else ``<output>/_launch_/<run id>``).
 
-    ``on_line(node, line)`` gets every output line of every node (from several threads),
-    ``on_event(line)`` each step of the launch; ``sessions`` maps a cluster to its node
-    sessions (default :func:`~aorta.launch.ssh.ssh_sessions`, Fabric). Returns the
-    :class:`LaunchResult` when every node exited 0; raises :class:`LaunchFailed` carrying it
-    otherwise (a node failed, timed out or was unreachable), :class:`ClusterError` for a
-    rendezvous address that cannot work, and ``KeyboardInterrupt`` after stopping every node
-    and gathering what there was. A node that refuses connections fails the launch at setup;
-    the record still lands:
+    ``on_line(node, line)`` gets every node's output lines (from several threads), ``on_event``
+    each step; ``sessions`` maps a cluster to node sessions (default: Fabric). Returns the
+    :class:`LaunchResult` when every node exited 0, else raises :class:`LaunchFailed` carrying
+    it — also for a node refusing connections, whose record still lands:
 
     >>> import tempfile
     >>> c = Cluster.from_dict({"node_dict": {"127.0.0.1": {"port": 1}}, "connect_timeout": 2})
@@ -636,8 +613,8 @@ def dry_run(
     deadlines: Deadlines = Deadlines(),
     sessions: SessionFactory | None = None,
 ) -> DryRun:
-    """Check every node (reachable, snapshot, ``spec.requires``, the head's free port) within
-    ``deadlines.setup`` and build each ready node's command; create or start nothing.
+    """Check every node (reachable, snapshot, ``spec.requires``, the head's free port) and
+    build each ready node's command; create or start nothing.
 
     >>> c = Cluster.from_dict({"node_dict": {"127.0.0.1": {"port": 1}}, "connect_timeout": 2})
     >>> report = dry_run(c, LaunchSpec(argv=("train.py",)))

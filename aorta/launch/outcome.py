@@ -60,16 +60,11 @@ _BAD: tuple[str, ...] = ("failed", "unreachable", "setup_failed")
 class Deadlines:
     """Seconds allowed for each phase; every wait of a launch is bounded by one of these."""
 
-    #: Connect, create the per-run folder, snapshot, probe the port — all nodes together.
-    setup: float = 120.0
-    #: The run itself, from the first start to the last exit.
-    run: float = 24 * 3600.0
-    #: Pulling every node's artifacts.
-    collect: float = 600.0
-    #: SIGTERM → SIGKILL on a node being stopped.
-    kill_grace: float = 5.0
-    #: Stopping every node (connect + kill), after the grace period.
-    teardown: float = 30.0
+    setup: float = 120.0  # connect, per-run folder, snapshot, port: all nodes together
+    run: float = 24 * 3600.0  # from the first start to the last exit
+    collect: float = 600.0  # pulling every node's artifacts
+    kill_grace: float = 5.0  # SIGTERM → SIGKILL on a node being stopped
+    teardown: float = 30.0  # stopping every node (connect + kill), after the grace
 
 
 @dataclass
@@ -79,19 +74,13 @@ class NodeOutcome:
     node: Node
     status: NodeStatus = "not_started"
     exit_code: int | None = None
-    #: One line: why it failed, or what it last printed.
-    message: str = ""
-    #: When the node's program (torchrun) was started.
-    started_s: float | None = None
+    message: str = ""  # one line: why it failed, or what it last printed
+    started_s: float | None = None  # when its program (torchrun) started
     ended_s: float | None = None
-    #: The node's environment snapshot (:func:`aorta.store.hostenv.snapshot`).
-    snapshot: dict[str, Any] | None = None
-    #: What teardown found and stopped (``"nothing left"``, ``"stopped 3 processes"``...).
-    teardown: str = ""
-    #: How its artifacts were collected (``tar (N files)``) or why they were not.
-    collected: str = ""
-    #: The node's full log in the run directory.
-    log: Path | None = None
+    snapshot: dict[str, Any] | None = None  # its environment (aorta.store.hostenv.snapshot)
+    teardown: str = ""  # what teardown found and stopped
+    collected: str = ""  # how its artifacts were collected (``tar (N files)``), or why not
+    log: Path | None = None  # its full log in the run directory
 
     @property
     def bad(self) -> bool:

@@ -1,11 +1,6 @@
-"""How aorta talks to a node: Fabric connections, all built from one :class:`SshOptions`.
-
-Setup, the run, kills, teardown and the artifact pull all go through a ``fabric.Connection``
-from :meth:`SshOptions.connection`, so user, key or password, port, host-key policy, keepalive
-and connect timeout never differ between two calls; ``~/.ssh/config`` (``ProxyJump``, ``User``,
-``IdentityFile``) applies through one Fabric ``Config`` per launch (:func:`ssh_sessions`), read
-once. Each command runs on its own channel, read line by line (bounded memory), closed by a
-timer at its deadline.
+"""How aorta talks to a node: every remote call is a channel of a ``fabric.Connection`` built
+by :meth:`SshOptions.connection` (one login policy everywhere; ``~/.ssh/config`` read once per
+launch), read line by line, closed by a timer at its deadline.
 
 >>> opts = SshOptions(host="10.0.0.2", user="ops", key_file="/keys/id", password="pw")
 >>> sorted(opts.connect_kwargs())  # the key and the password are the only credentials tried
@@ -79,8 +74,7 @@ class SshOptions:
     host_key_checking: HostKeyChecking = "accept-new"
     known_hosts_file: str | None = None
     connect_timeout: float = 10.0
-    #: Seconds between keepalive probes (0 = none).
-    keepalive: int = 15
+    keepalive: int = 15  # seconds between keepalive probes (0 = none)
     #: Fabric's configuration (``~/.ssh/config`` included); ``None``: read one per connection.
     config: Config | None = field(default=None, repr=False, compare=False)
 
@@ -173,15 +167,9 @@ class NodeSession(Protocol):
 
 
 class SshSession:
-    """One node over Fabric.
-
-    Lifecycle: building a session is free and touches no network. The first command opens its
-    ``fabric.Connection`` (connect and login bounded by ``connect_timeout``; keepalives on);
-    later commands — also from other threads — each get a channel of that connection.
-    ``exec(..., fresh=True)`` runs on a second connection opened and closed for that command: the
-    kill path, never stuck behind a busy or dead first connection. ``close()`` (or leaving a
-    ``with`` block) closes the connection, which ends every channel still open on it.
-    """
+    """One node over Fabric. Building it is free; the first command connects, later ones (from
+    any thread) get channels of that connection; ``exec(..., fresh=True)`` uses a connection of
+    its own (the kill path, never stuck behind a dead one); ``close()`` ends every channel."""
 
     def __init__(self, node: Node, options: SshOptions) -> None:
         self.node, self.options = node, options
@@ -253,12 +241,10 @@ class SshSession:
         keep_stdin_open: bool = False,
         fresh: bool = False,
     ) -> ExecResult:
-        """Run the shell line ``command``, feed it ``stdin``, wait for its exit status.
+        """Run ``command`` with ``stdin``; each line (stderr merged) goes to ``on_line``.
 
-        stdout and stderr are merged; each line goes to ``on_line`` as it arrives.
-        ``keep_stdin_open`` leaves the command's stdin open until the channel closes (a remote
-        watchdog waits for that end of file). Raises :class:`RemoteTimeout` past ``timeout``
-        seconds, :class:`Unreachable` when connecting or logging in failed, and
+        ``keep_stdin_open``: until the channel closes (a remote watchdog waits for that). Raises
+        :class:`RemoteTimeout` past ``timeout``, :class:`Unreachable` when the login failed,
         :class:`RemoteError` when the connection was lost before the command ended.
         """
         tail: collections.deque[str] = collections.deque(maxlen=40)
@@ -281,9 +267,8 @@ class SshSession:
         return ExecResult(code, "\n".join(tail))
 
     def pull(self, remote_dir: str, local_dir: Path, *, timeout: float) -> str:
-        """Copy ``remote_dir``'s contents (no ``combined_traces``) into ``local_dir``: a ``tar``
-        stream read from a channel, unpacked with tarfile's ``data`` filter. Returns
-        ``"tar (N files)"``; raises :class:`RemoteError`."""
+        """Copy ``remote_dir`` (no ``combined_traces``) into ``local_dir`` as a ``tar`` stream
+        (tarfile's ``data`` filter); ``"tar (N files)"``, else :class:`RemoteError`."""
         files, code, err = 0, -1, ""
         line = f"cd {shlex.quote(remote_dir)} && exec tar -cf - --exclude={COMBINED} ."
         try:
