@@ -30,7 +30,15 @@ from aorta.store.hostenv import redact_env
 
 from .cluster import Cluster, Node, NprocPerNode
 
-__all__ = ["ENV_FILE", "LaunchSpec", "NodeCommand", "NodePath", "node_dir", "run_command"]
+__all__ = [
+    "ENV_FILE",
+    "STARTED_MARKER",
+    "LaunchSpec",
+    "NodeCommand",
+    "NodePath",
+    "env_file_command",
+]
+__all__ += ["env_script", "kill_command", "node_dir", "node_env", "run_command", "setup_command"]
 
 LAUNCH_DIR = ".aorta-launch"  # in a node's workdir: one sub-folder per launch
 #: The program's environment in the node's per-run folder (0600, removed once read).
