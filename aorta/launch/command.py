@@ -37,8 +37,13 @@ __all__ = [
     "NodeCommand",
     "NodePath",
     "env_file_command",
+    "env_script",
+    "kill_command",
+    "node_dir",
+    "node_env",
+    "run_command",
+    "setup_command",
 ]
-__all__ += ["env_script", "kill_command", "node_dir", "node_env", "run_command", "setup_command"]
 
 LAUNCH_DIR = ".aorta-launch"  # in a node's workdir: one sub-folder per launch
 #: The program's environment in the node's per-run folder (0600, removed once read).
