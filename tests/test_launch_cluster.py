@@ -11,7 +11,14 @@ import paramiko
 import pytest
 
 from aorta.errors import ExitCode, UsageError
-from aorta.launch import Cluster, ClusterError, SshOptions, load_cluster, parse_hostfile
+from aorta.launch import (
+    Cluster,
+    ClusterError,
+    SshOptions,
+    load_cluster,
+    parse_hostfile,
+    ssh_sessions,
+)
 
 
 def _cvs(**extra: Any) -> dict[str, Any]:
@@ -208,6 +215,13 @@ def test_load_cluster_file_errors(tmp_path: Path) -> None:
     with pytest.raises(ClusterError, match=r"priv_key_file: .*id_none: no such file"):
         load_cluster(keyless)
     assert issubclass(ClusterError, UsageError)
+    a_list = tmp_path / "list.json"  # JSON, not a hostfile with one host named '[]'
+    a_list.write_text("[]\n")
+    with pytest.raises(ClusterError, match=r"list\.json: must be a JSON object, got a list"):
+        load_cluster(a_list)
+    ipv6 = tmp_path / "hostfile"
+    ipv6.write_text("[fd00::1] slots=2\n")
+    assert load_cluster(ipv6).head.address == "[fd00::1]"
 
 
 def test_key_path_placeholder_and_tilde(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -280,3 +294,15 @@ def test_a_password_reaches_paramiko_and_nothing_else() -> None:
     assert "pw" not in repr(c) and "pw" not in repr(SshOptions.for_node(c, c.head))
     kwargs = SshOptions.for_node(c, c.head).connection().connect_kwargs
     assert kwargs["password"] == " pw " and kwargs["allow_agent"] is False
+
+
+def test_one_ssh_config_per_launch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / ".ssh").mkdir()
+    config = tmp_path / ".ssh" / "config"
+    config.write_text("Host gpu-*\n  User from-config\n  Port 2200\n")
+    sessions = ssh_sessions(Cluster.from_dict({"node_dict": {"gpu-1": {}, "gpu-2": {}}}))
+    config.write_text("Host gpu-*\n  User changed\n")  # read once: no connection re-reads it
+    conns = [s.options.connection() for s in sessions.values() for _ in range(2)]
+    assert {(conn.user, conn.port) for conn in conns} == {("from-config", 2200)}
+    assert sessions["node0"].options.config is sessions["node1"].options.config

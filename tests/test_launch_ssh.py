@@ -8,9 +8,11 @@ Each test checks the status, the node it names, what survived, and that no proce
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -22,10 +24,12 @@ import pytest
 
 from aorta.launch import (
     Cluster,
+    LaunchFailed,
     LaunchSpec,
     SshOptions,
     SshSession,
     dry_run,
+    launch,
     new_run_id,
     ssh_sessions,
 )
@@ -431,3 +435,51 @@ def test_cluster_env_values_never_reach_a_command_line_or_launch_json(
     launch_json = (result.run_dir / "launch.json").read_text()
     assert secret not in launch_json and "TEST_TOKEN=<redacted>" in launch_json
     assert_nothing_left(result)
+
+
+def _kill_sshd(listener: int) -> None:
+    """SIGKILL a node's sshd and every sshd process serving its connections (not the commands
+    they started): the node's end of every channel goes away at once, as in a crash."""
+    parents: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError):
+            parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+
+    def served(pid: int) -> bool:
+        while pid > 1 and pid != listener:
+            pid = parents.get(pid, 0)
+        return pid == listener
+
+    for pid in parents:
+        with contextlib.suppress(OSError):
+            if served(pid) and Path(f"/proc/{pid}/comm").read_text().startswith("sshd"):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_a_node_whose_sshd_dies_mid_run_is_reported_as_connection_lost(
+    tmp_path: Path, ssh_key: Path
+) -> None:
+    with SshdFarm(tmp_path / "farm", ssh_key) as own:
+        own.start(2)
+        killed = threading.Event()
+
+        def on_line(node: object, text: str) -> None:
+            if getattr(node, "rank", None) == 1 and "hanging" in text and not killed.is_set():
+                killed.set()
+                assert own.nodes[1].process is not None
+                _kill_sshd(own.nodes[1].process.pid)
+
+        spec = LaunchSpec(argv=plain("hang-on", "all"), torchrun=False)
+        with pytest.raises(LaunchFailed) as info:
+            launch(Cluster.from_dict(own.cluster_dict()), spec, output=tmp_path / "out",
+                   deadlines=FAST, on_line=on_line)  # fmt: skip
+        result = info.value.result
+
+        assert killed.is_set() and result.status == "failed"
+        lost = result.outcomes["node1"]
+        assert lost.status == "failed" and "connection to the node lost" in lost.message
+        assert "exited with code" not in lost.message
+        assert result.outcomes["node0"].status == "stopped"
+        assert (result.run_dir / "combined_traces/node_0/launch.log").is_file()
+        # the node's watchdog saw its channel close and stopped the run by itself
+        assert wait_gone(f"AORTA_RUN_ID={result.run_id}", timeout=15.0) == []

@@ -1,20 +1,11 @@
 """Multi-node launch: one ``cluster.json``, torchrun on every node, one run directory.
 
-The pieces, from pure to effectful:
+From pure to effectful: :mod:`~aorta.launch.cluster` (the cluster file), :mod:`~.command`
+(:class:`LaunchSpec`, each node's quoted command line), :mod:`~.outcome` (per-node outcomes,
+the cross-node :func:`env_diff`), :mod:`~.gather` (``combined_traces/node_<rank>/``),
+:mod:`~.ssh` (Fabric, the one transport) and :mod:`~.launcher` (:func:`launch`,
+:func:`dry_run`: fan-out, kill-on-bad-exit, teardown, gathering).
 
-* :mod:`~aorta.launch.cluster` — :class:`Cluster` / :class:`Node` from ``cluster.json`` or a
-  hostfile (:func:`load_cluster`), validated with path-localised :class:`ClusterError`\\ s;
-* :mod:`~aorta.launch.ssh` — the transport, Fabric: :class:`SshOptions` (the one builder of
-  every connection) and :class:`SshSession` (run a command, pull a folder, with deadlines);
-* :mod:`~aorta.launch.command` — :class:`LaunchSpec` and each node's quoted command line;
-* :mod:`~aorta.launch.fanout` — the per-node thread map, kill-on-bad-exit, teardown;
-* :mod:`~aorta.launch.gather` — pulled artifacts in ``combined_traces/node_<rank>/``;
-* :mod:`~aorta.launch.preflight` — the cross-node environment diff (:func:`env_diff`);
-* :func:`launch` / :func:`dry_run` — all of it, in order.
-
-Examples
---------
->>> from aorta.launch import Cluster
 >>> c = Cluster.from_dict({"node_dict": {"gpu-1": {"vpc_ip": "10.0.0.1"}, "gpu-2": {}}})
 >>> c.head.label, c.master_addr()
 ('node0 gpu-1', '10.0.0.1')
@@ -22,10 +13,9 @@ Examples
 
 from .cluster import Cluster, ClusterError, Node, load_cluster, parse_hostfile, parse_nproc
 from .command import LaunchSpec, NodeCommand, NodePath, run_command
-from .launcher import DryRun, dry_run, launch, new_run_id, ssh_sessions, sweep_spec
-from .outcome import Deadlines, LaunchFailed, LaunchResult, NodeOutcome
-from .preflight import env_diff
-from .ssh import RemoteError, SshOptions, SshSession
+from .launcher import DryRun, dry_run, launch, new_run_id, sweep_spec
+from .outcome import Deadlines, LaunchFailed, LaunchResult, NodeOutcome, env_diff
+from .ssh import RemoteError, SshOptions, SshSession, ssh_sessions
 
 __all__ = [
     "Cluster",

@@ -1,16 +1,12 @@
-"""The helper aorta runs on each node: ``python -c <this file> setup|kill`` with a JSON request
-on stdin and one JSON line on stdout.
+"""The node helper: ``python -c <this file> setup|kill``, a JSON request on stdin, one JSON
+line on stdout. Sent as source: standard library only, nothing from aorta (maybe missing).
 
-Sent as source: standard library only, Python 3.8+, nothing from aorta (which may be missing).
-
-* ``setup`` — the node's per-run folder (not in a dry run) with the shipped files, the snapshot
-  (:mod:`aorta.store.hostenv`, its source in the request), a free port when asked, the missing
-  required modules.
+* ``setup`` — the per-run folder (not in a dry run) with the shipped files, the snapshot
+  (:mod:`aorta.store.hostenv`, its source in the request), a free port, missing modules.
 * ``kill`` — (over a second connection, or by the run's watchdog) drop a ``cancel`` marker and
-  the unread env file, SIGTERM the pid file's session and every process carrying this run's and
-  node's identity (torchrun's workers have sessions of their own), SIGKILL after the grace,
-  rescan until nothing is left; given the head's folder, also say whether this node shares the
-  head's disk (its token) and sees the head's output path.
+  the unread env file, SIGTERM the pid file's session and every process carrying this run's
+  identity (torchrun's workers have sessions of their own), SIGKILL after the grace, until
+  none is left; given the head's folder, say whether this node shares the head's disk.
 """
 
 import binascii
@@ -24,7 +20,6 @@ import time
 
 
 def snapshot(req, env):
-    """The node's ``host_env.json``: aorta.store.hostenv's source, shipped in the request."""
     scope = {"__name__": "aorta_hostenv"}
     exec(compile(req["hostenv"], "aorta/store/hostenv.py", "exec"), scope)
     return scope["snapshot"](env=env, scrub_keys=req.get("scrub_env_keys", []))
@@ -38,15 +33,6 @@ def _read(path, limit=4096):
         return None
 
 
-def _free_port():
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        s.bind(("", 0))
-        return s.getsockname()[1]
-    finally:
-        s.close()
-
-
 def _installed(module):
     try:
         return importlib.util.find_spec(module) is not None
@@ -56,10 +42,8 @@ def _installed(module):
 
 def setup(req):
     node_dir = os.path.abspath(os.path.expanduser(req["node_dir"]))
-    out = {"node_dir": node_dir, "port": None, "missing": [], "created": False}
-    for module in req.get("requires", []):
-        if not _installed(module):
-            out["missing"].append(module)
+    missing = [m for m in req.get("requires", []) if not _installed(m)]
+    out = {"node_dir": node_dir, "port": None, "missing": missing, "created": False}
     if not req.get("dry_run"):
         os.makedirs(os.path.join(node_dir, "out"), exist_ok=True)
         out["created"] = True
@@ -78,46 +62,30 @@ def setup(req):
     if not req.get("dry_run"):
         os.makedirs(out["workdir"], exist_ok=True)
     if req.get("probe_port"):
-        out["port"] = _free_port()
+        with socket.socket() as s:
+            s.bind(("", 0))
+            out["port"] = s.getsockname()[1]
     out["snapshot"] = snapshot(req, dict(os.environ, **req.get("env", {})))
     return out
-
-
-# -- kill ------------------------------------------------------------------------------------
-
-
-def _stat(pid):
-    text = _read(f"/proc/{pid}/stat")
-    if not text or ")" not in text:
-        return None
-    fields = text.rsplit(")", 1)[1].split()
-    return fields[0], int(fields[3])  # state, session id
 
 
 WATCHDOG_MARK = b"AORTA_LAUNCH_WATCHDOG=1"  # aorta.launch.command.WATCHDOG_MARK
 
 
-def _environ(pid):
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as fh:
-            return set(fh.read().split(b"\0"))
-    except OSError:
-        return set()
-
-
 def _targets(session, marks, spare):
     found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) in spare:
+    for pid in [int(e) for e in os.listdir("/proc") if e.isdigit() and int(e) not in spare]:
+        stat = (_read(f"/proc/{pid}/stat") or ")").rsplit(")", 1)[1].split()
+        if len(stat) < 4 or stat[0] in ("Z", "X"):  # zombies are dead; their parent reaps them
             continue
-        pid = int(entry)
-        st = _stat(pid)
-        if st is None or st[0] in ("Z", "X"):  # zombies are dead; their parent reaps them
-            continue
-        env = _environ(pid)
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as fh:
+                env = set(fh.read().split(b"\0"))
+        except OSError:
+            env = set()
         if WATCHDOG_MARK in env:
             continue
-        if (session and st[1] == session) or all(mark in env for mark in marks):
+        if (session and int(stat[3]) == session) or all(mark in env for mark in marks):
             found.append(pid)
     return found
 

@@ -1,13 +1,9 @@
-"""The cluster: which nodes, how to reach them, which one is the head.
+"""The cluster: which nodes, how to reach them, which one is the head (pure: nothing connects).
 
-A :class:`Cluster` is cheap to build and pure: loading a file reads and checks it, nothing
-connects. Two formats: a CVS-compatible ``cluster.json`` (``node_dict`` keys are SSH addresses,
-``vpc_ip`` is where the *other nodes* reach a node; ``node_dict`` may also be a list of objects
-with a ``mgmt_ip``; aorta's settings ``python``, ``workdir``, ``nproc_per_node``, ``port`` and
-``env_vars`` go at the top level or in a node entry), or a DeepSpeed-style hostfile (``host
-slots=N`` lines). The file goes through pydantic models like a recipe, and every problem names
-its path: ``cluster.json: node_dict["10.0.0.2"].port: must be an integer ...``. Node ranks follow
-the file order, the head moved to rank 0. See docs/launch.md for every key.
+A CVS ``cluster.json`` (``node_dict`` keys are SSH addresses, or a list of ``mgmt_ip``
+entries; ``vpc_ip`` is where the other nodes reach a node) read through pydantic models, every
+problem with its path; or a DeepSpeed-style hostfile. Ranks follow the file order, the head
+first. See docs/launch.md for every key.
 
 >>> c = Cluster.from_dict({
 ...     "username": "ops",
@@ -34,7 +30,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
+from pydantic import (
+    AfterValidator,
+    AliasChoices,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from aorta import envvars
 from aorta.errors import LocatedError, Problem, describe_value, invalid, validation_problems
@@ -65,10 +71,8 @@ class ClusterError(LocatedError):
 
 
 def parse_nproc(value: object) -> NprocPerNode:
-    """Processes per node: ``"gpu"``, ``"auto"`` or a whole number ≥ 1 (also as text).
-
-    The one reader of ``--nproc-per-node`` and of ``nproc_per_node``/``slots``; raises
-    ``ValueError`` saying what is accepted.
+    """Processes per node: ``"gpu"``, ``"auto"`` or a whole number ≥ 1 (also as text); the one
+    reader of ``--nproc-per-node`` and ``nproc_per_node``/``slots``. Raises ``ValueError``.
 
     >>> parse_nproc("8"), parse_nproc(2), parse_nproc("gpu")
     (8, 2, 'gpu')
@@ -102,13 +106,6 @@ def _number(lo: float, hi: float, *, integer: bool) -> BeforeValidator:
     )
 
 
-def _nproc(value: Any) -> Any:
-    try:
-        return None if value is None else parse_nproc(value)
-    except ValueError as exc:
-        raise invalid("nproc", str(exc)) from None
-
-
 def _env(kind: str, problem: Any) -> BeforeValidator:
     def check(value: Any) -> Any:
         if why := problem(value):
@@ -118,6 +115,24 @@ def _env(kind: str, problem: Any) -> BeforeValidator:
     return BeforeValidator(check)
 
 
+def _nproc(value: Any) -> Any:
+    try:
+        return None if value is None else parse_nproc(value)
+    except ValueError as exc:
+        raise invalid("nproc", str(exc)) from None
+
+
+def _user(text: str) -> str:
+    return text.replace(USER_PLACEHOLDER, getpass.getuser())
+
+
+def _remote_path(path: str) -> str:
+    # A remote command receives every path quoted, so '~' would not expand there: the login
+    # directory is where relative paths start anyway.
+    path = _user(path)
+    return "." if path == "~" else (path[2:] or ".") if path.startswith("~/") else path
+
+
 Text = Annotated[
     str, _check(lambda v: isinstance(v, str) and v.strip(), "text", "a non-empty string")
 ]
@@ -125,9 +140,12 @@ Host = Annotated[
     str,
     _check(lambda v: isinstance(v, str) and _HOST.match(v), "host", "a host name or IP address"),
 ]
-Nproc = Annotated[Any, BeforeValidator(_nproc)]
 _NAME = _env("env_name", lambda n: envvars.name_problem(n, allow={envvars.TRIAL_MASTER_PORT_BASE}))
 EnvMap = dict[Annotated[str, _NAME], Annotated[str, _env("env_value", envvars.value_problem)]]
+#: The keys of a node entry that become :class:`Node` fields (also valid at the top level).
+_NODE_KEYS = {"port", "python", "workdir", "slots"}
+_LOGIN_KEYS = {"username", "priv_key_file", "password", "host_key_checking"}
+_LOGIN_KEYS |= {"known_hosts_file", "connect_timeout", "keepalive"}
 
 
 class _Settings(BaseModel):
@@ -135,24 +153,12 @@ class _Settings(BaseModel):
 
     model_config = ConfigDict(extra="allow")
     port: Annotated[int | None, _number(1, 65535, integer=True)] = None
-    python: Text | None = None
-    workdir: Text | None = None
-    nproc_per_node: Nproc = None
-    slots: Nproc = None
+    python: Annotated[Text, AfterValidator(_remote_path)] | None = None
+    workdir: Annotated[Text, AfterValidator(_remote_path)] | None = None
+    slots: Annotated[Any, BeforeValidator(_nproc)] = Field(
+        None, validation_alias=AliasChoices("nproc_per_node", "slots")
+    )
     env_vars: EnvMap | None = None
-
-    def node_fields(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        if self.port is not None:
-            out["port"] = self.port
-        for key in ("python", "workdir"):
-            value = getattr(self, key)
-            if value is not None:
-                out[key] = _home_relative(value.replace(USER_PLACEHOLDER, getpass.getuser()))
-        slots = self.nproc_per_node if self.nproc_per_node is not None else self.slots
-        if slots is not None:
-            out["slots"] = slots
-        return out
 
 
 class _NodeEntry(_Settings):
@@ -166,7 +172,7 @@ class _Head(BaseModel):
 
 
 class _ClusterFile(_Settings):
-    username: Text | None = None
+    username: Annotated[Text, AfterValidator(_user)] | None = None
     priv_key_file: Text | None = None
     password: str | None = None  # as written: never stripped, never shown in a message
     node_dict: Any = None
@@ -175,9 +181,20 @@ class _ClusterFile(_Settings):
         HostKeyChecking | None,
         _check(lambda v: v in ("yes", "accept-new", "no"), "choice", "one of yes, accept-new, no"),
     ] = None
-    known_hosts_file: Text | None = None
+    known_hosts_file: Annotated[Text, AfterValidator(os.path.expanduser)] | None = None
     connect_timeout: Annotated[float | None, _number(0.1, 3600, integer=False)] = None
     keepalive: Annotated[int | None, _number(0, 3600, integer=True)] = None
+
+    @field_validator("priv_key_file")
+    @classmethod
+    def _key_file(cls, key: str | None, info: ValidationInfo) -> str | None:
+        if key is None:
+            return None
+        user = info.data.get("username") or getpass.getuser()
+        key = os.path.expanduser(key.replace(USER_PLACEHOLDER, user))
+        if (info.context or {}).get("check_files") and not Path(key).is_file():
+            raise invalid("file", f"{key}: no such file")
+        return key
 
 
 # -- the cluster ----------------------------------------------------------------------------
@@ -185,26 +202,17 @@ class _ClusterFile(_Settings):
 
 @dataclass(frozen=True)
 class Node:
-    """One machine of the cluster.
-
-    ``address`` is how this machine reaches it over SSH; ``vpc_ip`` how the other nodes reach
-    it (``None``: the same address). ``rank`` is its node rank: 0 is the head, which hosts the
-    rendezvous.
-    """
+    """One machine: ``address`` for SSH from here, ``vpc_ip`` for the other nodes (``None``:
+    the same); ``rank`` 0 is the head, which hosts the rendezvous."""
 
     rank: int
     address: str
     vpc_ip: str | None = None
-    #: SSH port; ``None`` leaves it to ``~/.ssh/config`` or 22.
-    port: int | None = None
-    #: Processes to start on this node (``--nproc-per-node``); ``None``: the launch decides.
-    slots: NprocPerNode | None = None
-    #: The node's Python interpreter (with torch and aorta installed).
-    python: str = "python3"
-    #: Working directory of the launched processes; relative paths start at the login directory.
-    workdir: str = "."
-    #: Variables for every process on this node (the cluster's, then the node's own).
-    env_vars: Mapping[str, str] = field(default_factory=dict)
+    port: int | None = None  # None: ~/.ssh/config or 22
+    slots: NprocPerNode | None = None  # processes to start; None: the launch decides
+    python: str = "python3"  # with torch and aorta installed
+    workdir: str = "."  # relative paths start at the login directory
+    env_vars: Mapping[str, str] = field(default_factory=dict)  # the cluster's, then the node's
     #: Keys of the node entry aorta does not use (``bmc_ip``, ...), kept for the report.
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
@@ -226,11 +234,8 @@ class Node:
 
 @dataclass(frozen=True)
 class Cluster:
-    """The nodes of a launch and how to log in to them; the head is ``nodes[0]``.
-
-    Building one is free and touches no network: :mod:`aorta.launch` connects later and tears
-    down what it started.
-    """
+    """The nodes of a launch (the head is ``nodes[0]``) and how to log in to them; building
+    one is free: :mod:`aorta.launch` connects later and tears down what it started."""
 
     nodes: tuple[Node, ...]
     username: str | None = None
@@ -240,10 +245,8 @@ class Cluster:
     host_key_checking: HostKeyChecking = "accept-new"
     known_hosts_file: str | None = None
     connect_timeout: float = 10.0
-    #: Seconds between SSH keepalives (0 = off).
-    keepalive: int = 15
-    #: Where the cluster came from (a file name), for messages.
-    source: str | None = None
+    keepalive: int = 15  # seconds between SSH keepalives (0 = off)
+    source: str | None = None  # the file name, for messages
     #: Things worth telling the user that do not stop a launch (unknown keys, ...).
     warnings: tuple[str, ...] = ()
 
@@ -253,11 +256,8 @@ class Cluster:
         return self.nodes[0]
 
     def master_addr(self, override: str | None = None) -> str:
-        """The rendezvous address every node connects to.
-
-        ``override`` wins; else the head's ``vpc_ip``; else the head's SSH address. A loopback
-        address is refused when any node is not on loopback: only this machine could reach it.
-        """
+        """The rendezvous address: ``override``, else the head's ``vpc_ip``, else its SSH
+        address; a loopback address is refused when another node is not on loopback."""
         addr = override or self.head.peer_address
         remote = [n for n in self.nodes[1:] if not _is_loopback(n.address)]
         if _is_loopback(addr) and remote:
@@ -272,25 +272,19 @@ class Cluster:
     def from_dict(
         cls, data: Any, *, source: str | None = None, check_files: bool = True
     ) -> Cluster:
-        """Validate a parsed ``cluster.json`` and build the cluster (see the module docstring).
-
-        Raises :class:`ClusterError` listing every problem. ``check_files`` also checks that
-        ``priv_key_file`` exists on this machine.
-        """
+        """Validate a parsed ``cluster.json``; :class:`ClusterError` lists every problem.
+        ``check_files``: also check that ``priv_key_file`` exists here."""
         if not isinstance(data, Mapping):
             raise ClusterError(
                 [Problem("", f"must be a JSON object, got {describe_value(data)}")], source=source
             )
         try:
-            top = _ClusterFile.model_validate(data)
+            top = _ClusterFile.model_validate(data, context={"check_files": check_files})
+            problems: list[Problem] = []
         except ValidationError as exc:
-            problems = validation_problems(exc)
-            top = _ClusterFile.model_construct()
-        else:
-            problems = []
+            top, problems = _ClusterFile.model_construct(), validation_problems(exc)
         nodes = _nodes(data.get("node_dict"), top, problems)
         head = _head_index(top.head_node_dict, nodes, problems)
-        login = _login(top, check_files, problems)
         if problems:
             raise ClusterError(problems, source=source)
         nodes.insert(0, nodes.pop(head))
@@ -299,7 +293,7 @@ class Cluster:
             nodes=tuple(Node(rank=i, **fields) for i, fields in enumerate(nodes)),
             source=source,
             warnings=tuple(warnings),
-            **login,
+            **top.model_dump(include=_LOGIN_KEYS, exclude_none=True),
         )
 
 
@@ -312,44 +306,22 @@ def _is_loopback(addr: str) -> bool:
         return False
 
 
-def _home_relative(path: str) -> str:
-    # A remote command receives every path quoted, so '~' would not expand there: the login
-    # directory is where relative paths start anyway.
-    if path == "~":
-        return "."
-    return (path[2:] or ".") if path.startswith("~/") else path
-
-
 def _nodes(raw: Any, top: _ClusterFile, problems: list[Problem]) -> list[dict[str, Any]]:
-    if raw is None:
-        problems.append(Problem("node_dict", "is required: the nodes to launch on"))
-        return []
     if isinstance(raw, Mapping):
         entries = [(f"node_dict[{json.dumps(k)}]", str(k).strip(), v) for k, v in raw.items()]
     elif isinstance(raw, list):
-        entries = [
-            (f"node_dict[{i}]", v.get("mgmt_ip") if isinstance(v, Mapping) else None, v)
-            for i, v in enumerate(raw)
-        ]
+        entries = [(f"node_dict[{i}]", None, v) for i, v in enumerate(raw)]
     else:
         what = f"must be an object {{ssh address: {{vpc_ip: ...}}}}, got {describe_value(raw)}"
-        problems.append(Problem("node_dict", what))
+        problems.append(
+            Problem("node_dict", "is required: the nodes to launch on" if raw is None else what)
+        )
         return []
     if not entries:
         problems.append(Problem("node_dict", "is empty: give at least one node"))
-    defaults = top.node_fields()
+    defaults = top.model_dump(include=_NODE_KEYS, exclude_none=True)
     nodes: list[dict[str, Any]] = []
-    for path, address, entry in entries:
-        if not isinstance(address, str):
-            problems.append(
-                Problem(
-                    f"{path}.mgmt_ip", "is required (the node's SSH address) in a list of nodes"
-                )
-            )
-            continue
-        if not address or not _HOST.match(address):
-            problems.append(Problem(path, f"{address!r} is not a host name or IP address"))
-            continue
+    for path, key, entry in entries:
         if not isinstance(entry, Mapping | None):
             what = (
                 f'must be an object such as {{"vpc_ip": "10.0.0.1"}}, got {describe_value(entry)}'
@@ -361,16 +333,26 @@ def _nodes(raw: Any, top: _ClusterFile, problems: list[Problem]) -> list[dict[st
         except ValidationError as exc:
             problems.extend(validation_problems(exc, at=path))
             continue
+        address = key if key is not None else own.mgmt_ip
+        if address is None:
+            problems.append(
+                Problem(
+                    f"{path}.mgmt_ip", "is required (the node's SSH address) in a list of nodes"
+                )
+            )
+            continue
+        if not _HOST.match(address):
+            problems.append(Problem(path, f"{address!r} is not a host name or IP address"))
+            continue
         if any(n["address"] == address for n in nodes):
             problems.append(Problem(path, f"node {address!r} is listed twice"))
-        extra = dict(own.model_extra or {})
-        if own.mgmt_ip:
-            extra["mgmt_ip"] = own.mgmt_ip
+        extra = {**(own.model_extra or {}), **({"mgmt_ip": own.mgmt_ip} if own.mgmt_ip else {})}
+        own_fields = own.model_dump(include=_NODE_KEYS, exclude_none=True)
         env = {**(top.env_vars or {}), **(own.env_vars or {})}
         nodes.append(
             {
                 **defaults,
-                **own.node_fields(),
+                **own_fields,
                 "address": address,
                 "vpc_ip": own.vpc_ip,
                 "env_vars": env,
@@ -398,30 +380,9 @@ def _head_index(head: _Head | None, nodes: list[dict[str, Any]], problems: list[
     return 0
 
 
-def _login(top: _ClusterFile, check_files: bool, problems: list[Problem]) -> dict[str, Any]:
-    user = top.username.replace(USER_PLACEHOLDER, getpass.getuser()) if top.username else None
-    out: dict[str, Any] = {"username": user}
-    if top.priv_key_file:
-        key = os.path.expanduser(
-            top.priv_key_file.replace(USER_PLACEHOLDER, user or getpass.getuser())
-        )
-        if check_files and not Path(key).is_file():
-            problems.append(Problem("priv_key_file", f"{key}: no such file"))
-        out["priv_key_file"] = key
-    if top.known_hosts_file:
-        out["known_hosts_file"] = os.path.expanduser(top.known_hosts_file)
-    for key in ("password", "host_key_checking", "connect_timeout", "keepalive"):
-        if getattr(top, key) is not None:
-            out[key] = getattr(top, key)
-    return out
-
-
 def parse_hostfile(text: str, *, source: str | None = None) -> Cluster:
-    """A cluster from a DeepSpeed-style hostfile (``host slots=N`` per line, ``#`` comments).
-
-    The user, key and ports come from ``~/.ssh/config`` (or the defaults); the first host is
-    the head.
-    """
+    """A cluster from a DeepSpeed-style hostfile (``host slots=N`` lines, ``#`` comments); the
+    user, key and ports come from ``~/.ssh/config``, the first host is the head."""
     problems: list[Problem] = []
     nodes: list[Node] = []
     for lineno, raw in enumerate(text.splitlines(), 1):
@@ -450,16 +411,9 @@ def parse_hostfile(text: str, *, source: str | None = None) -> Cluster:
 
 
 def load_cluster(path: str | Path) -> Cluster:
-    """Read a ``cluster.json`` or a hostfile (whichever the content is) and validate it.
+    """Read a ``cluster.json`` or a hostfile (whichever the content is) and validate it; a
+    :class:`ClusterError` names the file and the path of each problem inside it.
 
-    Raises
-    ------
-    ClusterError
-        A :class:`~aorta.errors.UsageError` naming the file and the path of each problem inside
-        it (``cluster.json: node_dict["10.0.0.2"].port: ...``).
-
-    Examples
-    --------
     >>> import pathlib, tempfile
     >>> path = pathlib.Path(tempfile.mkdtemp()) / "hostfile"
     >>> _ = path.write_text("gpu-1 slots=8\\ngpu-2 slots=8\\n")
@@ -476,7 +430,8 @@ def load_cluster(path: str | Path) -> Cluster:
         text = path.read_text()
     except OSError as exc:
         raise ClusterError(f"{path}: cannot read the cluster file: {exc.strerror or exc}") from None
-    if not text.lstrip().startswith("{"):
+    first = text.lstrip()[:1]
+    if first not in ("{", "["):
         return parse_hostfile(text, source=str(path))
 
     def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -491,6 +446,8 @@ def load_cluster(path: str | Path) -> Cluster:
     try:
         data = json.loads(text, object_pairs_hook=no_duplicates)
     except json.JSONDecodeError as exc:
+        if first == "[":  # not JSON: a hostfile whose first host is an IPv6 address, '[::1]'
+            return parse_hostfile(text, source=str(path))
         where = f"line {exc.lineno} column {exc.colno}"
         raise ClusterError([Problem(where, f"invalid JSON: {exc.msg}")], source=str(path)) from None
     return Cluster.from_dict(data, source=str(path))

@@ -1,8 +1,5 @@
-"""What runs on each node, as text: pure functions, no SSH.
-
-:class:`LaunchSpec` says what every process runs; :func:`run_command` makes one node's
-:class:`NodeCommand`. Every value that reaches a remote shell is quoted (:func:`shlex.quote`) here and
-nowhere else; environment values never reach a command line (they travel in :data:`ENV_FILE`).
+"""What runs on each node, as text (pure, no SSH): every value that reaches a remote shell is
+quoted here and nowhere else; environment values travel in :data:`ENV_FILE`, never in argv.
 
 >>> from aorta.launch.cluster import Cluster
 >>> cluster = Cluster.from_dict({"node_dict": {"10.0.0.1": {}, "10.0.0.2": {}}})
@@ -43,18 +40,16 @@ __all__ = [
     "env_script",
     "kill_command",
     "node_dir",
+    "node_env",
     "run_command",
     "setup_command",
 ]
 
-#: The folder, inside a node's workdir, holding one sub-folder per launch.
-LAUNCH_DIR = ".aorta-launch"
+LAUNCH_DIR = ".aorta-launch"  # in a node's workdir: one sub-folder per launch
 #: The program's environment in the node's per-run folder (0600, removed once read).
 ENV_FILE = "env.sh"
-#: Printed by the wrapper right before it execs the program (torchrun); never shown to users.
-STARTED_MARKER = "__aorta_launch_started__"
-#: Marks a run's watchdog, which every kill spares (it ends by itself with its channel).
-WATCHDOG_MARK = "AORTA_LAUNCH_WATCHDOG=1"
+STARTED_MARKER = "__aorta_launch_started__"  # printed right before the program starts
+WATCHDOG_MARK = "AORTA_LAUNCH_WATCHDOG=1"  # a run's watchdog, which every kill spares
 _WATCHDOG = 'cat <&3 >/dev/null; "$0" "$1" kill <"$2"'
 #: torchrun's identity variables, removed from the login environment (a stale profile export);
 #: ``*_VISIBLE_DEVICES`` stay: they describe the node.
@@ -66,8 +61,7 @@ _FILE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 
 @dataclass(frozen=True)
 class NodePath:
-    """An argument naming a file in the node's per-run folder: ``NodePath("recipe.yaml")`` is
-    ``<workdir>/.aorta-launch/<run id>/node_<k>/recipe.yaml`` on node ``k``."""
+    """An argument naming a file in the node's per-run folder (:func:`node_dir`)."""
 
     relative: str
 
@@ -129,8 +123,7 @@ class NodeCommand:
     remote: str
 
     def describe(self) -> str:
-        """``cd <cwd> && env K=V ... <argv>``, secret values redacted: for ``--dry-run`` and
-        ``launch.json``."""
+        """``cd <cwd> && env K=V ... <argv>``, secret values redacted (``launch.json``)."""
         env = " ".join(shlex.quote(f"{k}={v}") for k, v in redact_env(self.env).items())
         return f"cd {shlex.quote(self.cwd)} && env {env} {shlex.join(self.argv)}"
 
@@ -147,8 +140,8 @@ def env_script(env: Mapping[str, str]) -> bytes:
 
 def _env_prefix(env: Mapping[str, str]) -> str:
     # Names and aorta's own identity only: other values travel in ENV_FILE.
-    parts = ["env", *(f"-u {name}" for name in TORCHRUN_OWNED)]
-    return " ".join(parts + [shlex.quote(f"{k}={v}") for k, v in env.items()])
+    unset = [f"-u {name}" for name in TORCHRUN_OWNED]
+    return " ".join(["env", *unset, *(shlex.quote(f"{k}={v}") for k, v in env.items())])
 
 
 def node_env(node: Node, spec: LaunchSpec, *, run_id: str, node_dir: str) -> dict[str, str]:
@@ -187,17 +180,12 @@ def run_command(
     master_port: int,
     cwd: str | None = None,
 ) -> NodeCommand:
-    """The command that starts ``spec`` on ``node``.
+    """The command that starts ``spec`` on ``node``: in the workdir, in a session of its own
+    whose leader — unless ``<node_dir>/cancel`` exists — writes ``<node_dir>/pid``, sources and
+    removes :data:`ENV_FILE`, prints :data:`STARTED_MARKER` and execs the program.
 
-    The remote line ``cd``s to the workdir and runs the program in a new session (``setsid``)
-    whose leader — unless ``<node_dir>/cancel`` exists (the launch was stopped) — writes
-    ``<node_dir>/pid``, sources and removes :data:`ENV_FILE` (written by setup), prints
-    :data:`STARTED_MARKER` and execs ``env -u <identity> <program> </dev/null``.
-    :func:`kill_command` stops it, from another connection.
-
-    A watchdog waits on the command's stdin (the SSH channel, kept open by the launch): when it
-    closes — the launch ended, or its launcher died or lost the network — it runs
-    ``<node_dir>/helper.py kill``, so nothing outlives its launcher.
+    A watchdog waits on the command's stdin (the SSH channel the launch keeps open): when it
+    closes — the launch ended, or its launcher died — it runs ``helper.py kill``.
     """
     env = node_env(node, spec, run_id=run_id, node_dir=node_dir)
     argv = _program(cluster, node, spec, node_dir, (master_addr, master_port))
@@ -230,14 +218,13 @@ def _source(package: str, name: str) -> str:
     return resources.files(package).joinpath(name).read_text()
 
 
-def _identity(node: Node, run_id: str) -> dict[str, str]:
-    # What every process of this run on this node carries in its environment.
-    return {envvars.RUN_ID: run_id, envvars.NODE_RANK: str(node.rank)}
-
-
 def _helper(node: Node, op: str, env: Mapping[str, str]) -> str:
     helper = [node.python, "-c", _source("aorta.launch", "_remote.py"), op]
     return f"{_env_prefix(env)} {shlex.join(helper)}"
+
+
+def _identity(node: Node, run_id: str) -> dict[str, str]:  # what this run's processes carry
+    return {envvars.RUN_ID: run_id, envvars.NODE_RANK: str(node.rank)}
 
 
 def setup_command(
@@ -249,12 +236,8 @@ def setup_command(
     dry_run: bool = False,
     head_token: str | None = None,
 ) -> tuple[str, bytes]:
-    """The setup line for ``node`` and its stdin (a JSON request; see :mod:`._remote`).
-
-    Setup creates the per-run folder (not in a dry run) with ``spec.files``, snapshots the
-    environment the program will see, checks ``spec.requires``, with ``probe_port`` finds a free
-    port, and writes ``head_token`` (so other nodes can tell whether they share its disk).
-    """
+    """The setup line for ``node`` and its stdin: a JSON request to the node helper
+    (:mod:`._remote`), which holds everything, environment values included."""
     ndir = node_dir(node, run_id)
     files = {**spec.files, "helper.py": _source("aorta.launch", "_remote.py").encode()}
     request = {
@@ -288,15 +271,12 @@ def kill_command(
     head_dir: str | None = None,
     head_token: str | None = None,
 ) -> tuple[str, bytes]:
-    """The line (and stdin) that stops everything this run started on ``node``.
-
-    With the head's folder and token, the reply also says whether ``node`` shares the head's
-    file system (``shares_head``) and sees the head's output path (``head_out``).
-    """
-    request: dict[str, object] = {"node_dir": node_dir, "match": _identity(node, run_id)}
-    request["grace"] = grace
-    if head_dir:
-        request.update(head_dir=head_dir, head_token=head_token)
+    """The line (and stdin) that stops everything this run started on ``node``; with the head's
+    folder and token, the reply also says whether ``node`` shares the head's file system
+    (``shares_head``) and sees the head's output path (``head_out``)."""
+    match = _identity(node, run_id)
+    request = {"node_dir": node_dir, "match": match, "grace": grace, "head_dir": head_dir}
+    request["head_token"] = head_token
     # Without a working Python (the node's interpreter is what failed setup), still stop the
     # pid file's session and report it in the helper's format.
     pid = shlex.quote(posixpath.join(node_dir, "pid"))

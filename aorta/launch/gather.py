@@ -1,19 +1,9 @@
-"""Gathering a launch into one run directory on this machine ("gather": pulling node artifacts,
-not the sweep's ``collect`` of trial records or a recipe's ``collect:`` collectors).
+"""Gathering node artifacts into one run directory here (not the sweep's ``collect``).
 
-While the launch runs, everything goes to a staging folder ``<output>/.aorta-launch-<run id>/``:
-each node's streamed log and environment snapshot in ``combined_traces/node_<rank>/``. After the
-run — whatever its status — every node's per-run output folder (where its ranks wrote traces,
-logs and, on the head, the run directory) is pulled into that node's
-``combined_traces/node_<rank>/`` (:meth:`~aorta.launch.ssh.SshSession.pull`). Only this run's
-folder is pulled, and ``combined_traces`` folders inside it are skipped, so an earlier gathering
-can never nest.
-
-:func:`finalize` then moves the staging folder to its final name: the head's run directory
-(``<output>/<ticket>/<workload>/<timestamp>``, whose files are hard-linked to the top level, so
-there is one matrix, and only its traces and logs stay under ``node_0``), or
-``<output>/_launch_/<run id>`` when the head wrote none (a plain command, or a failure before
-the sweep began).
+A launch stages everything in ``<output>/.aorta-launch-<run id>/``, each node's log, snapshot
+and pulled output folder in ``combined_traces/node_<rank>/``. :func:`finalize` names it after
+the head's run directory (its files hard-linked to the top level: one matrix; only traces and
+logs stay under ``node_0``), else ``<output>/_launch_/<run id>``.
 
 >>> is_artifact("cells/a/trial_0001/trace/rank0.json"), is_artifact("cells/a/trial_0001.json")
 (True, False)

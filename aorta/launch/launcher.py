@@ -1,57 +1,115 @@
-"""``launch``: setup on every node, torchrun everywhere, teardown, gather — in that order,
-whatever fails; each phase bounded by a :class:`~aorta.launch.outcome.Deadlines` field.
+"""``launch``: setup on every node, the run, teardown, gathering — in that order, whatever
+fails, each wait bounded by a :class:`~aorta.launch.outcome.Deadlines` field; ``dry_run``: the
+setup checks only. The first node to exit non-zero gets the others stopped (kill-on-bad-exit).
 
-The run streams each node's lines; the first node to exit non-zero gets every other node
-stopped at once (kill-on-bad-exit), and at the run deadline the rest are stopped. Teardown runs
-on every node where setup was attempted; gathering pulls every node's output into
-``combined_traces/node_<k>/``, also after a failure. Outcomes are kept per node.
+>>> import time
+>>> def work(key, cancel):
+...     if key == "slow":
+...         time.sleep(5)
+...     if key == "bad":
+...         raise ValueError("no")
+...     return key.upper()
+>>> out = run_parallel(["a", "bad", "slow"], work, timeout=0.3)
+>>> out["a"], type(out["bad"]).__name__, type(out["slow"]).__name__
+('A', 'ValueError', 'TimedOut')
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
+import functools
 import json
 import queue
 import secrets
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 import yaml
 
-from aorta.errors import UsageError
-from aorta.report.launch import last_words
+from aorta.errors import AortaError, UsageError
+from aorta.report.launch import describe_kill, last_words
 from aorta.store.rundir import atomic_write
 
 from .cluster import Cluster, Node, NprocPerNode
-from .command import STARTED_MARKER, LaunchSpec, NodeCommand, NodePath, node_dir, run_command
-from .fanout import (
-    Done,
-    SetupReport,
-    TimedOut,
-    daemon,
-    run_parallel,
-    setup_nodes,
-    stop_node,
-    teardown_nodes,
+from .command import (
+    STARTED_MARKER,
+    LaunchSpec,
+    NodeCommand,
+    NodePath,
+    env_file_command,
+    env_script,
+    kill_command,
+    node_dir,
+    node_env,
+    run_command,
+    setup_command,
 )
 from .gather import finalize, node_folder, staging_dir
-from .outcome import Deadlines, LaunchFailed, LaunchResult, NodeOutcome
-from .preflight import env_diff
-from .ssh import NodeSession, SshOptions, SshSession
+from .outcome import Deadlines, LaunchFailed, LaunchResult, NodeOutcome, env_diff
+from .ssh import NodeSession, RemoteError, Unreachable, ssh_sessions
 
-__all__ = ["DryRun", "dry_run", "launch", "new_run_id", "ssh_sessions", "sweep_spec"]
+__all__ = ["DryRun", "TimedOut", "dry_run", "launch", "new_run_id", "run_parallel", "sweep_spec"]
 
+K = TypeVar("K", bound=Hashable)
 SessionFactory = Callable[[Cluster], Mapping[str, NodeSession]]
 LineSink = Callable[[Node, str], None]
 EventSink = Callable[[str], None]
 
 
+class TimedOut(AortaError):
+    """What :func:`run_parallel` holds for a call that had not returned at its deadline."""
+
+
+class SetupFailed(RemoteError):
+    """A node was reached but is not ready (its Python, torch or aorta is missing, ...)."""
+
+
 def _ignore(*_args: object) -> None:
     pass
+
+
+def _daemon(target: Callable[[], None], name: str) -> None:
+    threading.Thread(target=target, name=name, daemon=True).start()
+
+
+def run_parallel(
+    keys: Iterable[K],
+    fn: Callable[[K, threading.Event], Any],
+    *,
+    timeout: float,
+    name: str = "aorta",
+) -> dict[K, Any]:
+    """``{key: fn(key, cancel) or its exception}`` (like Fabric's group results), each in a
+    daemon thread (``concurrent.futures`` would join one stuck in a read at exit); a call still
+    running after ``timeout`` seconds is :class:`TimedOut`, and its ``cancel`` event is set."""
+    keys = list(keys)
+    cancel = threading.Event()
+    results: queue.Queue[tuple[K, Any]] = queue.Queue()
+
+    def runner(key: K) -> None:
+        try:
+            results.put((key, fn(key, cancel)))
+        except BaseException as exc:
+            results.put((key, exc))
+
+    for i, key in enumerate(keys):
+        _daemon(lambda key=key: runner(key), f"{name}-{i}")
+    got: dict[K, Any] = {}
+    deadline = time.monotonic() + timeout
+    try:
+        while len(got) < len(keys) and (left := deadline - time.monotonic()) > 0:
+            with contextlib.suppress(queue.Empty):
+                key, value = results.get(timeout=left)
+                got[key] = value
+    finally:
+        if len(got) < len(keys):
+            cancel.set()
+    return {key: got.get(key, TimedOut(f"not done after {timeout:g} s")) for key in keys}
 
 
 def new_run_id(now: _dt.datetime | None = None) -> str:
@@ -62,11 +120,6 @@ def new_run_id(now: _dt.datetime | None = None) -> str:
     """
     stamp = (now or _dt.datetime.now(_dt.UTC)).strftime("%Y-%m-%dT%H-%M-%S")
     return f"{stamp}-{secrets.token_hex(3)}"
-
-
-def ssh_sessions(cluster: Cluster) -> dict[str, NodeSession]:
-    """One :class:`~aorta.launch.ssh.SshSession` per node (building them connects nothing)."""
-    return {n.name: SshSession(n, SshOptions.for_node(cluster, n)) for n in cluster.nodes}
 
 
 def sweep_spec(
@@ -80,8 +133,7 @@ def sweep_spec(
     ticket: str | None = None,
 ) -> LaunchSpec:
     """``aorta sweep run --recipe R [-- command]`` under torchrun, the recipe shipped to every
-    node (its ``redaction.scrub_env_keys`` also redact the nodes' ``host_env.json``).
-    ``overrides`` are one ``--override`` group for the probe ``command``. Raises
+    node (its ``redaction.scrub_env_keys`` redact the nodes' ``host_env.json``); raises
     :class:`~aorta.errors.UsageError` for an unreadable recipe or overrides without a command.
 
     >>> import pathlib, tempfile
@@ -105,6 +157,7 @@ def sweep_spec(
         keys = yaml.safe_load(data)["redaction"]["scrub_env_keys"]
     except (yaml.YAMLError, KeyError, TypeError):
         keys = []
+    keys = keys if isinstance(keys, list) else []
     return LaunchSpec(
         argv=tuple(argv),
         nproc_per_node=nproc_per_node,
@@ -113,62 +166,68 @@ def sweep_spec(
         requires=("torch", "aorta"),
         master_addr=master_addr,
         master_port=master_port,
-        scrub_env_keys=tuple(k for k in keys if isinstance(k, str))
-        if isinstance(keys, list)
-        else (),
+        scrub_env_keys=tuple(k for k in keys if isinstance(k, str)),
     )
 
 
-def _commands(
-    cluster: Cluster, spec: LaunchSpec, reports: Mapping[str, SetupReport], **kwargs: Any
-) -> dict[str, NodeCommand]:
-    return {
-        n.name: run_command(
-            cluster,
-            n,
-            spec,
-            node_dir=reports[n.name].node_dir,
-            cwd=reports[n.name].workdir,
-            **kwargs,
-        )
-        for n in cluster.nodes
-        if n.name in reports
-    }
+@dataclass
+class SetupReport:
+    """What setup learned on one node (the node helper's JSON line)."""
+
+    node_dir: str
+    workdir: str
+    port: int | None
+    snapshot: dict[str, Any]
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def _parse_setup(node: Node, exit_code: int, stdout: str) -> SetupReport:
+    if exit_code == 127:
+        raise SetupFailed(f"setup failed: {node.python}: command not found")
+    if exit_code != 0:
+        raise SetupFailed(f"setup failed: {_last_line(stdout) or f'exit code {exit_code}'}")
+    try:
+        data = json.loads(_last_line(stdout))
+    except ValueError:
+        raise SetupFailed(f"setup printed no report: {_last_line(stdout)[:200]!r}") from None
+    if data.get("missing"):
+        raise SetupFailed(f"{', '.join(data['missing'])} cannot be imported by {node.python}")
+    return SetupReport(data["node_dir"], data["workdir"], data.get("port"), data["snapshot"])
 
 
 class _Launch:
-    """One launch's state, phase by phase (what :func:`launch` drives)."""
+    """One launch's state, phase by phase (:func:`launch`, :func:`dry_run`); with an
+    ``output``, node logs and snapshots go to the staging folder :meth:`finish` names."""
 
     def __init__(
         self,
         cluster: Cluster,
         spec: LaunchSpec,
         *,
-        output: Path,
         deadlines: Deadlines,
-        on_line: LineSink,
-        emit: EventSink,
         sessions: SessionFactory,
         run_id: str,
+        output: Path | None = None,
+        on_line: LineSink = _ignore,
+        emit: EventSink = _ignore,
     ) -> None:
-        self.cluster, self.spec, self.output, self.deadlines = cluster, spec, output, deadlines
+        self.cluster, self.spec, self.deadlines, self.run_id = cluster, spec, deadlines, run_id
         self.on_line, self.emit, self.t0 = on_line, emit, time.monotonic()
-        self.head_token = secrets.token_hex(8)
-        self.staging = staging_dir(output, run_id)
-        self.folders = {n.name: node_folder(self.staging, n.rank) for n in cluster.nodes}
-        for folder in self.folders.values():
-            folder.mkdir(parents=True, exist_ok=True)
-        self.logs: dict[str, IO[str]] = {
-            name: open(folder / "launch.log", "a", encoding="utf-8")  # noqa: SIM115 - closed in finish()
-            for name, folder in self.folders.items()
-        }
-        self.log_lock = threading.Lock()
-        outcomes = {
-            n.name: NodeOutcome(n, log=self.folders[n.name] / "launch.log") for n in cluster.nodes
-        }
         addr = cluster.master_addr(spec.master_addr)
+        outcomes = {n.name: NodeOutcome(n) for n in cluster.nodes}
         self.result = LaunchResult(run_id, outcomes, master_addr=addr, master_port=spec.master_port)
         self.outcomes = self.result.outcomes
+        self.logs: dict[str, IO[str]] = {}
+        for out in outcomes.values() if output else ():
+            out.log = node_folder(staging_dir(output, run_id), out.node.rank) / "launch.log"
+            out.log.parent.mkdir(parents=True, exist_ok=True)
+            self.logs[out.node.name] = open(out.log, "a", encoding="utf-8")  # noqa: SIM115 - closed in finish()
+        self.log_lock = threading.Lock()
+        self.head_token = secrets.token_hex(8)
         self.live = dict(sessions(cluster))
         self.reports: dict[str, SetupReport] = {}
         self.commands: dict[str, NodeCommand] = {}
@@ -178,40 +237,99 @@ class _Launch:
     def now(self) -> float:
         return time.monotonic() - self.t0
 
-    def setup(self) -> bool:
-        """Set every node up; True when all of them are ready."""
-        self.reports = setup_nodes(
-            self.live,
-            self.spec,
-            self.outcomes,
-            run_id=self.result.run_id,
-            probe_port=self.spec.master_port is None,
-            dry_run=False,
-            deadlines=self.deadlines,
-            head_token=self.head_token,
-        )
+    # -- setup --------------------------------------------------------------------------------
+
+    def setup(self, *, dry_run: bool = False) -> bool:
+        """Set every node up at once; True when all are ready. Failures land in the outcomes
+        (``unreachable``, ``setup_failed``, ``timeout``: a straggler tears itself down)."""
+        one = functools.partial(self._setup_one, dry_run=dry_run)
+        timeout = self.deadlines.setup
+        for name, res in run_parallel(self.live, one, timeout=timeout, name="aorta-setup").items():
+            out = self.outcomes[name]
+            if isinstance(res, SetupReport):
+                self.reports[name], out.snapshot = res, res.snapshot
+            elif isinstance(res, TimedOut):
+                out.status, out.message = "timeout", f"setup not finished after {timeout:g} s"
+            elif isinstance(res, KeyboardInterrupt):
+                raise res
+            else:
+                out.status = "unreachable" if isinstance(res, Unreachable) else "setup_failed"
+                out.message = (
+                    str(res) if isinstance(res, RemoteError) else f"{type(res).__name__}: {res}"
+                )
         self.result.timings["setup"] = self.now()
-        for name, out in self.outcomes.items():
-            if out.snapshot is not None:
-                text = json.dumps(out.snapshot, indent=1) + "\n"
-                atomic_write(self.folders[name] / "host_env.json", text)
-        self.result.skew = env_diff({name: o.snapshot for name, o in self.outcomes.items()})
-        if self.result.skew:
-            keys = ", ".join(sorted(self.result.skew)[:6])
-            self.emit(
-                f"warning: nodes differ in {len(self.result.skew)} setting(s): {keys} (see launch.json)"
-            )
+        for out in self.outcomes.values():
+            if out.snapshot is not None and out.log is not None:
+                atomic_write(
+                    out.log.parent / "host_env.json", json.dumps(out.snapshot, indent=1) + "\n"
+                )
+        self.result.skew = skew = env_diff({name: o.snapshot for name, o in self.outcomes.items()})
+        if skew:
+            keys = ", ".join(sorted(skew)[:6])
+            self.emit(f"warning: nodes differ in {len(skew)} setting(s): {keys} (see launch.json)")
         if len(self.reports) < len(self.cluster.nodes):
             self.emit(f"setup failed: {self.result.summary()}")
             return False
         return True
 
-    # -- run ------------------------------------------------------------------------------------
+    def _setup_one(self, name: str, cancel: threading.Event, *, dry_run: bool) -> SetupReport:
+        """Setup, then — unless a dry run — the node's 0600 environment file."""
+        session, d = self.live[name], self.deadlines
+        node, head = session.node, session.node.rank == 0
+        cmd, stdin = setup_command(
+            node,
+            self.spec,
+            run_id=self.run_id,
+            probe_port=head and self.spec.master_port is None,
+            dry_run=dry_run,
+            head_token=self.head_token if head and not dry_run else None,
+        )
+        result = session.exec(cmd, stdin=stdin, timeout=d.setup)
+        report = _parse_setup(node, result.exit_code, result.stdout)
+        if dry_run:
+            return report
+        if cancel.is_set():  # a straggler: the launch gave up on this node, undo what setup made
+            self.stop(name, report.node_dir)
+            return report
+        env = env_script(node_env(node, self.spec, run_id=self.run_id, node_dir=report.node_dir))
+        written = session.exec(env_file_command(report.node_dir), stdin=env, timeout=d.setup)
+        if written.exit_code != 0:
+            raise SetupFailed(f"cannot write the environment file: {_last_line(written.stdout)}")
+        return report
+
+    def stop(self, name: str, ndir: str, **head: str | None) -> dict[str, Any]:
+        """Stop everything this run started on one node, over a fresh connection; return the
+        helper's report (``head``: see :func:`~aorta.launch.command.kill_command`)."""
+        session, d = self.live[name], self.deadlines
+        cmd, stdin = kill_command(
+            session.node, run_id=self.run_id, node_dir=ndir, grace=d.kill_grace, **head
+        )
+        result = session.exec(cmd, stdin=stdin, timeout=d.kill_grace + d.teardown, fresh=True)
+        if result.exit_code != 0:
+            raise RemoteError(_last_line(result.stdout) or f"exit code {result.exit_code}")
+        return json.loads(_last_line(result.stdout))
+
+    def node_commands(self, port: int) -> dict[str, NodeCommand]:
+        """Each ready node's command, with the rendezvous on ``port``."""
+        return {
+            name: run_command(
+                self.cluster,
+                self.live[name].node,
+                self.spec,
+                run_id=self.run_id,
+                node_dir=report.node_dir,
+                cwd=report.workdir,
+                master_addr=str(self.result.master_addr),
+                master_port=port,
+            )
+            for name, report in self.reports.items()
+        }
+
+    # -- run ----------------------------------------------------------------------------------
 
     def _watch(self, name: str) -> None:
         """One node's run (in its own thread): stream its lines, report its end as an event."""
-        session, cmd = self.live[name], self.commands[name]
-        log = self.logs[name]
+        session, log = self.live[name], self.logs[name]
 
         def line(text: str) -> None:
             if text.startswith(STARTED_MARKER):
@@ -227,7 +345,8 @@ class _Launch:
         try:
             # stdin stays open: the node's watchdog stops the run when this channel closes
             timeout = d.run + d.kill_grace + d.teardown + 60.0
-            result = session.exec(cmd.remote, timeout=timeout, on_line=line, keep_stdin_open=True)
+            remote = self.commands[name].remote
+            result = session.exec(remote, timeout=timeout, on_line=line, keep_stdin_open=True)
             self.events.put(("exit", name, result))
         except BaseException as exc:
             self.events.put(("error", name, exc))
@@ -240,48 +359,34 @@ class _Launch:
             def kill(name: str = name) -> None:
                 out = self.outcomes[name]
                 try:
-                    session, ndir = self.live[name], self.commands[name].node_dir
-                    found = stop_node(
-                        session, run_id=self.result.run_id, node_dir=ndir, deadlines=self.deadlines
-                    )
-                    n = int(found.get("terminated", 0))
+                    n = int(self.stop(name, self.commands[name].node_dir).get("terminated", 0))
                     out.teardown = f"stopped {n} process(es)" if n else ""
                 except Exception as exc:
                     out.teardown = f"stop failed: {exc}"
 
-            daemon(kill, f"aorta-stop-{name}")
+            _daemon(kill, f"aorta-stop-{name}")
 
     def run(self) -> None:
         """Start every node's command and wait: until every node ended, or — once a node failed
         or the run deadline passed and the rest were being stopped — the stop's grace ran out."""
         result, d = self.result, self.deadlines
         result.master_port = self.spec.master_port or self.reports[self.cluster.head.name].port
-        addr, port = str(result.master_addr), int(result.master_port or 0)
-        self.commands = _commands(
-            self.cluster,
-            self.spec,
-            self.reports,
-            run_id=result.run_id,
-            master_addr=addr,
-            master_port=port,
-        )
+        self.commands = self.node_commands(int(result.master_port or 0))
         self.emit(
-            f"setup done in {result.timings['setup']:.2f} s; rendezvous {addr}:{port}; "
-            f"starting {len(self.commands)} node(s)"
+            f"setup done in {result.timings['setup']:.2f} s; rendezvous "
+            f"{result.master_addr}:{result.master_port}; starting {len(self.commands)} node(s)"
         )
         pending = set(self.commands)
         for name in self.commands:
-            daemon(lambda name=name: self._watch(name), f"aorta-run-{name}")
+            _daemon(lambda name=name: self._watch(name), f"aorta-run-{name}")
         deadline, give_up = time.monotonic() + d.run, None
         try:
             while pending:
                 left = (give_up or deadline) - time.monotonic()
                 if left <= 0 and give_up is not None:
-                    for name in sorted(pending):
-                        out = self.outcomes[name]
-                        out.message += (
-                            "; " if out.message else ""
-                        ) + "its connection did not close after the stop"
+                    for out in (self.outcomes[name] for name in sorted(pending)):
+                        sep = "; " if out.message else ""
+                        out.message += f"{sep}its connection did not close after the stop"
                     return
                 if left <= 0:
                     self._timeout(sorted(pending))
@@ -322,8 +427,7 @@ class _Launch:
         out.ended_s = self.now()
         if kind == "error" and isinstance(payload, KeyboardInterrupt):
             raise payload
-        code = payload.exit_code if kind == "exit" else None
-        out.exit_code = code
+        out.exit_code = code = payload.exit_code if kind == "exit" else None
         if out.status in ("timeout", "interrupted"):
             return False
         if code == 0:
@@ -333,36 +437,37 @@ class _Launch:
             out.status, out.message = "stopped", f"because {self.stopping[name]}"
             return False
         last = last_words(payload.stdout) if kind == "exit" else ""
-        message = str(payload) if kind == "error" else f"exited with code {code}"
-        out.status, out.message = (
-            "failed",
-            message + (f" (last words: {last[:160]})" if last else ""),
-        )
+        out.status = "failed"
+        out.message = str(payload) if kind == "error" else f"exited with code {code}"
+        out.message += f" (last words: {last[:160]})" if last else ""
         others = sorted(n for n in self.commands if self.outcomes[n].ended_s is None)
         if others:
             self.emit(f"{out.node.label} {out.message}: stopping {', '.join(others)}")
             self._stop(others, f"{out.node.label} failed")
         return True
 
-    # -- teardown, gather, the record --------------------------------------------------------
+    # -- teardown, gather, the record ---------------------------------------------------------
 
-    def finish(self) -> None:
+    def close(self) -> None:
+        for session in self.live.values():
+            session.close()
+
+    def finish(self, output: Path) -> None:
         """Teardown, gathering and the final name — whatever happened before."""
-        result = self.result
+        result, staging = self.result, staging_dir(output, self.run_id)
         try:
             t = time.monotonic()
             found = self._teardown()
             result.timings["teardown"] = time.monotonic() - t
             t = time.monotonic()
-            self._gather(found)
+            self._gather(found, staging)
             result.timings["collect"] = time.monotonic() - t
         finally:
-            for session in self.live.values():
-                session.close()
+            self.close()
             with self.log_lock:
                 for log in self.logs.values():
                     log.close()
-            result.run_dir = finalize(self.staging, self.output, result.run_id)
+            result.run_dir = finalize(staging, output, self.run_id)
             for out in self.outcomes.values():
                 out.log = node_folder(result.run_dir, out.node.rank) / "launch.log"
             result.timings["total"] = self.now()
@@ -373,30 +478,38 @@ class _Launch:
             self.emit(f"{result.status}: results in {result.run_dir}")
 
     def _teardown(self) -> dict[str, dict[str, Any]]:
-        # Every node where setup was attempted; a node never connected to has nothing to stop.
-        attempted = {
+        """Stop what this run left on every node where setup was attempted; each report says
+        whether the node shares the head's disk and sees its output path (``kill_command``)."""
+        head = self.reports.get(self.cluster.head.name)
+        where = {"head_dir": head.node_dir, "head_token": self.head_token} if head else {}
+        dirs = {
             n.name: self.reports[n.name].node_dir
             if n.name in self.reports
-            else node_dir(n, self.result.run_id)
+            else node_dir(n, self.run_id)
             for n in self.cluster.nodes
             if self.outcomes[n.name].status != "unreachable"
         }
-        head = self.reports.get(self.cluster.head.name)
-        return teardown_nodes(
-            self.live,
-            self.outcomes,
-            run_id=self.result.run_id,
-            dirs=attempted,
-            deadlines=self.deadlines,
-            head=(head.node_dir, self.head_token) if head else None,
-        )
+        timeout = self.deadlines.kill_grace + self.deadlines.teardown + 5.0
 
-    def _gather(self, found: Mapping[str, Mapping[str, Any]]) -> None:
-        """Pull each node's output folder and — when it does not share the head's file system —
-        the head's output path, where its ranks wrote into the run directory rank 0 published."""
-        timeout = (
-            min(self.deadlines.collect, 30.0) if self.result.interrupted else self.deadlines.collect
-        )
+        def one(name: str, cancel: threading.Event) -> dict[str, Any]:
+            return self.stop(name, dirs[name], **where)
+
+        found = run_parallel(dirs, one, timeout=timeout, name="aorta-teardown")
+        for name, res in found.items():
+            out = self.outcomes[name]
+            if isinstance(res, TimedOut):
+                out.teardown = f"teardown did not finish in {timeout:g} s: processes may be left"
+            elif isinstance(res, BaseException):
+                out.teardown = f"teardown failed: {res}"
+            else:
+                out.teardown = describe_kill(res, out.teardown)
+        return {name: res for name, res in found.items() if isinstance(res, dict)}
+
+    def _gather(self, found: Mapping[str, Mapping[str, Any]], staging: Path) -> None:
+        """Pull each node's output folder and — if it does not share the head's disk — the
+        head's output path, where its ranks wrote into the run directory rank 0 published."""
+        collect = self.deadlines.collect
+        timeout = min(collect, 30.0) if self.result.interrupted else collect
         head = self.reports.get(self.cluster.head.name)
         sources: dict[str, list[str]] = {}
         for name, report in self.reports.items():
@@ -407,7 +520,7 @@ class _Launch:
 
         def one(name: str, cancel: threading.Event) -> str:
             session = self.live[name]
-            dest = node_folder(self.staging, session.node.rank)
+            dest = node_folder(staging, session.node.rank)
             how = " + ".join(session.pull(src, dest, timeout=timeout) for src in sources[name])
             shared = name != self.cluster.head.name and found.get(name, {}).get("shares_head")
             note = " (shares the head's file system: its ranks wrote into the run directory)"
@@ -416,13 +529,11 @@ class _Launch:
         for name, res in run_parallel(
             sources, one, timeout=timeout + 5.0, name="aorta-collect"
         ).items():
-            out = self.outcomes[name]
-            if isinstance(res, Done):
-                out.collected = res.value
-            elif isinstance(res, TimedOut):
-                out.collected = f"not collected: still copying after {timeout:g} s"
-            else:
-                out.collected = f"not collected: {res.error}"
+            if isinstance(res, TimedOut):
+                res = f"not collected: still copying after {timeout:g} s"
+            elif isinstance(res, BaseException):
+                res = f"not collected: {res}"
+            self.outcomes[name].collected = res
 
 
 def launch(
@@ -436,16 +547,13 @@ def launch(
     sessions: SessionFactory | None = None,
     run_id: str | None = None,
 ) -> LaunchResult:
-    """Run ``spec`` on every node of ``cluster`` under torchrun; gather the results under
-    ``output`` (named after the head's run directory, else ``<output>/_launch_/<run id>``).
+    """Run ``spec`` on every node of ``cluster``; gather the results under ``output`` (named
+    after the head's run directory, else ``<output>/_launch_/<run id>``).
 
-    ``on_line(node, line)`` gets every output line of every node (from several threads),
-    ``on_event(line)`` each step of the launch; ``sessions`` maps a cluster to its node
-    sessions (default :func:`ssh_sessions`, Fabric). Returns the :class:`LaunchResult` when
-    every node exited 0; raises :class:`LaunchFailed` carrying it otherwise (a node failed,
-    timed out or was unreachable), :class:`ClusterError` for a rendezvous address that cannot
-    work, and ``KeyboardInterrupt`` after stopping every node and gathering what there was.
-    A node that refuses connections fails the launch at setup; the record still lands:
+    ``on_line(node, line)`` gets every node's output lines (from several threads), ``on_event``
+    each step; ``sessions`` maps a cluster to node sessions (default: Fabric). Returns the
+    :class:`LaunchResult` when every node exited 0, else raises :class:`LaunchFailed` carrying
+    it — also for a node refusing connections, whose record still lands:
 
     >>> import tempfile
     >>> c = Cluster.from_dict({"node_dict": {"127.0.0.1": {"port": 1}}, "connect_timeout": 2})
@@ -461,12 +569,12 @@ def launch(
     state = _Launch(
         cluster,
         spec,
-        output=Path(output),
         deadlines=deadlines,
-        on_line=on_line or _ignore,
-        emit=on_event or _ignore,
         sessions=sessions or ssh_sessions,
         run_id=run_id or new_run_id(),
+        output=Path(output),
+        on_line=on_line or _ignore,
+        emit=on_event or _ignore,
     )
     try:
         if state.setup():
@@ -475,7 +583,7 @@ def launch(
         state.result.interrupted = True
         raise
     finally:
-        state.finish()
+        state.finish(Path(output))
     if state.result.status != "complete":
         raise LaunchFailed(state.result)
     return state.result
@@ -505,8 +613,8 @@ def dry_run(
     deadlines: Deadlines = Deadlines(),
     sessions: SessionFactory | None = None,
 ) -> DryRun:
-    """Check every node (reachable, snapshot, ``spec.requires``, the head's free port) within
-    ``deadlines.setup`` and build each ready node's command; create or start nothing.
+    """Check every node (reachable, snapshot, ``spec.requires``, the head's free port) and
+    build each ready node's command; create or start nothing.
 
     >>> c = Cluster.from_dict({"node_dict": {"127.0.0.1": {"port": 1}}, "connect_timeout": 2})
     >>> report = dry_run(c, LaunchSpec(argv=("train.py",)))
@@ -515,31 +623,17 @@ def dry_run(
     >>> "connection refused" in report.outcomes["node0"].message
     True
     """
-    run_id = new_run_id()
-    addr = cluster.master_addr(spec.master_addr)
-    outcomes = {n.name: NodeOutcome(n) for n in cluster.nodes}
-    live = (sessions or ssh_sessions)(cluster)
-    try:
-        reports = setup_nodes(
-            live,
-            spec,
-            outcomes,
-            run_id=run_id,
-            probe_port=spec.master_port is None,
-            dry_run=True,
-            deadlines=deadlines,
-        )
-    finally:
-        for session in live.values():
-            session.close()
-    head = reports.get(cluster.head.name)
-    port = spec.master_port or (head.port if head else None)
-    for name in reports:
-        outcomes[name].status = "ok"
-    commands = (
-        _commands(cluster, spec, reports, run_id=run_id, master_addr=addr, master_port=port)
-        if port
-        else {}
+    state = _Launch(
+        cluster, spec, deadlines=deadlines, sessions=sessions or ssh_sessions, run_id=new_run_id()
     )
-    skew = env_diff({name: o.snapshot for name, o in outcomes.items()})
-    return DryRun(run_id, addr, port, commands, outcomes, skew)
+    try:
+        state.setup(dry_run=True)
+    finally:
+        state.close()
+    for name in state.reports:
+        state.outcomes[name].status = "ok"
+    head = state.reports.get(cluster.head.name)
+    port = spec.master_port or (head.port if head else None)
+    commands = state.node_commands(port) if port else {}
+    addr = str(state.result.master_addr)
+    return DryRun(state.run_id, addr, port, commands, state.outcomes, state.result.skew)

@@ -1,5 +1,5 @@
-"""What a launch returns: one outcome per node, the overall status, and the error that carries
-them all when something went wrong.
+"""What a launch returns: one outcome per node, the overall status, where the nodes'
+environments disagree (:func:`env_diff`), and the error that carries them all.
 
 Examples
 --------
@@ -13,20 +13,35 @@ Examples
 'failed'
 >>> result.summary()
 'node1 10.0.0.2 exited with code 1; node0 10.0.0.1 was stopped'
+>>> sorted(env_diff({
+...     "node0": {"torch": {"version": "2.4.0"}, "env": {"NCCL_DEBUG": "INFO"}, "host": "a"},
+...     "node1": {"torch": {"version": "2.3.1"}, "env": {}, "host": "b"},
+... }))
+['env.NCCL_DEBUG', 'torch.version']
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from aorta.envvars import LAUNCH_PROVIDED
 from aorta.errors import AortaError
 from aorta.report.launch import describe_outcome, summarize_outcomes
 
 from .cluster import Node
 
-__all__ = ["Deadlines", "LaunchFailed", "LaunchResult", "NodeOutcome", "NodeStatus", "RunStatus"]
+__all__ = [
+    "Deadlines",
+    "LaunchFailed",
+    "LaunchResult",
+    "NodeOutcome",
+    "NodeStatus",
+    "RunStatus",
+    "env_diff",
+]
 
 #: ``ok`` exited 0 · ``failed`` exited non-zero on its own · ``timeout`` still running (or still
 #: setting up) at a deadline · ``stopped`` killed because another node failed or timed out ·
@@ -45,16 +60,11 @@ _BAD: tuple[str, ...] = ("failed", "unreachable", "setup_failed")
 class Deadlines:
     """Seconds allowed for each phase; every wait of a launch is bounded by one of these."""
 
-    #: Connect, create the per-run folder, snapshot, probe the port — all nodes together.
-    setup: float = 120.0
-    #: The run itself, from the first start to the last exit.
-    run: float = 24 * 3600.0
-    #: Pulling every node's artifacts.
-    collect: float = 600.0
-    #: SIGTERM → SIGKILL on a node being stopped.
-    kill_grace: float = 5.0
-    #: Stopping every node (connect + kill), after the grace period.
-    teardown: float = 30.0
+    setup: float = 120.0  # connect, per-run folder, snapshot, port: all nodes together
+    run: float = 24 * 3600.0  # from the first start to the last exit
+    collect: float = 600.0  # pulling every node's artifacts
+    kill_grace: float = 5.0  # SIGTERM → SIGKILL on a node being stopped
+    teardown: float = 30.0  # stopping every node (connect + kill), after the grace
 
 
 @dataclass
@@ -64,19 +74,13 @@ class NodeOutcome:
     node: Node
     status: NodeStatus = "not_started"
     exit_code: int | None = None
-    #: One line: why it failed, or what it last printed.
-    message: str = ""
-    #: When the node's program (torchrun) was started.
-    started_s: float | None = None
+    message: str = ""  # one line: why it failed, or what it last printed
+    started_s: float | None = None  # when its program (torchrun) started
     ended_s: float | None = None
-    #: The node's environment snapshot (see :mod:`aorta.launch.preflight`).
-    snapshot: dict[str, Any] | None = None
-    #: What teardown found and stopped (``"nothing left"``, ``"stopped 3 processes"``...).
-    teardown: str = ""
-    #: How its artifacts were collected (``tar (N files)``) or why they were not.
-    collected: str = ""
-    #: The node's full log in the run directory.
-    log: Path | None = None
+    snapshot: dict[str, Any] | None = None  # its environment (aorta.store.hostenv.snapshot)
+    teardown: str = ""  # what teardown found and stopped
+    collected: str = ""  # how its artifacts were collected (``tar (N files)``), or why not
+    log: Path | None = None  # its full log in the run directory
 
     @property
     def bad(self) -> bool:
@@ -153,3 +157,32 @@ class LaunchFailed(AortaError):
         where = f" — results in {result.run_dir}" if result.run_dir else ""
         verb = "timed out" if result.status == "timeout" else "failed"
         super().__init__(f"launch {verb}: {result.summary()}{where}")
+
+
+#: Snapshot keys expected to differ between nodes (the launcher's own per-node variables too).
+IGNORED_KEYS = frozenset({"host", "taken_at", *(f"env.{name}" for name in LAUNCH_PROVIDED)})
+
+
+def _flatten(snapshot: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in snapshot.items():
+        if isinstance(value, Mapping):
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def env_diff(snapshots: Mapping[str, Mapping[str, Any] | None]) -> dict[str, dict[str, Any]]:
+    """Where the nodes' environment snapshots (versions, drivers, NCCL/RCCL variables) differ —
+    a classic cluster-only bug: ``{"torch.version": {node: value}}``, a key some nodes lack
+    ``(unset)`` there (:func:`aorta.report.launch.format_skew` prints it)."""
+    flat = {name: _flatten(s) for name, s in snapshots.items() if s}
+    if len(flat) < 2:
+        return {}
+    skew: dict[str, dict[str, Any]] = {}
+    for key in sorted(set().union(*flat.values()) - IGNORED_KEYS):
+        values = {name: f.get(key, "(unset)") for name, f in flat.items()}
+        if len({repr(v) for v in values.values()}) > 1:
+            skew[key] = values
+    return skew

@@ -1,11 +1,6 @@
-"""How aorta talks to a node: Fabric connections, all built from one :class:`SshOptions`.
-
-Setup, the run, kills, teardown and the artifact pull all go through a ``fabric.Connection``
-from :meth:`SshOptions.connection`, so user, key or password, port, host-key policy, keepalive
-and connect timeout never differ between two calls; ``~/.ssh/config`` (``ProxyJump``, ``User``,
-``IdentityFile``) applies through Fabric's config. Each command runs on its own channel, read
-line by line (bounded memory), closed by a timer at its deadline. The launch takes any object
-with :class:`NodeSession`'s methods, so tests of the fan-out logic can use a local fake.
+"""How aorta talks to a node: every remote call is a channel of a ``fabric.Connection`` built
+by :meth:`SshOptions.connection` (one login policy everywhere; ``~/.ssh/config`` read once per
+launch), read line by line, closed by a timer at its deadline.
 
 >>> opts = SshOptions(host="10.0.0.2", user="ops", key_file="/keys/id", password="pw")
 >>> sorted(opts.connect_kwargs())  # the key and the password are the only credentials tried
@@ -36,7 +31,15 @@ from aorta.errors import AortaError
 from .cluster import Cluster, HostKeyChecking, Node
 from .gather import COMBINED
 
-__all__ = ["ExecResult", "NodeSession", "RemoteError", "RemoteTimeout", "SshOptions", "SshSession"]
+__all__ = [
+    "ExecResult",
+    "NodeSession",
+    "RemoteError",
+    "RemoteTimeout",
+    "SshOptions",
+    "SshSession",
+    "ssh_sessions",
+]
 
 
 class RemoteError(AortaError):
@@ -71,11 +74,12 @@ class SshOptions:
     host_key_checking: HostKeyChecking = "accept-new"
     known_hosts_file: str | None = None
     connect_timeout: float = 10.0
-    #: Seconds between keepalive probes (0 = none).
-    keepalive: int = 15
+    keepalive: int = 15  # seconds between keepalive probes (0 = none)
+    #: Fabric's configuration (``~/.ssh/config`` included); ``None``: read one per connection.
+    config: Config | None = field(default=None, repr=False, compare=False)
 
     @classmethod
-    def for_node(cls, cluster: Cluster, node: Node) -> SshOptions:
+    def for_node(cls, cluster: Cluster, node: Node, config: Config | None = None) -> SshOptions:
         """The options for ``node`` of ``cluster``."""
         return cls(
             host=node.address,
@@ -87,6 +91,7 @@ class SshOptions:
             known_hosts_file=cluster.known_hosts_file,
             connect_timeout=cluster.connect_timeout,
             keepalive=cluster.keepalive,
+            config=config,
         )
 
     def connect_kwargs(self) -> dict[str, Any]:
@@ -110,19 +115,15 @@ class SshOptions:
             self.host,
             user=self.user,
             port=self.port,
-            config=Config(),
+            config=self.config or Config(),
             connect_timeout=max(1, math.ceil(self.connect_timeout)),  # Fabric takes whole seconds
             connect_kwargs=self.connect_kwargs(),
         )
-        client = conn.client
-        if self.host_key_checking == "no":
-            client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
-            return conn
         known = Path(self.known_hosts_file or "~/.ssh/known_hosts").expanduser()
-        if known.is_file():  # checked, never written back (threads share the file)
-            client.load_system_host_keys(str(known))
+        if self.host_key_checking != "no" and known.is_file():  # checked, never written back
+            conn.client.load_system_host_keys(str(known))
         strict = self.host_key_checking == "yes"
-        client.set_missing_host_key_policy(
+        conn.client.set_missing_host_key_policy(
             paramiko.RejectPolicy() if strict else paramiko.AutoAddPolicy()
         )
         return conn
@@ -155,36 +156,20 @@ def describe_ssh_error(exc: BaseException) -> str:
 
 
 class NodeSession(Protocol):
-    """What the launch needs from one node's connection."""
+    """What the launch needs from one node: :class:`SshSession`'s ``exec``, ``pull`` and
+    ``close`` (tests of the fan-out logic pass a local stand-in)."""
 
     node: Node
 
-    def exec(
-        self,
-        command: str,
-        *,
-        timeout: float,
-        stdin: bytes | None = None,
-        on_line: Callable[[str], None] | None = None,
-        keep_stdin_open: bool = False,
-        fresh: bool = False,
-    ) -> ExecResult: ...
-
+    def exec(self, command: str, *, timeout: float, **options: Any) -> ExecResult: ...
     def pull(self, remote_dir: str, local_dir: Path, *, timeout: float) -> str: ...
-
     def close(self) -> None: ...
 
 
 class SshSession:
-    """One node over Fabric.
-
-    Lifecycle: building a session is free and touches no network. The first command opens its
-    ``fabric.Connection`` (connect and login bounded by ``connect_timeout``; keepalives on);
-    later commands — also from other threads — each get a channel of that connection.
-    ``exec(..., fresh=True)`` runs on a second connection opened and closed for that command: the
-    kill path, never stuck behind a busy or dead first connection. ``close()`` (or leaving a
-    ``with`` block) closes the connection, which ends every channel still open on it.
-    """
+    """One node over Fabric. Building it is free; the first command connects, later ones (from
+    any thread) get channels of that connection; ``exec(..., fresh=True)`` uses a connection of
+    its own (the kill path, never stuck behind a dead one); ``close()`` ends every channel."""
 
     def __init__(self, node: Node, options: SshOptions) -> None:
         self.node, self.options = node, options
@@ -197,7 +182,8 @@ class SshSession:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _open(self, conn: Connection) -> Connection:
+    def _open(self) -> Connection:
+        conn = self.options.connection()
         try:
             conn.open()
         except Exception as exc:
@@ -208,34 +194,30 @@ class SshSession:
             conn.transport.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return conn
 
-    def _channel(self, fresh: bool) -> tuple[paramiko.Channel, Connection | None]:
+    @contextlib.contextmanager
+    def _command(
+        self, command: str, timeout: float, fresh: bool = False
+    ) -> Iterator[paramiko.Channel]:
+        """A channel running ``command`` (on a connection of its own if ``fresh``), closed by a
+        timer at the deadline, which unblocks every wait on it; then :class:`RemoteTimeout`."""
         if fresh:
-            conn = self._open(self.options.connection())
+            conn = self._open()
         else:
             with self._lock:
                 if self._conn is None or not self._conn.is_connected:
-                    self._conn = self._open(self.options.connection())
+                    self._conn = self._open()
                 conn = self._conn
         try:
             chan = conn.transport.open_session(timeout=self.options.connect_timeout)
         except Exception as exc:
             raise RemoteError(f"{self.options.where()}: {describe_ssh_error(exc)}") from exc
-        return chan, conn if fresh else None
-
-    @contextlib.contextmanager
-    def _command(
-        self, command: str, timeout: float, fresh: bool = False
-    ) -> Iterator[tuple[paramiko.Channel, threading.Event]]:
-        """A channel running ``command``, closed by a timer at the deadline (which unblocks every
-        wait on it: the request, a write, a read, the exit status); the event says it fired."""
-        chan, own = self._channel(fresh)
         expired = threading.Event()
         timer = threading.Timer(timeout, lambda: (expired.set(), chan.close()))
         timer.daemon = True
         timer.start()
         try:
             chan.exec_command(command)
-            yield chan, expired
+            yield chan
         except Exception as exc:  # after the timer fired, whatever broke is the timeout
             if not expired.is_set() and isinstance(exc, OSError | EOFError | paramiko.SSHException):
                 raise RemoteError(f"{self.options.where()}: {describe_ssh_error(exc)}") from exc
@@ -244,8 +226,8 @@ class SshSession:
         finally:
             timer.cancel()
             chan.close()
-            if own is not None:
-                own.close()
+            if fresh:
+                conn.close()
         if expired.is_set():
             raise RemoteTimeout(f"{self.options.where()}: still running after {timeout:g} s")
 
@@ -259,16 +241,15 @@ class SshSession:
         keep_stdin_open: bool = False,
         fresh: bool = False,
     ) -> ExecResult:
-        """Run the shell line ``command``, feed it ``stdin``, wait for its exit status.
+        """Run ``command`` with ``stdin``; each line (stderr merged) goes to ``on_line``.
 
-        stdout and stderr are merged; each line goes to ``on_line`` as it arrives.
-        ``keep_stdin_open`` leaves the command's stdin open until the channel closes (a remote
-        watchdog waits for that end of file). Raises :class:`RemoteTimeout` past ``timeout``
-        seconds and :class:`Unreachable` when connecting or logging in failed.
+        ``keep_stdin_open``: until the channel closes (a remote watchdog waits for that). Raises
+        :class:`RemoteTimeout` past ``timeout``, :class:`Unreachable` when the login failed,
+        :class:`RemoteError` when the connection was lost before the command ended.
         """
         tail: collections.deque[str] = collections.deque(maxlen=40)
         code = -1
-        with self._command(command, timeout, fresh) as (chan, _):
+        with self._command(command, timeout, fresh) as chan:
             chan.set_combine_stderr(True)
             chan.sendall(stdin or b"")
             if not keep_stdin_open:
@@ -278,17 +259,20 @@ class SshSession:
                 if on_line is not None:
                     on_line(line)
             chan.status_event.wait()  # set by the exit status, the channel's close or the timer
-            code = chan.exit_status
+            code, transport = chan.exit_status, chan.get_transport()
+            # No exit status and a dead transport (whose thread saves what ended it before it
+            # closes the channels): the node's sshd or the network went away, not the command.
+            if code == -1 and isinstance(transport.saved_exception, EOFError | OSError):
+                raise RemoteError(f"{self.options.where()}: connection to the node lost")
         return ExecResult(code, "\n".join(tail))
 
     def pull(self, remote_dir: str, local_dir: Path, *, timeout: float) -> str:
-        """Copy ``remote_dir``'s contents (no ``combined_traces``) into ``local_dir``: a ``tar``
-        stream read from a channel, unpacked with tarfile's ``data`` filter. Returns
-        ``"tar (N files)"``; raises :class:`RemoteError`."""
+        """Copy ``remote_dir`` (no ``combined_traces``) into ``local_dir`` as a ``tar`` stream
+        (tarfile's ``data`` filter); ``"tar (N files)"``, else :class:`RemoteError`."""
         files, code, err = 0, -1, ""
         line = f"cd {shlex.quote(remote_dir)} && exec tar -cf - --exclude={COMBINED} ."
         try:
-            with self._command(line, timeout) as (chan, _):
+            with self._command(line, timeout) as chan:
                 chan.shutdown_write()
                 with tarfile.open(fileobj=chan.makefile("rb"), mode="r|") as tar:
                     for member in tar:
@@ -312,3 +296,10 @@ class SshSession:
         if conn is not None:
             with contextlib.suppress(Exception):  # closing never masks the real error
                 conn.close()
+
+
+def ssh_sessions(cluster: Cluster) -> dict[str, NodeSession]:
+    """One :class:`SshSession` per node, sharing one Fabric ``Config`` (``~/.ssh/config`` is
+    read here, once); building them connects nothing."""
+    config = Config()
+    return {n.name: SshSession(n, SshOptions.for_node(cluster, n, config)) for n in cluster.nodes}
