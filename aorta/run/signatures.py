@@ -3,7 +3,7 @@
 A :class:`Signature` is a named log pattern with a tier and a one-line hint. The library is
 three sources, in this order:
 
-1. the built-ins, ``aorta/run/signatures.yaml`` (versioned: :data:`LIBRARY_VERSION`);
+1. the built-ins, ``aorta/run/signatures.yaml`` (versioned: ``SignatureLibrary.version``);
 2. installed plugins, through the ``aorta.signatures`` entry-point group: the object an entry
    point names is a list of signatures (:class:`Signature` or mappings with the YAML file's
    keys), a mapping with a ``signatures`` list, or a callable returning either; a broken
@@ -45,7 +45,6 @@ from aorta.recipe.condition import compile_condition, evaluate
 from aorta.recipe.schema import CustomPattern
 
 __all__ = [
-    "LIBRARY_VERSION",
     "MAX_LINE_BYTES",
     "SIGNATURES_GROUP",
     "Signature",
@@ -375,9 +374,7 @@ class SignatureLibrary:
                 line0 = 0
                 for start, stop in spans:
                     for buf, offset in _read_blocks(path, block_bytes, start, stop):
-                        scanner.feed(
-                            buf, source=path.name, index=index, offset=offset, line0=line0
-                        )
+                        scanner.feed(buf, source=path.name, index=index, offset=offset, line0=line0)
                         if not scanner.pending:
                             break
                         line0 += buf.count(b"\n")
@@ -469,6 +466,7 @@ def classify(
     logs: Sequence[Path],
     error: str | None = None,
     facts: Mapping[str, Any] | None = None,
+    skipped: list[str] | None = None,
 ) -> TrialClassification:
     """Match one trial's captured output (``logs``, and its ``error`` text).
 
@@ -479,7 +477,9 @@ def classify(
     only = (lambda s: s.source == "recipe") if recipe_only else None
     if recipe_only and not any(s.source == "recipe" for s in library.signatures):
         return TrialClassification()
-    matches = library.scan(logs, text=[error] if error else [], facts=facts, only=only)
+    matches = library.scan(
+        logs, text=[error] if error else [], facts=facts, only=only, skipped=skipped
+    )
     out = TrialClassification(top=top_match(matches))
     for m in matches:
         for k, v in m.captures.items():

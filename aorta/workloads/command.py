@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from aorta.run import procs
-from aorta.run.trial import TrialDeadline
+from aorta.run.hang import GpuProbe, HangWatch
+from aorta.run.trial import TrialDeadline, TrialHang
 from aorta.run.workload import FailureDetail, Workload, WorkloadResult
 
 _EXIT_HINTS = {
@@ -164,12 +165,25 @@ class CommandWorkload(Workload):
                 f"command not executable: {ctx.command[0]!r} (exit 126)"
             ) from None
 
+    def _hang_watch(self) -> HangWatch | None:
+        # An isolated command is watched from outside, with its worker (aorta.run.trial).
+        ctx = self.context
+        if not ctx.hang_after or ctx.isolated:
+            return None
+        logs = [self._art / name for name in ctx.log_names]
+        return HangWatch(self._proc.pid, logs, hang_after=ctx.hang_after, gpu=GpuProbe())
+
     def run(self) -> WorkloadResult:
         finished = procs.run_with_deadline(
-            self._proc, deadline=self.context.deadline, kill_tree_on_exit=not self.context.isolated
+            self._proc,
+            deadline=self.context.deadline,
+            kill_tree_on_exit=not self.context.isolated,
+            stop_when=self._hang_watch(),
         )
         for fh in self._logs:
             fh.flush()
+        if finished.stopped:
+            raise TrialHang(finished.stopped)
         if finished.timed_out:
             raise TrialDeadline()
         code = finished.returncode if finished.returncode is not None else -1
