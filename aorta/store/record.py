@@ -262,8 +262,10 @@ def merge_ranks(outcomes: Sequence[RankOutcome | None], world_size: int) -> dict
         "signature_tier": sig.signature_tier if sig else None,
         "signature_hint": sig.signature_hint if sig else None,
         "signature_line": (
-            sig.signature_line
-            if single or sig is None
+            None
+            if sig is None
+            else sig.signature_line
+            if single
             else f"rank {sig.rank}: {sig.signature_line}"
         ),
         "failure_kind": kind,
