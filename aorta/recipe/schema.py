@@ -709,6 +709,13 @@ def _cross_check(recipe: Recipe, command: list[str] | None) -> list[Problem]:
                 "workload",
                 f"probe mode runs the command given after '--'; workload must be 'command' or unset, got {recipe.workload!r}",
             )
+        if command is None and recipe.command is None:
+            add(
+                "command",
+                "a probe recipe runs a command in every trial and none was given: put it after "
+                "'--', as in: aorta sweep run --recipe R -- cmd args… (or set command: [argv] in "
+                "the recipe)",
+            )
     else:
         for key in ("mitigation_axis", "diagnostic_axis"):
             if getattr(recipe, key) is not None:

@@ -108,11 +108,12 @@ class TrialRunner:
         return {
             **({envvars.TRIAL_TOKEN: token} if token else {}),
             **key.cell.env,
-            envvars.RUN_DIR: str(self.rd.path),
+            # Absolute: a command that changes directory still writes to the run.
+            envvars.RUN_DIR: os.path.abspath(self.rd.path),
             envvars.CELL: key.cell.name,
             envvars.TRIAL: str(key.trial),
             envvars.SEED: str(key.seed),
-            envvars.ARTIFACT_DIR: str(self.rd.artifact_dir(key.cell.name, key.trial)),
+            envvars.ARTIFACT_DIR: os.path.abspath(self.rd.artifact_dir(key.cell.name, key.trial)),
             **rendezvous,
         }
 
@@ -250,7 +251,7 @@ class TrialRunner:
         if outcome.failure_kind == "hang" and not found:
             found = {
                 "signature": "hang",
-                "signature_tier": 7,
+                "signature_tier": 8,
                 "signature_hint": "no output and no CPU use: attach py-spy dump or gdb to a hung run to see where it waits",
                 "signature_line": outcome.error,
             }

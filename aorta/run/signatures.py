@@ -165,9 +165,12 @@ def top_match(matches: Iterable[SignatureMatch]) -> SignatureMatch | None:
     """The match that names a trial's failure: lowest tier, then earliest line, then library
     order.
 
-    Only ``on_match: fail`` signatures name a failure.
+    Only ``on_match: fail`` signatures name a failure (a ``required_for_pass`` line is
+    wanted, not a failure).
     """
-    fails = [m for m in matches if m.signature.on_match == "fail"]
+    fails = [
+        m for m in matches if m.signature.on_match == "fail" and not m.signature.required_for_pass
+    ]
     return min(fails, key=lambda m: (m.tier, m.order), default=None)
 
 
@@ -238,10 +241,10 @@ def _captures(m: re.Match[bytes]) -> dict[str, str]:
 
 def _read_blocks(
     path: Path, block: int, start: int = 0, stop: int | None = None
-) -> Iterable[tuple[bytes, int]]:
-    """``(buffer of whole lines, its byte offset)`` of ``path[start:stop]``; a line longer
-    than :data:`MAX_LINE_BYTES` is cut into pieces of that size. A ``start`` inside a line
-    skips to the next line."""
+) -> Iterable[tuple[bytes, int, int]]:
+    """``(buffer of whole lines, its byte offset, newlines added)`` of ``path[start:stop]``;
+    a line longer than :data:`MAX_LINE_BYTES` is cut into pieces of that size (a newline
+    added after each). A ``start`` inside a line skips to the next line."""
     carry = b""
     offset = start
     with open(path, "rb") as fh:
@@ -261,13 +264,15 @@ def _read_blocks(
                 whole, carry = b"", data
             else:
                 whole, carry = data[: cut + 1], data[cut + 1 :]
+            added = 0
             if len(carry) > MAX_LINE_BYTES:
                 whole, carry = whole + carry[:MAX_LINE_BYTES] + b"\n", carry[MAX_LINE_BYTES:]
+                added = 1
             if whole:
-                yield whole, offset
-                offset += len(whole)
+                yield whole, offset, added
+                offset += len(whole) - added
     if carry:
-        yield carry, offset
+        yield carry, offset, 0
 
 
 class SignatureLibrary:
@@ -373,11 +378,11 @@ class SignatureLibrary:
                         )
                 line0 = 0
                 for start, stop in spans:
-                    for buf, offset in _read_blocks(path, block_bytes, start, stop):
+                    for buf, offset, added in _read_blocks(path, block_bytes, start, stop):
                         scanner.feed(buf, source=path.name, index=index, offset=offset, line0=line0)
                         if not scanner.pending:
                             break
-                        line0 += buf.count(b"\n")
+                        line0 += buf.count(b"\n") - added
             except OSError:
                 continue
         return sorted(scanner.found, key=lambda m: (m.tier, m.order))
