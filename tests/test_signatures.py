@@ -180,7 +180,9 @@ def test_custom_patterns_decide_trials(tmp_path):
 
 
 def test_required_line_missing_fails_the_trial(tmp_path):
-    text = PROBE + "custom_patterns:\n  - {id: done, match: {regex: DONE}, required_for_pass: true}\n"
+    text = (
+        PROBE + "custom_patterns:\n  - {id: done, match: {regex: DONE}, required_for_pass: true}\n"
+    )
     rec = run(text, tmp_path, command=["true"]).records[0]
     assert rec.status.value == "workload_failed" and rec.signature == "missing_pass_signal"
     assert "custom:done" in rec.error
