@@ -186,6 +186,12 @@ def test_shipped_recipes_validate(run_cli, path):
     code, out, err = run_cli("recipe", "validate", ROOT / path)
     assert code == ExitCode.OK, err
     assert out.startswith(f"{ROOT / path}: OK — ")
+    if "mode: probe" in (ROOT / path).read_text():
+        # A probe recipe's command comes at run time, after '--': validate says so.
+        assert "give the command after '--'" in out
+        code, out, err = run_cli("recipe", "validate", ROOT / path, "--", "bash", "train.sh")
+        assert code == ExitCode.OK, err
+        assert "give the command" not in out
 
 
 def test_env_and_mitigations_list(run_cli, write):

@@ -136,7 +136,8 @@ def test_command_exit_codes_have_hints(tmp_path, argv, status, code, hint):
 
 def test_env_passthrough_file_mode(tmp_path):
     text = "mode: probe\nmitigation_axis: [xnack]\nenv_passthrough_mode: file\n"
-    script = 'test -z "$HSA_XNACK" && stat -c %a "$AORTA_ENV_FILE" && cat "$AORTA_ENV_FILE"'
+    # The overlay stays in the environment and is also in the private file (issue 13).
+    script = 'test "$HSA_XNACK" = 1 && stat -c %a "$AORTA_ENV_FILE" && cat "$AORTA_ENV_FILE"'
     result = run(text, tmp_path, command=["bash", "-c", script])
     rec = result.records[0]
     assert rec.status.value == "ok", rec.error
@@ -377,8 +378,9 @@ def test_trial_files_are_private_only_where_needed(tmp_path):
         tmp_path,
         command=["true"],
     )
-    env_file = result.run_dir / "cells/xnack-none/trial_0000/env"
-    assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
+    # probe.env is 0600 while the trial runs (test_env_passthrough_file_mode) and removed after
+    # it: the overlay may hold credentials.
+    assert not (result.run_dir / "cells/xnack-none/trial_0000/probe.env").exists()
     assert stat.S_IMODE((result.run_dir / "matrix.json").stat().st_mode) == 0o644
 
 
@@ -396,6 +398,8 @@ def test_docker_environment_wraps_the_command(tmp_path, monkeypatch):
     fake.write_text(
         "#!/usr/bin/env bash\n"
         f'printf "%s\\n" "$@" > {tmp_path}/docker-argv\n'
+        'for a in "$@"; do case "$a" in --env-file=*) '
+        f'cp -p "${{a#--env-file=}}" {tmp_path}/docker-env;; esac; done\n'
         'while [ "${1#--}" != "$1" ] || [ "$1" = run ]; do shift; done\n'
         'shift\nexec "$@"\n'
     )
@@ -407,8 +411,10 @@ def test_docker_environment_wraps_the_command(tmp_path, monkeypatch):
     argv = (tmp_path / "docker-argv").read_text().splitlines()
     assert argv[:3] == ["run", "--rm", "--network=host"]
     env_file = next(a.split("=", 1)[1] for a in argv if a.startswith("--env-file="))
-    assert "HSA_XNACK=1" in Path(env_file).read_text().splitlines()
-    assert stat.S_IMODE(Path(env_file).stat().st_mode) == 0o600
+    assert not Path(env_file).exists()  # removed after the trial; the stand-in kept a copy
+    copy = tmp_path / "docker-env"
+    assert "HSA_XNACK=1" in copy.read_text().splitlines()
+    assert stat.S_IMODE(copy.stat().st_mode) == 0o600
     assert argv[-2:] == ["rocm/pytorch:7", "true"]
 
 

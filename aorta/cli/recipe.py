@@ -18,19 +18,34 @@ RecipeFile = Annotated[Path, typer.Argument(help="The recipe (YAML or JSON).", d
 
 
 @app.command()
-def validate(file: RecipeFile, mitigations_file: MitigationsFiles = None) -> int:
+def validate(
+    file: RecipeFile,
+    command: Annotated[
+        list[str] | None,
+        typer.Argument(help="Probe mode: the command the trials will run, after '--'."),
+    ] = None,
+    mitigations_file: MitigationsFiles = None,
+) -> int:
     """Check a recipe against the schema and the mitigation registry; list every problem."""
     import aorta.recipe as recipes
 
+    note = ""
     try:
-        recipe = recipes.load_recipe(file)
+        try:
+            recipe = recipes.load_recipe(file, command=command or None)
+        except RecipeError as exc:
+            # A probe recipe gets its command at run time: check the rest, and say so.
+            if command or not exc.problems or any(p.path != "command" for p in exc.problems):
+                raise
+            recipe = recipes.load_recipe(file, command=["<command>"])
+            note = "; probe recipe: give the command after '--' when you run it"
         p = recipes.plan(recipe, registry=recipes.Registry.load(files=mitigations_file or ()))
     except RecipeError as exc:
         source = exc.source or str(file)
         for problem in exc.problems:
             print(f"Error: {source}: {problem}", file=sys.stderr)
         return ExitCode.USAGE
-    print(f"{file}: OK — {len(p.cells)} cells, {p.n_trials} trials, baseline {p.baseline!r}")
+    print(f"{file}: OK — {len(p.cells)} cells, {p.n_trials} trials, baseline {p.baseline!r}{note}")
     return ExitCode.OK
 
 

@@ -71,6 +71,7 @@ class AortaAccessor:
         ranks: RankReduction = "worst",
         seed: int = stats.DEFAULT_SEED,
         resamples: int = stats.DEFAULT_RESAMPLES,
+        signature: str | None = None,
     ) -> pd.DataFrame:
         """Every cell against the baseline: :func:`aorta.compare`."""
         return compare(
@@ -83,6 +84,7 @@ class AortaAccessor:
             ranks=ranks,
             seed=seed,
             resamples=resamples,
+            signature=signature,
         )
 
     def compare_to(self, reference: xr.Dataset, **kwargs: Any) -> pd.DataFrame:

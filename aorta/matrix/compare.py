@@ -74,14 +74,35 @@ def _counts(status: np.ndarray) -> dict[str, int]:
     }
 
 
+def _signature_events(ds: xr.Dataset, signature: str) -> np.ndarray:
+    """Per cell: trials whose failure signature is ``signature``."""
+    if "signature" not in ds:
+        raise ValueError(
+            "this run's Dataset has no 'signature' variable (recorded before signatures)"
+        )
+    return (ds.signature.transpose("cell", "trial").values.astype(str) == signature).sum(axis=1)
+
+
 def _cell_rows(
-    ds: xr.Dataset, values: xr.DataArray, *, alpha: float, key_prefix: str = ""
+    ds: xr.Dataset,
+    values: xr.DataArray,
+    *,
+    alpha: float,
+    key_prefix: str = "",
+    signature: str | None = None,
 ) -> tuple[list[dict[str, Any]], list[stats.Group]]:
     rows, groups = [], []
     status = ds.status.transpose("cell", "trial").values
     vals = values.transpose("cell", "trial").values
+    events = None if signature is None else _signature_events(ds, signature)
     for i, cell in enumerate(ds.cell.values.tolist()):
         counts = _counts(status[i])
+        if events is not None:
+            # The event is the signature; every recorded trial is a chance for it (a hang is
+            # a timeout, not a run that reached a verdict, and still counts).
+            counts["n_failed"] = int(events[i])
+            counts["n_ok"] = counts["n"] - counts["n_failed"]
+            counts["n_errors"] = 0
         ran = counts["n_ok"] + counts["n_failed"]
         summary = stats.summarize_values(vals[i])
         lo, hi = stats.wilson_interval(counts["n_failed"], ran, alpha=alpha)
@@ -210,6 +231,7 @@ def compare(
     ranks: RankReduction = "worst",
     seed: int = stats.DEFAULT_SEED,
     resamples: int = stats.DEFAULT_RESAMPLES,
+    signature: str | None = None,
 ) -> pd.DataFrame:
     """Every cell of a run against its baseline cell.
 
@@ -241,6 +263,11 @@ def compare(
         ``mean``, ``median`` or a rank number.
     seed, resamples
         The bootstrap's seed and number of resamples (both recorded in ``attrs``).
+    signature
+        Count trials with this failure signature (``out_of_memory``, ``hang``,
+        ``custom:<id>`` …) as the event instead of workload failures: ``n_failed`` are those
+        trials, ``n_ok`` the other recorded trials, and the failure test (Fisher, Holm)
+        says whether the signature is more or less frequent than in the baseline.
 
     Returns
     -------
@@ -288,7 +315,7 @@ def compare(
         )
     thr = band_threshold(ds, threshold)
     values = trial_values(ds, metric=metric, trials=trials, ranks=ranks)
-    rows, groups = _cell_rows(ds, values, alpha=alpha)
+    rows, groups = _cell_rows(ds, values, alpha=alpha, signature=signature)
     b = cells.index(baseline)
     others = [i for i in range(len(cells)) if i != b]
     results = stats.compare_groups(
@@ -320,6 +347,8 @@ def compare(
         baseline=baseline,
         values=values,
     )
+    if signature is not None:
+        df.attrs["signature"] = signature
     return df
 
 

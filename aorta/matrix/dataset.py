@@ -20,6 +20,8 @@ variable                  dims                        meaning
 ``status``                cell, trial                 ``ok``, ``workload_failed``, …, ``missing``
 ``passed``                cell, trial                 the workload's verdict
 ``error``                 cell, trial                 why the trial did not end ``ok``
+``signature``             cell, trial                 the failure signature matched, ``""`` if none
+``failure_kind``          cell, trial                 ``hang`` for a trial killed as hung, else ``""``
 ``seed``                  cell, trial                 the trial's seed (-1 where missing)
 ``metrics``               cell, trial, metric         workload metrics (NaN where absent)
 ``info``                  cell, trial, info_key       workload facts as text
@@ -118,6 +120,11 @@ _VAR_ATTRS: dict[str, dict[str, str]] = {
     },
     "passed": {"long_name": "workload verdict"},
     "error": {"long_name": "why the trial did not end ok"},
+    "signature": {
+        "long_name": "failure signature",
+        "description": "the signature its output matched (aorta.run.signatures); '' where none",
+    },
+    "failure_kind": {"long_name": "failure kind", "description": "hang, or ''"},
     "seed": {"long_name": "trial seed", "description": "-1 where the trial has no record"},
     "metrics": {"long_name": "workload metric"},
     "info": {"long_name": "workload info"},
@@ -276,6 +283,9 @@ def build_dataset(
     config_coords, common_config = _config_coords(cells)
     ds = ds.assign_coords({k: xr.Variable(*v) for k, v in config_coords.items()})
     run = {"aorta_dataset_version": DATASET_VERSION, **dict(attrs or {})}
+    hints = {r.signature: r.signature_hint for r in records if r.signature and r.signature_hint}
+    if hints:
+        run["signature_hints"] = dict(sorted(hints.items()))
     if common_config:
         run["workload_config"] = common_config
     ds.attrs = _clean_attrs(run)
@@ -302,6 +312,8 @@ def _trial_variables(
     iterations = np.full(shape, -1, dtype=np.int64)
     status = text_array([MISSING] * size, shape)
     error = text_array([""] * size, shape)
+    signature = text_array([""] * size, shape)
+    kind = text_array([""] * size, shape)
     passed = np.zeros(shape, dtype=bool)
     seed = np.full(shape, -1, dtype=np.int64)
     metrics = np.full((*shape, len(metric_names)), np.nan)
@@ -320,6 +332,8 @@ def _trial_variables(
         iterations[i, j] = -1 if rec.executed_iterations is None else rec.executed_iterations
         status[i, j] = rec.status.value
         error[i, j] = _text(rec.error or "")
+        signature[i, j] = _text(rec.signature or "")
+        kind[i, j] = _text(rec.failure_kind or "")
         passed[i, j] = rec.passed
         seed[i, j] = rec.seed
         for k, v in rec.metrics.items():
@@ -337,6 +351,8 @@ def _trial_variables(
         "status": (ct, status),
         "passed": (ct, passed),
         "error": (ct, error),
+        "signature": (ct, signature),
+        "failure_kind": (ct, kind),
         "seed": (ct, seed),
         "metrics": ((*ct, "metric"), metrics),
         "info": ((*ct, "info_key"), info),

@@ -53,8 +53,10 @@ from pydantic import (
 from aorta import envvars
 from aorta.errors import Problem, RecipeError, describe_value, validation_problems
 from aorta.errors import invalid as _fail
+from aorta.recipe.condition import compile_condition
 from aorta.recipe.limits import (
     MAX_CELLS,
+    MAX_NAME_BYTES,
     MAX_STEPS,
     MAX_TIMEOUT_S,
     MAX_TOTAL_TRIALS,
@@ -71,8 +73,10 @@ __all__ = [
     "CellSpec",
     "Collector",
     "Confound",
+    "CustomPattern",
     "DockerEnvironment",
     "ExpandedCell",
+    "PatternMatch",
     "Recipe",
     "Redaction",
     "Retain",
@@ -234,6 +238,62 @@ class Retain(_Strict):
     on_pass: RetainLevel = "full"
     #: Trials that errored (setup, infrastructure, timeout) or did not run.
     on_error: RetainLevel = "full"
+
+
+class PatternMatch(_Strict):
+    """What a custom pattern matches: a regex (one line) and an optional ``condition``."""
+
+    regex: str
+    condition: str | None = None
+
+    @field_validator("regex")
+    @classmethod
+    def _regex(cls, v: str) -> str:
+        if not v:
+            raise _fail("regex", "must be a non-empty regular expression")
+        try:
+            re.compile(v)
+            re.compile(v.encode())
+        except re.error as exc:
+            raise _fail("regex", f"not a valid regular expression: {exc!s}") from None
+        return v
+
+    @field_validator("condition")
+    @classmethod
+    def _condition(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                compile_condition(v)
+            except ValueError as exc:
+                raise _fail("condition", str(exc)) from None
+        return v
+
+
+class CustomPattern(_Strict):
+    """A failure signature of the recipe's own (upstream's ``custom_patterns`` entry).
+
+    ``on_match``: ``fail`` fails a trial whose output matches (a passing one too), ``warn``
+    adds a warning, ``info`` only keeps the named groups (``info["capture.<name>"]``).
+    ``required_for_pass``: a trial whose output lacks the line fails. ``hint`` and ``tier``
+    are aorta's additions (default tier 0: the recipe's patterns outrank the library's).
+    """
+
+    id: str = Field(min_length=1, max_length=MAX_NAME_BYTES)
+    match: PatternMatch
+    on_match: Literal["fail", "warn", "info"] = "fail"
+    required_for_pass: bool = False
+    category: str | None = None
+    hint: str | None = None
+    tier: int = Field(0, ge=0, le=9)
+
+    @model_validator(mode="after")
+    def _required(self) -> CustomPattern:
+        if self.required_for_pass and self.on_match != "fail":
+            raise ValueError(
+                f"required_for_pass needs on_match: fail (got {self.on_match!r}); a warn or "
+                "info pattern cannot decide a trial"
+            )
+        return self
 
 
 class Collector(_Strict):
@@ -419,7 +479,21 @@ class Recipe(_Strict):
     redaction: Redaction | None = None
     retain: Retain | None = None
 
+    # failure classification (docs/recipes.md, docs/triage.md)
+    #: Seconds of silent output and an idle process tree after which a trial is a hang.
+    hang_after: float | None = Field(None, gt=0, le=MAX_TIMEOUT_S)
+    custom_patterns: list[CustomPattern] = Field(default_factory=list)
+
     _count = field_validator("trials", "steps", mode="before")(_check_count)
+
+    @field_validator("custom_patterns")
+    @classmethod
+    def _unique_ids(cls, v: list[CustomPattern]) -> list[CustomPattern]:
+        seen = [p.id for p in v]
+        dup = sorted({i for i in seen if seen.count(i) > 1})
+        if dup:
+            raise _fail("custom_patterns", f"duplicate id(s) {', '.join(map(repr, dup))}")
+        return v
 
     @field_validator("timeout_per_trial", mode="before")
     @classmethod
@@ -655,6 +729,13 @@ def _cross_check(recipe: Recipe, command: list[str] | None) -> list[Problem]:
             add(
                 "workload",
                 f"probe mode runs the command given after '--'; workload must be 'command' or unset, got {recipe.workload!r}",
+            )
+        if command is None and recipe.command is None:
+            add(
+                "command",
+                "a probe recipe runs a command in every trial and none was given: put it after "
+                "'--', as in: aorta sweep run --recipe R -- cmd args… (or set command: [argv] in "
+                "the recipe)",
             )
     else:
         for key in ("mitigation_axis", "diagnostic_axis"):

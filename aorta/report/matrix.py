@@ -27,6 +27,7 @@ from aorta.matrix import stats
 from aorta.matrix.dataset import MISSING
 from aorta.matrix.load import load_run
 from aorta.matrix.select import RankReduction
+from aorta.matrix.signatures import signature_counts, signature_hints
 from aorta.matrix.summary import summarize
 from aorta.matrix.trace_summary import BREAKDOWN_PARTS, has_traces, trace_summary
 from aorta.report.comparison import (
@@ -47,9 +48,11 @@ from aorta.store.rundir import RunDir
 __all__ = [
     "MATRIX_JSON",
     "MATRIX_MD",
+    "failure_signatures",
     "matrix_header",
     "matrix_json",
     "matrix_markdown",
+    "signature_markdown",
     "trace_json",
     "trace_markdown",
     "write_matrix",
@@ -119,9 +122,22 @@ def write_matrix(
     if has_traces(ds):
         traces = trace_summary(ds, ranks=ranks, alpha=alpha, seed=seed, resamples=resamples)
     header = matrix_header(ds, run_dir=rd.path, status=status)
-    rd.write_json(MATRIX_JSON, matrix_json(summary, ds, header=header, traces=traces))
-    rd.write_text(MATRIX_MD, matrix_markdown(summary, header=header, traces=traces))
+    sigs = failure_signatures(ds)
+    rd.write_json(
+        MATRIX_JSON, matrix_json(summary, ds, header=header, traces=traces, signatures=sigs)
+    )
+    rd.write_text(
+        MATRIX_MD, matrix_markdown(summary, header=header, traces=traces, signatures=sigs)
+    )
     return summary
+
+
+def failure_signatures(ds: xr.Dataset) -> pd.DataFrame:
+    """Trials per cell × failure signature (:func:`aorta.matrix.signatures.signature_counts`),
+    with the hints in ``attrs["hints"]``; what the matrix files' signature parts show."""
+    counts = signature_counts(ds)
+    counts.attrs["hints"] = signature_hints(ds)
+    return counts
 
 
 def matrix_header(
@@ -163,8 +179,27 @@ def _trials(ds: xr.Dataset, cell: str) -> tuple[dict[str, int], list[dict[str, A
     return counts, trials
 
 
-def _cell_json(cell: str, row: pd.Series, ds: xr.Dataset) -> dict[str, Any]:
+def _signature_json(cell: str, signatures: pd.DataFrame | None) -> dict[str, Any]:
+    if signatures is None or signatures.shape[1] == 0 or cell not in signatures.index:
+        return {"top_failure": None, "signatures": {}}
+    row = signatures.loc[cell]
+    counts = {str(k): int(v) for k, v in row.items() if int(v) > 0}
+    top = max(counts, key=lambda k: (counts[k], -list(counts).index(k)), default=None)
+    return {"top_failure": top, "signatures": counts}
+
+
+def _cell_json(
+    cell: str, row: pd.Series, ds: xr.Dataset, signatures: pd.DataFrame | None = None
+) -> dict[str, Any]:
     statuses, trials = _trials(ds, cell)
+    if "signature" in ds:
+        names = ds.signature.sel(cell=cell).values.tolist()
+        kinds = ds.failure_kind.sel(cell=cell).values.tolist() if "failure_kind" in ds else []
+        by_trial = dict(zip(ds.trial.values.tolist(), names, strict=True))
+        kind_of = dict(zip(ds.trial.values.tolist(), kinds, strict=False))
+        for t in trials:
+            t["signature"] = str(by_trial.get(t["trial"], "")) or None
+            t["failure_kind"] = str(kind_of.get(t["trial"], "")) or None
     needed = _finite(row["trials_needed"])
     return {
         "name": cell,
@@ -197,6 +232,7 @@ def _cell_json(cell: str, row: pd.Series, ds: xr.Dataset) -> dict[str, Any]:
         "verdict": str(row["verdict"]),
         "trials_needed": None if needed is None else int(needed),
         "note": str(row["note"]),
+        **_signature_json(cell, signatures),
     }
 
 
@@ -206,16 +242,21 @@ def matrix_json(
     *,
     header: Mapping[str, Any],
     traces: pd.DataFrame | None = None,
+    signatures: pd.DataFrame | None = None,
 ) -> dict[str, Any]:
     """The ``matrix.json`` document: the header fields, how the statistics were computed
     (``statistics``), one entry per cell (upstream's fields, the statistics, the recorded
-    trials of ``ds``) and, with ``traces``, the ``traces`` entry (:func:`trace_json`)."""
+    trials of ``ds``, each cell's ``top_failure`` and ``signatures`` counts) and, with
+    ``traces``, the ``traces`` entry (:func:`trace_json`). With ``signatures``
+    (:func:`failure_signatures`) the document's ``signature_hints`` name each one's hint."""
     doc: dict[str, Any] = {
         "schema_version": 1,
         **header,
         "statistics": comparison_json(summary.iloc[:0])["statistics"],
-        "cells": [_cell_json(str(cell), row, ds) for cell, row in summary.iterrows()],
+        "cells": [_cell_json(str(cell), row, ds, signatures) for cell, row in summary.iterrows()],
     }
+    if signatures is not None and signatures.shape[1]:
+        doc["signature_hints"] = dict(signatures.attrs.get("hints", {}))
     if traces is not None:
         doc["traces"] = trace_json(traces)
     return with_upstream_keys(doc, summary, ds)  # upstream AORTA's keys and vocabulary too
@@ -273,11 +314,57 @@ def _findings(summary: pd.DataFrame) -> list[str]:
     return out
 
 
+def signature_markdown(signatures: pd.DataFrame) -> str:
+    """The ``## Failure signatures`` section: trials per cell and signature, then each
+    signature's hint.
+
+    >>> counts = pd.DataFrame({"out_of_memory": [2, 0]}, index=pd.Index(["a", "b"], name="cell"))
+    >>> counts.attrs["hints"] = {"out_of_memory": "lower the batch"}
+    >>> print(signature_markdown(counts))  # doctest: +NORMALIZE_WHITESPACE
+    ## Failure signatures
+    <BLANKLINE>
+    Trials whose captured output matched each signature (the lowest tier per trial; see docs/triage.md).
+    <BLANKLINE>
+    | cell | top failure | out_of_memory |
+    |---|---|---|
+    | a | out_of_memory | 2 |
+    | b | — | 0 |
+    <BLANKLINE>
+    Hints:
+    - `out_of_memory`: lower the batch
+    <BLANKLINE>
+    """
+    names = [str(c) for c in signatures.columns]
+    body = []
+    for cell, row in signatures.iterrows():
+        top = _signature_json(str(cell), signatures)["top_failure"]
+        body.append([str(cell), top or "—", *(str(int(row[n])) for n in names)])
+    hints = signatures.attrs.get("hints", {})
+    lines = [
+        "## Failure signatures",
+        "",
+        "Trials whose captured output matched each signature (the lowest tier per trial; "
+        "see docs/triage.md).",
+        "",
+        markdown_table(["cell", "top failure", *names], body),
+    ]
+    if any(n in hints for n in names):
+        lines += ["", "Hints:", *(f"- `{n}`: {hints[n]}" for n in names if n in hints)]
+    return "\n".join(lines) + "\n"
+
+
 def matrix_markdown(
-    summary: pd.DataFrame, *, header: Mapping[str, Any], traces: pd.DataFrame | None = None
+    summary: pd.DataFrame,
+    *,
+    header: Mapping[str, Any],
+    traces: pd.DataFrame | None = None,
+    signatures: pd.DataFrame | None = None,
 ) -> str:
     """The ``matrix.md`` text: upstream's columns, then ratio [CI], p_adj and verdict, the
-    findings, and with ``traces`` the traces section (:func:`trace_markdown`)."""
+    findings, with ``signatures`` (:func:`failure_signatures`, when any trial has one) a
+    ``top failure`` column and the failure-signatures section (:func:`signature_markdown`),
+    and with ``traces`` the traces section (:func:`trace_markdown`)."""
+    signed = signatures is not None and signatures.shape[1] > 0
     attrs = summary.attrs
     level = float(attrs.get("ci_level", 0.95))
     lines = [
@@ -292,6 +379,8 @@ def matrix_markdown(
     head = ["cell", "mitigations", "env", "trials", "failure rate", "failures", "errors"]
     head += ["mean step (ms)", "step source", "confound", f"ratio [{level:.0%} CI]", "p_adj"]
     head.append("verdict")
+    if signed:
+        head.append("top failure")
     body = [
         [
             str(cell),
@@ -307,6 +396,7 @@ def matrix_markdown(
             ratio_text(r),
             p_text(r["p_adj"]),
             verdict_text(r),
+            *([_signature_json(str(cell), signatures)["top_failure"] or "—"] if signed else []),
         ]
         for cell, r in summary.iterrows()
     ]
@@ -315,6 +405,8 @@ def matrix_markdown(
     if findings:
         lines += ["", "## Findings", "", *findings]
     text = "\n".join(lines) + "\n"
+    if signed:
+        text += "\n" + signature_markdown(signatures)  # type: ignore[arg-type]
     return text if traces is None else f"{text}\n{trace_markdown(traces)}"
 
 

@@ -22,6 +22,7 @@ from typing import Any
 from aorta import envvars
 from aorta.recipe.plan import Plan, TrialKey
 from aorta.run import orphans
+from aorta.run.signatures import SignatureLibrary, classify
 from aorta.run.trial import Outcome, Watchdog, run_in_process, run_in_worker, workload_ref
 from aorta.run.workload import Isolation, TrialContext, Workload
 from aorta.store.record import RankOutcome, TrialStatus
@@ -72,6 +73,8 @@ class TrialRunner:
         self.host = socket.gethostname()
         #: This process's children that are not the trial's (the orphan guard).
         self.keep_pids: tuple[int, ...] = ()
+        #: Failure signatures: the library, plugins and the recipe's ``custom_patterns``.
+        self.signatures = SignatureLibrary.load(custom=self.recipe.custom_patterns)
 
     def context(self, key: TrialKey, deadline: float) -> TrialContext:
         cell = key.cell
@@ -92,6 +95,7 @@ class TrialRunner:
             step_time_regex=r.step_time_regex,
             env_passthrough_mode=r.env_passthrough_mode,
             save_logs=r.save_logs,
+            hang_after=r.hang_after,
             backend=self.backend,
             isolated=self.isolation == "process",
             environment=cell.environment.to_dict(),
@@ -104,11 +108,12 @@ class TrialRunner:
         return {
             **({envvars.TRIAL_TOKEN: token} if token else {}),
             **key.cell.env,
-            envvars.RUN_DIR: str(self.rd.path),
+            # Absolute: a command that changes directory still writes to the run.
+            envvars.RUN_DIR: os.path.abspath(self.rd.path),
             envvars.CELL: key.cell.name,
             envvars.TRIAL: str(key.trial),
             envvars.SEED: str(key.seed),
-            envvars.ARTIFACT_DIR: str(self.rd.artifact_dir(key.cell.name, key.trial)),
+            envvars.ARTIFACT_DIR: os.path.abspath(self.rd.artifact_dir(key.cell.name, key.trial)),
             **rendezvous,
         }
 
@@ -232,7 +237,48 @@ class TrialRunner:
         art = ctx.artifact_dir or self.rd.path
         if self.recipe.collect_paths:
             outcome.warnings.extend(self._collect_paths(overlay, art))
-        return self.rank_outcome(outcome, wall=wall, artifacts=self._artifacts(art))
+        found = self._classify(outcome, ctx, art, wall)
+        ranked = self.rank_outcome(outcome, wall=wall, artifacts=self._artifacts(art))
+        return ranked.model_copy(update=found) if found else ranked
+
+    def _classify(
+        self, outcome: Outcome, ctx: TrialContext, art: Path, wall: float
+    ) -> dict[str, Any]:
+        """Match the trial's captured output against the failure signatures (a failed trial
+        always; a passing one only against the recipe's patterns, which may fail it)."""
+        failed = outcome.status is not TrialStatus.OK
+        if outcome.stopped_by_peer:
+            return {}  # the peer holds the cause; this rank's output shows only the stop
+        out_name, err_name = ctx.log_names
+        skipped: list[str] = []
+        got = classify(
+            self.signatures,
+            failed=failed,
+            logs=[art / err_name, art / out_name],
+            error=outcome.error,
+            facts={"exit_code": outcome.exit_code, "walltime_sec": wall},
+            skipped=skipped,
+        )
+        outcome.warnings += got.warnings + [f"signature scan of a large log: {s}" for s in skipped]
+        if got.info and outcome.result is not None:
+            outcome.result.info.update(got.info)
+        if got.fails_passing and not failed:
+            outcome.status = TrialStatus.WORKLOAD_FAILED
+            outcome.error = got.fails_passing
+            if outcome.result is not None:
+                outcome.result.passed = False
+                outcome.result.failure_count = max(1, outcome.result.failure_count)
+        found = got.record_fields()
+        if outcome.failure_kind == "hang" and not found:
+            found = {
+                "signature": "hang",
+                "signature_tier": 8,
+                "signature_hint": "no output and no CPU use: attach py-spy dump or gdb to a hung run to see where it waits",
+                "signature_line": outcome.error,
+            }
+        if outcome.failure_kind:
+            found["failure_kind"] = outcome.failure_kind
+        return found
 
     def rank_outcome(
         self, outcome: Outcome, *, wall: float, artifacts: dict[str, str] | None = None

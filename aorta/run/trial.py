@@ -31,12 +31,14 @@ from pathlib import Path
 from typing import Any
 
 from aorta.run import procs
+from aorta.run.hang import GpuProbe, HangWatch
 from aorta.run.workload import TrialContext, Workload, WorkloadResult
 from aorta.store.record import TrialStatus
 
 __all__ = [
     "Outcome",
     "TrialDeadline",
+    "TrialHang",
     "context_from_dict",
     "context_to_dict",
     "env_overlay",
@@ -48,6 +50,11 @@ __all__ = [
 
 class TrialDeadline(BaseException):
     """The trial's deadline passed (a BaseException so ``except Exception`` cannot swallow it)."""
+
+
+class TrialHang(TrialDeadline):
+    """The trial hung (silent and idle for the recipe's ``hang_after``) and was killed; the
+    message says what was watched. Recorded as ``timeout`` with ``failure_kind`` ``hang``."""
 
 
 @dataclass
@@ -63,6 +70,8 @@ class Outcome:
     exit_code: int | None = None
     #: Stopped because a peer rank's trial died (the peer holds the cause).
     stopped_by_peer: bool = False
+    #: ``hang`` when the trial was killed as hung (status ``timeout``).
+    failure_kind: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -74,6 +83,7 @@ class Outcome:
             "main_work_started": self.main_work_started,
             "exit_code": self.exit_code,
             "stopped_by_peer": self.stopped_by_peer,
+            "failure_kind": self.failure_kind,
         }
 
     @classmethod
@@ -87,6 +97,7 @@ class Outcome:
             main_work_started=bool(d.get("main_work_started")),
             exit_code=d.get("exit_code"),
             stopped_by_peer=bool(d.get("stopped_by_peer")),
+            failure_kind=d.get("failure_kind"),
         )
 
 
@@ -140,6 +151,13 @@ def execute(
             if on_phase is not None:
                 on_phase("run")
             result = workload.run()
+        except TrialHang as exc:
+            outcome = Outcome(
+                TrialStatus.TIMEOUT,
+                error=f"hang: {exc}",
+                main_work_started=True,
+                failure_kind="hang",
+            )
         except TrialDeadline:
             outcome = Outcome(
                 TrialStatus.TIMEOUT, error="deadline passed during run()", main_work_started=True
@@ -329,11 +347,12 @@ def run_in_worker(
     the trial takes that status on this rank too.
     """
     stop_status: list[TrialStatus] = []
+    hang: list[HangWatch] = []
 
     def stop_when() -> str | None:
         got = abort() if abort is not None else None
         if got is None:
-            return None
+            return hang[0]() if hang else None
         stop_status.append(got[0])
         return got[1]
 
@@ -362,8 +381,14 @@ def run_in_worker(
                 stdout=out,
                 stderr=err,
             )
+            if ctx.hang_after:
+                logs_at = [art / logs[0], art / logs[1]]
+                hang.append(HangWatch(proc.pid, logs_at, hang_after=ctx.hang_after, gpu=GpuProbe()))
             finished = procs.run_with_deadline(
-                proc, deadline=ctx.deadline, grace_s=grace_s, stop_when=stop_when if abort else None
+                proc,
+                deadline=ctx.deadline,
+                grace_s=grace_s,
+                stop_when=stop_when if abort or hang else None,
             )
         try:
             phase = (scratch / PHASE_FILE).read_text().strip()
@@ -377,6 +402,13 @@ def run_in_worker(
                 written = Outcome(
                     TrialStatus.INFRASTRUCTURE_FAILED, error=f"unreadable worker result: {exc}"
                 )
+        if finished.stopped and not stop_status and (written is None or written.result is None):
+            return Outcome(
+                TrialStatus.TIMEOUT,
+                error=f"hang during {phase or 'start'}(): {finished.stopped}",
+                main_work_started=phase == "run",
+                failure_kind="hang",
+            )
         if finished.stopped and (written is None or written.result is None):
             # A peer's trial died and this worker was stopped for it: the peer's status is the
             # cause, whatever the worker wrote on its way out.

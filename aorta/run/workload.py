@@ -144,6 +144,9 @@ class TrialContext:
     step_time_regex: str | None = None
     env_passthrough_mode: Literal["inherit", "file"] = "inherit"
     save_logs: bool = False
+    #: Seconds of silent output and an idle process tree after which the trial is killed as
+    #: hung (:mod:`aorta.run.hang`); ``None``: only the deadline.
+    hang_after: float | None = None
     #: Distributed backend to use (``gloo``/``nccl``), resolved by the engine.
     backend: str | None = None
     #: True in a process-isolated worker: the trial already owns a process group, so children

@@ -151,6 +151,15 @@ class _Result(_Model):
     exit_code: int | None = None
     #: Files of the trial, relative to the run directory (``stdout``, ``trace/rank0``…).
     artifacts: dict[str, str] = Field(default_factory=dict)
+    #: The failure signature the trial's output shows (``aorta.run.signatures``), its tier,
+    #: hint and the matching line as ``file:line: text``; ``None`` when none matched.
+    signature: str | None = None
+    signature_tier: int | None = None
+    signature_hint: str | None = None
+    signature_line: str | None = None
+    #: How a failed trial ended when its status alone does not say: ``hang`` (silent and
+    #: idle for the recipe's ``hang_after``, then killed; status ``timeout``).
+    failure_kind: str | None = None
 
     _metrics = field_validator("metrics", mode="before")(
         classmethod(lambda cls, v: _finite_or_none(v or {}))
@@ -238,6 +247,11 @@ def merge_ranks(outcomes: Sequence[RankOutcome | None], world_size: int) -> dict
     artifacts: dict[str, str] = {}
     for r in ranks:
         artifacts.update(r.artifacts)
+    # The root cause's signature: the lowest tier over the ranks (a peer's watchdog timeout
+    # follows another rank's illegal memory access), then the lowest rank.
+    signed = [r for r in ranks if r.signature]
+    sig = min(signed, key=lambda r: (r.signature_tier or 0, r.rank), default=None)
+    kind = culprit.failure_kind if culprit is not None else None
     return {
         "status": status,
         "passed": all(r.passed for r in ranks) and status is TrialStatus.OK,
@@ -263,4 +277,15 @@ def merge_ranks(outcomes: Sequence[RankOutcome | None], world_size: int) -> dict
         "artifacts": artifacts,
         "world_size": world_size,
         "ranks": [] if single else ranks,
+        "signature": sig.signature if sig else None,
+        "signature_tier": sig.signature_tier if sig else None,
+        "signature_hint": sig.signature_hint if sig else None,
+        "signature_line": (
+            None
+            if sig is None
+            else sig.signature_line
+            if single
+            else f"rank {sig.rank}: {sig.signature_line}"
+        ),
+        "failure_kind": kind,
     }

@@ -17,9 +17,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+from aorta import envvars
 from aorta.run import procs
-from aorta.run.trial import TrialDeadline
+from aorta.run.hang import GpuProbe, HangWatch
+from aorta.run.trial import TrialDeadline, TrialHang
 from aorta.run.workload import FailureDetail, Workload, WorkloadResult
+
+#: The private file ``env_passthrough_mode: file`` writes the overlay to (``AORTA_ENV_FILE``).
+PROBE_ENV_FILE = "probe.env"
+#: The ``docker run --env-file`` of a docker environment's trial.
+DOCKER_ENV_FILE = "docker.env"
 
 _EXIT_HINTS = {
     126: "exit 126: the command was found but is not executable (permissions?)",
@@ -121,10 +128,13 @@ class CommandWorkload(Workload):
 
     supports_docker = True
 
-    def _env_file(self, variables: dict[str, str]) -> Path:
-        # docker --env-file format, private: values may be credentials.
-        path = self._art / "env"
+    def _env_file(self, variables: dict[str, str], name: str) -> Path:
+        # docker --env-file format, private (values may be credentials), absolute (the command
+        # may cd elsewhere), and removed in cleanup(): secrets must not stay on disk.
+        path = self._art.resolve() / name
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, 0o600)  # an existing file keeps its mode through O_CREAT
+        self._written.append(path)
         with os.fdopen(fd, "w") as fh:
             fh.writelines(f"{k}={v}\n" for k, v in variables.items())
         return path
@@ -139,15 +149,16 @@ class CommandWorkload(Workload):
         self._art.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ)
         argv = list(ctx.command)
+        self._written: list[Path] = []
         if ctx.env_passthrough_mode == "file":
-            # The overlay goes into a private file instead of the command's environment: for
-            # launchers that forward it to remote ranks themselves.
-            for key in ctx.env:
-                env.pop(key, None)
-            env["AORTA_ENV_FILE"] = str(self._env_file(dict(ctx.env)))
+            # The overlay stays in the command's environment and is also written to a private
+            # file, for launchers that forward it to remote ranks themselves.
+            env[envvars.ENV_FILE] = str(self._env_file(dict(ctx.env), PROBE_ENV_FILE))
         if ctx.environment.get("kind") == "docker":
-            aorta_vars = {k: v for k, v in os.environ.items() if k.startswith("AORTA_")}
-            env_file = self._env_file({**aorta_vars, **ctx.environment.get("env", {}), **ctx.env})
+            aorta_vars = {k: v for k, v in env.items() if k.startswith("AORTA_")}
+            env_file = self._env_file(
+                {**aorta_vars, **ctx.environment.get("env", {}), **ctx.env}, DOCKER_ENV_FILE
+            )
             argv = docker_argv(
                 str(ctx.environment["image"]),
                 argv,
@@ -182,12 +193,25 @@ class CommandWorkload(Workload):
                 f"command not executable: {ctx.command[0]!r} (exit 126)"
             ) from None
 
+    def _hang_watch(self) -> HangWatch | None:
+        # An isolated command is watched from outside, with its worker (aorta.run.trial).
+        ctx = self.context
+        if not ctx.hang_after or ctx.isolated:
+            return None
+        logs = [self._art / name for name in ctx.log_names]
+        return HangWatch(self._proc.pid, logs, hang_after=ctx.hang_after, gpu=GpuProbe())
+
     def run(self) -> WorkloadResult:
         finished = procs.run_with_deadline(
-            self._proc, deadline=self.context.deadline, kill_tree_on_exit=not self.context.isolated
+            self._proc,
+            deadline=self.context.deadline,
+            kill_tree_on_exit=not self.context.isolated,
+            stop_when=self._hang_watch(),
         )
         for fh in self._logs:
             fh.flush()
+        if finished.stopped:
+            raise TrialHang(finished.stopped)
         if finished.timed_out:
             raise TrialDeadline()
         code = finished.returncode if finished.returncode is not None else -1
@@ -215,3 +239,5 @@ class CommandWorkload(Workload):
             procs.kill_group(proc, grace_s=2.0)
         for fh in getattr(self, "_logs", []):
             fh.close()
+        for path in getattr(self, "_written", []):
+            path.unlink(missing_ok=True)

@@ -1,0 +1,511 @@
+"""Failure signatures: which known failure a trial's captured output shows.
+
+A :class:`Signature` is a named log pattern with a tier and a one-line hint. The library is
+three sources, in this order:
+
+1. the built-ins, ``aorta/run/signatures.yaml`` (versioned: ``SignatureLibrary.version``);
+2. installed plugins, through the ``aorta.signatures`` entry-point group: the object an entry
+   point names is a list of signatures (:class:`Signature` or mappings with the YAML file's
+   keys), a mapping with a ``signatures`` list, or a callable returning either; a broken
+   plugin is named in a warning and skipped;
+3. the recipe's ``custom_patterns`` (named ``custom:<id>``; tier 0 unless they say).
+
+:meth:`SignatureLibrary.scan` streams files in blocks (memory bounded by the block size
+and :data:`MAX_LINE_BYTES`, time linear in the file) and keeps each signature's first
+matching line. A trial's signature is its lowest-tier match, the earliest on a tie
+(:func:`top_match`). The engine matches every failed trial's captured output, and every
+trial's when the recipe has ``custom_patterns`` (they may fail a passing trial):
+:func:`classify`.
+
+Examples
+--------
+>>> lib = SignatureLibrary.load(entry_points=False)
+>>> m = lib.scan_text(["step 3", "RuntimeError: CUDA error: an illegal memory access was encountered"])
+>>> [(x.name, x.tier) for x in m]
+[('illegal_memory_access', 2), ('cuda_error', 2), ('python_exception', 6)]
+>>> top_match(m).hint.split(";")[0]
+'out-of-bounds device access'
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.resources
+import re
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from aorta.errors import AortaError
+from aorta.recipe.condition import compile_condition, evaluate
+from aorta.recipe.schema import CustomPattern
+
+__all__ = [
+    "MAX_LINE_BYTES",
+    "SIGNATURES_GROUP",
+    "Signature",
+    "SignatureLibrary",
+    "SignatureMatch",
+    "TrialClassification",
+    "classify",
+    "top_match",
+]
+
+SIGNATURES_GROUP = "aorta.signatures"
+#: A matching line is kept up to this many bytes; longer lines are matched in pieces.
+MAX_LINE_BYTES = 64 * 1024
+#: What a record keeps of the matching line.
+KEPT_LINE_CHARS = 500
+#: Bytes read at a time.
+BLOCK_BYTES = 8 * 1024 * 1024
+#: Bytes of one log scanned at most (the first quarter and the last three quarters of this
+#: budget); ``None`` in :meth:`SignatureLibrary.scan` scans whole files.
+MAX_SCAN_BYTES = 512 * 1024 * 1024
+_DATA_FILE = "signatures.yaml"
+
+OnMatch = Literal["fail", "warn", "info"]
+
+
+@dataclass(frozen=True)
+class Signature:
+    """A named failure pattern: ``regex`` (one line), ``tier`` (lower = closer to the root
+    cause) and a one-line ``hint``. ``on_match``, ``required_for_pass`` and ``condition``
+    are the recipe's ``custom_patterns`` options; ``source`` says where it came from."""
+
+    name: str
+    regex: str
+    tier: int = 5
+    hint: str = ""
+    on_match: OnMatch = "fail"
+    required_for_pass: bool = False
+    condition: str | None = None
+    source: str = "builtin"
+    #: Literal pieces one of which every matching line holds (a block of the log holding
+    #: none is not searched with the regex); empty: always search.
+    keywords: tuple[str, ...] = ()
+    _rx: re.Pattern[bytes] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.name or not isinstance(self.name, str):
+            raise ValueError("a signature needs a non-empty name")
+        try:
+            rx = re.compile(self.regex.encode(), re.MULTILINE)
+        except (re.error, AttributeError) as exc:
+            raise ValueError(f"signature {self.name!r}: bad regex: {exc}") from None
+        object.__setattr__(self, "_rx", rx)
+        object.__setattr__(self, "keywords", tuple(str(k) for k in self.keywords))
+        object.__setattr__(self, "_kw", tuple(k.encode() for k in self.keywords if k))
+        object.__setattr__(
+            self, "_cond", compile_condition(self.condition) if self.condition else None
+        )
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any], source: str) -> Signature:
+        known = {"name", "regex", "tier", "hint", "on_match", "keywords"}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown key(s) {', '.join(unknown)} (allowed: {sorted(known)})")
+        return cls(
+            name=str(data["name"]),
+            regex=str(data["regex"]),
+            tier=int(data.get("tier", 5)),
+            hint=str(data.get("hint", "")),
+            on_match=data.get("on_match", "fail"),
+            source=source,
+            keywords=tuple(data.get("keywords") or ()),
+        )
+
+    @classmethod
+    def from_custom(cls, pattern: CustomPattern) -> Signature:
+        """The signature of one recipe ``custom_patterns`` entry (named ``custom:<id>``)."""
+        return cls(
+            name=f"custom:{pattern.id}",
+            regex=pattern.match.regex,
+            tier=pattern.tier,
+            hint=pattern.hint or "",
+            on_match=pattern.on_match,
+            required_for_pass=pattern.required_for_pass,
+            condition=pattern.match.condition,
+            source="recipe",
+        )
+
+
+@dataclass(frozen=True)
+class SignatureMatch:
+    """One signature's first match: the line (at most :data:`KEPT_LINE_CHARS`), its 1-based
+    number in ``file`` (0 for text that is not a file, such as the trial's error), and the
+    regex's named groups."""
+
+    signature: Signature
+    line: str
+    file: str
+    line_number: int
+    captures: dict[str, str] = field(default_factory=dict)
+    #: Position for ordering: (index of the source, offset of the line, library order).
+    order: tuple[int, int, int] = (0, 0, 0)
+
+    @property
+    def name(self) -> str:
+        return self.signature.name
+
+    @property
+    def tier(self) -> int:
+        return self.signature.tier
+
+    @property
+    def hint(self) -> str:
+        return self.signature.hint
+
+
+def top_match(matches: Iterable[SignatureMatch]) -> SignatureMatch | None:
+    """The match that names a trial's failure: lowest tier, then earliest line, then library
+    order.
+
+    Only ``on_match: fail`` signatures name a failure (a ``required_for_pass`` line is
+    wanted, not a failure).
+    """
+    fails = [
+        m for m in matches if m.signature.on_match == "fail" and not m.signature.required_for_pass
+    ]
+    return min(fails, key=lambda m: (m.tier, m.order), default=None)
+
+
+def _line_at(buf: bytes, start: int, end: int) -> tuple[int, str]:
+    """(start of the line holding ``buf[start:end]``, that line as text, capped)."""
+    lo = buf.rfind(b"\n", 0, start) + 1
+    hi = buf.find(b"\n", end)
+    hi = len(buf) if hi < 0 else hi
+    text = buf[lo:hi].rstrip(b"\r").decode("utf-8", "replace")
+    if len(text) > KEPT_LINE_CHARS:
+        text = text[: KEPT_LINE_CHARS - 1] + "…"
+    return lo, text
+
+
+class _Scanner:
+    """Matches signatures against successive buffers of whole lines, first match each."""
+
+    def __init__(self, signatures: Sequence[Signature], facts: Mapping[str, Any]) -> None:
+        self.pending = list(enumerate(signatures))
+        self.found: list[SignatureMatch] = []
+        self.facts = facts
+
+    def feed(self, buf: bytes, *, source: str, index: int, offset: int, line0: int) -> None:
+        if not buf or not self.pending:
+            return
+        left = []
+        present: dict[bytes, bool] = {}
+        for k, sig in self.pending:
+            kws = sig._kw  # type: ignore[attr-defined]
+            if kws and not any(
+                present[w] if w in present else present.setdefault(w, w in buf) for w in kws
+            ):
+                left.append((k, sig))
+                continue
+            got = self._first(sig, buf)
+            if got is None:
+                left.append((k, sig))
+                continue
+            m, caps = got
+            lo, text = _line_at(buf, m.start(), m.end())
+            number = line0 + buf.count(b"\n", 0, lo) + 1 if line0 >= 0 else 0
+            self.found.append(
+                SignatureMatch(sig, text, source, number, caps, (index, offset + lo, k))
+            )
+        self.pending = left
+
+    def _first(self, sig: Signature, buf: bytes) -> tuple[re.Match[bytes], dict[str, str]] | None:
+        cond = getattr(sig, "_cond", None)
+        if cond is None:
+            m = sig._rx.search(buf)
+            return None if m is None else (m, _captures(m))
+        for n, m in enumerate(sig._rx.finditer(buf)):
+            caps = _captures(m)
+            if evaluate(cond, capture=caps, **self.facts):
+                return m, caps
+            if n >= 1000:  # a condition that never holds must not make a scan quadratic
+                break
+        return None
+
+
+def _captures(m: re.Match[bytes]) -> dict[str, str]:
+    return {
+        k: v.decode("utf-8", "replace")[:KEPT_LINE_CHARS]
+        for k, v in m.groupdict().items()
+        if v is not None
+    }
+
+
+def _read_blocks(
+    path: Path, block: int, start: int = 0, stop: int | None = None
+) -> Iterable[tuple[bytes, int, int]]:
+    """``(buffer of whole lines, its byte offset, newlines added)`` of ``path[start:stop]``;
+    a line longer than :data:`MAX_LINE_BYTES` is cut into pieces of that size (a newline
+    added after each). A ``start`` inside a line skips to the next line."""
+    carry = b""
+    offset = start
+    with open(path, "rb") as fh:
+        if start:
+            fh.seek(start - 1)
+            if fh.read(1) != b"\n":
+                skipped = fh.readline(MAX_LINE_BYTES)
+                offset += len(skipped)
+        while True:
+            want = block if stop is None else min(block, stop - fh.tell())
+            chunk = fh.read(want) if want > 0 else b""
+            if not chunk:
+                break
+            data = carry + chunk if carry else chunk
+            cut = data.rfind(b"\n")
+            if cut < 0:
+                whole, carry = b"", data
+            else:
+                whole, carry = data[: cut + 1], data[cut + 1 :]
+            added = 0
+            if len(carry) > MAX_LINE_BYTES:
+                whole, carry = whole + carry[:MAX_LINE_BYTES] + b"\n", carry[MAX_LINE_BYTES:]
+                added = 1
+            if whole:
+                yield whole, offset, added
+                offset += len(whole) - added
+    if carry:
+        yield carry, offset, 0
+
+
+class SignatureLibrary:
+    """An ordered set of signatures (names unique) and the scans over them.
+
+    Cheap to build once per sweep; :meth:`scan` reads files and keeps nothing between calls.
+    """
+
+    def __init__(self, signatures: Iterable[Signature], *, version: int = 0) -> None:
+        table: dict[str, Signature] = {}
+        for sig in signatures:
+            if sig.name in table:
+                raise AortaError(
+                    f"failure signature {sig.name!r} is defined twice "
+                    f"({table[sig.name].source}; {sig.source})"
+                )
+            table[sig.name] = sig
+        self.signatures: tuple[Signature, ...] = tuple(table.values())
+        self.version = version
+
+    def __len__(self) -> int:
+        return len(self.signatures)
+
+    def __getitem__(self, name: str) -> Signature:
+        for sig in self.signatures:
+            if sig.name == name:
+                return sig
+        raise KeyError(name)
+
+    @classmethod
+    def builtin(cls) -> SignatureLibrary:
+        """The signatures shipped with aorta (``aorta/run/signatures.yaml``)."""
+        version, sigs = _builtin()
+        return cls(sigs, version=version)
+
+    @classmethod
+    def load(
+        cls,
+        *,
+        custom: Iterable[CustomPattern] = (),
+        entry_points: bool = True,
+    ) -> SignatureLibrary:
+        """The built-ins, then plugins (when ``entry_points``), then the recipe's ``custom``."""
+        version, sigs = _builtin()
+        if entry_points:
+            sigs += _plugin_signatures()
+        sigs += [Signature.from_custom(p) for p in custom]
+        return cls(sigs, version=version)
+
+    def with_signatures(self, extra: Iterable[Signature]) -> SignatureLibrary:
+        """This library and ``extra`` after it."""
+        return SignatureLibrary([*self.signatures, *extra], version=self.version)
+
+    def describe(self) -> list[dict[str, Any]]:
+        """One row per signature: name, tier, source, hint, regex."""
+        return [
+            {"name": s.name, "tier": s.tier, "source": s.source, "hint": s.hint, "regex": s.regex}
+            for s in self.signatures
+        ]
+
+    def scan(
+        self,
+        paths: Sequence[str | Path],
+        *,
+        text: Sequence[str] = (),
+        facts: Mapping[str, Any] | None = None,
+        only: Callable[[Signature], bool] | None = None,
+        block_bytes: int = BLOCK_BYTES,
+        max_bytes: int | None = MAX_SCAN_BYTES,
+        skipped: list[str] | None = None,
+    ) -> list[SignatureMatch]:
+        """Each signature's first match in ``text`` (lines such as the trial's error), then in
+        ``paths`` in order (missing files are skipped); sorted by tier, then position.
+
+        ``facts`` are the ``exit_code`` and ``walltime_sec`` a ``condition`` may read;
+        ``only`` limits the scan to some signatures. A file over ``max_bytes`` is scanned in
+        its first quarter and last three quarters of that budget (the middle is named in
+        ``skipped``), so a scan's time is bounded whatever the log's size; memory is
+        bounded by ``block_bytes`` and :data:`MAX_LINE_BYTES` either way. Line numbers past a
+        skipped middle are counted from the end of the head (``skipped`` says so).
+        """
+        sigs = [s for s in self.signatures if only is None or only(s)]
+        scanner = _Scanner(sigs, {"exit_code": None, "walltime_sec": None, **(facts or {})})
+        if text:
+            joined = "\n".join(t.replace("\r", "") for t in text if t).encode("utf-8", "replace")
+            scanner.feed(joined, source="error", index=0, offset=0, line0=-1)
+        for index, path in enumerate(paths, start=1):
+            if not scanner.pending:
+                break
+            path = Path(path)
+            if not path.is_file():
+                continue
+            try:
+                size = path.stat().st_size
+                spans: list[tuple[int, int | None]] = [(0, None)]
+                if max_bytes is not None and size > max_bytes:
+                    head = max_bytes // 4
+                    spans = [(0, head), (size - (max_bytes - head), None)]
+                    if skipped is not None:
+                        skipped.append(
+                            f"{path.name}: {size:,} bytes; scanned the first {head:,} and the "
+                            f"last {max_bytes - head:,}"
+                        )
+                line0 = 0
+                for start, stop in spans:
+                    for buf, offset, added in _read_blocks(path, block_bytes, start, stop):
+                        scanner.feed(buf, source=path.name, index=index, offset=offset, line0=line0)
+                        if not scanner.pending:
+                            break
+                        line0 += buf.count(b"\n") - added
+            except OSError:
+                continue
+        return sorted(scanner.found, key=lambda m: (m.tier, m.order))
+
+    def scan_text(self, lines: Sequence[str]) -> list[SignatureMatch]:
+        """:meth:`scan` of in-memory lines (tests, notebooks)."""
+        return self.scan([], text=lines)
+
+
+# --- sources ---------------------------------------------------------------------------------
+
+
+def _builtin() -> tuple[int, list[Signature]]:
+    text = importlib.resources.files("aorta.run").joinpath(_DATA_FILE).read_text("utf-8")
+    doc = yaml.safe_load(text)
+    return int(doc["version"]), [
+        Signature.from_mapping(item, "builtin") for item in doc["signatures"]
+    ]
+
+
+def _from_object(obj: Any, source: str) -> list[Signature]:
+    if callable(obj) and not isinstance(obj, type):
+        obj = obj()
+    if isinstance(obj, Mapping):
+        obj = obj.get("signatures", [])
+    if not isinstance(obj, list | tuple):
+        raise ValueError("expected a list of signatures or a mapping with a 'signatures' list")
+    out = []
+    for item in obj:
+        if isinstance(item, Signature):
+            out.append(item)
+        elif isinstance(item, Mapping):
+            out.append(Signature.from_mapping(item, source))
+        else:
+            raise ValueError(f"not a signature: {item!r}")
+    return out
+
+
+def _plugin_signatures() -> list[Signature]:
+    found: list[Signature] = []
+    eps = sorted(importlib.metadata.entry_points(group=SIGNATURES_GROUP), key=lambda e: e.name)
+    for ep in eps:
+        source = f"entry point {ep.name!r} ({ep.value})"
+        try:
+            found.extend(_from_object(ep.load(), source))
+        except Exception as exc:  # a broken plugin must not take the sweep down
+            warnings.warn(
+                f"skipping {SIGNATURES_GROUP} plugin {source}: {exc}", RuntimeWarning, stacklevel=3
+            )
+    return found
+
+
+# --- one trial -------------------------------------------------------------------------------
+
+
+@dataclass
+class TrialClassification:
+    """What the signatures say about one trial on this rank."""
+
+    #: The top ``fail`` match (names the trial's failure), if any.
+    top: SignatureMatch | None = None
+    #: A recipe pattern decided a trial that had passed (``on_match: fail`` matched, or a
+    #: ``required_for_pass`` line is missing): the reason.
+    fails_passing: str | None = None
+    warnings: list[str] = field(default_factory=list)
+    #: ``capture.<group>`` → value, from ``info`` (and other) recipe patterns that matched.
+    info: dict[str, str] = field(default_factory=dict)
+
+    def record_fields(self) -> dict[str, Any]:
+        """The record fields this classification sets (``signature`` …)."""
+        if self.top is None:
+            return {}
+        where = f"{self.top.file}:{self.top.line_number}" if self.top.line_number else "error"
+        return {
+            "signature": self.top.name,
+            "signature_tier": self.top.tier,
+            "signature_hint": self.top.hint or None,
+            "signature_line": f"{where}: {self.top.line}",
+        }
+
+
+def classify(
+    library: SignatureLibrary,
+    *,
+    failed: bool,
+    logs: Sequence[Path],
+    error: str | None = None,
+    facts: Mapping[str, Any] | None = None,
+    skipped: list[str] | None = None,
+) -> TrialClassification:
+    """Match one trial's captured output (``logs``, and its ``error`` text).
+
+    A failed trial is matched against every signature. A passing one only against the
+    recipe's (``source == "recipe"``): nothing is read when the recipe has none.
+    """
+    recipe_only = not failed
+    only = (lambda s: s.source == "recipe") if recipe_only else None
+    if recipe_only and not any(s.source == "recipe" for s in library.signatures):
+        return TrialClassification()
+    matches = library.scan(
+        logs, text=[error] if error else [], facts=facts, only=only, skipped=skipped
+    )
+    out = TrialClassification(top=top_match(matches))
+    for m in matches:
+        for k, v in m.captures.items():
+            out.info[f"capture.{k}"] = v
+        if m.signature.on_match == "warn":
+            out.warnings.append(f"{m.name}: {m.line}")
+    if not failed:
+        hit = {m.name for m in matches}
+        missing = [
+            s.name
+            for s in library.signatures
+            if s.required_for_pass and s.source == "recipe" and s.name not in hit
+        ]
+        if out.top is not None:
+            out.fails_passing = f"the output matched {out.top.name}: {out.top.line}"
+        elif missing:
+            out.fails_passing = f"required line(s) missing from the output: {', '.join(missing)}"
+            out.top = SignatureMatch(
+                Signature(name="missing_pass_signal", regex="$^", tier=0, source="recipe"),
+                line=f"no match for {', '.join(missing)}",
+                file="",
+                line_number=0,
+            )
+    return out
