@@ -60,6 +60,7 @@ RANKS = "AORTA_RANKS"
 TRACE_TOP = "AORTA_TRACE_TOP"
 TRACE_CACHE = "AORTA_TRACE_CACHE"
 TRACE_ALIGN = "AORTA_TRACE_ALIGN"
+TRACE_WORKERS = "AORTA_TRACE_WORKERS"
 
 CLI_TWINS: dict[str, str] = {
     "--recipe": RECIPE,
@@ -92,6 +93,7 @@ CLI_TWINS: dict[str, str] = {
     "--top": TRACE_TOP,
     "--cache": TRACE_CACHE,
     "--align": TRACE_ALIGN,
+    "--workers": TRACE_WORKERS,
     "--ranks": RANKS,
 }
 

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from .breakdown import BREAKDOWN_TYPES
-from .classify import GPU_CLASSES
+from .classify import GPU_CLASSES, HOST_CLASSES
 from .loader import load
 from .model import Trace
 from .steps import STEP_NAME
@@ -119,8 +119,9 @@ def diff(
     Returns
     -------
     pandas.DataFrame
-        One row per item, largest absolute ``delta`` first: ``item``; ``class`` (kernels:
-        compute/communication/memcpy/memset); ``count_a``, ``count_b``; ``total_a``,
+        One row per item, largest absolute ``delta`` first: ``item``; ``class`` (GPU ops:
+        compute/communication/memcpy/memset; CPU ops: the host class compute/communication/
+        other); ``count_a``, ``count_b``; ``total_a``,
         ``total_b``; ``per_step_a``, ``per_step_b`` (total / ``ProfilerStep#N`` annotations,
         NaN without any); ``delta`` (b − a, of totals or per step); ``share`` (``delta`` /
         the sum of all deltas; 0 when that sum is 0); ``only_in`` (``"a"``, ``"b"`` or ``""``);
@@ -218,8 +219,14 @@ def _items(trace: Trace, *, by: DiffBy, name_rules: Sequence[tuple[str, object]]
         rows = trace.find(cats=["cpu_op"])
         codes = trace.column("name")[rows]
         raw = np.asarray(names, dtype=object)[codes] if len(names) else np.empty(0, object)
+        host = trace.host_cls[np.searchsorted(trace.op_rows, rows)] if rows.size else []
         return pd.DataFrame(
-            {"item": raw, "raw": raw, "class": "", "dur": trace.column("dur")[rows] / 1e3}
+            {
+                "item": raw,
+                "raw": raw,
+                "class": np.asarray(HOST_CLASSES, dtype=object)[host],
+                "dur": trace.column("dur")[rows] / 1e3,
+            }
         )
     gpu = trace.gpu_ops
     cls = np.asarray(GPU_CLASSES, dtype=object)[gpu.cls] if len(gpu) else np.empty(0, object)
