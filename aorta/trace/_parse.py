@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import operator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,12 +50,13 @@ _NO_RAW = msgspec.Raw()
 
 
 class _Args(msgspec.Struct, frozen=True, gc=False):
-    correlation: int = -1
+    # In the order Kineto writes the keys (decoding measured ~3% faster than another order).
     external_id: int = msgspec.field(name="External id", default=-1)
-    stream: int | str = -1
     device: int = -1
-    input_dims: msgspec.Raw = msgspec.field(name="Input Dims", default=_NO_RAW)
+    stream: int | str = -1
+    correlation: int = -1
     input_type: msgspec.Raw = msgspec.field(name="Input type", default=_NO_RAW)
+    input_dims: msgspec.Raw = msgspec.field(name="Input Dims", default=_NO_RAW)
     # collectives (record_param_comms, and NCCL kernels on recent CUDA builds)
     collective: str = msgspec.field(name="Collective name", default="")
     in_nelems: int = msgspec.field(name="In msg nelems", default=-1)
@@ -87,22 +87,6 @@ class _Event(msgspec.Struct, gc=False):
     args: _Args = _NO_ARGS
 
 
-_PH, _CAT, _NAME, _PID, _TID, _TS, _DUR, _ARGS = map(
-    operator.attrgetter, ("ph", "cat", "name", "pid", "tid", "ts", "dur", "args")
-)
-_CORR, _EXT, _STREAM, _DEVICE, _DIMS, _TYPES, _COLL, _IN_NELEMS = map(
-    operator.attrgetter,
-    (
-        "correlation",
-        "external_id",
-        "stream",
-        "device",
-        "input_dims",
-        "input_type",
-        "collective",
-        "in_nelems",
-    ),
-)
 _DECODER = msgspec.json.Decoder(list[_Event])
 _DECODE_ANY = msgspec.json.Decoder()
 _COMM_FIELDS = (
@@ -178,9 +162,9 @@ class _Dictionary:
         """Codes of ``values``; new values get the next codes in order of first occurrence (so
         the dictionary is the same however the values are split into chunks)."""
         index = self.index
-        for value in dict.fromkeys(values):
-            if value not in index:
-                index[value] = len(index)
+        fresh = [value for value in dict.fromkeys(values) if value not in index]
+        if fresh:
+            index.update(zip(fresh, range(len(index), len(index) + len(fresh)), strict=True))
         return np.fromiter(map(index.__getitem__, values), dtype=np.int32, count=len(values))
 
     def values(self) -> list[Any]:
@@ -229,41 +213,45 @@ class _Builder:
         self.python_skipped = 0
 
     def add(self, events: list[_Event]) -> None:
-        # Every pass below iterates in C (map/compress over attrgetters, fromiter): no Python
-        # bytecode runs per event except for the rare events that need it (metadata, collectives).
+        # Per event only list comprehensions over struct attributes (the fastest attribute
+        # access in CPython 3.11+: faster than map(attrgetter)) and C-level passes (count,
+        # compress, np.fromiter over a list); rare events (metadata, collectives) get more.
         self.seen += len(events)
-        cats = list(map(_CAT, events))
+        cats = [ev.cat for ev in events]
         if cats.count("") or cats.count("__metadata"):  # Kineto's metadata events have no category
             self.meta_events.extend(_meta(ev) for ev in events if ev.ph == "M")
-        is_x = map("X".__eq__, map(_PH, events))
-        if self.python_functions:
-            keep = list(is_x)
+        skip = 0 if self.python_functions else cats.count("python_function")
+        self.python_skipped += skip
+        if skip:
+            kept = [ev for ev in events if ev.ph == "X" and ev.cat != "python_function"]
         else:
-            self.python_skipped += cats.count("python_function")
-            keep = list(map(operator.and_, is_x, map("python_function".__ne__, cats)))
-        n = keep.count(True)
+            kept = [ev for ev in events if ev.ph == "X"]
+        n = len(kept)
         if not n:
             return
-        kept = events if n == len(events) else list(itertools.compress(events, keep))
-        cats = cats if n == len(events) else list(itertools.compress(cats, keep))
+        if n != len(events):
+            cats = [ev.cat for ev in kept]
         parts = self.parts
-        parts["ts"].append(_us_to_ns(np.fromiter(map(_TS, kept), dtype=np.float64, count=n)))
-        parts["dur"].append(_us_to_ns(np.fromiter(map(_DUR, kept), dtype=np.float64, count=n)))
+        parts["ts"].append(_us_to_ns(np.fromiter([ev.ts for ev in kept], np.float64, n)))
+        parts["dur"].append(_us_to_ns(np.fromiter([ev.dur for ev in kept], np.float64, n)))
         parts["cat"].append(self.cats.encode(cats))
-        parts["name"].append(self.names.encode(list(map(_NAME, kept))))
-        parts["pid"].append(self._ids(list(map(_PID, kept))))
-        parts["tid"].append(self._ids(list(map(_TID, kept))))
-        args = list(map(_ARGS, kept))
-        parts["correlation"].append(np.fromiter(map(_CORR, args), dtype=np.int64, count=n))
-        parts["external_id"].append(np.fromiter(map(_EXT, args), dtype=np.int64, count=n))
-        parts["stream"].append(self._ids(list(map(_STREAM, args)), strings="absent"))
-        parts["device"].append(np.fromiter(map(_DEVICE, args), dtype=np.int64, count=n))
-        parts["input_dims"].append(self._raw_codes(list(map(_DIMS, args)), self.dims))
-        parts["input_type"].append(self._raw_codes(list(map(_TYPES, args)), self.types))
-        has_comm = np.fromiter(map(bool, map(_COLL, args)), dtype=bool, count=n)
-        has_comm |= np.fromiter(map(_IN_NELEMS, args), dtype=np.int64, count=n) >= 0
-        for i in np.flatnonzero(has_comm).tolist():
-            self.comms.append(_comm(self.rows + i, args[i]))
+        parts["name"].append(self.names.encode([ev.name for ev in kept]))
+        parts["pid"].append(self._ids([ev.pid for ev in kept]))
+        parts["tid"].append(self._ids([ev.tid for ev in kept]))
+        args = [ev.args for ev in kept]
+        parts["correlation"].append(np.fromiter([a.correlation for a in args], np.int64, n))
+        parts["external_id"].append(np.fromiter([a.external_id for a in args], np.int64, n))
+        parts["stream"].append(self._ids([a.stream for a in args], strings="absent"))
+        parts["device"].append(np.fromiter([a.device for a in args], np.int64, n))
+        parts["input_dims"].append(self._raw_codes([a.input_dims for a in args], self.dims))
+        parts["input_type"].append(self._raw_codes([a.input_type for a in args], self.types))
+        in_nelems = [a.in_nelems for a in args]
+        collective = [a.collective for a in args]
+        if collective.count("") != n or in_nelems.count(-1) != n:  # collectives are rare
+            has_comm = np.fromiter(map(bool, collective), dtype=bool, count=n)
+            has_comm |= np.fromiter(in_nelems, dtype=np.int64, count=n) >= 0
+            for i in np.flatnonzero(has_comm).tolist():
+                self.comms.append(_comm(self.rows + i, args[i]))
         self.rows += n
 
     def _ids(self, values: list[int | str], *, strings: str = "label") -> np.ndarray:
@@ -272,14 +260,16 @@ class _Builder:
             return np.fromiter(values, dtype=np.int64, count=len(values))
         except (TypeError, ValueError, OverflowError):
             pass
-        is_str = np.fromiter(map(str.__instancecheck__, values), dtype=bool, count=len(values))
-        out = np.full(len(values), -1, dtype=np.int64)
-        whole = np.flatnonzero(~is_str)
-        if whole.size:
-            out[whole] = np.fromiter(
-                (values[i] for i in whole.tolist()), dtype=np.int64, count=whole.size
-            )
-        for i in np.flatnonzero(is_str).tolist():
+        is_str = list(map(str.__instancecheck__, values))
+        where, at = [], -1
+        for _ in range(is_str.count(True)):  # strings are rare: find them with C-level searches
+            at = is_str.index(True, at + 1)
+            where.append(at)
+        numbers = list(values)
+        for i in where:
+            numbers[i] = -1
+        out = np.fromiter(numbers, dtype=np.int64, count=len(numbers))
+        for i in where:
             value = values[i]
             if strings == "absent":
                 continue
@@ -292,9 +282,7 @@ class _Builder:
     @staticmethod
     def _raw_codes(raws: list[msgspec.Raw], dictionary: _Dictionary) -> np.ndarray:
         """Codes of the raw JSON texts (keys are bytes until :meth:`finish` decodes them)."""
-        present = np.fromiter(
-            map(operator.is_not, raws, itertools.repeat(_NO_RAW)), dtype=bool, count=len(raws)
-        )
+        present = np.fromiter([raw is not _NO_RAW for raw in raws], dtype=bool, count=len(raws))
         codes = np.full(len(raws), -1, dtype=np.int32)
         if present.any():
             # One join and one split make all the bytes objects in C (NUL never occurs in JSON text).
