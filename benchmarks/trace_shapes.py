@@ -21,7 +21,8 @@ count) are reported too.
 Reported: MB/s (file bytes / wall time of load + breakdown, inside the process), the serial
 process's CPU time, the parallel speed-up (serial / parallel wall time), and peak memory /
 file size: serial ``VmHWM``; parallel the calling process's ``VmHWM`` plus the largest worker's
-peak RSS × (N − 1), an upper bound (forked workers share pages with the parent)::
+peak RSS × (N − 1), an upper bound (forked workers share pages with the parent), and the peak
+of the processes' summed PSS, sampled in one more run of each::
 
     .venv/bin/python benchmarks/trace_shapes.py                       # 200 MB each, ~10 min
     .venv/bin/python benchmarks/trace_shapes.py --size-mb 30 --repeat 1   # quick look
@@ -30,17 +31,19 @@ peak RSS × (N − 1), an upper bound (forked workers share pages with the paren
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from trace_load import ROOT, generate, machine, run_child
+from trace_load import PEAK, ROOT, generate, machine, run_child
 
 DATA = ROOT / "tests" / "data" / "traces"
 SHAPES = {
@@ -98,7 +101,43 @@ def measure(
             result = run_child(sys.executable, code, args, None, timeout, cores=pin)
             result["loadavg"] = _loadavg()
             runs[name].append(result)
+    for name, args, pin in (
+        ("serial", [str(path), "1", "0"], {cores[0]}),
+        ("parallel", [str(path), str(workers), str(min_bytes)], set(cores[:workers])),
+    ):
+        runs[f"{name}_pss"] = [pss_peak(AORTA, args, pin, timeout)]
     return runs
+
+
+def pss_peak(code: str, args: list[str], cores: set[int], timeout: float) -> dict:
+    """Peak of the summed PSS of a run's processes (the caller and its workers), sampled every
+    20 ms by this process (a separate run: sampling costs the measured processes time). PSS
+    splits pages shared between processes (a forked worker's copy of the caller's heap), so
+    the sum is the memory the run really used."""
+    import psutil
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code.replace("PEAK", PEAK), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env=dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1"),
+        preexec_fn=lambda: os.sched_setaffinity(0, cores),
+    )
+    peak, deadline = 0, time.monotonic() + timeout
+    while proc.poll() is None and time.monotonic() < deadline:
+        total = 0
+        with contextlib.suppress(psutil.Error):
+            root = psutil.Process(proc.pid)
+            for each in [root, *root.children(recursive=True)]:
+                total += each.memory_full_info().pss
+        peak = max(peak, total)
+        time.sleep(0.02)
+    if proc.poll() is None:
+        proc.kill()
+    proc.communicate()
+    return {"pss_peak": peak}
 
 
 def summarize(runs: dict[str, list[dict]], size: int, workers: int) -> dict:
@@ -106,6 +145,9 @@ def summarize(runs: dict[str, list[dict]], size: int, workers: int) -> dict:
         return run["load_s"] + run["analysis_s"]
 
     out: dict = {}
+    for name in ("serial", "parallel"):
+        pss = runs.pop(f"{name}_pss", [{}])[0].get("pss_peak")
+        out[f"{name}_pss_ratio"] = pss / size if pss else float("nan")
     for name, results in runs.items():
         good = [r for r in results if "error" not in r]
         if not good:
@@ -150,7 +192,7 @@ def markdown(rows: list[dict], workers: int) -> str:
     lines = [
         f"| shape | format | MB | events kept | serial MB/s best (median) | serial MB/s of CPU time "
         f"| {workers} workers MB/s best (median) | speed-up median (best) | peak RSS / file serial "
-        f"| ... {workers} workers | peer `orjson.loads` MB/s best | critical-path speed-up (CPU) |",
+        f"| ... {workers} workers (PSS) | peer `orjson.loads` MB/s best | critical-path speed-up (CPU) |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
@@ -166,7 +208,7 @@ def markdown(rows: list[dict], workers: int) -> str:
             f"| {s['best_mb_s']:.0f} ({s['median_mb_s']:.0f}) | {s['cpu_mb_s']:.0f} "
             f"| {p['best_mb_s']:.0f} ({p['median_mb_s']:.0f}) "
             f"| {row['speedup_median']:.2f}× ({row['speedup_best']:.2f}×) "
-            f"| {s['rss_ratio']:.2f}× | {p['rss_ratio']:.2f}× | {peer} "
+            f"| {s['rss_ratio']:.2f}× | {p['rss_ratio']:.2f}× ({row['parallel_pss_ratio']:.2f}×) | {peer} "
             f"| {row.get('speedup_cpu_path', float('nan')):.2f}× |"
         )
     return "\n".join(lines)
