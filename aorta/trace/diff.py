@@ -124,7 +124,8 @@ def diff(
         other); ``count_a``, ``count_b``; ``total_a``,
         ``total_b``; ``per_step_a``, ``per_step_b`` (total / ``ProfilerStep#N`` annotations,
         NaN without any); ``delta`` (b − a, of totals or per step); ``share`` (``delta`` /
-        the sum of all deltas; 0 when that sum is 0); ``only_in`` (``"a"``, ``"b"`` or ``""``);
+        the sum of all deltas; 0 when that sum is 0; above 1 or negative when items moved in
+        opposite directions); ``only_in`` (``"a"``, ``"b"`` or ``""``);
         ``raw_names`` (the distinct raw names folded into the item, both sides).
         ``attrs``: ``units`` (times in µs), ``by``, ``per_step``, ``ranks`` and ``steps`` per
         side, ``total_delta`` (µs), ``breakdown`` (records ``type``, ``a``, ``b``, ``delta``
