@@ -64,6 +64,19 @@ def normalize_kernel_name(
     addresses as ``0x#``, the numbers of tile shapes as ``#`` (``128x64x32`` → ``#x#x#``), a
     trailing ``_<digits>`` as ``_#``, and collapse whitespace.
 
+    Parameters
+    ----------
+    name
+        A raw GPU op name as Kineto recorded it.
+    rules
+        Ordered ``(pattern, replacement)`` pairs for :func:`re.sub` (a replacement may be a
+        function of the match), applied after the template and parameter folding.
+
+    Returns
+    -------
+    str
+        The normalised name.
+
     Examples
     --------
     >>> normalize_kernel_name("void at::native::vectorized_elementwise_kernel<4, at::native::"
