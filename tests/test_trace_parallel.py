@@ -5,13 +5,14 @@ from __future__ import annotations
 import gzip
 import itertools
 import json
+import multiprocessing
 
 import numpy as np
 import pandas as pd
 import pytest
 
 import aorta.trace
-from aorta.trace._parallel import event_ranges
+from aorta.trace._parallel import available_workers, event_ranges
 from tests.trace_helpers import ALL_TRACES, DATA
 
 
@@ -111,3 +112,8 @@ def test_event_ranges_cover_the_array(tmp_path):
 def test_workers_must_be_positive():
     with pytest.raises(ValueError, match="workers"):
         aorta.trace.load(DATA / "h100_bert_small.json.gz", workers=0)
+
+
+def test_a_worker_process_defaults_to_one_worker():
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        assert pool.apply(available_workers) == 1

@@ -51,7 +51,11 @@ CALLER_SHARE = 0.9
 
 
 def available_workers() -> int:
-    """The CPUs this process may run on (``os.sched_getaffinity``; ``os.cpu_count`` elsewhere)."""
+    """The CPUs this process may run on (``os.sched_getaffinity``; ``os.cpu_count`` elsewhere);
+    1 in a process started by :mod:`multiprocessing` (a pool of trial analyses, say), which is
+    parallel already."""
+    if multiprocessing.parent_process() is not None:
+        return 1
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not Linux

@@ -89,8 +89,9 @@ def load(
         Processes that decode one file at once: a plain (not gzip) file of at least
         ``parallel_min_bytes`` is cut into that many byte ranges at event boundaries, decoded in
         parallel and merged — the same tables as a serial parse. Default: the CPUs this process
-        may use (``os.sched_getaffinity``); ``1`` parses serially. Files are still loaded one
-        after the other.
+        may use (``os.sched_getaffinity``), or 1 in a process started by ``multiprocessing``
+        (already one of several); ``1`` parses serially. Files are still loaded one after the
+        other.
     parallel_min_bytes
         Smaller files are parsed serially (default 64 MiB: below that, starting workers costs
         more than it saves).
