@@ -83,6 +83,7 @@ ENVIRONMENT_AXIS = "AORTA_ENVIRONMENT_AXIS"
 TRIALS = "AORTA_TRIALS"
 STEPS = "AORTA_STEPS"
 HTML = "AORTA_HTML"
+TRACE_WORKERS = "AORTA_TRACE_WORKERS"
 
 CLI_TWINS: dict[str, str] = {
     "--recipe": RECIPE,
@@ -123,6 +124,7 @@ CLI_TWINS: dict[str, str] = {
     "--top": TRACE_TOP,
     "--cache": TRACE_CACHE,
     "--align": TRACE_ALIGN,
+    "--workers": TRACE_WORKERS,
     "--ranks": RANKS,
     # `aorta bundle` (its --output, the folder the archive goes into, has the twin
     # AORTA_BUNDLE_OUTPUT; --ticket shares AORTA_TICKET with `sweep run`)

@@ -98,8 +98,12 @@ print(json.dumps({"import_s": t1 - t0, "load_s": t2 - t1, "analysis_s": t3 - t2,
 """
 
 
-def generate(source: Path, target: Path, size_mb: float) -> dict:
-    """Write a trace of at least ``size_mb`` MB: ``source``'s events replicated back to back."""
+def generate(source: Path, target: Path, size_mb: float, *, indent: bool = False) -> dict:
+    """Write a trace of at least ``size_mb`` MB: ``source``'s events replicated back to back.
+
+    Compact JSON (one event per line), or with ``indent`` the way Kineto writes it: one key
+    per line, nested objects indented by two spaces.
+    """
     import orjson
 
     raw = (
@@ -131,7 +135,7 @@ def generate(source: Path, target: Path, size_mb: float) -> dict:
                         if isinstance(args.get(key), int):
                             args[key] += id_shift
                     event["args"] = args
-                lines.append(orjson.dumps(event))
+                lines.append(_dumps(event, indent))
             blob = (b",\n" if copies else b"") + b",\n".join(lines)
             out.write(blob)
             written += len(blob)
@@ -142,6 +146,15 @@ def generate(source: Path, target: Path, size_mb: float) -> dict:
         "copies": copies,
         "bytes": target.stat().st_size,
     }
+
+
+def _dumps(event: dict, indent: bool) -> bytes:
+    import orjson
+
+    if not indent:
+        return orjson.dumps(event)
+    text = orjson.dumps(event, option=orjson.OPT_INDENT_2)
+    return b"\n".join(b"    " + line for line in text.split(b"\n"))
 
 
 def ensure_hta(venv: Path) -> Path:
@@ -158,8 +171,17 @@ def ensure_hta(venv: Path) -> Path:
     return python
 
 
-def run_child(python: str, code: str, args: list[str], core: int | None, timeout: float) -> dict:
-    """Run ``code`` in a fresh interpreter (pinned to ``core``); its JSON line plus wall time."""
+def run_child(
+    python: str,
+    code: str,
+    args: list[str],
+    core: int | None,
+    timeout: float,
+    *,
+    cores: set[int] | None = None,
+) -> dict:
+    """Run ``code`` in a fresh interpreter (pinned to ``core``, or to ``cores``); its JSON line
+    plus wall time."""
     env = dict(
         os.environ,
         OMP_NUM_THREADS="1",
@@ -169,8 +191,8 @@ def run_child(python: str, code: str, args: list[str], core: int | None, timeout
     )
 
     def pin() -> None:
-        if core is not None and hasattr(os, "sched_setaffinity"):
-            os.sched_setaffinity(0, {core})
+        if (core is not None or cores) and hasattr(os, "sched_setaffinity"):
+            os.sched_setaffinity(0, cores or {core})
 
     code = code.replace("PEAK", PEAK)
     start = time.perf_counter()

@@ -1,9 +1,10 @@
-"""``aorta trace summarize|merge``."""
+"""``aorta trace summarize|diff|merge``."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import ModuleType
 from typing import Annotated, Literal
 
 import typer
@@ -14,8 +15,16 @@ from aorta.errors import ExitCode, UsageError
 from ._options import Json
 
 app = typer.Typer(
-    help="Analyse torch.profiler (Kineto) traces: tables, merging ranks.", no_args_is_help=True
+    help="Analyse torch.profiler (Kineto) traces: tables, differences, merging ranks.",
+    no_args_is_help=True,
 )
+
+
+def _api() -> ModuleType:
+    """``aorta.trace`` (with its summaries): imported when a command runs, not for ``--help``."""
+    import aorta.trace.summary
+
+    return aorta.trace
 
 
 Paths = Annotated[
@@ -33,6 +42,25 @@ Cache = Annotated[
         help="Parse cache beside each trace: use it, rebuild it, or neither.",
     ),
 ]
+Workers = Annotated[
+    int | None,
+    typer.Option(
+        "--workers",
+        envvar=envvars.TRACE_WORKERS,
+        min=1,
+        help="Processes decoding one large uncompressed trace (default: the usable CPUs).",
+        show_default=False,
+    ),
+]
+Top = Annotated[
+    int,
+    typer.Option(
+        "--top",
+        envvar=envvars.TRACE_TOP,
+        min=1,
+        help="Rows kept in the kernel, op and GEMM tables (diff: items shown).",
+    ),
+]
 
 
 @app.command()
@@ -43,34 +71,66 @@ def summarize(
         Path | None,
         typer.Option("--csv", help="Write every table as DIR/<table>.csv.", file_okay=False),
     ] = None,
-    top: Annotated[
-        int,
-        typer.Option(
-            "--top",
-            envvar=envvars.TRACE_TOP,
-            min=1,
-            help="Rows kept in the kernel, op and GEMM tables.",
-        ),
-    ] = 15,
+    top: Top = 15,
     cache: Cache = "use",
+    workers: Workers = None,
 ) -> int:
     """GPU time breakdown, steps, kernels, ops, GEMMs, collectives (and stragglers across ranks)."""
-    from aorta.trace import load
-    from aorta.trace.summary import summary, summary_json, summary_text
-
+    api = _api()
     if as_json and csv is not None:
         raise UsageError("give --json or --csv DIR, not both")
-    trace = load(paths, cache=cache)
-    tables = summary(trace, top=top)
+    trace = api.load(paths, cache=cache, workers=workers)
+    tables = api.summary.summary(trace, top=top)
     if csv is not None:
         csv.mkdir(parents=True, exist_ok=True)
         for name, frame in tables.items():
             frame.to_csv(csv / f"{name}.csv", index=False)
         print(f"wrote {len(tables)} tables to {csv}/")
     elif as_json:
-        print(json.dumps(summary_json(trace, tables), indent=2))
+        print(json.dumps(api.summary.summary_json(trace, tables), indent=2))
     else:
-        print(summary_text(trace, tables))
+        print(api.summary.summary_text(trace, tables))
+    return ExitCode.OK
+
+
+@app.command()
+def diff(
+    a: Annotated[
+        Path, typer.Argument(help="Trace A (the reference): a file or a directory of rank files.")
+    ],
+    b: Annotated[Path, typer.Argument(help="Trace B: a file or a directory of rank files.")],
+    by: Annotated[
+        Literal["kernel", "op", "class", "collective"],
+        typer.Option(
+            "--by",
+            help="Items compared: kernels (normalised names), CPU ops, GPU classes, collectives.",
+        ),
+    ] = "kernel",
+    per_step: Annotated[
+        bool, typer.Option("--per-step", help="Compare time per ProfilerStep, not totals.")
+    ] = False,
+    top: Top = 15,
+    as_json: Json = False,
+    csv: Annotated[
+        Path | None,
+        typer.Option("--csv", help="Write every item to this CSV file.", dir_okay=False),
+    ] = None,
+    cache: Cache = "use",
+    workers: Workers = None,
+) -> int:
+    """Where B's time differs from A's: per item, counts and times side by side, and the breakdown."""
+    api = _api()
+    if as_json and csv is not None:
+        raise UsageError("give --json or --csv PATH, not both")
+    sides = [api.load(p, cache=cache, workers=workers) for p in (a, b)]
+    table = api.diff(*sides, by=by, per_step=per_step)
+    if csv is not None:
+        table.assign(raw_names=["; ".join(n) for n in table["raw_names"]]).to_csv(csv, index=False)
+        print(f"wrote {len(table)} rows to {csv}")
+    elif as_json:
+        print(json.dumps(api.summary.diff_json(table, top=top), indent=2))
+    else:
+        print(api.summary.diff_text(table, top=top))
     return ExitCode.OK
 
 
@@ -94,9 +154,7 @@ def merge(
     cache: Cache = "use",
 ) -> int:
     """Merge per-rank traces into one Perfetto-loadable trace (ranks labelled, clocks aligned)."""
-    from aorta.trace import merge as merge_traces
-
-    report = merge_traces(paths, output, align=align.replace("-", "_"), cache=cache)  # type: ignore[arg-type]
+    report = _api().merge(paths, output, align=align.replace("-", "_"), cache=cache)  # type: ignore[arg-type]
     shifts = ", ".join(f"rank {r}: {off / 1e3:+.3f} us" for r, off in report.offsets_ns.items())
     print(
         f"wrote {report.output}: {len(report.ranks)} ranks, {report.events} events, {report.bytes_written} bytes ({shifts})"

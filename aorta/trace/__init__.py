@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 from .classify import GPU_CLASSES, Rule, Rules, default_rules
+from .diff import diff, normalize_kernel_name
 from .loader import load, trace_files
 from .merge import MergeReport, merge
 from .model import GpuOps, RankInfo, Trace
@@ -25,8 +26,10 @@ __all__ = [
     "Trace",
     "TraceLensReport",
     "default_rules",
+    "diff",
     "load",
     "merge",
+    "normalize_kernel_name",
     "read_tracelens",
     "trace_files",
 ]

@@ -27,7 +27,7 @@ import numpy as np
 
 from aorta.errors import TraceError
 
-__all__ = ["BLOCK_SIZE", "ScanStats", "scan_events"]
+__all__ = ["BLOCK_SIZE", "RangeReader", "ScanStats", "Scanner", "scan_events"]
 
 T = TypeVar("T")
 
@@ -103,6 +103,41 @@ class _Reader:
         self._raw.close()
 
 
+class RangeReader(_Reader):
+    """Bytes ``[lo, hi)`` of a plain (not gzip) file, after ``prefix`` and before ``suffix``:
+    one byte range of a ``traceEvents`` array read as an array of its own."""
+
+    def __init__(self, path: Path, lo: int, hi: int, *, prefix: bytes, suffix: bytes) -> None:
+        super().__init__(path)
+        if self.gzipped:
+            raise TraceError(f"{path}: a gzip stream cannot be read by byte ranges")
+        self._raw.seek(lo)
+        self._segments: list[bytes | int] = [prefix, hi - lo, suffix]  # int: bytes of the file
+
+    def readinto(self, view: memoryview) -> int:
+        total = 0
+        while total < len(view) and self._segments:
+            head = self._segments[0]
+            room = len(view) - total
+            if isinstance(head, bytes):
+                n = min(len(head), room)
+                view[total : total + n] = head[:n]
+                rest: bytes | int = head[n:]
+            else:
+                n = self._raw.readinto(view[total : total + min(head, room)]) if head else 0
+                if head and not n:
+                    raise TraceError(f"{self.path}: file shrank while reading")
+                rest = head - n
+            total += n
+            if rest:
+                self._segments[0] = rest
+            else:
+                self._segments.pop(0)
+        self.eof = not self._segments
+        self.offset += total
+        return total
+
+
 def _escaped(quotes: np.ndarray, backslashes: np.ndarray) -> np.ndarray:
     """Mask of the quotes preceded by an odd run of backslashes (escaped quotes)."""
     breaks = np.flatnonzero(np.diff(backslashes) != 1)
@@ -138,11 +173,16 @@ def _depths(chars: np.ndarray) -> np.ndarray:
     return np.cumsum(np.where((chars == 123) | (chars == 91), 1, -1))
 
 
-class _Scanner:
+class Scanner:
     """One pass over a trace file; see :func:`scan_events`."""
 
     def __init__(
-        self, path: Path, decode: Callable[[memoryview], T], stats: ScanStats, block_size: int
+        self,
+        path: Path,
+        decode: Callable[[memoryview], T],
+        stats: ScanStats,
+        block_size: int,
+        reader: _Reader | None = None,
     ) -> None:
         if block_size < 1:
             raise ValueError(f"block_size must be positive, not {block_size}")
@@ -150,7 +190,7 @@ class _Scanner:
         self.block_size = block_size
         self.decode = decode
         self.stats = stats
-        self.reader = _Reader(path)
+        self.reader = reader if reader is not None else _Reader(path)
         stats.gzipped = self.reader.gzipped
         self.buf = bytearray(block_size + 1)
         self.fill = 0
@@ -486,7 +526,7 @@ def scan_events(
         the file and the byte offset.
     """
     stats = stats if stats is not None else ScanStats()
-    scanner = _Scanner(Path(path), decode, stats, block_size)
+    scanner = Scanner(Path(path), decode, stats, block_size)
     try:
         start = scanner.find_events()
         yield from scanner.events(start)

@@ -13,6 +13,7 @@ import pandas as pd
 
 from aorta.errors import TraceError
 
+from ._parallel import PARALLEL_MIN_BYTES, available_workers, parse_file_parallel
 from ._parse import COMM_COLUMNS, COMM_INT_COLUMNS, RankTable, parse_file
 from ._scan import BLOCK_SIZE
 from .cache import CACHE_SUFFIX, read_cache, write_cache
@@ -55,6 +56,8 @@ def load(
     rules: Rules | None = None,
     align: Literal["base_time", "none"] = "base_time",
     block_size: int = BLOCK_SIZE,
+    workers: int | None = None,
+    parallel_min_bytes: int = PARALLEL_MIN_BYTES,
 ) -> Trace:
     """Load Kineto Chrome-trace files (``.json`` or ``.json.gz``, CUDA or ROCm) into a :class:`Trace`.
 
@@ -82,6 +85,16 @@ def load(
         Bytes read from a file at a time while parsing (default 8 MiB; an event larger than
         that grows the buffer). Smaller blocks mean more, smaller chunks; no effect on a cache
         hit.
+    workers
+        Processes that decode one file at once: a plain (not gzip) file of at least
+        ``parallel_min_bytes`` is cut into that many byte ranges at event boundaries, decoded in
+        parallel and merged — the same tables as a serial parse. Default: the CPUs this process
+        may use (``os.sched_getaffinity``), or 1 in a process started by ``multiprocessing``
+        (already one of several); ``1`` parses serially. Files are still loaded one after the
+        other.
+    parallel_min_bytes
+        Smaller files are parsed serially (default 64 MiB: below that, starting workers costs
+        more than it saves).
 
     Returns
     -------
@@ -107,8 +120,17 @@ def load(
     'hit'
     """
     paths = trace_paths(source)
+    if workers is not None and workers < 1:
+        raise ValueError(f"workers must be at least 1, not {workers}")
+    parallel = (available_workers() if workers is None else workers, parallel_min_bytes)
     loaded = [
-        _load_one(p, python_functions=python_functions, cache=cache, block_size=block_size)
+        _load_one(
+            p,
+            python_functions=python_functions,
+            cache=cache,
+            block_size=block_size,
+            parallel=parallel,
+        )
         for p in paths
     ]
     trace = build_trace(loaded, rules=rules)
@@ -162,13 +184,25 @@ def trace_paths(source: PathLike | Sequence[PathLike]) -> list[Path]:
 
 
 def _load_one(
-    path: Path, *, python_functions: bool, cache: str, block_size: int
+    path: Path,
+    *,
+    python_functions: bool,
+    cache: str,
+    block_size: int,
+    parallel: tuple[int, int] = (1, 0),
 ) -> tuple[Path, RankTable, str]:
     if cache == "use":
         table = read_cache(path, python_functions=python_functions)
         if table is not None:
             return path, table, "hit"
-    table = parse_file(path, python_functions=python_functions, block_size=block_size)
+    workers, min_bytes = parallel
+    table = None
+    if workers > 1 and path.stat().st_size >= min_bytes:
+        table = parse_file_parallel(
+            path, workers=workers, python_functions=python_functions, block_size=block_size
+        )
+    if table is None:
+        table = parse_file(path, python_functions=python_functions, block_size=block_size)
     status = (
         "off" if cache == "off" else write_cache(table, path, python_functions=python_functions)
     )

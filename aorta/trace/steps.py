@@ -13,9 +13,10 @@ from .breakdown import breakdown, counted_gpu_ops
 if TYPE_CHECKING:
     from .model import Trace
 
-__all__ = ["steps"]
+__all__ = ["STEP_NAME", "steps"]
 
-_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+#: The name of a step annotation (`ProfilerStep#N`); group 1 is N.
+STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
 _PARTS = (
     "computation",
     "exposed_comm",
@@ -62,7 +63,7 @@ def steps(
     {'step': [3, 4], 'cpu_time': [100.0, 100.0], 'gpu_time': [10.0, 20.0], 'computation': [10.0, 20.0]}
     """
     columns = ["rank", "step", "cpu_start", "cpu_time", "gpu_start", "gpu_time", *_PARTS, "gpu_ops"]
-    rows = trace.find(cats=["user_annotation", "cpu_op"], names=_STEP.match)
+    rows = trace.find(cats=["user_annotation", "cpu_op"], names=STEP_NAME.match)
     if rows.size == 0:
         empty = pd.DataFrame({c: [] for c in columns})
         empty.attrs["note"] = "no ProfilerStep annotations in the trace"
@@ -87,7 +88,7 @@ def steps(
             records.append(
                 {
                     "rank": int(r),
-                    "step": int(_STEP.match(names[trace.column("name")[row]]).group(1)),
+                    "step": int(STEP_NAME.match(names[trace.column("name")[row]]).group(1)),
                     "cpu_start": int(starts[k]),
                     "cpu_time": (ends[k] - starts[k]) / 1e3,
                     "gpu_start": int(ops.ts[idx].min()) if idx.size else -1,

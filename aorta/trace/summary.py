@@ -10,7 +10,7 @@ import pandas as pd
 if TYPE_CHECKING:
     from .model import Trace
 
-__all__ = ["summary", "summary_json", "summary_text"]
+__all__ = ["diff_json", "diff_text", "summary", "summary_json", "summary_text"]
 
 
 def summary(trace: Trace, *, top: int = 15) -> dict[str, pd.DataFrame]:
@@ -122,4 +122,72 @@ def summary_text(trace: Trace, tables: dict[str, pd.DataFrame]) -> str:
                 "{:.4g}".format,
             ):
                 lines.append(_shorten(frame).to_string(index=False))
+    return "\n".join(lines)
+
+
+def diff_json(table: pd.DataFrame, *, top: int | None = None) -> dict[str, Any]:
+    """A JSON-ready document of a :func:`aorta.trace.diff` table (its first ``top`` items).
+
+    Examples
+    --------
+    >>> from aorta.trace import diff
+    >>> from aorta.trace.testing import synthetic_trace
+    >>> t = synthetic_trace([("kernel", "k", 0, 10)])
+    >>> doc = diff_json(diff(t, t))
+    >>> doc["items"][0]["item"], doc["items"][0]["delta"], doc["units"]["delta"]
+    ('k', 0.0, 'us')
+    """
+    attrs = table.attrs
+    items = table if top is None else table.head(top)
+    return {
+        "by": attrs.get("by"),
+        "per_step": attrs.get("per_step"),
+        "ranks": attrs.get("ranks"),
+        "steps": attrs.get("steps"),
+        "total_delta": attrs.get("total_delta"),
+        "items_total": len(table),
+        "units": attrs.get("units", {}) | {"breakdown": "ms"},
+        "breakdown": _records(pd.DataFrame(attrs.get("breakdown", []))),
+        "items": [{**row, "raw_names": list(row["raw_names"])} for row in _records(items)],
+        "notes": list(attrs.get("notes", [])),
+    }
+
+
+def diff_text(table: pd.DataFrame, *, top: int = 15) -> str:
+    """Plain text of a :func:`aorta.trace.diff` table: the breakdown side by side, then the
+    ``top`` items with the largest differences.
+
+    Examples
+    --------
+    >>> from aorta.trace import diff
+    >>> from aorta.trace.testing import synthetic_trace
+    >>> a, b = synthetic_trace([("kernel", "k", 0, 10)]), synthetic_trace([("kernel", "k", 0, 30)])
+    >>> print(diff_text(diff(a, b)).splitlines()[0])
+    b - a: +20 us summed over 1 kernel (a: ranks [0], 0 steps; b: ranks [0], 0 steps)
+    """
+    attrs = table.attrs
+    by, ranks, steps = attrs.get("by", "item"), attrs.get("ranks", {}), attrs.get("steps", {})
+    per = " per step" if attrs.get("per_step") else ""
+    sides = "; ".join(f"{s}: ranks {ranks.get(s)}, {steps.get(s)} steps" for s in ("a", "b"))
+    lines = [
+        f"b - a: {attrs.get('total_delta', 0.0):+.6g} us{per} summed over {len(table)} "
+        f"{by}{'' if len(table) == 1 else 's'} ({sides})"
+    ]
+    lines += [f"note: {note}" for note in attrs.get("notes", [])]
+    fmt = ("display.width", 200, "display.max_columns", 40, "display.float_format", "{:.4g}".format)
+    breakdown = pd.DataFrame(attrs.get("breakdown", []))
+    if not breakdown.empty:
+        lines += ["", f"== time breakdown (ms{per}, mean over ranks)"]
+        with pd.option_context(*fmt):
+            lines.append(breakdown.to_string(index=False))
+    lines += [
+        "",
+        f"== {by}s, largest |delta| first (us; top {min(top, len(table))} of {len(table)})",
+    ]
+    shown = table.head(top).drop(columns=["raw_names"])
+    shown.insert(len(shown.columns), "raw", [len(n) for n in table["raw_names"].head(top)])
+    with pd.option_context(*fmt):
+        lines.append(
+            _shorten(shown).to_string(index=False) if len(shown) else "   nothing to compare"
+        )
     return "\n".join(lines)
