@@ -33,14 +33,8 @@ def one(nodes: int, output: Path) -> float:
     spec = LaunchSpec(argv=("-m", "this"), nproc_per_node=1)
     t = time.time()
     slurm.check_request(nodes=nodes, partition=None, time_limit="5")
-    job = slurm.SlurmJob.submit(
-        spec,
-        output=output,
-        run_id=new_run_id(),
-        srun_ranks=False,
-        nodes=nodes,
-        options=["--time=5"],
-    )
+    job = slurm.SlurmJob(output, new_run_id())
+    job.submit(spec, nodes=nodes, options=["--time=5"])
     try:
         result = job.follow(on_line=lambda n, s: None, emit=lambda s: None, timeout=120)
     except LaunchFailed as exc:

@@ -403,26 +403,25 @@ def _slurm_launch(
     """``--attach``: follow that job; inside an allocation: the srun step from here; else
     submit the batch job (``--dry-run``: print its script) and follow it (not ``--no-wait``)."""
     from aorta.launch import new_run_id
-    from aorta.launch.slurm import SCRIPT, SlurmJob, batch_script, check_request
+    from aorta.launch.slurm import SCRIPT, SlurmJob, check_request
 
-    run_id = new_run_id()
-    if spec is not None:
+    if spec is None:
+        job = SlurmJob.attach(str(attach), output=output)
+    else:
         if srun_ranks and not isinstance(spec.nproc_per_node or 1, int):
             raise UsageError("--srun-ranks needs a number for --nproc-per-node")
         check_request(nodes=nodes, partition=partition, time_limit=time_limit)
         if nodes is None and dry_run:
             raise UsageError("--dry-run with --slurm shows the sbatch script: give --nodes")
-    how = {"output": output, "run_id": run_id, "srun_ranks": srun_ranks}
-    with _sigterm_as_interrupt():
-        if spec is None:
-            job = SlurmJob.attach(str(attach), output=output)
-        elif nodes is None:
-            job = SlurmJob.start(spec, **how, emit=printer.event)
-        elif dry_run:
-            print(batch_script(spec, **how, nodes=nodes, options=options), end="")
+        job = SlurmJob(output, new_run_id(), srun_ranks=srun_ranks)
+        if nodes is not None and dry_run:
+            print(job.script(spec, nodes=nodes, options=options), end="")
             return ExitCode.OK
-        else:
-            job = SlurmJob.submit(spec, **how, nodes=nodes, options=options)
+    with _sigterm_as_interrupt():
+        if spec is not None and nodes is None:
+            job.start(spec, emit=printer.event)
+        elif spec is not None:
+            job.submit(spec, nodes=nodes, options=options)
             printer.event(f"submitted job {job.job_id} (script {job.staging / SCRIPT})")
             if no_wait:
                 print(job.job_id)

@@ -1,17 +1,6 @@
 """``launch``: setup on every node, the run, teardown, gathering — in that order, whatever
 fails, each wait bounded by a :class:`~aorta.launch.outcome.Deadlines` field; ``dry_run``: the
 setup checks only. The first node to exit non-zero gets the others stopped (kill-on-bad-exit).
-
->>> import time
->>> def work(key, cancel):
-...     if key == "slow":
-...         time.sleep(5)
-...     if key == "bad":
-...         raise ValueError("no")
-...     return key.upper()
->>> out = run_parallel(["a", "bad", "slow"], work, timeout=0.3)
->>> out["a"], type(out["bad"]).__name__, type(out["slow"]).__name__
-('A', 'ValueError', 'TimedOut')
 """
 
 from __future__ import annotations

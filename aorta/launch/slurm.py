@@ -39,7 +39,7 @@ from .command import ENV_FILE, LaunchSpec, NodePath, env_script, node_env, run_c
 from .gather import finalize, node_folder, staging_dir, write_record
 from .outcome import LaunchFailed, LaunchResult, NodeOutcome
 
-__all__ = ["FINAL_STATES", "SCRIPT", "SlurmJob", "batch_script", "check_request", "run_in_job"]
+__all__ = ["FINAL_STATES", "SCRIPT", "SlurmJob", "check_request", "run_in_job"]
 
 #: Job states after which nothing of the job runs any more.
 FINAL_STATES = frozenset(
@@ -90,10 +90,6 @@ def check_request(*, nodes: int | None, partition: str | None, time_limit: str |
         raise UsageError(f"--nodes {nodes}: partition {part!r} has only {size} node(s)")
 
 
-def _tasks(spec: LaunchSpec, srun_ranks: bool) -> int:
-    return int(spec.nproc_per_node or 1) if srun_ranks else 1
-
-
 def _note(staging: Path, **fields: Any) -> dict[str, Any]:
     """``slurm.json`` (the run id, the spec, the job id, the hosts...), ``fields`` added."""
     path = staging / JOB_FILE
@@ -106,24 +102,6 @@ def _note(staging: Path, **fields: Any) -> dict[str, Any]:
 def _drop_env(staging: Path) -> None:
     for path in staging.glob(f"slurm/node_*/{ENV_FILE}"):  # the step is over: no task reads it
         path.unlink(missing_ok=True)
-
-
-def _prepare(spec: LaunchSpec, *, staging: Path, run_id: str, nodes: int, ranks: bool) -> None:
-    """Each node's folder with the shipped files and ``env.sh``; ``slurm.json`` with the spec."""
-    for k in range(nodes):
-        ndir = staging / "slurm" / f"node_{k}"
-        (ndir / "out").mkdir(parents=True)
-        node_folder(staging, k).mkdir(parents=True)
-        for name, data in spec.files.items():
-            (ndir / name).write_bytes(data)
-        (ndir / ENV_FILE).touch(mode=0o600)  # values never in a command line or a readable file
-        env = node_env(Node(k, "-"), spec, run_id=run_id, node_dir=str(ndir))
-        (ndir / ENV_FILE).write_bytes(env_script(env))
-    saved = asdict(
-        replace(spec, env=redact_env(spec.env, scrub_keys=spec.scrub_env_keys), files={})
-    )
-    tasks = _tasks(spec, ranks)
-    _note(staging, run_id=run_id, nodes=nodes, tasks=tasks, ranks=ranks, spec=saved, t0=time.time())
 
 
 def _start_step(staging: Path, emit: EventSink) -> subprocess.Popen[bytes]:
@@ -184,24 +162,6 @@ def _outcome(node: Node, ndir: Path, state: str, meta: dict[str, Any]) -> NodeOu
     return out
 
 
-def batch_script(
-    spec: LaunchSpec,
-    *,
-    output: Path,
-    run_id: str,
-    srun_ranks: bool,
-    nodes: int,
-    options: Sequence[str],
-) -> str:
-    """The batch script (what ``--dry-run`` prints): the ``#SBATCH`` options, then ``aorta
-    launch --slurm --in-job <staging>`` (:func:`run_in_job`)."""
-    staging, tasks = staging_dir(output, run_id).resolve(), _tasks(spec, srun_ranks)
-    head = [f"--job-name=aorta-{run_id}", f"--nodes={nodes}", f"--ntasks-per-node={tasks}"]
-    head += [*options, f"--output={staging}/slurm-%j.out"]
-    step = [sys.executable, "-m", "aorta", "launch", "--slurm", "--in-job", str(staging)]
-    return sbatch_script(head, step, run_id=run_id, cwd=os.getcwd())
-
-
 def run_in_job(staging: Path, emit: EventSink) -> int:
     """The batch script's step: the srun step, then ``env.sh`` removed; srun's exit code."""
     code = _start_step(staging, emit).wait()
@@ -210,61 +170,70 @@ def run_in_job(staging: Path, emit: EventSink) -> int:
 
 
 class SlurmJob:
-    """One launch through Slurm, known by its staging folder: the srun step this process
-    started inside an allocation (:meth:`start`), or a batch job (:meth:`submit`,
-    :meth:`attach`). :meth:`follow` streams its queue state and every node's output to its end
-    and returns the per-node outcomes; Ctrl-C or SIGTERM stops it (srun, else ``scancel``)."""
+    """One launch through Slurm, known by its staging folder under ``output``; building one is
+    free. Inside an allocation :meth:`start` runs the srun step from here; from a login node
+    :meth:`submit` sbatches a job that runs it (:meth:`attach` finds one submitted earlier).
+    :meth:`follow` streams the queue state and every node's output to the end and returns the
+    per-node outcomes; Ctrl-C or SIGTERM stops the step (``scancel`` a job) first."""
 
-    def __init__(self, staging: Path, step: subprocess.Popen[bytes] | None = None) -> None:
-        self.staging, self.step = staging, step
-        #: The batch job's id (``None`` for a step started here).
-        self.job_id: str | None = _note(staging).get("job_id")
+    def __init__(self, output: Path, run_id: str, *, srun_ranks: bool = False) -> None:
+        self.staging, self.run_id = staging_dir(output, run_id).resolve(), run_id
+        self.srun_ranks = srun_ranks
+        self.step: subprocess.Popen[bytes] | None = None  # the srun step started here
+        #: The batch job's id, once submitted.
+        self.job_id: str | None = _note(self.staging).get("job_id")
         self.info: dict[str, str] | None = None  # scontrol's last record of the job
         self.seen, self.pos = "", dict[Path, int]()
         self.on_line: LineSink = lambda node, text: None
         self.emit: EventSink = lambda text: None
 
     @classmethod
-    def start(
-        cls, spec: LaunchSpec, *, output: Path, run_id: str, srun_ranks: bool, emit: EventSink
-    ) -> SlurmJob:
-        """Inside an allocation: prepare every node's folder and start the srun step here."""
-        staging, nodes = (
-            staging_dir(output, run_id).resolve(),
-            int(os.environ["SLURM_JOB_NUM_NODES"]),
-        )
-        _prepare(spec, staging=staging, run_id=run_id, nodes=nodes, ranks=srun_ranks)
-        return cls(staging, _start_step(staging, emit))
-
-    @classmethod
-    def submit(
-        cls,
-        spec: LaunchSpec,
-        *,
-        output: Path,
-        run_id: str,
-        srun_ranks: bool,
-        nodes: int,
-        options: Sequence[str],
-    ) -> SlurmJob:
-        """Prepare every node's folder, write :data:`SCRIPT` (:func:`batch_script`), sbatch it."""
-        staging = staging_dir(output, run_id).resolve()
-        script = batch_script(
-            spec, output=output, run_id=run_id, srun_ranks=srun_ranks, nodes=nodes, options=options
-        )
-        _prepare(spec, staging=staging, run_id=run_id, nodes=nodes, ranks=srun_ranks)
-        (staging / SCRIPT).write_text(script)
-        job = _slurm("sbatch", "--parsable", str(staging / SCRIPT)).strip().split(";")[0]
-        _note(staging, job_id=job)
-        return cls(staging)
-
-    @classmethod
     def attach(cls, job_id: str, *, output: Path) -> SlurmJob:
-        """The job ``job_id`` submitted earlier with ``output`` (``--attach``)."""
+        """The job ``job_id`` submitted earlier under ``output`` (``--attach``)."""
         for path in Path(output).glob(f".aorta-launch-*/{JOB_FILE}"):
             if json.loads(path.read_text()).get("job_id") == job_id:
-                return cls(path.parent.resolve())
+                return cls(output, path.parent.name.removeprefix(".aorta-launch-"))
         raise UsageError(f"--attach {job_id}: no pending launch of that job under {output}")
+
+    def script(self, spec: LaunchSpec, *, nodes: int, options: Sequence[str]) -> str:
+        """The batch script (``--dry-run`` prints it): the ``#SBATCH`` options, then ``aorta
+        launch --slurm --in-job <staging>`` (:func:`run_in_job`)."""
+        tasks = int(spec.nproc_per_node or 1) if self.srun_ranks else 1
+        head = [f"--job-name=aorta-{self.run_id}", f"--nodes={nodes}", f"--ntasks-per-node={tasks}"]
+        head += [*options, f"--output={self.staging}/slurm-%j.out"]
+        step = [sys.executable, "-m", "aorta", "launch", "--slurm", "--in-job", str(self.staging)]
+        return sbatch_script(head, step, run_id=self.run_id, cwd=os.getcwd())
+
+    def submit(self, spec: LaunchSpec, *, nodes: int, options: Sequence[str]) -> str:
+        """Prepare every node's folder, write :data:`SCRIPT` and sbatch it; the job id."""
+        self._prepare(spec, nodes)
+        (self.staging / SCRIPT).write_text(self.script(spec, nodes=nodes, options=options))
+        job = _slurm("sbatch", "--parsable", str(self.staging / SCRIPT)).strip().split(";")[0]
+        self.job_id = _note(self.staging, job_id=job)["job_id"]
+        return job
+
+    def start(self, spec: LaunchSpec, *, emit: EventSink) -> None:
+        """Inside an allocation: prepare every node's folder and start the srun step here."""
+        self._prepare(spec, int(os.environ["SLURM_JOB_NUM_NODES"]))
+        self.step = _start_step(self.staging, emit)
+        self.job_id = os.environ["SLURM_JOB_ID"]
+
+    def _prepare(self, spec: LaunchSpec, nodes: int) -> None:
+        """Each node's folder with the shipped files and ``env.sh``; ``slurm.json``, the spec."""
+        for k in range(nodes):
+            ndir = self.staging / "slurm" / f"node_{k}"
+            (ndir / "out").mkdir(parents=True)
+            node_folder(self.staging, k).mkdir(parents=True)
+            for name, data in spec.files.items():
+                (ndir / name).write_bytes(data)
+            (ndir / ENV_FILE).touch(mode=0o600)  # values never in a command line or readable
+            env = node_env(Node(k, "-"), spec, run_id=self.run_id, node_dir=str(ndir))
+            (ndir / ENV_FILE).write_bytes(env_script(env))
+        redacted = redact_env(spec.env, scrub_keys=spec.scrub_env_keys)
+        saved = asdict(replace(spec, env=redacted, files={}))
+        tasks = int(spec.nproc_per_node or 1) if self.srun_ranks else 1
+        meta = {"run_id": self.run_id, "nodes": nodes, "tasks": tasks, "ranks": self.srun_ranks}
+        _note(self.staging, **meta, spec=saved, t0=time.time())
 
     def follow(
         self, *, on_line: LineSink, emit: EventSink, timeout: float, poll: float = 1.0
