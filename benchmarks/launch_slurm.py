@@ -33,18 +33,10 @@ def one(nodes: int, output: Path) -> float:
     spec = LaunchSpec(argv=("-m", "this"), nproc_per_node=1)
     t = time.time()
     slurm.check_request(nodes=nodes, partition=None, time_limit="5")
-    job, _ = slurm.submit(
-        spec,
-        output=output,
-        run_id=new_run_id(),
-        srun_ranks=False,
-        nodes=nodes,
-        options=["--time=5"],
-    )
+    job = slurm.SlurmJob(output, new_run_id())
+    job.submit(spec, nodes=nodes, options=["--time=5"])
     try:
-        result = slurm.follow(
-            str(job), output=output, on_line=lambda n, s: None, emit=lambda s: None, timeout=120
-        )
+        result = job.follow(on_line=lambda n, s: None, emit=lambda s: None, timeout=120)
     except LaunchFailed as exc:
         raise SystemExit(f"launch failed: {exc}") from None
     record = json.loads((result.run_dir / "launch.json").read_text())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import getpass
 import json
 from pathlib import Path
@@ -14,11 +15,12 @@ from aorta.errors import ExitCode, UsageError
 from aorta.launch import (
     Cluster,
     ClusterError,
-    SshOptions,
+    SshSession,
     load_cluster,
     parse_hostfile,
     ssh_sessions,
 )
+from aorta.launch.ssh import connection
 
 
 def _cvs(**extra: Any) -> dict[str, Any]:
@@ -273,16 +275,15 @@ def test_ssh_options_carry_the_key_port_and_policy_everywhere() -> None:
         },
         check_files=False,
     )
-    options = SshOptions.for_node(c, c.head)
-    assert options.keepalive == 7  # SshSession sets it on the transport once connected
-    conn = options.connection()  # nothing connects yet
+    assert c.keepalive == 7  # SshSession sets it on the transport once connected
+    conn = connection(c, c.head)  # nothing connects yet
     assert (conn.host, conn.port, conn.user, conn.connect_timeout) == ("10.0.0.1", 2201, "ops", 3)
     assert conn.connect_kwargs["key_filename"] == ["/keys/id"]
     assert conn.connect_kwargs["look_for_keys"] is False  # the key is the only one tried
     assert conn.connect_kwargs["auth_timeout"] == conn.connect_kwargs["banner_timeout"] == 2.5
     assert isinstance(conn.client._policy, paramiko.AutoAddPolicy)  # host_key_checking: no
     assert not conn.is_connected
-    strict = SshOptions(host="h", host_key_checking="yes").connection()
+    strict = connection(dataclasses.replace(c, host_key_checking="yes"), c.head)
     assert isinstance(strict.client._policy, paramiko.RejectPolicy)
 
 
@@ -291,8 +292,8 @@ def test_a_password_reaches_paramiko_and_nothing_else() -> None:
     c = Cluster.from_dict({"node_dict": {"h": {}}, "password": " pw "})
     assert c.warnings == ()
     assert c.password == " pw "  # as written
-    assert "pw" not in repr(c) and "pw" not in repr(SshOptions.for_node(c, c.head))
-    kwargs = SshOptions.for_node(c, c.head).connection().connect_kwargs
+    assert "pw" not in repr(c) and "pw" not in repr(SshSession(c.head, c).connection())
+    kwargs = SshSession(c.head, c).connection().connect_kwargs
     assert kwargs["password"] == " pw " and kwargs["allow_agent"] is False
 
 
@@ -303,6 +304,6 @@ def test_one_ssh_config_per_launch(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     config.write_text("Host gpu-*\n  User from-config\n  Port 2200\n")
     sessions = ssh_sessions(Cluster.from_dict({"node_dict": {"gpu-1": {}, "gpu-2": {}}}))
     config.write_text("Host gpu-*\n  User changed\n")  # read once: no connection re-reads it
-    conns = [s.options.connection() for s in sessions.values() for _ in range(2)]
+    conns = [s.connection() for s in sessions.values() for _ in range(2)]
     assert {(conn.user, conn.port) for conn in conns} == {("from-config", 2200)}
-    assert sessions["node0"].options.config is sessions["node1"].options.config
+    assert sessions["node0"].config is sessions["node1"].config

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from aorta.cli.launch import sweep_spec
 from aorta.errors import UsageError
 from aorta.launch import (
     Cluster,
@@ -25,7 +26,6 @@ from aorta.launch import (
     env_diff,
     launch,
     run_command,
-    sweep_spec,
 )
 from aorta.launch.command import ENV_FILE, STARTED_MARKER, env_script, kill_command, setup_command
 from aorta.launch.gather import finalize, is_artifact, node_folder, staging_dir

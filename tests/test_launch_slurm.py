@@ -26,7 +26,7 @@ import pytest
 from aorta.cli import main
 from aorta.errors import ExitCode
 from aorta.launch import LaunchFailed, LaunchSpec, new_run_id
-from aorta.launch import slurm as slurm_launch
+from aorta.launch.slurm import SCRIPT, SlurmJob
 from tests.slurm import SlurmCluster, slurm_missing
 from tests.sshd import REPO, VENV_PYTHON, wait_gone
 
@@ -219,13 +219,10 @@ def test_srun_ranks_one_task_per_rank(slurm: SlurmCluster) -> None:
 def test_a_node_exiting_1_fails_the_job_and_is_named(slurm: SlurmCluster, tmp_path: Path) -> None:
     spec = LaunchSpec(argv=("sh", "-c", FAIL_ON_1), torchrun=False)
     run_id, lines = new_run_id(), []
-    job, _ = slurm_launch.submit(
-        spec, output=tmp_path / "out", run_id=run_id, srun_ranks=False, nodes=2, options=[]
-    )
+    job = SlurmJob(tmp_path / "out", run_id)
+    job.submit(spec, nodes=2, options=[])
     with pytest.raises(LaunchFailed) as failed:
-        slurm_launch.follow(
-            str(job),
-            output=tmp_path / "out",
+        job.follow(
             on_line=lambda n, t: lines.append(f"[{n.label}] {t}"),
             emit=lines.append,
             timeout=120,
@@ -261,17 +258,15 @@ def test_environment_values_stay_out_of_command_lines(slurm: SlurmCluster, tmp_p
         env={"MY_API_TOKEN": SECRET},
     )
     run_id, lines, found, stop = new_run_id(), [], set(), threading.Event()
-    job, script = slurm_launch.submit(
-        spec, output=tmp_path / "out", run_id=run_id, srun_ranks=False, nodes=2, options=[]
-    )
+    job = SlurmJob(tmp_path / "out", run_id)
+    job.submit(spec, nodes=2, options=[])
+    script = (job.staging / SCRIPT).read_text()
     env_files = list(tmp_path.glob("out/.aorta-launch-*/slurm/node_*/env.sh"))
     assert len(env_files) == 2 and {p.stat().st_mode & 0o777 for p in env_files} == {0o600}
     scanner = threading.Thread(target=_scan_cmdlines, args=(SECRET.encode(), stop, found))
     scanner.start()
     try:
-        result = slurm_launch.follow(
-            str(job),
-            output=tmp_path / "out",
+        result = job.follow(
             on_line=lambda n, t: lines.append(f"[{n.label}] {t}"),
             emit=lines.append,
             timeout=120,

@@ -26,7 +26,6 @@ from aorta.launch import (
     Cluster,
     LaunchFailed,
     LaunchSpec,
-    SshOptions,
     SshSession,
     dry_run,
     launch,
@@ -367,7 +366,7 @@ def test_dry_run_checks_every_node_and_starts_nothing(cluster: Cluster, farm: Ss
         cluster, LaunchSpec(argv=worker("allreduce"), requires=("torch", "aorta")), deadlines=FAST
     )
 
-    assert report.ok
+    assert report.status == "complete"
     assert report.master_port and report.master_addr == "127.0.0.2"
     for rank, name in enumerate(("node0", "node1")):
         assert report.outcomes[name].snapshot["aorta"]
@@ -389,7 +388,8 @@ def test_a_session_streams_lines_and_says_why_a_login_failed(
         with pytest.raises(RemoteTimeout):
             session.exec("sleep 30", timeout=0.5)
         assert session.exec("echo again", timeout=20).stdout == "again"  # still usable
-    refused = SshSession(cluster.head, SshOptions(host="127.0.0.2", port=1, connect_timeout=2))
+    far = Cluster.from_dict({"node_dict": {"127.0.0.2": {"port": 1}}, "connect_timeout": 2})
+    refused = SshSession(far.head, far)
     with pytest.raises(Unreachable, match="connection refused"):
         refused.exec("true", timeout=5)
 

@@ -8,8 +8,7 @@ import sys
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from types import ModuleType
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -18,17 +17,71 @@ from aorta.errors import AortaError, ExitCode, UsageError
 
 if TYPE_CHECKING:
     from aorta.launch import Cluster, Deadlines, LaunchSpec, Node
+    from aorta.launch.cluster import NprocPerNode as Nproc
 
 CONTEXT = {"allow_interspersed_args": False}
 
 
-def _nproc(value: str | None) -> int | str | None:
+def _nproc(value: str | None) -> Nproc | None:
     from aorta.launch import parse_nproc
 
     try:
         return None if value is None else parse_nproc(value)
     except ValueError as exc:
         raise UsageError(f"--nproc-per-node: {exc}") from None
+
+
+def sweep_spec(
+    recipe: str | Path,
+    *,
+    command: Sequence[str] = (),
+    overrides: Sequence[str] = (),
+    nproc_per_node: Nproc | None = None,
+    master_addr: str | None = None,
+    master_port: int | None = None,
+    ticket: str | None = None,
+) -> LaunchSpec:
+    """``aorta sweep run --recipe R [-- command]`` under torchrun, the recipe shipped to every
+    node (its ``redaction.scrub_env_keys`` redact the nodes' ``host_env.json``): what both
+    backends launch. Raises :class:`~aorta.errors.UsageError` for an unreadable recipe or
+    overrides without a command.
+
+    >>> import pathlib, tempfile
+    >>> recipe = pathlib.Path(tempfile.mkdtemp()) / "probe.yaml"
+    >>> _ = recipe.write_text("mode: probe\\nmitigation_axis: [none]\\n")
+    >>> spec = sweep_spec(recipe, command=["python", "train.py"], overrides=["lr=0.1"])
+    >>> spec.argv[:4], spec.argv[-3:], spec.overrides
+    (('-m', 'aorta', 'sweep', 'run'), ('--', 'python', 'train.py'), ('lr=0.1',))
+    """
+    import yaml
+
+    from aorta.launch import LaunchSpec, NodePath
+
+    path = Path(recipe)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read the recipe: {exc.strerror or exc}") from None
+    if overrides and not command:
+        raise UsageError("--override needs a training command after '--' to pass the overrides to")
+    name = "recipe" + (path.suffix if path.suffix in (".yaml", ".yml", ".json") else ".yaml")
+    argv = ["-m", "aorta", "sweep", "run", "--recipe", NodePath(name), "--output", NodePath("out")]
+    argv += [*(["--ticket", ticket] if ticket else []), *(["--", *command] if command else [])]
+    try:  # only this key is read here: the node's sweep validates the whole recipe
+        keys = yaml.safe_load(data)["redaction"]["scrub_env_keys"]
+    except (yaml.YAMLError, KeyError, TypeError):
+        keys = []
+    keys = keys if isinstance(keys, list) else []
+    return LaunchSpec(
+        argv=tuple(argv),
+        nproc_per_node=nproc_per_node,
+        overrides=tuple(overrides),
+        files={name: data},
+        requires=("torch", "aorta"),
+        master_addr=master_addr,
+        master_port=master_port,
+        scrub_env_keys=tuple(k for k in keys if isinstance(k, str)),
+    )
 
 
 class _Printer:
@@ -255,22 +308,16 @@ def launch(
 ) -> int:
     """Run a recipe's sweep on every node of a cluster (torchrun, rendezvous on the head) and
     gather the results into one run directory."""
-    from aorta.launch import Deadlines, load_cluster, sweep_spec
-    from aorta.launch import slurm as backend
+    from aorta.launch import Deadlines, load_cluster
 
     printer = _Printer(quiet=quiet)
-    if slurm and (in_job or attach):
-        return _slurm_follow(
-            backend,
-            in_job=in_job,
-            attach=attach,
-            output=output,
-            run_timeout=run_timeout,
-            printer=printer,
-        )
-    if recipe is None:
+    if slurm and in_job is not None:
+        from aorta.launch.slurm import run_in_job
+
+        return run_in_job(in_job, printer.event)
+    if recipe is None and not (slurm and attach):
         raise UsageError("give --recipe FILE (the recipe every node sweeps)")
-    spec = sweep_spec(
+    spec = recipe and sweep_spec(
         recipe,
         command=command or (),
         overrides=override or (),
@@ -280,20 +327,24 @@ def launch(
         ticket=ticket,
     )
     if slurm:
-        sbatch = _sbatch_options(partition, time, gpus_per_node, account, sbatch_arg or ())
+        named = {"partition": partition, "time": time, "gpus-per-node": gpus_per_node}
+        named["account"] = account
+        options = [f"--{k}={v}" for k, v in named.items() if v is not None]
         return _slurm_launch(
-            backend,
-            spec,
-            run_id=backend.new_run_id(),
+            spec if attach is None else None,
             nodes=nodes,
-            sbatch=sbatch,
+            partition=partition,
+            time_limit=time,
+            options=[*options, *(sbatch_arg or ())],
             output=output,
             srun_ranks=srun_ranks,
             dry_run=dry_run,
             no_wait=no_wait,
+            attach=attach,
             run_timeout=run_timeout,
             printer=printer,
         )
+    assert spec is not None
     the_cluster = load_cluster(cluster)
     for warning in the_cluster.warnings:
         printer.event(f"warning: {cluster}: {warning}")
@@ -309,7 +360,7 @@ def _dry_run(cluster: Cluster, spec: LaunchSpec, *, deadlines: Deadlines) -> int
 
     report = dry_run(cluster, spec, deadlines=deadlines)
     print("\n".join(dry_run_lines(report)))
-    if not report.ok:
+    if report.status != "complete":
         bad = [o.describe() for o in report.outcomes.values() if o.status != "ok"]
         raise AortaError(f"dry run: {len(bad)} node(s) not ready: {'; '.join(bad)}")
     return ExitCode.OK
@@ -334,91 +385,47 @@ def _launch(
     return ExitCode.OK
 
 
-def _sbatch_options(
-    partition: str | None,
-    time: str | None,
-    gpus: int | None,
-    account: str | None,
-    extra: Sequence[str],
-) -> dict[str, Any]:
-    named = {"partition": partition, "time": time, "gpus-per-node": gpus, "account": account}
-    options = [f"--{k}={v}" for k, v in named.items() if v is not None] + list(extra)
-    return {"partition": partition, "time_limit": time, "options": options}
-
-
 def _slurm_launch(
-    slurm: ModuleType,
-    spec: LaunchSpec,
+    spec: LaunchSpec | None,
     *,
-    run_id: str,
     nodes: int | None,
-    sbatch: dict[str, Any],
+    partition: str | None,
+    time_limit: str | None,
+    options: Sequence[str],
     output: Path,
     srun_ranks: bool,
     dry_run: bool,
     no_wait: bool,
-    run_timeout: float,
-    printer: _Printer,
-) -> int:
-    if srun_ranks and not isinstance(spec.nproc_per_node or 1, int):
-        raise UsageError("--srun-ranks needs a number for --nproc-per-node")
-    slurm.check_request(nodes=nodes, partition=sbatch["partition"], time_limit=sbatch["time_limit"])
-    if nodes is None:  # inside an allocation: srun from here
-        if dry_run:
-            raise UsageError("--dry-run with --slurm shows the sbatch script: give --nodes")
-        with _sigterm_as_interrupt():
-            result = slurm.run_inside(
-                spec,
-                output=output,
-                run_id=run_id,
-                srun_ranks=srun_ranks,
-                on_line=printer.line,
-                emit=printer.event,
-                timeout=run_timeout,
-            )
-        print(f"Wrote results of {len(result.outcomes)} node(s) to {result.run_dir}")
-        return ExitCode.OK
-    job, script = slurm.submit(
-        spec,
-        output=output,
-        run_id=run_id,
-        srun_ranks=srun_ranks,
-        nodes=nodes,
-        options=sbatch["options"],
-        dry_run=dry_run,
-    )
-    if job is None:
-        print(script, end="")
-        return ExitCode.OK
-    printer.event(
-        f"submitted job {job} (script {slurm.staging_dir(output, run_id) / slurm.SCRIPT})"
-    )
-    if no_wait:
-        print(job)
-        return ExitCode.OK
-    return _slurm_follow(
-        slurm, in_job=None, attach=job, output=output, run_timeout=run_timeout, printer=printer
-    )
-
-
-def _slurm_follow(
-    slurm: ModuleType,
-    *,
-    in_job: Path | None,
     attach: str | None,
-    output: Path,
     run_timeout: float,
     printer: _Printer,
 ) -> int:
-    if in_job is not None:
-        return slurm.run_in_job(in_job, emit=printer.event)
+    """``--attach``: follow that job; inside an allocation: the srun step from here; else
+    submit the batch job (``--dry-run``: print its script) and follow it (not ``--no-wait``)."""
+    from aorta.launch import new_run_id
+    from aorta.launch.slurm import SCRIPT, SlurmJob, check_request
+
+    if spec is None:
+        job = SlurmJob.attach(str(attach), output=output)
+    else:
+        if srun_ranks and not isinstance(spec.nproc_per_node or 1, int):
+            raise UsageError("--srun-ranks needs a number for --nproc-per-node")
+        check_request(nodes=nodes, partition=partition, time_limit=time_limit)
+        if nodes is None and dry_run:
+            raise UsageError("--dry-run with --slurm shows the sbatch script: give --nodes")
+        job = SlurmJob(output, new_run_id(), srun_ranks=srun_ranks)
+        if nodes is not None and dry_run:
+            print(job.script(spec, nodes=nodes, options=options), end="")
+            return ExitCode.OK
     with _sigterm_as_interrupt():
-        result = slurm.follow(
-            str(attach),
-            output=output,
-            on_line=printer.line,
-            emit=printer.event,
-            timeout=run_timeout,
-        )
+        if spec is not None and nodes is None:
+            job.start(spec, emit=printer.event)
+        elif spec is not None:
+            job.submit(spec, nodes=nodes, options=options)
+            printer.event(f"submitted job {job.job_id} (script {job.staging / SCRIPT})")
+            if no_wait:
+                print(job.job_id)
+                return ExitCode.OK
+        result = job.follow(on_line=printer.line, emit=printer.event, timeout=run_timeout)
     print(f"Wrote results of {len(result.outcomes)} node(s) to {result.run_dir}")
     return ExitCode.OK

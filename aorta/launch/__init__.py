@@ -13,15 +13,14 @@ the cross-node :func:`env_diff`), :mod:`~.gather` (``combined_traces/node_<rank>
 
 from .cluster import Cluster, ClusterError, Node, load_cluster, parse_hostfile, parse_nproc
 from .command import LaunchSpec, NodeCommand, NodePath, run_command
-from .launcher import DryRun, dry_run, launch, new_run_id, sweep_spec
+from .launcher import dry_run, launch, new_run_id
 from .outcome import Deadlines, LaunchFailed, LaunchResult, NodeOutcome, env_diff
-from .ssh import RemoteError, SshOptions, SshSession, ssh_sessions
+from .ssh import RemoteError, SshSession, ssh_sessions
 
 __all__ = [
     "Cluster",
     "ClusterError",
     "Deadlines",
-    "DryRun",
     "LaunchFailed",
     "LaunchResult",
     "LaunchSpec",
@@ -30,7 +29,6 @@ __all__ = [
     "NodeOutcome",
     "NodePath",
     "RemoteError",
-    "SshOptions",
     "SshSession",
     "dry_run",
     "env_diff",
@@ -41,5 +39,4 @@ __all__ = [
     "parse_nproc",
     "run_command",
     "ssh_sessions",
-    "sweep_spec",
 ]

@@ -12,13 +12,19 @@ logs stay under ``node_0``), else ``<output>/_launch_/<run id>``.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from aorta.errors import AortaError
+from aorta.store.rundir import LAUNCH_JSON, atomic_write
 
-__all__ = ["COMBINED", "finalize", "is_artifact", "node_folder", "staging_dir"]
+if TYPE_CHECKING:
+    from .outcome import LaunchResult
+
+__all__ = ["COMBINED", "finalize", "is_artifact", "node_folder", "staging_dir", "write_record"]
 
 COMBINED = "combined_traces"
 NO_RUN_DIR = "_launch_"
@@ -107,3 +113,13 @@ def finalize(staging: Path, output: str | Path, run_id: str) -> Path:
         _link_tree(head_copy, target)
         _keep_only_artifacts(head_copy)
     return target
+
+
+def write_record(result: LaunchResult, **extra: Any) -> None:
+    """Point every outcome at its ``launch.log`` in ``result.run_dir`` and write the launch's
+    record there: :meth:`~aorta.launch.LaunchResult.to_dict` plus ``extra`` keys."""
+    assert result.run_dir is not None
+    for out in result.outcomes.values():
+        out.log = node_folder(result.run_dir, out.node.rank) / "launch.log"
+    text = json.dumps({**result.to_dict(), **extra}, indent=1, default=str) + "\n"
+    atomic_write(result.run_dir / LAUNCH_JSON, text)

@@ -1,17 +1,6 @@
 """``launch``: setup on every node, the run, teardown, gathering — in that order, whatever
 fails, each wait bounded by a :class:`~aorta.launch.outcome.Deadlines` field; ``dry_run``: the
 setup checks only. The first node to exit non-zero gets the others stopped (kill-on-bad-exit).
-
->>> import time
->>> def work(key, cancel):
-...     if key == "slow":
-...         time.sleep(5)
-...     if key == "bad":
-...         raise ValueError("no")
-...     return key.upper()
->>> out = run_parallel(["a", "bad", "slow"], work, timeout=0.3)
->>> out["a"], type(out["bad"]).__name__, type(out["slow"]).__name__
-('A', 'ValueError', 'TimedOut')
 """
 
 from __future__ import annotations
@@ -24,23 +13,20 @@ import queue
 import secrets
 import threading
 import time
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Hashable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
-import yaml
-
-from aorta.errors import AortaError, UsageError
+from aorta.errors import AortaError
 from aorta.report.launch import describe_kill, last_words
 from aorta.store.rundir import atomic_write
 
-from .cluster import Cluster, Node, NprocPerNode
+from .cluster import Cluster, Node
 from .command import (
     STARTED_MARKER,
     LaunchSpec,
     NodeCommand,
-    NodePath,
     env_file_command,
     env_script,
     kill_command,
@@ -49,11 +35,11 @@ from .command import (
     run_command,
     setup_command,
 )
-from .gather import finalize, node_folder, staging_dir
+from .gather import finalize, node_folder, staging_dir, write_record
 from .outcome import Deadlines, LaunchFailed, LaunchResult, NodeOutcome, env_diff
 from .ssh import NodeSession, RemoteError, Unreachable, ssh_sessions
 
-__all__ = ["DryRun", "TimedOut", "dry_run", "launch", "new_run_id", "run_parallel", "sweep_spec"]
+__all__ = ["TimedOut", "dry_run", "launch", "new_run_id", "run_parallel"]
 
 K = TypeVar("K", bound=Hashable)
 SessionFactory = Callable[[Cluster], Mapping[str, NodeSession]]
@@ -122,54 +108,6 @@ def new_run_id(now: _dt.datetime | None = None) -> str:
     return f"{stamp}-{secrets.token_hex(3)}"
 
 
-def sweep_spec(
-    recipe: str | Path,
-    *,
-    command: Sequence[str] = (),
-    overrides: Sequence[str] = (),
-    nproc_per_node: NprocPerNode | None = None,
-    master_addr: str | None = None,
-    master_port: int | None = None,
-    ticket: str | None = None,
-) -> LaunchSpec:
-    """``aorta sweep run --recipe R [-- command]`` under torchrun, the recipe shipped to every
-    node (its ``redaction.scrub_env_keys`` redact the nodes' ``host_env.json``); raises
-    :class:`~aorta.errors.UsageError` for an unreadable recipe or overrides without a command.
-
-    >>> import pathlib, tempfile
-    >>> recipe = pathlib.Path(tempfile.mkdtemp()) / "probe.yaml"
-    >>> _ = recipe.write_text("mode: probe\\nmitigation_axis: [none]\\n")
-    >>> spec = sweep_spec(recipe, command=["python", "train.py"], overrides=["lr=0.1"])
-    >>> spec.argv[:4], spec.argv[-3:], spec.overrides
-    (('-m', 'aorta', 'sweep', 'run'), ('--', 'python', 'train.py'), ('lr=0.1',))
-    """
-    path = Path(recipe)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read the recipe: {exc.strerror or exc}") from None
-    if overrides and not command:
-        raise UsageError("--override needs a training command after '--' to pass the overrides to")
-    name = "recipe" + (path.suffix if path.suffix in (".yaml", ".yml", ".json") else ".yaml")
-    argv = ["-m", "aorta", "sweep", "run", "--recipe", NodePath(name), "--output", NodePath("out")]
-    argv += [*(["--ticket", ticket] if ticket else []), *(["--", *command] if command else [])]
-    try:  # only this key is read here: the node's sweep validates the whole recipe
-        keys = yaml.safe_load(data)["redaction"]["scrub_env_keys"]
-    except (yaml.YAMLError, KeyError, TypeError):
-        keys = []
-    keys = keys if isinstance(keys, list) else []
-    return LaunchSpec(
-        argv=tuple(argv),
-        nproc_per_node=nproc_per_node,
-        overrides=tuple(overrides),
-        files={name: data},
-        requires=("torch", "aorta"),
-        master_addr=master_addr,
-        master_port=master_port,
-        scrub_env_keys=tuple(k for k in keys if isinstance(k, str)),
-    )
-
-
 @dataclass
 class SetupReport:
     """What setup learned on one node (the node helper's JSON line)."""
@@ -220,7 +158,7 @@ class _Launch:
         addr = cluster.master_addr(spec.master_addr)
         outcomes = {n.name: NodeOutcome(n) for n in cluster.nodes}
         self.result = LaunchResult(run_id, outcomes, master_addr=addr, master_port=spec.master_port)
-        self.outcomes = self.result.outcomes
+        self.outcomes, self.commands = self.result.outcomes, self.result.commands
         self.logs: dict[str, IO[str]] = {}
         for out in outcomes.values() if output else ():
             out.log = node_folder(staging_dir(output, run_id), out.node.rank) / "launch.log"
@@ -230,7 +168,7 @@ class _Launch:
         self.head_token = secrets.token_hex(8)
         self.live = dict(sessions(cluster))
         self.reports: dict[str, SetupReport] = {}
-        self.commands: dict[str, NodeCommand] = {}
+
         self.events: queue.Queue[tuple[str, str, Any]] = queue.Queue()
         self.stopping: dict[str, str] = {}  # node name → why it is being stopped
 
@@ -371,7 +309,7 @@ class _Launch:
         or the run deadline passed and the rest were being stopped — the stop's grace ran out."""
         result, d = self.result, self.deadlines
         result.master_port = self.spec.master_port or self.reports[self.cluster.head.name].port
-        self.commands = self.node_commands(int(result.master_port or 0))
+        self.commands.update(self.node_commands(int(result.master_port or 0)))
         self.emit(
             f"setup done in {result.timings['setup']:.2f} s; rendezvous "
             f"{result.master_addr}:{result.master_port}; starting {len(self.commands)} node(s)"
@@ -468,13 +406,8 @@ class _Launch:
                 for log in self.logs.values():
                     log.close()
             result.run_dir = finalize(staging, output, self.run_id)
-            for out in self.outcomes.values():
-                out.log = node_folder(result.run_dir, out.node.rank) / "launch.log"
             result.timings["total"] = self.now()
-            record = result.to_dict()
-            record["commands"] = {name: c.describe() for name, c in self.commands.items()}
-            text = json.dumps(record, indent=1, default=str) + "\n"
-            atomic_write(result.run_dir / "launch.json", text)
+            write_record(result)
             self.emit(f"{result.status}: results in {result.run_dir}")
 
     def _teardown(self) -> dict[str, dict[str, Any]]:
@@ -589,37 +522,21 @@ def launch(
     return state.result
 
 
-@dataclass
-class DryRun:
-    """What ``--dry-run`` found: each node's exact command, reachability and versions."""
-
-    run_id: str
-    master_addr: str
-    master_port: int | None
-    commands: dict[str, NodeCommand]
-    outcomes: dict[str, NodeOutcome]
-    skew: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-    @property
-    def ok(self) -> bool:
-        """Every node reachable and ready (Python works, required modules importable)."""
-        return len(self.commands) == len(self.outcomes)
-
-
 def dry_run(
     cluster: Cluster,
     spec: LaunchSpec,
     *,
     deadlines: Deadlines = Deadlines(),
     sessions: SessionFactory | None = None,
-) -> DryRun:
+) -> LaunchResult:
     """Check every node (reachable, snapshot, ``spec.requires``, the head's free port) and
-    build each ready node's command; create or start nothing.
+    build each ready node's command; create or start nothing. Every node ready: ``status`` is
+    ``"complete"``; ``commands`` holds each ready node's :class:`NodeCommand`.
 
     >>> c = Cluster.from_dict({"node_dict": {"127.0.0.1": {"port": 1}}, "connect_timeout": 2})
     >>> report = dry_run(c, LaunchSpec(argv=("train.py",)))
-    >>> report.ok, report.outcomes["node0"].status
-    (False, 'unreachable')
+    >>> report.status, report.outcomes["node0"].status
+    ('failed', 'unreachable')
     >>> "connection refused" in report.outcomes["node0"].message
     True
     """
@@ -632,8 +549,7 @@ def dry_run(
         state.close()
     for name in state.reports:
         state.outcomes[name].status = "ok"
-    head = state.reports.get(cluster.head.name)
-    port = spec.master_port or (head.port if head else None)
-    commands = state.node_commands(port) if port else {}
-    addr = str(state.result.master_addr)
-    return DryRun(state.run_id, addr, port, commands, state.outcomes, state.result.skew)
+    head, result = state.reports.get(cluster.head.name), state.result
+    result.master_port = spec.master_port or (head.port if head else None)
+    result.commands.update(state.node_commands(result.master_port) if result.master_port else {})
+    return result

@@ -112,6 +112,8 @@ class LaunchResult:
     timings: dict[str, float] = field(default_factory=dict)
     #: Keys whose values differ across nodes: ``{"packages.torch": {"node0": "2.4", ...}}``.
     skew: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Each node's :class:`~aorta.launch.command.NodeCommand` (Slurm: its ``describe()`` text).
+    commands: dict[str, Any] = field(default_factory=dict)
     interrupted: bool = False
 
     @property
@@ -140,12 +142,14 @@ class LaunchResult:
     def to_dict(self) -> dict[str, Any]:
         keep = ("run_id", "status", "master_addr", "master_port", "timings")
         nodes = {name: o.to_dict() for name, o in self.outcomes.items()}
+        commands = {n: c if isinstance(c, str) else c.describe() for n, c in self.commands.items()}
         run_dir = self.run_dir and str(self.run_dir)
         return {
             **{k: getattr(self, k) for k in keep},
             "nodes": nodes,
             "skew": self.skew,
             "run_dir": run_dir,
+            "commands": commands,  # secret values redacted
         }
 
 

@@ -1,12 +1,13 @@
 """The Slurm backend: one ``srun --kill-on-bad-exit=1`` step runs torchrun (with ``srun_ranks``,
 each rank) on every node of an allocation; from a login node, a batch job runs that step.
 
-:func:`prepare` fills ``<staging>/slurm/node_<k>/`` (shipped files; ``env.sh``, 0600, removed when
-the step ends) and ``slurm.json`` (the spec, secret values redacted). In the allocation,
-:func:`start_step` probes a rendezvous port, writes each node's ``run.sh`` and starts the step:
-each task writes ``started.<task>`` and ``exit.<task>`` beside it, its output goes to
-``combined_traces/node_<k>/launch.log``. :func:`finish` turns those and the job's state into
-per-node outcomes and the run directory. The staging folder must be on a shared file system.
+A :class:`SlurmJob` first fills ``<staging>/slurm/node_<k>/`` (shipped files; ``env.sh``, 0600,
+removed when the step ends) and ``slurm.json`` (the spec, secret values redacted). In the
+allocation, the step's launcher probes a rendezvous port, writes each node's ``run.sh`` and
+starts the step: each task writes ``started.<task>`` and ``exit.<task>`` beside it, its output
+goes to ``combined_traces/node_<k>/launch.log``. :meth:`SlurmJob.follow` turns those and the
+job's state into per-node outcomes and the run directory. The staging folder must be on a
+shared file system.
 """
 
 from __future__ import annotations
@@ -35,12 +36,10 @@ from aorta.store.rundir import atomic_write
 
 from .cluster import Cluster, Node
 from .command import ENV_FILE, LaunchSpec, NodePath, env_script, node_env, run_command
-from .gather import finalize, node_folder, staging_dir
-from .launcher import new_run_id  # the one owner; the CLI names a Slurm run with it too
+from .gather import finalize, node_folder, staging_dir, write_record
 from .outcome import LaunchFailed, LaunchResult, NodeOutcome
 
-__all__ = ["FINAL_STATES", "SCRIPT", "check_request", "finish", "follow", "prepare"]
-__all__ += ["new_run_id", "run_in_job", "run_inside", "start_step", "submit"]
+__all__ = ["FINAL_STATES", "SCRIPT", "SlurmJob", "check_request", "run_in_job"]
 
 #: Job states after which nothing of the job runs any more.
 FINAL_STATES = frozenset(
@@ -105,25 +104,7 @@ def _drop_env(staging: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def prepare(spec: LaunchSpec, *, staging: Path, run_id: str, nodes: int, ranks: bool) -> None:
-    """Each node's folder with the shipped files and ``env.sh``; ``slurm.json`` with the spec."""
-    for k in range(nodes):
-        ndir = staging / "slurm" / f"node_{k}"
-        (ndir / "out").mkdir(parents=True)
-        node_folder(staging, k).mkdir(parents=True)
-        for name, data in spec.files.items():
-            (ndir / name).write_bytes(data)
-        (ndir / ENV_FILE).touch(mode=0o600)  # values never in a command line or a readable file
-        env = node_env(Node(k, "-"), spec, run_id=run_id, node_dir=str(ndir))
-        (ndir / ENV_FILE).write_bytes(env_script(env))
-    saved = asdict(
-        replace(spec, env=redact_env(spec.env, scrub_keys=spec.scrub_env_keys), files={})
-    )
-    tasks = int(spec.nproc_per_node or 1) if ranks else 1
-    _note(staging, run_id=run_id, nodes=nodes, tasks=tasks, ranks=ranks, spec=saved, t0=time.time())
-
-
-def start_step(staging: Path, emit: EventSink) -> subprocess.Popen[bytes]:
+def _start_step(staging: Path, emit: EventSink) -> subprocess.Popen[bytes]:
     """In the allocation: probe the port, write each node's ``run.sh``, start the srun step."""
     meta, job, q, cwd = _note(staging), os.environ["SLURM_JOB_ID"], shlex.quote, os.getcwd()
     argv = tuple(NodePath(**a) if isinstance(a, dict) else a for a in meta["spec"]["argv"])
@@ -181,56 +162,107 @@ def _outcome(node: Node, ndir: Path, state: str, meta: dict[str, Any]) -> NodeOu
     return out
 
 
-def finish(
-    staging: Path, *, state: str, job: Any = None, interrupted: bool = False
-) -> LaunchResult:
-    """Outcomes from the task files, outputs into ``combined_traces/node_<k>/``, the run named,
-    ``launch.json`` written; raises :class:`LaunchFailed` unless every node finished."""
-    meta, outcomes = _note(staging), {}
+def run_in_job(staging: Path, emit: EventSink) -> int:
+    """The batch script's step: the srun step, then ``env.sh`` removed; srun's exit code."""
+    code = _start_step(staging, emit).wait()
     _drop_env(staging)
-    for k, host in enumerate(meta.get("hosts") or ["-"] * meta["nodes"]):
-        ndir, folder = staging / "slurm" / f"node_{k}", node_folder(staging, k)
-        out = outcomes[f"node{k}"] = _outcome(Node(k, host), ndir, state, meta)
-        if out.status == "stopped" and not interrupted:
-            out.message = f"stopped by srun --kill-on-bad-exit (job {state})"
-        for entry in (ndir / "out").iterdir():
-            os.replace(entry, folder / entry.name)
-        out.collected = "in place (the staging folder is on a shared file system)"
-    addr, _, port = str(meta.get("master", "")).rpartition(":")
-    result = LaunchResult(
-        meta["run_id"], outcomes, master_addr=addr or None, master_port=int(port or 0)
-    )
-    result.interrupted = interrupted
-    started = [o.started_s for o in outcomes.values()]
-    if None not in started:
-        result.timings["all_started"] = max(s or 0.0 for s in started)
-    result.timings["total"] = time.time() - meta["t0"]
-    result.run_dir = finalize(staging, staging.parent, meta["run_id"])
-    for out in outcomes.values():
-        out.log = node_folder(result.run_dir, out.node.rank) / "launch.log"
-    record = {**result.to_dict(), "commands": meta.pop("commands", {})}
-    meta.pop("spec")  # slurm.json beside it has the spec
-    record["slurm"] = {**meta, "state": state, "script": str(result.run_dir / SCRIPT), "job": job}
-    atomic_write(result.run_dir / "launch.json", json.dumps(record, indent=1, default=str) + "\n")
-    if result.status != "complete" and not interrupted:
-        raise LaunchFailed(result)
-    return result
+    return code
 
 
-class _Watch:
-    """The srun step this process started (inside an allocation) or a batch job (``scontrol``),
-    and every node's output (and the batch script's), each file followed as it grows."""
+class SlurmJob:
+    """One launch through Slurm, known by its staging folder under ``output``; building one is
+    free. Inside an allocation :meth:`start` runs the srun step from here; from a login node
+    :meth:`submit` sbatches a job that runs it (:meth:`attach` finds one submitted earlier).
+    :meth:`follow` streams the queue state and every node's output to the end and returns the
+    per-node outcomes; Ctrl-C or SIGTERM stops the step (``scancel`` a job) first."""
 
-    def __init__(self, staging: Path, on_line: LineSink, emit: EventSink, proc: Any = None) -> None:
-        self.staging, self.on_line, self.emit, self.proc = staging, on_line, emit, proc
-        self.job, self.info, self.seen, self.pos = _note(staging).get("job_id"), None, "", {}
+    def __init__(self, output: Path, run_id: str, *, srun_ranks: bool = False) -> None:
+        self.staging, self.run_id = staging_dir(output, run_id).resolve(), run_id
+        self.srun_ranks = srun_ranks
+        self.step: subprocess.Popen[bytes] | None = None  # the srun step started here
+        #: The batch job's id, once submitted.
+        self.job_id: str | None = _note(self.staging).get("job_id")
+        self.info: dict[str, str] | None = None  # scontrol's last record of the job
+        self.seen, self.pos = "", dict[Path, int]()
+        self.on_line: LineSink = lambda node, text: None
+        self.emit: EventSink = lambda text: None
 
-    def state(self) -> str | None:
-        if self.proc is not None:
-            code = self.proc.poll()
+    @classmethod
+    def attach(cls, job_id: str, *, output: Path) -> SlurmJob:
+        """The job ``job_id`` submitted earlier under ``output`` (``--attach``)."""
+        for path in Path(output).glob(f".aorta-launch-*/{JOB_FILE}"):
+            if json.loads(path.read_text()).get("job_id") == job_id:
+                return cls(output, path.parent.name.removeprefix(".aorta-launch-"))
+        raise UsageError(f"--attach {job_id}: no pending launch of that job under {output}")
+
+    def script(self, spec: LaunchSpec, *, nodes: int, options: Sequence[str]) -> str:
+        """The batch script (``--dry-run`` prints it): the ``#SBATCH`` options, then ``aorta
+        launch --slurm --in-job <staging>`` (:func:`run_in_job`)."""
+        tasks = int(spec.nproc_per_node or 1) if self.srun_ranks else 1
+        head = [f"--job-name=aorta-{self.run_id}", f"--nodes={nodes}", f"--ntasks-per-node={tasks}"]
+        head += [*options, f"--output={self.staging}/slurm-%j.out"]
+        step = [sys.executable, "-m", "aorta", "launch", "--slurm", "--in-job", str(self.staging)]
+        return sbatch_script(head, step, run_id=self.run_id, cwd=os.getcwd())
+
+    def submit(self, spec: LaunchSpec, *, nodes: int, options: Sequence[str]) -> str:
+        """Prepare every node's folder, write :data:`SCRIPT` and sbatch it; the job id."""
+        self._prepare(spec, nodes)
+        (self.staging / SCRIPT).write_text(self.script(spec, nodes=nodes, options=options))
+        job = _slurm("sbatch", "--parsable", str(self.staging / SCRIPT)).strip().split(";")[0]
+        self.job_id = _note(self.staging, job_id=job)["job_id"]
+        return job
+
+    def start(self, spec: LaunchSpec, *, emit: EventSink) -> None:
+        """Inside an allocation: prepare every node's folder and start the srun step here."""
+        self._prepare(spec, int(os.environ["SLURM_JOB_NUM_NODES"]))
+        self.step = _start_step(self.staging, emit)
+        self.job_id = os.environ["SLURM_JOB_ID"]
+
+    def _prepare(self, spec: LaunchSpec, nodes: int) -> None:
+        """Each node's folder with the shipped files and ``env.sh``; ``slurm.json``, the spec."""
+        for k in range(nodes):
+            ndir = self.staging / "slurm" / f"node_{k}"
+            (ndir / "out").mkdir(parents=True)
+            node_folder(self.staging, k).mkdir(parents=True)
+            for name, data in spec.files.items():
+                (ndir / name).write_bytes(data)
+            (ndir / ENV_FILE).touch(mode=0o600)  # values never in a command line or readable
+            env = node_env(Node(k, "-"), spec, run_id=self.run_id, node_dir=str(ndir))
+            (ndir / ENV_FILE).write_bytes(env_script(env))
+        redacted = redact_env(spec.env, scrub_keys=spec.scrub_env_keys)
+        saved = asdict(replace(spec, env=redacted, files={}))
+        tasks = int(spec.nproc_per_node or 1) if self.srun_ranks else 1
+        meta = {"run_id": self.run_id, "nodes": nodes, "tasks": tasks, "ranks": self.srun_ranks}
+        _note(self.staging, **meta, spec=saved, t0=time.time())
+
+    def follow(
+        self, *, on_line: LineSink, emit: EventSink, timeout: float, poll: float = 1.0
+    ) -> LaunchResult:
+        """To the end (stopped ``timeout`` s after the launch began), then the outcomes, the run
+        directory and ``launch.json``; raises :class:`LaunchFailed` unless every node finished.
+        Ctrl-C or SIGTERM stops the job, waits for it to end, writes what there is, re-raises."""
+        self.on_line, self.emit, t0 = on_line, emit, _note(self.staging)["t0"]
+        try:
+            while (state := self._state()) is None and time.time() - t0 < timeout:
+                self._tail()
+                time.sleep(poll)
+            if state is None:
+                state = "DEADLINE"
+                self._stop()
+        except KeyboardInterrupt:
+            self._stop()
+            self._tail()
+            self._finish("CANCELLED", interrupted=True)
+            raise
+        self._tail()
+        return self._finish(state)
+
+    def _state(self) -> str | None:
+        if self.step is not None:
+            code = self.step.poll()
             return None if code is None else "COMPLETED" if code == 0 else "FAILED"
         try:
-            text = _slurm("scontrol", "show", "job", "-o", self.job, timeout=30.0)
+            text = _slurm("scontrol", "show", "job", "-o", str(self.job_id), timeout=30.0)
             self.info = dict(f.split("=", 1) for f in text.split() if "=" in f)
         except AortaError as exc:
             if "Invalid job id" not in str(exc):
@@ -239,24 +271,25 @@ class _Watch:
         state, why = self.info.get("JobState", "UNKNOWN"), self.info.get("Reason", "None")
         if state != self.seen:
             self.seen = state
-            self.emit(f"job {self.job} {state}" + (f" ({why})" if why != "None" else ""))
+            self.emit(f"job {self.job_id} {state}" + (f" ({why})" if why != "None" else ""))
         return state if state in FINAL_STATES or state == "ENDED" else None
 
-    def stop(self) -> None:
-        if self.proc is not None:  # srun --quit-on-interrupt ends the step on one SIGINT
-            self.proc.send_signal(signal.SIGINT)
+    def _stop(self) -> None:
+        if self.step is not None:  # srun --quit-on-interrupt ends the step on one SIGINT
+            self.step.send_signal(signal.SIGINT)
             with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(timeout=30)
-            self.proc.kill()
-            self.proc.wait()
+                self.step.wait(timeout=30)
+            self.step.kill()
+            self.step.wait()
             return
-        _slurm("scancel", self.job)
+        _slurm("scancel", str(self.job_id))
         end = time.time() + 120.0  # KillWait (30 s by default) and the epilog
-        while self.state() is None and time.time() < end:
+        while self._state() is None and time.time() < end:
             time.sleep(0.5)
 
-    def tail(self) -> None:
-        out = self.staging / f"slurm-{self.job}.out"  # the batch script's own lines: events
+    def _tail(self) -> None:
+        """Every new whole line of each node's log (and of the batch script's own output)."""
+        out = self.staging / f"slurm-{self.job_id}.out"  # the batch script's own lines: events
         sinks = {out: lambda text: self.emit(text.removeprefix("launch: "))}
         for k, host in enumerate(_note(self.staging).get("hosts", ())):
             sinks[node_folder(self.staging, k) / "launch.log"] = partial(
@@ -271,89 +304,32 @@ class _Watch:
             for line in lines:
                 sink(line.decode(errors="replace"))
 
-    def follow(self, *, timeout: float, poll: float) -> LaunchResult:
-        """To the end (or ``timeout`` after ``t0``: stopped), then :func:`finish`; Ctrl-C or
-        SIGTERM stops it, waits for it to end, writes what there is and re-raises."""
-        t0 = _note(self.staging)["t0"]
-        try:
-            while (state := self.state()) is None and time.time() - t0 < timeout:
-                self.tail()
-                time.sleep(poll)
-            if state is None:
-                state = "DEADLINE"
-                self.stop()
-        except KeyboardInterrupt:
-            self.stop()
-            self.tail()
-            finish(self.staging, state="CANCELLED", job=self.info, interrupted=True)
-            raise
-        self.tail()
-        return finish(self.staging, state=state, job=self.info)
-
-
-def run_inside(
-    spec: LaunchSpec,
-    *,
-    output: Path,
-    run_id: str,
-    srun_ranks: bool,
-    on_line: LineSink,
-    emit: EventSink,
-    timeout: float,
-) -> LaunchResult:
-    """Inside an allocation: the srun step, followed until it ends, then :func:`finish`."""
-    staging, nodes = staging_dir(output, run_id).resolve(), int(os.environ["SLURM_JOB_NUM_NODES"])
-    prepare(spec, staging=staging, run_id=run_id, nodes=nodes, ranks=srun_ranks)
-    watch = _Watch(staging, on_line, emit, start_step(staging, emit))
-    return watch.follow(timeout=timeout, poll=0.2)
-
-
-def run_in_job(staging: Path, emit: EventSink) -> int:
-    """The batch script's step: :func:`start_step`, then ``env.sh`` removed; srun's exit code."""
-    code = start_step(staging, emit).wait()
-    _drop_env(staging)
-    return code
-
-
-def submit(
-    spec: LaunchSpec,
-    *,
-    output: Path,
-    run_id: str,
-    srun_ranks: bool,
-    nodes: int,
-    options: Sequence[str],
-    dry_run: bool = False,
-) -> tuple[str | None, str]:
-    """Write the batch script (``#SBATCH`` options, then ``aorta launch --slurm --in-job
-    <staging>``) and submit it: ``(job id, script)``; with ``dry_run`` neither (job id ``None``)."""
-    staging = staging_dir(output, run_id).resolve()
-    tasks = int(spec.nproc_per_node or 1) if srun_ranks else 1
-    head = [f"--job-name=aorta-{run_id}", f"--nodes={nodes}", f"--ntasks-per-node={tasks}"]
-    head += [*options, f"--output={staging}/slurm-%j.out"]
-    step = [sys.executable, "-m", "aorta", "launch", "--slurm", "--in-job", str(staging)]
-    script = sbatch_script(head, step, run_id=run_id, cwd=os.getcwd())
-    if dry_run:
-        return None, script
-    prepare(spec, staging=staging, run_id=run_id, nodes=nodes, ranks=srun_ranks)
-    (staging / SCRIPT).write_text(script)
-    job = _slurm("sbatch", "--parsable", str(staging / SCRIPT)).strip().split(";")[0]
-    _note(staging, job_id=job)
-    return job, script
-
-
-def follow(
-    job_id: str,
-    *,
-    output: Path,
-    on_line: LineSink,
-    emit: EventSink,
-    timeout: float,
-    poll: float = 1.0,
-) -> LaunchResult:
-    """Follow a submitted job (queue state, node output) to its end, then :func:`finish`.
-    Ctrl-C/SIGTERM cancels it (``scancel``), waits for it to end and re-raises."""
-    for path in Path(output).glob(f".aorta-launch-*/{JOB_FILE}"):
-        if json.loads(path.read_text()).get("job_id") == job_id:
-            return _Watch(path.parent.resolve(), on_line, emit).follow(timeout=timeout, poll=poll)
-    raise UsageError(f"--attach {job_id}: no pending launch of that job under {output}")
+    def _finish(self, state: str, *, interrupted: bool = False) -> LaunchResult:
+        """Outcomes from the task files, outputs into ``combined_traces/node_<k>/``, the run
+        named, ``launch.json`` written."""
+        staging, meta, outcomes = self.staging, _note(self.staging), {}
+        _drop_env(staging)
+        for k, host in enumerate(meta.get("hosts") or ["-"] * meta["nodes"]):
+            ndir, folder = staging / "slurm" / f"node_{k}", node_folder(staging, k)
+            out = outcomes[f"node{k}"] = _outcome(Node(k, host), ndir, state, meta)
+            if out.status == "stopped" and not interrupted:
+                out.message = f"stopped by srun --kill-on-bad-exit (job {state})"
+            for entry in (ndir / "out").iterdir():
+                os.replace(entry, folder / entry.name)
+            out.collected = "in place (the staging folder is on a shared file system)"
+        addr, _, port = str(meta.get("master", "")).rpartition(":")
+        result = LaunchResult(
+            meta["run_id"], outcomes, master_addr=addr or None, master_port=int(port or 0)
+        )
+        result.interrupted, result.commands = interrupted, meta.pop("commands", {})
+        started = [o.started_s for o in outcomes.values()]
+        if None not in started:
+            result.timings["all_started"] = max(s or 0.0 for s in started)
+        result.timings["total"] = time.time() - meta["t0"]
+        result.run_dir = finalize(staging, staging.parent, meta["run_id"])
+        meta.pop("spec")  # slurm.json beside it has the spec
+        script = str(result.run_dir / SCRIPT)
+        write_record(result, slurm={**meta, "state": state, "script": script, "job": self.info})
+        if result.status != "complete" and not interrupted:
+            raise LaunchFailed(result)
+        return result

@@ -1,12 +1,10 @@
 """How aorta talks to a node: every remote call is a channel of a ``fabric.Connection`` built
-by :meth:`SshOptions.connection` (one login policy everywhere; ``~/.ssh/config`` read once per
-launch), read line by line, closed by a timer at its deadline.
+by :func:`connection` from the cluster and the node (one login policy everywhere;
+``~/.ssh/config`` read once per launch), read line by line, closed by a timer at its deadline.
 
->>> opts = SshOptions(host="10.0.0.2", user="ops", key_file="/keys/id", password="pw")
->>> sorted(opts.connect_kwargs())  # the key and the password are the only credentials tried
-['allow_agent', 'auth_timeout', 'banner_timeout', 'key_filename', 'look_for_keys', 'password']
->>> "pw" in repr(opts)
-False
+>>> c = Cluster.from_dict({"node_dict": {"gpu-2": {}}, "password": "pw"})
+>>> sorted(connection(c, c.head).connect_kwargs)  # the password is the only credential tried
+['allow_agent', 'auth_timeout', 'banner_timeout', 'look_for_keys', 'password']
 """
 
 from __future__ import annotations
@@ -19,7 +17,7 @@ import socket
 import tarfile
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -28,7 +26,7 @@ from fabric import Config, Connection
 
 from aorta.errors import AortaError
 
-from .cluster import Cluster, HostKeyChecking, Node
+from .cluster import Cluster, Node
 from .gather import COMBINED
 
 __all__ = [
@@ -36,8 +34,8 @@ __all__ = [
     "NodeSession",
     "RemoteError",
     "RemoteTimeout",
-    "SshOptions",
     "SshSession",
+    "connection",
     "ssh_sessions",
 ]
 
@@ -62,76 +60,34 @@ class ExecResult:
     stdout: str
 
 
-@dataclass(frozen=True)
-class SshOptions:
-    """How to reach one node: address, login, key and/or password, host-key policy, timeouts."""
-
-    host: str
-    user: str | None = None
-    port: int | None = None
-    key_file: str | None = None
-    password: str | None = field(default=None, repr=False)
-    host_key_checking: HostKeyChecking = "accept-new"
-    known_hosts_file: str | None = None
-    connect_timeout: float = 10.0
-    keepalive: int = 15  # seconds between keepalive probes (0 = none)
-    #: Fabric's configuration (``~/.ssh/config`` included); ``None``: read one per connection.
-    config: Config | None = field(default=None, repr=False, compare=False)
-
-    @classmethod
-    def for_node(cls, cluster: Cluster, node: Node, config: Config | None = None) -> SshOptions:
-        """The options for ``node`` of ``cluster``."""
-        return cls(
-            host=node.address,
-            user=cluster.username,
-            port=node.port,
-            key_file=cluster.priv_key_file,
-            password=cluster.password,
-            host_key_checking=cluster.host_key_checking,
-            known_hosts_file=cluster.known_hosts_file,
-            connect_timeout=cluster.connect_timeout,
-            keepalive=cluster.keepalive,
-            config=config,
-        )
-
-    def connect_kwargs(self) -> dict[str, Any]:
-        """Fabric's ``connect_kwargs`` (paramiko's ``connect``): a given key or password is the
-        only credential tried; with neither, the agent and ``~/.ssh`` keys are."""
-        kwargs: dict[str, Any] = {
-            "banner_timeout": self.connect_timeout,
-            "auth_timeout": self.connect_timeout,
-        }
-        if self.key_file or self.password:
-            kwargs.update(look_for_keys=False, allow_agent=False)
-        if self.key_file:
-            kwargs["key_filename"] = [self.key_file]
-        if self.password:
-            kwargs["password"] = self.password
-        return kwargs
-
-    def connection(self) -> Connection:
-        """A ``fabric.Connection`` to the node with these options; it connects on first use."""
-        conn = Connection(
-            self.host,
-            user=self.user,
-            port=self.port,
-            config=self.config or Config(),
-            connect_timeout=max(1, math.ceil(self.connect_timeout)),  # Fabric takes whole seconds
-            connect_kwargs=self.connect_kwargs(),
-        )
-        known = Path(self.known_hosts_file or "~/.ssh/known_hosts").expanduser()
-        if self.host_key_checking != "no" and known.is_file():  # checked, never written back
-            conn.client.load_system_host_keys(str(known))
-        strict = self.host_key_checking == "yes"
-        conn.client.set_missing_host_key_policy(
-            paramiko.RejectPolicy() if strict else paramiko.AutoAddPolicy()
-        )
-        return conn
-
-    def where(self) -> str:
-        """``ssh user@host:port``, the prefix of this node's connection errors."""
-        user = f"{self.user}@" if self.user else ""
-        return f"ssh {user}{self.host}" + (f":{self.port}" if self.port else "")
+def connection(cluster: Cluster, node: Node, config: Config | None = None) -> Connection:
+    """A ``fabric.Connection`` to ``node`` with ``cluster``'s login, host-key policy and timeouts
+    (it connects on first use): a given key or password is the only credential tried; with
+    neither, the agent and ``~/.ssh`` keys are. ``config``: Fabric's (``~/.ssh/config``)."""
+    kwargs: dict[str, Any] = {"banner_timeout": cluster.connect_timeout}
+    kwargs["auth_timeout"] = cluster.connect_timeout
+    if cluster.priv_key_file or cluster.password:
+        kwargs.update(look_for_keys=False, allow_agent=False)
+    if cluster.priv_key_file:
+        kwargs["key_filename"] = [cluster.priv_key_file]
+    if cluster.password:
+        kwargs["password"] = cluster.password
+    conn = Connection(
+        node.address,
+        user=cluster.username,
+        port=node.port,
+        config=config or Config(),
+        connect_timeout=max(1, math.ceil(cluster.connect_timeout)),  # Fabric takes whole seconds
+        connect_kwargs=kwargs,
+    )
+    known = Path(cluster.known_hosts_file or "~/.ssh/known_hosts").expanduser()
+    if cluster.host_key_checking != "no" and known.is_file():  # checked, never written back
+        conn.client.load_system_host_keys(str(known))
+    strict = cluster.host_key_checking == "yes"
+    conn.client.set_missing_host_key_policy(
+        paramiko.RejectPolicy() if strict else paramiko.AutoAddPolicy()
+    )
+    return conn
 
 
 def describe_ssh_error(exc: BaseException) -> str:
@@ -167,14 +123,22 @@ class NodeSession(Protocol):
 
 
 class SshSession:
-    """One node over Fabric. Building it is free; the first command connects, later ones (from
-    any thread) get channels of that connection; ``exec(..., fresh=True)`` uses a connection of
-    its own (the kill path, never stuck behind a dead one); ``close()`` ends every channel."""
+    """One node of ``cluster`` over Fabric. Building it is free; the first command connects,
+    later ones (from any thread) get channels of that connection; ``exec(..., fresh=True)`` uses
+    a connection of its own (the kill path, never stuck behind a dead one); ``close()`` ends
+    every channel. ``config``: Fabric's, shared by a launch's sessions (:func:`ssh_sessions`)."""
 
-    def __init__(self, node: Node, options: SshOptions) -> None:
-        self.node, self.options = node, options
+    def __init__(self, node: Node, cluster: Cluster, config: Config | None = None) -> None:
+        self.node, self.cluster, self.config = node, cluster, config
+        user = f"{cluster.username}@" if cluster.username else ""
+        #: ``ssh user@host:port``, the prefix of this node's connection errors.
+        self.where = f"ssh {user}{node.address}" + (f":{node.port}" if node.port else "")
         self._conn: Connection | None = None
         self._lock = threading.Lock()
+
+    def connection(self) -> Connection:
+        """A new, unconnected :func:`connection` to this node."""
+        return connection(self.cluster, self.node, self.config)
 
     def __enter__(self) -> SshSession:
         return self
@@ -183,13 +147,13 @@ class SshSession:
         self.close()
 
     def _open(self) -> Connection:
-        conn = self.options.connection()
+        conn = self.connection()
         try:
             conn.open()
         except Exception as exc:
-            raise Unreachable(f"{self.options.where()}: {describe_ssh_error(exc)}") from exc
-        if self.options.keepalive:
-            conn.transport.set_keepalive(self.options.keepalive)
+            raise Unreachable(f"{self.where}: {describe_ssh_error(exc)}") from exc
+        if self.cluster.keepalive:
+            conn.transport.set_keepalive(self.cluster.keepalive)
         with contextlib.suppress(OSError, AttributeError):  # no Nagle delay on small replies
             conn.transport.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return conn
@@ -208,9 +172,9 @@ class SshSession:
                     self._conn = self._open()
                 conn = self._conn
         try:
-            chan = conn.transport.open_session(timeout=self.options.connect_timeout)
+            chan = conn.transport.open_session(timeout=self.cluster.connect_timeout)
         except Exception as exc:
-            raise RemoteError(f"{self.options.where()}: {describe_ssh_error(exc)}") from exc
+            raise RemoteError(f"{self.where}: {describe_ssh_error(exc)}") from exc
         expired = threading.Event()
         timer = threading.Timer(timeout, lambda: (expired.set(), chan.close()))
         timer.daemon = True
@@ -220,7 +184,7 @@ class SshSession:
             yield chan
         except Exception as exc:  # after the timer fired, whatever broke is the timeout
             if not expired.is_set() and isinstance(exc, OSError | EOFError | paramiko.SSHException):
-                raise RemoteError(f"{self.options.where()}: {describe_ssh_error(exc)}") from exc
+                raise RemoteError(f"{self.where}: {describe_ssh_error(exc)}") from exc
             if not expired.is_set():
                 raise
         finally:
@@ -229,7 +193,7 @@ class SshSession:
             if fresh:
                 conn.close()
         if expired.is_set():
-            raise RemoteTimeout(f"{self.options.where()}: still running after {timeout:g} s")
+            raise RemoteTimeout(f"{self.where}: still running after {timeout:g} s")
 
     def exec(
         self,
@@ -263,7 +227,7 @@ class SshSession:
             # No exit status and a dead transport (whose thread saves what ended it before it
             # closes the channels): the node's sshd or the network went away, not the command.
             if code == -1 and isinstance(transport.saved_exception, EOFError | OSError):
-                raise RemoteError(f"{self.options.where()}: connection to the node lost")
+                raise RemoteError(f"{self.where}: connection to the node lost")
         return ExecResult(code, "\n".join(tail))
 
     def pull(self, remote_dir: str, local_dir: Path, *, timeout: float) -> str:
@@ -302,4 +266,4 @@ def ssh_sessions(cluster: Cluster) -> dict[str, NodeSession]:
     """One :class:`SshSession` per node, sharing one Fabric ``Config`` (``~/.ssh/config`` is
     read here, once); building them connects nothing."""
     config = Config()
-    return {n.name: SshSession(n, SshOptions.for_node(cluster, n, config)) for n in cluster.nodes}
+    return {n.name: SshSession(n, cluster, config) for n in cluster.nodes}

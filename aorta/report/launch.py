@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from aorta.store.hostenv import redact_env
 
 if TYPE_CHECKING:  # typing only: launch/ sits above report/
-    from aorta.launch import DryRun, NodeOutcome
+    from aorta.launch import LaunchResult, NodeOutcome
 
 __all__ = [
     "describe_kill",
@@ -113,7 +113,7 @@ def version_rows(snapshot: Mapping[str, Any] | None) -> dict[str, str]:
     }
 
 
-def dry_run_lines(report: DryRun) -> list[str]:
+def dry_run_lines(report: LaunchResult) -> list[str]:
     """``aorta launch --dry-run``: each node's reachability, versions, environment (secret values
     redacted), command and remote line, then the settings that differ between nodes."""
     port = report.master_port or "? (the head could not probe one)"
