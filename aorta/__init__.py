@@ -37,6 +37,7 @@ __all__ = [
     "compare_runs",
     "dump_recipe",
     "errors",
+    "from_trials",
     "load_recipe",
     "load_run",
     "load_runs",
@@ -61,6 +62,7 @@ _LAZY: dict[str, str] = {
     "load_tracelens": "aorta.matrix.trace_metrics",
     "compare": "aorta.matrix.compare",
     "compare_runs": "aorta.matrix.compare",
+    "from_trials": "aorta.matrix.external",
 }
 _MODULES = frozenset({"errors", "plot", "trace"})
 
