@@ -359,6 +359,12 @@ class Recipe(_Strict):
     collect: list[Collector] = Field(default_factory=list)
     confound: Confound = Field(default_factory=Confound)
     stop_after: StopAfter | None = None
+    #: Trial order: ``interleaved`` (rounds of one trial per cell, shuffled per round from
+    #: ``seed``) or ``sequential`` (cell by cell). Default: interleaved unless cells need
+    #: different docker images (see :func:`aorta.recipe.plan.plan`).
+    schedule: Literal["interleaved", "sequential"] | None = None
+    #: The run's seed: the interleaved schedule's shuffles.
+    seed: int = Field(0, ge=0, le=2**31 - 1)
     cells: list[CellSpec] = Field(default_factory=list)
     axes: Axes | None = None
     # probe mode
