@@ -18,8 +18,8 @@ Against a reference group (:func:`compare_groups`), two questions answered separ
   trial counts could reach Holm's first level ``alpha / m`` (:func:`attainable_p`).
 * **Does it matter?** The **ratio** of medians with a percentile bootstrap CI that resamples
   trials within each group (:func:`bootstrap_medians`), each group's stream keyed by the run's
-  seed and the group's own data (:func:`data_stream`), so renaming a cell or adding another
-  changes nothing. Against the band ``[1/threshold, threshold]``, with the CI at
+  seed and the ranks of its values among the pair's (:func:`data_stream`), so renaming a cell,
+  adding another or scaling every time changes nothing. Against the band ``[1/threshold, threshold]``, with the CI at
   ``1 - alpha / m`` (Bonferroni over the cells): ``beyond band`` (wholly outside),
   ``within band`` (wholly inside: an equivalence statement), ``undecided`` (:func:`band_verdict`).
   No CI and no band verdict below :data:`MIN_TIMED` timed trials in either group; no ratio when
@@ -483,10 +483,14 @@ def failure_p(failures_a: int, ran_a: int, failures_b: int, ran_b: int) -> float
     return float(min(1.0, boschloo_exact(table, alternative="two-sided").pvalue))
 
 
-def data_stream(seed: int, values: np.ndarray, salt: int = 0) -> np.random.Generator:
-    """The bootstrap stream of a group: keyed by the run's ``seed`` and the group's sorted
-    values (not its name), so renaming cells changes nothing and a cell's resamples do not
-    depend on the other cells.
+def data_stream(seed: int, key: np.ndarray, salt: int = 0) -> np.random.Generator:
+    """A random stream keyed by the run's ``seed`` and the numbers ``key`` (as a multiset:
+    their order does not matter), never by a cell's name.
+
+    :func:`compare_groups` keys each group's bootstrap by the ranks of its values among the
+    pair's, and the permutation test by the pair's pooled ranks: ranks do not change when
+    every time is scaled, a cell is renamed or another cell is added, and a group keeps its
+    stream whether it is the cell or the reference.
 
     >>> a = data_stream(0, np.array([2.0, 1.0])).random()
     >>> a == data_stream(0, np.array([1.0, 2.0])).random(), a == data_stream(1, np.array([1.0, 2.0])).random()
@@ -494,7 +498,7 @@ def data_stream(seed: int, values: np.ndarray, salt: int = 0) -> np.random.Gener
     """
     import hashlib
 
-    x = np.sort(np.asarray(values, dtype=np.float64))
+    x = np.sort(np.asarray(key, dtype=np.float64))
     digest = hashlib.blake2b(x.tobytes(), digest_size=8).digest()
     return np.random.default_rng([int(seed), int.from_bytes(digest, "big"), int(salt)])
 
@@ -611,27 +615,19 @@ def _direction(x: np.ndarray, y: np.ndarray) -> int:
     return 1 if got > centre else -1 if got < centre else 0
 
 
-class _Bootstraps:
-    """Each group's bootstrap medians, drawn once from its data's own stream."""
+def _pair_ratios(x: np.ndarray, y: np.ndarray, *, seed: int, resamples: int) -> np.ndarray:
+    """Bootstrap ratios of medians, ``x`` over ``y``, each group resampled from its own stream
+    keyed by its ranks among the pair (:func:`data_stream`)."""
+    from scipy.stats import rankdata
 
-    def __init__(self, values: list[np.ndarray], *, seed: int, resamples: int):
-        self.values, self.seed, self.resamples = values, seed, resamples
-        self.cache: dict[tuple[int, int], np.ndarray] = {}
-
-    def get(self, i: int, salt: int = 0) -> np.ndarray:
-        if (i, salt) not in self.cache:
-            rng = data_stream(self.seed, self.values[i], salt)
-            self.cache[(i, salt)] = bootstrap_medians(
-                self.values[i], resamples=self.resamples, rng=rng
-            )
-        return self.cache[(i, salt)]
-
-    def ratios(self, c: int, r: int) -> np.ndarray:
-        # Two groups with identical data would share a stream, and their resampled ratio
-        # would be exactly 1: the cell then draws from a salted stream.
-        same = np.array_equal(np.sort(self.values[c]), np.sort(self.values[r]))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return self.get(c, 1 if same else 0) / self.get(r)
+    ranks = rankdata(np.concatenate([x, y]))
+    rx, ry = ranks[: x.size], ranks[x.size :]
+    # Identical groups would share a stream and their resampled ratio would be exactly 1.
+    same = np.array_equal(np.sort(rx), np.sort(ry))
+    bx = bootstrap_medians(x, resamples=resamples, rng=data_stream(seed, rx, 1 if same else 0))
+    by = bootstrap_medians(y, resamples=resamples, rng=data_stream(seed, ry))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return bx / by
 
 
 @dataclass(frozen=True)
@@ -652,16 +648,22 @@ def _raw_pair(
     r: int,
     groups: Sequence[Group],
     values: list[np.ndarray],
-    boots: _Bootstraps,
     *,
     seed: int,
+    resamples: int,
     alpha: float,
     band_alpha: float,
 ) -> _Raw:
     x, y = values[c], values[r]
-    # The pooled data keys the permutation draws: the same data gives the same p whatever
-    # the cells are called and whichever is the reference.
-    p, method = mann_whitney_test(x, y, rng=data_stream(seed, np.concatenate([x, y])))
+    # The pooled ranks key the permutation draws: the same data gives the same p whatever
+    # the cells are called, whichever is the reference, and however the times are scaled.
+    if x.size and y.size:
+        from scipy.stats import rankdata
+
+        pooled = rankdata(np.concatenate([x, y]))
+    else:
+        pooled = np.zeros(0)
+    p, method = mann_whitney_test(x, y, rng=data_stream(seed, pooled))
     fp = failure_p(groups[c].failures, groups[c].ran, groups[r].failures, groups[r].ran)
     ratio = delta = my = math.nan
     ci = band_ci = (math.nan, math.nan)
@@ -673,7 +675,7 @@ def _raw_pair(
         if my > 0:
             ratio = mx / my
             if x.size >= MIN_TIMED and y.size >= MIN_TIMED:
-                boot = boots.ratios(c, r)
+                boot = _pair_ratios(x, y, seed=seed, resamples=resamples)
                 ci = percentile_interval(boot, alpha=alpha)
                 band_ci = percentile_interval(boot, alpha=band_alpha)
     return _Raw(ratio, delta, my, ci, band_ci, p, method, direction, fp)
@@ -742,13 +744,19 @@ def compare_groups(
     if resamples < 1:
         raise ValueError(f"resamples must be ≥ 1, got {resamples}")
     values = [g.finite() for g in groups]
-    boots = _Bootstraps(values, seed=seed, resamples=resamples)
     band_family = max(
         sum(1 for c, r in pairs if values[c].size >= MIN_TIMED and values[r].size >= MIN_TIMED), 1
     )
     raw = [
         _raw_pair(
-            c, r, groups, values, boots, seed=seed, alpha=alpha, band_alpha=alpha / band_family
+            c,
+            r,
+            groups,
+            values,
+            seed=seed,
+            resamples=resamples,
+            alpha=alpha,
+            band_alpha=alpha / band_family,
         )
         for c, r in pairs
     ]
