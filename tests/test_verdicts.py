@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import aorta
+from aorta.cli import main
 from aorta.errors import ExitCode
 from aorta.matrix import stats
 from aorta.matrix.compare import gate_regressions
@@ -20,6 +21,12 @@ from aorta.matrix.summary import summarize
 from aorta.recipe.schema import load_recipe_text
 from aorta.run.extend import extend
 from aorta.run.sweep import sweep
+from tests.launch_fixtures import (  # noqa: F401 - fixtures
+    farm_fixture,
+    needs_sshd,
+    needs_venv,
+    ssh_key_fixture,
+)
 
 
 def trials_table(cells: dict[str, list[float]], *, status=None, steps=6, noise=0.0):
@@ -290,3 +297,56 @@ def test_extend_then_compare_equals_the_larger_run_from_the_start(tmp_path, run_
     ds = aorta.load_run(small.run_dir)
     assert int((ds.status.sel(cell="xnack-none") == "ok").sum()) == 7
     assert int((ds.status.sel(cell="none-none") == "ok").sum()) == 6
+
+
+# --- a failing baseline under torchrun and `aorta launch`: every rank exits 0 ---------------
+
+# The race workload with a corruption injected in the *baseline*: the bug reproduces there and
+# the other cell (the "mitigation") is clean. A complete matrix: exit 0 on every rank.
+FAILING_BASELINE = """
+workload: race
+ticket: FAILBASE
+steps: 4
+timeout_per_trial: 120
+trials: 2
+workload_config: {mode: ddp, fsdp_shard_size: 2048, num_layers: 3, dtype: float32}
+confound: {baseline_cell: broken}
+cells:
+  - name: broken
+    mitigations: [none]
+    workload_config: {fault_injection: {rank: 1, iteration: 2, layer: 1, collective: all_reduce, index: 7}}
+  - {name: fixed, mitigations: [none]}
+"""
+
+
+@pytest.mark.slow
+def test_a_failing_baseline_exits_0_under_torchrun_on_two_ranks(tmp_path):
+    from .test_distributed import only_run_dir, torchrun
+
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(FAILING_BASELINE)
+    proc = torchrun(recipe, tmp_path / "out")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "ChildFailedError" not in proc.stderr
+    matrix = json.loads((only_run_dir(tmp_path / "out") / "matrix.json").read_text())
+    cells = {c["name"]: c for c in matrix["cells"]}
+    assert cells["broken"]["failures"] == 2 and cells["fixed"]["failures"] == 0
+    assert matrix["world_size"] == 2 and matrix["status"] == "complete"
+
+
+@needs_sshd
+@needs_venv
+@pytest.mark.slow
+def test_a_failing_baseline_launch_on_two_sshd_nodes_succeeds(tmp_path, farm):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(FAILING_BASELINE)
+    cluster = farm.write_cluster(tmp_path / "cluster.json")
+    out = tmp_path / "out"
+    deadlines = ["--run-timeout", "240", "--setup-timeout", "30"]
+    args = ["-c", str(cluster), "-r", str(recipe), "--nproc-per-node", "1", "-o", str(out)]
+    code = main(["launch", *args, *deadlines])
+    assert code == ExitCode.OK
+    (run_dir,) = (p.parent for p in out.glob("FAILBASE/race/*/manifest.json"))
+    assert json.loads((run_dir / "launch.json").read_text())["status"] == "complete"
+    cells = {c["name"]: c for c in json.loads((run_dir / "matrix.json").read_text())["cells"]}
+    assert cells["broken"]["failures"] == 2 and cells["fixed"]["failures"] == 0
