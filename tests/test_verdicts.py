@@ -19,7 +19,6 @@ from aorta.matrix import stats
 from aorta.matrix.compare import gate_regressions
 from aorta.matrix.summary import summarize
 from aorta.recipe.schema import load_recipe_text
-from aorta.run.extend import extend
 from aorta.run.sweep import sweep
 from tests.launch_fixtures import (  # noqa: F401 - fixtures
     farm_fixture,
@@ -273,7 +272,7 @@ def test_interleaved_is_the_default_and_records_the_run_order(tmp_path):
 
 def test_extend_then_compare_equals_the_larger_run_from_the_start(tmp_path, run_cli):
     small = probe_sweep(tmp_path, "small", 3)
-    grown = extend(small.run_dir, trials=6, progress="none")
+    grown = sweep(resume=small.run_dir, extend_to=6, progress="none")
     assert grown.exit_code == ExitCode.OK and grown.run_dir == small.run_dir
     full = probe_sweep(tmp_path, "full", 6)
     columns = ["n", "n_ok", "median", "ratio", "ratio_ci_low", "ratio_ci_high", "p_adj"]

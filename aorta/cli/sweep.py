@@ -145,11 +145,8 @@ def _run(
     from aorta.run import sweep as engine
 
     if extend is not None:
-        from aorta.run.extend import extend as grow
-
-        result = grow(options.pop("resume"), trials=extend[0], cells=extend[1], **options)
-    else:
-        result = engine.sweep(recipe, **options)
+        options.update(extend_to=extend[0], extend_cells=extend[1])
+    result = engine.sweep(recipe, **options)
     code = result.exit_code  # on every rank: what rank 0 decided
     if code == ExitCode.OK and strict and result.has_findings:
         code = ExitCode.GATE

@@ -11,7 +11,7 @@ default, or cell by cell); each record carries its ``run_order``. After each tri
 is written atomically; after each cell (sequential) or round (interleaved)
 ``matrix.md``/``matrix.json`` are rewritten, so a run killed at any point resumes
 (:func:`sweep` with ``resume=``) from exactly the trials that are missing or unreadable.
-:func:`aorta.run.extend.extend` grows a finished run in place.
+``resume=RUN, extend_to=N`` grows a finished run in place (``aorta sweep extend``).
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from aorta.recipe.schema import Recipe, dump_recipe, load_recipe, recipe_from_da
 from aorta.report.matrix import write_matrix
 from aorta.report.progress import ProgressMode, Reporter, choose_reporter
 from aorta.run import procs
+from aorta.run.extend import record_extension
 from aorta.run.ranks import (
     DistEnv,
     LocalCoordinator,
@@ -572,6 +573,8 @@ def sweep(
     python: str | None = None,
     workloads: Mapping[str, type[Workload]] | None = None,
     backend: str | None = None,
+    extend_to: int | None = None,
+    extend_cells: Sequence[str] | None = None,
 ) -> SweepResult:
     """Run every cell × trial of ``recipe`` and write the run directory.
 
@@ -603,6 +606,11 @@ def sweep(
     workloads
         Extra workload classes by name, beside the registered ones (a notebook's own
         workload; process-isolated workers import it by its module path).
+    extend_to, extend_cells
+        With ``resume``: grow the run in place — ``extend_cells`` (default: all) to
+        ``extend_to`` trials — recorded in the manifest (``aorta sweep extend``;
+        :mod:`aorta.run.extend`). Adding trials after seeing results is optional stopping
+        (docs/statistics.md).
 
     Returns
     -------
@@ -626,6 +634,11 @@ def sweep(
     (1, 'OK')
     """
     dist = DistEnv.from_environ()
+    if extend_to is not None:
+        if resume is None:
+            raise UsageError("extend_to needs resume=RUN_DIR: the run to grow")
+        if dist.rank == 0:
+            record_extension(resume, trials=extend_to, cells=extend_cells)
     coord = coordinator_for(dist)
     try:
         return _sweep(
