@@ -349,3 +349,18 @@ def test_a_failing_baseline_launch_on_two_sshd_nodes_succeeds(tmp_path, farm):
     assert json.loads((run_dir / "launch.json").read_text())["status"] == "complete"
     cells = {c["name"]: c for c in json.loads((run_dir / "matrix.json").read_text())["cells"]}
     assert cells["broken"]["failures"] == 2 and cells["fixed"]["failures"] == 0
+
+
+def test_the_figures_work_on_measurements_taken_elsewhere():
+    from matplotlib.figure import Figure
+
+    df = trials_table({"base": levels(10, 6), "x": levels(12, 6)}, noise=0.01)
+    ds = aorta.from_trials(df, baseline="base")
+    comparison = aorta.compare(ds)
+    figures = [
+        aorta.plot.step_distributions(ds),
+        aorta.plot.step_series(ds),
+        aorta.plot.failure_rates(comparison),
+        aorta.plot.ratio_forest(comparison),
+    ]
+    assert all(isinstance(f, Figure) and f.axes for f in figures)
