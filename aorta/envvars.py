@@ -47,6 +47,9 @@ BASELINE = "AORTA_BASELINE"
 ALPHA = "AORTA_ALPHA"
 METRIC = "AORTA_METRIC"
 FAIL_ON_REGRESSION = "AORTA_FAIL_ON_REGRESSION"
+STAT = "AORTA_STAT"
+EXTEND_TRIALS = "AORTA_EXTEND_TRIALS"
+EXTEND_CELLS = "AORTA_EXTEND_CELLS"
 #: Not AORTA_SEED: that one is the per-trial seed handed to workloads.
 BOOTSTRAP_SEED = "AORTA_BOOTSTRAP_SEED"
 BOOTSTRAP_RESAMPLES = "AORTA_BOOTSTRAP_RESAMPLES"
@@ -102,6 +105,10 @@ CLI_TWINS: dict[str, str] = {
     "--alpha": ALPHA,
     "--metric": METRIC,
     "--fail-on-regression": FAIL_ON_REGRESSION,
+    "--stat": STAT,
+    # `aorta sweep extend`
+    "sweep extend --trials": EXTEND_TRIALS,
+    "sweep extend --cells": EXTEND_CELLS,
     "--seed": BOOTSTRAP_SEED,
     "--resamples": BOOTSTRAP_RESAMPLES,
     "--json": JSON_OUTPUT,

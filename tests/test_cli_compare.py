@@ -58,8 +58,11 @@ def test_one_run_against_its_baseline(run_cli, runs):
     assert code == ExitCode.OK, err
     lines = {line.split()[0]: line for line in out.splitlines() if line.strip()}
     assert "baseline" in lines["none-none"]
-    assert lines["xnack-none"].rstrip().endswith("slower")
-    assert "no change" in lines["tf32_off-none"]
+    assert "slower +100%" in lines["xnack-none"] and lines["xnack-none"].endswith("beyond band")
+    # tf32_off does not touch the probe: the same values as the baseline.
+    assert lines["tf32_off-none"].endswith(
+        "no difference detected +0.0% [-0.3, +0.3] — within band"
+    )
     assert "10000 resamples, seed 0" in out
 
 
@@ -77,7 +80,7 @@ def test_two_runs_cell_by_cell(run_cli, runs):
     assert "none-none" in err and "xnack-none" in err
     # B faster than A is no regression.
     code, out, _ = run_cli("compare", runs["slow"], runs["a"], "--fail-on-regression")
-    assert code == ExitCode.OK and out.count("faster") == 3
+    assert code == ExitCode.OK and sum(" faster -33%" in line for line in out.splitlines()) == 3
 
 
 def test_gate_from_its_env_twin(run_cli, runs, monkeypatch):
@@ -93,14 +96,20 @@ def test_json_records_seed_and_resamples(run_cli, runs):
     assert doc["statistics"]["seed"] == 3 and doc["statistics"]["resamples"] == 500
     cells = {c["cell"]: c for c in doc["cells"]}
     assert cells["xnack-none"]["ratio"] == pytest.approx(2.0, rel=1e-3)
-    assert cells["none-none"]["verdict"] == "baseline"
+    assert cells["none-none"]["difference"] == "baseline"
+    assert (cells["xnack-none"]["difference"], cells["xnack-none"]["band"]) == (
+        "slower",
+        "beyond band",
+    )
 
 
 def test_baseline_alpha_and_metric_options(run_cli, runs):
     code, out, _ = run_cli("compare", runs["a"], "--baseline", "xnack-none", "--alpha", "0.01")
     assert code == ExitCode.OK
     # 5 trials against 5 cannot reach 0.01 / 2 (the smallest exact p is 2/252).
-    assert "α = 0.01" in out and "inconclusive — add trials (≥ 6 per cell)" in out
+    assert (
+        "α = 0.01" in out and "no difference detected -50% [-50, -50] (≥ 6 trials per cell)" in out
+    )
     assert "0.5 [0.499, 0.501]" in out  # the baseline, against xnack: half the time
     code, out, _ = run_cli("compare", runs["a"], "--metric", "wall_clock_s", "--json")
     assert code == ExitCode.OK and json.loads(out)["statistics"]["metric"] == "wall_clock_s"
@@ -129,9 +138,41 @@ def test_usage_errors_about_runs(run_cli, runs, tmp_path):
     assert code == ExitCode.USAGE and "not an aorta run directory" in err
 
 
+def test_a_failing_baseline_is_the_normal_triage_case(run_cli, tmp_path):
+    # The bug reproduces in the baseline and a mitigation fixes it: a finding, exit 0.
+    text = probe(trials=6).replace("[none, xnack, tf32_off]", "[none, xnack]")
+    fixed = "import os, sys; sys.exit(0 if os.environ.get('HSA_XNACK') == '1' else 1)"
+    result = sweep(
+        load_recipe_text(text, command=["python3", "-c", fixed]),
+        output=tmp_path / "fb",
+        progress="none",
+    )
+    assert result.exit_code == ExitCode.OK
+    code, out, err = run_cli("compare", result.run_dir)
+    assert code == ExitCode.OK, err
+    line = next(line for line in out.splitlines() if line.startswith("xnack-none"))
+    assert "0% (0/6)" in line and "fewer (p_adj 0.0" in line
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(text)
+    code, out, err = run_cli(
+        "sweep", "run", "-r", recipe, "-o", tmp_path / "cli", "--", "python3", "-c", fixed
+    )
+    assert code == ExitCode.OK, err
+    assert "comparisons are impossible" not in out
+
+
 def test_no_usable_baseline_is_incomplete(run_cli, tmp_path):
-    code, _, err = run_cli("compare", run(tmp_path, "f", probe("{FAIL: '1'}", trials=2)))
-    assert code == ExitCode.INCOMPLETE and "no usable trial" in err
+    # Every trial errored (an unknown workload): nothing to compare against, for anything.
+    result = sweep(
+        load_recipe_text(
+            "workload: nosuch\ntrials: 2\ncells: [{name: a, mitigations: [none]}, {name: b, mitigations: [xnack]}]\n"
+        ),
+        output=tmp_path / "f",
+        progress="none",
+    )
+    assert result.exit_code == ExitCode.INCOMPLETE
+    code, _, err = run_cli("compare", result.run_dir)
+    assert code == ExitCode.INCOMPLETE and "has no trial that ran" in err
 
 
 def test_runs_sharing_no_cell_are_incomplete(run_cli, runs, tmp_path):

@@ -199,7 +199,7 @@ def test_accessor_validates_dims():
 def test_top_level_api(probe_run):
     ds = aorta.load_run(probe_run)
     df = aorta.compare(ds)
-    assert isinstance(df, pd.DataFrame) and df.loc["none-none", "verdict"] == "baseline"
+    assert isinstance(df, pd.DataFrame) and df.loc["none-none", "difference"] == "baseline"
     assert isinstance(aorta.load_trials(probe_run), pd.DataFrame)
     assert {"load_run", "load_runs", "load_trials", "compare", "compare_runs"} <= set(aorta.__all__)
 

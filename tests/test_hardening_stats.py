@@ -33,7 +33,7 @@ def test_compare_groups_600_vs_600_trials_with_ties():
     (row,) = stats.compare_groups([base, slow], [(1, 0)], threshold=1.01, resamples=200)
     assert row.p_method == "asymptotic"
     assert 0.0 <= row.p < 1e-6
-    assert row.verdict == "slower"
+    assert row.difference == "slower"
     assert row.attainable and row.min_p == 0.0
 
 

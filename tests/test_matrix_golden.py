@@ -39,15 +39,20 @@ def test_golden_matrix_md():
 
 def test_golden_run_verdicts():
     ds, summary, header = render()
-    assert summary["verdict"].to_dict() == {
-        "baseline": "baseline",
-        "slow": "slower",
-        "same": "no change",
-        "flaky": "inconclusive",
-        "few": "inconclusive",
+    answers = summary[["difference", "band"]].apply(tuple, axis=1).to_dict()
+    assert answers == {
+        "baseline": ("baseline", "baseline"),
+        "slow": ("slower", "beyond band"),
+        "same": ("no difference detected", "within band"),
+        "flaky": ("no difference detected", "undecided"),
+        "few": ("no difference detected", "undecided"),
     }
-    # The failure finding stands although flaky's timing is inconclusive.
+    # The failure finding stands although flaky's timing cannot tell; its hangs count.
     assert summary.loc["flaky", "failures_vs_baseline"] == "more"
+    assert (summary.loc["flaky", "n_failed_workload"], summary.loc["flaky", "n_failed_hang"]) == (
+        5,
+        2,
+    )
     assert summary.loc["few", "trials_needed"] == 5 and summary.loc["flaky", "trials_needed"] == 5
     # Upstream's confound tag is still there beside the new columns.
     assert summary.loc["slow", "confound"].startswith("speed (+")
@@ -57,13 +62,17 @@ def test_golden_run_verdicts():
     slow = next(c for c in doc["cells"] if c["name"] == "slow")
     assert slow["ratio_ci"][0] > 1.15 and slow["p_adj"] < 0.05
     assert slow["statuses"] == {"ok": 8} and len(slow["trials"]) == 8
+    assert slow["verdict"] == "slower +29% [+27, +32] — beyond band"
+    flaky = next(c for c in doc["cells"] if c["name"] == "flaky")
+    assert flaky["failure_kinds"] == {"workload": 5, "hang": 2, "crash": 0}
     json.dumps(doc, allow_nan=False)  # no NaN leaks into matrix.json
 
 
 def test_matrix_agrees_with_compare():
     _, summary, _ = render()
     df = load_run(RUN).aorta.compare()
-    assert summary["verdict"].tolist() == df["verdict"].tolist()
+    for column in ("difference", "band"):
+        assert summary[column].tolist() == df[column].tolist()
     assert summary["ratio"].tolist() == pytest.approx(
         df["ratio"].tolist(), rel=0, abs=0, nan_ok=True
     )

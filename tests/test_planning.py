@@ -74,7 +74,9 @@ def test_unknown_mitigation_lists_available_and_path(registry):
 
 
 def test_unknown_mitigation_in_probe_axis(registry):
-    r = load_recipe_text("mode: probe\nmitigation_axis: [none, bogus]\ndiagnostic_axis: [none]")
+    r = load_recipe_text(
+        "mode: probe\nmitigation_axis: [none, bogus]\ndiagnostic_axis: [none]", command=["true"]
+    )
     with pytest.raises(RecipeError) as info:
         plan(r, registry=registry)
     assert {p.path for p in info.value.problems} == {"mitigation_axis[1]"}

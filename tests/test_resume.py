@@ -20,10 +20,12 @@ from .test_engine import alive
 AORTA = str(Path(sys.executable).parent / "aorta")
 
 # Deterministic trials: odd trials of the xnack cell fail; step times come from the output.
+# Interleaved (the default, said explicitly): a kill lands mid-round, between cells.
 RECIPE = """
 mode: probe
 ticket: RESUME
 trials: 3
+schedule: interleaved
 mitigation_axis: [none, xnack, hsa_no_sdma]
 step_time_regex: 'step ([0-9.]+)'
 """
@@ -125,6 +127,11 @@ def test_kill_9_at_any_trial_then_resume_equals_uninterrupted(tmp_path_factory, 
     assert _comparable(run_dir) == expected
     assert json.loads((run_dir / "manifest.json").read_text())["status"] == "complete"
     assert not (run_dir / "run.lock").exists()
+    # Every trial that ran has its place in the run order, each place once.
+    orders = sorted(
+        json.loads(p.read_text())["run_order"] for p in run_dir.glob("cells/*/trial_*.json")
+    )
+    assert orders == list(range(len(orders)))
 
 
 def test_truncated_and_foreign_records_are_rerun_and_others_kept(tmp_path):

@@ -1,5 +1,5 @@
-"""``retain:``: a real sweep whose trials pass, fail and time out, each outcome pruned to its
-level; every record survives."""
+"""``retain:``: a real sweep whose trials pass, fail and time out (a hang is a failure), each
+outcome pruned to its level; every record survives."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ case "$OUTCOME" in pass) exit 0;; fail) exit 3;; hang) exec sleep 60;; esac
 RECIPE = """
 trials: 2
 timeout_per_trial: 3
-retain: {on_pass: none, on_fail: log, on_error: summary}
+retain: {on_pass: log, on_fail: summary, on_error: none}
 cells:
   - {name: passes, mitigations: [none], extra_env: {OUTCOME: pass}}
   - {name: fails, mitigations: [none], extra_env: {OUTCOME: fail}}
@@ -61,25 +61,24 @@ def test_every_record_is_kept(pruned_run):
 def test_each_outcome_is_pruned_to_its_level(pruned_run):
     rd = RunDir(pruned_run.run_dir)
     for trial in (0, 1):
-        # on_pass: none — the folder is gone, the record says why.
-        assert not rd.artifact_dir("passes", trial).exists()
-        # on_fail: log — the logs stay whole, the trace and the collected file go.
-        failed = rd.artifact_dir("fails", trial)
-        assert _files(failed) == ["stderr.log", "stdout.log"]
-        assert (failed / "stdout.log").read_text().count("\n") == 5001
-        # on_error: summary — only the logs' tails.
-        hung = rd.artifact_dir("hangs", trial)
-        assert _files(hung) == ["stderr.log", "stdout.log"]
-        tail = (hung / "stdout.log").read_bytes()
-        assert len(tail) <= SUMMARY_TAIL_BYTES + 200
-        assert tail.startswith(b"[aorta retain: summary") and tail.endswith(b"the last line\n")
+        # on_pass: log — the logs stay whole, the trace and the collected file go.
+        passed = rd.artifact_dir("passes", trial)
+        assert _files(passed) == ["stderr.log", "stdout.log"]
+        assert (passed / "stdout.log").read_text().count("\n") == 5001
+        # on_fail: summary — only the logs' tails, for workload failures and hangs alike.
+        for cell in ("fails", "hangs"):
+            failed = rd.artifact_dir(cell, trial)
+            assert _files(failed) == ["stderr.log", "stdout.log"]
+            tail = (failed / "stdout.log").read_bytes()
+            assert len(tail) <= SUMMARY_TAIL_BYTES + 200
+            assert tail.startswith(b"[aorta retain: summary") and tail.endswith(b"the last line\n")
     records = {(r.cell, r.trial): r for r in rd.trial_records()}
-    assert records[("passes", 0)].info["retained"] == "none"
-    assert records[("passes", 0)].artifacts == {}
-    assert set(records[("fails", 1)].artifacts.values()) == {
-        "cells/fails/trial_0001/stdout.log",
-        "cells/fails/trial_0001/stderr.log",
+    assert records[("passes", 0)].info["retained"] == "log"
+    assert set(records[("passes", 1)].artifacts.values()) == {
+        "cells/passes/trial_0001/stdout.log",
+        "cells/passes/trial_0001/stderr.log",
     }
+    assert records[("hangs", 0)].info["retained"] == "summary"
 
 
 def test_the_matrix_still_has_every_trial(pruned_run):

@@ -125,18 +125,28 @@ def test_compare_groups_verdicts():
     rows = stats.compare_groups(
         [base, slow, fast, same, noisy], [(i, 0) for i in range(1, 5)], threshold=1.15
     )
-    assert [r.verdict for r in rows] == ["slower", "faster", "no change", "inconclusive"]
+    assert [r.difference for r in rows] == [
+        "slower",
+        "faster",
+        "no difference detected",
+        "no difference detected",
+    ]
+    assert [r.band for r in rows] == ["beyond band", "beyond band", "within band", "undecided"]
     assert rows[0].ci_low > 1.15 and rows[0].p_adj < 0.05
+    # The band verdicts use the CI adjusted for the 4 cells: wider than the 95% one.
+    assert rows[0].band_ci_low <= rows[0].ci_low and rows[0].band_ci_high >= rows[0].ci_high
     assert rows[3].trials_needed is None and "more trials narrow" in rows[3].note
 
 
-def test_three_trials_are_inconclusive_and_say_how_many():
+def test_three_trials_detect_nothing_and_say_how_many():
     base = _group("base", [10.0, 10.1, 9.9])
     slow = _group("slow", [20.0, 20.1, 19.9])
     (row,) = stats.compare_groups([base, slow], [(1, 0)], threshold=1.15)
-    assert row.verdict == "inconclusive"
+    assert (row.difference, row.band) == ("no difference detected", "undecided")
     assert (row.p, row.min_p, row.attainable, row.trials_needed) == (0.1, 0.1, False, 4)
-    assert "the smallest exact p is 0.1" in row.note and "≥ 4 trials per cell" in row.note
+    assert "the smallest p is 0.1" in row.note and "≥ 4 trials per cell" in row.note
+    # Below MIN_TIMED trials per group: no CI, hence no band verdict.
+    assert math.isnan(row.ci_low) and "no CI below 5 timed trials" in row.note
 
 
 def test_trials_needed_accounts_for_holm():
@@ -150,15 +160,17 @@ def test_failures_are_a_finding_without_timing():
     flaky = _group("flaky", [1.0], failures=9, ran=10)
     (row,) = stats.compare_groups([base, flaky], [(1, 0)], threshold=1.15)
     assert row.failures_vs_baseline == "more"
-    assert row.verdict == "inconclusive"
-    assert row.fisher_p_adj == pytest.approx(sps.fisher_exact([[9, 1], [0, 10]]).pvalue)
+    assert row.difference == "no difference detected" and row.band == "undecided"
+    assert row.failure_p_adj == pytest.approx(
+        sps.boschloo_exact([[9, 0], [1, 10]], alternative="two-sided").pvalue
+    )
 
 
 def test_no_data_when_a_group_has_no_value():
     rows = stats.compare_groups(
         [_group("a", [1.0, 2.0]), _group("b", [], ran=0)], [(1, 0)], threshold=1.15
     )
-    assert (rows[0].verdict, rows[0].failures_vs_baseline) == ("no data", "no data")
+    assert (rows[0].difference, rows[0].band, rows[0].failures_vs_baseline) == ("no data",) * 3
 
 
 @pytest.mark.parametrize(

@@ -112,12 +112,12 @@ def test_trace_variables_have_known_values(traced_run):
 def test_compare_on_a_trace_metric_gives_verdicts(traced_run):
     ds = aorta.load_run(traced_run, traces=True)
     df = aorta.compare(ds, metric="computation_ms")
-    assert df.loc["slow", "verdict"] == "slower" and df.loc["base", "verdict"] == "baseline"
+    assert df.loc["slow", "difference"] == "slower" and df.loc["base", "difference"] == "baseline"
     assert df.loc["slow", "ratio"] == pytest.approx(230 / 130, rel=0.05)
     assert df.attrs["trial_value"] == "computation_ms per trial, max over ranks"
     assert df.attrs["units"] == "ms"
     tflops = aorta.compare(ds, metric="gemm_tflops")
-    assert tflops.loc["slow", "verdict"] == "lower"  # a rate: higher/lower, the min over ranks
+    assert tflops.loc["slow", "difference"] == "lower"  # a rate: higher/lower, the min over ranks
     # the reduction is an option: rank 0 waits, rank 1 does not
     wait = {r: aorta.compare(ds, metric="straggler_wait_ms", ranks=r) for r in (0, 1, "mean")}
     assert wait[0].loc["base", "median"] == pytest.approx(0.03)
@@ -221,7 +221,10 @@ def test_trace_summary_section_and_figures(run_copy):
     assert summary["traced"].tolist() == [5, 5] and summary["source"].tolist() == ["host", "host"]
     assert summary["computation_ms"].tolist() == pytest.approx([0.132, 0.232])
     # both cells wait the same 30 µs for rank 1: exposed comm did not change
-    assert summary.loc["slow", "verdict"] == "no change"
+    assert summary.loc["slow", ["difference", "band"]].tolist() == [
+        "no difference detected",
+        "within band",
+    ]
     assert summary.loc["slow", "ratio"] == pytest.approx(1.0)
     text = trace_markdown(summary)
     assert text.startswith("## Traces") and "| slow | 5 | host |" in text
@@ -233,8 +236,8 @@ def test_trace_summary_section_and_figures(run_copy):
     assert f"- run: `{run_copy}`" in after and after.count("## Traces") == 1
     head = before.split("\n", 3)[3].rstrip("\n")
     assert after.split("\n", 3)[3].startswith(head)
-    assert json.loads((run_copy / "matrix.json").read_text())["traces"]["cells"][1]["verdict"] == (
-        "no change"
+    assert json.loads((run_copy / "matrix.json").read_text())["traces"]["cells"][1]["band"] == (
+        "within band"
     )
     host = Figure()
     ax = host.add_subplot()

@@ -116,7 +116,7 @@ def test_a_sweep_of_reports_is_a_dataset_compare_takes(tmp_path):
     assert (ds.trace_source == "tracelens").all() and (ds.status == "ok").all()
     assert ds.exposed_comm_ms.sel(cell="tuned", trial=2).values.tolist() == [12.0, 13.0]
     df = aorta.compare(ds, metric="exposed_comm_ms")
-    assert df.loc["tuned", "verdict"] == "faster" and df.attrs["baseline"] == "baseline"
+    assert df.loc["tuned", "difference"] == "faster" and df.attrs["baseline"] == "baseline"
     assert df.loc["tuned", "median"] == 13.0  # the worst rank (max) of each trial
     round_trip = aorta.load_run(ds.aorta.to_netcdf(tmp_path / "tl.nc"))
     xr.testing.assert_identical(round_trip, ds)

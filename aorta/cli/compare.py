@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 
@@ -89,18 +89,27 @@ def compare(
         typer.Option(
             "--fail-on-regression",
             envvar=envvars.FAIL_ON_REGRESSION,
-            help="Exit 4 when a cell is significantly slower (a CI regression gate).",
+            help="Exit 4 when a cell is slower and beyond the band: the whole CI of its ratio above the threshold (a CI regression gate).",
         ),
     ] = False,
+    stat: Annotated[
+        Literal["median", "mean", "p95"],
+        typer.Option(
+            "--stat",
+            envvar=envvars.STAT,
+            help="For step_time_ms: each trial's median (default), mean or p95 (stalls) of its post-warm-up steps.",
+        ),
+    ] = "median",
     seed: Seed = 0,
     resamples: Resamples = 10_000,
     traces: Traces = False,
     ranks: Ranks = "worst",
     as_json: Json = False,
 ) -> int:
-    """Compare cells: ratio of medians with a bootstrap CI, Holm-adjusted exact Mann–Whitney p,
-    Fisher's test on failures, and a verdict per cell."""
-    from aorta.matrix.compare import regressions
+    """Compare cells: is there a difference (Holm-adjusted Mann–Whitney: slower / faster / no
+    difference detected) and does it matter (the ratio's CI against the band: beyond / within
+    band / undecided); failures (workload, hang, crash) by Boschloo's exact test."""
+    from aorta.matrix.compare import gate_regressions
     from aorta.report.comparison import (
         compare_paths,
         comparison_json,
@@ -117,6 +126,7 @@ def compare(
         resamples=resamples,
         traces=traces,
         ranks=rank_reduction(ranks),  # type: ignore[arg-type]
+        stat=stat,
     )
     if as_json:
         print(json.dumps(comparison_json(df), indent=2, ensure_ascii=False))
@@ -126,8 +136,17 @@ def compare(
         print(statistics_line(df.attrs).removeprefix("- "))
         print()
         print(comparison_table(df))
-    slow = regressions(df)
+    if df.attrs.get("drift"):
+        print(
+            f"warning: the baseline drifts over the run order (Kendall p = {df.attrs['drift_p']:.2g}): "
+            "a trend in time can look like a cell effect",
+            file=sys.stderr,
+        )
+    slow = gate_regressions(df)
     if fail_on_regression and slow:
-        print(f"regression: significantly slower: {', '.join(slow)}", file=sys.stderr)
+        print(
+            f"regression: slower beyond the band (CI above {df.attrs['threshold']:.3g}): {', '.join(slow)}",
+            file=sys.stderr,
+        )
         return ExitCode.GATE
     return ExitCode.OK

@@ -16,7 +16,10 @@ from aorta.store.rundir import RunDir
 
 from ._options import Json, MitigationsFiles, Verbose
 
-app = typer.Typer(help="Run a recipe's matrix of cells × trials.", no_args_is_help=True)
+app = typer.Typer(
+    help="Run a recipe's matrix of cells × trials (run, resume, extend, status).",
+    no_args_is_help=True,
+)
 
 
 @app.command(context_settings={"allow_interspersed_args": False})
@@ -233,19 +236,26 @@ def _flag_recipe(
 
 
 def _run(
-    recipe: Path | Recipe | None, *, strict: bool, as_json: bool = False, **options: Any
+    recipe: Path | Recipe | None,
+    *,
+    strict: bool,
+    as_json: bool = False,
+    extend: tuple[int, list[str] | None] | None = None,
+    **options: Any,
 ) -> int:
     """Run the sweep (``options`` are :func:`aorta.sweep`'s), print the summary (or, with
     ``as_json``, the summary as JSON), map the code."""
     from aorta.report import console
     from aorta.run import sweep as engine
 
+    if extend is not None:
+        options.update(extend_to=extend[0], extend_cells=extend[1])
     result = engine.sweep(recipe, **options)
-    if result.rank != 0:
-        return result.exit_code  # rank 0 reports for everyone
-    code = result.exit_code
-    if code == ExitCode.OK and strict and (result.failing or result.erroring):
+    code = result.exit_code  # on every rank: what rank 0 decided
+    if code == ExitCode.OK and strict and result.has_findings:
         code = ExitCode.GATE
+    if result.rank != 0:
+        return code
     if as_json:
         print(json.dumps(console.summary_to_dict(result, exit_code=code), indent=2))
     else:
@@ -270,6 +280,51 @@ def resume(
         None,
         strict=strict,
         as_json=as_json,
+        resume=run_dir,
+        mitigations_files=mitigations_file or (),
+        verbose=verbose,
+    )
+
+
+@app.command()
+def extend(
+    run_dir: Annotated[
+        Path, typer.Argument(help="The run directory to grow.", file_okay=False, exists=True)
+    ],
+    trials: Annotated[
+        int,
+        typer.Option(
+            "--trials",
+            envvar=envvars.EXTEND_TRIALS,
+            min=1,
+            help="The trial count per cell to grow to (above the current).",
+        ),
+    ],
+    cells: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--cells",
+            envvar=envvars.EXTEND_CELLS,
+            help="Only these cells (repeat, or comma-separate).",
+        ),
+    ] = None,
+    mitigations_file: MitigationsFiles = None,
+    verbose: Verbose = False,
+    strict: Annotated[
+        bool, typer.Option("--strict", help="Exit 4 when any cell has failing or erroring trials.")
+    ] = False,
+) -> int:
+    """Grow a finished run in place: more trials per cell, same run directory (resumable).
+
+    The extension is recorded in the manifest and matrix.md says the run was extended. Adding
+    trials after seeing results makes p-values optimistic (optional stopping): see
+    docs/statistics.md.
+    """
+    chosen = [c.strip() for item in cells or [] for c in item.split(",") if c.strip()]
+    return _run(
+        None,
+        strict=strict,
+        extend=(trials, chosen or None),
         resume=run_dir,
         mitigations_files=mitigations_file or (),
         verbose=verbose,

@@ -11,7 +11,7 @@ Examples
 >>> ds = build_dataset([{"name": "base", "trials": 1}],
 ...     [TrialRecord(cell="base", cell_id="", trial=0, status="ok", passed=True, step_times_ms=[2.0])],
 ...     attrs={"baseline": "base"})
->>> ds.aorta.compare()["verdict"].tolist()
+>>> ds.aorta.compare()["difference"].tolist()
 ['baseline']
 >>> import xarray as xr
 >>> xr.Dataset().aorta
@@ -31,7 +31,13 @@ import xarray as xr
 from aorta.matrix import stats
 from aorta.matrix.compare import compare, compare_runs
 from aorta.matrix.dataset import trials_frame, write_netcdf
-from aorta.matrix.select import RankReduction, TrialSelection, check_dims, trial_values
+from aorta.matrix.select import (
+    RankReduction,
+    StepStat,
+    TrialSelection,
+    check_dims,
+    trial_values,
+)
 from aorta.matrix.trace_summary import trace_summary
 
 if TYPE_CHECKING:
@@ -69,6 +75,7 @@ class AortaAccessor:
         threshold: float | None = None,
         trials: TrialSelection = "ok",
         ranks: RankReduction = "worst",
+        stat: StepStat = "median",
         seed: int = stats.DEFAULT_SEED,
         resamples: int = stats.DEFAULT_RESAMPLES,
         signature: str | None = None,
@@ -82,6 +89,7 @@ class AortaAccessor:
             threshold=threshold,
             trials=trials,
             ranks=ranks,
+            stat=stat,
             seed=seed,
             resamples=resamples,
             signature=signature,
@@ -97,9 +105,10 @@ class AortaAccessor:
         metric: str = "step_time_ms",
         trials: TrialSelection = "ok",
         ranks: RankReduction = "worst",
+        stat: StepStat = "median",
     ) -> xr.DataArray:
         """One value per trial: :func:`aorta.matrix.select.trial_values`."""
-        return trial_values(self._ds, metric=metric, trials=trials, ranks=ranks)
+        return trial_values(self._ds, metric=metric, trials=trials, ranks=ranks, stat=stat)
 
     def trials(self) -> pd.DataFrame:
         """One row per recorded trial: :func:`aorta.matrix.dataset.trials_frame`."""

@@ -18,17 +18,27 @@ from aorta.errors import IncompleteMatrix
 from aorta.matrix import stats
 from aorta.matrix.select import (
     RankReduction,
+    StepStat,
     TrialSelection,
     band_threshold,
     check_dims,
+    outcomes,
     trial_values,
 )
-from aorta.store.record import ERRORED, TrialStatus
 
 if TYPE_CHECKING:
     import xarray as xr
 
-__all__ = ["COLUMNS", "compare", "compare_runs", "regressions", "require_baseline"]
+__all__ = [
+    "COLUMNS",
+    "compare",
+    "compare_runs",
+    "drift",
+    "gate_regressions",
+    "regressions",
+    "require_baseline",
+    "verdict_words",
+]
 
 _TIME_UNITS = ("ms", "s")
 
@@ -40,7 +50,11 @@ COLUMNS: tuple[str, ...] = (
     "n_ok",
     "n_failed",
     "n_errors",
+    "n_failed_workload",
+    "n_failed_hang",
+    "n_failed_crash",
     "n_timed",
+    "n_nonfinite",
     "failure_rate",
     "failure_ci_low",
     "failure_ci_high",
@@ -49,28 +63,36 @@ COLUMNS: tuple[str, ...] = (
     "cv",
     "baseline_median",
     "baseline_failure_rate",
+    "delta",
     "ratio",
     "ratio_ci_low",
     "ratio_ci_high",
+    "band_ci_low",
+    "band_ci_high",
     "p",
     "p_method",
     "p_adj",
-    "fisher_p",
-    "fisher_p_adj",
+    "failure_p",
+    "failure_p_adj",
     "failures_vs_baseline",
-    "verdict",
+    "difference",
+    "band",
     "trials_needed",
     "note",
 )
 
 
-def _counts(status: np.ndarray) -> dict[str, int]:
-    s = status.astype(str)
+def _counts(outcome: np.ndarray, kind: np.ndarray) -> dict[str, int]:
+    o, k = outcome.astype(str), kind.astype(str)
+    failed = o == "failed"
     return {
-        "n": int(np.sum((s != "missing") & (s != "did_not_run"))),
-        "n_ok": int(np.sum(s == "ok")),
-        "n_failed": int(np.sum(s == TrialStatus.WORKLOAD_FAILED.value)),
-        "n_errors": int(np.sum(np.isin(s, ERRORED))),
+        "n": int(np.sum(np.isin(o, ["passed", "failed", "errored"]))),
+        "n_ok": int(np.sum(o == "passed")),
+        "n_failed": int(np.sum(failed)),
+        "n_errors": int(np.sum(o == "errored")),
+        "n_failed_workload": int(np.sum(failed & (k == "workload"))),
+        "n_failed_hang": int(np.sum(failed & (k == "hang"))),
+        "n_failed_crash": int(np.sum(failed & (k == "crash"))),
     }
 
 
@@ -92,20 +114,23 @@ def _cell_rows(
     signature: str | None = None,
 ) -> tuple[list[dict[str, Any]], list[stats.Group]]:
     rows, groups = [], []
-    status = ds.status.transpose("cell", "trial").values
+    outcome, kind = outcomes(ds)
+    outcome = outcome.transpose("cell", "trial").values
+    kind = kind.transpose("cell", "trial").values
     vals = values.transpose("cell", "trial").values
     events = None if signature is None else _signature_events(ds, signature)
     for i, cell in enumerate(ds.cell.values.tolist()):
-        counts = _counts(status[i])
+        counts = _counts(outcome[i], kind[i])
         if events is not None:
             # The event is the signature; every recorded trial is a chance for it (a hang is
-            # a timeout, not a run that reached a verdict, and still counts).
+            # a timeout too, and still counts).
             counts["n_failed"] = int(events[i])
             counts["n_ok"] = counts["n"] - counts["n_failed"]
             counts["n_errors"] = 0
         ran = counts["n_ok"] + counts["n_failed"]
         summary = stats.summarize_values(vals[i])
         lo, hi = stats.wilson_interval(counts["n_failed"], ran, alpha=alpha)
+        group = stats.Group(f"{key_prefix}{cell}", vals[i], counts["n_failed"], ran)
         rows.append(
             {
                 "cell": cell,
@@ -113,6 +138,7 @@ def _cell_rows(
                 "environment": str(ds.environment.values[i]) if "environment" in ds.coords else "",
                 **counts,
                 "n_timed": summary.n,
+                "n_nonfinite": group.nonfinite,
                 "failure_rate": counts["n_failed"] / ran if ran else math.nan,
                 "failure_ci_low": lo,
                 "failure_ci_high": hi,
@@ -121,8 +147,20 @@ def _cell_rows(
                 "cv": summary.cv,
             }
         )
-        groups.append(stats.Group(f"{key_prefix}{cell}", vals[i], counts["n_failed"], ran))
+        groups.append(group)
     return rows, groups
+
+
+def verdict_words(difference: str, *, time: bool = True) -> str:
+    """A difference in the metric's words: ``slower``/``faster`` for times,
+    ``higher``/``lower`` for other metrics.
+
+    >>> verdict_words("slower", time=False), verdict_words("no difference detected", time=False)
+    ('higher', 'no difference detected')
+    """
+    if time:
+        return difference
+    return {"slower": "higher", "faster": "lower"}.get(difference, difference)
 
 
 def _frame(
@@ -131,7 +169,7 @@ def _frame(
     refs: dict[int, dict[str, Any]],
     *,
     baseline_index: int | None,
-    words: tuple[str, str],
+    time: bool,
 ) -> pd.DataFrame:
     out = []
     for i, row in enumerate(rows):
@@ -142,35 +180,43 @@ def _frame(
             "baseline_median": ref.get("median", math.nan),
             "baseline_failure_rate": ref.get("failure_rate", math.nan),
         }
+        nan = math.nan
         if res is None:
             verdict = "baseline" if i == baseline_index else "no data"
             row.update(
-                ratio=1.0 if i == baseline_index else math.nan,
-                ratio_ci_low=math.nan,
-                ratio_ci_high=math.nan,
-                p=math.nan,
+                delta=0.0 if i == baseline_index else nan,
+                ratio=1.0 if i == baseline_index else nan,
+                ratio_ci_low=nan,
+                ratio_ci_high=nan,
+                band_ci_low=nan,
+                band_ci_high=nan,
+                p=nan,
                 p_method="",
-                p_adj=math.nan,
-                fisher_p=math.nan,
-                fisher_p_adj=math.nan,
+                p_adj=nan,
+                failure_p=nan,
+                failure_p_adj=nan,
                 failures_vs_baseline=verdict,
-                verdict=verdict,
+                difference=verdict,
+                band=verdict,
                 trials_needed=None,
                 note="",
             )
         else:
-            verdict = {"slower": words[0], "faster": words[1]}.get(res.verdict, res.verdict)
             row.update(
+                delta=res.delta,
                 ratio=res.ratio,
                 ratio_ci_low=res.ci_low,
                 ratio_ci_high=res.ci_high,
+                band_ci_low=res.band_ci_low,
+                band_ci_high=res.band_ci_high,
                 p=res.p,
                 p_method=res.p_method,
                 p_adj=res.p_adj,
-                fisher_p=res.fisher_p,
-                fisher_p_adj=res.fisher_p_adj,
+                failure_p=res.failure_p,
+                failure_p_adj=res.failure_p_adj,
                 failures_vs_baseline=res.failures_vs_baseline,
-                verdict=verdict,
+                difference=verdict_words(res.difference, time=time),
+                band=res.band,
                 trials_needed=res.trials_needed,
                 note=res.note,
             )
@@ -192,9 +238,10 @@ def _attrs(
     family: int,
     baseline: str,
     values: xr.DataArray | None = None,
+    stat: str = "median",
 ) -> dict[str, Any]:
     level = alpha / max(family, 1)
-    value = "median of post-warm-up steps" if metric == "step_time_ms" else f"{metric} per trial"
+    value = f"{stat} of post-warm-up steps" if metric == "step_time_ms" else f"{metric} per trial"
     if values is not None and "ranks" in values.attrs:
         value += f", {values.attrs['ranks']}"
     return {
@@ -209,15 +256,22 @@ def _attrs(
         "band": [1 / threshold, threshold],
         "seed": seed,
         "resamples": resamples,
-        "test": "Mann–Whitney U, two-sided, exact; permutation test where values tie",
+        "stat": stat,
+        "test": (
+            f"Mann–Whitney U, two-sided: exact up to {stats.EXACT_MAX_TOTAL} trials in the two "
+            "groups (permutation where values tie), normal approximation with tie correction above"
+        ),
+        "failure_test": "Boschloo's exact test, two-sided",
         "adjustment": "Holm",
+        "band_ci_level": 1 - alpha / max(family, 1),
+        "min_timed": stats.MIN_TIMED,
         "family_size": family,
         "min_trials": stats.trials_for_level(level),
     }
 
 
-def _words(da: xr.DataArray) -> tuple[str, str]:
-    return ("slower", "faster") if da.attrs.get("units") in _TIME_UNITS else ("higher", "lower")
+def _is_time(da: xr.DataArray) -> bool:
+    return da.attrs.get("units") in _TIME_UNITS
 
 
 def compare(
@@ -229,6 +283,7 @@ def compare(
     threshold: float | None = None,
     trials: TrialSelection = "ok",
     ranks: RankReduction = "worst",
+    stat: StepStat = "median",
     seed: int = stats.DEFAULT_SEED,
     resamples: int = stats.DEFAULT_RESAMPLES,
     signature: str | None = None,
@@ -261,22 +316,29 @@ def compare(
         How a per-rank trace metric becomes one value per trial (:func:`reduce_ranks`):
         ``worst`` (default: max over ranks for times, min for rates), ``max``, ``min``,
         ``mean``, ``median`` or a rank number.
+    stat
+        For ``step_time_ms``: which statistic of a trial's post-warm-up steps is its value —
+        ``median`` (default), ``mean`` or ``p95`` (the tail: stalls).
     seed, resamples
-        The bootstrap's seed and number of resamples (both recorded in ``attrs``).
+        The bootstrap's seed (mixed with each group's data) and number of resamples (both
+        recorded in ``attrs``).
     signature
         Count trials with this failure signature (``out_of_memory``, ``hang``,
-        ``custom:<id>`` …) as the event instead of workload failures: ``n_failed`` are those
-        trials, ``n_ok`` the other recorded trials, and the failure test (Fisher, Holm)
-        says whether the signature is more or less frequent than in the baseline.
+        ``custom:<id>`` …) as the event instead of failures: ``n_failed`` are those trials,
+        ``n_ok`` the other recorded trials, and the failure test (Boschloo, Holm) says whether
+        the signature is more or less frequent than in the baseline.
 
     Returns
     -------
     pandas.DataFrame
-        One row per cell (index ``cell``), columns :data:`COLUMNS`. ``verdict`` is one of
-        ``baseline``, ``slower``, ``faster`` (``higher``/``lower`` for metrics that are not
-        times), ``no change``, ``inconclusive``, ``no data``; ``failures_vs_baseline`` one of
+        One row per cell (index ``cell``), columns :data:`COLUMNS`. Two answers per cell:
+        ``difference`` — is there one? — ``baseline``, ``slower``, ``faster``
+        (``higher``/``lower`` for metrics that are not times), ``no difference detected``,
+        ``no data``; ``band`` — does it matter? — ``baseline``, ``beyond band``,
+        ``within band``, ``undecided``, ``no data``. ``failures_vs_baseline`` is one of
         ``baseline``, ``more``, ``fewer``, ``not significant``, ``no data``. ``attrs`` record
-        metric, units, alpha, band, seed, resamples, the family size and ``min_trials``.
+        metric, units, alpha, band, seed, resamples, the family size, ``min_trials`` and the
+        drift check (:func:`drift`).
 
     Raises
     ------
@@ -298,11 +360,11 @@ def compare(
     ...      for c, vs in times.items() for t, v in enumerate(vs)],
     ...     attrs={"baseline": "base", "threshold": 1.15})
     >>> df = compare(ds)
-    >>> df[["n_ok", "median", "ratio", "p_adj", "verdict"]].round(3)  # doctest: +NORMALIZE_WHITESPACE
-          n_ok  median  ratio  p_adj   verdict
+    >>> df[["n_ok", "median", "ratio", "p_adj", "difference", "band"]].round(3)  # doctest: +NORMALIZE_WHITESPACE
+          n_ok  median  ratio  p_adj difference         band
     cell
-    base     5   10.03  1.000    NaN  baseline
-    slow     5   13.10  1.306  0.008    slower
+    base     5   10.03  1.000    NaN   baseline     baseline
+    slow     5   13.10  1.306  0.008     slower  beyond band
     >>> df.attrs["seed"], df.attrs["resamples"]
     (0, 10000)
     """
@@ -314,7 +376,7 @@ def compare(
             f"baseline cell {baseline!r} is not in the run (cells: {', '.join(cells)})"
         )
     thr = band_threshold(ds, threshold)
-    values = trial_values(ds, metric=metric, trials=trials, ranks=ranks)
+    values = trial_values(ds, metric=metric, trials=trials, ranks=ranks, stat=stat)
     rows, groups = _cell_rows(ds, values, alpha=alpha, signature=signature)
     b = cells.index(baseline)
     others = [i for i in range(len(cells)) if i != b]
@@ -333,7 +395,7 @@ def compare(
         by_index,
         dict.fromkeys(range(len(cells)), rows[b]),
         baseline_index=b,
-        words=_words(values),
+        time=_is_time(values),
     )
     df.attrs = _attrs(
         metric=metric,
@@ -346,7 +408,9 @@ def compare(
         family=family,
         baseline=baseline,
         values=values,
+        stat=stat,
     )
+    df.attrs.update(drift(ds, values.sel(cell=baseline), alpha=alpha))
     if signature is not None:
         df.attrs["signature"] = signature
     return df
@@ -361,6 +425,7 @@ def compare_runs(
     threshold: float | None = None,
     trials: TrialSelection = "ok",
     ranks: RankReduction = "worst",
+    stat: StepStat = "median",
     seed: int = stats.DEFAULT_SEED,
     resamples: int = stats.DEFAULT_RESAMPLES,
 ) -> pd.DataFrame:
@@ -387,8 +452,8 @@ def compare_runs(
     ...          for t, v in enumerate(times)], attrs={"threshold": 1.15})
     >>> df = compare_runs(run([10.0, 10.1, 9.9, 10.2, 9.8]), run([12.0, 12.2, 11.9, 12.1, 12.3]))
     >>> row = df.loc["x"]
-    >>> print(f"{row.ratio:.2f} [{row.ratio_ci_low:.2f}, {row.ratio_ci_high:.2f}] {row.p_adj:.4f} {row.verdict}")
-    1.21 [1.18, 1.24] 0.0079 slower
+    >>> print(f"{row.ratio:.2f} [{row.ratio_ci_low:.2f}, {row.ratio_ci_high:.2f}] {row.p_adj:.4f} {row.difference}, {row.band}")
+    1.21 [1.18, 1.24] 0.0079 slower, beyond band
     """
     check_dims(a)
     check_dims(b)
@@ -401,8 +466,8 @@ def compare_runs(
         )
     thr = band_threshold(a, threshold)
     a_sel, b_sel = a.sel(cell=shared), b.sel(cell=shared)
-    va = trial_values(a_sel, metric=metric, trials=trials, ranks=ranks)
-    vb = trial_values(b_sel, metric=metric, trials=trials, ranks=ranks)
+    va = trial_values(a_sel, metric=metric, trials=trials, ranks=ranks, stat=stat)
+    vb = trial_values(b_sel, metric=metric, trials=trials, ranks=ranks, stat=stat)
     rows_a, groups_a = _cell_rows(a_sel, va, alpha=alpha, key_prefix="A/")
     rows_b, groups_b = _cell_rows(b_sel, vb, alpha=alpha, key_prefix="B/")
     n = len(shared)
@@ -420,7 +485,7 @@ def compare_runs(
         dict(enumerate(results)),
         dict(enumerate(rows_a)),
         baseline_index=None,
-        words=_words(vb),
+        time=_is_time(vb),
     )
     df.attrs = _attrs(
         metric=metric,
@@ -433,29 +498,65 @@ def compare_runs(
         family=family,
         baseline="run A (same cell)",
         values=vb,
+        stat=stat,
     )
     return df
 
 
-def regressions(df: pd.DataFrame) -> list[str]:
-    """The cells of a comparison whose verdict is ``slower`` (significantly, beyond the band).
+def drift(ds: xr.Dataset, values: xr.DataArray, *, alpha: float = 0.05) -> dict[str, Any]:
+    """The drift check: is there a monotone trend of the baseline's trial values over the
+    run order (Kendall's tau, :func:`aorta.matrix.stats.drift_p`)? A machine warming up, a
+    neighbour's job or a clock change over a long run shows here first.
 
-    Only times regress this way: for a metric that is not a time (verdicts ``higher`` /
-    ``lower``) whether higher is worse depends on the metric, so none is listed.
+    Returns ``{"drift_p": p, "drift": bool}``; ``drift_p`` is NaN (and ``drift`` False) when
+    the run order was not recorded or the baseline has fewer than 5 timed trials.
+    """
+    if "run_order" not in ds:
+        return {"drift_p": math.nan, "drift": False}
+    order = ds.run_order.sel(cell=values.cell.item()).values if "cell" in ds.run_order.dims else []
+    p = stats.drift_p(np.asarray(values.values, dtype=float), np.asarray(order))
+    return {"drift_p": p, "drift": bool(p < alpha)}
+
+
+def regressions(df: pd.DataFrame) -> list[str]:
+    """The cells of a comparison with a significant slowdown (``difference`` ``slower``),
+    however small.
+
+    Only times regress this way: for a metric that is not a time (``higher`` / ``lower``)
+    whether higher is worse depends on the metric, so none is listed.
 
     Examples
     --------
     >>> import pandas as pd
-    >>> regressions(pd.DataFrame({"verdict": ["slower", "no change"]}, index=["a", "b"]))
+    >>> regressions(pd.DataFrame({"difference": ["slower", "no difference detected"]}, index=["a", "b"]))
     ['a']
     """
-    return [str(c) for c in df.index[df["verdict"] == "slower"]]
+    return [str(c) for c in df.index[df["difference"] == "slower"]]
+
+
+def gate_regressions(df: pd.DataFrame) -> list[str]:
+    """The cells that trip a regression gate: ``slower`` **and** ``beyond band`` — the whole
+    (family-adjusted) CI of the ratio lies above the band's threshold, not just the point
+    estimate.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> gate_regressions(pd.DataFrame({"difference": ["slower", "slower"],
+    ...     "band": ["beyond band", "within band"], "band_ci_low": [1.3, 1.01]}, index=["a", "b"]))
+    ['a']
+    """
+    hit = (df["difference"] == "slower") & (df["band"] == "beyond band") & (df["band_ci_low"] > 1)
+    return [str(c) for c in df.index[hit]]
 
 
 def require_baseline(df: pd.DataFrame) -> None:
-    """Raise :class:`~aorta.errors.IncompleteMatrix` when the baseline has no timed trial."""
-    base = df[df["verdict"] == "baseline"]
-    if len(base) and int(base["n_timed"].iloc[0]) == 0:
+    """Raise :class:`~aorta.errors.IncompleteMatrix` when no usable baseline exists for
+    anything: the baseline has no trial that ran (passed or failed). A baseline whose trials
+    all failed is usable — for the failure comparison; timing then says ``no data``.
+    """
+    base = df[df["difference"] == "baseline"]
+    if len(base) and int(base["n_ok"].iloc[0]) + int(base["n_failed"].iloc[0]) == 0:
         raise IncompleteMatrix(
-            f"baseline cell {base.index[0]!r} has no usable trial: nothing to compare against"
+            f"baseline cell {base.index[0]!r} has no trial that ran: nothing to compare against"
         )

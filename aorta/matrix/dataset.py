@@ -18,10 +18,14 @@ variable                  dims                        meaning
 ``elapsed_s``             cell, trial                 the workload's own clock of its main work
 ``executed_iterations``   cell, trial                 iterations the workload ran (-1: unknown)
 ``status``                cell, trial                 ``ok``, ``workload_failed``, …, ``missing``
+``outcome``               cell, trial                 ``passed``, ``failed``, ``errored``,
+                                                      ``did_not_run`` or ``missing``
+``failure_kind``          cell, trial                 ``workload``, ``hang``, ``crash``; ``""``
+``run_order``             cell, trial                 position in the run's execution order
+                                                      (-1: not recorded)
 ``passed``                cell, trial                 the workload's verdict
 ``error``                 cell, trial                 why the trial did not end ``ok``
 ``signature``             cell, trial                 the failure signature matched, ``""`` if none
-``failure_kind``          cell, trial                 ``hang`` for a trial killed as hung, else ``""``
 ``seed``                  cell, trial                 the trial's seed (-1 where missing)
 ``metrics``               cell, trial, metric         workload metrics (NaN where absent)
 ``info``                  cell, trial, info_key       workload facts as text
@@ -118,13 +122,24 @@ _VAR_ATTRS: dict[str, dict[str, str]] = {
         "description": "ok, workload_failed, setup_failed, infrastructure_failed, timeout, "
         "did_not_run, or missing (no readable record)",
     },
+    "outcome": {
+        "long_name": "trial outcome",
+        "description": "passed, failed, errored, did_not_run, or missing (aorta.store.record.outcome_of)",
+    },
+    "failure_kind": {
+        "long_name": "failure kind",
+        "description": "workload, hang (timeout) or crash (after the main work started); '' otherwise",
+    },
+    "run_order": {
+        "long_name": "run order",
+        "description": "position of the trial in the run's execution order; -1 where not recorded",
+    },
     "passed": {"long_name": "workload verdict"},
     "error": {"long_name": "why the trial did not end ok"},
     "signature": {
         "long_name": "failure signature",
         "description": "the signature its output matched (aorta.run.signatures); '' where none",
     },
-    "failure_kind": {"long_name": "failure kind", "description": "hang, or ''"},
     "seed": {"long_name": "trial seed", "description": "-1 where the trial has no record"},
     "metrics": {"long_name": "workload metric"},
     "info": {"long_name": "workload info"},
@@ -311,9 +326,11 @@ def _trial_variables(
     elapsed = np.full(shape, np.nan)
     iterations = np.full(shape, -1, dtype=np.int64)
     status = text_array([MISSING] * size, shape)
+    outcome = text_array([MISSING] * size, shape)
+    kind = text_array([""] * size, shape)
+    run_order = np.full(shape, -1, dtype=np.int64)
     error = text_array([""] * size, shape)
     signature = text_array([""] * size, shape)
-    kind = text_array([""] * size, shape)
     passed = np.zeros(shape, dtype=bool)
     seed = np.full(shape, -1, dtype=np.int64)
     metrics = np.full((*shape, len(metric_names)), np.nan)
@@ -331,9 +348,10 @@ def _trial_variables(
         elapsed[i, j] = math.nan if rec.elapsed_sec is None else rec.elapsed_sec
         iterations[i, j] = -1 if rec.executed_iterations is None else rec.executed_iterations
         status[i, j] = rec.status.value
+        outcome[i, j], kind[i, j] = rec.outcome, rec.failure_kind or ""
+        run_order[i, j] = -1 if rec.run_order is None else rec.run_order
         error[i, j] = _text(rec.error or "")
         signature[i, j] = _text(rec.signature or "")
-        kind[i, j] = _text(rec.failure_kind or "")
         passed[i, j] = rec.passed
         seed[i, j] = rec.seed
         for k, v in rec.metrics.items():
@@ -349,10 +367,12 @@ def _trial_variables(
         "elapsed_s": (ct, elapsed),
         "executed_iterations": (ct, iterations),
         "status": (ct, status),
+        "outcome": (ct, outcome),
+        "failure_kind": (ct, kind),
+        "run_order": (ct, run_order),
         "passed": (ct, passed),
         "error": (ct, error),
         "signature": (ct, signature),
-        "failure_kind": (ct, kind),
         "seed": (ct, seed),
         "metrics": ((*ct, "metric"), metrics),
         "info": ((*ct, "info_key"), info),
@@ -397,7 +417,8 @@ def _cell_coords(
 
 def trials_frame(ds: xr.Dataset) -> pd.DataFrame:
     """One row per recorded trial (``status`` not ``missing``): the per-cell coordinates,
-    status, the trial value (``step_time_ms``: median of post-warm-up steps), clocks, one
+    status, outcome and failure kind, run order, the trial value (``step_time_ms``: median of
+    post-warm-up steps; ``step_mean_ms`` and ``step_p95_ms`` beside it), clocks, one
     ``metric_<name>`` column per metric, and each trace metric (``load_run(traces=True)``)
     reduced to its worst rank.
 
@@ -411,9 +432,12 @@ def trials_frame(ds: xr.Dataset) -> pd.DataFrame:
       cell  trial status  step_time_ms  metric_tflops
     0    x      0     ok           2.0            2.0
     """
-    per_trial = ["status", "passed", "error", "seed", "n_steps", "warmup_steps"]
-    frame = xr.Dataset({k: ds[k] for k in per_trial})
+    per_trial = ["status", "outcome", "failure_kind", "passed", "error", "seed", "run_order"]
+    per_trial += ["n_steps", "warmup_steps"]
+    frame = xr.Dataset({k: ds[k] for k in per_trial if k in ds})
     frame["step_time_ms"] = trial_values(ds, metric="step_time_ms", trials="all")
+    frame["step_mean_ms"] = trial_values(ds, metric="step_time_ms", trials="all", stat="mean")
+    frame["step_p95_ms"] = trial_values(ds, metric="step_time_ms", trials="all", stat="p95")
     frame["wall_clock_s"] = ds.wall_clock_s
     frame["elapsed_s"] = ds.elapsed_s
     for name in ds.metric.values.tolist():

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 
 from aorta.matrix import stats
-from aorta.store.record import RAN
+from aorta.store.record import outcome_of
 from aorta.trace.metrics import BUSBW, METRICS
 
 if TYPE_CHECKING:
@@ -30,10 +30,12 @@ __all__ = [
     "DEFAULT_THRESHOLD",
     "TRACE_VARIABLE_PREFIXES",
     "RankReduction",
+    "StepStat",
     "TrialSelection",
     "band_threshold",
     "check_dims",
     "is_trace_variable",
+    "outcomes",
     "reduce_ranks",
     "trial_values",
 ]
@@ -45,6 +47,9 @@ TrialSelection = Literal["ok", "ran", "all"]
 #: (the variable's ``rank_reduction``: the max for times, the min for rates), ``max``,
 #: ``min``, ``mean``, ``median``, or a rank number (that rank's value).
 RankReduction = Literal["worst", "max", "min", "mean", "median"] | int
+#: Which statistic of a trial's post-warm-up steps is its ``step_time_ms`` value: ``median``
+#: (default), ``mean``, ``p95`` (the 95th percentile: stalls show here first).
+StepStat = Literal["median", "mean", "p95"]
 #: The band of practical equivalence when neither the caller nor the run names one.
 DEFAULT_THRESHOLD = 1.15
 #: Names of the per-rank text variables trace metrics add (besides the metrics themselves).
@@ -63,6 +68,30 @@ def check_dims(ds: xr.Dataset) -> None:
             raise ValueError(
                 f"an aorta Dataset needs a {dim!r} dimension; this one has {list(ds.dims)}"
             )
+
+
+def outcomes(ds: xr.Dataset) -> tuple[xr.DataArray, xr.DataArray]:
+    """Each trial's outcome (``passed``, ``failed``, ``errored``, ``did_not_run``, ``missing``)
+    and failure kind (``workload``, ``hang``, ``crash``, ``""``).
+
+    Read from the Dataset's ``outcome`` / ``failure_kind``; a Dataset written before they were
+    recorded gets them from ``status`` (:func:`aorta.store.record.outcome_of`, without knowing
+    whether an infrastructure failure's work had started: such trials count as errors).
+
+    >>> import numpy as np, xarray as xr
+    >>> ds = xr.Dataset({"status": (("cell", "trial"), np.array([["ok", "timeout", "missing"]], dtype=object))})
+    >>> [a.values.tolist() for a in outcomes(ds)]
+    [[['passed', 'failed', 'missing']], [['', 'hang', '']]]
+    """
+    if "outcome" in ds and "failure_kind" in ds:
+        return ds.outcome, ds.failure_kind
+    status = ds.status.values.astype(str)
+    out = np.empty(status.shape, dtype=object)
+    kind = np.empty(status.shape, dtype=object)
+    for idx, s in np.ndenumerate(status):
+        o, k = ("missing", None) if s == "missing" else outcome_of(s)
+        out[idx], kind[idx] = o, k or ""
+    return ds.status.copy(data=out), ds.status.copy(data=kind)
 
 
 def band_threshold(ds: xr.Dataset, threshold: float | None = None) -> float:
@@ -143,6 +172,7 @@ def trial_values(
     metric: str = "step_time_ms",
     trials: TrialSelection = "ok",
     ranks: RankReduction = "worst",
+    stat: StepStat = "median",
 ) -> xr.DataArray:
     """One value per trial (dims of ``status``), NaN for trials that do not count.
 
@@ -154,11 +184,14 @@ def trial_values(
         (a workload metric such as ``tflops``); or a per-rank trace metric such as
         ``exposed_comm_ms`` (``aorta.load_run(run, traces=True)``), reduced over ranks.
     trials
-        ``ok`` (default): only trials that ended ``ok``; ``ran``: ``ok`` and
-        ``workload_failed``; ``all``: any trial with a value.
+        ``ok`` (default): only trials that passed; ``ran``: passed and failed ones
+        (:func:`outcomes`); ``all``: any trial with a value.
     ranks
         For a per-rank metric: see :func:`reduce_ranks` (default ``worst``: the max over
         ranks for times, the min for rates).
+    stat
+        For ``step_time_ms``: ``median`` (default), ``mean`` or ``p95`` of the post-warm-up
+        steps (:func:`aorta.matrix.stats.trial_stat`).
 
     Raises
     ------
@@ -177,11 +210,13 @@ def trial_values(
     """
     check_dims(ds)
     per_trial = set(ds.status.dims)
+    if stat not in ("median", "mean", "p95"):
+        raise ValueError(f"stat must be 'median', 'mean' or 'p95', got {stat!r}")
     if metric == "step_time_ms":
-        values = stats.trial_medians(ds.step_time_ms.values, ds.warmup_steps.values)
+        values = stats.trial_stat(ds.step_time_ms.values, ds.warmup_steps.values, stat=stat)
         da = ds.status.copy(data=values)
         da.attrs = {
-            "long_name": "median post-warm-up step time",
+            "long_name": f"{stat} post-warm-up step time",
             "units": "ms",
         }
     elif metric in ds.data_vars and set(ds[metric].dims) == per_trial:
@@ -196,7 +231,7 @@ def trial_values(
     if trials == "ok":
         keep = ds.status == "ok"
     elif trials == "ran":
-        keep = ds.status.isin(list(RAN))
+        keep = outcomes(ds)[0].isin(["passed", "failed"])
     elif trials == "all":
         keep = ds.status != "missing"
     else:

@@ -7,26 +7,25 @@ each trial is reduced to one value (by default the median of its post-warm-up st
 Per group of trials (:func:`summarize_values`, :func:`wilson_interval`):
 median, IQR, coefficient of variation, Wilson interval on the failure rate.
 
-Against a reference group (:func:`compare_groups`):
+Against a reference group (:func:`compare_groups`), two questions answered separately:
 
-* **ratio** of medians, with a percentile bootstrap CI that resamples trials within each
-  group (:func:`bootstrap_medians`). Each group's resamples come from its own stream,
-  ``numpy.random.default_rng([seed, crc32(key)])``, so a cell's resamples do not depend on
-  which other cells are in the run, and swapping the two groups inverts the ratio and its CI;
-* **p**: two-sided Mann–Whitney U, exact (:func:`mann_whitney`). The exact null distribution
-  assumes no ties; when a value occurs twice, a permutation test of the same statistic on
-  mid-ranks is used instead (every relabelling of the trials when there are at most 9,999,
-  otherwise 9,999 seeded random ones), and ``p_method`` says ``permutation``. Beyond
-  :data:`EXACT_MAX_TRIALS` trials in a group both would cost minutes (or overflow), and the
-  normal approximation with tie correction is accurate there: ``p_method`` says ``asymptotic``;
-* **p_adj**: Holm's step-down adjustment across all compared cells (:func:`holm`);
-* **fisher_p** / **fisher_p_adj**: Fisher's exact test on failures vs passes, Holm-adjusted;
-* **verdict** (:func:`timing_verdict`): ``slower`` / ``faster`` when ``p_adj < alpha`` and the
-  ratio lies beyond the band ``[1/threshold, threshold]``; ``no change`` when the whole CI
-  lies inside the band; otherwise ``inconclusive``. No verdict but ``inconclusive`` is given
-  while the exact test cannot reach Holm's first level ``alpha / m`` at the trial counts at
-  hand (with 3 trials against 3 the smallest two-sided p is 0.1): :func:`trials_for_level`
-  says how many trials per cell it takes.
+* **Is there a difference?** Two-sided Mann–Whitney U on the trial values
+  (:func:`mann_whitney_test`: exact at small sizes — a permutation test on mid-ranks where
+  values tie — and the normal approximation with tie correction above
+  :data:`EXACT_MAX_TOTAL` trials), Holm-adjusted across the compared cells (:func:`holm`).
+  ``slower`` / ``faster`` when ``p_adj < alpha`` (direction from the ranks), however small the
+  effect; ``no difference detected`` otherwise — with ``trials_needed`` when no p at these
+  trial counts could reach Holm's first level ``alpha / m`` (:func:`attainable_p`).
+* **Does it matter?** The **ratio** of medians with a percentile bootstrap CI that resamples
+  trials within each group (:func:`bootstrap_medians`), each group's stream keyed by the run's
+  seed and the ranks of its values among the pair's (:func:`data_stream`), so renaming a cell,
+  adding another or scaling every time changes nothing. Against the band ``[1/threshold, threshold]``, with the CI at
+  ``1 - alpha / m`` (Bonferroni over the cells): ``beyond band`` (wholly outside),
+  ``within band`` (wholly inside: an equivalence statement), ``undecided`` (:func:`band_verdict`).
+  No CI and no band verdict below :data:`MIN_TIMED` timed trials in either group; no ratio when
+  the reference median is 0 (the difference ``delta`` is still reported and tested).
+* **failure_p** / **failure_p_adj**: Boschloo's exact unconditional test on failures vs passes
+  (:func:`failure_p`), Holm-adjusted.
 
 Examples
 --------
@@ -35,8 +34,8 @@ Examples
 >>> slow = Group("slow", np.array([13.0, 13.4, 12.9, 13.1, 13.2, 13.3]), failures=0, ran=6)
 >>> same = Group("same", np.array([10.05, 9.95, 9.85, 10.15, 10.02, 9.97]), failures=0, ran=6)
 >>> rows = compare_groups([base, slow, same], [(1, 0), (2, 0)], threshold=1.15)
->>> [(r.verdict, round(r.ratio, 2)) for r in rows]
-[('slower', 1.31), ('no change', 1.0)]
+>>> [(r.difference, r.band, round(r.ratio, 2)) for r in rows]
+[('slower', 'beyond band', 1.31), ('no difference detected', 'within band', 1.0)]
 >>> rows[0].p, rows[0].p_method
 (0.0021645021645021645, 'exact')
 """
@@ -44,7 +43,6 @@ Examples
 from __future__ import annotations
 
 import math
-import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -54,23 +52,33 @@ import numpy as np
 __all__ = [
     "DEFAULT_RESAMPLES",
     "DEFAULT_SEED",
+    "EXACT_MAX_TOTAL",
     "EXACT_MAX_TRIALS",
+    "MIN_TIMED",
     "PERMUTATION_RESAMPLES",
+    "Band",
+    "Difference",
     "FailureVerdict",
     "Group",
     "PairResult",
     "Summary",
-    "Verdict",
+    "attainable_p",
+    "band_verdict",
     "bootstrap_medians",
     "compare_groups",
+    "data_stream",
+    "drift_p",
+    "failure_p",
     "fisher_p",
     "holm",
     "mann_whitney",
+    "mann_whitney_asymptotic",
+    "mann_whitney_test",
     "min_exact_p",
     "percentile_interval",
     "summarize_values",
-    "timing_verdict",
     "trial_medians",
+    "trial_stat",
     "trials_for_level",
     "wilson_interval",
 ]
@@ -84,9 +92,6 @@ PERMUTATION_RESAMPLES = 9_999
 #: Largest group for the exact / permutation Mann–Whitney; larger groups use the normal
 #: approximation (scipy's exact distribution takes minutes at 600 vs 600, and returns NaN).
 EXACT_MAX_TRIALS = 50
-
-Verdict = Literal["baseline", "slower", "faster", "no change", "inconclusive", "no data"]
-FailureVerdict = Literal["baseline", "more", "fewer", "not significant", "no data"]
 
 
 # --- per trial -------------------------------------------------------------------------------
@@ -195,10 +200,6 @@ def wilson_interval(k: int, n: int, *, alpha: float = 0.05) -> tuple[float, floa
 
 
 # --- against a reference ---------------------------------------------------------------------
-
-
-def _stream(seed: int, key: str) -> np.random.Generator:
-    return np.random.default_rng([int(seed), zlib.crc32(key.encode())])
 
 
 def bootstrap_medians(
@@ -333,8 +334,7 @@ def mann_whitney(
     if x.size == 0 or y.size == 0:
         return (math.nan, "")
     if max(x.size, y.size) > EXACT_MAX_TRIALS:
-        res = stats.mannwhitneyu(x, y, alternative="two-sided", method="asymptotic")
-        return (min(1.0, max(0.0, float(res.pvalue))), "asymptotic")
+        return (min(1.0, max(0.0, mann_whitney_asymptotic(x, y))), "asymptotic")
     both = np.concatenate([x, y])
     if np.unique(both).size == both.size:
         res = stats.mannwhitneyu(x, y, alternative="two-sided", method="exact")
@@ -380,54 +380,189 @@ def holm(pvalues: Sequence[float] | np.ndarray) -> np.ndarray:
     return out
 
 
-def timing_verdict(
-    *,
-    ratio: float,
-    ci_low: float,
-    ci_high: float,
-    p_adj: float,
-    alpha: float,
-    threshold: float,
-    attainable: bool,
-) -> Verdict:
-    """The verdict on one cell's timing against the reference.
+# --- added for the two-question verdicts ------------------------------------------------------
 
-    * ``slower`` / ``faster``: ``p_adj < alpha`` and the ratio beyond ``threshold`` /
-      below ``1 / threshold``;
-    * ``no change``: the test is attainable at these trial counts and the whole CI lies in
-      ``[1/threshold, threshold]``;
-    * ``no data``: no ratio (a group has no timed trial);
-    * ``inconclusive``: anything else.
+
+def trial_stat(
+    step_times: np.ndarray,
+    warmup: np.ndarray | int = 0,
+    *,
+    stat: Literal["median", "mean", "p95"] = "median",
+    axis: int = -1,
+) -> np.ndarray:
+    """One statistic of each trial's post-warm-up steps: ``median`` (:func:`trial_medians`),
+    ``mean`` or ``p95`` (95th percentile, linear interpolation). NaN for a trial with no step
+    past its warm-up.
 
     Examples
     --------
-    >>> kw = dict(alpha=0.05, threshold=1.15, attainable=True)
-    >>> timing_verdict(ratio=1.3, ci_low=1.2, ci_high=1.4, p_adj=0.01, **kw)
-    'slower'
-    >>> timing_verdict(ratio=1.02, ci_low=0.95, ci_high=1.08, p_adj=0.4, **kw)
-    'no change'
-    >>> timing_verdict(ratio=1.3, ci_low=1.2, ci_high=1.4, p_adj=0.1, **kw)
-    'inconclusive'
+    >>> x = np.array([[50.0, 1.0, 1.0, 1.0, 10.0]])
+    >>> [round(float(trial_stat(x, 1, stat=s)[0]), 3) for s in ("median", "mean", "p95")]
+    [1.0, 3.25, 8.65]
     """
-    if not math.isfinite(ratio):
-        return "no data"
-    significant = p_adj < alpha  # False for NaN
-    if significant and ratio > threshold:
-        return "slower"
-    if significant and ratio < 1 / threshold:
-        return "faster"
-    if attainable and 1 / threshold <= ci_low and ci_high <= threshold:
-        return "no change"
-    return "inconclusive"
+    if stat == "median":
+        return trial_medians(step_times, warmup, axis=axis)
+    values = np.moveaxis(np.asarray(step_times, dtype=float), axis, -1)
+    if values.shape[-1] == 0:
+        return np.full(values.shape[:-1], np.nan)
+    steps = np.arange(values.shape[-1])
+    masked = np.where(steps >= np.asarray(warmup)[..., None], values, np.nan)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows: trials without steps
+        if stat == "mean":
+            return np.nanmean(masked, axis=-1)
+        if stat == "p95":
+            return np.nanpercentile(masked, 95, axis=-1)
+    raise ValueError(f"stat must be 'median', 'mean' or 'p95', got {stat!r}")
+
+
+#: Fewest timed trials *per group* for a ratio CI and a band verdict: below it the percentile
+#: bootstrap of a median is too coarse to trust (its CI covers far less than it claims).
+MIN_TIMED = 5
+#: Mann–Whitney is exact (or a permutation test where values tie) while both groups together
+#: have at most this many trials; above, the normal approximation with tie correction.
+EXACT_MAX_TOTAL = 50
+
+Difference = Literal["baseline", "slower", "faster", "no difference detected", "no data"]
+Band = Literal["baseline", "beyond band", "within band", "undecided", "no data"]
+FailureVerdict = Literal["baseline", "more", "fewer", "not significant", "no data"]
+
+
+def mann_whitney_asymptotic(x: np.ndarray, y: np.ndarray) -> float:
+    """Two-sided Mann–Whitney U p from the normal approximation, with the tie correction of
+    the variance and a continuity correction (scipy ``method="asymptotic"``).
+
+    >>> round(mann_whitney_asymptotic(np.arange(40.0), np.arange(40.0) + 5), 4)
+    0.0719
+    """
+    from scipy import stats as sps
+
+    res = sps.mannwhitneyu(x, y, alternative="two-sided", method="asymptotic", use_continuity=True)
+    return float(res.pvalue)
+
+
+def mann_whitney_test(
+    x: np.ndarray, y: np.ndarray, *, rng: np.random.Generator | None = None
+) -> tuple[float, str]:
+    """Mann–Whitney U as aorta applies it: :func:`mann_whitney` (exact, or a permutation test
+    where values tie) while ``len(x) + len(y) <= EXACT_MAX_TOTAL``, else
+    :func:`mann_whitney_asymptotic` (``method`` ``asymptotic``). ``(nan, "")`` when a group is
+    empty.
+
+    >>> mann_whitney_test(np.arange(3.0), np.arange(3.0) + 5)
+    (0.1, 'exact')
+    >>> mann_whitney_test(np.arange(30.0), np.arange(30.0) + 10)[1]
+    'asymptotic'
+    """
+    x = np.asarray(x, dtype=float)
+    y = np.asarray(y, dtype=float)
+    if x.size == 0 or y.size == 0:
+        return (math.nan, "")
+    if x.size + y.size <= EXACT_MAX_TOTAL:
+        return mann_whitney(x, y, rng=rng)
+    return (mann_whitney_asymptotic(x, y), "asymptotic")
+
+
+def attainable_p(n: int, m: int) -> float:
+    """The smallest two-sided p :func:`mann_whitney_test` can give at ``n`` vs ``m`` trials:
+    :func:`min_exact_p` where the test is exact, 0 where it is asymptotic.
+
+    >>> attainable_p(3, 3), attainable_p(40, 40)
+    (0.1, 0.0)
+    """
+    if n <= 0 or m <= 0:
+        return 1.0
+    if n + m > EXACT_MAX_TOTAL:
+        return 0.0
+    return min_exact_p(n, m)
+
+
+def failure_p(failures_a: int, ran_a: int, failures_b: int, ran_b: int) -> float:
+    """Two-sided **Boschloo exact test** of failures/passes in ``a`` against ``b``.
+
+    Boschloo's test is unconditional (it does not fix both margins as Fisher's does) and
+    uniformly more powerful than Fisher's at the same level. NaN when a group ran no trial;
+    1 when no trial or every trial failed (nothing to tell the groups apart).
+
+    >>> round(failure_p(10, 20, 2, 20), 4), failure_p(0, 5, 0, 5)
+    (0.0066, 1.0)
+    """
+    if ran_a <= 0 or ran_b <= 0:
+        return math.nan
+    total = failures_a + failures_b
+    if total == 0 or total == ran_a + ran_b:
+        return 1.0
+    from scipy.stats import boschloo_exact
+
+    table = [[failures_a, failures_b], [ran_a - failures_a, ran_b - failures_b]]
+    return float(min(1.0, boschloo_exact(table, alternative="two-sided").pvalue))
+
+
+def data_stream(seed: int, key: np.ndarray, salt: int = 0) -> np.random.Generator:
+    """A random stream keyed by the run's ``seed`` and the numbers ``key`` (as a multiset:
+    their order does not matter), never by a cell's name.
+
+    :func:`compare_groups` keys each group's bootstrap by the ranks of its values among the
+    pair's, and the permutation test by the pair's pooled ranks: ranks do not change when
+    every time is scaled, a cell is renamed or another cell is added, and a group keeps its
+    stream whether it is the cell or the reference.
+
+    >>> a = data_stream(0, np.array([2.0, 1.0])).random()
+    >>> a == data_stream(0, np.array([1.0, 2.0])).random(), a == data_stream(1, np.array([1.0, 2.0])).random()
+    (True, False)
+    """
+    import hashlib
+
+    x = np.sort(np.asarray(key, dtype=np.float64))
+    digest = hashlib.blake2b(x.tobytes(), digest_size=8).digest()
+    return np.random.default_rng([int(seed), int.from_bytes(digest, "big"), int(salt)])
+
+
+def band_verdict(lo: float, hi: float, *, threshold: float) -> Band:
+    """Where the interval ``[lo, hi]`` of a ratio lies against the band
+    ``[1/threshold, threshold]``: ``beyond band`` (wholly outside), ``within band`` (wholly
+    inside: an equivalence statement), ``undecided`` (straddles an edge, or no interval).
+
+    >>> band_verdict(1.2, 1.3, threshold=1.15), band_verdict(0.95, 1.1, threshold=1.15)
+    ('beyond band', 'within band')
+    >>> band_verdict(1.1, 1.2, threshold=1.15), band_verdict(float("nan"), 1.0, threshold=1.15)
+    ('undecided', 'undecided')
+    """
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return "undecided"
+    if lo > threshold or hi < 1 / threshold:
+        return "beyond band"
+    if 1 / threshold <= lo and hi <= threshold:
+        return "within band"
+    return "undecided"
+
+
+def drift_p(values: np.ndarray, order: np.ndarray) -> float:
+    """Two-sided p of a monotone trend of ``values`` over ``order`` (Kendall's tau), from the
+    finite values with a known order (``order >= 0``); NaN below 5 such values.
+
+    >>> drift_p(np.arange(10.0), np.arange(10)) < 1e-5, drift_p(np.ones(3), np.arange(3))
+    (True, nan)
+    """
+    v = np.asarray(values, dtype=float)
+    o = np.asarray(order, dtype=float)
+    keep = np.isfinite(v) & (o >= 0)
+    if keep.sum() < 5 or np.unique(v[keep]).size < 2:
+        return math.nan
+    from scipy.stats import kendalltau
+
+    return float(kendalltau(o[keep], v[keep]).pvalue)
 
 
 @dataclass(frozen=True)
 class Group:
     """The trials of one cell, as :func:`compare_groups` sees them.
 
-    ``key`` names the group's bootstrap stream (use the cell's name, prefixed by the run
-    when comparing two runs); ``values`` are the trial values that count for timing
-    (non-finite ones are dropped); ``failures`` of ``ran`` trials failed.
+    ``values`` are the trial values that count for timing (NaN for a trial that counts but has
+    no value; ±inf are counted in ``nonfinite`` and left out); ``failures`` of ``ran`` trials
+    failed. ``key`` names the group in messages only: the bootstrap stream comes from the data.
     """
 
     key: str
@@ -439,28 +574,43 @@ class Group:
         v = np.asarray(self.values, dtype=float)
         return v[np.isfinite(v)]
 
+    @property
+    def nonfinite(self) -> int:
+        """Values that are ±inf (a trial whose clock overflowed, a division by zero)."""
+        return int(np.sum(np.isinf(np.asarray(self.values, dtype=float))))
+
 
 @dataclass(frozen=True)
 class PairResult:
-    """A cell against its reference (one row of a comparison)."""
+    """A cell against its reference (one row of a comparison): the two questions' answers."""
 
+    #: Cell median / reference median (NaN when the reference median is not > 0).
     ratio: float
+    #: The ratio's percentile bootstrap CI at ``1 - alpha`` (NaN below :data:`MIN_TIMED`).
     ci_low: float
     ci_high: float
+    #: The same CI at ``1 - alpha / m`` (m compared cells): what the band verdict uses.
+    band_ci_low: float
+    band_ci_high: float
+    #: Cell median - reference median, in the metric's units.
+    delta: float
     p: float
     p_method: str
     p_adj: float
-    fisher_p: float
-    fisher_p_adj: float
-    verdict: Verdict
+    failure_p: float
+    failure_p_adj: float
+    #: Is there a difference? ``slower`` / ``faster`` / ``no difference detected`` / ``no data``.
+    difference: Difference
+    #: Does it matter? ``beyond band`` / ``within band`` / ``undecided`` / ``no data``.
+    band: Band
     failures_vs_baseline: FailureVerdict
-    #: The smallest p the exact test could give at these trial counts.
+    #: The smallest p the test could give at these trial counts.
     min_p: float
     #: Whether ``min_p`` is below Holm's first level ``alpha / m``.
     attainable: bool
     #: Trials per cell at which the test becomes attainable; None when it already is.
     trials_needed: int | None
-    #: Why an ``inconclusive`` verdict is one, in words.
+    #: What keeps an answer from being firmer, in words ("" when nothing does).
     note: str
 
 
@@ -472,20 +622,42 @@ def _failure_verdict(cell: Group, ref: Group, p_adj: float, alpha: float) -> Fai
     return "more" if cell.failures / cell.ran > ref.failures / ref.ran else "fewer"
 
 
-class _Bootstraps:
-    """Each group's bootstrap medians, drawn once from the group's own stream."""
+def _direction(x: np.ndarray, y: np.ndarray) -> int:
+    """+1 when ``x`` tends to be larger than ``y`` (Mann–Whitney's U above its centre), -1 below."""
+    from scipy.stats import rankdata
 
-    def __init__(
-        self, groups: Sequence[Group], values: list[np.ndarray], *, seed: int, resamples: int
-    ):
-        self.groups, self.values, self.seed, self.resamples = groups, values, seed, resamples
-        self.cache: dict[int, np.ndarray] = {}
+    ranks = rankdata(np.concatenate([x, y]))
+    centre = x.size * (x.size + y.size + 1) / 2
+    got = ranks[: x.size].sum()
+    return 1 if got > centre else -1 if got < centre else 0
 
-    def __getitem__(self, i: int) -> np.ndarray:
-        if i not in self.cache:
-            rng = _stream(self.seed, self.groups[i].key)
-            self.cache[i] = bootstrap_medians(self.values[i], resamples=self.resamples, rng=rng)
-        return self.cache[i]
+
+def _pair_ratios(x: np.ndarray, y: np.ndarray, *, seed: int, resamples: int) -> np.ndarray:
+    """Bootstrap ratios of medians, ``x`` over ``y``, each group resampled from its own stream
+    keyed by its ranks among the pair (:func:`data_stream`)."""
+    from scipy.stats import rankdata
+
+    ranks = rankdata(np.concatenate([x, y]))
+    rx, ry = ranks[: x.size], ranks[x.size :]
+    # Identical groups would share a stream and their resampled ratio would be exactly 1.
+    same = np.array_equal(np.sort(rx), np.sort(ry))
+    bx = bootstrap_medians(x, resamples=resamples, rng=data_stream(seed, rx, 1 if same else 0))
+    by = bootstrap_medians(y, resamples=resamples, rng=data_stream(seed, ry))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return bx / by
+
+
+@dataclass(frozen=True)
+class _Raw:
+    ratio: float
+    delta: float
+    ref_median: float
+    ci: tuple[float, float]
+    band_ci: tuple[float, float]
+    p: float
+    method: str
+    direction: int
+    fp: float
 
 
 def _raw_pair(
@@ -493,60 +665,76 @@ def _raw_pair(
     r: int,
     groups: Sequence[Group],
     values: list[np.ndarray],
-    boots: _Bootstraps,
     *,
     seed: int,
+    resamples: int,
     alpha: float,
-) -> tuple[float, float, float, float, str, float]:
-    """``(ratio, ci_low, ci_high, p, p_method, fisher_p)`` of cell ``c`` against ``r``."""
+    band_alpha: float,
+) -> _Raw:
     x, y = values[c], values[r]
-    pair_key = "\x1f".join(sorted((groups[c].key, groups[r].key)))
-    p, method = mann_whitney(x, y, rng=_stream(seed, pair_key))
-    fp = fisher_p(groups[c].failures, groups[c].ran, groups[r].failures, groups[r].ran)
-    ratio = lo = hi = math.nan
+    # The pooled ranks key the permutation draws: the same data gives the same p whatever
+    # the cells are called, whichever is the reference, and however the times are scaled.
+    if x.size and y.size:
+        from scipy.stats import rankdata
+
+        pooled = rankdata(np.concatenate([x, y]))
+    else:
+        pooled = np.zeros(0)
+    p, method = mann_whitney_test(x, y, rng=data_stream(seed, pooled))
+    fp = failure_p(groups[c].failures, groups[c].ran, groups[r].failures, groups[r].ran)
+    ratio = delta = my = math.nan
+    ci = band_ci = (math.nan, math.nan)
+    direction = 0
     if x.size and y.size:
         mx, my = float(np.median(x)), float(np.median(y))
+        delta = mx - my
+        direction = _direction(x, y)
         if my > 0:
             ratio = mx / my
-        if x.size >= 2 and y.size >= 2:
-            with np.errstate(divide="ignore", invalid="ignore"):
-                lo, hi = percentile_interval(boots[c] / boots[r], alpha=alpha)
-    return ratio, lo, hi, p, method, fp
+            if x.size >= MIN_TIMED and y.size >= MIN_TIMED:
+                boot = _pair_ratios(x, y, seed=seed, resamples=resamples)
+                ci = percentile_interval(boot, alpha=alpha)
+                band_ci = percentile_interval(boot, alpha=band_alpha)
+    return _Raw(ratio, delta, my, ci, band_ci, p, method, direction, fp)
 
 
-def _note(
-    verdict: str,
+def _notes(
+    raw: _Raw,
     *,
-    attainable: bool,
     n: tuple[int, int],
+    nonfinite: tuple[int, int],
+    attainable: bool,
     min_p: float,
     level: float,
     family: int,
     needed: int,
-    lo: float,
-    hi: float,
-    p_adj: float,
     alpha: float,
-    threshold: float,
+    band: Band,
 ) -> str:
-    """Why an inconclusive (or no-data) verdict is one, in words."""
-    if verdict == "no data":
-        return "a group has no timed trial"
-    if verdict != "inconclusive":
-        return ""
-    if not attainable:
-        return (
-            f"{n[0]} vs {n[1]} trials: the smallest exact p is {min_p:.3g}, not below "
-            f"{level:.3g} (alpha {alpha:g} / {family} Holm comparisons); "
-            f"run ≥ {needed} trials per cell"
+    """What keeps the answers from being firmer, in words."""
+    notes = []
+    if not n[0] or not n[1]:
+        notes.append("a group has no timed trial")
+    elif not attainable:
+        notes.append(
+            f"{n[0]} vs {n[1]} trials: the smallest p is {min_p:.3g}, not below {level:.3g} "
+            f"(alpha {alpha:g} / {family} Holm comparisons); run ≥ {needed} trials per cell"
         )
-    if math.isnan(lo):
-        return "no CI: a group has fewer than 2 timed trials"
-    why = "significant, but" if p_adj < alpha else f"p_adj {p_adj:.3g} ≥ {alpha:g} and"
-    return (
-        f"{why} the CI [{lo:.3g}, {hi:.3g}] is not inside "
-        f"[{1 / threshold:.3g}, {threshold:.3g}]: more trials narrow it"
-    )
+    if n[0] and n[1]:
+        if not math.isfinite(raw.ratio):
+            notes.append(
+                f"baseline median {raw.ref_median:g}: no ratio, the band does not apply; "
+                f"the difference is {raw.delta:+.3g}"
+            )
+        elif min(n) < MIN_TIMED:
+            notes.append(f"no CI below {MIN_TIMED} timed trials per group")
+        elif band == "undecided":
+            notes.append("the CI straddles a band edge: more trials narrow it")
+    if any(nonfinite):
+        notes.append(
+            f"non-finite values left out: {nonfinite[0]} (cell), {nonfinite[1]} (baseline)"
+        )
+    return "; ".join(notes)
 
 
 def compare_groups(
@@ -561,7 +749,8 @@ def compare_groups(
     """Compare each ``(cell, reference)`` pair of indices into ``groups``.
 
     The pairs form one family: Mann–Whitney p-values are Holm-adjusted across the pairs that
-    have a p-value, and so are Fisher's. See the module docstring for every rule.
+    have one, and so are the failure tests'; the band verdicts use CIs at ``1 - alpha / m``
+    (Bonferroni over the ``m`` pairs with a ratio). See the module docstring for every rule.
 
     Raises ``ValueError`` for ``alpha`` outside (0, 1), ``threshold`` ≤ 1 or ``resamples`` < 1.
     """
@@ -572,57 +761,73 @@ def compare_groups(
     if resamples < 1:
         raise ValueError(f"resamples must be ≥ 1, got {resamples}")
     values = [g.finite() for g in groups]
-    boots = _Bootstraps(groups, values, seed=seed, resamples=resamples)
-    raw = [_raw_pair(c, r, groups, values, boots, seed=seed, alpha=alpha) for c, r in pairs]
-    p_adj = holm([row[3] for row in raw])
-    f_adj = holm([row[5] for row in raw])
-    family = max(int(np.sum(~np.isnan([row[3] for row in raw]))), 1)
+    band_family = max(
+        sum(1 for c, r in pairs if values[c].size >= MIN_TIMED and values[r].size >= MIN_TIMED), 1
+    )
+    raw = [
+        _raw_pair(
+            c,
+            r,
+            groups,
+            values,
+            seed=seed,
+            resamples=resamples,
+            alpha=alpha,
+            band_alpha=alpha / band_family,
+        )
+        for c, r in pairs
+    ]
+    p_adj = holm([x.p for x in raw])
+    f_adj = holm([x.fp for x in raw])
+    family = max(int(np.sum(~np.isnan([x.p for x in raw]))), 1)
     level = alpha / family
     needed = trials_for_level(level)
     out = []
-    for (c, r), (ratio, lo, hi, p, method, fp), pa, fa in zip(
-        pairs, raw, p_adj, f_adj, strict=True
-    ):
+    for (c, r), x, pa, fa in zip(pairs, raw, p_adj, f_adj, strict=True):
         n = (values[c].size, values[r].size)
-        min_p = min_exact_p(*n)
+        min_p = attainable_p(*n)
         attainable = min_p < level
-        verdict = timing_verdict(
-            ratio=ratio,
-            ci_low=lo,
-            ci_high=hi,
-            p_adj=float(pa),
-            alpha=alpha,
-            threshold=threshold,
-            attainable=attainable,
-        )
+        if not n[0] or not n[1]:
+            difference: Difference = "no data"
+            band: Band = "no data"
+        else:
+            significant = pa < alpha and x.direction != 0
+            difference = (
+                ("slower" if x.direction > 0 else "faster")
+                if significant
+                else "no difference detected"
+            )
+            band = band_verdict(*x.band_ci, threshold=threshold)
         out.append(
             PairResult(
-                ratio=ratio,
-                ci_low=lo,
-                ci_high=hi,
-                p=p,
-                p_method=method,
+                ratio=x.ratio,
+                ci_low=x.ci[0],
+                ci_high=x.ci[1],
+                band_ci_low=x.band_ci[0],
+                band_ci_high=x.band_ci[1],
+                delta=x.delta,
+                p=x.p,
+                p_method=x.method,
                 p_adj=float(pa),
-                fisher_p=fp,
-                fisher_p_adj=float(fa),
-                verdict=verdict,
+                failure_p=x.fp,
+                failure_p_adj=float(fa),
+                difference=difference,
+                band=band,
                 failures_vs_baseline=_failure_verdict(groups[c], groups[r], float(fa), alpha),
                 min_p=min_p,
                 attainable=attainable,
-                trials_needed=needed if verdict == "inconclusive" and not attainable else None,
-                note=_note(
-                    verdict,
-                    attainable=attainable,
+                trials_needed=needed if n[0] and n[1] and not attainable else None,
+                note=_notes(
+                    x,
                     n=n,
+                    nonfinite=(groups[c].nonfinite, groups[r].nonfinite),
+                    attainable=attainable,
                     min_p=min_p,
                     level=level,
                     family=family,
                     needed=needed,
-                    lo=lo,
-                    hi=hi,
-                    p_adj=float(pa),
                     alpha=alpha,
-                    threshold=threshold,
+                    band=band,
                 ),
             )
         )

@@ -10,7 +10,10 @@ with its bootstrap CI, Holm-adjusted p, verdict) plus the columns upstream AORTA
   executed iterations) → ``wall_clock_total`` (the trial's wall clock) → ``missing``;
 * ``confound``: ``speed (+N%)`` when the cell's mean step exceeds the baseline's by more than
   the band's threshold, ``n/a`` when the two cells' step sources differ, ``baseline`` for it;
-* ``n_trials`` (planned), ``did_not_run`` and ``cell_id``.
+* ``n_trials`` (planned), ``did_not_run`` and ``cell_id``;
+* ``p95_ratio`` and ``stalls``: the same comparison on each trial's 95th-percentile step time;
+  ``stalls`` is True when that one is ``slower`` with a ratio beyond the band's threshold while
+  the median's ``band`` is not ``beyond band`` — a few steps stall, the typical one does not.
 
 The statistics use each trial's median post-warm-up step time, or its wall clock when the
 baseline has no per-step times. :mod:`aorta.report.matrix` renders the frame as ``matrix.md``
@@ -29,8 +32,8 @@ import xarray as xr
 
 from aorta.matrix import stats
 from aorta.matrix.compare import compare
-from aorta.matrix.select import band_threshold, check_dims, trial_values
-from aorta.store.record import RAN, TrialStatus
+from aorta.matrix.select import band_threshold, check_dims, outcomes, trial_values
+from aorta.store.record import TrialStatus
 
 __all__ = ["MATRIX_COLUMNS", "STEP_SOURCES", "StepSource", "summarize"]
 
@@ -46,6 +49,8 @@ MATRIX_COLUMNS: tuple[str, ...] = (
     "mean_step_ms",
     "step_source",
     "confound",
+    "p95_ratio",
+    "stalls",
 )
 
 
@@ -91,10 +96,10 @@ def summarize(
     ...     [TrialRecord(cell="a", cell_id="1", trial=0, status="ok", passed=True, step_times_ms=[2.0, 4.0])],
     ...     attrs={"baseline": "a", "threshold": 1.15})
     >>> df = summarize(ds)
-    >>> df[["mean_step_ms", "step_source", "confound", "verdict"]]  # doctest: +NORMALIZE_WHITESPACE
-          mean_step_ms step_source  confound   verdict
+    >>> df[["mean_step_ms", "step_source", "confound", "difference", "stalls"]]  # doctest: +NORMALIZE_WHITESPACE
+          mean_step_ms step_source  confound difference  stalls
     cell
-    a              3.0    per_step  baseline  baseline
+    a              3.0    per_step  baseline   baseline   False
     >>> df.attrs["metric"]
     'step_time_ms'
     """
@@ -120,6 +125,18 @@ def summarize(
     df["step_source"] = source
     b = cells.index(baseline)
     df["confound"] = [_confound(i, b, mean, source, thr) for i in range(len(cells))]
+    df["p95_ratio"], df["stalls"] = np.nan, False
+    if metric == "step_time_ms":
+        tail = compare(
+            ds, baseline, stat="p95", alpha=alpha, threshold=thr, seed=seed, resamples=resamples
+        )
+        df["p95_ratio"] = tail["ratio"]
+        df["stalls"] = (
+            (tail["difference"] == "slower")
+            & (tail["ratio"] > thr)
+            & (df["band"] != "beyond band")
+            & (df["difference"] != "baseline")
+        )
     return df
 
 
@@ -146,7 +163,7 @@ def _mean_steps(ds: xr.Dataset) -> tuple[list[float], list[StepSource]]:
 
     Every trial that ran counts: a failing cell's timing is part of the finding.
     """
-    ran = ds.status.transpose("cell", "trial").isin(list(RAN)).values
+    ran = outcomes(ds)[0].transpose("cell", "trial").isin(["passed", "failed"]).values
     values = _per_trial_ms(ds)
     means: list[float] = []
     sources: list[StepSource] = []

@@ -42,7 +42,7 @@ def trace_summary(
     seed: int = stats.DEFAULT_SEED,
     resamples: int = stats.DEFAULT_RESAMPLES,
 ) -> pd.DataFrame:
-    """One row per cell: medians of the time breakdown and the exposed-comm verdict.
+    """One row per cell: medians of the time breakdown and the exposed-comm verdict (``difference``, ``band``).
 
     Each trial's value is its ranks reduced by ``ranks`` (default ``worst``: the max for these
     times); the cell's value is the median over trials. The exposed-communication columns
@@ -74,11 +74,11 @@ def trace_summary(
     >>> parts = {"computation_ms": 5.0, "exposed_comm_ms": 2.0, "idle_ms": 1.0}
     >>> ds = ds.assign({k: (("cell", "trial", "rank"), np.full((2, 2, 1), v), {"rank_reduction": "max", "units": "ms"})
     ...                 for k, v in parts.items()} | {"trace_source": (("cell", "trial", "rank"), np.full((2, 2, 1), "host", dtype=object))})
-    >>> trace_summary(ds)[["traced", "source", "computation_ms", "exposed_comm_ms", "verdict"]]  # doctest: +NORMALIZE_WHITESPACE
-          traced source  computation_ms  exposed_comm_ms       verdict
+    >>> trace_summary(ds)[["traced", "source", "exposed_comm_ms", "difference", "band"]]  # doctest: +NORMALIZE_WHITESPACE
+          traced source  exposed_comm_ms              difference       band
     cell
-    base       2   host             5.0              2.0      baseline
-    x          2   host             5.0              2.0  inconclusive
+    base       2   host              2.0                baseline   baseline
+    x          2   host              2.0  no difference detected  undecided
     """
     if "exposed_comm_ms" not in ds or "trace_source" not in ds:
         raise ValueError(
@@ -99,7 +99,18 @@ def trace_summary(
     for metric, df in comparisons.items():
         out[metric] = df["median"]
         out[f"{metric}_iqr"] = df["iqr"]
-    for column in ("ratio", "ratio_ci_low", "ratio_ci_high", "p_adj", "verdict", "trials_needed"):
+    for column in (
+        "delta",
+        "ratio",
+        "ratio_ci_low",
+        "ratio_ci_high",
+        "band_ci_low",
+        "band_ci_high",
+        "p_adj",
+        "difference",
+        "band",
+        "trials_needed",
+    ):
         out[column] = comm[column]
     out.attrs = dict(comm.attrs)
     out.attrs["diagnostics"] = json.loads(str(ds.attrs.get("trace_diagnostics", "[]")))

@@ -42,8 +42,7 @@ VERDICT_COLORS: dict[str, str] = {
     "higher": PALETTE["vermillion"],
     "faster": PALETTE["green"],
     "lower": PALETTE["green"],
-    "no change": PALETTE["blue"],
-    "inconclusive": PALETTE["orange"],
+    "no difference detected": PALETTE["blue"],
     "no data": PALETTE["grey"],
     "baseline": PALETTE["black"],
 }
@@ -213,7 +212,7 @@ def ratio_forest(comparison: pd.DataFrame, *, ax: Any = None) -> Figure:
     >>> len(fig.axes)
     1
     """
-    rows = comparison[comparison["verdict"] != "baseline"]
+    rows = comparison[comparison["difference"] != "baseline"]
     cells = [str(c) for c in rows.index]
     thr = float(comparison.attrs.get("threshold", 1.15))
     with aorta_style():
@@ -231,10 +230,10 @@ def ratio_forest(comparison: pd.DataFrame, *, ax: Any = None) -> Figure:
         for yi, (_, row) in zip(y, rows.iterrows(), strict=True):
             if math.isnan(row["ratio"]):
                 continue
-            color = VERDICT_COLORS.get(str(row["verdict"]), PALETTE["blue"])
+            color = VERDICT_COLORS.get(str(row["difference"]), PALETTE["blue"])
             if not math.isnan(row["ratio_ci_low"]):
                 ax.plot([row["ratio_ci_low"], row["ratio_ci_high"]], [yi, yi], color=color, lw=2)
-            ax.plot(row["ratio"], yi, "o", color=color, label=str(row["verdict"]))
+            ax.plot(row["ratio"], yi, "o", color=color, label=str(row["difference"]))
         ax.set_xscale("log")
         ax.xaxis.set_major_formatter(_plain_log())
         lo, hi = ax.get_xlim()

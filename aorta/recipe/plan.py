@@ -29,7 +29,9 @@ Examples
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import random
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -39,7 +41,7 @@ from aorta.errors import Problem, RecipeError
 from aorta.recipe.registry import Environment, Registry
 from aorta.recipe.schema import Collector, Recipe, StopAfter, canonical_json
 
-__all__ = ["DEFAULT_TIMEOUT_S", "Cell", "Plan", "TrialKey", "merge_env", "plan"]
+__all__ = ["DEFAULT_TIMEOUT_S", "Cell", "Plan", "TrialKey", "merge_env", "plan", "schedule_for"]
 
 #: Deadline of a trial when neither the recipe nor the command line gives one.
 DEFAULT_TIMEOUT_S = 3600.0
@@ -118,6 +120,10 @@ class Plan:
     isolation: str
     stop_after: StopAfter | None
     command: tuple[str, ...] | None
+    #: ``interleaved`` or ``sequential`` (:func:`schedule_for`).
+    schedule: str = "sequential"
+    #: The run's seed (the interleaved rounds' shuffles).
+    seed: int = 0
     _by_name: Mapping[str, Cell] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -140,10 +146,48 @@ class Plan:
             raise KeyError(f"no cell {name!r} (cells: {', '.join(self._by_name)})") from None
 
     def trials(self) -> Iterator[TrialKey]:
-        """Every (cell, trial) in run order: cell by cell, trials in order."""
+        """Every (cell, trial), cell by cell, trials in order (the sequential schedule)."""
         for cell in self.cells:
             for t in range(cell.trials):
                 yield TrialKey(cell, t)
+
+    def order(self) -> list[TrialKey]:
+        """Every (cell, trial) in the order the schedule runs them.
+
+        ``sequential``: cell by cell. ``interleaved``: round ``r`` runs trial ``r`` of every
+        cell that has one, the cells shuffled per round by ``random.Random`` seeded from the
+        run's ``seed`` and ``r`` — the same on every rank and on every resume, so a drift of
+        the machine over the run is spread over all cells instead of landing in one.
+
+        >>> from aorta.recipe.schema import load_recipe_text
+        >>> from aorta.recipe.registry import Registry
+        >>> text = "trials: 2\\ncells: [{name: a, mitigations: [none]}, {name: b, mitigations: [none]}]"
+        >>> r = load_recipe_text(text, command=["true"])
+        >>> [(k.cell.name, k.trial) for k in plan(r, registry=Registry.load(entry_points=False)).order()]
+        [('a', 0), ('b', 0), ('b', 1), ('a', 1)]
+        """
+        if self.schedule == "sequential":
+            return list(self.trials())
+        out: list[TrialKey] = []
+        for r in range(max((c.trials for c in self.cells), default=0)):
+            round_cells = [c for c in self.cells if c.trials > r]
+            random.Random(f"aorta-schedule/{self.seed}/{r}").shuffle(round_cells)
+            out += [TrialKey(c, r) for c in round_cells]
+        return out
+
+    def with_trials(self, trials: Mapping[str, int]) -> Plan:
+        """The plan with some cells' trial counts raised (``aorta sweep extend``); counts below
+        a cell's planned ones are ignored.
+
+        Raises ``KeyError`` for a cell not in the plan.
+        """
+        for name in trials:
+            self.cell(name)
+        cells = tuple(
+            dataclasses.replace(c, trials=max(c.trials, int(trials.get(c.name, 0))))
+            for c in self.cells
+        )
+        return dataclasses.replace(self, cells=cells, _by_name={})
 
 
 def merge_env(layers: list[tuple[str, Mapping[str, str]]]) -> tuple[dict[str, str], dict[str, str]]:
@@ -159,6 +203,20 @@ def merge_env(layers: list[tuple[str, Mapping[str, str]]]) -> tuple[dict[str, st
             env[key] = value
             sources[key] = source
     return env, sources
+
+
+def schedule_for(recipe: Recipe, cells: tuple[Cell, ...]) -> str:
+    """The recipe's ``schedule``, or by default ``interleaved`` unless the cells need more
+    than one docker image (switching images every trial would be slow): then ``sequential``.
+
+    >>> from aorta.recipe.schema import load_recipe_text
+    >>> schedule_for(load_recipe_text("cells: [{name: a, mitigations: [none]}]", command=["true"]), ())
+    'interleaved'
+    """
+    if recipe.schedule is not None:
+        return recipe.schedule
+    images = {c.environment.name for c in cells if c.environment.kind == "docker"}
+    return "sequential" if len(images) > 1 else "interleaved"
 
 
 def _cell_id(payload: dict[str, Any]) -> str:
@@ -287,4 +345,6 @@ def plan(
         isolation=recipe.trial_isolation,
         stop_after=recipe.stop_after,
         command=tuple(recipe.command) if recipe.command else None,
+        schedule=schedule_for(recipe, tuple(cells)),
+        seed=recipe.seed,
     )

@@ -232,11 +232,12 @@ RetainLevel = Literal["full", "log", "summary", "none"]
 class Retain(_Strict):
     """Which artifacts of a trial are kept, by outcome (upstream's ``retain`` block)."""
 
-    #: Trials that ran and failed (``workload_failed``).
+    #: Trials that failed: a workload failure, a hang (``timeout``) or a crash after the work
+    #: started (:func:`aorta.store.record.outcome_of`).
     on_fail: RetainLevel = "full"
     #: Trials that passed.
     on_pass: RetainLevel = "full"
-    #: Trials that errored (setup, infrastructure, timeout) or did not run.
+    #: Trials that errored (setup, or infrastructure before the work started) or did not run.
     on_error: RetainLevel = "full"
 
 
@@ -467,6 +468,12 @@ class Recipe(_Strict):
     collect: list[Collector] = Field(default_factory=list)
     confound: Confound = Field(default_factory=Confound)
     stop_after: StopAfter | None = None
+    #: Trial order: ``interleaved`` (rounds of one trial per cell, shuffled per round from
+    #: ``seed``) or ``sequential`` (cell by cell). Default: interleaved unless cells need
+    #: different docker images (see :func:`aorta.recipe.plan.plan`).
+    schedule: Literal["interleaved", "sequential"] | None = None
+    #: The run's seed: the interleaved schedule's shuffles.
+    seed: int = Field(0, ge=0, le=2**31 - 1)
     cells: list[CellSpec] = Field(default_factory=list)
     axes: Axes | None = None
     # probe mode

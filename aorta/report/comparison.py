@@ -9,10 +9,10 @@ the terminal and the end-of-run summary all use :func:`ratio_text`, :func:`verdi
 Examples
 --------
 >>> import pandas as pd
->>> row = pd.Series({"verdict": "inconclusive", "ratio": 1.234, "ratio_ci_low": 0.9,
-...                  "ratio_ci_high": 1.5, "trials_needed": 5})
+>>> row = pd.Series({"difference": "no difference detected", "band": "undecided", "ratio": 1.234,
+...                  "ratio_ci_low": 0.9, "ratio_ci_high": 1.5, "delta": 2.0, "trials_needed": None})
 >>> ratio_text(row), verdict_text(row)
-('1.23 [0.9, 1.5]', 'inconclusive — add trials (≥ 5 per cell)')
+('1.23 [0.9, 1.5]', 'no difference detected +23% [-10, +50] — undecided')
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from aorta.errors import UsageError
 from aorta.matrix import stats
 from aorta.matrix.compare import compare, compare_runs, require_baseline
 from aorta.matrix.load import load_run
-from aorta.matrix.select import RankReduction
+from aorta.matrix.select import RankReduction, StepStat
 
 __all__ = [
     "ci_text",
@@ -118,29 +118,50 @@ def ci_text(row: Any) -> str:
 def ratio_text(row: Any) -> str:
     """``1.32 [1.20, 1.45]`` for a comparison row (``1`` for the baseline, ``—`` without data).
 
-    >>> ratio_text({"verdict": "baseline", "ratio": 1.0})
+    >>> ratio_text({"difference": "baseline", "ratio": 1.0})
     '1'
     """
-    if row["verdict"] == "baseline":
+    if row["difference"] == "baseline":
         return "1"
     if is_missing(row["ratio"]):
         return "—"
     return f"{row['ratio']:.3g}{ci_text(row)}"
 
 
-def verdict_text(row: Any) -> str:
-    """The row's verdict in words, with the trials an inconclusive one needs when known.
+def _pct(ratio: float) -> str:
+    v = (ratio - 1) * 100
+    return f"{v:+.0f}" if abs(v) >= 0.95 else f"{v:+.1f}"
 
-    >>> verdict_text({"verdict": "inconclusive", "trials_needed": None})
-    'inconclusive — add trials'
+
+def verdict_text(row: Any) -> str:
+    """One readable verdict from a row's two answers: ``slower +9% [6, 12] — within band``.
+
+    The percentages are the ratio and its ``1 - alpha`` CI as changes; with a zero baseline
+    median the difference itself (``slower +3.2 vs baseline 0``); ``(≥ N trials per cell)``
+    when no p at these trial counts could reach significance.
+
+    >>> verdict_text({"difference": "slower", "band": "within band", "ratio": 1.09,
+    ...     "ratio_ci_low": 1.06, "ratio_ci_high": 1.12, "delta": 0.9, "trials_needed": None})
+    'slower +9% [+6, +12] — within band'
+    >>> verdict_text({"difference": "no difference detected", "band": "undecided", "ratio": 1.2,
+    ...     "ratio_ci_low": float("nan"), "ratio_ci_high": float("nan"), "delta": 2.0, "trials_needed": 5})
+    'no difference detected +20% (≥ 5 trials per cell) — undecided'
     """
-    verdict = str(row["verdict"] or "—")
-    if verdict == "inconclusive":
-        needed = row["trials_needed"]
-        if not is_missing(needed):
-            return f"inconclusive — add trials (≥ {int(needed)} per cell)"
-        return "inconclusive — add trials"
-    return verdict
+    difference = str(row["difference"])
+    if difference in ("baseline", "no data"):
+        return difference
+    ratio, lo, hi = (row[k] for k in ("ratio", "ratio_ci_low", "ratio_ci_high"))
+    if ratio is not None and math.isfinite(ratio):
+        text = f"{difference} {_pct(ratio)}%"
+        if lo is not None and hi is not None and math.isfinite(lo) and math.isfinite(hi):
+            text += f" [{_pct(lo)}, {_pct(hi)}]"
+    else:
+        delta = row["delta"]
+        text = f"{difference} {delta:+.3g} vs baseline 0" if delta == delta else difference
+    needed = row["trials_needed"]
+    if needed is not None and needed is not pd.NA and needed == needed:
+        text += f" (≥ {int(needed)} trials per cell)"
+    return f"{text} — {row['band']}"
 
 
 def _failure_text(row: Any) -> str:
@@ -150,7 +171,7 @@ def _failure_text(row: Any) -> str:
     text = f"{percent_text(row['failure_rate'])} ({int(row['n_failed'])}/{ran})"
     text += f" [{percent_text(row['failure_ci_low'])}, {percent_text(row['failure_ci_high'])}]"
     if row["failures_vs_baseline"] in ("more", "fewer"):
-        text += f" {row['failures_vs_baseline']} (p_adj {row['fisher_p_adj']:.2g})"
+        text += f" {row['failures_vs_baseline']} (p_adj {row['failure_p_adj']:.2g})"
     return text
 
 
@@ -172,10 +193,12 @@ def statistics_line(stats: Mapping[str, Any]) -> str:
         f"- statistics: trial value = {value}{units}, trials that ended {stats.get('trials')}; "
         f"ratio = cell median / baseline median, {level:.0%} bootstrap CI "
         f"({stats.get('resamples')} resamples, seed {stats.get('seed')}); "
-        f"p_adj = exact Mann–Whitney, Holm over {stats.get('family_size')} cells; "
-        f"verdicts at α = {stats.get('alpha')} with band [{band[0]:.3g}, {band[1]:.3g}]; "
+        f"p_adj = Mann–Whitney, Holm over {stats.get('family_size')} cells; "
+        f"slower/faster at α = {stats.get('alpha')}; band [{band[0]:.3g}, {band[1]:.3g}] judged "
+        f"on the {float(stats.get('band_ci_level', level)):.2%} CI, from "
+        f"{stats.get('min_timed')} timed trials per group; "
         f"below {stats.get('min_trials')} trials per cell no test can reach significance; "
-        "failures: Fisher's exact test, Holm-adjusted"
+        "failures (workload, hang, crash): Boschloo's exact test, Holm-adjusted"
     )
 
 
@@ -189,8 +212,8 @@ def comparison_table(df: pd.DataFrame, *, style: Literal["text", "markdown"] = "
     >>> row = dict(n=3, n_ok=3, n_failed=0, n_timed=3, failure_rate=0.0, failure_ci_low=0.0,
     ...            failure_ci_high=0.56, median=4.0, iqr=0.5, cv=0.1, ratio=1.0,
     ...            ratio_ci_low=float("nan"), ratio_ci_high=float("nan"), p_adj=float("nan"),
-    ...            fisher_p_adj=float("nan"), failures_vs_baseline="baseline", verdict="baseline",
-    ...            trials_needed=None)
+    ...            failure_p_adj=float("nan"), failures_vs_baseline="baseline", difference="baseline",
+    ...            band="baseline", delta=0.0, trials_needed=None)
     >>> print(comparison_table(pd.DataFrame([row], index=pd.Index(["base"], name="cell")), style="markdown"))
     | cell | n_ok/n | median | IQR | CV | failure rate [CI] | ratio [CI] | p_adj | verdict |
     |---|---|---|---|---|---|---|---|---|
@@ -284,6 +307,7 @@ def compare_paths(
     resamples: int = stats.DEFAULT_RESAMPLES,
     traces: bool = False,
     ranks: RankReduction = "worst",
+    stat: StepStat = "median",
 ) -> pd.DataFrame:
     """One run's cells against its baseline, or two runs' shared cells (B against A).
 
@@ -296,7 +320,7 @@ def compare_paths(
         Not one or two runs; ``baseline`` with two runs; a path that is not a run; an
         unknown baseline cell, metric or rank; ``alpha`` outside (0, 1).
     IncompleteMatrix
-        The baseline has no usable trial, or two runs share no cell.
+        The baseline has no trial that ran, or two runs share no cell.
     """
     if len(runs) not in (1, 2):
         raise UsageError(f"give one run (cells vs its baseline) or two (A B), got {len(runs)}")
@@ -312,6 +336,7 @@ def compare_paths(
         seed=seed,
         resamples=resamples,
         ranks=ranks,
+        stat=stat,
     )
     df.attrs["runs"] = [str(p) for p in runs]
     return df
@@ -326,6 +351,7 @@ def compare_datasets(
     seed: int = stats.DEFAULT_SEED,
     resamples: int = stats.DEFAULT_RESAMPLES,
     ranks: RankReduction = "worst",
+    stat: StepStat = "median",
 ) -> pd.DataFrame:
     """:func:`aorta.compare` of one run (which needs a usable baseline) or
     :func:`aorta.compare_runs` of two, with a bad option as a :class:`~aorta.errors.UsageError`.
@@ -338,6 +364,7 @@ def compare_datasets(
         "seed": seed,
         "resamples": resamples,
         "ranks": ranks,
+        "stat": stat,
     }
     try:
         if len(datasets) == 1:

@@ -14,8 +14,8 @@ from typing import Any
 import pandas as pd
 
 from aorta.recipe.plan import Plan
-from aorta.report.comparison import ci_text, comparison_json, is_missing, p_text
-from aorta.store.record import ERRORED, TrialRecord, TrialStatus
+from aorta.report.comparison import comparison_json, p_text, verdict_text
+from aorta.store.record import TrialRecord, TrialStatus
 
 __all__ = ["format_plan", "format_summary", "plan_to_dict", "summary_to_dict"]
 
@@ -94,16 +94,18 @@ def _verdict_lines(summary: pd.DataFrame) -> list[str]:
     """Timing against the baseline: each significant change, then what stays undecided."""
     lines = []
     for cell, row in summary.iterrows():
-        if row["verdict"] in ("slower", "faster") and not is_missing(row["ratio"]):
+        if row["difference"] in ("slower", "faster"):
+            lines.append(f"  {cell}: {verdict_text(row)} (p_adj {p_text(row['p_adj'])})")
+        if row["failures_vs_baseline"] in ("more", "fewer"):
             lines.append(
-                f"  {cell}: {row['verdict']}, {row['ratio']:.3g}× the baseline's step time"
-                f"{ci_text(row)} (p_adj {p_text(row['p_adj'])})"
+                f"  {cell}: {row['failures_vs_baseline']} failures than the baseline "
+                f"(p_adj {p_text(row['failure_p_adj'])})"
             )
-    undecided = summary[summary["verdict"] == "inconclusive"]
+    undecided = summary[summary["band"] == "undecided"]
     if len(undecided):
         needed = int(undecided["trials_needed"].fillna(0).max())
         more = f"; about {needed} trials per cell could decide" if needed else ""
-        lines.append(f"  timing inconclusive for {len(undecided)} cell(s){more} (see matrix.md)")
+        lines.append(f"  band undecided for {len(undecided)} cell(s){more} (see matrix.md)")
     return lines
 
 
@@ -118,7 +120,7 @@ def _cell_problems(
     if failures:
         parts.append(f"{failures}/{failures + int(row['n_ok'])} failed")
     if errors:
-        kinds = Counter(r.status.value for r in mine if r.status.value in ERRORED)
+        kinds = Counter(r.status.value for r in mine if r.outcome == "errored")
         parts.append(", ".join(f"{n} {s}" for s, n in sorted(kinds.items())))
     first_bad = next(
         (r for r in mine if r.status not in (TrialStatus.OK, TrialStatus.DID_NOT_RUN)), None
@@ -146,7 +148,11 @@ def format_summary(result: Any) -> str:
     lines += _verdict_lines(summary)
     if result.exit_code.name == "INCOMPLETE":
         lines.append(
-            f"warning: the baseline {result.baseline!r} has no successful trial: comparisons are impossible"
+            f"warning: the baseline {result.baseline!r} has no trial that ran: comparisons are impossible"
+        )
+    elif result.baseline in summary.index and int(summary.loc[result.baseline, "n_timed"]) == 0:
+        lines.append(
+            f"note: the baseline {result.baseline!r} has no timed trial: failures are compared, timing is not"
         )
     lines.append(f"Wrote matrix to {result.run_dir}")
     return "\n".join(lines)
@@ -165,7 +171,11 @@ def summary_to_dict(result: Any, *, exit_code: int | None = None) -> dict[str, A
         statuses.setdefault(rec.cell, Counter())[rec.status.value] += 1
     frame = comparison_json(result.summaries)
     cells = [
-        {**cell, "statuses": dict(sorted(statuses.get(cell["cell"], Counter()).items()))}
+        {
+            **cell,
+            "verdict": verdict_text(cell),
+            "statuses": dict(sorted(statuses.get(cell["cell"], Counter()).items())),
+        }
         for cell in frame["cells"]
     ]
     return {

@@ -25,6 +25,7 @@ from aorta.report.comparison import (
     percent_text,
     ratio_text,
     statistics_line,
+    verdict_text,
 )
 from aorta.report.html_kit import Cell, FigureFormat, Section, esc, figure_block, page, table
 from aorta.report.html_sections import hosts_table, verdict_chip
@@ -135,7 +136,7 @@ def _cells_section(a: RunSide, b: RunSide, df: pd.DataFrame) -> Section:
                 Cell(ms_text(row["median"]), sort=_num(row["median"]), cls="num"),
                 Cell(ratio_text(row), sort=_num(row["ratio"]), cls="num"),
                 Cell(p_text(row["p_adj"]), sort=_num(row["p_adj"]), cls="num"),
-                Cell(markup=verdict_chip(row), sort=str(row["verdict"])),
+                Cell(markup=verdict_chip(row), sort=verdict_text(row)),
             ]
         )
     body = [

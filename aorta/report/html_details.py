@@ -14,7 +14,14 @@ import numpy as np
 
 from aorta import plot
 from aorta.matrix.select import trial_values
-from aorta.report.comparison import is_missing, ms_text, number_text, p_text, ratio_text
+from aorta.report.comparison import (
+    is_missing,
+    ms_text,
+    number_text,
+    p_text,
+    ratio_text,
+    verdict_text,
+)
 from aorta.report.html_kit import Cell, Section, esc, figure_block, table
 from aorta.report.html_sections import (
     STATUS_LABELS,
@@ -156,7 +163,7 @@ def traces_section(page: RunPage) -> Section | None:
                 *values,
                 Cell(ratio_text(row), sort=number_or_none(row["ratio"]), cls="num"),
                 Cell(p_text(row["p_adj"]), sort=number_or_none(row["p_adj"]), cls="num"),
-                Cell(markup=verdict_chip(row), sort=str(row["verdict"])),
+                Cell(markup=verdict_chip(row), sort=verdict_text(row)),
             ]
         )
     which = str(ts.attrs.get("trial_value", "")).partition(", ")[2] or "per trial"

@@ -155,11 +155,15 @@ SectionBuilder = Callable[[RunPage], "Section | None"]
 # --- small pieces ----------------------------------------------------------------------------
 
 
+def difference_of(row: Any) -> str:
+    """The row's first answer (``slower``, ``no difference detected``, ``baseline`` …)."""
+    return str(row.get("difference") or "—")
+
+
 def verdict_chip(row: Any) -> str:
-    """A verdict in its colour (:data:`aorta.plot.VERDICT_COLORS`), worded by
-    :func:`~aorta.report.comparison.verdict_text`."""
-    verdict = str(row["verdict"] or "—")
-    color = plot.VERDICT_COLORS.get(verdict, plot.PALETTE["grey"])
+    """A verdict in the colour of its difference (:data:`aorta.plot.VERDICT_COLORS`), worded
+    by :func:`~aorta.report.comparison.verdict_text` (both answers)."""
+    color = plot.VERDICT_COLORS.get(difference_of(row), plot.PALETTE["grey"])
     style = f"background: {rgba(color, 0.17)}; box-shadow: inset 3px 0 0 {color}"
     return f'<span class="verdict" style="{style}">{esc(verdict_text(row))}</span>'
 
@@ -332,7 +336,7 @@ def _failure_cell(row: Any) -> Cell:
     title = f"{int(row['n_failed'])} of {ran} trials that ran failed; Wilson CI"
     if vs in ("more", "fewer"):
         text += f" {vs}"
-        title += f"; {vs} failures than the baseline, Fisher p_adj {p_text(row['fisher_p_adj'])}"
+        title += f"; {vs} failures than the baseline, Boschloo p_adj {p_text(row['failure_p_adj'])}"
     return Cell(text, sort=number_or_none(row["failure_rate"]), cls=f"num {vs}", title=title)
 
 
@@ -365,7 +369,7 @@ def matrix_section(page: RunPage) -> Section:
         recorded = sum(c for k, c in zip(kinds, counts, strict=True) if k in (*RAN, *ERRORED))
         note = str(row.get("note") or "")
         verdict = verdict_chip(row)
-        if note and row["verdict"] != "baseline":
+        if note and difference_of(row) != "baseline":
             verdict += f'<div class="cellnote">{esc(note)}</div>'
         ratio = Cell(ratio_text(row), sort=number_or_none(row["ratio"]), cls="num")
         median = "—" if is_missing(row["median"]) else f"{ms_text(row['median'])}"
@@ -389,23 +393,30 @@ def matrix_section(page: RunPage) -> Section:
                 ratio,
                 Cell(markup=scale.bar(row), sort=number_or_none(row["ratio"]), cls="bar"),
                 Cell(p_text(row["p_adj"]), sort=number_or_none(row["p_adj"]), cls="num"),
-                Cell(markup=verdict, sort=str(row["verdict"]), cls="verdictcell"),
+                Cell(markup=verdict, sort=verdict_text(row), cls="verdictcell"),
                 Cell(str(row["confound"] or "")),
             ]
         )
     legend = "".join(
-        verdict_chip({"verdict": v, "trials_needed": None})
-        for v in ("baseline", "no change", "slower", "faster", "inconclusive")
+        _legend_chip(v) for v in ("baseline", "slower", "faster", "no difference detected")
     )
     body = [
         f'<p class="stats">{esc(statistics_line(df.attrs).removeprefix("- "))}</p>',
         f'<div class="legend">{legend}</div>',
         table(head, rows, filterable=len(rows) > 8, cls="matrix"),
-        '<p class="note">Failure rate: workload failures / trials that ran (ok + failed); setup,'
-        " infrastructure and timeout problems are counted beside it, not in it. Click a heading"
-        " to sort.</p>",
+        '<p class="note">Failure rate: failed / (passed + failed) — a failure is a workload'
+        " failure, a hang (timeout) or a crash after the work started; setup and infrastructure"
+        " errors are counted beside it, not in it. The verdict answers two questions: is there a"
+        " difference (Holm-adjusted test), and does it matter (the CI against the band). Click a"
+        " heading to sort.</p>",
     ]
     return Section("matrix", "The matrix", "\n".join(body))
+
+
+def _legend_chip(difference: str) -> str:
+    color = plot.VERDICT_COLORS.get(difference, plot.PALETTE["grey"])
+    style = f"background: {rgba(color, 0.17)}; box-shadow: inset 3px 0 0 {color}"
+    return f'<span class="verdict" style="{style}">{esc(difference)}</span>'
 
 
 @dataclass(frozen=True)
@@ -442,8 +453,8 @@ class _LogScale:
             f'<line x1="{one:.1f}" x2="{one:.1f}" y1="0" y2="14" stroke="#999"/>',
         ]
         ratio = number_or_none(row["ratio"])
-        if ratio is not None and row["verdict"] != "baseline":
-            color = plot.VERDICT_COLORS.get(str(row["verdict"]), plot.PALETTE["blue"])
+        if ratio is not None and difference_of(row) != "baseline":
+            color = plot.VERDICT_COLORS.get(difference_of(row), plot.PALETTE["blue"])
             lo, hi = number_or_none(row["ratio_ci_low"]), number_or_none(row["ratio_ci_high"])
             if lo is not None and hi is not None:
                 parts.append(
@@ -462,7 +473,7 @@ def figures_section(page: RunPage) -> Section | None:
     """The forest plot, failure rates, per-trial distributions and step series."""
     df, ds = page.summary, page.ds
     blocks = []
-    compared = df[(df["verdict"] != "baseline") & df["ratio"].notna()]
+    compared = df[(df["difference"] != "baseline") & df["ratio"].notna()]
     big = len(df) > _FIGURE_MAX_CELLS
     if big:
         blocks.append(

@@ -15,6 +15,7 @@ and timeout problems are counted as **errors** beside it; **mean step** and **co
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from pathlib import Path
@@ -31,7 +32,6 @@ from aorta.matrix.signatures import signature_counts, signature_hints
 from aorta.matrix.summary import summarize
 from aorta.matrix.trace_summary import BREAKDOWN_PARTS, has_traces, trace_summary
 from aorta.report.comparison import (
-    ci_text,
     comparison_json,
     markdown_table,
     ms_text,
@@ -61,7 +61,17 @@ __all__ = [
 #: The matrix files of a run directory.
 MATRIX_MD = "matrix.md"
 MATRIX_JSON = "matrix.json"
-_HEADER_KEYS = ("ticket", "workload", "run_dir", "baseline", "threshold", "world_size", "status")
+_HEADER_KEYS = (
+    "ticket",
+    "workload",
+    "run_dir",
+    "baseline",
+    "threshold",
+    "world_size",
+    "status",
+    "schedule",
+    "extensions",
+)
 
 
 def write_matrix(
@@ -109,7 +119,7 @@ def write_matrix(
     >>> from aorta.recipe.schema import load_recipe_text
     >>> r = load_recipe_text("cells: [{name: base, mitigations: [none]}]", command=["true"])
     >>> run = sweep(r, output=tempfile.mkdtemp(), progress="none").run_dir
-    >>> write_matrix(run)["verdict"].tolist()
+    >>> write_matrix(run)["difference"].tolist()
     ['baseline']
     >>> (run / "matrix.md").read_text().splitlines()[4]
     '- status: complete'
@@ -146,6 +156,11 @@ def matrix_header(
     """The header fields of the matrix files: the run's ticket, workload, directory, baseline,
     threshold, world size and status (``None`` where the Dataset does not say)."""
     header: dict[str, Any] = {k: plain(ds.attrs.get(k)) for k in _HEADER_KEYS}
+    if isinstance(header.get("extensions"), str):  # JSON text in a Dataset's attrs
+        try:
+            header["extensions"] = json.loads(header["extensions"])
+        except ValueError:
+            header["extensions"] = None
     header["run_dir"] = str(run_dir)
     if status is not None:
         header["status"] = status
@@ -210,6 +225,9 @@ def _cell_json(
         "n_ran": int(row["n_ok"]) + int(row["n_failed"]),
         "n_ok": int(row["n_ok"]),
         "failures": int(row["n_failed"]),
+        "failure_kinds": {
+            kind: int(row[f"n_failed_{kind}"]) for kind in ("workload", "hang", "crash")
+        },
         "errors": int(row["n_errors"]),
         "did_not_run": int(row["did_not_run"]),
         "failure_rate": _finite(row["failure_rate"]),
@@ -219,17 +237,25 @@ def _cell_json(
         "statuses": statuses,
         "trials": trials,
         "n_timed": int(row["n_timed"]),
+        "n_nonfinite": int(row["n_nonfinite"]),
         "median": _finite(row["median"]),
         "iqr": _finite(row["iqr"]),
         "cv": _finite(row["cv"]),
         "failure_ci": _interval(row, "failure_ci_low", "failure_ci_high"),
         "ratio": _finite(row["ratio"]),
         "ratio_ci": _interval(row, "ratio_ci_low", "ratio_ci_high"),
+        "band_ci": _interval(row, "band_ci_low", "band_ci_high"),
+        "delta": _finite(row["delta"]),
         "p": _finite(row["p"]),
+        "p_method": str(row["p_method"]),
         "p_adj": _finite(row["p_adj"]),
-        "fisher_p_adj": _finite(row["fisher_p_adj"]),
+        "failure_p_adj": _finite(row["failure_p_adj"]),
         "failures_vs_baseline": str(row["failures_vs_baseline"]),
-        "verdict": str(row["verdict"]),
+        "difference": str(row["difference"]),
+        "band": str(row["band"]),
+        "verdict": verdict_text(row),
+        "p95_ratio": _finite(row["p95_ratio"]),
+        "stalls": bool(row["stalls"]),
         "trials_needed": None if needed is None else int(needed),
         "note": str(row["note"]),
         **_signature_json(cell, signatures),
@@ -284,9 +310,27 @@ def _rate_text(row: pd.Series) -> str:
     return text
 
 
+def _failures_text(row: pd.Series) -> str:
+    """``3 (2 hang, 1 workload)``: failed trials and their kinds."""
+    n = int(row["n_failed"])
+    kinds = [
+        f"{int(row[f'n_failed_{k}'])} {k}"
+        for k in ("workload", "hang", "crash")
+        if int(row[f"n_failed_{k}"])
+    ]
+    return f"{n} ({', '.join(kinds)})" if kinds else str(n)
+
+
+def _verdict_cell(row: pd.Series) -> str:
+    text = verdict_text(row)
+    if bool(row["stalls"]) and not math.isnan(row["p95_ratio"]):
+        text += f"; **stalls** (p95 {row['p95_ratio']:.3g}×)"
+    return text
+
+
 def _findings(summary: pd.DataFrame) -> list[str]:
-    """Significant failure-rate changes first, then timing verdicts."""
-    base = summary[summary["verdict"] == "baseline"]
+    """Significant failure-rate changes first, then timing differences and stalls."""
+    base = summary[summary["difference"] == "baseline"]
     out = []
     if len(base):
         b = base.iloc[0]
@@ -295,20 +339,22 @@ def _findings(summary: pd.DataFrame) -> list[str]:
                 out.append(
                     f"- `{cell}`: **{r['failures_vs_baseline']} failures** than the baseline — "
                     f"{int(r['n_failed'])}/{int(r['n_ok']) + int(r['n_failed'])} vs "
-                    f"{int(b['n_failed'])}/{int(b['n_ok']) + int(b['n_failed'])}, Fisher p_adj "
-                    f"{p_text(r['fisher_p_adj'])} (timing: {verdict_text(r)})"
+                    f"{int(b['n_failed'])}/{int(b['n_ok']) + int(b['n_failed'])}, Boschloo p_adj "
+                    f"{p_text(r['failure_p_adj'])} (timing: {verdict_text(r)})"
                 )
     for cell, r in summary.iterrows():
-        if r["verdict"] in ("slower", "faster") and not math.isnan(r["ratio"]):
+        if r["difference"] in ("slower", "faster", "higher", "lower"):
+            out.append(f"- `{cell}`: **{verdict_text(r)}**, p_adj {p_text(r['p_adj'])}")
+        elif r["difference"] == "no difference detected" and r["note"]:
+            out.append(f"- `{cell}`: {verdict_text(r)} — {r['note']}")
+        if bool(r["stalls"]):
             out.append(
-                f"- `{cell}`: **{r['verdict']}** — {r['ratio']:.3g}× the baseline's median"
-                f"{ci_text(r)}, p_adj {p_text(r['p_adj'])}"
+                f"- `{cell}`: **stalls** — its 95th-percentile step is {r['p95_ratio']:.3g}× the "
+                "baseline's (significantly, beyond the band) while its median is not beyond the band"
             )
-        elif r["verdict"] == "inconclusive":
-            out.append(f"- `{cell}`: inconclusive — {r['note']}")
     if not out and summary.attrs:
         out.append(
-            f"- no cell differs from the baseline in failures or beyond the band at "
+            f"- no cell differs from the baseline in failures or timing at "
             f"α = {summary.attrs.get('alpha')}"
         )
     return out
@@ -353,6 +399,26 @@ def signature_markdown(signatures: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _run_lines(header: Mapping[str, Any], attrs: Mapping[str, Any]) -> list[str]:
+    """The header's lines about how the run was made: schedule, extensions, drift."""
+    lines = []
+    if header.get("schedule"):
+        lines.append(f"- schedule: {header['schedule']}")
+    for ext in header.get("extensions") or []:
+        cells = ", ".join(ext.get("cells") or []) or "all cells"
+        lines.append(
+            f"- extended to {ext.get('trials')} trials per cell ({cells}) at {ext.get('at')}: "
+            "the trial count was chosen after seeing results, so p-values are optimistic "
+            "(optional stopping; see docs/statistics.md)"
+        )
+    if attrs.get("drift"):
+        lines.append(
+            f"- **warning: the baseline drifts over the run order** (Kendall's tau p = "
+            f"{p_text(attrs.get('drift_p'))}): a trend in time can look like a cell effect"
+        )
+    return lines
+
+
 def matrix_markdown(
     summary: pd.DataFrame,
     *,
@@ -360,10 +426,11 @@ def matrix_markdown(
     traces: pd.DataFrame | None = None,
     signatures: pd.DataFrame | None = None,
 ) -> str:
-    """The ``matrix.md`` text: upstream's columns, then ratio [CI], p_adj and verdict, the
-    findings, with ``signatures`` (:func:`failure_signatures`, when any trial has one) a
-    ``top failure`` column and the failure-signatures section (:func:`signature_markdown`),
-    and with ``traces`` the traces section (:func:`trace_markdown`)."""
+    """The ``matrix.md`` text: upstream's columns, then ratio [CI], p_adj and the verdict
+    (difference and band in one), the findings, with ``signatures``
+    (:func:`failure_signatures`, when any trial has one) a ``top failure`` column and the
+    failure-signatures section (:func:`signature_markdown`), and with ``traces`` the traces
+    section (:func:`trace_markdown`)."""
     signed = signatures is not None and signatures.shape[1] > 0
     attrs = summary.attrs
     level = float(attrs.get("ci_level", 0.95))
@@ -373,6 +440,7 @@ def matrix_markdown(
         f"- run: `{header.get('run_dir', '')}`",
         f"- baseline: `{header.get('baseline', '')}`, confound threshold {header.get('threshold', '')}",
         f"- status: {header.get('status', '')}",
+        *_run_lines(header, attrs),
     ]
     if attrs:
         lines.append(statistics_line(attrs))
@@ -388,14 +456,14 @@ def matrix_markdown(
             str(r["environment"]),
             f"{int(r['n_ok']) + int(r['n_failed']) + int(r['n_errors'])}/{int(r['n_trials'])}",
             _rate_text(r),
-            str(int(r["n_failed"])),
+            _failures_text(r),
             str(int(r["n_errors"])),
             ms_text(r["mean_step_ms"]),
             str(r["step_source"]),
             str(r["confound"]),
             ratio_text(r),
             p_text(r["p_adj"]),
-            verdict_text(r),
+            _verdict_cell(r),
             *([_signature_json(str(cell), signatures)["top_failure"] or "—"] if signed else []),
         ]
         for cell, r in summary.iterrows()
@@ -418,7 +486,8 @@ def trace_markdown(summary: pd.DataFrame) -> str:
     --------
     >>> row = dict(traced=3, source="host", computation_ms=5.0, computation_ms_iqr=0.5, exposed_comm_ms=2.0,
     ...            exposed_comm_ms_iqr=0.1, idle_ms=1.0, idle_ms_iqr=0.2, ratio=1.0, ratio_ci_low=float("nan"),
-    ...            ratio_ci_high=float("nan"), p_adj=float("nan"), verdict="baseline", trials_needed=None)
+    ...            ratio_ci_high=float("nan"), p_adj=float("nan"), difference="baseline", band="baseline",
+    ...            delta=0.0, trials_needed=None)
     >>> print(trace_markdown(pd.DataFrame([row], index=pd.Index(["base"], name="cell"))).splitlines()[-1])
     | base | 3 | host | 5 [0.5] | 2 [0.1] | 1 [0.2] | 1 | — | baseline |
     """

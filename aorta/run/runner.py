@@ -276,8 +276,6 @@ class TrialRunner:
                 "signature_hint": "no output and no CPU use: attach py-spy dump or gdb to a hung run to see where it waits",
                 "signature_line": outcome.error,
             }
-        if outcome.failure_kind:
-            found["failure_kind"] = outcome.failure_kind
         return found
 
     def rank_outcome(

@@ -6,14 +6,18 @@
     result.run_dir        # triage_results/_no_ticket_/matmul/2026-11-30T04-55-38
     result.exit_code      # ExitCode.OK
 
-Trials run cell by cell. After each trial its record is written atomically; after each cell
+Trials run in the plan's schedule (:meth:`aorta.recipe.plan.Plan.order`: interleaved rounds by
+default, or cell by cell); each record carries its ``run_order``. After each trial its record
+is written atomically; after each cell (sequential) or round (interleaved)
 ``matrix.md``/``matrix.json`` are rewritten, so a run killed at any point resumes
 (:func:`sweep` with ``resume=``) from exactly the trials that are missing or unreadable.
+``resume=RUN, extend_to=N`` grows a finished run in place (``aorta sweep extend``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import hashlib
 import os
@@ -37,6 +41,7 @@ from aorta.recipe.schema import Recipe, dump_recipe, load_recipe, recipe_from_da
 from aorta.report.matrix import write_matrix
 from aorta.report.progress import ProgressMode, Reporter, choose_reporter
 from aorta.run import procs
+from aorta.run.extend import record_extension
 from aorta.run.orphans import OrphanGuard
 from aorta.run.ranks import (
     DistEnv,
@@ -159,18 +164,26 @@ class SweepResult:
     records: list[TrialRecord]
     #: This process's rank: only rank 0 holds summaries and records.
     rank: int = 0
+    #: Rank 0's exit code and findings, shared with every rank (None: not shared).
+    shared: dict[str, Any] | None = None
 
     @property
     def exit_code(self) -> ExitCode:
-        """OK, or INCOMPLETE when the baseline has no usable trial (rank 0 decides)."""
+        """OK when the matrix is complete — failures, even in the baseline, are findings —
+        or INCOMPLETE when no usable baseline exists for anything (its trials all errored
+        or never ran). Every rank answers what rank 0 decided."""
         if self.status == "interrupted":
             return ExitCode.INTERRUPTED
         if self.rank != 0:
-            return ExitCode.OK
-        df = self.summaries
-        if self.baseline not in df.index or df.loc[self.baseline, "n_ok"] == 0:
-            return ExitCode.INCOMPLETE
-        return ExitCode.OK
+            return ExitCode(int((self.shared or {}).get("exit_code", ExitCode.OK)))
+        return _exit_code(self.summaries, self.baseline)
+
+    @property
+    def has_findings(self) -> bool:
+        """Any cell with failing or erroring trials (on every rank)."""
+        if self.rank != 0:
+            return bool((self.shared or {}).get("findings"))
+        return bool(self.failing or self.erroring)
 
     @property
     def clean(self) -> list[str]:
@@ -195,6 +208,13 @@ class SweepResult:
             if self.summaries.empty
             else self.summaries.index[self.summaries.n_errors > 0].tolist()
         )
+
+
+def _exit_code(df: pd.DataFrame, baseline: str) -> ExitCode:
+    if baseline not in df.index:
+        return ExitCode.INCOMPLETE
+    ran = int(df.loc[baseline, "n_ok"]) + int(df.loc[baseline, "n_failed"])
+    return ExitCode.OK if ran > 0 else ExitCode.INCOMPLETE
 
 
 # ------------------------------------------------------------------------------------------
@@ -246,6 +266,8 @@ class _Sweep:
         self._events: dict[str, int] = {}
         self.host = socket.gethostname()
         self.writer = dist.rank == 0
+        #: The next trial's position in the run's execution order (rank 0 assigns it).
+        self._next_order = 0
         self._warned: set[str] = set()
         overlays: dict[str, str] = {}
         for c in self.plan.cells:
@@ -286,6 +308,8 @@ class _Sweep:
 
     def _remember(self, record: TrialRecord) -> None:
         self.records[(record.cell, record.trial)] = record
+        if record.run_order is not None:
+            self._next_order = max(self._next_order, record.run_order + 1)
         stop = self.plan.stop_after
         if stop is not None and _event(record, stop.event_verdict):
             self._events[record.cell] = self._events.get(record.cell, 0) + 1
@@ -303,6 +327,8 @@ class _Sweep:
             "threshold": self.plan.threshold,
             "world_size": self.dist.world_size,
             "status": status,
+            "schedule": self.plan.schedule,
+            "extensions": self.rd.manifest().get("extensions") if self.writer else None,
         }
 
     def write_matrix(self, status: str) -> pd.DataFrame:
@@ -341,6 +367,8 @@ class _Sweep:
             "world_size": self.dist.world_size,
             "n_cells": len(self.plan.cells),
             "n_trials": self.plan.n_trials,
+            "schedule": self.plan.schedule,
+            "seed": self.plan.seed,
             "cells": {c.name: c.cell_id for c in self.plan.cells},
             "mitigations_files": self.p.mitigations_files,
         }
@@ -367,9 +395,15 @@ class _Sweep:
         return "run"
 
     def _record(
-        self, key: TrialKey, merged: dict[str, Any], started: str, wall: float | None
+        self,
+        key: TrialKey,
+        merged: dict[str, Any],
+        started: str,
+        wall: float | None,
+        run_order: int | None = None,
     ) -> TrialRecord:
         return TrialRecord(
+            run_order=run_order,
             cell=key.cell.name,
             cell_id=key.cell.cell_id,
             trial=key.trial,
@@ -421,7 +455,8 @@ class _Sweep:
             return None
         outcomes = [RankOutcome.model_validate(g) if g is not None else None for g in gathered]
         merged = merge_ranks(outcomes, self.dist.world_size)
-        return self._record(key, merged, started, time.monotonic() - t0)
+        order, self._next_order = self._next_order, self._next_order + 1
+        return self._record(key, merged, started, time.monotonic() - t0, order)
 
     def _say_new_warnings(self, record: TrialRecord) -> None:
         # Loud once (unknown config keys, cleanup errors…), recorded in every record.
@@ -440,7 +475,7 @@ class _Sweep:
                 passed=False,
                 error="stuck in native code past the deadline; the sweep was stopped",
             )
-            record = self._record(key, merge_ranks([timeout], 1), utc_now(), None)
+            record = self._record(key, merge_ranks([timeout], 1), utc_now(), None, self._next_order)
             with contextlib.suppress(Exception):
                 self._keep(record)
                 self.write_matrix("interrupted")
@@ -465,31 +500,18 @@ class _Sweep:
         )
         for warning in self.p.warnings:
             self.reporter.message(f"warning: {warning}")
-        seq = 0
+        order = self.plan.order()
+        sequential = self.plan.schedule == "sequential"
         try:
-            for cell in self.plan.cells:
-                for trial in range(cell.trials):
-                    key = TrialKey(cell, trial)
-                    decision = self.coord.share(
-                        f"trial/{seq}/decision",
-                        lambda k=key: self._decide(k),
-                        timeout_s=self.wait_s,
-                    )
-                    if decision == "done":
-                        seq += 1
-                        continue
-                    if decision.startswith("skip:"):
-                        record = self._skip(key, decision[len("skip:") :]) if self.writer else None
-                    else:
-                        self.reporter.trial_started(cell.name, trial)
-                        record = self.run_trial(seq, key)
-                    seq += 1
-                    if record is not None:
-                        record = self._keep(record)
-                        self.reporter.trial_done(cell.name, trial, record)
-                        self._say_new_warnings(record)
-                self.write_matrix("running")
-                self.reporter.cell_done(cell.name)
+            for seq, key in enumerate(order):
+                self._one(seq, key)
+                nxt = order[seq + 1] if seq + 1 < len(order) else None
+                if key.trial == key.cell.trials - 1:
+                    self.reporter.cell_done(key.cell.name)
+                # Rewrite the matrix after each cell (sequential) or each round (interleaved).
+                group = key.cell.name if sequential else key.trial
+                if nxt is None or group != (nxt.cell.name if sequential else nxt.trial):
+                    self.write_matrix("running")
         except KeyboardInterrupt:
             procs.reap_all()
             if self.writer:
@@ -515,6 +537,15 @@ class _Sweep:
         rows = self.write_matrix("complete")
         if self.writer:
             self.rd.update_manifest(status="complete", finished_at=utc_now())
+        # Every rank exits like rank 0, so torchrun, srun and `aorta launch` see one answer.
+        shared = self.coord.share(
+            "result",
+            lambda: {
+                "exit_code": int(_exit_code(rows, self.plan.baseline)),
+                "findings": bool(len(rows) and ((rows.n_failed > 0) | (rows.n_errors > 0)).any()),
+            },
+            timeout_s=self.wait_s,
+        )
         self.coord.finish(timeout_s=self.wait_s)
         if self.writer:
             # results.nc: the finished run as an xarray Dataset (aorta.matrix.dataset). Best effort:
@@ -535,7 +566,25 @@ class _Sweep:
             rows,
             ordered,
             rank=self.dist.rank,
+            shared=shared,
         )
+
+    def _one(self, seq: int, key: TrialKey) -> None:
+        """Trial ``seq`` of the schedule: rank 0 decides, every rank runs its part."""
+        decision = self.coord.share(
+            f"trial/{seq}/decision", lambda: self._decide(key), timeout_s=self.wait_s
+        )
+        if decision == "done":
+            return
+        if decision.startswith("skip:"):
+            record = self._skip(key, decision[len("skip:") :]) if self.writer else None
+        else:
+            self.reporter.trial_started(key.cell.name, key.trial)
+            record = self.run_trial(seq, key)
+        if record is not None:
+            record = self._keep(record)
+            self.reporter.trial_done(key.cell.name, key.trial, record)
+            self._say_new_warnings(record)
 
 
 def sweep(
@@ -553,6 +602,8 @@ def sweep(
     python: str | None = None,
     workloads: Mapping[str, type[Workload]] | None = None,
     backend: str | None = None,
+    extend_to: int | None = None,
+    extend_cells: Sequence[str] | None = None,
 ) -> SweepResult:
     """Run every cell × trial of ``recipe`` and write the run directory.
 
@@ -584,6 +635,11 @@ def sweep(
     workloads
         Extra workload classes by name, beside the registered ones (a notebook's own
         workload; process-isolated workers import it by its module path).
+    extend_to, extend_cells
+        With ``resume``: grow the run in place — ``extend_cells`` (default: all) to
+        ``extend_to`` trials — recorded in the manifest (``aorta sweep extend``;
+        :mod:`aorta.run.extend`). Adding trials after seeing results is optional stopping
+        (docs/statistics.md).
 
     Returns
     -------
@@ -607,6 +663,11 @@ def sweep(
     (1, 'OK')
     """
     dist = DistEnv.from_environ()
+    if extend_to is not None:
+        if resume is None:
+            raise UsageError("extend_to needs resume=RUN_DIR: the run to grow")
+        if dist.rank == 0:
+            record_extension(resume, trials=extend_to, cells=extend_cells)
     coord = coordinator_for(dist)
     try:
         return _sweep(
@@ -668,8 +729,21 @@ def _prepare_rank0(
             raise UsageError(
                 f"--recipe differs from the recipe {rd.path} was started with; resume without --recipe"
             )
-    files = mitigations_files or rd.manifest().get("mitigations_files", [])
-    return prepare(resolved, mitigations_files=files, catalog=catalog), rd
+    manifest = rd.manifest()
+    files = mitigations_files or manifest.get("mitigations_files", [])
+    prepared = prepare(resolved, mitigations_files=files, catalog=catalog)
+    return _with_trials(prepared, manifest.get("trials_override") or {}), rd
+
+
+def _with_trials(prepared: Prepared, trials: Mapping[str, int]) -> Prepared:
+    """``prepared`` with the trial counts ``aorta sweep extend`` recorded in the manifest."""
+    if not trials:
+        return prepared
+    try:
+        grown = prepared.plan.with_trials(trials)
+    except KeyError as exc:
+        raise UsageError(f"the run's trials_override names {exc.args[0]}") from None
+    return dataclasses.replace(prepared, plan=grown)
 
 
 def _check_world_size(prepared: Prepared, dist: DistEnv, recipe: object) -> None:
@@ -724,7 +798,12 @@ def _sweep(
             raise
         text = dump_recipe(prepared.plan.recipe)
         ids = {c.name: c.cell_id for c in prepared.plan.cells}
-        coord.share("setup", lambda: {"recipe": text, "cell_ids": ids}, timeout_s=wait_s)
+        counts = {c.name: c.trials for c in prepared.plan.cells}
+        coord.share(
+            "setup",
+            lambda: {"recipe": text, "cell_ids": ids, "trials": counts},
+            timeout_s=wait_s,
+        )
     else:
         setup = coord.share("setup", dict, timeout_s=wait_s)
         if "error" in setup:
@@ -734,6 +813,7 @@ def _sweep(
             mitigations_files=mitigations_files,
             catalog=catalog,
         )
+        prepared = _with_trials(prepared, setup.get("trials") or {})
         mine = {c.name: c.cell_id for c in prepared.plan.cells}
         if mine != setup["cell_ids"]:
             raise UsageError(

@@ -16,19 +16,24 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 __all__ = [
     "ERRORED",
+    "FAILURE_KINDS",
+    "OUTCOMES",
     "RAN",
     "RECORD_SCHEMA_VERSION",
     "UPSTREAM_ALIASES",
     "UPSTREAM_NAMES",
+    "FailureKind",
+    "Outcome",
     "RankOutcome",
     "TrialRecord",
     "TrialStatus",
+    "outcome_of",
     "worst_status",
 ]
 
@@ -36,8 +41,8 @@ RECORD_SCHEMA_VERSION = 1
 
 
 class TrialStatus(str, enum.Enum):
-    """How a trial ended. Only ``workload_failed`` counts towards a cell's failure rate;
-    setup, infrastructure and timeout problems are reported as errors beside it."""
+    """How a trial ended, as written in its record. What it means for the statistics — passed,
+    failed (and which kind of failure) or errored — is :func:`outcome_of`."""
 
     #: Ran to the end and the workload's verdict is known (pass or fail).
     OK = "ok"
@@ -73,15 +78,56 @@ UPSTREAM_NAMES: dict[str, str] = {"setup_failed": "workload_setup_failed"}
 UPSTREAM_ALIASES: dict[str, str] = {v: k for k, v in UPSTREAM_NAMES.items()}
 
 
-#: The status groups, owned here and nowhere else (values are the status strings, so they work
-#: on records and on a Dataset's ``status`` variable alike).
-#: The workload ran to a verdict: the trials a failure rate is computed over.
-RAN: tuple[str, ...] = (TrialStatus.OK.value, TrialStatus.WORKLOAD_FAILED.value)
-#: The trial says nothing about the workload: counted as errors beside the failure rate.
+#: The outcome vocabulary, owned here and nowhere else. A trial *passed*, *failed* (the workload
+#: failed, hung, or crashed after its main work started) or *errored* (setup, infrastructure
+#: before the work started: it says nothing about the workload); ``did_not_run`` was skipped.
+#: Failure rate = failed / (passed + failed).
+Outcome = Literal["passed", "failed", "errored", "did_not_run"]
+OUTCOMES: tuple[Outcome, ...] = ("passed", "failed", "errored", "did_not_run")
+#: The kinds of failure, each counted on its own: ``workload`` (the workload reported a failure),
+#: ``hang`` (the trial hit its deadline), ``crash`` (the process died after the main work started).
+FailureKind = Literal["workload", "hang", "crash"]
+FAILURE_KINDS: tuple[FailureKind, ...] = ("workload", "hang", "crash")
+
+
+def outcome_of(
+    status: TrialStatus | str, main_work_started: bool = False
+) -> tuple[Outcome, FailureKind | None]:
+    """A trial's outcome and, for a failure, its kind.
+
+    ``timeout`` is always a failure (``hang``): a stuck collective is what people triage, and a
+    trial hung in its setup is stuck all the same. ``infrastructure_failed`` is a failure
+    (``crash``) when the main work had started, otherwise an error, like ``setup_failed``.
+
+    >>> outcome_of("timeout"), outcome_of("infrastructure_failed", True), outcome_of("setup_failed")
+    (('failed', 'hang'), ('failed', 'crash'), ('errored', None))
+    """
+    s = TrialStatus(status)
+    if s is TrialStatus.OK:
+        return "passed", None
+    if s is TrialStatus.WORKLOAD_FAILED:
+        return "failed", "workload"
+    if s is TrialStatus.TIMEOUT:
+        return "failed", "hang"
+    if s is TrialStatus.INFRASTRUCTURE_FAILED and main_work_started:
+        return "failed", "crash"
+    if s is TrialStatus.DID_NOT_RUN:
+        return "did_not_run", None
+    return "errored", None
+
+
+#: Status groups (values are the status strings, so they work on records and on a Dataset's
+#: ``status`` alike). ``RAN``: the statuses a trial that *ran* can have (passed or failed; an
+#: ``infrastructure_failed`` trial ran only if its main work started, see :func:`outcome_of`).
+RAN: tuple[str, ...] = (
+    TrialStatus.OK.value,
+    TrialStatus.WORKLOAD_FAILED.value,
+    TrialStatus.TIMEOUT.value,
+)
+#: Statuses that are always errors (``infrastructure_failed`` is one unless the work had started).
 ERRORED: tuple[str, ...] = (
     TrialStatus.SETUP_FAILED.value,
     TrialStatus.INFRASTRUCTURE_FAILED.value,
-    TrialStatus.TIMEOUT.value,
 )
 
 # Worst first: merging ranks keeps the worst.
@@ -157,9 +203,6 @@ class _Result(_Model):
     signature_tier: int | None = None
     signature_hint: str | None = None
     signature_line: str | None = None
-    #: How a failed trial ended when its status alone does not say: ``hang`` (silent and
-    #: idle for the recipe's ``hang_after``, then killed; status ``timeout``).
-    failure_kind: str | None = None
 
     _metrics = field_validator("metrics", mode="before")(
         classmethod(lambda cls, v: _finite_or_none(v or {}))
@@ -191,17 +234,29 @@ class TrialRecord(_Result):
     finished_at: str | None = None
     host: str | None = None
     world_size: int = 1
+    #: Position of the trial in the run's execution order (0 first; None when not recorded).
+    run_order: int | None = None
     ranks: list[RankOutcome] = Field(default_factory=list)
 
     @property
+    def outcome(self) -> Outcome:
+        """``passed``, ``failed``, ``errored`` or ``did_not_run`` (:func:`outcome_of`)."""
+        return outcome_of(self.status, self.main_work_started)[0]
+
+    @property
+    def failure_kind(self) -> FailureKind | None:
+        """``workload``, ``hang`` or ``crash`` for a failed trial, else None."""
+        return outcome_of(self.status, self.main_work_started)[1]
+
+    @property
     def is_error(self) -> bool:
-        """Setup, infrastructure or timeout: the trial says nothing about the workload."""
-        return self.status in ERRORED
+        """Setup or infrastructure before the work started: says nothing about the workload."""
+        return self.outcome == "errored"
 
     @property
     def is_failure(self) -> bool:
-        """The workload ran and failed (what a cell's failure rate counts)."""
-        return self.status is TrialStatus.WORKLOAD_FAILED
+        """The workload failed, hung or crashed after it started (what a failure rate counts)."""
+        return self.outcome == "failed"
 
     def to_json(self) -> bytes:
         return self.model_dump_json(indent=1).encode()
@@ -251,7 +306,6 @@ def merge_ranks(outcomes: Sequence[RankOutcome | None], world_size: int) -> dict
     # follows another rank's illegal memory access), then the lowest rank.
     signed = [r for r in ranks if r.signature]
     sig = min(signed, key=lambda r: (r.signature_tier or 0, r.rank), default=None)
-    kind = culprit.failure_kind if culprit is not None else None
     return {
         "status": status,
         "passed": all(r.passed for r in ranks) and status is TrialStatus.OK,
@@ -287,5 +341,4 @@ def merge_ranks(outcomes: Sequence[RankOutcome | None], world_size: int) -> dict
             if single
             else f"rank {sig.rank}: {sig.signature_line}"
         ),
-        "failure_kind": kind,
     }

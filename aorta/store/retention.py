@@ -48,7 +48,8 @@ _LOG_SUFFIX = ".log"
 
 def level_for(record: TrialRecord, retain: Any) -> str:
     """The level that applies to ``record``: ``on_pass`` for a passed trial, ``on_fail`` for a
-    failed one (the workload ran and failed), ``on_error`` for the rest. ``retain`` is a
+    failed one (a workload failure, a hang or a crash after the work started), ``on_error``
+    for the rest. ``retain`` is a
     recipe's :class:`~aorta.recipe.schema.Retain`, a mapping of the same keys, or ``None``
     (``full``)."""
     if retain is None:

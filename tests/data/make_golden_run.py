@@ -3,7 +3,9 @@
 Run from the repository root: ``.venv/bin/python tests/data/make_golden_run.py``; then
 ``UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/test_matrix_golden.py`` rewrites the golden
 files. Five cells against ``baseline`` (8 trials of 20 steps, 2 of them warm-up):
-``slow`` (30% slower), ``same`` (as fast), ``flaky`` (7 of 8 trials fail), ``few`` (2 trials, 20% slower).
+``slow`` (30% slower), ``same`` (as fast), ``flaky`` (7 of 8 trials fail: 5 report a failure,
+2 hang past the deadline), ``few`` (2 trials, 20% slower). Trials ran interleaved: round ``r``
+runs trial ``r`` of every cell (``run_order`` in each record).
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ def main() -> None:
         "isolation": "in_process",
         "n_cells": len(CELLS),
         "n_trials": sum(c[4] for c in CELLS),
+        "schedule": "interleaved",
         "started_at": "2026-01-01T00:00:00.000Z",
         "finished_at": "2026-01-01T00:10:00.000Z",
     }
@@ -84,13 +87,18 @@ def main() -> None:
             level = centre * rng.lognormal(0.0, 0.02)
             steps = [30.0, 20.0, *(level * rng.lognormal(0.0, 0.01, 18))]
             failed = trial in failing
+            hung = failed and name == "flaky" and trial in (5, 6)
+            status = "timeout" if hung else "workload_failed" if failed else "ok"
+            error = "the GEMM produced non-finite values" if failed else None
             record = {
                 "cell": name,
                 "cell_id": cell["cell_id"],
                 "trial": trial,
                 "seed": trial,
                 "workload": "matmul",
-                "status": "workload_failed" if failed else "ok",
+                "status": status,
+                "run_order": trial * len(CELLS) + index,
+                "main_work_started": True,
                 "passed": not failed,
                 "step_times_ms": [round(float(s), 3) for s in steps],
                 "warmup_steps": 2,
@@ -98,7 +106,7 @@ def main() -> None:
                 "wall_clock_s": round(sum(steps) / 1000 + 0.5, 4),
                 "executed_iterations": 20,
                 "metrics": {"tflops": round(2 * 512**3 * 4 / (level / 1000) / 1e12, 4)},
-                "error": "the GEMM produced non-finite values" if failed else None,
+                "error": "deadline passed during run()" if hung else error,
             }
             path = cell_dir / f"trial_{trial:04d}.json"
             path.write_text(json.dumps(record, indent=1) + "\n")
