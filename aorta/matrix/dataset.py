@@ -288,7 +288,9 @@ def build_dataset(
         cells.append({"name": extra})
         names.append(extra)
     planned = [int(c.get("trials") or 0) for c in cells]
-    n_trials = max([*planned, *(r.trial + 1 for r in records), 0])
+    # Sized by the trials recorded, not planned: a flake hunt plans up to a million trials
+    # per cell and stops after a few (``planned_trials`` keeps the plan).
+    n_trials = max([*(r.trial + 1 for r in records), 1])
     data, dim_coords = _trial_variables(records, names, n_trials)
     coords = {**dim_coords, **_cell_coords(cells, names, planned)}
     ds = xr.Dataset(

@@ -243,9 +243,10 @@ def stack_runs(
     >>> from aorta.store.record import TrialRecord
     >>> a = build_dataset([{"name": "x", "trials": 1}],
     ...     [TrialRecord(cell="x", cell_id="", trial=0, status="ok", passed=True)])
-    >>> b = build_dataset([{"name": "x", "trials": 2}], [])
+    >>> b = build_dataset([{"name": "x", "trials": 2}],
+    ...     [TrialRecord(cell="x", cell_id="", trial=1, status="timeout", passed=False)])
     >>> stack_runs([a, b], dim="run", labels=["a", "b"]).status.values.tolist()
-    [[['ok', 'missing']], [['missing', 'missing']]]
+    [[['ok', 'missing']], [['missing', 'timeout']]]
     """
     if len(labels) != len(datasets) or len(set(labels)) != len(labels):
         raise ValueError(f"need {len(datasets)} distinct labels, got {list(labels)}")
