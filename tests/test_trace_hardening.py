@@ -273,33 +273,39 @@ _VALUES = st.recursive(
     ),
     max_leaves=8,
 )
+_ARGS = st.fixed_dictionaries(
+    {},
+    optional={
+        "correlation": st.one_of(st.integers(0, 5), _NUMBERS, _VALUES),
+        "External id": st.one_of(st.integers(0, 5), _NUMBERS, _VALUES),
+        "device": st.one_of(st.integers(0, 3), _NUMBERS, _VALUES),
+        "stream": st.one_of(st.integers(0, 9), _NUMBERS, st.text(max_size=3), _VALUES),
+        "Input Dims": _VALUES,
+        "Collective name": st.one_of(st.just("allreduce"), _VALUES),
+        "In msg nelems": st.one_of(st.integers(0, 9), _NUMBERS, _VALUES),
+        "name": _VALUES,
+        "deep": st.integers(0, 3000).map(lambda d: ["DEEP", d]),
+    },
+)
+# Mostly well-formed events (ph "X", numbers in range) with one or more bad values.
 _FIELDS = {
-    "ph": st.one_of(st.sampled_from(["X", "M", "i", "s", "f"]), _VALUES),
+    "ph": st.one_of(st.sampled_from(["X", "X", "X", "M", "i", "s", "f"]), _VALUES),
     "cat": st.one_of(st.sampled_from(["kernel", "cuda_runtime", "cpu_op", ""]), _VALUES),
     "name": st.one_of(st.sampled_from(["k", "process_name", "ncclKernel"]), _VALUES),
-    "pid": st.one_of(_NUMBERS, st.text(max_size=5), _VALUES),
-    "tid": st.one_of(_NUMBERS, st.text(max_size=5), _VALUES),
-    "ts": st.one_of(_NUMBERS, _VALUES),
-    "dur": st.one_of(_NUMBERS, _VALUES),
-    "args": st.one_of(
-        st.fixed_dictionaries(
-            {},
-            optional={
-                "correlation": st.one_of(_NUMBERS, _VALUES),
-                "External id": st.one_of(_NUMBERS, _VALUES),
-                "device": st.one_of(_NUMBERS, _VALUES),
-                "stream": st.one_of(_NUMBERS, _VALUES),
-                "Input Dims": _VALUES,
-                "Collective name": _VALUES,
-                "In msg nelems": st.one_of(_NUMBERS, _VALUES),
-                "name": _VALUES,
-                "deep": st.integers(0, 3000).map(lambda d: ["DEEP", d]),
-            },
-        ),
-        _VALUES,
-    ),
+    "ts": st.one_of(st.floats(0, 1e6), _NUMBERS, _VALUES),
+    "dur": st.one_of(st.floats(0, 1e3), _NUMBERS, _VALUES),
 }
-_EVENT = st.one_of(st.fixed_dictionaries({}, optional=_FIELDS), _VALUES)
+_OPTIONAL = {
+    "pid": st.one_of(st.integers(0, 3), _NUMBERS, st.text(max_size=5), _VALUES),
+    "tid": st.one_of(st.integers(0, 3), _NUMBERS, st.text(max_size=5), _VALUES),
+    "args": st.one_of(_ARGS, _ARGS, _VALUES),
+}
+_EVENT = st.one_of(
+    st.fixed_dictionaries(_FIELDS, optional=_OPTIONAL),
+    st.fixed_dictionaries(_FIELDS, optional=_OPTIONAL),
+    st.fixed_dictionaries({}, optional=_FIELDS | _OPTIONAL),
+    _VALUES,
+)
 _HEADER = st.fixed_dictionaries(
     {},
     optional={

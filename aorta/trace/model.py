@@ -473,8 +473,9 @@ def problem_notes(problems: Mapping[str, Any]) -> list[str]:
     >>> problem_notes({"dur": {"count": 2, "first": "event 'k' (ts 1.0 us, dur -5.0 us)"}})
     ["2 durations negative or out of range (beyond 2^63 ns) set to 0; first: event 'k' (ts 1.0 us, dur -5.0 us)"]
     """
+    order = {kind: i for i, kind in enumerate(_PROBLEMS)}  # not the order found: parts differ
     return [
         f"{entry['count']} {_PROBLEMS.get(kind, kind)}; first: {entry['first']}"
-        for kind, entry in problems.items()
+        for kind, entry in sorted(problems.items(), key=lambda item: order.get(item[0], 99))
         if isinstance(entry, Mapping)
     ]
