@@ -28,7 +28,7 @@ from pathlib import Path
 
 from aorta.errors import TraceError
 
-from ._parse import AmbiguousLabels, Part, RankTable, _Builder, _decode, merge_parts
+from ._parse import AmbiguousLabels, Part, RankTable, _Builder, merge_parts
 from ._scan import RangeReader, Scanner, ScanStats
 
 __all__ = [
@@ -105,8 +105,8 @@ def _parse_range(
     the top-level keys after the array."""
     stats = ScanStats()
     reader = RangeReader(path, lo, hi, prefix=b"[", suffix=b"" if last else b"]")
-    scanner = Scanner(path, _decode, stats, block_size, reader=reader)
     builder = _Builder(python_functions=python_functions)
+    scanner = Scanner(path, builder.decode, stats, block_size, reader=reader)
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -128,7 +128,7 @@ def parse_file_parallel(
     """The serial parse of ``path`` done by ``workers`` processes, or ``None`` when it cannot be
     (a gzip file, a single range, an error in any range): then parse serially."""
     head = ScanStats()
-    scanner = Scanner(path, _decode, head, block_size)
+    scanner = Scanner(path, _Builder(python_functions=python_functions).decode, head, block_size)
     try:
         if scanner.reader.gzipped:
             return None

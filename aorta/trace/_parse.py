@@ -11,7 +11,7 @@ import itertools
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 import numpy as np
@@ -26,6 +26,7 @@ __all__ = [
     "Part",
     "RankTable",
     "merge_parts",
+    "note_problem",
     "parse_events",
     "parse_file",
 ]
@@ -47,30 +48,35 @@ COLUMNS: dict[str, type] = {
 }
 
 _NO_RAW = msgspec.Raw()
+#: An integer that fits the int64 columns: a larger one (``1e23``) fails the typed decode, and
+#: the lenient path reads it as absent and counts it (``stats["problems"]["out_of_range"]``).
+I64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+#: ``ts``/``dur`` in µs beyond this do not fit int64 ns (about 106 days).
+MAX_US = 9.2e15
 
 
 class _Args(msgspec.Struct, frozen=True, gc=False):
     # In the order Kineto writes the keys (decoding measured ~3% faster than another order).
-    external_id: int = msgspec.field(name="External id", default=-1)
-    device: int = -1
-    stream: int | str = -1
-    correlation: int = -1
+    external_id: I64 = msgspec.field(name="External id", default=-1)
+    device: I64 = -1
+    stream: I64 | str = -1
+    correlation: I64 = -1
     input_type: msgspec.Raw = msgspec.field(name="Input type", default=_NO_RAW)
     input_dims: msgspec.Raw = msgspec.field(name="Input Dims", default=_NO_RAW)
     # collectives (record_param_comms, and NCCL kernels on recent CUDA builds)
     collective: str = msgspec.field(name="Collective name", default="")
-    in_nelems: int = msgspec.field(name="In msg nelems", default=-1)
-    out_nelems: int = msgspec.field(name="Out msg nelems", default=-1)
-    group_size: int = msgspec.field(name="Group size", default=-1)
+    in_nelems: I64 = msgspec.field(name="In msg nelems", default=-1)
+    out_nelems: I64 = msgspec.field(name="Out msg nelems", default=-1)
+    group_size: I64 = msgspec.field(name="Group size", default=-1)
     dtype: str = ""
     pg_name: str = msgspec.field(name="Process Group Name", default="")
     pg_desc: str = msgspec.field(name="Process Group Description", default="")
     pg_ranks: msgspec.Raw = msgspec.field(name="Process Group Ranks", default=_NO_RAW)
-    comm_seq: int = msgspec.field(name="Seq", default=-1)
+    comm_seq: I64 = msgspec.field(name="Seq", default=-1)
     # metadata events (ph "M")
-    label: str | int = msgspec.field(name="name", default="")
+    label: str | I64 = msgspec.field(name="name", default="")
     labels: str = ""
-    sort_index: int = -1
+    sort_index: I64 = -1
 
 
 _NO_ARGS = _Args()
@@ -80,8 +86,8 @@ class _Event(msgspec.Struct, gc=False):
     ph: str = ""
     cat: str = ""
     name: str = ""
-    pid: int | str = -1
-    tid: int | str = -1
+    pid: I64 | str = -1
+    tid: I64 | str = -1
     ts: float = math.nan
     dur: float = 0.0
     args: _Args = _NO_ARGS
@@ -104,17 +110,50 @@ COMM_COLUMNS: tuple[str, ...] = ("row", *_COMM_FIELDS, "pg_ranks")
 COMM_INT_COLUMNS = frozenset({"row", "in_nelems", "out_nelems", "group_size", "comm_seq"})
 
 
-def _decode(chunk: memoryview) -> list[_Event]:
-    """Typed decode; a chunk with an unexpected value type is converted event by event."""
+def _decode(chunk: memoryview, problems: dict[str, dict[str, Any]] | None = None) -> list[_Event]:
+    """Typed decode; a chunk with an unexpected value type is converted event by event (the
+    values out of range are counted in ``problems``, see :func:`note_problem`)."""
     try:
         return _DECODER.decode(chunk)
     except msgspec.ValidationError:
         items = _DECODE_ANY.decode(chunk)
-    return [ev for ev in map(_lenient, items) if ev is not None]
+    problems = problems if problems is not None else {}
+    return [ev for ev in (_lenient(item, problems) for item in items) if ev is not None]
 
 
-def _lenient(item: Any) -> _Event | None:
-    """One event from a dict, dropping the fields whose type is unexpected."""
+def note_problem(problems: dict[str, dict[str, Any]], kind: str, count: int, first: str) -> None:
+    """Count ``count`` more values of ``kind`` read as absent or replaced; keep the first example."""
+    entry = problems.setdefault(kind, {"count": 0, "first": first})
+    entry["count"] += count
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _out_of_range(value: Any) -> bool:
+    """A JSON number that no int64 column can hold (``1e23``, ``10**30``)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return not (math.isfinite(value) and -(2**63) <= value < 2**63)
+
+
+def _fits(cls: type, key: str, value: Any, name: Any, problems: dict[str, dict[str, Any]]) -> bool:
+    """Whether ``{key: value}`` converts to ``cls``; a number out of range is noted."""
+    try:
+        msgspec.convert({key: value}, cls, strict=False)
+    except msgspec.ValidationError:
+        if _out_of_range(value):
+            note_problem(
+                problems, "out_of_range", 1, f"event {_short(name)}: {key} = {_short(value)}"
+            )
+        return False
+    return True
+
+
+def _lenient(item: Any, problems: dict[str, dict[str, Any]]) -> _Event | None:
+    """One event from a dict, dropping (as absent) the fields whose type is unexpected."""
     if not isinstance(item, dict):
         return None
     args = item.get("args")
@@ -125,24 +164,43 @@ def _lenient(item: Any) -> _Event | None:
         return msgspec.convert(item, _Event, strict=False)
     except msgspec.ValidationError:
         pass
-    good_args = {}
-    for key, value in args.items():
-        try:
-            msgspec.convert({key: value}, _Args, strict=False)
-        except msgspec.ValidationError:
+    name = item.get("name", "")
+    good_args = {k: v for k, v in args.items() if _fits(_Args, k, v, name, problems)}
+    top = {}
+    for key, value in item.items():
+        if key == "args":
             continue
-        good_args[key] = value
-    top = {k: v for k, v in item.items() if k != "args"}
-    for key in ("ph", "cat", "name"):
-        if not isinstance(top.get(key, ""), str):
-            top[key] = str(top[key])
-    for key in ("ts", "dur"):
-        if not isinstance(top.get(key, 0), int | float):
-            top.pop(key, None)
+        if key in ("ph", "cat", "name") and not isinstance(value, str):
+            value = str(value)
+        elif key in ("ts", "dur") and not isinstance(value, int | float):
+            continue
+        if _fits(_Event, key, value, name, problems):
+            top[key] = value
     try:
         return msgspec.convert({**top, "args": good_args}, _Event, strict=False)
     except msgspec.ValidationError:
         return None
+
+
+def _bounded(
+    us: np.ndarray,
+    bad: np.ndarray,
+    kept: list[_Event],
+    problems: dict[str, dict[str, Any]],
+    kind: str,
+) -> np.ndarray:
+    """``us`` with the ``bad`` values set to 0, counted under ``kind``."""
+    if not bad.any():
+        return us
+    i = int(np.flatnonzero(bad)[0])
+    ev = kept[i]
+    note_problem(
+        problems,
+        kind,
+        int(bad.sum()),
+        f"event {_short(ev.name)} (ts {_short(ev.ts)} us, dur {_short(ev.dur)} us)",
+    )
+    return np.where(bad, 0.0, us)
 
 
 def _us_to_ns(us: np.ndarray) -> np.ndarray:
@@ -211,6 +269,12 @@ class _Builder:
         self.rows = 0
         self.seen = 0
         self.python_skipped = 0
+        #: Values read as absent or replaced: kind → ``{"count", "first"}`` (see :func:`note_problem`).
+        self.problems: dict[str, dict[str, Any]] = {}
+
+    def decode(self, chunk: memoryview) -> list[_Event]:
+        """:func:`_decode`, counting this builder's problems."""
+        return _decode(chunk, self.problems)
 
     def add(self, events: list[_Event]) -> None:
         # Per event only list comprehensions over struct attributes (the fastest attribute
@@ -232,8 +296,14 @@ class _Builder:
         if n != len(events):
             cats = [ev.cat for ev in kept]
         parts = self.parts
-        parts["ts"].append(_us_to_ns(np.fromiter([ev.ts for ev in kept], np.float64, n)))
-        parts["dur"].append(_us_to_ns(np.fromiter([ev.dur for ev in kept], np.float64, n)))
+        ts = np.fromiter([ev.ts for ev in kept], np.float64, n)
+        dur = np.fromiter([ev.dur for ev in kept], np.float64, n)
+        # A missing ts (NaN) reads as 0 silently; one beyond int64 ns is counted. So is a
+        # duration that is negative or beyond int64 ns: both become 0.
+        ts = _bounded(ts, ~(np.abs(ts) < MAX_US) & ~np.isnan(ts), kept, self.problems, "ts")
+        dur = _bounded(dur, ~((dur >= 0) & (dur < MAX_US)), kept, self.problems, "dur")
+        parts["ts"].append(_us_to_ns(ts))
+        parts["dur"].append(_us_to_ns(dur))
         parts["cat"].append(self.cats.encode(cats))
         parts["name"].append(self.names.encode([ev.name for ev in kept]))
         parts["pid"].append(self._ids([ev.pid for ev in kept]))
@@ -310,6 +380,7 @@ class _Builder:
             labels=list(self.labels),
             comms=self.comms,
             meta_events=self.meta_events,
+            problems=self.problems,
             counts={
                 "events_seen": self.seen,
                 "events_kept": self.rows,
@@ -333,6 +404,8 @@ class Part:
     comms: list[dict[str, Any]]
     meta_events: list[dict[str, Any]]
     counts: dict[str, int]
+    #: Values read as absent or replaced: kind → ``{"count", "first"}``.
+    problems: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 class AmbiguousLabels(ValueError):
@@ -356,8 +429,11 @@ def merge_parts(
     comms: list[dict[str, Any]] = []
     meta_events: list[dict[str, Any]] = []
     counts: dict[str, int] = {}
+    problems: dict[str, dict[str, Any]] = {}
     rows = 0
     for part in parts:
+        for kind, entry in part.problems.items():
+            note_problem(problems, kind, entry["count"], entry["first"])
         for key, values in part.columns.items():
             if key in index:
                 values = _recode(values, part.dictionaries[key], index[key])
@@ -391,7 +467,8 @@ def merge_parts(
         comms=comms,
         meta_events=meta_events,
         header=header,
-        stats={"bytes": nbytes, "gzipped": gzipped, **counts, "parts": len(parts)},
+        stats={"bytes": nbytes, "gzipped": gzipped, **counts, "parts": len(parts)}
+        | ({"problems": problems} if problems else {}),
     )
 
 
@@ -441,7 +518,7 @@ def parse_file(
     enabled = gc.isenabled()
     gc.disable()  # millions of short-lived objects per chunk: the cyclic GC only costs time here
     try:
-        for events in scan_events(path, _decode, stats=stats, block_size=block_size):
+        for events in scan_events(path, builder.decode, stats=stats, block_size=block_size):
             builder.add(events)
             del events
     finally:
@@ -460,6 +537,6 @@ def parse_events(
 ) -> RankTable:
     """Like :func:`parse_file` for events already in memory (tests, synthetic traces)."""
     builder = _Builder(python_functions=python_functions)
-    builder.add(_decode(memoryview(msgspec.json.encode(events))))
+    builder.add(builder.decode(memoryview(msgspec.json.encode(events))))
     stats = ScanStats(header=dict(header or {}))
     return merge_parts([builder.part(stats)], stats.header, nbytes=0, gzipped=False)

@@ -10,6 +10,13 @@ string, or inside a nested object) always makes the decoder fail, so a failure f
 exact structural scan (numpy, string- and escape-aware) of the block. The same scan locates the
 ``traceEvents`` key, the end of the array, control characters to sanitise and the byte offset of
 a corruption. Top-level keys before and after the array are returned as the ``header``.
+
+Bounds on hostile input (each a :class:`~aorta.errors.TraceError` naming the file and offset):
+whitespace between events, before the object and after the array is skipped as it streams
+(never accumulated), so memory stays a few blocks whatever its size; one event, the header
+before ``traceEvents`` or the keys after the array may not exceed :data:`MAX_EVENT_BYTES`; JSON
+nested deeper than the decoder's recursion allows (about Python's recursion limit, 1,000
+levels) is an error whose offset is where the nesting passes :data:`DEEP` levels.
 """
 
 from __future__ import annotations
@@ -27,13 +34,27 @@ import numpy as np
 
 from aorta.errors import TraceError
 
-__all__ = ["BLOCK_SIZE", "RangeReader", "ScanStats", "Scanner", "scan_events"]
+__all__ = [
+    "BLOCK_SIZE",
+    "DEEP",
+    "MAX_EVENT_BYTES",
+    "RangeReader",
+    "ScanStats",
+    "Scanner",
+    "scan_events",
+]
 
 T = TypeVar("T")
 
 #: Default bytes read per block; a chunk handed to the decoder is at most about this large.
 BLOCK_SIZE = 8 << 20
+#: The largest single event, header (before ``traceEvents``) or trailer (after the array), in
+#: bytes (whitespace between top-level keys included). Real events are bytes to a few MB.
+MAX_EVENT_BYTES = 256 << 20
+#: A nesting error's offset is where the nesting first passes this depth (Kineto nests ~4).
+DEEP = 128
 _WS = b" \t\r\n"
+_NOT_WS = re.compile(rb"[^ \t\r\n]")
 _SPECIAL = np.zeros(256, dtype=bool)
 for _c in b'"\\{}[]':
     _SPECIAL[_c] = True
@@ -210,6 +231,12 @@ class Scanner:
             self.base += drop
             self.fill = n
         if self.fill >= len(self.buf) - 1:  # one event larger than the buffer: grow it
+            if self.fill >= MAX_EVENT_BYTES:
+                what = "header" if s <= 0 else "event"
+                raise self._error(
+                    f"one {what} larger than {MAX_EVENT_BYTES >> 20} MiB (not a real trace)",
+                    max(s - drop, 0),
+                )
             bigger = bytearray(2 * len(self.buf))
             bigger[: self.fill] = self.buf[: self.fill]
             self.buf = bigger
@@ -222,10 +249,29 @@ class Scanner:
         return TraceError(f"{self.path}: {what} at {where} {self.base + pos}")
 
     def _skip_ws(self, pos: int) -> int:
-        buf, fill = self.buf, self.fill
-        while pos < fill and buf[pos] in _WS:
-            pos += 1
-        return pos
+        match = _NOT_WS.search(self.buf, pos, self.fill)
+        return match.start() if match else max(pos, self.fill)
+
+    def _nested(self, data: bytes | bytearray | memoryview, at: int) -> TraceError:
+        """The error for JSON nested too deeply for the decoder; ``data`` starts outside a
+        string at offset ``at`` of the buffer."""
+        pos, chars, _ = _structure(np.frombuffer(data, dtype=np.uint8))
+        depth = _depths(chars) if chars.size else np.zeros(1, dtype=np.int64)
+        deep = np.flatnonzero(depth > DEEP)
+        k = int(deep[0]) if deep.size else int(np.argmax(depth))
+        where = at + (int(pos[k]) if pos.size else 0)
+        return self._error(
+            f"JSON nested {int(depth.max())} levels deep, deeper than the decoder allows; "
+            f"the nesting passes {DEEP} levels",
+            where,
+        )
+
+    def _any(self, text: bytes | bytearray, at: int) -> Any:
+        """``text`` decoded as any JSON; nesting too deep is a TraceError at ``at`` + offset."""
+        try:
+            return _DECODE_ANY.decode(text)
+        except RecursionError:
+            raise self._nested(text, at) from None
 
     # -- header ---------------------------------------------------------------------------------
     def find_events(self) -> int:
@@ -238,10 +284,13 @@ class Scanner:
                 return start + 1
             if start < self.fill and self.buf[start] != 123:
                 raise self._error("not a JSON object (no traceEvents array)", start)
+            if start >= self.fill and not self.reader.eof:  # only whitespace so far: drop it
+                self._read_more(start)
+                continue
             found = self._locate_key()
             if found is not None:
                 key, bracket = found
-                self.stats.header.update(self._decode_object(self.buf[:key], b"}", key))
+                self.stats.header.update(self._decode_object(self.buf[:key], b"}", key, 0))
                 return bracket + 1
             if self.reader.eof:
                 raise TraceError(f"{self.path}: no traceEvents array found")
@@ -264,8 +313,17 @@ class Scanner:
             return key, bracket
         return None
 
-    def _decode_object(self, body: bytes | bytearray, close: bytes, at: int) -> dict[str, Any]:
-        """Decode top-level ``key: value`` pairs given as ``{ ... ,`` (prefix) or ``, ... }``."""
+    def _decode_object(
+        self, body: bytes | bytearray, close: bytes, at: int, base: int
+    ) -> dict[str, Any]:
+        """Decode top-level ``key: value`` pairs given as ``{ ... ,`` (prefix) or ``, ... }``
+        (``body`` starts at ``base`` in the buffer, outside a string)."""
+        try:
+            return self._decode_object_text(body, close, at)
+        except RecursionError:
+            raise self._nested(body, base) from None
+
+    def _decode_object_text(self, body: bytes | bytearray, close: bytes, at: int) -> dict[str, Any]:
         text = bytes(body).removeprefix(b"\xef\xbb\xbf").strip(_WS)
         # the prefix "{ k: v, k: v," → "{ k: v, k: v }"; the suffix ", k: v }" → "{ k: v }"
         text = text.rstrip(b",").rstrip(_WS) + b"}" if close == b"}" else b"{" + text.lstrip(b",")
@@ -291,7 +349,12 @@ class Scanner:
             if p >= self.fill:
                 if self.reader.eof:
                     raise self._error("truncated: traceEvents array not closed", self.fill)
-                s = self._read_more(s)
+                s = self._read_more(p)  # drop the whitespace
+                continue
+            if self.buf[p] == 44 and not self.reader.eof and self._skip_ws(p + 1) >= self.fill:
+                # a comma then only whitespace: keep the comma, drop the whitespace
+                self.buf[self.fill - 1] = 44
+                s = self._read_more(self.fill - 1)
                 continue
             if self.buf[p] == 93:  # "]": the array ends
                 self._finish(p)
@@ -407,6 +470,8 @@ class Scanner:
         try:
             with memoryview(buf) as mv:
                 return self.decode(mv[left : cut + 2])
+        except RecursionError:
+            raise self._nested(bytes(buf[left : cut + 2]), left) from None
         finally:
             buf[left], buf[cut + 1] = saved
 
@@ -434,6 +499,8 @@ class Scanner:
             return self.decode(memoryview(text))
         except msgspec.DecodeError as exc:
             raise self._error(f"malformed JSON ({_reason(exc)})", left) from exc
+        except RecursionError:
+            raise self._nested(text, left) from None
 
     def _check_gap(self, lo: int, hi: int) -> None:
         """Only whitespace (and one tolerated trailing comma) may sit between the last event and ``]``."""
@@ -443,7 +510,7 @@ class Scanner:
             return
         body = stripped[1:] if stripped.startswith(b",") else stripped
         try:  # values that are not objects (not events) are valid JSON: skip them
-            _DECODE_ANY.decode(b"[" + body + b"]")
+            self._any(b"[" + body + b"]", lo)
         except msgspec.DecodeError:
             bad = lo + len(gap) - len(gap.lstrip(_WS))
             raise self._error(
@@ -458,7 +525,7 @@ class Scanner:
         else:
             text[:0] = b"["
         try:
-            _DECODE_ANY.decode(text)
+            self._any(text, p)
         except msgspec.DecodeError as exc:
             match = _BYTE_RE.search(str(exc))
             if match and int(match.group(1)) < len(text):
@@ -474,14 +541,21 @@ class Scanner:
         chunk = bytearray(self.block_size)
         with memoryview(chunk) as mv:
             while (got := self.reader.readinto(mv)) > 0:
-                tail += mv[:got]
+                # a block of whitespace streams past as one space (bounded memory); the offsets
+                # of errors after it are then approximate
+                tail += mv[:got] if _NOT_WS.search(chunk, 0, got) else b" "
+                if len(tail) > MAX_EVENT_BYTES:
+                    raise self._error(
+                        f"keys after the traceEvents array larger than {MAX_EVENT_BYTES >> 20} MiB",
+                        array_end + 1,
+                    )
         if self.bare:
-            if bytes(tail).strip(_WS):
+            if _NOT_WS.search(tail):
                 raise self._error("trailing characters after the events array", array_end + 1)
             return
-        if not bytes(tail).strip(_WS):
+        if not _NOT_WS.search(tail):
             raise self._error("truncated after the traceEvents array", array_end + 1)
-        self.stats.header.update(self._decode_object(tail, b"{", array_end + 1))
+        self.stats.header.update(self._decode_object(tail, b"{", array_end + 1, array_end + 1))
 
     def close(self) -> None:
         self.stats.nbytes = self.reader.offset

@@ -24,7 +24,7 @@ __all__ = ["CACHE_SUFFIX", "cache_path", "read_cache", "write_cache"]
 
 CACHE_SUFFIX = ".aorta-cache"
 #: Bump when the parsed representation changes; older caches are then ignored.
-CACHE_VERSION = 2
+CACHE_VERSION = 3
 _META = "meta.json"
 
 

@@ -14,7 +14,7 @@ import pandas as pd
 from aorta.errors import TraceError
 
 from ._parallel import PARALLEL_MIN_BYTES, available_workers, parse_file_parallel
-from ._parse import COMM_COLUMNS, COMM_INT_COLUMNS, RankTable, parse_file
+from ._parse import COMM_COLUMNS, COMM_INT_COLUMNS, RankTable, note_problem, parse_file
 from ._scan import BLOCK_SIZE
 from .cache import CACHE_SUFFIX, read_cache, write_cache
 from .classify import Rules
@@ -217,7 +217,8 @@ def build_trace(
     taken: set[int] = set()
     for position, (path, table, status) in enumerate(loaded):
         info = rank_info(table, path=path, cache=status)
-        if info.rank in taken or (len(loaded) > 1 and "rank" not in _dist(table.header)):
+        given = "rank" in _dist(table.header) and "rank" not in info.stats.get("problems", {})
+        if info.rank in taken or (len(loaded) > 1 and not given):
             info = replace(info, rank=position)
         taken.add(info.rank)
         infos.append(info)
@@ -244,9 +245,29 @@ def _stack(header: dict[str, Any], table: RankTable) -> str:
     return "cpu"
 
 
+def _header_int(
+    value: Any, lo: int, hi: int, kind: str, problems: dict[str, dict[str, Any]]
+) -> int | None:
+    """``value`` if it is an integer in ``[lo, hi)``; else None, noted under ``kind``."""
+    if isinstance(value, int) and not isinstance(value, bool) and lo <= value < hi:
+        return value
+    text = repr(value)
+    note_problem(problems, kind, 1, text if len(text) <= 60 else text[:57] + "...")
+    return None
+
+
 def rank_info(table: RankTable, *, path: Path | None = None, cache: str = "off") -> RankInfo:
-    """The :class:`RankInfo` of one parsed file."""
+    """The :class:`RankInfo` of one parsed file.
+
+    A ``distributedInfo.rank`` that is not a 32-bit integer, or a ``baseTimeNanoseconds`` that
+    is not an integer in ``[-2^62, 2^62)``, is ignored and noted in ``stats["problems"]``.
+    """
     header, dist = table.header, _dist(table.header)
+    problems = {kind: dict(entry) for kind, entry in table.stats.get("problems", {}).items()}
+    rank = _header_int(dist["rank"], -(2**31), 2**31, "rank", problems) if "rank" in dist else 0
+    base = header.get("baseTimeNanoseconds")
+    if base is not None:
+        base = _header_int(base, -(2**62), 2**62, "base_time", problems)
     processes: dict[int, str] = {}
     threads: dict[tuple[int, int], str] = {}
     for ev in table.meta_events:
@@ -256,11 +277,10 @@ def rank_info(table: RankTable, *, path: Path | None = None, cache: str = "off")
             processes[ev["pid"]] = ev["value"]
         elif ev["name"] == "thread_name" and isinstance(ev["tid"], int):
             threads[(ev["pid"], ev["tid"])] = ev["value"]
-    base = header.get("baseTimeNanoseconds")
     devices = header.get("deviceProperties")
     pg_config = dist.get("pg_config")
     return RankInfo(
-        rank=int(dist.get("rank", 0)) if isinstance(dist.get("rank", 0), int) else 0,
+        rank=rank if rank is not None else 0,
         path=str(path) if path is not None else None,
         world_size=dist.get("world_size") if isinstance(dist.get("world_size"), int) else None,
         backend=dist.get("backend") if isinstance(dist.get("backend"), str) else None,
@@ -271,12 +291,12 @@ def rank_info(table: RankTable, *, path: Path | None = None, cache: str = "off")
         }
         | ({"nccl_version": dist["nccl_version"]} if "nccl_version" in dist else {}),
         stack=_stack(header, table),  # type: ignore[arg-type]
-        base_time_ns=int(base) if isinstance(base, int) else None,
+        base_time_ns=base,
         processes=processes,
         threads=threads,
         labels=tuple(table.labels),
         header=header,
-        stats=table.stats,
+        stats=table.stats | ({"problems": problems} if problems else {}),
         cache=cache,
     )
 

@@ -9,6 +9,10 @@ Each rank's events are copied whole (python_function and flow events included) w
 - ``ts`` shifted onto one clock (``baseTimeNanoseconds``, optionally collective end times).
 
 Memory stays bounded: events are read, rewritten and written one chunk at a time.
+
+The merged file starts with ``{"aorta_merge": {...}`` (ranks, sources, offsets, alignment), so
+a later merge that expands the same directory recognises it from its first bytes and skips it
+rather than folding it in as another rank; an output that is one of the inputs is refused.
 """
 
 from __future__ import annotations
@@ -30,7 +34,11 @@ from ._scan import ScanStats, scan_events
 from .collectives import clock_offsets
 from .loader import CacheMode, PathLike, load, trace_paths
 
-__all__ = ["MergeReport", "merge"]
+__all__ = ["MERGE_MARKER", "MergeReport", "is_merged_trace", "merge"]
+
+#: The first key of every merged trace (older versions wrote it after the events).
+MERGE_MARKER = b'{"aorta_merge":'
+_TAIL = 64 << 10
 
 _DECODER = msgspec.json.Decoder()
 _ENCODER = msgspec.json.Encoder()
@@ -157,7 +165,11 @@ def _write_rank(out: BinaryIO, path: Path, remap: _Remap, first: bool) -> tuple[
         rewritten = [e for e in map(remap.event, events) if e is not None]
         if not rewritten:
             continue
-        out.write((b"" if first else b",\n") + _ENCODER.encode(rewritten)[1:-1])
+        try:
+            text = _ENCODER.encode(rewritten)
+        except RecursionError:  # decodable yet too deep to re-encode here: say which file
+            raise TraceError(f"{path}: JSON nested too deeply to rewrite") from None
+        out.write((b"" if first else b",\n") + text[1:-1])
         first = False
         count += len(rewritten)
     extra = remap.missing_names()
@@ -166,6 +178,62 @@ def _write_rank(out: BinaryIO, path: Path, remap: _Remap, first: bool) -> tuple[
         first = False
         count += len(extra)
     return count, first
+
+
+def is_merged_trace(path: PathLike) -> bool:
+    """Whether ``path`` is a trace written by :func:`merge`: it starts with :data:`MERGE_MARKER`
+    (or, for a plain file from an older aorta, holds ``"aorta_merge"`` in its last 64 KiB).
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (folder / "rank0.json").write_bytes(b'{"traceEvents": []}')
+    >>> _ = (folder / "m.json").write_bytes(b'{"aorta_merge": {}, "traceEvents": []}')
+    >>> is_merged_trace(folder / "rank0.json"), is_merged_trace(folder / "m.json")
+    (False, True)
+    """
+    try:
+        with open(path, "rb") as raw:
+            gzipped = raw.read(2) == b"\x1f\x8b"
+            raw.seek(0)
+            if gzipped:
+                with gzip.GzipFile(fileobj=raw) as fh:
+                    return fh.read(len(MERGE_MARKER)) == MERGE_MARKER
+            if raw.read(len(MERGE_MARKER)) == MERGE_MARKER:
+                return True
+            raw.seek(max(0, os.fstat(raw.fileno()).st_size - _TAIL))
+            return b'"aorta_merge"' in raw.read(_TAIL)
+    except (OSError, EOFError, gzip.BadGzipFile):
+        return False
+
+
+def _inputs(sources: Sequence[PathLike], output: Path) -> list[Path]:
+    """The rank files of ``sources``, without the merged traces found in a directory; the
+    output may not be one of them."""
+    items = [sources] if isinstance(sources, str | os.PathLike) else list(sources)
+    paths = []
+    for item in items:
+        found = trace_paths([item])
+        if Path(item).is_dir():
+            found = [p for p in found if not is_merged_trace(p)]
+            if not found:
+                raise TraceError(f"{item}: only merged traces in this directory, no rank files")
+        paths.extend(found)
+    target = output.resolve()
+    for path in paths:
+        if path.resolve() == target or (output.exists() and _same_file(path, output)):
+            raise TraceError(
+                f"{output}: is one of the inputs ({path}); write the merged trace elsewhere"
+            )
+    return paths
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def merge(
@@ -198,7 +266,9 @@ def merge(
     Raises
     ------
     TraceError
-        An input cannot be read (named, with the byte offset), or the output cannot be written.
+        An input cannot be read (named, with the byte offset), the output is one of the inputs
+        (same resolved path or same file), or the output cannot be written. Traces written by
+        ``merge`` (:func:`is_merged_trace`) found in a directory of ``sources`` are skipped.
 
     Examples
     --------
@@ -215,9 +285,9 @@ def merge(
     >>> sorted({e["pid"] for e in events if e.get("cat") == "kernel"})
     [2, 4]
     """
-    paths = trace_paths(sources)
-    ranks, offsets, base = _offsets(paths, align, cache)
     output = Path(output)
+    paths = _inputs(sources, output)
+    ranks, offsets, base = _offsets(paths, align, cache)
     pids: dict[tuple[int, Any], int] = {}
     tids: dict[tuple[int, Any, Any], int] = {}
     total, first = 0, True
@@ -234,7 +304,13 @@ def merge(
                 else contextlib.nullcontext(raw)
             ) as out,
         ):
-            out.write(b'{"traceEvents": [\n')
+            marker = {
+                "ranks": ranks,
+                "sources": [str(p) for p in paths],
+                "offsets_ns": {str(r): offsets[r] for r in ranks},
+                "align": align,
+            }
+            out.write(MERGE_MARKER + b" " + _ENCODER.encode(marker) + b', "traceEvents": [\n')
             for path, rank in zip(paths, ranks, strict=True):
                 written, first = _write_rank(
                     out, path, _Remap(rank, offsets[rank] / 1e3, pids, tids), first
@@ -243,12 +319,6 @@ def merge(
             tail: dict[str, Any] = {"displayTimeUnit": "ms"}
             if base is not None:
                 tail["baseTimeNanoseconds"] = base
-            tail["aorta_merge"] = {
-                "ranks": ranks,
-                "sources": [str(p) for p in paths],
-                "offsets_ns": {str(r): offsets[r] for r in ranks},
-                "align": align,
-            }
             out.write(b"\n], " + _ENCODER.encode(tail)[1:])
         os.replace(tmp, output)
     except OSError as exc:

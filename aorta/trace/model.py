@@ -181,6 +181,7 @@ class Trace:
                 notes.append(
                     f"{where}: invalid UTF-8 replaced in {stats['lossy_utf8_chunks']} chunk(s)"
                 )
+            notes.extend(f"{where}: {note}" for note in problem_notes(stats.get("problems", {})))
             if info.cache.startswith("not written"):
                 notes.append(f"{where}: parse cache {info.cache}")
         return notes
@@ -452,3 +453,29 @@ class Trace:
     def align(self, *, method: Alignment = "collective_end") -> Trace:
         """Clock-align the ranks; see :func:`aorta.trace.collectives.clock_offsets`."""
         return self.shifted(collectives.clock_offsets(self, method=method))
+
+
+#: How each kind of value read as absent or replaced is described in ``Trace.diagnostics``.
+_PROBLEMS = {
+    "out_of_range": "numbers out of range (beyond 64-bit integers) read as absent",
+    "ts": "timestamps out of range (beyond 2^63 ns) read as 0",
+    "dur": "durations negative or out of range (beyond 2^63 ns) set to 0",
+    "rank": "distributedInfo.rank out of range (not a 32-bit integer): the file's position is used",
+    "base_time": "baseTimeNanoseconds out of range (not an integer under 2^62): ignored",
+}
+
+
+def problem_notes(problems: Mapping[str, Any]) -> list[str]:
+    """One line per kind of value the loader read as absent or replaced (count, first example).
+
+    Examples
+    --------
+    >>> problem_notes({"dur": {"count": 2, "first": "event 'k' (ts 1.0 us, dur -5.0 us)"}})
+    ["2 durations negative or out of range (beyond 2^63 ns) set to 0; first: event 'k' (ts 1.0 us, dur -5.0 us)"]
+    """
+    order = {kind: i for i, kind in enumerate(_PROBLEMS)}  # not the order found: parts differ
+    return [
+        f"{entry['count']} {_PROBLEMS.get(kind, kind)}; first: {entry['first']}"
+        for kind, entry in sorted(problems.items(), key=lambda item: order.get(item[0], 99))
+        if isinstance(entry, Mapping)
+    ]
