@@ -38,6 +38,7 @@ __all__ = [
     "compare_runs",
     "dump_recipe",
     "errors",
+    "explain",
     "load_recipe",
     "load_run",
     "load_runs",
@@ -63,6 +64,7 @@ _LAZY: dict[str, str] = {
     "load_tracelens": "aorta.matrix.trace_metrics",
     "compare": "aorta.matrix.compare",
     "compare_runs": "aorta.matrix.compare",
+    "explain": "aorta.matrix.explain",
 }
 _MODULES = frozenset({"errors", "plot", "report", "trace"})
 
