@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 
 from aorta import envvars
-from aorta.errors import ExitCode
+from aorta.errors import ExitCode, UsageError
 
 from ._options import Json
 
@@ -96,10 +96,39 @@ def compare(
     resamples: Resamples = 10_000,
     traces: Traces = False,
     ranks: Ranks = "worst",
+    explain: Annotated[
+        str | None,
+        typer.Option(
+            "--explain",
+            envvar=envvars.EXPLAIN,
+            metavar="CELL",
+            help="Where CELL's step time went against the baseline: per kernel/op/class from the trial traces, with bootstrap CIs and the residual. One run.",
+        ),
+    ] = None,
+    by: Annotated[
+        Literal["kernel", "op", "class"],
+        typer.Option(
+            "--by",
+            envvar=envvars.EXPLAIN_BY,
+            help="With --explain: GPU kernels, host ops (self time; CPU-only runs), or classes.",
+        ),
+    ] = "kernel",
     as_json: Json = False,
 ) -> int:
     """Compare cells: ratio of medians with a bootstrap CI, Holm-adjusted exact Mann–Whitney p,
     Fisher's test on failures, and a verdict per cell."""
+    if explain is not None:
+        return _explain(
+            runs,
+            explain,
+            baseline=baseline,
+            by=by,
+            alpha=alpha,
+            seed=seed,
+            resamples=resamples,
+            ranks=ranks,
+            as_json=as_json,
+        )
     from aorta.matrix.compare import regressions
     from aorta.report.comparison import (
         compare_paths,
@@ -130,4 +159,44 @@ def compare(
     if fail_on_regression and slow:
         print(f"regression: significantly slower: {', '.join(slow)}", file=sys.stderr)
         return ExitCode.GATE
+    return ExitCode.OK
+
+
+def _explain(
+    runs: list[Path],
+    cell: str,
+    *,
+    baseline: str | None,
+    by: str,
+    alpha: float,
+    seed: int,
+    resamples: int,
+    ranks: str,
+    as_json: bool,
+) -> int:
+    from aorta.matrix.explain import explain
+    from aorta.report.explain import explain_json, explain_table
+
+    if len(runs) != 1:
+        raise UsageError("--explain takes one run directory")
+    reduction = rank_reduction(ranks)
+    if reduction == "worst":  # the compare default: explain's is the mean over ranks
+        reduction = "mean"
+    try:
+        df = explain(
+            runs[0],
+            cell,
+            baseline,
+            by=by,  # type: ignore[arg-type]
+            ranks=reduction,  # type: ignore[arg-type]
+            alpha=alpha,
+            seed=seed,
+            resamples=resamples,
+        )
+    except ValueError as exc:
+        raise UsageError(f"--explain: {exc}") from None
+    if as_json:
+        print(json.dumps(explain_json(df), indent=2, ensure_ascii=False))
+    else:
+        print(explain_table(df))
     return ExitCode.OK
