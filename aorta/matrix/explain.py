@@ -169,10 +169,7 @@ def decompose(
             "calls_baseline": calls["baseline"],
             "calls_cell": calls["cell"],
             "only_in": pd.Series(
-                [
-                    "" if len(seen[n]) == 2 else next(iter(seen[n]))
-                    for n in names
-                ],
+                ["" if len(seen[n]) == 2 else next(iter(seen[n])) for n in names],
                 dtype=object,
             ),
         },
