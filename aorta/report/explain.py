@@ -10,8 +10,24 @@ import math
 from typing import Any
 
 import pandas as pd
+import xarray as xr
 
-__all__ = ["explain_headline", "explain_json", "explain_markdown", "explain_table"]
+from aorta.matrix import stats
+from aorta.matrix.explain import explain
+
+__all__ = [
+    "CHANGED_VERDICTS",
+    "default_by",
+    "explain_changed",
+    "explain_headline",
+    "explain_json",
+    "explain_markdown",
+    "explain_table",
+    "time_went_markdown",
+]
+
+#: The timing verdicts whose cells get a "Where the time went" decomposition.
+CHANGED_VERDICTS = ("slower", "faster")
 
 
 def _ms(value: float) -> str:
@@ -115,3 +131,66 @@ def explain_json(df: pd.DataFrame) -> dict[str, Any]:
 
     items = [clean(r) for r in df.to_dict("records")]
     return {"items": items} | {str(k): clean(v) for k, v in df.attrs.items()}
+
+
+def default_by(ds: xr.Dataset) -> str:
+    """``kernel`` when any trace of the run has GPU events, else ``op`` (CPU-only runs)."""
+    return "kernel" if "trace_source" in ds and bool((ds.trace_source == "gpu").any()) else "op"
+
+
+def explain_changed(
+    ds: xr.Dataset,
+    comparison: pd.DataFrame,
+    *,
+    by: str | None = None,
+    alpha: float = 0.05,
+    seed: int = stats.DEFAULT_SEED,
+    resamples: int = stats.DEFAULT_RESAMPLES,
+) -> dict[str, pd.DataFrame]:
+    """:func:`aorta.explain` of every cell whose verdict in ``comparison`` is ``slower`` or
+    ``faster``, against ``comparison``'s baseline (``ds`` from ``load_run(run, traces=True)``;
+    ``by`` default: :func:`default_by`)."""
+    if "trace_run_dir" not in ds.attrs or "verdict" not in comparison:
+        return {}
+    base = comparison.attrs.get("baseline")
+    chosen = by or default_by(ds)
+    return {
+        str(cell): explain(
+            ds,
+            str(cell),
+            base,
+            by=chosen,
+            alpha=alpha,
+            seed=seed,
+            resamples=resamples,  # type: ignore[arg-type]
+        )
+        for cell, verdict in comparison["verdict"].items()
+        if verdict in CHANGED_VERDICTS
+    }
+
+
+def time_went_markdown(explained: dict[str, pd.DataFrame], *, top: int | None = 10) -> str:
+    """report.md's "Where the time went" section: per changed cell its table and waterfall
+    (``waterfall_<cell>.png``)."""
+    lines = ["## Where the time went", ""]
+    if not explained:
+        return "\n".join(
+            [*lines, "No cell is significantly slower or faster than the baseline.", ""]
+        )
+    first = next(iter(explained.values()))
+    lines += [
+        f"Per cell whose verdict is slower or faster: the change of the mean profiled step, "
+        f"{first.attrs.get('by', 'item')} by {first.attrs.get('by', 'item')} (ms per step, "
+        "mean over ranks, difference of means over trials with a bootstrap CI), largest "
+        "first; the residual is what no item explains.",
+        "",
+    ]
+    for cell, df in explained.items():
+        lines += [
+            f"### {cell}",
+            "",
+            explain_markdown(df, top=top),
+            f"![waterfall {cell}](waterfall_{cell}.png)",
+            "",
+        ]
+    return "\n".join(lines)
