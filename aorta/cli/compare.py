@@ -10,6 +10,7 @@ from typing import Annotated, Literal
 import typer
 
 from aorta import envvars
+from aorta import report as pages  # light: explain_text loads on first use
 from aorta.errors import ExitCode, UsageError
 
 from ._options import Json
@@ -174,29 +175,24 @@ def _explain(
     ranks: str,
     as_json: bool,
 ) -> int:
-    from aorta.matrix.explain import explain
-    from aorta.report.explain import explain_json, explain_table
-
     if len(runs) != 1:
         raise UsageError("--explain takes one run directory")
     reduction = rank_reduction(ranks)
     if reduction == "worst":  # the compare default: explain's is the mean over ranks
         reduction = "mean"
     try:
-        df = explain(
+        text = pages.explain_text(
             runs[0],
             cell,
             baseline,
-            by=by,  # type: ignore[arg-type]
-            ranks=reduction,  # type: ignore[arg-type]
+            as_json=as_json,
+            by=by,
+            ranks=reduction,
             alpha=alpha,
             seed=seed,
             resamples=resamples,
         )
     except ValueError as exc:
         raise UsageError(f"--explain: {exc}") from None
-    if as_json:
-        print(json.dumps(explain_json(df), indent=2, ensure_ascii=False))
-    else:
-        print(explain_table(df))
+    print(text)
     return ExitCode.OK

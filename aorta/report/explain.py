@@ -6,7 +6,9 @@ time went" section say the same thing.
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -23,6 +25,7 @@ __all__ = [
     "explain_json",
     "explain_markdown",
     "explain_table",
+    "explain_text",
     "time_went_markdown",
 ]
 
@@ -194,3 +197,15 @@ def time_went_markdown(explained: dict[str, pd.DataFrame], *, top: int | None = 
             "",
         ]
     return "\n".join(lines)
+
+
+def explain_text(
+    run: str | Path, cell: str, baseline: str | None = None, *, as_json: bool = False, **kwargs: Any
+) -> str:
+    """:func:`aorta.explain` of ``cell`` in ``run`` (``kwargs`` passed on) as the terminal
+    table (:func:`explain_table`) or, with ``as_json``, the JSON document (:func:`explain_json`):
+    what ``aorta compare RUN --explain CELL`` prints."""
+    df = explain(run, cell, baseline, **kwargs)
+    if as_json:
+        return json.dumps(explain_json(df), indent=2, ensure_ascii=False)
+    return explain_table(df)
