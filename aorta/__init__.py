@@ -38,6 +38,7 @@ __all__ = [
     "compare_runs",
     "dump_recipe",
     "errors",
+    "explain",
     "from_trials",
     "load_recipe",
     "load_run",
@@ -64,6 +65,7 @@ _LAZY: dict[str, str] = {
     "load_tracelens": "aorta.matrix.trace_metrics",
     "compare": "aorta.matrix.compare",
     "compare_runs": "aorta.matrix.compare",
+    "explain": "aorta.matrix.explain",
     "from_trials": "aorta.matrix.external",
 }
 _MODULES = frozenset({"errors", "plot", "report", "trace"})

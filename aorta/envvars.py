@@ -87,6 +87,9 @@ TRIALS = "AORTA_TRIALS"
 STEPS = "AORTA_STEPS"
 HTML = "AORTA_HTML"
 TRACE_WORKERS = "AORTA_TRACE_WORKERS"
+# `aorta compare --explain CELL --by ITEMS`
+EXPLAIN = "AORTA_EXPLAIN"
+EXPLAIN_BY = "AORTA_EXPLAIN_BY"
 
 CLI_TWINS: dict[str, str] = {
     "--recipe": RECIPE,
@@ -133,6 +136,9 @@ CLI_TWINS: dict[str, str] = {
     "--align": TRACE_ALIGN,
     "--workers": TRACE_WORKERS,
     "--ranks": RANKS,
+    # `aorta compare --explain` (only compare's --by has a twin; `trace diff --by` has none)
+    "--explain": EXPLAIN,
+    "--by": EXPLAIN_BY,
     # `aorta bundle` (its --output, the folder the archive goes into, has the twin
     # AORTA_BUNDLE_OUTPUT; --ticket shares AORTA_TICKET with `sweep run`)
     "--max-size": BUNDLE_MAX_SIZE,

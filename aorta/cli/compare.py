@@ -10,7 +10,8 @@ from typing import Annotated, Literal
 import typer
 
 from aorta import envvars
-from aorta.errors import ExitCode
+from aorta import report as pages  # light: explain_text loads on first use
+from aorta.errors import ExitCode, UsageError
 
 from ._options import Json
 
@@ -104,11 +105,41 @@ def compare(
     resamples: Resamples = 10_000,
     traces: Traces = False,
     ranks: Ranks = "worst",
+    explain: Annotated[
+        str | None,
+        typer.Option(
+            "--explain",
+            envvar=envvars.EXPLAIN,
+            metavar="CELL",
+            help="Where CELL's step time went against the baseline: per kernel/op/class from the trial traces, with bootstrap CIs and the residual. One run.",
+        ),
+    ] = None,
+    by: Annotated[
+        Literal["kernel", "op", "class"],
+        typer.Option(
+            "--by",
+            envvar=envvars.EXPLAIN_BY,
+            help="With --explain: GPU kernels, host ops (self time; CPU-only runs), or classes.",
+        ),
+    ] = "kernel",
     as_json: Json = False,
 ) -> int:
     """Compare cells: is there a difference (Holm-adjusted Mann–Whitney: slower / faster / no
     difference detected) and does it matter (the ratio's CI against the band: beyond / within
-    band / undecided); failures (workload, hang, crash) by Boschloo's exact test."""
+    band / undecided); failures (workload, hang, crash) by Boschloo's exact test. With
+    --explain CELL: where the cell's step time went against the baseline, item by item."""
+    if explain is not None:
+        return _explain(
+            runs,
+            explain,
+            baseline=baseline,
+            by=by,
+            alpha=alpha,
+            seed=seed,
+            resamples=resamples,
+            ranks=ranks,
+            as_json=as_json,
+        )
     from aorta.matrix.compare import gate_regressions
     from aorta.report.comparison import (
         compare_paths,
@@ -149,4 +180,39 @@ def compare(
             file=sys.stderr,
         )
         return ExitCode.GATE
+    return ExitCode.OK
+
+
+def _explain(
+    runs: list[Path],
+    cell: str,
+    *,
+    baseline: str | None,
+    by: str,
+    alpha: float,
+    seed: int,
+    resamples: int,
+    ranks: str,
+    as_json: bool,
+) -> int:
+    if len(runs) != 1:
+        raise UsageError("--explain takes one run directory")
+    reduction = rank_reduction(ranks)
+    if reduction == "worst":  # the compare default: explain's is the mean over ranks
+        reduction = "mean"
+    try:
+        text = pages.explain_text(
+            runs[0],
+            cell,
+            baseline,
+            as_json=as_json,
+            by=by,
+            ranks=reduction,
+            alpha=alpha,
+            seed=seed,
+            resamples=resamples,
+        )
+    except ValueError as exc:
+        raise UsageError(f"--explain: {exc}") from None
+    print(text)
     return ExitCode.OK

@@ -31,6 +31,7 @@ import xarray as xr
 from aorta.matrix import stats
 from aorta.matrix.compare import compare, compare_runs
 from aorta.matrix.dataset import trials_frame, write_netcdf
+from aorta.matrix.explain import explain
 from aorta.matrix.select import (
     RankReduction,
     StepStat,
@@ -148,3 +149,14 @@ class AortaAccessor:
     def plot_exposed_comm(self, **kwargs: Any) -> Figure:
         """Exposed communication against step time: :func:`aorta.plot.exposed_comm_vs_step`."""
         return _plot().exposed_comm_vs_step(self._ds, **kwargs)
+
+    def explain(self, cell: str, baseline: str | None = None, **kwargs: Any) -> pd.DataFrame:
+        """Where ``cell``'s step time went against the baseline: :func:`aorta.explain` (needs
+        ``load_run(run, traces=True)``)."""
+        return explain(self._ds, cell, baseline, **kwargs)
+
+    def plot_waterfall(
+        self, cell: str, baseline: str | None = None, *, top: int = 8, ax: Any = None, **kwargs: Any
+    ) -> Figure:
+        """The decomposition of :meth:`explain` as a waterfall: :func:`aorta.plot.waterfall`."""
+        return _plot().waterfall(self.explain(cell, baseline, **kwargs), top=top, ax=ax)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from concurrent.futures import Executor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -90,6 +91,7 @@ def load_run(
     traces: bool = False,
     trace_cache: TraceCache = "use",
     trace_workers: int | None = None,
+    executor: Executor | None = None,
 ) -> xr.Dataset:
     """Load a run directory (or a ``results.nc`` file) as an :class:`xarray.Dataset`.
 
@@ -112,6 +114,12 @@ def load_run(
         ``use`` (default), ``refresh`` or ``off``: the trace parse and metrics caches.
     trace_workers
         Processes analysing traces (default: the cores available, at most one per trial).
+    executor
+        Any :class:`concurrent.futures.Executor` to analyse the trials' traces instead of
+        aorta's own processes — e.g. ``dask.distributed.Client(...).get_executor()`` to
+        analyse a month of sweeps on a cluster: each task reads one trial's trace files by
+        path and returns its small metrics; the caches stay beside the traces (see
+        :func:`aorta.matrix.trace_metrics.add_trace_metrics`).
 
     Returns
     -------
@@ -163,7 +171,9 @@ def load_run(
         else:
             ds = build_dataset(_read_cells(rd), rd.trial_records(), attrs=run_attrs(rd.path))
     if traces:
-        ds = add_trace_metrics(ds, rd.path, cache=trace_cache, workers=trace_workers)
+        ds = add_trace_metrics(
+            ds, rd.path, cache=trace_cache, workers=trace_workers, executor=executor
+        )
     return ds
 
 

@@ -42,7 +42,7 @@ import os
 import re
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,6 +57,7 @@ from aorta.matrix.dataset import build_dataset, text_array
 from aorta.matrix.select import is_trace_variable
 from aorta.store.record import RAN, TrialRecord
 from aorta.store.rundir import RunDir, atomic_write
+from aorta.trace.items import ITEMS_BY, step_items
 from aorta.trace.metrics import BUSBW, METRICS, rank_metrics
 from aorta.trace.tracelens import read_tracelens
 
@@ -70,10 +71,12 @@ __all__ = [
     "load_tracelens",
     "rank_files",
     "trace_variables",
+    "trial_results",
 ]
 
 #: Bump when what :func:`analyse_trial` computes changes: older metrics caches are ignored.
-TRACE_METRICS_VERSION = 1
+#: 2: the per-item per-step tables of :func:`aorta.trace.items.step_items` (``items``, ``steps``).
+TRACE_METRICS_VERSION = 2
 #: The per-trial metrics cache, inside the trial's ``trace/`` folder.
 METRICS_CACHE = "metrics.aorta-cache"
 _RANK_FILE = re.compile(r"^rank(\d+)(?:\.pt\.trace)?\.json(?:\.gz)?$")
@@ -133,9 +136,12 @@ def analyse_trial(files: Mapping[int, str | Path], *, cache: CacheMode = "use") 
     -------
     dict
         ``{"ranks": {rank: {"source": ..., "file": name, metric: value, ...}}, "problems":
-        [[name, why], ...]}`` — JSON data (NaN as ``None``), file names without their folder.
-        An unreadable file gives its rank ``source: "unreadable"`` and a problem; the others
-        are analysed together (stragglers need every rank).
+        [[name, why], ...], "steps": {rank: {"steps": n, "step_us": mean}}, "items": {by:
+        {rank: [[item, class, µs per step, calls per step], ...]}}}`` — JSON data (NaN as
+        ``None``), file names without their folder; ``items`` for each ``by`` of
+        :func:`aorta.trace.items.step_items` (what :func:`aorta.explain` reads). An unreadable
+        file gives its rank ``source: "unreadable"`` and a problem; the others are analysed
+        together (stragglers need every rank).
     """
     paths = {int(r): Path(p) for r, p in files.items()}
     trace, bad = _load(paths, cache)
@@ -154,7 +160,34 @@ def analyse_trial(files: Mapping[int, str | Path], *, cache: CacheMode = "use") 
                 k: (v if isinstance(v, str) else None if math.isnan(v) else float(v))
                 for k, v in row.items()
             }
-    return {"ranks": ranks, "problems": problems}
+    good = (
+        {by_path.get(str(p), r): r for r, p in paths.items() if r not in bad}
+        if trace is not None
+        else {}
+    )
+    return {"ranks": ranks, "problems": problems} | _items_payload(trace, good)
+
+
+def _items_payload(trace: Any, ranks: Mapping[int, int]) -> dict[str, Any]:
+    """The per-step item tables of each readable rank (``ranks``: trace rank → file rank)."""
+    steps: dict[str, Any] = {}
+    items: dict[str, dict[str, list[list[Any]]]] = {by: {} for by in ITEMS_BY}
+    if trace is None:
+        return {"steps": steps, "items": items}
+    for by in ITEMS_BY:
+        table = step_items(trace, by=by)  # type: ignore[arg-type]
+        for rank, info in table.attrs["steps"].items():
+            if rank in ranks:
+                steps[str(ranks[rank])] = info
+        for rank, rows in table.groupby("rank", sort=True):
+            if int(rank) in ranks:  # type: ignore[call-overload]
+                items[by][str(ranks[int(rank)])] = [  # type: ignore[call-overload]
+                    [i, c, float(p), float(n)]
+                    for i, c, p, n in zip(
+                        rows["item"], rows["class"], rows["per_step"], rows["calls"], strict=True
+                    )
+                ]
+    return {"steps": steps, "items": items}
 
 
 # --- many trials -----------------------------------------------------------------------------
@@ -237,13 +270,23 @@ def _serial(jobs: Sequence[_Job], cache: CacheMode) -> Iterable[tuple[_Job, dict
 
 
 def _analyse_all(
-    jobs: Sequence[_Job], *, cache: CacheMode, workers: int | None, notes: list[str]
+    jobs: Sequence[_Job],
+    *,
+    cache: CacheMode,
+    workers: int | None,
+    notes: list[str],
+    executor: Executor | None = None,
 ) -> Iterable[tuple[_Job, dict[str, Any]]]:
-    """Each job with its result, in parallel processes when there are several jobs and cores.
+    """Each job with its result, in parallel processes when there are several jobs and cores,
+    or as tasks of ``executor`` when one is given (its workers read the files by path).
 
     When the pool breaks (a worker killed, or an interpreter that cannot start workers, such
     as a script read from stdin), the trials not done yet are analysed in this process.
     """
+    if executor is not None:
+        if jobs:
+            yield from _submitted(executor, jobs, cache, set())
+        return
     if workers is None:  # starting workers costs about a second: worth it for big traces only
         small = sum(_json_bytes(job) for job in jobs) < PARALLEL_MIN_BYTES
         workers = 1 if small else available_cores()
@@ -254,24 +297,35 @@ def _analyse_all(
     done: set[int] = set()
     try:
         with ProcessPoolExecutor(max_workers=n, mp_context=_pool_context()) as pool:
-            futures = {pool.submit(analyse_trial, job.files, cache=cache): job for job in jobs}
-            for future in as_completed(futures):
-                job = futures[future]
-                try:
-                    result = future.result()
-                except BrokenProcessPool:
-                    raise
-                except Exception as exc:
-                    result = _failed(job, exc)
-                done.add(id(job))
-                yield job, result
+            yield from _submitted(pool, jobs, cache, done)
     except BrokenProcessPool as exc:
         notes.append(f"trace analysis workers failed ({exc}); the rest ran in this process")
         yield from _serial([job for job in jobs if id(job) not in done], cache)
 
 
+def _submitted(
+    pool: Executor, jobs: Sequence[_Job], cache: CacheMode, done: set[int]
+) -> Iterable[tuple[_Job, dict[str, Any]]]:
+    """Each job run as a task of ``pool``, as they complete; ``done`` collects finished ids."""
+    futures = {pool.submit(analyse_trial, job.files, cache=cache): job for job in jobs}
+    for future in as_completed(futures):
+        job = futures[future]
+        try:
+            result = future.result()
+        except BrokenProcessPool:
+            raise
+        except Exception as exc:
+            result = _failed(job, exc)
+        done.add(id(job))
+        yield job, result
+
+
 def _trial_results(
-    jobs: Sequence[_Job], *, cache: CacheMode = "use", workers: int | None = None
+    jobs: Sequence[_Job],
+    *,
+    cache: CacheMode = "use",
+    workers: int | None = None,
+    executor: Executor | None = None,
 ) -> tuple[dict[tuple[str, int], dict[str, Any]], list[str]]:
     """Every job's result (from its metrics cache when valid) and notes on unwritable caches."""
     results: dict[tuple[str, int], dict[str, Any]] = {}
@@ -288,7 +342,8 @@ def _trial_results(
         else:
             results[(job.cell, job.trial)] = cached
     notes: list[str] = []
-    for job, result in _analyse_all(todo, cache=cache, workers=workers, notes=notes):
+    analysed = _analyse_all(todo, cache=cache, workers=workers, notes=notes, executor=executor)
+    for job, result in analysed:
         results[(job.cell, job.trial)] = result
         if cache != "off" and (note := _write_cached(job, keys[(job.cell, job.trial)], result)):
             notes.append(note)
@@ -407,12 +462,35 @@ def trace_variables(
     return out
 
 
+def trial_results(
+    ds: xr.Dataset,
+    run_dir: str | Path,
+    *,
+    cache: CacheMode = "use",
+    workers: int | None = None,
+    executor: Executor | None = None,
+) -> tuple[dict[tuple[str, int], dict[str, Any]], list[str], list[str], int]:
+    """Every trial's :func:`analyse_trial` document, from its metrics cache when valid.
+
+    Returns ``(results, problems, notes, world_size)``: ``{(cell, trial): document}`` (file
+    names relative to the trial's ``trace/`` folder), one line per expected file that is
+    missing or unusable, notes on caches not written, and the run's world size. The options
+    are those of :func:`add_trace_metrics`.
+    """
+    rd = RunDir.open(run_dir)
+    world_size = int(rd.manifest().get("world_size") or 1)
+    jobs = _jobs(ds, rd.path.absolute(), world_size)
+    results, notes = _trial_results(jobs, cache=cache, workers=workers, executor=executor)
+    return results, _problems(jobs, results), notes, world_size
+
+
 def add_trace_metrics(
     ds: xr.Dataset,
     run_dir: str | Path,
     *,
     cache: CacheMode = "use",
     workers: int | None = None,
+    executor: Executor | None = None,
 ) -> xr.Dataset:
     """``ds`` with the trace metrics of every trial of the run in ``run_dir`` (see the module
     docstring), replacing any it had.
@@ -430,6 +508,14 @@ def add_trace_metrics(
         Processes analysing trials. Default: the cores this process may use, at most one per
         trial — or none (this process) when there is less than :data:`PARALLEL_MIN_BYTES` of
         trace JSON to parse, since starting workers costs about a second. ``1``: this process.
+    executor
+        Any :class:`concurrent.futures.Executor` (a ``dask.distributed`` client's
+        ``get_executor()``, Ray's, an MPI pool) to analyse the trials whose metrics are not
+        cached, one task per trial, instead of aorta's own processes (``workers`` is then
+        ignored). Each task reads its trial's files by absolute path and returns the small
+        metrics document; the caches are written beside the traces by the task (parse cache)
+        and by this process (metrics cache), so the workers must see the run directory at the
+        same path.
 
     Warns
     -----
@@ -438,10 +524,9 @@ def add_trace_metrics(
         unreadable (its rank's values are NaN).
     """
     rd = RunDir.open(run_dir)
-    world_size = int(rd.manifest().get("world_size") or 1)
-    jobs = _jobs(ds, rd.path, world_size)
-    results, notes = _trial_results(jobs, cache=cache, workers=workers)
-    problems = _problems(jobs, results)
+    results, problems, notes, world_size = trial_results(
+        ds, rd.path, cache=cache, workers=workers, executor=executor
+    )
     for line in problems:
         warnings.warn(line, TraceWarning, stacklevel=3)
     for (cell, trial), result in list(results.items()):  # file names → paths in the run
@@ -460,6 +545,7 @@ def add_trace_metrics(
         rank=xr.Variable("rank", np.arange(n_ranks, dtype=np.int64), {"long_name": "rank"})
     )
     ds.attrs["trace_metrics_version"] = TRACE_METRICS_VERSION
+    ds.attrs["trace_run_dir"] = str(rd.path)
     ds.attrs["trace_diagnostics"] = json.dumps(problems + notes, ensure_ascii=False)
     return ds
 

@@ -10,7 +10,7 @@ the baseline with their CIs), :func:`step_series` (step time per step, one line 
 
 Trace metrics of a run (:mod:`aorta.plot.trace_matrix`, ``load_run(run, traces=True)``):
 :func:`time_breakdown` (stacked bars per cell), :func:`exposed_comm_vs_step` (one point per
-trial).
+trial); :func:`waterfall` (:func:`aorta.explain`: baseline step → per-item deltas → cell step).
 
 Single traces (:mod:`aorta.plot.trace`): :func:`gpu_breakdown` (per rank),
 :func:`timeline` (a window of one rank's streams), :func:`gemm_tflops`,
@@ -23,6 +23,7 @@ from .matrix import VERDICT_COLORS, failure_rates, ratio_forest, step_distributi
 from .style import PALETTE, aorta_style
 from .trace import collective_bandwidth, gemm_tflops, gpu_breakdown, straggler_heatmap, timeline
 from .trace_matrix import BREAKDOWN_COLORS, exposed_comm_vs_step, time_breakdown
+from .waterfall import waterfall
 
 __all__ = [
     "BREAKDOWN_COLORS",
@@ -40,4 +41,5 @@ __all__ = [
     "straggler_heatmap",
     "time_breakdown",
     "timeline",
+    "waterfall",
 ]

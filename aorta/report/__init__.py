@@ -2,8 +2,9 @@
 
 ``aorta.report.html(run)`` writes a run's self-contained ``report.html`` and
 ``aorta.report.compare_html(run_a, run_b)`` the page comparing two runs
-(:mod:`aorta.report.html_report`); both load on first use, so importing this package stays
-cheap.
+(:mod:`aorta.report.html_report`); ``aorta.report.explain_text(run, cell)`` the text of
+``aorta compare RUN --explain CELL`` (:mod:`aorta.report.explain`). They load on first use, so
+importing this package stays cheap.
 """
 
 from __future__ import annotations
@@ -11,9 +12,13 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = ["compare_html", "html"]
+__all__ = ["compare_html", "explain_text", "html"]
 
-_LAZY = {"html": "aorta.report.html_report", "compare_html": "aorta.report.html_report"}
+_LAZY = {
+    "html": "aorta.report.html_report",
+    "compare_html": "aorta.report.html_report",
+    "explain_text": "aorta.report.explain",
+}
 
 
 def __getattr__(name: str) -> Any:

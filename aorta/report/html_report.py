@@ -35,7 +35,9 @@ from aorta.matrix.load import load_run
 from aorta.matrix.select import RankReduction
 from aorta.matrix.summary import MATRIX_COLUMNS, summarize
 from aorta.matrix.trace_summary import has_traces, trace_summary
+from aorta.plot.waterfall import waterfall as plot_waterfall
 from aorta.report.comparison import compare_datasets
+from aorta.report.explain import explain_changed
 from aorta.report.html_compare import RunSide, render_compare_page
 from aorta.report.html_details import (
     failures_section,
@@ -140,7 +142,9 @@ def html(
         :data:`RUN_SECTIONS`); a builder returns ``None`` to leave
         its section out.
     waterfalls
-        Cell → its "where the time went" figure.
+        Cell → its "where the time went" figure (default: with trace metrics, the
+        :func:`aorta.plot.waterfall` of :func:`aorta.explain` for every cell whose verdict is
+        ``slower`` or ``faster``; ``{}`` for none).
 
     Returns
     -------
@@ -203,12 +207,20 @@ def html(
         link_prefix=prefix,
         fmt=figure_format,
         ranks=ranks,
-        waterfalls=dict(waterfalls or {}),
+        waterfalls=dict(waterfalls if waterfalls is not None else _waterfalls(ds, summary, **kw)),
     )
     text = render_run_page(run_page, sections=RUN_SECTIONS if sections is None else sections)
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(out, text)
     return out
+
+
+def _waterfalls(ds: xr.Dataset, summary: pd.DataFrame, **kw: Any) -> dict[str, Figure]:
+    """Per cell whose verdict is slower or faster, its :func:`aorta.explain` waterfall (a
+    Dataset with trace metrics from ``load_run(run, traces=True)`` only)."""
+    if not has_traces(ds):
+        return {}
+    return {cell: plot_waterfall(d) for cell, d in explain_changed(ds, summary, **kw).items()}
 
 
 def _matrix(ds: xr.Dataset, baseline: str | None, metric: str | None, **kw: Any) -> pd.DataFrame:

@@ -32,6 +32,7 @@ from aorta.report.comparison import (
     comparison_table,
     statistics_line,
 )
+from aorta.report.explain import explain_changed, time_went_markdown
 from aorta.report.matrix import MATRIX_JSON, MATRIX_MD, trace_markdown, write_matrix
 from aorta.store.rundir import atomic_write
 
@@ -63,7 +64,9 @@ def write_report(
 
     With ``traces`` the trace metrics are loaded too (:func:`aorta.load_run`), ``metric`` may
     be one of them, and the report gains ``traces.csv``, ``time_breakdown.png``,
-    ``exposed_comm_vs_step.png`` and a traces section; the run's ``matrix.md`` and
+    ``exposed_comm_vs_step.png`` and a traces section, and a "Where the time went" section
+    (:func:`aorta.explain`, a ``waterfall_<cell>.png`` each) for every cell whose verdict is
+    ``slower`` or ``faster``; the run's ``matrix.md`` and
     ``matrix.json`` are rewritten with theirs.
 
     Returns the files written. Raises as :func:`~aorta.report.comparison.compare_paths` does
@@ -105,6 +108,10 @@ def write_report(
     ]
     if traces:
         lines += _trace_report(ds, baseline, put=put, figures=figures, **kw)
+        if has_traces(ds):
+            explained = explain_changed(ds, df, alpha=alpha, seed=seed, resamples=resamples)
+            figures.update({f"waterfall_{c}.png": plot.waterfall(d) for c, d in explained.items()})
+            lines.append(time_went_markdown(explained))
     for name, fig in figures.items():
         put(name, _png(fig))
     put("report.md", "\n".join(lines))
