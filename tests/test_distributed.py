@@ -139,7 +139,7 @@ def test_injected_corruption_is_detected(tmp_path, mode, collective, dtype):
     ) == (2.0, 1.0, 1.0)
     assert bad["ranks"][0]["status"] == "ok"
     matrix = (run_dir / "matrix.md").read_text()
-    assert "| corrupted | none | local | 1/1 | 100% (1/1) | 1 | 0 |" in matrix
+    assert "| corrupted | none | local | 1/1 | 100% (1/1) | 1 (1 workload) | 0 |" in matrix
     assert "corrupted: 1/1 failed" in proc.stdout
 
 
