@@ -322,13 +322,31 @@ def test_stop_after_marks_the_rest_did_not_run(tmp_path):
     text = "mode: probe\nmitigation_axis: [none, xnack]\ntrials: 4\nstop_after: {events: 1}\n"
     result = run(text, tmp_path, command=["bash", "-c", '[ -z "$HSA_XNACK" ]'])
     statuses = [(r.cell, r.status.value) for r in result.records]
-    assert (
-        statuses
-        == [("none-none", "ok")] * 4
-        + [("xnack-none", "workload_failed")]
-        + [("xnack-none", "did_not_run")] * 3
-    )
+    # One did_not_run record stands for the cell's whole unrun remainder.
+    assert statuses == [("none-none", "ok")] * 4 + [
+        ("xnack-none", "workload_failed"),
+        ("xnack-none", "did_not_run"),
+    ]
     assert "stop_after: 1 workload_failed trial(s) reached" in result.records[-1].error
+    assert "stands for the 3 trial(s) not run (1–3)" in result.records[-1].error
+    cells = json.loads((result.run_dir / "matrix.json").read_text())["cells"]
+    assert {c["name"]: c["did_not_run"] for c in cells} == {"none-none": 0, "xnack-none": 3}
+
+
+def test_a_long_hunt_that_stops_early_writes_a_handful_of_files(tmp_path):
+    # A flake hunt plans 200,000 trials and stops at the first failure: the run is as small
+    # as what ran (one record per trial run, one for the remainder), and quick.
+    text = (
+        "mode: probe\nmitigation_axis: [xnack]\ntrials: 200000\nstop_after: {events: 1}\n"
+        "schedule: sequential\n"
+    )
+    start = time.monotonic()
+    result = run(text, tmp_path, command=["false"])
+    assert time.monotonic() - start < 60
+    assert [r.status.value for r in result.records] == ["workload_failed", "did_not_run"]
+    assert len(list(result.run_dir.rglob("trial_*.json"))) == 2
+    cells = json.loads((result.run_dir / "matrix.json").read_text())["cells"]
+    assert cells[0]["did_not_run"] == 199_999
 
 
 def test_runs_in_the_same_second_get_suffixes(tmp_path):

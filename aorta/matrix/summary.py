@@ -120,7 +120,7 @@ def summarize(
     mean, source = _mean_steps(ds)
     df["cell_id"] = [str(c) for c in ds.cell_id.values] if "cell_id" in ds.coords else ""
     df["n_trials"] = [int(p) or int(r) for p, r in zip(planned, recorded, strict=True)]
-    df["did_not_run"] = (status == TrialStatus.DID_NOT_RUN.value).sum(axis=1)
+    df["did_not_run"] = _not_run(ds, status)
     df["mean_step_ms"] = mean
     df["step_source"] = source
     b = cells.index(baseline)
@@ -189,3 +189,14 @@ def _confound(i: int, b: int, mean: list[float], source: list[StepSource], thres
         return "n/a"
     ratio = mean[i] / mean[b] if mean[b] > 0 else math.inf
     return f"speed (+{(ratio - 1) * 100:.0f}%)" if ratio > threshold else ""
+
+
+def _not_run(ds: xr.Dataset, status: np.ndarray) -> np.ndarray:
+    """Per cell, trials not run: one ``did_not_run`` record stands for a cell's whole unrun
+    remainder (its ``info`` ``not_run`` says how many); older runs wrote one per trial."""
+    skipped = status == TrialStatus.DID_NOT_RUN.value
+    if "info" not in ds or "not_run" not in ds.info_key.values.tolist():
+        return skipped.sum(axis=1)
+    counts = ds["info"].sel(info_key="not_run").transpose("cell", "trial").values.astype(str)
+    per = np.where(skipped, [[int(c) if c.isdigit() else 1 for c in row] for row in counts], 0)
+    return per.sum(axis=1)

@@ -264,6 +264,8 @@ class _Sweep:
         self.records: dict[tuple[str, int], TrialRecord] = {}
         #: Per cell, how many recorded trials count as a stop_after event (kept as records come).
         self._events: dict[str, int] = {}
+        #: Cells whose unrun remainder already has its one did_not_run record.
+        self._stopped: set[str] = set()
         self.host = socket.gethostname()
         self.writer = dist.rank == 0
         #: The next trial's position in the run's execution order (rank 0 assigns it).
@@ -308,6 +310,8 @@ class _Sweep:
 
     def _remember(self, record: TrialRecord) -> None:
         self.records[(record.cell, record.trial)] = record
+        if record.status is TrialStatus.DID_NOT_RUN:
+            self._stopped.add(record.cell)
         if record.run_order is not None:
             self._next_order = max(self._next_order, record.run_order + 1)
         stop = self.plan.stop_after
@@ -417,8 +421,22 @@ class _Sweep:
             **merged,
         )
 
-    def _skip(self, key: TrialKey, why: str) -> TrialRecord:
-        skipped = RankOutcome(rank=0, status=TrialStatus.DID_NOT_RUN, passed=False, error=why)
+    def _skip(self, key: TrialKey, why: str) -> TrialRecord | None:
+        """One ``did_not_run`` record stands for all of a cell's unrun remainder (a hunt may
+        plan a million trials and stop after a few): the first skipped trial gets it, the
+        rest get nothing."""
+        if key.cell.name in self._stopped:
+            return None
+        self._stopped.add(key.cell.name)
+        rest = key.cell.trials - key.trial
+        skipped = RankOutcome(
+            rank=0,
+            status=TrialStatus.DID_NOT_RUN,
+            passed=False,
+            error=f"{why}; this record stands for the {rest} trial(s) not run "
+            f"({key.trial}–{key.cell.trials - 1})",
+            info={"not_run": str(rest)},
+        )
         return self._record(key, merge_ranks([skipped], 1), utc_now(), None)
 
     def _abort_check(self, seq: int) -> Any:
