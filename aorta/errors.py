@@ -17,6 +17,7 @@ __all__ = [
     "LocatedError",
     "Problem",
     "RecipeError",
+    "RecordWarning",
     "TraceError",
     "TraceWarning",
     "UsageError",
@@ -248,6 +249,11 @@ class IncompleteMatrix(AortaError):
 
 class TraceError(AortaError):
     """A trace file that cannot be read; the message names the file and the byte offset."""
+
+
+class RecordWarning(UserWarning):
+    """Trial records that could not be read (truncated, not a record) and were left out of a
+    run's Dataset; the message names them. ``aorta sweep resume`` runs those trials again."""
 
 
 class TraceWarning(UserWarning):

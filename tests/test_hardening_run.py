@@ -133,3 +133,16 @@ def test_a_full_disk_stops_the_run_resumably_with_one_line(tmp_path, tiny_fs):
     assert len(records) == 12
     assert {r["status"] for r in records} == {"ok"}
     assert all(r["step_times_ms"] == [1.5] for r in records)
+
+
+def test_an_unreadable_record_is_said_not_dropped_silently(tmp_path, run_cli):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(PROBE.replace("trials: 1", "trials: 3"))
+    proc = _aorta("sweep", "run", "--recipe", str(recipe), "-o", str(tmp_path), "--", "true")
+    assert proc.returncode == ExitCode.OK, proc.stderr
+    (run_dir,) = (tmp_path / "HARD" / "command").iterdir()
+    (run_dir / "results.nc").unlink()  # read the records, not the finished Dataset
+    (run_dir / "cells" / "none-none" / "trial_0001.json").write_text('{"cell": "none-n')
+    code, out, err = run_cli("compare", str(run_dir))
+    assert code == ExitCode.OK
+    assert "warning:" in err and "trial_0001.json" in err and "could not be read" in err

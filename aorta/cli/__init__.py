@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from collections.abc import Sequence
+from typing import Any
 
 import typer
 from typer import _click as click  # typer vendors click; its exceptions are the ones raised
 
-from aorta.errors import AortaError, ExitCode
+from aorta.errors import AortaError, ExitCode, RecordWarning, TraceWarning
 
 from . import bundle as _bundle
 from . import compare as _compare
@@ -54,12 +56,25 @@ def _error(message: str) -> None:
     print(f"Error: {first}", file=sys.stderr)
 
 
+def _show_warning(message: Any, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+    """aorta's own warnings (a trace or record left out) as one ``warning:`` line each."""
+    if issubclass(category, (TraceWarning, RecordWarning)):
+        print(f"warning: {message}", file=sys.stderr)
+    else:
+        _default_showwarning(message, category, *args, **kwargs)
+
+
+_default_showwarning = warnings.showwarning
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``aorta`` command with ``argv`` (default ``sys.argv[1:]``); return the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
     command = typer.main.get_command(app)
     try:
-        rv = command.main(args=args, prog_name="aorta", standalone_mode=False)
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            rv = command.main(args=args, prog_name="aorta", standalone_mode=False)
     except AortaError as exc:
         _error(str(exc))
         return int(exc.exit_code)

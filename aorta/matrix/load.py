@@ -9,6 +9,7 @@ records, manifest and resolved recipe (or its ``results.nc``) become the Dataset
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Sequence
 from concurrent.futures import Executor
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import xarray as xr
 
-from aorta.errors import UsageError
+from aorta.errors import RecordWarning, UsageError
 from aorta.matrix.dataset import (
     MISSING,
     RESULTS,
@@ -169,7 +170,20 @@ def load_run(
                 raise UsageError(f"{nc}: no such file (the run has not completed)")
             ds = read_netcdf(nc)
         else:
-            ds = build_dataset(_read_cells(rd), rd.trial_records(), attrs=run_attrs(rd.path))
+            unreadable: list[Path] = []
+            records = list(rd.trial_records(unreadable=unreadable))
+            ds = build_dataset(_read_cells(rd), records, attrs=run_attrs(rd.path))
+            if unreadable:
+                names = [rd.relative(f) for f in unreadable]
+                ds.attrs["unreadable_records"] = json.dumps(names)
+                warnings.warn(
+                    RecordWarning(
+                        f"{rd.path}: {len(names)} trial record(s) could not be read and are left "
+                        f"out (as missing trials): {', '.join(names[:5])}"
+                        f"{' …' if len(names) > 5 else ''}; `aorta sweep resume` runs them again"
+                    ),
+                    stacklevel=2,
+                )
     if traces:
         ds = add_trace_metrics(
             ds, rd.path, cache=trace_cache, workers=trace_workers, executor=executor

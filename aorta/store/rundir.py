@@ -326,8 +326,12 @@ class RunDir:
                 fh.write(json.dumps(data, indent=1, default=str) + "\n")
         return data
 
-    def trial_records(self) -> Iterator[TrialRecord]:
-        """Every readable trial record, cell folder by cell folder, in trial order."""
+    def trial_records(self, *, unreadable: list[Path] | None = None) -> Iterator[TrialRecord]:
+        """Every readable trial record, cell folder by cell folder, in trial order.
+
+        A record that cannot be read (truncated, not a record) is skipped; its path is added
+        to ``unreadable`` when given, so the caller can say so.
+        """
         cells = self.cells_dir
         if not cells.is_dir():
             return
@@ -336,7 +340,8 @@ class RunDir:
                 try:
                     yield TrialRecord.model_validate_json(f.read_bytes())
                 except (OSError, ValidationError, ValueError):
-                    continue
+                    if unreadable is not None:
+                        unreadable.append(f)
 
     def completed(self, expected: Mapping[str, str]) -> dict[tuple[str, int], TrialRecord]:
         """Trials a resumed run may skip: a valid record whose ``cell_id`` matches ``expected``
