@@ -143,6 +143,6 @@ def test_an_unreadable_record_is_said_not_dropped_silently(tmp_path, run_cli):
     (run_dir,) = (tmp_path / "HARD" / "command").iterdir()
     (run_dir / "results.nc").unlink()  # read the records, not the finished Dataset
     (run_dir / "cells" / "none-none" / "trial_0001.json").write_text('{"cell": "none-n')
-    code, out, err = run_cli("compare", str(run_dir))
+    code, _, err = run_cli("compare", str(run_dir))
     assert code == ExitCode.OK
     assert "warning:" in err and "trial_0001.json" in err and "could not be read" in err
