@@ -153,7 +153,7 @@ def explain_changed(
     """:func:`aorta.explain` of every cell whose verdict in ``comparison`` is ``slower`` or
     ``faster``, against ``comparison``'s baseline (``ds`` from ``load_run(run, traces=True)``;
     ``by`` default: :func:`default_by`)."""
-    if "trace_run_dir" not in ds.attrs or "verdict" not in comparison:
+    if "trace_run_dir" not in ds.attrs or "difference" not in comparison:
         return {}
     base = comparison.attrs.get("baseline")
     chosen = by or default_by(ds)
