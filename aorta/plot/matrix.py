@@ -188,7 +188,7 @@ def failure_rates(comparison: pd.DataFrame, *, ax: Any = None) -> Figure:
         ax.set_xlim(-0.02, 1.1)
         ax.xaxis.set_major_formatter(_percent())
         level = comparison.attrs.get("ci_level", 0.95)
-        ax.set_xlabel(f"failure rate (workload failures / trials that ran), {level:.0%} Wilson CI")
+        ax.set_xlabel(f"failure rate (failed / passed + failed), {level:.0%} Wilson CI")
         _dedupe_legend(ax, outside=True)
     return fig
 

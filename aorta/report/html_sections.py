@@ -498,7 +498,7 @@ def figures_section(page: RunPage) -> Section | None:
                 plot.failure_rates(df),
                 key="failure_rates",
                 fmt=page.fmt,
-                caption="Failure rate per cell (workload failures / trials that ran) with its"
+                caption="Failure rate per cell (failed / passed + failed: workload, hang, crash) with its"
                 " Wilson interval; the line is the baseline's rate.",
             )
         )

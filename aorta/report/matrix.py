@@ -7,8 +7,9 @@ verdict), the findings, and the ``## Traces`` section when the Dataset has trace
 engine calls it after every cell; ``aorta report RUN --traces`` calls it with the traces.
 
 The columns follow upstream AORTA so its users recognise the table: **failure rate** =
-workload failures / trials that ran (``ok`` + ``workload_failed``); setup, infrastructure
-and timeout problems are counted as **errors** beside it; **mean step** and **confound** as
+failed / (passed + failed), a failure being a workload failure, a hang (``timeout``) or a
+crash after the work started (:func:`aorta.store.record.outcome_of`); setup and
+infrastructure errors are counted as **errors** beside it; **mean step** and **confound** as
 :mod:`aorta.matrix.summary` defines them. The files record how the statistics were computed
 (``statistics``: seed, resamples, alpha, band).
 """
