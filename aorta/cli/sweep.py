@@ -149,7 +149,7 @@ def run(
     rank: only rank 0 writes and reports.
     """
     from aorta.report import console
-    from aorta.run import sweep as engine
+    from aorta.run import prepare as preparing
 
     flags = {
         "--workload": workload,
@@ -196,7 +196,7 @@ def run(
         raise UsageError(
             "--dry-run needs --recipe or flag mode (a resumed run's plan is in its recipe.resolved.yaml)"
         )
-    prepared = engine.prepare(
+    prepared = preparing.prepare(
         recipe,
         command=command or None,
         ticket=ticket,
