@@ -19,7 +19,7 @@ from aorta.errors import ExitCode
 from aorta.matrix import trace_metrics
 from aorta.matrix.trace_metrics import METRICS_CACHE
 
-from .test_distributed import only_run_dir, torchrun
+from .trace_helpers import copy_without_caches, profiled_sweep
 
 pytestmark = pytest.mark.slow
 
@@ -38,19 +38,12 @@ cells:
 
 @pytest.fixture(scope="module")
 def sleep_run(tmp_path_factory):
-    root = tmp_path_factory.mktemp("explain")
-    recipe = root / "r.yaml"
-    recipe.write_text(RECIPE)
-    proc = torchrun(recipe, root / "out")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return only_run_dir(root / "out")
+    return profiled_sweep(tmp_path_factory.mktemp("explain"), RECIPE)
 
 
 @pytest.fixture
 def run_copy(sleep_run, tmp_path):
-    target = tmp_path / "run"
-    shutil.copytree(sleep_run, target, ignore=shutil.ignore_patterns("*.aorta-cache"))
-    return target
+    return copy_without_caches(sleep_run, tmp_path / "run")
 
 
 def test_the_injected_block_comes_first_with_a_ci_that_excludes_zero(sleep_run):

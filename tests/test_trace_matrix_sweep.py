@@ -7,7 +7,6 @@ is shared by the module; each test copies it when it changes files.
 from __future__ import annotations
 
 import json
-import shutil
 import warnings
 
 import numpy as np
@@ -19,7 +18,7 @@ from aorta.errors import ExitCode, TraceWarning
 from aorta.matrix.trace_metrics import rank_files
 from aorta.trace.metrics import rank_metrics
 
-from .test_distributed import only_run_dir, torchrun
+from .trace_helpers import copy_without_caches, profiled_sweep
 
 pytestmark = pytest.mark.slow
 
@@ -40,19 +39,12 @@ TIMES = ("computation_ms", "exposed_comm_ms", "idle_ms", "busy_ms", "total_ms", 
 
 @pytest.fixture(scope="module")
 def profiled_run(tmp_path_factory):
-    root = tmp_path_factory.mktemp("profiled")
-    recipe = root / "r.yaml"
-    recipe.write_text(RECIPE)
-    proc = torchrun(recipe, root / "out")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return only_run_dir(root / "out")
+    return profiled_sweep(tmp_path_factory.mktemp("profiled"), RECIPE)
 
 
 @pytest.fixture
 def run_copy(profiled_run, tmp_path):
-    target = tmp_path / "run"
-    shutil.copytree(profiled_run, target, ignore=shutil.ignore_patterns("*.aorta-cache"))
-    return target
+    return copy_without_caches(profiled_run, tmp_path / "run")
 
 
 def test_every_trial_and_rank_has_trace_metrics(profiled_run):
