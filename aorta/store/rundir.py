@@ -204,10 +204,6 @@ class RunDir:
         return self.path / ENVIRONMENTS_DIR / _safe(name) / "env.json"
 
     @property
-    def matrix_md(self) -> Path:
-        return self.path / MATRIX_MD
-
-    @property
     def matrix_json(self) -> Path:
         return self.path / MATRIX_JSON
 
@@ -256,9 +252,6 @@ class RunDir:
     def trace_dir(self, cell: str, trial: int) -> Path:
         """The trial's profiler traces (one :func:`trace_file_name` per rank)."""
         return self.artifact_dir(cell, trial) / TRACE_DIR
-
-    def trace_path(self, cell: str, trial: int, rank: int) -> Path:
-        return self.trace_dir(cell, trial) / trace_file_name(rank)
 
     def free_bytes(self) -> int:
         """Bytes an unprivileged writer may still use on the run directory's file system."""
