@@ -184,10 +184,10 @@ def _line_text(line: bytes) -> str:
     return text
 
 
-#: Matches of one signature whose ``condition`` is false, per block, before the signature is
-#: left out of the rest of that block (a condition that never holds must not make a scan
-#: quadratic).
-MAX_CONDITION_TRIES = 1000
+#: Matches whose ``condition`` is false, per signature and scan, before the signature is given
+#: up for the rest of the scan (said in ``problems``). Each try costs one line, so the scan
+#: stays linear either way; this bounds the constant (a log whose every line matches).
+MAX_CONDITION_TRIES = 100_000
 
 
 class _Scanner:
@@ -205,6 +205,8 @@ class _Scanner:
         self.facts = facts
         self.problems: list[str] = []
         self._finders: dict[frozenset[int], Any] = {}
+        self._tries = dict.fromkeys(self.pending, 0)
+        self._index = {sig.name: k for k, sig in self.pending.items()}
 
     def _finder(self, active: frozenset[int]) -> Any:
         if active not in self._finders:
@@ -226,7 +228,6 @@ class _Scanner:
         if not buf or not self.pending:
             return
         active = frozenset(self.pending)
-        tries = dict.fromkeys(active, 0)
         pos = 0
         while active and pos <= len(buf):
             start = self._next_candidate(active, buf, pos)
@@ -239,9 +240,14 @@ class _Scanner:
             gone = set()
             for k in sorted(active):
                 sig = self.pending[k]
-                caps = self._on_line(sig, line, tries, k, source)
+                caps = self._on_line(sig, line, source)
                 if caps is None:
-                    if tries[k] > MAX_CONDITION_TRIES:
+                    if self._tries[k] >= MAX_CONDITION_TRIES:
+                        self.problems.append(
+                            f"{sig.name}: its condition was false on {MAX_CONDITION_TRIES:,} "
+                            f"matching lines; not tried past byte {offset + hi:,} of {source}"
+                        )
+                        del self.pending[k]
                         gone.add(k)
                     continue
                 number = line0 + buf.count(b"\n", 0, lo) + 1 if line0 >= 0 else 0
@@ -256,16 +262,15 @@ class _Scanner:
                 active = active - gone
             pos = hi + 1
 
-    def _on_line(
-        self, sig: Signature, line: bytes, tries: dict[int, int], k: int, source: str
-    ) -> dict[str, str] | None:
+    def _on_line(self, sig: Signature, line: bytes, source: str) -> dict[str, str] | None:
         """The captures of ``sig``'s first match on ``line`` whose condition holds; None."""
         cond = getattr(sig, "_cond", None)
+        k = self._index[sig.name]
         for m in sig._rx.finditer(line):  # type: ignore[attr-defined]
             caps = _captures(m)
             if cond is None:
                 return caps
-            tries[k] += 1
+            self._tries[k] += 1
             errors: list[str] = []
             if evaluate(cond, capture=caps, errors=errors, **self.facts):
                 return caps
@@ -273,7 +278,7 @@ class _Scanner:
                 msg = f"{sig.name}: the condition was counted as false on a line of {source}: {e}"
                 if msg not in self.problems:
                     self.problems.append(msg)
-            if tries[k] > MAX_CONDITION_TRIES:
+            if self._tries[k] >= MAX_CONDITION_TRIES:
                 break
         return None
 
