@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from aorta.cli import main
 from aorta.errors import ExitCode
@@ -117,6 +119,41 @@ def test_conditions_that_cross_a_bound_or_never_hold_are_said_in_the_warnings(
         "custom:never: its condition was false on 50 matching lines; not tried past byte 789 of "
         "stdout.log",
     ]
+
+
+LOG_LINES = sorted(
+    {
+        line
+        for f in (Path(__file__).parents[1] / "data" / "signature_logs").glob("*.log")
+        for line in f.read_text().splitlines()
+    }
+)
+
+
+@settings(
+    deadline=5000, max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    lines=st.lists(
+        st.one_of(
+            st.sampled_from(LOG_LINES),
+            st.text(alphabet="abc NCLWARErorx:0\t\x1b", max_size=40),
+        ),
+        max_size=60,
+    ),
+    block=st.integers(min_value=16, max_value=400),
+)
+def test_the_scan_finds_what_matching_each_line_alone_finds(tmp_path, lines, block):
+    # The reference: every signature's own pattern on each line in turn, first line wins.
+    log = tmp_path / "stderr.log"
+    log.write_text("".join(f"{line}\n" for line in lines))
+    want: dict[str, int] = {}
+    for number, line in enumerate(lines, start=1):
+        for sig in LIB.signatures:
+            if sig.name not in want and sig._rx.search(line.encode()):
+                want[sig.name] = number
+    got = {m.name: m.line_number for m in LIB.scan([log], block_bytes=block)}
+    assert got == want
 
 
 def test_a_log_line_is_kept_with_its_control_characters_escaped(tmp_path):
