@@ -206,7 +206,6 @@ class _Scanner:
         self.problems: list[str] = []
         self._finders: dict[frozenset[int], Any] = {}
         self._tries = dict.fromkeys(self.pending, 0)
-        self._index = {sig.name: k for k, sig in self.pending.items()}
 
     def _finder(self, active: frozenset[int]) -> Any:
         if active not in self._finders:
@@ -240,7 +239,7 @@ class _Scanner:
             gone = set()
             for k in sorted(active):
                 sig = self.pending[k]
-                caps = self._on_line(sig, line, source)
+                caps = self._on_line(k, line, source)
                 if caps is None:
                     if self._tries[k] >= MAX_CONDITION_TRIES:
                         self.problems.append(
@@ -262,10 +261,10 @@ class _Scanner:
                 active = active - gone
             pos = hi + 1
 
-    def _on_line(self, sig: Signature, line: bytes, source: str) -> dict[str, str] | None:
-        """The captures of ``sig``'s first match on ``line`` whose condition holds; None."""
+    def _on_line(self, k: int, line: bytes, source: str) -> dict[str, str] | None:
+        """The captures of signature ``k``'s first match on ``line`` whose condition holds."""
+        sig = self.pending[k]
         cond = getattr(sig, "_cond", None)
-        k = self._index[sig.name]
         for m in sig._rx.finditer(line):  # type: ignore[attr-defined]
             caps = _captures(m)
             if cond is None:
