@@ -127,7 +127,8 @@ def _explain(pattern: str, message: str) -> str:
             f"the pattern compiles to more than {MAX_PROGRAM_BYTES >> 20} MiB "
             f"(RE2's bound; simplify its repetitions)"
         )
-    return f"not a valid regular expression (RE2 syntax, https://github.com/google/re2/wiki/Syntax): {message}"
+    syntax = "https://github.com/google/re2/wiki/Syntax"
+    return f"not a valid regular expression (RE2 syntax, {syntax}): {message}"
 
 
 def compile_regex(

@@ -75,9 +75,10 @@ OnMatch = Literal["fail", "warn", "info"]
 
 @dataclass(frozen=True)
 class Signature:
-    """A named failure pattern: ``regex`` (one line), ``tier`` (lower = closer to the root
-    cause) and a one-line ``hint``. ``on_match``, ``required_for_pass`` and ``condition``
-    are the recipe's ``custom_patterns`` options; ``source`` says where it came from."""
+    """A named failure pattern: ``regex`` (one line, RE2 syntax), ``tier`` (lower = closer to
+    the root cause) and a one-line ``hint``. ``on_match``, ``required_for_pass`` and
+    ``condition`` are the recipe's ``custom_patterns`` options; ``source`` says where it came
+    from."""
 
     name: str
     regex: str
@@ -220,8 +221,8 @@ class _Scanner:
         if finder is not None:
             m = finder.search(buf, pos)
             return -1 if m is None else m.start()
-        starts = [m.start() for k in active if (m := self.pending[k]._rx.search(buf, pos))]  # type: ignore[attr-defined]
-        return min(starts, default=-1)
+        own = (self.pending[k]._rx.search(buf, pos) for k in active)  # type: ignore[attr-defined]
+        return min((m.start() for m in own if m is not None), default=-1)
 
     def feed(self, buf: bytes, *, source: str, index: int, offset: int, line0: int) -> None:
         if not buf or not self.pending:
