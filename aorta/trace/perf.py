@@ -1,0 +1,444 @@
+"""Per-op performance tables: FLOPs, bytes, achieved TFLOP/s and TB/s, roofline against a device.
+
+``perf_ops`` is TraceLens's per-family sheets in one table (every modelled op, nested or not);
+``perf_summary`` is its ``unified_perf_summary``: every GPU op counted once, under the outermost
+op that has a model, else under the op that launched it. The formulas are in
+:mod:`aorta.trace.perf_model`; the device peaks in :mod:`aorta.trace.devices`.
+
+Kernel time of one call is the *busy time* of the GPU ops launched from inside the op (the
+union of their intervals, as TraceLens does); a backward row (``SDPA_bwd``, ``Reduce_bwd``) is
+the forward op's model applied to the GPU work of the ``autograd::engine::evaluate_function``
+that has the forward op's ``Sequence number``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+import numpy as np
+import pandas as pd
+
+from . import links
+from .classify import GPU_CLASSES
+from .devices import Device, resolve_device
+from .perf_model import BACKWARD_FAMILIES, OpModel, modelled_ops, op_model, precision
+
+if TYPE_CHECKING:
+    from .model import Trace
+
+__all__ = ["PERF_COLUMNS", "add_roofline", "coverage", "perf_ops", "perf_summary"]
+
+_EVALUATE = "autograd::engine::evaluate_function:"
+_COMM, _MEMSET = GPU_CLASSES.index("communication"), GPU_CLASSES.index("memset")
+#: The columns of :func:`perf_ops` (without a device; ``add_roofline`` adds the roofline ones).
+PERF_COLUMNS: tuple[str, ...] = (
+    "op",
+    "family",
+    "shape",
+    "dtype",
+    "count",
+    "flops",
+    "bytes",
+    "kernel_us",
+    "tflops",
+    "tbps",
+    "intensity",
+)
+_ROOFLINE_COLUMNS = ("spec", "roofline_us", "bound", "pct_roofline")
+_UNITS = {
+    "flops": "FLOP per call",
+    "bytes": "bytes per call",
+    "kernel_us": "us (summed over calls)",
+    "tflops": "TFLOP/s",
+    "tbps": "TB/s",
+    "intensity": "FLOP/byte",
+    "roofline_us": "us per call",
+    "pct_roofline": "% (roofline time x count / kernel time)",
+}
+
+
+# -- the calls ----------------------------------------------------------------------------------
+def _decoded(trace: Trace, column: str, codes: np.ndarray) -> dict[int, Any]:
+    """The JSON texts of a categorical column, decoded once per code present in ``codes``."""
+    categories = trace.categories(column)
+    out: dict[int, Any] = {}
+    for code in np.unique(codes).tolist():
+        if code < 0:
+            continue
+        try:
+            out[code] = msgspec.json.decode(categories[code])
+        except msgspec.DecodeError:
+            out[code] = None
+    return out
+
+
+def _models(trace: Trace, rows: np.ndarray, *, backward: bool = False) -> list[OpModel | None]:
+    """The model of each op row (``backward``: the forward op's model of its backward work),
+    evaluated once per unique (name, dims, types, concrete, training)."""
+    if rows.size == 0:
+        return []
+    cols = [
+        trace.column(c)[rows].astype(np.int64)
+        for c in ("name", "input_dims", "input_type", "concrete")
+    ]
+    cols.append((trace.column("seq")[rows] >= 0).astype(np.int64))
+    key = np.stack(cols, axis=1)
+    uniques, inverse = np.unique(key, axis=0, return_inverse=True)
+    names = trace.categories("name")
+    dims = _decoded(trace, "input_dims", uniques[:, 1])
+    types = _decoded(trace, "input_type", uniques[:, 2])
+    concrete = _decoded(trace, "concrete", uniques[:, 3])
+    evaluated = [
+        op_model(
+            names[n],
+            dims.get(d),
+            types.get(t),
+            concrete.get(c),
+            backward=backward,
+            training=bool(s),
+        )
+        for n, d, t, c, s in uniques.tolist()
+    ]
+    return [evaluated[i] for i in np.asarray(inverse).reshape(-1).tolist()]
+
+
+def _launched(trace: Trace, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Pairs (position in ``rows``, GPU op index) for every GPU op launched inside each host
+    event (its runtime call ran on the same thread within the event's span). Fills
+    (``gpu_memset``) are left out, as TraceLens does."""
+    gpu, rt = trace.gpu_ops, trace.runtime_rows
+    empty = (np.empty(0, np.int64), np.empty(0, np.int64))
+    linked = np.flatnonzero(gpu.linked & (gpu.cls != _MEMSET))
+    if rows.size == 0 or rt.size == 0 or linked.size == 0:
+        return empty
+    launch_idx = np.searchsorted(rt, gpu.launch[linked])
+    by_launch = np.argsort(launch_idx, kind="stable")
+    gpu_sorted = linked[by_launch]
+    first = np.searchsorted(launch_idx[by_launch], np.arange(rt.size))
+    per_rt = np.bincount(launch_idx, minlength=rt.size)
+    ts = trace.column("ts")
+    group, rt_group = links.thread_groups(trace, rows, rt)
+    order, lo, hi = links.contained_ranges(
+        group, ts[rows], ts[rows] + trace.column("dur")[rows], rt_group, ts[rt]
+    )
+    event, pos = _expand(lo, hi - lo)
+    rt_idx = order[pos]
+    event2, gpos = _expand(first[rt_idx], per_rt[rt_idx])
+    return event[event2], gpu_sorted[gpos]
+
+
+def _expand(start: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For ranges ``start[i] : start[i] + count[i]``: (i, position) of every element."""
+    count = np.maximum(count, 0)
+    total = int(count.sum())
+    owner = np.repeat(np.arange(count.size), count)
+    offsets = np.cumsum(count) - count
+    return owner, np.arange(total) - offsets[owner] + start[owner]
+
+
+def _busy(owner: np.ndarray, start: np.ndarray, end: np.ndarray, n: int) -> np.ndarray:
+    """Per owner ``0..n-1``: the length (ns) of the union of its intervals."""
+    out = np.zeros(n, np.int64)
+    if owner.size == 0:
+        return out
+    t0 = int(start.min())
+    s, e = start - t0, end - t0
+    span = int(e.max()) + 1
+    if span * (n + 1) >= 2**62:  # too wide to pack: one owner at a time
+        for i in np.unique(owner).tolist():
+            mask = owner == i
+            out[i] = _busy(np.zeros(int(mask.sum()), np.int64), start[mask], end[mask], 1)[0]
+        return out
+    base = owner.astype(np.int64) * span
+    order = np.lexsort((s, owner))
+    s2, e2, b2 = s[order] + base[order], e[order] + base[order], base[order]
+    reach = np.maximum.accumulate(e2)
+    prev = np.r_[np.int64(-1), reach[:-1]]
+    prev = np.maximum(prev, b2)  # nothing before an owner's first interval
+    gain = np.maximum(e2 - np.maximum(s2, prev), 0)
+    np.add.at(out, owner[order], gain)
+    return out
+
+
+def _backward(
+    trace: Trace, rows: np.ndarray, models: list[OpModel]
+) -> tuple[np.ndarray, np.ndarray, list[OpModel]]:
+    """Backward work linked to modelled forward ops by ``Sequence number``: returns the
+    ``evaluate_function`` rows, their forward op rows and the forward models evaluated in
+    backward mode. Among the forward candidates with the same (rank, sequence number) the
+    latest-starting one wins."""
+    empty = (np.empty(0, np.int64), np.empty(0, np.int64), [])
+    capable = np.fromiter((m.family in BACKWARD_FAMILIES for m in models), bool, len(models))
+    seq, rank = trace.column("seq"), trace.column("rank")
+    fwd = rows[capable & (seq[rows] >= 0)]
+    if fwd.size == 0:
+        return empty
+    bwd = trace.find(cats=["cpu_op"], names=lambda n: n.startswith(_EVALUATE))
+    bwd = bwd[seq[bwd] >= 0]
+    if bwd.size == 0:
+        return empty
+    ts = trace.column("ts")
+    fwd = fwd[np.lexsort((-ts[fwd], seq[fwd], rank[fwd]))]  # latest first per (rank, seq)
+    pos = links.lookup(rank[bwd], seq[bwd], rank[fwd], seq[fwd])
+    hit = pos >= 0
+    bwd, fwd_of = bwd[hit], fwd[pos[hit]]
+    bwd_models = _models(trace, fwd_of, backward=True)
+    keep = np.fromiter((m is not None for m in bwd_models), bool, len(bwd_models))
+    return bwd[keep], fwd_of[keep], [m for m in bwd_models if m is not None]
+
+
+def _calls(trace: Trace) -> pd.DataFrame:
+    """One row per modelled call: forward ops, then backward work linked to a forward op."""
+    rows = trace.find(cats=["cpu_op"], names=modelled_ops())
+    models = _models(trace, rows)
+    keep = np.fromiter((m is not None for m in models), bool, len(models))
+    rows, models = rows[keep], [m for m in models if m is not None]
+    bwd_rows, fwd_of, bwd_models = _backward(trace, rows, models)
+    all_rows = np.concatenate([rows, bwd_rows]).astype(np.int64)
+    all_models = models + bwd_models
+    gpu = trace.gpu_ops
+    event, gpu_idx = _launched(trace, all_rows)
+    names = trace.categories("name")
+    name_codes = trace.column("name")
+    return pd.DataFrame(
+        {
+            "row": all_rows,
+            "rank": trace.column("rank")[all_rows],
+            "ts": trace.column("ts")[all_rows],
+            "dur": trace.column("dur")[all_rows],
+            "op": [names[c] for c in name_codes[np.concatenate([rows, fwd_of])]],
+            "family": [m.family for m in all_models],
+            "shape": [m.shape for m in all_models],
+            "dtype": [m.dtype for m in all_models],
+            "unit": [m.unit for m in all_models],
+            "flops": np.array([m.flops for m in all_models], dtype=float),
+            "bytes": np.array([m.bytes for m in all_models], dtype=float),
+            "kernel_ns": _busy(event, gpu.ts[gpu_idx], gpu.end[gpu_idx], all_rows.size),
+            "gpu_ops": np.bincount(event, minlength=all_rows.size),
+        }
+    )
+
+
+#: A row per op and parameters: ops with the same shape but other input types (a Python scalar
+#: or a ``long int`` divisor) differ in bytes, so FLOPs and bytes are part of the key.
+_KEYS = ["op", "family", "shape", "dtype", "flops", "bytes"]
+
+
+def _grouped(calls: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Calls grouped by ``keys``: ``count``, per-call ``flops``/``bytes``, summed ``kernel_us``,
+    achieved ``tflops``/``tbps`` (over the calls that ran GPU work), ``intensity``."""
+    timed = calls["kernel_ns"] > 0
+    calls = calls.assign(
+        kernel_us=calls["kernel_ns"] / 1e3,
+        timed_flops=calls["flops"].where(timed, 0.0),
+        timed_bytes=calls["bytes"].where(timed, 0.0),
+    )
+    out = (
+        calls.groupby(keys, sort=False, dropna=False)
+        .agg(
+            count=("kernel_us", "size"),
+            kernel_us=("kernel_us", "sum"),
+            timed_flops=("timed_flops", "sum"),
+            timed_bytes=("timed_bytes", "sum"),
+            unit=("unit", "first"),
+        )
+        .reset_index()
+    )
+    seconds = (out["kernel_us"] * 1e-6).where(out["kernel_us"] > 0)
+    out["tflops"] = out["timed_flops"] / seconds / 1e12
+    out["tbps"] = out["timed_bytes"] / seconds / 1e12
+    out["intensity"] = out["flops"] / out["bytes"].where(out["bytes"] > 0)
+    return out.drop(columns=["timed_flops", "timed_bytes"])
+
+
+def perf_ops(trace: Trace, *, device: Device = None) -> pd.DataFrame:
+    """FLOPs, bytes, achieved TFLOP/s and TB/s per op name and shape (TraceLens's per-family
+    sheets in one table), and the roofline against ``device``.
+
+    Parameters
+    ----------
+    trace
+        The trace (recorded with ``record_shapes=True``: without shapes nothing is modelled).
+    device
+        ``None``: the trace's own GPU (``deviceProperties``) when :mod:`aorta.trace.devices`
+        knows it, else no roofline columns; ``False``: no roofline; a device name (``"H100"``,
+        ``"MI300X"``, ...); or a mapping in TraceLens's arch-file shape (``mem_bw_gbps``,
+        ``max_achievable_tflops`` keyed ``matrix_bf16``, ``vector_fp32``, ...).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per (``op``, ``family``, ``shape``, ``dtype``), most kernel time first:
+        ``count`` (calls), ``flops`` and ``bytes`` (per call), ``kernel_us`` (busy time of the
+        GPU ops each call launched, summed over calls), ``tflops``, ``tbps`` (achieved, over
+        the calls with GPU work), ``intensity`` (FLOP/byte), ``unit`` (matrix/vector); with a
+        device also ``spec`` (``matrix_bf16``, ...), ``roofline_us`` (per call),
+        ``bound`` (compute/memory) and ``pct_roofline`` (roofline time × count / kernel time
+        × 100). A wrapper op and its ``native_*`` child both appear, as in TraceLens.
+        ``attrs["device"]`` names the device used.
+
+    Examples
+    --------
+    >>> from aorta.trace.testing import synthetic_trace
+    >>> t = synthetic_trace([("cpu_op", "aten::mm", 0, 10, {"Input Dims": [[1024, 512], [512, 256]],
+    ...                       "Input type": ["float", "float"], "Concrete Inputs": ["", ""]}),
+    ...                      ("kernel", "Cijk_Alik_Bljk_SB", 12, 100, {"launch_ts": 2})])
+    >>> row = t.perf_ops(device="MI300X").iloc[0]
+    >>> row["family"], int(row["flops"]), row["kernel_us"], row["bound"], round(row["pct_roofline"], 2)
+    ('GEMM', 268435456, 100.0, 'compute', 1.64)
+    """
+    calls = _calls(trace)
+    out = _grouped(calls, _KEYS)
+    out = out.sort_values("kernel_us", ascending=False, kind="stable").reset_index(drop=True)
+    out = out[[*PERF_COLUMNS, "unit"]]
+    resolved = resolve_device(trace, device)
+    if resolved is not None:
+        out = add_roofline(out, resolved)
+        out.attrs["device"] = resolved.get("name", "")
+    out.attrs["units"] = _UNITS
+    return out
+
+
+def add_roofline(table: pd.DataFrame, device: Mapping[str, Any]) -> pd.DataFrame:
+    """``table`` (with ``flops``, ``bytes``, ``dtype``, ``unit``, ``count``, ``kernel_us``) plus
+    ``spec``, ``roofline_us``, ``bound`` and ``pct_roofline`` for ``device`` (arch-file shape).
+
+    Compute time uses the peak of the row's unit and precision (``matrix_bf16``, ...), memory
+    time the HBM bandwidth; a row whose precision the device does not list gets NaN.
+
+    Examples
+    --------
+    >>> t = pd.DataFrame({"flops": [2e9], "bytes": [1e6], "dtype": ["c10::BFloat16"], "unit": ["matrix"],
+    ...                   "count": [1], "kernel_us": [10.0]})
+    >>> dev = {"mem_bw_gbps": 5300, "max_achievable_tflops": {"matrix_bf16": 708}}
+    >>> add_roofline(t, dev)[["spec", "bound"]].iloc[0].tolist()
+    ['matrix_bf16', 'compute']
+    """
+    peaks = device.get("max_achievable_tflops", {}) or {}
+    bandwidth = float(device.get("mem_bw_gbps") or np.nan)
+    spec = [
+        f"{unit}_{p}" if (p := precision(dtype)) else ""
+        for unit, dtype in zip(table["unit"], table["dtype"], strict=True)
+    ]
+    peak = np.array([float(peaks.get(s) or np.nan) if s else np.nan for s in spec])
+    compute_us = table["flops"].to_numpy(float) / (peak * 1e6)
+    memory_us = table["bytes"].to_numpy(float) / (bandwidth * 1e3)
+    roofline = np.fmax(compute_us, memory_us)
+    roofline = np.where(np.isnan(compute_us), np.nan, roofline)
+    out = table.copy()
+    out["spec"] = spec
+    out["roofline_us"] = roofline
+    out["bound"] = np.where(
+        np.isnan(roofline), "", np.where(compute_us >= memory_us, "compute", "memory")
+    )
+    kernel = out["kernel_us"].where(out["kernel_us"] > 0)
+    out["pct_roofline"] = out["roofline_us"] * out["count"] / kernel * 100
+    return out
+
+
+# -- every GPU op once --------------------------------------------------------------------------
+def perf_summary(trace: Trace, *, device: Device = None) -> pd.DataFrame:
+    """Every GPU op counted once: under the outermost op with a model, else the op that
+    launched it (TraceLens's ``unified_perf_summary``).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per (``op``, ``family``, ``shape``, ``dtype``): ``count`` (calls), ``kernel_us``
+        (summed duration of the GPU ops counted there), ``flops``/``bytes`` per call and
+        ``has_model``; ``family`` is ``"other"`` for ops without a model (``"communication"``
+        when their GPU ops are NCCL/RCCL kernels) and GPU ops with no launching CPU op are
+        rows of their own (``op`` = the GPU op's name). With a device
+        (see :func:`perf_ops`) also the roofline columns. ``attrs["coverage"]`` is the share of
+        GPU op time with a model (see :func:`coverage`).
+
+    Examples
+    --------
+    >>> from aorta.trace.testing import synthetic_trace
+    >>> t = synthetic_trace([("cpu_op", "aten::mm", 0, 10, {"Input Dims": [[64, 64], [64, 64]],
+    ...                       "Input type": ["float", "float"], "External id": 1}),
+    ...                      ("kernel", "gemm", 12, 30, {"launch_ts": 2, "External id": 1}),
+    ...                      ("cpu_op", "aten::nonzero", 50, 10, {"External id": 2}),
+    ...                      ("kernel", "nonzero_kernel", 62, 10, {"launch_ts": 52, "External id": 2})])
+    >>> s = t.perf_summary(device=False)
+    >>> s[["op", "has_model", "kernel_us"]].to_dict("list"), round(s.attrs["coverage"], 2)
+    ({'op': ['aten::mm', 'aten::nonzero'], 'has_model': [True, False], 'kernel_us': [30.0, 10.0]}, 0.75)
+    """
+    calls = _calls(trace)
+    gpu = trace.gpu_ops
+    linked = np.flatnonzero(gpu.linked & (gpu.cls != _MEMSET))
+    owner = np.full(len(gpu), -1, np.int64)  # index into calls
+    if len(calls):
+        event, gpu_idx = _launched(trace, calls["row"].to_numpy())
+        ts, dur = calls["ts"].to_numpy(), calls["dur"].to_numpy()
+        order = np.lexsort((-dur[event], ts[event], gpu_idx))  # outermost first per GPU op
+        first = np.r_[True, gpu_idx[order][1:] != gpu_idx[order][:-1]]
+        owner[gpu_idx[order][first]] = event[order][first]
+    modelled = owner >= 0
+    dur_ns = gpu.end - gpu.ts
+    frames = []
+    if modelled.any():
+        idx = np.flatnonzero(modelled)
+        share = pd.DataFrame({"call": owner[idx], "ns": dur_ns[idx]}).groupby("call")["ns"].sum()
+        mine = calls.iloc[share.index.to_numpy()].assign(kernel_ns=share.to_numpy())
+        frames.append(_grouped(mine, _KEYS).assign(has_model=True))
+    rest = np.setdiff1d(linked, np.flatnonzero(modelled))
+    if rest.size:
+        rt_pos = np.searchsorted(trace.runtime_rows, gpu.launch[rest])
+        op_row = trace.runtime_op[rt_pos]
+        names = trace.categories("name")
+        name_codes = trace.column("name")
+        leaf = pd.DataFrame(
+            {
+                "op": [
+                    names[name_codes[r]] if r >= 0 else names[g]
+                    for r, g in zip(op_row.tolist(), gpu.name[rest].tolist(), strict=True)
+                ],
+                "event": np.where(op_row >= 0, op_row, -1 - rest),
+                "ns": dur_ns[rest],
+                "family": np.where(gpu.cls[rest] == _COMM, "communication", "other"),
+            }
+        )
+        per_event = leaf.groupby(["op", "family", "event"], sort=False)["ns"].sum().reset_index()
+        other = per_event.groupby(["op", "family"], sort=False).agg(
+            count=("event", "size"), kernel_us=("ns", "sum")
+        )
+        other["kernel_us"] /= 1e3
+        other = other.reset_index().assign(shape="", dtype="", unit="", has_model=False)
+        frames.append(other)
+    columns = [*_KEYS, "count", "kernel_us", "flops", "bytes", "has_model", "unit"]
+    if frames:
+        out = pd.concat([f.reindex(columns=columns) for f in frames], ignore_index=True)
+    else:
+        out = pd.DataFrame({c: [] for c in columns})
+    out["has_model"] = out["has_model"].astype(bool)
+    out = out.sort_values("kernel_us", ascending=False, kind="stable").reset_index(drop=True)
+    out.attrs["coverage"] = coverage(out)
+    resolved = resolve_device(trace, device)
+    if resolved is not None:
+        out = add_roofline(out, resolved)
+        out.attrs["device"] = resolved.get("name", "")
+    out.attrs["units"] = _UNITS
+    return out
+
+
+def coverage(summary: pd.DataFrame) -> float:
+    """The share (0..1) of GPU op time that has a model, from :func:`perf_summary`'s table.
+
+    Communication kernels (NCCL/RCCL) are left out of the total: they are measured against
+    the network by :func:`~aorta.trace.collectives.collectives`, not against FLOPs and HBM.
+    NaN when there is no other GPU time.
+
+    Examples
+    --------
+    >>> coverage(pd.DataFrame({"kernel_us": [30.0, 10.0, 99.0], "has_model": [True, False, False],
+    ...                        "family": ["GEMM", "other", "communication"]}))
+    0.75
+    """
+    counted = summary[summary["family"] != "communication"]
+    total = counted["kernel_us"].sum()
+    if not total:
+        return float("nan")
+    return float(counted.loc[counted["has_model"].astype(bool), "kernel_us"].sum() / total)
