@@ -65,7 +65,7 @@ def get_device(name: str) -> dict[str, Any]:
 
 def _match(name: str) -> str | None:
     upper = name.upper()
-    for key, entry in _table().items():
+    for key in _table():
         if upper == key.upper():
             return key
     for key, entry in _table().items():  # the longest pattern first: MI250X before MI250

@@ -217,8 +217,8 @@ def _sdpa(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
     if causal:
         flops /= 2
     elements = b * nq * hq * dqk + b * nkv * hkv * dqk + b * nkv * hkv * dv + b * nq * hq * dv
-    if backward:  # + dO, dQ, dK, dV
-        elements += b * nq * hq * dv + b * nq * hq * dqk + b * nkv * hkv * (dqk + dv)
+    if backward:  # Q, K, V, dO in; dQ, dK, dV out (TraceLens's 7 tensors)
+        elements += b * nq * hq * dqk + b * nkv * hkv * (dqk + dv)
     params = {
         "B": b,
         "N_Q": nq,
@@ -550,9 +550,13 @@ def _tensors(dims: list[Any], types: list[Any]) -> list[tuple[int, int]]:
         if isinstance(d, list) and d and all(isinstance(x, list) for x in d):  # TensorList
             size = bpe(t) or 0
             out.extend((_n(x), size) for x in d)
-        elif isinstance(d, list) and all(isinstance(x, int) for x in d) and bpe(t):
-            if d or t not in ("Scalar", "double", "long int"):
-                out.append((_n(d), bpe(t) or 0))
+        elif (
+            isinstance(d, list)
+            and all(isinstance(x, int) for x in d)
+            and bpe(t)
+            and (d or t not in ("Scalar", "double", "long int"))
+        ):
+            out.append((_n(d), bpe(t) or 0))
     return out
 
 
