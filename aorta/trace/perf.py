@@ -286,7 +286,7 @@ def perf_ops(trace: Trace, *, device: Device = None) -> pd.DataFrame:
     ...                       "Input type": ["float", "float"], "Concrete Inputs": ["", ""]}),
     ...                      ("kernel", "Cijk_Alik_Bljk_SB", 12, 100, {"launch_ts": 2})])
     >>> row = t.perf_ops(device="MI300X").iloc[0]
-    >>> row["family"], int(row["flops"]), row["kernel_us"], row["bound"], round(row["pct_roofline"], 2)
+    >>> row["family"], int(row["flops"]), float(row["kernel_us"]), row["bound"], round(float(row["pct_roofline"]), 2)
     ('GEMM', 268435456, 100.0, 'compute', 1.64)
     """
     calls = _calls(trace)
