@@ -28,7 +28,7 @@ from .perf_model import BACKWARD_FAMILIES, OpModel, modelled_ops, op_model, prec
 if TYPE_CHECKING:
     from .model import Trace
 
-__all__ = ["PERF_COLUMNS", "add_roofline", "coverage", "perf_ops", "perf_summary"]
+__all__ = ["PERF_COLUMNS", "add_roofline", "by_family", "coverage", "perf_ops", "perf_summary"]
 
 _EVALUATE = "autograd::engine::evaluate_function:"
 _COMM, _MEMSET = GPU_CLASSES.index("communication"), GPU_CLASSES.index("memset")
@@ -297,6 +297,7 @@ def perf_ops(trace: Trace, *, device: Device = None) -> pd.DataFrame:
     if resolved is not None:
         out = add_roofline(out, resolved)
         out.attrs["device"] = resolved.get("name", "")
+        out.attrs["peaks"] = "datasheet" if "sources" in resolved else "given"
     out.attrs["units"] = _UNITS
     return out
 
@@ -408,7 +409,8 @@ def perf_summary(trace: Trace, *, device: Device = None) -> pd.DataFrame:
         other["kernel_us"] /= 1e3
         other = other.reset_index().assign(shape="", dtype="", unit="", has_model=False)
         frames.append(other)
-    columns = [*_KEYS, "count", "kernel_us", "flops", "bytes", "has_model", "unit"]
+    columns = ["op", "family", "shape", "dtype", "count", "kernel_us", "flops", "bytes"]
+    columns += ["has_model", "unit"]
     if frames:
         out = pd.concat([f.reindex(columns=columns) for f in frames], ignore_index=True)
     else:
@@ -420,6 +422,7 @@ def perf_summary(trace: Trace, *, device: Device = None) -> pd.DataFrame:
     if resolved is not None:
         out = add_roofline(out, resolved)
         out.attrs["device"] = resolved.get("name", "")
+        out.attrs["peaks"] = "datasheet" if "sources" in resolved else "given"
     out.attrs["units"] = _UNITS
     return out
 
@@ -442,3 +445,63 @@ def coverage(summary: pd.DataFrame) -> float:
     if not total:
         return float("nan")
     return float(counted.loc[counted["has_model"].astype(bool), "kernel_us"].sum() / total)
+
+
+def by_family(summary: pd.DataFrame) -> pd.DataFrame:
+    """:func:`perf_summary` rolled up per family ("Against the hardware"): every GPU op once.
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``family``, ``ops`` (distinct op rows), ``calls``, ``kernel_us``, ``percent`` (of the
+        kernel time), ``tflops`` and ``tbps`` (achieved over the family), and with a device
+        ``pct_roofline`` (summed roofline time / kernel time × 100); most time first.
+        ``attrs`` carries ``coverage`` and ``device``.
+
+    Examples
+    --------
+    >>> s = pd.DataFrame({"family": ["GEMM", "GEMM", "other"], "count": [2, 1, 4], "kernel_us": [10.0, 10.0, 5.0],
+    ...                   "flops": [1e7, 2e7, np.nan], "bytes": [1e5, 1e5, np.nan], "has_model": [True, True, False],
+    ...                   "roofline_us": [1.0, 2.0, np.nan]})
+    >>> by_family(s)[["family", "calls", "kernel_us", "tflops", "pct_roofline"]].round(6).to_dict("list")
+    {'family': ['GEMM', 'other'], 'calls': [3, 4], 'kernel_us': [20.0, 5.0], 'tflops': [2.0, nan], 'pct_roofline': [20.0, nan]}
+    """
+    frame = summary.assign(
+        total_flops=summary["flops"] * summary["count"],
+        total_bytes=summary["bytes"] * summary["count"],
+        total_roofline=(summary["roofline_us"] * summary["count"])
+        if "roofline_us" in summary
+        else np.nan,
+    )
+    out = (
+        frame.groupby("family", sort=False)
+        .agg(
+            ops=("family", "size"),
+            calls=("count", "sum"),
+            kernel_us=("kernel_us", "sum"),
+            total_flops=("total_flops", lambda v: v.sum(min_count=1)),
+            total_bytes=("total_bytes", lambda v: v.sum(min_count=1)),
+            total_roofline=("total_roofline", lambda v: v.sum(min_count=1)),
+        )
+        .reset_index()
+    )
+    grand = out["kernel_us"].sum()
+    out["percent"] = 100 * out["kernel_us"] / grand if grand else np.nan
+    seconds = (out["kernel_us"] * 1e-6).where(out["kernel_us"] > 0)
+    out["tflops"] = out["total_flops"] / seconds / 1e12
+    out["tbps"] = out["total_bytes"] / seconds / 1e12
+    columns = ["family", "ops", "calls", "kernel_us", "percent", "tflops", "tbps"]
+    if "roofline_us" in summary:
+        out["pct_roofline"] = (
+            out["total_roofline"] / out["kernel_us"].where(out["kernel_us"] > 0) * 100
+        )
+        columns.append("pct_roofline")
+    out = (
+        out[columns].sort_values("kernel_us", ascending=False, kind="stable").reset_index(drop=True)
+    )
+    out.attrs = {
+        "coverage": summary.attrs.get("coverage"),
+        "device": summary.attrs.get("device"),
+        "units": {"kernel_us": "us", "tflops": "TFLOP/s", "tbps": "TB/s", "pct_roofline": "%"},
+    }
+    return out
