@@ -14,6 +14,7 @@ that has the forward op's ``Sequence number``.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -74,18 +75,26 @@ def _decoded(trace: Trace, column: str, codes: np.ndarray) -> dict[int, Any]:
     return out
 
 
-def _models(trace: Trace, rows: np.ndarray, *, backward: bool = False) -> list[OpModel | None]:
-    """The model of each op row (``backward``: the forward op's model of its backward work),
-    evaluated once per unique (name, dims, types, concrete, training)."""
+def _combine(*codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One code per distinct tuple of the integer columns ``codes``; and the first row of each."""
+    key = np.zeros(codes[0].size, dtype=np.int64)
+    for column in codes:  # pack pairwise, re-coding to stay small
+        sub, uniques = pd.factorize(column)
+        key = pd.factorize(key * max(len(uniques), 1) + sub)[0].astype(np.int64)
+    _, first = np.unique(key, return_index=True)
+    return key, first
+
+
+def _models(
+    trace: Trace, rows: np.ndarray, *, backward: bool = False
+) -> tuple[np.ndarray, list[OpModel | None]]:
+    """For each op row, an index into the returned models (``backward``: the forward op's model
+    of its backward work); evaluated once per distinct (name, dims, types, concrete, training)."""
     if rows.size == 0:
-        return []
-    cols = [
-        trace.column(c)[rows].astype(np.int64)
-        for c in ("name", "input_dims", "input_type", "concrete")
-    ]
-    cols.append((trace.column("seq")[rows] >= 0).astype(np.int64))
-    key = np.stack(cols, axis=1)
-    uniques, inverse = np.unique(key, axis=0, return_inverse=True)
+        return np.empty(0, np.int64), []
+    cols = [trace.column(c)[rows] for c in ("name", "input_dims", "input_type", "concrete")]
+    key, first = _combine(*cols, trace.column("seq")[rows] >= 0)
+    uniques = np.stack([c[first] for c in cols] + [trace.column("seq")[rows][first] >= 0], axis=1)
     names = trace.categories("name")
     dims = _decoded(trace, "input_dims", uniques[:, 1])
     types = _decoded(trace, "input_type", uniques[:, 2])
@@ -97,11 +106,12 @@ def _models(trace: Trace, rows: np.ndarray, *, backward: bool = False) -> list[O
             types.get(t),
             concrete.get(c),
             backward=backward,
-            training=bool(s),
+            training=bool(f),
         )
-        for n, d, t, c, s in uniques.tolist()
+        for n, d, t, c, f in uniques.tolist()
     ]
-    return [evaluated[i] for i in np.asarray(inverse).reshape(-1).tolist()]
+    # key codes are 0..k-1 in order of first appearance; ``first`` is sorted by key
+    return key, evaluated
 
 
 def _launched(trace: Trace, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -162,15 +172,11 @@ def _busy(owner: np.ndarray, start: np.ndarray, end: np.ndarray, n: int) -> np.n
     return out
 
 
-def _backward(
-    trace: Trace, rows: np.ndarray, models: list[OpModel]
-) -> tuple[np.ndarray, np.ndarray, list[OpModel]]:
-    """Backward work linked to modelled forward ops by ``Sequence number``: returns the
-    ``evaluate_function`` rows, their forward op rows and the forward models evaluated in
-    backward mode. Among the forward candidates with the same (rank, sequence number) the
-    latest-starting one wins."""
-    empty = (np.empty(0, np.int64), np.empty(0, np.int64), [])
-    capable = np.fromiter((m.family in BACKWARD_FAMILIES for m in models), bool, len(models))
+def _backward(trace: Trace, rows: np.ndarray, capable: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Backward work linked to modelled forward ops by ``Sequence number``: the
+    ``evaluate_function`` rows and their forward op rows (among the candidates ``rows[capable]``
+    with the same (rank, sequence number), the latest-starting one)."""
+    empty = (np.empty(0, np.int64), np.empty(0, np.int64))
     seq, rank = trace.column("seq"), trace.column("rank")
     fwd = rows[capable & (seq[rows] >= 0)]
     if fwd.size == 0:
@@ -183,74 +189,84 @@ def _backward(
     fwd = fwd[np.lexsort((-ts[fwd], seq[fwd], rank[fwd]))]  # latest first per (rank, seq)
     pos = links.lookup(rank[bwd], seq[bwd], rank[fwd], seq[fwd])
     hit = pos >= 0
-    bwd, fwd_of = bwd[hit], fwd[pos[hit]]
-    bwd_models = _models(trace, fwd_of, backward=True)
-    keep = np.fromiter((m is not None for m in bwd_models), bool, len(bwd_models))
-    return bwd[keep], fwd_of[keep], [m for m in bwd_models if m is not None]
+    return bwd[hit], fwd[pos[hit]]
 
 
-def _calls(trace: Trace) -> pd.DataFrame:
-    """One row per modelled call: forward ops, then backward work linked to a forward op."""
+@dataclass
+class _Calls:
+    """Modelled calls (forward ops, then backward work) and their output groups."""
+
+    rows: np.ndarray  # event rows (the evaluate_function for backward work)
+    group: np.ndarray  # index into ``groups``
+    kernel_ns: np.ndarray  # busy time of the GPU ops each call launched
+    groups: pd.DataFrame  # op, family, shape, dtype, flops, bytes, unit
+
+
+def _calls(trace: Trace) -> _Calls:
+    """Every modelled call, with its group (op, family, shape, dtype, FLOPs, bytes)."""
     rows = trace.find(cats=["cpu_op"], names=modelled_ops())
-    models = _models(trace, rows)
-    keep = np.fromiter((m is not None for m in models), bool, len(models))
-    rows, models = rows[keep], [m for m in models if m is not None]
-    bwd_rows, fwd_of, bwd_models = _backward(trace, rows, models)
+    ids, models = _models(trace, rows)
+    ok = np.array([m is not None for m in models], dtype=bool)
+    keep = ok[ids] if ids.size else np.zeros(0, bool)
+    rows, ids = rows[keep], ids[keep]
+    capable = np.array([m is not None and m.family in BACKWARD_FAMILIES for m in models], bool)
+    bwd_rows, fwd_of = _backward(trace, rows, capable[ids] if ids.size else np.zeros(0, bool))
+    bwd_ids, bwd_models = _models(trace, fwd_of, backward=True)
+    bwd_ok = np.array([m is not None for m in bwd_models], dtype=bool)
+    keep = bwd_ok[bwd_ids] if bwd_ids.size else np.zeros(0, bool)
+    bwd_rows, fwd_of, bwd_ids = bwd_rows[keep], fwd_of[keep], bwd_ids[keep]
+    # the op name of each distinct model: the forward op's (first row of each id)
+    names, name_codes = trace.categories("name"), trace.column("name")
+    table: dict[tuple, int] = {}
+    records: list[tuple] = []
+
+    def group_of(id_rows: np.ndarray, ids_: np.ndarray, models_: list) -> np.ndarray:
+        first_row = np.full(len(models_), -1, np.int64)
+        first_row[ids_[::-1]] = id_rows[::-1]
+        mapping = np.full(len(models_), -1, np.int64)
+        for i, m in enumerate(models_):
+            if m is None or first_row[i] < 0:
+                continue
+            key = (names[name_codes[first_row[i]]], m.family, m.shape, m.dtype, m.flops, m.bytes)
+            if key not in table:
+                table[key] = len(records)
+                records.append((*key, m.unit))
+            mapping[i] = table[key]
+        return mapping[ids_] if ids_.size else np.empty(0, np.int64)
+
+    group = np.concatenate([group_of(rows, ids, models), group_of(fwd_of, bwd_ids, bwd_models)])
     all_rows = np.concatenate([rows, bwd_rows]).astype(np.int64)
-    all_models = models + bwd_models
     gpu = trace.gpu_ops
     event, gpu_idx = _launched(trace, all_rows)
-    names = trace.categories("name")
-    name_codes = trace.column("name")
-    return pd.DataFrame(
-        {
-            "row": all_rows,
-            "rank": trace.column("rank")[all_rows],
-            "ts": trace.column("ts")[all_rows],
-            "dur": trace.column("dur")[all_rows],
-            "op": [names[c] for c in name_codes[np.concatenate([rows, fwd_of])]],
-            "family": [m.family for m in all_models],
-            "shape": [m.shape for m in all_models],
-            "dtype": [m.dtype for m in all_models],
-            "unit": [m.unit for m in all_models],
-            "flops": np.array([m.flops for m in all_models], dtype=float),
-            "bytes": np.array([m.bytes for m in all_models], dtype=float),
-            "kernel_ns": _busy(event, gpu.ts[gpu_idx], gpu.end[gpu_idx], all_rows.size),
-            "gpu_ops": np.bincount(event, minlength=all_rows.size),
-        }
+    columns = ["op", "family", "shape", "dtype", "flops", "bytes", "unit"]
+    return _Calls(
+        rows=all_rows,
+        group=group.astype(np.int64),
+        kernel_ns=_busy(event, gpu.ts[gpu_idx], gpu.end[gpu_idx], all_rows.size),
+        groups=pd.DataFrame.from_records(records, columns=columns)
+        if records
+        else pd.DataFrame(
+            {c: pd.Series(dtype=float if c in ("flops", "bytes") else object) for c in columns}
+        ),
     )
 
 
-#: A row per op and parameters: ops with the same shape but other input types (a Python scalar
-#: or a ``long int`` divisor) differ in bytes, so FLOPs and bytes are part of the key.
-_KEYS = ["op", "family", "shape", "dtype", "flops", "bytes"]
-
-
-def _grouped(calls: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    """Calls grouped by ``keys``: ``count``, per-call ``flops``/``bytes``, summed ``kernel_us``,
-    achieved ``tflops``/``tbps`` (over the calls that ran GPU work), ``intensity``."""
-    timed = calls["kernel_ns"] > 0
-    calls = calls.assign(
-        kernel_us=calls["kernel_ns"] / 1e3,
-        timed_flops=calls["flops"].where(timed, 0.0),
-        timed_bytes=calls["bytes"].where(timed, 0.0),
-    )
-    out = (
-        calls.groupby(keys, sort=False, dropna=False)
-        .agg(
-            count=("kernel_us", "size"),
-            kernel_us=("kernel_us", "sum"),
-            timed_flops=("timed_flops", "sum"),
-            timed_bytes=("timed_bytes", "sum"),
-            unit=("unit", "first"),
-        )
-        .reset_index()
-    )
-    seconds = (out["kernel_us"] * 1e-6).where(out["kernel_us"] > 0)
-    out["tflops"] = out["timed_flops"] / seconds / 1e12
-    out["tbps"] = out["timed_bytes"] / seconds / 1e12
-    out["intensity"] = out["flops"] / out["bytes"].where(out["bytes"] > 0)
-    return out.drop(columns=["timed_flops", "timed_bytes"])
+def _grouped(groups: pd.DataFrame, group: np.ndarray, kernel_ns: np.ndarray) -> pd.DataFrame:
+    """Per group: ``count`` (calls), summed ``kernel_us``, achieved ``tflops``/``tbps`` (over
+    the calls that ran GPU work) and ``intensity``."""
+    n = len(groups)
+    count = np.bincount(group, minlength=n)
+    timed = np.bincount(group, weights=(kernel_ns > 0).astype(float), minlength=n)
+    kernel_us = np.bincount(group, weights=kernel_ns.astype(float), minlength=n) / 1e3
+    out = groups.copy()
+    out["count"] = count
+    out["kernel_us"] = kernel_us
+    seconds = np.where(kernel_us > 0, kernel_us * 1e-6, np.nan)
+    out["tflops"] = out["flops"].to_numpy(float) * timed / seconds / 1e12
+    out["tbps"] = out["bytes"].to_numpy(float) * timed / seconds / 1e12
+    flops, moved = out["flops"].to_numpy(float), out["bytes"].to_numpy(float)
+    out["intensity"] = flops / np.where(moved > 0, moved, np.nan)
+    return out[count > 0].reset_index(drop=True)
 
 
 def perf_ops(trace: Trace, *, device: Device = None) -> pd.DataFrame:
@@ -290,7 +306,7 @@ def perf_ops(trace: Trace, *, device: Device = None) -> pd.DataFrame:
     ('GEMM', 268435456, 100.0, 'compute', 1.64)
     """
     calls = _calls(trace)
-    out = _grouped(calls, _KEYS)
+    out = _grouped(calls.groups, calls.group, calls.kernel_ns)
     out = out.sort_values("kernel_us", ascending=False, kind="stable").reset_index(drop=True)
     out = out[[*PERF_COLUMNS, "unit"]]
     resolved = resolve_device(trace, device)
@@ -371,9 +387,9 @@ def perf_summary(trace: Trace, *, device: Device = None) -> pd.DataFrame:
     gpu = trace.gpu_ops
     linked = np.flatnonzero(gpu.linked & (gpu.cls != _MEMSET))
     owner = np.full(len(gpu), -1, np.int64)  # index into calls
-    if len(calls):
-        event, gpu_idx = _launched(trace, calls["row"].to_numpy())
-        ts, dur = calls["ts"].to_numpy(), calls["dur"].to_numpy()
+    if calls.rows.size:
+        event, gpu_idx = _launched(trace, calls.rows)
+        ts, dur = trace.column("ts")[calls.rows], trace.column("dur")[calls.rows]
         order = np.lexsort((-dur[event], ts[event], gpu_idx))  # outermost first per GPU op
         first = np.r_[True, gpu_idx[order][1:] != gpu_idx[order][:-1]]
         owner[gpu_idx[order][first]] = event[order][first]
@@ -382,9 +398,11 @@ def perf_summary(trace: Trace, *, device: Device = None) -> pd.DataFrame:
     frames = []
     if modelled.any():
         idx = np.flatnonzero(modelled)
-        share = pd.DataFrame({"call": owner[idx], "ns": dur_ns[idx]}).groupby("call")["ns"].sum()
-        mine = calls.iloc[share.index.to_numpy()].assign(kernel_ns=share.to_numpy())
-        frames.append(_grouped(mine, _KEYS).assign(has_model=True))
+        per_call = np.bincount(owner[idx], weights=dur_ns[idx], minlength=calls.rows.size)
+        owning = np.flatnonzero(np.bincount(owner[idx], minlength=calls.rows.size))
+        frames.append(
+            _grouped(calls.groups, calls.group[owning], per_call[owning]).assign(has_model=True)
+        )
     rest = np.setdiff1d(linked, np.flatnonzero(modelled))
     if rest.size:
         rt_pos = np.searchsorted(trace.runtime_rows, gpu.launch[rest])
