@@ -68,11 +68,25 @@ def _match(name: str) -> str | None:
     for key in _table():
         if upper == key.upper():
             return key
-    for key, entry in _table().items():  # the longest pattern first: MI250X before MI250
-        for pattern in sorted(entry.get("match", []), key=len, reverse=True):
-            if re.search(rf"(?<![A-Z0-9]){re.escape(pattern.upper())}(?![0-9])", upper):
-                return key
+    for key, patterns in _patterns():
+        if any(p.search(upper) for p in patterns):
+            return key
     return None
+
+
+@cache
+def _patterns() -> list[tuple[str, list[re.Pattern[str]]]]:
+    """Each device's name patterns, the longest first (MI250X before MI250)."""
+    return [
+        (
+            key,
+            [
+                re.compile(rf"(?<![A-Z0-9]){re.escape(p.upper())}(?![0-9])")
+                for p in sorted(entry.get("match", []), key=len, reverse=True)
+            ],
+        )
+        for key, entry in _table().items()
+    ]
 
 
 def device_of(trace: Trace) -> dict[str, Any] | None:

@@ -29,7 +29,15 @@ from .perf_model import BACKWARD_FAMILIES, OpModel, modelled_ops, op_model, prec
 if TYPE_CHECKING:
     from .model import Trace
 
-__all__ = ["PERF_COLUMNS", "add_roofline", "by_family", "coverage", "perf_ops", "perf_summary"]
+__all__ = [
+    "PERF_COLUMNS",
+    "add_roofline",
+    "by_family",
+    "coverage",
+    "perf_ops",
+    "perf_summary",
+    "rank_family_metrics",
+]
 
 _EVALUATE = "autograd::engine::evaluate_function:"
 _COMM, _MEMSET = GPU_CLASSES.index("communication"), GPU_CLASSES.index("memset")
@@ -172,6 +180,23 @@ def _busy(owner: np.ndarray, start: np.ndarray, end: np.ndarray, n: int) -> np.n
     return out
 
 
+def _op_rows(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """``cpu_op`` rows with a model, and ``autograd::engine::evaluate_function`` rows: one
+    lookup per event through a table over the unique names."""
+    names = trace.categories("name")
+    known = modelled_ops()
+    kind = np.fromiter(
+        (1 if n in known else 2 if n.startswith(_EVALUATE) else 0 for n in names),
+        np.int8,
+        len(names),
+    )
+    cpu_op = trace.categories("cat").index("cpu_op") if "cpu_op" in trace.categories("cat") else -1
+    rows = trace.op_rows  # cpu_op and user_annotation rows (cached)
+    rows = rows[trace.column("cat")[rows] == cpu_op]
+    of_row = kind[trace.column("name")[rows]] if len(names) else np.zeros(rows.size, np.int8)
+    return rows[of_row == 1], rows[of_row == 2]
+
+
 def _backward(trace: Trace, rows: np.ndarray, capable: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Backward work linked to modelled forward ops by ``Sequence number``: the
     ``evaluate_function`` rows and their forward op rows (among the candidates ``rows[capable]``
@@ -181,7 +206,7 @@ def _backward(trace: Trace, rows: np.ndarray, capable: np.ndarray) -> tuple[np.n
     fwd = rows[capable & (seq[rows] >= 0)]
     if fwd.size == 0:
         return empty
-    bwd = trace.find(cats=["cpu_op"], names=lambda n: n.startswith(_EVALUATE))
+    bwd = _op_rows(trace)[1]
     bwd = bwd[seq[bwd] >= 0]
     if bwd.size == 0:
         return empty
@@ -204,7 +229,7 @@ class _Calls:
 
 def _calls(trace: Trace) -> _Calls:
     """Every modelled call, with its group (op, family, shape, dtype, FLOPs, bytes)."""
-    rows = trace.find(cats=["cpu_op"], names=modelled_ops())
+    rows = _op_rows(trace)[0]
     ids, models = _models(trace, rows)
     ok = np.array([m is not None for m in models], dtype=bool)
     keep = ok[ids] if ids.size else np.zeros(0, bool)
@@ -386,13 +411,7 @@ def perf_summary(trace: Trace, *, device: Device = None) -> pd.DataFrame:
     calls = _calls(trace)
     gpu = trace.gpu_ops
     linked = np.flatnonzero(gpu.linked & (gpu.cls != _MEMSET))
-    owner = np.full(len(gpu), -1, np.int64)  # index into calls
-    if calls.rows.size:
-        event, gpu_idx = _launched(trace, calls.rows)
-        ts, dur = trace.column("ts")[calls.rows], trace.column("dur")[calls.rows]
-        order = np.lexsort((-dur[event], ts[event], gpu_idx))  # outermost first per GPU op
-        first = np.r_[True, gpu_idx[order][1:] != gpu_idx[order][:-1]]
-        owner[gpu_idx[order][first]] = event[order][first]
+    owner = _owners(trace, calls)
     modelled = owner >= 0
     dur_ns = gpu.end - gpu.ts
     frames = []
@@ -443,6 +462,66 @@ def perf_summary(trace: Trace, *, device: Device = None) -> pd.DataFrame:
         out.attrs["peaks"] = "datasheet" if "sources" in resolved else "given"
     out.attrs["units"] = _UNITS
     return out
+
+
+def _owners(trace: Trace, calls: _Calls) -> np.ndarray:
+    """For each GPU op, the index of the outermost modelled call that launched it, or -1."""
+    owner = np.full(len(trace.gpu_ops), -1, np.int64)
+    if calls.rows.size:
+        event, gpu_idx = _launched(trace, calls.rows)
+        ts, dur = trace.column("ts")[calls.rows], trace.column("dur")[calls.rows]
+        order = np.lexsort((-dur[event], ts[event], gpu_idx))  # outermost first per GPU op
+        first = np.r_[True, gpu_idx[order][1:] != gpu_idx[order][:-1]]
+        owner[gpu_idx[order][first]] = event[order][first]
+    return owner
+
+
+def rank_family_metrics(trace: Trace, *, device: Device = None) -> pd.DataFrame:
+    """Per rank: ``perf_coverage`` (%) and, per family, ``tflops_<family>`` (achieved
+    TFLOP/s) and ``pct_roofline_<family>`` (Σ roofline time / Σ kernel time × 100; with a
+    device), every GPU op counted once as in :func:`perf_summary`.
+
+    Examples
+    --------
+    >>> from aorta.trace.testing import synthetic_trace
+    >>> t = synthetic_trace([("cpu_op", "aten::mm", 0, 10, {"Input Dims": [[1024, 1024], [1024, 1024]],
+    ...                       "Input type": ["c10::BFloat16"] * 2}), ("kernel", "gemm", 12, 100, {"launch_ts": 2})])
+    >>> rank_family_metrics(t, device="MI300X").round(3).to_dict("records")
+    [{'perf_coverage': 100.0, 'tflops_GEMM': 21.475, 'pct_roofline_GEMM': 1.643}]
+    """
+    calls = _calls(trace)
+    gpu = trace.gpu_ops
+    owner = _owners(trace, calls)
+    counted = gpu.linked & (gpu.cls != _MEMSET) & (gpu.cls != _COMM)
+    dur_ns = (gpu.end - gpu.ts).astype(float)
+    resolved = resolve_device(trace, device)
+    groups = calls.groups.assign(count=1, kernel_us=1.0)
+    if resolved is not None and len(groups):
+        groups = add_roofline(groups, resolved)
+    roof = groups["roofline_us"].to_numpy(float) if "roofline_us" in groups else None
+    rows = {}
+    for rank in trace.ranks:
+        mine = counted & (gpu.rank == rank)
+        total = dur_ns[mine].sum()
+        mod = mine & (owner >= 0)
+        row: dict[str, float] = {
+            "perf_coverage": float(100 * dur_ns[mod].sum() / total) if total else np.nan
+        }
+        if mod.any():
+            call = owner[mod]
+            group = calls.group[call]
+            family = groups["family"].to_numpy()[group]
+            for fam in sorted(set(family.tolist())):
+                pick = family == fam
+                seconds = dur_ns[mod][pick].sum() * 1e-9
+                once = np.unique(call[pick])  # each call's FLOPs once
+                flops = groups["flops"].to_numpy(float)[calls.group[once]].sum()
+                row[f"tflops_{fam}"] = float(flops / seconds / 1e12) if seconds else np.nan
+                if roof is not None:
+                    roof_us = np.nansum(roof[calls.group[once]])
+                    row[f"pct_roofline_{fam}"] = float(roof_us / (seconds * 1e6) * 100)
+        rows[rank] = row
+    return pd.DataFrame.from_dict(rows, orient="index").rename_axis("rank")
 
 
 def coverage(summary: pd.DataFrame) -> float:

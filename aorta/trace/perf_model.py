@@ -113,6 +113,11 @@ def _fmt(value: Any) -> str:
 
 
 # -- argument helpers ---------------------------------------------------------------------------
+_INT, _INT_LIST, _BOOL = (
+    re.compile(r"-?\d+"),
+    re.compile(r"[\[\]\d,\s-]*"),
+    re.compile(r"True|False"),
+)
 Args = tuple[list[Any], list[Any], list[str]]  # dims, types, concrete
 
 
@@ -133,8 +138,8 @@ def _concrete(concrete: list[str], i: int) -> str:
 
 def _ints(text: str) -> list[int] | None:
     """A ``Concrete Inputs`` list string (``'[1, 1]'``) or int (``'1'``) as a list of ints."""
-    found = re.findall(r"-?\d+", text)
-    return [int(x) for x in found] if found and re.fullmatch(r"[\[\]\d,\s-]*", text) else None
+    found = _INT.findall(text)
+    return [int(x) for x in found] if found and _INT_LIST.fullmatch(text) else None
 
 
 def _flag(text: str) -> bool | None:
@@ -458,7 +463,7 @@ def _norm(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
         if not c:
             return None
         if backward:
-            mask = [bool(_flag(x)) for x in re.findall(r"True|False", _concrete(concrete, 7))]
+            mask = [bool(_flag(x)) for x in _BOOL.findall(_concrete(concrete, 7))]
             if len(mask) == 3:
                 mask0, affine, bias = mask
         # TraceLens counts LayerNorm as training always; here only when autograd records it
@@ -471,7 +476,7 @@ def _norm(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
             if not groups:
                 return None
             c = shape[1] / groups[0]
-            mask = [bool(_flag(x)) for x in re.findall(r"True|False", _concrete(concrete, 9))]
+            mask = [bool(_flag(x)) for x in _BOOL.findall(_concrete(concrete, 9))]
             mask0 = bool(mask[0]) if mask else True
     else:  # batch_norm, instance_norm: the training flag is a string ('True'/'False')
         c = shape[1]
@@ -517,7 +522,7 @@ def _rms_norm(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
         return OpModel(
             "Normalization", flops, 2 * n * size + c * size, "vector", _type(types, ix), params
         )
-    mask = [bool(_flag(x)) for x in re.findall(r"True|False", _concrete(concrete, 5))] or [
+    mask = [bool(_flag(x)) for x in _BOOL.findall(_concrete(concrete, 5))] or [
         True,
         True,
     ]
