@@ -226,3 +226,18 @@ def test_device_from_trace_name_and_arch_file(tmp_path):
     with pytest.raises(ValueError, match="mem_bw_gbps"):
         trace.perf_ops(device={"max_achievable_tflops": {}})
     assert json.dumps(devices.get_device("H100"))  # plain data
+
+
+def test_rank_metrics_carry_perf_coverage_and_family_metrics():
+    """What load_run(traces=True) keeps per trial and rank (dims cell × trial × rank)."""
+    from aorta.matrix.select import is_trace_variable
+    from aorta.matrix.trace_metrics import _variable_attrs
+    from aorta.trace.metrics import rank_metrics
+    from tests.trace_helpers import shipped
+
+    row = rank_metrics(shipped("mi300_rccl_resnet_rank0.json.gz")).loc[0]
+    assert row["perf_coverage"] == pytest.approx(99.5, abs=0.05)
+    assert 0 < row["pct_roofline_CONV_fwd"] < 100 and row["tflops_CONV_fwd"] > 10
+    assert is_trace_variable("pct_roofline_SDPA_fwd") and is_trace_variable("tflops_GEMM")
+    assert _variable_attrs("pct_roofline_SDPA_fwd")["units"] == "%"
+    assert _variable_attrs("tflops_GEMM")["rank_reduction"] == "min"
