@@ -31,8 +31,6 @@ def _device(text: str | None) -> str | dict | None:
     """``--device``: None, a known device name, or a TraceLens arch JSON file (read here)."""
     if text is None:
         return None
-    from aorta.trace.devices import get_device
-
     path = Path(text)
     if path.suffix == ".json" or path.is_file():
         try:
@@ -45,7 +43,7 @@ def _device(text: str | None) -> str | dict | None:
             )
         return arch
     try:
-        get_device(text)
+        _api().devices.get_device(text)
     except ValueError as exc:
         raise UsageError(f"--device: {exc}") from None
     return text

@@ -4,9 +4,10 @@
 TraceLens-compatible where TraceLens is right (its formulas, its family names: ``GEMM``,
 ``SDPA_fwd``/``SDPA_bwd``, ``CONV_fwd``/``CONV_bwd``, ``UnaryElementwise``,
 ``BinaryElementwise``, ``Reduce_fwd``/``Reduce_bwd``, ``Normalization``), right where it is not
-(see ``docs/traces.md``, "Perf model"), and with families of its own for what TraceLens leaves
-out (``Softmax``, ``Elementwise``, ``Memory``, ``Pooling``, ``Loss``) — memory-bound models from
-shapes, so that nearly all kernel time has a model.
+(see ``docs/traces.md``, "Against the hardware"), and with families of its own for what
+TraceLens leaves out (``Elementwise`` here; ``Softmax``, ``Memory``, ``Pooling`` in
+:mod:`aorta.trace.perf_own`) — memory-bound models from shapes, so that nearly all kernel time
+has a model. The argument readers and :class:`OpModel` live in :mod:`aorta.trace.perf_args`.
 
 :func:`op_model` is the one entry point: op name + parsed arguments → :class:`OpModel` or
 ``None`` (not modelled, or arguments it cannot read).
@@ -14,11 +15,24 @@ shapes, so that nearly all kernel time has a model.
 
 from __future__ import annotations
 
-import math
-import re
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
+
+from .perf_args import (
+    Args,
+    OpModel,
+    bpe,
+    broadcast,
+    concrete_at,
+    dims_at,
+    flag,
+    flags,
+    ints,
+    numel,
+    precision,
+    type_at,
+)
+from .perf_own import OWN_MODELS
 
 __all__ = [
     "BACKWARD_FAMILIES",
@@ -29,134 +43,6 @@ __all__ = [
     "op_model",
     "precision",
 ]
-
-#: Bytes per element of each ``Input type`` name (``Scalar`` is TraceLens's 4 bytes).
-_BPE: dict[str, int] = {
-    "c10::Half": 2,
-    "c10::BFloat16": 2,
-    "float": 4,
-    "double": 8,
-    "long int": 8,
-    "int": 4,
-    "short int": 2,
-    "signed char": 1,
-    "unsigned char": 1,
-    "bool": 1,
-    "Scalar": 4,
-    "c10::complex<float>": 8,
-    "c10::complex<double>": 16,
-}
-_PRECISION: dict[str, str] = {
-    "c10::Half": "fp16",
-    "c10::BFloat16": "bf16",
-    "float": "fp32",
-    "double": "fp64",
-    "signed char": "int8",
-}
-
-
-def bpe(dtype: str | None) -> int | None:
-    """Bytes per element of a Kineto ``Input type`` name (``None`` when unknown).
-
-    Examples
-    --------
-    >>> bpe("c10::BFloat16"), bpe("float"), bpe("c10::Float8_e4m3fn"), bpe("TensorList")
-    (2, 4, 1, None)
-    """
-    if not dtype:
-        return None
-    if dtype in _BPE:
-        return _BPE[dtype]
-    if "Float8" in dtype:
-        return 1
-    return None
-
-
-def precision(dtype: str | None) -> str | None:
-    """The roofline precision (``bf16``, ``fp16``, ``fp32``, ``fp64``, ``fp8``, ``int8``) of a dtype.
-
-    Examples
-    --------
-    >>> precision("c10::BFloat16"), precision("c10::Float8_e4m3fnuz"), precision("long int")
-    ('bf16', 'fp8', None)
-    """
-    if not dtype:
-        return None
-    if "Float8" in dtype:
-        return "fp8"
-    return _PRECISION.get(dtype)
-
-
-@dataclass(frozen=True)
-class OpModel:
-    """The model of one op call: ``family``, ``flops`` and ``bytes`` per call, the roofline
-    ``unit`` (``matrix`` or ``vector``) and ``dtype`` (the first input's), and the shape
-    parameters (``params``, in the family's order)."""
-
-    family: str
-    flops: float
-    bytes: float
-    unit: str
-    dtype: str
-    params: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def shape(self) -> str:
-        """The parameters as one readable string (``M=141 N=512 K=512 bias=True``)."""
-        return " ".join(f"{k}={_fmt(v)}" for k, v in self.params.items())
-
-
-def _fmt(value: Any) -> str:
-    if isinstance(value, tuple | list):
-        return "(" + ",".join(str(v) for v in value) + ")"
-    return str(value)
-
-
-# -- argument helpers ---------------------------------------------------------------------------
-_INT, _INT_LIST, _BOOL = (
-    re.compile(r"-?\d+"),
-    re.compile(r"[\[\]\d,\s-]*"),
-    re.compile(r"True|False"),
-)
-Args = tuple[list[Any], list[Any], list[str]]  # dims, types, concrete
-
-
-def _dims(dims: list[Any], i: int) -> list[int] | None:
-    """``Input Dims[i]`` when it is a tensor shape (a list of ints), else None."""
-    if i < len(dims) and isinstance(dims[i], list) and all(isinstance(x, int) for x in dims[i]):
-        return dims[i]
-    return None
-
-
-def _type(types: list[Any], i: int) -> str:
-    return types[i] if i < len(types) and isinstance(types[i], str) else ""
-
-
-def _concrete(concrete: list[str], i: int) -> str:
-    return concrete[i] if i < len(concrete) and isinstance(concrete[i], str) else ""
-
-
-def _ints(text: str) -> list[int] | None:
-    """A ``Concrete Inputs`` list string (``'[1, 1]'``) or int (``'1'``) as a list of ints."""
-    found = _INT.findall(text)
-    return [int(x) for x in found] if found and _INT_LIST.fullmatch(text) else None
-
-
-def _flag(text: str) -> bool | None:
-    """A ``Concrete Inputs`` boolean string (``'True'``/``'False'``); ``None`` when absent."""
-    return {"True": True, "False": False, "1": True, "0": False}.get(text.strip())
-
-
-def _n(shape: Sequence[int] | None) -> int:
-    return math.prod(shape) if shape is not None else 0
-
-
-def _broadcast(a: Sequence[int], b: Sequence[int]) -> list[int] | None:
-    width = max(len(a), len(b))
-    a2, b2 = [1] * (width - len(a)) + list(a), [1] * (width - len(b)) + list(b)
-    if any(x != y and 1 not in (x, y) for x, y in zip(a2, b2, strict=True)):
-        return None
-    return [max(x, y) for x, y in zip(a2, b2, strict=True)]
 
 
 # -- GEMM ---------------------------------------------------------------------------------------
@@ -172,18 +58,18 @@ _GEMM_POS = {
 def _gemm(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
     dims, types, _ = args
     i, j, bias = _GEMM_POS[op]
-    a, b = _dims(dims, i), _dims(dims, j)
+    a, b = dims_at(dims, i), dims_at(dims, j)
     if a is None or b is None or len(a) != len(b) or len(a) not in (2, 3) or a[-1] != b[-2]:
         return None
     batch = a[0] if len(a) == 3 else 1
     m, k, n = a[-2], a[-1], b[-1]
-    size = bpe(_type(types, i))
+    size = bpe(type_at(types, i))
     if size is None:
         return None
     flops = batch * (2 * m * n * k + (m * n if bias else 0))
     moved = batch * (m * k + k * n + m * n + (n if bias else 0)) * size
     params = {"B": batch, "M": m, "N": n, "K": k, "bias": bias}
-    return OpModel("GEMM", flops, moved, "matrix", _type(types, i), params)
+    return OpModel("GEMM", flops, moved, "matrix", type_at(types, i), params)
 
 
 # -- SDPA ---------------------------------------------------------------------------------------
@@ -200,16 +86,16 @@ _SDPA = {
 def _sdpa(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
     dims, types, concrete = args
     layout, p_drop, p_causal = _SDPA[op]
-    q, k, v = _dims(dims, 0), _dims(dims, 1), _dims(dims, 2)
+    q, k, v = dims_at(dims, 0), dims_at(dims, 1), dims_at(dims, 2)
     if q is None or k is None or v is None or not (len(q) == len(k) == len(v) == 4):
         return None
     if layout == "BHND":
         (b, hq, nq, dqk), (_, hkv, nkv, _), dv = q, k, v[3]
     else:
         (b, nq, hq, dqk), (_, nkv, hkv, _), dv = q, k, v[3]
-    causal = bool(_flag(_concrete(concrete, p_causal)))
-    dropout = _concrete(concrete, p_drop)
-    size = bpe(_type(types, 0))
+    causal = bool(flag(concrete_at(concrete, p_causal)))
+    dropout = concrete_at(concrete, p_drop)
+    size = bpe(type_at(types, 0))
     if size is None:
         return None
     qk, pv = 2 * nq * nkv * dqk, 2 * nq * nkv * dv
@@ -236,7 +122,7 @@ def _sdpa(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
         "causal": causal,
     }
     family = "SDPA_bwd" if backward else "SDPA_fwd"
-    return OpModel(family, flops, elements * size, "matrix", _type(types, 0), params)
+    return OpModel(family, flops, elements * size, "matrix", type_at(types, 0), params)
 
 
 # -- convolution --------------------------------------------------------------------------------
@@ -261,27 +147,27 @@ def _conv(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
     backward = op == "aten::convolution_backward"
     ix, iw = (1, 2) if backward else (0, 1)
     first = 4 if backward else 3  # stride, padding, dilation, transposed, output_padding, groups
-    x, w = _dims(dims, ix), _dims(dims, iw)
-    values = [_concrete(concrete, first + i) for i in range(6)]
-    stride, pad, dil = (_ints(v) for v in values[:3])
-    transposed, out_pad, groups = _flag(values[3]), _ints(values[4]), _ints(values[5])
+    x, w = dims_at(dims, ix), dims_at(dims, iw)
+    values = [concrete_at(concrete, first + i) for i in range(6)]
+    stride, pad, dil = (ints(v) for v in values[:3])
+    transposed, out_pad, groups = flag(values[3]), ints(values[4]), ints(values[5])
     if x is None or w is None or len(x) < 3 or len(w) != len(x) or None in (stride, pad, dil):
         return None
     transposed = bool(transposed)
     out = _conv_out(x, w, stride, pad, dil, transposed, out_pad or [0])
     if groups and transposed:
         out[1] = w[1] * groups[0]
-    size = bpe(_type(types, ix))
+    size = bpe(type_at(types, ix))
     if size is None or min(out) <= 0:
         return None
     if backward:  # TraceLens: bias_sizes (Concrete[3]) is '[0]' when there is no bias
-        bias_n = (_ints(_concrete(concrete, 3)) or [0])[0]
+        bias_n = (ints(concrete_at(concrete, 3)) or [0])[0]
     else:
-        b = _dims(dims, 2)
+        b = dims_at(dims, 2)
         bias_n = b[0] if b else 0  # TraceLens never counts the bias (docs/traces.md)
-    per_out = 2 * _n(w[1:])
-    fwd_flops = (_n(x) if transposed else _n(out)) * per_out + (_n(out) if bias_n else 0)
-    fwd_bytes = (_n(x) + _n(w) + _n(out) + bias_n) * size
+    per_out = 2 * numel(w[1:])
+    fwd_flops = (numel(x) if transposed else numel(out)) * per_out + (numel(out) if bias_n else 0)
+    fwd_bytes = (numel(x) + numel(w) + numel(out) + bias_n) * size
     params = {
         "input_shape": tuple(x),
         "filter_shape": tuple(w),
@@ -293,8 +179,10 @@ def _conv(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
         "groups": groups[0] if groups else 1,
     }
     if backward:
-        return OpModel("CONV_bwd", 2 * fwd_flops, 2 * fwd_bytes, "matrix", _type(types, ix), params)
-    return OpModel("CONV_fwd", fwd_flops, fwd_bytes, "matrix", _type(types, ix), params)
+        return OpModel(
+            "CONV_bwd", 2 * fwd_flops, 2 * fwd_bytes, "matrix", type_at(types, ix), params
+        )
+    return OpModel("CONV_fwd", fwd_flops, fwd_bytes, "matrix", type_at(types, ix), params)
 
 
 # -- elementwise --------------------------------------------------------------------------------
@@ -325,46 +213,46 @@ _BINARY = (
 
 def _unary(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
     dims, types, _ = args
-    shape = _dims(dims, 0)
-    size_in = bpe(_type(types, 0))
+    shape = dims_at(dims, 0)
+    size_in = bpe(type_at(types, 0))
     if shape is None or size_in is None:
         return None
-    out = _dims(dims, 1)
-    size_out = bpe(_type(types, 1)) if out else size_in
-    n = _n(shape)
+    out = dims_at(dims, 1)
+    size_out = bpe(type_at(types, 1)) if out else size_in
+    n = numel(shape)
     params = {"op_shape": tuple(shape)}
     return OpModel(
         ctx.get("family", "UnaryElementwise"),
         n,
         n * size_in + n * (size_out or size_in),
         "vector",
-        _type(types, 0),
+        type_at(types, 0),
         params,
     )
 
 
 def _binary(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
     dims, types, _ = args
-    a, b = _dims(dims, 0), _dims(dims, 1)
-    size_a, size_b = bpe(_type(types, 0)), bpe(_type(types, 1))
+    a, b = dims_at(dims, 0), dims_at(dims, 1)
+    size_a, size_b = bpe(type_at(types, 0)), bpe(type_at(types, 1))
     if a is None or size_a is None:
         return None
     if b is None or size_b is None:  # a Python number: one element of the Scalar size
         b, size_b = [], size_b or 4
-    out_shape = _broadcast(a, b)
+    out_shape = broadcast(a, b)
     if out_shape is None:
         return None
-    out_dims = _dims(dims, 2)
+    out_dims = dims_at(dims, 2)
     if out_dims:
-        size_out = bpe(_type(types, 2)) or max(size_a, size_b)
+        size_out = bpe(type_at(types, 2)) or max(size_a, size_b)
     else:  # the larger element size of the tensor inputs (a scalar does not widen the output)
         tensors = [s for s, d in ((size_a, a), (size_b, b)) if d]
         size_out = max(tensors) if tensors else max(size_a, size_b)
-    n = _n(out_shape)
-    moved = _n(a) * size_a + _n(b) * size_b + n * size_out
+    n = numel(out_shape)
+    moved = numel(a) * size_a + numel(b) * size_b + n * size_out
     params = {"shape_in1": tuple(a), "shape_in2": tuple(b)}
     return OpModel(
-        ctx.get("family", "BinaryElementwise"), n, moved, "vector", _type(types, 0), params
+        ctx.get("family", "BinaryElementwise"), n, moved, "vector", type_at(types, 0), params
     )
 
 
@@ -395,25 +283,25 @@ _REDUCE = (
 
 def _reduce(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
     dims, types, concrete = args
-    shape = _dims(dims, 0)
-    size = bpe(_type(types, 0))
+    shape = dims_at(dims, 0)
+    size = bpe(type_at(types, 0))
     if shape is None or size is None:
         return None
-    n = _n(shape)
+    n = numel(shape)
     if op in ("aten::cumsum", "aten::cumprod"):
         out = n
     else:  # the reduced dims and keepdim are strings: TraceLens reads them as "all" (out = 1)
-        reduced = _ints(_concrete(concrete, 1)) if len(shape) else None
+        reduced = ints(concrete_at(concrete, 1)) if len(shape) else None
         out = 1
         if reduced is not None and reduced and shape:
             axes = {d % len(shape) for d in reduced}
-            out = _n([s for i, s in enumerate(shape) if i not in axes])
+            out = numel([s for i, s in enumerate(shape) if i not in axes])
     family = "Reduce_bwd" if ctx.get("backward") else "Reduce_fwd"
     kind = next(
         (t for t in ("mean", "max", "min", "norm") if t in op), "sum"
     )  # TraceLens's reduce_type
     params = {"num_input_elems": n, "num_output_elems": out, "reduce_type": kind}
-    return OpModel(family, n, n * size + out * size, "vector", _type(types, 0), params)
+    return OpModel(family, n, n * size + out * size, "vector", type_at(types, 0), params)
 
 
 # -- normalisation ------------------------------------------------------------------------------
@@ -451,19 +339,19 @@ def _norm(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
     backward = op.endswith("_backward")
     kind = (_NORM_BWD if backward else _NORM_FWD)[op]
     ix = 0 if not backward or op in _BN_INPUT0 else 1
-    shape = _dims(dims, ix)
-    size = bpe(_type(types, ix))
+    shape = dims_at(dims, ix)
+    size = bpe(type_at(types, ix))
     if shape is None or size is None or len(shape) < 2:
         return None
-    n = _n(shape)
+    n = numel(shape)
     mask0, mask = True, None
     affine, bias = True, True  # Kineto writes [] for an absent tensor: TraceLens sees affine
     if kind == "layer_norm":
-        c = _n(_ints(_concrete(concrete, 2 if backward else 1)) or [])
+        c = numel(ints(concrete_at(concrete, 2 if backward else 1)) or [])
         if not c:
             return None
         if backward:
-            mask = [bool(_flag(x)) for x in _BOOL.findall(_concrete(concrete, 7))]
+            mask = flags(concrete_at(concrete, 7))
             if len(mask) == 3:
                 mask0, affine, bias = mask
         # TraceLens counts LayerNorm as training always; here only when autograd records it
@@ -472,18 +360,18 @@ def _norm(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
         c = shape[1]
         training = True
         if backward:
-            groups = _ints(_concrete(concrete, 8))
+            groups = ints(concrete_at(concrete, 8))
             if not groups:
                 return None
             c = shape[1] / groups[0]
-            mask = [bool(_flag(x)) for x in _BOOL.findall(_concrete(concrete, 9))]
+            mask = flags(concrete_at(concrete, 9))
             mask0 = bool(mask[0]) if mask else True
     else:  # batch_norm, instance_norm: the training flag is a string ('True'/'False')
         c = shape[1]
         if backward:
-            training = False if op in _BN_INPUT0 else _flag(_concrete(concrete, 7)) is not False
+            training = False if op in _BN_INPUT0 else flag(concrete_at(concrete, 7)) is not False
         else:
-            training = _flag(_concrete(concrete, 5)) is not False
+            training = flag(concrete_at(concrete, 5)) is not False
     if backward:
         flops, moved = _norm_bwd(n, c, affine, bias, training, mask0, size)
     elif kind == "layer_norm" and not training:  # no saved statistics written in inference
@@ -499,7 +387,7 @@ def _norm(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
     }
     if mask is not None:
         params["output_mask"] = tuple(mask)
-    return OpModel("Normalization", flops, moved, "vector", _type(types, ix), params)
+    return OpModel("Normalization", flops, moved, "vector", type_at(types, ix), params)
 
 
 _BN_INPUT0 = ("aten::miopen_batch_norm_backward", "aten::cudnn_batch_norm_backward")
@@ -509,20 +397,20 @@ def _rms_norm(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
     dims, types, concrete = args
     backward = op.endswith("_backward")
     ix = 1 if backward else 0
-    shape = _dims(dims, ix)
-    size = bpe(_type(types, ix))
-    c = _n(_ints(_concrete(concrete, 2 if backward else 1)) or [])
+    shape = dims_at(dims, ix)
+    size = bpe(type_at(types, ix))
+    c = numel(ints(concrete_at(concrete, 2 if backward else 1)) or [])
     if shape is None or size is None or not c:
         return None
-    n = _n(shape)
+    n = numel(shape)
     affine = True  # Kineto writes [] for an absent weight: TraceLens sees one always
     params: dict[str, Any] = {"op_shape": tuple(shape), "num_channels": c, "is_affine": affine}
     if not backward:
         flops = (n / c) * (2 * c + 2) + n * 2
         return OpModel(
-            "Normalization", flops, 2 * n * size + c * size, "vector", _type(types, ix), params
+            "Normalization", flops, 2 * n * size + c * size, "vector", type_at(types, ix), params
         )
-    mask = [bool(_flag(x)) for x in _BOOL.findall(_concrete(concrete, 5))] or [
+    mask = flags(concrete_at(concrete, 5)) or [
         True,
         True,
     ]
@@ -531,98 +419,10 @@ def _rms_norm(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
         flops += n + (n if n / c > 1 else 0)
     params["output_mask"] = tuple(mask)
     return OpModel(
-        "Normalization", flops, 3 * n * size + 2 * c * size, "vector", _type(types, ix), params
+        "Normalization", flops, 3 * n * size + 2 * c * size, "vector", type_at(types, ix), params
     )
 
 
-# -- families of our own (memory-bound models from shapes) --------------------------------------
-def _softmax(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
-    dims, types, _ = args
-    shape = _dims(dims, 0)
-    size = bpe(_type(types, 0))
-    if shape is None or size is None:
-        return None
-    n = _n(shape)
-    backward = "backward" in op  # grad_output and output in, grad_input out
-    flops, moved = (4 * n, 3 * n * size) if backward else (3 * n, 2 * n * size)
-    return OpModel("Softmax", flops, moved, "vector", _type(types, 0), {"op_shape": tuple(shape)})
-
-
-def _tensors(dims: list[Any], types: list[Any]) -> list[tuple[int, int]]:
-    """(elements, bytes per element) of every tensor input, TensorLists included."""
-    out = []
-    for d, t in zip(dims, types, strict=False):
-        if isinstance(d, list) and d and all(isinstance(x, list) for x in d):  # TensorList
-            size = bpe(t) or 0
-            out.extend((_n(x), size) for x in d)
-        elif (
-            isinstance(d, list)
-            and all(isinstance(x, int) for x in d)
-            and bpe(t)
-            and (d or t not in ("Scalar", "double", "long int"))
-        ):
-            out.append((_n(d), bpe(t) or 0))
-    return out
-
-
-def _memory(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
-    """Data movement: read the inputs, write as much as ``out`` says (no FLOPs)."""
-    dims, types, _ = args
-    tensors = _tensors(dims, types)
-    if not tensors:
-        return None
-    rule = _MEMORY[op]
-    read = sum(n * s for n, s in tensors)
-    if rule == "gather":  # embedding/index: table rows picked by an index tensor
-        table, index = tensors[0], tensors[1] if len(tensors) > 1 else (0, 8)
-        row = table[0] / max(_dims(dims, 0)[0] if _dims(dims, 0) else 1, 1)
-        written = index[0] * row * table[1]
-        read = index[0] * index[1] + written
-    elif rule == "scatter":  # embedding backward: grad rows added into a table
-        grad, index = tensors[0], tensors[1] if len(tensors) > 1 else (0, 8)
-        read = grad[0] * grad[1] + index[0] * index[1]
-        written = grad[0] * grad[1]
-    elif rule == "sum":  # cat/stack: the output is every input
-        written = read
-    elif rule == "write":  # fill_/zero_/normal_: write the tensor only
-        read, written = 0, tensors[0][0] * tensors[0][1]
-    else:  # "same": the output has the first input's size
-        written = tensors[0][0] * tensors[0][1]
-    shape = _dims(dims, 0)
-    params = {"op_shape": tuple(shape) if shape is not None else ()}
-    return OpModel("Memory", 0.0, float(read + written), "vector", _type(types, 0), params)
-
-
-_MEMORY: dict[str, str] = {
-    "aten::embedding": "gather",
-    "aten::index_select": "gather",
-    "aten::index": "gather",
-    "aten::embedding_dense_backward": "scatter",
-    "aten::embedding_backward": "scatter",
-    "aten::cat": "sum",
-    "aten::stack": "sum",
-    "aten::fill_": "write",
-    "aten::zero_": "write",
-    "aten::normal_": "write",
-    "aten::uniform_": "write",
-    "aten::bernoulli_": "write",
-    "aten::clone": "same",
-    "aten::contiguous": "same",
-    "aten::_to_copy": "same",
-    "aten::to": "same",
-    "aten::repeat": "same",
-    "aten::index_put_": "same",
-    "aten::masked_fill_": "same",
-    "aten::masked_fill": "same",
-    "aten::where": "same",
-    "aten::scatter_": "same",
-    "aten::scatter_add_": "same",
-    "aten::gather": "same",
-    "aten::roll": "same",
-    "aten::flip": "same",
-    "aten::tril": "same",
-    "aten::triu": "same",
-}
 #: Elementwise ops TraceLens has no model for: (unary or binary, their family).
 _ELEMENTWISE_UNARY = (
     "aten::gelu",
@@ -685,44 +485,6 @@ _ELEMENTWISE_BINARY = (
 )
 
 
-def _pool(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
-    """Pooling: every input element read once (one FLOP each), the output written."""
-    dims, types, concrete = args
-    x = _dims(dims, 1 if op.endswith("_backward") else 0)
-    size = bpe(_type(types, 0))
-    if x is None or size is None or len(x) < 3:
-        return None
-    if op.endswith("_backward"):  # grad_output in, grad_input (x's size) out
-        g = _dims(dims, 0) or x
-        out_n = _n(g)
-        flops, moved = _n(x), (out_n + _n(x)) * size + out_n * 8 * ("indices" in op)
-    else:
-        out_n = _pool_out(op, x, concrete)
-        if out_n is None:
-            return None
-        flops, moved = _n(x), (_n(x) + out_n) * size + out_n * 8 * ("indices" in op)
-    return OpModel("Pooling", flops, moved, "vector", _type(types, 0), {"op_shape": tuple(x)})
-
-
-def _pool_out(op: str, x: list[int], concrete: list[str]) -> int | None:
-    if "adaptive" in op:
-        size = _ints(_concrete(concrete, 1))
-        return x[0] * x[1] * _n(size) if size else None
-    kernel, stride, pad = (_ints(_concrete(concrete, i)) or [] for i in (1, 2, 3))
-    dil = _ints(_concrete(concrete, 4)) if "max" in op else None
-    spatial = len(x) - 2
-    if not kernel:
-        return None
-    kernel = kernel * spatial if len(kernel) == 1 else kernel
-    stride = (stride * spatial if len(stride) == 1 else stride) or kernel
-    pad = (pad * spatial if len(pad) == 1 else pad) or [0] * spatial
-    dil = (dil * spatial if dil and len(dil) == 1 else dil) or [1] * spatial
-    out = [x[0], x[1]]
-    for d in range(spatial):
-        out.append((x[2 + d] + 2 * pad[d] - dil[d] * (kernel[d] - 1) - 1) // stride[d] + 1)
-    return _n(out)
-
-
 Model = Callable[[str, Args, dict[str, Any]], "OpModel | None"]
 _REGISTRY: dict[str, Model] = {
     **dict.fromkeys(_GEMM_POS, _gemm),
@@ -736,30 +498,7 @@ _REGISTRY: dict[str, Model] = {
     **dict.fromkeys(_NORM_BWD, _norm),
     "aten::_fused_rms_norm": _rms_norm,
     "aten::_fused_rms_norm_backward": _rms_norm,
-    **dict.fromkeys(
-        (
-            "aten::_softmax",
-            "aten::softmax",
-            "aten::_log_softmax",
-            "aten::log_softmax",
-            "aten::_softmax_backward_data",
-            "aten::_log_softmax_backward_data",
-        ),
-        _softmax,
-    ),
-    **dict.fromkeys(_MEMORY, _memory),
-    **dict.fromkeys(
-        (
-            "aten::max_pool2d_with_indices",
-            "aten::max_pool2d_with_indices_backward",
-            "aten::avg_pool2d",
-            "aten::avg_pool2d_backward",
-            "aten::adaptive_avg_pool2d",
-            "aten::_adaptive_avg_pool2d",
-            "aten::_adaptive_avg_pool2d_backward",
-        ),
-        _pool,
-    ),
+    **OWN_MODELS,
 }
 _OWN_FAMILY = {
     **dict.fromkeys(_ELEMENTWISE_UNARY, ("Elementwise", _unary)),
