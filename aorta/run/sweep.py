@@ -203,6 +203,7 @@ class _Sweep:
             {**os.environ, **overlays},
             scrub_keys=self.recipe.redaction.scrub_env_keys if self.recipe.redaction else (),
             texts=[dump_recipe(self.recipe)],
+            data=[self.recipe.model_dump(mode="json")],
         )
         self.redactor = Redactor.for_recipe(self.recipe.redaction).with_values(self._secrets)
         registered = ", ".join(prepared.catalog.names())

@@ -137,9 +137,9 @@ _SECRET_SHAPES = (
 #: cut short (a log tail) is masked to the end of the text.
 _PEM_BEGIN = re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----")
 _PEM_END = re.compile(r"-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----")
-_BASE64_RUN = re.compile(r"(?:(?<=\\n)|(?<![\\A-Za-z0-9+/=]))[A-Za-z0-9+/]{8,}={0,2}")
+_BASE64_RUN = re.compile(r"(?:(?<=\\n)|(?<![\\A-Za-z0-9+/=<]))[A-Za-z0-9+/]{8,}={0,2}")
 #: Home folders of every user (``/home/<user>``, ``/Users/<user>``, ``/root``) → ``~``.
-_HOME = re.compile(r"(?<![\w.~-])(?:/(?:home|Users)/[^/\s'\"`<>:]+|/root(?=[/\s'\"`<>:]|$))")
+_HOME = re.compile(r"(?<![\w.~-])(?<!:/)(?:/(?:home|Users)/[^/\s'\"`<>:]+|/root(?=[/\s'\"`<>:]|$))")
 
 
 def is_secret_name(name: str, scrub_keys: Iterable[str] = ()) -> bool:

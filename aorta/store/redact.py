@@ -70,13 +70,7 @@ from aorta.store.hostenv import (
     secret_shape_values,
 )
 from aorta.store.record import TrialRecord
-from aorta.store.rundir import (
-    CELL_JSON,
-    ENVIRONMENTS_DIR,
-    HOST_ENV_DIR,
-    RunDir,
-    atomic_write,
-)
+from aorta.store.rundir import RunDir, atomic_write
 
 __all__ = [
     "MIN_SECRET_LEN",
@@ -84,6 +78,8 @@ __all__ = [
     "SecretHashes",
     "harvest_secrets",
     "record_secrets",
+    "redact_page",
+    "yaml_counted",
 ]
 
 #: Shorter values are not looked for in text: "on" or "1234" would mask half of every log.
@@ -98,9 +94,11 @@ _PIECES = re.compile(rf"[^{_DELIMS}]+")
 #: Where a secret can start or end inside a token (``KEY=secret``, ``user:secret@host``, ``secret.``).
 _BOUNDARY = re.compile(r"[=:@/.,!?&#+%~*^$]")
 _DIGITS = re.compile(r"[0-9]+")
+#: Names whose all-digit values are still secret (a PIN, a numeric password; not a count).
+_STRONG_NAME = re.compile(r"(?i)pass|secret|credential|pin\b")
 _NAME_VALUE = re.compile(
     r"(?P<name>\b[A-Za-z_][A-Za-z0-9_]*)(?P<sep>[\"']?[ \t]*[=:][ \t]*[\"']?)"
-    r"(?P<value>(?![\\<])[^\s\"'`,;&{}\[\]<>]*[^\s\"'`,;&{}\[\]<>\\])"
+    r"(?P<value>(?![\\<])(?![|>][-+0-9]*(?:\s|$))[^\s\"'`,;&{}\[\]<>]*[^\s\"'`,;&{}\[\]<>\\])"
 )
 #: An argv flag whose next list item is a secret (``["--password", "X"]`` in JSON/YAML data).
 _SECRET_FLAG = re.compile(
@@ -141,16 +139,23 @@ def _worth_looking_for(value: str) -> bool:
 
 def secret_forms(value: str) -> set[str]:
     """The strings a secret can appear as in text: itself, URL-quoted, JSON-escaped, and its
-    pieces of at least 8 characters when it holds whitespace, quotes or brackets (a multi-line
-    key, a passphrase). Forms too short or all digits are dropped.
+    pieces of at least 8 characters that mix character kinds (``w0rd/with``, a line of a PEM
+    key; not a plain word) when it holds whitespace, quotes or brackets. Forms too short or all
+    digits are dropped.
 
     >>> sorted(secret_forms("p@ss w0rd/with spaces"))
     ['p%40ss%20w0rd%2Fwith%20spaces', 'p@ss w0rd/with spaces', 'w0rd/with']
     """
     forms = {value, quote(value, safe=""), json.dumps(value, ensure_ascii=False)[1:-1]}
     if _PIECES.fullmatch(value) is None:
-        forms.update(p for p in _PIECES.findall(value) if len(p) >= _MIN_PIECE_LEN)
+        forms.update(p for p in _PIECES.findall(value) if len(p) >= _MIN_PIECE_LEN and _mixed(p))
     return {f for f in forms if _worth_looking_for(f)}
+
+
+def _mixed(piece: str) -> bool:
+    """A piece that looks like part of a key, not a word: two of lower, upper, digit, other."""
+    kinds = (str.islower, str.isupper, str.isdigit, lambda c: not c.isalnum())
+    return sum(any(k(c) for c in piece) for k in kinds) >= 2
 
 
 @dataclass(frozen=True)
@@ -382,14 +387,8 @@ class Redactor:
         block = block if isinstance(block, Mapping) else {}
         keys = [str(k) for k in block.get("scrub_env_keys") or []]
         keys += [k for k in scrub_env_keys if k not in keys]
-        snapshots = [rd.host_env_path, *sorted((rd.path / HOST_ENV_DIR).glob("*.json"))]
-        snapshots += sorted((rd.path / ENVIRONMENTS_DIR).glob("*/env.json"))
-        snapshots += sorted(rd.cells_dir.glob(f"*/{CELL_JSON}"))
-        values = harvest_secrets(
-            os.environ if env is None else env,
-            scrub_keys=keys,
-            data=[recipe, *(_load_any(p) for p in snapshots)],
-        )
+        # (Snapshots and cell.json are written redacted: only the recipe holds values in clear.)
+        values = harvest_secrets(os.environ if env is None else env, scrub_keys=keys, data=[recipe])
         known = (load_secret_hashes(rd) or SecretHashes.new()).add(values)
         return cls(
             tuple(keys),
@@ -481,8 +480,11 @@ class Redactor:
 
         def mask(m: re.Match[str]) -> str:
             nonlocal n
-            if not self.is_secret_name(m.group("name")):
+            name = m.group("name")
+            if not self.is_secret_name(name):
                 return m.group(0)
+            if _DIGITS.fullmatch(m.group("value")) and not _STRONG_NAME.search(name):
+                return m.group(0)  # token: 4096 is a count
             n += 1
             return f"{m.group('name')}{m.group('sep')}{REDACTED}"
 
@@ -611,23 +613,27 @@ class Redactor:
 
 def yaml_counted(redactor: Redactor, raw: str) -> tuple[str, int]:
     """A YAML file's text redacted line by line, and still YAML: when the text rules would
-    break a document that parsed, the document is redacted as data and written again.
+    break a document that parsed, or its structure holds more (a secret-named key, the item
+    after a secret argv flag), the document is redacted as data and written again.
 
     >>> yaml_counted(Redactor(), "env: {HF_TOKEN: abc123}\\nn: 4096\\n")
     ('env: {HF_TOKEN: <redacted>}\\nn: 4096\\n', 1)
     """
     text, n = redactor.text_counted(raw)
-    if not n:
-        return text, n
     try:
-        before = yaml.safe_load(raw)
+        data = yaml.safe_load(text)
     except yaml.YAMLError:
-        return text, n  # it was not YAML to begin with
-    with contextlib.suppress(yaml.YAMLError):
-        yaml.safe_load(text)
-        return text, n
-    data, n = redactor.data_counted(before)
-    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True), n
+        try:
+            data = yaml.safe_load(raw)
+        except yaml.YAMLError:
+            return text, n  # it was not YAML to begin with
+        data, n = redactor.data_counted(data)  # the text rules broke it: redact the data
+        return yaml.safe_dump(data, sort_keys=False, allow_unicode=True), n
+    # What only the structure shows (an argv list over lines: "- --password" then "- X").
+    data, more = redactor.data_counted(data)
+    if more:
+        return yaml.safe_dump(data, sort_keys=False, allow_unicode=True), n + more
+    return text, n
 
 
 def redact_page(page: str, *run_dirs: RunDir | str | Path) -> str:
