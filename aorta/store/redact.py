@@ -45,7 +45,6 @@ Examples
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import html as _html

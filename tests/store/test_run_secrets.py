@@ -182,7 +182,7 @@ def _parses(root: Path) -> list[str]:
                 parser.close()
                 # The marker is text on the page, never a tag a browser would hide.
                 assert "<redacted>" not in text.split("<script>")[0]
-        except Exception as exc:  # noqa: BLE001 - the test reports which file and why
+        except Exception as exc:
             bad.append(f"{path}: {exc!r}")
     return bad
 
@@ -197,7 +197,7 @@ def test_the_run_holds_every_planted_secret(leaky):
 
 
 def test_a_bundle_from_a_clean_shell_holds_no_secret_and_every_file_parses(leaky):
-    run, root = leaky
+    _, root = leaky
     texts = _texts(root)
     assert _leaks(texts) == []
     assert _parses(root) == []
