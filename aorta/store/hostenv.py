@@ -132,6 +132,20 @@ _SECRET_SHAPES = (
     re.compile(r"\b(?P<s>(?:AKIA|ASIA|AGPA|AIDA|AROA|AIPA|ANPA|ANVA|ABIA|ACCA)[0-9A-Z]{16})\b"),
     re.compile(r"\b(?P<s>eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,})"),
 )
+#: Per shape, what every match holds in lower case (the lines to run it on): substrings, or a
+#: literal-first pattern where a substring would pick every line of a log ("tokens/s").
+_SHAPE_KEYS: tuple[Any, ...] = (
+    ("://",),
+    ("bearer", "basic"),
+    ("authorization",),
+    re.compile(r"-(?:[a-z0-9]+[-_])*(?:pass|secret|key|token|auth|cred)"),
+    re.compile(r"(?:pass|secret|key|cred|auth)[a-z0-9_-]*[\"']?[ \t]*[=:]"),
+    re.compile(r"token[\"']?[ \t]*[=:]"),
+    ("-u", "--user"),
+    ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "hf_", "xox", "glpat-", "sk-"),
+    ("akia", "asia", "agpa", "aida", "aroa", "aipa", "anpa", "anva", "abia", "acca"),
+    ("eyj",),
+)
 #: A PEM private key block: the one shape that spans lines. Its base64 runs are masked, its
 #: BEGIN/END lines and line structure kept (a YAML block or JSON string stays valid); a block
 #: cut short (a log tail) is masked to the end of the text.
@@ -210,7 +224,7 @@ def redact_secret_shapes_counted(text: str) -> tuple[str, int]:
     total = 0
     if "PRIVATE KEY-----" in text:
         text, total = _mask_pem(text)
-    for shape in _SECRET_SHAPES:
+    for shape, keys in zip(_SECRET_SHAPES, _SHAPE_KEYS):  # noqa: B905 - Python 3.8 on nodes
         masked = 0
 
         def mask(m: re.Match[str]) -> str:
@@ -219,9 +233,60 @@ def redact_secret_shapes_counted(text: str) -> tuple[str, int]:
             masked += out != m.group(0)
             return out
 
-        text = shape.sub(mask, text)
+        text = sub_on_lines(shape, mask, text, keys)
         total += masked
     return text, total
+
+
+def sub_on_lines(
+    pattern: re.Pattern[str], repl: Any, text: str, keys: Iterable[str] | re.Pattern[str] | None
+) -> str:
+    r"""``pattern.sub(repl, text)`` for a line-bounded ``pattern``, run only on the lines that
+    hold one of ``keys`` (lower-case substrings every match contains, or a pattern every match's
+    lower case contains; ``None``: every line). Finding the lines is a substring search or a
+    literal-first pattern, so a rule costs little where nothing could match.
+
+    >>> sub_on_lines(re.compile("b+"), "B", "abba\nxyz\nbob", ["b"])
+    'aBa\nxyz\nBoB'
+    """
+    if keys is None:
+        return pattern.sub(repl, text)
+    low = text.lower()
+    if len(low) != len(text):  # a character whose lower case is longer: no shortcut
+        return pattern.sub(repl, text)
+    spans = []
+
+    def line_of(i: int) -> tuple[int, int]:
+        end = text.find("\n", i)
+        return text.rfind("\n", 0, i) + 1, len(text) if end == -1 else end
+
+    if isinstance(keys, re.Pattern):
+        last = -1
+        for m in keys.finditer(low):
+            if m.start() > last:
+                spans.append(line_of(m.start()))
+                last = spans[-1][1]
+    else:
+        for key in keys:
+            i = low.find(key)
+            while i != -1:
+                spans.append(line_of(i))
+                i = low.find(key, spans[-1][1])
+    if not spans:
+        return text
+    spans.sort()
+    merged = [list(spans[0])]
+    for start, end in spans[1:]:
+        if start <= merged[-1][1] + 1:  # the same or the next line: one block
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    out, pos = [], 0
+    for start, end in merged:
+        out += [text[pos:start], pattern.sub(repl, text[start:end])]
+        pos = end
+    out.append(text[pos:])
+    return "".join(out)
 
 
 def secret_shape_values(text: str) -> list[str]:
@@ -240,7 +305,14 @@ def scrub_homes(text: str) -> tuple[str, int]:
     >>> scrub_homes("/home/alice/x.py and /Users/bob and /root/.cache, not /opt/home/x")
     ('~/x.py and ~ and ~/.cache, not /opt/home/x', 3)
     """
-    return _HOME.subn("~", text)
+    n = 0
+
+    def home(_: re.Match[str]) -> str:
+        nonlocal n
+        n += 1
+        return "~"
+
+    return sub_on_lines(_HOME, home, text, ("/home/", "/users/", "/root")), n
 
 
 def redact_env(

@@ -67,6 +67,7 @@ from aorta.store.hostenv import (
     redact_secret_shapes_counted,
     scrub_homes,
     secret_shape_values,
+    sub_on_lines,
 )
 from aorta.store.record import TrialRecord
 from aorta.store.rundir import RunDir, atomic_write
@@ -86,7 +87,8 @@ MIN_SECRET_LEN = 6
 #: A secret value's pieces (split at whitespace, quotes, brackets) looked for on their own.
 _MIN_PIECE_LEN = 8
 _SCHEME = "blake2b-128, keyed with the salt, over the UTF-8 bytes"
-_IP = re.compile(r"\b(?:\d{1,3}\.){3}\d{1,3}\b")
+#: IPv4 addresses (digit first, then the look-behind: ~1.5x faster than a leading ``\b``).
+_IP = re.compile(r"\d(?<![\w.]\d)\d{0,2}\.\d{1,3}\.\d{1,3}\.\d{1,3}(?![\w.])")
 #: What never belongs to a token: a secret is looked for inside one.
 _DELIMS = r"\s'\"`<>()\[\]{},;|"
 _PIECES = re.compile(rf"[^{_DELIMS}]+")
@@ -98,6 +100,10 @@ _STRONG_NAME = re.compile(r"(?i)pass|secret|credential|pin\b")
 _NAME_VALUE = re.compile(
     r"(?P<name>\b[A-Za-z_][A-Za-z0-9_]*)(?P<sep>[\"']?[ \t]*[=:][ \t]*[\"']?)"
     r"(?P<value>(?![\\<])(?![|>][-+0-9]*(?:\s|$))[^\s\"'`,;&{}\[\]<>]*[^\s\"'`,;&{}\[\]<>\\])"
+)
+#: Lower-case substrings of every secret name (the lines an assignment can be on).
+_NAME_KEYS = re.compile(
+    r"(?:token|key|secret|pass|pat|credential|auth|cookie)[a-z0-9_]*[\"']?[ \t]*[=:]"
 )
 #: An argv flag whose next list item is a secret (``["--password", "X"]`` in JSON/YAML data).
 _SECRET_FLAG = re.compile(
@@ -487,7 +493,8 @@ class Redactor:
             n += 1
             return f"{m.group('name')}{m.group('sep')}{REDACTED}"
 
-        return _NAME_VALUE.sub(mask, text), n
+        keys = None if self.scrub_keys else _NAME_KEYS  # a glob can name anything
+        return sub_on_lines(_NAME_VALUE, mask, text, keys), n
 
     def markdown(self, text: str) -> str:
         """:meth:`text` for Markdown: the marker escaped (``\\<redacted\\>``) outside code
