@@ -123,6 +123,16 @@ _ATTR = re.compile(r"""(?P<name>\s[\w:.-]+\s*=\s*)(?:"(?P<dq>[^"]*)"|'(?P<sq>[^'
 Markup = Literal["text", "html", "markdown"]
 
 
+@functools.lru_cache(maxsize=1)
+def _own_home() -> tuple[str, re.Pattern[str]] | None:
+    """This user's home folder and a bounded pattern of it, when the general rule misses it."""
+    home = str(Path.home())
+    if len(home) <= 1 or scrub_homes(home)[1]:
+        return None
+    bounded = r"(?<![\w.~-])(?<!:/)" + re.escape(home) + r"(?=[/\s'\"`<>:]|$)"
+    return home, re.compile(bounded)
+
+
 @functools.lru_cache(maxsize=8)
 def _tokens_of_at_least(n: int) -> re.Pattern[str]:
     return re.compile(rf"[^{_DELIMS}]{{{n},}}")
@@ -474,6 +484,10 @@ class Redactor:
         if self.scrub_paths:
             text, homes = scrub_homes(text)
             n += homes
+            own = _own_home()  # a home outside /home, /Users (/scratch/u, /work/u)
+            if own is not None and own[0] in text:
+                text, mine = own[1].subn("~", text)
+                n += mine
         if self.scrub_ips:
             text, ips = _IP.subn("<ip>", text)
             n += ips
