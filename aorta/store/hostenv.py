@@ -39,7 +39,6 @@ from typing import Any, Iterable, Mapping  # noqa: UP035 - Python 3.8 on the nod
 __all__ = [
     "REDACTED",
     "RELEVANT_PREFIXES",
-    "SECRET_NAME_GLOBS",
     "is_secret_name",
     "redact_env",
     "redact_secret_shapes",
@@ -72,8 +71,6 @@ SECRET_SUFFIXES = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "APIKEY", "ACCESSKEY
 SECRET_ANY_PARTS = frozenset(
     {"SECRET", "SECRETS", "PASSWORD", "PASSWD", "PASSPHRASE", "CREDENTIAL", "CREDENTIALS"}
 )
-#: Kept for callers of the first rule; :func:`is_secret_name` is the rule now.
-SECRET_NAME_GLOBS = ("*TOKEN", "*SECRET*", "*KEY", "*PASSWORD*", "*PASSWD*", "*CREDENTIAL*")
 REDACTED = "<redacted>"
 _IP = re.compile(r"\b(?:\d{1,3}\.){3}\d{1,3}\b")
 _HUMP = re.compile(r"([a-z0-9])([A-Z])")
@@ -324,7 +321,7 @@ def redact_env(
 ) -> dict[str, str]:
     """A copy of ``env`` safe to write down (see the module docstring).
 
-    ``scrub_keys`` are name globs redacted on top of :data:`SECRET_NAME_GLOBS`, matched as
+    ``scrub_keys`` are name globs redacted on top of :func:`is_secret_name`, matched as
     written (``fnmatch`` case-sensitive), e.g. a recipe's ``redaction.scrub_env_keys``.
     """
     globs = list(scrub_keys)
