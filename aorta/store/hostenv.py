@@ -46,6 +46,7 @@ __all__ = [
     "scrub_homes",
     "secret_shape_values",
     "snapshot",
+    "sub_on_lines",
 ]
 
 #: Variables worth keeping in a snapshot: the stacks a triage touches.
