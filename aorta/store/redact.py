@@ -262,13 +262,12 @@ class SecretHashes:
 
 
 def harvest_secrets(
-    env: Mapping[str, str] = {},
-    *,
+    *envs: Mapping[str, str],
     scrub_keys: Iterable[str] = (),
     texts: Iterable[str] = (),
     data: Iterable[Any] = (),
 ) -> set[str]:
-    """The secret values a run holds: the values of secret-named variables of ``env``, what
+    """The secret values a run holds: the values of secret-named variables of the ``envs``, what
     the shape rules find in the other values and in ``texts`` (a recipe's argv: ``--password
     X``), and the values under secret-named keys of parsed ``data`` (a recipe's ``extra_env``).
 
@@ -278,11 +277,12 @@ def harvest_secrets(
     """
     keys = tuple(scrub_keys)
     values: set[str] = set()
-    for k, v in env.items():
-        if _secret_name(k, keys):
-            values.add(v)
-        else:
-            values.update(secret_shape_values(v))
+    for env in envs:
+        for k, v in env.items():
+            if _secret_name(k, keys):
+                values.add(v)
+            else:
+                values.update(secret_shape_values(v))
     for text in texts:
         values.update(secret_shape_values(text))
     for d in data:
