@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tarfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -27,6 +28,7 @@ from hypothesis import strategies as st
 
 from aorta.recipe.schema import load_recipe, load_recipe_text
 from aorta.report import html as html_page
+from aorta.report.console import format_summary, summary_to_dict
 from aorta.report.report_dir import write_report
 from aorta.run.sweep import sweep
 from aorta.store.bundle import plan_bundle, write_bundle
@@ -123,12 +125,16 @@ def _aorta(*args: object) -> subprocess.CompletedProcess[str]:
     )
 
 
-def _run(tmp: Path, script: str, argv: list[str], recipe: str, env: dict[str, str]) -> Path:
+def _sweep(tmp: Path, script: str, argv: list[str], recipe: str, env: dict[str, str]) -> Any:
     with pytest.MonkeyPatch.context() as mp:
         for k, v in env.items():
             mp.setenv(k, v)
         r = load_recipe_text(recipe, command=["sh", "-c", script, "job", *argv])
-        return sweep(r, output=tmp / "runs", progress="none").run_dir
+        return sweep(r, output=tmp / "runs", progress="none")
+
+
+def _run(tmp: Path, script: str, argv: list[str], recipe: str, env: dict[str, str]) -> Path:
+    return _sweep(tmp, script, argv, recipe, env).run_dir
 
 
 @pytest.fixture(scope="module")
@@ -136,7 +142,11 @@ def leaky(tmp_path_factory):
     """The run, its report (report.md and report.html, made from a clean shell), and its
     bundle (from a clean shell), extracted."""
     tmp = tmp_path_factory.mktemp("secrets")
-    run = _run(tmp, SCRIPT, ARGV, RECIPE, SWEEP_ENV)
+    result = _sweep(tmp, SCRIPT, ARGV, RECIPE, SWEEP_ENV)
+    run = result.run_dir
+    # What `aorta sweep run` prints at the end (text and --json).
+    summary = format_summary(result) + json.dumps(summary_to_dict(result))
+    (tmp / "console.txt").write_text(summary)
     done = _aorta("report", run, "--html")
     assert done.returncode == 0, done.stderr
     done = _aorta("bundle", run, "--ticket", "SEC-1", "-o", tmp / "out")
@@ -229,6 +239,12 @@ def test_the_report_page_and_files_in_the_run_directory_hold_no_secret(leaky):
     assert _parses(report) == []
     page = texts["report.html"]
     assert "&lt;redacted&gt;" in page  # the recipe's HF_TOKEN, the log tails
+
+
+def test_the_console_summary_holds_no_secret(leaky):
+    run, _ = leaky
+    summary = (run.parents[3] / "console.txt").read_text()
+    assert "leaky" in summary and _leaks({"console": summary}) == []
 
 
 def test_matrix_files_and_records_of_the_run_hold_no_secret(leaky):
