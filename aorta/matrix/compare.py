@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from aorta.errors import IncompleteMatrix
+from aorta.matrix import sequential as seq
 from aorta.matrix import stats
 from aorta.matrix.select import (
     RankReduction,
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "COLUMNS",
+    "SEQUENTIAL_COLUMNS",
     "compare",
     "compare_runs",
     "drift",
@@ -80,6 +82,9 @@ COLUMNS: tuple[str, ...] = (
     "trials_needed",
     "note",
 )
+
+#: The columns :func:`compare` adds with ``sequential=True``.
+SEQUENTIAL_COLUMNS: tuple[str, ...] = ("decided", "decided_after", "reason")
 
 
 def _counts(outcome: np.ndarray, kind: np.ndarray) -> dict[str, int]:
@@ -287,6 +292,8 @@ def compare(
     seed: int = stats.DEFAULT_SEED,
     resamples: int = stats.DEFAULT_RESAMPLES,
     signature: str | None = None,
+    sequential: bool = False,
+    failure_margin: float | None = None,
 ) -> pd.DataFrame:
     """Every cell of a run against its baseline cell.
 
@@ -327,6 +334,17 @@ def compare(
         ``custom:<id>`` …) as the event instead of failures: ``n_failed`` are those trials,
         ``n_ok`` the other recorded trials, and the failure test (Boschloo, Holm) says whether
         the signature is more or less frequent than in the baseline.
+    sequential
+        Anytime-valid verdicts (:mod:`aorta.matrix.sequential`), valid however often they are
+        computed — after every trial or round of an adaptive sweep: trial ``k`` of a cell is
+        paired with trial ``k`` of the baseline; ``ratio`` is the geometric mean of the paired
+        ratios with its confidence sequence (``ratio_ci_*`` at ``alpha``, ``band_ci_*`` at
+        ``alpha / K``, Bonferroni over the K cells), ``p`` / ``failure_p`` are anytime
+        p-values (``p_adj`` = K·p), and the columns :data:`SEQUENTIAL_COLUMNS` say whether the
+        cell is settled: ``decided`` (bool), ``decided_after`` (trials), ``reason`` (words).
+    failure_margin
+        With ``sequential``: the failure-rate difference that does not matter (default
+        ``ds.attrs["failure_margin"]``, else 0.15).
 
     Returns
     -------
@@ -380,6 +398,40 @@ def compare(
     rows, groups = _cell_rows(ds, values, alpha=alpha, signature=signature)
     b = cells.index(baseline)
     others = [i for i in range(len(cells)) if i != b]
+    if sequential:
+        if signature is not None:
+            raise ValueError(
+                "sequential=True does not take a signature (failures of any kind count)"
+            )
+        margin = float(
+            failure_margin
+            if failure_margin is not None
+            else ds.attrs.get("failure_margin", seq.DEFAULT_FAILURE_MARGIN)
+        )
+        df = _sequential(
+            ds,
+            values,
+            rows,
+            b,
+            threshold=thr,
+            alpha=alpha,
+            margin=margin,
+            attrs=_attrs(
+                metric=metric,
+                units=str(values.attrs.get("units", "")),
+                trials=trials,
+                alpha=alpha,
+                threshold=thr,
+                seed=seed,
+                resamples=0,
+                family=len(others),
+                baseline=baseline,
+                values=values,
+                stat=stat,
+            ),
+        )
+        df.attrs.update(drift(ds, values.sel(cell=baseline), alpha=alpha))
+        return df
     results = stats.compare_groups(
         groups,
         [(i, b) for i in others],
@@ -413,6 +465,96 @@ def compare(
     df.attrs.update(drift(ds, values.sel(cell=baseline), alpha=alpha))
     if signature is not None:
         df.attrs["signature"] = signature
+    return df
+
+
+def _sequential(
+    ds: xr.Dataset,
+    values: xr.DataArray,
+    rows: list[dict[str, Any]],
+    b: int,
+    *,
+    threshold: float,
+    alpha: float,
+    margin: float,
+    attrs: dict[str, Any],
+) -> pd.DataFrame:
+    """The ``sequential=True`` comparison: per cell :func:`aorta.matrix.sequential.sequential_pair`
+    against the baseline, laid out as :func:`compare`'s frame plus :data:`SEQUENTIAL_COLUMNS`."""
+    outcome = outcomes(ds)[0].transpose("cell", "trial").values.astype(str)
+    vals = values.transpose("cell", "trial").values.astype(float)
+    failed, ran = outcome == "failed", np.isin(outcome, ["passed", "failed"])
+    family = max(len(rows) - 1, 1)
+    results: dict[int, stats.PairResult] = {}
+    extra: dict[int, tuple[bool, int | None, str]] = {}
+    nan = math.nan
+    for i in range(len(rows)):
+        if i == b:
+            continue
+        r = seq.sequential_pair(
+            vals[i],
+            failed[i],
+            vals[b],
+            failed[b],
+            cell_ran=ran[i],
+            base_ran=ran[b],
+            threshold=threshold,
+            alpha=alpha,
+            family=family,
+            failure_margin=margin,
+        )
+        t, f = r.timing, r.failures
+        after = None
+        if r.decided:
+            after = max(t.settled_at or 0, f.settled_at or 0)
+        extra[i] = (r.decided, after, r.reason)
+        results[i] = stats.PairResult(
+            ratio=math.exp(t.estimate) if t.n else nan,
+            ci_low=math.exp(t.low) if t.n else nan,
+            ci_high=math.exp(t.high) if t.n else nan,
+            band_ci_low=math.exp(t.band_low) if t.n else nan,
+            band_ci_high=math.exp(t.band_high) if t.n else nan,
+            delta=float(rows[i]["median"] - rows[b]["median"]),
+            p=t.p,
+            p_method="anytime (t mixture)" if t.n else "",
+            p_adj=min(1.0, t.p * family) if t.n else nan,
+            failure_p=f.p,
+            failure_p_adj=min(1.0, f.p * family) if f.n else nan,
+            difference=t.difference,
+            band=t.band,
+            failures_vs_baseline=f.verdict,
+            min_p=nan,
+            attainable=True,
+            trials_needed=None,
+            note="",
+        )
+    df = _frame(
+        rows,
+        results,
+        dict.fromkeys(range(len(rows)), rows[b]),
+        baseline_index=b,
+        time=_is_time(values),
+    )
+    others = [v for i, v in extra.items() if i != b]
+    all_done = all(d for d, _, _ in others)
+    df["decided"] = [extra[i][0] if i in extra else all_done for i in range(len(rows))]
+    df["decided_after"] = pd.array(
+        [extra[i][1] if i in extra else None for i in range(len(rows))], dtype="Int64"
+    )
+    df["reason"] = [
+        extra[i][2] if i in extra else ("baseline: every cell decided" if all_done else "baseline")
+        for i in range(len(rows))
+    ]
+    attrs.update(
+        sequential=True,
+        failure_margin=margin,
+        test="confidence sequence: scale-invariant normal mixture on paired log ratios",
+        failure_test="e-process: KT mixture on discordant pairs; betting CS on the difference",
+        adjustment="Bonferroni",
+        resamples=0,
+        min_trials=seq.FUTILITY_TRIALS,
+    )
+    df.attrs = attrs
     return df
 
 
