@@ -85,6 +85,7 @@ MITIGATION_AXIS = "AORTA_MITIGATION_AXIS"
 ENVIRONMENT_AXIS = "AORTA_ENVIRONMENT_AXIS"
 TRIALS = "AORTA_TRIALS"
 STEPS = "AORTA_STEPS"
+ADAPTIVE = "AORTA_ADAPTIVE"
 HTML = "AORTA_HTML"
 TRACE_WORKERS = "AORTA_TRACE_WORKERS"
 # `aorta compare --explain CELL --by ITEMS`
@@ -153,6 +154,7 @@ CLI_TWINS: dict[str, str] = {
     "--environment-axis": ENVIRONMENT_AXIS,
     "--trials": TRIALS,
     "--steps": STEPS,
+    "--adaptive": ADAPTIVE,
     # `aorta report`
     "--html": HTML,
 }

@@ -141,6 +141,16 @@ def run(
             rich_help_panel="Flag mode",
         ),
     ] = None,
+    adaptive: Annotated[
+        bool,
+        typer.Option(
+            "--adaptive",
+            envvar=envvars.ADAPTIVE,
+            help="Flag mode: schedule: adaptive — stop each cell once its verdict is settled "
+            "(--trials is then the most per cell, ≥ 5; default 30).",
+            rich_help_panel="Flag mode",
+        ),
+    ] = False,
 ) -> int:
     """Run every cell × trial of a recipe (or print the plan with --dry-run).
 
@@ -158,6 +168,7 @@ def run(
         "--trials": trials,
         "--steps": steps,
         "--baseline": baseline,
+        "--adaptive": adaptive or None,
     }
     given = [name for name, value in flags.items() if value not in (None, [])]
     if given and (recipe is not None or resume is not None):
@@ -174,6 +185,7 @@ def run(
             baseline=baseline,
             ticket=ticket,
             command=command or None,
+            adaptive=adaptive,
         )
     if recipe is None and resume is None:
         raise UsageError("give --recipe FILE (or --resume RUN_DIR)")

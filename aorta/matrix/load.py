@@ -68,6 +68,8 @@ def run_attrs(path: str | Path) -> dict[str, Any]:
         recipe = load_recipe(rd.path / "recipe.resolved.yaml")
         attrs["baseline"] = recipe.baseline_cell()
         attrs["threshold"] = float(recipe.confound.threshold)
+        if recipe.is_adaptive:
+            attrs["failure_margin"] = recipe.adaptive_settings.failure_margin
     except (OSError, UsageError):
         try:
             matrix = json.loads((rd.path / "matrix.json").read_text())

@@ -111,8 +111,17 @@ def summarize(
     if baseline in cells:
         steps = trial_values(ds, metric="step_time_ms", trials="ran").sel(cell=baseline)
         metric = "step_time_ms" if bool(steps.notnull().any()) else "wall_clock_s"
+    # An adaptive run stopped its cells on anytime-valid verdicts: fixed-n tests would not hold.
+    sequential = ds.attrs.get("schedule") == "adaptive"
     df = compare(
-        ds, baseline, metric=metric, alpha=alpha, threshold=thr, seed=seed, resamples=resamples
+        ds,
+        baseline,
+        metric=metric,
+        alpha=alpha,
+        threshold=thr,
+        seed=seed,
+        resamples=resamples,
+        sequential=sequential,
     )
     status = ds.status.transpose("cell", "trial").values.astype(str)
     planned = ds["planned_trials"].values if "planned_trials" in ds.coords else np.zeros(len(cells))
@@ -128,7 +137,14 @@ def summarize(
     df["p95_ratio"], df["stalls"] = np.nan, False
     if metric == "step_time_ms":
         tail = compare(
-            ds, baseline, stat="p95", alpha=alpha, threshold=thr, seed=seed, resamples=resamples
+            ds,
+            baseline,
+            stat="p95",
+            alpha=alpha,
+            threshold=thr,
+            seed=seed,
+            resamples=resamples,
+            sequential=sequential,
         )
         df["p95_ratio"] = tail["ratio"]
         df["stalls"] = (

@@ -75,6 +75,7 @@ def recipe_from_flags(
     baseline: str | None = None,
     ticket: str | None = None,
     command: Sequence[str] | None = None,
+    adaptive: bool = False,
 ) -> Recipe:
     """The recipe that the flags describe (see the module docstring).
 
@@ -97,6 +98,9 @@ def recipe_from_flags(
         Names the run folder.
     command
         The argv given after ``--``.
+    adaptive
+        ``schedule: adaptive`` (``--adaptive``): cells stop as their verdicts settle;
+        ``trials`` (when given, ≥ 5) is then each cell's ``max_trials``.
 
     Raises
     ------
@@ -124,6 +128,10 @@ def recipe_from_flags(
     }
     if baseline is not None:
         data["confound"] = {"baseline_cell": baseline}
+    if adaptive:
+        data["schedule"] = "adaptive"
+        if trials > 1:
+            data["adaptive"] = {"max_trials": trials, "min_trials": min(5, trials)}
     try:
         recipe = recipe_from_data(data, command=list(command) if command else None)
     except RecipeError as exc:
@@ -145,6 +153,7 @@ _FLAG_OF = {
     "confound.baseline_cell": "--baseline",
     "workload": "--workload",
     "trials": "--trials",
+    "adaptive": "--trials (with --adaptive)",
     "steps": "--steps",
     "ticket": "--ticket",
 }

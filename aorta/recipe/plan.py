@@ -120,7 +120,7 @@ class Plan:
     isolation: str
     stop_after: StopAfter | None
     command: tuple[str, ...] | None
-    #: ``interleaved`` or ``sequential`` (:func:`schedule_for`).
+    #: ``interleaved``, ``sequential`` or ``adaptive`` (:func:`schedule_for`).
     schedule: str = "sequential"
     #: The run's seed (the interleaved rounds' shuffles).
     seed: int = 0
@@ -158,6 +158,7 @@ class Plan:
         cell that has one, the cells shuffled per round by ``random.Random`` seeded from the
         run's ``seed`` and ``r`` — the same on every rank and on every resume, so a drift of
         the machine over the run is spread over all cells instead of landing in one.
+        ``adaptive``: as ``interleaved``; the sweep skips the trials of cells already decided.
 
         >>> from aorta.recipe.schema import load_recipe_text
         >>> from aorta.recipe.registry import Registry
@@ -213,6 +214,8 @@ def schedule_for(recipe: Recipe, cells: tuple[Cell, ...]) -> str:
     >>> schedule_for(load_recipe_text("cells: [{name: a, mitigations: [none]}]", command=["true"]), ())
     'interleaved'
     """
+    if recipe.is_adaptive:
+        return "adaptive"
     if recipe.schedule is not None:
         return recipe.schedule
     images = {c.environment.name for c in cells if c.environment.kind == "docker"}
@@ -297,6 +300,8 @@ def plan(
         trials = spec.trials or recipe.trials
         if recipe.stop_after is not None and recipe.stop_after.max_trials is not None:
             trials = recipe.stop_after.max_trials
+        if recipe.is_adaptive:
+            trials = recipe.adaptive_settings.max_trials
         steps = spec.steps if spec.steps is not None else recipe.steps
         collect = tuple(spec.collect if spec.collect is not None else recipe.collect)
         payload = {

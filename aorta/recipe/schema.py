@@ -216,6 +216,31 @@ class StopAfter(_Strict):
     _count = field_validator("events", "max_trials", mode="before")(_check_count)
 
 
+class Adaptive(_Strict):
+    """``schedule: adaptive``: rounds of the baseline and every undecided cell, each cell
+    stopped as soon as its verdict is settled (docs/statistics.md, "Adaptive sweeps")."""
+
+    #: Trials every cell runs before the first decision (≥ 5).
+    min_trials: int = Field(5, ge=5, le=MAX_TRIALS)
+    #: The most trials a cell runs; a cell still undecided then stops as ``undecided``.
+    max_trials: int = Field(30, ge=5, le=MAX_TRIALS)
+    #: Trials per undecided cell between two decisions.
+    round: int = Field(1, ge=1, le=MAX_TRIALS)
+    #: The failure-rate difference that does not matter (equivalence and futility).
+    failure_margin: float = Field(0.15, gt=0, lt=1, allow_inf_nan=False)
+
+    _count = field_validator("min_trials", "max_trials", "round", mode="before")(_check_count)
+
+    @model_validator(mode="after")
+    def _order(self) -> Adaptive:
+        if self.max_trials < self.min_trials:
+            raise _fail(
+                "adaptive",
+                f"max_trials ({self.max_trials}) must be ≥ min_trials ({self.min_trials})",
+            )
+        return self
+
+
 class Redaction(_Strict):
     """What to scrub from saved environment snapshots and logs (probe mode)."""
 
@@ -288,9 +313,10 @@ class CustomPattern(_Strict):
     @model_validator(mode="after")
     def _required(self) -> CustomPattern:
         if self.required_for_pass and self.on_match != "fail":
-            raise ValueError(
+            raise _fail(
+                "adaptive",
                 f"required_for_pass needs on_match: fail (got {self.on_match!r}); a warn or "
-                "info pattern cannot decide a trial"
+                "info pattern cannot decide a trial",
             )
         return self
 
@@ -467,9 +493,12 @@ class Recipe(_Strict):
     confound: Confound = Field(default_factory=Confound)
     stop_after: StopAfter | None = None
     #: Trial order: ``interleaved`` (rounds of one trial per cell, shuffled per round from
-    #: ``seed``) or ``sequential`` (cell by cell). Default: interleaved unless cells need
+    #: ``seed``), ``sequential`` (cell by cell) or ``adaptive`` (interleaved rounds of the
+    #: cells not yet decided; see ``adaptive``). Default: interleaved unless cells need
     #: different docker images (see :func:`aorta.recipe.plan.plan`).
-    schedule: Literal["interleaved", "sequential"] | None = None
+    schedule: Literal["interleaved", "sequential", "adaptive"] | None = None
+    #: Settings of ``schedule: adaptive`` (defaults when omitted).
+    adaptive: Adaptive | None = None
     #: The run's seed: the interleaved schedule's shuffles.
     seed: int = Field(0, ge=0, le=2**31 - 1)
     cells: list[CellSpec] = Field(default_factory=list)
@@ -539,6 +568,32 @@ class Recipe(_Strict):
                 "command", f"must be a non-empty list of strings (an argv), got {describe_value(v)}"
             )
         return v
+
+    @model_validator(mode="after")
+    def _adaptive_schedule(self) -> Recipe:
+        if self.adaptive is not None and self.schedule not in (None, "adaptive"):
+            raise _fail(
+                "adaptive",
+                f"adaptive: settings for schedule: adaptive, but schedule is {self.schedule!r}",
+            )
+        if self.is_adaptive and self.stop_after is not None:
+            raise _fail(
+                "adaptive",
+                "stop_after (a flake hunt) and schedule: adaptive (a screen) do not combine: "
+                "choose one",
+            )
+        return self
+
+    @property
+    def is_adaptive(self) -> bool:
+        """Whether the run stops cells as their verdicts settle (``schedule: adaptive``, or an
+        ``adaptive:`` block with no schedule)."""
+        return self.schedule == "adaptive" or (self.schedule is None and self.adaptive is not None)
+
+    @property
+    def adaptive_settings(self) -> Adaptive:
+        """The ``adaptive`` block, or its defaults."""
+        return self.adaptive if self.adaptive is not None else Adaptive()
 
     @model_validator(mode="before")
     @classmethod
@@ -714,7 +769,10 @@ def _count_cells(recipe: Recipe) -> int:
 
 
 def _planned_trials(recipe: Recipe, spec: CellSpec) -> int:
-    # As aorta.plan counts them: stop_after.max_trials replaces every cell's trials.
+    # As aorta.plan counts them: stop_after.max_trials (or adaptive.max_trials) replaces
+    # every cell's trials.
+    if recipe.is_adaptive:
+        return recipe.adaptive_settings.max_trials
     if recipe.stop_after is not None and recipe.stop_after.max_trials is not None:
         return recipe.stop_after.max_trials
     return spec.trials or recipe.trials

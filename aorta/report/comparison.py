@@ -189,6 +189,18 @@ def statistics_line(stats: Mapping[str, Any]) -> str:
     value = stats.get("trial_value", "")
     units = f" ({stats['units']})" if stats.get("units") else ""
     level = float(stats.get("ci_level", 0.95))
+    if stats.get("sequential"):  # aorta.compare(sequential=True): an adaptive run's verdicts
+        return (
+            f"- statistics (anytime-valid): trial value = {value}{units}, trials that ended "
+            f"{stats.get('trials')}, trial k of a cell paired with trial k of the baseline; "
+            f"ratio = geometric mean of the paired ratios, {level:.0%} confidence sequence "
+            "(scale-invariant normal mixture on the log ratios); "
+            f"slower/faster and band [{band[0]:.3g}, {band[1]:.3g}] on the "
+            f"{float(stats.get('band_ci_level', level)):.2%} confidence sequence (Bonferroni over "
+            f"{stats.get('family_size')} cells); p_adj = anytime p × cells; failures: "
+            "e-process on discordant pairs, settled as more/fewer, within "
+            f"±{stats.get('failure_margin')} or for futility"
+        )
     return (
         f"- statistics: trial value = {value}{units}, trials that ended {stats.get('trials')}; "
         f"ratio = cell median / baseline median, {level:.0%} bootstrap CI "

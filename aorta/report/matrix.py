@@ -50,6 +50,7 @@ from aorta.store.rundir import RunDir
 __all__ = [
     "MATRIX_JSON",
     "MATRIX_MD",
+    "adaptive_markdown",
     "failure_signatures",
     "matrix_header",
     "matrix_json",
@@ -286,6 +287,18 @@ def matrix_json(
         doc["signature_hints"] = dict(signatures.attrs.get("hints", {}))
     if traces is not None:
         doc["traces"] = trace_json(traces)
+    if "reason" in summary.columns:  # an adaptive run: when and why each cell stopped
+        doc["adaptive"] = {
+            str(cell): {
+                "decided": bool(row["decided"]),
+                "decided_after": None
+                if pd.isna(row["decided_after"])
+                else int(row["decided_after"]),
+                "trials": int(row["n_ok"]) + int(row["n_failed"]) + int(row["n_errors"]),
+                "reason": str(row["reason"]),
+            }
+            for cell, row in summary.iterrows()
+        }
     return with_upstream_keys(doc, summary, ds)  # upstream AORTA's keys and vocabulary too
 
 
@@ -420,6 +433,32 @@ def _run_lines(header: Mapping[str, Any], attrs: Mapping[str, Any]) -> list[str]
     return lines
 
 
+def adaptive_markdown(summary: pd.DataFrame) -> list[str]:
+    """The lines of ``matrix.md``'s "Adaptive stopping" section: per cell the trials it ran
+    and when and why it stopped (``schedule: adaptive``; the summary's ``reason`` column)."""
+    rows = []
+    for cell, r in summary.iterrows():
+        ran = int(r["n_ok"]) + int(r["n_failed"]) + int(r["n_errors"])
+        planned = int(r["n_trials"]) if "n_trials" in r else ran
+        if r["difference"] == "baseline":
+            why = "ran while any cell did"
+        elif bool(r["decided"]):
+            why = str(r["reason"])
+        elif ran >= planned:
+            why = f"undecided at max_trials {planned}: {r['reason']}"
+        else:
+            why = f"running: {r['reason']}"
+        rows.append([str(cell), str(ran), "yes" if bool(r["decided"]) else "no", why])
+    return [
+        "## Adaptive stopping",
+        "",
+        "Verdicts are anytime-valid (confidence sequences and e-values, Bonferroni over the "
+        "cells): they hold although the sweep looked after every round (docs/statistics.md).",
+        "",
+        markdown_table(["cell", "trials", "decided", "when and why"], rows),
+    ]
+
+
 def matrix_markdown(
     summary: pd.DataFrame,
     *,
@@ -473,6 +512,8 @@ def matrix_markdown(
     findings = _findings(summary)
     if findings:
         lines += ["", "## Findings", "", *findings]
+    if "reason" in summary.columns:
+        lines += ["", *adaptive_markdown(summary)]
     text = "\n".join(lines) + "\n"
     if signed:
         text += "\n" + signature_markdown(signatures)  # type: ignore[arg-type]

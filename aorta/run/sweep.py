@@ -32,6 +32,7 @@ import yaml
 
 from aorta import __version__, envvars
 from aorta.errors import AortaError, ExitCode, UsageError
+from aorta.matrix.compare import compare
 from aorta.matrix.dataset import build_dataset
 from aorta.matrix.load import write_results
 from aorta.recipe.plan import Cell, TrialKey
@@ -220,6 +221,8 @@ class _Sweep:
             python=python,
             on_stuck=self._abandon,
         )
+        #: ``schedule: adaptive``: per decision round, the cells still running.
+        self._active: dict[int, frozenset[str]] = {}
         # Waits on other ranks: a whole trial, its kill grace, and slack for a slow filesystem.
         self.wait_s = self.plan.timeout_s + 2 * procs.DEFAULT_GRACE_S + 120.0
 
@@ -264,6 +267,11 @@ class _Sweep:
             "status": status,
             "schedule": self.plan.schedule,
             "extensions": self.rd.manifest().get("extensions") if self.writer else None,
+            **(
+                {"failure_margin": self.recipe.adaptive_settings.failure_margin}
+                if self.plan.schedule == "adaptive"
+                else {}
+            ),
         }
 
     def write_matrix(self, status: str) -> pd.DataFrame:
@@ -318,10 +326,54 @@ class _Sweep:
 
     # -- one trial ---------------------------------------------------------------------------
 
+    def active_cells(self, trial: int) -> frozenset[str]:
+        """``schedule: adaptive``: the cells that run trial ``trial``.
+
+        Decided from the records of the trials before the round's decision point with
+        :func:`aorta.compare` ``(sequential=True)`` — anytime-valid, so looking after every
+        round costs no error rate — and only from records, so a resumed run (even after
+        kill -9 mid-round) makes the same decisions. A cell once stopped stays stopped; the
+        baseline runs while any other cell does.
+        """
+        settings = self.recipe.adaptive_settings
+        everyone = frozenset(c.name for c in self.plan.cells)
+        if trial < settings.min_trials:
+            return everyone
+        point = (
+            settings.min_trials + (trial - settings.min_trials) // settings.round * settings.round
+        )
+        if point in self._active:
+            return self._active[point]
+        before = self.active_cells(point - 1) if point > settings.min_trials else everyone
+        cells = [self._cell_dict(c) for c in self.plan.cells]
+        seen = [r for r in self.records.values() if r.trial < point]
+        ds = build_dataset(cells, seen, attrs=self._header("running"))
+        df = compare(
+            ds,
+            self.plan.baseline,
+            threshold=self.plan.threshold,
+            sequential=True,
+            failure_margin=settings.failure_margin,
+            metric=_metric(ds, self.plan.baseline),
+        )
+        running = frozenset(
+            c for c in before if c != self.plan.baseline and not bool(df.loc[c, "decided"])
+        )
+        active = running | {self.plan.baseline} if running else running
+        self._active[point] = active
+        if active != before:
+            for cell in sorted(before - active):
+                if cell != self.plan.baseline:
+                    self.reporter.message(f"{cell}: stopped, {df.loc[cell, 'reason']}")
+        return active
+
     def _decide(self, key: TrialKey) -> str:
-        """Rank 0: ``run``, ``done`` (a valid record exists) or ``skip:<why>``."""
+        """Rank 0: ``run``, ``done`` (a valid record exists), ``stopped`` (an adaptive
+        schedule decided the cell) or ``skip:<why>``."""
         if (key.cell.name, key.trial) in self.records:
             return "done"
+        if self.plan.schedule == "adaptive" and key.cell.name not in self.active_cells(key.trial):
+            return "stopped"
         stop = self.plan.stop_after
         if stop is not None:
             events = self._events.get(key.cell.name, 0)
@@ -525,7 +577,7 @@ class _Sweep:
         decision = self.coord.share(
             f"trial/{seq}/decision", lambda: self._decide(key), timeout_s=self.wait_s
         )
-        if decision == "done":
+        if decision in ("done", "stopped"):
             return
         if decision.startswith("skip:"):
             record = self._skip(key, decision[len("skip:") :]) if self.writer else None
@@ -749,6 +801,13 @@ def _sweep(
             except KeyboardInterrupt:
                 raise Interrupted("interrupted before the first trial", rd.path) from None
         return engine.run(done)
+
+
+def _metric(ds: Any, baseline: str) -> str:
+    """The value an adaptive sweep decides on: step times, or the wall clock when the
+    baseline has none (as :func:`aorta.matrix.summary.summarize` does)."""
+    steps = ds.step_time_ms.sel(cell=baseline)
+    return "step_time_ms" if bool(steps.notnull().any()) else "wall_clock_s"
 
 
 def _backend_for(prepared: Prepared, dist: DistEnv, backend: str | None) -> str | None:
