@@ -1,0 +1,197 @@
+"""Anytime-valid verdicts (aorta.matrix.sequential, compare(sequential=True)): coverage under
+continuous monitoring, symmetry, monotone decisions, and the frame."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import aorta
+from aorta.matrix import sequential as seq
+
+finite = st.floats(-0.5, 0.5, allow_nan=False, allow_infinity=False)
+log_ratios = st.lists(finite, min_size=2, max_size=30).map(np.array)
+outcomes = st.lists(st.booleans(), min_size=1, max_size=40).map(lambda v: np.array(v, bool))
+
+
+def _miss_rate(paths: np.ndarray, truth: float, *, alpha: float) -> float:
+    """Fraction of paths whose CS ever excludes ``truth`` (checked after every observation)."""
+    misses = 0
+    for path in paths:
+        t = seq.timing_sequence(path, threshold=1.15, alpha=alpha)
+        # The running intersection is checked at the end: it excludes the truth iff some
+        # prefix's interval did.
+        misses += not (t.low <= truth <= t.high)
+    return misses / len(paths)
+
+
+def test_timing_cs_covers_the_truth_under_continuous_monitoring():
+    # Gaussian log ratios (the model), small n and an unknown, unequal variance per path;
+    # alpha 0.2 so a modest number of paths measures the rate.
+    rng = np.random.default_rng(7)
+    alpha, sims = 0.2, 300
+    sd = rng.uniform(0.01, 0.2, sims)[:, None]
+    paths = 0.05 + sd * rng.standard_normal((sims, 30))
+    rate = _miss_rate(paths, 0.05, alpha=alpha)
+    assert rate <= alpha + 3 * math.sqrt(alpha * (1 - alpha) / sims)
+
+
+def test_failure_e_process_keeps_its_level_when_rates_are_equal():
+    rng = np.random.default_rng(3)
+    alpha, sims, false = 0.2, 300, 0
+    for _ in range(sims):
+        p = rng.uniform(0.05, 0.5)
+        f = seq.failure_sequence(rng.random(40) < p, rng.random(40) < p, alpha=alpha)
+        false += f.verdict in ("more", "fewer")
+    assert false / sims <= alpha + 3 * math.sqrt(alpha * (1 - alpha) / sims)
+
+
+def test_rate_difference_cs_covers_the_difference():
+    rng = np.random.default_rng(5)
+    alpha, sims, misses = 0.2, 150, 0
+    for _ in range(sims):
+        pc, pb = rng.uniform(0, 0.6, 2)
+        d = (rng.random(40) < pc).astype(float) - (rng.random(40) < pb)
+        lo, hi = seq.rate_difference_cs(d, alpha=alpha)
+        misses += not (lo <= pc - pb <= hi)
+    assert misses / sims <= alpha + 3 * math.sqrt(alpha * (1 - alpha) / sims)
+
+
+@settings(deadline=2000, max_examples=60)
+@given(log_ratios)
+def test_timing_is_mirrored_when_cell_and_baseline_swap(d):
+    a = seq.timing_sequence(d, threshold=1.15, family=3)
+    b = seq.timing_sequence(-d, threshold=1.15, family=3)
+    mirror = {"slower": "faster", "faster": "slower"}
+    assert b.difference == mirror.get(a.difference, a.difference)
+    assert b.band == a.band and b.settled_at == a.settled_at
+    assert b.low == pytest.approx(-a.high) and b.high == pytest.approx(-a.low)
+    assert b.p == pytest.approx(a.p)
+
+
+@settings(deadline=2000, max_examples=60)
+@given(outcomes, outcomes)
+def test_failures_are_mirrored_when_cell_and_baseline_swap(fc, fb):
+    a = seq.failure_sequence(fc, fb, family=2)
+    b = seq.failure_sequence(fb, fc, family=2)
+    mirror = {"more": "fewer", "fewer": "more"}
+    assert b.verdict == mirror.get(a.verdict, a.verdict)
+    assert b.how == mirror.get(a.how, a.how) and b.settled_at == a.settled_at
+    assert b.difference == pytest.approx(-a.difference)
+    assert b.low == pytest.approx(-a.high) and b.high == pytest.approx(-a.low)
+
+
+@settings(deadline=3000, max_examples=40)
+@given(log_ratios, st.integers(0, 2**31 - 1))
+def test_decisions_are_never_withdrawn_as_trials_come(d, seed):
+    # Called after every trial, a verdict once reached stays: `decided` is safe to act on.
+    rng = np.random.default_rng(seed)
+    fc, fb = rng.random(d.size) < 0.3, rng.random(d.size) < 0.1
+    base = np.full(d.size, 10.0)
+    cell = 10.0 * np.exp(d)
+    before = None
+    for n in range(2, d.size + 1):
+        r = seq.sequential_pair(cell[:n], fc[:n], base[:n], fb[:n], threshold=1.1, family=2)
+        if before is not None and before.decided:
+            assert r.decided
+            if before.timing.difference in ("slower", "faster"):
+                assert r.timing.difference == before.timing.difference
+            if before.failures.verdict in ("more", "fewer"):
+                assert r.failures.verdict == before.failures.verdict
+            assert r.timing.settled_at == before.timing.settled_at
+        before = r
+
+
+@settings(deadline=2000, max_examples=40)
+@given(st.floats(0.01, 3.0), st.integers(3, 60), st.floats(0.001, 0.3))
+def test_the_interval_edge_is_where_the_e_value_reaches_one_over_alpha(sd, n, alpha):
+    half = float(seq.t_mixture_halfwidth(np.array(sd), np.array(n), alpha=alpha))
+    if math.isinf(half):
+        return
+    log_e = float(seq.t_mixture_log_e(np.array(half), np.array(sd), np.array(n)))
+    assert log_e == pytest.approx(math.log(1 / alpha), rel=1e-6, abs=1e-9)
+
+
+def test_a_clear_effect_is_found_and_a_null_cell_is_settled_quickly():
+    rng = np.random.default_rng(11)
+    base = 10 * np.exp(rng.normal(0, 0.03, 12))
+    slow = 11 * np.exp(rng.normal(0, 0.03, 12))
+    ok = np.zeros(12, bool)
+    r = seq.sequential_pair(slow, ok, base, ok, threshold=1.15, family=9)
+    assert r.timing.difference == "slower" and r.decided
+    assert r.reason.startswith("slower after ")
+
+
+def test_undecided_cells_say_what_is_open():
+    base = np.array([10.0, 10.3, 9.6, 10.2, 9.9])
+    cell = np.array([10.6, 9.8, 10.9, 9.7, 10.4])
+    r = seq.sequential_pair(cell, np.zeros(5, bool), base, np.zeros(5, bool), threshold=1.02)
+    assert not r.decided
+    assert r.reason.endswith("undecided after 5 trials")
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"alpha": 1.5}, "alpha must be in (0, 1)"),
+        ({"threshold": 0.9}, "threshold must be > 1"),
+        ({"failure_margin": 0.0}, "failure_margin must be in (0, 1)"),
+    ],
+)
+def test_bad_options_are_named(kw, message):
+    x = np.ones(3)
+    opts = {"threshold": 1.15, **kw}
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        seq.sequential_pair(x, np.zeros(3, bool), x, np.zeros(3, bool), **opts)
+
+
+def _frame(seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    rows = []
+    for cell, ratio, fail in (("base", 1.0, 0.0), ("same", 1.0, 0.0), ("slow", 1.3, 0.0)):
+        for t in range(10):
+            if rng.random() < fail:
+                rows.append(
+                    {"cell": cell, "trial": t, "status": "workload_failed", "step_times_ms": []}
+                )
+                continue
+            level = 10 * ratio * float(np.exp(rng.normal(0, 0.02)))
+            rows.append(
+                {
+                    "cell": cell,
+                    "trial": t,
+                    "status": "ok",
+                    "step_times_ms": [30.0, 30.0, level, level],
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def test_compare_sequential_gives_the_verdict_columns_and_decided():
+    ds = aorta.from_trials(_frame(), baseline="base")
+    df = aorta.compare(ds, sequential=True)
+    assert list(df.columns[-3:]) == ["decided", "decided_after", "reason"]
+    assert df.loc["slow", "difference"] == "slower" and df.loc["slow", "band"] == "beyond band"
+    assert df.loc["same", "band"] == "within band"
+    assert df.loc["same", "failures_vs_baseline"] == "not significant"
+    assert bool(df["decided"].all())
+    assert df.loc["base", "reason"] == "baseline: every cell decided"
+    assert df.attrs["sequential"] is True and df.attrs["adjustment"] == "Bonferroni"
+    assert df.loc["slow", "p_adj"] == pytest.approx(min(1.0, 2 * df.loc["slow", "p"]))
+    with pytest.raises(ValueError, match="signature"):
+        aorta.compare(ds, sequential=True, signature="hang")
+
+
+def test_compare_sequential_is_the_same_whoever_is_called_what():
+    frame = _frame(3)
+    a = aorta.compare(aorta.from_trials(frame, baseline="base"), sequential=True)
+    renamed = frame.replace({"cell": {"same": "zzz", "slow": "aaa"}})
+    b = aorta.compare(aorta.from_trials(renamed, baseline="base"), sequential=True)
+    cols = ["difference", "band", "failures_vs_baseline", "decided", "reason"]
+    assert a.loc["same", cols].tolist() == b.loc["zzz", cols].tolist()
+    assert a.loc["slow", cols].tolist() == b.loc["aaa", cols].tolist()
