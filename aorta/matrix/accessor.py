@@ -80,6 +80,8 @@ class AortaAccessor:
         seed: int = stats.DEFAULT_SEED,
         resamples: int = stats.DEFAULT_RESAMPLES,
         signature: str | None = None,
+        sequential: bool = False,
+        failure_margin: float | None = None,
     ) -> pd.DataFrame:
         """Every cell against the baseline: :func:`aorta.compare`."""
         return compare(
@@ -94,6 +96,8 @@ class AortaAccessor:
             seed=seed,
             resamples=resamples,
             signature=signature,
+            sequential=sequential,
+            failure_margin=failure_margin,
         )
 
     def compare_to(self, reference: xr.Dataset, **kwargs: Any) -> pd.DataFrame:
