@@ -462,19 +462,26 @@ class _Sweep:
             raise Interrupted(
                 f"interrupted; resume with: aorta sweep resume {self.rd.path}", self.rd.path
             ) from None
-        except OSError as exc:
-            if exc.errno not in _NO_SPACE:
-                raise
+        except Exception as exc:
+            # Whatever stopped the loop (a full disk, a bug in handling a trial's files), the
+            # run is left resumable: `interrupted`, never `running` with no sweep behind it.
             procs.reap_all()
             if self.writer:
                 # The manifest is rewritten in place (a temporary copy may not fit any more).
-                with contextlib.suppress(OSError):
+                with contextlib.suppress(Exception):
                     self.rd.update_manifest(status="interrupted", finished_at=utc_now())
             self.reporter.close()
+            if isinstance(exc, OSError) and exc.errno in _NO_SPACE:
+                raise AortaError(
+                    f"{exc.filename or self.rd.path}: {os.strerror(exc.errno or 0)}; the run "
+                    f"stopped and is resumable once there is space: aorta sweep resume {self.rd.path}"
+                ) from None
+            if isinstance(exc, AortaError):
+                raise
             raise AortaError(
-                f"{exc.filename or self.rd.path}: {os.strerror(exc.errno or 0)}; the run stopped "
-                f"and is resumable once there is space: aorta sweep resume {self.rd.path}"
-            ) from None
+                f"the sweep stopped on an unexpected error ({type(exc).__name__}: {exc}); the "
+                f"run is resumable: aorta sweep resume {self.rd.path}"
+            ) from exc
         rows = self.write_matrix("complete")
         if self.writer:
             self.rd.update_manifest(status="complete", finished_at=utc_now())
