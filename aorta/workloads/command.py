@@ -199,7 +199,15 @@ class CommandWorkload(Workload):
         if not ctx.hang_after or ctx.isolated:
             return None
         logs = [self._art / name for name in ctx.log_names]
-        return HangWatch(self._proc.pid, logs, hang_after=ctx.hang_after, gpu=GpuProbe())
+        token = os.environ.get(envvars.TRIAL_TOKEN)  # the trial's overlay is in force here
+        return HangWatch(
+            self._proc.pid,
+            logs,
+            hang_after=ctx.hang_after,
+            folders=[self._art],
+            marker=f"{envvars.TRIAL_TOKEN}={token}" if token else None,
+            gpu=GpuProbe(),
+        )
 
     def run(self) -> WorkloadResult:
         finished = procs.run_with_deadline(
