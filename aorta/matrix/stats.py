@@ -50,11 +50,13 @@ from typing import Literal
 import numpy as np
 
 __all__ = [
+    "BOOTSTRAP_BLOCK",
     "DEFAULT_RESAMPLES",
     "DEFAULT_SEED",
     "EXACT_MAX_TOTAL",
     "EXACT_MAX_TRIALS",
     "MIN_TIMED",
+    "ORDER_STATISTIC_MIN",
     "PERMUTATION_RESAMPLES",
     "Band",
     "Difference",
@@ -85,6 +87,12 @@ __all__ = [
 
 #: Bootstrap resamples per group unless told otherwise.
 DEFAULT_RESAMPLES = 10_000
+#: Most bootstrap indices drawn at once (:func:`bootstrap_medians`): 2**24 16-bit indices,
+#: 32 MiB, whatever the trial count.
+BOOTSTRAP_BLOCK = 1 << 24
+#: From this many values on, :func:`bootstrap_medians` draws each resample's middle order
+#: statistics directly instead of its indices (2**15: where 16-bit indices end).
+ORDER_STATISTIC_MIN = 1 << 15
 #: Bootstrap seed unless told otherwise (recorded beside every result).
 DEFAULT_SEED = 0
 #: Permutations of the tie-aware Mann–Whitney fallback.
@@ -207,8 +215,17 @@ def bootstrap_medians(
 ) -> np.ndarray:
     """Medians of ``resamples`` bootstrap resamples (with replacement) of ``values``.
 
-    Each resample draws ``len(values)`` indices from ``rng``; the result does not depend on
-    the order of ``values``.
+    The result does not depend on the order of ``values``, and memory stays bounded at any
+    trial count:
+
+    * below :data:`ORDER_STATISTIC_MIN` values each resample draws ``len(values)`` indices
+      from ``rng``, in blocks of at most :data:`BOOTSTRAP_BLOCK` indices (32 MiB); the draws
+      are the same as one whole index matrix whenever that fits in one block
+      (``resamples * len(values) <= 2**24``), and otherwise follow the same distribution;
+    * from :data:`ORDER_STATISTIC_MIN` values on, the resample's two middle order statistics
+      are drawn directly: drawing an index is ``floor(n * U)``, so the k-th smallest index
+      is ``floor(n * U_(k))`` with ``U_(k) ~ Beta(k, n - k + 1)``, and the next one lies
+      ``Beta(1, n - k)`` of the way from it to 1. Same distribution, O(1) per resample.
 
     Examples
     --------
@@ -220,11 +237,32 @@ def bootstrap_medians(
     n = x.size
     if n == 0:
         return np.full(resamples, np.nan)
-    dtype = np.int16 if n < 2**15 else np.int64
-    idx = rng.integers(0, n, size=(resamples, n), dtype=dtype)
-    # x is sorted, so sorting the indices sorts each resample.
-    idx.sort(axis=1)
-    return (x[idx[:, (n - 1) // 2]] + x[idx[:, n // 2]]) / 2
+    lo, hi = (n - 1) // 2, n // 2
+    if n >= ORDER_STATISTIC_MIN:
+        return _order_statistic_medians(x, lo, hi, resamples, rng)
+    rows = max(1, BOOTSTRAP_BLOCK // n)
+    out = np.empty(resamples, dtype=float)
+    for start in range(0, resamples, rows):
+        k = min(rows, resamples - start)
+        idx = rng.integers(0, n, size=(k, n), dtype=np.int16)
+        # x is sorted, so the resample's order statistics are those of its indices: a
+        # partial sort (O(n) per row) puts the middle two in place.
+        idx.partition(sorted({lo, hi}), axis=1)
+        out[start : start + k] = (x[idx[:, lo]] + x[idx[:, hi]]) / 2
+    return out
+
+
+def _order_statistic_medians(
+    x: np.ndarray, lo: int, hi: int, resamples: int, rng: np.random.Generator
+) -> np.ndarray:
+    """The bootstrap medians of sorted ``x`` from the resamples' order statistics (see
+    :func:`bootstrap_medians`): O(resamples) time and memory whatever ``len(x)``."""
+    n = x.size
+    u_lo = rng.beta(lo + 1, n - lo, size=resamples)
+    u_hi = u_lo if hi == lo else u_lo + (1.0 - u_lo) * rng.beta(1, n - hi, size=resamples)
+    j_lo = np.minimum((u_lo * n).astype(np.int64), n - 1)
+    j_hi = np.minimum((u_hi * n).astype(np.int64), n - 1)
+    return (x[j_lo] + x[j_hi]) / 2
 
 
 def percentile_interval(samples: np.ndarray, *, alpha: float) -> tuple[float, float]:
@@ -562,13 +600,16 @@ class Group:
 
     ``values`` are the trial values that count for timing (NaN for a trial that counts but has
     no value; ±inf are counted in ``nonfinite`` and left out); ``failures`` of ``ran`` trials
-    failed. ``key`` names the group in messages only: the bootstrap stream comes from the data.
+    failed. ``negative`` counts values the caller left out as impossible for the metric
+    (negative times), said in the comparison's note. ``key`` names the group in messages
+    only: the bootstrap stream comes from the data.
     """
 
     key: str
     values: np.ndarray
     failures: int = 0
     ran: int = 0
+    negative: int = 0
 
     def finite(self) -> np.ndarray:
         v = np.asarray(self.values, dtype=float)
@@ -703,6 +744,7 @@ def _notes(
     *,
     n: tuple[int, int],
     nonfinite: tuple[int, int],
+    negative: tuple[int, int] = (0, 0),
     attainable: bool,
     min_p: float,
     level: float,
@@ -733,6 +775,11 @@ def _notes(
     if any(nonfinite):
         notes.append(
             f"non-finite values left out: {nonfinite[0]} (cell), {nonfinite[1]} (baseline)"
+        )
+    if any(negative):
+        notes.append(
+            f"negative times left out (not a duration: check the step-time source): "
+            f"{negative[0]} (cell), {negative[1]} (baseline)"
         )
     return "; ".join(notes)
 
@@ -821,6 +868,7 @@ def compare_groups(
                     x,
                     n=n,
                     nonfinite=(groups[c].nonfinite, groups[r].nonfinite),
+                    negative=(groups[c].negative, groups[r].negative),
                     attainable=attainable,
                     min_p=min_p,
                     level=level,
