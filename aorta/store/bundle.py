@@ -48,6 +48,7 @@ from typing import Any, Literal
 import yaml
 
 from aorta.errors import UsageError
+from aorta.recipe.limits import name_bytes_problem
 from aorta.store.hostenv import REDACTED
 from aorta.store.redact import Redactor
 from aorta.store.rundir import (
@@ -77,6 +78,9 @@ __all__ = [
 DEFAULT_MAX_SIZE = 512 * 1024**2
 #: What a file is to the bundle. ``core`` files always go in; the others while they fit.
 Kind = Literal["core", "log", "trace", "artifact"]
+#: JSON nested deeper than this is not parsed (a bundle must not die of recursion on a
+#: hostile artifact): the file is left out and listed in the manifest.
+MAX_JSON_DEPTH = 100
 _UNITS = {"": 1, "B": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
 _TEXT_SUFFIXES = frozenset(
@@ -260,9 +264,28 @@ def _secret_pairs(value: Any, redactor: Redactor) -> Iterator[str]:
 def _load(path: Path) -> Any:
     try:
         text = path.read_text(encoding="utf-8")
-        return json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (OSError, ValueError, yaml.YAMLError):
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (OSError, ValueError, yaml.YAMLError, RecursionError):
         return None
+    return None if _too_deep(data) else data
+
+
+def _too_deep(data: Any, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether parsed data nests lists and mappings more than ``limit`` deep (iteratively:
+    the check itself cannot overflow the stack)."""
+    todo = [(data, 0)]
+    while todo:
+        value, depth = todo.pop()
+        if isinstance(value, Mapping | list):
+            if depth >= limit:
+                return True
+            children = value.values() if isinstance(value, Mapping) else value
+            todo.extend((v, depth + 1) for v in children if isinstance(v, Mapping | list))
+    return False
+
+
+class _TooDeep(Exception):
+    pass
 
 
 def _run_redactor(
@@ -327,6 +350,10 @@ def _scrub_json(raw: str, redactor: Redactor) -> tuple[str, int] | None:
         data = json.loads(raw)
     except ValueError:
         return None
+    except RecursionError:
+        raise _TooDeep from None
+    if _too_deep(data):
+        raise _TooDeep
     data, n = redactor.data_counted(data)
     return json.dumps(data, indent=1, ensure_ascii=False) + "\n", n
 
@@ -385,6 +412,9 @@ def _entry(
     except _TooBig:
         why = f"decompresses past the size cap ({limit:,} bytes); raise --max-size to include it"
         return BundleEntry(rel, size, kind, False, None, why)
+    except _TooDeep:
+        why = f"JSON nested deeper than {MAX_JSON_DEPTH} levels: it cannot be scanned"
+        return BundleEntry(rel, size, kind, False, None, why)
     except (OSError, EOFError, gzip.BadGzipFile) as exc:
         return BundleEntry(rel, size, kind, False, None, f"unreadable ({suffixes}): {exc}")
     return BundleEntry(
@@ -441,7 +471,8 @@ def plan_bundle(
     Raises
     ------
     UsageError
-        ``run_dir`` is not a run directory, or ``max_size`` is not a size.
+        ``run_dir`` is not a run directory, ``max_size`` is not a size, or ``ticket`` is
+        longer than a file name allows (200 UTF-8 bytes, as a recipe's ``ticket``).
     """
     rd = RunDir.open(run_dir)
     cap = parse_size(max_size)
@@ -457,6 +488,9 @@ def plan_bundle(
     if ticket is None:
         manifest = rd.manifest()
         ticket = manifest.get("ticket") or "_no_ticket_"
+    problem = name_bytes_problem(_safe(str(ticket)))
+    if problem:
+        raise UsageError(f"--ticket {str(ticket)[:40]!r}…: {problem}")
     name = f"{_safe(str(ticket))}-{_stamp(now)}"
     entries: list[BundleEntry] = []
     heavy: list[tuple[str, Path, int, Kind]] = []
