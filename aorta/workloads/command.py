@@ -22,6 +22,7 @@ from aorta.run import procs
 from aorta.run.hang import GpuProbe, HangWatch
 from aorta.run.trial import TrialDeadline, TrialHang
 from aorta.run.workload import FailureDetail, Workload, WorkloadResult
+from aorta.store.rundir import TRACE_DIR
 
 #: The private file ``env_passthrough_mode: file`` writes the overlay to (``AORTA_ENV_FILE``).
 PROBE_ENV_FILE = "probe.env"
@@ -125,6 +126,13 @@ class CommandWorkload(Workload):
     description = "probe mode: run the command after '--'; its exit code is the verdict"
     default_steps = 1
     config_keys = frozenset({"cwd"})
+    # The command is the user's: aorta cannot profile inside it. Its traces count when it
+    # writes them where a trial's traces go.
+    collectors = frozenset()
+    collectors_hint = (
+        "the command must write its own torch.profiler traces into "
+        f"$AORTA_ARTIFACT_DIR/{TRACE_DIR}/ (rank<N>.pt.trace.json.gz) to have them collected"
+    )
 
     supports_docker = True
 
@@ -231,6 +239,15 @@ class CommandWorkload(Workload):
         details = (
             [] if code == 0 else [FailureDetail(f"the command exited {code}", hint=_hint(code))]
         )
+        warnings = []
+        traces = self._art / TRACE_DIR
+        if "torch_profiler" in self.context.collect and not (
+            traces.is_dir() and any(traces.iterdir())
+        ):
+            warnings.append(
+                f"collect: torch_profiler: the command wrote no trace into $AORTA_ARTIFACT_DIR/"
+                f"{TRACE_DIR}/ (aorta cannot profile inside a command; it must write its own)"
+            )
         return WorkloadResult(
             passed=code == 0,
             failure_details=details,
@@ -238,6 +255,7 @@ class CommandWorkload(Workload):
             elapsed_sec=time.monotonic() - self._start,
             executed_iterations=len(steps) or None,
             exit_code=code,
+            warnings=warnings,
             artifacts=dict(zip(("stdout", "stderr"), self.context.log_names, strict=True)),
         )
 
