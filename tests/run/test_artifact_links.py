@@ -70,7 +70,7 @@ def test_an_unexpected_error_handling_a_trials_files_leaves_the_run_resumable(
 
     monkeypatch.setattr(TrialRunner, "_artifacts", flaky)
     recipe = load_recipe_text(PROBE, command=["true"])
-    with pytest.raises(AortaError, match="unexpected error.*resumable: aorta sweep resume"):
+    with pytest.raises(AortaError, match=r"unexpected error.*resumable: aorta sweep resume"):
         sweep(recipe, output=tmp_path, progress="none")
     (run_dir,) = (tmp_path / "_no_ticket_" / "command").iterdir()
     manifest = json.loads((run_dir / "manifest.json").read_text())
