@@ -44,6 +44,7 @@ def test_matmul_asks_nothing_more_of_the_recipe():
     assert not [w for w in prepare(load_recipe_text(MATMUL)).warnings if "collect" in w]
 
 
+@pytest.mark.slow
 def test_command_says_the_command_must_write_the_traces(tmp_path, run_cli):
     recipe = tmp_path / "r.yaml"
     recipe.write_text(PROBE)
