@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import aorta
-from aorta.matrix import stats
+from aorta.matrix import bootstrap, stats
 
 
 def _one_matrix(values: np.ndarray, resamples: int, rng: np.random.Generator) -> np.ndarray:
@@ -59,7 +59,7 @@ def test_order_statistics_match_the_index_matrix_where_both_are_cheap(n):
     from scipy.stats import ks_2samp
 
     x = np.sort(np.random.default_rng(2).normal(size=n))
-    direct = stats._order_statistic_medians(
+    direct = bootstrap._order_statistic_medians(
         x, (n - 1) // 2, n // 2, 20_000, np.random.default_rng(3)
     )
     matrix = _one_matrix(x, 20_000, np.random.default_rng(4))
@@ -71,7 +71,7 @@ def test_order_statistics_match_the_index_matrix_where_both_are_cheap(n):
 def test_the_index_matrix_is_never_held_whole(monkeypatch, n):
     # 2,000 resamples: 64 MiB (16-bit) or 1 GiB (64-bit) of indices in one piece before; in
     # 2 MiB blocks below 2**15 trials here (2**24 indices, 32 MiB, by default), none above.
-    monkeypatch.setattr(stats, "BOOTSTRAP_BLOCK", 1 << 20)
+    monkeypatch.setattr(bootstrap, "BOOTSTRAP_BLOCK", 1 << 20)
     values = np.random.default_rng(0).normal(10.0, 1.0, size=n)
     tracemalloc.start()
     try:
