@@ -453,6 +453,7 @@ class _Sweep:
                 group = key.cell.name if sequential else key.trial
                 if nxt is None or group != (nxt.cell.name if sequential else nxt.trial):
                     self.write_matrix("running")
+            rows = self.write_matrix("complete")
         except KeyboardInterrupt:
             procs.reap_all()
             if self.writer:
@@ -482,7 +483,6 @@ class _Sweep:
                 f"the sweep stopped on an unexpected error ({type(exc).__name__}: {exc}); the "
                 f"run is resumable: aorta sweep resume {self.rd.path}"
             ) from exc
-        rows = self.write_matrix("complete")
         if self.writer:
             self.rd.update_manifest(status="complete", finished_at=utc_now())
         # Every rank exits like rank 0, so torchrun, srun and `aorta launch` see one answer.
