@@ -336,24 +336,40 @@ def status(
     run_dir: Annotated[Path, typer.Argument(help="A run directory.", file_okay=False, exists=True)],
     as_json: Json = False,
 ) -> int:
-    """Show how far a run got (from its manifest and trial records)."""
+    """Show how far a run got (from its manifest, its lock and its trial records).
+
+    A run whose manifest says ``running`` but whose sweep is gone (``kill -9``, a lost node)
+    shows as ``interrupted``, with the command that resumes it.
+    """
     rd = RunDir.open(run_dir)
     manifest = rd.manifest()
+    state, owner = rd.live_status()
     counts: dict[str, int] = {}
     for rec in rd.trial_records():
         counts[rec.status.value] = counts.get(rec.status.value, 0) + 1
     info = {
         "run_dir": str(rd.path),
-        "status": manifest.get("status"),
+        "status": state,
+        "manifest_status": manifest.get("status"),
+        "owner": owner,
         "n_trials": manifest.get("n_trials"),
         "recorded": sum(counts.values()),
         "statuses": counts,
     }
     if as_json:
         print(json.dumps(info, indent=2))
-    else:
-        done = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "none"
-        print(
-            f"{rd.path}: {info['status']} — {info['recorded']}/{info['n_trials']} trials recorded ({done})"
-        )
+        return ExitCode.OK
+    done = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "none"
+    why = ""
+    pid = (owner or {}).get("pid", manifest.get("pid"))
+    if state == "running" and owner and owner.get("alive") is None:
+        why = f" (pid {pid} on {owner.get('host')}; not checkable from this host)"
+    elif state == "running":
+        why = f" (pid {pid})"
+    elif state == "interrupted" and manifest.get("status") == "running":
+        why = f" (owner pid {pid} gone)"
+    line = f"{rd.path}: {state}{why} — {info['recorded']}/{info['n_trials']} trials recorded ({done})"
+    if state == "interrupted":
+        line += f" — resume with: aorta sweep resume {rd.path}"
+    print(line)
     return ExitCode.OK

@@ -1,0 +1,82 @@
+"""``aorta sweep status`` on a real sweep process: running while it lives, interrupted (with the
+resume command) once it was ``kill -9``-ed and its manifest still says ``running``."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from aorta.errors import ExitCode
+
+AORTA = str(Path(sys.executable).parent / "aorta")
+RECIPE = "mode: probe\nticket: STATUS\ntrials: 2\nmitigation_axis: [none]\n"
+
+
+def _wait_for(path: Path, deadline_s: float = 120.0) -> str:
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        if path.is_file() and path.read_text().strip():
+            return path.read_text().strip()
+        time.sleep(0.1)
+    raise AssertionError(f"{path} never appeared")
+
+
+@pytest.mark.slow
+def test_status_of_a_killed_sweep_says_interrupted_and_how_to_resume(tmp_path, run_cli):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(RECIPE)
+    marker = tmp_path / "trial.pid"
+    # The trial writes its pid, then sleeps: the sweep is mid-trial when it is killed.
+    sweep = subprocess.Popen(
+        [AORTA, "sweep", "run", "--recipe", str(recipe), "-o", str(tmp_path / "out"), "--"]
+        + ["bash", "-c", f'echo $$ > {marker}; exec sleep 120'],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    trial_pid = int(_wait_for(marker))
+    try:
+        (run_dir,) = (tmp_path / "out" / "STATUS" / "command").iterdir()
+        code, out, err = run_cli("sweep", "status", run_dir)
+        assert code == ExitCode.OK, err
+        assert f": running (pid {sweep.pid})" in out
+
+        sweep.send_signal(signal.SIGKILL)
+        sweep.wait(timeout=60)
+    finally:
+        sweep.kill()
+        sweep.wait()
+        try:
+            os.kill(trial_pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert json.loads((run_dir / "manifest.json").read_text())["status"] == "running"
+    assert (run_dir / "run.lock").exists()  # a kill -9 leaves the lock file behind
+
+    code, out, err = run_cli("sweep", "status", run_dir)
+    assert code == ExitCode.OK, err
+    assert f": interrupted (owner pid {sweep.pid} gone) — 0/2 trials recorded (none)" in out
+    assert out.strip().endswith(f"— resume with: aorta sweep resume {run_dir}")
+
+    code, out, _ = run_cli("sweep", "status", "--json", run_dir)
+    info = json.loads(out)
+    assert (info["status"], info["manifest_status"]) == ("interrupted", "running")
+    assert info["owner"]["pid"] == sweep.pid and info["owner"]["alive"] is False
+
+
+def test_status_of_a_run_nobody_holds_is_interrupted(tmp_path, run_cli):
+    # A manifest left at "running" with no lock file at all (deleted, or never taken).
+    from aorta.store.rundir import RunDir
+
+    rd = RunDir.create(tmp_path, ticket=None, workload="command")
+    rd.update_manifest(status="running", pid=999_999_999, n_trials=3)
+    code, out, _ = run_cli("sweep", "status", rd.path)
+    assert code == ExitCode.OK
+    assert ": interrupted (owner pid 999999999 gone) — 0/3 trials recorded (none)" in out
+    assert "resume with: aorta sweep resume" in out
