@@ -11,7 +11,7 @@ import os
 import sys
 import warnings
 from collections.abc import Sequence
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 from typer import _click as click  # typer vendors click; its exceptions are the ones raised
@@ -38,6 +38,32 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from aorta import __version__
+
+        print(f"aorta {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            "-V",
+            help="Print aorta's version and exit.",
+            callback=_print_version,
+            is_eager=True,
+        ),
+    ] = False,
+) -> None:
+    """Triage GPU training problems: sweep mitigations, compare cells, analyse traces."""
+
+
 app.add_typer(_recipe.app, name="recipe")
 app.add_typer(_sweep.app, name="sweep")
 app.add_typer(_trace.app, name="trace")
@@ -78,6 +104,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except AortaError as exc:
         _error(str(exc))
         return int(exc.exit_code)
+    except click.exceptions.NoArgsIsHelpError:
+        return int(ExitCode.USAGE)  # `aorta` or `aorta sweep` alone: the help was the answer
     except click.exceptions.UsageError as exc:
         hint = (
             f" (see 'aorta {' '.join(exc.ctx.command_path.split()[1:])} --help')" if exc.ctx else ""
