@@ -11,7 +11,7 @@ import typer
 from aorta import envvars
 from aorta.errors import ExitCode, UsageError
 from aorta.recipe.flags import recipe_from_flags, split_axis
-from aorta.recipe.schema import Recipe
+from aorta.recipe.schema import COMMAND_PENDING, Recipe, load_recipe_pending_command
 from aorta.store.rundir import RunDir
 
 from ._options import Json, MitigationsFiles, Verbose
@@ -196,6 +196,10 @@ def run(
         raise UsageError(
             "--dry-run needs --recipe or flag mode (a resumed run's plan is in its recipe.resolved.yaml)"
         )
+    pending = False
+    if not isinstance(recipe, Recipe):
+        # A probe recipe's plan can be shown before its command is known (it comes after '--').
+        recipe, pending = load_recipe_pending_command(recipe, command=command or None)
     prepared = preparing.prepare(
         recipe,
         command=command or None,
@@ -206,11 +210,11 @@ def run(
     )
     warnings = prepared.warnings
     if as_json:
+        # The text plan says so in its command line; JSON's command is null, with the reason.
+        notes = [*warnings, *([f"command: {COMMAND_PENDING}"] if pending else [])]
         print(
             json.dumps(
-                console.plan_to_dict(
-                    prepared.plan, isolation=prepared.isolation, warnings=warnings
-                ),
+                console.plan_to_dict(prepared.plan, isolation=prepared.isolation, warnings=notes),
                 indent=2,
             )
         )

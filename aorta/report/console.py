@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 
 from aorta.recipe.plan import Plan
+from aorta.recipe.schema import COMMAND_PENDING
 from aorta.report.comparison import comparison_json, p_text, verdict_text
 from aorta.store.record import TrialRecord, TrialStatus
 
@@ -59,6 +60,8 @@ def format_plan(plan: Plan, *, isolation: str | None = None, warnings: Sequence[
     ]
     if plan.command:
         head.append(f"  command: {shlex.join(plan.command)}")
+    elif r.mode == "probe":
+        head.append(f"  command: {COMMAND_PENDING}")
     width = max((len(c.name) for c in plan.cells), default=4)
     lines = []
     for c in plan.cells:
