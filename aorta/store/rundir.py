@@ -352,6 +352,22 @@ class RunDir:
                 done[(rec.cell, rec.trial)] = rec
         return done
 
+    def has_traces(self) -> bool:
+        """Whether any trial left a profiler trace (a file in ``cells/*/trial_*/trace/``)."""
+        return any(p.is_file() for p in self.cells_dir.glob(f"*/trial_*/{TRACE_DIR}/*"))
+
+    def collects_traces(self) -> bool:
+        """Whether any planned cell asked for ``torch_profiler`` (its ``cell.json``)."""
+        for path in self.cells_dir.glob(f"*/{CELL_JSON}"):
+            try:
+                collect = json.loads(path.read_text()).get("collect") or []
+            except (OSError, ValueError, AttributeError):
+                continue
+            names = [c.get("name") if isinstance(c, dict) else c for c in collect]
+            if "torch_profiler" in names:
+                return True
+        return False
+
     # -- the lock ------------------------------------------------------------------------------
 
     @contextlib.contextmanager

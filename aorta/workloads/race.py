@@ -65,6 +65,7 @@ class RaceWorkload(Workload):
     name = "race"
     description = "collective integrity: FSDP/DDP-like traffic over checksummed deterministic data"
     launch_mode = "distributed"
+    records_traces = True
     min_world_size = 2
     default_isolation = "process"
     required_isolation = "process"
