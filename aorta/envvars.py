@@ -24,9 +24,9 @@ __all__ = [
     "LAUNCHER_IDENTITY",
     "LAUNCHER_IDENTITY_PREFIXES",
     "LAUNCH_PROVIDED",
+    "control_problem",
     "env_problems",
     "is_reserved_env_name",
-    "control_problem",
     "name_problem",
     "value_problem",
 ]
@@ -257,7 +257,12 @@ def name_problem(name: object, *, allow: Collection[str] = ()) -> str | None:
     return None
 
 
-_CONTROL_NAMES = {"\t": "a tab", "\n": "a line break", "\r": "a carriage return", "\x1b": "an escape"}
+_CONTROL_NAMES = {
+    "\t": "a tab",
+    "\n": "a line break",
+    "\r": "a carriage return",
+    "\x1b": "an escape",
+}
 
 
 def control_problem(value: str, *, allow: str = "") -> str | None:

@@ -16,6 +16,7 @@ from typing import Annotated, Any
 import typer
 from typer import _click as click  # typer vendors click; its exceptions are the ones raised
 
+from aorta import __version__
 from aorta.errors import AortaError, ExitCode, RecordWarning, TraceWarning
 
 from . import bundle as _bundle
@@ -42,8 +43,6 @@ app = typer.Typer(
 
 def _print_version(value: bool) -> None:
     if value:
-        from aorta import __version__
-
         print(f"aorta {__version__}")
         raise typer.Exit()
 

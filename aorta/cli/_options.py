@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from aorta import envvars
+from aorta.run.profiler import no_traces_hint
 
 MitigationsFiles = Annotated[
     list[Path] | None,
@@ -33,7 +34,5 @@ Json = Annotated[
 def traces_missing(runs: Sequence[Path]) -> list[str]:
     """For each run directory without any profiler trace, the line that says how to get some
     (``--traces``, ``--explain``); empty when every run has traces."""
-    from aorta.run.profiler import no_traces_hint
-
     hints = [no_traces_hint(run) for run in runs if (Path(run) / "cells").is_dir()]
     return [h for h in hints if h]

@@ -372,7 +372,9 @@ def status(
         why = f" (pid {pid})"
     elif state == "interrupted" and manifest.get("status") == "running":
         why = f" (owner pid {pid} gone)"
-    line = f"{rd.path}: {state}{why} — {info['recorded']}/{info['n_trials']} trials recorded ({done})"
+    line = (
+        f"{rd.path}: {state}{why} — {info['recorded']}/{info['n_trials']} trials recorded ({done})"
+    )
     if state == "interrupted":
         line += f" — resume with: aorta sweep resume {rd.path}"
     print(line)

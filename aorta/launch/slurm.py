@@ -67,10 +67,8 @@ def _slurm(*argv: str, timeout: float = 60.0) -> str:
 def check_request(
     *, nodes: int | None, partition: str | None, time_limit: str | None, dry_run: bool = False
 ) -> None:
-    """Refuse, before anything is submitted, what Slurm would refuse or what cannot run.
-
-    ``dry_run`` (print the script, submit nothing) checks only what needs no Slurm: it works
-    on a machine without the client tools or a reachable controller.
+    """Refuse, before anything is submitted, what Slurm would refuse or what cannot run
+    (``dry_run``: only what needs no Slurm tools or controller).
 
     >>> check_request(nodes=2, partition=None, time_limit="1:2:3:4")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
@@ -173,10 +171,7 @@ def _outcome(node: Node, ndir: Path, state: str, meta: dict[str, Any]) -> NodeOu
 def run_in_job(staging: Path, emit: EventSink) -> int:
     """The batch script's step: the srun step, then ``env.sh`` removed; srun's exit code."""
     if "SLURM_JOB_ID" not in os.environ or not (staging / JOB_FILE).is_file():
-        raise UsageError(
-            f"--in-job {staging}: runs only inside the batch job `aorta launch --slurm` "
-            f"submitted (needs SLURM_JOB_ID and {staging / JOB_FILE})"
-        )
+        raise UsageError(f"--in-job {staging}: only inside the job `aorta launch --slurm` submits")
     code = _start_step(staging, emit).wait()
     _drop_env(staging)
     return code
@@ -214,9 +209,6 @@ class SlurmJob:
         tasks = int(spec.nproc_per_node or 1) if self.srun_ranks else 1
         head = [f"--job-name=aorta-{self.run_id}", f"--nodes={nodes}", f"--ntasks-per-node={tasks}"]
         head += [*options, f"--output={self.staging}/slurm-%j.out"]
-        for option in head:  # one #SBATCH line each: a line break would start a shell line
-            if problem := envvars.control_problem(option):
-                raise UsageError(f"sbatch option {option!r}: {problem}")
         step = [sys.executable, "-m", "aorta", "launch", "--slurm", "--in-job", str(self.staging)]
         return sbatch_script(head, step, run_id=self.run_id, cwd=os.getcwd())
 

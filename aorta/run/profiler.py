@@ -125,7 +125,11 @@ def no_traces_hint(run_dir: str | Path, *, catalog: WorkloadCatalog | None = Non
                 able.append(name)
         except AortaError:  # a broken plugin: not one to recommend
             continue
-    which = f"workloads that record traces: {', '.join(able)}" if able else "no installed workload records traces"
+    which = (
+        f"workloads that record traces: {', '.join(able)}"
+        if able
+        else "no installed workload records traces"
+    )
     if rd.collects_traces():
         return (
             f"no profiler traces in {rd.path}: its cells collect torch_profiler, but no trial wrote "

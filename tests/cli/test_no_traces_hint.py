@@ -35,8 +35,11 @@ def _one_error(err: str) -> str:
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("argv", "flag"),
-    [(["--traces"], "--traces"), (["--traces", "--metric", "idle_ms"], "--traces"),
-     (["--explain", "xnack-none"], "--explain")],
+    [
+        (["--traces"], "--traces"),
+        (["--traces", "--metric", "idle_ms"], "--traces"),
+        (["--explain", "xnack-none"], "--explain"),
+    ],
 )
 def test_compare_without_traces_says_how_to_record_them(untraced_run, run_cli, argv, flag):
     code, out, err = run_cli("compare", untraced_run, *argv)
@@ -49,7 +52,7 @@ def test_compare_without_traces_says_how_to_record_them(untraced_run, run_cli, a
 
 @pytest.mark.slow
 def test_report_traces_writes_the_report_and_warns(untraced_run, run_cli):
-    code, out, err = run_cli("report", untraced_run, "--traces", "--resamples", "200")
+    code, _out, err = run_cli("report", untraced_run, "--traces", "--resamples", "200")
     assert code == ExitCode.OK, err
     assert (untraced_run / "report" / "report.md").is_file()
     assert "warning: --traces: no profiler traces in" in err

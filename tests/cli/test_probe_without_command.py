@@ -18,7 +18,7 @@ def test_recipe_show_resolved_prints_a_probe_recipe_without_command(run_cli, wri
     path = write("probe.yaml", PROBE)
     code, out, err = run_cli("recipe", "show", "--resolved", path)
     assert code == ExitCode.OK, err
-    first, *rest = out.splitlines()
+    first = out.splitlines()[0]
     assert first.startswith("# command: none yet") and AFTER_DASHES in first
     data = yaml.safe_load(out)  # still a recipe: the note is a comment
     assert data["command"] is None and data["mitigation_axis"] == ["none", "xnack"]
@@ -32,8 +32,12 @@ def test_recipe_show_plain(run_cli, write):
     code, out, _ = run_cli("recipe", "show", write("probe.yaml", PROBE))
     assert code == ExitCode.OK
     assert AFTER_DASHES in out.splitlines()[0]
-    assert yaml.safe_load(out) == {"mode": "probe", "ticket": "T-1", "trials": 3,
-                                   "mitigation_axis": ["none", "xnack"]}
+    assert yaml.safe_load(out) == {
+        "mode": "probe",
+        "ticket": "T-1",
+        "trials": 3,
+        "mitigation_axis": ["none", "xnack"],
+    }
 
 
 def test_dry_run_shows_the_plan_of_a_probe_recipe_without_command(run_cli, write, tmp_path):

@@ -3,6 +3,7 @@ resume command) once it was ``kill -9``-ed and its manifest still says ``running
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -35,8 +36,19 @@ def test_status_of_a_killed_sweep_says_interrupted_and_how_to_resume(tmp_path, r
     marker = tmp_path / "trial.pid"
     # The trial writes its pid, then sleeps: the sweep is mid-trial when it is killed.
     sweep = subprocess.Popen(
-        [AORTA, "sweep", "run", "--recipe", str(recipe), "-o", str(tmp_path / "out"), "--"]
-        + ["bash", "-c", f'echo $$ > {marker}; exec sleep 120'],
+        [
+            AORTA,
+            "sweep",
+            "run",
+            "--recipe",
+            str(recipe),
+            "-o",
+            str(tmp_path / "out"),
+            "--",
+            "bash",
+            "-c",
+            f"echo $$ > {marker}; exec sleep 120",
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -52,10 +64,8 @@ def test_status_of_a_killed_sweep_says_interrupted_and_how_to_resume(tmp_path, r
     finally:
         sweep.kill()
         sweep.wait()
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(trial_pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
     assert json.loads((run_dir / "manifest.json").read_text())["status"] == "running"
     assert (run_dir / "run.lock").exists()  # a kill -9 leaves the lock file behind
 

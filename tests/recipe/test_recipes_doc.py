@@ -39,9 +39,7 @@ def _names(rows: list[list[str]]) -> list[str]:
     return [name for row in rows for name in re.findall(r"`([^`]+)`", row[0])]
 
 
-@pytest.mark.parametrize(
-    ("heading", "model"), [("## Fields", Recipe), ("### Cells", CellSpec)]
-)
+@pytest.mark.parametrize(("heading", "model"), [("## Fields", Recipe), ("### Cells", CellSpec)])
 def test_one_row_per_field_and_every_field_documented(heading: str, model: type[BaseModel]):
     rows, after = _table(heading)
     names = _names(rows)

@@ -27,7 +27,9 @@ def test_a_recipe_env_value_with_a_control_character_is_refused(
     tmp_path, run_cli, write, value, said
 ):
     path = write("r.yaml", f'mode: probe\nmitigation_axis: [none]\nextra_env: {{X: "{value}"}}\n')
-    code, out, err = run_cli("sweep", "run", "--recipe", path, "-o", tmp_path / "out", "--", "true")
+    code, _out, err = run_cli(
+        "sweep", "run", "--recipe", path, "-o", tmp_path / "out", "--", "true"
+    )
     assert code == ExitCode.USAGE, err
     (line,) = err.splitlines()
     assert line.startswith("Error: ") and said in line
