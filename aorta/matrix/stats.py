@@ -50,7 +50,6 @@ from typing import Literal
 import numpy as np
 
 __all__ = [
-    "BOOTSTRAP_BLOCK",
     "DEFAULT_RESAMPLES",
     "DEFAULT_SEED",
     "EXACT_MAX_TOTAL",
@@ -86,9 +85,6 @@ __all__ = [
 
 #: Bootstrap resamples per group unless told otherwise.
 DEFAULT_RESAMPLES = 10_000
-#: Most bootstrap indices drawn at once (:func:`bootstrap_medians`): 2**24, i.e. 32 MiB of
-#: 16-bit or 128 MiB of 64-bit indices, whatever the trial count.
-BOOTSTRAP_BLOCK = 1 << 24
 #: Bootstrap seed unless told otherwise (recorded beside every result).
 DEFAULT_SEED = 0
 #: Permutations of the tie-aware Mann–Whitney fallback.
@@ -212,12 +208,7 @@ def bootstrap_medians(
     """Medians of ``resamples`` bootstrap resamples (with replacement) of ``values``.
 
     Each resample draws ``len(values)`` indices from ``rng``; the result does not depend on
-    the order of ``values``. Memory is bounded at any trial count: the index matrix is drawn
-    in blocks of rows of at most :data:`BOOTSTRAP_BLOCK` indices (one block when
-    ``resamples * len(values)`` fits, as before). Blocks draw the same stream as one matrix
-    for 64-bit indices (``len(values) >= 2**15``); below that, where a block is needed
-    (``len(values) > BOOTSTRAP_BLOCK / resamples``), the draws differ from one matrix (the
-    16-bit draws are buffered per call) but follow the same distribution.
+    the order of ``values``.
 
     Examples
     --------
@@ -230,17 +221,10 @@ def bootstrap_medians(
     if n == 0:
         return np.full(resamples, np.nan)
     dtype = np.int16 if n < 2**15 else np.int64
-    lo, hi = (n - 1) // 2, n // 2
-    rows = max(1, BOOTSTRAP_BLOCK // n)
-    out = np.empty(resamples, dtype=float)
-    for start in range(0, resamples, rows):
-        k = min(rows, resamples - start)
-        idx = rng.integers(0, n, size=(k, n), dtype=dtype)
-        # x is sorted, so the resample's order statistics are those of its indices:
-        # a partial sort (O(n) per row) finds the middle two.
-        idx.partition((lo, hi) if lo != hi else lo, axis=1)
-        out[start : start + k] = (x[idx[:, lo]] + x[idx[:, hi]]) / 2
-    return out
+    idx = rng.integers(0, n, size=(resamples, n), dtype=dtype)
+    # x is sorted, so sorting the indices sorts each resample.
+    idx.sort(axis=1)
+    return (x[idx[:, (n - 1) // 2]] + x[idx[:, n // 2]]) / 2
 
 
 def percentile_interval(samples: np.ndarray, *, alpha: float) -> tuple[float, float]:
@@ -578,16 +562,13 @@ class Group:
 
     ``values`` are the trial values that count for timing (NaN for a trial that counts but has
     no value; ±inf are counted in ``nonfinite`` and left out); ``failures`` of ``ran`` trials
-    failed. ``negative`` counts values the caller left out as impossible for the metric
-    (negative times), said in the comparison's note. ``key`` names the group in messages
-    only: the bootstrap stream comes from the data.
+    failed. ``key`` names the group in messages only: the bootstrap stream comes from the data.
     """
 
     key: str
     values: np.ndarray
     failures: int = 0
     ran: int = 0
-    negative: int = 0
 
     def finite(self) -> np.ndarray:
         v = np.asarray(self.values, dtype=float)
@@ -722,7 +703,6 @@ def _notes(
     *,
     n: tuple[int, int],
     nonfinite: tuple[int, int],
-    negative: tuple[int, int] = (0, 0),
     attainable: bool,
     min_p: float,
     level: float,
@@ -753,11 +733,6 @@ def _notes(
     if any(nonfinite):
         notes.append(
             f"non-finite values left out: {nonfinite[0]} (cell), {nonfinite[1]} (baseline)"
-        )
-    if any(negative):
-        notes.append(
-            f"negative times left out (not a duration: check the step-time source): "
-            f"{negative[0]} (cell), {negative[1]} (baseline)"
         )
     return "; ".join(notes)
 
@@ -846,7 +821,6 @@ def compare_groups(
                     x,
                     n=n,
                     nonfinite=(groups[c].nonfinite, groups[r].nonfinite),
-                    negative=(groups[c].negative, groups[r].negative),
                     attainable=attainable,
                     min_p=min_p,
                     level=level,

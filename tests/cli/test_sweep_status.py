@@ -8,15 +8,14 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from aorta.errors import ExitCode
+from tests.processes import AORTA
 
-AORTA = str(Path(sys.executable).parent / "aorta")
 RECIPE = "mode: probe\nticket: STATUS\ntrials: 2\nmitigation_axis: [none]\n"
 
 
