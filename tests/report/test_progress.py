@@ -49,6 +49,7 @@ def test_unknown_progress_mode_is_refused_before_anything_runs(tmp_path, mode):
     assert not (tmp_path / "out").exists()  # no run directory was started
 
 
+@pytest.mark.slow
 def test_progress_none_prints_nothing(tmp_path, capsys):
     recipe = load_recipe_text("cells: [{name: base, mitigations: [none]}]", command=["true"])
     result = aorta.sweep(recipe, output=tmp_path / "out", progress="none")
