@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from aorta.errors import ExitCode, RecipeError
-from aorta.recipe.schema import COMMAND_PENDING, load_recipe_pending_command
+from aorta.recipe.schema import load_recipe_pending_command
 
 from ._options import MitigationsFiles
 
@@ -64,6 +64,8 @@ def show(
 
     recipe, pending = load_recipe_pending_command(file)
     if pending:
+        from aorta.report.console import COMMAND_PENDING
+
         print(f"# command: {COMMAND_PENDING}")
     if resolved:
         sys.stdout.write(recipes.dump_recipe(recipe))

@@ -11,7 +11,7 @@ import typer
 from aorta import envvars
 from aorta.errors import ExitCode, UsageError
 from aorta.recipe.flags import recipe_from_flags, split_axis
-from aorta.recipe.schema import COMMAND_PENDING, Recipe, load_recipe_pending_command
+from aorta.recipe.schema import Recipe, load_recipe_pending_command
 from aorta.store.rundir import RunDir
 
 from ._options import Json, MitigationsFiles, Verbose
@@ -211,7 +211,7 @@ def run(
     warnings = prepared.warnings
     if as_json:
         # The text plan says so in its command line; JSON's command is null, with the reason.
-        notes = [*warnings, *([f"command: {COMMAND_PENDING}"] if pending else [])]
+        notes = [*warnings, *([f"command: {console.COMMAND_PENDING}"] if pending else [])]
         print(
             json.dumps(
                 console.plan_to_dict(prepared.plan, isolation=prepared.isolation, warnings=notes),

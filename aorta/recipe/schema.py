@@ -727,10 +727,6 @@ _NO_COMMAND = (
     "a probe recipe runs a command in every trial and none was given: put it after "
     "'--', as in: aorta sweep run --recipe R -- cmd args… (or set command: [argv] in the recipe)"
 )
-#: What a plan or a printed recipe says in place of a probe recipe's command still to come.
-COMMAND_PENDING = (
-    "none yet: a probe recipe's command comes after '--' (aorta sweep run --recipe R -- cmd args…)"
-)
 
 
 def _cross_check(recipe: Recipe, command: list[str] | None) -> list[Problem]:

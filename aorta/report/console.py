@@ -14,11 +14,15 @@ from typing import Any
 import pandas as pd
 
 from aorta.recipe.plan import Plan
-from aorta.recipe.schema import COMMAND_PENDING
 from aorta.report.comparison import comparison_json, p_text, verdict_text
 from aorta.store.record import TrialRecord, TrialStatus
 
 __all__ = ["format_plan", "format_summary", "plan_to_dict", "summary_to_dict"]
+
+#: What a plan or a printed recipe says in place of a probe recipe's command still to come.
+COMMAND_PENDING = (
+    "none yet: a probe recipe's command comes after '--' (aorta sweep run --recipe R -- cmd args…)"
+)
 
 
 def _fmt_env(env: dict[str, str]) -> str:

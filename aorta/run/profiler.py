@@ -106,13 +106,13 @@ def no_traces_hint(run_dir: str | Path, *, catalog: WorkloadCatalog | None = Non
 
     ``--traces`` and ``--explain`` read the traces a trial's ``torch_profiler`` collector wrote;
     a run without any gets one line that says how to record them: ``collect:
-    [torch_profiler]`` in the recipe, with a workload that records traces (named from the
-    installed workloads' ``records_traces``).
+    [torch_profiler]`` in the recipe, with a workload that records traces (the installed
+    workloads whose ``collectors`` hold ``torch_profiler``).
 
     >>> import tempfile
     >>> rd = RunDir.create(tempfile.mkdtemp(), ticket=None, workload="matmul")
     >>> print(no_traces_hint(rd.path))  # doctest: +ELLIPSIS
-    no profiler traces in ...: add `collect: [torch_profiler]` to the recipe ... (workloads that record traces: race, training)
+    no profiler traces in ...: add `collect: [torch_profiler]` to the recipe ... (workloads that record traces: ...)
     """
     rd = RunDir(run_dir)
     if rd.has_traces():
@@ -121,7 +121,7 @@ def no_traces_hint(run_dir: str | Path, *, catalog: WorkloadCatalog | None = Non
     able = []
     for name in catalog.names():
         try:
-            if catalog.get(name).records_traces:
+            if "torch_profiler" in (getattr(catalog.get(name), "collectors", None) or ()):
                 able.append(name)
         except AortaError:  # a broken plugin: not one to recommend
             continue

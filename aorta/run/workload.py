@@ -192,9 +192,6 @@ class Workload:
     default_steps: ClassVar[int] = 10
     #: Whether the workload can run cells whose environment is a docker image.
     supports_docker: ClassVar[bool] = False
-    #: Whether the workload writes profiler traces when a cell has ``collect: [torch_profiler]``
-    #: (:class:`~aorta.run.profiler.StepProfiler`); what a hint about missing traces names.
-    records_traces: ClassVar[bool] = False
     #: Config keys the workload understands; others are reported as warnings. ``None``: any.
     config_keys: ClassVar[frozenset[str] | None] = None
 

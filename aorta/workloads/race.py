@@ -65,11 +65,11 @@ class RaceWorkload(Workload):
     name = "race"
     description = "collective integrity: FSDP/DDP-like traffic over checksummed deterministic data"
     launch_mode = "distributed"
-    records_traces = True
     min_world_size = 2
     default_isolation = "process"
     required_isolation = "process"
     default_steps = 10
+    collectors = frozenset({"torch_profiler"})
     config_keys = frozenset(
         {
             "mode",

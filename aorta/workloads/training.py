@@ -21,10 +21,10 @@ class TrainingWorkload(Workload):
     name = "training"
     description = "DDP or FSDP steps of a small model: step times and a finite-loss check"
     launch_mode = "distributed"
-    records_traces = True
     min_world_size = 1
     default_isolation = "process"
     default_steps = 8
+    collectors = frozenset({"torch_profiler"})
     config_keys = frozenset(
         {"mode", "model_dim", "num_layers", "batch_size", "lr", "dtype", "warmup_steps"}
     )
