@@ -89,3 +89,19 @@ def test_status_of_a_run_nobody_holds_is_interrupted(tmp_path, run_cli):
     assert code == ExitCode.OK
     assert ": interrupted (owner pid 999999999 gone) — 0/3 trials recorded (none)" in out
     assert "resume with: aorta sweep resume" in out
+
+
+def test_a_recycled_pid_that_holds_no_lock_is_not_the_owner(tmp_path, run_cli):
+    # The lock file names a live process (this one) that never took the lock: a pid reused
+    # after the sweep died. The kernel lock decides, not the pid.
+    from aorta.store.rundir import LOCK, RunDir
+
+    rd = RunDir.create(tmp_path, ticket=None, workload="command")
+    rd.update_manifest(status="running", n_trials=1)
+    (rd.path / LOCK).write_text(json.dumps({"host": os.uname().nodename, "pid": os.getpid()}))
+    assert rd.live_status() == ("interrupted", {**rd.owner(), "alive": False})
+    code, out, _ = run_cli("sweep", "status", rd.path)
+    assert code == ExitCode.OK and f"interrupted (owner pid {os.getpid()} gone)" in out
+    with rd.lock():  # now this process holds it: running
+        assert rd.live_status()[0] == "running"
+        assert run_cli("sweep", "status", rd.path)[1].startswith(f"{rd.path}: running (pid ")
