@@ -13,6 +13,7 @@ from typing import IO, Any, Literal, get_args
 
 from aorta.errors import UsageError
 from aorta.store.record import TrialRecord
+from aorta.text import printable
 
 __all__ = ["LineReporter", "NullReporter", "Reporter", "check_progress", "choose_reporter"]
 
@@ -25,7 +26,7 @@ def _trial_line(cell: str, trial: int, record: TrialRecord) -> str:
     text = f"{cell} trial {trial}: {record.status.value} ({wall})"
     if record.error:
         text += f" — {record.error[:160]}"
-    return text
+    return printable(text)  # an error may quote a trial's log
 
 
 class Reporter:
@@ -103,7 +104,7 @@ class LineReporter(Reporter):
             self._print(f"[{self._n}/{self._total}] {cell}: {text}")
 
     def message(self, text: str) -> None:
-        self._print(text)
+        self._print(printable(text))
 
 
 class RichReporter(Reporter):
@@ -147,7 +148,7 @@ class RichReporter(Reporter):
             )
 
     def message(self, text: str) -> None:
-        self.progress.console.print(text, markup=False, highlight=False)
+        self.progress.console.print(printable(text), markup=False, highlight=False)
 
     def close(self) -> None:
         self.progress.stop()
@@ -175,7 +176,7 @@ class TqdmReporter(Reporter):
 
     def message(self, text: str) -> None:
         if self._bar is not None:
-            self._bar.write(text)
+            self._bar.write(printable(text))
 
     def close(self) -> None:
         if self._bar is not None:

@@ -63,8 +63,8 @@ def test_report_traces_writes_the_report_and_warns(untraced_run, run_cli):
 def test_a_run_with_a_trace_gets_no_hint(tmp_path):
     rd = RunDir.create(tmp_path, ticket=None, workload="training")
     assert no_traces_hint(rd.path) is not None
-    trace = rd.trace_path("base", 0, 0)
-    trace.parent.mkdir(parents=True)
+    folder = rd.trace_dir("base", 0)
+    folder.mkdir(parents=True)
     source = next(p for p in sorted(TRACES.rglob("*.json*")) if p.is_file())
-    shutil.copyfile(source, trace.with_name(trace_file_name(0)))
+    shutil.copyfile(source, folder / trace_file_name(0))
     assert no_traces_hint(rd.path) is None
