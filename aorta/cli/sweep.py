@@ -196,12 +196,14 @@ def run(
         raise UsageError(
             "--dry-run needs --recipe or flag mode (a resumed run's plan is in its recipe.resolved.yaml)"
         )
-    pending = False
-    if not isinstance(recipe, Recipe):
-        # A probe recipe's plan can be shown before its command is known (it comes after '--').
-        recipe, pending = load_recipe_pending_command(recipe, command=command or None)
+    # A probe recipe's plan can be shown before its command is known (it comes after '--').
+    shown, pending = (
+        (recipe, False)
+        if isinstance(recipe, Recipe)
+        else load_recipe_pending_command(recipe, command=command or None)
+    )
     prepared = preparing.prepare(
-        recipe,
+        shown,
         command=command or None,
         ticket=ticket,
         timeout_s=timeout,
