@@ -37,7 +37,7 @@ from aorta.matrix.load import write_results
 from aorta.recipe.plan import Cell, TrialKey
 from aorta.recipe.schema import Recipe, dump_recipe, recipe_from_data
 from aorta.report.matrix import write_matrix
-from aorta.report.progress import ProgressMode, Reporter, choose_reporter
+from aorta.report.progress import ProgressMode, Reporter, check_progress, choose_reporter
 from aorta.run import procs
 from aorta.run.extend import record_extension
 from aorta.run.orphans import OrphanGuard
@@ -582,7 +582,8 @@ def sweep(
         Sidecar files with more mitigations and environments.
     progress
         ``auto`` (rich on a terminal, tqdm in Jupyter, lines otherwise), ``lines``,
-        ``rich``, ``tqdm``, ``none``, or a :class:`~aorta.report.progress.Reporter`.
+        ``rich``, ``tqdm``, ``none`` (nothing), or a :class:`~aorta.report.progress.Reporter`;
+        anything else raises :class:`~aorta.errors.UsageError` before anything runs.
     verbose
         One progress line per trial.
     python
@@ -620,6 +621,7 @@ def sweep(
     >>> int(result.summaries.loc["base", "n_ok"]), result.exit_code.name
     (1, 'OK')
     """
+    check_progress(progress)  # before anything is written: a typo is not a silent default
     dist = DistEnv.from_environ()
     if extend_to is not None:
         if resume is None:

@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -124,6 +125,31 @@ def docker_argv(
     return line
 
 
+def write_env_file(path: Path, variables: Mapping[str, str]) -> None:
+    """Write ``variables`` as ``KEY=value`` lines (docker's ``--env-file`` format), mode 0600.
+
+    A value with a line break (or another control character) would add a line, setting a
+    variable nobody asked for: it is refused with a :class:`ValueError` naming the variable,
+    before anything is written. (Recipe values are checked when the recipe loads; this holds
+    for the ``AORTA_*`` variables a trial inherits from the sweep's own environment too.)
+
+    >>> import pathlib, tempfile
+    >>> f = pathlib.Path(tempfile.mkdtemp()) / "env"
+    >>> write_env_file(f, {"A": "1", "AORTA_X": "a\\nB=2"})
+    Traceback (most recent call last):
+    ValueError: AORTA_X: contains a NUL or newline character, which a process environment cannot carry; not written to an env file
+    >>> f.exists()
+    False
+    """
+    for key, value in variables.items():
+        if problem := envvars.value_problem(value):
+            raise ValueError(f"{key}: {problem}; not written to an env file")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # an existing file keeps its mode through O_CREAT
+    with os.fdopen(fd, "w") as fh:
+        fh.writelines(f"{k}={v}\n" for k, v in variables.items())
+
+
 class CommandWorkload(Workload):
     name = "command"
     description = "probe mode: run the command after '--'; its exit code is the verdict"
@@ -143,11 +169,8 @@ class CommandWorkload(Workload):
         # docker --env-file format, private (values may be credentials), absolute (the command
         # may cd elsewhere), and removed in cleanup(): secrets must not stay on disk.
         path = self._art.resolve() / name
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.fchmod(fd, 0o600)  # an existing file keeps its mode through O_CREAT
         self._written.append(path)
-        with os.fdopen(fd, "w") as fh:
-            fh.writelines(f"{k}={v}\n" for k, v in variables.items())
+        write_env_file(path, variables)
         return path
 
     def setup(self) -> None:

@@ -328,13 +328,13 @@ def test_probe_without_a_command_is_refused_before_a_run_dir_exists(tmp_path, ca
     recipe = tmp_path / "probe.yaml"
     recipe.write_text("mode: probe\nmitigation_axis: [none, xnack]\n")
     out = tmp_path / "out"
-    for argv in (
-        ["sweep", "run", "--recipe", str(recipe), "--output", str(out)],
-        ["sweep", "run", "--recipe", str(recipe), "--output", str(out), "--dry-run"],
-    ):
-        assert main(argv) == ExitCode.USAGE, argv
-        err = capsys.readouterr().err
-        assert "aorta sweep run --recipe R -- cmd" in err, err
+    assert main(["sweep", "run", "--recipe", str(recipe), "--output", str(out)]) == ExitCode.USAGE
+    err = capsys.readouterr().err
+    assert "aorta sweep run --recipe R -- cmd" in err, err
+    # A dry run shows the plan and says where the command comes from (issue 20).
+    argv = ["sweep", "run", "--recipe", str(recipe), "--output", str(out), "--dry-run"]
+    assert main(argv) == ExitCode.OK
+    assert "command: none yet: a probe recipe's command comes after '--'" in capsys.readouterr().out
     assert not out.exists()
     # Validating the recipe file is fine: it says where the command will come from.
     assert main(["recipe", "validate", str(recipe)]) == ExitCode.OK
