@@ -192,6 +192,7 @@ def test_required_line_missing_fails_the_trial(tmp_path):
 # --- signatures downstream: records, matrix, Dataset, compare ---------------------------------
 
 
+@pytest.mark.slow
 def test_failed_trials_get_signatures_in_the_matrix_and_compare(tmp_path):
     text = "mode: probe\ntrials: 4\nmitigation_axis: [none, pytorch_alloc_expandable_segments]\n"
     script = (
@@ -222,6 +223,7 @@ def test_failed_trials_get_signatures_in_the_matrix_and_compare(tmp_path):
 # --- hangs ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("isolation", ["in_process", "process"])
 def test_sleeping_trial_is_a_hang_long_before_its_deadline(tmp_path, isolation):
     marker = str(900_000 + int(uuid.uuid4().int % 99_999))  # a unique `sleep` argument
@@ -239,6 +241,7 @@ def test_sleeping_trial_is_a_hang_long_before_its_deadline(tmp_path, isolation):
     assert marked_alive(f"sleep\x00{marker}") == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "script",
     [
