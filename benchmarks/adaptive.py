@@ -56,7 +56,10 @@ def _trial(rng: np.random.Generator, cell: Cell, cv: float, t: int) -> dict:
         return {"cell": cell.name, "trial": t, "status": "workload_failed", "step_times_ms": []}
     level = 100.0 * cell.ratio * float(rng.lognormal(0.0, _sigma(cv)))
     steps = [level * 3.0] * WARMUP + (level * rng.lognormal(0.0, STEP_CV, STEPS)).tolist()
-    return {"cell": cell.name, "trial": t, "status": "ok", "step_times_ms": steps}
+    # "value": the trial value from_trials computes (median of the post-warm-up steps), kept
+    # for the array path; from_trials ignores the extra column.
+    value = float(np.median(steps[WARMUP:]))
+    return {"cell": cell.name, "trial": t, "status": "ok", "step_times_ms": steps, "value": value}
 
 
 def _frame_verdicts(rows: list[dict], names: list[str], threshold: float) -> pd.DataFrame:
@@ -77,7 +80,7 @@ def _array_verdicts(rows: list[dict], names: list[str], threshold: float) -> pd.
         c, t = r["cell"], r["trial"]
         ran[c][t] = True
         if r["status"] == "ok":
-            vals[c][t] = float(np.median(r["step_times_ms"][WARMUP:]))
+            vals[c][t] = r["value"]
         else:
             failed[c][t] = True
     out = {names[0]: ("baseline", "baseline", False)}
@@ -164,6 +167,7 @@ def run(sweeps: int, seed: int, n_checks: int = 2) -> pd.DataFrame:
                 "real-path mismatches": f"{disagree} in {min(n_checks, sweeps)} sweeps",
             }
         )
+        print(out[-1], file=sys.stderr, flush=True)  # partial results while it runs
 
     def false_timing(df: pd.DataFrame) -> bool:
         return bool(df["difference"].isin(["slower", "faster"]).any())

@@ -396,6 +396,14 @@ def compare(
     slow     5   13.10  1.306  0.008     slower  beyond band
     >>> df.attrs["seed"], df.attrs["resamples"]
     (0, 10000)
+
+    Anytime-valid, as an adaptive sweep decides after every round:
+
+    >>> s = compare(ds, sequential=True)
+    >>> s.loc["slow", ["difference", "band", "reason"]].tolist()
+    ['slower', 'beyond band', 'slower after 4 trials; failures undecided after 5 trials']
+    >>> bool(s.loc["slow", "decided"])
+    False
     """
     check_dims(ds)
     cells = [str(c) for c in ds.cell.values.tolist()]

@@ -201,7 +201,8 @@ def timing_sequence(
     settled = np.flatnonzero((slower | faster | inside) & (blo <= bhi))
     n = np.arange(1, d.size + 1)
     mean = np.cumsum(d) / n
-    sd = np.array([d[: k + 1].std(ddof=1) if k else 0.0 for k in range(d.size)])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        sd = np.sqrt(np.maximum(np.cumsum(d**2) - n * mean**2, 0) / np.maximum(n - 1, 1))
     log_e = np.full(d.size, -np.inf)
     ok = n >= MIN_PAIRS
     log_e[ok] = t_mixture_log_e(mean[ok], sd[ok], n[ok], g=g)
@@ -246,7 +247,7 @@ def discordant_log_e(cell_side: np.ndarray, total: np.ndarray) -> np.ndarray:
 
 
 def rate_difference_cs(
-    diffs: np.ndarray, *, alpha: float, grid: int = 401, c: float = 0.75
+    diffs: np.ndarray, *, alpha: float, grid: int = 201, c: float = 0.75
 ) -> tuple[float, float]:
     """Confidence sequence for the mean of paired failure differences ``diffs`` (each
     ``cell_failed - baseline_failed`` ∈ {-1, 0, 1}) at level ``alpha``, after all of them
