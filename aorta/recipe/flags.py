@@ -131,7 +131,7 @@ def recipe_from_flags(
     if adaptive:
         data["schedule"] = "adaptive"
         if trials > 1:
-            data["adaptive"] = {"max_trials": trials, "min_trials": min(5, trials)}
+            data["adaptive"] = {"max_trials": trials}
     try:
         recipe = recipe_from_data(data, command=list(command) if command else None)
     except RecipeError as exc:
@@ -153,7 +153,7 @@ _FLAG_OF = {
     "confound.baseline_cell": "--baseline",
     "workload": "--workload",
     "trials": "--trials",
-    "adaptive": "--trials (with --adaptive)",
+    "adaptive.max_trials": "--trials (with --adaptive, the most per cell)",
     "steps": "--steps",
     "ticket": "--ticket",
 }
