@@ -280,6 +280,7 @@ def _failure_findings(
         "failures", "failures", overall, p_overall, alpha=alpha, baseline=baseline, extra=extra
     )
     told = {f.cell: {(f.count, f.baseline_count)} for f in out}
+    settled = {f.cell for f in out if f.significant}
     # A kind or signature whose rate changed significantly where the overall count does not
     # show it (4 workload failures became 4 hangs).
     subjects: list[tuple[FindingKind, str, dict[str, tuple[int, int, int, int]]]] = []
@@ -314,7 +315,9 @@ def _failure_findings(
             extra=extra,
         )
         for f in found:
-            if f.significant:
+            # Only where the cell's overall failure rate does not already stand significant:
+            # its line names the kinds and signatures.
+            if f.significant and f.cell not in settled:
                 out.append(f)
                 told.setdefault(f.cell, set()).add((f.count, f.baseline_count))
     # A cell's significant kind or signature says more than its undecided overall count.
@@ -343,6 +346,13 @@ def undecided_reason(row: Mapping[str, Any], threshold: float | None = None) -> 
     if not math.isfinite(ratio):
         return "no ratio: the baseline median is not above 0"
     if not (math.isfinite(lo) and math.isfinite(hi)):
+        timed = _float(get("n_timed"))
+        if math.isfinite(timed) and timed < stats.MIN_TIMED:
+            ended = f" of {_int(get('n'))}" if _int(get("n")) > timed else ""
+            return (
+                f"no CI: {int(timed)}{ended} trials ended ok and timed, "
+                f"{stats.MIN_TIMED} per group needed"
+            )
         return f"no CI below {stats.MIN_TIMED} timed trials per group"
     level = _float(get("band_ci_level"))
     which = f"{level * 100:.4g}% CI" if math.isfinite(level) else "CI"

@@ -8,8 +8,8 @@ with its bootstrap CI, Holm-adjusted p, verdict) plus the columns upstream AORTA
 * ``mean_step_ms`` from the best source every trial that **ended ok** has, in this order
   (``step_source``): ``per_step`` (mean of the step times) → ``elapsed_per_iter`` (elapsed /
   executed iterations) → ``wall_clock_total`` (the trial's wall clock) → ``missing``;
-  ``no_ok_trial`` (and NaN) when none of the cell's trials ended ok: the wall clock until a
-  hang's kill or a crash is not a step time;
+  ``no_ok_trial`` (and NaN) when trials ran but none ended ok: the wall clock until a hang's
+  kill or a crash is not a step time;
 * ``confound`` in upstream AORTA's vocabulary (:func:`confound_tag`), from those ok trials:
   ``(baseline)``, ``speed (+N%)`` when the cell's mean step exceeds the baseline's by more
   than the band's threshold, ``n/a`` without two comparable per-step means, ``-`` when the
@@ -173,16 +173,21 @@ def _mean_steps(ds: xr.Dataset) -> tuple[list[float], list[StepSource]]:
     """Per cell: the mean step over the trials that ended ok, from the first source all of
     them have. A failed trial's clock stops at a kill, a crash or an error, not at a step's
     end: it is left out (``no_ok_trial`` when nothing is left)."""
-    ran = (outcomes(ds)[0].transpose("cell", "trial") == "passed").values
+    outcome = outcomes(ds)[0].transpose("cell", "trial")
+    ok = (outcome == "passed").values
+    failed = (outcome == "failed").values
     values = _per_trial_ms(ds)
     means: list[float] = []
     sources: list[StepSource] = []
-    for i in range(ran.shape[0]):
-        found: tuple[float, StepSource] = (math.nan, "no_ok_trial")
-        if ran[i].any():
+    for i in range(ok.shape[0]):
+        found: tuple[float, StepSource] = (
+            math.nan,
+            "no_ok_trial" if failed[i].any() else "missing",
+        )
+        if ok[i].any():
             found = (math.nan, "missing")
             for source in STEP_SOURCES:
-                v = values[source][i, ran[i]]
+                v = values[source][i, ok[i]]
                 if np.isfinite(v).all():
                     found = (float(np.mean(v)), source)
                     break

@@ -112,15 +112,23 @@ def _signatures(f: Finding, style: Style) -> str:
     return f" ({'; '.join(parts)})" if parts else ""
 
 
+def _extend(f: Finding, run: str | Path | None, trials: int, style: Style) -> str:
+    """The command that grows the run to ``trials`` per cell, the finding's two cells only."""
+    cells = ",".join(c for c in (f.baseline, f.cell) if c)
+    cmd = f"aorta sweep extend {shlex.quote(str(run or 'RUN'))} --trials {trials}"
+    if cells:
+        cmd += f" --cells {shlex.quote(cells)}"
+    return _code(cmd, style)
+
+
 def _next_step(f: Finding, run: str | Path | None, style: Style) -> str:
     if f.trials_to_decide is None:
         return "; no trial count up to 200 per cell would decide at these rates"
     more = f.trials_to_decide - max(f.ran, f.baseline_ran)
-    cells = ",".join(c for c in (f.baseline, f.cell) if c)
-    cmd = f"aorta sweep extend {shlex.quote(str(run or 'RUN'))} --trials {f.trials_to_decide}"
-    if cells:
-        cmd += f" --cells {shlex.quote(cells)}"
-    return f": about {more} more trials per cell would decide: {_code(cmd, style)}"
+    return (
+        f": about {more} more trials per cell would decide: "
+        f"{_extend(f, run, f.trials_to_decide, style)}"
+    )
 
 
 def _event_text(f: Finding, run: str | Path | None, style: Style) -> str:
@@ -135,7 +143,11 @@ def _event_text(f: Finding, run: str | Path | None, style: Style) -> str:
         if verb
         else f"{_code(f.subject, style)} in {f.count}/{f.ran} trials"
     )
+    if f.kind == "failures" and len(f.kinds) > 1:
+        head += f" ({', '.join(f'{n} {k}' for k, n in f.kinds.items())})"
     head = f"{head}, baseline {f.baseline_count}/{f.baseline_ran}"
+    if f.kind == "failures" and len(f.baseline_kinds) > 1:
+        head += f" ({', '.join(f'{n} {k}' for k, n in f.baseline_kinds.items())})"
     sigs = _signatures(f, style) if f.kind != "signature" else ""
     if f.significant:
         return (
@@ -181,6 +193,9 @@ def finding_text(f: Finding, *, run: str | Path | None = None, style: Style = "m
     verdict = verdict_text(f.row, reason=f.reason)
     if f.significant:
         return f"{cell}: {_bold(verdict, style)}, p_adj {p_text(f.p_adj)}"
+    n = int(f.row.get("n", 0) or 0)
+    if f.trials_to_decide is not None and run is not None and f.trials_to_decide > n:
+        return f"{cell}: {verdict} — next: {_extend(f, run, f.trials_to_decide, style)}"
     return f"{cell}: {verdict}"
 
 
