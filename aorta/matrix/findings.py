@@ -336,9 +336,7 @@ def undecided_reason(row: Mapping[str, Any], threshold: float | None = None) -> 
     'no CI below 5 timed trials per group'
     """
 
-    def get(key: str) -> Any:
-        return row[key] if key in row else None
-
+    get = row.get
     lo, hi = _float(get("band_ci_low")), _float(get("band_ci_high"))
     if not (math.isfinite(lo) and math.isfinite(hi)):
         lo, hi = _float(get("ratio_ci_low")), _float(get("ratio_ci_high"))
@@ -353,6 +351,9 @@ def undecided_reason(row: Mapping[str, Any], threshold: float | None = None) -> 
                 f"no CI: {int(timed)}{ended} trials ended ok and timed, "
                 f"{stats.MIN_TIMED} per group needed"
             )
+        base_ok = _int(get("baseline_n_ran")) - _int(get("baseline_n_failed"))
+        if get("baseline_n_ran") is not None and base_ok < stats.MIN_TIMED:
+            return f"no CI: {base_ok} baseline trials ended ok, {stats.MIN_TIMED} per group needed"
         return f"no CI below {stats.MIN_TIMED} timed trials per group"
     level = _float(get("band_ci_level"))
     which = f"{level * 100:.4g}% CI" if math.isfinite(level) else "CI"

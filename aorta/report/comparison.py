@@ -137,9 +137,7 @@ def _pct(ratio: float) -> str:
 
 def _band_ci(row: Any) -> tuple[float, float, float | None]:
     """The CI the band is judged on (``band_ci_*`` at ``band_ci_level``), else the ratio's."""
-    lo, hi, level = (
-        row[k] if k in row else None for k in ("band_ci_low", "band_ci_high", "band_ci_level")
-    )
+    lo, hi, level = (row.get(k) for k in ("band_ci_low", "band_ci_high", "band_ci_level"))
     if not (is_missing(lo) or is_missing(hi)):
         return float(lo), float(hi), None if is_missing(level) else float(level)
     return row["ratio_ci_low"], row["ratio_ci_high"], None

@@ -13,10 +13,10 @@ from typing import Any
 
 import pandas as pd
 
-from aorta.recipe.plan import Plan
 from aorta.matrix.findings import findings
+from aorta.recipe.plan import Plan
 from aorta.report.comparison import comparison_json, verdict_text
-from aorta.report.findings import SCREEN_LINES_TEXT, findings_lines
+from aorta.report.findings import SCREEN_LINES_TEXT, finding_json, findings_lines
 from aorta.store.record import TrialRecord, TrialStatus
 
 __all__ = ["format_plan", "format_summary", "plan_to_dict", "summary_to_dict"]
@@ -96,7 +96,9 @@ def _signature_frame(summary: pd.DataFrame, records: Sequence[TrialRecord]) -> p
     """Trials per cell × failure signature, from the records (as
     :func:`aorta.matrix.signatures.signature_counts` counts them in a Dataset)."""
     pairs = [(r.cell, r.signature) for r in records if getattr(r, "signature", None)]
-    table = pd.DataFrame(0, index=pd.Index([str(c) for c in summary.index], name="cell"), columns=[])
+    table = pd.DataFrame(
+        0, index=pd.Index([str(c) for c in summary.index], name="cell"), columns=[]
+    )
     for cell, name in pairs:
         if cell in table.index:
             if name not in table.columns:
@@ -171,7 +173,7 @@ def summary_to_dict(result: Any, *, exit_code: int | None = None) -> dict[str, A
     its status and exit code, the clean / failing / erroring cells, and per cell the trial
     counts (``statuses`` by status) with every column of the summary frame
     (:func:`aorta.matrix.summary.summarize`: failure rate, mean step, confound, ratio and its
-    CI, p_adj, verdict …). ``exit_code`` is the command's (``--strict`` may turn OK into GATE);
+    CI, p_adj, verdict …), and the ``findings`` (failures and hangs first). ``exit_code`` is the command's (``--strict`` may turn OK into GATE);
     default the sweep's."""
     code = result.exit_code if exit_code is None else exit_code
     statuses: dict[str, Counter[str]] = {}
@@ -197,4 +199,8 @@ def summary_to_dict(result: Any, *, exit_code: int | None = None) -> dict[str, A
         "erroring": list(result.erroring),
         "statistics": frame["statistics"],
         "cells": cells,
+        "findings": [
+            finding_json(f, run=result.run_dir)
+            for f in findings(result.summaries, _signature_frame(result.summaries, result.records))
+        ],
     }

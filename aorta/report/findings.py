@@ -102,10 +102,12 @@ def _verb(f: Finding) -> str:
 
 def _signatures(f: Finding, style: Style) -> str:
     parts = []
+    said = {"hang"} if _verb(f) == "hangs" else set()  # the hang signature is the kind itself
     for who, sigs, n in (
         ("cell", f.signatures, f.count),
         ("baseline", f.baseline_signatures, f.baseline_count),
     ):
+        sigs = {s: k for s, k in sigs.items() if s not in said}
         if sigs and n:
             named = ", ".join(f"{_code(s, style)} {n}" for s, n in sigs.items())
             parts.append(f"{who}: {named}")

@@ -27,12 +27,12 @@ import xarray as xr
 
 from aorta.matrix import stats
 from aorta.matrix.dataset import MISSING
+from aorta.matrix.findings import findings
 from aorta.matrix.load import load_run
 from aorta.matrix.select import RankReduction
 from aorta.matrix.signatures import signature_counts, signature_hints
 from aorta.matrix.summary import summarize
 from aorta.matrix.trace_summary import BREAKDOWN_PARTS, has_traces, trace_summary
-from aorta.matrix.findings import findings
 from aorta.report.comparison import (
     comparison_json,
     failures_text,

@@ -75,7 +75,6 @@ def upstream_confound(
 def _step_times(ds: xr.Dataset, cell: str, source: str) -> list[float]:
     """The samples behind the cell's mean step: every step of the trials that ended ok
     (per_step), else each ok trial's value from the cell's source."""
-    status = ds.status.sel(cell=cell).values.astype(str)
     ran = outcomes(ds)[0].sel(cell=cell).values.astype(str) == "passed"
     if source == "per_step":
         steps = ds.step_time_ms.sel(cell=cell).transpose("trial", "step").values[ran]
