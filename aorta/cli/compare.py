@@ -156,7 +156,6 @@ def compare(
         comparison_table,
         statistics_line,
     )
-    from aorta.report.findings import comparison_findings, findings_lines
 
     df = compare_paths(
         runs,
@@ -170,7 +169,7 @@ def compare(
         stat=stat,
         signature=signature,
     )
-    found = comparison_findings(df, runs)
+    found = pages.comparison_findings(df, runs)
     if as_json:
         doc = comparison_json(df)
         doc["findings"] = [pages.finding_json(f, run=runs[-1]) for f in found]
@@ -182,7 +181,7 @@ def compare(
         print(statistics_line(df.attrs).removeprefix("- "))
         if found:
             print("\nFindings (failures and hangs first):")
-            print("\n".join(findings_lines(found, run=runs[-1], style="text", bullet="  ")))
+            print("\n".join(pages.findings_lines(found, run=runs[-1], style="text", bullet="  ")))
         print()
         print(comparison_table(df))
     if df.attrs.get("drift"):

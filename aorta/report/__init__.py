@@ -14,11 +14,21 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = ["compare_html", "explain_text", "finding_json", "html", "run_findings"]
+__all__ = [
+    "compare_html",
+    "comparison_findings",
+    "explain_text",
+    "finding_json",
+    "findings_lines",
+    "html",
+    "run_findings",
+]
 
 _LAZY = {
     "run_findings": "aorta.report.findings",
     "finding_json": "aorta.report.findings",
+    "findings_lines": "aorta.report.findings",
+    "comparison_findings": "aorta.report.findings",
     "html": "aorta.report.html_report",
     "compare_html": "aorta.report.html_report",
     "explain_text": "aorta.report.explain",
