@@ -19,47 +19,7 @@ from aorta.matrix.signatures import signature_counts
 from aorta.matrix.summary import summarize
 from aorta.report.comparison import verdict_text
 from aorta.report.findings import findings_markdown, run_findings
-from aorta.store.record import TrialRecord
-
-BASE, FIX, HANG = (
-    "none-none",
-    "pytorch_alloc_expandable_segments-none",
-    "hsa_no_scratch_reclaim-none",
-)
-
-
-def _rec(cell, trial, status, *, steps=(), sig=None, wall=1.0):
-    return TrialRecord(
-        cell=cell,
-        cell_id="",
-        trial=trial,
-        status=status,
-        passed=status == "ok",
-        step_times_ms=list(steps),
-        signature=sig,
-        wall_clock_s=wall,
-        elapsed_sec=wall,
-        main_work_started=True,
-        run_order=trial,
-    )
-
-
-def triage_dataset():
-    """The docs/triage.md scenario as records: the baseline fails 4/8 with an NCCL error, the
-    expandable-segments cell 0/8, the scratch-reclaim cell hangs in every trial (6 s each,
-    until the kill)."""
-    rng = np.random.default_rng(3)
-    recs = []
-    for t in range(8):
-        steps = 12 + rng.random(3)
-        if t % 2:
-            recs.append(_rec(BASE, t, "workload_failed", steps=steps[:1], sig="nccl_error"))
-        else:
-            recs.append(_rec(BASE, t, "ok", steps=steps))
-        recs.append(_rec(FIX, t, "ok", steps=12 + rng.random(3)))
-        recs.append(_rec(HANG, t, "timeout", steps=steps[:1], sig="hang", wall=6.2))
-    cells = [{"name": c, "trials": 8} for c in (BASE, FIX, HANG)]
-    return build_dataset(cells, recs, attrs={"baseline": BASE, "threshold": 1.15})
+from tests.triage_records import BASE, FIX, HANG, rec, triage_dataset
 
 
 @pytest.fixture(scope="module")
@@ -116,8 +76,8 @@ def test_no_step_time_from_trials_that_did_not_end_ok(triage):
 
 
 def test_a_cell_failing_instantly_gets_no_speed_confound():
-    recs = [_rec("base", t, "ok", steps=[10.0, 10.2, 9.9]) for t in range(4)]
-    recs += [_rec("broken", t, "workload_failed", steps=[14.0], wall=0.01) for t in range(4)]
+    recs = [rec("base", t, "ok", steps=[10.0, 10.2, 9.9]) for t in range(4)]
+    recs += [rec("broken", t, "workload_failed", steps=[14.0], wall=0.01) for t in range(4)]
     ds = build_dataset(
         [{"name": c, "trials": 4} for c in ("base", "broken")], recs, attrs={"baseline": "base"}
     )
@@ -128,7 +88,7 @@ def test_a_cell_failing_instantly_gets_no_speed_confound():
 def test_the_verdict_shows_the_ci_the_band_is_judged_on():
     rng = np.random.default_rng(0)
     times = {"base": 10 + rng.random(6), "a": 10.5 + 3 * rng.random(6), "b": 10 + rng.random(6)}
-    recs = [_rec(c, t, "ok", steps=[v]) for c, vs in times.items() for t, v in enumerate(vs)]
+    recs = [rec(c, t, "ok", steps=[v]) for c, vs in times.items() for t, v in enumerate(vs)]
     ds = build_dataset(
         [{"name": c, "trials": 6} for c in times],
         recs,
@@ -195,7 +155,7 @@ def test_trials_to_decide_is_the_first_count_that_decides(k, n, kb, nb, mult):
 
 def test_a_one_trial_sweep_is_a_screen_ranked_by_effect():
     effects = {"base": 10.0, "small": 10.5, "big": 16.0, "mid": 12.0, "gone": 10.1}
-    recs = [_rec(c, 0, "ok", steps=[v, v, v]) for c, v in effects.items()]
+    recs = [rec(c, 0, "ok", steps=[v, v, v]) for c, v in effects.items()]
     ds = build_dataset(
         [{"name": c, "trials": 1} for c in effects], recs, attrs={"baseline": "base"}
     )

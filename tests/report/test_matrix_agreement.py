@@ -11,9 +11,8 @@ from aorta.matrix.load import load_run
 from aorta.matrix.summary import summarize
 from aorta.report.comparison import ms_text, p_text, percent_text
 from aorta.report.matrix import failure_signatures, matrix_header, matrix_json, matrix_markdown
-
-from ..conftest import DATA
-from ..matrix.test_findings import triage_dataset
+from tests.conftest import DATA
+from tests.triage_records import triage_dataset
 
 
 def _md_rows(text: str) -> list[dict[str, str]]:
