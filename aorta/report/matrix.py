@@ -406,8 +406,9 @@ def matrix_markdown(
     traces: pd.DataFrame | None = None,
     signatures: pd.DataFrame | None = None,
 ) -> str:
-    """The ``matrix.md`` text: upstream's columns, then ratio [CI], p_adj and the verdict
-    (difference and band in one), the findings, with ``signatures``
+    """The ``matrix.md`` text: the findings (failures and hangs first, then timing;
+    :func:`aorta.matrix.findings.findings`), then the cells — upstream's columns, then ratio
+    [CI], p_adj and the verdict (difference and band in one) — with ``signatures``
     (:func:`failure_signatures`, when any trial has one) a ``top failure`` column and the
     failure-signatures section (:func:`signature_markdown`), and with ``traces`` the traces
     section (:func:`trace_markdown`)."""
@@ -449,11 +450,13 @@ def matrix_markdown(
         ]
         for cell, r in summary.iterrows()
     ]
+    if attrs:  # what changed first, failures and hangs before timing; then the cells
+        found = findings(summary, signatures)
+        run = header.get("run_dir")
+        lines += ["", findings_markdown(found, run=run, alpha=attrs.get("alpha")).rstrip("\n")]
+        lines += ["", "## Cells"]
     lines += ["", markdown_table(head, body)]
-    found = findings(summary, signatures)
-    if attrs:
-        lines += ["", findings_markdown(found, run=header.get("run_dir"), alpha=attrs.get("alpha"))]
-    text = "\n".join(lines).rstrip("\n") + "\n"
+    text = "\n".join(lines) + "\n"
     if signed:
         text += "\n" + signature_markdown(signatures)  # type: ignore[arg-type]
     return text if traces is None else f"{text}\n{trace_markdown(traces)}"

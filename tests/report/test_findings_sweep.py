@@ -56,6 +56,7 @@ def test_the_cli_summary_tells_the_hang_and_the_fix_first(swept):
 def test_matrix_md_findings_come_first_and_numbers_are_honest(swept):
     run_dir, _ = swept
     md = (run_dir / "matrix.md").read_text()
+    assert md.index("## Findings") < md.index("## Cells") < md.index("| cell |")
     findings = md.split("## Findings\n\n", 1)[1].splitlines()
     assert findings[0].startswith(f"- `{HANG}`: **hangs in 8/8 trials, baseline 0/8**")
     assert findings[1].startswith(
@@ -144,7 +145,7 @@ def test_a_one_trial_sweep_is_a_screen(tmp_path, run_cli):
     assert "no verdicts — verdicts need ≥ 5 trials per cell" in out and "undecided" not in out
     (run_dir,) = (tmp_path / "out" / "SCREEN" / "command").iterdir()
     md = (run_dir / "matrix.md").read_text()
-    findings = md.split("## Findings\n\n", 1)[1]
+    findings = md.split("## Findings\n\n", 1)[1].split("## Cells")[0]
     assert "undecided" not in findings and "Cells by effect size" in findings
     ranked = [line.split("`")[1] for line in findings.splitlines() if line.startswith("  - `")]
     assert ranked[0] == "xnack-none"  # +50%, the largest effect first
