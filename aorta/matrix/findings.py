@@ -36,6 +36,7 @@ Examples
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -65,6 +66,13 @@ FindingKind = Literal[
 _ORDER = {k: i for i, k in enumerate(FindingKind.__args__)}  # type: ignore[attr-defined]
 #: Trials per cell :func:`trials_to_decide` looks up to.
 DECIDE_LIMIT = 200
+
+
+@functools.lru_cache(maxsize=4096)
+def _boschloo(k: int, n: int, kb: int, nb: int) -> float:
+    """Boschloo's p of one 2×2 table, remembered: the same table recurs across kinds,
+    signatures and the projection's search (each exact test costs milliseconds)."""
+    return stats.failure_p(k, n, kb, nb)
 
 
 @dataclass(frozen=True)
@@ -145,7 +153,7 @@ def trials_to_decide(
 
     def decides(n: int) -> bool:
         k, kb = round(r * n), round(rb * n)
-        return k != kb and stats.failure_p(k, n, kb, n) * multiplier < alpha
+        return k != kb and _boschloo(k, n, kb, n) * multiplier < alpha
 
     lo = max(ran, baseline_ran)
     hi = lo + 1
@@ -215,8 +223,10 @@ def _event_findings(
     alpha: float,
     baseline: str,
     extra: dict[str, dict[str, Any]],
+    project: bool = True,
 ) -> list[Finding]:
-    """A finding per cell whose event rate differs from the baseline's."""
+    """A finding per cell whose event rate differs from the baseline's (``project``: with
+    :func:`trials_to_decide` for one not yet significant)."""
     out = []
     compared = [c for c, (_, n, _, nb) in events.items() if n and nb]
     for cell in compared:
@@ -226,8 +236,8 @@ def _event_findings(
         p = p_adj.get(cell, math.nan)
         significant = bool(p < alpha)
         needed = None
-        if not significant:
-            raw = stats.failure_p(k, n, kb, nb)
+        if not significant and project:
+            raw = _boschloo(k, n, kb, nb)
             multiplier = p / raw if raw > 0 and math.isfinite(p) else len(compared)
             needed = trials_to_decide(
                 k, n, kb, nb, alpha=alpha, multiplier=min(max(multiplier, 1.0), len(compared))
@@ -253,8 +263,12 @@ def _event_findings(
 
 
 def _holm_events(events: dict[str, tuple[int, int, int, int]]) -> dict[str, float]:
+    """Boschloo's p per cell, Holm-adjusted over the cells (equal rates: p = 1, untested)."""
     cells = list(events)
-    raw = [stats.failure_p(*events[c]) for c in cells]
+    raw = [
+        1.0 if k * nb == kb * n and n and nb else _boschloo(k, n, kb, nb)
+        for k, n, kb, nb in (events[c] for c in cells)
+    ]
     return dict(zip(cells, (float(p) for p in stats.holm(np.asarray(raw))), strict=True))
 
 
@@ -304,7 +318,15 @@ def _failure_findings(
         }
         subjects.append(("signature", name, events))
     for kind, subject, events in subjects:
-        shown = {c: e for c, e in events.items() if (e[0], e[2]) not in told.get(c, set())}
+        shown = {
+            c: e
+            for c, e in events.items()
+            if c not in settled
+            and (e[0], e[2]) not in told.get(c, set())
+            and e[0] * e[3] != e[2] * e[1]
+        }
+        if not shown:  # nothing new to say about this kind or signature: no test to run
+            continue
         found = _event_findings(
             kind,
             subject,
@@ -313,6 +335,7 @@ def _failure_findings(
             alpha=alpha,
             baseline=baseline,
             extra=extra,
+            project=False,
         )
         for f in found:
             # Only where the cell's overall failure rate does not already stand significant:
