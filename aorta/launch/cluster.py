@@ -26,7 +26,7 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -48,7 +48,9 @@ from aorta.errors import LocatedError, Problem, describe_value, invalid, validat
 __all__ = [
     "Cluster",
     "ClusterError",
+    "Container",
     "HostKeyChecking",
+    "Lifetime",
     "Node",
     "NprocPerNode",
     "load_cluster",
@@ -57,6 +59,9 @@ __all__ = [
 ]
 
 HostKeyChecking = Literal["yes", "accept-new", "no"]
+#: ``per_run``: started and removed by each launch · ``persistent``: reused while running,
+#: started when missing, kept · ``no_launch``: the user's own, which must be running.
+Lifetime = Literal["per_run", "persistent", "no_launch"]
 NprocPerNode = int | Literal["gpu", "auto"]
 
 USER_PLACEHOLDER = "{user-id}"
@@ -146,6 +151,8 @@ EnvMap = dict[Annotated[str, _NAME], Annotated[str, _env("env_value", envvars.va
 _NODE_KEYS = {"port", "python", "workdir", "slots"}
 _LOGIN_KEYS = {"username", "priv_key_file", "password", "host_key_checking"}
 _LOGIN_KEYS |= {"known_hosts_file", "connect_timeout", "keepalive"}
+_LIFETIMES = ("per_run", "persistent", "no_launch")
+_CONTAINER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
 class _Settings(BaseModel):
@@ -182,6 +189,7 @@ class _ClusterFile(_Settings):
         _check(lambda v: v in ("yes", "accept-new", "no"), "choice", "one of yes, accept-new, no"),
     ] = None
     known_hosts_file: Annotated[Text, AfterValidator(os.path.expanduser)] | None = None
+    container: Any = None  # read by _container(): its problems are located under "container"
     connect_timeout: Annotated[float | None, _number(0.1, 3600, integer=False)] = None
     keepalive: Annotated[int | None, _number(0, 3600, integer=True)] = None
 
@@ -195,6 +203,101 @@ class _ClusterFile(_Settings):
         if (info.context or {}).get("check_files") and not Path(key).is_file():
             raise invalid("file", f"{key}: no such file")
         return key
+
+
+def _container_name(name: str) -> str:
+    try:
+        probe = name.format(rank=0, run_id="r")
+    except (KeyError, IndexError, ValueError) as exc:
+        raise invalid("name", f"{name!r}: only {{rank}} and {{run_id}} may be filled in ({exc})")
+    if not _CONTAINER_NAME.match(probe):
+        raise invalid("name", f"{name!r} is not a container name (letters, digits, _ . -)")
+    return name
+
+
+def _mounts(value: Any) -> Any:  # CVS's volume_dict {host: container} as "host:container"
+    return [f"{k}:{v}" for k, v in value.items()] if isinstance(value, Mapping) else value
+
+
+def _alias(*names: str) -> Any:
+    return AliasChoices(*names)
+
+
+class _ContainerBlock(BaseModel):
+    """The cluster file's ``container:`` block; CVS's key names are accepted as aliases."""
+
+    model_config = ConfigDict(extra="forbid")
+    image: Text = Field(validation_alias=_alias("image", "container_image"))
+    name: Annotated[Text, AfterValidator(_container_name)] | None = Field(
+        None, validation_alias=_alias("name", "container_name")
+    )
+    lifetime: Annotated[
+        Lifetime,
+        _check(lambda v: v in _LIFETIMES, "choice", f"one of {', '.join(_LIFETIMES)}"),
+    ] = "per_run"
+    runtime: Text = "docker"
+    python: Text = "python3"
+    run_args: list[Text] = Field([], validation_alias=_alias("run_args", "extra_run_args"))
+    mounts: Annotated[list[Text], BeforeValidator(_mounts)] = Field(
+        [], validation_alias=_alias("mounts", "volume_dict", "volumes")
+    )
+    devices: list[Text] = Field([], validation_alias=_alias("devices", "device_list"))
+    user: Text = "root"
+    groups: list[Text] | None = Field(None, validation_alias=_alias("groups", "group_add"))
+    gpus: Text | None = None
+    privileged: bool = False
+    env: EnvMap = Field({}, validation_alias=_alias("env", "env_dict"))
+
+
+@dataclass(frozen=True)
+class Container:
+    """Run every node's part inside a container of ``image`` (see :mod:`aorta.launch.container`).
+
+    ``name`` may hold ``{rank}`` and ``{run_id}``; ``groups`` ``None``: ``video`` and ``render``
+    where the node has ``/dev/kfd`` (ROCm); ``gpus`` ``None``: ``all`` where it has
+    ``nvidia-smi``; ``env`` reaches the container through a 0600 ``--env-file``.
+
+    >>> Container("rocm/pytorch").container_name("2026-01-01T00-00-00-abc123", 1)
+    'aorta-2026-01-01T00-00-00-abc123-1'
+    """
+
+    image: str
+    name: str = "aorta-{run_id}-{rank}"
+    lifetime: Lifetime = "per_run"
+    runtime: str = "docker"  # the CLI, shell words allowed ("docker -H unix:///run/x.sock")
+    python: str = "python3"  # the image's, with torch
+    run_args: tuple[str, ...] = ()
+    mounts: tuple[str, ...] = ()  # "host:container[:ro]"; the node's workdir is always mounted
+    devices: tuple[str, ...] = ()
+    user: str = "root"
+    groups: tuple[str, ...] | None = None
+    gpus: str | None = None
+    privileged: bool = False
+    env: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+    def container_name(self, run_id: str, rank: int) -> str:
+        """This launch's container name on the node of ``rank``."""
+        return self.name.format(rank=rank, run_id=run_id)
+
+
+def _container(raw: Any, problems: list[Problem]) -> Container | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        problems.append(Problem("container", f"must be an object, got {describe_value(raw)}"))
+        return None
+    try:
+        block = _ContainerBlock.model_validate(raw)
+    except ValidationError as exc:
+        problems.extend(validation_problems(exc, at="container"))
+        return None
+    if block.lifetime != "per_run" and block.name is None:
+        why = f"is required with lifetime {block.lifetime} (the container to find on each node)"
+        problems.append(Problem("container.name", why))
+        return None
+    fields = block.model_dump(exclude_none=True)
+    lists = ("run_args", "mounts", "devices", "groups")
+    return Container(**{k: tuple(v) if k in lists else v for k, v in fields.items()})
 
 
 # -- the cluster ----------------------------------------------------------------------------
@@ -249,6 +352,8 @@ class Cluster:
     source: str | None = None  # the file name, for messages
     #: Things worth telling the user that do not stop a launch (unknown keys, ...).
     warnings: tuple[str, ...] = ()
+    #: Run inside a container on every node (the ``container:`` block), else natively.
+    container: Container | None = None
 
     @property
     def head(self) -> Node:
@@ -268,6 +373,14 @@ class Cluster:
             )
         return addr
 
+    def with_image(self, image: str) -> Cluster:
+        """This cluster run in containers of ``image`` (``aorta launch --container``): the
+        ``container:`` block's settings, else the defaults."""
+        if not image.strip():
+            raise ClusterError("--container: give an image name", source=self.source)
+        spec = replace(self.container, image=image) if self.container else Container(image)
+        return replace(self, container=spec)
+
     @classmethod
     def from_dict(
         cls, data: Any, *, source: str | None = None, check_files: bool = True
@@ -285,6 +398,7 @@ class Cluster:
             top, problems = _ClusterFile.model_construct(), validation_problems(exc)
         nodes = _nodes(data.get("node_dict"), top, problems)
         head = _head_index(top.head_node_dict, nodes, problems)
+        container = _container(data.get("container"), problems)
         if problems:
             raise ClusterError(problems, source=source)
         nodes.insert(0, nodes.pop(head))
@@ -293,6 +407,7 @@ class Cluster:
             nodes=tuple(Node(rank=i, **fields) for i, fields in enumerate(nodes)),
             source=source,
             warnings=tuple(warnings),
+            container=container,
             **top.model_dump(include=_LOGIN_KEYS, exclude_none=True),
         )
 

@@ -14,7 +14,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Hashable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
@@ -35,6 +35,7 @@ from .command import (
     run_command,
     setup_command,
 )
+from .container import ContainerSession, aorta_requirements
 from .gather import finalize, node_folder, staging_dir, write_record
 from .outcome import Deadlines, LaunchFailed, LaunchResult, NodeOutcome, env_diff
 from .ssh import NodeSession, RemoteError, Unreachable, ssh_sessions
@@ -167,6 +168,9 @@ class _Launch:
         self.log_lock = threading.Lock()
         self.head_token = secrets.token_hex(8)
         self.live = dict(sessions(cluster))
+        if cluster.container is not None:  # every command of this launch runs in a container
+            spec = cluster.container
+            self.live = {n: ContainerSession(s, spec, run_id) for n, s in self.live.items()}
         self.reports: dict[str, SetupReport] = {}
 
         self.events: queue.Queue[tuple[str, str, Any]] = queue.Queue()
@@ -211,26 +215,41 @@ class _Launch:
         return True
 
     def _setup_one(self, name: str, cancel: threading.Event, *, dry_run: bool) -> SetupReport:
-        """Setup, then — unless a dry run — the node's 0600 environment file."""
-        session, d = self.live[name], self.deadlines
+        """Setup (a container's first), then — unless a dry run — the node's 0600 env file."""
+        session, d, spec = self.live[name], self.deadlines, self.spec
         node, head = session.node, session.node.rank == 0
+        if isinstance(session, ContainerSession):
+            session.prepare(timeout=d.setup, cancel=cancel, dry_run=dry_run)
+            # aorta is shipped (not in a dry run's throwaway container); its dependencies not
+            needs = [m for m in spec.requires if not (dry_run and m == "aorta")]
+            extra = aorta_requirements() if "aorta" in spec.requires else ()
+            spec = replace(spec, requires=tuple(dict.fromkeys([*needs, *extra])))
         cmd, stdin = setup_command(
             node,
-            self.spec,
+            spec,
             run_id=self.run_id,
             probe_port=head and self.spec.master_port is None,
             dry_run=dry_run,
             head_token=self.head_token if head and not dry_run else None,
         )
         result = session.exec(cmd, stdin=stdin, timeout=d.setup)
-        report = _parse_setup(node, result.exit_code, result.stdout)
+        try:
+            report = _parse_setup(node, result.exit_code, result.stdout)
+        except SetupFailed as exc:
+            if isinstance(session, ContainerSession):
+                raise SetupFailed(f"{exc} (in image {session.spec.image})") from None
+            raise
+        if isinstance(session, ContainerSession):
+            report.snapshot["container"] = session.snapshot()
         if dry_run:
             return report
         if cancel.is_set():  # a straggler: the launch gave up on this node, undo what setup made
             self.stop(name, report.node_dir)
             return report
-        env = env_script(node_env(node, self.spec, run_id=self.run_id, node_dir=report.node_dir))
-        written = session.exec(env_file_command(report.node_dir), stdin=env, timeout=d.setup)
+        env = node_env(node, self.spec, run_id=self.run_id, node_dir=report.node_dir)
+        env = session.run_env(env) if isinstance(session, ContainerSession) else env
+        line = env_file_command(report.node_dir)
+        written = session.exec(line, stdin=env_script(env), timeout=d.setup)
         if written.exit_code != 0:
             raise SetupFailed(f"cannot write the environment file: {_last_line(written.stdout)}")
         return report
@@ -249,7 +268,7 @@ class _Launch:
 
     def node_commands(self, port: int) -> dict[str, NodeCommand]:
         """Each ready node's command, with the rendezvous on ``port``."""
-        return {
+        commands = {
             name: run_command(
                 self.cluster,
                 self.live[name].node,
@@ -262,6 +281,10 @@ class _Launch:
             )
             for name, report in self.reports.items()
         }
+        for name, session in self.live.items():
+            if name in commands and isinstance(session, ContainerSession):
+                commands[name] = replace(commands[name], container=tuple(session.describe()))
+        return commands
 
     # -- run ----------------------------------------------------------------------------------
 
@@ -422,10 +445,16 @@ class _Launch:
             for n in self.cluster.nodes
             if self.outcomes[n.name].status != "unreachable"
         }
-        timeout = self.deadlines.kill_grace + self.deadlines.teardown + 5.0
+        d = self.deadlines
+        timeout = d.kill_grace + d.teardown + 5.0
+        timeout += 3 * d.teardown if self.cluster.container else 0.0  # wait, chown, docker rm
 
         def one(name: str, cancel: threading.Event) -> dict[str, Any]:
-            return self.stop(name, dirs[name], **where)
+            session = self.live[name]
+            stop = functools.partial(self.stop, name, dirs[name], **where)
+            if isinstance(session, ContainerSession):
+                return session.teardown(stop, timeout=d.teardown)
+            return stop()
 
         found = run_parallel(dirs, one, timeout=timeout, name="aorta-teardown")
         for name, res in found.items():
@@ -436,6 +465,7 @@ class _Launch:
                 out.teardown = f"teardown failed: {res}"
             else:
                 out.teardown = describe_kill(res, out.teardown)
+                out.teardown += f"; {res['container']}" if res.get("container") else ""
         return {name: res for name, res in found.items() if isinstance(res, dict)}
 
     def _gather(self, found: Mapping[str, Mapping[str, Any]], staging: Path) -> None:
