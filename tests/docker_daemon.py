@@ -50,7 +50,9 @@ def missing() -> str | None:
         return "needs root (a dockerd of the test session's own)"
     for tool in ("dockerd", "docker", "debootstrap"):
         if shutil.which(tool) is None:
-            return f"needs {tool} (Debian packages docker.io and debootstrap; .ci/run installs them)"
+            return (
+                f"needs {tool} (Debian packages docker.io and debootstrap; .ci/run installs them)"
+            )
     if not VENV.is_dir() or not sys.prefix.startswith(str(VENV)):
         return "the image's python3 borrows the repo's .venv (make dev) for torch"
     return None
@@ -67,9 +69,9 @@ def rootfs_tarball() -> Path:
         work = Path(tempfile.mkdtemp(prefix="aorta-rootfs-", dir=CACHE))
         try:
             root = work / "root"
+            argv = ["debootstrap", "--variant=minbase", "--include=python3", "bookworm"]
             built = subprocess.run(
-                ["debootstrap", "--variant=minbase", "--include=python3", "bookworm", str(root)]
-                + [MIRROR],
+                [*argv, str(root), MIRROR],
                 capture_output=True,
                 text=True,
                 check=False,
@@ -131,7 +133,9 @@ class DockerDaemon:
             if ping.returncode == 0:
                 return
             time.sleep(0.2)
-        raise RuntimeError(f"dockerd did not answer in {timeout:g} s: {self.log.read_text()[-800:]}")
+        raise RuntimeError(
+            f"dockerd did not answer in {timeout:g} s: {self.log.read_text()[-800:]}"
+        )
 
     def import_image(self, tarball: Path) -> None:
         with open(tarball, "rb") as fh:

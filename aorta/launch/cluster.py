@@ -209,7 +209,8 @@ def _container_name(name: str) -> str:
     try:
         probe = name.format(rank=0, run_id="r")
     except (KeyError, IndexError, ValueError) as exc:
-        raise invalid("name", f"{name!r}: only {{rank}} and {{run_id}} may be filled in ({exc})")
+        why = f"{name!r}: only {{rank}} and {{run_id}} may be filled in ({exc})"
+        raise invalid("name", why) from None
     if not _CONTAINER_NAME.match(probe):
         raise invalid("name", f"{name!r} is not a container name (letters, digits, _ . -)")
     return name

@@ -44,7 +44,6 @@ from .ssh import ExecResult, NodeSession, RemoteError
 __all__ = ["ContainerSession", "aorta_requirements", "run_argv", "ship_aorta"]
 
 SHIP_DIR = "aorta-src"  # in the run's folder on the node: this aorta, first on PYTHONPATH
-LABEL = "org.aorta.run_id"
 #: What :meth:`ContainerSession.probe` prints, one ``key=value`` line each.
 _PROBE = """\
 {mkdir}cd {workdir} && echo "workdir=$(pwd)" || exit 3
@@ -68,7 +67,7 @@ def run_argv(
     NVIDIA one, the workdir mounted at its own path, environment values only in ``env_file``;
     ``tail -f /dev/null`` keeps it up for ``docker exec``."""
     argv = [*shlex.split(spec.runtime), "run", "-d", "--name", name, "--network", "host"]
-    argv += ["--ipc", "host", "--user", spec.user, "--label", f"{LABEL}={name}"]
+    argv += ["--ipc", "host", "--user", spec.user]
     rocm, nvidia = bool(facts.get("rocm")), bool(facts.get("nvidia"))
     groups = spec.groups if spec.groups is not None else (("video", "render") if rocm else ())
     devices = [*spec.devices, *(("/dev/kfd", "/dev/dri") if rocm else ())]
@@ -165,7 +164,9 @@ class ContainerSession:
         """``command`` as the node's shell line that runs it in the container, this aorta first
         on ``PYTHONPATH`` (the container's own ``PYTHONPATH`` after it)."""
         ship = posixpath.join(self.run_folder, SHIP_DIR)
-        inner = f'PYTHONPATH={shlex.quote(ship)}"${{PYTHONPATH:+:$PYTHONPATH}}"; export PYTHONPATH; '
+        inner = (
+            f'PYTHONPATH={shlex.quote(ship)}"${{PYTHONPATH:+:$PYTHONPATH}}"; export PYTHONPATH; '
+        )
         where = ["-w", str(self.workdir)]
         line = shlex.quote(inner + command)
         if not self.dry:
@@ -195,7 +196,11 @@ class ContainerSession:
             "no_launch": f"use the running container {self.name} (started by you, kept)",
         }[self.spec.lifetime]
         keys = ", ".join(sorted(self.spec.env)) or "none"
-        return [f"container: {start}", f"container env file keys: {keys}", "then: " + self.wrap("…")]
+        return [
+            f"container: {start}",
+            f"container env file keys: {keys}",
+            "then: " + self.wrap("…"),
+        ]
 
     def snapshot(self) -> dict[str, str]:
         """What the node's ``host_env.json`` (and the skew report) says of the container."""
@@ -301,9 +306,7 @@ class ContainerSession:
             return f"container {self.name} not removed: {result.stdout.strip()[-200:]}"
         return f"container {self.name} removed"
 
-    def teardown(
-        self, stop: Callable[[], dict[str, Any]], *, timeout: float
-    ) -> dict[str, Any]:
+    def teardown(self, stop: Callable[[], dict[str, Any]], *, timeout: float) -> dict[str, Any]:
         """After a ``docker run`` in flight has returned: ``stop()`` this run's processes (the
         node helper's ``kill``, in the container), give the run's files to the login user,
         remove a ``per_run`` container; the report says so under ``container``."""

@@ -35,7 +35,12 @@ def test_cvs_key_names_are_read_as_aliases() -> None:
     )
     c = cluster.container
     assert c is not None
-    assert (c.image, c.name, c.lifetime, c.user) == ("rocm/pytorch:rocm6.2", "aorta_{rank}", "per_run", "root")
+    assert (c.image, c.name, c.lifetime, c.user) == (
+        "rocm/pytorch:rocm6.2",
+        "aorta_{rank}",
+        "per_run",
+        "root",
+    )
     assert c.mounts == ("/data:/data", "/home/u:/home/u")
     assert c.devices == ("/dev/infiniband",) and c.groups == ("video",)
     assert c.env == {"HF_TOKEN": "s3cret"}
@@ -46,8 +51,14 @@ def test_cvs_key_names_are_read_as_aliases() -> None:
 @pytest.mark.parametrize(
     ("block", "message"),
     [
-        ({"image": "x", "lifetime": "forever"}, "container.lifetime: must be one of per_run, persistent, no_launch"),
-        ({"image": "x", "lifetime": "persistent"}, "container.name: is required with lifetime persistent"),
+        (
+            {"image": "x", "lifetime": "forever"},
+            "container.lifetime: must be one of per_run, persistent, no_launch",
+        ),
+        (
+            {"image": "x", "lifetime": "persistent"},
+            "container.name: is required with lifetime persistent",
+        ),
         ({"image": "x", "name": "a{node}"}, "container.name: 'a{node}': only {rank} and {run_id}"),
         ({"image": "x", "name": "a b"}, "container.name: 'a b' is not a container name"),
         ({"lifetime": "per_run"}, "container.image"),

@@ -25,8 +25,12 @@ import pytest
 from aorta.cli import main
 from aorta.errors import ExitCode
 from aorta.launch import Cluster, LaunchSpec, dry_run, launch
-from tests.docker_daemon import IMAGE, DockerDaemon, venv_site_packages
-from tests.docker_daemon import docker_fixture  # noqa: F401 - fixture
+from tests.docker_daemon import (
+    IMAGE,
+    DockerDaemon,
+    docker_fixture,  # noqa: F401 - fixture
+    venv_site_packages,
+)
 from tests.launch_fixtures import (  # noqa: F401 - fixtures
     FAST,
     assert_nothing_left,
@@ -105,12 +109,14 @@ def test_two_nodes_run_torchrun_in_their_containers_and_leave_none(
     ]
     assert sorted(r["rank"] for r in ranks) == [0, 1, 2, 3] and {r["sum"] for r in ranks} == {10.0}
     for rank in (0, 1):
-        snap = json.loads((result.run_dir / f"combined_traces/node_{rank}/host_env.json").read_text())
+        snap = json.loads(
+            (result.run_dir / f"combined_traces/node_{rank}/host_env.json").read_text()
+        )
         assert snap["container"]["image"] == IMAGE and snap["container"]["image_id"]
         assert snap["executable"] == "/usr/bin/python3"  # Debian's, in the image
     record = json.loads((result.run_dir / "launch.json").read_text())
-    assert f"removed" in record["nodes"]["node1"]["teardown"]
-    assert "docker exec -i" in record["commands"]["node1"]
+    assert "removed" in record["nodes"]["node1"]["teardown"]
+    assert f"exec -i -w {farm.nodes[1].workdir} {prefix}-1 sh -c" in record["commands"]["node1"]
     assert "hunter2" not in (result.run_dir / "launch.json").read_text()
     assert any(line.startswith("[node1 127.0.0.3] ") for line in lines)
     assert docker.containers(prefix) == []
@@ -121,13 +127,17 @@ def test_a_failing_node_stops_the_other_and_every_container_is_removed(
     farm: SshdFarm, docker: DockerDaemon, prefix: str, tmp_path: Path
 ) -> None:
     cluster = container_cluster(farm, docker, prefix)
-    result, _ = run_launch(cluster, LaunchSpec(argv=worker("fail-on", "1")), tmp_path / "out", deadlines=SLOW)
+    result, _ = run_launch(
+        cluster, LaunchSpec(argv=worker("fail-on", "1")), tmp_path / "out", deadlines=SLOW
+    )
 
     assert result.status == "failed"
     node0, node1 = result.outcomes["node0"], result.outcomes["node1"]
     assert (node1.status, node1.exit_code) == ("failed", 1)
     assert node0.status == "stopped" and "node1 127.0.0.3 failed" in node0.message
-    assert "failing on purpose" in (result.run_dir / "combined_traces/node_1/launch.log").read_text()
+    assert (
+        "failing on purpose" in (result.run_dir / "combined_traces/node_1/launch.log").read_text()
+    )
     assert docker.containers(prefix) == []
     assert_nothing_left(result)
 
@@ -173,7 +183,9 @@ def test_a_persistent_container_is_started_once_then_reused_and_kept(
 
     assert (first.status, second.status) == ("complete", "complete"), second.summary()
     assert len(ids) == 2
-    assert sorted(docker.docker("ps", "-q", "--no-trunc", "--filter", f"name={prefix}-").split()) == sorted(ids)
+    assert sorted(
+        docker.docker("ps", "-q", "--no-trunc", "--filter", f"name={prefix}-").split()
+    ) == sorted(ids)
     assert "kept (persistent)" in first.outcomes["node0"].teardown
     assert "reused the running container" in second.outcomes["node0"].teardown
     assert "reused" not in first.outcomes["node0"].teardown
@@ -184,7 +196,22 @@ def test_a_persistent_container_is_started_once_then_reused_and_kept(
 def test_no_launch_refuses_when_the_container_is_missing(
     farm: SshdFarm, docker: DockerDaemon, prefix: str, tmp_path: Path
 ) -> None:
-    docker.docker("run", "-d", "--name", f"{prefix}-0", "-v", f"{farm.nodes[0].workdir}:{farm.nodes[0].workdir}", "-v", f"{REPO}:{REPO}:ro", "-e", f"PYTHONPATH={venv_site_packages()}", IMAGE, "tail", "-f", "/dev/null")
+    docker.docker(
+        "run",
+        "-d",
+        "--name",
+        f"{prefix}-0",
+        "-v",
+        f"{farm.nodes[0].workdir}:{farm.nodes[0].workdir}",
+        "-v",
+        f"{REPO}:{REPO}:ro",
+        "-e",
+        f"PYTHONPATH={venv_site_packages()}",
+        IMAGE,
+        "tail",
+        "-f",
+        "/dev/null",
+    )
     cluster = container_cluster(farm, docker, prefix, lifetime="no_launch")
     spec = LaunchSpec(argv=in_container("argv", "x"), torchrun=False)
     result, _ = run_launch(cluster, spec, tmp_path / "out", deadlines=SLOW)
@@ -238,7 +265,10 @@ def test_dry_run_checks_docker_and_the_image_and_starts_no_container(
 
 
 def test_a_two_node_race_sweep_in_containers_through_the_cli(
-    farm: SshdFarm, docker: DockerDaemon, prefix: str, tmp_path: Path,
+    farm: SshdFarm,
+    docker: DockerDaemon,
+    prefix: str,
+    tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     recipe = tmp_path / "race.yaml"
@@ -248,8 +278,21 @@ def test_a_two_node_race_sweep_in_containers_through_the_cli(
     cluster = tmp_path / "cluster.json"
     cluster.write_text(json.dumps(data))
     t = time.monotonic()
-    code = main(["launch", "-c", str(cluster), "-r", str(recipe), "-o", str(tmp_path / "out"),
-                 "--setup-timeout", "120", "--run-timeout", "300"])
+    code = main(
+        [
+            "launch",
+            "-c",
+            str(cluster),
+            "-r",
+            str(recipe),
+            "-o",
+            str(tmp_path / "out"),
+            "--setup-timeout",
+            "120",
+            "--run-timeout",
+            "300",
+        ]
+    )
     captured = capsys.readouterr()
     assert code == ExitCode.OK, captured.err[-3000:]
     (run_dir,) = (p.parent for p in (tmp_path / "out").glob("RACE-CONTAINER/race/*/manifest.json"))
