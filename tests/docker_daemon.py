@@ -10,7 +10,7 @@ seconds). Torch is not in the image: tests mount the repo's ``.venv`` read-only 
 and put its ``site-packages`` on ``PYTHONPATH`` for Debian's ``python3`` (the venv's
 ``bin/python`` links to an interpreter outside the venv).
 
-Used by ``tests/launch/test_launch_container.py``; the :func:`docker_fixture` fixture skips
+Used by ``tests/launch/test_container.py``; the :func:`docker_fixture` fixture skips
 with the reason when docker, debootstrap or root is missing.
 """
 

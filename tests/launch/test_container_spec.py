@@ -1,5 +1,5 @@
 """The ``container:`` block of a cluster file and the docker lines built from it (pure: no
-daemon; tests/launch/test_launch_container.py runs them against a real one)."""
+daemon; tests/launch/test_container.py runs them against a real one)."""
 
 from __future__ import annotations
 
