@@ -220,61 +220,42 @@ def _mounts(value: Any) -> Any:  # CVS's volume_dict {host: container} as "host:
     return [f"{k}:{v}" for k, v in value.items()] if isinstance(value, Mapping) else value
 
 
-def _alias(*names: str) -> Any:
-    return AliasChoices(*names)
-
-
-class _ContainerBlock(BaseModel):
-    """The cluster file's ``container:`` block; CVS's key names are accepted as aliases."""
-
-    model_config = ConfigDict(extra="forbid")
-    image: Text = Field(validation_alias=_alias("image", "container_image"))
-    name: Annotated[Text, AfterValidator(_container_name)] | None = Field(
-        None, validation_alias=_alias("name", "container_name")
-    )
-    lifetime: Annotated[
-        Lifetime,
-        _check(lambda v: v in _LIFETIMES, "choice", f"one of {', '.join(_LIFETIMES)}"),
-    ] = "per_run"
-    runtime: Text = "docker"
-    python: Text = "python3"
-    run_args: list[Text] = Field([], validation_alias=_alias("run_args", "extra_run_args"))
-    mounts: Annotated[list[Text], BeforeValidator(_mounts)] = Field(
-        [], validation_alias=_alias("mounts", "volume_dict", "volumes")
-    )
-    devices: list[Text] = Field([], validation_alias=_alias("devices", "device_list"))
-    user: Text = "root"
-    groups: list[Text] | None = Field(None, validation_alias=_alias("groups", "group_add"))
-    gpus: Text | None = None
-    privileged: bool = False
-    env: EnvMap = Field({}, validation_alias=_alias("env", "env_dict"))
-
-
-@dataclass(frozen=True)
-class Container:
-    """Run every node's part inside a container of ``image`` (see :mod:`aorta.launch.container`).
+class Container(BaseModel):
+    """Run every node's part inside a container of ``image`` (the cluster file's ``container:``
+    block, CVS's key names accepted too; see :mod:`aorta.launch.container`).
 
     ``name`` may hold ``{rank}`` and ``{run_id}``; ``groups`` ``None``: ``video`` and ``render``
     where the node has ``/dev/kfd`` (ROCm); ``gpus`` ``None``: ``all`` where it has
     ``nvidia-smi``; ``env`` reaches the container through a 0600 ``--env-file``.
 
-    >>> Container("rocm/pytorch").container_name("2026-01-01T00-00-00-abc123", 1)
+    >>> Container(image="rocm/pytorch").container_name("2026-01-01T00-00-00-abc123", 1)
     'aorta-2026-01-01T00-00-00-abc123-1'
     """
 
-    image: str
-    name: str = "aorta-{run_id}-{rank}"
-    lifetime: Lifetime = "per_run"
-    runtime: str = "docker"  # the CLI, shell words allowed ("docker -H unix:///run/x.sock")
-    python: str = "python3"  # the image's, with torch
-    run_args: tuple[str, ...] = ()
-    mounts: tuple[str, ...] = ()  # "host:container[:ro]"; the node's workdir is always mounted
-    devices: tuple[str, ...] = ()
-    user: str = "root"
-    groups: tuple[str, ...] | None = None
-    gpus: str | None = None
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    image: Text = Field(validation_alias=AliasChoices("image", "container_image"))
+    name: Annotated[Text, AfterValidator(_container_name)] = Field(
+        "aorta-{run_id}-{rank}", validation_alias=AliasChoices("name", "container_name")
+    )
+    lifetime: Annotated[
+        Lifetime,
+        _check(lambda v: v in _LIFETIMES, "choice", f"one of {', '.join(_LIFETIMES)}"),
+    ] = "per_run"
+    runtime: Text = "docker"  # the CLI, shell words allowed ("docker -H unix:///run/x.sock")
+    python: Text = "python3"  # the image's, with torch
+    run_args: tuple[Text, ...] = ()
+    #: "host:container[:ro]" (CVS: volume_dict {host: container}); the workdir is always mounted
+    mounts: Annotated[tuple[Text, ...], BeforeValidator(_mounts)] = Field(
+        (), validation_alias=AliasChoices("mounts", "volume_dict")
+    )
+    devices: tuple[Text, ...] = Field((), validation_alias=AliasChoices("devices", "device_list"))
+    user: Text = "root"
+    groups: tuple[Text, ...] | None = Field(
+        None, validation_alias=AliasChoices("groups", "group_add")
+    )
+    gpus: Text | None = None
     privileged: bool = False
-    env: Mapping[str, str] = field(default_factory=dict, repr=False)
+    env: EnvMap = Field({}, validation_alias=AliasChoices("env", "env_dict"), repr=False)
 
     def container_name(self, run_id: str, rank: int) -> str:
         """This launch's container name on the node of ``rank``."""
@@ -282,23 +263,19 @@ class Container:
 
 
 def _container(raw: Any, problems: list[Problem]) -> Container | None:
-    if raw is None:
-        return None
-    if not isinstance(raw, Mapping):
+    if raw is not None and not isinstance(raw, Mapping):
         problems.append(Problem("container", f"must be an object, got {describe_value(raw)}"))
-        return None
-    try:
-        block = _ContainerBlock.model_validate(raw)
-    except ValidationError as exc:
-        problems.extend(validation_problems(exc, at="container"))
-        return None
-    if block.lifetime != "per_run" and block.name is None:
+    elif raw is not None:
+        try:
+            block = Container.model_validate(raw)
+        except ValidationError as exc:
+            problems.extend(validation_problems(exc, at="container"))
+            return None
+        if block.lifetime == "per_run" or "name" in raw or "container_name" in raw:
+            return block
         why = f"is required with lifetime {block.lifetime} (the container to find on each node)"
         problems.append(Problem("container.name", why))
-        return None
-    fields = block.model_dump(exclude_none=True)
-    lists = ("run_args", "mounts", "devices", "groups")
-    return Container(**{k: tuple(v) if k in lists else v for k, v in fields.items()})
+    return None
 
 
 # -- the cluster ----------------------------------------------------------------------------
@@ -379,7 +356,8 @@ class Cluster:
         ``container:`` block's settings, else the defaults."""
         if not image.strip():
             raise ClusterError("--container: give an image name", source=self.source)
-        spec = replace(self.container, image=image) if self.container else Container(image)
+        old = self.container
+        spec = old.model_copy(update={"image": image}) if old else Container(image=image)
         return replace(self, container=spec)
 
     @classmethod

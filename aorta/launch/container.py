@@ -13,13 +13,13 @@ a build step or a package index on the node, written nowhere inside the image (a
 container serves runs of different aorta versions). The image needs Python, torch and aorta's
 dependencies; setup names what it lacks.
 
->>> from aorta.launch.cluster import Container, Node
->>> c = Container("rocm/pytorch:latest", env={"HF_TOKEN": "s3cret"})
+>>> from aorta.launch.cluster import Container
+>>> c = Container(image="rocm/pytorch:latest", env={"HF_TOKEN": "s3cret"})
 >>> argv = run_argv(c, "aorta-r1-0", "/w", {"rocm": True}, env_file="/w/c.env")
->>> " ".join(argv[:9])
+>>> " ".join(argv[:11])
 'docker run -d --name aorta-r1-0 --network host --ipc host --user root'
->>> "s3cret" in " ".join(argv), argv[-3:]
-(False, ['rocm/pytorch:latest', 'tail', '-f'])
+>>> "s3cret" in " ".join(argv), argv[-4:]
+(False, ['rocm/pytorch:latest', 'tail', '-f', '/dev/null'])
 """
 
 from __future__ import annotations

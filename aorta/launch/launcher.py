@@ -96,7 +96,22 @@ def run_parallel(
     finally:
         if len(got) < len(keys):
             cancel.set()
-    return {key: got.get(key, TimedOut(f"not done after {timeout:g} s")) for key in keys}
+    what = name.removeprefix("aorta-")
+    return {key: got.get(key, TimedOut(f"{what} not finished after {timeout:g} s")) for key in keys}
+
+
+def split(results: Mapping[K, Any]) -> tuple[dict[K, Any], dict[K, BaseException]]:
+    """:func:`run_parallel`'s values and exceptions apart; a Ctrl-C caught in a thread is
+    raised here."""
+    failed = {k: v for k, v in results.items() if isinstance(v, BaseException)}
+    for exc in failed.values():
+        if isinstance(exc, KeyboardInterrupt):
+            raise exc
+    return {k: v for k, v in results.items() if k not in failed}, failed
+
+
+def _why(exc: BaseException) -> str:
+    return str(exc) if isinstance(exc, AortaError) else f"{type(exc).__name__}: {exc}"
 
 
 def new_run_id(now: _dt.datetime | None = None) -> str:
@@ -186,19 +201,13 @@ class _Launch:
         (``unreachable``, ``setup_failed``, ``timeout``: a straggler tears itself down)."""
         one = functools.partial(self._setup_one, dry_run=dry_run)
         timeout = self.deadlines.setup
-        for name, res in run_parallel(self.live, one, timeout=timeout, name="aorta-setup").items():
-            out = self.outcomes[name]
-            if isinstance(res, SetupReport):
-                self.reports[name], out.snapshot = res, res.snapshot
-            elif isinstance(res, TimedOut):
-                out.status, out.message = "timeout", f"setup not finished after {timeout:g} s"
-            elif isinstance(res, KeyboardInterrupt):
-                raise res
-            else:
-                out.status = "unreachable" if isinstance(res, Unreachable) else "setup_failed"
-                out.message = (
-                    str(res) if isinstance(res, RemoteError) else f"{type(res).__name__}: {res}"
-                )
+        ready, failed = split(run_parallel(self.live, one, timeout=timeout, name="aorta-setup"))
+        for name, report in ready.items():
+            self.reports[name], self.outcomes[name].snapshot = report, report.snapshot
+        for name, exc in failed.items():
+            out, timed_out = self.outcomes[name], isinstance(exc, TimedOut)
+            out.status = "unreachable" if isinstance(exc, Unreachable) else "setup_failed"
+            out.status, out.message = "timeout" if timed_out else out.status, _why(exc)
         self.result.timings["setup"] = self.now()
         for out in self.outcomes.values():
             if out.snapshot is not None and out.log is not None:
@@ -456,17 +465,14 @@ class _Launch:
                 return session.teardown(stop, timeout=d.teardown)
             return stop()
 
-        found = run_parallel(dirs, one, timeout=timeout, name="aorta-teardown")
-        for name, res in found.items():
+        found, failed = split(run_parallel(dirs, one, timeout=timeout, name="aorta-teardown"))
+        for name, exc in failed.items():
+            self.outcomes[name].teardown = f"teardown failed: {_why(exc)}: processes may be left"
+        for name, report in found.items():
             out = self.outcomes[name]
-            if isinstance(res, TimedOut):
-                out.teardown = f"teardown did not finish in {timeout:g} s: processes may be left"
-            elif isinstance(res, BaseException):
-                out.teardown = f"teardown failed: {res}"
-            else:
-                out.teardown = describe_kill(res, out.teardown)
-                out.teardown += f"; {res['container']}" if res.get("container") else ""
-        return {name: res for name, res in found.items() if isinstance(res, dict)}
+            out.teardown = describe_kill(report, out.teardown)
+            out.teardown += f"; {report['container']}" if report.get("container") else ""
+        return found
 
     def _gather(self, found: Mapping[str, Mapping[str, Any]], staging: Path) -> None:
         """Pull each node's output folder and — if it does not share the head's disk — the
@@ -489,14 +495,13 @@ class _Launch:
             note = " (shares the head's file system: its ranks wrote into the run directory)"
             return how + (note if shared else "")
 
-        for name, res in run_parallel(
-            sources, one, timeout=timeout + 5.0, name="aorta-collect"
-        ).items():
-            if isinstance(res, TimedOut):
-                res = f"not collected: still copying after {timeout:g} s"
-            elif isinstance(res, BaseException):
-                res = f"not collected: {res}"
-            self.outcomes[name].collected = res
+        done, failed = split(
+            run_parallel(sources, one, timeout=timeout + 5.0, name="aorta-collect")
+        )
+        for name, exc in failed.items():
+            self.outcomes[name].collected = f"not collected: {_why(exc)}"
+        for name, how in done.items():
+            self.outcomes[name].collected = how
 
 
 def launch(

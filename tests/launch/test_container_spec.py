@@ -73,12 +73,12 @@ def test_a_bad_block_is_a_located_error(block: object, message: str) -> None:
 
 def test_cli_image_keeps_the_blocks_other_settings() -> None:
     cluster = Cluster.from_dict({**NODES, "container": {"image": "a", "user": "1000"}})
-    assert cluster.with_image("b").container == Container("b", user="1000")
-    assert Cluster.from_dict(NODES).with_image("b").container == Container("b")
+    assert cluster.with_image("b").container == Container(image="b", user="1000")
+    assert Cluster.from_dict(NODES).with_image("b").container == Container(image="b")
 
 
 def test_rocm_node_gets_root_video_render_and_the_devices() -> None:
-    argv = run_argv(Container("img"), "c0", "/w", {"rocm": "1"}, env_file="/w/e")
+    argv = run_argv(Container(image="img"), "c0", "/w", {"rocm": "1"}, env_file="/w/e")
     text = shlex.join(argv)
     assert "--user root" in text and "--network host --ipc host" in text
     assert "--group-add=video --group-add=render" in text
@@ -88,14 +88,14 @@ def test_rocm_node_gets_root_video_render_and_the_devices() -> None:
 
 
 def test_nvidia_node_gets_all_gpus_and_a_plain_node_no_device_flags() -> None:
-    nvidia = shlex.join(run_argv(Container("img"), "c0", "/w", {"nvidia": "1"}, env_file="/e"))
-    plain = shlex.join(run_argv(Container("img"), "c0", "/w", {}, env_file="/e"))
+    nvidia = shlex.join(run_argv(Container(image="img"), "c0", "/w", {"nvidia": "1"}, env_file="/e"))
+    plain = shlex.join(run_argv(Container(image="img"), "c0", "/w", {}, env_file="/e"))
     assert "--gpus=all" in nvidia and "--device" not in nvidia
     assert "--gpus" not in plain and "--device" not in plain and "--group-add" not in plain
 
 
 def test_environment_values_never_reach_argv_or_the_description() -> None:
-    spec = Container("img", env={"HF_TOKEN": "s3cret"}, run_args=("--shm-size=16g",))
+    spec = Container(image="img", env={"HF_TOKEN": "s3cret"}, run_args=("--shm-size=16g",))
     argv = run_argv(spec, "c0", "/w", {}, env_file="/w/c.env")
     assert "s3cret" not in " ".join(argv) and "--env-file" in argv and "--shm-size=16g" in argv
 
@@ -111,7 +111,7 @@ def test_wrapped_commands_keep_their_quoting() -> None:
     class Inner:
         node = Node(rank=0, address="gpu-1")
 
-    session = ContainerSession(Inner(), Container("img", runtime="docker -H unix:///x.sock"), "r1")  # type: ignore[arg-type]
+    session = ContainerSession(Inner(), Container(image="img", runtime="docker -H unix:///x.sock"), "r1")  # type: ignore[arg-type]
     session.workdir = "/home/u/w"
     line = session.wrap("echo 'a b' \"$HOME\"")
     words = shlex.split(line)
