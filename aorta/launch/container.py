@@ -52,7 +52,7 @@ command -v {docker0} >/dev/null 2>&1 || {{ echo "error={docker0}: command not fo
 v=$({docker} version --format '{{{{.Server.Version}}}}' 2>&1) || {{ echo "error=docker does not answer: $(echo "$v" | tail -n 1)"; exit 5; }}
 echo "docker=$v"
 echo "image=$({docker} image inspect --format '{{{{.Id}}}}' {image} 2>/dev/null)"
-echo "state=$({docker} inspect --format '{{{{.State.Running}}}}' {name} 2>/dev/null)"
+echo "state=$({docker} inspect --format '{{{{.State.Running}}}} {{{{.Image}}}}' {name} 2>/dev/null)"
 test -e /dev/kfd && echo rocm=1
 command -v nvidia-smi >/dev/null 2>&1 && echo nvidia=1
 exit 0
@@ -205,7 +205,7 @@ class ContainerSession:
     def snapshot(self) -> dict[str, str]:
         """What the node's ``host_env.json`` (and the skew report) says of the container."""
         keep = {"image": self.spec.image, "image_id": self.facts.get("image", "")}
-        return {**keep, "docker": self.facts.get("docker", ""), "name": self.name}
+        return {**keep, "docker": self.facts.get("docker", "")}  # the name differs per node
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -242,16 +242,20 @@ class ContainerSession:
         Raises :class:`~aorta.launch.ssh.RemoteError` with what is wrong."""
         self.dry = dry_run
         facts = self.probe(timeout=timeout)
-        spec, running = self.spec, facts.get("state") == "true"
+        spec, (state, _, image) = self.spec, facts.get("state", "").partition(" ")
+        running = state == "true"
+        if running and spec.lifetime == "persistent" and image != facts.get("image"):
+            self.notes.append(f"{self.name} ran another image than {spec.image}")
+            running = False  # replaced below
         if not facts.get("image") and not (spec.lifetime == "no_launch" and running):
             raise RemoteError(
                 f"image {spec.image} is not on this node (docker {facts['docker']}): "
                 "`docker pull` it there (aorta pulls nothing)"
             )
         if spec.lifetime == "no_launch" and not running:
-            state = "is stopped" if facts.get("state") else "does not exist"
+            what = "is stopped" if facts.get("state") else "does not exist"
             raise RemoteError(
-                f"container {self.name} {state} on this node; lifetime no_launch uses the one "
+                f"container {self.name} {what} on this node; lifetime no_launch uses the one "
                 "you started (start it, or use lifetime per_run)"
             )
         if dry_run:  # the throwaway container's environment, removed by the one command
@@ -306,11 +310,14 @@ class ContainerSession:
             return f"container {self.name} not removed: {result.stdout.strip()[-200:]}"
         return f"container {self.name} removed"
 
-    def teardown(self, stop: Callable[[], dict[str, Any]], *, timeout: float) -> dict[str, Any]:
-        """After a ``docker run`` in flight has returned: ``stop()`` this run's processes (the
-        node helper's ``kill``, in the container), give the run's files to the login user,
-        remove a ``per_run`` container; the report says so under ``container``."""
-        got = self.creating.acquire(timeout=timeout)
+    def teardown(
+        self, stop: Callable[[], dict[str, Any]], *, timeout: float, wait: float
+    ) -> dict[str, Any]:
+        """After a ``docker run`` in flight has returned (up to ``wait`` s, its own deadline):
+        ``stop()`` this run's processes (the node helper's ``kill``, in the container), give the
+        run's files to the login user, remove a ``per_run`` container; the report says so under
+        ``container``."""
+        got = self.creating.acquire(timeout=wait)
         try:
             report: dict[str, Any] = {"terminated": 0, "killed": 0, "left": []}
             notes = list(self.notes)

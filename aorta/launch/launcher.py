@@ -456,13 +456,13 @@ class _Launch:
         }
         d = self.deadlines
         timeout = d.kill_grace + d.teardown + 5.0
-        timeout += 3 * d.teardown if self.cluster.container else 0.0  # wait, chown, docker rm
+        timeout += d.setup + 2 * d.teardown if self.cluster.container else 0.0  # docker run, rm
 
         def one(name: str, cancel: threading.Event) -> dict[str, Any]:
             session = self.live[name]
             stop = functools.partial(self.stop, name, dirs[name], **where)
             if isinstance(session, ContainerSession):
-                return session.teardown(stop, timeout=d.teardown)
+                return session.teardown(stop, timeout=d.teardown, wait=d.setup)
             return stop()
 
         found, failed = split(run_parallel(dirs, one, timeout=timeout, name="aorta-teardown"))

@@ -25,6 +25,7 @@ import pytest
 from aorta.cli import main
 from aorta.errors import ExitCode
 from aorta.launch import Cluster, LaunchSpec, dry_run, launch
+from aorta.report.launch import dry_run_lines
 from tests.docker_daemon import (
     IMAGE,
     DockerDaemon,
@@ -119,6 +120,7 @@ def test_two_nodes_run_torchrun_in_their_containers_and_leave_none(
     assert f"exec -i -w {farm.nodes[1].workdir} {prefix}-1 sh -c" in record["commands"]["node1"]
     assert "hunter2" not in (result.run_dir / "launch.json").read_text()
     assert any(line.startswith("[node1 127.0.0.3] ") for line in lines)
+    assert not [k for k in result.skew if k.startswith("container.")]  # one image everywhere
     assert docker.containers(prefix) == []
     assert_nothing_left(result)
 
@@ -256,6 +258,9 @@ def test_dry_run_checks_docker_and_the_image_and_starts_no_container(
     assert f"run -d --name {prefix}-1 --network host --ipc host --user root" in text
     assert "--env-file" in text and "SECRET_TOKEN" in text and "hunter2" not in text
     assert report.outcomes["node0"].snapshot["container"]["docker"]
+    printed = "\n".join(dry_run_lines(report))
+    assert f"  container: {shlex.join(docker.cli)} rm -f {prefix}-0; " in printed
+    assert "container env file keys: PYTHONPATH, SECRET_TOKEN" in printed
     assert docker.containers(prefix) == []
 
     missing = container_cluster(farm, docker, prefix, image="no-such-image")

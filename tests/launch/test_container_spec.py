@@ -88,7 +88,9 @@ def test_rocm_node_gets_root_video_render_and_the_devices() -> None:
 
 
 def test_nvidia_node_gets_all_gpus_and_a_plain_node_no_device_flags() -> None:
-    nvidia = shlex.join(run_argv(Container(image="img"), "c0", "/w", {"nvidia": "1"}, env_file="/e"))
+    nvidia = shlex.join(
+        run_argv(Container(image="img"), "c0", "/w", {"nvidia": "1"}, env_file="/e")
+    )
     plain = shlex.join(run_argv(Container(image="img"), "c0", "/w", {}, env_file="/e"))
     assert "--gpus=all" in nvidia and "--device" not in nvidia
     assert "--gpus" not in plain and "--device" not in plain and "--group-add" not in plain
@@ -111,7 +113,9 @@ def test_wrapped_commands_keep_their_quoting() -> None:
     class Inner:
         node = Node(rank=0, address="gpu-1")
 
-    session = ContainerSession(Inner(), Container(image="img", runtime="docker -H unix:///x.sock"), "r1")  # type: ignore[arg-type]
+    session = ContainerSession(
+        Inner(), Container(image="img", runtime="docker -H unix:///x.sock"), "r1"
+    )  # type: ignore[arg-type]
     session.workdir = "/home/u/w"
     line = session.wrap("echo 'a b' \"$HOME\"")
     words = shlex.split(line)
