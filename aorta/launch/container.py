@@ -24,9 +24,11 @@ dependencies; setup names what it lacks.
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import io
 import posixpath
+import re
 import shlex
 import tarfile
 import threading
@@ -101,20 +103,25 @@ def ship_aorta() -> bytes:
     return buf.getvalue()
 
 
+@functools.cache
 def aorta_requirements() -> tuple[str, ...]:
-    """The modules aorta's own dependencies install (``yaml`` for PyYAML, ...): the image must
-    import them, aorta ships without them."""
+    """One module per dependency of aorta (``yaml`` for PyYAML, ...): the image must import
+    them, aorta ships without them."""
     try:
         wanted = {
-            r.split(";")[0].split("[")[0].split(">")[0].split("=")[0].split("<")[0].strip().lower()
+            re.split(r"[\s;\[<>=!~]", r, maxsplit=1)[0].lower()
             for r in importlib.metadata.requires("aorta") or []
             if "extra ==" not in r
         }
     except importlib.metadata.PackageNotFoundError:
         return ()
-    found = importlib.metadata.packages_distributions()
-    modules = {m for m, dists in found.items() if any(d.lower() in wanted for d in dists)}
-    return tuple(sorted(m for m in modules if m.isidentifier() and not m.startswith("_")))
+    per_dist: dict[str, list[str]] = {}
+    for module, dists in importlib.metadata.packages_distributions().items():
+        for dist in (d.lower() for d in dists if d.lower() in wanted):
+            if module.isidentifier() and not module.startswith("_"):
+                per_dist.setdefault(dist, []).append(module)
+    pick = [dist if dist in mods else sorted(mods)[0] for dist, mods in per_dist.items()]
+    return tuple(sorted(pick))
 
 
 class ContainerSession:

@@ -135,3 +135,11 @@ def test_the_shipped_aorta_carries_its_entry_points() -> None:
         text = tar.extractfile(info).read().decode()  # type: ignore[union-attr]
     assert "aorta/launch/container.py" in names and not any("__pycache__" in n for n in names)
     assert "race = aorta.workloads.race:RaceWorkload" in text
+
+
+def test_the_image_is_checked_for_one_module_per_dependency_of_aorta() -> None:
+    from aorta.launch.container import aorta_requirements
+
+    modules = aorta_requirements()
+    assert {"yaml", "pydantic", "numpy", "matplotlib"} <= set(modules)  # PyYAML's is yaml
+    assert "pylab" not in modules and "aorta" not in modules and "torch" not in modules
