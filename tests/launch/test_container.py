@@ -10,10 +10,13 @@ the same way as for native launches, and ``docker ps -a`` says every container i
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
 import signal
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -42,7 +45,7 @@ from tests.launch_fixtures import (  # noqa: F401 - fixtures
     ssh_key_fixture,
     worker,
 )
-from tests.sshd import REPO, SshdFarm, wait_gone
+from tests.sshd import REPO, SshdFarm, processes_with_env, wait_gone
 
 pytestmark = [needs_sshd, needs_venv, pytest.mark.slow]
 
@@ -334,3 +337,45 @@ def test_ctrl_c_during_setup_leaves_no_container(
     assert data["status"] == "interrupted"
     assert docker.containers(prefix) == []
     assert wait_gone(f"AORTA_RUN_ID={data['run_id']}", timeout=0.0) == []
+
+
+def test_the_run_stops_in_its_containers_when_the_orchestrator_dies(
+    farm: SshdFarm, docker: DockerDaemon, prefix: str, tmp_path: Path
+) -> None:
+    # A SIGKILLed launcher runs no teardown: the watchdog in each container sees `docker exec`
+    # close its stdin (the SSH channel closed) and stops the run; the containers stay (see
+    # docs/launch.md) until a launch with their name or `docker rm -f`.
+    data = farm.cluster_dict(container=block(docker, prefix))
+    data["env_vars"]["PYTHONPATH"] = f"{REPO}:{venv_site_packages()}"
+    cluster_file = tmp_path / "cluster.json"
+    cluster_file.write_text(json.dumps(data))
+    run_id = f"2026-01-01T00-00-00-{prefix}"
+    script = (
+        f"import sys; sys.path.insert(0, {str(REPO)!r})\n"
+        "from aorta.launch import Deadlines, LaunchSpec, launch, load_cluster\n"
+        f"spec = LaunchSpec(argv={in_container('hang-on', 'all')!r}, torchrun=False)\n"
+        f"launch(load_cluster({str(cluster_file)!r}), spec, output={str(tmp_path / 'out')!r},"
+        f" run_id={run_id!r}, deadlines=Deadlines(setup=120))\n"
+    )
+    orchestrator = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+
+    def workers() -> list[int]:
+        found = []
+        for pid in processes_with_env(f"AORTA_RUN_ID={run_id}"):
+            with contextlib.suppress(OSError):
+                if b"launch_worker" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    found.append(pid)
+        return found
+
+    try:
+        deadline = time.monotonic() + 150
+        while len(workers()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(workers()) == 2  # one worker per node, in its container
+    finally:
+        orchestrator.kill()
+        orchestrator.wait(timeout=10)
+    assert wait_gone(f"AORTA_RUN_ID={run_id}", timeout=30.0) == []
+    assert docker.containers(prefix) == [f"{prefix}-0", f"{prefix}-1"]  # left: no teardown ran
