@@ -272,7 +272,9 @@ class ContainerSession:
         if running and spec.lifetime != "per_run":
             self.notes.append(f"reused the running container {self.name}")
         else:
-            with self.creating:
+            with self.creating:  # teardown waits for it, and cancel is set before teardown
+                if cancel.is_set():
+                    raise RemoteError("the launch gave up before the container started")
                 self._start(timeout, replace_stale=bool(facts.get("state")))
             if cancel.is_set():  # the launch gave up on this node meanwhile: undo it here
                 self._remove(timeout)
@@ -325,22 +327,22 @@ class ContainerSession:
         run's files to the login user, remove a ``per_run`` container; the report says so under
         ``container``."""
         got = self.creating.acquire(timeout=wait)
+        report: dict[str, Any] = {"terminated": 0, "killed": 0, "left": []}
+        notes = list(self.notes)
         try:
-            report: dict[str, Any] = {"terminated": 0, "killed": 0, "left": []}
-            notes = list(self.notes)
             if self.up:
                 try:
                     report = stop()
                 finally:
                     notes.append(self._give_back(timeout))
+        finally:  # a failed stop still removes the container
             if self.spec.lifetime == "per_run" and self.attempted:
                 notes.append(self._remove(timeout))
             elif self.up:
                 notes.append(f"container {self.name} kept ({self.spec.lifetime})")
-            return {**report, "container": "; ".join(n for n in notes if n)}
-        finally:
             if got:
                 self.creating.release()
+        return {**report, "container": "; ".join(n for n in notes if n)}
 
     def _give_back(self, timeout: float) -> str:
         owner = f"{self.facts.get('uid', '0')}:{self.facts.get('gid', '0')}"

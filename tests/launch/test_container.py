@@ -335,7 +335,7 @@ def test_ctrl_c_during_setup_leaves_no_container(
     (record,) = (tmp_path / "out").glob("_launch_/*/launch.json")
     data = json.loads(record.read_text())
     assert data["status"] == "interrupted"
-    assert docker.containers(prefix) == []
+    assert docker.containers(prefix) == [], data["nodes"]
     assert wait_gone(f"AORTA_RUN_ID={data['run_id']}", timeout=0.0) == []
 
 
@@ -379,3 +379,32 @@ def test_the_run_stops_in_its_containers_when_the_orchestrator_dies(
         orchestrator.wait(timeout=10)
     assert wait_gone(f"AORTA_RUN_ID={run_id}", timeout=30.0) == []
     assert docker.containers(prefix) == [f"{prefix}-0", f"{prefix}-1"]  # left: no teardown ran
+
+
+def test_cli_container_flag_sets_the_image_and_dry_run_prints_the_docker_lines(
+    farm: SshdFarm,
+    docker: DockerDaemon,
+    prefix: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    recipe = tmp_path / "race.yaml"
+    recipe.write_text(RACE)
+    data = farm.cluster_dict(container=block(docker, prefix, image="not-this-one"))
+    data["env_vars"]["PYTHONPATH"] = venv_site_packages()
+    cluster = tmp_path / "cluster.json"
+    cluster.write_text(json.dumps(data))
+    args = ["launch", "-c", str(cluster), "-r", str(recipe), "--dry-run", "--setup-timeout", "90"]
+
+    code = main([*args, "--container", IMAGE])
+    out = capsys.readouterr().out
+    assert code == ExitCode.OK, out
+    assert (
+        f"--env-file {farm.nodes[1].workdir}/.aorta-launch/" in out and " aorta-test tail -f" in out
+    )
+    assert out.count("  container: ") == 2 and "hunter2" not in out
+    assert docker.containers(prefix) == []
+
+    code = main(args)  # the file's image, which no node has
+    err = capsys.readouterr().err
+    assert code == ExitCode.ERROR and "image not-this-one is not on this node" in err
