@@ -55,6 +55,7 @@ from aorta.report.html_sections import (
     run_section,
 )
 from aorta.store.record import ERRORED
+from aorta.store.redact import redact_page
 from aorta.store.rundir import RunDir, atomic_write
 
 if TYPE_CHECKING:
@@ -210,6 +211,7 @@ def html(
         waterfalls=dict(waterfalls if waterfalls is not None else _waterfalls(ds, summary, **kw)),
     )
     text = render_run_page(run_page, sections=RUN_SECTIONS if sections is None else sections)
+    text = redact_page(text, *([rd] if rd is not None else []))
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(out, text)
     return out
@@ -309,12 +311,17 @@ def read_run_files(rd: RunDir, ds: xr.Dataset) -> RunFiles:
 
 
 def _log_tails(rd: RunDir, rec: Mapping[str, Any]) -> dict[str, list[str]]:
+    # Only logs inside the run directory: a record (from someone else's run) can name any path.
+    root = rd.path.resolve()
     out = {}
     for name, rel in sorted((rec.get("artifacts") or {}).items()):
         if not str(rel).endswith(".log"):
             continue
+        path = (rd.path / str(rel)).resolve()
+        if not path.is_relative_to(root):
+            continue
         try:
-            with open(rd.path / str(rel), "rb") as fh:
+            with open(path, "rb") as fh:
                 fh.seek(0, os.SEEK_END)
                 fh.seek(max(0, fh.tell() - _TAIL_BYTES))
                 text = fh.read().decode("utf-8", "replace")
@@ -399,6 +406,7 @@ def compare_html(
         hosts = read_run_files(rd, ds.isel(cell=slice(0, 0))).hosts
         sides.append(RunSide(label=label, ds=ds, path=rd.path, link_prefix=prefix, hosts=hosts))
     text = render_compare_page(sides[0], sides[1], df, fmt=figure_format, footer=_footer())
+    text = redact_page(text, *rds)
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(out, text)
     return out
