@@ -439,7 +439,9 @@ class _Launch:
                 for log in self.logs.values():
                     log.close()
             result.run_dir = finalize(staging, output, self.run_id)
-            known = harvest_secrets(*(c.env for c in self.commands.values()))  # env_vars
+            envs = [c.env for c in self.commands.values()]  # env_vars, the container's env
+            envs += [self.cluster.container.env] if self.cluster.container else []
+            known = harvest_secrets(*envs)
             record_secrets(RunDir(result.run_dir), known)  # the run knows them (hashes only)
             result.timings["total"] = self.now()
             write_record(result)
