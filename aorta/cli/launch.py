@@ -215,6 +215,14 @@ CollectTimeout = Annotated[
         min=1,
     ),
 ]
+ContainerImage = Annotated[
+    str | None,
+    typer.Option(
+        "--container",
+        help="Run in a container of this image on every node (the cluster file's "
+        "container: block, with this image; see docs/launch.md).",
+    ),
+]
 Quiet = Annotated[
     bool,
     typer.Option(
@@ -294,6 +302,7 @@ def launch(
     run_timeout: RunTimeout = 24 * 3600.0,
     collect_timeout: CollectTimeout = 600.0,
     quiet: Quiet = False,
+    container: ContainerImage = None,
     slurm: Slurm = False,
     nodes: Nodes = None,
     partition: Partition = None,
@@ -326,6 +335,8 @@ def launch(
         master_port=master_port,
         ticket=ticket,
     )
+    if slurm and container is not None:
+        raise UsageError("--container runs over SSH (the cluster file's nodes), not with --slurm")
     if slurm:
         named = {"partition": partition, "time": time, "gpus-per-node": gpus_per_node}
         named["account"] = account
@@ -350,6 +361,8 @@ def launch(
         )
     assert spec is not None
     the_cluster = load_cluster(cluster)
+    if container is not None:
+        the_cluster = the_cluster.with_image(container)
     for warning in the_cluster.warnings:
         printer.event(f"warning: {cluster}: {warning}")
     deadlines = Deadlines(setup=setup_timeout, run=run_timeout, collect=collect_timeout)
