@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import signal
 import sys
 import threading
@@ -332,7 +333,11 @@ def launch(
 ) -> int:
     """Run a recipe's sweep on every node of a cluster (torchrun, rendezvous on the head) and
     gather the results into one run directory."""
-    from aorta.launch import Deadlines
+    from aorta.launch import Deadlines, load_cluster
+
+    def load() -> Cluster:
+        the_cluster = load_cluster(cluster)
+        return the_cluster if container is None else the_cluster.with_image(container)
 
     printer = _Printer(quiet=quiet)
     if slurm and in_job is not None:
@@ -340,7 +345,7 @@ def launch(
 
         return run_in_job(in_job, printer.event)
     # The CVS config's train_script runs with the cluster's interpreter: read the cluster first.
-    the_cluster = None if slurm or cvs_config is None else _cluster(cluster, container)
+    the_cluster = None if slurm or cvs_config is None else load()
     if cvs_config is not None:
         spec, run_timeout = _cvs_spec(
             cvs_config,
@@ -393,20 +398,13 @@ def launch(
             printer=printer,
         )
     assert spec is not None
-    the_cluster = the_cluster or _cluster(cluster, container)
+    the_cluster = the_cluster or load()
     for warning in the_cluster.warnings:
         printer.event(f"warning: {cluster}: {warning}")
     deadlines = Deadlines(setup=setup_timeout, run=run_timeout, collect=collect_timeout)
     if dry_run:
         return _dry_run(the_cluster, spec, deadlines=deadlines)
     return _launch(the_cluster, spec, output=output, deadlines=deadlines, printer=printer)
-
-
-def _cluster(path: Path, image: str | None) -> Cluster:
-    from aorta.launch import load_cluster
-
-    the_cluster = load_cluster(path)
-    return the_cluster if image is None else the_cluster.with_image(image)
 
 
 def _cvs_spec(
@@ -425,13 +423,11 @@ def _cvs_spec(
 ) -> tuple[LaunchSpec, float | None]:
     """The launch a CVS config asks for (:mod:`aorta.recipe.cvs`), this command line's options
     winning; without ``--recipe``, a one-trial probe recipe runs the training command once."""
-    import dataclasses
-
-    from aorta.recipe.cvs import load_cvs_config, probe_recipe
+    from aorta.recipe import cvs
 
     if command:
         raise UsageError(f"--cvs-config {path} gives the training command: drop the one after '--'")
-    job = load_cvs_config(path, python=_python(cluster))
+    job = cvs.load_cvs_config(path, python=_python(cluster))
     for warning in job.warnings:
         printer.event(f"warning: {path}: {warning}")
     by_key = {o.partition("=")[0]: o for o in (*job.overrides, *overrides)}  # the CLI's win
@@ -443,7 +439,7 @@ def _cvs_spec(
         master_addr=master_addr or job.master_addr,
         master_port=master_port or job.master_port,
         ticket=ticket,
-        recipe_text=None if recipe else probe_recipe(),
+        recipe_text=None if recipe else cvs.probe_recipe(),
     )
     return dataclasses.replace(spec, env={**spec.env, **job.env}), run_timeout or job.run_timeout
 

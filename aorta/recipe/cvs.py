@@ -159,9 +159,8 @@ def cvs_job(data: Any, *, python: str = "python3", source: str | None = None) ->
         return None
 
     def count(where: str, value: Any, lo: int, hi: int) -> int | None:
-        if value is None or (isinstance(value, int) and not isinstance(value, bool)):
-            if value is None or lo <= value <= hi:
-                return value
+        if value is None or (type(value) is int and lo <= value <= hi):
+            return value
         problems.append(
             Problem(where, f"must be a whole number from {lo} to {hi}, got {describe_value(value)}")
         )
