@@ -22,6 +22,7 @@ See docs/launch.md, "CVS ``multi_node:``".
 
 from __future__ import annotations
 
+import getpass
 import posixpath
 import re
 from collections.abc import Mapping, Sequence
@@ -57,6 +58,12 @@ _TORCHRUN = {"nproc-per-node": "nproc_per_node", "master-addr": "master_addr"}
 _TORCHRUN["master-port"] = "master_port"
 #: torchrun options the launcher sets itself from the cluster file.
 _OWNED = ("nnodes", "node-rank", "max-restarts", "rdzv-endpoint", "rdzv-backend", "standalone")
+_CONTAINER_HINT = (
+    ": aorta runs in a container from the cluster file's container: block (CVS's key names"
+    " accepted there) or --container IMAGE"
+)
+_HINTS = {"docker": _CONTAINER_HINT, "container": _CONTAINER_HINT}
+_PLACEHOLDER = re.compile(r"\{[A-Za-z0-9_.-]+\}")
 _OVERRIDE_KEY = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 
 
@@ -97,7 +104,9 @@ def probe_recipe(ticket: str = "cvs") -> bytes:
     ).encode()
 
 
-def load_cvs_config(path: str | Path, *, python: str = "python3") -> CvsJob:
+def load_cvs_config(
+    path: str | Path, *, python: str = "python3", user: str | None = None
+) -> CvsJob:
     """Read a CVS Aorta config (YAML or JSON) and map it (:func:`cvs_job`); a
     :class:`CvsConfigError` names the file and each field that does not map."""
     path = Path(path)
@@ -110,13 +119,16 @@ def load_cvs_config(path: str | Path, *, python: str = "python3") -> CvsJob:
         data = parse_yaml(text)
     except RecipeError as exc:
         raise CvsConfigError(str(exc), source=str(path)) from None
-    return cvs_job(data, python=python, source=str(path))
+    return cvs_job(data, python=python, user=user, source=str(path))
 
 
-def cvs_job(data: Any, *, python: str = "python3", source: str | None = None) -> CvsJob:
+def cvs_job(
+    data: Any, *, python: str = "python3", user: str | None = None, source: str | None = None
+) -> CvsJob:
     """Map a parsed CVS Aorta config onto launch options (pure; see the module docstring).
 
-    ``python`` runs ``train_script`` (the image's or the nodes' interpreter). Raises
+    ``python`` runs ``train_script`` (the image's or the nodes' interpreter); ``user``
+    (default: the current user) replaces CVS's ``{user-id}`` in paths (other CVS placeholders are errors). Raises
     :class:`CvsConfigError` listing every field that does not map.
 
     >>> cvs_job({"multi_node": {"master_launch_mode": "script"}})
@@ -126,6 +138,7 @@ def cvs_job(data: Any, *, python: str = "python3", source: str | None = None) ->
     """
     problems: list[Problem] = []
     warnings: list[str] = []
+    user = user or getpass.getuser()
     if not isinstance(data, Mapping):
         raise CvsConfigError(f"must be an object, got {describe_value(data)}", source=source)
     block = data.get("multi_node", {})
@@ -140,7 +153,8 @@ def cvs_job(data: Any, *, python: str = "python3", source: str | None = None) ->
             problems.append(Problem(f"multi_node.{key}", f"unknown field (known: {known})"))
     for key in data:
         if key not in TOP_KEYS and not str(key).startswith("_"):
-            warnings.append(f"{key}: not read by aorta launch (ignored)")
+            hint = _HINTS.get(str(key), "")
+            warnings.append(f"{key}: not read by aorta launch (ignored){hint}")
 
     def get(key: str, default: Any = None) -> tuple[str, Any]:
         if key in SHARED_KEYS and key in block and key in data:
@@ -154,7 +168,7 @@ def cvs_job(data: Any, *, python: str = "python3", source: str | None = None) ->
     def text(key: str, default: str | None) -> str | None:
         where, value = get(key, default)
         if value is None or (isinstance(value, str) and value.strip()):
-            return value.strip() if isinstance(value, str) else None
+            return _resolve(where, value, user, problems)
         problems.append(Problem(where, f"must be a non-empty string, got {describe_value(value)}"))
         return None
 
@@ -178,7 +192,10 @@ def cvs_job(data: Any, *, python: str = "python3", source: str | None = None) ->
             Problem(mode[0], f"must be auto or torchrun, got {describe_value(mode[1])}")
         )
 
-    root = _aorta_path(data.get("aorta_path"), problems)
+    root, known = data.get("aorta_path"), len(problems)
+    if isinstance(root, str):  # placeholders first: CVS's {paths.x} stands for an absolute path
+        root = _resolve("aorta_path", root, user, problems)
+    root = _aorta_path(root, problems) if len(problems) == known else None
     script, config = (
         text("train_script", "train.py"),
         text("base_config", "config/distributed.yaml"),
@@ -241,6 +258,19 @@ def _aorta_path(value: Any, problems: list[Problem]) -> str | None:
     why = f"must be the absolute path of the aorta checkout on every node, got {describe_value(value)}"
     problems.append(Problem("aorta_path", why))
     return None
+
+
+def _resolve(where: str, value: str | None, user: str, problems: list[Problem]) -> str | None:
+    """``{user-id}`` filled in; a control character or another CVS placeholder refused."""
+    if value is None:
+        return None
+    value = value.strip().replace("{user-id}", user)
+    if (left := _PLACEHOLDER.search(value)) or "<changeme>" in value.lower():
+        what = left.group(0) if left else "<changeme>"
+        problems.append(Problem(where, f"{what}: fill it in (aorta resolves only {{user-id}})"))
+    elif why := envvars.control_problem(value):
+        problems.append(Problem(where, why))
+    return value
 
 
 def _under(root: str | None, path: str) -> str:

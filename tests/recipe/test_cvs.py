@@ -49,8 +49,8 @@ def _errors(data: Any) -> list[str]:
 def test_each_field_maps_onto_a_launch_option(tmp_path: Path) -> None:
     path = tmp_path / "aorta_benchmark.yaml"
     path.write_text(CVS_YAML)
-    job = load_cvs_config(path, python="/opt/venv/bin/python")
-    root = "/home/{user-id}/aorta"
+    job = load_cvs_config(path, python="/opt/venv/bin/python", user="ops")
+    root = "/home/ops/aorta"  # CVS's {user-id} filled in
     assert job.command == (
         "/opt/venv/bin/python",
         f"{root}/train.py",
@@ -67,7 +67,8 @@ def test_each_field_maps_onto_a_launch_option(tmp_path: Path) -> None:
     assert job.warnings == (
         "container_mount_path: not read by aorta launch (ignored)",
         "skip_rccl_build: not read by aorta launch (ignored)",
-        "docker: not read by aorta launch (ignored)",
+        "docker: not read by aorta launch (ignored): aorta runs in a container from the "
+        "cluster file's container: block (CVS's key names accepted there) or --container IMAGE",
     )
 
 
@@ -150,6 +151,9 @@ def test_what_does_not_map_is_a_located_error(block: dict[str, Any], expected: s
         ({"timeout_seconds": 0}, "timeout_seconds: must be a number of seconds > 0"),
         ({"aorta_path": "aorta"}, "aorta_path: must be the absolute path"),
         ({"multi_node": [1]}, "multi_node: must be an object, got a list"),
+        ({"aorta_path": "{paths.shared_fs}/aorta"}, "aorta_path: {paths.shared_fs}: fill it in"),
+        ({"base_config": "<changeme>.yaml"}, "base_config: <changeme>: fill it in"),
+        ({"multi_node": {"train_script": "a\nb.py"}}, "multi_node.train_script: contains"),
     ],
 )
 def test_top_level_fields_that_do_not_map_are_located_errors(data: Any, expected: str) -> None:
