@@ -346,6 +346,7 @@ def launch(
         return run_in_job(in_job, printer.event)
     # The CVS config's train_script runs with the cluster's interpreter: read the cluster first.
     the_cluster = None if slurm or cvs_config is None else load()
+    spec: LaunchSpec | None
     if cvs_config is not None:
         spec, run_timeout = _cvs_spec(
             cvs_config,
@@ -363,15 +364,17 @@ def launch(
     elif recipe is None and not (slurm and attach):
         raise UsageError("give --recipe FILE (the recipe every node sweeps)")
     else:
-        spec = recipe and sweep_spec(
-            recipe,
-            command=command or (),
-            overrides=override or (),
-            nproc_per_node=_nproc(nproc_per_node),
-            master_addr=master_addr,
-            master_port=master_port,
-            ticket=ticket,
-        )
+        spec = None
+        if recipe is not None:
+            spec = sweep_spec(
+                recipe,
+                command=command or (),
+                overrides=override or (),
+                nproc_per_node=_nproc(nproc_per_node),
+                master_addr=master_addr,
+                master_port=master_port,
+                ticket=ticket,
+            )
     run_timeout = run_timeout or 24 * 3600.0
     if slurm and container is not None:
         raise UsageError("--container runs over SSH (the cluster file's nodes), not with --slurm")

@@ -192,10 +192,10 @@ def cvs_job(
             Problem(mode[0], f"must be auto or torchrun, got {describe_value(mode[1])}")
         )
 
-    root, known = data.get("aorta_path"), len(problems)
-    if isinstance(root, str):  # placeholders first: CVS's {paths.x} stands for an absolute path
-        root = _resolve("aorta_path", root, user, problems)
-    root = _aorta_path(root, problems) if len(problems) == known else None
+    raw, before = data.get("aorta_path"), len(problems)
+    if isinstance(raw, str):  # placeholders first: CVS's {paths.x} stands for an absolute path
+        raw = _resolve("aorta_path", raw, user, problems)
+    root = _aorta_path(raw, problems) if len(problems) == before else None
     script, config = (
         text("train_script", "train.py"),
         text("base_config", "config/distributed.yaml"),
@@ -214,7 +214,7 @@ def cvs_job(
     )
     port = count(*get("master_port"), 0, 65535) or None
     addr = text("master_addr", None) if get("master_addr")[1] != "" else None
-    options = {"nproc_per_node": nproc, "master_addr": addr, "master_port": port}
+    options: dict[str, Any] = {"nproc_per_node": nproc, "master_addr": addr, "master_port": port}
     where, torchrun = get("extra_torchrun_args", [])
     _torchrun_options(where, _strings(where, torchrun, problems), options, problems)
 
@@ -382,5 +382,7 @@ def _env(where: str, value: Any, problems: list[Problem]) -> dict[str, str]:
         else:
             env[str(name)] = str(item)
     allow = {envvars.TRIAL_MASTER_PORT_BASE}
-    problems.extend(Problem(f"{where}.{n}", m) for n, m in envvars.env_problems(env, allow=allow))
+    for name, text in env.items():
+        if why := envvars.name_problem(name, allow=allow) or envvars.value_problem(text):
+            problems.append(Problem(f"{where}.{name}", why))
     return env
