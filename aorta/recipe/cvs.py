@@ -56,6 +56,7 @@ LAUNCH_MODES = ("auto", "torchrun", "script")
 #: torchrun options that map onto launch options: (field, parse).
 _TORCHRUN = {"nproc-per-node": "nproc_per_node", "master-addr": "master_addr"}
 _TORCHRUN["master-port"] = "master_port"
+_HONOURED = "(it honours --nproc_per_node, --master_addr, --master_port)"
 #: torchrun options the launcher sets itself from the cluster file.
 _OWNED = ("nnodes", "node-rank", "max-restarts", "rdzv-endpoint", "rdzv-backend", "standalone")
 _CONTAINER_HINT = (
@@ -128,8 +129,8 @@ def cvs_job(
     """Map a parsed CVS Aorta config onto launch options (pure; see the module docstring).
 
     ``python`` runs ``train_script`` (the image's or the nodes' interpreter); ``user``
-    (default: the current user) replaces CVS's ``{user-id}`` in paths (other CVS placeholders are errors). Raises
-    :class:`CvsConfigError` listing every field that does not map.
+    (default: the current user) replaces CVS's ``{user-id}`` in paths, other CVS placeholders
+    are errors. Raises :class:`CvsConfigError` listing every field that does not map.
 
     >>> cvs_job({"multi_node": {"master_launch_mode": "script"}})
     Traceback (most recent call last):
@@ -255,7 +256,8 @@ def _aorta_path(value: Any, problems: list[Problem]) -> str | None:
         return None
     if isinstance(value, str) and posixpath.isabs(value.strip()):
         return value.strip()
-    why = f"must be the absolute path of the aorta checkout on every node, got {describe_value(value)}"
+    why = "must be the absolute path of the aorta checkout on every node"
+    why = f"{why}, got {describe_value(value)}"
     problems.append(Problem("aorta_path", why))
     return None
 
@@ -310,12 +312,7 @@ def _torchrun_options(
                 if owned
                 else "is not a torchrun option aorta's launcher can pass on"
             )
-            problems.append(
-                Problem(
-                    at,
-                    f"{args[i]!r} {why} (it honours --nproc_per_node, --master_addr, --master_port)",
-                )
-            )
+            problems.append(Problem(at, f"{args[i]!r} {why} {_HONOURED}"))
             i += 1
             continue
         if not eq:
