@@ -266,7 +266,9 @@ td.cellname { font-weight: 600; overflow-wrap: anywhere; min-width: 7em; }
 td.zero { color: #b0b7be; }
 table.facts th { background: none; position: static; font-weight: 600; color: var(--muted);
   white-space: nowrap; border-bottom: 1px solid var(--line); }
-table.facts td { font-family: ui-monospace, "DejaVu Sans Mono", monospace; font-size: 12.5px; }
+table.facts td { font-family: ui-monospace, "DejaVu Sans Mono", monospace; font-size: 12.5px;
+  overflow-wrap: anywhere; }
+.cols > div { min-width: 0; }
 table.sortable thead th { cursor: pointer; user-select: none; }
 table.sortable thead th[aria-sort="ascending"]::after { content: " \\25B2"; font-size: 10px; }
 table.sortable thead th[aria-sort="descending"]::after { content: " \\25BC"; font-size: 10px; }
@@ -324,7 +326,7 @@ ul.lines { font-size: 12.5px; margin: 4px 0; }
 ul.lines code { overflow-wrap: anywhere; }
 table.trials { width: 100%; }
 table.trials td.error { max-width: 0; width: 34%; }  /* takes what is left; no min-content */
-table.trials td.cellname { min-width: 14em; }
+table.trials td.cellname { min-width: 16em; }
 table.trials td.files { min-width: 17em; }
 table.trials .links a { display: inline-block; max-width: 9em; overflow: hidden; text-overflow: ellipsis;
   vertical-align: bottom; }

@@ -140,10 +140,9 @@ def test_failures_list_every_failed_cell_with_hint_and_matched_line_first(oncall
     assert f'id="{cell_anchor(HANG)}"' in failures  # the all-hang cell is listed
     assert f'id="{cell_anchor(BASE)}"' in failures
     assert f'id="{cell_anchor(FIX)}"' not in failures
-    base = failures[failures.index(f'id="{cell_anchor(BASE)}"') :]
-    base = base[
-        : base.index('<div class="fcell"', 10) if '<div class="fcell"' in base[10:] else None
-    ]
+    blocks = {b.split('"', 1)[0]: b for b in failures.split('<div class="fcell" id="')[1:]}
+    assert list(blocks) == [cell_anchor(BASE), cell_anchor(HANG)]
+    base = blocks[cell_anchor(BASE)]
     assert "<code>nccl_error</code>" in base
     assert "hint</b> NCCL/RCCL failed" in base and "hint</b> —" not in base
     # the matched line, marked, with its neighbours, before any other file of the trial
@@ -151,10 +150,13 @@ def test_failures_list_every_failed_cell_with_hint_and_matched_line_first(oncall
     assert "NCCL INFO Channel 00/02" in base[base.rindex("<pre", 0, mark) : mark]
     assert "ProcessGroupNCCL.cpp:1970" in base[mark : base.index("</mark>")]
     assert "teardown 0" in base[mark : base.index("</pre>", mark)]
-    app_log = base.index("end of app-")  # the collected file, after
+    app_log = base.index(f"end of collected/app-{BASE}-")  # the collected file, after
     assert mark < app_log
-    hang = failures[failures.index(f'id="{cell_anchor(HANG)}"') :]
+    hang = blocks[cell_anchor(HANG)]
     assert "8 hang of 8 trial(s)" in hang and "<code>hang</code>" in hang
+    assert "hint</b> no output and no CPU use" in hang
+    # no line matched in a file: the error, then the end of the trial's output, open
+    assert hang.index("its error") < hang.index("<details open>") < hang.index("end of stdout.log")
 
 
 @pytest.mark.slow
@@ -163,7 +165,7 @@ def test_excerpts_read_the_matched_line_with_context(oncall_run):
     files = read_run_files(RunDir.open(oncall_run), ds)
     [(key, excerpts)] = [(k, v) for k, v in files.excerpts.items() if k[0] == BASE]
     first = excerpts[0]
-    assert first.name == "stderr" and first.match is not None
+    assert first.name == "stderr.log" and first.match is not None
     assert first.lines[first.match - first.first].startswith(NCCL_LINE)
     assert first.match - first.first == 4 and len(first.lines) == 4 + 1 + 3
     assert len(max(first.lines, key=len)) <= 400  # a long line is cut
@@ -226,7 +228,7 @@ def test_page_in_chromium(oncall_run, tmp_path, width, height):
     assert g["failedCells"] == [cell_anchor(BASE), cell_anchor(HANG)]
     # trial rows stay one or two lines high, whatever the error's length
     assert len(g["trialRows"]) == 24
-    assert max(g["trialRows"]) <= 3 * g["lineHeight"] + 12, g["trialRows"]
+    assert max(g["trialRows"]) <= 3.5 * g["lineHeight"] + 12, g["trialRows"]
 
 
 @pytest.mark.slow
@@ -252,8 +254,5 @@ def test_hidden_columns_and_full_errors_open_on_a_click(oncall_run, tmp_path):
         steps=steps,
     ).value
     assert {"p_adj", "confound", "mitigations", "mean step (ms)"} <= set(got["headers"])
-    assert (
-        got["opened"] > 0
-        and "detail detail" in got["text"]
-        and got["text"].startswith(NCCL_LINE[:40])
-    )
+    assert got["opened"] > 2 * 18  # the whole error, wrapped over lines
+    assert got["text"].startswith("hang: no output and no CPU use by the trial's 1 process(es)")
