@@ -6,11 +6,16 @@ TORCH ?= torch==2.13.0
 RECIPE ?= recipes/cpu-smoke.yaml
 CLUSTER ?= cluster.json
 PYTEST_ARGS ?=
+# Test workers (pytest-xdist). The real-process tests spend most of their time waiting on
+# sshd, torchrun rendezvous and deadlines, so a few more workers than cores pays; files stay
+# whole on one worker so module-scoped sweeps run once.
+XDIST ?= 4
+FAST_XDIST ?= 2
 
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: dev test test-fast lint format sweep launch bench docs clean
+.PHONY: dev test test-fast durations lint format sweep launch bench docs clean
 
 dev: $(STAMP)
 
@@ -22,11 +27,17 @@ $(STAMP): pyproject.toml Makefile
 	touch $(STAMP)
 
 test: dev
-	$(BIN)/python -m pytest --doctest-modules --nbmake aorta tests notebooks $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(XDIST) --dist loadfile --doctest-modules --nbmake aorta tests notebooks $(PYTEST_ARGS)
 
-# The edit loop: no `slow` tests (real torchrun, sshd, Slurm), no notebooks.
+# The edit loop (<= 2 min on 2 cores): unit, property and doctests. Everything that starts a
+# sweep process, sshd, Slurm, Docker, Chromium or torchrun is `slow`; no notebooks.
 test-fast: dev
-	$(BIN)/python -m pytest --doctest-modules aorta tests -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(FAST_XDIST) --doctest-modules aorta tests -m "not slow" $(PYTEST_ARGS)
+
+# The slowest tests of a tier, to keep the edit loop honest: `make durations MARK="not slow"`.
+MARK ?= not slow
+durations: dev
+	$(BIN)/python -m pytest --doctest-modules aorta tests -m "$(MARK)" -q --durations=25 $(PYTEST_ARGS)
 
 lint: dev
 	$(BIN)/ruff format --check aorta tests benchmarks

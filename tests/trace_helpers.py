@@ -8,8 +8,7 @@ from pathlib import Path
 
 import aorta.trace
 from aorta.trace import Trace
-
-from .test_distributed import only_run_dir, torchrun
+from tests.processes import only_run_dir, torchrun
 
 DATA = Path(__file__).parent / "data" / "traces"
 GOLDEN = DATA / "tracelens_golden"

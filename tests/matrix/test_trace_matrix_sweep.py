@@ -17,8 +17,7 @@ import aorta.trace
 from aorta.errors import ExitCode, TraceWarning
 from aorta.matrix.trace_metrics import rank_files
 from aorta.trace.metrics import rank_metrics
-
-from .trace_helpers import copy_without_caches, profiled_sweep
+from tests.trace_helpers import copy_without_caches, profiled_sweep
 
 pytestmark = pytest.mark.slow
 

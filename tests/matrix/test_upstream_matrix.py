@@ -17,8 +17,7 @@ from aorta.report.upstream import CONFOUND_VOCABULARY
 from aorta.run.sweep import sweep
 from aorta.store.record import TrialRecord, TrialStatus
 from aorta.store.rundir import RunDir
-
-from .conftest import DATA
+from tests.conftest import DATA
 
 FIXTURE = DATA / "upstream_run"
 

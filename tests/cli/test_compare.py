@@ -10,8 +10,7 @@ import pytest
 from aorta.errors import ExitCode
 from aorta.recipe.schema import load_recipe_text
 from aorta.run.sweep import sweep
-
-from .conftest import DATA
+from tests.conftest import DATA
 
 # Step times: SLOW_FACTOR scales every step, HSA_XNACK (the xnack cell) doubles them; FAIL
 # makes the baseline fail. Distinct per trial, so the exact test applies.

@@ -7,8 +7,7 @@ from aorta.recipe.schema import load_recipe_text
 from aorta.run.sweep import sweep
 from aorta.store.redact import Redactor
 from aorta.store.rundir import RunDir
-
-from .workloads_fixture import TEST_WORKLOADS
+from tests.workloads_fixture import TEST_WORKLOADS
 
 SECRET = "hf_s3cr3t_value_42"
 DB = "db-password-777"

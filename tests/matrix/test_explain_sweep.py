@@ -18,8 +18,7 @@ import aorta.trace
 from aorta.errors import ExitCode
 from aorta.matrix import trace_metrics
 from aorta.matrix.trace_metrics import METRICS_CACHE
-
-from .trace_helpers import copy_without_caches, profiled_sweep
+from tests.trace_helpers import copy_without_caches, profiled_sweep
 
 pytestmark = pytest.mark.slow
 

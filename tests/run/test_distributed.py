@@ -4,64 +4,18 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from aorta.errors import ExitCode
-
-from .conftest import UPSTREAM_RECIPES
+from tests.conftest import UPSTREAM_RECIPES
+from tests.processes import AORTA, TORCHRUN, only_run_dir, torchrun, torchrun_env
 
 pytestmark = pytest.mark.slow
-
-BIN = Path(sys.executable).parent
-AORTA = str(BIN / "aorta")
-TORCHRUN = str(BIN / "torchrun")
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = {
-        **os.environ,
-        "GLOO_SOCKET_IFNAME": "lo",
-        "PYTHONPATH": str(ROOT),
-        "OMP_NUM_THREADS": "1",
-    }
-    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(key, None)
-    return {**env, **(extra or {})}
-
-
-def torchrun(
-    recipe: Path, out: Path, *extra: str, nproc: int = 2, timeout: int = 180
-) -> subprocess.CompletedProcess:
-    cmd = [
-        TORCHRUN,
-        f"--nproc-per-node={nproc}",
-        "--standalone",
-        AORTA,
-        "sweep",
-        "run",
-        "--recipe",
-        str(recipe),
-        "-o",
-        str(out),
-        *extra,
-    ]
-    return subprocess.run(
-        cmd, capture_output=True, text=True, timeout=timeout, env=_env(), cwd=out.parent
-    )
-
-
-def only_run_dir(out: Path) -> Path:
-    dirs = [p for p in out.glob("*/*/*") if p.is_dir()]
-    assert len(dirs) == 1, dirs
-    return dirs[0]
 
 
 def records(run_dir: Path) -> dict[tuple[str, int], dict]:
@@ -257,7 +211,7 @@ def _static_launch(
     procs = [
         subprocess.Popen(
             [AORTA, "sweep", "run", "--recipe", str(recipe), "-o", str(out)],
-            env=_env({**common, "RANK": str(r), "LOCAL_RANK": str(r)}),
+            env=torchrun_env({**common, "RANK": str(r), "LOCAL_RANK": str(r)}),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -303,7 +257,7 @@ def test_distributed_resume_reruns_only_missing_trials(tmp_path):
     victim.unlink()
     kept = (run_dir / "cells/a/trial_0000.json").stat().st_mtime_ns
     cmd = [TORCHRUN, "--nproc-per-node=2", "--standalone", AORTA, "sweep", "resume", str(run_dir)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=_env())
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=torchrun_env())
     assert proc.returncode == 0, proc.stderr
     assert json.loads(victim.read_text())["status"] == "ok"
     assert (run_dir / "cells/a/trial_0000.json").stat().st_mtime_ns == kept
@@ -338,7 +292,7 @@ def test_in_process_distributed_trials_across_two_torchrun_nodes(tmp_path):
                 "-o",
                 str(tmp_path / "out"),
             ],
-            env=_env(),
+            env=torchrun_env(),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

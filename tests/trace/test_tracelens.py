@@ -20,10 +20,11 @@ import aorta
 from aorta.errors import TraceError, TraceWarning
 from aorta.trace import read_tracelens
 from aorta.trace.metrics import rank_metrics
+from tests.conftest import DATA
 from tests.trace_helpers import GOLDEN, shipped
 
-FULL = Path(__file__).parent / "data" / "tracelens" / "full"
-SHARED_GOLDEN = Path(__file__).resolve().parents[2] / "shared" / "traces" / "tracelens_golden"
+FULL = DATA / "tracelens" / "full"
+SHARED_GOLDEN = Path(__file__).resolve().parents[3] / "shared" / "traces" / "tracelens_golden"
 GOLDEN_NAMES = ["h100_bert_small", "mi300_bert_small", "mi300_rccl_resnet_rank0"]
 
 

@@ -21,8 +21,9 @@ from aorta.recipe.schema import load_recipe_text
 from aorta.run.hang import GpuProbe, HangWatch, parse_amd_smi, parse_nvidia_smi, parse_rocm_smi
 from aorta.run.signatures import SIGNATURES_GROUP, SignatureLibrary, classify
 from aorta.run.sweep import sweep
+from tests.conftest import DATA
 
-LOGS = Path(__file__).parent / "data" / "signature_logs"
+LOGS = DATA / "signature_logs"
 LIB = SignatureLibrary.load(entry_points=False)
 
 
@@ -62,7 +63,7 @@ def test_library_is_versioned_and_documented():
     assert LIB.version >= 1
     for sig in LIB.signatures:
         assert sig.hint and 1 <= sig.tier <= 7 and sig.keywords, sig.name
-    doc = (Path(__file__).parents[1] / "docs" / "triage.md").read_text()
+    doc = (Path(__file__).parents[2] / "docs" / "triage.md").read_text()
     missing = [s.name for s in LIB.signatures if f"`{s.name}`" not in doc]
     assert not missing, f"docs/triage.md does not list {missing}"
 
@@ -106,7 +107,7 @@ def test_scan_streams_blocks_caps_lines_and_bounds_big_logs(tmp_path):
 
 def test_plugins_add_signatures_and_a_broken_one_is_named(monkeypatch):
     good = importlib.metadata.EntryPoint(
-        name="site", value="tests.test_signatures:PLUGIN", group=SIGNATURES_GROUP
+        name="site", value="tests.run.test_signatures:PLUGIN", group=SIGNATURES_GROUP
     )
     bad = importlib.metadata.EntryPoint(
         name="broken", value="tests.no_such_module:X", group=SIGNATURES_GROUP

@@ -10,10 +10,9 @@ from pathlib import Path
 import pytest
 
 from aorta.errors import ExitCode
+from tests.conftest import UPSTREAM_RECIPES
 
-from .conftest import UPSTREAM_RECIPES
-
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_validate_ok(run_cli):

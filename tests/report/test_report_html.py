@@ -372,8 +372,8 @@ def test_svg_markup_names_no_url_and_keeps_references():
 
 @pytest.mark.slow
 def test_page_for_a_profiled_two_rank_sweep(tmp_path, run_cli):
-    from .test_distributed import only_run_dir, torchrun
-    from .test_trace_matrix_sweep import RECIPE
+    from tests.matrix.test_trace_matrix_sweep import RECIPE
+    from tests.processes import only_run_dir, torchrun
 
     recipe = tmp_path / "r.yaml"
     recipe.write_text(RECIPE)

@@ -14,8 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from aorta.errors import ExitCode
-
-from .test_engine import alive
+from tests.processes import alive
 
 AORTA = str(Path(sys.executable).parent / "aorta")
 

@@ -6,8 +6,7 @@ import pytest
 
 from aorta.errors import RecipeError
 from aorta.recipe.schema import DockerEnvironment, dump_recipe, load_recipe, load_recipe_text
-
-from .conftest import UPSTREAM_RECIPES
+from tests.conftest import UPSTREAM_RECIPES
 
 MINIMAL = "workload: matmul\ncells: [{name: a, mitigations: [none]}]\n"
 

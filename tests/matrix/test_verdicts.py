@@ -320,7 +320,7 @@ cells:
 
 @pytest.mark.slow
 def test_a_failing_baseline_exits_0_under_torchrun_on_two_ranks(tmp_path):
-    from .test_distributed import only_run_dir, torchrun
+    from tests.processes import only_run_dir, torchrun
 
     recipe = tmp_path / "r.yaml"
     recipe.write_text(FAILING_BASELINE)

@@ -15,8 +15,7 @@ import pytest
 from aorta.matrix.load import load_run
 from aorta.matrix.summary import summarize
 from aorta.report.matrix import matrix_header, matrix_json, matrix_markdown
-
-from .conftest import DATA
+from tests.conftest import DATA
 
 RUN = DATA / "golden_run"
 GOLDEN_MD = DATA / "golden_matrix.md"

@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from aorta.errors import ExitCode
-
-from .sshd import processes_with_env
+from tests.sshd import processes_with_env
 
 AORTA = str(Path(sys.executable).parent / "aorta")
 

@@ -14,17 +14,8 @@ from aorta.errors import ExitCode, RecipeError, UsageError
 from aorta.recipe.schema import load_recipe_text
 from aorta.run.sweep import sweep
 from aorta.store.rundir import RunDir, RunLocked
-
-from .workloads_fixture import TEST_WORKLOADS
-
-
-def alive(pid: int) -> bool:
-    """True if ``pid`` runs (zombies count as gone: nobody may reap them in a container)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, IndexError):
-        return False
-    return state != "Z"
+from tests.processes import alive
+from tests.workloads_fixture import TEST_WORKLOADS
 
 
 def run(text: str, tmp_path: Path, **kw):

@@ -1,0 +1,61 @@
+"""Real processes the tests start: torchrun sweeps and /proc liveness checks."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+BIN = Path(sys.executable).parent
+AORTA = str(BIN / "aorta")
+TORCHRUN = str(BIN / "torchrun")
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def torchrun_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {
+        **os.environ,
+        "GLOO_SOCKET_IFNAME": "lo",
+        "PYTHONPATH": str(ROOT),
+        "OMP_NUM_THREADS": "1",
+    }
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(key, None)
+    return {**env, **(extra or {})}
+
+
+def torchrun(
+    recipe: Path, out: Path, *extra: str, nproc: int = 2, timeout: int = 180
+) -> subprocess.CompletedProcess:
+    cmd = [
+        TORCHRUN,
+        f"--nproc-per-node={nproc}",
+        "--standalone",
+        AORTA,
+        "sweep",
+        "run",
+        "--recipe",
+        str(recipe),
+        "-o",
+        str(out),
+        *extra,
+    ]
+    return subprocess.run(
+        cmd, capture_output=True, text=True, timeout=timeout, env=torchrun_env(), cwd=out.parent
+    )
+
+
+def only_run_dir(out: Path) -> Path:
+    dirs = [p for p in out.glob("*/*/*") if p.is_dir()]
+    assert len(dirs) == 1, dirs
+    return dirs[0]
+
+
+def alive(pid: int) -> bool:
+    """True if ``pid`` runs (zombies count as gone: nobody may reap them in a container)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"
