@@ -150,11 +150,11 @@ def trials_section(page: RunPage) -> Section:
     units = df.attrs.get("units") or ""
     values = trial_values(ds, metric=metric, trials="ran").transpose("cell", "trial").values
     status = ds.status.transpose("cell", "trial").values.astype(str)
-    kind = ds.failure_kind.transpose("cell", "trial").values.astype(str)
-    sig = (
-        ds.signature.transpose("cell", "trial").values.astype(str)
-        if "signature" in ds
+    kind, sig = (
+        ds[name].transpose("cell", "trial").values.astype(str)
+        if name in ds
         else np.full(status.shape, "")
+        for name in ("failure_kind", "signature")
     )
     wall = ds.wall_clock_s.transpose("cell", "trial").values
     error = ds.error.transpose("cell", "trial").values.astype(str)

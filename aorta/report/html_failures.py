@@ -65,16 +65,24 @@ def _name_and_line(rec: Mapping[str, Any], sig: str, error: str, status: str) ->
     return name, line
 
 
-def _groups(page: RunPage, i: int, cell: str, hints: Mapping[str, str]) -> list[_Group]:
+def _arrays(page: RunPage) -> dict[str, Any]:
+    """The Dataset's per-trial strings (cell × trial), read once for the whole section."""
     ds = page.ds
-    status = ds.status.transpose("cell", "trial").values.astype(str)[i]
-    kind = ds.failure_kind.transpose("cell", "trial").values.astype(str)[i]
-    error = ds.error.transpose("cell", "trial").values.astype(str)[i]
-    sigs = (
-        ds.signature.transpose("cell", "trial").values.astype(str)[i] if "signature" in ds else None
-    )
+
+    def text(name: str) -> Any:
+        return ds[name].transpose("cell", "trial").values.astype(str) if name in ds else None
+
+    return {k: text(k) for k in ("status", "failure_kind", "error", "signature")}
+
+
+def _groups(
+    page: RunPage, i: int, cell: str, hints: Mapping[str, str], arrays: Mapping[str, Any]
+) -> list[_Group]:
+    status, error = arrays["status"][i], arrays["error"][i]
+    kind = arrays["failure_kind"][i] if arrays["failure_kind"] is not None else [""] * len(status)
+    sigs = arrays["signature"][i] if arrays["signature"] is not None else None
     groups: dict[tuple[str, str], _Group] = {}
-    for j, t in enumerate(int(x) for x in ds.trial.values.tolist()):
+    for j, t in enumerate(int(x) for x in page.ds.trial.values.tolist()):
         if not is_failed_status(status[j]):
             continue
         rec = page.files.records.get((cell, t), {}) if page.files else {}
@@ -158,10 +166,11 @@ def failures_section(page: RunPage) -> Section | None:
     trial's other files; ``None`` when every trial ended ok."""
     ds = page.ds
     hints = signature_hints(ds)
-    status = ds.status.transpose("cell", "trial").values.astype(str)
+    arrays = _arrays(page)
+    status = arrays["status"]
     parts = []
     for i, cell in enumerate(str(c) for c in ds.cell.values.tolist()):
-        groups = _groups(page, i, cell, hints)
+        groups = _groups(page, i, cell, hints, arrays)
         if not groups:
             continue
         recorded = int(sum(s not in ("missing", "did_not_run") for s in status[i]))
