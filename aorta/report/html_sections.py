@@ -589,8 +589,9 @@ def figures_section(page: RunPage) -> Section | None:
     big = len(df) > _FIGURE_MAX_CELLS
     if big:
         blocks.append(
-            f'<p class="note">With {len(df)} cells the forest plot is the bar column of the '
-            "matrix (ratio with its CI on a log scale, the band shaded), sortable with it; "
+            f'<p class="note">With {len(df)} cells the forest plot is the matrix\'s "ratio '
+            '(log scale)" column (<a href="#matrix">show all columns</a>: the ratio with its CI, '
+            "the band shaded), sortable with it; "
             "<code>aorta.plot.ratio_forest</code> and <code>failure_rates</code> draw the "
             "figures.</p>"
         )
