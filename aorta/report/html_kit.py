@@ -61,13 +61,13 @@ def esc(value: object) -> str:
 
 
 def breakable(value: object) -> str:
-    """``value`` as HTML text (:func:`esc`) that may wrap after ``_``, ``-``, ``/`` and ``.``
-    (long cell and file names wrap where a reader expects).
+    """``value`` as HTML text (:func:`esc`) that may wrap after ``_``, ``-``, ``+``, ``/``
+    and ``.`` (long cell, mitigation and file names wrap where a reader expects).
 
-    >>> breakable("a_b-c")
-    'a_<wbr>b-<wbr>c'
+    >>> breakable("a_b-c+d")
+    'a_<wbr>b-<wbr>c+<wbr>d'
     """
-    return re.sub(r"([_/.-])(?=.)", r"\1<wbr>", esc(value))
+    return re.sub(r"([_/.+-])(?=.)", r"\1<wbr>", esc(value))
 
 
 def rgba(hex_color: str, alpha: float) -> str:
@@ -304,6 +304,7 @@ input.allcols { margin: 0 6px 0 0; vertical-align: middle; }
 label.allcols { font-size: 12.5px; color: var(--muted); cursor: pointer; }
 input.allcols:not(:checked) ~ .wide table.matrix .sec { display: none; }
 table.matrix td.outcomes { min-width: 6em; }
+table.matrix td.cellname { min-width: 9em; }
 table.matrix td.num { white-space: normal; min-width: 5.5em; }
 .topfail code { overflow-wrap: anywhere; }
 ul.findings { list-style: none; padding: 0; margin: 8px 0 4px; }

@@ -488,7 +488,7 @@ def matrix_section(page: RunPage) -> Section:
                 Cell(median, sort=number_or_none(row["median"]), cls="num"),
                 Cell(ratio_text(row), sort=number_or_none(row["ratio"]), cls="num"),
                 Cell(markup=verdict, sort=verdict_text(row), cls="verdictcell"),
-                Cell(str(row["mitigations"]), cls="sec"),
+                Cell(markup=breakable(row["mitigations"]), sort=str(row["mitigations"]), cls="sec"),
                 *([Cell(str(row["environment"]), cls="sec")] if envs > 1 else []),
                 *(
                     Cell(str(c), sort=c, cls="num sec zero" if c == 0 else "num sec")
