@@ -115,7 +115,7 @@ def test_the_sweep_is_the_scenario(oncall_run):
 def test_page_opens_with_failure_first_findings(oncall_run):
     text = page_path(oncall_run).read_text()
     order = [text.index(f'<section id="{s}">') for s in ("findings", "matrix", "failures")]
-    assert order == sorted(order) and order[0] < text.index("<section ") + 1
+    assert order == sorted(order) and text.index("<section ") == order[0]
     findings = text[order[0] : order[1]]
     # the hang first, then the baseline's failures, then the fix
     hang = findings.index(f"{HANG} hangs in 8/8 trials")
@@ -132,11 +132,8 @@ def test_page_opens_with_failure_first_findings(oncall_run):
 @pytest.mark.slow
 def test_failures_list_every_failed_cell_with_hint_and_matched_line_first(oncall_run):
     text = page_path(oncall_run).read_text()
-    failures = text[
-        text.index('<section id="failures">') : text.index(
-            "</section>", text.index('<section id="failures">')
-        )
-    ]
+    start = text.index('<section id="failures">')
+    failures = text[start : text.index("</section>", start)]
     assert f'id="{cell_anchor(HANG)}"' in failures  # the all-hang cell is listed
     assert f'id="{cell_anchor(BASE)}"' in failures
     assert f'id="{cell_anchor(FIX)}"' not in failures
