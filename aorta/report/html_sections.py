@@ -435,19 +435,11 @@ def cell_anchor(cell: str) -> str:
     return "fail-" + re.sub(r"[^A-Za-z0-9_-]", "_", cell)
 
 
-def matrix_section(page: RunPage) -> Section:
-    """Every cell: its trials' outcomes, failure rate, top failure, step time, ratio and
-    verdict (fits a 1280 px window); the secondary columns (mitigations, counts per status,
-    mean step, the ratio's bar, p_adj, confound) behind a checkbox that needs no script."""
-    df = page.summary
-    status, kinds = statuses(page.ds)
-    cells = [str(c) for c in page.ds.cell.values.tolist()]
+def _matrix_head(df: pd.DataFrame, kinds: list[str], envs: int) -> list[str | Cell]:
+    """The matrix's headings: the columns that fit 1280 px, then the secondary ones (``sec``)."""
     level = float(df.attrs.get("ci_level", 0.95))
     units = df.attrs.get("units") or ""
-    envs = len(set(df["environment"].astype(str)))  # one environment: said in the run section
-    counts_by = signature_counts(page.ds)
-    tops = top_signatures(page.ds)
-    head: list[str | Cell] = [
+    return [
         "cell",
         Cell("trials", title="outcomes of the trials recorded"),
         Cell(f"failure rate [{level:.0%} CI]", cls="num"),
@@ -463,58 +455,89 @@ def matrix_section(page: RunPage) -> Section:
         Cell("p_adj", cls="num sec"),
         Cell("confound", cls="sec"),
     ]
+
+
+def _matrix_row(
+    cell: str,
+    row: Any,
+    *,
+    kinds: list[str],
+    counts: list[int],
+    top: tuple[str, int],
+    envs: int,
+    scale: _LogScale,
+) -> list[Cell]:
+    """One cell's row, in the order of :func:`_matrix_head`."""
+    note = str(row.get("note") or "")
+    verdict = verdict_chip(row)
+    if note and difference_of(row) != "baseline":
+        verdict += f'<div class="cellnote">{esc(note)}</div>'
+    median = "—" if is_missing(row["median"]) else f"{ms_text(row['median'])}"
+    if not is_missing(row["iqr"]):
+        median += f" [{ms_text(row['iqr'])}]"
+    n_bad = int(row["n_failed"]) + int(row["n_errors"])
+    return [
+        Cell(markup=breakable(cell), sort=cell, cls="cellname"),
+        _outcomes_cell(kinds, counts, int(row["n_trials"])),
+        _failure_cell(row),
+        _top_failure_cell(cell, top[0], top[1], n_bad),
+        Cell(median, sort=number_or_none(row["median"]), cls="num"),
+        Cell(ratio_text(row), sort=number_or_none(row["ratio"]), cls="num"),
+        Cell(markup=verdict, sort=verdict_text(row), cls="verdictcell"),
+        Cell(markup=breakable(row["mitigations"]), sort=str(row["mitigations"]), cls="sec"),
+        *([Cell(str(row["environment"]), cls="sec")] if envs > 1 else []),
+        *(Cell(str(c), sort=c, cls="num sec zero" if c == 0 else "num sec") for c in counts),
+        Cell(
+            ms_text(row["mean_step_ms"]),
+            sort=number_or_none(row["mean_step_ms"]),
+            cls="num sec",
+            title=f"source: {row['step_source']}",
+        ),
+        Cell(markup=scale.bar(row), sort=number_or_none(row["ratio"]), cls="bar sec"),
+        Cell(p_text(row["p_adj"]), sort=number_or_none(row["p_adj"]), cls="num sec"),
+        Cell(str(row["confound"] or ""), cls="sec"),
+    ]
+
+
+def matrix_section(page: RunPage) -> Section:
+    """Every cell: its trials' outcomes, failure rate, top failure, step time, ratio and
+    verdict (fits a 1280 px window); the secondary columns (mitigations, counts per status,
+    mean step, the ratio's bar, p_adj, confound) behind a checkbox that needs no script."""
+    df = page.summary
+    status, kinds = statuses(page.ds)
+    cells = [str(c) for c in page.ds.cell.values.tolist()]
+    envs = len(set(df["environment"].astype(str)))  # one environment: said in the run section
+    counts_by = signature_counts(page.ds)
+    tops = top_signatures(page.ds)
     scale = _LogScale.of(df)
     rows = []
     for cell, row in df.iterrows():
         i = cells.index(str(cell))
-        counts = [int((status[i] == k).sum()) for k in kinds]
-        note = str(row.get("note") or "")
-        verdict = verdict_chip(row)
-        if note and difference_of(row) != "baseline":
-            verdict += f'<div class="cellnote">{esc(note)}</div>'
-        median = "—" if is_missing(row["median"]) else f"{ms_text(row['median'])}"
-        if not is_missing(row["iqr"]):
-            median += f" [{ms_text(row['iqr'])}]"
         top = str(tops.get(str(cell), "") or "")
         n_top = int(counts_by.loc[str(cell), top]) if top else 0
+        counts = [int((status[i] == k).sum()) for k in kinds]
         rows.append(
-            [
-                Cell(markup=breakable(str(cell)), sort=str(cell), cls="cellname"),
-                _outcomes_cell(kinds, counts, int(row["n_trials"])),
-                _failure_cell(row),
-                _top_failure_cell(
-                    str(cell), top, n_top, int(row["n_failed"]) + int(row["n_errors"])
-                ),
-                Cell(median, sort=number_or_none(row["median"]), cls="num"),
-                Cell(ratio_text(row), sort=number_or_none(row["ratio"]), cls="num"),
-                Cell(markup=verdict, sort=verdict_text(row), cls="verdictcell"),
-                Cell(markup=breakable(row["mitigations"]), sort=str(row["mitigations"]), cls="sec"),
-                *([Cell(str(row["environment"]), cls="sec")] if envs > 1 else []),
-                *(
-                    Cell(str(c), sort=c, cls="num sec zero" if c == 0 else "num sec")
-                    for c in counts
-                ),
-                Cell(
-                    ms_text(row["mean_step_ms"]),
-                    sort=number_or_none(row["mean_step_ms"]),
-                    cls="num sec",
-                    title=f"source: {row['step_source']}",
-                ),
-                Cell(markup=scale.bar(row), sort=number_or_none(row["ratio"]), cls="bar sec"),
-                Cell(p_text(row["p_adj"]), sort=number_or_none(row["p_adj"]), cls="num sec"),
-                Cell(str(row["confound"] or ""), cls="sec"),
-            ]
+            _matrix_row(
+                str(cell),
+                row,
+                kinds=kinds,
+                counts=counts,
+                top=(top, n_top),
+                envs=envs,
+                scale=scale,
+            )
         )
     legend = "".join(
         _legend_chip(v) for v in ("baseline", "slower", "faster", "no difference detected")
     )
+    matrix = table(_matrix_head(df, kinds, envs), rows, filterable=len(rows) > 8, cls="matrix")
     body = [
         f'<p class="stats">{esc(statistics_line(df.attrs).removeprefix("- "))}</p>',
         f'<div class="legend">{legend}</div>',
         '<input type="checkbox" id="matrix-all" class="allcols">'
         '<label for="matrix-all" class="allcols">show all columns (mitigations, trials per '
         "status, mean step, the ratio on a log scale, p_adj, confound)</label>",
-        '<div class="wide">' + table(head, rows, filterable=len(rows) > 8, cls="matrix") + "</div>",
+        f'<div class="wide">{matrix}</div>',
         '<p class="note">Failure rate: failed / (passed + failed) — a failure is a workload'
         " failure, a hang (timeout) or a crash after the work started; setup and infrastructure"
         " errors are counted beside it, not in it. Top failure: the signature that named most"
