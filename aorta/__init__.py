@@ -20,7 +20,7 @@ Heavy dependencies (torch, xarray, matplotlib) load on first use, so ``aorta --h
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aorta.errors import AortaError, ExitCode, RecipeError, TraceError, TraceWarning, UsageError
 
@@ -69,6 +69,19 @@ _LAZY: dict[str, str] = {
     "from_trials": "aorta.matrix.external",
 }
 _MODULES = frozenset({"errors", "plot", "report", "trace"})
+
+if TYPE_CHECKING:
+    # The same names for type checkers and editors; at run time they load on first access.
+    # tests/layout/test_faces.py keeps this block and _LAZY in step.
+    from aorta import errors, plot, report, trace
+    from aorta.matrix.compare import compare, compare_runs
+    from aorta.matrix.explain import explain
+    from aorta.matrix.external import from_trials
+    from aorta.matrix.load import load_run, load_runs, load_trials
+    from aorta.matrix.trace_metrics import load_tracelens
+    from aorta.recipe.plan import plan
+    from aorta.recipe.schema import dump_recipe, load_recipe
+    from aorta.run.sweep import sweep
 
 
 def __getattr__(name: str) -> Any:

@@ -131,7 +131,7 @@ def generate(source: Path, target: Path, size_mb: float, *, indent: bool = False
                     event["id"] += id_shift
                 if isinstance(event.get("args"), dict):
                     args = dict(event["args"])
-                    for key in ("correlation", "External id"):
+                    for key in ("correlation", "External id", "Sequence number"):
                         if isinstance(args.get(key), int):
                             args[key] += id_shift
                     event["args"] = args

@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import typer
-from typer import _click as click  # typer vendors click; its exceptions are the ones raised
 
 from aorta.errors import AortaError, ExitCode, RecordWarning, TraceWarning
 
@@ -67,6 +66,20 @@ def _show_warning(message: Any, category: type[Warning], *args: Any, **kwargs: A
 _default_showwarning = warnings.showwarning
 
 
+def _click_error(name: str) -> type[Any]:
+    """click's exception class ``name`` as the running typer raises it.
+
+    typer vendors click since 0.26 (before, it used the click package); either way its public
+    ``typer.BadParameter`` derives from that click's ``UsageError`` and ``ClickException``, so
+    their classes are found without importing typer's private ``_click``.
+    """
+    return next(c for c in typer.BadParameter.__mro__ if c.__name__ == name)
+
+
+_UsageError = _click_error("UsageError")
+_ClickException = _click_error("ClickException")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``aorta`` command with ``argv`` (default ``sys.argv[1:]``); return the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -78,13 +91,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except AortaError as exc:
         _error(str(exc))
         return int(exc.exit_code)
-    except click.exceptions.UsageError as exc:
+    except _UsageError as exc:
         hint = (
             f" (see 'aorta {' '.join(exc.ctx.command_path.split()[1:])} --help')" if exc.ctx else ""
         )
         _error(exc.format_message() + hint)
         return int(ExitCode.USAGE)
-    except click.exceptions.ClickException as exc:
+    except _ClickException as exc:
         _error(exc.format_message())
         return int(exc.exit_code)
     except (KeyboardInterrupt, typer.Abort):

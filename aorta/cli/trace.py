@@ -27,6 +27,28 @@ def _api() -> ModuleType:
     return aorta.trace
 
 
+def _device(text: str | None) -> str | dict | None:
+    """``--device``: None, a known device name, or a TraceLens arch JSON file (read here)."""
+    if text is None:
+        return None
+    path = Path(text)
+    if path.suffix == ".json" or path.is_file():
+        try:
+            arch = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"--device {text}: cannot read the arch file: {exc}") from None
+        if not isinstance(arch, dict) or not {"mem_bw_gbps", "max_achievable_tflops"} <= set(arch):
+            raise UsageError(
+                f"--device {text}: an arch file needs mem_bw_gbps and max_achievable_tflops"
+            )
+        return arch
+    try:
+        _api().devices.get_device(text)
+    except ValueError as exc:
+        raise UsageError(f"--device: {exc}") from None
+    return text
+
+
 Paths = Annotated[
     list[Path],
     typer.Argument(
@@ -74,13 +96,22 @@ def summarize(
     top: Top = 15,
     cache: Cache = "use",
     workers: Workers = None,
+    device: Annotated[
+        str | None,
+        typer.Option(
+            "--device",
+            help="Roofline device: a name (H100, MI300X, ...) or a TraceLens arch JSON file; "
+            "default: the trace's own GPU.",
+        ),
+    ] = None,
 ) -> int:
-    """GPU time breakdown, steps, kernels, ops, GEMMs, collectives (and stragglers across ranks)."""
+    """GPU time breakdown, steps, kernels, ops, GEMMs, collectives (and stragglers across ranks),
+    and against the hardware: perf-model coverage, TFLOP/s, TB/s, share of the roofline."""
     api = _api()
     if as_json and csv is not None:
         raise UsageError("give --json or --csv DIR, not both")
     trace = api.load(paths, cache=cache, workers=workers)
-    tables = api.summary.summary(trace, top=top)
+    tables = api.summary.summary(trace, top=top, device=_device(device))
     if csv is not None:
         csv.mkdir(parents=True, exist_ok=True)
         for name, frame in tables.items():

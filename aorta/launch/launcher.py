@@ -20,7 +20,8 @@ from typing import IO, Any, TypeVar
 
 from aorta.errors import AortaError
 from aorta.report.launch import describe_kill, last_words
-from aorta.store.rundir import atomic_write
+from aorta.store.redact import harvest_secrets, record_secrets
+from aorta.store.rundir import RunDir, atomic_write
 
 from .cluster import Cluster, Node
 from .command import (
@@ -406,6 +407,8 @@ class _Launch:
                 for log in self.logs.values():
                     log.close()
             result.run_dir = finalize(staging, output, self.run_id)
+            known = harvest_secrets(*(c.env for c in self.commands.values()))  # env_vars
+            record_secrets(RunDir(result.run_dir), known)  # the run knows them (hashes only)
             result.timings["total"] = self.now()
             write_record(result)
             self.emit(f"{result.status}: results in {result.run_dir}")

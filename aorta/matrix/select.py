@@ -21,7 +21,7 @@ import numpy as np
 
 from aorta.matrix import stats
 from aorta.store.record import outcome_of
-from aorta.trace.metrics import BUSBW, METRICS
+from aorta.trace.metrics import BUSBW, METRICS, PERF
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -121,7 +121,12 @@ def is_trace_variable(name: str) -> bool:
     >>> is_trace_variable("exposed_comm_ms"), is_trace_variable("busbw_all_gather_gbps"), is_trace_variable("step_time_ms")
     (True, True, False)
     """
-    return name in METRICS or name in TRACE_VARIABLE_PREFIXES or bool(BUSBW.match(name))
+    return (
+        name in METRICS
+        or name in TRACE_VARIABLE_PREFIXES
+        or bool(BUSBW.match(name))
+        or bool(PERF.match(name))
+    )
 
 
 def reduce_ranks(ds: xr.Dataset, metric: str, ranks: RankReduction = "worst") -> xr.DataArray:

@@ -69,7 +69,6 @@ __all__ = [
     "data_stream",
     "drift_p",
     "failure_p",
-    "fisher_p",
     "holm",
     "mann_whitney",
     "mann_whitney_asymptotic",
@@ -342,24 +341,6 @@ def mann_whitney(
     return (_permutation_p(x, y, rng or np.random.default_rng(DEFAULT_SEED)), "permutation")
 
 
-def fisher_p(failures_a: int, ran_a: int, failures_b: int, ran_b: int) -> float:
-    """Two-sided Fisher's exact test of failures/passes in ``a`` against ``b``.
-
-    NaN when either group ran no trial.
-
-    Examples
-    --------
-    >>> round(fisher_p(8, 10, 0, 10), 5)
-    0.00071
-    """
-    if ran_a <= 0 or ran_b <= 0:
-        return math.nan
-    from scipy.stats import fisher_exact
-
-    table = [[failures_a, ran_a - failures_a], [failures_b, ran_b - failures_b]]
-    return float(fisher_exact(table, alternative="two-sided").pvalue)
-
-
 def holm(pvalues: Sequence[float] | np.ndarray) -> np.ndarray:
     """Holm's step-down adjustment (family-wise error); NaN entries stay NaN and do not count.
 
@@ -378,9 +359,6 @@ def holm(pvalues: Sequence[float] | np.ndarray) -> np.ndarray:
     scaled = p[order] * (m - np.arange(m))
     out[order] = np.minimum(1.0, np.maximum.accumulate(scaled))
     return out
-
-
-# --- added for the two-question verdicts ------------------------------------------------------
 
 
 def trial_stat(

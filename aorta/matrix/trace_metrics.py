@@ -58,7 +58,7 @@ from aorta.matrix.select import is_trace_variable
 from aorta.store.record import RAN, TrialRecord
 from aorta.store.rundir import RunDir, atomic_write
 from aorta.trace.items import ITEMS_BY, step_items
-from aorta.trace.metrics import BUSBW, METRICS, rank_metrics
+from aorta.trace.metrics import BUSBW, METRICS, PERF, rank_metrics
 from aorta.trace.tracelens import read_tracelens
 
 __all__ = [
@@ -76,7 +76,8 @@ __all__ = [
 
 #: Bump when what :func:`analyse_trial` computes changes: older metrics caches are ignored.
 #: 2: the per-item per-step tables of :func:`aorta.trace.items.step_items` (``items``, ``steps``).
-TRACE_METRICS_VERSION = 2
+#: 3: the perf-model metrics (``perf_coverage``, ``tflops_<family>``, ``pct_roofline_<family>``).
+TRACE_METRICS_VERSION = 3
 #: The per-trial metrics cache, inside the trial's ``trace/`` folder.
 METRICS_CACHE = "metrics.aorta-cache"
 _RANK_FILE = re.compile(r"^rank(\d+)(?:\.pt\.trace)?\.json(?:\.gz)?$")
@@ -409,6 +410,21 @@ def _variable_attrs(name: str) -> dict[str, str]:
             "rank_reduction": "min",
             "description": f"Σ bytes × nccl-tests bus factor / Σ time of the trial's {collective} calls",
         }
+    if match := PERF.match(name):
+        family = match.group("family")
+        if match.group("kind") == "tflops":
+            return {
+                "long_name": f"{family} achieved throughput",
+                "units": "TFLOP/s",
+                "rank_reduction": "min",
+                "description": f"Σ FLOPs / Σ kernel time of the trial's {family} ops",
+            }
+        return {
+            "long_name": f"{family} share of the roofline",
+            "units": "%",
+            "rank_reduction": "min",
+            "description": f"Σ roofline time / Σ kernel time × 100 of the trial's {family} ops",
+        }
     long_name, units, worse = METRICS[name]
     out = {"long_name": long_name, "rank_reduction": "max" if worse == "higher" else "min"}
     return out | ({"units": units} if units else {})
@@ -425,7 +441,13 @@ def trace_variables(
     cells = [str(c) for c in ds.cell.values.tolist()]
     trials = [int(t) for t in ds.trial.values.tolist()]
     names = list(METRICS) + sorted(
-        {k for r in results.values() for m in r["ranks"].values() for k in m if BUSBW.match(k)}
+        {
+            k
+            for r in results.values()
+            for m in r["ranks"].values()
+            for k in m
+            if BUSBW.match(k) or PERF.match(k)
+        }
     )
     shape = (len(cells), len(trials), n_ranks)
     values = {name: np.full(shape, np.nan) for name in names}

@@ -14,12 +14,14 @@ trial); :func:`waterfall` (:func:`aorta.explain`: baseline step → per-item del
 
 Single traces (:mod:`aorta.plot.trace`): :func:`gpu_breakdown` (per rank),
 :func:`timeline` (a window of one rank's streams), :func:`gemm_tflops`,
-:func:`collective_bandwidth` (bandwidth vs message size), :func:`straggler_heatmap`.
+:func:`collective_bandwidth` (bandwidth vs message size), :func:`straggler_heatmap`,
+:func:`roofline` (:meth:`Trace.perf_ops <aorta.trace.Trace.perf_ops>` under the device's roofs).
 """
 
 from __future__ import annotations
 
 from .matrix import VERDICT_COLORS, failure_rates, ratio_forest, step_distributions, step_series
+from .roofline import FAMILY_COLORS, roofline
 from .style import PALETTE, aorta_style
 from .trace import collective_bandwidth, gemm_tflops, gpu_breakdown, straggler_heatmap, timeline
 from .trace_matrix import BREAKDOWN_COLORS, exposed_comm_vs_step, time_breakdown
@@ -27,6 +29,7 @@ from .waterfall import waterfall
 
 __all__ = [
     "BREAKDOWN_COLORS",
+    "FAMILY_COLORS",
     "PALETTE",
     "VERDICT_COLORS",
     "aorta_style",
@@ -36,6 +39,7 @@ __all__ = [
     "gemm_tflops",
     "gpu_breakdown",
     "ratio_forest",
+    "roofline",
     "step_distributions",
     "step_series",
     "straggler_heatmap",

@@ -65,6 +65,7 @@ from aorta.recipe.limits import (
     image_ref_problem,
     name_bytes_problem,
 )
+from aorta.recipe.regex import RegexError, compile_regex
 from aorta.recipe.yamldoc import parse_yaml
 
 __all__ = [
@@ -250,13 +251,10 @@ class PatternMatch(_Strict):
     @field_validator("regex")
     @classmethod
     def _regex(cls, v: str) -> str:
-        if not v:
-            raise _fail("regex", "must be a non-empty regular expression")
         try:
-            re.compile(v)
-            re.compile(v.encode())
-        except re.error as exc:
-            raise _fail("regex", f"not a valid regular expression: {exc!s}") from None
+            compile_regex(v)
+        except RegexError as exc:
+            raise _fail("regex", str(exc)) from None
         return v
 
     @field_validator("condition")
@@ -521,9 +519,9 @@ class Recipe(_Strict):
     def _regex(cls, v: str | None) -> str | None:
         if v is not None:
             try:
-                re.compile(v)
-            except re.error as exc:
-                raise _fail("regex", f"not a valid regular expression: {exc!s}") from None
+                compile_regex(v, text="str")
+            except RegexError as exc:
+                raise _fail("regex", str(exc)) from None
         return v
 
     @field_validator("mitigation_axis", "diagnostic_axis", mode="before")

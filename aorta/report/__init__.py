@@ -10,7 +10,7 @@ importing this package stays cheap.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 __all__ = ["compare_html", "explain_text", "html"]
 
@@ -19,6 +19,10 @@ _LAZY = {
     "compare_html": "aorta.report.html_report",
     "explain_text": "aorta.report.explain",
 }
+
+if TYPE_CHECKING:  # the same names for type checkers; loaded on first access at run time
+    from aorta.report.explain import explain_text
+    from aorta.report.html_report import compare_html, html
 
 
 def __getattr__(name: str) -> Any:

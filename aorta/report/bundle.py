@@ -46,7 +46,7 @@ def format_review(plan: BundlePlan, *, output: str | Path = ".") -> str:
         f"{len(included)} files, {size_text(total)} before compression, {plan.redactions} "
         f"redactions; {len(plan.left_out)} left out. Cap on logs/traces/artifacts: "
         f"{size_text(plan.max_size)}.",
-        f"Redaction: secret names and shapes, {len(r.secrets)} secret values from the run, "
+        f"Redaction: secret names and shapes, {r.n_known} secret forms known to the run, "
         f"scrub_env_keys {list(r.scrub_keys)}, scrub_paths {r.scrub_paths}, "
         f"scrub_ip_addresses {r.scrub_ips}.",
     ]

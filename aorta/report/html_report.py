@@ -59,6 +59,7 @@ from aorta.report.html_sections import (
     parse_signature_line,
     run_section,
 )
+from aorta.store.redact import redact_page
 from aorta.store.rundir import RunDir, atomic_write
 
 if TYPE_CHECKING:
@@ -225,6 +226,7 @@ def html(
         waterfalls=dict(waterfalls if waterfalls is not None else _waterfalls(ds, summary, **kw)),
     )
     text = render_run_page(run_page, sections=RUN_SECTIONS if sections is None else sections)
+    text = redact_page(text, *([rd] if rd is not None else []))
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(out, text)
     return out
@@ -327,25 +329,31 @@ def read_run_files(rd: RunDir, ds: xr.Dataset) -> RunFiles:
 
 def _excerpts(rd: RunDir, rec: Mapping[str, Any]) -> list[LogExcerpt]:
     """The trial's matched line with its neighbours first, then the end of each other text
-    file among its artifacts (logs and collected files; traces and binaries left out)."""
+    file among its artifacts (logs and collected files; traces and binaries left out). Only
+    files inside the run directory: a record (from someone else's run) can name any path."""
     where = parse_signature_line(rec.get("signature_line"))
-    artifacts = sorted((str(k), str(v)) for k, v in (rec.get("artifacts") or {}).items())
+    root = rd.path.resolve()
+    artifacts = []
+    for name, rel in sorted((str(k), str(v)) for k, v in (rec.get("artifacts") or {}).items()):
+        path = (rd.path / rel).resolve()
+        if path.is_relative_to(root):
+            artifacts.append((name, rel, path))
     out: list[LogExcerpt] = []
     matched = None
     if where is not None and where[0]:
         fname, _, text = where
-        for name, rel in artifacts:
+        for name, rel, path in artifacts:
             if Path(rel).name == fname:
-                got = _around(rd.path / rel, text)
+                got = _around(path, text)
                 if got is not None:
                     first, lines, at = got
                     out.append(LogExcerpt(name, rel, tuple(lines), first=first, match=at))
                     matched = rel
                     break
-    for name, rel in artifacts:
+    for name, rel, path in artifacts:
         if rel == matched or not _is_text_name(rel):
             continue
-        lines = _tail(rd.path / rel)
+        lines = _tail(path)
         if lines:
             out.append(LogExcerpt(name, rel, tuple(lines)))
     return out
@@ -491,6 +499,7 @@ def compare_html(
         hosts = read_run_files(rd, ds.isel(cell=slice(0, 0))).hosts
         sides.append(RunSide(label=label, ds=ds, path=rd.path, link_prefix=prefix, hosts=hosts))
     text = render_compare_page(sides[0], sides[1], df, fmt=figure_format, footer=_footer())
+    text = redact_page(text, *rds)
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(out, text)
     return out

@@ -44,6 +44,7 @@ from aorta.report.comparison import (
     verdict_text,
 )
 from aorta.report.upstream import with_upstream_keys
+from aorta.store.redact import Redactor
 from aorta.store.rundir import RunDir
 
 __all__ = [
@@ -134,12 +135,11 @@ def write_matrix(
         traces = trace_summary(ds, ranks=ranks, alpha=alpha, seed=seed, resamples=resamples)
     header = matrix_header(ds, run_dir=rd.path, status=status)
     sigs = failure_signatures(ds)
-    rd.write_json(
-        MATRIX_JSON, matrix_json(summary, ds, header=header, traces=traces, signatures=sigs)
-    )
-    rd.write_text(
-        MATRIX_MD, matrix_markdown(summary, header=header, traces=traces, signatures=sigs)
-    )
+    redactor = Redactor.of_run(rd)  # what leaves the run is redacted with its knowledge
+    data = matrix_json(summary, ds, header=header, traces=traces, signatures=sigs)
+    rd.write_json(MATRIX_JSON, redactor.data(data))
+    text = matrix_markdown(summary, header=header, traces=traces, signatures=sigs)
+    rd.write_text(MATRIX_MD, redactor.markdown(text))
     return summary
 
 

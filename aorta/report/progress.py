@@ -12,6 +12,7 @@ import sys
 from typing import IO, Any, Literal
 
 from aorta.store.record import TrialRecord
+from aorta.text import printable
 
 __all__ = ["LineReporter", "NullReporter", "Reporter", "choose_reporter"]
 
@@ -23,7 +24,7 @@ def _trial_line(cell: str, trial: int, record: TrialRecord) -> str:
     text = f"{cell} trial {trial}: {record.status.value} ({wall})"
     if record.error:
         text += f" — {record.error[:160]}"
-    return text
+    return printable(text)  # an error may quote a trial's log
 
 
 class Reporter:
@@ -82,7 +83,7 @@ class LineReporter(Reporter):
         self._cell_counts = {}
 
     def message(self, text: str) -> None:
-        self._print(text)
+        self._print(printable(text))
 
 
 class RichReporter(Reporter):
@@ -126,7 +127,7 @@ class RichReporter(Reporter):
             )
 
     def message(self, text: str) -> None:
-        self.progress.console.print(text, markup=False, highlight=False)
+        self.progress.console.print(printable(text), markup=False, highlight=False)
 
     def close(self) -> None:
         self.progress.stop()
@@ -154,7 +155,7 @@ class TqdmReporter(Reporter):
 
     def message(self, text: str) -> None:
         if self._bar is not None:
-            self._bar.write(text)
+            self._bar.write(printable(text))
 
     def close(self) -> None:
         if self._bar is not None:

@@ -34,6 +34,7 @@ from aorta.report.comparison import (
 )
 from aorta.report.explain import explain_changed, time_went_markdown
 from aorta.report.matrix import MATRIX_JSON, MATRIX_MD, trace_markdown, write_matrix
+from aorta.store.redact import Redactor
 from aorta.store.rundir import atomic_write
 
 __all__ = ["REPORT_DIR", "write_report"]
@@ -82,7 +83,13 @@ def write_report(
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
 
+    redactor = Redactor.of_run(run_dir)  # what leaves the run is redacted with its knowledge
+
     def put(name: str, data: bytes | str) -> None:
+        if name.endswith(".json") and isinstance(data, str):
+            data = json.dumps(redactor.data(json.loads(data)), indent=1, ensure_ascii=False) + "\n"
+        elif isinstance(data, str):
+            data = redactor.markdown(data) if name.endswith(".md") else redactor.text(data)
         atomic_write(out / name, data)
         written.append(out / name)
 

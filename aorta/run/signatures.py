@@ -11,8 +11,10 @@ three sources, in this order:
 3. the recipe's ``custom_patterns`` (named ``custom:<id>``; tier 0 unless they say).
 
 :meth:`SignatureLibrary.scan` streams files in blocks (memory bounded by the block size
-and :data:`MAX_LINE_BYTES`, time linear in the file) and keeps each signature's first
-matching line. A trial's signature is its lowest-tier match, the earliest on a tie
+and :data:`MAX_LINE_BYTES`) and keeps each signature's first matching line. Every pattern is
+RE2 (:mod:`aorta.recipe.regex`: no backtracking), and one automaton over all pending
+signatures finds the candidate lines, so a scan's time is linear in the bytes read whatever
+the patterns, the lines or their number. A trial's signature is its lowest-tier match, the earliest on a tie
 (:func:`top_match`). The engine matches every failed trial's captured output, and every
 trial's when the recipe has ``custom_patterns`` (they may fail a passing trial):
 :func:`classify`.
@@ -31,7 +33,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.resources
-import re
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -42,7 +43,9 @@ import yaml
 
 from aorta.errors import AortaError
 from aorta.recipe.condition import compile_condition, evaluate
+from aorta.recipe.regex import RegexError, compile_alternation, compile_regex
 from aorta.recipe.schema import CustomPattern
+from aorta.text import printable
 
 __all__ = [
     "MAX_LINE_BYTES",
@@ -72,9 +75,10 @@ OnMatch = Literal["fail", "warn", "info"]
 
 @dataclass(frozen=True)
 class Signature:
-    """A named failure pattern: ``regex`` (one line), ``tier`` (lower = closer to the root
-    cause) and a one-line ``hint``. ``on_match``, ``required_for_pass`` and ``condition``
-    are the recipe's ``custom_patterns`` options; ``source`` says where it came from."""
+    """A named failure pattern: ``regex`` (one line, RE2 syntax), ``tier`` (lower = closer to
+    the root cause) and a one-line ``hint``. ``on_match``, ``required_for_pass`` and
+    ``condition`` are the recipe's ``custom_patterns`` options; ``source`` says where it came
+    from."""
 
     name: str
     regex: str
@@ -84,21 +88,20 @@ class Signature:
     required_for_pass: bool = False
     condition: str | None = None
     source: str = "builtin"
-    #: Literal pieces one of which every matching line holds (a block of the log holding
-    #: none is not searched with the regex); empty: always search.
+    #: Literal pieces one of which every matching line holds. Documentation only since the
+    #: scan became one RE2 automaton (kept so entries that give them stay valid).
     keywords: tuple[str, ...] = ()
-    _rx: re.Pattern[bytes] = field(init=False, repr=False, compare=False)
+    _rx: Any = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str):
             raise ValueError("a signature needs a non-empty name")
         try:
-            rx = re.compile(self.regex.encode(), re.MULTILINE)
-        except (re.error, AttributeError) as exc:
+            rx = compile_regex(self.regex)
+        except RegexError as exc:
             raise ValueError(f"signature {self.name!r}: bad regex: {exc}") from None
         object.__setattr__(self, "_rx", rx)
         object.__setattr__(self, "keywords", tuple(str(k) for k in self.keywords))
-        object.__setattr__(self, "_kw", tuple(k.encode() for k in self.keywords if k))
         object.__setattr__(
             self, "_cond", compile_condition(self.condition) if self.condition else None
         )
@@ -174,66 +177,115 @@ def top_match(matches: Iterable[SignatureMatch]) -> SignatureMatch | None:
     return min(fails, key=lambda m: (m.tier, m.order), default=None)
 
 
-def _line_at(buf: bytes, start: int, end: int) -> tuple[int, str]:
-    """(start of the line holding ``buf[start:end]``, that line as text, capped)."""
-    lo = buf.rfind(b"\n", 0, start) + 1
-    hi = buf.find(b"\n", end)
-    hi = len(buf) if hi < 0 else hi
-    text = buf[lo:hi].rstrip(b"\r").decode("utf-8", "replace")
+def _line_text(line: bytes) -> str:
+    """A matching line as a record keeps it: decoded, control characters escaped, capped."""
+    text = printable(line.rstrip(b"\r").decode("utf-8", "replace"))
     if len(text) > KEPT_LINE_CHARS:
         text = text[: KEPT_LINE_CHARS - 1] + "…"
-    return lo, text
+    return text
+
+
+#: Matches whose ``condition`` is false, per signature and scan, before the signature is given
+#: up for the rest of the scan (said in ``problems``). Each try costs one line, so the scan
+#: stays linear either way; this bounds the constant (a log whose every line matches).
+MAX_CONDITION_TRIES = 100_000
 
 
 class _Scanner:
-    """Matches signatures against successive buffers of whole lines, first match each."""
+    """Matches signatures against successive buffers of whole lines, first match each.
+
+    One RE2 automaton over every pending signature (:func:`compile_alternation`) finds the
+    next line any of them matches, in one linear pass; only that line is then matched with
+    each pending signature's own pattern (captures, ``condition``). Found signatures leave
+    the automaton, so a log full of one error costs a line per signature, not per error.
+    """
 
     def __init__(self, signatures: Sequence[Signature], facts: Mapping[str, Any]) -> None:
-        self.pending = list(enumerate(signatures))
+        self.pending: dict[int, Signature] = dict(enumerate(signatures))
         self.found: list[SignatureMatch] = []
         self.facts = facts
+        self.problems: list[str] = []
+        self._finders: dict[frozenset[int], Any] = {}
+        self._tries = dict.fromkeys(self.pending, 0)
+
+    def _finder(self, active: frozenset[int]) -> Any:
+        if active not in self._finders:
+            self._finders[active] = compile_alternation(
+                [self.pending[k].regex for k in sorted(active)]
+            )
+        return self._finders[active]
+
+    def _next_candidate(self, active: frozenset[int], buf: bytes, pos: int) -> int:
+        """Start of the first match of any ``active`` signature at or after ``pos``; -1."""
+        finder = self._finder(active)
+        if finder is not None:
+            m = finder.search(buf, pos)
+            return -1 if m is None else m.start()
+        own = (self.pending[k]._rx.search(buf, pos) for k in active)  # type: ignore[attr-defined]
+        return min((m.start() for m in own if m is not None), default=-1)
 
     def feed(self, buf: bytes, *, source: str, index: int, offset: int, line0: int) -> None:
         if not buf or not self.pending:
             return
-        left = []
-        present: dict[bytes, bool] = {}
-        for k, sig in self.pending:
-            kws = sig._kw  # type: ignore[attr-defined]
-            if kws and not any(
-                present[w] if w in present else present.setdefault(w, w in buf) for w in kws
-            ):
-                left.append((k, sig))
-                continue
-            got = self._first(sig, buf)
-            if got is None:
-                left.append((k, sig))
-                continue
-            m, caps = got
-            lo, text = _line_at(buf, m.start(), m.end())
-            number = line0 + buf.count(b"\n", 0, lo) + 1 if line0 >= 0 else 0
-            self.found.append(
-                SignatureMatch(sig, text, source, number, caps, (index, offset + lo, k))
-            )
-        self.pending = left
+        active = frozenset(self.pending)
+        pos = 0
+        while active and pos <= len(buf):
+            start = self._next_candidate(active, buf, pos)
+            if start < 0:
+                break
+            lo = buf.rfind(b"\n", 0, start) + 1
+            hi = buf.find(b"\n", start)
+            hi = len(buf) if hi < 0 else hi
+            line = buf[lo:hi]
+            gone = set()
+            for k in sorted(active):
+                sig = self.pending[k]
+                caps = self._on_line(k, line, source)
+                if caps is None:
+                    if self._tries[k] >= MAX_CONDITION_TRIES:
+                        self.problems.append(
+                            f"{sig.name}: its condition was false on {MAX_CONDITION_TRIES:,} "
+                            f"matching lines; not tried past byte {offset + hi:,} of {source}"
+                        )
+                        del self.pending[k]
+                        gone.add(k)
+                    continue
+                number = line0 + buf.count(b"\n", 0, lo) + 1 if line0 >= 0 else 0
+                self.found.append(
+                    SignatureMatch(
+                        sig, _line_text(line), source, number, caps, (index, offset + lo, k)
+                    )
+                )
+                del self.pending[k]
+                gone.add(k)
+            if gone:
+                active = active - gone
+            pos = hi + 1
 
-    def _first(self, sig: Signature, buf: bytes) -> tuple[re.Match[bytes], dict[str, str]] | None:
+    def _on_line(self, k: int, line: bytes, source: str) -> dict[str, str] | None:
+        """The captures of signature ``k``'s first match on ``line`` whose condition holds."""
+        sig = self.pending[k]
         cond = getattr(sig, "_cond", None)
-        if cond is None:
-            m = sig._rx.search(buf)
-            return None if m is None else (m, _captures(m))
-        for n, m in enumerate(sig._rx.finditer(buf)):
+        for m in sig._rx.finditer(line):  # type: ignore[attr-defined]
             caps = _captures(m)
-            if evaluate(cond, capture=caps, **self.facts):
-                return m, caps
-            if n >= 1000:  # a condition that never holds must not make a scan quadratic
+            if cond is None:
+                return caps
+            self._tries[k] += 1
+            errors: list[str] = []
+            if evaluate(cond, capture=caps, errors=errors, **self.facts):
+                return caps
+            for e in errors:
+                msg = f"{sig.name}: the condition was counted as false on a line of {source}: {e}"
+                if msg not in self.problems:
+                    self.problems.append(msg)
+            if self._tries[k] >= MAX_CONDITION_TRIES:
                 break
         return None
 
 
-def _captures(m: re.Match[bytes]) -> dict[str, str]:
+def _captures(m: Any) -> dict[str, str]:
     return {
-        k: v.decode("utf-8", "replace")[:KEPT_LINE_CHARS]
+        k.decode("utf-8", "replace"): v.decode("utf-8", "replace")[:KEPT_LINE_CHARS]
         for k, v in m.groupdict().items()
         if v is not None
     }
@@ -343,6 +395,7 @@ class SignatureLibrary:
         block_bytes: int = BLOCK_BYTES,
         max_bytes: int | None = MAX_SCAN_BYTES,
         skipped: list[str] | None = None,
+        problems: list[str] | None = None,
     ) -> list[SignatureMatch]:
         """Each signature's first match in ``text`` (lines such as the trial's error), then in
         ``paths`` in order (missing files are skipped); sorted by tier, then position.
@@ -353,6 +406,7 @@ class SignatureLibrary:
         ``skipped``), so a scan's time is bounded whatever the log's size; memory is
         bounded by ``block_bytes`` and :data:`MAX_LINE_BYTES` either way. Line numbers past a
         skipped middle are counted from the end of the head (``skipped`` says so).
+        ``problems`` receives a line per ``condition`` that hit a bound (counted as false).
         """
         sigs = [s for s in self.signatures if only is None or only(s)]
         scanner = _Scanner(sigs, {"exit_code": None, "walltime_sec": None, **(facts or {})})
@@ -385,6 +439,8 @@ class SignatureLibrary:
                         line0 += buf.count(b"\n") - added
             except OSError:
                 continue
+        if problems is not None:
+            problems.extend(scanner.problems)
         return sorted(scanner.found, key=lambda m: (m.tier, m.order))
 
     def scan_text(self, lines: Sequence[str]) -> list[SignatureMatch]:
@@ -482,13 +538,19 @@ def classify(
     only = (lambda s: s.source == "recipe") if recipe_only else None
     if recipe_only and not any(s.source == "recipe" for s in library.signatures):
         return TrialClassification()
+    problems: list[str] = []
     matches = library.scan(
-        logs, text=[error] if error else [], facts=facts, only=only, skipped=skipped
+        logs,
+        text=[error] if error else [],
+        facts=facts,
+        only=only,
+        skipped=skipped,
+        problems=problems,
     )
-    out = TrialClassification(top=top_match(matches))
+    out = TrialClassification(top=top_match(matches), warnings=problems)
     for m in matches:
         for k, v in m.captures.items():
-            out.info[f"capture.{k}"] = v
+            out.info[f"capture.{k}"] = printable(v)
         if m.signature.on_match == "warn":
             out.warnings.append(f"{m.name}: {m.line}")
     if not failed:

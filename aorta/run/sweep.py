@@ -58,7 +58,7 @@ from aorta.run.workload import (
 )
 from aorta.store.hostenv import snapshot
 from aorta.store.record import RankOutcome, TrialRecord, TrialStatus, merge_ranks
-from aorta.store.redact import Redactor
+from aorta.store.redact import Redactor, harvest_secrets, record_secrets
 from aorta.store.retention import retain_trial
 from aorta.store.rundir import RunDir, utc_now
 
@@ -197,7 +197,15 @@ class _Sweep:
         overlays: dict[str, str] = {}
         for c in self.plan.cells:
             overlays.update(c.env)
-        self.redactor = Redactor.for_recipe(self.recipe.redaction, env={**os.environ, **overlays})
+        # What the run holds secret: the trials' environment and the recipe's argv (in memory
+        # in clear; in the run directory only as salted hashes, secret_hashes.json).
+        self._secrets = harvest_secrets(
+            {**os.environ, **overlays},
+            scrub_keys=self.recipe.redaction.scrub_env_keys if self.recipe.redaction else (),
+            texts=[dump_recipe(self.recipe)],
+            data=[self.recipe.model_dump(mode="json")],
+        )
+        self.redactor = Redactor.for_recipe(self.recipe.redaction).with_values(self._secrets)
         registered = ", ".join(prepared.catalog.names())
         self.runner = TrialRunner(
             self.plan,
@@ -268,8 +276,10 @@ class _Sweep:
 
     def write_preamble(self, resumed: bool, host_snapshots: list[dict[str, Any] | None]) -> None:
         text = dump_recipe(self.recipe)
+        record_secrets(self.rd, self._secrets)
         if not resumed:
-            self.rd.write_text(self.rd.recipe_path, text)
+            # 0600: its extra_env may hold secrets in clear (a resume and `--recipe` need them).
+            self.rd.write_text(self.rd.recipe_path, text, mode=0o600)
             mine = host_snapshots[0] if host_snapshots and host_snapshots[0] else {}
             self.rd.write_json(self.rd.host_env_path, mine)
             others = {

@@ -12,17 +12,20 @@ What goes in: the run's manifest, resolved recipe, host snapshots, cell definiti
 records, matrix files and report (``report/report.html`` too) always; trial logs, traces and
 other artifacts while they fit in ``max_size`` (bytes on disk, a cap the user can raise).
 Left out, with the reason in the manifest: ``results.nc`` (binary; :func:`aorta.load_run`
-rebuilds it from the records), other binary files (they cannot be scanned), the lock and
+rebuilds it from the records), other binary files (they cannot be scanned; an image counts as
+one only when its content is one — a text file named ``*.png`` is scanned), symbolic links
+(never followed), the run's ``secret_hashes.json``, environment files, the lock and
 half-written temporary files, and whatever is over the cap.
 
-Redaction is the run's one policy (:class:`~aorta.store.redact.Redactor`), built from the
-recipe's ``redaction:`` block plus the caller's extra settings, and it applies to every file
-that goes in — JSON (walked: a value under a secret-named key is replaced whole), YAML,
-logs, markdown, HTML, and the JSON inside gzip'd traces (decompressed, scanned,
-recompressed). On top of credential shapes (URLs with a password, bearer tokens, …) it masks
-the literal values of secret-named variables found in the run itself (the recipe's
-``extra_env``, snapshots, cell overlays) and in this process's environment, and
-``NAME=value`` / ``NAME: value`` assignments to secret names.
+Redaction is the run's own (:meth:`~aorta.store.redact.Redactor.of_run`): the recipe's
+``redaction:`` block plus the caller's extra settings, the secrets the run recorded as salted
+hashes (so a bundle made from a shell without the run's variables still masks them), the
+secret values readable in the run's own files (the 0600 recipe's ``extra_env`` and argv) and
+in this process's environment, and every credential shape. It applies to every file that goes
+in, as its format needs: JSON walked (a value under a secret-named key, or after a secret argv
+flag, replaced whole), YAML kept parseable, HTML and SVG text nodes and attributes (the marker
+escaped), Markdown, logs, and the JSON inside gzip'd traces (decompressed, scanned,
+recompressed). ``recipe.resolved.yaml`` goes in only as its redacted copy.
 
 Examples
 --------
@@ -45,19 +48,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-
 from aorta.errors import UsageError
-from aorta.store.hostenv import REDACTED
-from aorta.store.redact import Redactor
+from aorta.store.redact import Redactor, yaml_counted
 from aorta.store.rundir import (
     BUNDLE_MANIFEST,
-    CELL_JSON,
     CELLS,
-    ENVIRONMENTS_DIR,
-    HOST_ENV_DIR,
     LOCK,
     RESULTS,
+    SECRET_HASHES,
     TRACE_DIR,
     RunDir,
     _safe,
@@ -84,6 +82,7 @@ _TEXT_SUFFIXES = frozenset(
      ".err", ".env", ".cfg", ".ini", ".toml", ".sh", ".py", ".xml", ".tsv"}
 )  # fmt: skip
 _IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".gif", ".webp"})
+_IMAGE_MAGIC = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"GIF87a", b"GIF89a")
 #: A text file is one without NUL bytes in its first this many bytes.
 _SNIFF = 8192
 
@@ -171,7 +170,7 @@ class BundlePlan:
                 "scrub_env_keys": list(r.scrub_keys),
                 "scrub_paths": r.scrub_paths,
                 "scrub_ip_addresses": r.scrub_ips,
-                "secret_values_masked": len(r.secrets),
+                "secret_forms_looked_for": r.n_known,
             },
             "total_redactions": self.redactions,
             "files": [e.to_dict() for e in self.included],
@@ -199,14 +198,23 @@ def _kind(rel: str) -> Kind:
 
 
 def _walk(root: Path) -> Iterator[Path]:
-    """Every regular file under ``root`` (symbolic links are not followed: a link could point
-    anywhere on the machine)."""
+    """Every regular file and every symbolic link under ``root`` (links are not followed: a
+    link could point anywhere on the machine; :func:`plan_bundle` lists them as left out)."""
     for folder, dirs, files in os.walk(root, followlinks=False):
         dirs.sort()
-        for name in sorted(files):
+        links = [d for d in dirs if (Path(folder) / d).is_symlink()]
+        for name in sorted([*files, *links]):
             path = Path(folder) / name
-            if path.is_file() and not path.is_symlink():
+            if path.is_symlink() or path.is_file():
                 yield path
+
+
+def _link_note(path: Path) -> str:
+    try:
+        target = os.readlink(path)
+    except OSError:
+        target = "?"
+    return f"a symbolic link (to {target}): links are not followed"
 
 
 def _skip_reason(rel: str) -> str | None:
@@ -219,9 +227,22 @@ def _skip_reason(rel: str) -> str | None:
         return "binary netCDF; aorta.load_run rebuilds it from the trial records"
     if rel == BUNDLE_MANIFEST:
         return "an earlier bundle's manifest"
+    if rel == SECRET_HASHES:
+        return "the run's secret hashes: they would let anyone test guesses of its secrets"
     if name in ("env", "probe.env") or name.endswith(".env"):
         return "an environment file a trial ran with: its values are the environment itself"
     return None
+
+
+def _is_image(path: Path) -> bool:
+    """Whether ``path`` starts as a PNG, JPEG, GIF or WebP does (by content: a text file
+    named ``*.png`` is scanned like any other text)."""
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(12)
+    except OSError:
+        return False
+    return head.startswith(_IMAGE_MAGIC) or (head[:4] == b"RIFF" and head[8:12] == b"WEBP")
 
 
 def _is_text(path: Path, suffix: str) -> bool:
@@ -241,85 +262,20 @@ def _is_text(path: Path, suffix: str) -> bool:
     return True
 
 
-# --- the secrets to look for -------------------------------------------------------------------
-
-
-def _secret_pairs(value: Any, redactor: Redactor) -> Iterator[str]:
-    """Values of secret-named keys anywhere in parsed data (``extra_env``, snapshots…)."""
-    if isinstance(value, Mapping):
-        for k, v in value.items():
-            if isinstance(k, str) and isinstance(v, str) and redactor.is_secret_name(k):
-                yield v
-            else:
-                yield from _secret_pairs(v, redactor)
-    elif isinstance(value, list):
-        for v in value:
-            yield from _secret_pairs(v, redactor)
-
-
-def _load(path: Path) -> Any:
-    try:
-        text = path.read_text(encoding="utf-8")
-        return json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (OSError, ValueError, yaml.YAMLError):
-        return None
-
-
-def _run_redactor(
-    rd: RunDir,
-    *,
-    scrub_env_keys: Iterable[str],
-    scrub_paths: bool | None,
-    scrub_ips: bool | None,
-    env: Mapping[str, str],
-) -> Redactor:
-    """The run's policy: the recipe's ``redaction:`` block, the caller's settings on top, and
-    the literal secret values the run's own files and ``env`` hold."""
-    recipe = _load(rd.recipe_path)
-    block = recipe.get("redaction") if isinstance(recipe, Mapping) else None
-    block = block if isinstance(block, Mapping) else {}
-    keys = [str(k) for k in block.get("scrub_env_keys") or []]
-    keys += [k for k in scrub_env_keys if k not in keys]
-    base = Redactor(
-        scrub_keys=tuple(keys),
-        scrub_paths=bool(block.get("scrub_paths")) if scrub_paths is None else scrub_paths,
-        scrub_ips=bool(block.get("scrub_ip_addresses")) if scrub_ips is None else scrub_ips,
-    )
-    sources: list[Any] = [recipe, dict(env)]
-    snapshots = [rd.host_env_path, *sorted((rd.path / HOST_ENV_DIR).glob("*.json"))]
-    snapshots += sorted((rd.path / ENVIRONMENTS_DIR).glob("*/env.json"))
-    snapshots += sorted(rd.cells_dir.glob(f"*/{CELL_JSON}"))
-    sources += [_load(p) for p in snapshots]
-    values = {v for s in sources for v in _secret_pairs(s, base) if len(v) >= 4 and v != REDACTED}
-    secrets = tuple(sorted(values, key=lambda v: (-len(v), v)))
-    return Redactor(base.scrub_keys, base.scrub_paths, base.scrub_ips, secrets)
-
-
 # --- redaction of one file ---------------------------------------------------------------------
 
-_NAME_VALUE = re.compile(
-    r"""(?P<name>\b[A-Za-z_][A-Za-z0-9_]*)(?P<sep>["']?\s*[=:]\s*["']?)(?P<value>[^\s"',;&}\]]+)"""
-)
 
-
-def _assignments(text: str, redactor: Redactor) -> tuple[str, int]:
-    """``HF_TOKEN=abc`` / ``WANDB_API_KEY: abc`` → the value masked (secret names only)."""
-    n = 0
-
-    def mask(m: re.Match[str]) -> str:
-        nonlocal n
-        if m.group("value") == REDACTED or not redactor.is_secret_name(m.group("name")):
-            return m.group(0)
-        n += 1
-        return f"{m.group('name')}{m.group('sep')}{REDACTED}"
-
-    return _NAME_VALUE.sub(mask, text), n
-
-
-def _scrub_text(text: str, redactor: Redactor) -> tuple[str, int]:
-    text, n = redactor.text_counted(text)
-    text, m = _assignments(text, redactor)
-    return text, n + m
+def _scrub_text(text: str, name: str, redactor: Redactor) -> tuple[str, int]:
+    """A text file redacted as its format needs: HTML (text nodes and attributes, the marker
+    escaped), Markdown (the marker escaped outside code), YAML (still YAML), or plain text."""
+    suffix = name.rsplit(".", 1)[-1].lower() if "." in name else ""
+    if suffix in ("html", "htm", "svg", "xml"):
+        return redactor.html_counted(text)
+    if suffix == "md":
+        return redactor.markdown_counted(text)
+    if suffix in ("yaml", "yml"):
+        return yaml_counted(redactor, text)
+    return redactor.text_counted(text)
 
 
 def _scrub_json(raw: str, redactor: Redactor) -> tuple[str, int] | None:
@@ -361,11 +317,11 @@ def _redacted(path: Path, redactor: Redactor, *, limit: int) -> tuple[bytes, int
         raw = _decode(_gunzip(path, limit))
         inner = name[: -len(".gz")]
         done = _scrub_json(raw, redactor) if inner.endswith(".json") else None
-        text, n = done if done is not None else _scrub_text(raw, redactor)
+        text, n = done if done is not None else _scrub_text(raw, inner, redactor)
         return gzip.compress(_encode(text), compresslevel=6, mtime=0), n
     raw = _decode(path.read_bytes())
     done = _scrub_json(raw, redactor) if name.endswith(".json") else None
-    text, n = done if done is not None else _scrub_text(raw, redactor)
+    text, n = done if done is not None else _scrub_text(raw, name, redactor)
     return _encode(text), n
 
 
@@ -375,7 +331,7 @@ def _entry(
     """Scan one file that is to go in: redaction count, or why it cannot go in."""
     suffixes = "".join(path.suffixes[-2:]).lower()
     suffix = path.suffix.lower()
-    if suffix in _IMAGE_SUFFIXES:
+    if suffix in _IMAGE_SUFFIXES and _is_image(path):
         return BundleEntry(rel, size, kind, True, None, "image, not scanned")
     gz_text = suffix == ".gz" and Path(path.name[:-3]).suffix.lower() in _TEXT_SUFFIXES
     if not gz_text and not _is_text(path, suffix):
@@ -447,7 +403,7 @@ def plan_bundle(
     cap = parse_size(max_size)
     if cap < 0:
         raise UsageError(f"--max-size must be ≥ 0, got {max_size!r}")
-    redactor = _run_redactor(
+    redactor = Redactor.of_run(
         rd,
         scrub_env_keys=scrub_env_keys,
         scrub_paths=scrub_paths,
@@ -462,8 +418,11 @@ def plan_bundle(
     heavy: list[tuple[str, Path, int, Kind]] = []
     for path in _walk(rd.path):
         rel = path.relative_to(rd.path).as_posix()
-        size = path.stat().st_size
         kind = _kind(rel)
+        if path.is_symlink():
+            entries.append(BundleEntry(rel, 0, kind, False, None, _link_note(path)))
+            continue
+        size = path.stat().st_size
         skip = _skip_reason(rel)
         if skip is not None:
             entries.append(BundleEntry(rel, size, kind, False, None, skip))

@@ -5,6 +5,8 @@ Layout (compatible with upstream AORTA)::
     <output>/<ticket or _no_ticket_>/<workload>/<UTC YYYY-MM-DDTHH-MM-SS>[-N]/
       manifest.json           status (running|complete|interrupted), recipe sha256, host, …
       recipe.resolved.yaml    every field explicit; `aorta sweep run --recipe` accepts it as-is
+                              (0600: its extra_env may hold secrets)
+      secret_hashes.json      salted hashes of the run's secret values (0600, never bundled)
       host_env.json           environment snapshot
       matrix.md, matrix.json  rewritten atomically after every cell
       results.nc              the xarray Dataset, written when the run ends
@@ -50,6 +52,9 @@ NO_TICKET = "_no_ticket_"
 MANIFEST = "manifest.json"
 LOCK = "run.lock"
 RECIPE = "recipe.resolved.yaml"
+#: The run's knowledge of its secrets (``aorta.store.redact``): a salt and keyed hashes of the
+#: secret values, never the values; 0600 and never bundled.
+SECRET_HASHES = "secret_hashes.json"
 HOST_ENV = "host_env.json"
 #: What ``aorta launch`` records: every node's outcome, commands, the cross-node differences.
 LAUNCH_JSON = "launch.json"
@@ -187,6 +192,11 @@ class RunDir:
         return self.path / RECIPE
 
     @property
+    def secret_hashes_path(self) -> Path:
+        """``secret_hashes.json``: what redaction looks for, as salted hashes (0600)."""
+        return self.path / SECRET_HASHES
+
+    @property
     def host_env_path(self) -> Path:
         return self.path / HOST_ENV
 
@@ -202,10 +212,6 @@ class RunDir:
     def environment_json(self, name: str) -> Path:
         """A cell environment's definition (``local``, a docker image, …)."""
         return self.path / ENVIRONMENTS_DIR / _safe(name) / "env.json"
-
-    @property
-    def matrix_md(self) -> Path:
-        return self.path / MATRIX_MD
 
     @property
     def matrix_json(self) -> Path:
@@ -257,9 +263,6 @@ class RunDir:
         """The trial's profiler traces (one :func:`trace_file_name` per rank)."""
         return self.artifact_dir(cell, trial) / TRACE_DIR
 
-    def trace_path(self, cell: str, trial: int, rank: int) -> Path:
-        return self.trace_dir(cell, trial) / trace_file_name(rank)
-
     def free_bytes(self) -> int:
         """Bytes an unprivileged writer may still use on the run directory's file system."""
         try:
@@ -280,10 +283,11 @@ class RunDir:
         atomic_write(path, json.dumps(data, indent=1, sort_keys=False, default=str) + "\n")
         return path
 
-    def write_text(self, rel: str | Path, text: str) -> Path:
+    def write_text(self, rel: str | Path, text: str, *, mode: int | None = None) -> Path:
+        """Write text atomically at ``rel``; ``mode=0o600`` for a file that may hold secrets."""
         path = self.path / rel
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, text)
+        atomic_write(path, text, mode=mode)
         return path
 
     def write_trial(self, record: TrialRecord) -> Path:

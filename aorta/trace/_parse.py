@@ -45,6 +45,8 @@ COLUMNS: dict[str, type] = {
     "device": np.int64,
     "input_dims": np.int32,  # code into RankTable.input_dims (the JSON text), -1 if absent
     "input_type": np.int32,  # code into RankTable.input_types
+    "concrete": np.int32,  # code into RankTable.concrete ("Concrete Inputs" JSON text), -1 if absent
+    "seq": np.int64,  # autograd "Sequence number", -1 if absent
 }
 
 _NO_RAW = msgspec.Raw()
@@ -63,6 +65,8 @@ class _Args(msgspec.Struct, frozen=True, gc=False):
     correlation: I64 = -1
     input_type: msgspec.Raw = msgspec.field(name="Input type", default=_NO_RAW)
     input_dims: msgspec.Raw = msgspec.field(name="Input Dims", default=_NO_RAW)
+    concrete: msgspec.Raw = msgspec.field(name="Concrete Inputs", default=_NO_RAW)
+    seq: I64 = msgspec.field(name="Sequence number", default=-1)
     # collectives (record_param_comms, and NCCL kernels on recent CUDA builds)
     collective: str = msgspec.field(name="Collective name", default="")
     in_nelems: I64 = msgspec.field(name="In msg nelems", default=-1)
@@ -239,6 +243,8 @@ class RankTable:
     labels: list[str]  # string pids/tids: code -1 - i ↔ labels[i]
     input_dims: list[str]
     input_types: list[str]
+    #: The unique ``Concrete Inputs`` JSON texts (codes in ``columns["concrete"]``).
+    concrete: list[str]
     #: One dict per event that carries collective arguments: ``row`` plus the fields.
     comms: list[dict[str, Any]]
     #: Metadata events (process_name, thread_name, ...): dicts with name/pid/tid/value.
@@ -257,7 +263,8 @@ class _Builder:
     def __init__(self, *, python_functions: bool) -> None:
         self.python_functions = python_functions
         self.parts: dict[str, list[np.ndarray]] = {key: [] for key in COLUMNS}
-        self.cats, self.names, self.dims, self.types = (
+        self.cats, self.names, self.dims, self.types, self.concrete = (
+            _Dictionary(),
             _Dictionary(),
             _Dictionary(),
             _Dictionary(),
@@ -315,6 +322,8 @@ class _Builder:
         parts["device"].append(np.fromiter([a.device for a in args], np.int64, n))
         parts["input_dims"].append(self._raw_codes([a.input_dims for a in args], self.dims))
         parts["input_type"].append(self._raw_codes([a.input_type for a in args], self.types))
+        parts["concrete"].append(self._raw_codes([a.concrete for a in args], self.concrete))
+        parts["seq"].append(np.fromiter([a.seq for a in args], np.int64, n))
         in_nelems = [a.in_nelems for a in args]
         collective = [a.collective for a in args]
         if collective.count("") != n or in_nelems.count(-1) != n:  # collectives are rare
@@ -376,6 +385,7 @@ class _Builder:
                 "name": self.names.values(),
                 "input_dims": self.dims.values(),
                 "input_type": self.types.values(),
+                "concrete": self.concrete.values(),
             },
             labels=list(self.labels),
             comms=self.comms,
@@ -399,7 +409,9 @@ class Part:
     dictionaries: codes index ``dictionaries[column]``; labels as in :class:`RankTable`."""
 
     columns: dict[str, np.ndarray]
-    dictionaries: dict[str, list[Any]]  # cat, name (str); input_dims, input_type (JSON bytes)
+    dictionaries: dict[
+        str, list[Any]
+    ]  # cat, name (str); input_dims, input_type, concrete (JSON bytes)
     labels: list[str]
     comms: list[dict[str, Any]]
     meta_events: list[dict[str, Any]]
@@ -464,6 +476,7 @@ def merge_parts(
         labels=list(labels),
         input_dims=[text.decode(errors="replace") for text in index["input_dims"]],
         input_types=[text.decode(errors="replace") for text in index["input_type"]],
+        concrete=[text.decode(errors="replace") for text in index["concrete"]],
         comms=comms,
         meta_events=meta_events,
         header=header,
@@ -472,7 +485,7 @@ def merge_parts(
     )
 
 
-_DICTIONARY_COLUMNS = ("cat", "name", "input_dims", "input_type")
+_DICTIONARY_COLUMNS = ("cat", "name", "input_dims", "input_type", "concrete")
 
 
 def _recode(codes: np.ndarray, values: list[Any], index: dict[Any, int]) -> np.ndarray:

@@ -314,12 +314,14 @@ def _assemble(tables: Sequence[tuple[int, RankTable]]) -> tuple[pd.DataFrame, pd
         "name": {},
         "input_dims": {},
         "input_type": {},
+        "concrete": {},
     }
     source = {
         "cat": "cats",
         "name": "names",
         "input_dims": "input_dims",
         "input_type": "input_types",
+        "concrete": "concrete",
     }
     parts: dict[str, list[np.ndarray]] = {}
     comm_frames: list[pd.DataFrame] = []
@@ -356,6 +358,8 @@ def _assemble(tables: Sequence[tuple[int, RankTable]]) -> tuple[pd.DataFrame, pd
         "device",
         "input_dims",
         "input_type",
+        "concrete",
+        "seq",
     ):
         values = parts[column][0] if len(parts[column]) == 1 else np.concatenate(parts[column])
         data[column] = (

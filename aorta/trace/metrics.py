@@ -20,11 +20,12 @@ import pandas as pd
 
 from .classify import GPU_CLASSES
 from .collectives import bus_factor
+from .perf import rank_family_metrics
 
 if TYPE_CHECKING:
     from .model import Trace
 
-__all__ = ["BUSBW", "METRICS", "busbw_name", "rank_metrics", "table_metrics"]
+__all__ = ["BUSBW", "METRICS", "PERF", "busbw_name", "rank_metrics", "table_metrics"]
 
 #: Per-rank metrics: name → (long name, units, the worse direction: "higher" or "lower").
 METRICS: dict[str, tuple[str, str, str]] = {
@@ -38,9 +39,13 @@ METRICS: dict[str, tuple[str, str, str]] = {
     "gemm_tflops": ("achieved GEMM throughput", "TFLOP/s", "lower"),
     "straggler_wait_ms": ("time waiting at collectives for the last rank", "ms", "higher"),
     "profiled_steps": ("profiled steps", "", "higher"),
+    "perf_coverage": ("share of GPU kernel time with a perf model", "%", "lower"),
 }
 #: The per-collective bus bandwidth metrics are named ``busbw_<collective>_gbps``.
 BUSBW = re.compile(r"^busbw_(?P<collective>[a-z_]+)_gbps$")
+#: The per-family perf metrics (:func:`aorta.trace.perf.rank_family_metrics`):
+#: ``tflops_<family>`` (achieved TFLOP/s) and ``pct_roofline_<family>`` (% of the roofline).
+PERF = re.compile(r"^(?P<kind>tflops|pct_roofline)_(?P<family>[A-Za-z][A-Za-z0-9_]*)$")
 _COMM = GPU_CLASSES.index("communication")
 _ROWS = {
     "computation_ms": "computation_time",
@@ -75,8 +80,10 @@ def rank_metrics(trace: Trace, *, device: Literal["auto", "gpu", "host"] = "auto
     Returns
     -------
     pandas.DataFrame
-        Index ``rank``; ``source`` (``gpu`` or ``host``), the columns of :data:`METRICS` and
-        one ``busbw_<collective>_gbps`` per collective type seen. NaN where a trace cannot tell
+        Index ``rank``; ``source`` (``gpu`` or ``host``), the columns of :data:`METRICS`,
+        one ``busbw_<collective>_gbps`` per collective type seen, and for a trace with GPU ops
+        ``perf_coverage`` and one ``tflops_<family>`` / ``pct_roofline_<family>`` per perf-model
+        family (see :data:`PERF`; the roofline against the trace's own GPU when known). NaN where a trace cannot tell
         (no GEMM with shapes, a single rank for the straggler wait, ...). See
         :func:`table_metrics` for how each is computed.
 
@@ -103,6 +110,11 @@ def rank_metrics(trace: Trace, *, device: Literal["auto", "gpu", "host"] = "auto
     n_steps = pd.Series(trace.column("rank")[steps]).value_counts()
     frame = table_metrics(timeline, gemms=gemms, collectives=calls, skew=skew, ranks=trace.ranks)
     frame["profiled_steps"] = [float(n_steps.get(r, 0)) for r in frame.index]
+    if len(trace.gpu_ops):
+        perf = rank_family_metrics(trace)
+        frame["perf_coverage"] = perf["perf_coverage"].reindex(frame.index)
+        families = perf.drop(columns=["perf_coverage"]).reindex(frame.index)
+        frame = pd.concat([frame, families[sorted(families.columns)]], axis=1)
     return frame
 
 

@@ -15,13 +15,14 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
-from . import collectives, gemm, host, links, steps, tables, timeline
+from . import collectives, gemm, host, links, perf, steps, tables, timeline
 from .classify import GPU_CATS, GPU_CLASSES, HOST_CLASSES, RUNTIME_CATS, Rules, default_rules
 from .collectives import Alignment, Device
+from .devices import Device as PerfDevice
 
 __all__ = ["GpuOps", "RankInfo", "Trace"]
 
-_CATEGORICALS = ("cat", "name", "input_dims", "input_type")
+_CATEGORICALS = ("cat", "name", "input_dims", "input_type", "concrete")
 RUNTIME_KINDS: tuple[str, ...] = ("launch", "memcpy", "memset", "sync", "other")
 _OP_CATS = ("cpu_op", "user_annotation")
 
@@ -93,7 +94,9 @@ class Trace:
     Build one with :func:`aorta.trace.load`. ``events`` is a DataFrame with one row per complete
     (``ph == "X"``) event: ``rank``, ``cat`` and ``name`` (categoricals), ``ts`` and ``dur``
     (int64 ns), ``pid``, ``tid``, ``correlation``, ``external_id``, ``stream``, ``device``
-    (``-1`` when absent) and ``input_dims``/``input_type`` (the JSON text, categorical).
+    (``-1`` when absent), ``input_dims``/``input_type``/``concrete`` (the JSON text of ``Input
+    Dims``, ``Input type`` and ``Concrete Inputs``, categorical) and ``seq`` (the autograd
+    ``Sequence number``, ``-1`` when absent).
 
     Links are computed once, on first use: a GPU op to the runtime call that launched it
     (``correlation``), a runtime call to the CPU op it ran under (``External id``).
@@ -437,6 +440,16 @@ class Trace:
     def gemms(self, *, by: Literal["shape", "call"] = "shape") -> pd.DataFrame:
         """GEMM FLOPs and TFLOP/s; see :func:`aorta.trace.gemm.gemms`."""
         return gemm.gemms(self, by=by)
+
+    def perf_ops(self, device: PerfDevice = None) -> pd.DataFrame:
+        """FLOPs, bytes, TFLOP/s, TB/s and roofline per op and shape; see
+        :func:`aorta.trace.perf.perf_ops`."""
+        return perf.perf_ops(self, device=device)
+
+    def perf_summary(self, device: PerfDevice = None) -> pd.DataFrame:
+        """Every GPU op once, under the outermost op with a model (coverage in
+        ``attrs["coverage"]``); see :func:`aorta.trace.perf.perf_summary`."""
+        return perf.perf_summary(self, device=device)
 
     def collectives(self, *, device: Device = "auto") -> pd.DataFrame:
         """Collective calls with bytes and bandwidths; see :func:`aorta.trace.collectives.collectives`."""

@@ -7,25 +7,32 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from . import perf
+from .devices import Device
+
 if TYPE_CHECKING:
     from .model import Trace
 
 __all__ = ["diff_json", "diff_text", "summary", "summary_json", "summary_text"]
 
 
-def summary(trace: Trace, *, top: int = 15) -> dict[str, pd.DataFrame]:
+def summary(trace: Trace, *, top: int = 15, device: Device = None) -> dict[str, pd.DataFrame]:
     """The trace's tables by name, the long ones cut to their ``top`` rows.
 
     Names: ``gpu_timeline`` (per device), ``steps``, ``kernels``, ``ops``, ``gemms``,
-    ``collectives``, ``idle_causes``; ``host_timeline`` when a rank has no GPU events (a CPU
-    run: its host-side breakdown); with several ranks also ``collective_skew`` and
-    ``stragglers``.
+    ``collectives``, ``idle_causes``, ``against_the_hardware`` (GPU time per perf-model family
+    with achieved TFLOP/s, TB/s and share of the roofline; ``attrs["headline"]`` says the
+    coverage and the device) and ``perf_ops`` (the modelled ops, every GPU op once);
+    ``host_timeline`` when a rank has no GPU events (a CPU run: its host-side breakdown); with
+    several ranks also ``collective_skew`` and ``stragglers``. ``device`` is as for
+    :meth:`~aorta.trace.Trace.perf_ops`.
 
     Examples
     --------
     >>> from aorta.trace.testing import synthetic_trace
-    >>> sorted(summary(synthetic_trace([("kernel", "k", 0, 10)])))
-    ['collectives', 'gemms', 'gpu_timeline', 'idle_causes', 'kernels', 'ops', 'steps']
+    >>> sorted(summary(synthetic_trace([("kernel", "k", 0, 10)])))  # doctest: +NORMALIZE_WHITESPACE
+    ['against_the_hardware', 'collectives', 'gemms', 'gpu_timeline', 'idle_causes', 'kernels',
+     'ops', 'perf_ops', 'steps']
     """
     tables = {"gpu_timeline": trace.gpu_timeline(by="device")}
     if any(not (trace.gpu_ops.rank == r).any() for r in trace.ranks):
@@ -38,10 +45,48 @@ def summary(trace: Trace, *, top: int = 15) -> dict[str, pd.DataFrame]:
         "collectives": trace.collectives(),
         "idle_causes": trace.idle_causes(),
     }
+    tables |= _against_the_hardware(trace, top=top, device=device)
     if len(trace.ranks) > 1:
         tables["collective_skew"] = trace.collective_skew()
         tables["stragglers"] = trace.stragglers()
     return tables
+
+
+def _against_the_hardware(trace: Trace, *, top: int, device: Device) -> dict[str, pd.DataFrame]:
+    """The perf-model tables: per family, and the modelled ops (each GPU op once)."""
+    table = trace.perf_summary(device=device)
+    families = perf.by_family(table)
+    cover, name = table.attrs.get("coverage"), table.attrs.get("device")
+    if cover is None or math.isnan(cover):
+        headline = "no compute GPU time to model"
+    else:
+        headline = f"{cover:.1%} of GPU kernel time (communication aside) has a perf model"
+        if not table["has_model"].any():
+            headline += " (ops recorded without shapes? profile with record_shapes=True)"
+    if not name:
+        headline += "; no roofline (device unknown: pass device=)"
+    elif table.attrs.get("peaks") == "datasheet":
+        headline += f"; roofline against {name} datasheet peaks (device= for measured ones)"
+    else:
+        headline += f"; roofline against {name} (the peaks given)"
+    families.attrs["headline"] = headline
+    modelled = table[table["has_model"]]
+    intensity = modelled["flops"] / modelled["bytes"].where(modelled["bytes"] > 0)
+    seconds = (modelled["kernel_us"] * 1e-6).where(modelled["kernel_us"] > 0)
+    ops = modelled.assign(
+        intensity=intensity,
+        tflops=modelled["flops"] * modelled["count"] / seconds / 1e12,
+        tbps=modelled["bytes"] * modelled["count"] / seconds / 1e12,
+    )
+    wanted = ("op", "family", "shape", "count", "kernel_us", "tflops", "tbps", "intensity", "bound")
+    ops = ops[[c for c in (*wanted, "pct_roofline") if c in ops]].head(top)
+    ops.attrs["units"] = {
+        "kernel_us": "us",
+        "tflops": "TFLOP/s",
+        "tbps": "TB/s",
+        "pct_roofline": "%",
+    }
+    return {"against_the_hardware": families, "perf_ops": ops.reset_index(drop=True)}
 
 
 def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
@@ -70,9 +115,16 @@ def summary_json(trace: Trace, tables: dict[str, pd.DataFrame]) -> dict[str, Any
                 "cache": info.cache,
             }
         )
+    hardware = tables.get("against_the_hardware")
     return {
         "ranks": ranks,
         "diagnostics": trace.diagnostics,
+        "perf": {
+            "coverage": _records(pd.DataFrame([{"c": hardware.attrs.get("coverage")}]))[0]["c"],
+            "device": hardware.attrs.get("device"),
+        }
+        if hardware is not None
+        else None,
         "tables": {name: _records(frame) for name, frame in tables.items()},
         "units": {name: frame.attrs.get("units", {}) for name, frame in tables.items()},
     }
@@ -110,6 +162,8 @@ def summary_text(trace: Trace, tables: dict[str, pd.DataFrame]) -> str:
         suffix = f"  (units: {', '.join(shown)})" if shown else ""
         lines.append("")
         lines.append(f"== {name}{suffix}")
+        if frame.attrs.get("headline"):
+            lines.append(f"   {frame.attrs['headline']}")
         if frame.empty:
             lines.append(f"   {frame.attrs.get('note', 'nothing to show')}")
         else:

@@ -4,7 +4,8 @@ An op is a tuple ``(cat, name, ts_us, dur_us)`` or ``(cat, name, ts_us, dur_us, 
 GPU ops (``kernel``, ``gpu_memcpy``, ``gpu_memset``) get ``pid`` = device and ``tid`` =
 stream, a fresh ``correlation`` and a runtime call that launches them just before they start
 (``cudaLaunchKernel``, ``cudaMemcpyAsync``, ``cudaMemsetAsync``); ``args={"linked": False}``
-leaves one unlinked, ``args={"launch_ts": t}`` sets its launch time. Other ops run on the host
+leaves one unlinked, ``args={"launch_ts": t}`` sets its launch time (``"launch_tid"`` its
+host thread). Other ops run on the host
 (``pid`` 100, ``tid`` 100 unless ``args`` says ``pid``/``tid``).
 """
 
@@ -48,6 +49,7 @@ def kineto_events(
         if cat in _LAUNCHER:
             linked = args.pop("linked", True)
             launch_ts = args.pop("launch_ts", ts - 2)
+            launch_tid = args.pop("launch_tid", tid)
             args = {
                 "device": device,
                 "stream": args.get("stream", stream),
@@ -76,7 +78,7 @@ def kineto_events(
                         "cat": "cuda_runtime",
                         "name": _LAUNCHER[cat],
                         "pid": pid,
-                        "tid": tid,
+                        "tid": launch_tid,
                         "ts": launch_ts,
                         "dur": 1,
                         "args": launch,

@@ -10,7 +10,6 @@ With ``step_time_regex`` every match in stdout is a step time: the named group `
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import time
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from aorta import envvars
+from aorta.recipe.regex import Regex, compile_regex
 from aorta.run import procs
 from aorta.run.hang import GpuProbe, HangWatch
 from aorta.run.trial import TrialDeadline, TrialHang
@@ -50,15 +50,18 @@ def _hint(code: int) -> str | None:
     return _EXIT_HINTS.get(code)
 
 
-def parse_step_times(text: str, pattern: str | re.Pattern[str]) -> list[float]:
+def parse_step_times(text: str, pattern: str | Regex) -> list[float]:
     """Step times in ms from every match of ``pattern`` in ``text``.
+
+    ``pattern`` is RE2 (:func:`aorta.recipe.regex.compile_regex`): linear in the text, so a
+    pattern like ``^(a+)+$`` cannot keep a trial past its deadline.
 
     >>> parse_step_times("step 1 took 12.5 ms\\nstep 2 took 13 ms", r"took ([0-9.]+) ms")
     [12.5, 13.0]
     >>> parse_step_times("iter 0.25s", r"iter (?P<s>[0-9.]+)s")
     [250.0]
     """
-    rx = re.compile(pattern)
+    rx = compile_regex(pattern, text="str") if isinstance(pattern, str) else pattern
     times = []
     for m in rx.finditer(text):
         groups = m.groupdict()
@@ -81,7 +84,7 @@ MAX_LINE = 1 << 16
 
 def step_times_from_log(path: Path, pattern: str) -> list[float]:
     """Step times from a log file, read line by line (bounded memory whatever its size)."""
-    rx = re.compile(pattern)
+    rx = compile_regex(pattern, text="str")
     times: list[float] = []
     try:
         with open(path, "rb") as fh:

@@ -33,6 +33,7 @@ from aorta.launch import (
     ssh_sessions,
 )
 from aorta.launch.ssh import RemoteTimeout, Unreachable
+from aorta.store.redact import Redactor
 from tests.launch_fixtures import (
     FAST,
     PY,
@@ -434,6 +435,8 @@ def test_cluster_env_values_never_reach_a_command_line_or_launch_json(
         assert not list(farm.nodes[rank].workdir.glob(f".aorta-launch/*/node_{rank}/env.sh"))
     launch_json = (result.run_dir / "launch.json").read_text()
     assert secret not in launch_json and "TEST_TOKEN=<redacted>" in launch_json
+    # The run knows it as a secret (salted hash), so a bundle from any shell masks it.
+    assert Redactor.of_run(result.run_dir, env={}).text(f"echo {secret}") == "echo <redacted>"
     assert_nothing_left(result)
 
 

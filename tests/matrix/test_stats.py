@@ -89,11 +89,6 @@ def test_permutation_with_ties_is_seeded_when_large():
     assert a[0] == pytest.approx(sps.mannwhitneyu(x, y, method="asymptotic").pvalue, abs=0.01)
 
 
-def test_fisher_is_scipys():
-    assert stats.fisher_p(3, 10, 0, 10) == sps.fisher_exact([[3, 7], [0, 10]]).pvalue
-    assert math.isnan(stats.fisher_p(0, 0, 1, 3))
-
-
 def test_bootstrap_is_deterministic_and_order_free():
     x = np.array([5.0, 1.0, 3.0, 2.0])
     a = stats.bootstrap_medians(x, resamples=500, rng=np.random.default_rng(9))

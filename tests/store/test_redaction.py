@@ -52,6 +52,13 @@ def test_secrets_and_scrubbed_values_never_reach_the_run_files(tmp_path):
     assert load_run(rd.path).sizes["cell"] == 3
 
 
-def test_redactor_masks_values_longest_first_and_leaves_short_ones():
-    r = Redactor.for_run(env={"A_TOKEN": "abcd", "B_TOKEN": "abcdefgh", "C_KEY": "on"})
-    assert r.text("x abcdefgh y abcd z on") == "x <redacted> y <redacted> z on"
+def test_redactor_masks_whole_values_longest_first_and_leaves_short_ones_and_words():
+    # Values shorter than MIN_SECRET_LEN (6) or all digits are not looked for in text ("on",
+    # a count), and a value is masked only where it stands as a token or between separators,
+    # never inside a longer word.
+    env = {"A_TOKEN": "abcdefgh", "B_TOKEN": "abcdefgh-ij", "C_KEY": "on", "N_TOKEN": "4096"}
+    r = Redactor.for_run(env=env)
+    text = "x abcdefgh-ij y abcdefgh z on, 4096 tokens, xabcdefghx, k=abcdefgh."
+    assert r.text(text) == (
+        "x <redacted> y <redacted> z on, 4096 tokens, xabcdefghx, k=<redacted>."
+    )

@@ -26,6 +26,7 @@ EXPECTED = {
     "mi250_rocm6_minitoy.json.gz": ("rocm", 0, 16),
     "mi300_bert_small.json.gz": ("rocm", 0, 61),
     "mi300_rccl_resnet_rank0.json.gz": ("rocm", 0, 3653),
+    "mi300_normalization_layers.json.gz": ("rocm", 0, 173),
     "mi350x_rocm7_single.pt.trace.json": ("rocm", 0, 20),
 }
 

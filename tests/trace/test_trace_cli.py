@@ -40,9 +40,9 @@ def test_summarize_csv(tmp_path, capsys):
     out = tmp_path / "tables"
     assert main(["trace", "summarize", path, "--csv", str(out)]) == ExitCode.OK
     assert (out / "gpu_timeline.csv").exists() and (out / "ops.csv").read_text().startswith("name,")
-    # A CPU-only trace gets its host breakdown as an eighth table.
+    # A CPU-only trace gets its host breakdown as a tenth table (beside the two perf tables).
     assert (out / "host_timeline.csv").read_text().startswith("rank,type,time ms,percent")
-    assert "wrote 8 tables" in capsys.readouterr().out
+    assert "wrote 10 tables" in capsys.readouterr().out
 
 
 def test_summarize_errors(tmp_path, capsys):

@@ -1,0 +1,50 @@
+"""Text from outside aorta (a trial's logs) made safe to show.
+
+A log line may hold ANSI escape sequences, carriage returns, backspaces or Unicode bidi
+overrides: echoed as they are, they recolour or clear the terminal, move the cursor over
+aorta's own lines, or make a line read differently from what it holds. :func:`printable`
+writes each such character as a visible escape; everything aorta quotes from a log (the
+signature line, ``warn`` patterns, the console's trial lines) goes through it.
+
+Examples
+--------
+>>> printable("loss nan \\x1b[2J\\x1b[31mall good\\rok")
+'loss nan \\\\x1b[2J\\\\x1b[31mall good\\\\x0dok'
+>>> printable("tabs\\tstay, é too")
+'tabs\\tstay, é too'
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["printable"]
+
+#: C0 controls but the tab, DEL, C1 controls, and the bidi marks, embeddings, overrides and
+#: isolates (U+061C, U+200E–F, U+202A–E, U+2066–9).
+_CONTROL = [*range(0x00, 0x09), *range(0x0A, 0x20), 0x7F, *range(0x80, 0xA0)]
+_CONTROL += [0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
+_ESCAPES = {c: (f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}") for c in _CONTROL}
+_FIND = re.compile("[" + "".join(f"\\u{c:04x}" for c in _CONTROL) + "]").search
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters (but the tab) written as ``\\xNN``/``\\uNNNN``.
+
+    Parameters
+    ----------
+    text
+        Any text, typically a line from a trial's log.
+
+    Returns
+    -------
+    str
+        The same text when it holds no control character, else a copy with each one
+        escaped; printing it cannot move the cursor, change colours or reorder text.
+
+    Examples
+    --------
+    >>> printable("\\x1b]0;owned\\x07title")
+    '\\\\x1b]0;owned\\\\x07title'
+    """
+    return text.translate(_ESCAPES) if _FIND(text) else text

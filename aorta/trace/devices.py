@@ -1,0 +1,142 @@
+"""GPU peaks for the roofline: a table of devices (``devices.json``, each number with its public
+source) and the choice of a trace's device.
+
+A device is a mapping in TraceLens's arch-file shape: ``mem_bw_gbps`` (HBM GB/s) and
+``max_achievable_tflops`` keyed ``<unit>_<precision>`` (``matrix_bf16``, ``vector_fp32``, ...).
+The table holds dense datasheet peaks; a TraceLens arch file (measured maximum-achievable
+numbers) is accepted as is.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from functools import cache
+from importlib import resources
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from .model import Trace
+
+__all__ = ["Device", "device_names", "device_of", "get_device", "resolve_device"]
+
+#: What ``device=`` accepts: ``None`` (the trace's own), ``False`` (none), a name, a mapping.
+Device = str | Mapping[str, Any] | Literal[False] | None
+
+
+@cache
+def _table() -> dict[str, dict[str, Any]]:
+    text = resources.files("aorta.trace").joinpath("devices.json").read_text(encoding="utf-8")
+    return json.loads(text)["devices"]
+
+
+def device_names() -> list[str]:
+    """The devices in the table.
+
+    Examples
+    --------
+    >>> device_names()
+    ['H100', 'H200', 'B200', 'A100', 'MI300X', 'MI325X', 'MI355X', 'MI250X']
+    """
+    return list(_table())
+
+
+def get_device(name: str) -> dict[str, Any]:
+    """The table's entry for ``name`` (case-insensitive; a GPU name such as ``"AMD Instinct
+    MI300X VF"`` or ``"NVIDIA H100 80GB HBM3"`` works too), with ``name`` set.
+
+    Raises
+    ------
+    ValueError
+        Unknown device (the message lists the known ones).
+
+    Examples
+    --------
+    >>> d = get_device("AMD Instinct MI300X VF")
+    >>> d["name"], d["mem_bw_gbps"], d["max_achievable_tflops"]["matrix_bf16"]
+    ('MI300X', 5300, 1307.4)
+    """
+    key = _match(name)
+    if key is None:
+        raise ValueError(f"unknown device {name!r}: known devices are {', '.join(_table())}")
+    return {"name": key, **_table()[key]}
+
+
+def _match(name: str) -> str | None:
+    upper = name.upper()
+    for key in _table():
+        if upper == key.upper():
+            return key
+    for key, patterns in _patterns():
+        if any(p.search(upper) for p in patterns):
+            return key
+    return None
+
+
+@cache
+def _patterns() -> list[tuple[str, list[re.Pattern[str]]]]:
+    """Each device's name patterns, the longest first (MI250X before MI250)."""
+    return [
+        (
+            key,
+            [
+                re.compile(rf"(?<![A-Z0-9]){re.escape(p.upper())}(?![0-9])")
+                for p in sorted(entry.get("match", []), key=len, reverse=True)
+            ],
+        )
+        for key, entry in _table().items()
+    ]
+
+
+def device_of(trace: Trace) -> dict[str, Any] | None:
+    """The table's entry for the GPU named in the trace's ``deviceProperties`` (the first known
+    one over all ranks), or ``None``.
+
+    Examples
+    --------
+    >>> from aorta.trace.testing import synthetic_trace
+    >>> t = synthetic_trace([("kernel", "k", 0, 1)], header={"deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3"}]})
+    >>> device_of(t)["name"]
+    'H100'
+    """
+    for rank in trace.ranks:
+        for props in trace.info(rank).device_properties:
+            name = props.get("name") if isinstance(props, Mapping) else None
+            if isinstance(name, str) and _match(name):
+                return get_device(name)
+    return None
+
+
+def resolve_device(trace: Trace, device: Device) -> dict[str, Any] | None:
+    """The device mapping for ``device=`` (see :func:`aorta.trace.perf.perf_ops`).
+
+    Raises
+    ------
+    ValueError
+        An unknown name, or a mapping without ``mem_bw_gbps``/``max_achievable_tflops``.
+
+    Examples
+    --------
+    >>> from aorta.trace.testing import synthetic_trace
+    >>> t = synthetic_trace([("kernel", "k", 0, 1)])
+    >>> resolve_device(t, None) is None, resolve_device(t, "mi300x")["name"]
+    (True, 'MI300X')
+    >>> resolve_device(t, {"name": "mine", "mem_bw_gbps": 5300, "max_achievable_tflops": {"matrix_bf16": 708}})["name"]
+    'mine'
+    """
+    if device is None:
+        return device_of(trace)
+    if device is False:
+        return None
+    if isinstance(device, str):
+        return get_device(device)
+    if isinstance(device, Mapping):
+        missing = [k for k in ("mem_bw_gbps", "max_achievable_tflops") if k not in device]
+        if missing or not isinstance(device.get("max_achievable_tflops"), Mapping):
+            raise ValueError(
+                "device mapping needs mem_bw_gbps and max_achievable_tflops "
+                f"(TraceLens's arch-file shape); missing: {', '.join(missing) or 'a mapping of peaks'}"
+            )
+        return {"name": str(device.get("name", "custom")), **device}
+    raise ValueError(f"device must be a name, a mapping, None or False, not {device!r}")

@@ -1,0 +1,604 @@
+"""Per-op performance tables: FLOPs, bytes, achieved TFLOP/s and TB/s, roofline against a device.
+
+``perf_ops`` is TraceLens's per-family sheets in one table (every modelled op, nested or not);
+``perf_summary`` is its ``unified_perf_summary``: every GPU op counted once, under the outermost
+op that has a model, else under the op that launched it. The formulas are in
+:mod:`aorta.trace.perf_model`; the device peaks in :mod:`aorta.trace.devices`.
+
+Kernel time of one call is the *busy time* of the GPU ops launched from inside the op (the
+union of their intervals, as TraceLens does); a backward row (``SDPA_bwd``, ``Reduce_bwd``) is
+the forward op's model applied to the GPU work of the ``autograd::engine::evaluate_function``
+that has the forward op's ``Sequence number``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+import numpy as np
+import pandas as pd
+
+from . import links
+from .classify import GPU_CLASSES
+from .devices import Device, resolve_device
+from .perf_model import BACKWARD_FAMILIES, OpModel, modelled_ops, op_model, precision
+
+if TYPE_CHECKING:
+    from .model import Trace
+
+__all__ = [
+    "PERF_COLUMNS",
+    "add_roofline",
+    "by_family",
+    "coverage",
+    "perf_ops",
+    "perf_summary",
+    "rank_family_metrics",
+]
+
+_EVALUATE = "autograd::engine::evaluate_function:"
+_COMM, _MEMSET = GPU_CLASSES.index("communication"), GPU_CLASSES.index("memset")
+#: The columns of :func:`perf_ops` (without a device; ``add_roofline`` adds the roofline ones).
+PERF_COLUMNS: tuple[str, ...] = (
+    "op",
+    "family",
+    "shape",
+    "dtype",
+    "count",
+    "flops",
+    "bytes",
+    "kernel_us",
+    "tflops",
+    "tbps",
+    "intensity",
+)
+_ROOFLINE_COLUMNS = ("spec", "roofline_us", "bound", "pct_roofline")
+_UNITS = {
+    "flops": "FLOP per call",
+    "bytes": "bytes per call",
+    "kernel_us": "us (summed over calls)",
+    "tflops": "TFLOP/s",
+    "tbps": "TB/s",
+    "intensity": "FLOP/byte",
+    "roofline_us": "us per call",
+    "pct_roofline": "% (roofline time x count / kernel time)",
+}
+
+
+# -- the calls ----------------------------------------------------------------------------------
+def _decoded(trace: Trace, column: str, codes: np.ndarray) -> dict[int, Any]:
+    """The JSON texts of a categorical column, decoded once per code present in ``codes``."""
+    categories = trace.categories(column)
+    out: dict[int, Any] = {}
+    for code in np.unique(codes).tolist():
+        if code < 0:
+            continue
+        try:
+            out[code] = msgspec.json.decode(categories[code])
+        except msgspec.DecodeError:
+            out[code] = None
+    return out
+
+
+def _combine(*codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One code per distinct tuple of the integer columns ``codes``; and the first row of each."""
+    key = np.zeros(codes[0].size, dtype=np.int64)
+    for column in codes:  # pack pairwise, re-coding to stay small
+        sub, uniques = pd.factorize(column)
+        key = pd.factorize(key * max(len(uniques), 1) + sub)[0].astype(np.int64)
+    _, first = np.unique(key, return_index=True)
+    return key, first
+
+
+def _models(
+    trace: Trace, rows: np.ndarray, *, backward: bool = False
+) -> tuple[np.ndarray, list[OpModel | None]]:
+    """For each op row, an index into the returned models (``backward``: the forward op's model
+    of its backward work); evaluated once per distinct (name, dims, types, concrete, training)."""
+    if rows.size == 0:
+        return np.empty(0, np.int64), []
+    cols = [trace.column(c)[rows] for c in ("name", "input_dims", "input_type", "concrete")]
+    key, first = _combine(*cols, trace.column("seq")[rows] >= 0)
+    uniques = np.stack([c[first] for c in cols] + [trace.column("seq")[rows][first] >= 0], axis=1)
+    names = trace.categories("name")
+    dims = _decoded(trace, "input_dims", uniques[:, 1])
+    types = _decoded(trace, "input_type", uniques[:, 2])
+    concrete = _decoded(trace, "concrete", uniques[:, 3])
+    evaluated = [
+        op_model(
+            names[n],
+            dims.get(d),
+            types.get(t),
+            concrete.get(c),
+            backward=backward,
+            training=bool(f),
+        )
+        for n, d, t, c, f in uniques.tolist()
+    ]
+    # key codes are 0..k-1 in order of first appearance; ``first`` is sorted by key
+    return key, evaluated
+
+
+def _launched(trace: Trace, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Pairs (position in ``rows``, GPU op index) for every GPU op launched inside each host
+    event (its runtime call ran on the same thread within the event's span). Fills
+    (``gpu_memset``) are left out, as TraceLens does."""
+    gpu, rt = trace.gpu_ops, trace.runtime_rows
+    empty = (np.empty(0, np.int64), np.empty(0, np.int64))
+    linked = np.flatnonzero(gpu.linked & (gpu.cls != _MEMSET))
+    if rows.size == 0 or rt.size == 0 or linked.size == 0:
+        return empty
+    launch_idx = np.searchsorted(rt, gpu.launch[linked])
+    by_launch = np.argsort(launch_idx, kind="stable")
+    gpu_sorted = linked[by_launch]
+    first = np.searchsorted(launch_idx[by_launch], np.arange(rt.size))
+    per_rt = np.bincount(launch_idx, minlength=rt.size)
+    ts = trace.column("ts")
+    group, rt_group = links.thread_groups(trace, rows, rt)
+    order, lo, hi = links.contained_ranges(
+        group, ts[rows], ts[rows] + trace.column("dur")[rows], rt_group, ts[rt]
+    )
+    event, pos = _expand(lo, hi - lo)
+    rt_idx = order[pos]
+    event2, gpos = _expand(first[rt_idx], per_rt[rt_idx])
+    return event[event2], gpu_sorted[gpos]
+
+
+def _expand(start: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For ranges ``start[i] : start[i] + count[i]``: (i, position) of every element."""
+    count = np.maximum(count, 0)
+    total = int(count.sum())
+    owner = np.repeat(np.arange(count.size), count)
+    offsets = np.cumsum(count) - count
+    return owner, np.arange(total) - offsets[owner] + start[owner]
+
+
+def _busy(owner: np.ndarray, start: np.ndarray, end: np.ndarray, n: int) -> np.ndarray:
+    """Per owner ``0..n-1``: the length (ns) of the union of its intervals."""
+    out = np.zeros(n, np.int64)
+    if owner.size == 0:
+        return out
+    t0 = int(start.min())
+    s, e = start - t0, end - t0
+    span = int(e.max()) + 1
+    if span * (n + 1) >= 2**62:  # too wide to pack: one owner at a time
+        for i in np.unique(owner).tolist():
+            mask = owner == i
+            out[i] = _busy(np.zeros(int(mask.sum()), np.int64), start[mask], end[mask], 1)[0]
+        return out
+    base = owner.astype(np.int64) * span
+    order = np.lexsort((s, owner))
+    s2, e2, b2 = s[order] + base[order], e[order] + base[order], base[order]
+    reach = np.maximum.accumulate(e2)
+    prev = np.r_[np.int64(-1), reach[:-1]]
+    prev = np.maximum(prev, b2)  # nothing before an owner's first interval
+    gain = np.maximum(e2 - np.maximum(s2, prev), 0)
+    np.add.at(out, owner[order], gain)
+    return out
+
+
+def _op_rows(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """``cpu_op`` rows with a model, and ``autograd::engine::evaluate_function`` rows: one
+    lookup per event through a table over the unique names."""
+    names = trace.categories("name")
+    known = modelled_ops()
+    kind = np.fromiter(
+        (1 if n in known else 2 if n.startswith(_EVALUATE) else 0 for n in names),
+        np.int8,
+        len(names),
+    )
+    cpu_op = trace.categories("cat").index("cpu_op") if "cpu_op" in trace.categories("cat") else -1
+    rows = trace.op_rows  # cpu_op and user_annotation rows (cached)
+    rows = rows[trace.column("cat")[rows] == cpu_op]
+    of_row = kind[trace.column("name")[rows]] if len(names) else np.zeros(rows.size, np.int8)
+    return rows[of_row == 1], rows[of_row == 2]
+
+
+def _backward(trace: Trace, rows: np.ndarray, capable: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Backward work linked to modelled forward ops by ``Sequence number``: the
+    ``evaluate_function`` rows and their forward op rows (among the candidates ``rows[capable]``
+    with the same (rank, sequence number), the latest-starting one)."""
+    empty = (np.empty(0, np.int64), np.empty(0, np.int64))
+    seq, rank = trace.column("seq"), trace.column("rank")
+    fwd = rows[capable & (seq[rows] >= 0)]
+    if fwd.size == 0:
+        return empty
+    bwd = _op_rows(trace)[1]
+    bwd = bwd[seq[bwd] >= 0]
+    if bwd.size == 0:
+        return empty
+    ts = trace.column("ts")
+    fwd = fwd[np.lexsort((-ts[fwd], seq[fwd], rank[fwd]))]  # latest first per (rank, seq)
+    pos = links.lookup(rank[bwd], seq[bwd], rank[fwd], seq[fwd])
+    hit = pos >= 0
+    return bwd[hit], fwd[pos[hit]]
+
+
+@dataclass
+class _Calls:
+    """Modelled calls (forward ops, then backward work) and their output groups."""
+
+    rows: np.ndarray  # event rows (the evaluate_function for backward work)
+    group: np.ndarray  # index into ``groups``
+    kernel_ns: np.ndarray  # busy time of the GPU ops each call launched
+    groups: pd.DataFrame  # op, family, shape, dtype, flops, bytes, unit
+
+
+def _calls(trace: Trace) -> _Calls:
+    """Every modelled call, with its group (op, family, shape, dtype, FLOPs, bytes)."""
+    rows = _op_rows(trace)[0]
+    ids, models = _models(trace, rows)
+    ok = np.array([m is not None for m in models], dtype=bool)
+    keep = ok[ids] if ids.size else np.zeros(0, bool)
+    rows, ids = rows[keep], ids[keep]
+    capable = np.array([m is not None and m.family in BACKWARD_FAMILIES for m in models], bool)
+    bwd_rows, fwd_of = _backward(trace, rows, capable[ids] if ids.size else np.zeros(0, bool))
+    bwd_ids, bwd_models = _models(trace, fwd_of, backward=True)
+    bwd_ok = np.array([m is not None for m in bwd_models], dtype=bool)
+    keep = bwd_ok[bwd_ids] if bwd_ids.size else np.zeros(0, bool)
+    bwd_rows, fwd_of, bwd_ids = bwd_rows[keep], fwd_of[keep], bwd_ids[keep]
+    # the op name of each distinct model: the forward op's (first row of each id)
+    names, name_codes = trace.categories("name"), trace.column("name")
+    table: dict[tuple, int] = {}
+    records: list[tuple] = []
+
+    def group_of(id_rows: np.ndarray, ids_: np.ndarray, models_: list) -> np.ndarray:
+        first_row = np.full(len(models_), -1, np.int64)
+        first_row[ids_[::-1]] = id_rows[::-1]
+        mapping = np.full(len(models_), -1, np.int64)
+        for i, m in enumerate(models_):
+            if m is None or first_row[i] < 0:
+                continue
+            key = (names[name_codes[first_row[i]]], m.family, m.shape, m.dtype, m.flops, m.bytes)
+            if key not in table:
+                table[key] = len(records)
+                records.append((*key, m.unit))
+            mapping[i] = table[key]
+        return mapping[ids_] if ids_.size else np.empty(0, np.int64)
+
+    group = np.concatenate([group_of(rows, ids, models), group_of(fwd_of, bwd_ids, bwd_models)])
+    all_rows = np.concatenate([rows, bwd_rows]).astype(np.int64)
+    gpu = trace.gpu_ops
+    event, gpu_idx = _launched(trace, all_rows)
+    columns = ["op", "family", "shape", "dtype", "flops", "bytes", "unit"]
+    return _Calls(
+        rows=all_rows,
+        group=group.astype(np.int64),
+        kernel_ns=_busy(event, gpu.ts[gpu_idx], gpu.end[gpu_idx], all_rows.size),
+        groups=pd.DataFrame.from_records(records, columns=columns)
+        if records
+        else pd.DataFrame(
+            {c: pd.Series(dtype=float if c in ("flops", "bytes") else object) for c in columns}
+        ),
+    )
+
+
+def _grouped(groups: pd.DataFrame, group: np.ndarray, kernel_ns: np.ndarray) -> pd.DataFrame:
+    """Per group: ``count`` (calls), summed ``kernel_us``, achieved ``tflops``/``tbps`` (over
+    the calls that ran GPU work) and ``intensity``."""
+    n = len(groups)
+    count = np.bincount(group, minlength=n)
+    timed = np.bincount(group, weights=(kernel_ns > 0).astype(float), minlength=n)
+    kernel_us = np.bincount(group, weights=kernel_ns.astype(float), minlength=n) / 1e3
+    out = groups.copy()
+    out["count"] = count
+    out["kernel_us"] = kernel_us
+    seconds = np.where(kernel_us > 0, kernel_us * 1e-6, np.nan)
+    out["tflops"] = out["flops"].to_numpy(float) * timed / seconds / 1e12
+    out["tbps"] = out["bytes"].to_numpy(float) * timed / seconds / 1e12
+    flops, moved = out["flops"].to_numpy(float), out["bytes"].to_numpy(float)
+    out["intensity"] = flops / np.where(moved > 0, moved, np.nan)
+    return out[count > 0].reset_index(drop=True)
+
+
+def perf_ops(trace: Trace, *, device: Device = None) -> pd.DataFrame:
+    """FLOPs, bytes, achieved TFLOP/s and TB/s per op name and shape (TraceLens's per-family
+    sheets in one table), and the roofline against ``device``.
+
+    Parameters
+    ----------
+    trace
+        The trace (recorded with ``record_shapes=True``: without shapes nothing is modelled).
+    device
+        ``None``: the trace's own GPU (``deviceProperties``) when :mod:`aorta.trace.devices`
+        knows it, else no roofline columns; ``False``: no roofline; a device name (``"H100"``,
+        ``"MI300X"``, ...); or a mapping in TraceLens's arch-file shape (``mem_bw_gbps``,
+        ``max_achievable_tflops`` keyed ``matrix_bf16``, ``vector_fp32``, ...).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per (``op``, ``family``, ``shape``, ``dtype``), most kernel time first:
+        ``count`` (calls), ``flops`` and ``bytes`` (per call), ``kernel_us`` (busy time of the
+        GPU ops each call launched, summed over calls), ``tflops``, ``tbps`` (achieved, over
+        the calls with GPU work), ``intensity`` (FLOP/byte), ``unit`` (matrix/vector); with a
+        device also ``spec`` (``matrix_bf16``, ...), ``roofline_us`` (per call),
+        ``bound`` (compute/memory) and ``pct_roofline`` (roofline time × count / kernel time
+        × 100). A wrapper op and its ``native_*`` child both appear, as in TraceLens.
+        ``attrs["device"]`` names the device used.
+
+    Examples
+    --------
+    >>> from aorta.trace.testing import synthetic_trace
+    >>> t = synthetic_trace([("cpu_op", "aten::mm", 0, 10, {"Input Dims": [[1024, 512], [512, 256]],
+    ...                       "Input type": ["float", "float"], "Concrete Inputs": ["", ""]}),
+    ...                      ("kernel", "Cijk_Alik_Bljk_SB", 12, 100, {"launch_ts": 2})])
+    >>> row = t.perf_ops(device="MI300X").iloc[0]
+    >>> row["family"], int(row["flops"]), float(row["kernel_us"]), row["bound"], round(float(row["pct_roofline"]), 2)
+    ('GEMM', 268435456, 100.0, 'compute', 1.64)
+    """
+    calls = _calls(trace)
+    out = _grouped(calls.groups, calls.group, calls.kernel_ns)
+    out = out.sort_values("kernel_us", ascending=False, kind="stable").reset_index(drop=True)
+    out = out[[*PERF_COLUMNS, "unit"]]
+    resolved = resolve_device(trace, device)
+    if resolved is not None:
+        out = add_roofline(out, resolved)
+        out.attrs["device"] = resolved.get("name", "")
+        out.attrs["peaks"] = "datasheet" if "sources" in resolved else "given"
+    out.attrs["units"] = _UNITS
+    return out
+
+
+def add_roofline(table: pd.DataFrame, device: Mapping[str, Any]) -> pd.DataFrame:
+    """``table`` (with ``flops``, ``bytes``, ``dtype``, ``unit``, ``count``, ``kernel_us``) plus
+    ``spec``, ``roofline_us``, ``bound`` and ``pct_roofline`` for ``device`` (arch-file shape).
+
+    Compute time uses the peak of the row's unit and precision (``matrix_bf16``, ...), memory
+    time the HBM bandwidth; a row whose precision the device does not list gets NaN.
+
+    Examples
+    --------
+    >>> t = pd.DataFrame({"flops": [2e9], "bytes": [1e6], "dtype": ["c10::BFloat16"], "unit": ["matrix"],
+    ...                   "count": [1], "kernel_us": [10.0]})
+    >>> dev = {"mem_bw_gbps": 5300, "max_achievable_tflops": {"matrix_bf16": 708}}
+    >>> add_roofline(t, dev)[["spec", "bound"]].iloc[0].tolist()
+    ['matrix_bf16', 'compute']
+    """
+    peaks = device.get("max_achievable_tflops", {}) or {}
+    bandwidth = float(device.get("mem_bw_gbps") or np.nan)
+    spec = [
+        f"{unit}_{p}" if (p := precision(dtype)) else ""
+        for unit, dtype in zip(table["unit"], table["dtype"], strict=True)
+    ]
+    peak = np.array([float(peaks.get(s) or np.nan) if s else np.nan for s in spec])
+    compute_us = table["flops"].to_numpy(float) / (peak * 1e6)
+    memory_us = table["bytes"].to_numpy(float) / (bandwidth * 1e3)
+    roofline = np.fmax(compute_us, memory_us)
+    roofline = np.where(np.isnan(compute_us), np.nan, roofline)
+    out = table.copy()
+    out["spec"] = spec
+    out["roofline_us"] = roofline
+    out["bound"] = np.where(
+        np.isnan(roofline), "", np.where(compute_us >= memory_us, "compute", "memory")
+    )
+    kernel = out["kernel_us"].where(out["kernel_us"] > 0)
+    out["pct_roofline"] = out["roofline_us"] * out["count"] / kernel * 100
+    return out
+
+
+# -- every GPU op once --------------------------------------------------------------------------
+def perf_summary(trace: Trace, *, device: Device = None) -> pd.DataFrame:
+    """Every GPU op counted once: under the outermost op with a model, else the op that
+    launched it (TraceLens's ``unified_perf_summary``).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per (``op``, ``family``, ``shape``, ``dtype``): ``count`` (calls), ``kernel_us``
+        (summed duration of the GPU ops counted there), ``flops``/``bytes`` per call and
+        ``has_model``; ``family`` is ``"other"`` for ops without a model (``"communication"``
+        when their GPU ops are NCCL/RCCL kernels) and GPU ops with no launching CPU op are
+        rows of their own (``op`` = the GPU op's name). With a device
+        (see :func:`perf_ops`) also the roofline columns. ``attrs["coverage"]`` is the share of
+        GPU op time with a model (see :func:`coverage`).
+
+    Examples
+    --------
+    >>> from aorta.trace.testing import synthetic_trace
+    >>> t = synthetic_trace([("cpu_op", "aten::mm", 0, 10, {"Input Dims": [[64, 64], [64, 64]],
+    ...                       "Input type": ["float", "float"], "External id": 1}),
+    ...                      ("kernel", "gemm", 12, 30, {"launch_ts": 2, "External id": 1}),
+    ...                      ("cpu_op", "aten::nonzero", 50, 10, {"External id": 2}),
+    ...                      ("kernel", "nonzero_kernel", 62, 10, {"launch_ts": 52, "External id": 2})])
+    >>> s = t.perf_summary(device=False)
+    >>> s[["op", "has_model", "kernel_us"]].to_dict("list"), round(s.attrs["coverage"], 2)
+    ({'op': ['aten::mm', 'aten::nonzero'], 'has_model': [True, False], 'kernel_us': [30.0, 10.0]}, 0.75)
+    """
+    calls = _calls(trace)
+    gpu = trace.gpu_ops
+    linked = np.flatnonzero(gpu.linked & (gpu.cls != _MEMSET))
+    owner = _owners(trace, calls)
+    modelled = owner >= 0
+    dur_ns = gpu.end - gpu.ts
+    frames = []
+    if modelled.any():
+        idx = np.flatnonzero(modelled)
+        per_call = np.bincount(owner[idx], weights=dur_ns[idx], minlength=calls.rows.size)
+        owning = np.flatnonzero(np.bincount(owner[idx], minlength=calls.rows.size))
+        frames.append(
+            _grouped(calls.groups, calls.group[owning], per_call[owning]).assign(has_model=True)
+        )
+    rest = np.setdiff1d(linked, np.flatnonzero(modelled))
+    if rest.size:
+        rt_pos = np.searchsorted(trace.runtime_rows, gpu.launch[rest])
+        op_row = trace.runtime_op[rt_pos]
+        names = trace.categories("name")
+        name_codes = trace.column("name")
+        leaf = pd.DataFrame(
+            {
+                "op": [
+                    names[name_codes[r]] if r >= 0 else names[g]
+                    for r, g in zip(op_row.tolist(), gpu.name[rest].tolist(), strict=True)
+                ],
+                "event": np.where(op_row >= 0, op_row, -1 - rest),
+                "ns": dur_ns[rest],
+                "family": np.where(gpu.cls[rest] == _COMM, "communication", "other"),
+            }
+        )
+        per_event = leaf.groupby(["op", "family", "event"], sort=False)["ns"].sum().reset_index()
+        other = per_event.groupby(["op", "family"], sort=False).agg(
+            count=("event", "size"), kernel_us=("ns", "sum")
+        )
+        other["kernel_us"] /= 1e3
+        other = other.reset_index().assign(shape="", dtype="", unit="", has_model=False)
+        frames.append(other)
+    columns = ["op", "family", "shape", "dtype", "count", "kernel_us", "flops", "bytes"]
+    columns += ["has_model", "unit"]
+    if frames:
+        out = pd.concat([f.reindex(columns=columns) for f in frames], ignore_index=True)
+    else:
+        out = pd.DataFrame({c: [] for c in columns})
+    out["has_model"] = out["has_model"].astype(bool)
+    out = out.sort_values("kernel_us", ascending=False, kind="stable").reset_index(drop=True)
+    out.attrs["coverage"] = coverage(out)
+    resolved = resolve_device(trace, device)
+    if resolved is not None:
+        out = add_roofline(out, resolved)
+        out.attrs["device"] = resolved.get("name", "")
+        out.attrs["peaks"] = "datasheet" if "sources" in resolved else "given"
+    out.attrs["units"] = _UNITS
+    return out
+
+
+def _owners(trace: Trace, calls: _Calls) -> np.ndarray:
+    """For each GPU op, the index of the outermost modelled call that launched it, or -1."""
+    owner = np.full(len(trace.gpu_ops), -1, np.int64)
+    if calls.rows.size:
+        event, gpu_idx = _launched(trace, calls.rows)
+        ts, dur = trace.column("ts")[calls.rows], trace.column("dur")[calls.rows]
+        order = np.lexsort((-dur[event], ts[event], gpu_idx))  # outermost first per GPU op
+        first = np.r_[True, gpu_idx[order][1:] != gpu_idx[order][:-1]]
+        owner[gpu_idx[order][first]] = event[order][first]
+    return owner
+
+
+def rank_family_metrics(trace: Trace, *, device: Device = None) -> pd.DataFrame:
+    """Per rank: ``perf_coverage`` (%) and, per family, ``tflops_<family>`` (achieved
+    TFLOP/s) and ``pct_roofline_<family>`` (Σ roofline time / Σ kernel time × 100; with a
+    device), every GPU op counted once as in :func:`perf_summary`.
+
+    Examples
+    --------
+    >>> from aorta.trace.testing import synthetic_trace
+    >>> t = synthetic_trace([("cpu_op", "aten::mm", 0, 10, {"Input Dims": [[1024, 1024], [1024, 1024]],
+    ...                       "Input type": ["c10::BFloat16"] * 2}), ("kernel", "gemm", 12, 100, {"launch_ts": 2})])
+    >>> rank_family_metrics(t, device="MI300X").round(3).to_dict("records")
+    [{'perf_coverage': 100.0, 'tflops_GEMM': 21.475, 'pct_roofline_GEMM': 1.643}]
+    """
+    calls = _calls(trace)
+    gpu = trace.gpu_ops
+    owner = _owners(trace, calls)
+    counted = gpu.linked & (gpu.cls != _MEMSET) & (gpu.cls != _COMM)
+    dur_ns = (gpu.end - gpu.ts).astype(float)
+    resolved = resolve_device(trace, device)
+    groups = calls.groups.assign(count=1, kernel_us=1.0)
+    if resolved is not None and len(groups):
+        groups = add_roofline(groups, resolved)
+    roof = groups["roofline_us"].to_numpy(float) if "roofline_us" in groups else None
+    rows = {}
+    for rank in trace.ranks:
+        mine = counted & (gpu.rank == rank)
+        total = dur_ns[mine].sum()
+        mod = mine & (owner >= 0)
+        row: dict[str, float] = {
+            "perf_coverage": float(100 * dur_ns[mod].sum() / total) if total else np.nan
+        }
+        if mod.any():
+            call = owner[mod]
+            group = calls.group[call]
+            family = groups["family"].to_numpy()[group]
+            for fam in sorted(set(family.tolist())):
+                pick = family == fam
+                seconds = dur_ns[mod][pick].sum() * 1e-9
+                once = np.unique(call[pick])  # each call's FLOPs once
+                flops = groups["flops"].to_numpy(float)[calls.group[once]].sum()
+                row[f"tflops_{fam}"] = float(flops / seconds / 1e12) if seconds else np.nan
+                if roof is not None:
+                    roof_us = np.nansum(roof[calls.group[once]])
+                    row[f"pct_roofline_{fam}"] = float(roof_us / (seconds * 1e6) * 100)
+        rows[rank] = row
+    return pd.DataFrame.from_dict(rows, orient="index").rename_axis("rank")
+
+
+def coverage(summary: pd.DataFrame) -> float:
+    """The share (0..1) of GPU op time that has a model, from :func:`perf_summary`'s table.
+
+    Communication kernels (NCCL/RCCL) are left out of the total: they are measured against
+    the network by :func:`~aorta.trace.collectives.collectives`, not against FLOPs and HBM.
+    NaN when there is no other GPU time.
+
+    Examples
+    --------
+    >>> coverage(pd.DataFrame({"kernel_us": [30.0, 10.0, 99.0], "has_model": [True, False, False],
+    ...                        "family": ["GEMM", "other", "communication"]}))
+    0.75
+    """
+    counted = summary[summary["family"] != "communication"]
+    total = counted["kernel_us"].sum()
+    if not total:
+        return float("nan")
+    return float(counted.loc[counted["has_model"].astype(bool), "kernel_us"].sum() / total)
+
+
+def by_family(summary: pd.DataFrame) -> pd.DataFrame:
+    """:func:`perf_summary` rolled up per family ("Against the hardware"): every GPU op once.
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``family``, ``ops`` (distinct op rows), ``calls``, ``kernel_us``, ``percent`` (of the
+        kernel time), ``tflops`` and ``tbps`` (achieved over the family), and with a device
+        ``pct_roofline`` (summed roofline time / kernel time × 100); most time first.
+        ``attrs`` carries ``coverage`` and ``device``.
+
+    Examples
+    --------
+    >>> s = pd.DataFrame({"family": ["GEMM", "GEMM", "other"], "count": [2, 1, 4], "kernel_us": [10.0, 10.0, 5.0],
+    ...                   "flops": [1e7, 2e7, np.nan], "bytes": [1e5, 1e5, np.nan], "has_model": [True, True, False],
+    ...                   "roofline_us": [1.0, 2.0, np.nan]})
+    >>> by_family(s)[["family", "calls", "kernel_us", "tflops", "pct_roofline"]].round(6).to_dict("list")
+    {'family': ['GEMM', 'other'], 'calls': [3, 4], 'kernel_us': [20.0, 5.0], 'tflops': [2.0, nan], 'pct_roofline': [20.0, nan]}
+    """
+    frame = summary.assign(
+        total_flops=summary["flops"] * summary["count"],
+        total_bytes=summary["bytes"] * summary["count"],
+        total_roofline=(summary["roofline_us"] * summary["count"])
+        if "roofline_us" in summary
+        else np.nan,
+    )
+    out = (
+        frame.groupby("family", sort=False)
+        .agg(
+            ops=("family", "size"),
+            calls=("count", "sum"),
+            kernel_us=("kernel_us", "sum"),
+            total_flops=("total_flops", lambda v: v.sum(min_count=1)),
+            total_bytes=("total_bytes", lambda v: v.sum(min_count=1)),
+            total_roofline=("total_roofline", lambda v: v.sum(min_count=1)),
+        )
+        .reset_index()
+    )
+    grand = out["kernel_us"].sum()
+    out["percent"] = 100 * out["kernel_us"] / grand if grand else np.nan
+    seconds = (out["kernel_us"] * 1e-6).where(out["kernel_us"] > 0)
+    out["tflops"] = out["total_flops"] / seconds / 1e12
+    out["tbps"] = out["total_bytes"] / seconds / 1e12
+    columns = ["family", "ops", "calls", "kernel_us", "percent", "tflops", "tbps"]
+    if "roofline_us" in summary:
+        out["pct_roofline"] = (
+            out["total_roofline"] / out["kernel_us"].where(out["kernel_us"] > 0) * 100
+        )
+        columns.append("pct_roofline")
+    out = (
+        out[columns].sort_values("kernel_us", ascending=False, kind="stable").reset_index(drop=True)
+    )
+    out.attrs = {
+        "coverage": summary.attrs.get("coverage"),
+        "device": summary.attrs.get("device"),
+        "units": {"kernel_us": "us", "tflops": "TFLOP/s", "tbps": "TB/s", "pct_roofline": "%"},
+    }
+    return out

@@ -1,0 +1,584 @@
+"""FLOPs and bytes moved per op call, from the op's ``Input Dims``, ``Input type`` and
+``Concrete Inputs`` (recorded with ``record_shapes=True``): one pure function per op family.
+
+TraceLens-compatible where TraceLens is right (its formulas, its family names: ``GEMM``,
+``SDPA_fwd``/``SDPA_bwd``, ``CONV_fwd``/``CONV_bwd``, ``UnaryElementwise``,
+``BinaryElementwise``, ``Reduce_fwd``/``Reduce_bwd``, ``Normalization``), right where it is not
+(see ``docs/traces.md``, "Against the hardware"), and with families of its own for what
+TraceLens leaves out (``Elementwise`` here; ``Softmax``, ``Memory``, ``Pooling`` in
+:mod:`aorta.trace.perf_own`) — memory-bound models from shapes, so that nearly all kernel time
+has a model. The argument readers and :class:`OpModel` live in :mod:`aorta.trace.perf_args`.
+
+:func:`op_model` is the one entry point: op name + parsed arguments → :class:`OpModel` or
+``None`` (not modelled, or arguments it cannot read).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .perf_args import (
+    Args,
+    OpModel,
+    bpe,
+    broadcast,
+    concrete_at,
+    dims_at,
+    flag,
+    flags,
+    ints,
+    numel,
+    precision,
+    type_at,
+)
+from .perf_own import OWN_MODELS
+
+__all__ = [
+    "BACKWARD_FAMILIES",
+    "FAMILIES",
+    "OpModel",
+    "bpe",
+    "modelled_ops",
+    "op_model",
+    "precision",
+]
+
+
+# -- GEMM ---------------------------------------------------------------------------------------
+_GEMM_POS = {
+    "aten::mm": (0, 1, False),
+    "aten::addmm": (1, 2, True),
+    "aten::bmm": (0, 1, False),
+    "aten::baddbmm": (1, 2, True),
+    "aten::_scaled_mm": (0, 1, False),
+}
+
+
+def _gemm(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
+    dims, types, _ = args
+    i, j, bias = _GEMM_POS[op]
+    a, b = dims_at(dims, i), dims_at(dims, j)
+    if a is None or b is None or len(a) != len(b) or len(a) not in (2, 3) or a[-1] != b[-2]:
+        return None
+    batch = a[0] if len(a) == 3 else 1
+    m, k, n = a[-2], a[-1], b[-1]
+    size = bpe(type_at(types, i))
+    if size is None:
+        return None
+    flops = batch * (2 * m * n * k + (m * n if bias else 0))
+    moved = batch * (m * k + k * n + m * n + (n if bias else 0)) * size
+    params = {"B": batch, "M": m, "N": n, "K": k, "bias": bias}
+    return OpModel("GEMM", flops, moved, "matrix", type_at(types, i), params)
+
+
+# -- SDPA ---------------------------------------------------------------------------------------
+#: SDPA ops: (layout of Q/K/V, position of dropout and is_causal in Concrete Inputs).
+_SDPA = {
+    "aten::_scaled_dot_product_flash_attention": ("BHND", 3, 4),
+    "aten::_scaled_dot_product_efficient_attention": ("BHND", 5, 6),
+    "aten::_scaled_dot_product_cudnn_attention": ("BHND", 5, 6),
+    "flash_attn::_flash_attn_forward": ("BNHD", 3, 5),
+    "aiter::_flash_attn_forward": ("BNHD", 3, 5),
+}
+
+
+def _sdpa(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
+    dims, types, concrete = args
+    layout, p_drop, p_causal = _SDPA[op]
+    q, k, v = dims_at(dims, 0), dims_at(dims, 1), dims_at(dims, 2)
+    if q is None or k is None or v is None or not (len(q) == len(k) == len(v) == 4):
+        return None
+    if layout == "BHND":
+        (b, hq, nq, dqk), (_, hkv, nkv, _), dv = q, k, v[3]
+    else:
+        (b, nq, hq, dqk), (_, nkv, hkv, _), dv = q, k, v[3]
+    causal = bool(flag(concrete_at(concrete, p_causal)))
+    dropout = concrete_at(concrete, p_drop)
+    size = bpe(type_at(types, 0))
+    if size is None:
+        return None
+    qk, pv = 2 * nq * nkv * dqk, 2 * nq * nkv * dv
+    backward = ctx.get("backward", False)
+    if backward:  # recomputed scores, dV, dP, dQ, dK; GQA sums the heads sharing K/V
+        flops = b * hq * (3 * qk + 2 * pv)
+        flops += b * nkv * hkv * max(hq // max(hkv, 1) - 1, 0) * (dqk + dv)
+    else:
+        flops = b * hq * (qk + pv)
+    if causal:
+        flops /= 2
+    elements = b * nq * hq * dqk + b * nkv * hkv * dqk + b * nkv * hkv * dv + b * nq * hq * dv
+    if backward:  # Q, K, V, dO in; dQ, dK, dV out (TraceLens's 7 tensors)
+        elements += b * nq * hq * dqk + b * nkv * hkv * (dqk + dv)
+    params = {
+        "B": b,
+        "N_Q": nq,
+        "H_Q": hq,
+        "N_KV": nkv,
+        "H_KV": hkv,
+        "d_h_qk": dqk,
+        "d_h_v": dv,
+        "dropout": dropout,
+        "causal": causal,
+    }
+    family = "SDPA_bwd" if backward else "SDPA_fwd"
+    return OpModel(family, flops, elements * size, "matrix", type_at(types, 0), params)
+
+
+# -- convolution --------------------------------------------------------------------------------
+def _conv_out(x: list[int], w: list[int], stride, pad, dil, transposed, out_pad) -> list[int]:
+    spatial = len(x) - 2
+    stride, pad, dil = (
+        (v * spatial if len(v) == 1 else v) for v in (stride, pad, dil)
+    )  # a 1-element list applies to every dimension
+    out_pad = out_pad * spatial if len(out_pad) == 1 else out_pad
+    out = [x[0], w[1] * 1 if transposed else w[0]]
+    for d in range(spatial):
+        k = w[2 + d]
+        if transposed:
+            out.append((x[2 + d] - 1) * stride[d] - 2 * pad[d] + dil[d] * (k - 1) + out_pad[d] + 1)
+        else:
+            out.append((x[2 + d] + 2 * pad[d] - dil[d] * (k - 1) - 1) // stride[d] + 1)
+    return out
+
+
+def _conv(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
+    dims, types, concrete = args
+    backward = op == "aten::convolution_backward"
+    ix, iw = (1, 2) if backward else (0, 1)
+    first = 4 if backward else 3  # stride, padding, dilation, transposed, output_padding, groups
+    x, w = dims_at(dims, ix), dims_at(dims, iw)
+    values = [concrete_at(concrete, first + i) for i in range(6)]
+    stride, pad, dil = (ints(v) for v in values[:3])
+    transposed, out_pad, groups = flag(values[3]), ints(values[4]), ints(values[5])
+    if x is None or w is None or len(x) < 3 or len(w) != len(x) or None in (stride, pad, dil):
+        return None
+    transposed = bool(transposed)
+    out = _conv_out(x, w, stride, pad, dil, transposed, out_pad or [0])
+    if groups and transposed:
+        out[1] = w[1] * groups[0]
+    size = bpe(type_at(types, ix))
+    if size is None or min(out) <= 0:
+        return None
+    if backward:  # TraceLens: bias_sizes (Concrete[3]) is '[0]' when there is no bias
+        bias_n = (ints(concrete_at(concrete, 3)) or [0])[0]
+    else:
+        b = dims_at(dims, 2)
+        bias_n = b[0] if b else 0  # TraceLens never counts the bias (docs/traces.md)
+    per_out = 2 * numel(w[1:])
+    fwd_flops = (numel(x) if transposed else numel(out)) * per_out + (numel(out) if bias_n else 0)
+    fwd_bytes = (numel(x) + numel(w) + numel(out) + bias_n) * size
+    params = {
+        "input_shape": tuple(x),
+        "filter_shape": tuple(w),
+        "bias": bool(bias_n),
+        "stride": tuple(stride),
+        "padding": tuple(pad),
+        "dilation": tuple(dil),
+        "transposed": transposed,
+        "groups": groups[0] if groups else 1,
+    }
+    if backward:
+        return OpModel(
+            "CONV_bwd", 2 * fwd_flops, 2 * fwd_bytes, "matrix", type_at(types, ix), params
+        )
+    return OpModel("CONV_fwd", fwd_flops, fwd_bytes, "matrix", type_at(types, ix), params)
+
+
+# -- elementwise --------------------------------------------------------------------------------
+_UNARY = (
+    "aten::copy",
+    "aten::copy_",
+    "aten::clamp_min",
+    "aten::clamp_min_",
+    "aten::clamp_max",
+    "aten::clamp_max_",
+    "aten::sigmoid",
+    "aten::rsqrt",
+    "aten::silu",
+    "aten::neg",
+    "aten::pow",
+)
+_BINARY = (
+    "aten::div",
+    "aten::div_",
+    "aten::mul",
+    "aten::mul_",
+    "aten::add",
+    "aten::add_",
+    "aten::sigmoid_backward",
+    "aten::threshold_backward",
+)
+
+
+def _unary(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
+    dims, types, _ = args
+    shape = dims_at(dims, 0)
+    size_in = bpe(type_at(types, 0))
+    if shape is None or size_in is None:
+        return None
+    out = dims_at(dims, 1)
+    size_out = bpe(type_at(types, 1)) if out else size_in
+    n = numel(shape)
+    params = {"op_shape": tuple(shape)}
+    return OpModel(
+        ctx.get("family", "UnaryElementwise"),
+        n,
+        n * size_in + n * (size_out or size_in),
+        "vector",
+        type_at(types, 0),
+        params,
+    )
+
+
+def _binary(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
+    dims, types, _ = args
+    a, b = dims_at(dims, 0), dims_at(dims, 1)
+    size_a, size_b = bpe(type_at(types, 0)), bpe(type_at(types, 1))
+    if a is None or size_a is None:
+        return None
+    if b is None or size_b is None:  # a Python number: one element of the Scalar size
+        b, size_b = [], size_b or 4
+    out_shape = broadcast(a, b)
+    if out_shape is None:
+        return None
+    out_dims = dims_at(dims, 2)
+    if out_dims:
+        size_out = bpe(type_at(types, 2)) or max(size_a, size_b)
+    else:  # the larger element size of the tensor inputs (a scalar does not widen the output)
+        tensors = [s for s, d in ((size_a, a), (size_b, b)) if d]
+        size_out = max(tensors) if tensors else max(size_a, size_b)
+    n = numel(out_shape)
+    moved = numel(a) * size_a + numel(b) * size_b + n * size_out
+    params = {"shape_in1": tuple(a), "shape_in2": tuple(b)}
+    return OpModel(
+        ctx.get("family", "BinaryElementwise"), n, moved, "vector", type_at(types, 0), params
+    )
+
+
+# -- reductions ---------------------------------------------------------------------------------
+_REDUCE = (
+    "aten::sum",
+    "aten::mean",
+    "aten::max",
+    "aten::min",
+    "aten::norm",
+    "aten::linalg_vector_norm",
+    "aten::std",
+    "aten::var",
+    "aten::var_mean",
+    "aten::std_mean",
+    "aten::logsumexp",
+    "aten::amax",
+    "aten::amin",
+    "aten::prod",
+    "aten::argmax",
+    "aten::argmin",
+    "aten::any",
+    "aten::all",
+    "aten::cumsum",
+    "aten::cumprod",
+)
+
+
+def _reduce(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
+    dims, types, concrete = args
+    shape = dims_at(dims, 0)
+    size = bpe(type_at(types, 0))
+    if shape is None or size is None:
+        return None
+    n = numel(shape)
+    if op in ("aten::cumsum", "aten::cumprod"):
+        out = n
+    else:  # the reduced dims and keepdim are strings: TraceLens reads them as "all" (out = 1)
+        reduced = ints(concrete_at(concrete, 1)) if len(shape) else None
+        out = 1
+        if reduced is not None and reduced and shape:
+            axes = {d % len(shape) for d in reduced}
+            out = numel([s for i, s in enumerate(shape) if i not in axes])
+    family = "Reduce_bwd" if ctx.get("backward") else "Reduce_fwd"
+    kind = next(
+        (t for t in ("mean", "max", "min", "norm") if t in op), "sum"
+    )  # TraceLens's reduce_type
+    params = {"num_input_elems": n, "num_output_elems": out, "reduce_type": kind}
+    return OpModel(family, n, n * size + out * size, "vector", type_at(types, 0), params)
+
+
+# -- normalisation ------------------------------------------------------------------------------
+def _norm_fwd(n: int, c: float, affine: bool, bias: bool, training: bool, s: int):
+    flops = 6 * c + 2 * n + (3 * n if training else 0)
+    tensors = 2 + (1 if affine else 0) + (1 if affine and bias else 0) + (2 if training else 0)
+    return flops, 2 * n * s + tensors * c * s
+
+
+def _norm_bwd(n: int, c: float, affine: bool, bias: bool, training: bool, mask0: bool, s: int):
+    per = n / c
+    flops = c * ((0 if training else 3) + 4 * per + (5 * per if mask0 and training else 0))
+    if not mask0:
+        flops += c * 2 * per
+    moved = n * s + n * s * (2 if mask0 and training else 1) + (c * s if training else 0)
+    if affine:
+        moved += c * s + (c * s * (2 if bias else 1) if training else 0)
+    return flops, moved
+
+
+_NORM_FWD = {
+    f"aten::{prefix}{kind}": kind
+    for kind in ("batch_norm", "layer_norm", "group_norm", "instance_norm")
+    for prefix in ("", "native_", "miopen_", "cudnn_")
+}
+_NORM_BWD = {
+    f"aten::{prefix}{kind}_backward": kind
+    for kind in ("batch_norm", "layer_norm", "group_norm")
+    for prefix in ("", "native_", "miopen_", "cudnn_")
+}
+
+
+def _norm(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
+    dims, types, concrete = args
+    backward = op.endswith("_backward")
+    kind = (_NORM_BWD if backward else _NORM_FWD)[op]
+    ix = 0 if not backward or op in _BN_INPUT0 else 1
+    shape = dims_at(dims, ix)
+    size = bpe(type_at(types, ix))
+    if shape is None or size is None or len(shape) < 2:
+        return None
+    n = numel(shape)
+    mask0, mask = True, None
+    affine, bias = True, True  # Kineto writes [] for an absent tensor: TraceLens sees affine
+    if kind == "layer_norm":
+        c = numel(ints(concrete_at(concrete, 2 if backward else 1)) or [])
+        if not c:
+            return None
+        if backward:
+            mask = flags(concrete_at(concrete, 7))
+            if len(mask) == 3:
+                mask0, affine, bias = mask
+        # TraceLens counts LayerNorm as training always; here only when autograd records it
+        training = ctx.get("training", True) if not backward else True
+    elif kind == "group_norm":
+        c = shape[1]
+        training = True
+        if backward:
+            groups = ints(concrete_at(concrete, 8))
+            if not groups:
+                return None
+            c = shape[1] / groups[0]
+            mask = flags(concrete_at(concrete, 9))
+            mask0 = bool(mask[0]) if mask else True
+    else:  # batch_norm, instance_norm: the training flag is a string ('True'/'False')
+        c = shape[1]
+        if backward:
+            training = False if op in _BN_INPUT0 else flag(concrete_at(concrete, 7)) is not False
+        else:
+            training = flag(concrete_at(concrete, 5)) is not False
+    if backward:
+        flops, moved = _norm_bwd(n, c, affine, bias, training, mask0, size)
+    elif kind == "layer_norm" and not training:  # no saved statistics written in inference
+        flops, moved = _norm_fwd(n, c, affine, bias, True, size)
+        moved -= 2 * c * size
+    else:
+        flops, moved = _norm_fwd(n, c, affine, bias, training, size)
+    params = {
+        "op_shape": tuple(shape),
+        "num_channels": c,
+        "is_affine": affine,
+        "is_training": training,
+    }
+    if mask is not None:
+        params["output_mask"] = tuple(mask)
+    return OpModel("Normalization", flops, moved, "vector", type_at(types, ix), params)
+
+
+_BN_INPUT0 = ("aten::miopen_batch_norm_backward", "aten::cudnn_batch_norm_backward")
+
+
+def _rms_norm(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
+    dims, types, concrete = args
+    backward = op.endswith("_backward")
+    ix = 1 if backward else 0
+    shape = dims_at(dims, ix)
+    size = bpe(type_at(types, ix))
+    c = numel(ints(concrete_at(concrete, 2 if backward else 1)) or [])
+    if shape is None or size is None or not c:
+        return None
+    n = numel(shape)
+    affine = True  # Kineto writes [] for an absent weight: TraceLens sees one always
+    params: dict[str, Any] = {"op_shape": tuple(shape), "num_channels": c, "is_affine": affine}
+    if not backward:
+        flops = (n / c) * (2 * c + 2) + n * 2
+        return OpModel(
+            "Normalization", flops, 2 * n * size + c * size, "vector", type_at(types, ix), params
+        )
+    mask = flags(concrete_at(concrete, 5)) or [
+        True,
+        True,
+    ]
+    flops = 2 * n + (6 * n if mask[0] else 0)
+    if len(mask) > 1 and mask[1]:
+        flops += n + (n if n / c > 1 else 0)
+    params["output_mask"] = tuple(mask)
+    return OpModel(
+        "Normalization", flops, 3 * n * size + 2 * c * size, "vector", type_at(types, ix), params
+    )
+
+
+#: Elementwise ops TraceLens has no model for: (unary or binary, their family).
+_ELEMENTWISE_UNARY = (
+    "aten::gelu",
+    "aten::tanh",
+    "aten::relu",
+    "aten::relu_",
+    "aten::exp",
+    "aten::log",
+    "aten::sqrt",
+    "aten::abs",
+    "aten::sin",
+    "aten::cos",
+    "aten::erf",
+    "aten::reciprocal",
+    "aten::sign",
+    "aten::hardtanh_",
+    "aten::leaky_relu",
+    "aten::leaky_relu_",
+    "aten::elu",
+    "aten::native_dropout",
+    "aten::dropout",
+    "aten::bitwise_not",
+    "aten::logical_not",
+    "aten::square",
+    "aten::silu_",
+    "aten::sigmoid_",
+    "aten::clamp",
+    "aten::clamp_",
+    "aten::nan_to_num",
+    "aten::_foreach_sqrt",
+)
+_ELEMENTWISE_BINARY = (
+    "aten::sub",
+    "aten::sub_",
+    "aten::rsub",
+    "aten::gelu_backward",
+    "aten::tanh_backward",
+    "aten::silu_backward",
+    "aten::native_dropout_backward",
+    "aten::eq",
+    "aten::ne",
+    "aten::lt",
+    "aten::le",
+    "aten::gt",
+    "aten::ge",
+    "aten::maximum",
+    "aten::minimum",
+    "aten::pow_",
+    "aten::lerp_",
+    "aten::addcmul_",
+    "aten::addcdiv_",
+    "aten::bitwise_and",
+    "aten::logical_and",
+    "aten::mse_loss",
+    "aten::mse_loss_backward",
+    "aten::nll_loss_forward",
+    "aten::nll_loss_backward",
+    "aten::hardtanh_backward",
+    "aten::leaky_relu_backward",
+)
+
+
+Model = Callable[[str, Args, dict[str, Any]], "OpModel | None"]
+_REGISTRY: dict[str, Model] = {
+    **dict.fromkeys(_GEMM_POS, _gemm),
+    **dict.fromkeys(_SDPA, _sdpa),
+    "aten::convolution": _conv,
+    "aten::convolution_backward": _conv,
+    **dict.fromkeys(_UNARY, _unary),
+    **dict.fromkeys(_BINARY, _binary),
+    **dict.fromkeys(_REDUCE, _reduce),
+    **dict.fromkeys(_NORM_FWD, _norm),
+    **dict.fromkeys(_NORM_BWD, _norm),
+    "aten::_fused_rms_norm": _rms_norm,
+    "aten::_fused_rms_norm_backward": _rms_norm,
+    **OWN_MODELS,
+}
+_OWN_FAMILY = {
+    **dict.fromkeys(_ELEMENTWISE_UNARY, ("Elementwise", _unary)),
+    **dict.fromkeys(_ELEMENTWISE_BINARY, ("Elementwise", _binary)),
+}
+
+#: The families, TraceLens's sheet names first.
+FAMILIES: tuple[str, ...] = (
+    "GEMM",
+    "SDPA_fwd",
+    "SDPA_bwd",
+    "CONV_fwd",
+    "CONV_bwd",
+    "UnaryElementwise",
+    "BinaryElementwise",
+    "Reduce_fwd",
+    "Reduce_bwd",
+    "Normalization",
+    "Softmax",
+    "Elementwise",
+    "Memory",
+    "Pooling",
+)
+#: Forward ops whose model also describes the linked backward (``Sequence number``) work.
+BACKWARD_FAMILIES: frozenset[str] = frozenset({"SDPA_fwd", "Reduce_fwd"})
+
+
+def modelled_ops() -> frozenset[str]:
+    """The op names :func:`op_model` has a model for.
+
+    Examples
+    --------
+    >>> "aten::addmm" in modelled_ops(), "aten::linear" in modelled_ops()
+    (True, False)
+    """
+    return frozenset(_REGISTRY) | frozenset(_OWN_FAMILY)
+
+
+def op_model(
+    op: str,
+    dims: list[Any] | None,
+    types: list[Any] | None,
+    concrete: list[str] | None,
+    *,
+    backward: bool = False,
+    training: bool = True,
+) -> OpModel | None:
+    """The model of one call of ``op`` with these ``Input Dims``/``Input type``/``Concrete
+    Inputs``; ``None`` when ``op`` has no model or its arguments cannot be read.
+
+    Parameters
+    ----------
+    backward
+        Evaluate a forward op's model for its linked backward work (``SDPA_bwd``,
+        ``Reduce_bwd``); ``None`` for ops without a backward model.
+    training
+        Whether autograd recorded the call (it has a ``Sequence number``): LayerNorm writes its
+        saved statistics only then.
+
+    Examples
+    --------
+    >>> m = op_model("aten::addmm", [[512], [141, 512], [512, 512], [], []],
+    ...              ["c10::BFloat16"] * 3 + ["Scalar"] * 2, ["", "", "", "1", "1"])
+    >>> m.family, m.flops, m.bytes, m.shape
+    ('GEMM', 73996800, 814080, 'B=1 M=141 N=512 K=512 bias=True')
+    """
+    if not isinstance(dims, list) or not isinstance(types, list):
+        return None
+    concrete = concrete if isinstance(concrete, list) else []
+    args: Args = (dims, types, concrete)
+    ctx: dict[str, Any] = {"backward": backward, "training": training}
+    fn = _REGISTRY.get(op)
+    if fn is None and op in _OWN_FAMILY:
+        ctx["family"], fn = _OWN_FAMILY[op]
+    if fn is None:
+        return None
+    try:
+        model = fn(op, args, ctx)
+    except (ValueError, TypeError, IndexError, ZeroDivisionError):
+        return None
+    if model is None or (backward and model.family not in ("SDPA_bwd", "Reduce_bwd")):
+        return None
+    return model

@@ -1,0 +1,168 @@
+"""Perf-model families of our own, for what TraceLens leaves as "other": memory-bound models
+from shapes (``Softmax``, ``Memory``, ``Pooling``). The ``Elementwise`` family reuses the
+TraceLens elementwise formulas (:mod:`aorta.trace.perf_model`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .perf_args import Args, OpModel, bpe, concrete_at, dims_at, ints, numel, type_at
+
+__all__ = ["OWN_MODELS"]
+
+
+def _softmax(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
+    dims, types, _ = args
+    shape = dims_at(dims, 0)
+    size = bpe(type_at(types, 0))
+    if shape is None or size is None:
+        return None
+    n = numel(shape)
+    backward = "backward" in op  # grad_output and output in, grad_input out
+    flops, moved = (4 * n, 3 * n * size) if backward else (3 * n, 2 * n * size)
+    return OpModel("Softmax", flops, moved, "vector", type_at(types, 0), {"op_shape": tuple(shape)})
+
+
+def _tensors(dims: list[Any], types: list[Any]) -> list[tuple[int, int]]:
+    """(elements, bytes per element) of every tensor input, TensorLists included."""
+    out = []
+    for d, t in zip(dims, types, strict=False):
+        if isinstance(d, list) and d and all(isinstance(x, list) for x in d):  # TensorList
+            size = bpe(t) or 0
+            out.extend((numel(x), size) for x in d)
+        elif (
+            isinstance(d, list)
+            and all(isinstance(x, int) for x in d)
+            and bpe(t)
+            and (d or t not in ("Scalar", "double", "long int"))
+        ):
+            out.append((numel(d), bpe(t) or 0))
+    return out
+
+
+def _memory(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
+    """Data movement: read the inputs, write as much as ``out`` says (no FLOPs)."""
+    dims, types, _ = args
+    tensors = _tensors(dims, types)
+    if not tensors:
+        return None
+    rule = _MEMORY[op]
+    read = sum(n * s for n, s in tensors)
+    if rule == "gather":  # embedding/index: table rows picked by an index tensor
+        table, index = tensors[0], tensors[1] if len(tensors) > 1 else (0, 8)
+        row = table[0] / max(dims_at(dims, 0)[0] if dims_at(dims, 0) else 1, 1)
+        written = index[0] * row * table[1]
+        read = index[0] * index[1] + written
+    elif rule == "scatter":  # embedding backward: grad rows added into a table
+        grad, index = tensors[0], tensors[1] if len(tensors) > 1 else (0, 8)
+        read = grad[0] * grad[1] + index[0] * index[1]
+        written = grad[0] * grad[1]
+    elif rule == "sum":  # cat/stack: the output is every input
+        written = read
+    elif rule == "write":  # fill_/zero_/normal_: write the tensor only
+        read, written = 0, tensors[0][0] * tensors[0][1]
+    else:  # "same": the output has the first input's size
+        written = tensors[0][0] * tensors[0][1]
+    shape = dims_at(dims, 0)
+    params = {"op_shape": tuple(shape) if shape is not None else ()}
+    return OpModel("Memory", 0.0, float(read + written), "vector", type_at(types, 0), params)
+
+
+_MEMORY: dict[str, str] = {
+    "aten::embedding": "gather",
+    "aten::index_select": "gather",
+    "aten::index": "gather",
+    "aten::embedding_dense_backward": "scatter",
+    "aten::embedding_backward": "scatter",
+    "aten::cat": "sum",
+    "aten::stack": "sum",
+    "aten::fill_": "write",
+    "aten::zero_": "write",
+    "aten::normal_": "write",
+    "aten::uniform_": "write",
+    "aten::bernoulli_": "write",
+    "aten::clone": "same",
+    "aten::contiguous": "same",
+    "aten::_to_copy": "same",
+    "aten::to": "same",
+    "aten::repeat": "same",
+    "aten::index_put_": "same",
+    "aten::masked_fill_": "same",
+    "aten::masked_fill": "same",
+    "aten::where": "same",
+    "aten::scatter_": "same",
+    "aten::scatter_add_": "same",
+    "aten::gather": "same",
+    "aten::roll": "same",
+    "aten::flip": "same",
+    "aten::tril": "same",
+    "aten::triu": "same",
+}
+
+
+def _pool(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
+    """Pooling: every input element read once (one FLOP each), the output written."""
+    dims, types, concrete = args
+    x = dims_at(dims, 1 if op.endswith("_backward") else 0)
+    size = bpe(type_at(types, 0))
+    if x is None or size is None or len(x) < 3:
+        return None
+    if op.endswith("_backward"):  # grad_output in, grad_input (x's size) out
+        g = dims_at(dims, 0) or x
+        out_n = numel(g)
+        flops, moved = numel(x), (out_n + numel(x)) * size + out_n * 8 * ("indices" in op)
+    else:
+        out_n = _pool_out(op, x, concrete)
+        if out_n is None:
+            return None
+        flops, moved = numel(x), (numel(x) + out_n) * size + out_n * 8 * ("indices" in op)
+    return OpModel("Pooling", flops, moved, "vector", type_at(types, 0), {"op_shape": tuple(x)})
+
+
+def _pool_out(op: str, x: list[int], concrete: list[str]) -> int | None:
+    if "adaptive" in op:
+        size = ints(concrete_at(concrete, 1))
+        return x[0] * x[1] * numel(size) if size else None
+    kernel, stride, pad = (ints(concrete_at(concrete, i)) or [] for i in (1, 2, 3))
+    dil = ints(concrete_at(concrete, 4)) if "max" in op else None
+    spatial = len(x) - 2
+    if not kernel:
+        return None
+    kernel = kernel * spatial if len(kernel) == 1 else kernel
+    stride = (stride * spatial if len(stride) == 1 else stride) or kernel
+    pad = (pad * spatial if len(pad) == 1 else pad) or [0] * spatial
+    dil = (dil * spatial if dil and len(dil) == 1 else dil) or [1] * spatial
+    out = [x[0], x[1]]
+    for d in range(spatial):
+        out.append((x[2 + d] + 2 * pad[d] - dil[d] * (kernel[d] - 1) - 1) // stride[d] + 1)
+    return numel(out)
+
+
+#: Op name → model function of the families here.
+OWN_MODELS = {
+    **dict.fromkeys(
+        (
+            "aten::_softmax",
+            "aten::softmax",
+            "aten::_log_softmax",
+            "aten::log_softmax",
+            "aten::_softmax_backward_data",
+            "aten::_log_softmax_backward_data",
+        ),
+        _softmax,
+    ),
+    **dict.fromkeys(_MEMORY, _memory),
+    **dict.fromkeys(
+        (
+            "aten::max_pool2d_with_indices",
+            "aten::max_pool2d_with_indices_backward",
+            "aten::avg_pool2d",
+            "aten::avg_pool2d_backward",
+            "aten::adaptive_avg_pool2d",
+            "aten::_adaptive_avg_pool2d",
+            "aten::_adaptive_avg_pool2d_backward",
+        ),
+        _pool,
+    ),
+}

@@ -1,0 +1,73 @@
+"""Redaction throughput on a training log: the run's redaction (known secrets as salted hashes,
+token by token, plus every shape rule) against its peer in the same run, the shape rules alone
+(what a redactor without knowledge of the run can do).
+
+    .venv/bin/python benchmarks/redact.py [--mb 20] [--secrets 20] [--repeat 3]
+
+Prints MB/s for both and their ratio (results: docs/performance.md, "Redaction").
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import string
+import time
+
+from aorta.store.hostenv import redact_secret_shapes_counted
+from aorta.store.redact import Redactor
+
+
+def synthetic_log(mb: int, secrets: list[str], seed: int = 0) -> str:
+    """Lines like a training log (steps, losses, NCCL info, paths), a secret every ~5,000."""
+    rng = random.Random(seed)
+    lines, size, i = [], 0, 0
+    while size < mb * 1_000_000:
+        i += 1
+        line = (
+            f"[rank{i % 8}] step {i} loss {rng.random():.5f} lr 3.0e-4 tokens/s {rng.randint(1e4, 9e4)}"
+            f" grad_norm {rng.random():.3f} time {rng.uniform(80, 120):.2f}ms"
+        )
+        if i % 7 == 0:
+            line = f"NCCL INFO Channel {i % 32:02d}/0 : {i % 8}[{i % 8}] -> {(i + 1) % 8} via P2P/IPC/read"
+        if i % 5000 == 0:
+            line += f" token={rng.choice(secrets)}"
+        lines.append(line)
+        size += len(line) + 1
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mb", type=int, default=20)
+    ap.add_argument("--secrets", type=int, default=20)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    rng = random.Random(1)
+    alphabet = string.ascii_letters + string.digits + "-_"
+    secrets = ["".join(rng.choices(alphabet, k=rng.randint(12, 40))) for _ in range(args.secrets)]
+    text = synthetic_log(args.mb, secrets)
+    mb = len(text) / 1e6
+    run = Redactor(scrub_paths=True, scrub_ips=True).with_values(secrets)
+
+    def timed(fn) -> tuple[float, int]:
+        times, n = [], 0
+        for _ in range(args.repeat):
+            t0 = time.perf_counter()
+            _, n = fn(text)
+            times.append(time.perf_counter() - t0)
+        return statistics.median(times), n
+
+    t_run, n_run = timed(run.text_counted)
+    t_shape, n_shape = timed(redact_secret_shapes_counted)
+    print(f"log: {mb:.1f} MB, {text.count(chr(10)) + 1:,} lines, {args.secrets} known secrets")
+    print(
+        f"run redaction (hashes + shapes + names + homes + IPs): {mb / t_run:.1f} MB/s, {n_run} masked"
+    )
+    print(f"peer, shapes alone: {mb / t_shape:.1f} MB/s, {n_shape} masked")
+    print(f"ratio (time, run / peer): {t_run / t_shape:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
