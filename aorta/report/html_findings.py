@@ -10,7 +10,7 @@ Examples
 --------
 >>> f = PageFinding(cell="x", topic="hang", tone="bad", text="x hangs in 8/8 trials")
 >>> print(finding_item(f))
-<li class="finding bad"><span class="topic">hang</span> x hangs in 8/8 trials</li>
+<li class="finding bad"><span class="topic">hang</span><div>x hangs in 8/8 trials</div></li>
 """
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ def finding_item(f: PageFinding) -> str:
     """One finding as a list item (every text through :func:`~aorta.report.html_kit.esc`)."""
     detail = f'<div class="fdetail">{esc(f.detail)}</div>' if f.detail else ""
     topic = f'<span class="topic">{esc(f.topic)}</span>'
-    return f'<li class="finding {esc(f.tone)}">{topic} {esc(f.text)}{detail}</li>'
+    return f'<li class="finding {esc(f.tone)}">{topic}<div>{esc(f.text)}{detail}</div></li>'
 
 
 def findings_section(page: RunPage) -> Section:

@@ -309,13 +309,14 @@ table.matrix td.num { white-space: normal; min-width: 5.5em; }
 .topfail code { overflow-wrap: anywhere; }
 ul.findings { list-style: none; padding: 0; margin: 8px 0 4px; }
 li.finding { border-left: 5px solid #8c959f; background: var(--bg-alt); padding: 6px 12px; margin: 5px 0;
-  font-size: 14.5px; }
+  font-size: 14.5px; display: grid; grid-template-columns: 8.5em minmax(0, 1fr); align-items: baseline; }
 li.finding.bad { border-color: #D55E00; background: rgba(213, 94, 0, 0.08); }
 li.finding.good { border-color: #009E73; background: rgba(0, 158, 115, 0.09); }
 .nw { white-space: nowrap; }
-li.finding .topic { display: inline-block; min-width: 8em; font-size: 11px; font-weight: 700;
-  letter-spacing: 0.04em; text-transform: uppercase; color: var(--muted); }
-.fdetail { color: var(--muted); font-size: 12.5px; margin-left: calc(8em * 11 / 12.5); padding-left: 4px; }
+li.finding .topic { font-size: 11px; font-weight: 700; letter-spacing: 0.04em;
+  text-transform: uppercase; color: var(--muted); }
+li.finding > div { overflow-wrap: anywhere; }
+.fdetail { color: var(--muted); font-size: 12.5px; }
 .fcell { margin: 6px 0 20px; }
 .fgroup { border-left: 3px solid #D55E00; padding: 2px 0 2px 12px; margin: 8px 0 14px; }
 .fhead .kind { font-weight: 700; color: #b34700; margin-right: 4px; }
