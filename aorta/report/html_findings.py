@@ -15,19 +15,20 @@ Examples
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
-from aorta.matrix.signatures import signature_hints, top_signatures
-from aorta.report.comparison import is_missing, p_text, verdict_text
+from aorta.matrix.findings import Finding, findings
+from aorta.matrix.signatures import signature_counts, signature_hints
+from aorta.report.findings import finding_text
 from aorta.report.html_kit import Section, esc
 from aorta.report.html_sections import RunPage
 
 __all__ = ["PageFinding", "finding_item", "findings_section", "page_findings"]
 
-#: What a finding is about, in the order the page lists them.
-Topic = Literal["hang", "failures", "fix", "undecided", "timing", "no data"]
-_ORDER: tuple[str, ...] = ("hang", "failures", "fix", "undecided", "no data", "timing")
+#: What a finding is about (its label on the page).
+Topic = Literal["hang", "failures", "fix", "undecided", "timing", "no data", "screen"]
 _HANG_HINT = "the trials hit their deadline or went silent: py-spy dump (or gdb) on a rerun shows where they wait"
 
 
@@ -45,85 +46,48 @@ class PageFinding:
     detail: str = ""
 
 
-def _ran(row: Any) -> int:
-    return int(row["n_ok"]) + int(row["n_failed"])
+def _topic(f: Finding) -> tuple[Topic, Literal["bad", "good", "neutral"]]:
+    """Where a finding of the shared model goes on the page, and its colour."""
+    if f.kind in ("failures", "failure_kind", "signature"):
+        hangs = f.kinds.get("hang", 0) if f.kind == "failures" else f.subject == "hang"
+        if f.direction == "more":
+            return ("hang" if hangs else "failures"), "bad"
+        return ("fix", "good") if f.significant else ("undecided", "neutral")
+    if f.kind == "no_timing":
+        return "no data", "neutral"
+    if f.kind == "screen":
+        return "screen", "neutral"
+    direction = f.direction or str(f.row.get("difference", ""))
+    tone = {"slower": "bad", "faster": "good"}.get(direction, "neutral")
+    return "timing", "bad" if f.kind == "stalls" else tone  # type: ignore[return-value]
 
 
-def _significant(row: Any, alpha: float) -> bool:
-    return not is_missing(row["failure_p_adj"]) and float(row["failure_p_adj"]) < alpha
+def _hint(f: Finding, hints: Mapping[str, str]) -> str:
+    """The hint of the signature that names most of the finding's failures (the baseline's
+    when the cell fails less: what went away)."""
+    if f.kind == "signature":
+        return hints.get(f.subject, "")
+    sigs = f.baseline_signatures if f.direction == "fewer" else f.signatures
+    if f.kind == "failures" and f.kinds.get("hang") and f.direction == "more":
+        return hints.get("hang", _HANG_HINT)
+    top = max(sigs.items(), key=lambda kv: kv[1], default=("", 0))[0]
+    return hints.get(top, "")
 
 
 def page_findings(page: RunPage) -> list[PageFinding]:
-    """The findings the page opens with, failures and hangs first, then timing.
-
-    Built from the matrix frame (:attr:`RunPage.summary`) and the Dataset's failure
-    signatures: per cell its hangs (against the baseline's), its failures against the
-    baseline's (more, fewer, or a difference not yet significant, with Boschloo's p_adj),
-    then the timing verdicts that found a difference and the cells with no timed trial.
-    """
-    df = page.summary
-    alpha = float(df.attrs.get("alpha", 0.05))
-    base_name = str(df.attrs.get("baseline") or "")
-    base = df.loc[base_name] if base_name in df.index else None
-    tops = top_signatures(page.ds)
+    """The findings the page opens with: the shared model
+    (:func:`aorta.matrix.findings.findings` of the matrix frame and the run's failure
+    signatures, worded by :func:`aorta.report.findings.finding_text`), hangs first, each
+    with its signature's hint."""
+    items = findings(page.summary, signature_counts(page.ds))
     hints = signature_hints(page.ds)
-    out: list[PageFinding] = []
-
-    def vs_base(key: str) -> str:
-        if base is None:
-            return ""
-        return f"; baseline {int(base[key])}/{_ran(base)}"
-
-    def top(cell: str) -> tuple[str, str]:
-        name = str(tops.get(cell, "") or "")
-        return (f" ({name})" if name else ""), hints.get(name, "")
-
-    run = str(page.files.path) if page.files else "RUN"
-    for cell, row in df.iterrows():
-        cell = str(cell)
-        ran, failed, hung = _ran(row), int(row["n_failed"]), int(row["n_failed_hang"])
-        is_base = cell == base_name
-        p = "" if is_base else f", Boschloo p_adj {p_text(row['failure_p_adj'])}"
-        if hung:
-            text = f"{cell} hangs in {hung}/{ran} trials"
-            text += ("" if is_base else vs_base("n_failed_hang")) + p
-            out.append(PageFinding(cell, "hang", "bad", text, hints.get("hang", _HANG_HINT)))
-        if is_base or base is None:
-            if failed > hung:
-                name, hint = top(cell)
-                text = f"baseline {cell} fails {failed - hung}/{ran} trials{name}"
-                out.append(PageFinding(cell, "failures", "bad", text, hint))
-            continue
-        vs = str(row["failures_vs_baseline"])
-        change = f"failures {int(base['n_failed'])}/{_ran(base)} → {failed}/{ran}"
-        if vs == "more" and failed > hung:
-            name, hint = top(cell)
-            out.append(
-                PageFinding(cell, "failures", "bad", f"{cell}: more {change}{name}{p}", hint)
-            )
-        elif vs == "fewer":
-            out.append(PageFinding(cell, "fix", "good", f"{cell}: fewer {change}{p}"))
-        elif not hung and ran and _ran(base) and failed / ran != int(base["n_failed"]) / _ran(base):
-            n = int(row["n_trials"])
-            text = f"{cell}: {change}{p} — not significant at α={alpha:g} yet"
-            more = (
-                f"more trials per cell would decide, e.g. aorta sweep extend {run} --trials {2 * n}"
-            )
-            out.append(PageFinding(cell, "undecided", "neutral", text, more))
-    for cell, row in df.iterrows():
-        cell = str(cell)
-        if cell == base_name:
-            continue
-        if str(row["difference"]) in ("slower", "faster"):
-            tone = "bad" if row["difference"] == "slower" else "good"
-            out.append(PageFinding(cell, "timing", tone, f"{cell}: {verdict_text(row)}"))
-        elif is_missing(row["median"]) and int(row["n_ok"]):
-            out.append(
-                PageFinding(
-                    cell, "no data", "neutral", f"{cell}: no step time — no trial of it was timed"
-                )
-            )
-    return sorted(out, key=lambda f: _ORDER.index(f.topic))
+    run = page.files.path if page.files else None
+    out = []
+    for f in items:
+        topic, tone = _topic(f)
+        text = finding_text(f, run=run, style="text")
+        out.append(PageFinding(f.cell, topic, tone, text, _hint(f, hints)))
+    return sorted(out, key=lambda f: f.topic != "hang")
 
 
 def finding_item(f: PageFinding) -> str:

@@ -117,15 +117,16 @@ def test_page_opens_with_failure_first_findings(oncall_run):
     order = [text.index(f'<section id="{s}">') for s in ("findings", "matrix", "failures")]
     assert order == sorted(order) and text.index("<section ") == order[0]
     findings = text[order[0] : order[1]]
-    # the hang first, then the baseline's failures, then the fix
-    hang = findings.index(f"{HANG} hangs in 8/8 trials")
-    fails = findings.index(f"baseline {BASE} fails 4/8 trials (nccl_error)")
-    fix = findings.index(f"{FIX}: fewer failures 4/8 → 0/8") if "fewer" in findings else None
-    assert hang < fails
-    if fix is None:  # 4/8 → 0/8 may not be significant after Holm at 8 trials
-        fix = findings.index(f"{FIX}: failures 4/8 → 0/8")
-        assert "not significant" in findings[fix:]
-    assert fails < fix
+    items = findings.split('<li class="finding ')[1:]
+    # the hang first, then the fix with the failures it removed and the command that decides it
+    assert items[0].startswith('bad"><span class="topic">hang</span>')
+    assert f"{HANG}: hangs in 8/8 trials, baseline 0/8 — more hangs" in items[0]
+    [fix] = [i for i in items if f"{FIX}: fails in 0/8 trials, baseline 4/8" in i]
+    assert "(baseline: nccl_error 4) — fewer failures" in fix
+    if "not yet significant" in fix:  # 4/8 → 0/8 at 8 trials: Boschloo p_adj 0.056
+        assert "aorta sweep extend" in fix
+    timing = [k for k, i in enumerate(items) if '<span class="topic">timing' in i]
+    assert all(k > items.index(fix) for k in timing)
     assert "NCCL/RCCL failed: rerun with NCCL_DEBUG=INFO" in findings  # the signature's hint
 
 
