@@ -550,6 +550,7 @@ def _sequential(
             ci_high=math.exp(t.high) if t.n else nan,
             band_ci_low=math.exp(t.band_low) if t.n else nan,
             band_ci_high=math.exp(t.band_high) if t.n else nan,
+            band_ci_level=1 - alpha / family if t.n else nan,
             delta=float(rows[i]["median"] - rows[b]["median"]),
             p=t.p,
             p_method="anytime (t mixture)" if t.n else "",
