@@ -46,6 +46,7 @@ from aorta.report.html_details import (
     trials_section,
 )
 from aorta.report.html_kit import FigureFormat, esc, page
+from aorta.report.html_perf import hardware_section
 from aorta.report.html_sections import (
     RunFiles,
     RunPage,
@@ -77,6 +78,7 @@ RUN_SECTIONS: tuple[SectionBuilder, ...] = (
     figures_section,
     failures_section,
     traces_section,
+    hardware_section,
     time_went_section,
     trials_section,
 )

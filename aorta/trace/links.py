@@ -141,7 +141,7 @@ def thread_groups(trace: Trace, *row_sets: np.ndarray) -> list[np.ndarray]:
     """
     rows = np.concatenate(row_sets) if row_sets else np.empty(0, dtype=np.int64)
     key = np.zeros(rows.size, dtype=np.int64)
-    for column in ("rank", "pid", "tid"):  # pack the codes pairwise, re-coding to stay small
+    for column in ("rank", "pid", "tid"):  # pack: distinct ranks × pids × tids fit an int64
         codes, uniques = pd.factorize(trace.column(column)[rows])
-        key = pd.factorize(key * max(len(uniques), 1) + codes)[0].astype(np.int64)
+        key = key * max(len(uniques), 1) + codes
     return list(np.split(key, np.cumsum([part.size for part in row_sets])[:-1]))

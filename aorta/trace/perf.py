@@ -13,6 +13,7 @@ that has the forward op's ``Sequence number``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -84,13 +85,32 @@ def _decoded(trace: Trace, column: str, codes: np.ndarray) -> dict[int, Any]:
 
 
 def _combine(*codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """One code per distinct tuple of the integer columns ``codes``; and the first row of each."""
-    key = np.zeros(codes[0].size, dtype=np.int64)
-    for column in codes:  # pack pairwise, re-coding to stay small
-        sub, uniques = pd.factorize(column)
-        key = pd.factorize(key * max(len(uniques), 1) + sub)[0].astype(np.int64)
-    _, first = np.unique(key, return_index=True)
-    return key, first
+    """One code per distinct tuple of the integer columns ``codes`` (codes 0..k-1 in order of
+    first appearance); and the first row of each (sorted by code).
+
+    The columns are packed into one int64 by their value ranges and factorized once; only
+    when the ranges are too wide to pack does it re-code pairwise.
+
+    >>> key, first = _combine(np.array([5, 5, 7, 5]), np.array([-1, 0, 0, -1]))
+    >>> key.tolist(), first.tolist()
+    ([0, 1, 2, 0], [0, 1, 2])
+    """
+    n = codes[0].size
+    key = np.zeros(n, dtype=np.int64)
+    if n:
+        lows = [int(c.min()) for c in codes]
+        spans = [int(c.max()) - lo + 1 for c, lo in zip(codes, lows, strict=True)]
+        if math.prod(spans) < 2**62:  # pack by value ranges: one factorize
+            for column, lo, span in zip(codes, lows, spans, strict=True):
+                key = key * span + (column.astype(np.int64) - lo)
+        else:  # pack pairwise, re-coding to stay small
+            for column in codes:
+                sub, uniques = pd.factorize(column)
+                key = pd.factorize(key * max(len(uniques), 1) + sub)[0].astype(np.int64)
+    key = pd.factorize(key)[0].astype(np.int64)
+    # codes come in order of first appearance: a row is a first where its code tops all before
+    seen = np.maximum.accumulate(key) if n else key
+    return key, np.flatnonzero(key > np.r_[np.int64(-1), seen[:-1]])
 
 
 def _models(
@@ -197,16 +217,18 @@ def _op_rows(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     return rows[of_row == 1], rows[of_row == 2]
 
 
-def _backward(trace: Trace, rows: np.ndarray, capable: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _backward(
+    trace: Trace, rows: np.ndarray, capable: np.ndarray, bwd: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Backward work linked to modelled forward ops by ``Sequence number``: the
-    ``evaluate_function`` rows and their forward op rows (among the candidates ``rows[capable]``
-    with the same (rank, sequence number), the latest-starting one)."""
+    ``evaluate_function`` rows (of ``bwd``, :func:`_op_rows`'s second) and their forward op rows
+    (among the candidates ``rows[capable]`` with the same (rank, sequence number), the
+    latest-starting one)."""
     empty = (np.empty(0, np.int64), np.empty(0, np.int64))
     seq, rank = trace.column("seq"), trace.column("rank")
     fwd = rows[capable & (seq[rows] >= 0)]
     if fwd.size == 0:
         return empty
-    bwd = _op_rows(trace)[1]
     bwd = bwd[seq[bwd] >= 0]
     if bwd.size == 0:
         return empty
@@ -229,13 +251,14 @@ class _Calls:
 
 def _calls(trace: Trace) -> _Calls:
     """Every modelled call, with its group (op, family, shape, dtype, FLOPs, bytes)."""
-    rows = _op_rows(trace)[0]
+    rows, evaluate = _op_rows(trace)
     ids, models = _models(trace, rows)
     ok = np.array([m is not None for m in models], dtype=bool)
     keep = ok[ids] if ids.size else np.zeros(0, bool)
     rows, ids = rows[keep], ids[keep]
     capable = np.array([m is not None and m.family in BACKWARD_FAMILIES for m in models], bool)
-    bwd_rows, fwd_of = _backward(trace, rows, capable[ids] if ids.size else np.zeros(0, bool))
+    capable_rows = capable[ids] if ids.size else np.zeros(0, bool)
+    bwd_rows, fwd_of = _backward(trace, rows, capable_rows, evaluate)
     bwd_ids, bwd_models = _models(trace, fwd_of, backward=True)
     bwd_ok = np.array([m is not None for m in bwd_models], dtype=bool)
     keep = bwd_ok[bwd_ids] if bwd_ids.size else np.zeros(0, bool)

@@ -1,0 +1,147 @@
+""" "Against the hardware" in ``aorta report --traces`` and report.html.
+
+The renderers on a real GPU trace from tests/data (pure functions), the "went from … to …"
+sentence from a real :func:`aorta.compare` of per-trial ``pct_roofline_<family>`` values, and
+a real profiled sweep (CPU: its traces hold no GPU kernels, which the section must say).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import xarray as xr
+
+import aorta.cli
+from aorta.errors import ExitCode
+from aorta.matrix.dataset import build_dataset
+from aorta.report.html_perf import hardware_html
+from aorta.report.perf import (
+    NO_GPU_TEXT,
+    cell_hardware,
+    hardware_frame,
+    hardware_markdown,
+    representative_files,
+    roofline_changes,
+)
+from aorta.store.record import TrialRecord
+from tests.trace_helpers import profiled_sweep, shipped
+
+H100 = "h100_bert_small.json.gz"
+
+
+@pytest.fixture(scope="module")
+def h100_cell():
+    return cell_hardware(shipped(H100), cell="base", file=f"traces/{H100}")
+
+
+def _with_roofline(base: list[float], other: list[float]) -> xr.Dataset:
+    """Two cells, 5 trials each, and a per-trial ``pct_roofline_SDPA_fwd`` (rank 0)."""
+    cells = ("base", "x")
+    records = [
+        TrialRecord(cell=c, cell_id="", trial=t, status="ok", passed=True, step_times_ms=[5.0, 1.0])
+        for c in cells
+        for t in range(5)
+    ]
+    ds = build_dataset(
+        [{"name": c, "trials": 5} for c in cells], records, attrs={"baseline": "base"}
+    )
+    values = np.array([base, other], float)[:, :, None]
+    attrs = {"long_name": "SDPA_fwd share of the roofline", "units": "%", "rank_reduction": "min"}
+    ds["pct_roofline_SDPA_fwd"] = xr.DataArray(
+        values, dims=("cell", "trial", "rank"), coords={"rank": [0]}, attrs=attrs
+    )
+    return ds
+
+
+def test_the_section_shows_each_family_of_a_real_gpu_trace(h100_cell):
+    c = h100_cell
+    assert c.device == "H100" and c.coverage > 0.95
+    gemm = c.families.set_index("family").loc["GEMM"]
+    md = hardware_markdown([c], None, gpu=True, figures={"base": "roofline_base.png"})
+    assert "## Against the hardware" in md
+    assert f"`traces/{H100}` — H100, coverage {100 * c.coverage:.1f}% of kernel time" in md
+    assert (
+        f"| GEMM | {int(gemm['calls'])} | {gemm['kernel_us'] / 1e3:.3f} | {gemm['percent']:.1f} "
+        f"| {gemm['tflops']:.3g} | {gemm['tbps']:.3g} | {gemm['pct_roofline']:.1f} |" in md
+    )
+    assert "![roofline base](roofline_base.png)" in md
+    section = hardware_html([c], None, gpu=True, fmt="svg")
+    assert section.id == "hardware" and section.title == "Against the hardware"
+    assert 'id="fig-roofline-base"' in section.body and "<svg" in section.body
+    assert "<td>SDPA_fwd</td>" in section.body and "H100" in section.body
+    csv = hardware_frame([c])
+    assert set(csv["family"]) == set(c.families["family"])
+    assert (csv["cell"] == "base").all() and (csv["device"] == "H100").all()
+    assert csv["kernel_us"].sum() == pytest.approx(c.families["kernel_us"].sum())
+
+
+def test_a_detectable_change_of_a_family_reads_as_a_sentence(h100_cell):
+    ds = _with_roofline([41.0, 42.0, 40.0, 41.5, 40.5], [28.0, 27.0, 29.0, 28.5, 27.5])
+    changes = roofline_changes(ds, resamples=500)
+    row = changes.set_index(["family", "cell"]).loc[("SDPA_fwd", "x")]
+    assert row["difference"] == "lower"
+    assert row["sentence"].startswith("SDPA_fwd went from 41% to 28% of roofline under cell x")
+    md = hardware_markdown([h100_cell], changes, gpu=True)
+    assert f"- {row['sentence']}" in md
+    assert row["sentence"] in hardware_html([h100_cell], changes, gpu=True).body
+
+
+def test_no_sentence_when_the_share_did_not_change(h100_cell):
+    ds = _with_roofline([41.0, 42.0, 40.0, 41.5, 40.5], [41.2, 40.8, 42.1, 40.2, 41.0])
+    changes = roofline_changes(ds, resamples=500)
+    assert len(changes) == 1 and changes["sentence"].tolist() == [""]
+    md = hardware_markdown([h100_cell], changes, gpu=True)
+    assert "No family's share of the roofline changed detectably" in md
+
+
+def test_the_representative_trace_is_the_median_gpu_trial():
+    source = np.array([[["gpu", "gpu"], ["host", "host"], ["gpu", "gpu"], ["gpu", "missing"]]])
+    files = np.array([[[f"t{t}r{r}" for r in range(2)] for t in range(4)]])
+    busy = np.array([[[5.0, 9.0], [1.0, 1.0], [2.0, 3.0], [np.nan, 4.0]]])
+    dims = ("cell", "trial", "rank")
+    ds = xr.Dataset(
+        {"trace_source": (dims, source), "trace_file": (dims, files), "busy_ms": (dims, busy)},
+        coords={"cell": ["a"], "trial": range(4), "rank": [0, 1]},
+    )
+    # GPU trials 0 (worst rank 9), 2 (3), 3 (rank 0 only: NaN, last); the median is trial 0
+    assert representative_files(ds) == {"a": "t0r0"}
+
+
+def test_without_gpu_kernels_the_section_says_so_rather_than_nothing():
+    assert NO_GPU_TEXT in hardware_markdown([], None, gpu=False)
+    body = hardware_html([], None, gpu=False).body
+    assert "no GPU kernels" in body and "no roofline" in body
+
+
+RECIPE = """
+workload: race
+ticket: HW
+trials: 1
+steps: 3
+timeout_per_trial: 120
+workload_config: {mode: ddp, num_layers: 2, dtype: float32, model_dim: 64, simulate_compute: true}
+collect: [{torch_profiler: {wait: 0, warmup: 1, active: 1}}]
+cells:
+  - {name: base, mitigations: [none]}
+  - {name: other, mitigations: [none], workload_config: {num_layers: 3}}
+"""
+
+
+@pytest.mark.slow
+def test_report_traces_of_a_cpu_profiled_sweep_says_no_roofline_applies(tmp_path):
+    run = profiled_sweep(tmp_path, RECIPE)
+    code = aorta.cli.main(["report", str(run), "--traces", "--html", "--resamples", "300"])
+    assert code == ExitCode.OK
+    md = (run / "report" / "report.md").read_text()
+    section = md.split("## Against the hardware", 1)[1]
+    assert NO_GPU_TEXT in section
+    assert not (run / "report" / "hardware.csv").exists()
+    page = (run / "report" / "report.html").read_text()
+    assert '<section id="hardware">' in page
+    hardware = page.split('<section id="hardware">', 1)[1].split("</section>", 1)[0]
+    assert "no GPU kernels" in hardware
+    ds = aorta.load_run(run, traces=True)
+    assert (ds.trace_source == "host").all() and representative_files(ds) == {}
+    assert roofline_changes(ds).empty
+    assert isinstance(roofline_changes(ds), pd.DataFrame)
