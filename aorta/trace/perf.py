@@ -13,7 +13,6 @@ that has the forward op's ``Sequence number``.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -88,26 +87,15 @@ def _combine(*codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """One code per distinct tuple of the integer columns ``codes`` (codes 0..k-1 in order of
     first appearance); and the first row of each (sorted by code).
 
-    The columns are packed into one int64 by their value ranges and factorized once; only
-    when the ranges are too wide to pack does it re-code pairwise.
+    The columns are packed into one int64 (:func:`aorta.trace.links.pack`) and factorized
+    once.
 
     >>> key, first = _combine(np.array([5, 5, 7, 5]), np.array([-1, 0, 0, -1]))
     >>> key.tolist(), first.tolist()
     ([0, 1, 2, 0], [0, 1, 2])
     """
     n = codes[0].size
-    key = np.zeros(n, dtype=np.int64)
-    if n:
-        lows = [int(c.min()) for c in codes]
-        spans = [int(c.max()) - lo + 1 for c, lo in zip(codes, lows, strict=True)]
-        if math.prod(spans) < 2**62:  # pack by value ranges: one factorize
-            for column, lo, span in zip(codes, lows, spans, strict=True):
-                key = key * span + (column.astype(np.int64) - lo)
-        else:  # pack pairwise, re-coding to stay small
-            for column in codes:
-                sub, uniques = pd.factorize(column)
-                key = pd.factorize(key * max(len(uniques), 1) + sub)[0].astype(np.int64)
-    key = pd.factorize(key)[0].astype(np.int64)
+    key = pd.factorize(links.pack(*codes))[0].astype(np.int64)
     # codes come in order of first appearance: a row is a first where its code tops all before
     seen = np.maximum.accumulate(key) if n else key
     return key, np.flatnonzero(key > np.r_[np.int64(-1), seen[:-1]])
@@ -151,11 +139,14 @@ def _launched(trace: Trace, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     linked = np.flatnonzero(gpu.linked & (gpu.cls != _MEMSET))
     if rows.size == 0 or rt.size == 0 or linked.size == 0:
         return empty
-    launch_idx = np.searchsorted(rt, gpu.launch[linked])
+    position = np.full(trace.column("ts").size, -1, np.int64)  # event row -> index in rt
+    position[rt] = np.arange(rt.size)
+    launch_idx = position[gpu.launch[linked]]
+    linked, launch_idx = linked[launch_idx >= 0], launch_idx[launch_idx >= 0]
     by_launch = np.argsort(launch_idx, kind="stable")
     gpu_sorted = linked[by_launch]
-    first = np.searchsorted(launch_idx[by_launch], np.arange(rt.size))
     per_rt = np.bincount(launch_idx, minlength=rt.size)
+    first = np.cumsum(per_rt) - per_rt
     ts = trace.column("ts")
     group, rt_group = links.thread_groups(trace, rows, rt)
     order, lo, hi = links.contained_ranges(
