@@ -87,14 +87,18 @@ def contained_ranges(
     >>> order[lo[0]:hi[0]].tolist()
     [0]
     """
-    if inner_start.size < 2 or bool(np.all(inner_start[1:] >= inner_start[:-1])):
-        order = np.argsort(inner_group, kind="stable")  # already in time order: one key
-    else:
+    groups = np.sort(pd.unique(inner_group))  # few (threads): hashing beats sorting
+    if inner_start.size > 1 and not bool(np.all(inner_start[1:] >= inner_start[:-1])):
         order = np.lexsort((inner_start, inner_group))
+    elif groups.size <= 32:  # already in time order: gather each group's points
+        order = np.concatenate([np.flatnonzero(inner_group == v) for v in groups] or [[]])
+        order = order.astype(np.int64)
+    else:
+        order = np.argsort(inner_group, kind="stable")
     g, s = inner_group[order], inner_start[order]
     lo = np.empty(start.size, dtype=np.int64)
     hi = np.empty(start.size, dtype=np.int64)
-    for value in np.unique(group):
+    for value in np.sort(pd.unique(group)):
         outer = np.flatnonzero(group == value)
         a, b = np.searchsorted(g, value, side="left"), np.searchsorted(g, value, side="right")
         lo[outer] = a + np.searchsorted(s[a:b], start[outer], side="left")
