@@ -36,6 +36,7 @@ import aorta.trace
 from aorta import plot
 from aorta.errors import TraceError
 from aorta.matrix.compare import compare
+from aorta.matrix.trace_summary import has_traces
 from aorta.trace.metrics import PERF
 from aorta.trace.perf import by_family
 
@@ -338,6 +339,8 @@ def hardware_report(
 ) -> list[str]:
     """``aorta report --traces``'s part: ``hardware.csv`` (through ``put``), a
     ``roofline_<cell>.png`` per cell (into ``figures``), and report.md's lines."""
+    if not has_traces(ds):  # the traces section already says no trace could be analysed
+        return []
     if not has_gpu_traces(ds):
         return [hardware_markdown([], None, gpu=False)]
     cells = load_hardware(ds, run_dir)

@@ -7,6 +7,9 @@ a real profiled sweep (CPU: its traces hold no GPU kernels, which the section mu
 
 from __future__ import annotations
 
+import shutil
+import warnings
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -25,7 +28,7 @@ from aorta.report.perf import (
     roofline_changes,
 )
 from aorta.store.record import TrialRecord
-from tests.trace_helpers import profiled_sweep, shipped
+from tests.trace_helpers import DATA, copy_without_caches, profiled_sweep, shipped
 
 H100 = "h100_bert_small.json.gz"
 
@@ -145,3 +148,32 @@ def test_report_traces_of_a_cpu_profiled_sweep_says_no_roofline_applies(tmp_path
     assert (ds.trace_source == "host").all() and representative_files(ds) == {}
     assert roofline_changes(ds).empty
     assert isinstance(roofline_changes(ds), pd.DataFrame)
+
+    # The same run with real GPU traces in place of the CPU ones (H100 BERT for the baseline,
+    # MI300X BERT for the other cell; rank 1's file removed): the section has numbers.
+    gpu_run = copy_without_caches(run, tmp_path / "gpu_run")
+    for cell, name in (("base", H100), ("other", "mi300_bert_small.json.gz")):
+        trace_dir = gpu_run / "cells" / cell / "trial_0000" / "trace"
+        for old in trace_dir.glob("rank*"):
+            old.unlink()
+        shutil.copy(DATA / name, trace_dir / "rank0.pt.trace.json.gz")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # rank 1's trace is missing, on purpose
+        code = aorta.cli.main(["report", str(gpu_run), "--traces", "--html", "--resamples", "300"])
+    assert code == ExitCode.OK
+    md = (gpu_run / "report" / "report.md").read_text().split("## Against the hardware", 1)[1]
+    assert NO_GPU_TEXT not in md
+    assert "`cells/base/trial_0000/trace/rank0.pt.trace.json.gz` — H100, coverage" in md
+    assert "`cells/other/trial_0000/trace/rank0.pt.trace.json.gz` — MI300X, coverage" in md
+    assert "| GEMM |" in md and "![roofline base](roofline_base.png)" in md
+    for cell in ("base", "other"):
+        assert (gpu_run / "report" / f"roofline_{cell}.png").stat().st_size > 1000
+    csv = pd.read_csv(gpu_run / "report" / "hardware.csv")
+    assert set(csv["cell"]) == {"base", "other"} and set(csv["device"]) == {"H100", "MI300X"}
+    expected = cell_hardware(shipped(H100), cell="base", file="x").families
+    base = csv[csv["cell"] == "base"].set_index("family")["kernel_us"]
+    assert base.to_dict() == pytest.approx(expected.set_index("family")["kernel_us"].to_dict())
+    page = (gpu_run / "report" / "report.html").read_text()
+    hardware = page.split('<section id="hardware">', 1)[1].split("</section>", 1)[0]
+    assert 'id="fig-roofline-base"' in hardware and 'id="fig-roofline-other"' in hardware
+    assert "no GPU kernels" not in hardware
