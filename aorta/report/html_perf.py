@@ -115,8 +115,9 @@ def hardware_section(page: RunPage) -> Section | None:
         return None
     if not has_gpu_traces(page.ds):
         return hardware_html([], None, gpu=False)
-    baseline = page.summary.attrs.get("baseline")
-    changes = roofline_changes(page.ds, baseline, ranks=page.ranks)
+    a = page.summary.attrs  # the statistics the matrix used (alpha, seed, resamples)
+    kw = {k: a[k] for k in ("alpha", "seed", "resamples") if a.get(k) is not None}
+    changes = roofline_changes(page.ds, a.get("baseline"), ranks=page.ranks, **kw)
     cells = load_hardware(page.ds, page.files.path) if page.files is not None else []
     located = page.files is not None
     return hardware_html(cells, changes, gpu=True, fmt=page.fmt, located=located)

@@ -19,6 +19,7 @@ import aorta.cli
 from aorta.errors import ExitCode
 from aorta.matrix.dataset import build_dataset
 from aorta.report.html_perf import hardware_html
+from aorta.report.html_report import html
 from aorta.report.perf import (
     NO_GPU_TEXT,
     cell_hardware,
@@ -177,3 +178,20 @@ def test_report_traces_of_a_cpu_profiled_sweep_says_no_roofline_applies(tmp_path
     hardware = page.split('<section id="hardware">', 1)[1].split("</section>", 1)[0]
     assert 'id="fig-roofline-base"' in hardware and 'id="fig-roofline-other"' in hardware
     assert "no GPU kernels" not in hardware
+
+
+def test_the_page_of_an_in_memory_dataset_says_the_change_and_that_traces_are_not_located(
+    tmp_path,
+):
+    """report.html's builder on a Dataset with GPU trace metrics but no run directory: the
+    sentence from every trial's values, and no per-cell trace (nowhere to read one from)."""
+    ds = _with_roofline([41.0, 42.0, 40.0, 41.5, 40.5], [28.0, 27.0, 29.0, 28.5, 27.5])
+    dims = ("cell", "trial", "rank")
+    ds["trace_source"] = xr.DataArray(np.full((2, 5, 1), "gpu", object), dims=dims)
+    ds["trace_file"] = xr.DataArray(np.full((2, 5, 1), "x.json", object), dims=dims)
+    for name in ("computation_ms", "exposed_comm_ms", "idle_ms", "busy_ms", "total_ms"):
+        ds[name] = xr.DataArray(np.ones((2, 5, 1)), dims=dims, attrs={"rank_reduction": "max"})
+    page = html(ds, output=tmp_path / "page.html", resamples=300).read_text()
+    section = page.split('<section id="hardware">', 1)[1].split("</section>", 1)[0]
+    assert "SDPA_fwd went from 41% to 28% of roofline under cell x" in section
+    assert "The run directory is not known" in section
