@@ -16,7 +16,8 @@ Two sources, each said where it is shown:
 
 Traces without GPU kernels (CPU-only runs: source ``host``) have no perf model and no
 roofline; the section says so instead of showing nothing. Everything here is pure but
-:func:`load_hardware`, which reads the representative traces (through the trace cache).
+:func:`load_hardware`, which reads the representative traces (through the trace cache), and
+:func:`hardware_report`, ``aorta report --traces``'s part, which writes through ``put``.
 """
 
 from __future__ import annotations
