@@ -65,8 +65,8 @@ from aorta.recipe.limits import (
     image_ref_problem,
     name_bytes_problem,
 )
-from aorta.recipe.regex import RegexError, compile_regex
 from aorta.recipe.yamldoc import parse_yaml
+from aorta.regex import RegexError, compile_regex
 
 __all__ = [
     "KNOWN_COLLECTORS",

@@ -36,6 +36,12 @@ _LAZY = {
 
 if TYPE_CHECKING:  # the same names for type checkers; loaded on first access at run time
     from aorta.report.explain import explain_text
+    from aorta.report.findings import (
+        comparison_findings,
+        finding_json,
+        findings_lines,
+        run_findings,
+    )
     from aorta.report.html_report import compare_html, html
 
 

@@ -48,6 +48,7 @@ from aorta.report.html_details import (
 from aorta.report.html_failures import failures_section
 from aorta.report.html_findings import findings_section
 from aorta.report.html_kit import FigureFormat, esc, page
+from aorta.report.html_perf import hardware_section
 from aorta.report.html_sections import (
     LogExcerpt,
     RunFiles,
@@ -82,6 +83,7 @@ RUN_SECTIONS: tuple[SectionBuilder, ...] = (
     failures_section,
     figures_section,
     traces_section,
+    hardware_section,
     time_went_section,
     run_section,
     trials_section,

@@ -6,7 +6,9 @@ and signature), four PNG figures and ``report.md`` that shows them together — 
 first (:func:`aorta.matrix.findings.findings`: failures and hangs, then timing), then the
 cells' table with the failure columns before timing. With ``traces=True`` (``aorta report RUN --traces``)
 it also analyses the profiler traces: ``traces.csv`` (per cell: time breakdown and the
-exposed-communication verdict), two more figures, a traces section in ``report.md``, and
+exposed-communication verdict), two more figures, a traces section in ``report.md``, an
+"Against the hardware" section (:mod:`aorta.report.perf`: ``hardware.csv``, a
+``roofline_<cell>.png`` per cell), and
 the run's ``matrix.md`` / ``matrix.json`` rewritten with their traces section
 (:func:`aorta.report.matrix.write_matrix`).
 """
@@ -39,6 +41,7 @@ from aorta.report.comparison import (
 from aorta.report.explain import explain_changed, time_went_markdown
 from aorta.report.findings import findings_markdown
 from aorta.report.matrix import MATRIX_JSON, MATRIX_MD, trace_markdown, write_matrix
+from aorta.report.perf import hardware_report
 from aorta.store.redact import Redactor
 from aorta.store.rundir import atomic_write
 
@@ -125,6 +128,7 @@ def write_report(
     ]
     if traces:
         lines += _trace_report(ds, baseline, put=put, figures=figures, **kw)
+        lines += hardware_report(ds, run_dir, baseline, put=put, figures=figures, **kw)
         if has_traces(ds):
             explained = explain_changed(ds, df, alpha=alpha, seed=seed, resamples=resamples)
             figures.update({f"waterfall_{c}.png": plot.waterfall(d) for c, d in explained.items()})

@@ -393,7 +393,7 @@ def test_page_for_a_profiled_two_rank_sweep(tmp_path, run_cli):
     assert code == ExitCode.OK, err
     path = run_dir / "report" / "report.html"
     page = read_page(path)
-    assert page.sections == ["findings", "matrix", "figures", "traces", "run", "trials"]
+    assert page.sections == ["findings", "matrix", "figures", "traces", "hardware", "run", "trials"]
     assert page.figures == [*FIGURES, "time_breakdown", "exposed_comm_vs_step"]
     assert page.column("matrix#1") == ["fsdp", "ddp"]
     traces = page.tables["traces#1"]
