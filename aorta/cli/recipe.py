@@ -60,14 +60,8 @@ def show(
     ] = False,
 ) -> int:
     """Print a recipe as aorta reads it."""
-    import yaml
-
     import aorta.recipe as recipes
 
     recipe = recipes.load_recipe(file)
-    if resolved:
-        sys.stdout.write(recipes.dump_recipe(recipe))
-    else:
-        data = recipe.model_dump(mode="json", exclude_defaults=True)
-        sys.stdout.write(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+    sys.stdout.write(recipes.dump_recipe(recipe, explicit=resolved))
     return ExitCode.OK

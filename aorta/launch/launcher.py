@@ -21,7 +21,7 @@ from typing import IO, Any, TypeVar
 from aorta.errors import AortaError
 from aorta.report.launch import describe_kill, last_words
 from aorta.store.redact import harvest_secrets, record_secrets
-from aorta.store.rundir import RunDir, atomic_write
+from aorta.store.rundir import HOST_ENV, RunDir, atomic_write
 
 from .cluster import Cluster, Node
 from .command import (
@@ -199,9 +199,7 @@ class _Launch:
         self.result.timings["setup"] = self.now()
         for out in self.outcomes.values():
             if out.snapshot is not None and out.log is not None:
-                atomic_write(
-                    out.log.parent / "host_env.json", json.dumps(out.snapshot, indent=1) + "\n"
-                )
+                atomic_write(out.log.parent / HOST_ENV, json.dumps(out.snapshot, indent=1) + "\n")
         self.result.skew = skew = env_diff({name: o.snapshot for name, o in self.outcomes.items()})
         if skew:
             keys = ", ".join(sorted(skew)[:6])

@@ -56,13 +56,12 @@ from aorta.report.html_sections import (
 )
 from aorta.store.record import ERRORED
 from aorta.store.redact import redact_page
-from aorta.store.rundir import RunDir, atomic_write
+from aorta.store.rundir import REPORT_HTML, RunDir, atomic_write
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 __all__ = [
-    "REPORT_HTML",
     "RUN_SECTIONS",
     "compare_html",
     "html",
@@ -80,8 +79,6 @@ RUN_SECTIONS: tuple[SectionBuilder, ...] = (
     time_went_section,
     trials_section,
 )
-#: The page's name inside ``report/``.
-REPORT_HTML = "report.html"
 _TAIL_BYTES = 8192
 _TAIL_LINES = 8
 _TAILS_PER_CELL = 5

@@ -45,11 +45,9 @@ from aorta.report.comparison import (
 )
 from aorta.report.upstream import with_upstream_keys
 from aorta.store.redact import Redactor
-from aorta.store.rundir import RunDir
+from aorta.store.rundir import MATRIX_JSON, MATRIX_MD, RunDir
 
 __all__ = [
-    "MATRIX_JSON",
-    "MATRIX_MD",
     "failure_signatures",
     "matrix_header",
     "matrix_json",
@@ -60,9 +58,6 @@ __all__ = [
     "write_matrix",
 ]
 
-#: The matrix files of a run directory.
-MATRIX_MD = "matrix.md"
-MATRIX_JSON = "matrix.json"
 _HEADER_KEYS = (
     "ticket",
     "workload",

@@ -33,9 +33,9 @@ from aorta.report.comparison import (
     statistics_line,
 )
 from aorta.report.explain import explain_changed, time_went_markdown
-from aorta.report.matrix import MATRIX_JSON, MATRIX_MD, trace_markdown, write_matrix
+from aorta.report.matrix import trace_markdown, write_matrix
 from aorta.store.redact import Redactor
-from aorta.store.rundir import atomic_write
+from aorta.store.rundir import MATRIX_JSON, MATRIX_MD, atomic_write
 
 __all__ = ["REPORT_DIR", "write_report"]
 

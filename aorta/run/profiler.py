@@ -14,6 +14,7 @@ unconditionally::
 Examples
 --------
 >>> from aorta.run.workload import TrialContext
+from aorta.store.rundir import TRACE_DIR, trace_file_name
 >>> with StepProfiler(TrialContext(cell="a", trial=0), total_steps=3) as prof:
 ...     prof.step()
 >>> prof.enabled, prof.traces
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from aorta.run.workload import TrialContext
+from aorta.store.rundir import TRACE_DIR, trace_file_name
 
 __all__ = ["StepProfiler"]
 
@@ -58,10 +60,9 @@ class StepProfiler:
         }
 
     def _trace_path(self) -> Path:
-        folder = Path(self.context.artifact_dir or ".") / "trace"
+        folder = Path(self.context.artifact_dir or ".") / TRACE_DIR
         folder.mkdir(parents=True, exist_ok=True)
-        cycle = f".{len(self.traces)}" if self.traces else ""
-        return folder / f"rank{self.context.rank}{cycle}.pt.trace.json.gz"
+        return folder / trace_file_name(self.context.rank, cycle=len(self.traces))
 
     def _ready(self, prof: Any) -> None:
         path = self._trace_path()

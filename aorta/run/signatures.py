@@ -39,12 +39,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-
 from aorta.errors import AortaError
 from aorta.recipe.condition import compile_condition, evaluate
 from aorta.recipe.regex import RegexError, compile_alternation, compile_regex
 from aorta.recipe.schema import CustomPattern
+from aorta.recipe.yamldoc import parse_yaml
 from aorta.text import printable
 
 __all__ = [
@@ -374,10 +373,6 @@ class SignatureLibrary:
         sigs += [Signature.from_custom(p) for p in custom]
         return cls(sigs, version=version)
 
-    def with_signatures(self, extra: Iterable[Signature]) -> SignatureLibrary:
-        """This library and ``extra`` after it."""
-        return SignatureLibrary([*self.signatures, *extra], version=self.version)
-
     def describe(self) -> list[dict[str, Any]]:
         """One row per signature: name, tier, source, hint, regex."""
         return [
@@ -453,7 +448,7 @@ class SignatureLibrary:
 
 def _builtin() -> tuple[int, list[Signature]]:
     text = importlib.resources.files("aorta.run").joinpath(_DATA_FILE).read_text("utf-8")
-    doc = yaml.safe_load(text)
+    doc = parse_yaml(text)
     return int(doc["version"]), [
         Signature.from_mapping(item, "builtin") for item in doc["signatures"]
     ]

@@ -28,14 +28,13 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import yaml
 
 from aorta import __version__, envvars
 from aorta.errors import AortaError, ExitCode, UsageError
 from aorta.matrix.dataset import build_dataset
 from aorta.matrix.load import write_results
 from aorta.recipe.plan import Cell, TrialKey
-from aorta.recipe.schema import Recipe, dump_recipe, recipe_from_data
+from aorta.recipe.schema import Recipe, dump_recipe, load_recipe_text
 from aorta.report.matrix import write_matrix
 from aorta.report.progress import ProgressMode, Reporter, choose_reporter
 from aorta.run import procs
@@ -694,7 +693,7 @@ def _sweep(
         if "error" in setup:
             raise (UsageError if setup["usage"] else AortaError)(f"rank 0: {setup['error']}")
         prepared = prepare(
-            recipe_from_data(yaml.safe_load(setup["recipe"])),
+            load_recipe_text(setup["recipe"]),
             mitigations_files=mitigations_files,
             catalog=catalog,
         )
