@@ -24,6 +24,7 @@ __all__ = [
     "LAUNCHER_IDENTITY",
     "LAUNCHER_IDENTITY_PREFIXES",
     "LAUNCH_PROVIDED",
+    "control_problem",
     "env_problems",
     "is_reserved_env_name",
     "name_problem",
@@ -256,12 +257,47 @@ def name_problem(name: object, *, allow: Collection[str] = ()) -> str | None:
     return None
 
 
+_CONTROL_NAMES = {
+    "\t": "a tab",
+    "\n": "a line break",
+    "\r": "a carriage return",
+    "\x1b": "an escape",
+}
+
+
+def control_problem(value: str, *, allow: str = "") -> str | None:
+    """Why ``value`` cannot be written into a shell script or a line-based file, or ``None``.
+
+    A control character (U+0000–U+001F, U+007F) other than those in ``allow`` is refused: a
+    line break in an ``#SBATCH`` option ends that line and starts a shell line of its own (and
+    makes sbatch ignore every ``#SBATCH`` line after it); an escape sequence rewrites the
+    terminal of whoever reads the script or the plan.
+
+    >>> control_problem("gpu-team"), control_problem("a\\tb", allow="\\t")
+    (None, None)
+    >>> control_problem("acct\\nrm -rf ~")
+    'contains a line break (U+000A), which would split the line it is written into and start a shell line of its own'
+    """
+    bad = next((c for c in value if (c < " " or c == "\x7f") and c not in allow), None)
+    if bad is None:
+        return None
+    name = _CONTROL_NAMES.get(bad, "a control character")
+    return (
+        f"contains {name} (U+{ord(bad):04X}), which would split the line it is written into "
+        "and start a shell line of its own"
+        if bad in "\n\r"
+        else f"contains {name} (U+{ord(bad):04X}); control characters are refused in anything "
+        "written into a shell script or an env file"
+    )
+
+
 def value_problem(value: object) -> str | None:
     """Why ``value`` cannot be an environment variable's value, or ``None`` when it can.
 
     Values are strings (YAML's unquoted ``on``/``yes``/numbers are not), without NUL or line
     breaks: a process environment cannot carry a NUL, and a line break would split the
-    ``env`` files and ``KEY=value`` lines aorta writes.
+    ``env`` files and ``KEY=value`` lines aorta writes. Other control characters but a tab
+    are refused too (:func:`control_problem`).
     """
     if isinstance(value, bool):
         return (
@@ -272,7 +308,8 @@ def value_problem(value: object) -> str | None:
         return f'must be a string, got {describe_value(value)}: quote the value ("{value}")'
     if "\x00" in value or "\n" in value or "\r" in value:
         return "contains a NUL or newline character, which a process environment cannot carry"
-    return None
+    # A value is written into env files (`export K='v'`, docker --env-file) and shown in plans.
+    return control_problem(value, allow="\t")
 
 
 def env_problems(

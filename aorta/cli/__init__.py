@@ -11,10 +11,11 @@ import os
 import sys
 import warnings
 from collections.abc import Sequence
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
+from aorta import __version__
 from aorta.errors import AortaError, ExitCode, RecordWarning, TraceWarning
 
 from . import bundle as _bundle
@@ -37,6 +38,30 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        print(f"aorta {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            "-V",
+            help="Print aorta's version and exit.",
+            callback=_print_version,
+            is_eager=True,
+        ),
+    ] = False,
+) -> None:
+    """Triage GPU training problems: sweep mitigations, compare cells, analyse traces."""
+
+
 app.add_typer(_recipe.app, name="recipe")
 app.add_typer(_sweep.app, name="sweep")
 app.add_typer(_trace.app, name="trace")
@@ -92,6 +117,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         _error(str(exc))
         return int(exc.exit_code)
     except _UsageError as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            return int(ExitCode.USAGE)  # `aorta` or `aorta sweep` alone: the help was the answer
         hint = (
             f" (see 'aorta {' '.join(exc.ctx.command_path.split()[1:])} --help')" if exc.ctx else ""
         )

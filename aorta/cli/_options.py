@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from aorta import envvars
+from aorta.run.profiler import no_traces_hint
 
 MitigationsFiles = Annotated[
     list[Path] | None,
@@ -27,3 +29,10 @@ Verbose = Annotated[
 Json = Annotated[
     bool, typer.Option("--json", envvar=envvars.JSON_OUTPUT, help="Print JSON instead of text.")
 ]
+
+
+def traces_missing(runs: Sequence[Path]) -> list[str]:
+    """For each run directory without any profiler trace, the line that says how to get some
+    (``--traces``, ``--explain``); empty when every run has traces."""
+    hints = [no_traces_hint(run) for run in runs if (Path(run) / "cells").is_dir()]
+    return [h for h in hints if h]

@@ -13,7 +13,7 @@ from aorta import envvars
 from aorta import report as pages  # light: explain_text loads on first use
 from aorta.errors import ExitCode, UsageError
 
-from ._options import Json
+from ._options import Json, traces_missing
 
 Baseline = Annotated[
     str | None,
@@ -128,6 +128,8 @@ def compare(
     difference detected) and does it matter (the ratio's CI against the band: beyond / within
     band / undecided); failures (workload, hang, crash) by Boschloo's exact test. With
     --explain CELL: where the cell's step time went against the baseline, item by item."""
+    if (traces or explain is not None) and (missing := traces_missing(runs)):
+        raise UsageError(f"{'--explain' if explain is not None else '--traces'}: {missing[0]}")
     if explain is not None:
         return _explain(
             runs,

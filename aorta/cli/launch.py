@@ -323,6 +323,10 @@ def launch(
     if slurm:
         named = {"partition": partition, "time": time, "gpus-per-node": gpus_per_node}
         named["account"] = account
+        _refuse_control_characters(
+            {"--partition": partition, "--time": time, "--account": account, "--output": output},
+            sbatch_arg or (),
+        )
         options = [f"--{k}={v}" for k, v in named.items() if v is not None]
         return _slurm_launch(
             spec if attach is None else None,
@@ -346,6 +350,18 @@ def launch(
     if dry_run:
         return _dry_run(the_cluster, spec, deadlines=deadlines)
     return _launch(the_cluster, spec, output=output, deadlines=deadlines, printer=printer)
+
+
+def _refuse_control_characters(named: dict[str, object], sbatch_args: Sequence[str]) -> None:
+    """Each value goes into an ``#SBATCH`` line of ``aorta.sbatch``: refuse control characters,
+    naming the flag and its ``AORTA_*`` twin (a twin's value is where a stray newline hides)."""
+    given = [(flag, str(v)) for flag, v in named.items() if v is not None]
+    given += [("--sbatch-arg", a) for a in sbatch_args]
+    for flag, value in given:
+        if problem := envvars.control_problem(value):
+            twin = envvars.CLI_TWINS.get(flag)
+            name = f"{flag} (or {twin})" if twin else flag
+            raise UsageError(f"{name} {value!r}: {problem}")
 
 
 def _dry_run(cluster: Cluster, spec: LaunchSpec, *, deadlines: Deadlines) -> int:
@@ -404,9 +420,9 @@ def _slurm_launch(
     else:
         if srun_ranks and not isinstance(spec.nproc_per_node or 1, int):
             raise UsageError("--srun-ranks needs a number for --nproc-per-node")
-        check_request(nodes=nodes, partition=partition, time_limit=time_limit)
         if nodes is None and dry_run:
             raise UsageError("--dry-run with --slurm shows the sbatch script: give --nodes")
+        check_request(nodes=nodes, partition=partition, time_limit=time_limit, dry_run=dry_run)
         job = SlurmJob(output, new_run_id(), srun_ranks=srun_ranks)
         if nodes is not None and dry_run:
             print(job.script(spec, nodes=nodes, options=options), end="")

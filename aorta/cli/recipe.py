@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from aorta.errors import ExitCode, RecipeError
+from aorta.recipe.schema import load_recipe_pending_command
 
 from ._options import MitigationsFiles
 
@@ -31,13 +32,9 @@ def validate(
 
     note = ""
     try:
-        try:
-            recipe = recipes.load_recipe(file, command=command or None)
-        except RecipeError as exc:
-            # A probe recipe gets its command at run time: check the rest, and say so.
-            if command or not exc.problems or any(p.path != "command" for p in exc.problems):
-                raise
-            recipe = recipes.load_recipe(file, command=["<command>"])
+        # A probe recipe gets its command at run time: check the rest, and say so.
+        recipe, pending = load_recipe_pending_command(file, command=command or None)
+        if pending:
             note = "; probe recipe: give the command after '--' when you run it"
         p = recipes.plan(recipe, registry=recipes.Registry.load(files=mitigations_file or ()))
     except RecipeError as exc:
@@ -59,9 +56,14 @@ def show(
         ),
     ] = False,
 ) -> int:
-    """Print a recipe as aorta reads it."""
+    """Print a recipe as aorta reads it (a probe recipe without its command too: that comes
+    after '--' when it runs)."""
     import aorta.recipe as recipes
 
-    recipe = recipes.load_recipe(file)
+    recipe, pending = load_recipe_pending_command(file)
+    if pending:
+        from aorta.report.console import COMMAND_PENDING
+
+        print(f"# command: {COMMAND_PENDING}")
     sys.stdout.write(recipes.dump_recipe(recipe, explicit=resolved))
     return ExitCode.OK

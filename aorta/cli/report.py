@@ -3,6 +3,7 @@ self-contained page too, or, for two runs, the page comparing them."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -12,6 +13,7 @@ from aorta import envvars
 from aorta import report as pages  # light: its html and compare_html load on first use
 from aorta.errors import ExitCode, UsageError
 
+from ._options import traces_missing
 from .compare import Alpha, Baseline, Metric, Ranks, Resamples, Seed, Traces, rank_reduction
 
 Html = Annotated[
@@ -48,6 +50,9 @@ def report(
     with --html also report.html. Two runs with --html: RUN_B/report/compare_<A>.html."""
     from aorta.report.report_dir import write_report
 
+    if traces:  # the report is still worth writing: say why it has no trace section
+        for hint in traces_missing(runs):
+            print(f"warning: --traces: {hint}", file=sys.stderr)
     kw = {"alpha": alpha, "seed": seed, "resamples": resamples, "traces": traces}
     kw["ranks"] = rank_reduction(ranks)
     if len(runs) > 2:

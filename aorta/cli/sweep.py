@@ -11,7 +11,7 @@ import typer
 from aorta import envvars
 from aorta.errors import ExitCode, UsageError
 from aorta.recipe.flags import recipe_from_flags, split_axis
-from aorta.recipe.schema import Recipe
+from aorta.recipe.schema import Recipe, load_recipe_pending_command
 from aorta.store.rundir import RunDir
 
 from ._options import Json, MitigationsFiles, Verbose
@@ -196,8 +196,14 @@ def run(
         raise UsageError(
             "--dry-run needs --recipe or flag mode (a resumed run's plan is in its recipe.resolved.yaml)"
         )
+    # A probe recipe's plan can be shown before its command is known (it comes after '--').
+    shown, pending = (
+        (recipe, False)
+        if isinstance(recipe, Recipe)
+        else load_recipe_pending_command(recipe, command=command or None)
+    )
     prepared = preparing.prepare(
-        recipe,
+        shown,
         command=command or None,
         ticket=ticket,
         timeout_s=timeout,
@@ -206,11 +212,11 @@ def run(
     )
     warnings = prepared.warnings
     if as_json:
+        # The text plan says so in its command line; JSON's command is null, with the reason.
+        notes = [*warnings, *([f"command: {console.COMMAND_PENDING}"] if pending else [])]
         print(
             json.dumps(
-                console.plan_to_dict(
-                    prepared.plan, isolation=prepared.isolation, warnings=warnings
-                ),
+                console.plan_to_dict(prepared.plan, isolation=prepared.isolation, warnings=notes),
                 indent=2,
             )
         )
@@ -336,24 +342,42 @@ def status(
     run_dir: Annotated[Path, typer.Argument(help="A run directory.", file_okay=False, exists=True)],
     as_json: Json = False,
 ) -> int:
-    """Show how far a run got (from its manifest and trial records)."""
+    """Show how far a run got (from its manifest, its lock and its trial records).
+
+    A run whose manifest says ``running`` but whose sweep is gone (``kill -9``, a lost node)
+    shows as ``interrupted``, with the command that resumes it.
+    """
     rd = RunDir.open(run_dir)
     manifest = rd.manifest()
+    state, owner = rd.live_status()
     counts: dict[str, int] = {}
     for rec in rd.trial_records():
         counts[rec.status.value] = counts.get(rec.status.value, 0) + 1
     info = {
         "run_dir": str(rd.path),
-        "status": manifest.get("status"),
+        "status": state,
+        "manifest_status": manifest.get("status"),
+        "owner": owner,
         "n_trials": manifest.get("n_trials"),
         "recorded": sum(counts.values()),
         "statuses": counts,
     }
     if as_json:
         print(json.dumps(info, indent=2))
-    else:
-        done = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "none"
-        print(
-            f"{rd.path}: {info['status']} — {info['recorded']}/{info['n_trials']} trials recorded ({done})"
-        )
+        return ExitCode.OK
+    done = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "none"
+    why = ""
+    pid = (owner or {}).get("pid", manifest.get("pid"))
+    if state == "running" and owner and owner.get("alive") is None:
+        why = f" (pid {pid} on {owner.get('host')}; not checkable from this host)"
+    elif state == "running":
+        why = f" (pid {pid})"
+    elif state == "interrupted" and manifest.get("status") == "running":
+        why = f" (owner pid {pid} gone)"
+    line = (
+        f"{rd.path}: {state}{why} — {info['recorded']}/{info['n_trials']} trials recorded ({done})"
+    )
+    if state == "interrupted":
+        line += f" — resume with: aorta sweep resume {rd.path}"
+    print(line)
     return ExitCode.OK

@@ -64,16 +64,22 @@ def _slurm(*argv: str, timeout: float = 60.0) -> str:
     return done.stdout
 
 
-def check_request(*, nodes: int | None, partition: str | None, time_limit: str | None) -> None:
-    """Refuse, before anything is submitted, what Slurm would refuse or what cannot run.
+def check_request(
+    *, nodes: int | None, partition: str | None, time_limit: str | None, dry_run: bool = False
+) -> None:
+    """Refuse, before anything is submitted, what Slurm would refuse or what cannot run
+    (``dry_run``: only what needs no Slurm tools or controller).
 
     >>> check_request(nodes=2, partition=None, time_limit="1:2:3:4")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     aorta.errors.UsageError: --time '1:2:3:4': not a Slurm time (MM, MM:SS, HH:MM:SS, D-HH, ...)
+    >>> check_request(nodes=2, partition="gpu", time_limit="30", dry_run=True)  # no Slurm needed
     """
     if time_limit is not None and not _TIME.fullmatch(time_limit):
         forms = "MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS"
         raise UsageError(f"--time {time_limit!r}: not a Slurm time ({forms})")
+    if dry_run:
+        return
     missing = [t for t in ("sbatch", "srun", "scontrol", "sinfo", "scancel") if not shutil.which(t)]
     if missing:
         raise UsageError(f"--slurm: Slurm client tools not found on PATH: {', '.join(missing)}")
@@ -164,6 +170,8 @@ def _outcome(node: Node, ndir: Path, state: str, meta: dict[str, Any]) -> NodeOu
 
 def run_in_job(staging: Path, emit: EventSink) -> int:
     """The batch script's step: the srun step, then ``env.sh`` removed; srun's exit code."""
+    if "SLURM_JOB_ID" not in os.environ or not (staging / JOB_FILE).is_file():
+        raise UsageError(f"--in-job {staging}: only inside the job `aorta launch --slurm` submits")
     code = _start_step(staging, emit).wait()
     _drop_env(staging)
     return code

@@ -55,6 +55,7 @@ COLUMNS: tuple[str, ...] = (
     "n_failed_crash",
     "n_timed",
     "n_nonfinite",
+    "n_negative",
     "failure_rate",
     "failure_ci_low",
     "failure_ci_high",
@@ -117,7 +118,14 @@ def _cell_rows(
     outcome, kind = outcomes(ds)
     outcome = outcome.transpose("cell", "trial").values
     kind = kind.transpose("cell", "trial").values
-    vals = values.transpose("cell", "trial").values
+    vals = values.transpose("cell", "trial").values.astype(float)
+    negative = np.zeros(len(vals), dtype=int)
+    if _is_time(values):
+        # A negative duration is a broken clock or a parsing mistake, never a speed-up: left
+        # out of every statistic (as a trial with no value), counted and said in the note.
+        bad = vals < 0
+        negative = bad.sum(axis=1)
+        vals = np.where(bad, np.nan, vals)
     events = None if signature is None else _signature_events(ds, signature)
     for i, cell in enumerate(ds.cell.values.tolist()):
         counts = _counts(outcome[i], kind[i])
@@ -130,7 +138,9 @@ def _cell_rows(
         ran = counts["n_ok"] + counts["n_failed"]
         summary = stats.summarize_values(vals[i])
         lo, hi = stats.wilson_interval(counts["n_failed"], ran, alpha=alpha)
-        group = stats.Group(f"{key_prefix}{cell}", vals[i], counts["n_failed"], ran)
+        group = stats.Group(
+            f"{key_prefix}{cell}", vals[i], counts["n_failed"], ran, negative=int(negative[i])
+        )
         rows.append(
             {
                 "cell": cell,
@@ -139,6 +149,7 @@ def _cell_rows(
                 **counts,
                 "n_timed": summary.n,
                 "n_nonfinite": group.nonfinite,
+                "n_negative": group.negative,
                 "failure_rate": counts["n_failed"] / ran if ran else math.nan,
                 "failure_ci_low": lo,
                 "failure_ci_high": hi,

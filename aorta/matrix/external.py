@@ -78,19 +78,26 @@ def from_trials(
     threshold
         The band of practical equivalence ``[1/threshold, threshold]`` (default 1.15).
     cells
-        The cells' order (default: as they first appear in ``df``).
+        The cells to build, in this order (default: every cell, as they first appear in
+        ``df``); rows of other cells are left out.
 
     Returns
     -------
     xarray.Dataset
         As :func:`aorta.load_run` gives for a sweep (``attrs``: ``baseline``, ``threshold``,
-        ``source="from_trials"``).
+        ``source="from_trials"``). Trial ids label trials, they do not size the Dataset:
+        while every cell's largest id is below twice its number of rows (plus 8), the ids
+        are the ``trial`` coordinate and the gaps are missing trials, as in a sweep;
+        otherwise (job ids, timestamps) every cell's trials are numbered 0, 1, … in id
+        order, each given id kept in ``info`` (``info_key="trial_id"``) and
+        ``attrs["trial_ids"] = "renumbered"``.
 
     Raises
     ------
     ValueError
         A missing column, an unknown status (the message lists the names), a negative trial,
-        a trial given twice, ``warmup_steps`` < 0, or ``baseline`` not among the cells.
+        a trial given twice, ``warmup_steps`` < 0, ``baseline`` not among the cells, or a
+        cell of ``cells`` that has no row.
 
     See Also
     --------
@@ -151,14 +158,43 @@ def from_trials(
                 error=None if not row.get("error") else str(row["error"]),
             )
         )
-    names = list(cells) if cells is not None else list(dict.fromkeys(r.cell for r in records))
+    present = list(dict.fromkeys(r.cell for r in records))
+    names = list(dict.fromkeys(str(c) for c in cells)) if cells is not None else present
+    absent = [n for n in names if n not in present]
+    if absent:
+        raise ValueError(
+            f"cells: {', '.join(map(repr, absent))} not in the table (cells: {', '.join(present)})"
+        )
     if baseline not in names:
         raise ValueError(
             f"baseline cell {baseline!r} is not in the table (cells: {', '.join(names)})"
         )
+    chosen = set(names)
+    records = [r for r in records if r.cell in chosen]
+    attrs = {"baseline": baseline, "threshold": float(threshold), "source": "from_trials"}
+    if _sparse(records):
+        records = _renumbered(records)
+        attrs["trial_ids"] = "renumbered"
     counts = {n: 1 + max((r.trial for r in records if r.cell == n), default=-1) for n in names}
-    return build_dataset(
-        [{"name": n, "trials": counts[n]} for n in names],
-        records,
-        attrs={"baseline": baseline, "threshold": float(threshold), "source": "from_trials"},
-    )
+    return build_dataset([{"name": n, "trials": counts[n]} for n in names], records, attrs=attrs)
+
+
+def _sparse(records: Sequence[TrialRecord]) -> bool:
+    """Whether some cell's ids would pad the Dataset past twice its rows (plus 8)."""
+    rows: dict[str, int] = {}
+    top: dict[str, int] = {}
+    for r in records:
+        rows[r.cell] = rows.get(r.cell, 0) + 1
+        top[r.cell] = max(top.get(r.cell, 0), r.trial)
+    return any(top[c] >= 2 * rows[c] + 8 for c in rows)
+
+
+def _renumbered(records: Sequence[TrialRecord]) -> list[TrialRecord]:
+    """Each cell's trials as 0, 1, … in id order, the given id in ``info["trial_id"]``."""
+    out: list[TrialRecord] = []
+    nxt: dict[str, int] = {}
+    for r in sorted(records, key=lambda r: (r.cell, r.trial)):
+        k = nxt.get(r.cell, 0)
+        nxt[r.cell] = k + 1
+        out.append(r.model_copy(update={"trial": k, "info": {**r.info, "trial_id": str(r.trial)}}))
+    return out

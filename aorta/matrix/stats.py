@@ -49,12 +49,22 @@ from typing import Literal
 
 import numpy as np
 
+from aorta.matrix.bootstrap import (
+    BOOTSTRAP_BLOCK,
+    ORDER_STATISTIC_MIN,
+    bootstrap_medians,
+    data_stream,
+    percentile_interval,
+)
+
 __all__ = [
+    "BOOTSTRAP_BLOCK",
     "DEFAULT_RESAMPLES",
     "DEFAULT_SEED",
     "EXACT_MAX_TOTAL",
     "EXACT_MAX_TRIALS",
     "MIN_TIMED",
+    "ORDER_STATISTIC_MIN",
     "PERMUTATION_RESAMPLES",
     "Band",
     "Difference",
@@ -199,52 +209,6 @@ def wilson_interval(k: int, n: int, *, alpha: float = 0.05) -> tuple[float, floa
 
 
 # --- against a reference ---------------------------------------------------------------------
-
-
-def bootstrap_medians(
-    values: np.ndarray, *, resamples: int, rng: np.random.Generator
-) -> np.ndarray:
-    """Medians of ``resamples`` bootstrap resamples (with replacement) of ``values``.
-
-    Each resample draws ``len(values)`` indices from ``rng``; the result does not depend on
-    the order of ``values``.
-
-    Examples
-    --------
-    >>> m = bootstrap_medians(np.array([3.0, 1.0, 2.0]), resamples=5, rng=np.random.default_rng(0))
-    >>> m.shape, bool(np.all((m >= 1) & (m <= 3)))
-    ((5,), True)
-    """
-    x = np.sort(np.asarray(values, dtype=float))
-    n = x.size
-    if n == 0:
-        return np.full(resamples, np.nan)
-    dtype = np.int16 if n < 2**15 else np.int64
-    idx = rng.integers(0, n, size=(resamples, n), dtype=dtype)
-    # x is sorted, so sorting the indices sorts each resample.
-    idx.sort(axis=1)
-    return (x[idx[:, (n - 1) // 2]] + x[idx[:, n // 2]]) / 2
-
-
-def percentile_interval(samples: np.ndarray, *, alpha: float) -> tuple[float, float]:
-    """The central ``1 - alpha`` interval of ``samples`` as order statistics.
-
-    The lower end is the ``k``-th smallest and the upper the ``k``-th largest sample
-    (``k = floor(alpha / 2 * (B - 1))``), so the interval of ``1 / samples`` is exactly the
-    reciprocal of this one, reversed.
-
-    Examples
-    --------
-    >>> percentile_interval(np.arange(101.0), alpha=0.1)
-    (5.0, 95.0)
-    """
-    s = np.asarray(samples, dtype=float)
-    s = s[~np.isnan(s)]
-    if s.size == 0:
-        return (math.nan, math.nan)
-    k = math.floor(alpha / 2 * (s.size - 1))
-    part = np.partition(s, [k, s.size - 1 - k])
-    return (float(part[k]), float(part[s.size - 1 - k]))
 
 
 def min_exact_p(n: int, m: int) -> float:
@@ -478,26 +442,6 @@ def failure_p(failures_a: int, ran_a: int, failures_b: int, ran_b: int) -> float
     return float(min(1.0, boschloo_exact(table, alternative="two-sided").pvalue))
 
 
-def data_stream(seed: int, key: np.ndarray, salt: int = 0) -> np.random.Generator:
-    """A random stream keyed by the run's ``seed`` and the numbers ``key`` (as a multiset:
-    their order does not matter), never by a cell's name.
-
-    :func:`compare_groups` keys each group's bootstrap by the ranks of its values among the
-    pair's, and the permutation test by the pair's pooled ranks: ranks do not change when
-    every time is scaled, a cell is renamed or another cell is added, and a group keeps its
-    stream whether it is the cell or the reference.
-
-    >>> a = data_stream(0, np.array([2.0, 1.0])).random()
-    >>> a == data_stream(0, np.array([1.0, 2.0])).random(), a == data_stream(1, np.array([1.0, 2.0])).random()
-    (True, False)
-    """
-    import hashlib
-
-    x = np.sort(np.asarray(key, dtype=np.float64))
-    digest = hashlib.blake2b(x.tobytes(), digest_size=8).digest()
-    return np.random.default_rng([int(seed), int.from_bytes(digest, "big"), int(salt)])
-
-
 def band_verdict(lo: float, hi: float, *, threshold: float) -> Band:
     """Where the interval ``[lo, hi]`` of a ratio lies against the band
     ``[1/threshold, threshold]``: ``beyond band`` (wholly outside), ``within band`` (wholly
@@ -540,13 +484,16 @@ class Group:
 
     ``values`` are the trial values that count for timing (NaN for a trial that counts but has
     no value; ±inf are counted in ``nonfinite`` and left out); ``failures`` of ``ran`` trials
-    failed. ``key`` names the group in messages only: the bootstrap stream comes from the data.
+    failed. ``negative`` counts values the caller left out as impossible for the metric
+    (negative times), said in the comparison's note. ``key`` names the group in messages
+    only: the bootstrap stream comes from the data.
     """
 
     key: str
     values: np.ndarray
     failures: int = 0
     ran: int = 0
+    negative: int = 0
 
     def finite(self) -> np.ndarray:
         v = np.asarray(self.values, dtype=float)
@@ -681,6 +628,7 @@ def _notes(
     *,
     n: tuple[int, int],
     nonfinite: tuple[int, int],
+    negative: tuple[int, int] = (0, 0),
     attainable: bool,
     min_p: float,
     level: float,
@@ -711,6 +659,11 @@ def _notes(
     if any(nonfinite):
         notes.append(
             f"non-finite values left out: {nonfinite[0]} (cell), {nonfinite[1]} (baseline)"
+        )
+    if any(negative):
+        notes.append(
+            f"negative times left out (not a duration: check the step-time source): "
+            f"{negative[0]} (cell), {negative[1]} (baseline)"
         )
     return "; ".join(notes)
 
@@ -799,6 +752,7 @@ def compare_groups(
                     x,
                     n=n,
                     nonfinite=(groups[c].nonfinite, groups[r].nonfinite),
+                    negative=(groups[c].negative, groups[r].negative),
                     attainable=attainable,
                     min_p=min_p,
                     level=level,

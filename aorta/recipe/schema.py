@@ -88,6 +88,7 @@ __all__ = [
     "StopAfter",
     "dump_recipe",
     "load_recipe",
+    "load_recipe_pending_command",
     "load_recipe_text",
     "scrub_env_keys_of",
 ]
@@ -725,6 +726,12 @@ def _planned_trials(recipe: Recipe, spec: CellSpec) -> int:
     return spec.trials or recipe.trials
 
 
+_NO_COMMAND = (
+    "a probe recipe runs a command in every trial and none was given: put it after "
+    "'--', as in: aorta sweep run --recipe R -- cmd args… (or set command: [argv] in the recipe)"
+)
+
+
 def _cross_check(recipe: Recipe, command: list[str] | None) -> list[Problem]:
     problems: list[Problem] = []
     add = lambda path, msg: problems.append(Problem(path, msg))  # noqa: E731
@@ -741,12 +748,7 @@ def _cross_check(recipe: Recipe, command: list[str] | None) -> list[Problem]:
                 f"probe mode runs the command given after '--'; workload must be 'command' or unset, got {recipe.workload!r}",
             )
         if command is None and recipe.command is None:
-            add(
-                "command",
-                "a probe recipe runs a command in every trial and none was given: put it after "
-                "'--', as in: aorta sweep run --recipe R -- cmd args… (or set command: [argv] in "
-                "the recipe)",
-            )
+            add("command", _NO_COMMAND)
     else:
         for key in ("mitigation_axis", "diagnostic_axis"):
             if getattr(recipe, key) is not None:
@@ -899,6 +901,33 @@ def scrub_env_keys_of(text: str | bytes) -> tuple[str, ...]:
 def recipe_to_data(recipe: Recipe) -> dict[str, Any]:
     """The recipe as plain data with every field explicit (what :func:`dump_recipe` writes)."""
     return recipe.model_dump(mode="json")
+
+
+def load_recipe_pending_command(
+    path: str | Path, *, command: list[str] | None = None
+) -> tuple[Recipe, bool]:
+    """:func:`load_recipe`, except that a probe recipe whose command is still to come (given
+    after ``--`` when it runs) loads all the same, with ``command`` ``None``: what ``recipe
+    show`` and ``sweep run --dry-run`` print. Returns ``(recipe, pending)``; ``pending`` says
+    the command is missing. Every other problem raises :class:`~aorta.errors.RecipeError`.
+
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "probe.yaml"
+    >>> _ = p.write_text("mode: probe\\nmitigation_axis: [none, xnack]\\n")
+    >>> recipe, pending = load_recipe_pending_command(p)
+    >>> recipe.command, pending, recipe.mitigation_axis
+    (None, True, ['none', 'xnack'])
+    """
+    try:
+        return load_recipe(path, command=command), False
+    except RecipeError as exc:
+        only_missing = bool(exc.problems) and all(
+            p.path == "command" and p.message == _NO_COMMAND for p in exc.problems
+        )
+        if command or not only_missing:
+            raise
+    recipe = load_recipe(path, command=["<pending>"])
+    return recipe.model_copy(update={"command": None}), True
 
 
 def dump_recipe(recipe: Recipe, *, explicit: bool = True) -> str:

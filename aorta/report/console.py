@@ -19,6 +19,11 @@ from aorta.store.record import TrialRecord, TrialStatus
 
 __all__ = ["format_plan", "format_summary", "plan_to_dict", "summary_to_dict"]
 
+#: What a plan or a printed recipe says in place of a probe recipe's command still to come.
+COMMAND_PENDING = (
+    "none yet: a probe recipe's command comes after '--' (aorta sweep run --recipe R -- cmd args…)"
+)
+
 
 def _fmt_env(env: dict[str, str]) -> str:
     return " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) or "(no variables)"
@@ -59,6 +64,8 @@ def format_plan(plan: Plan, *, isolation: str | None = None, warnings: Sequence[
     ]
     if plan.command:
         head.append(f"  command: {shlex.join(plan.command)}")
+    elif r.mode == "probe":
+        head.append(f"  command: {COMMAND_PENDING}")
     width = max((len(c.name) for c in plan.cells), default=4)
     lines = []
     for c in plan.cells:

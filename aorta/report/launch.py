@@ -17,6 +17,8 @@ import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from aorta.envvars import control_problem
+from aorta.errors import UsageError
 from aorta.store.hostenv import redact_env
 
 if TYPE_CHECKING:  # typing only: launch/ sits above report/
@@ -134,7 +136,9 @@ def dry_run_lines(report: LaunchResult) -> list[str]:
 
 def sbatch_script(options: Sequence[str], step: Sequence[str], *, run_id: str, cwd: str) -> str:
     """The batch script ``aorta launch --slurm`` submits (and ``--dry-run`` prints): ``#SBATCH``
-    options, then ``step`` run from ``cwd``. It carries no environment values.
+    options, then ``step`` run from ``cwd``. It carries no environment values. An option with a
+    control character is refused (:class:`~aorta.errors.UsageError`): a line break would end
+    its ``#SBATCH`` line and make the rest a shell line.
 
     >>> print(sbatch_script(["--nodes=2"], ["python", "-m", "aorta"], run_id="r1", cwd="/w"), end="")
     #!/bin/bash
@@ -144,6 +148,9 @@ def sbatch_script(options: Sequence[str], step: Sequence[str], *, run_id: str, c
     cd /w || exit 1
     exec python -m aorta
     """
+    for option in options:  # one #SBATCH line each: a line break would start a shell line
+        if problem := control_problem(option):
+            raise UsageError(f"sbatch option {option!r}: {problem}")
     return "\n".join(
         [
             "#!/bin/bash",

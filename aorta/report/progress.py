@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import IO, Any, Literal
+from typing import IO, Any, Literal, get_args
 
+from aorta.errors import UsageError
 from aorta.store.record import TrialRecord
 from aorta.text import printable
 
-__all__ = ["LineReporter", "NullReporter", "Reporter", "choose_reporter"]
+__all__ = ["LineReporter", "NullReporter", "Reporter", "check_progress", "choose_reporter"]
 
 ProgressMode = Literal["auto", "rich", "tqdm", "lines", "none"]
+PROGRESS_MODES: tuple[str, ...] = get_args(ProgressMode)
 
 
 def _trial_line(cell: str, trial: int, record: TrialRecord) -> str:
@@ -53,13 +55,32 @@ NullReporter = Reporter
 
 
 class LineReporter(Reporter):
-    """Plain lines: a line per trial with ``verbose``, else one per finished cell."""
+    """Plain lines: a line per trial with ``verbose``, else one per finished cell.
+
+    A cell's line counts that cell's trials run by this sweep, by status (an interleaved
+    schedule runs every cell's trials in rounds, so the counts are kept per cell); the
+    ``[n/total]`` in front counts every trial of the run.
+
+    >>> import io
+    >>> out = io.StringIO()
+    >>> r = LineReporter(out)
+    >>> r.start(run_dir="RUN", total=4, done=0, cells=2)
+    >>> for trial in (0, 1):
+    ...     for cell in ("a", "b"):
+    ...         rec = TrialRecord(cell=cell, cell_id="x", trial=trial, status="ok", passed=True)
+    ...         r.trial_done(cell, trial, rec)
+    >>> r.cell_done("a"); r.cell_done("b")
+    >>> print(out.getvalue(), end="")
+    aorta: 2 cells, 4 trials → RUN
+    [4/4] a: 2 ok
+    [4/4] b: 2 ok
+    """
 
     def __init__(self, stream: IO[str] | None = None, *, verbose: bool = False) -> None:
         self.stream = stream or sys.stderr
         self.verbose = verbose
         self._total = self._n = 0
-        self._cell_counts: dict[str, int] = {}
+        self._cell_counts: dict[str, dict[str, int]] = {}
 
     def _print(self, text: str) -> None:
         print(text, file=self.stream, flush=True)
@@ -73,14 +94,14 @@ class LineReporter(Reporter):
         self._n += 1
         if self.verbose:
             self._print(f"[{self._n}/{self._total}] {_trial_line(cell, trial, record)}")
-        key = record.status.value
-        self._cell_counts[key] = self._cell_counts.get(key, 0) + 1
+        counts = self._cell_counts.setdefault(cell, {})
+        counts[record.status.value] = counts.get(record.status.value, 0) + 1
 
     def cell_done(self, cell: str) -> None:
-        if self._cell_counts and not self.verbose:
-            counts = ", ".join(f"{n} {s}" for s, n in sorted(self._cell_counts.items()))
-            self._print(f"[{self._n}/{self._total}] {cell}: {counts}")
-        self._cell_counts = {}
+        counts = self._cell_counts.pop(cell, {})
+        if counts and not self.verbose:
+            text = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+            self._print(f"[{self._n}/{self._total}] {cell}: {text}")
 
     def message(self, text: str) -> None:
         self._print(printable(text))
@@ -166,10 +187,27 @@ def _in_jupyter() -> bool:
     return "ipykernel" in sys.modules and not sys.stderr.isatty()
 
 
+def check_progress(mode: object) -> None:
+    """Refuse what is neither a progress mode nor a :class:`Reporter`, naming the choices.
+
+    >>> check_progress("none"); check_progress("off")
+    Traceback (most recent call last):
+    aorta.errors.UsageError: progress='off': not a progress mode; choose one of auto, rich, tqdm, lines, none (none shows nothing), or pass a Reporter
+    """
+    if isinstance(mode, Reporter) or (isinstance(mode, str) and mode in PROGRESS_MODES):
+        return
+    raise UsageError(
+        f"progress={mode!r}: not a progress mode; choose one of {', '.join(PROGRESS_MODES)} "
+        "(none shows nothing), or pass a Reporter"
+    )
+
+
 def choose_reporter(
     mode: ProgressMode | Reporter = "auto", *, verbose: bool = False, stream: IO[str] | None = None
 ) -> Reporter:
-    """The reporter for ``mode`` (``auto`` decides from the terminal, ``CI`` and Jupyter)."""
+    """The reporter for ``mode`` (``auto`` decides from the terminal, ``CI`` and Jupyter);
+    anything else is refused (:func:`check_progress`)."""
+    check_progress(mode)
     if isinstance(mode, Reporter):
         return mode
     stream = stream or sys.stderr

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from aorta.errors import UsageError
+from aorta.recipe.limits import MAX_TRIALS
 from aorta.store.rundir import RunDir, utc_now
 
 __all__ = ["record_extension"]
@@ -24,13 +25,24 @@ __all__ = ["record_extension"]
 def record_extension(run_dir: str | Path, *, trials: int, cells: Sequence[str] | None) -> None:
     """Record in the run's manifest that ``cells`` (default: all) grow to ``trials`` trials.
 
+    The run is locked while the request is checked and written: a run another sweep holds
+    (:class:`~aorta.store.rundir.RunLocked`, "in use") is left exactly as it was.
+
     Raises
     ------
     UsageError
-        Not a run directory, an unknown cell, or ``trials`` not above every chosen cell's
-        planned count.
+        Not a run directory, an unknown cell, ``trials`` outside 1 … :data:`MAX_TRIALS` (the
+        recipe's bound) or not above every chosen cell's planned count; ``RunLocked`` when
+        another sweep holds the run.
     """
+    if isinstance(trials, bool) or not isinstance(trials, int) or not 1 <= trials <= MAX_TRIALS:
+        raise UsageError(f"--trials must be an integer from 1 to {MAX_TRIALS:,}, got {trials!r}")
     rd = RunDir.open(run_dir)
+    with rd.lock():
+        _record(rd, trials=trials, cells=cells)
+
+
+def _record(rd: RunDir, *, trials: int, cells: Sequence[str] | None) -> None:
     manifest = rd.manifest()
     known = list(manifest.get("cells") or {})
     chosen = list(cells) if cells else known

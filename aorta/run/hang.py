@@ -3,9 +3,11 @@
 A :class:`HangWatch` is the ``stop_when`` callback of :func:`aorta.run.procs.run_with_deadline`
 for one trial's process group. Each sample it reads
 
-* **output**: the size and mtime of the trial's captured logs (any change is activity);
+* **output**: the size and mtime of the trial's captured logs and of every file under its
+  artifact folder (any change is activity: a trial may log to a file of its own);
 * **CPU**: ``utime + stime`` (and the reaped children's ``cutime + cstime``) of every process
-  of the trial — its process group, its session, and the descendants of its first process —
+  of the trial — its process group, its session, the processes carrying its
+  ``AORTA_TRIAL_TOKEN`` (a ``setsid`` or double-forked worker), and their descendants —
   from ``/proc/<pid>/stat``. Less than about 2% of one core between samples is idle, so a
   heartbeat thread does not keep a stuck trial alive, a busy loop does;
 * **GPU** (a third signal, only where a tool exists): once output and CPU have been idle for
@@ -33,6 +35,7 @@ __all__ = [
     "GPU_TOOLS",
     "GpuProbe",
     "HangWatch",
+    "folder_state",
     "parse_amd_smi",
     "parse_nvidia_smi",
     "parse_rocm_smi",
@@ -73,9 +76,19 @@ def _proc_table() -> dict[int, tuple[int, int, int, int]]:
     return table
 
 
-def tree_cpu_ticks(root: int) -> tuple[int, int] | None:
+def _carries(pid: int, entry: bytes) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            return entry in fh.read().split(b"\0")
+    except OSError:
+        return False
+
+
+def tree_cpu_ticks(root: int, *, marker: str | None = None) -> tuple[int, int] | None:
     """(CPU ticks, process count) of the processes of ``root``'s trial: its process group,
-    its session and its descendants; ``None`` when none is alive.
+    its session, the processes whose environment holds ``marker`` (``NAME=value``: the
+    trial's token, which a ``setsid`` or double-forked worker keeps) and the descendants of
+    all of them; ``None`` when none is alive.
 
     >>> tree_cpu_ticks(os.getpid())[1] >= 1
     True
@@ -84,6 +97,9 @@ def tree_cpu_ticks(root: int) -> tuple[int, int] | None:
     members = {pid for pid, (_, pgrp, sid, _) in table.items() if root in (pgrp, sid)}
     if root in table:
         members.add(root)
+    if marker:
+        entry, me = marker.encode(), os.getpid()
+        members |= {p for p in table if p not in members and p != me and _carries(p, entry)}
     children: dict[int, list[int]] = {}
     for pid, (ppid, *_rest) in table.items():
         children.setdefault(ppid, []).append(pid)
@@ -96,6 +112,37 @@ def tree_cpu_ticks(root: int) -> tuple[int, int] | None:
     if not members:
         return None
     return sum(table[p][3] for p in members), len(members)
+
+
+#: Entries :func:`folder_state` looks at, at most (a trial folder of a million trace files
+#: must not make every sample a long walk).
+FOLDER_SCAN_LIMIT = 10_000
+
+
+def folder_state(folder: Path, *, limit: int = FOLDER_SCAN_LIMIT) -> tuple[int, int]:
+    """(total bytes, newest mtime in ns) of the files under ``folder``, links not followed;
+    ``(-1, 0)`` when it does not exist. Any write under it changes one of the two.
+
+    >>> folder_state(Path("/nonexistent-aorta-folder"))
+    (-1, 0)
+    """
+    try:
+        top = folder.stat()
+    except OSError:
+        return (-1, 0)
+    size, newest, seen = 0, top.st_mtime_ns, 0
+    todo = [folder]
+    while todo and seen < limit:
+        with contextlib.suppress(OSError), os.scandir(todo.pop()) as it:
+            for entry in it:
+                seen += 1
+                with contextlib.suppress(OSError):
+                    st = entry.stat(follow_symlinks=False)
+                    size += st.st_size
+                    newest = max(newest, st.st_mtime_ns)
+                    if entry.is_dir(follow_symlinks=False):
+                        todo.append(Path(entry.path))
+    return size, newest
 
 
 # --- GPUs ----------------------------------------------------------------------------------------
@@ -240,9 +287,12 @@ class HangWatch:
     """``stop_when`` for one trial: a reason once it has been silent and idle for ``hang_after``.
 
     ``root`` is the trial's first process (its process group leader); ``logs`` the files its
-    output goes to. ``gpu`` is a :class:`GpuProbe` (``None``: do not ask). ``clock`` and the
-    sampling period are injectable; samples are taken at most every ``sample_s`` however
-    often the watch is called.
+    output goes to; ``folders`` (the trial's artifact folder) hold more files whose writes
+    count as output — a trial that logs only to a file of its own is not silent. ``marker``
+    (``AORTA_TRIAL_TOKEN=<token>``) finds the trial's processes that left its process group
+    and session (``setsid``, a double fork). ``gpu`` is a :class:`GpuProbe` (``None``: do not
+    ask). ``clock`` and the sampling period are injectable; samples are taken at most every
+    ``sample_s`` however often the watch is called.
     """
 
     def __init__(
@@ -251,12 +301,16 @@ class HangWatch:
         logs: Sequence[Path],
         *,
         hang_after: float,
+        folders: Sequence[Path] = (),
+        marker: str | None = None,
         gpu: GpuProbe | None = None,
         clock: Callable[[], float] = time.monotonic,
         sample_s: float | None = None,
     ) -> None:
         self.root = root
         self.logs = [Path(p) for p in logs]
+        self.folders = [Path(p) for p in folders]
+        self.marker = marker
         self.hang_after = float(hang_after)
         self.gpu = gpu
         self.clock = clock
@@ -279,13 +333,14 @@ class HangWatch:
                 state.append((st.st_size, st.st_mtime_ns))
             except OSError:
                 state.append((-1, 0))
+        state.extend(folder_state(f) for f in self.folders)
         return tuple(state)
 
     def _active(self, now: float) -> bool:
         output = self._output_state()
         active = output != self._output
         self._output = output
-        tree = tree_cpu_ticks(self.root)
+        tree = tree_cpu_ticks(self.root, marker=self.marker)
         ticks = tree[0] if tree else 0
         self.processes = tree[1] if tree else 0
         if self._cpu is not None:

@@ -90,6 +90,7 @@ def prepare(
         warnings.append(f"{exc}; every cell will fail with infrastructure_failed")
     if workload is not None:
         level = resolve_isolation(the_plan.isolation, workload)
+        warnings.extend(_collector_warnings(the_plan, workload))
         docker = sorted(
             {c.environment.name for c in the_plan.cells if c.environment.kind == "docker"}
         )
@@ -101,6 +102,19 @@ def prepare(
     return Prepared(
         the_plan, registry, catalog, workload, level, warnings, [str(f) for f in mitigations_files]
     )
+
+
+def _collector_warnings(the_plan: Plan, workload: type[Workload]) -> list[str]:
+    """A collector the recipe asks for that the workload does not drive is never silent."""
+    if workload.collectors is None:
+        return []
+    asked = sorted({c.name for cell in the_plan.cells for c in cell.collect})
+    missing = [name for name in asked if name not in workload.collectors]
+    return [
+        f"collect: {name}: workload {workload.name!r} does not run it itself; "
+        f"{workload.collectors_hint}"
+        for name in missing
+    ]
 
 
 def prepare_run(

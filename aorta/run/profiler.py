@@ -26,10 +26,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from aorta.run.workload import TrialContext
-from aorta.store.rundir import TRACE_DIR, trace_file_name
+from aorta.errors import AortaError
+from aorta.run.workload import TrialContext, WorkloadCatalog
+from aorta.store.rundir import TRACE_DIR, RunDir, trace_file_name
 
-__all__ = ["StepProfiler"]
+__all__ = ["StepProfiler", "no_traces_hint"]
 
 DEFAULTS = {"wait": 1, "warmup": 1, "active": 3, "repeat": 1}
 
@@ -98,3 +99,43 @@ class StepProfiler:
         if self._prof is not None:
             self._prof.__exit__(*exc)
             self._prof = None
+
+
+def no_traces_hint(run_dir: str | Path, *, catalog: WorkloadCatalog | None = None) -> str | None:
+    """Why ``run_dir`` has no profiler trace and what to do, or ``None`` when it has some.
+
+    ``--traces`` and ``--explain`` read the traces a trial's ``torch_profiler`` collector wrote;
+    a run without any gets one line that says how to record them: ``collect:
+    [torch_profiler]`` in the recipe, with a workload that records traces (the installed
+    workloads whose ``collectors`` hold ``torch_profiler``).
+
+    >>> import tempfile
+    >>> rd = RunDir.create(tempfile.mkdtemp(), ticket=None, workload="matmul")
+    >>> print(no_traces_hint(rd.path))  # doctest: +ELLIPSIS
+    no profiler traces in ...: add `collect: [torch_profiler]` to the recipe ... (workloads that record traces: ...)
+    """
+    rd = RunDir(run_dir)
+    if rd.has_traces():
+        return None
+    catalog = catalog or WorkloadCatalog()
+    able = []
+    for name in catalog.names():
+        try:
+            if "torch_profiler" in (getattr(catalog.get(name), "collectors", None) or ()):
+                able.append(name)
+        except AortaError:  # a broken plugin: not one to recommend
+            continue
+    which = (
+        f"workloads that record traces: {', '.join(able)}"
+        if able
+        else "no installed workload records traces"
+    )
+    if rd.collects_traces():
+        return (
+            f"no profiler traces in {rd.path}: its cells collect torch_profiler, but no trial wrote "
+            f"a trace ({which}; a trial that failed before its profiled steps writes none)"
+        )
+    return (
+        f"no profiler traces in {rd.path}: add `collect: [torch_profiler]` to the recipe (or a "
+        f"cell) and run it again ({which})"
+    )

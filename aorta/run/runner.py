@@ -42,6 +42,12 @@ def _expand(pattern: str, env: Mapping[str, str]) -> str:
     )
 
 
+def _inside(path: str, root: Path) -> bool:
+    """Whether the resolved ``path`` lies in the resolved ``root``."""
+    real_root = os.path.realpath(root)
+    return os.path.commonpath([path, real_root]) == real_root
+
+
 class TrialRunner:
     """Runs trials of one plan on this rank."""
 
@@ -205,13 +211,39 @@ class TrialRunner:
                     shutil.copy2(path, dest)
         return warnings
 
-    def _artifacts(self, art: Path) -> dict[str, str]:
+    def _artifacts(self, art: Path, warnings: list[str]) -> dict[str, str]:
+        """The trial's files, by name relative to its folder → path relative to the run.
+
+        Links are never followed (a ``latest`` checkpoint link may point anywhere): a link
+        is listed as itself, and one that leads out of the run directory is named in
+        ``warnings`` as kept but not followed. Paths are made relative lexically, so no
+        link in the way changes where they point.
+        """
         found: dict[str, str] = {}
-        if art.is_dir():
-            for p in sorted(art.rglob("*")):
-                if p.is_file():
-                    found[p.relative_to(art).as_posix()] = self.rd.relative(p)
-        return found
+        if not art.is_dir() or art.is_symlink():
+            return found
+        base = Path(os.path.relpath(os.path.abspath(art), os.path.abspath(self.rd.path)))
+        outside = []
+        for root, dirs, files in os.walk(art):  # followlinks=False: linked folders not entered
+            here = Path(root)
+            for name in sorted(files + [d for d in dirs if (here / d).is_symlink()]):
+                path = here / name
+                rel = path.relative_to(art).as_posix()
+                if path.is_symlink():
+                    target = os.path.realpath(path)
+                    if not _inside(target, self.rd.path):
+                        outside.append(f"{rel} -> {os.readlink(path)}")
+                        continue
+                elif not path.is_file():
+                    continue  # a FIFO, a socket: nothing to keep
+                found[rel] = (base / rel).as_posix()
+        if outside:
+            warnings.append(
+                "link(s) in the trial folder point outside the run, kept as links and not "
+                f"followed: {', '.join(sorted(outside)[:5])}"
+                + (f" (+{len(outside) - 5} more)" if len(outside) > 5 else "")
+            )
+        return dict(sorted(found.items()))
 
     def run(
         self,
@@ -238,7 +270,12 @@ class TrialRunner:
         if self.recipe.collect_paths:
             outcome.warnings.extend(self._collect_paths(overlay, art))
         found = self._classify(outcome, ctx, art, wall)
-        ranked = self.rank_outcome(outcome, wall=wall, artifacts=self._artifacts(art))
+        try:
+            artifacts = self._artifacts(art, outcome.warnings)
+        except OSError as exc:  # the folder changed under us: the record still gets written
+            artifacts = {}
+            outcome.warnings.append(f"the trial's files could not be listed: {exc}")
+        ranked = self.rank_outcome(outcome, wall=wall, artifacts=artifacts)
         return ranked.model_copy(update=found) if found else ranked
 
     def _classify(

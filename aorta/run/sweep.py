@@ -36,7 +36,7 @@ from aorta.matrix.load import write_results
 from aorta.recipe.plan import Cell, TrialKey
 from aorta.recipe.schema import Recipe, dump_recipe, load_recipe_text
 from aorta.report.matrix import write_matrix
-from aorta.report.progress import ProgressMode, Reporter, choose_reporter
+from aorta.report.progress import ProgressMode, Reporter, check_progress, choose_reporter
 from aorta.run import procs
 from aorta.run.extend import record_extension
 from aorta.run.orphans import OrphanGuard
@@ -462,6 +462,7 @@ class _Sweep:
                 group = key.cell.name if sequential else key.trial
                 if nxt is None or group != (nxt.cell.name if sequential else nxt.trial):
                     self.write_matrix("running")
+            rows = self.write_matrix("complete")
         except KeyboardInterrupt:
             procs.reap_all()
             if self.writer:
@@ -471,20 +472,26 @@ class _Sweep:
             raise Interrupted(
                 f"interrupted; resume with: aorta sweep resume {self.rd.path}", self.rd.path
             ) from None
-        except OSError as exc:
-            if exc.errno not in _NO_SPACE:
-                raise
+        except Exception as exc:
+            # Whatever stopped the loop (a full disk, a bug in handling a trial's files), the
+            # run is left resumable: `interrupted`, never `running` with no sweep behind it.
             procs.reap_all()
             if self.writer:
                 # The manifest is rewritten in place (a temporary copy may not fit any more).
-                with contextlib.suppress(OSError):
+                with contextlib.suppress(Exception):
                     self.rd.update_manifest(status="interrupted", finished_at=utc_now())
             self.reporter.close()
+            if isinstance(exc, OSError) and exc.errno in _NO_SPACE:
+                raise AortaError(
+                    f"{exc.filename or self.rd.path}: {os.strerror(exc.errno or 0)}; the run "
+                    f"stopped and is resumable once there is space: aorta sweep resume {self.rd.path}"
+                ) from None
+            if isinstance(exc, AortaError):
+                raise
             raise AortaError(
-                f"{exc.filename or self.rd.path}: {os.strerror(exc.errno or 0)}; the run stopped "
-                f"and is resumable once there is space: aorta sweep resume {self.rd.path}"
-            ) from None
-        rows = self.write_matrix("complete")
+                f"the sweep stopped on an unexpected error ({type(exc).__name__}: {exc}); the "
+                f"run is resumable: aorta sweep resume {self.rd.path}"
+            ) from exc
         if self.writer:
             self.rd.update_manifest(status="complete", finished_at=utc_now())
         # Every rank exits like rank 0, so torchrun, srun and `aorta launch` see one answer.
@@ -574,7 +581,8 @@ def sweep(
         Sidecar files with more mitigations and environments.
     progress
         ``auto`` (rich on a terminal, tqdm in Jupyter, lines otherwise), ``lines``,
-        ``rich``, ``tqdm``, ``none``, or a :class:`~aorta.report.progress.Reporter`.
+        ``rich``, ``tqdm``, ``none`` (nothing), or a :class:`~aorta.report.progress.Reporter`;
+        anything else raises :class:`~aorta.errors.UsageError` before anything runs.
     verbose
         One progress line per trial.
     python
@@ -612,6 +620,7 @@ def sweep(
     >>> int(result.summaries.loc["base", "n_ok"]), result.exit_code.name
     (1, 'OK')
     """
+    check_progress(progress)  # before anything is written: a typo is not a silent default
     dist = DistEnv.from_environ()
     if extend_to is not None:
         if resume is None:

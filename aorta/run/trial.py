@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from aorta import envvars
 from aorta.run import procs
 from aorta.run.hang import GpuProbe, HangWatch
 from aorta.run.workload import TrialContext, Workload, WorkloadResult
@@ -383,7 +384,17 @@ def run_in_worker(
             )
             if ctx.hang_after:
                 logs_at = [art / logs[0], art / logs[1]]
-                hang.append(HangWatch(proc.pid, logs_at, hang_after=ctx.hang_after, gpu=GpuProbe()))
+                token = env.get(envvars.TRIAL_TOKEN)
+                hang.append(
+                    HangWatch(
+                        proc.pid,
+                        logs_at,
+                        hang_after=ctx.hang_after,
+                        folders=[art],
+                        marker=f"{envvars.TRIAL_TOKEN}={token}" if token else None,
+                        gpu=GpuProbe(),
+                    )
+                )
             finished = procs.run_with_deadline(
                 proc,
                 deadline=ctx.deadline,

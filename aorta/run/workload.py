@@ -194,6 +194,12 @@ class Workload:
     supports_docker: ClassVar[bool] = False
     #: Config keys the workload understands; others are reported as warnings. ``None``: any.
     config_keys: ClassVar[frozenset[str] | None] = None
+    #: Collectors (``collect:``) the workload drives itself, e.g. ``torch_profiler`` through
+    #: :class:`~aorta.run.profiler.StepProfiler`. A recipe asking for another is warned about
+    #: when the sweep starts (and in ``--dry-run``). ``None``: not declared, nothing is said.
+    collectors: ClassVar[frozenset[str] | None] = None
+    #: What to tell a recipe that asks this workload for a collector it does not drive.
+    collectors_hint: ClassVar[str] = "it will not be collected"
 
     def __init__(self, config: Mapping[str, Any], context: TrialContext) -> None:
         self.config = dict(config)

@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from aorta.errors import UsageError
+from aorta.recipe.limits import name_bytes_problem
 from aorta.store.redact import Redactor, yaml_counted
 from aorta.store.rundir import (
     BUNDLE_MANIFEST,
@@ -73,6 +74,9 @@ __all__ = [
 
 #: The default cap on logs, traces and other trial artifacts (bytes on disk): 512 MiB.
 DEFAULT_MAX_SIZE = 512 * 1024**2
+#: JSON nested deeper than this is not parsed (a bundle must not die of recursion on a
+#: hostile artifact): the file is left out and listed in the manifest.
+MAX_JSON_DEPTH = 100
 #: What a file is to the bundle. ``core`` files always go in; the others while they fit.
 Kind = Literal["core", "log", "trace", "artifact"]
 _UNITS = {"": 1, "B": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
@@ -278,11 +282,33 @@ def _scrub_text(text: str, name: str, redactor: Redactor) -> tuple[str, int]:
     return redactor.text_counted(text)
 
 
+class _TooDeep(Exception):
+    pass
+
+
+def _too_deep(data: Any, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether parsed data nests lists and mappings more than ``limit`` deep (iteratively:
+    the check itself cannot overflow the stack)."""
+    todo = [(data, 0)]
+    while todo:
+        value, depth = todo.pop()
+        if isinstance(value, Mapping | list):
+            if depth >= limit:
+                return True
+            children = value.values() if isinstance(value, Mapping) else value
+            todo.extend((v, depth + 1) for v in children if isinstance(v, Mapping | list))
+    return False
+
+
 def _scrub_json(raw: str, redactor: Redactor) -> tuple[str, int] | None:
     try:
         data = json.loads(raw)
     except ValueError:
         return None
+    except RecursionError:
+        raise _TooDeep from None
+    if _too_deep(data):
+        raise _TooDeep
     data, n = redactor.data_counted(data)
     return json.dumps(data, indent=1, ensure_ascii=False) + "\n", n
 
@@ -341,6 +367,9 @@ def _entry(
     except _TooBig:
         why = f"decompresses past the size cap ({limit:,} bytes); raise --max-size to include it"
         return BundleEntry(rel, size, kind, False, None, why)
+    except (_TooDeep, RecursionError):  # JSON past the bound; YAML past Python's stack
+        why = f"nested deeper than {MAX_JSON_DEPTH} levels: it cannot be scanned"
+        return BundleEntry(rel, size, kind, False, None, why)
     except (OSError, EOFError, gzip.BadGzipFile) as exc:
         return BundleEntry(rel, size, kind, False, None, f"unreadable ({suffixes}): {exc}")
     return BundleEntry(
@@ -397,7 +426,8 @@ def plan_bundle(
     Raises
     ------
     UsageError
-        ``run_dir`` is not a run directory, or ``max_size`` is not a size.
+        ``run_dir`` is not a run directory, ``max_size`` is not a size, or ``ticket`` is
+        longer than a file name allows (200 UTF-8 bytes, as a recipe's ``ticket``).
     """
     rd = RunDir.open(run_dir)
     cap = parse_size(max_size)
@@ -413,6 +443,9 @@ def plan_bundle(
     if ticket is None:
         manifest = rd.manifest()
         ticket = manifest.get("ticket") or "_no_ticket_"
+    problem = name_bytes_problem(_safe(str(ticket)))
+    if problem:
+        raise UsageError(f"--ticket {str(ticket)[:40]!r}…: {problem}")
     name = f"{_safe(str(ticket))}-{_stamp(now)}"
     entries: list[BundleEntry] = []
     heavy: list[tuple[str, Path, int, Kind]] = []

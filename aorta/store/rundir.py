@@ -356,6 +356,22 @@ class RunDir:
                 done[(rec.cell, rec.trial)] = rec
         return done
 
+    def has_traces(self) -> bool:
+        """Whether any trial left a profiler trace (a file in ``cells/*/trial_*/trace/``)."""
+        return any(p.is_file() for p in self.cells_dir.glob(f"*/trial_*/{TRACE_DIR}/*"))
+
+    def collects_traces(self) -> bool:
+        """Whether any planned cell asked for ``torch_profiler`` (its ``cell.json``)."""
+        for path in self.cells_dir.glob(f"*/{CELL_JSON}"):
+            try:
+                collect = json.loads(path.read_text()).get("collect") or []
+            except (OSError, ValueError, AttributeError):
+                continue
+            names = [c.get("name") if isinstance(c, dict) else c for c in collect]
+            if "torch_profiler" in names:
+                return True
+        return False
+
     # -- the lock ------------------------------------------------------------------------------
 
     @contextlib.contextmanager
@@ -389,6 +405,78 @@ class RunDir:
                     path.unlink()
         finally:
             os.close(fd)  # releases the flock
+
+    def live_status(self) -> tuple[str, dict[str, Any] | None]:
+        """The run's status as it is now, and its lock holder (:meth:`owner`).
+
+        The manifest says ``running`` from the start to the end of a sweep; a sweep killed with
+        ``kill -9`` (or a lost node) never rewrites it. Here such a run is ``interrupted`` when
+        its holder is gone, or when no process holds the lock at all.
+
+        >>> import tempfile
+        >>> rd = RunDir.create(tempfile.mkdtemp(), ticket=None, workload="matmul")
+        >>> _ = rd.update_manifest(status="running", pid=-1)
+        >>> rd.live_status()
+        ('interrupted', None)
+        """
+        status = str(self.manifest().get("status"))
+        owner = self.owner()
+        if status == "running" and (owner is None or owner["alive"] is False):
+            status = "interrupted"
+        return status, owner
+
+    def owner(self) -> dict[str, Any] | None:
+        """Who holds the run directory, from ``run.lock``: ``{host, pid, since, alive}``, or
+        ``None`` when no process ever held it or the holder let go (the file is removed then).
+
+        ``alive`` is ``True`` while a live process on this host holds the lock, ``False`` when
+        the holder is gone (a ``kill -9`` leaves the file behind; a resume takes it over), and
+        ``None`` for a holder on another host, which this host cannot check. Nothing is
+        written; the lock is probed with a shared ``flock`` only when the named pid still
+        exists (a recycled pid holds no lock).
+
+        >>> import tempfile
+        >>> rd = RunDir.create(tempfile.mkdtemp(), ticket=None, workload="matmul")
+        >>> rd.owner() is None
+        True
+        >>> with rd.lock():
+        ...     rd.owner()["alive"]
+        True
+        """
+        path = self.path / LOCK
+        if not path.is_file():
+            return None
+        holder = _read_lock(path) or {}
+        if holder.get("host") not in (None, socket.gethostname()):
+            return {**holder, "alive": None}
+        return {**holder, "alive": _pid_exists(holder.get("pid")) and _is_locked(path)}
+
+
+def _pid_exists(pid: object) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    return True
+
+
+def _is_locked(path: Path) -> bool:
+    """Whether some process holds ``path``'s ``flock`` (probed with a shared lock, let go at once)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # closing releases the probe's lock
+    return False
 
 
 def _lock_file(path: Path) -> int:

@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from aorta.run import procs
 from aorta.run.hang import GpuProbe, HangWatch
 from aorta.run.trial import TrialDeadline, TrialHang
 from aorta.run.workload import FailureDetail, Workload, WorkloadResult
+from aorta.store.rundir import TRACE_DIR
 
 #: The private file ``env_passthrough_mode: file`` writes the overlay to (``AORTA_ENV_FILE``).
 PROBE_ENV_FILE = "probe.env"
@@ -123,11 +125,43 @@ def docker_argv(
     return line
 
 
+def write_env_file(path: Path, variables: Mapping[str, str]) -> None:
+    """Write ``variables`` as ``KEY=value`` lines (docker's ``--env-file`` format), mode 0600.
+
+    A value with a line break (or another control character) would add a line, setting a
+    variable nobody asked for: it is refused with a :class:`ValueError` naming the variable,
+    before anything is written. (Recipe values are checked when the recipe loads; this holds
+    for the ``AORTA_*`` variables a trial inherits from the sweep's own environment too.)
+
+    >>> import pathlib, tempfile
+    >>> f = pathlib.Path(tempfile.mkdtemp()) / "env"
+    >>> write_env_file(f, {"A": "1", "AORTA_X": "a\\nB=2"})
+    Traceback (most recent call last):
+    ValueError: AORTA_X: contains a NUL or newline character, which a process environment cannot carry; not written to an env file
+    >>> f.exists()
+    False
+    """
+    for key, value in variables.items():
+        if problem := envvars.value_problem(value):
+            raise ValueError(f"{key}: {problem}; not written to an env file")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # an existing file keeps its mode through O_CREAT
+    with os.fdopen(fd, "w") as fh:
+        fh.writelines(f"{k}={v}\n" for k, v in variables.items())
+
+
 class CommandWorkload(Workload):
     name = "command"
     description = "probe mode: run the command after '--'; its exit code is the verdict"
     default_steps = 1
     config_keys = frozenset({"cwd"})
+    # The command is the user's: aorta cannot profile inside it. Its traces count when it
+    # writes them where a trial's traces go.
+    collectors = frozenset()
+    collectors_hint = (
+        "the command must write its own torch.profiler traces into "
+        f"$AORTA_ARTIFACT_DIR/{TRACE_DIR}/ (rank<N>.pt.trace.json.gz) to have them collected"
+    )
 
     supports_docker = True
 
@@ -135,11 +169,8 @@ class CommandWorkload(Workload):
         # docker --env-file format, private (values may be credentials), absolute (the command
         # may cd elsewhere), and removed in cleanup(): secrets must not stay on disk.
         path = self._art.resolve() / name
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.fchmod(fd, 0o600)  # an existing file keeps its mode through O_CREAT
         self._written.append(path)
-        with os.fdopen(fd, "w") as fh:
-            fh.writelines(f"{k}={v}\n" for k, v in variables.items())
+        write_env_file(path, variables)
         return path
 
     def setup(self) -> None:
@@ -202,7 +233,15 @@ class CommandWorkload(Workload):
         if not ctx.hang_after or ctx.isolated:
             return None
         logs = [self._art / name for name in ctx.log_names]
-        return HangWatch(self._proc.pid, logs, hang_after=ctx.hang_after, gpu=GpuProbe())
+        token = os.environ.get(envvars.TRIAL_TOKEN)  # the trial's overlay is in force here
+        return HangWatch(
+            self._proc.pid,
+            logs,
+            hang_after=ctx.hang_after,
+            folders=[self._art],
+            marker=f"{envvars.TRIAL_TOKEN}={token}" if token else None,
+            gpu=GpuProbe(),
+        )
 
     def run(self) -> WorkloadResult:
         finished = procs.run_with_deadline(
@@ -226,6 +265,15 @@ class CommandWorkload(Workload):
         details = (
             [] if code == 0 else [FailureDetail(f"the command exited {code}", hint=_hint(code))]
         )
+        warnings = []
+        traces = self._art / TRACE_DIR
+        if "torch_profiler" in self.context.collect and not (
+            traces.is_dir() and any(traces.iterdir())
+        ):
+            warnings.append(
+                f"collect: torch_profiler: the command wrote no trace into $AORTA_ARTIFACT_DIR/"
+                f"{TRACE_DIR}/ (aorta cannot profile inside a command; it must write its own)"
+            )
         return WorkloadResult(
             passed=code == 0,
             failure_details=details,
@@ -233,6 +281,7 @@ class CommandWorkload(Workload):
             elapsed_sec=time.monotonic() - self._start,
             executed_iterations=len(steps) or None,
             exit_code=code,
+            warnings=warnings,
             artifacts=dict(zip(("stdout", "stderr"), self.context.log_names, strict=True)),
         )
 

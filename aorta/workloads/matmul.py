@@ -3,6 +3,8 @@
 Config (``workload_config``): ``m``, ``n``, ``k`` (default 512), ``dtype`` (``float32``,
 ``float64``, ``bfloat16``, ``float16``), ``device`` (``auto``: the GPU when there is one),
 ``iters_per_step`` (GEMMs per timed step, default 4), ``warmup_steps`` (default 2).
+With ``collect: [torch_profiler]`` the steps run under :class:`~aorta.run.profiler.StepProfiler`
+(one trace per rank per trial in the trial's ``trace/`` folder).
 Metrics: ``tflops`` (median step), ``threads``; info: ``device``, ``cpu_capability``.
 
 Under torchrun every rank times its own GEMMs (they start together after a barrier) and the
@@ -16,6 +18,7 @@ import math
 import statistics
 import time
 
+from aorta.run.profiler import StepProfiler
 from aorta.run.ranks import destroy_process_group, init_process_group
 from aorta.run.workload import FailureDetail, Workload, WorkloadResult
 
@@ -27,6 +30,7 @@ class MatmulWorkload(Workload):
     description = "time torch GEMMs per step (CPU or GPU)"
     default_steps = 20
     config_keys = frozenset({"m", "n", "k", "dtype", "device", "iters_per_step", "warmup_steps"})
+    collectors = frozenset({"torch_profiler"})
 
     def setup(self) -> None:
         import torch
@@ -67,13 +71,16 @@ class MatmulWorkload(Workload):
         out = None
         if self._dist is not None:
             self._dist.barrier()
-        for _ in range(total):
-            self._sync()
-            t0 = time.perf_counter()
-            for _ in range(self.iters):
-                out = torch.matmul(self.a, self.b)
-            self._sync()
-            times.append((time.perf_counter() - t0) * 1000.0)
+        # collect: [torch_profiler] profiles these steps (a no-op otherwise).
+        with StepProfiler(self.context, total_steps=total) as prof:
+            for _ in range(total):
+                self._sync()
+                t0 = time.perf_counter()
+                for _ in range(self.iters):
+                    out = torch.matmul(self.a, self.b)
+                self._sync()
+                times.append((time.perf_counter() - t0) * 1000.0)
+                prof.step()
         elapsed = time.perf_counter() - start
         finite = bool(torch.isfinite(out).all()) if out is not None else True
         timed = times[self.warmup :] or times

@@ -69,6 +69,7 @@ class RaceWorkload(Workload):
     default_isolation = "process"
     required_isolation = "process"
     default_steps = 10
+    collectors = frozenset({"torch_profiler"})
     config_keys = frozenset(
         {
             "mode",

@@ -24,6 +24,7 @@ class TrainingWorkload(Workload):
     min_world_size = 1
     default_isolation = "process"
     default_steps = 8
+    collectors = frozenset({"torch_profiler"})
     config_keys = frozenset(
         {"mode", "model_dim", "num_layers", "batch_size", "lr", "dtype", "warmup_steps"}
     )

@@ -52,6 +52,7 @@ def runs(tmp_path_factory):
     }
 
 
+@pytest.mark.slow
 def test_one_run_against_its_baseline(run_cli, runs):
     code, out, err = run_cli("compare", runs["a"])
     assert code == ExitCode.OK, err
@@ -65,12 +66,14 @@ def test_one_run_against_its_baseline(run_cli, runs):
     assert "10000 resamples, seed 0" in out
 
 
+@pytest.mark.slow
 def test_fail_on_regression_trips_the_gate(run_cli, runs):
     code, _, err = run_cli("compare", runs["a"], "--fail-on-regression")
     assert code == ExitCode.GATE
     assert "xnack-none" in err
 
 
+@pytest.mark.slow
 def test_two_runs_cell_by_cell(run_cli, runs):
     code, out, _ = run_cli("compare", runs["a"], runs["a2"], "--fail-on-regression")
     assert code == ExitCode.OK  # the same runs again: nothing regressed
@@ -82,12 +85,14 @@ def test_two_runs_cell_by_cell(run_cli, runs):
     assert code == ExitCode.OK and sum(" faster -33%" in line for line in out.splitlines()) == 3
 
 
+@pytest.mark.slow
 def test_gate_from_its_env_twin(run_cli, runs, monkeypatch):
     monkeypatch.setenv("AORTA_FAIL_ON_REGRESSION", "1")
     code, _, _ = run_cli("compare", runs["a"], runs["slow"])
     assert code == ExitCode.GATE
 
 
+@pytest.mark.slow
 def test_json_records_seed_and_resamples(run_cli, runs):
     code, out, _ = run_cli("compare", runs["a"], "--json", "--seed", "3", "--resamples", "500")
     assert code == ExitCode.OK
@@ -102,6 +107,7 @@ def test_json_records_seed_and_resamples(run_cli, runs):
     )
 
 
+@pytest.mark.slow
 def test_baseline_alpha_and_metric_options(run_cli, runs):
     code, out, _ = run_cli("compare", runs["a"], "--baseline", "xnack-none", "--alpha", "0.01")
     assert code == ExitCode.OK
@@ -114,6 +120,7 @@ def test_baseline_alpha_and_metric_options(run_cli, runs):
     assert code == ExitCode.OK and json.loads(out)["statistics"]["metric"] == "wall_clock_s"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -128,6 +135,7 @@ def test_usage_errors(run_cli, runs, args, message):
     assert message in err and err.startswith("Error: ")
 
 
+@pytest.mark.slow
 def test_usage_errors_about_runs(run_cli, runs, tmp_path):
     code, _, err = run_cli("compare", runs["a"], runs["a2"], "--baseline", "none-none")
     assert code == ExitCode.USAGE and "--baseline applies to one run" in err
@@ -137,6 +145,7 @@ def test_usage_errors_about_runs(run_cli, runs, tmp_path):
     assert code == ExitCode.USAGE and "not an aorta run directory" in err
 
 
+@pytest.mark.slow
 def test_a_failing_baseline_is_the_normal_triage_case(run_cli, tmp_path):
     # The bug reproduces in the baseline and a mitigation fixes it: a finding, exit 0.
     text = probe(trials=6).replace("[none, xnack, tf32_off]", "[none, xnack]")
@@ -160,6 +169,7 @@ def test_a_failing_baseline_is_the_normal_triage_case(run_cli, tmp_path):
     assert "comparisons are impossible" not in out
 
 
+@pytest.mark.slow
 def test_no_usable_baseline_is_incomplete(run_cli, tmp_path):
     # Every trial errored (an unknown workload): nothing to compare against, for anything.
     result = sweep(
@@ -174,12 +184,14 @@ def test_no_usable_baseline_is_incomplete(run_cli, tmp_path):
     assert code == ExitCode.INCOMPLETE and "has no trial that ran" in err
 
 
+@pytest.mark.slow
 def test_runs_sharing_no_cell_are_incomplete(run_cli, runs, tmp_path):
     other = run(tmp_path, "o", probe(trials=1).replace("[none, xnack, tf32_off]", "[hsa_no_sdma]"))
     code, _, err = run_cli("compare", runs["a"], other)
     assert code == ExitCode.INCOMPLETE and "share no cell" in err
 
 
+@pytest.mark.slow
 def test_report_writes_tables_and_figures(run_cli, tmp_path):
     run_dir = tmp_path / "golden"
     shutil.copytree(DATA / "golden_run", run_dir)

@@ -157,6 +157,7 @@ def test_recipe_from_environment_twin(run_cli, monkeypatch):
     assert code == ExitCode.OK and "workload 'race'" in out
 
 
+@pytest.mark.slow
 def test_console_script_help_and_exit_code():
     aorta = Path(sys.executable).parent / "aorta"
     for args in (

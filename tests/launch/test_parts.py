@@ -218,6 +218,7 @@ def test_sweep_spec(tmp_path: Path) -> None:
         sweep_spec(tmp_path / "missing.yaml")
 
 
+@pytest.mark.slow
 def test_node_helper_setup_runs_locally(tmp_path: Path) -> None:
     cluster = _cluster(tmp_path, n=1)
     spec = LaunchSpec(
@@ -331,6 +332,7 @@ def test_the_watchdog_stops_the_run_when_its_channel_closes(tmp_path: Path) -> N
         wrapper.kill()
 
 
+@pytest.mark.slow
 def test_fanout_through_an_injected_session_stops_the_others_on_a_bad_exit(tmp_path: Path) -> None:
     cluster = _cluster(tmp_path)
     spec = LaunchSpec(argv=(PY, "-m", "tests.launch_worker", "fail-on", "1"), torchrun=False)

@@ -125,6 +125,7 @@ def test_config_coords_of_mixed_types():
     assert ds.config_b.values.tolist() == [True, False]
 
 
+@pytest.mark.slow
 def test_load_run_of_a_real_sweep_and_results_nc(probe_run):
     assert (probe_run / RESULTS).is_file()
     ds = load_run(probe_run)
@@ -138,6 +139,7 @@ def test_load_run_of_a_real_sweep_and_results_nc(probe_run):
     assert steps == [120.2, 20.22, 20.24, 20.26, 20.28]
 
 
+@pytest.mark.slow
 def test_netcdf_round_trip_is_exact(tmp_path, probe_run):
     ds = load_run(probe_run, source="records")
     path = ds.aorta.to_netcdf(tmp_path / "r.nc")
@@ -147,6 +149,7 @@ def test_netcdf_round_trip_is_exact(tmp_path, probe_run):
     xr.testing.assert_identical(load_run(path), ds)
 
 
+@pytest.mark.slow
 def test_load_trials_is_tidy(probe_run):
     df = load_trials(probe_run)
     assert len(df) == 6
@@ -159,6 +162,7 @@ def test_load_trials_is_tidy(probe_run):
     assert row.step_time_ms == pytest.approx(20.26)
 
 
+@pytest.mark.slow
 def test_load_runs_stacks_with_an_outer_join(probe_run):
     a = build_dataset([{"name": "x", "trials": 1}], [rec("x", 0, step_times_ms=[1.0])])
     stacked = load_runs([probe_run, probe_run], labels=["first", "second"])
@@ -172,6 +176,7 @@ def test_load_runs_stacks_with_an_outer_join(probe_run):
         load_runs([probe_run, probe_run], labels=["a", "a"])
 
 
+@pytest.mark.slow
 def test_load_run_errors(tmp_path, probe_run):
     with pytest.raises(UsageError, match="not an aorta run directory"):
         load_run(tmp_path)
@@ -180,6 +185,7 @@ def test_load_run_errors(tmp_path, probe_run):
         load_run(tmp_path / "junk.nc")
 
 
+@pytest.mark.slow
 def test_netcdf_source_needs_results(tmp_path, probe_run):
     import shutil
 
@@ -198,6 +204,7 @@ def test_accessor_validates_dims():
         _ = xr.Dataset().aorta
 
 
+@pytest.mark.slow
 def test_top_level_api(probe_run):
     ds = aorta.load_run(probe_run)
     df = aorta.compare(ds)

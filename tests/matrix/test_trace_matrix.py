@@ -81,6 +81,7 @@ def run_copy(traced_run, tmp_path):
     return target
 
 
+@pytest.mark.slow
 def test_trace_variables_have_known_values(traced_run):
     ds = aorta.load_run(traced_run, traces=True, trace_workers=1)
     assert dict(ds.sizes)["rank"] == 2 and ds["rank"].values.tolist() == [0, 1]
@@ -110,6 +111,7 @@ def test_trace_variables_have_known_values(traced_run):
     assert json.loads(ds.attrs["trace_diagnostics"]) == []
 
 
+@pytest.mark.slow
 def test_compare_on_a_trace_metric_gives_verdicts(traced_run):
     ds = aorta.load_run(traced_run, traces=True)
     df = aorta.compare(ds, metric="computation_ms")
@@ -130,6 +132,7 @@ def test_compare_on_a_trace_metric_gives_verdicts(traced_run):
         aorta.compare(ds, metric="exposed_com_ms")  # the message lists the trace metrics
 
 
+@pytest.mark.slow
 def test_second_load_reads_the_metrics_cache(traced_run, monkeypatch):
     first = aorta.load_run(traced_run, traces=True)
     assert (traced_run / "cells/base/trial_0000/trace" / METRICS_CACHE).is_file()
@@ -141,6 +144,7 @@ def test_second_load_reads_the_metrics_cache(traced_run, monkeypatch):
     xr.testing.assert_identical(aorta.load_run(traced_run, traces=True), first)
 
 
+@pytest.mark.slow
 def test_a_changed_trace_is_analysed_again(run_copy):
     aorta.load_run(run_copy, traces=True, trace_workers=1)
     path = run_copy / "cells/base/trial_0002/trace/rank0.pt.trace.json.gz"
@@ -149,6 +153,7 @@ def test_a_changed_trace_is_analysed_again(run_copy):
     assert ds.computation_ms.sel(cell="base", trial=2, rank=0).item() == 0.4
 
 
+@pytest.mark.slow
 def test_missing_and_corrupt_traces_are_nan_with_a_warning(run_copy):
     missing = run_copy / "cells/base/trial_0001/trace/rank1.pt.trace.json.gz"
     missing.unlink()
@@ -174,6 +179,7 @@ def test_missing_and_corrupt_traces_are_nan_with_a_warning(run_copy):
     assert df["n_timed"].tolist() == [4, 4]
 
 
+@pytest.mark.slow
 def test_serial_and_parallel_analyses_agree(traced_run):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -182,18 +188,21 @@ def test_serial_and_parallel_analyses_agree(traced_run):
     xr.testing.assert_identical(serial, parallel)
 
 
+@pytest.mark.slow
 def test_netcdf_round_trip_is_exact(traced_run, tmp_path):
     ds = aorta.load_run(traced_run, traces=True)
     path = ds.aorta.to_netcdf(tmp_path / "with_traces.nc")
     xr.testing.assert_identical(aorta.load_run(path), ds)
 
 
+@pytest.mark.slow
 def test_tidy_trials_carry_the_worst_rank(traced_run):
     df = aorta.load_trials(traced_run, traces=True)
     row = df[(df["cell"] == "base") & (df["trial"] == 0)].iloc[0]
     assert row["exposed_comm_ms"] == pytest.approx(0.13) and row["gemm_tflops"] > 0
 
 
+@pytest.mark.slow
 def test_a_run_without_profiling_has_no_trace_warnings(tmp_path):
     recipe = load_recipe_text(RECIPE.replace("collect: [torch_profiler]\n", ""), command=["true"])
     run_dir = sweep(recipe, output=tmp_path, progress="none").run_dir
@@ -203,6 +212,7 @@ def test_a_run_without_profiling_has_no_trace_warnings(tmp_path):
     assert (ds.trace_source == "missing").all() and ds.exposed_comm_ms.isnull().all()
 
 
+@pytest.mark.slow
 def test_analyse_trial_is_a_function_of_the_files(traced_run):
     files = rank_files(traced_run / "cells/slow/trial_0000/trace")
     result = analyse_trial(files, cache="off")
@@ -212,6 +222,7 @@ def test_analyse_trial_is_a_function_of_the_files(traced_run):
     assert json.loads(json.dumps(result)) == result  # JSON data: it is cached as is
 
 
+@pytest.mark.slow
 def test_trace_summary_section_and_figures(run_copy):
     from matplotlib.figure import Figure
 
@@ -249,6 +260,7 @@ def test_trace_summary_section_and_figures(run_copy):
         aorta.load_run(run_copy).aorta.trace_summary()
 
 
+@pytest.mark.slow
 def test_a_broken_worker_pool_falls_back_to_this_process(traced_run, monkeypatch):
     from concurrent.futures import Future
     from concurrent.futures.process import BrokenProcessPool
@@ -275,6 +287,7 @@ def test_a_broken_worker_pool_falls_back_to_this_process(traced_run, monkeypatch
     assert "the rest ran in this process" in json.loads(ds.attrs["trace_diagnostics"])[0]
 
 
+@pytest.mark.slow
 def test_a_trace_metric_without_traces_says_how_to_get_them(traced_run, run_cli):
     with pytest.raises(ValueError, match=r"load_run\(run, traces=True\)"):
         aorta.compare(aorta.load_run(traced_run), metric="exposed_comm_ms")

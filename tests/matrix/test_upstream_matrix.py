@@ -96,6 +96,7 @@ def test_workload_setup_failed_is_read_and_written_as_upstream_names_it(run):
     ]
 
 
+@pytest.mark.slow
 def test_a_real_run_writes_upstreams_keys(tmp_path):
     recipe = load_recipe_text(
         "trials: 2\ncells: [{name: baseline, mitigations: [none]}, "

@@ -249,6 +249,7 @@ def probe_sweep(tmp_path, name, trials, **kw):
     )
 
 
+@pytest.mark.slow
 def test_interleaved_is_the_default_and_records_the_run_order(tmp_path):
     result = probe_sweep(tmp_path, "i", 2)
     by_order = sorted(result.records, key=lambda r: r.run_order)
@@ -270,6 +271,7 @@ def test_interleaved_is_the_default_and_records_the_run_order(tmp_path):
     ]
 
 
+@pytest.mark.slow
 def test_extend_then_compare_equals_the_larger_run_from_the_start(tmp_path, run_cli):
     small = probe_sweep(tmp_path, "small", 3)
     grown = sweep(resume=small.run_dir, extend_to=6, progress="none")

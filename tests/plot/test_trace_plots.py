@@ -14,6 +14,7 @@ def pair():
     return shipped("a100_nccl_sampled_rank-0.json.gz", "a100_nccl_sampled_rank-1.json.gz")
 
 
+@pytest.mark.slow
 def test_every_plot_returns_a_figure_and_honours_ax(pair):
     rccl = shipped("mi300_rccl_resnet_rank0.json.gz")
     start = int(rccl.gpu_ops.ts.min())

@@ -127,6 +127,7 @@ def test_problems_name_the_flag():
         recipe_from_flags(workload="w", mitigation_axis=["none"], environment_axis=["image:"])
 
 
+@pytest.mark.slow
 def test_flag_mode_run_writes_a_resolved_recipe_and_json_summary(tmp_path, run_cli):
     code, out, err = run_cli(
         "sweep", "run", "--mitigation-axis", "none,tf32_off", "--environment-axis", "local",

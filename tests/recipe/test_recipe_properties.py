@@ -46,8 +46,11 @@ env_names = st.from_regex(r"[A-Z_][A-Z0-9_]{0,10}", fullmatch=True).filter(
         and not s.startswith(("TORCHELASTIC_", "SLURM_", "PMI_", "PMIX_", "AORTA_"))
     )
 )
+# Every value an environment file can carry: no C0 control character but a tab, no DEL
+# (aorta.envvars.control_problem); C1 controls and any other text are fine.
+_REFUSED = "".join(chr(c) for c in range(32) if c != 9) + "\x7f"
 env_values = st.text(
-    st.characters(exclude_characters="\x00\n\r", exclude_categories=("Cs",)), max_size=12
+    st.characters(exclude_characters=_REFUSED, exclude_categories=("Cs",)), max_size=12
 )
 env_maps = st.dictionaries(env_names, env_values, max_size=4)
 scalars = st.one_of(

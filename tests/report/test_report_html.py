@@ -207,6 +207,7 @@ def assert_not_blank(png: Path) -> None:
 # --- a run's page ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_page_for_a_real_cpu_sweep(runs, run_copy, run_cli):
     code, out, err = run_cli("report", run_copy, "--html", "--resamples", "1000")
     assert code == ExitCode.OK, err
@@ -238,6 +239,7 @@ def test_page_for_a_real_cpu_sweep(runs, run_copy, run_cli):
     assert len(ids) == len(set(ids)), "two elements share an id"
 
 
+@pytest.mark.slow
 def test_links_survive_moving_the_run_directory(run_copy, tmp_path):
     aorta.report.html(run_copy, resamples=500)
     moved = tmp_path / "elsewhere" / "bundle"
@@ -247,12 +249,14 @@ def test_links_survive_moving_the_run_directory(run_copy, tmp_path):
     assert links and all(p.is_file() and moved in p.parents for p in links)
 
 
+@pytest.mark.slow
 def test_screenshots_are_not_blank_with_and_without_javascript(run_copy, tmp_path):
     path = aorta.report.html(run_copy, resamples=500)
     for js in (True, False):
         assert_not_blank(screenshot(path, tmp_path / f"report-js-{js}.png", javascript=js))
 
 
+@pytest.mark.slow
 def test_the_script_runs_in_a_browser(run_copy):
     path = aorta.report.html(run_copy, resamples=500)
     chromium = shutil.which("chromium")
@@ -270,6 +274,7 @@ def test_the_script_runs_in_a_browser(run_copy):
     assert dom.count('class="filter"') == 2 and 'title="sort by this column"' in dom
 
 
+@pytest.mark.slow
 def test_cross_node_differences_and_extra_hosts(run_copy):
     host = json.loads((run_copy / "host_env.json").read_text())
     other = {**host, "host": "node1", "torch": {**host["torch"], "version": "2.4.0"}}
@@ -286,6 +291,7 @@ def test_cross_node_differences_and_extra_hosts(run_copy):
     assert 'class="diff">2.4.0' in page.raw
 
 
+@pytest.mark.slow
 def test_waterfalls_and_custom_sections(run_copy):
     from matplotlib.figure import Figure
 
@@ -303,6 +309,7 @@ def test_waterfalls_and_custom_sections(run_copy):
     assert "waterfall-xnack-none" in page.figures
 
 
+@pytest.mark.slow
 def test_dataset_without_run_directory(runs, tmp_path):
     ds = aorta.load_run(runs["a"])
     with pytest.raises(UsageError, match="output="):
@@ -317,6 +324,7 @@ def test_dataset_without_run_directory(runs, tmp_path):
 # --- two runs --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_page_comparing_two_runs(runs, tmp_path, run_cli):
     a, b = (shutil.copytree(runs[k], tmp_path / k) for k in ("a", "b"))
     code, out, err = run_cli("report", a, b, "--html", "--resamples", "1000")
@@ -334,6 +342,7 @@ def test_page_comparing_two_runs(runs, tmp_path, run_cli):
     assert_not_blank(screenshot(path, tmp_path / "compare.png", height=1600))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args, message",
     [

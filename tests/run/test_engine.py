@@ -149,6 +149,7 @@ def test_collect_paths_copies_files_from_outside(tmp_path):
 # --- deadlines ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("isolation", ["in_process", "process"])
 def test_hang_hits_its_deadline_and_leaves_no_process(tmp_path, isolation):
     pids = tmp_path / "pids"
@@ -172,6 +173,7 @@ def test_in_process_python_workload_is_interrupted_at_its_deadline(tmp_path):
     assert rec.status.value == "timeout" and "during run()" in rec.error
 
 
+@pytest.mark.slow
 def test_process_worker_hang_in_setup_is_killed(tmp_path):
     text = "workload: sleeper\ntrial_isolation: process\ntimeout_per_trial: 3\nworkload_config: {seconds: 30, phase: setup}\ncells: [{name: a, mitigations: [none]}]\n"
     rec = run(text, tmp_path).records[0]
@@ -210,6 +212,7 @@ def test_worker_crash_is_blamed_on_its_phase(tmp_path, phase, status):
     assert rec.exit_code == -11
 
 
+@pytest.mark.slow
 def test_unknown_workload_fails_every_trial_listing_registered(tmp_path):
     result = run("workload: nosuch\ntrials: 2\ncells: [{name: a, mitigations: [none]}]\n", tmp_path)
     assert [r.status.value for r in result.records] == ["infrastructure_failed"] * 2
@@ -254,6 +257,7 @@ def test_in_process_overlay_is_applied_and_restored_exactly(tmp_path, monkeypatc
     assert recs[("b", 0)].info["value"] == "outer"
 
 
+@pytest.mark.slow
 def test_process_isolation_sees_import_time_variables(tmp_path):
     import torch
 
@@ -273,6 +277,7 @@ def test_process_isolation_sees_import_time_variables(tmp_path):
 # --- matmul -------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_matmul_sweep(tmp_path):
     text = (
         "workload: matmul\ntrials: 2\nsteps: 3\nworkload_config: {m: 64, n: 32, k: 16, warmup_steps: 1, iters_per_step: 2}\n"
@@ -324,6 +329,7 @@ def test_stop_after_marks_the_rest_did_not_run(tmp_path):
     assert {c["name"]: c["did_not_run"] for c in cells} == {"none-none": 0, "xnack-none": 3}
 
 
+@pytest.mark.slow
 def test_a_long_hunt_that_stops_early_writes_a_handful_of_files(tmp_path):
     # A flake hunt plans 200,000 trials and stops at the first failure: the run is as small
     # as what ran (one record per trial run, one for the remainder), and quick.
@@ -371,6 +377,7 @@ def test_atomic_writes_leave_no_temp_files(tmp_path):
     assert leftovers == []
 
 
+@pytest.mark.slow
 def test_secrets_are_redacted_in_host_env(tmp_path, monkeypatch):
     monkeypatch.setenv("NCCL_IB_KEY", "hunter2")
     monkeypatch.setenv("HF_TOKEN_NCCL", "x")

@@ -69,6 +69,7 @@ def test_a_manifest_that_is_json_but_not_an_object_is_a_clear_error(tmp_path, ru
     assert "not an aorta manifest" in err and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_resume_refuses_a_different_command(tmp_path):
     recipe = tmp_path / "r.yaml"
     recipe.write_text(PROBE)
@@ -82,6 +83,7 @@ def test_resume_refuses_a_different_command(tmp_path):
     assert same.returncode == ExitCode.OK, same.stderr
 
 
+@pytest.mark.slow
 def test_collect_paths_keeps_two_files_of_the_same_name(tmp_path):
     for sub in ("a", "b"):
         (tmp_path / sub).mkdir()
@@ -143,6 +145,7 @@ def test_a_full_disk_stops_the_run_resumably_with_one_line(tmp_path, tiny_fs):
     assert all(r["step_times_ms"] == [1.5] for r in records)
 
 
+@pytest.mark.slow
 def test_an_unreadable_record_is_said_not_dropped_silently(tmp_path, run_cli):
     recipe = tmp_path / "r.yaml"
     recipe.write_text(PROBE.replace("trials: 1", "trials: 3"))

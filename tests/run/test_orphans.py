@@ -67,6 +67,7 @@ def test_kill_9_of_the_sweep_leaves_no_trial_process(tmp_path, isolation):
             os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("isolation", ["in_process", "process"])
 def test_a_setsid_daemon_does_not_survive_an_ok_trial(tmp_path, isolation):
     mark = f"DAEMON_TEST={uuid.uuid4().hex}"

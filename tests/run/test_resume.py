@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -90,6 +91,7 @@ def _reference(tmp_root: Path, recipe: Path) -> list[dict]:
     return _comparable(_only_run_dir(tmp_root / "ref"))
 
 
+@pytest.mark.slow
 @settings(
     max_examples=4,
     deadline=None,
@@ -133,6 +135,7 @@ def test_kill_9_at_any_trial_then_resume_equals_uninterrupted(tmp_path_factory, 
     assert orders == list(range(len(orders)))
 
 
+@pytest.mark.slow
 def test_truncated_and_foreign_records_are_rerun_and_others_kept(tmp_path):
     recipe = tmp_path / "r.yaml"
     recipe.write_text(RECIPE)
@@ -160,6 +163,7 @@ def test_truncated_and_foreign_records_are_rerun_and_others_kept(tmp_path):
     assert _comparable(run_dir) == expected
 
 
+@pytest.mark.slow
 def test_ctrl_c_reaps_children_and_leaves_the_run_resumable(tmp_path):
     recipe = tmp_path / "r.yaml"
     recipe.write_text("mode: probe\nticket: RESUME\nmitigation_axis: [none, xnack]\n")
@@ -201,6 +205,7 @@ def test_ctrl_c_reaps_children_and_leaves_the_run_resumable(tmp_path):
     assert [(c["name"], c["n_ok"]) for c in statuses] == [("none-none", 1), ("xnack-none", 1)]
 
 
+@pytest.mark.slow
 def test_sigterm_stops_like_ctrl_c(tmp_path):
     recipe = tmp_path / "r.yaml"
     recipe.write_text("mode: probe\nticket: RESUME\nmitigation_axis: [none]\n")
@@ -231,6 +236,7 @@ def test_sigterm_stops_like_ctrl_c(tmp_path):
     assert proc.returncode == ExitCode.INTERRUPTED
 
 
+@pytest.mark.slow
 def test_resume_refuses_a_different_recipe(tmp_path):
     recipe = tmp_path / "r.yaml"
     recipe.write_text(RECIPE)
@@ -245,6 +251,7 @@ def test_resume_refuses_a_different_recipe(tmp_path):
     assert "differs from the recipe" in proc.stderr
 
 
+@pytest.mark.slow
 def test_status_command(tmp_path, run_cli):
     recipe = tmp_path / "r.yaml"
     recipe.write_text(RECIPE)
@@ -255,6 +262,7 @@ def test_status_command(tmp_path, run_cli):
     assert out.strip() == f"{run_dir}: complete — 9/9 trials recorded (8 ok, 1 workload_failed)"
 
 
+@pytest.mark.slow
 def test_a_killed_attempts_output_does_not_leak_into_the_rerun(tmp_path):
     # The trial prints two steps, then the sweep is killed; the resumed attempt prints three.
     script = (

@@ -61,6 +61,7 @@ def test_a_catastrophic_custom_pattern_scans_at_once(tmp_path):
     assert m.line_number == 1001
 
 
+@pytest.mark.slow
 def test_many_candidate_lines_keep_the_first_match_of_each_signature(tmp_path):
     # 20,000 lines that each match some signature: every signature still gets its first line,
     # and a condition that never holds stops being tried after a bounded number of lines.

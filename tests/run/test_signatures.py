@@ -192,6 +192,7 @@ def test_required_line_missing_fails_the_trial(tmp_path):
 # --- signatures downstream: records, matrix, Dataset, compare ---------------------------------
 
 
+@pytest.mark.slow
 def test_failed_trials_get_signatures_in_the_matrix_and_compare(tmp_path):
     text = "mode: probe\ntrials: 4\nmitigation_axis: [none, pytorch_alloc_expandable_segments]\n"
     script = (
@@ -222,6 +223,7 @@ def test_failed_trials_get_signatures_in_the_matrix_and_compare(tmp_path):
 # --- hangs ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("isolation", ["in_process", "process"])
 def test_sleeping_trial_is_a_hang_long_before_its_deadline(tmp_path, isolation):
     marker = str(900_000 + int(uuid.uuid4().int % 99_999))  # a unique `sleep` argument
@@ -239,6 +241,7 @@ def test_sleeping_trial_is_a_hang_long_before_its_deadline(tmp_path, isolation):
     assert marked_alive(f"sleep\x00{marker}") == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "script",
     [
@@ -328,13 +331,13 @@ def test_probe_without_a_command_is_refused_before_a_run_dir_exists(tmp_path, ca
     recipe = tmp_path / "probe.yaml"
     recipe.write_text("mode: probe\nmitigation_axis: [none, xnack]\n")
     out = tmp_path / "out"
-    for argv in (
-        ["sweep", "run", "--recipe", str(recipe), "--output", str(out)],
-        ["sweep", "run", "--recipe", str(recipe), "--output", str(out), "--dry-run"],
-    ):
-        assert main(argv) == ExitCode.USAGE, argv
-        err = capsys.readouterr().err
-        assert "aorta sweep run --recipe R -- cmd" in err, err
+    assert main(["sweep", "run", "--recipe", str(recipe), "--output", str(out)]) == ExitCode.USAGE
+    err = capsys.readouterr().err
+    assert "aorta sweep run --recipe R -- cmd" in err, err
+    # A dry run shows the plan and says where the command comes from (issue 20).
+    argv = ["sweep", "run", "--recipe", str(recipe), "--output", str(out), "--dry-run"]
+    assert main(argv) == ExitCode.OK
+    assert "command: none yet: a probe recipe's command comes after '--'" in capsys.readouterr().out
     assert not out.exists()
     # Validating the recipe file is fine: it says where the command will come from.
     assert main(["recipe", "validate", str(recipe)]) == ExitCode.OK

@@ -92,6 +92,7 @@ def _grep(root, needles):
     return hits
 
 
+@pytest.mark.slow
 def test_the_planted_secrets_are_in_the_run(leaky_run):
     # The test means something only if the run itself holds them (logs, recipe, trace, report).
     assert set(_grep(leaky_run, PLANTED)) >= {
@@ -104,6 +105,7 @@ def test_the_planted_secrets_are_in_the_run(leaky_run):
     }
 
 
+@pytest.mark.slow
 def test_bundle_holds_the_run_and_no_secret(leaky_run, tmp_path):
     plan = plan_bundle(leaky_run, ticket="TICKET-42", env={})
     archive = write_bundle(plan, tmp_path / "out")
@@ -150,6 +152,7 @@ def test_bundle_holds_the_run_and_no_secret(leaky_run, tmp_path):
     assert HF not in json.dumps(manifest)
 
 
+@pytest.mark.slow
 def test_review_lists_and_writes_nothing(leaky_run, tmp_path, run_cli):
     before = {p: p.stat().st_mtime_ns for p in _files(leaky_run)}
     out = tmp_path / "out"
@@ -162,6 +165,7 @@ def test_review_lists_and_writes_nothing(leaky_run, tmp_path, run_cli):
     assert all(s not in text for s in PLANTED)
 
 
+@pytest.mark.slow
 def test_cli_writes_the_archive_and_honours_the_cap_and_no_traces(leaky_run, tmp_path, run_cli):
     out = tmp_path / "out"
     code, text, _ = run_cli(
@@ -181,6 +185,7 @@ def test_cli_writes_the_archive_and_honours_the_cap_and_no_traces(leaky_run, tmp
     assert "size cap" in reasons["cells/leaky/trial_0000/stdout.log"]
 
 
+@pytest.mark.slow
 def test_flags_add_to_the_recipes_redaction(leaky_run, tmp_path):
     plan = plan_bundle(leaky_run, scrub_env_keys=["NCCL_*"], scrub_paths=True, env={})
     assert plan.redactor.scrub_keys == ("MY_*", "NCCL_*") and plan.redactor.scrub_paths

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from aorta.matrix.load import load_run
 from aorta.recipe.schema import load_recipe_text
 from aorta.run.sweep import sweep
@@ -28,6 +30,7 @@ cells:
 """
 
 
+@pytest.mark.slow
 def test_secrets_and_scrubbed_values_never_reach_the_run_files(tmp_path):
     result = sweep(
         load_recipe_text(RECIPE), output=tmp_path, progress="none", workloads=TEST_WORKLOADS

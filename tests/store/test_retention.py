@@ -45,6 +45,7 @@ def pruned_run(tmp_path_factory):
     return sweep(recipe, output=tmp_path_factory.mktemp("runs"), progress="none")
 
 
+@pytest.mark.slow
 def test_every_record_is_kept(pruned_run):
     rd = RunDir(pruned_run.run_dir)
     statuses = {(r.cell, r.trial): r.status.value for r in rd.trial_records()}
@@ -58,6 +59,7 @@ def test_every_record_is_kept(pruned_run):
     }
 
 
+@pytest.mark.slow
 def test_each_outcome_is_pruned_to_its_level(pruned_run):
     rd = RunDir(pruned_run.run_dir)
     for trial in (0, 1):
@@ -81,6 +83,7 @@ def test_each_outcome_is_pruned_to_its_level(pruned_run):
     assert records[("hangs", 0)].info["retained"] == "summary"
 
 
+@pytest.mark.slow
 def test_the_matrix_still_has_every_trial(pruned_run):
     cells = json.loads((pruned_run.run_dir / "matrix.json").read_text())["cells"]
     assert {c["name"]: c["n_trials"] for c in cells} == {"passes": 2, "fails": 2, "hangs": 2}

@@ -9,6 +9,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from aorta.store.rundir import RunDir
 
 # Each racer takes the lock, says so, holds it a moment, and says it let go.
@@ -27,6 +29,7 @@ except RunLocked:
 """
 
 
+@pytest.mark.slow
 def test_concurrent_resumes_after_a_crash_have_one_holder_at_a_time(tmp_path):
     rd = RunDir.create(tmp_path, ticket=None, workload="w")
     for attempt in range(8):

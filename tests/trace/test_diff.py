@@ -46,6 +46,7 @@ def test_a_trace_against_itself_is_all_zeros(by):
     assert table.attrs["total_delta"] == 0 and table.attrs["units"]["delta"] == "us"
 
 
+@pytest.mark.slow
 def test_one_scaled_kernel_comes_first_with_its_delta(tmp_path):
     kernels = shipped(RCCL).kernels()
     compute = kernels[kernels["class"] == "compute"]
@@ -138,6 +139,7 @@ def test_kernel_name_normalisation(raw, normal):
     assert normalize_kernel_name(raw) == normal
 
 
+@pytest.mark.slow
 def test_cli_diff_text_json_and_csv(tmp_path, capsys):
     scaled = _scaled_copy(tmp_path, RCCL, shipped(RCCL).kernels()["name"].iloc[0], 1.5)
     base = tmp_path / RCCL

@@ -158,6 +158,7 @@ _RSS = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["leading", "between", "after"])
 def test_200_mb_of_gzipped_whitespace_loads_fast_in_bounded_memory(tmp_path, where):
     one, two = json.dumps(_event()).encode(), json.dumps(_event(name="k2")).encode()

@@ -114,6 +114,7 @@ def test_workers_must_be_positive():
         aorta.trace.load(DATA / "h100_bert_small.json.gz", workers=0)
 
 
+@pytest.mark.slow
 def test_a_worker_process_defaults_to_one_worker():
     with multiprocessing.get_context("spawn").Pool(1) as pool:
         assert pool.apply(available_workers) == 1

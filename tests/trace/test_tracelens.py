@@ -106,6 +106,7 @@ def _report(folder: Path, comm: float) -> None:
     shutil.copy(FULL / "coll_analysis.csv", folder / "coll_analysis.csv")
 
 
+@pytest.mark.slow
 def test_a_sweep_of_reports_is_a_dataset_compare_takes(tmp_path):
     for cell, comm in (("baseline", 30.0), ("tuned", 10.0)):
         for trial in range(5):
