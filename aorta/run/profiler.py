@@ -14,7 +14,6 @@ unconditionally::
 Examples
 --------
 >>> from aorta.run.workload import TrialContext
-from aorta.store.rundir import TRACE_DIR, trace_file_name
 >>> with StepProfiler(TrialContext(cell="a", trial=0), total_steps=3) as prof:
 ...     prof.step()
 >>> prof.enabled, prof.traces
