@@ -105,7 +105,7 @@ def new_run_id(now: _dt.datetime | None = None) -> str:
     >>> new_run_id(_dt.datetime(2026, 1, 2, 3, 4, 5))[:20]
     '2026-01-02T03-04-05-'
     """
-    stamp = (now or _dt.datetime.now(_dt.UTC)).strftime("%Y-%m-%dT%H-%M-%S")
+    stamp = (now or _dt.datetime.now(_dt.timezone.utc)).strftime("%Y-%m-%dT%H-%M-%S")
     return f"{stamp}-{secrets.token_hex(3)}"
 
 

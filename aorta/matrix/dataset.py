@@ -350,8 +350,8 @@ def _trial_variables(
         seed[i, j] = rec.seed
         for k, v in rec.metrics.items():
             metrics[i, j, m_index[k]] = math.nan if v is None else v
-        for k, v in rec.info.items():
-            info[i, j, i_index[k]] = _text(v)
+        for key, text in rec.info.items():
+            info[i, j, i_index[key]] = _text(text)
     ct = ("cell", "trial")
     data = {
         "step_time_ms": ((*ct, "step"), step),

@@ -56,7 +56,7 @@ from aorta.errors import TraceError, TraceWarning
 from aorta.matrix.dataset import build_dataset, text_array
 from aorta.matrix.select import is_trace_variable
 from aorta.store.metrics_cache import read_cached, write_cached
-from aorta.store.record import RAN, TrialRecord
+from aorta.store.record import RAN, TrialRecord, TrialStatus
 from aorta.store.rundir import CELL_JSON, RunDir, trace_file_name
 from aorta.trace.items import ITEMS_BY, step_items
 from aorta.trace.metrics import BUSBW, METRICS, PERF, rank_metrics
@@ -179,8 +179,8 @@ def _items_payload(trace: Any, ranks: Mapping[int, int]) -> dict[str, Any]:
             if rank in ranks:
                 steps[str(ranks[rank])] = info
         for rank, rows in table.groupby("rank", sort=True):
-            if int(rank) in ranks:  # type: ignore[call-overload]
-                items[by][str(ranks[int(rank)])] = [  # type: ignore[call-overload]
+            if int(rank) in ranks:
+                items[by][str(ranks[int(rank)])] = [
                     [i, c, float(p), float(n)]
                     for i, c, p, n in zip(
                         rows["item"], rows["class"], rows["per_step"], rows["calls"], strict=True
@@ -668,7 +668,7 @@ def load_tracelens(
     for line in problems:
         warnings.warn(line, TraceWarning, stacklevel=2)
     records = [
-        TrialRecord(cell=cell, cell_id="", trial=trial, status="ok", passed=True)
+        TrialRecord(cell=cell, cell_id="", trial=trial, status=TrialStatus.OK, passed=True)
         for cell, trial in results
     ]
     attrs = {"baseline": baseline or cells[0], "threshold": threshold, "source": "tracelens"}

@@ -118,7 +118,7 @@ def failures_section(page: RunPage) -> Section | None:
 
 def _tails(page: RunPage, cell: str, trials: Sequence[int]) -> str:
     assert page.files is not None
-    out = []
+    out: list[str] = []
     for t in trials[:_TAIL_SHOWN]:
         for name, lines in (page.files.log_tails.get((cell, t)) or {}).items():
             if lines:

@@ -260,7 +260,7 @@ def render_run_page(
 
 
 def _footer() -> str:
-    now = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     return f"Written by aorta {esc(__version__)} on {now}. One file: no network access needed."
 
 

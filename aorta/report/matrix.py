@@ -470,7 +470,7 @@ def matrix_markdown(
         lines += ["", "## Findings", "", *findings]
     text = "\n".join(lines) + "\n"
     if signed:
-        text += "\n" + signature_markdown(signatures)  # type: ignore[arg-type]
+        text += "\n" + signature_markdown(signatures)
     return text if traces is None else f"{text}\n{trace_markdown(traces)}"
 
 

@@ -220,7 +220,7 @@ class _Scanner:
         if finder is not None:
             m = finder.search(buf, pos)
             return -1 if m is None else m.start()
-        own = (self.pending[k]._rx.search(buf, pos) for k in active)  # type: ignore[attr-defined]
+        own = (self.pending[k]._rx.search(buf, pos) for k in active)
         return min((m.start() for m in own if m is not None), default=-1)
 
     def feed(self, buf: bytes, *, source: str, index: int, offset: int, line0: int) -> None:
@@ -265,7 +265,7 @@ class _Scanner:
         """The captures of signature ``k``'s first match on ``line`` whose condition holds."""
         sig = self.pending[k]
         cond = getattr(sig, "_cond", None)
-        for m in sig._rx.finditer(line):  # type: ignore[attr-defined]
+        for m in sig._rx.finditer(line):
             caps = _captures(m)
             if cond is None:
                 return caps

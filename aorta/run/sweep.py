@@ -22,7 +22,7 @@ import hashlib
 import os
 import socket
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -371,7 +371,7 @@ class _Sweep:
         )
         return self._record(key, merge_ranks([skipped], 1), utc_now(), None)
 
-    def _abort_check(self, seq: int) -> Any:
+    def _abort_check(self, seq: int) -> Callable[[], tuple[TrialStatus, str] | None] | None:
         if not self.coord.distributed:
             return None
 
@@ -714,12 +714,12 @@ def _sweep(
             )
     # 2. Rank 0 makes (or reopens) the run directory; everyone learns where it is.
     scrub = Redactor.for_recipe(prepared.plan.recipe.redaction)
-    mine = None
+    own: dict[str, Any] | None = None
     if dist.local_rank == 0:
-        mine = snapshot(
+        own = snapshot(
             scrub_keys=scrub.scrub_keys, scrub_paths=scrub.scrub_paths, scrub_ips=scrub.scrub_ips
         )
-    snapshots = coord.gather("hostenv", mine, timeout_s=wait_s)
+    snapshots = coord.gather("hostenv", own, timeout_s=wait_s)
     done: dict[tuple[str, int], TrialRecord] = {}
     with contextlib.ExitStack() as stack:
         if dist.rank == 0:
