@@ -91,6 +91,8 @@ TRACE_WORKERS = "AORTA_TRACE_WORKERS"
 # `aorta compare --explain CELL --by ITEMS`
 EXPLAIN = "AORTA_EXPLAIN"
 EXPLAIN_BY = "AORTA_EXPLAIN_BY"
+# `aorta compare --signature NAME`
+SIGNATURE = "AORTA_SIGNATURE"
 
 CLI_TWINS: dict[str, str] = {
     "--recipe": RECIPE,
@@ -140,6 +142,7 @@ CLI_TWINS: dict[str, str] = {
     # `aorta compare --explain` (only compare's --by has a twin; `trace diff --by` has none)
     "--explain": EXPLAIN,
     "--by": EXPLAIN_BY,
+    "--signature": SIGNATURE,
     # `aorta bundle` (its --output, the folder the archive goes into, has the twin
     # AORTA_BUNDLE_OUTPUT; --ticket shares AORTA_TICKET with `sweep run`)
     "--max-size": BUNDLE_MAX_SIZE,

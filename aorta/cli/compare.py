@@ -122,6 +122,15 @@ def compare(
             help="With --explain: GPU kernels, host ops (self time; CPU-only runs), or classes.",
         ),
     ] = "kernel",
+    signature: Annotated[
+        str | None,
+        typer.Option(
+            "--signature",
+            envvar=envvars.SIGNATURE,
+            metavar="NAME",
+            help="Count trials with this failure signature (nccl_error, hang, out_of_memory, custom:<id> ...) as the failure event: is it more or less frequent than in the baseline? One run.",
+        ),
+    ] = None,
     as_json: Json = False,
 ) -> int:
     """Compare cells: is there a difference (Holm-adjusted Mann–Whitney: slower / faster / no
@@ -160,13 +169,21 @@ def compare(
         traces=traces,
         ranks=rank_reduction(ranks),  # type: ignore[arg-type]
         stat=stat,
+        signature=signature,
     )
+    found = pages.comparison_findings(df, runs)
     if as_json:
-        print(json.dumps(comparison_json(df), indent=2, ensure_ascii=False))
+        doc = comparison_json(df)
+        doc["findings"] = [pages.finding_json(f, run=runs[-1]) for f in found]
+        print(json.dumps(doc, indent=2, ensure_ascii=False))
     else:
         what = f"{runs[1]} against {runs[0]}" if len(runs) == 2 else str(runs[0])
-        print(f"{what} — baseline: {df.attrs['baseline']}")
+        event = f" — failure event: signature {signature}" if signature else ""
+        print(f"{what} — baseline: {df.attrs['baseline']}{event}")
         print(statistics_line(df.attrs).removeprefix("- "))
+        if found:
+            print("\nFindings (failures and hangs first):")
+            print("\n".join(pages.findings_lines(found, run=runs[-1], style="text", bullet="  ")))
         print()
         print(comparison_table(df))
     if df.attrs.get("drift"):

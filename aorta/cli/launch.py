@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import signal
 import sys
 import threading
@@ -40,11 +41,12 @@ def sweep_spec(
     master_addr: str | None = None,
     master_port: int | None = None,
     ticket: str | None = None,
+    recipe_text: bytes | None = None,
 ) -> LaunchSpec:
     """``aorta sweep run --recipe R [-- command]`` under torchrun, the recipe shipped to every
     node (its ``redaction.scrub_env_keys`` redact the nodes' ``host_env.json``): what both
     backends launch. Raises :class:`~aorta.errors.UsageError` for an unreadable recipe or
-    overrides without a command.
+    overrides without a command. ``recipe_text``: the recipe itself (``recipe`` names it).
 
     >>> import pathlib, tempfile
     >>> recipe = pathlib.Path(tempfile.mkdtemp()) / "probe.yaml"
@@ -58,7 +60,7 @@ def sweep_spec(
 
     path = Path(recipe)
     try:
-        data = path.read_bytes()
+        data = path.read_bytes() if recipe_text is None else recipe_text
     except OSError as exc:
         raise UsageError(f"{path}: cannot read the recipe: {exc.strerror or exc}") from None
     if overrides and not command:
@@ -195,9 +197,13 @@ SetupTimeout = Annotated[
     ),
 ]
 RunTimeout = Annotated[
-    float,
+    float | None,
     typer.Option(
-        "--run-timeout", envvar=envvars.LAUNCH_RUN_TIMEOUT, help="Seconds the run may take.", min=1
+        "--run-timeout",
+        envvar=envvars.LAUNCH_RUN_TIMEOUT,
+        help="Seconds the run may take (default: the CVS config's timeout_seconds, else 24 h).",
+        min=1,
+        show_default=False,
     ),
 ]
 CollectTimeout = Annotated[
@@ -207,6 +213,23 @@ CollectTimeout = Annotated[
         envvar=envvars.LAUNCH_COLLECT_TIMEOUT,
         help="Seconds to pull artifacts.",
         min=1,
+    ),
+]
+ContainerImage = Annotated[
+    str | None,
+    typer.Option(
+        "--container",
+        help="Run in a container of this image on every node (the cluster file's "
+        "container: block, with this image; see docs/launch.md).",
+    ),
+]
+CvsConfig = Annotated[
+    Path | None,
+    typer.Option(
+        "--cvs-config",
+        help="A CVS Aorta config (cvs run --config_file): its multi_node: block, base_config, "
+        "training_overrides and timeout_seconds as launch options (see docs/launch.md).",
+        dir_okay=False,
     ),
 ]
 Quiet = Annotated[
@@ -285,9 +308,11 @@ def launch(
     master_port: MasterPort = None,
     override: Override = None,
     setup_timeout: SetupTimeout = 120.0,
-    run_timeout: RunTimeout = 24 * 3600.0,
+    run_timeout: RunTimeout = None,
     collect_timeout: CollectTimeout = 600.0,
     quiet: Quiet = False,
+    container: ContainerImage = None,
+    cvs_config: CvsConfig = None,
     slurm: Slurm = False,
     nodes: Nodes = None,
     partition: Partition = None,
@@ -304,22 +329,49 @@ def launch(
     gather the results into one run directory."""
     from aorta.launch import Deadlines, load_cluster
 
+    def load() -> Cluster:
+        the_cluster = load_cluster(cluster)
+        return the_cluster if container is None else the_cluster.with_image(container)
+
     printer = _Printer(quiet=quiet)
     if slurm and in_job is not None:
         from aorta.launch.slurm import run_in_job
 
         return run_in_job(in_job, printer.event)
-    if recipe is None and not (slurm and attach):
+    # The CVS config's train_script runs with the cluster's interpreter: read the cluster first.
+    the_cluster = None if slurm or cvs_config is None else load()
+    spec: LaunchSpec | None
+    if cvs_config is not None:
+        spec, run_timeout = _cvs_spec(
+            cvs_config,
+            the_cluster,
+            recipe=recipe,
+            command=command or (),
+            overrides=override or (),
+            nproc_per_node=_nproc(nproc_per_node),
+            master_addr=master_addr,
+            master_port=master_port,
+            ticket=ticket,
+            run_timeout=run_timeout,
+            printer=printer,
+        )
+    elif recipe is None and not (slurm and attach):
         raise UsageError("give --recipe FILE (the recipe every node sweeps)")
-    spec = recipe and sweep_spec(
-        recipe,
-        command=command or (),
-        overrides=override or (),
-        nproc_per_node=_nproc(nproc_per_node),
-        master_addr=master_addr,
-        master_port=master_port,
-        ticket=ticket,
-    )
+    else:
+        spec = None
+        if recipe is not None:
+            spec = sweep_spec(
+                recipe,
+                command=command or (),
+                overrides=override or (),
+                nproc_per_node=_nproc(nproc_per_node),
+                master_addr=master_addr,
+                master_port=master_port,
+                ticket=ticket,
+            )
+    run_timeout = run_timeout or 24 * 3600.0
+    if slurm and container is not None:
+        raise UsageError("--container runs over SSH (the cluster file's nodes), not with --slurm")
     if slurm:
         named = {"partition": partition, "time": time, "gpus-per-node": gpus_per_node}
         named["account"] = account
@@ -343,13 +395,61 @@ def launch(
             printer=printer,
         )
     assert spec is not None
-    the_cluster = load_cluster(cluster)
+    the_cluster = the_cluster or load()
     for warning in the_cluster.warnings:
         printer.event(f"warning: {cluster}: {warning}")
     deadlines = Deadlines(setup=setup_timeout, run=run_timeout, collect=collect_timeout)
     if dry_run:
         return _dry_run(the_cluster, spec, deadlines=deadlines)
     return _launch(the_cluster, spec, output=output, deadlines=deadlines, printer=printer)
+
+
+def _cvs_spec(
+    path: Path,
+    cluster: Cluster | None,
+    *,
+    recipe: Path | None,
+    command: Sequence[str],
+    overrides: Sequence[str],
+    nproc_per_node: Nproc | None,
+    master_addr: str | None,
+    master_port: int | None,
+    ticket: str | None,
+    run_timeout: float | None,
+    printer: _Printer,
+) -> tuple[LaunchSpec, float | None]:
+    """The launch a CVS config asks for (:mod:`aorta.recipe.cvs`), this command line's options
+    winning; without ``--recipe``, a one-trial probe recipe runs the training command once."""
+    from aorta.recipe import cvs
+
+    if command:
+        raise UsageError(f"--cvs-config {path} gives the training command: drop the one after '--'")
+    job = cvs.load_cvs_config(path, python=_python(cluster))
+    for warning in job.warnings:
+        printer.event(f"warning: {path}: {warning}")
+    by_key = {o.partition("=")[0]: o for o in (*job.overrides, *overrides)}  # the CLI's win
+    spec = sweep_spec(
+        recipe or Path("recipe.yaml"),
+        command=job.command,
+        overrides=tuple(by_key.values()),
+        nproc_per_node=nproc_per_node or job.nproc_per_node,
+        master_addr=master_addr or job.master_addr,
+        master_port=master_port or job.master_port,
+        ticket=ticket,
+        recipe_text=None if recipe else cvs.probe_recipe(),
+    )
+    return dataclasses.replace(spec, env={**spec.env, **job.env}), run_timeout or job.run_timeout
+
+
+def _python(cluster: Cluster | None) -> str:
+    """The interpreter a CVS train_script runs with: the image's, else the nodes' when they
+    agree, else ``python3`` from the node's PATH."""
+    if cluster is None:
+        return "python3"
+    if cluster.container is not None:
+        return cluster.container.python
+    pythons = {n.python for n in cluster.nodes}
+    return pythons.pop() if len(pythons) == 1 else "python3"
 
 
 def _refuse_control_characters(named: dict[str, object], sbatch_args: Sequence[str]) -> None:

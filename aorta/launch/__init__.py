@@ -1,7 +1,8 @@
 """Multi-node launch: one ``cluster.json``, torchrun on every node, one run directory.
 
 From pure to effectful: :mod:`~aorta.launch.cluster` (the cluster file), :mod:`~.command`
-(:class:`LaunchSpec`, each node's quoted command line), :mod:`~.outcome` (per-node outcomes,
+(:class:`LaunchSpec`, each node's quoted command line), :mod:`~.container` (each node's part
+in a docker container: the cluster file's ``container:`` block), :mod:`~.outcome` (per-node outcomes,
 the cross-node :func:`env_diff`), :mod:`~.gather` (``combined_traces/node_<rank>/``),
 :mod:`~.ssh` (Fabric, the one transport) and :mod:`~.launcher` (:func:`launch`,
 :func:`dry_run`: fan-out, kill-on-bad-exit, teardown, gathering).
@@ -11,7 +12,15 @@ the cross-node :func:`env_diff`), :mod:`~.gather` (``combined_traces/node_<rank>
 ('node0 gpu-1', '10.0.0.1')
 """
 
-from .cluster import Cluster, ClusterError, Node, load_cluster, parse_hostfile, parse_nproc
+from .cluster import (
+    Cluster,
+    ClusterError,
+    Container,
+    Node,
+    load_cluster,
+    parse_hostfile,
+    parse_nproc,
+)
 from .command import LaunchSpec, NodeCommand, NodePath, run_command
 from .launcher import dry_run, launch, new_run_id
 from .outcome import Deadlines, LaunchFailed, LaunchResult, NodeOutcome, env_diff
@@ -20,6 +29,7 @@ from .ssh import RemoteError, SshSession, ssh_sessions
 __all__ = [
     "Cluster",
     "ClusterError",
+    "Container",
     "Deadlines",
     "LaunchFailed",
     "LaunchResult",

@@ -26,7 +26,7 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -48,7 +48,9 @@ from aorta.errors import LocatedError, Problem, describe_value, invalid, validat
 __all__ = [
     "Cluster",
     "ClusterError",
+    "Container",
     "HostKeyChecking",
+    "Lifetime",
     "Node",
     "NprocPerNode",
     "load_cluster",
@@ -57,6 +59,9 @@ __all__ = [
 ]
 
 HostKeyChecking = Literal["yes", "accept-new", "no"]
+#: ``per_run``: started and removed by each launch · ``persistent``: reused while running,
+#: started when missing, kept · ``no_launch``: the user's own, which must be running.
+Lifetime = Literal["per_run", "persistent", "no_launch"]
 NprocPerNode = int | Literal["gpu", "auto"]
 
 USER_PLACEHOLDER = "{user-id}"
@@ -146,6 +151,8 @@ EnvMap = dict[Annotated[str, _NAME], Annotated[str, _env("env_value", envvars.va
 _NODE_KEYS = {"port", "python", "workdir", "slots"}
 _LOGIN_KEYS = {"username", "priv_key_file", "password", "host_key_checking"}
 _LOGIN_KEYS |= {"known_hosts_file", "connect_timeout", "keepalive"}
+_LIFETIMES = ("per_run", "persistent", "no_launch")
+_CONTAINER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
 class _Settings(BaseModel):
@@ -182,6 +189,7 @@ class _ClusterFile(_Settings):
         _check(lambda v: v in ("yes", "accept-new", "no"), "choice", "one of yes, accept-new, no"),
     ] = None
     known_hosts_file: Annotated[Text, AfterValidator(os.path.expanduser)] | None = None
+    container: Any = None  # read by _container(): its problems are located under "container"
     connect_timeout: Annotated[float | None, _number(0.1, 3600, integer=False)] = None
     keepalive: Annotated[int | None, _number(0, 3600, integer=True)] = None
 
@@ -195,6 +203,79 @@ class _ClusterFile(_Settings):
         if (info.context or {}).get("check_files") and not Path(key).is_file():
             raise invalid("file", f"{key}: no such file")
         return key
+
+
+def _container_name(name: str) -> str:
+    try:
+        probe = name.format(rank=0, run_id="r")
+    except (KeyError, IndexError, ValueError) as exc:
+        why = f"{name!r}: only {{rank}} and {{run_id}} may be filled in ({exc})"
+        raise invalid("name", why) from None
+    if not _CONTAINER_NAME.match(probe):
+        raise invalid("name", f"{name!r} is not a container name (letters, digits, _ . -)")
+    return name
+
+
+def _mounts(value: Any) -> Any:  # CVS's volume_dict {host: container} as "host:container"
+    return [f"{k}:{v}" for k, v in value.items()] if isinstance(value, Mapping) else value
+
+
+class Container(BaseModel):
+    """Run every node's part inside a container of ``image`` (the cluster file's ``container:``
+    block, CVS's key names accepted too; see :mod:`aorta.launch.container`).
+
+    ``name`` may hold ``{rank}`` and ``{run_id}``; ``groups`` ``None``: ``video`` and ``render``
+    where the node has ``/dev/kfd`` (ROCm); ``gpus`` ``None``: ``all`` where it has
+    ``nvidia-smi``; ``env`` reaches the container through a 0600 ``--env-file``.
+
+    >>> Container(image="rocm/pytorch").container_name("2026-01-01T00-00-00-abc123", 1)
+    'aorta-2026-01-01T00-00-00-abc123-1'
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    image: Text = Field(validation_alias=AliasChoices("image", "container_image"))
+    name: Annotated[Text, AfterValidator(_container_name)] = Field(
+        "aorta-{run_id}-{rank}", validation_alias=AliasChoices("name", "container_name")
+    )
+    lifetime: Annotated[
+        Lifetime,
+        _check(lambda v: v in _LIFETIMES, "choice", f"one of {', '.join(_LIFETIMES)}"),
+    ] = "per_run"
+    runtime: Text = "docker"  # the CLI, shell words allowed ("docker -H unix:///run/x.sock")
+    python: Text = "python3"  # the image's, with torch
+    run_args: tuple[Text, ...] = ()
+    #: "host:container[:ro]" (CVS: volume_dict {host: container}); the workdir is always mounted
+    mounts: Annotated[tuple[Text, ...], BeforeValidator(_mounts)] = Field(
+        (), validation_alias=AliasChoices("mounts", "volume_dict")
+    )
+    devices: tuple[Text, ...] = Field((), validation_alias=AliasChoices("devices", "device_list"))
+    user: Text = "root"
+    groups: tuple[Text, ...] | None = Field(
+        None, validation_alias=AliasChoices("groups", "group_add")
+    )
+    gpus: Text | None = None
+    privileged: bool = False
+    env: EnvMap = Field({}, validation_alias=AliasChoices("env", "env_dict"), repr=False)
+
+    def container_name(self, run_id: str, rank: int) -> str:
+        """This launch's container name on the node of ``rank``."""
+        return self.name.format(rank=rank, run_id=run_id)
+
+
+def _container(raw: Any, problems: list[Problem]) -> Container | None:
+    if raw is not None and not isinstance(raw, Mapping):
+        problems.append(Problem("container", f"must be an object, got {describe_value(raw)}"))
+    elif raw is not None:
+        try:
+            block = Container.model_validate(raw)
+        except ValidationError as exc:
+            problems.extend(validation_problems(exc, at="container"))
+            return None
+        if block.lifetime == "per_run" or "name" in raw or "container_name" in raw:
+            return block
+        why = f"is required with lifetime {block.lifetime} (the container to find on each node)"
+        problems.append(Problem("container.name", why))
+    return None
 
 
 # -- the cluster ----------------------------------------------------------------------------
@@ -249,6 +330,8 @@ class Cluster:
     source: str | None = None  # the file name, for messages
     #: Things worth telling the user that do not stop a launch (unknown keys, ...).
     warnings: tuple[str, ...] = ()
+    #: Run inside a container on every node (the ``container:`` block), else natively.
+    container: Container | None = None
 
     @property
     def head(self) -> Node:
@@ -268,6 +351,15 @@ class Cluster:
             )
         return addr
 
+    def with_image(self, image: str) -> Cluster:
+        """This cluster run in containers of ``image`` (``aorta launch --container``): the
+        ``container:`` block's settings, else the defaults."""
+        if not image.strip():
+            raise ClusterError("--container: give an image name", source=self.source)
+        old = self.container
+        spec = old.model_copy(update={"image": image}) if old else Container(image=image)
+        return replace(self, container=spec)
+
     @classmethod
     def from_dict(
         cls, data: Any, *, source: str | None = None, check_files: bool = True
@@ -285,6 +377,7 @@ class Cluster:
             top, problems = _ClusterFile.model_construct(), validation_problems(exc)
         nodes = _nodes(data.get("node_dict"), top, problems)
         head = _head_index(top.head_node_dict, nodes, problems)
+        container = _container(data.get("container"), problems)
         if problems:
             raise ClusterError(problems, source=source)
         nodes.insert(0, nodes.pop(head))
@@ -293,6 +386,7 @@ class Cluster:
             nodes=tuple(Node(rank=i, **fields) for i, fields in enumerate(nodes)),
             source=source,
             warnings=tuple(warnings),
+            container=container,
             **top.model_dump(include=_LOGIN_KEYS, exclude_none=True),
         )
 

@@ -119,13 +119,16 @@ class NodeCommand:
     argv: list[str]
     cwd: str
     node_dir: str
-    #: The exact line sent over SSH.
+    #: The exact line sent over SSH (inside the container: after its ``docker exec``).
     remote: str
+    #: In a container: how it is started and entered (no values, see ``ContainerSession``).
+    container: tuple[str, ...] = ()
 
     def describe(self) -> str:
         """``cd <cwd> && env K=V ... <argv>``, secret values redacted (``launch.json``)."""
         env = " ".join(shlex.quote(f"{k}={v}") for k, v in redact_env(self.env).items())
-        return f"cd {shlex.quote(self.cwd)} && env {env} {shlex.join(self.argv)}"
+        where = "".join(f"{line}\n" for line in self.container)
+        return f"{where}cd {shlex.quote(self.cwd)} && env {env} {shlex.join(self.argv)}"
 
 
 def node_dir(node: Node, run_id: str) -> str:

@@ -14,7 +14,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Hashable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
@@ -36,6 +36,7 @@ from .command import (
     run_command,
     setup_command,
 )
+from .container import ContainerSession, aorta_requirements
 from .gather import finalize, node_folder, staging_dir, write_record
 from .outcome import Deadlines, LaunchFailed, LaunchResult, NodeOutcome, env_diff
 from .ssh import NodeSession, RemoteError, Unreachable, ssh_sessions
@@ -96,7 +97,22 @@ def run_parallel(
     finally:
         if len(got) < len(keys):
             cancel.set()
-    return {key: got.get(key, TimedOut(f"not done after {timeout:g} s")) for key in keys}
+    what = name.removeprefix("aorta-")
+    return {key: got.get(key, TimedOut(f"{what} not finished after {timeout:g} s")) for key in keys}
+
+
+def split(results: Mapping[K, Any]) -> tuple[dict[K, Any], dict[K, BaseException]]:
+    """:func:`run_parallel`'s values and exceptions apart; a Ctrl-C caught in a thread is
+    raised here."""
+    failed = {k: v for k, v in results.items() if isinstance(v, BaseException)}
+    for exc in failed.values():
+        if isinstance(exc, KeyboardInterrupt):
+            raise exc
+    return {k: v for k, v in results.items() if k not in failed}, failed
+
+
+def _why(exc: BaseException) -> str:
+    return str(exc) if isinstance(exc, AortaError) else f"{type(exc).__name__}: {exc}"
 
 
 def new_run_id(now: _dt.datetime | None = None) -> str:
@@ -168,6 +184,9 @@ class _Launch:
         self.log_lock = threading.Lock()
         self.head_token = secrets.token_hex(8)
         self.live = dict(sessions(cluster))
+        if cluster.container is not None:  # every command of this launch runs in a container
+            spec = cluster.container
+            self.live = {n: ContainerSession(s, spec, run_id) for n, s in self.live.items()}
         self.reports: dict[str, SetupReport] = {}
 
         self.events: queue.Queue[tuple[str, str, Any]] = queue.Queue()
@@ -183,19 +202,13 @@ class _Launch:
         (``unreachable``, ``setup_failed``, ``timeout``: a straggler tears itself down)."""
         one = functools.partial(self._setup_one, dry_run=dry_run)
         timeout = self.deadlines.setup
-        for name, res in run_parallel(self.live, one, timeout=timeout, name="aorta-setup").items():
-            out = self.outcomes[name]
-            if isinstance(res, SetupReport):
-                self.reports[name], out.snapshot = res, res.snapshot
-            elif isinstance(res, TimedOut):
-                out.status, out.message = "timeout", f"setup not finished after {timeout:g} s"
-            elif isinstance(res, KeyboardInterrupt):
-                raise res
-            else:
-                out.status = "unreachable" if isinstance(res, Unreachable) else "setup_failed"
-                out.message = (
-                    str(res) if isinstance(res, RemoteError) else f"{type(res).__name__}: {res}"
-                )
+        ready, failed = split(run_parallel(self.live, one, timeout=timeout, name="aorta-setup"))
+        for name, report in ready.items():
+            self.reports[name], self.outcomes[name].snapshot = report, report.snapshot
+        for name, exc in failed.items():
+            out, timed_out = self.outcomes[name], isinstance(exc, TimedOut)
+            out.status = "unreachable" if isinstance(exc, Unreachable) else "setup_failed"
+            out.status, out.message = "timeout" if timed_out else out.status, _why(exc)
         self.result.timings["setup"] = self.now()
         for out in self.outcomes.values():
             if out.snapshot is not None and out.log is not None:
@@ -210,26 +223,41 @@ class _Launch:
         return True
 
     def _setup_one(self, name: str, cancel: threading.Event, *, dry_run: bool) -> SetupReport:
-        """Setup, then — unless a dry run — the node's 0600 environment file."""
-        session, d = self.live[name], self.deadlines
+        """Setup (a container's first), then — unless a dry run — the node's 0600 env file."""
+        session, d, spec = self.live[name], self.deadlines, self.spec
         node, head = session.node, session.node.rank == 0
+        if isinstance(session, ContainerSession):
+            session.prepare(timeout=d.setup, cancel=cancel, dry_run=dry_run)
+            # aorta is shipped (not in a dry run's throwaway container); its dependencies not
+            needs = [m for m in spec.requires if not (dry_run and m == "aorta")]
+            extra = aorta_requirements() if "aorta" in spec.requires else ()
+            spec = replace(spec, requires=tuple(dict.fromkeys([*needs, *extra])))
         cmd, stdin = setup_command(
             node,
-            self.spec,
+            spec,
             run_id=self.run_id,
             probe_port=head and self.spec.master_port is None,
             dry_run=dry_run,
             head_token=self.head_token if head and not dry_run else None,
         )
         result = session.exec(cmd, stdin=stdin, timeout=d.setup)
-        report = _parse_setup(node, result.exit_code, result.stdout)
+        try:
+            report = _parse_setup(node, result.exit_code, result.stdout)
+        except SetupFailed as exc:
+            if isinstance(session, ContainerSession):
+                raise SetupFailed(f"{exc} (in image {session.spec.image})") from None
+            raise
+        if isinstance(session, ContainerSession):
+            report.snapshot["container"] = session.snapshot()
         if dry_run:
             return report
         if cancel.is_set():  # a straggler: the launch gave up on this node, undo what setup made
             self.stop(name, report.node_dir)
             return report
-        env = env_script(node_env(node, self.spec, run_id=self.run_id, node_dir=report.node_dir))
-        written = session.exec(env_file_command(report.node_dir), stdin=env, timeout=d.setup)
+        env = node_env(node, self.spec, run_id=self.run_id, node_dir=report.node_dir)
+        env = session.run_env(env) if isinstance(session, ContainerSession) else env
+        line = env_file_command(report.node_dir)
+        written = session.exec(line, stdin=env_script(env), timeout=d.setup)
         if written.exit_code != 0:
             raise SetupFailed(f"cannot write the environment file: {_last_line(written.stdout)}")
         return report
@@ -248,7 +276,7 @@ class _Launch:
 
     def node_commands(self, port: int) -> dict[str, NodeCommand]:
         """Each ready node's command, with the rendezvous on ``port``."""
-        return {
+        commands = {
             name: run_command(
                 self.cluster,
                 self.live[name].node,
@@ -261,6 +289,10 @@ class _Launch:
             )
             for name, report in self.reports.items()
         }
+        for name, session in self.live.items():
+            if name in commands and isinstance(session, ContainerSession):
+                commands[name] = replace(commands[name], container=tuple(session.describe()))
+        return commands
 
     # -- run ----------------------------------------------------------------------------------
 
@@ -405,7 +437,9 @@ class _Launch:
                 for log in self.logs.values():
                     log.close()
             result.run_dir = finalize(staging, output, self.run_id)
-            known = harvest_secrets(*(c.env for c in self.commands.values()))  # env_vars
+            envs = [c.env for c in self.commands.values()]  # env_vars, the container's env
+            envs += [self.cluster.container.env] if self.cluster.container else []
+            known = harvest_secrets(*envs)
             record_secrets(RunDir(result.run_dir), known)  # the run knows them (hashes only)
             result.timings["total"] = self.now()
             write_record(result)
@@ -423,21 +457,25 @@ class _Launch:
             for n in self.cluster.nodes
             if self.outcomes[n.name].status != "unreachable"
         }
-        timeout = self.deadlines.kill_grace + self.deadlines.teardown + 5.0
+        d = self.deadlines
+        timeout = d.kill_grace + d.teardown + 5.0
+        timeout += d.setup + 2 * d.teardown if self.cluster.container else 0.0  # docker run, rm
 
         def one(name: str, cancel: threading.Event) -> dict[str, Any]:
-            return self.stop(name, dirs[name], **where)
+            session = self.live[name]
+            stop = functools.partial(self.stop, name, dirs[name], **where)
+            if isinstance(session, ContainerSession):
+                return session.teardown(stop, timeout=d.teardown, wait=d.setup)
+            return stop()
 
-        found = run_parallel(dirs, one, timeout=timeout, name="aorta-teardown")
-        for name, res in found.items():
+        found, failed = split(run_parallel(dirs, one, timeout=timeout, name="aorta-teardown"))
+        for name, exc in failed.items():
+            self.outcomes[name].teardown = f"teardown failed: {_why(exc)}: processes may be left"
+        for name, report in found.items():
             out = self.outcomes[name]
-            if isinstance(res, TimedOut):
-                out.teardown = f"teardown did not finish in {timeout:g} s: processes may be left"
-            elif isinstance(res, BaseException):
-                out.teardown = f"teardown failed: {res}"
-            else:
-                out.teardown = describe_kill(res, out.teardown)
-        return {name: res for name, res in found.items() if isinstance(res, dict)}
+            out.teardown = describe_kill(report, out.teardown)
+            out.teardown += f"; {report['container']}" if report.get("container") else ""
+        return found
 
     def _gather(self, found: Mapping[str, Mapping[str, Any]], staging: Path) -> None:
         """Pull each node's output folder and — if it does not share the head's disk — the
@@ -460,14 +498,13 @@ class _Launch:
             note = " (shares the head's file system: its ranks wrote into the run directory)"
             return how + (note if shared else "")
 
-        for name, res in run_parallel(
-            sources, one, timeout=timeout + 5.0, name="aorta-collect"
-        ).items():
-            if isinstance(res, TimedOut):
-                res = f"not collected: still copying after {timeout:g} s"
-            elif isinstance(res, BaseException):
-                res = f"not collected: {res}"
-            self.outcomes[name].collected = res
+        done, failed = split(
+            run_parallel(sources, one, timeout=timeout + 5.0, name="aorta-collect")
+        )
+        for name, exc in failed.items():
+            self.outcomes[name].collected = f"not collected: {_why(exc)}"
+        for name, how in done.items():
+            self.outcomes[name].collected = how
 
 
 def launch(

@@ -64,12 +64,18 @@ COLUMNS: tuple[str, ...] = (
     "cv",
     "baseline_median",
     "baseline_failure_rate",
+    "baseline_n_ran",
+    "baseline_n_failed",
+    "baseline_n_failed_workload",
+    "baseline_n_failed_hang",
+    "baseline_n_failed_crash",
     "delta",
     "ratio",
     "ratio_ci_low",
     "ratio_ci_high",
     "band_ci_low",
     "band_ci_high",
+    "band_ci_level",
     "p",
     "p_method",
     "p_adj",
@@ -81,6 +87,10 @@ COLUMNS: tuple[str, ...] = (
     "trials_needed",
     "note",
 )
+
+
+#: The failure counts of a row (all failures, then by kind); ``baseline_*`` beside them.
+_FAILURE_COUNTS = ("n_failed", "n_failed_workload", "n_failed_hang", "n_failed_crash")
 
 
 def _counts(outcome: np.ndarray, kind: np.ndarray) -> dict[str, int]:
@@ -190,6 +200,8 @@ def _frame(
             **row,
             "baseline_median": ref.get("median", math.nan),
             "baseline_failure_rate": ref.get("failure_rate", math.nan),
+            "baseline_n_ran": ref.get("n_ok", 0) + ref.get("n_failed", 0),
+            **{f"baseline_{k}": ref.get(k, 0) for k in _FAILURE_COUNTS},
         }
         nan = math.nan
         if res is None:
@@ -201,6 +213,7 @@ def _frame(
                 ratio_ci_high=nan,
                 band_ci_low=nan,
                 band_ci_high=nan,
+                band_ci_level=nan,
                 p=nan,
                 p_method="",
                 p_adj=nan,
@@ -220,6 +233,7 @@ def _frame(
                 ratio_ci_high=res.ci_high,
                 band_ci_low=res.band_ci_low,
                 band_ci_high=res.band_ci_high,
+                band_ci_level=res.band_ci_level,
                 p=res.p,
                 p_method=res.p_method,
                 p_adj=res.p_adj,
@@ -250,8 +264,10 @@ def _attrs(
     baseline: str,
     values: xr.DataArray | None = None,
     stat: str = "median",
+    band_levels: list[float] | None = None,
 ) -> dict[str, Any]:
     level = alpha / max(family, 1)
+    judged = [v for v in band_levels or [] if math.isfinite(v)]
     value = f"{stat} of post-warm-up steps" if metric == "step_time_ms" else f"{metric} per trial"
     if values is not None and "ranks" in values.attrs:
         value += f", {values.attrs['ranks']}"
@@ -274,7 +290,7 @@ def _attrs(
         ),
         "failure_test": "Boschloo's exact test, two-sided",
         "adjustment": "Holm",
-        "band_ci_level": 1 - alpha / max(family, 1),
+        "band_ci_level": judged[0] if judged else 1 - alpha / max(family, 1),
         "min_timed": stats.MIN_TIMED,
         "family_size": family,
         "min_trials": stats.trials_for_level(level),
@@ -420,6 +436,7 @@ def compare(
         baseline=baseline,
         values=values,
         stat=stat,
+        band_levels=[r.band_ci_level for r in results],
     )
     df.attrs.update(drift(ds, values.sel(cell=baseline), alpha=alpha))
     if signature is not None:
@@ -510,6 +527,7 @@ def compare_runs(
         baseline="run A (same cell)",
         values=vb,
         stat=stat,
+        band_levels=[r.band_ci_level for r in results],
     )
     return df
 

@@ -411,7 +411,7 @@ def _cell_coords(
 
 def trials_frame(ds: xr.Dataset) -> pd.DataFrame:
     """One row per recorded trial (``status`` not ``missing``): the per-cell coordinates,
-    status, outcome and failure kind, run order, the trial value (``step_time_ms``: median of
+    status, outcome, failure kind and failure signature, run order, the trial value (``step_time_ms``: median of
     post-warm-up steps; ``step_mean_ms`` and ``step_p95_ms`` beside it), clocks, one
     ``metric_<name>`` column per metric, and each trace metric (``load_run(traces=True)``)
     reduced to its worst rank.
@@ -426,7 +426,8 @@ def trials_frame(ds: xr.Dataset) -> pd.DataFrame:
       cell  trial status  step_time_ms  metric_tflops
     0    x      0     ok           2.0            2.0
     """
-    per_trial = ["status", "outcome", "failure_kind", "passed", "error", "seed", "run_order"]
+    per_trial = ["status", "outcome", "failure_kind", "signature", "passed", "error", "seed"]
+    per_trial += ["run_order"]
     per_trial += ["n_steps", "warmup_steps"]
     frame = xr.Dataset({k: ds[k] for k in per_trial if k in ds})
     frame["step_time_ms"] = trial_values(ds, metric="step_time_ms", trials="all")

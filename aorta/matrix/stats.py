@@ -517,6 +517,8 @@ class PairResult:
     #: The same CI at ``1 - alpha / m`` (m compared cells): what the band verdict uses.
     band_ci_low: float
     band_ci_high: float
+    #: That CI's level, ``1 - alpha / m`` (NaN without a CI).
+    band_ci_level: float
     #: Cell median - reference median, in the metric's units.
     delta: float
     p: float
@@ -736,6 +738,9 @@ def compare_groups(
                 ci_high=x.ci[1],
                 band_ci_low=x.band_ci[0],
                 band_ci_high=x.band_ci[1],
+                band_ci_level=(
+                    1 - alpha / band_family if math.isfinite(x.band_ci[0]) else math.nan
+                ),
                 delta=x.delta,
                 p=x.p,
                 p_method=x.method,

@@ -5,11 +5,16 @@ AORTA's columns.
 :func:`aorta.compare` (trial counts, failure rate with its Wilson interval, ratio of medians
 with its bootstrap CI, Holm-adjusted p, verdict) plus the columns upstream AORTA's users know:
 
-* ``mean_step_ms`` from the best source every trial that ran has, in this order
+* ``mean_step_ms`` from the best source every trial that **ended ok** has, in this order
   (``step_source``): ``per_step`` (mean of the step times) → ``elapsed_per_iter`` (elapsed /
   executed iterations) → ``wall_clock_total`` (the trial's wall clock) → ``missing``;
-* ``confound``: ``speed (+N%)`` when the cell's mean step exceeds the baseline's by more than
-  the band's threshold, ``n/a`` when the two cells' step sources differ, ``baseline`` for it;
+  ``no_ok_trial`` (and NaN) when trials ran but none ended ok: the wall clock until a hang's
+  kill or a crash is not a step time;
+* ``confound`` in upstream AORTA's vocabulary (:func:`confound_tag`), from those ok trials:
+  ``(baseline)``, ``speed (+N%)`` when the cell's mean step exceeds the baseline's by more
+  than the band's threshold, ``n/a`` without two comparable per-step means, ``-`` when the
+  cell fails less often than the baseline, ``no effect``, ``error`` / ``did_not_run`` when
+  none of its trials ran;
 * ``n_trials`` (planned), ``did_not_run`` and ``cell_id``;
 * ``p95_ratio`` and ``stalls``: the same comparison on each trial's 95th-percentile step time;
   ``stalls`` is True when that one is ``slower`` with a ratio beyond the band's threshold while
@@ -24,7 +29,8 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -35,10 +41,11 @@ from aorta.matrix.compare import compare
 from aorta.matrix.select import band_threshold, check_dims, outcomes, trial_values
 from aorta.store.record import TrialStatus
 
-__all__ = ["MATRIX_COLUMNS", "STEP_SOURCES", "StepSource", "summarize"]
+__all__ = ["MATRIX_COLUMNS", "STEP_SOURCES", "StepSource", "confound_tag", "summarize"]
 
-#: Where a cell's mean step comes from (``missing``: no source every trial that ran has).
-StepSource = Literal["per_step", "elapsed_per_iter", "wall_clock_total", "missing"]
+#: Where a cell's mean step comes from (``missing``: no source every ok trial has;
+#: ``no_ok_trial``: no trial of the cell ended ok).
+StepSource = Literal["per_step", "elapsed_per_iter", "wall_clock_total", "missing", "no_ok_trial"]
 #: The step sources in the order they are tried.
 STEP_SOURCES: tuple[StepSource, ...] = ("per_step", "elapsed_per_iter", "wall_clock_total")
 #: The columns :func:`summarize` adds to those of :func:`aorta.compare`.
@@ -99,7 +106,7 @@ def summarize(
     >>> df[["mean_step_ms", "step_source", "confound", "difference", "stalls"]]  # doctest: +NORMALIZE_WHITESPACE
           mean_step_ms step_source  confound difference  stalls
     cell
-    a              3.0    per_step  baseline   baseline   False
+    a              3.0    per_step  (baseline)   baseline   False
     >>> df.attrs["metric"]
     'step_time_ms'
     """
@@ -109,7 +116,7 @@ def summarize(
     cells = [str(c) for c in ds.cell.values.tolist()]
     metric = "step_time_ms"
     if baseline in cells:
-        steps = trial_values(ds, metric="step_time_ms", trials="ran").sel(cell=baseline)
+        steps = trial_values(ds, metric="step_time_ms", trials="ok").sel(cell=baseline)
         metric = "step_time_ms" if bool(steps.notnull().any()) else "wall_clock_s"
     df = compare(
         ds, baseline, metric=metric, alpha=alpha, threshold=thr, seed=seed, resamples=resamples
@@ -124,7 +131,11 @@ def summarize(
     df["mean_step_ms"] = mean
     df["step_source"] = source
     b = cells.index(baseline)
-    df["confound"] = [_confound(i, b, mean, source, thr) for i in range(len(cells))]
+    base = df.iloc[b]
+    df["confound"] = [
+        confound_tag(df.iloc[i], base, is_baseline=i == b, threshold=thr)[0]
+        for i in range(len(cells))
+    ]
     df["p95_ratio"], df["stalls"] = np.nan, False
     if metric == "step_time_ms":
         tail = compare(
@@ -159,19 +170,24 @@ def _per_trial_ms(ds: xr.Dataset) -> dict[StepSource, np.ndarray]:
 
 
 def _mean_steps(ds: xr.Dataset) -> tuple[list[float], list[StepSource]]:
-    """Per cell: the mean step over the trials that ran, from the first source all of them have.
-
-    Every trial that ran counts: a failing cell's timing is part of the finding.
-    """
-    ran = outcomes(ds)[0].transpose("cell", "trial").isin(["passed", "failed"]).values
+    """Per cell: the mean step over the trials that ended ok, from the first source all of
+    them have. A failed trial's clock stops at a kill, a crash or an error, not at a step's
+    end: it is left out (``no_ok_trial`` when nothing is left)."""
+    outcome = outcomes(ds)[0].transpose("cell", "trial")
+    ok = (outcome == "passed").values
+    failed = (outcome == "failed").values
     values = _per_trial_ms(ds)
     means: list[float] = []
     sources: list[StepSource] = []
-    for i in range(ran.shape[0]):
-        found: tuple[float, StepSource] = (math.nan, "missing")
-        if ran[i].any():
+    for i in range(ok.shape[0]):
+        found: tuple[float, StepSource] = (
+            math.nan,
+            "no_ok_trial" if failed[i].any() else "missing",
+        )
+        if ok[i].any():
+            found = (math.nan, "missing")
             for source in STEP_SOURCES:
-                v = values[source][i, ran[i]]
+                v = values[source][i, ok[i]]
                 if np.isfinite(v).all():
                     found = (float(np.mean(v)), source)
                     break
@@ -180,15 +196,59 @@ def _mean_steps(ds: xr.Dataset) -> tuple[list[float], list[StepSource]]:
     return means, sources
 
 
-def _confound(i: int, b: int, mean: list[float], source: list[StepSource], threshold: float) -> str:
-    if i == b:
-        return "baseline"
-    if math.isnan(mean[i]) or math.isnan(mean[b]):
-        return ""
-    if source[i] != source[b]:
-        return "n/a"
-    ratio = mean[i] / mean[b] if mean[b] > 0 else math.inf
-    return f"speed (+{(ratio - 1) * 100:.0f}%)" if ratio > threshold else ""
+def _num(v: Any) -> float | None:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def confound_tag(
+    row: Mapping[str, Any], base: Mapping[str, Any], *, is_baseline: bool, threshold: float
+) -> tuple[str, float | None]:
+    """Upstream AORTA's ``confound`` tag of a cell against the baseline, and the ratio of
+    their mean steps (both from trials that ended ok: ``mean_step_ms``).
+
+    ``(baseline)`` for the baseline; ``did_not_run`` when none of the cell's trials ran and
+    they were not run; ``error`` when none ran and they errored; ``n/a`` when either cell has
+    no mean step (no trial ended ok), their step sources differ, or the times are not per step
+    (a wall-clock ratio is mostly setup); ``speed (+N%)`` when the ratio of mean steps exceeds
+    ``threshold``; else ``-`` when the cell fails less often than the baseline, and
+    ``no effect`` when it does not.
+
+    >>> base = {"n_ok": 4, "n_failed": 4, "n_errors": 0, "did_not_run": 0, "mean_step_ms": 10.0,
+    ...         "step_source": "per_step", "failure_rate": 0.5}
+    >>> confound_tag({**base, "mean_step_ms": 12.0}, base, is_baseline=False, threshold=1.15)
+    ('speed (+20%)', 1.2)
+    >>> confound_tag({**base, "n_failed": 0, "failure_rate": 0.0}, base, is_baseline=False, threshold=1.15)
+    ('-', 1.0)
+    >>> confound_tag({**base, "n_ok": 0, "mean_step_ms": float("nan"), "step_source": "no_ok_trial"},
+    ...              base, is_baseline=False, threshold=1.15)
+    ('n/a', None)
+    """
+    ran = int(row["n_ok"]) + int(row["n_failed"])
+    mean, base_mean = _num(row["mean_step_ms"]), _num(base["mean_step_ms"])
+    ratio = None
+    if mean is not None and base_mean and row["step_source"] == base["step_source"]:
+        ratio = mean / base_mean
+    if is_baseline:
+        return "(baseline)", None
+    if ran == 0:
+        if int(row["n_errors"]):
+            return "error", None
+        if int(row["did_not_run"]):
+            return "did_not_run", None
+        return "n/a", None
+    if ratio is None or row["step_source"] != "per_step":
+        # Upstream compares per-step times only: a wall-clock ratio is mostly setup time.
+        return "n/a", ratio
+    if ratio > threshold:
+        return f"speed (+{round((ratio - 1) * 100)}%)", ratio
+    rate, base_rate = _num(row["failure_rate"]), _num(base["failure_rate"])
+    if rate is not None and base_rate is not None and rate < base_rate:
+        return "-", ratio
+    return "no effect", ratio
 
 
 def _not_run(ds: xr.Dataset, status: np.ndarray) -> np.ndarray:

@@ -65,8 +65,8 @@ from aorta.recipe.limits import (
     image_ref_problem,
     name_bytes_problem,
 )
-from aorta.recipe.regex import RegexError, compile_regex
 from aorta.recipe.yamldoc import parse_yaml
+from aorta.regex import RegexError, compile_regex
 
 # The one upward import of recipe/: constants only (store/rundir.py owns every run file name).
 from aorta.store.rundir import MATRIX_JSON, MATRIX_MD

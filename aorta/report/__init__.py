@@ -3,7 +3,9 @@
 ``aorta.report.html(run)`` writes a run's self-contained ``report.html`` and
 ``aorta.report.compare_html(run_a, run_b)`` the page comparing two runs
 (:mod:`aorta.report.html_report`); ``aorta.report.explain_text(run, cell)`` the text of
-``aorta compare RUN --explain CELL`` (:mod:`aorta.report.explain`). They load on first use, so
+``aorta compare RUN --explain CELL`` (:mod:`aorta.report.explain`);
+``aorta.report.run_findings(ds)`` the findings of a run (:mod:`aorta.report.findings`: failures
+and hangs first, then timing — what every page lists). They load on first use, so
 importing this package stays cheap.
 """
 
@@ -12,9 +14,21 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__all__ = ["compare_html", "explain_text", "html"]
+__all__ = [
+    "compare_html",
+    "comparison_findings",
+    "explain_text",
+    "finding_json",
+    "findings_lines",
+    "html",
+    "run_findings",
+]
 
 _LAZY = {
+    "run_findings": "aorta.report.findings",
+    "finding_json": "aorta.report.findings",
+    "findings_lines": "aorta.report.findings",
+    "comparison_findings": "aorta.report.findings",
     "html": "aorta.report.html_report",
     "compare_html": "aorta.report.html_report",
     "explain_text": "aorta.report.explain",
@@ -22,6 +36,12 @@ _LAZY = {
 
 if TYPE_CHECKING:  # the same names for type checkers; loaded on first access at run time
     from aorta.report.explain import explain_text
+    from aorta.report.findings import (
+        comparison_findings,
+        finding_json,
+        findings_lines,
+        run_findings,
+    )
     from aorta.report.html_report import compare_html, html
 
 

@@ -11,8 +11,8 @@ Examples
 >>> import pandas as pd
 >>> row = pd.Series({"difference": "no difference detected", "band": "undecided", "ratio": 1.234,
 ...                  "ratio_ci_low": 0.9, "ratio_ci_high": 1.5, "delta": 2.0, "trials_needed": None})
->>> ratio_text(row), verdict_text(row)
-('1.23 [0.9, 1.5]', 'no difference detected +23% [-10, +50] — undecided')
+>>> ratio_text(row), verdict_text(row, threshold=1.15)
+('1.23 [0.9, 1.5]', 'no difference detected +23% [-10, +50] — undecided: the CI crosses the band edge +15%')
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import xarray as xr
 from aorta.errors import UsageError
 from aorta.matrix import stats
 from aorta.matrix.compare import compare, compare_runs, require_baseline
+from aorta.matrix.findings import undecided_reason
 from aorta.matrix.load import load_run
 from aorta.matrix.select import RankReduction, StepStat
 
@@ -38,6 +39,7 @@ __all__ = [
     "compare_paths",
     "comparison_json",
     "comparison_table",
+    "failures_text",
     "is_missing",
     "markdown_table",
     "ms_text",
@@ -133,35 +135,71 @@ def _pct(ratio: float) -> str:
     return f"{v:+.0f}" if abs(v) >= 0.95 else f"{v:+.1f}"
 
 
-def verdict_text(row: Any) -> str:
-    """One readable verdict from a row's two answers: ``slower +9% [6, 12] — within band``.
+def _band_ci(row: Any) -> tuple[float, float, float | None]:
+    """The CI the band is judged on (``band_ci_*`` at ``band_ci_level``), else the ratio's."""
+    lo, hi, level = (row.get(k) for k in ("band_ci_low", "band_ci_high", "band_ci_level"))
+    if not (is_missing(lo) or is_missing(hi)):
+        return float(lo), float(hi), None if is_missing(level) else float(level)
+    return row["ratio_ci_low"], row["ratio_ci_high"], None
 
-    The percentages are the ratio and its ``1 - alpha`` CI as changes; with a zero baseline
-    median the difference itself (``slower +3.2 vs baseline 0``); ``(≥ N trials per cell)``
-    when no p at these trial counts could reach significance.
+
+def verdict_text(row: Any, *, reason: str = "", threshold: float | None = None) -> str:
+    """One readable verdict from a row's two answers: ``slower +9%, 97.5% CI [+6, +12] —
+    within band``.
+
+    The percentages are the ratio and the CI the band is judged on (``band_ci_*``, at
+    ``1 - alpha / m`` — its level named — or, without it, the ratio's ``1 - alpha`` CI) as
+    changes; with a zero baseline median the difference itself (``slower +3.2 vs baseline
+    0``); ``(≥ N trials per cell)`` when no p at these trial counts could reach significance.
+    An ``undecided`` band says why (``reason``, default
+    :func:`aorta.matrix.findings.undecided_reason` of the row and the band's ``threshold``).
 
     >>> verdict_text({"difference": "slower", "band": "within band", "ratio": 1.09,
     ...     "ratio_ci_low": 1.06, "ratio_ci_high": 1.12, "delta": 0.9, "trials_needed": None})
     'slower +9% [+6, +12] — within band'
+    >>> verdict_text({"difference": "faster", "band": "undecided", "ratio": 0.19, "ratio_ci_low": 0.18,
+    ...     "ratio_ci_high": 0.73, "band_ci_low": 0.17, "band_ci_high": 0.95, "band_ci_level": 0.975,
+    ...     "delta": -4.0, "trials_needed": None}, threshold=1.15)
+    'faster -81%, 97.5% CI [-83, -5] — undecided: the 97.5% CI crosses the band edge -13%'
     >>> verdict_text({"difference": "no difference detected", "band": "undecided", "ratio": 1.2,
     ...     "ratio_ci_low": float("nan"), "ratio_ci_high": float("nan"), "delta": 2.0, "trials_needed": 5})
-    'no difference detected +20% (≥ 5 trials per cell) — undecided'
+    'no difference detected +20% (≥ 5 trials per cell) — undecided: no CI below 5 timed trials per group'
     """
     difference = str(row["difference"])
     if difference in ("baseline", "no data"):
         return difference
-    ratio, lo, hi = (row[k] for k in ("ratio", "ratio_ci_low", "ratio_ci_high"))
+    ratio = row["ratio"]
+    lo, hi, level = _band_ci(row)
     if ratio is not None and math.isfinite(ratio):
         text = f"{difference} {_pct(ratio)}%"
         if lo is not None and hi is not None and math.isfinite(lo) and math.isfinite(hi):
-            text += f" [{_pct(lo)}, {_pct(hi)}]"
+            label = f", {level * 100:.4g}% CI " if level is not None else " "
+            text += f"{label}[{_pct(lo)}, {_pct(hi)}]"
     else:
         delta = row["delta"]
         text = f"{difference} {delta:+.3g} vs baseline 0" if delta == delta else difference
     needed = row["trials_needed"]
     if needed is not None and needed is not pd.NA and needed == needed:
         text += f" (≥ {int(needed)} trials per cell)"
-    return f"{text} — {row['band']}"
+    band = str(row["band"])
+    if band == "undecided":
+        return f"{text} — undecided: {reason or undecided_reason(row, threshold)}"
+    return f"{text} — {band}"
+
+
+def failures_text(row: Any) -> str:
+    """``3 (2 hang, 1 workload)``: a row's failed trials and their kinds.
+
+    >>> failures_text({"n_failed": 3, "n_failed_workload": 1, "n_failed_hang": 2, "n_failed_crash": 0})
+    '3 (1 workload, 2 hang)'
+    """
+    n = int(row["n_failed"])
+    kinds = [
+        f"{int(row[f'n_failed_{k}'])} {k}"
+        for k in ("workload", "hang", "crash")
+        if int(row[f"n_failed_{k}"])
+    ]
+    return f"{n} ({', '.join(kinds)})" if kinds else str(n)
 
 
 def _failure_text(row: Any) -> str:
@@ -203,39 +241,44 @@ def statistics_line(stats: Mapping[str, Any]) -> str:
 
 
 def comparison_table(df: pd.DataFrame, *, style: Literal["text", "markdown"] = "text") -> str:
-    """A comparison as a table for a terminal (``text``) or a document (``markdown``).
+    """A comparison as a table for a terminal (``text``) or a document (``markdown``): the
+    failure columns (rate with its Wilson CI, failures by kind, Boschloo p_adj) before timing.
 
     Raises ``ValueError`` for another ``style``.
 
     Examples
     --------
-    >>> row = dict(n=3, n_ok=3, n_failed=0, n_timed=3, failure_rate=0.0, failure_ci_low=0.0,
+    >>> row = dict(n=3, n_ok=3, n_failed=0, n_failed_workload=0, n_failed_hang=0, n_failed_crash=0,
+    ...            n_timed=3, failure_rate=0.0, failure_ci_low=0.0,
     ...            failure_ci_high=0.56, median=4.0, iqr=0.5, cv=0.1, ratio=1.0,
     ...            ratio_ci_low=float("nan"), ratio_ci_high=float("nan"), p_adj=float("nan"),
     ...            failure_p_adj=float("nan"), failures_vs_baseline="baseline", difference="baseline",
     ...            band="baseline", delta=0.0, trials_needed=None)
     >>> print(comparison_table(pd.DataFrame([row], index=pd.Index(["base"], name="cell")), style="markdown"))
-    | cell | n_ok/n | median | IQR | CV | failure rate [CI] | ratio [CI] | p_adj | verdict |
-    |---|---|---|---|---|---|---|---|---|
-    | base | 3/3 | 4 | 0.5 | 10% | 0% (0/3) [0%, 56%] | 1 | — | baseline |
+    | cell | n_ok/n | failure rate [CI] | failures | failure p_adj | median | IQR | CV | ratio [CI] | p_adj | verdict |
+    |---|---|---|---|---|---|---|---|---|---|---|
+    | base | 3/3 | 0% (0/3) [0%, 56%] | 0 | — | 4 | 0.5 | 10% | 1 | — | baseline |
     """
     if style not in ("text", "markdown"):
         raise ValueError(f"style must be 'text' or 'markdown', got {style!r}")
-    head = ["cell", "n_ok/n", "median", "IQR", "CV", "failure rate [CI]", "ratio [CI]", "p_adj"]
-    head.append("verdict")
+    head = ["cell", "n_ok/n", "failure rate [CI]", "failures", "failure p_adj", "median", "IQR"]
+    head += ["CV", "ratio [CI]", "p_adj", "verdict"]
+    threshold = df.attrs.get("threshold")
     body = []
     for cell, row in df.iterrows():
         body.append(
             [
                 str(cell),
                 f"{int(row['n_ok'])}/{int(row['n'])}",
+                _failure_text(row),
+                failures_text(row),
+                p_text(row["failure_p_adj"]),
                 number_text(row["median"]),
                 number_text(row["iqr"]),
                 percent_text(row["cv"]),
-                _failure_text(row),
                 ratio_text(row),
                 p_text(row["p_adj"]),
-                verdict_text(row),
+                verdict_text(row, threshold=threshold),
             ]
         )
     if style == "markdown":
@@ -308,16 +351,19 @@ def compare_paths(
     traces: bool = False,
     ranks: RankReduction = "worst",
     stat: StepStat = "median",
+    signature: str | None = None,
 ) -> pd.DataFrame:
     """One run's cells against its baseline, or two runs' shared cells (B against A).
 
     ``traces`` loads the runs' trace metrics (:func:`aorta.load_run`), so ``metric`` can be
-    one of them, reduced over ranks by ``ranks``.
+    one of them, reduced over ranks by ``ranks``. ``signature`` (one run): the failure
+    comparison counts trials with that failure signature (:func:`aorta.compare`).
 
     Raises
     ------
     UsageError
-        Not one or two runs; ``baseline`` with two runs; a path that is not a run; an
+        Not one or two runs; ``baseline`` or ``signature`` with two runs; a path that is not a
+        run; an
         unknown baseline cell, metric or rank; ``alpha`` outside (0, 1).
     IncompleteMatrix
         The baseline has no trial that ran, or two runs share no cell.
@@ -328,6 +374,8 @@ def compare_paths(
         raise UsageError(
             "--baseline applies to one run; with two runs each cell of B is compared with the same cell of A"
         )
+    if len(runs) == 2 and signature is not None:
+        raise UsageError("--signature applies to one run (its cells against its baseline)")
     df = compare_datasets(
         [load_run(p, traces=traces) for p in runs],
         baseline=baseline,
@@ -337,6 +385,7 @@ def compare_paths(
         resamples=resamples,
         ranks=ranks,
         stat=stat,
+        signature=signature,
     )
     df.attrs["runs"] = [str(p) for p in runs]
     return df
@@ -352,6 +401,7 @@ def compare_datasets(
     resamples: int = stats.DEFAULT_RESAMPLES,
     ranks: RankReduction = "worst",
     stat: StepStat = "median",
+    signature: str | None = None,
 ) -> pd.DataFrame:
     """:func:`aorta.compare` of one run (which needs a usable baseline) or
     :func:`aorta.compare_runs` of two, with a bad option as a :class:`~aorta.errors.UsageError`.
@@ -368,7 +418,7 @@ def compare_datasets(
     }
     try:
         if len(datasets) == 1:
-            df = compare(datasets[0], baseline, **kw)
+            df = compare(datasets[0], baseline, signature=signature, **kw)
             require_baseline(df)
         else:
             df = compare_runs(datasets[0], datasets[1], **kw)

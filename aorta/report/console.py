@@ -13,8 +13,10 @@ from typing import Any
 
 import pandas as pd
 
+from aorta.matrix.findings import findings
 from aorta.recipe.plan import Plan
-from aorta.report.comparison import comparison_json, p_text, verdict_text
+from aorta.report.comparison import comparison_json, verdict_text
+from aorta.report.findings import SCREEN_LINES_TEXT, finding_json, findings_lines
 from aorta.store.record import TrialRecord, TrialStatus
 
 __all__ = ["format_plan", "format_summary", "plan_to_dict", "summary_to_dict"]
@@ -97,23 +99,20 @@ def format_plan(plan: Plan, *, isolation: str | None = None, warnings: Sequence[
     return "\n".join(head + lines + tail)
 
 
-def _verdict_lines(summary: pd.DataFrame) -> list[str]:
-    """Timing against the baseline: each significant change, then what stays undecided."""
-    lines = []
-    for cell, row in summary.iterrows():
-        if row["difference"] in ("slower", "faster"):
-            lines.append(f"  {cell}: {verdict_text(row)} (p_adj {p_text(row['p_adj'])})")
-        if row["failures_vs_baseline"] in ("more", "fewer"):
-            lines.append(
-                f"  {cell}: {row['failures_vs_baseline']} failures than the baseline "
-                f"(p_adj {p_text(row['failure_p_adj'])})"
-            )
-    undecided = summary[summary["band"] == "undecided"]
-    if len(undecided):
-        needed = int(undecided["trials_needed"].fillna(0).max())
-        more = f"; about {needed} trials per cell could decide" if needed else ""
-        lines.append(f"  band undecided for {len(undecided)} cell(s){more} (see matrix.md)")
-    return lines
+def _signature_frame(summary: pd.DataFrame, records: Sequence[TrialRecord]) -> pd.DataFrame:
+    """Trials per cell × failure signature, from the records (as
+    :func:`aorta.matrix.signatures.signature_counts` counts them in a Dataset)."""
+    pairs = [(r.cell, r.signature) for r in records if getattr(r, "signature", None)]
+    table = pd.DataFrame(
+        0, index=pd.Index([str(c) for c in summary.index], name="cell"), columns=[]
+    )
+    for cell, name in pairs:
+        if cell in table.index:
+            if name not in table.columns:
+                table[name] = 0
+            table.loc[cell, name] += 1
+    order = sorted(table.columns, key=lambda s: (-int(table[s].sum()), s))
+    return table[order].astype(int)
 
 
 def _cell_problems(
@@ -142,17 +141,28 @@ def _cell_problems(
 
 
 def format_summary(result: Any) -> str:
-    """The end-of-run summary of a :class:`~aorta.run.sweep.SweepResult`: counts, a line per
-    non-clean cell with its files, the verdicts, the run dir."""
+    """The end-of-run summary of a :class:`~aorta.run.sweep.SweepResult`: counts, the findings
+    (:func:`aorta.matrix.findings.findings`: failures and hangs first, then timing), a line
+    per non-clean cell with its files, the run dir."""
     summary: pd.DataFrame = result.summaries
     lines = [
         f"{len(summary)} cells — {len(result.clean)} clean, {len(result.failing)} with failing "
         f"trials, {len(result.erroring)} with errors"
     ]
-    for cell, row in summary.iterrows():
-        if int(row["n_failed"]) or int(row["n_errors"]):
-            lines += _cell_problems(str(cell), row, result.records, result.run_dir)
-    lines += _verdict_lines(summary)
+    found = findings(summary, _signature_frame(summary, result.records))
+    if found:
+        lines.append("Findings (failures and hangs first):")
+        lines += findings_lines(
+            found, run=result.run_dir, style="text", limit=SCREEN_LINES_TEXT, bullet="  "
+        )
+    problems = [
+        line
+        for cell, row in summary.iterrows()
+        if int(row["n_failed"]) or int(row["n_errors"])
+        for line in _cell_problems(str(cell), row, result.records, result.run_dir)
+    ]
+    if problems:
+        lines += ["Failing trials (first record of each cell):", *problems]
     if result.exit_code.name == "INCOMPLETE":
         lines.append(
             f"warning: the baseline {result.baseline!r} has no trial that ran: comparisons are impossible"
@@ -170,7 +180,7 @@ def summary_to_dict(result: Any, *, exit_code: int | None = None) -> dict[str, A
     its status and exit code, the clean / failing / erroring cells, and per cell the trial
     counts (``statuses`` by status) with every column of the summary frame
     (:func:`aorta.matrix.summary.summarize`: failure rate, mean step, confound, ratio and its
-    CI, p_adj, verdict …). ``exit_code`` is the command's (``--strict`` may turn OK into GATE);
+    CI, p_adj, verdict …), and the ``findings`` (failures and hangs first). ``exit_code`` is the command's (``--strict`` may turn OK into GATE);
     default the sweep's."""
     code = result.exit_code if exit_code is None else exit_code
     statuses: dict[str, Counter[str]] = {}
@@ -196,4 +206,8 @@ def summary_to_dict(result: Any, *, exit_code: int | None = None) -> dict[str, A
         "erroring": list(result.erroring),
         "statistics": frame["statistics"],
         "cells": cells,
+        "findings": [
+            finding_json(f, run=result.run_dir)
+            for f in findings(result.summaries, _signature_frame(result.summaries, result.records))
+        ],
     }

@@ -1,14 +1,12 @@
-"""The sections of a run's ``report.html`` about its trials: failures grouped by signature,
-traces, "where the time went", and every trial with links to its files.
+"""The sections of a run's ``report.html`` about its trials: traces, "where the time went",
+and every trial with its failure and links to its files (the Failures section is
+:mod:`aorta.report.html_failures`).
 
 Pure functions of a :class:`~aorta.report.html_sections.RunPage`, like the sections of
 :mod:`aorta.report.html_sections`; see there for the extension points.
 """
 
 from __future__ import annotations
-
-from collections.abc import Mapping, Sequence
-from typing import Any
 
 import numpy as np
 
@@ -22,112 +20,15 @@ from aorta.report.comparison import (
     ratio_text,
     verdict_text,
 )
-from aorta.report.html_kit import Cell, Section, esc, figure_block, table
+from aorta.report.html_kit import Cell, Section, breakable, esc, figure_block, table
 from aorta.report.html_sections import (
     STATUS_LABELS,
     RunPage,
     number_or_none,
     verdict_chip,
 )
-from aorta.store.record import ERRORED, RAN
 
-__all__ = ["failures_section", "time_went_section", "traces_section", "trials_section"]
-
-_TAIL_SHOWN = 3  # failed trials whose log tail is shown per signature
-
-
-# --- failures --------------------------------------------------------------------------------
-
-
-def _signature(rec: Mapping[str, Any], error: str, status: str) -> tuple[str, str, list[str]]:
-    """(signature, hint, matching log lines) of a failed trial."""
-    sig = rec.get("signature")
-    hint = str(rec.get("hint") or "")
-    lines = [str(x) for x in rec.get("signature_lines") or [] if x]
-    if isinstance(sig, Mapping):
-        name = str(sig.get("name") or sig.get("signature") or "")
-        hint = str(sig.get("hint") or hint)
-        lines = lines or [str(x) for x in sig.get("lines") or [sig.get("line")] if x]
-    else:
-        name = str(sig or "")
-    if not name:
-        name = (error or str(rec.get("error") or "") or status).strip().splitlines()[0]
-    return name, hint, lines
-
-
-def failures_section(page: RunPage) -> Section | None:
-    """Per cell, its failed and errored trials grouped by signature, with the matching log
-    lines (or the error, hint and tail of the logs until records carry signatures)."""
-    ds = page.ds
-    status = ds.status.transpose("cell", "trial").values.astype(str)
-    error = ds.error.transpose("cell", "trial").values.astype(str)
-    sig_var = (
-        ds["signature"].transpose("cell", "trial").values.astype(str) if "signature" in ds else None
-    )
-    bad = {*ERRORED, "workload_failed"} | (set(np.unique(status).tolist()) - {*RAN, *ERRORED})
-    bad -= {"ok", "did_not_run", "missing"}
-    files = page.files
-    trials = ds.trial.values.tolist()
-    parts = []
-    for i, cell in enumerate(str(c) for c in ds.cell.values.tolist()):
-        groups: dict[tuple[str, str], dict[str, Any]] = {}
-        for j, t in enumerate(trials):
-            if status[i, j] not in bad:
-                continue
-            rec = files.records.get((cell, int(t)), {}) if files else {}
-            if sig_var is not None and sig_var[i, j] and "signature" not in rec:
-                rec = {**rec, "signature": sig_var[i, j]}
-            name, hint, lines = _signature(rec, error[i, j], status[i, j])
-            g = groups.setdefault((status[i, j], name), {"trials": [], "hint": hint, "lines": []})
-            g["trials"].append(int(t))
-            g["lines"] = g["lines"] or lines
-        if not groups:
-            continue
-        n = sum(len(g["trials"]) for g in groups.values())
-        parts.append(f"<h3>{esc(cell)} <span class=muted>— {n} trial(s)</span></h3>")
-        rows = []
-        for (kind, name), g in sorted(groups.items(), key=lambda kv: -len(kv[1]["trials"])):
-            links = ", ".join(
-                page.anchor(page.record_rel(cell, t), f"#{t}") if files else f"#{t}"
-                for t in g["trials"]
-            )
-            detail = ""
-            if g["lines"]:
-                detail = "<pre>" + esc("\n".join(g["lines"])) + "</pre>"
-            elif files:
-                detail = _tails(page, cell, g["trials"])
-            rows.append(
-                [
-                    Cell(STATUS_LABELS.get(kind, kind), cls="status-bad"),
-                    Cell(markup=f"<code>{esc(name)}</code>{detail}"),
-                    Cell(str(len(g["trials"])), sort=len(g["trials"]), cls="num"),
-                    Cell(markup=f'<span class="links">{links}</span>'),
-                    Cell(g["hint"] or "—"),
-                ]
-            )
-        parts.append(table(["kind", "signature / log", "trials", "which", "hint"], rows))
-    if not parts:
-        return None
-    intro = (
-        '<p class="note">Failed and errored trials of each cell, grouped by their failure. '
-        "Until records carry failure signatures a group is the trial's error, shown with the "
-        "last lines of its logs.</p>"
-    )
-    return Section("failures", "Failures", intro + "\n".join(parts))
-
-
-def _tails(page: RunPage, cell: str, trials: Sequence[int]) -> str:
-    assert page.files is not None
-    out: list[str] = []
-    for t in trials[:_TAIL_SHOWN]:
-        for name, lines in (page.files.log_tails.get((cell, t)) or {}).items():
-            if lines:
-                opened = " open" if not out else ""
-                out.append(
-                    f'<details{opened}><summary class="muted">trial {t}: end of {esc(name)}</summary>'
-                    f"<pre>{esc(chr(10).join(lines))}</pre></details>"
-                )
-    return "".join(out)
+__all__ = ["clamped", "time_went_section", "traces_section", "trials_section"]
 
 
 # --- traces ----------------------------------------------------------------------------------
@@ -222,18 +123,43 @@ def time_went_section(page: RunPage) -> Section | None:
 # --- trials ----------------------------------------------------------------------------------
 
 
+def clamped(text: str, *, cls: str = "clamp") -> str:
+    """``text`` shown on one line, cut with an ellipsis, the whole of it on a click (a
+    ``<details>``; a row stays one line high however long an error is)."""
+    lines = text.strip().splitlines()
+    if not lines:
+        return ""
+    first = esc(lines[0])
+    if len(lines) == 1 and len(lines[0]) <= _CLAMP_CHARS:
+        return f'<span class="{cls}">{first}</span>'
+    return (
+        f'<details class="{cls}"><summary title="show all">{first}</summary>'
+        f"<pre>{esc(text.strip())}</pre></details>"
+    )
+
+
+_CLAMP_CHARS = 60  # a shorter one-line text is shown as it is
+
+
 def trials_section(page: RunPage) -> Section:
-    """One row per recorded trial with links to its record, logs and traces (relative to the
-    page, so the run directory can be moved or bundled)."""
+    """One row per recorded trial: status, failure kind and signature, times, its error
+    (one line, the whole of it on a click), and links to its record, logs and traces
+    (relative to the page, so the run directory can be moved or bundled)."""
     ds, df = page.ds, page.summary
     metric = str(df.attrs.get("metric", "step_time_ms"))
     units = df.attrs.get("units") or ""
     values = trial_values(ds, metric=metric, trials="ran").transpose("cell", "trial").values
     status = ds.status.transpose("cell", "trial").values.astype(str)
+    kind, sig = (
+        ds[name].transpose("cell", "trial").values.astype(str)
+        if name in ds
+        else np.full(status.shape, "")
+        for name in ("failure_kind", "signature")
+    )
     wall = ds.wall_clock_s.transpose("cell", "trial").values
     error = ds.error.transpose("cell", "trial").values.astype(str)
     files = page.files
-    head: list[str | Cell] = ["cell", Cell("trial", cls="num"), "status"]
+    head: list[str | Cell] = ["cell", Cell("trial", cls="num"), "status", "failure", "signature"]
     label = "median step" if metric == "step_time_ms" else metric
     head += [
         Cell("wall clock (s)", cls="num"),
@@ -250,20 +176,25 @@ def trials_section(page: RunPage) -> Section:
             s = status[i, j]
             if s == "missing":
                 continue
+            rec = files.records.get((cell, t), {}) if files else {}
+            signature = sig[i, j] or str(rec.get("signature") or "")
             row = [
-                Cell(cell, cls="cellname"),
+                Cell(markup=breakable(cell), sort=cell, cls="cellname"),
                 Cell(str(t), sort=t, cls="num"),
                 Cell(STATUS_LABELS.get(s, s), cls="status-ok" if s == "ok" else "status-bad"),
+                Cell(kind[i, j], cls="status-bad" if kind[i, j] else ""),
+                Cell(markup=f"<code>{esc(signature)}</code>" if signature else "", sort=signature),
                 Cell(number_text(wall[i, j]), sort=number_or_none(wall[i, j]), cls="num"),
                 Cell(number_text(values[i, j]), sort=number_or_none(values[i, j]), cls="num"),
-                Cell(error[i, j].splitlines()[0] if error[i, j] else ""),
+                Cell(markup=clamped(error[i, j]), sort=error[i, j], cls="error"),
             ]
             if files:
-                rec = files.records.get((cell, t), {})
                 links = [page.anchor(page.record_rel(cell, t), "record")]
                 for name, rel in sorted((rec.get("artifacts") or {}).items()):
-                    links.append(page.anchor(str(rel), str(name)))
-                row.append(Cell(markup=f'<span class="links">{"".join(links)}</span>'))
+                    links.append(page.anchor(str(rel), str(name).rsplit("/", 1)[-1], title=name))
+                row.append(
+                    Cell(markup=f'<span class="links">{" ".join(links)}</span>', cls="files")
+                )
             rows.append(row)
     n = len(rows)
     where = (
@@ -274,8 +205,10 @@ def trials_section(page: RunPage) -> Section:
     )
     body = (
         f"<details{' open' if n <= 60 else ''}><summary>{n} trial(s)</summary>"
-        f'<p class="note">Every recorded trial.{where}</p>'
-        + table(head, rows, filterable=True)
-        + "</details>"
+        f'<p class="note">Every recorded trial; an error shows its first line, click it for '
+        f"the whole.{where}</p>"
+        + '<div class="wide">'
+        + table(head, rows, filterable=True, cls="trials")
+        + "</div></details>"
     )
     return Section("trials", "Trials", body)

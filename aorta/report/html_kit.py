@@ -39,6 +39,7 @@ __all__ = [
     "Cell",
     "FigureFormat",
     "Section",
+    "breakable",
     "definition_rows",
     "esc",
     "figure_block",
@@ -57,6 +58,16 @@ FigureFormat = Literal["svg", "png"]
 def esc(value: object) -> str:
     """``value`` as HTML text (``&``, ``<``, ``>`` and quotes escaped)."""
     return _html.escape(str(value), quote=True)
+
+
+def breakable(value: object) -> str:
+    """``value`` as HTML text (:func:`esc`) that may wrap after ``_``, ``-``, ``+``, ``/``
+    and ``.`` (long cell, mitigation and file names wrap where a reader expects).
+
+    >>> breakable("a_b-c+d")
+    'a_<wbr>b-<wbr>c+<wbr>d'
+    """
+    return re.sub(r"([_/.+-])(?=.)", r"\1<wbr>", esc(value))
 
 
 def rgba(hex_color: str, alpha: float) -> str:
@@ -251,11 +262,13 @@ thead th { background: var(--bg-alt); position: sticky; top: 0; z-index: 1; whit
   border-bottom: 2px solid var(--line); }
 tbody tr:hover { background: #fafbfc; }
 td.num, th.num { text-align: right; white-space: nowrap; }
-td.cellname { font-weight: 600; white-space: nowrap; }
+td.cellname { font-weight: 600; overflow-wrap: anywhere; min-width: 7em; }
 td.zero { color: #b0b7be; }
 table.facts th { background: none; position: static; font-weight: 600; color: var(--muted);
   white-space: nowrap; border-bottom: 1px solid var(--line); }
-table.facts td { font-family: ui-monospace, "DejaVu Sans Mono", monospace; font-size: 12.5px; }
+table.facts td { font-family: ui-monospace, "DejaVu Sans Mono", monospace; font-size: 12.5px;
+  overflow-wrap: anywhere; }
+.cols > div { min-width: 0; }
 table.sortable thead th { cursor: pointer; user-select: none; }
 table.sortable thead th[aria-sort="ascending"]::after { content: " \\25B2"; font-size: 10px; }
 table.sortable thead th[aria-sort="descending"]::after { content: " \\25BC"; font-size: 10px; }
@@ -286,6 +299,44 @@ code { font: 12.5px ui-monospace, "DejaVu Sans Mono", monospace; }
 input.filter { font: inherit; padding: 4px 8px; margin: 6px 0 2px; width: 22em; border: 1px solid var(--line);
   border-radius: 4px; }
 .legend { display: flex; flex-wrap: wrap; gap: 6px 10px; margin: 6px 0; font-size: 12.5px; }
+.wide { overflow-x: auto; max-width: 100%; }
+input.allcols { margin: 0 6px 0 0; vertical-align: middle; }
+label.allcols { font-size: 12.5px; color: var(--muted); cursor: pointer; }
+input.allcols:not(:checked) ~ .wide table.matrix .sec { display: none; }
+table.matrix td.outcomes { min-width: 6em; }
+table.matrix td.cellname { min-width: 9em; }
+table.matrix td.num { white-space: normal; min-width: 5.5em; }
+.topfail code { overflow-wrap: anywhere; }
+ul.findings { list-style: none; padding: 0; margin: 8px 0 4px; }
+li.finding { border-left: 5px solid #8c959f; background: var(--bg-alt); padding: 6px 12px; margin: 5px 0;
+  font-size: 14.5px; display: grid; grid-template-columns: 8.5em minmax(0, 1fr); align-items: baseline; }
+li.finding.bad { border-color: #D55E00; background: rgba(213, 94, 0, 0.08); }
+li.finding.good { border-color: #009E73; background: rgba(0, 158, 115, 0.09); }
+.nw { white-space: nowrap; }
+li.finding .topic { font-size: 11px; font-weight: 700; letter-spacing: 0.04em;
+  text-transform: uppercase; color: var(--muted); }
+li.finding > div { overflow-wrap: anywhere; }
+.fdetail { color: var(--muted); font-size: 12.5px; }
+.fcell { margin: 6px 0 20px; }
+.fgroup { border-left: 3px solid #D55E00; padding: 2px 0 2px 12px; margin: 8px 0 14px; }
+.fhead .kind { font-weight: 700; color: #b34700; margin-right: 4px; }
+.hint { margin: 3px 0 6px; }
+.evidence { margin: 4px 0; }
+pre.excerpt mark { background: rgba(230, 159, 0, 0.35); color: inherit; }
+pre .ln { display: inline-block; min-width: 3.2em; color: #8c959f; user-select: none; }
+ul.lines { font-size: 12.5px; margin: 4px 0; }
+ul.lines code { overflow-wrap: anywhere; }
+table.trials { width: 100%; }
+table.trials td.error { max-width: 0; width: 34%; }  /* takes what is left; no min-content */
+table.trials td.cellname { min-width: 16em; }
+table.trials td.files { min-width: 17em; }
+table.trials .links a { display: inline-block; max-width: 9em; overflow: hidden; text-overflow: ellipsis;
+  vertical-align: bottom; }
+.clamp { display: block; }
+span.clamp, details.clamp:not([open]) > summary { white-space: nowrap; overflow: hidden; text-overflow: ellipsis; }
+details.clamp { margin: 0; }
+details.clamp > summary { padding: 0; }
+details.clamp pre { max-height: 18em; }
 footer { margin-top: 40px; color: var(--muted); font-size: 12px; border-top: 1px solid var(--line); padding-top: 8px; }
 @media print { thead th { position: static; } nav.toc { display: none; } }
 """

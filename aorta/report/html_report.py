@@ -17,6 +17,7 @@ moved or bundled with its report.
 
 from __future__ import annotations
 
+import collections
 import datetime as _dt
 import json
 import os
@@ -40,21 +41,25 @@ from aorta.report.comparison import compare_datasets
 from aorta.report.explain import explain_changed
 from aorta.report.html_compare import RunSide, render_compare_page
 from aorta.report.html_details import (
-    failures_section,
     time_went_section,
     traces_section,
     trials_section,
 )
+from aorta.report.html_failures import failures_section
+from aorta.report.html_findings import findings_section
 from aorta.report.html_kit import FigureFormat, esc, page
+from aorta.report.html_perf import hardware_section
 from aorta.report.html_sections import (
+    LogExcerpt,
     RunFiles,
     RunPage,
     SectionBuilder,
     figures_section,
+    is_failed_status,
     matrix_section,
+    parse_signature_line,
     run_section,
 )
-from aorta.store.record import ERRORED
 from aorta.store.redact import redact_page
 from aorta.store.rundir import REPORT_HTML, RunDir, atomic_write
 
@@ -69,19 +74,27 @@ __all__ = [
     "render_run_page",
 ]
 
-#: The sections of a run's page, in order (a builder returns ``None`` to leave its out).
+#: The sections of a run's page, in order (a builder returns ``None`` to leave its out): what
+#: an on-call engineer reads first (findings, the matrix, the failures) comes first.
 RUN_SECTIONS: tuple[SectionBuilder, ...] = (
-    run_section,
+    findings_section,
     matrix_section,
-    figures_section,
     failures_section,
+    figures_section,
     traces_section,
+    hardware_section,
     time_went_section,
+    run_section,
     trials_section,
 )
 _TAIL_BYTES = 8192
 _TAIL_LINES = 8
-_TAILS_PER_CELL = 5
+_GROUPS_READ = 8  # failures per cell (status and signature) whose files are read
+_CONTEXT_BEFORE = 4  # lines shown before a signature's matching line
+_CONTEXT_AFTER = 3  # and after it
+_LINE_CHARS = 400  # a longer line is cut
+_SCAN_BYTES = 64 << 20  # how far into a log the matched line is looked for
+_TEXT_SUFFIXES = (".log", ".txt", ".out", ".err")
 
 
 def html(
@@ -103,12 +116,16 @@ def html(
 ) -> Path:
     """Write a run's ``report.html``: one self-contained page to read the run.
 
-    Sections (each only when its data exists): the run (recipe, ticket, hosts and their
-    environment, differences between nodes, run order); the matrix (every cell: trials by
-    outcome, failure rate, step time, ratio [CI], p_adj, verdict — colour-coded, sortable);
-    the figures (forest plot, failure rates, per-trial distributions, step series); failures
-    per cell; traces (when the Dataset has trace metrics); "where the time went"
-    (``waterfalls``); every trial with relative links to its record and logs.
+    Sections, in the order an on-call engineer reads them (each only when its data exists):
+    the findings (hangs and failure changes first, then timing); the matrix (every cell:
+    its trials' outcomes, failure rate, top failure, step time, ratio [CI], verdict —
+    colour-coded, sortable, fits a 1280 px window; mitigations, counts per status, mean step,
+    p_adj and confound behind a checkbox); the failures (every cell with a failed, hung or
+    errored trial: signature, hint, the matched log line with its neighbours, then the other
+    files); the figures (forest plot, failure rates, per-trial distributions, step series);
+    traces (when the Dataset has trace metrics); "where the time went" (``waterfalls``); the
+    run (recipe, ticket, hosts and their environment, differences between nodes, run order);
+    every trial with its failure kind, signature, error and relative links to its files.
 
     Parameters
     ----------
@@ -269,8 +286,10 @@ def _footer() -> str:
 
 def read_run_files(rd: RunDir, ds: xr.Dataset) -> RunFiles:
     """What a page shows from the run directory: recipe, host snapshots, ``launch.json``'s
-    cross-node differences, the trial records of ``ds``'s trials, and the end of the logs of
-    up to five failed trials per cell. A file that is missing or unreadable is left out."""
+    cross-node differences, the trial records of ``ds``'s trials, and excerpts of failed
+    trials' files: for the first trial of each failure (status and signature) in a cell, the
+    line its signature matched with the lines around it, then the end of its other logs and
+    collected files. A file that is missing or unreadable is left out."""
     recipe = _read_text(rd.recipe_path)
     hosts: dict[str, Mapping[str, Any]] = {}
     for path in [rd.host_env_path, *sorted(rd.host_env_of("_").parent.glob("*.json"))]:
@@ -281,11 +300,11 @@ def read_run_files(rd: RunDir, ds: xr.Dataset) -> RunFiles:
     launch = _read_json(rd.launch_json)
     skew = launch.get("skew") if isinstance(launch, dict) else None
     records: dict[tuple[str, int], Mapping[str, Any]] = {}
-    tails: dict[tuple[str, int], dict[str, list[str]]] = {}
+    excerpts: dict[tuple[str, int], list[LogExcerpt]] = {}
     status = ds.status.transpose("cell", "trial").values.astype(str)
     trials = [int(t) for t in ds.trial.values.tolist()]
     for i, cell in enumerate(str(c) for c in ds.cell.values.tolist()):
-        shown = 0
+        seen: set[tuple[str, str]] = set()
         for j, t in enumerate(trials):
             if status[i, j] == "missing":
                 continue
@@ -293,41 +312,117 @@ def read_run_files(rd: RunDir, ds: xr.Dataset) -> RunFiles:
             if not isinstance(rec, dict):
                 continue
             records[(cell, t)] = rec
-            failed = status[i, j] == "workload_failed" or status[i, j] in ERRORED
-            if failed and shown < _TAILS_PER_CELL:
-                shown += 1
-                tails[(cell, t)] = _log_tails(rd, rec)
+            key = (status[i, j], str(rec.get("signature") or rec.get("error") or ""))
+            if is_failed_status(status[i, j]) and key not in seen and len(seen) < _GROUPS_READ:
+                seen.add(key)
+                excerpts[(cell, t)] = _excerpts(rd, rec)
     return RunFiles(
         path=rd.path,
         recipe=recipe,
         hosts=hosts,
         skew=skew if isinstance(skew, dict) else {},
         records=records,
-        log_tails=tails,
+        excerpts=excerpts,
     )
 
 
-def _log_tails(rd: RunDir, rec: Mapping[str, Any]) -> dict[str, list[str]]:
-    # Only logs inside the run directory: a record (from someone else's run) can name any path.
+def _excerpts(rd: RunDir, rec: Mapping[str, Any]) -> list[LogExcerpt]:
+    """The trial's matched line with its neighbours first, then the end of each other text
+    file among its artifacts (logs and collected files; traces and binaries left out). Only
+    files inside the run directory: a record (from someone else's run) can name any path."""
+    where = parse_signature_line(rec.get("signature_line"))
     root = rd.path.resolve()
-    out = {}
-    for name, rel in sorted((rec.get("artifacts") or {}).items()):
-        if not str(rel).endswith(".log"):
+    artifacts = []
+    for name, rel in sorted((str(k), str(v)) for k, v in (rec.get("artifacts") or {}).items()):
+        path = (rd.path / rel).resolve()
+        if path.is_relative_to(root):
+            artifacts.append((name, rel, path))
+    out: list[LogExcerpt] = []
+    matched = None
+    if where is not None and where[0]:
+        fname, _, text = where
+        for name, rel, path in artifacts:
+            if Path(rel).name == fname:
+                got = _around(path, text)
+                if got is not None:
+                    first, lines, at = got
+                    out.append(LogExcerpt(name, rel, tuple(lines), first=first, match=at))
+                    matched = rel
+                    break
+    for name, rel, path in artifacts:
+        if rel == matched or not _is_text_name(rel):
             continue
-        path = (rd.path / str(rel)).resolve()
-        if not path.is_relative_to(root):
-            continue
-        try:
-            with open(path, "rb") as fh:
-                fh.seek(0, os.SEEK_END)
-                fh.seek(max(0, fh.tell() - _TAIL_BYTES))
-                text = fh.read().decode("utf-8", "replace")
-        except OSError:
-            continue
-        lines = [line.rstrip() for line in text.splitlines() if line.strip()]
+        lines = _tail(path)
         if lines:
-            out[str(name)] = lines[-_TAIL_LINES:]
+            out.append(LogExcerpt(name, rel, tuple(lines)))
     return out
+
+
+def _is_text_name(rel: str) -> bool:
+    name = rel.lower()
+    return name.endswith(_TEXT_SUFFIXES) and not name.endswith(".json.gz")
+
+
+def _tail(path: Path) -> list[str]:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - _TAIL_BYTES))
+            text = fh.read().decode("utf-8", "replace")
+    except OSError:
+        return []
+    lines = [_cap(line.rstrip()) for line in text.splitlines() if line.strip()]
+    return lines[-_TAIL_LINES:]
+
+
+def _cap(line: str) -> str:
+    return line if len(line) <= _LINE_CHARS else line[: _LINE_CHARS - 1] + "…"
+
+
+def _around(path: Path, text: str) -> tuple[int, list[str], int] | None:
+    """(first line number, the lines, the matched line's number): the first line of
+    ``path`` that holds ``text`` (a signature matches its first occurrence, so this is the
+    line it matched, also past the middle a scan of a huge log skips), with
+    :data:`_CONTEXT_BEFORE` lines before and :data:`_CONTEXT_AFTER` after. Reads at most
+    :data:`_SCAN_BYTES`, one line at a time (a line over :data:`_LINE_CHARS` is cut)."""
+    want = text.removesuffix("…").strip()[: _LINE_CHARS // 2]
+    before: collections.deque[str] = collections.deque(maxlen=_CONTEXT_BEFORE)
+    found: tuple[int, list[str], int] | None = None
+    after: list[str] = []
+    read = 0
+    try:
+        with open(path, "rb") as fh:
+            for n, raw in enumerate(_lines(fh), start=1):
+                read += len(raw) + 1
+                line = _cap(raw.decode("utf-8", "replace").rstrip())
+                if found is not None:
+                    after.append(line)
+                    if len(after) >= _CONTEXT_AFTER:
+                        break
+                elif want and want in line:
+                    found = (n - len(before), [*before, line], n)
+                elif read > _SCAN_BYTES:
+                    break
+                before.append(line)
+    except OSError:
+        return None
+    if found is None:
+        return None
+    return found[0], [*found[1], *after], found[2]
+
+
+def _lines(fh: Any) -> Any:
+    """The lines of a binary file, each cut at :data:`_LINE_CHARS` bytes (memory stays
+    bounded whatever a line's length)."""
+    while True:
+        raw = fh.readline(_LINE_CHARS * 4)
+        if not raw:
+            return
+        if not raw.endswith(b"\n"):
+            rest = raw
+            while rest and not rest.endswith(b"\n"):
+                rest = fh.readline(1 << 16)
+        yield raw.rstrip(b"\r\n")
 
 
 def _read_text(path: Path) -> str | None:

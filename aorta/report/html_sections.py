@@ -2,28 +2,33 @@
 
 Each builder takes the page's data and returns a :class:`~aorta.report.html_kit.Section`, or
 ``None`` when its data does not exist (no trace metrics, no failed trial, ...), so a section
-appears exactly when there is something to show. :data:`aorta.report.html_report.RUN_SECTIONS` is the default order (with the sections of
-:mod:`aorta.report.html_details`);
-:func:`aorta.report.html` takes another sequence (``sections=``), which is how a new section is
-added without touching this module.
+appears exactly when there is something to show.
+:data:`aorta.report.html_report.RUN_SECTIONS` is the default order (with the sections of
+:mod:`aorta.report.html_findings`, :mod:`aorta.report.html_failures` and
+:mod:`aorta.report.html_details`); :func:`aorta.report.html` takes another sequence
+(``sections=``), which is how a new section is added without touching this module.
 
-Extension points for data other issues add:
+What the sections read beyond the Dataset and the matrix frame:
 
-* failure signatures: a trial record's ``signature`` (a name, or ``{"name", "hint", "lines"}``)
-  and its matching log lines (``signature_lines``), or the Dataset's ``signature`` variable, are
-  shown when present; until then a failure is grouped by its ``error`` and shown with its
-  ``hint`` and the tail of its logs;
+* failure signatures: the Dataset's ``signature`` variable and ``signature_hints`` attribute,
+  and a trial record's ``signature``, ``signature_hint`` and ``signature_line``
+  (:func:`parse_signature_line`), whose line :class:`RunFiles` holds with its neighbours
+  (:class:`LogExcerpt`);
 * "where the time went": :attr:`RunPage.waterfalls` maps a cell to its waterfall figure;
   :func:`time_went_section` shows them when there are any;
 * run order and drift: the Dataset's ``run_order`` and ``schedule``, and a comparison's
   ``drift`` / ``warnings`` attrs, are shown in the run section when present.
+
+Every text a section embeds goes through :func:`~aorta.report.html_kit.esc` (or
+:class:`~aorta.report.html_kit.Cell`, which calls it).
 """
 
 from __future__ import annotations
 
 import math
 import posixpath
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,6 +38,7 @@ import numpy as np
 
 from aorta import plot
 from aorta.matrix.select import trial_values
+from aorta.matrix.signatures import signature_counts, top_signatures
 from aorta.report.comparison import (
     is_missing,
     ms_text,
@@ -46,13 +52,13 @@ from aorta.report.html_kit import (
     Cell,
     FigureFormat,
     Section,
+    breakable,
     definition_rows,
     esc,
     figure_block,
     rgba,
     table,
 )
-from aorta.store.record import ERRORED, RAN
 from aorta.store.rundir import RunDir
 
 if TYPE_CHECKING:
@@ -62,14 +68,18 @@ if TYPE_CHECKING:
 
 __all__ = [
     "STATUS_LABELS",
+    "LogExcerpt",
     "RunFiles",
     "RunPage",
     "SectionBuilder",
+    "cell_anchor",
     "figures_section",
     "host_facts",
     "hosts_table",
+    "is_failed_status",
     "matrix_section",
     "number_or_none",
+    "parse_signature_line",
     "run_section",
     "statuses",
     "verdict_chip",
@@ -107,8 +117,53 @@ class RunFiles:
     skew: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     #: ``(cell, trial)`` → the trial record as JSON data (fields a newer aorta adds included).
     records: Mapping[tuple[str, int], Mapping[str, Any]] = field(default_factory=dict)
-    #: ``(cell, trial)`` → ``{log name: its last lines}`` for some failed trials.
-    log_tails: Mapping[tuple[str, int], Mapping[str, list[str]]] = field(default_factory=dict)
+    #: ``(cell, trial)`` → excerpts of its files (the first trial of each failure of a cell):
+    #: the signature's matching line with its neighbours first, then the ends of other files.
+    excerpts: Mapping[tuple[str, int], Sequence[LogExcerpt]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class LogExcerpt:
+    """Some lines of one of a trial's files: around the line its failure signature matched
+    (``match`` is that line's number), or the file's last lines (``match`` ``None``)."""
+
+    #: The artifact's name in the record (``stderr``, ``stdout``, a collected file's).
+    name: str
+    #: Its path relative to the run directory.
+    rel: str
+    lines: tuple[str, ...]
+    #: The line number of ``lines[0]`` (0: unknown, the end of the file).
+    first: int = 0
+    match: int | None = None
+
+
+_SIG_LINE = re.compile(r"^(?:rank (\d+): )?(?:([^\s:][^:]*):(\d+)|error): (.*)$", re.S)
+
+
+def parse_signature_line(value: Any) -> tuple[str, int, str] | None:
+    """A record's ``signature_line`` as (file name, line number, the line); the file is
+    ``""`` when the signature matched the trial's error text rather than a file.
+
+    >>> parse_signature_line("stderr.log:12: NCCL error: unhandled system error")
+    ('stderr.log', 12, 'NCCL error: unhandled system error')
+    >>> parse_signature_line("rank 1: error: no output and no CPU use for 2 s")
+    ('', 0, 'no output and no CPU use for 2 s')
+    >>> parse_signature_line(None) is None
+    True
+    """
+    if not isinstance(value, str):
+        return None
+    m = _SIG_LINE.match(value)
+    if m is None:
+        return None
+    _, name, number, text = m.groups()
+    return (name or "", int(number or 0), text)
+
+
+def is_failed_status(status: str) -> bool:
+    """Whether a trial with this status did not end well: failed, hung, crashed or errored
+    (``ok``, ``did_not_run`` and ``missing`` did not)."""
+    return status not in ("ok", "did_not_run", "missing", "")
 
 
 @dataclass(frozen=True)
@@ -143,9 +198,14 @@ class RunPage:
         rd = RunDir(self.files.path)
         return rd.trial_path(cell, trial).relative_to(rd.path).as_posix()
 
-    def anchor(self, rel: str, text: str) -> str:
+    def anchor(self, rel: str, text: str, *, title: str = "") -> str:
+        """A link to ``rel`` (relative to the run directory) reading ``text``; the text alone
+        when the page has no links."""
         url = self.link(rel)
-        return esc(text) if url is None else f'<a href="{esc(url)}">{esc(text)}</a>'
+        if url is None:
+            return esc(text)
+        tip = f' title="{esc(title)}"' if title else ""
+        return f'<a href="{esc(url)}"{tip}>{esc(text)}</a>'
 
 
 #: A section builder: the page's data → its section, or ``None`` when there is nothing to show.
@@ -340,75 +400,150 @@ def _failure_cell(row: Any) -> Cell:
     return Cell(text, sort=number_or_none(row["failure_rate"]), cls=f"num {vs}", title=title)
 
 
+def _outcomes_cell(kinds: list[str], counts: list[int], planned: int) -> Cell:
+    """``4 ok · 4 failed`` (of the planned trials when some are missing)."""
+    names = {**STATUS_LABELS, "timeout": "hang"}
+    parts = [
+        f'<span class="nw">{c} {esc(names.get(k, k))}</span>'
+        for k, c in zip(kinds, counts, strict=True)
+        if c
+    ]
+    markup = " · ".join(parts) or "—"
+    if sum(counts) < planned:
+        markup += f' <span class="nw">(of {planned})</span>'
+    bad = sum(c for k, c in zip(kinds, counts, strict=True) if k not in ("ok", "did_not_run"))
+    return Cell(markup=markup, sort=bad, cls="outcomes")
+
+
+def _top_failure_cell(cell: str, top: str, count: int, n_failed: int) -> Cell:
+    """The signature that named most of the cell's failures, linked to its Failures block."""
+    if not n_failed:
+        return Cell("—", sort=None, cls="topfail")
+    name = top or "no signature"
+    markup = f'<a href="#{cell_anchor(cell)}"><code>{esc(name)}</code></a>'
+    if top:
+        markup += f' <span class="muted">{count}/{n_failed}</span>'
+    return Cell(markup=markup, sort=name, cls="topfail")
+
+
+def cell_anchor(cell: str) -> str:
+    """The id of a cell's block in the Failures section (letters, digits, ``-``, ``_``).
+
+    >>> cell_anchor("a b/c")
+    'fail-a_b_c'
+    """
+    return "fail-" + re.sub(r"[^A-Za-z0-9_-]", "_", cell)
+
+
+def _matrix_head(df: pd.DataFrame, kinds: list[str], envs: int) -> list[str | Cell]:
+    """The matrix's headings: the columns that fit 1280 px, then the secondary ones (``sec``)."""
+    level = float(df.attrs.get("ci_level", 0.95))
+    units = df.attrs.get("units") or ""
+    return [
+        "cell",
+        Cell("trials", title="outcomes of the trials recorded"),
+        Cell(f"failure rate [{level:.0%} CI]", cls="num"),
+        Cell("top failure", cls="topfail", title="the signature that named most failures"),
+        Cell(f"median [IQR]{f' ({units})' if units else ''}", cls="num"),
+        Cell(f"ratio [{level:.0%} CI]", cls="num"),
+        Cell("verdict", cls="verdictcell"),
+        Cell("mitigations", cls="sec"),
+        *([Cell("env", cls="sec")] if envs > 1 else []),
+        *(Cell(STATUS_LABELS.get(k, k), cls="num sec") for k in kinds),
+        Cell("mean step (ms)", cls="num sec"),
+        Cell("ratio (log scale)", cls="sec", title="the ratio and its CI; shaded: the band"),
+        Cell("p_adj", cls="num sec"),
+        Cell("confound", cls="sec"),
+    ]
+
+
+def _matrix_row(
+    cell: str,
+    row: Any,
+    *,
+    kinds: list[str],
+    counts: list[int],
+    top: tuple[str, int],
+    envs: int,
+    scale: _LogScale,
+) -> list[Cell]:
+    """One cell's row, in the order of :func:`_matrix_head`."""
+    note = str(row.get("note") or "")
+    verdict = verdict_chip(row)
+    if note and difference_of(row) != "baseline":
+        verdict += f'<div class="cellnote">{esc(note)}</div>'
+    median = "—" if is_missing(row["median"]) else f"{ms_text(row['median'])}"
+    if not is_missing(row["iqr"]):
+        median += f" [{ms_text(row['iqr'])}]"
+    n_bad = int(row["n_failed"]) + int(row["n_errors"])
+    return [
+        Cell(markup=breakable(cell), sort=cell, cls="cellname"),
+        _outcomes_cell(kinds, counts, int(row["n_trials"])),
+        _failure_cell(row),
+        _top_failure_cell(cell, top[0], top[1], n_bad),
+        Cell(median, sort=number_or_none(row["median"]), cls="num"),
+        Cell(ratio_text(row), sort=number_or_none(row["ratio"]), cls="num"),
+        Cell(markup=verdict, sort=verdict_text(row), cls="verdictcell"),
+        Cell(markup=breakable(row["mitigations"]), sort=str(row["mitigations"]), cls="sec"),
+        *([Cell(str(row["environment"]), cls="sec")] if envs > 1 else []),
+        *(Cell(str(c), sort=c, cls="num sec zero" if c == 0 else "num sec") for c in counts),
+        Cell(
+            ms_text(row["mean_step_ms"]),
+            sort=number_or_none(row["mean_step_ms"]),
+            cls="num sec",
+            title=f"source: {row['step_source']}",
+        ),
+        Cell(markup=scale.bar(row), sort=number_or_none(row["ratio"]), cls="bar sec"),
+        Cell(p_text(row["p_adj"]), sort=number_or_none(row["p_adj"]), cls="num sec"),
+        Cell(str(row["confound"] or ""), cls="sec"),
+    ]
+
+
 def matrix_section(page: RunPage) -> Section:
-    """Every cell: trials by outcome, failure rate, step time, ratio, p_adj, verdict."""
+    """Every cell: its trials' outcomes, failure rate, top failure, step time, ratio and
+    verdict (fits a 1280 px window); the secondary columns (mitigations, counts per status,
+    mean step, the ratio's bar, p_adj, confound) behind a checkbox that needs no script."""
     df = page.summary
     status, kinds = statuses(page.ds)
     cells = [str(c) for c in page.ds.cell.values.tolist()]
-    level = float(df.attrs.get("ci_level", 0.95))
-    units = df.attrs.get("units") or ""
     envs = len(set(df["environment"].astype(str)))  # one environment: said in the run section
-    head: list[str | Cell] = ["cell", "mitigations", *(["env"] if envs > 1 else [])]
-    head.append(Cell("trials", cls="num"))
-    head += [Cell(STATUS_LABELS.get(k, k), cls="num") for k in kinds]
-    head += [
-        Cell(f"failure rate [{level:.0%} CI]", cls="num"),
-        Cell("mean step (ms)", cls="num"),
-        Cell(f"median [IQR]{f' ({units})' if units else ''}", cls="num"),
-        Cell(f"ratio [{level:.0%} CI]", cls="num"),
-        Cell("ratio (log scale)", title="the ratio and its CI; shaded: the band"),
-        Cell("p_adj", cls="num"),
-        "verdict",
-        "confound",
-    ]
+    counts_by = signature_counts(page.ds)
+    tops = top_signatures(page.ds)
     scale = _LogScale.of(df)
     rows = []
     for cell, row in df.iterrows():
         i = cells.index(str(cell))
+        top = str(tops.get(str(cell), "") or "")
+        n_top = int(counts_by.loc[str(cell), top]) if top else 0
         counts = [int((status[i] == k).sum()) for k in kinds]
-        recorded = sum(c for k, c in zip(kinds, counts, strict=True) if k in (*RAN, *ERRORED))
-        note = str(row.get("note") or "")
-        verdict = verdict_chip(row)
-        if note and difference_of(row) != "baseline":
-            verdict += f'<div class="cellnote">{esc(note)}</div>'
-        ratio = Cell(ratio_text(row), sort=number_or_none(row["ratio"]), cls="num")
-        median = "—" if is_missing(row["median"]) else f"{ms_text(row['median'])}"
-        if not is_missing(row["iqr"]):
-            median += f" [{ms_text(row['iqr'])}]"
         rows.append(
-            [
-                Cell(str(cell), cls="cellname"),
-                Cell(str(row["mitigations"])),
-                *([Cell(str(row["environment"]))] if envs > 1 else []),
-                Cell(f"{recorded}/{int(row['n_trials'])}", sort=recorded, cls="num"),
-                *(Cell(str(c), sort=c, cls="num zero" if c == 0 else "num") for c in counts),
-                _failure_cell(row),
-                Cell(
-                    ms_text(row["mean_step_ms"]),
-                    sort=number_or_none(row["mean_step_ms"]),
-                    cls="num",
-                    title=f"source: {row['step_source']}",
-                ),
-                Cell(median, sort=number_or_none(row["median"]), cls="num"),
-                ratio,
-                Cell(markup=scale.bar(row), sort=number_or_none(row["ratio"]), cls="bar"),
-                Cell(p_text(row["p_adj"]), sort=number_or_none(row["p_adj"]), cls="num"),
-                Cell(markup=verdict, sort=verdict_text(row), cls="verdictcell"),
-                Cell(str(row["confound"] or "")),
-            ]
+            _matrix_row(
+                str(cell),
+                row,
+                kinds=kinds,
+                counts=counts,
+                top=(top, n_top),
+                envs=envs,
+                scale=scale,
+            )
         )
     legend = "".join(
         _legend_chip(v) for v in ("baseline", "slower", "faster", "no difference detected")
     )
+    matrix = table(_matrix_head(df, kinds, envs), rows, filterable=len(rows) > 8, cls="matrix")
     body = [
         f'<p class="stats">{esc(statistics_line(df.attrs).removeprefix("- "))}</p>',
         f'<div class="legend">{legend}</div>',
-        table(head, rows, filterable=len(rows) > 8, cls="matrix"),
+        '<input type="checkbox" id="matrix-all" class="allcols">'
+        '<label for="matrix-all" class="allcols">show all columns (mitigations, trials per '
+        "status, mean step, the ratio on a log scale, p_adj, confound)</label>",
+        f'<div class="wide">{matrix}</div>',
         '<p class="note">Failure rate: failed / (passed + failed) — a failure is a workload'
         " failure, a hang (timeout) or a crash after the work started; setup and infrastructure"
-        " errors are counted beside it, not in it. The verdict answers two questions: is there a"
-        " difference (Holm-adjusted test), and does it matter (the CI against the band). Click a"
-        " heading to sort.</p>",
+        " errors are counted beside it, not in it. Top failure: the signature that named most"
+        " of the cell's failed trials (a click shows them). The verdict answers two questions:"
+        " is there a difference (Holm-adjusted test), and does it matter (the CI against the"
+        " band). Click a heading to sort.</p>",
     ]
     return Section("matrix", "The matrix", "\n".join(body))
 
@@ -477,8 +612,9 @@ def figures_section(page: RunPage) -> Section | None:
     big = len(df) > _FIGURE_MAX_CELLS
     if big:
         blocks.append(
-            f'<p class="note">With {len(df)} cells the forest plot is the bar column of the '
-            "matrix (ratio with its CI on a log scale, the band shaded), sortable with it; "
+            f'<p class="note">With {len(df)} cells the forest plot is the matrix\'s "ratio '
+            '(log scale)" column (<a href="#matrix">show all columns</a>: the ratio with its CI, '
+            "the band shaded), sortable with it; "
             "<code>aorta.plot.ratio_forest</code> and <code>failure_rates</code> draw the "
             "figures.</p>"
         )

@@ -129,7 +129,8 @@ def dry_run_lines(report: LaunchResult) -> list[str]:
         cmd = report.commands.get(name)
         if cmd is not None:
             lines += ["  env:", *(f"    {k}={v}" for k, v in redact_env(cmd.env).items())]
-            lines += [f"  unset: {' '.join(cmd.unset)}", f"  command: {cmd.describe()}"]
+            lines += [f"  unset: {' '.join(cmd.unset)}", *(f"  {c}" for c in cmd.container)]
+            lines.append(f"  command: {cmd.describe().splitlines()[-1]}")
             lines.append(f"  remote line: {cmd.remote}")
     return lines + format_skew(report.skew)
 

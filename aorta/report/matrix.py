@@ -27,6 +27,7 @@ import xarray as xr
 
 from aorta.matrix import stats
 from aorta.matrix.dataset import MISSING
+from aorta.matrix.findings import findings
 from aorta.matrix.load import load_run
 from aorta.matrix.select import RankReduction
 from aorta.matrix.signatures import signature_counts, signature_hints
@@ -34,6 +35,7 @@ from aorta.matrix.summary import summarize
 from aorta.matrix.trace_summary import BREAKDOWN_PARTS, has_traces, trace_summary
 from aorta.report.comparison import (
     comparison_json,
+    failures_text,
     markdown_table,
     ms_text,
     p_text,
@@ -43,6 +45,7 @@ from aorta.report.comparison import (
     statistics_line,
     verdict_text,
 )
+from aorta.report.findings import finding_json, findings_markdown
 from aorta.report.upstream import with_upstream_keys
 from aorta.store.redact import Redactor
 from aorta.store.rundir import MATRIX_JSON, MATRIX_MD, RunDir
@@ -200,7 +203,12 @@ def _signature_json(cell: str, signatures: pd.DataFrame | None) -> dict[str, Any
 
 
 def _cell_json(
-    cell: str, row: pd.Series, ds: xr.Dataset, signatures: pd.DataFrame | None = None
+    cell: str,
+    row: pd.Series,
+    ds: xr.Dataset,
+    signatures: pd.DataFrame | None = None,
+    *,
+    threshold: float = 1.15,
 ) -> dict[str, Any]:
     statuses, trials = _trials(ds, cell)
     if "signature" in ds:
@@ -249,7 +257,7 @@ def _cell_json(
         "failures_vs_baseline": str(row["failures_vs_baseline"]),
         "difference": str(row["difference"]),
         "band": str(row["band"]),
-        "verdict": verdict_text(row),
+        "verdict": verdict_text(row, threshold=threshold),
         "p95_ratio": _finite(row["p95_ratio"]),
         "stalls": bool(row["stalls"]),
         "trials_needed": None if needed is None else int(needed),
@@ -271,11 +279,18 @@ def matrix_json(
     trials of ``ds``, each cell's ``top_failure`` and ``signatures`` counts) and, with
     ``traces``, the ``traces`` entry (:func:`trace_json`). With ``signatures``
     (:func:`failure_signatures`) the document's ``signature_hints`` name each one's hint."""
+    threshold = float(summary.attrs.get("threshold") or header.get("threshold") or 1.15)
     doc: dict[str, Any] = {
         "schema_version": 1,
         **header,
         "statistics": comparison_json(summary.iloc[:0])["statistics"],
-        "cells": [_cell_json(str(cell), row, ds, signatures) for cell, row in summary.iterrows()],
+        "cells": [
+            _cell_json(str(cell), row, ds, signatures, threshold=threshold)
+            for cell, row in summary.iterrows()
+        ],
+        "findings": [
+            finding_json(f, run=header.get("run_dir")) for f in findings(summary, signatures)
+        ],
     }
     if signatures is not None and signatures.shape[1]:
         doc["signature_hints"] = dict(signatures.attrs.get("hints", {}))
@@ -306,54 +321,18 @@ def _rate_text(row: pd.Series) -> str:
     return text
 
 
-def _failures_text(row: pd.Series) -> str:
-    """``3 (2 hang, 1 workload)``: failed trials and their kinds."""
-    n = int(row["n_failed"])
-    kinds = [
-        f"{int(row[f'n_failed_{k}'])} {k}"
-        for k in ("workload", "hang", "crash")
-        if int(row[f"n_failed_{k}"])
-    ]
-    return f"{n} ({', '.join(kinds)})" if kinds else str(n)
-
-
-def _verdict_cell(row: pd.Series) -> str:
-    text = verdict_text(row)
+def _verdict_cell(row: pd.Series, threshold: float) -> str:
+    text = verdict_text(row, threshold=threshold)
     if bool(row["stalls"]) and not math.isnan(row["p95_ratio"]):
         text += f"; **stalls** (p95 {row['p95_ratio']:.3g}×)"
     return text
 
 
-def _findings(summary: pd.DataFrame) -> list[str]:
-    """Significant failure-rate changes first, then timing differences and stalls."""
-    base = summary[summary["difference"] == "baseline"]
-    out = []
-    if len(base):
-        b = base.iloc[0]
-        for cell, r in summary.iterrows():
-            if r["failures_vs_baseline"] in ("more", "fewer"):
-                out.append(
-                    f"- `{cell}`: **{r['failures_vs_baseline']} failures** than the baseline — "
-                    f"{int(r['n_failed'])}/{int(r['n_ok']) + int(r['n_failed'])} vs "
-                    f"{int(b['n_failed'])}/{int(b['n_ok']) + int(b['n_failed'])}, Boschloo p_adj "
-                    f"{p_text(r['failure_p_adj'])} (timing: {verdict_text(r)})"
-                )
-    for cell, r in summary.iterrows():
-        if r["difference"] in ("slower", "faster", "higher", "lower"):
-            out.append(f"- `{cell}`: **{verdict_text(r)}**, p_adj {p_text(r['p_adj'])}")
-        elif r["difference"] == "no difference detected" and r["note"]:
-            out.append(f"- `{cell}`: {verdict_text(r)} — {r['note']}")
-        if bool(r["stalls"]):
-            out.append(
-                f"- `{cell}`: **stalls** — its 95th-percentile step is {r['p95_ratio']:.3g}× the "
-                "baseline's (significantly, beyond the band) while its median is not beyond the band"
-            )
-    if not out and summary.attrs:
-        out.append(
-            f"- no cell differs from the baseline in failures or timing at "
-            f"α = {summary.attrs.get('alpha')}"
-        )
-    return out
+def _mean_step_text(row: pd.Series) -> str:
+    """The mean step, or ``—`` and why (no trial ended ok)."""
+    if row["step_source"] == "no_ok_trial" and int(row["n_ok"]) + int(row["n_failed"]):
+        return "— (no ok trial)"
+    return ms_text(row["mean_step_ms"])
 
 
 def signature_markdown(signatures: pd.DataFrame) -> str:
@@ -422,8 +401,9 @@ def matrix_markdown(
     traces: pd.DataFrame | None = None,
     signatures: pd.DataFrame | None = None,
 ) -> str:
-    """The ``matrix.md`` text: upstream's columns, then ratio [CI], p_adj and the verdict
-    (difference and band in one), the findings, with ``signatures``
+    """The ``matrix.md`` text: the findings (failures and hangs first, then timing;
+    :func:`aorta.matrix.findings.findings`), then the cells — upstream's columns, then ratio
+    [CI], p_adj and the verdict (difference and band in one) — with ``signatures``
     (:func:`failure_signatures`, when any trial has one) a ``top failure`` column and the
     failure-signatures section (:func:`signature_markdown`), and with ``traces`` the traces
     section (:func:`trace_markdown`)."""
@@ -440,6 +420,7 @@ def matrix_markdown(
     ]
     if attrs:
         lines.append(statistics_line(attrs))
+    threshold = float(attrs.get("threshold") or header.get("threshold") or 1.15)
     head = ["cell", "mitigations", "env", "trials", "failure rate", "failures", "errors"]
     head += ["mean step (ms)", "step source", "confound", f"ratio [{level:.0%} CI]", "p_adj"]
     head.append("verdict")
@@ -452,22 +433,24 @@ def matrix_markdown(
             str(r["environment"]),
             f"{int(r['n_ok']) + int(r['n_failed']) + int(r['n_errors'])}/{int(r['n_trials'])}",
             _rate_text(r),
-            _failures_text(r),
+            failures_text(r),
             str(int(r["n_errors"])),
-            ms_text(r["mean_step_ms"]),
+            _mean_step_text(r),
             str(r["step_source"]),
             str(r["confound"]),
             ratio_text(r),
             p_text(r["p_adj"]),
-            _verdict_cell(r),
+            _verdict_cell(r, threshold),
             *([_signature_json(str(cell), signatures)["top_failure"] or "—"] if signed else []),
         ]
         for cell, r in summary.iterrows()
     ]
+    if attrs:  # what changed first, failures and hangs before timing; then the cells
+        found = findings(summary, signatures)
+        run = header.get("run_dir")
+        lines += ["", findings_markdown(found, run=run, alpha=attrs.get("alpha")).rstrip("\n")]
+        lines += ["", "## Cells"]
     lines += ["", markdown_table(head, body)]
-    findings = _findings(summary)
-    if findings:
-        lines += ["", "## Findings", "", *findings]
     text = "\n".join(lines) + "\n"
     if signed:
         text += "\n" + signature_markdown(signatures)

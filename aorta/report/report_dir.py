@@ -1,10 +1,14 @@
 """``aorta report``: the ``report/`` folder of a run directory.
 
 :func:`write_report` writes ``comparison.csv`` / ``comparison.json`` (one row per cell, with
-how the statistics were computed), ``trials.csv`` (one row per trial), four PNG figures and
-``report.md`` that shows them together. With ``traces=True`` (``aorta report RUN --traces``)
+how the statistics were computed), ``trials.csv`` (one row per trial, with its failure kind
+and signature), four PNG figures and ``report.md`` that shows them together — its findings
+first (:func:`aorta.matrix.findings.findings`: failures and hangs, then timing), then the
+cells' table with the failure columns before timing. With ``traces=True`` (``aorta report RUN --traces``)
 it also analyses the profiler traces: ``traces.csv`` (per cell: time breakdown and the
-exposed-communication verdict), two more figures, a traces section in ``report.md``, and
+exposed-communication verdict), two more figures, a traces section in ``report.md``, an
+"Against the hardware" section (:mod:`aorta.report.perf`: ``hardware.csv``, a
+``roofline_<cell>.png`` per cell), and
 the run's ``matrix.md`` / ``matrix.json`` rewritten with their traces section
 (:func:`aorta.report.matrix.write_matrix`).
 """
@@ -23,8 +27,10 @@ from matplotlib.figure import Figure
 from aorta import plot
 from aorta.matrix import stats
 from aorta.matrix.dataset import trials_frame
+from aorta.matrix.findings import findings
 from aorta.matrix.load import load_run
 from aorta.matrix.select import RankReduction
+from aorta.matrix.signatures import signature_counts
 from aorta.matrix.trace_summary import has_traces, trace_summary
 from aorta.report.comparison import (
     compare_datasets,
@@ -33,7 +39,9 @@ from aorta.report.comparison import (
     statistics_line,
 )
 from aorta.report.explain import explain_changed, time_went_markdown
+from aorta.report.findings import findings_markdown
 from aorta.report.matrix import trace_markdown, write_matrix
+from aorta.report.perf import hardware_report
 from aorta.store.redact import Redactor
 from aorta.store.rundir import MATRIX_JSON, MATRIX_MD, atomic_write
 
@@ -109,12 +117,18 @@ def write_report(
         f"- baseline: `{df.attrs['baseline']}`",
         statistics_line(df.attrs),
         "",
+        findings_markdown(
+            findings(df, signature_counts(ds)), run=run_dir, alpha=df.attrs.get("alpha")
+        ),
+        "## Cells",
+        "",
         comparison_table(df, style="markdown"),
         "",
         *(f"![{name[:-4]}]({name})\n" for name in figures),
     ]
     if traces:
         lines += _trace_report(ds, baseline, put=put, figures=figures, **kw)
+        lines += hardware_report(ds, run_dir, baseline, put=put, figures=figures, **kw)
         if has_traces(ds):
             explained = explain_changed(ds, df, alpha=alpha, seed=seed, resamples=resamples)
             figures.update({f"waterfall_{c}.png": plot.waterfall(d) for c, d in explained.items()})

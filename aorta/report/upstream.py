@@ -31,8 +31,10 @@ import pandas as pd
 import xarray as xr
 
 from aorta.matrix.dataset import MISSING
+from aorta.matrix.select import outcomes
+from aorta.matrix.summary import confound_tag
 from aorta.store.hostenv import redact_env
-from aorta.store.record import RAN, TrialStatus
+from aorta.store.record import TrialStatus
 
 __all__ = [
     "CONFOUND_VOCABULARY",
@@ -59,51 +61,21 @@ def _num(v: Any) -> float | None:
 def upstream_confound(
     row: Mapping[str, Any], base: Mapping[str, Any], *, is_baseline: bool, threshold: float
 ) -> tuple[str, float | None]:
-    """Upstream's ``confound`` tag of a cell against the baseline, and the step-time ratio.
-
-    ``(baseline)`` for the baseline; ``did_not_run`` when none of the cell's trials ran and
-    they were not run; ``error`` when none ran and they errored; ``n/a`` when either cell has
-    no mean step, their step sources differ, or the times are not per step (a wall-clock ratio
-    is mostly setup); ``speed (+N%)`` when the ratio of mean steps
-    exceeds ``threshold``; else ``-`` when the cell fails less often than the baseline, and
-    ``no effect`` when it does not.
+    """Upstream's ``confound`` tag and the step-time ratio: the matrix's own
+    (:func:`aorta.matrix.summary.confound_tag`), so ``matrix.md`` and ``matrix.json`` agree.
 
     >>> base = {"n_ok": 4, "n_failed": 4, "n_errors": 0, "did_not_run": 0, "mean_step_ms": 10.0,
     ...         "step_source": "per_step", "failure_rate": 0.5}
     >>> upstream_confound({**base, "mean_step_ms": 12.0}, base, is_baseline=False, threshold=1.15)
     ('speed (+20%)', 1.2)
-    >>> upstream_confound({**base, "n_failed": 0, "failure_rate": 0.0}, base, is_baseline=False, threshold=1.15)
-    ('-', 1.0)
     """
-    ran = int(row["n_ok"]) + int(row["n_failed"])
-    mean, base_mean = _num(row["mean_step_ms"]), _num(base["mean_step_ms"])
-    ratio = None
-    if mean is not None and base_mean and row["step_source"] == base["step_source"]:
-        ratio = mean / base_mean
-    if is_baseline:
-        return "(baseline)", None
-    if ran == 0:
-        if int(row["n_errors"]):
-            return "error", None
-        if int(row["did_not_run"]):
-            return "did_not_run", None
-        return "n/a", None
-    if ratio is None or row["step_source"] != "per_step":
-        # Upstream compares per-step times only: a wall-clock ratio is mostly setup time.
-        return "n/a", ratio
-    if ratio > threshold:
-        return f"speed (+{round((ratio - 1) * 100)}%)", ratio
-    rate, base_rate = _num(row["failure_rate"]), _num(base["failure_rate"])
-    if rate is not None and base_rate is not None and rate < base_rate:
-        return "-", ratio
-    return "no effect", ratio
+    return confound_tag(row, base, is_baseline=is_baseline, threshold=threshold)
 
 
 def _step_times(ds: xr.Dataset, cell: str, source: str) -> list[float]:
-    """The samples behind the cell's mean step: every step of the trials that ran (per_step),
-    else each ran trial's value from the cell's source."""
-    status = ds.status.sel(cell=cell).values.astype(str)
-    ran = np.isin(status, list(RAN))
+    """The samples behind the cell's mean step: every step of the trials that ended ok
+    (per_step), else each ok trial's value from the cell's source."""
+    ran = outcomes(ds)[0].sel(cell=cell).values.astype(str) == "passed"
     if source == "per_step":
         steps = ds.step_time_ms.sel(cell=cell).transpose("trial", "step").values[ran]
         return [float(v) for v in steps.ravel() if math.isfinite(v)]

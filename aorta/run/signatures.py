@@ -12,7 +12,7 @@ three sources, in this order:
 
 :meth:`SignatureLibrary.scan` streams files in blocks (memory bounded by the block size
 and :data:`MAX_LINE_BYTES`) and keeps each signature's first matching line. Every pattern is
-RE2 (:mod:`aorta.recipe.regex`: no backtracking), and one automaton over all pending
+RE2 (:mod:`aorta.regex`: no backtracking), and one automaton over all pending
 signatures finds the candidate lines, so a scan's time is linear in the bytes read whatever
 the patterns, the lines or their number. A trial's signature is its lowest-tier match, the earliest on a tie
 (:func:`top_match`). The engine matches every failed trial's captured output, and every
@@ -41,9 +41,9 @@ from typing import Any, Literal
 
 from aorta.errors import AortaError
 from aorta.recipe.condition import compile_condition, evaluate
-from aorta.recipe.regex import RegexError, compile_alternation, compile_regex
 from aorta.recipe.schema import CustomPattern
 from aorta.recipe.yamldoc import parse_yaml
+from aorta.regex import RegexError, compile_alternation, compile_regex
 from aorta.text import printable
 
 __all__ = [

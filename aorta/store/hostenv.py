@@ -34,7 +34,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Iterable, Mapping  # noqa: UP035 - Python 3.8 on the nodes
+from typing import Any, Iterable, Iterator, Mapping  # noqa: UP035 - Python 3.8 on the nodes
 
 __all__ = [
     "REDACTED",
@@ -84,13 +84,53 @@ _SECRET_KEYS = (
     r"|private[-_]?key|secret[-_]?key|credentials?|auth)"
 )
 _SECRET_WORDS = _SECRET_KEYS[:-1] + "|token)"
+
+
+class _UrlPasswords:
+    """The ``scheme://user:SECRET@host`` rule, linear in the text.
+
+    One regex over a whole line is quadratic there twice over: every start inside a long
+    scheme-like run (``a-a-a-…``) scans the run again, and every ``x://u:`` of a token without a
+    later ``@`` scans the token to its end. So the scheme starts only where a run of scheme
+    characters starts (the lookbehind), and the pattern runs on one token (a run of characters a
+    URL may hold) at a time, only on tokens holding ``://``, and only up to the token's last
+    ``@``: there the first start that reaches its ``:`` matches to that ``@``, and every start
+    that fails stops at the next ``:``, ``/`` or ``@``.
+    """
+
+    _TOKEN = re.compile(r"[^\s'\"`<>]+")
+
+    def __init__(self, pattern: re.Pattern[str]) -> None:
+        self.pattern = pattern
+
+    def finditer(self, text: str) -> Iterator[re.Match[str]]:
+        for token in self._TOKEN.finditer(text):
+            end = text.rfind("@", token.start(), token.end())
+            if end != -1 and text.find("://", token.start(), end) != -1:
+                yield from self.pattern.finditer(text, token.start(), end + 1)
+
+    def sub(self, repl: Any, text: str) -> str:
+        out, pos = [], 0
+        for m in self.finditer(text):
+            out += [text[pos : m.start()], repl(m) if callable(repl) else m.expand(repl)]
+            pos = m.end()
+        out.append(text[pos:])
+        return "".join(out)
+
+
 #: Values that carry a credential whatever the variable is called: the secret part of each
 #: match (group ``s``) becomes ``<redacted>``. Every pattern stays on one line (``[ \t]``,
 #: never ``\s``, between the parts): a match never eats the next line or the markup around it.
 _SECRET_SHAPES = (
     # scheme://user:SECRET@host (postgres, mysql, https, redis://:SECRET@host, amqp, …); the
-    # password may hold / and @: it runs to the last @ of the URL.
-    re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://[^\s:/@'\"`<>]*:(?P<s>(?![\\<])[^\s'\"`<>]+)@"),
+    # password may hold / and @: it runs to the last @ of the URL. Matched one token at a
+    # time, so it stays linear (:class:`_UrlPasswords`).
+    _UrlPasswords(
+        re.compile(
+            r"(?i)(?<![a-z0-9+.-])[0-9+.-]*[a-z][a-z0-9+.-]*://[^\s:/@'\"`<>]*:"
+            r"(?P<s>(?![\\<])[^\s'\"`<>]+)@"
+        )
+    ),
     # Authorization: Bearer SECRET / Basic SECRET (headers, curl -H, logs).
     re.compile(r"(?i)\b(?:bearer|basic)[ \t]+(?P<s>[A-Za-z0-9._~+/=-]{8,})"),
     re.compile(
@@ -136,7 +176,8 @@ _SHAPE_KEYS: tuple[Any, ...] = (
     ("://",),
     ("bearer", "basic"),
     ("authorization",),
-    re.compile(r"-(?:[a-z0-9]+[-_])*(?:pass|secret|key|token|auth|cred)"),
+    # (a flag starts where no word or dash precedes it, as in its shape: linear on ``a-a-a-…``)
+    re.compile(r"(?<![a-z0-9_-])--?(?:[a-z0-9]+[-_])*(?:pass|secret|key|token|auth|cred)"),
     re.compile(r"(?:pass|secret|key|cred|auth)[a-z0-9_-]*[\"']?[ \t]*[=:]"),
     re.compile(r"token[\"']?[ \t]*[=:]"),
     ("-u", "--user"),

@@ -18,13 +18,14 @@ module globals to patch; they are applied once per unique name, never per row.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Literal
 
 import numpy as np
+
+from aorta.regex import Regex, RegexError, compile_regex
 
 __all__ = ["GPU_CLASSES", "HOST_CLASSES", "Rule", "Rules", "default_rules"]
 
@@ -40,16 +41,23 @@ RUNTIME_CATS: frozenset[str] = frozenset({"cuda_runtime", "cuda_driver"})
 
 @dataclass(frozen=True)
 class Rule:
-    """One row of a rules table: events whose name matches ``pattern`` get ``label``.
+    r"""One row of a rules table: events whose name matches ``pattern`` get ``label``.
 
     Parameters
     ----------
     pattern
-        A regular expression searched (``re.search``) in the event name.
+        A regular expression searched in the event name, in RE2 syntax
+        (:func:`aorta.regex.compile_regex`: linear time whatever the pattern; no
+        backreferences, no lookaround).
     label
         The class (or family) given to matching events.
     cats
         Restrict the rule to these event categories (``cat``); empty means any.
+
+    Raises
+    ------
+    aorta.regex.RegexError
+        ``pattern`` is not one RE2 takes; the message names the rule and why.
 
     Examples
     --------
@@ -57,15 +65,25 @@ class Rule:
     True
     >>> Rule("Memcpy", "memcpy", cats=("gpu_memcpy",)).matches("Memcpy DtoD", "kernel")
     False
+    >>> Rule(r"(nccl)_\1", "communication")
+    Traceback (most recent call last):
+    ...
+    aorta.regex.RegexError: rule 'communication' (pattern '(nccl)_\\1'): backreferences (\1, (?P=name)) are not supported: aorta matches with RE2, which runs in linear time and has none
     """
 
     pattern: str
     label: str
     cats: tuple[str, ...] = ()
 
+    def __post_init__(self) -> None:
+        self._regex  # noqa: B018 - compile now: a bad pattern fails where the rule is made
+
     @cached_property
-    def _regex(self) -> re.Pattern[str]:
-        return re.compile(self.pattern)
+    def _regex(self) -> Regex:
+        try:
+            return compile_regex(self.pattern, text="str", capture=False)
+        except RegexError as exc:
+            raise RegexError(f"rule {self.label!r} (pattern {self.pattern!r}): {exc}") from None
 
     def matches(self, name: str, cat: str) -> bool:
         """Whether this rule applies to an event named ``name`` of category ``cat``."""
@@ -233,7 +251,8 @@ def default_rules() -> Rules:
         # (``volta_sgemm_*`` runs on an A100 too): the family is that name, not the device
         *(Rule(rf"{arch}_\w*gemm", arch, cats=_KERNEL) for arch in _CUBLAS_ARCHS),
         Rule(r"^triton_\w*(mm|gemm|matmul)|^triton_tem_", "triton", cats=_KERNEL),
-        Rule(r"(?i)(?<!fb)gemm|gemv", "gemm", cats=_KERNEL),  # fbgemm is a library, not a GEMM
+        # fbgemm is a library, not a GEMM: "gemm" not after "fb" (RE2 has no lookbehind)
+        Rule(r"(?i)(?:^.?|[^f].|.[^b])gemm|gemv", "gemm", cats=_KERNEL),
     )
     runtime = (
         Rule(

@@ -7,6 +7,7 @@ op, nested ops on one thread).
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -86,11 +87,18 @@ def contained_ranges(
     >>> order[lo[0]:hi[0]].tolist()
     [0]
     """
-    order = np.lexsort((inner_start, inner_group))
+    groups = np.sort(pd.unique(inner_group))  # few (threads): hashing beats sorting
+    if inner_start.size > 1 and not bool(np.all(inner_start[1:] >= inner_start[:-1])):
+        order = np.lexsort((inner_start, inner_group))
+    elif groups.size <= 32:  # already in time order: gather each group's points
+        order = np.concatenate([np.flatnonzero(inner_group == v) for v in groups] or [[]])
+        order = order.astype(np.int64)
+    else:
+        order = np.argsort(inner_group, kind="stable")
     g, s = inner_group[order], inner_start[order]
     lo = np.empty(start.size, dtype=np.int64)
     hi = np.empty(start.size, dtype=np.int64)
-    for value in np.unique(group):
+    for value in np.sort(pd.unique(group)):
         outer = np.flatnonzero(group == value)
         a, b = np.searchsorted(g, value, side="left"), np.searchsorted(g, value, side="right")
         lo[outer] = a + np.searchsorted(s[a:b], start[outer], side="left")
@@ -130,18 +138,45 @@ def segment_argmax(
 
 
 def thread_groups(trace: Trace, *row_sets: np.ndarray) -> list[np.ndarray]:
-    """For each row set, one integer per row naming its (rank, pid, tid), consistent across sets.
+    """For each row set, one integer per row naming its (rank, pid, tid), consistent across sets
+    (:func:`pack`: equal for the same thread, not compact).
 
     Examples
     --------
     >>> from aorta.trace.testing import synthetic_trace
     >>> t = synthetic_trace([("cpu_op", "a", 0, 5), ("cpu_op", "b", 1, 1, {"tid": 7}), ("cpu_op", "c", 2, 1)])
-    >>> [k.tolist() for k in thread_groups(t, np.array([0, 1]), np.array([2]))]
-    [[0, 1], [0]]
+    >>> ops, other = thread_groups(t, np.array([0, 1]), np.array([2]))
+    >>> bool(ops[0] == other[0]), bool(ops[0] != ops[1])  # rows 0 and 2 share a thread
+    (True, True)
     """
     rows = np.concatenate(row_sets) if row_sets else np.empty(0, dtype=np.int64)
-    key = np.zeros(rows.size, dtype=np.int64)
-    for column in ("rank", "pid", "tid"):  # pack the codes pairwise, re-coding to stay small
-        codes, uniques = pd.factorize(trace.column(column)[rows])
-        key = pd.factorize(key * max(len(uniques), 1) + codes)[0].astype(np.int64)
+    key = pack(*(trace.column(column)[rows] for column in ("rank", "pid", "tid")))
     return list(np.split(key, np.cumsum([part.size for part in row_sets])[:-1]))
+
+
+def pack(*columns: np.ndarray) -> np.ndarray:
+    """One int64 per row, equal exactly where all the integer ``columns`` are equal (not
+    compact: factorize it for codes 0..k-1).
+
+    The columns are packed by their value ranges — arithmetic, no hashing — and only when the
+    ranges are too wide for an int64 each is factorized first.
+
+    Examples
+    --------
+    >>> pack(np.array([0, 0, 1]), np.array([7, 9, 7])).tolist()
+    [0, 2, 3]
+    """
+    n = columns[0].size if columns else 0
+    key = np.zeros(n, dtype=np.int64)
+    if n == 0:
+        return key
+    lows = [int(c.min()) for c in columns]
+    spans = [int(c.max()) - lo + 1 for c, lo in zip(columns, lows, strict=True)]
+    if math.prod(spans) < 2**62:
+        for column, lo, span in zip(columns, lows, spans, strict=True):
+            key = key * span + (column.astype(np.int64) - lo)
+        return key
+    for column in columns:  # re-code pairwise to stay small
+        sub, uniques = pd.factorize(column)
+        key = pd.factorize(key * max(len(uniques), 1) + sub)[0].astype(np.int64)
+    return key

@@ -84,13 +84,21 @@ def _decoded(trace: Trace, column: str, codes: np.ndarray) -> dict[int, Any]:
 
 
 def _combine(*codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """One code per distinct tuple of the integer columns ``codes``; and the first row of each."""
-    key = np.zeros(codes[0].size, dtype=np.int64)
-    for column in codes:  # pack pairwise, re-coding to stay small
-        sub, uniques = pd.factorize(column)
-        key = pd.factorize(key * max(len(uniques), 1) + sub)[0].astype(np.int64)
-    _, first = np.unique(key, return_index=True)
-    return key, first
+    """One code per distinct tuple of the integer columns ``codes`` (codes 0..k-1 in order of
+    first appearance); and the first row of each (sorted by code).
+
+    The columns are packed into one int64 (:func:`aorta.trace.links.pack`) and factorized
+    once.
+
+    >>> key, first = _combine(np.array([5, 5, 7, 5]), np.array([-1, 0, 0, -1]))
+    >>> key.tolist(), first.tolist()
+    ([0, 1, 2, 0], [0, 1, 2])
+    """
+    n = codes[0].size
+    key = pd.factorize(links.pack(*codes))[0].astype(np.int64)
+    # codes come in order of first appearance: a row is a first where its code tops all before
+    seen = np.maximum.accumulate(key) if n else key
+    return key, np.flatnonzero(key > np.r_[np.int64(-1), seen[:-1]])
 
 
 def _models(
@@ -131,11 +139,14 @@ def _launched(trace: Trace, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     linked = np.flatnonzero(gpu.linked & (gpu.cls != _MEMSET))
     if rows.size == 0 or rt.size == 0 or linked.size == 0:
         return empty
-    launch_idx = np.searchsorted(rt, gpu.launch[linked])
+    position = np.full(trace.column("ts").size, -1, np.int64)  # event row -> index in rt
+    position[rt] = np.arange(rt.size)
+    launch_idx = position[gpu.launch[linked]]
+    linked, launch_idx = linked[launch_idx >= 0], launch_idx[launch_idx >= 0]
     by_launch = np.argsort(launch_idx, kind="stable")
     gpu_sorted = linked[by_launch]
-    first = np.searchsorted(launch_idx[by_launch], np.arange(rt.size))
     per_rt = np.bincount(launch_idx, minlength=rt.size)
+    first = np.cumsum(per_rt) - per_rt
     ts = trace.column("ts")
     group, rt_group = links.thread_groups(trace, rows, rt)
     order, lo, hi = links.contained_ranges(
@@ -197,16 +208,18 @@ def _op_rows(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     return rows[of_row == 1], rows[of_row == 2]
 
 
-def _backward(trace: Trace, rows: np.ndarray, capable: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _backward(
+    trace: Trace, rows: np.ndarray, capable: np.ndarray, bwd: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Backward work linked to modelled forward ops by ``Sequence number``: the
-    ``evaluate_function`` rows and their forward op rows (among the candidates ``rows[capable]``
-    with the same (rank, sequence number), the latest-starting one)."""
+    ``evaluate_function`` rows (of ``bwd``, :func:`_op_rows`'s second) and their forward op rows
+    (among the candidates ``rows[capable]`` with the same (rank, sequence number), the
+    latest-starting one)."""
     empty = (np.empty(0, np.int64), np.empty(0, np.int64))
     seq, rank = trace.column("seq"), trace.column("rank")
     fwd = rows[capable & (seq[rows] >= 0)]
     if fwd.size == 0:
         return empty
-    bwd = _op_rows(trace)[1]
     bwd = bwd[seq[bwd] >= 0]
     if bwd.size == 0:
         return empty
@@ -229,13 +242,14 @@ class _Calls:
 
 def _calls(trace: Trace) -> _Calls:
     """Every modelled call, with its group (op, family, shape, dtype, FLOPs, bytes)."""
-    rows = _op_rows(trace)[0]
+    rows, evaluate = _op_rows(trace)
     ids, models = _models(trace, rows)
     ok = np.array([m is not None for m in models], dtype=bool)
     keep = ok[ids] if ids.size else np.zeros(0, bool)
     rows, ids = rows[keep], ids[keep]
     capable = np.array([m is not None and m.family in BACKWARD_FAMILIES for m in models], bool)
-    bwd_rows, fwd_of = _backward(trace, rows, capable[ids] if ids.size else np.zeros(0, bool))
+    capable_rows = capable[ids] if ids.size else np.zeros(0, bool)
+    bwd_rows, fwd_of = _backward(trace, rows, capable_rows, evaluate)
     bwd_ids, bwd_models = _models(trace, fwd_of, backward=True)
     bwd_ok = np.array([m is not None for m in bwd_models], dtype=bool)
     keep = bwd_ok[bwd_ids] if bwd_ids.size else np.zeros(0, bool)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from aorta import envvars
-from aorta.recipe.regex import Regex, compile_regex
+from aorta.regex import Regex, compile_regex
 from aorta.run import procs
 from aorta.run.hang import GpuProbe, HangWatch
 from aorta.run.trial import TrialDeadline, TrialHang
@@ -55,7 +55,7 @@ def _hint(code: int) -> str | None:
 def parse_step_times(text: str, pattern: str | Regex) -> list[float]:
     """Step times in ms from every match of ``pattern`` in ``text``.
 
-    ``pattern`` is RE2 (:func:`aorta.recipe.regex.compile_regex`): linear in the text, so a
+    ``pattern`` is RE2 (:func:`aorta.regex.compile_regex`): linear in the text, so a
     pattern like ``^(a+)+$`` cannot keep a trial past its deadline.
 
     >>> parse_step_times("step 1 took 12.5 ms\\nstep 2 took 13 ms", r"took ([0-9.]+) ms")

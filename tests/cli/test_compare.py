@@ -60,8 +60,9 @@ def test_one_run_against_its_baseline(run_cli, runs):
     assert "baseline" in lines["none-none"]
     assert "slower +100%" in lines["xnack-none"] and lines["xnack-none"].endswith("beyond band")
     # tf32_off does not touch the probe: the same values as the baseline.
+    # The verdict shows the CI the band is judged on: Bonferroni over the 2 compared cells.
     assert lines["tf32_off-none"].endswith(
-        "no difference detected +0.0% [-0.3, +0.3] — within band"
+        "no difference detected +0.0%, 97.5% CI [-0.3, +0.3] — within band"
     )
     assert "10000 resamples, seed 0" in out
 
@@ -82,7 +83,9 @@ def test_two_runs_cell_by_cell(run_cli, runs):
     assert "none-none" in err and "xnack-none" in err
     # B faster than A is no regression.
     code, out, _ = run_cli("compare", runs["slow"], runs["a"], "--fail-on-regression")
-    assert code == ExitCode.OK and sum(" faster -33%" in line for line in out.splitlines()) == 3
+    table = out.split("\n\n")[-1]  # the findings come first, then the table
+    assert code == ExitCode.OK and sum(" faster -33%" in line for line in table.splitlines()) == 3
+    assert out.index("Findings") < out.index("n_ok/n")
 
 
 @pytest.mark.slow
@@ -113,7 +116,8 @@ def test_baseline_alpha_and_metric_options(run_cli, runs):
     assert code == ExitCode.OK
     # 5 trials against 5 cannot reach 0.01 / 2 (the smallest exact p is 2/252).
     assert (
-        "α = 0.01" in out and "no difference detected -50% [-50, -50] (≥ 6 trials per cell)" in out
+        "α = 0.01" in out
+        and "no difference detected -50%, 99.5% CI [-50, -50] (≥ 6 trials per cell)" in out
     )
     assert "0.5 [0.499, 0.501]" in out  # the baseline, against xnack: half the time
     code, out, _ = run_cli("compare", runs["a"], "--metric", "wall_clock_s", "--json")

@@ -1,6 +1,11 @@
 """matrix.json in upstream AORTA's shape: a fixture written as upstream would (hand-checked
 numbers, upstream's key names and confound vocabulary, ``workload_setup_failed`` records)
-round-trips through ``aorta.load_run`` and aorta's writer with nothing lost."""
+round-trips through ``aorta.load_run`` and aorta's writer with nothing lost.
+
+One deliberate difference from upstream: the step-time keys (``mean_step_time_ms``, the spread,
+``step_times_ms``, ``step_time_ratio`` and the ``speed (+N%)`` confound) come from the trials
+that ended ok only — upstream used every trial that ran, so a hang's wall clock until the kill
+counted as a step time. The fixture holds aorta's values for those keys."""
 
 from __future__ import annotations
 

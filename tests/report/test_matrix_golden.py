@@ -61,7 +61,9 @@ def test_golden_run_verdicts():
     slow = next(c for c in doc["cells"] if c["name"] == "slow")
     assert slow["ratio_ci"][0] > 1.15 and slow["p_adj"] < 0.05
     assert slow["statuses"] == {"ok": 8} and len(slow["trials"]) == 8
-    assert slow["verdict"] == "slower +29% [+27, +32] — beyond band"
+    # The verdict shows the CI the band is judged on (Bonferroni over the 2 cells with a CI).
+    assert slow["verdict"] == "slower +29%, 97.5% CI [+26, +32] — beyond band"
+    assert slow["band_ci"][0] > 1.15
     flaky = next(c for c in doc["cells"] if c["name"] == "flaky")
     assert flaky["failure_kinds"] == {"workload": 5, "hang": 2, "crash": 0}
     json.dumps(doc, allow_nan=False)  # no NaN leaks into matrix.json

@@ -215,12 +215,14 @@ def test_page_for_a_real_cpu_sweep(runs, run_copy, run_cli):
     assert out.splitlines()[-1] == str(path)
     assert (run_copy / "report" / "report.md").is_file()  # --html adds to the report
     page = read_page(path)
-    assert page.sections == ["run", "matrix", "figures", "failures", "trials"]
+    assert page.sections == ["findings", "matrix", "failures", "figures", "run", "trials"]
     assert page.figures == FIGURES and page.svgs == len(FIGURES) and page.imgs == 0
     assert page.column("matrix#1") == CELLS
     matrix = {row[0]: row for row in page.tables["matrix#1"][1:]}
     head = page.tables["matrix#1"][0]
     assert matrix["xnack-none"][head.index("failed")] == "2"
+    assert matrix["xnack-none"][head.index("trials")] == "2 ok · 2 failed"
+    assert matrix["xnack-none"][head.index("top failure")] == "illegal_memory_access 2/2"
     assert "no difference detected" in matrix["xnack-none"][head.index("verdict")]
     assert matrix["none-none"][head.index("verdict")] == "baseline"
     # every trial has its row and its record, logs linked relative to the page
@@ -230,10 +232,9 @@ def test_page_for_a_real_cpu_sweep(runs, run_copy, run_cli):
     )
     links = local_links(page, path)
     assert len(set(links)) == 12 * 3 and all(p.is_file() for p in links)
-    # the failure, with the line its log ends with
-    assert "illegal memory access was encountered" in page.raw
-    failures = page.tables["failures#1"]
-    assert failures[1][0] == "failed" and failures[1][2] == "2"
+    # the failure, with the line its signature matched
+    assert "illegal memory access was encountered</mark>" in page.raw
+    assert 'id="fail-xnack-none"><h3>xnack-none <span class=muted>— 2 failed of 4' in page.raw
     assert external_urls(page) == []
     ids = [v for _, name, v in page.attrs if name == "id"]
     assert len(ids) == len(set(ids)), "two elements share an id"
@@ -305,7 +306,7 @@ def test_waterfalls_and_custom_sections(run_copy):
         run_copy, resamples=500, waterfalls={"xnack-none": fig}, sections=extra
     )
     page = read_page(path)
-    assert page.sections[-3:] == ["time-went", "trials", "mine"]
+    assert page.sections[-4:] == ["time-went", "run", "trials", "mine"]
     assert "waterfall-xnack-none" in page.figures
 
 
@@ -392,7 +393,7 @@ def test_page_for_a_profiled_two_rank_sweep(tmp_path, run_cli):
     assert code == ExitCode.OK, err
     path = run_dir / "report" / "report.html"
     page = read_page(path)
-    assert page.sections == ["run", "matrix", "figures", "traces", "trials"]
+    assert page.sections == ["findings", "matrix", "figures", "traces", "hardware", "run", "trials"]
     assert page.figures == [*FIGURES, "time_breakdown", "exposed_comm_vs_step"]
     assert page.column("matrix#1") == ["fsdp", "ddp"]
     traces = page.tables["traces#1"]

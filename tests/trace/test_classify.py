@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from aorta.regex import RegexError
 from aorta.trace import Rule, default_rules
 from aorta.trace.testing import synthetic_trace
 from tests.trace_helpers import shipped
@@ -122,3 +123,35 @@ def test_rocm_runtime_calls_are_classified_in_a_real_trace():
         and kinds["hipMemcpyAsync"] == 1
         and kinds["hipMemsetAsync"] == 2
     )
+
+
+def test_a_rule_re2_cannot_take_fails_where_it_is_made_naming_the_rule():
+    with pytest.raises(RegexError, match=r"rule 'mine' \(pattern '\(a\)\\\\1'\): backreferences"):
+        Rule(r"(a)\1", "mine")
+    with pytest.raises(RegexError, match=r"rule 'gemm' .*lookaround"):
+        default_rules().extend(gemm=[Rule(r"(?<!fb)gemm", "gemm")])
+
+
+def test_rules_match_in_linear_time_on_a_catastrophic_pattern():
+    """``^(a+)+$`` on a long name that almost matches: Python's ``re`` backtracks for ages,
+    RE2 answers in one pass (no time assertion; it would not return before the timeout)."""
+    rules = default_rules().extend(gpu=[Rule(r"^(a+)+$", "communication")])
+    name = "a" * 50_000 + "b"
+    assert rules.gpu_class(name, "kernel") == "compute"
+    assert rules.gpu_class("a" * 50_000, "kernel") == "communication"
+
+
+@pytest.mark.parametrize(
+    ("name", "family"),
+    [
+        ("fbgemm::quantize_kernel", None),
+        ("FBGEMM_pack", None),
+        ("gemm_kernel", "gemm"),
+        ("xgemm", "gemm"),
+        ("sgemm_fb", "gemm"),
+        ("fbgemm_then_gemm_kernel", "gemm"),
+        ("batched_gemv", "gemm"),
+    ],
+)
+def test_the_generic_gemm_rule_leaves_fbgemm_out_without_lookbehind(name, family):
+    assert default_rules().gemm_family(name) == family

@@ -188,7 +188,9 @@ def test_200_mb_of_gzipped_whitespace_loads_fast_in_bounded_memory(tmp_path, whe
     base_peak = int(baseline.stdout.strip().split(" | ")[1])
     assert outcome == "2", run.stdout + run.stderr
     assert int(peak) - base_peak < 80, (peak, base_peak)  # MiB: blocks, not the whitespace
-    assert float(seconds) < 8
+    # A parser that buffered or rescanned the whitespace takes minutes; this bound only has to
+    # tell that apart from a stream, on a CI box running four test workers on two cores.
+    assert float(seconds) < 30
 
 
 def test_an_event_larger_than_the_bound_is_a_trace_error(tmp_path, monkeypatch):

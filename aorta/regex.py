@@ -1,7 +1,8 @@
-"""Regular expressions matched against a trial's output, with a bound: RE2.
+"""Regular expressions from outside aorta, with a bound: RE2.
 
 Every pattern aorta matches against what a trial printed — the recipe's ``custom_patterns``
-and ``step_time_regex``, the built-in and plugin failure signatures — is compiled here with
+and ``step_time_regex``, the built-in and plugin failure signatures — and every
+trace-classification rule (:class:`aorta.trace.Rule`) is compiled here with
 RE2 (`google-re2 <https://github.com/google/re2>`_). RE2 matches by automaton, never by
 backtracking: time is linear in the text whatever the pattern (``^(a+)+$`` on a long line of
 ``a`` takes as long as ``a``), and the compiled program is bounded by :data:`MAX_PROGRAM_BYTES`
@@ -28,7 +29,7 @@ Examples
 >>> compile_regex(r"(a)\\1")
 Traceback (most recent call last):
 ...
-aorta.recipe.regex.RegexError: backreferences (\\1, (?P=name)) are not supported: aorta matches with RE2, which runs in linear time and has none
+aorta.regex.RegexError: backreferences (\\1, (?P=name)) are not supported: aorta matches with RE2, which runs in linear time and has none
 """
 
 from __future__ import annotations
@@ -169,7 +170,7 @@ def compile_regex(
     >>> compile_regex("a{99999999999}")
     Traceback (most recent call last):
     ...
-    aorta.recipe.regex.RegexError: the repetition {99999999999} is over RE2's limit of 1000
+    aorta.regex.RegexError: the repetition {99999999999} is over RE2's limit of 1000
     """
     if not isinstance(pattern, str) or not pattern:
         raise RegexError("must be a non-empty regular expression")

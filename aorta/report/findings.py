@@ -1,0 +1,254 @@
+"""The findings as people read them: one line per :class:`~aorta.matrix.findings.Finding`.
+
+Every page that tells what changed renders the same model (:func:`aorta.matrix.findings.findings`)
+through :func:`finding_text`: ``matrix.md``'s Findings, the end-of-run summary, ``aorta
+compare`` and ``report.md``. :func:`run_findings` builds the model of a run's Dataset —
+the list ``report.html`` renders.
+
+Examples
+--------
+>>> from aorta.matrix.findings import Finding
+>>> f = Finding(kind="failures", cell="fix", count=0, ran=8, baseline_count=4, baseline_ran=8,
+...             p_adj=0.056, direction="fewer", trials_to_decide=10, baseline="base",
+...             baseline_kinds={"workload": 4}, baseline_signatures={"nccl_error": 4})
+>>> print(finding_text(f, run="runs/x", style="text"))
+fix: fails in 0/8 trials, baseline 4/8 (baseline: nccl_error 4) — fewer failures, not yet significant (Boschloo p_adj 0.056): about 2 more trials per cell would decide: aorta sweep extend runs/x --trials 10 --cells base,fix
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import pandas as pd
+import xarray as xr
+
+from aorta.matrix import stats
+from aorta.matrix.findings import Finding, findings
+from aorta.matrix.load import load_run
+from aorta.matrix.signatures import signature_counts
+from aorta.matrix.summary import summarize
+from aorta.report.comparison import p_text, plain, verdict_text
+
+__all__ = [
+    "comparison_findings",
+    "finding_json",
+    "finding_text",
+    "findings_lines",
+    "findings_markdown",
+    "run_findings",
+]
+
+Style = Literal["markdown", "text"]
+_VERBS = {"hang": "hangs", "crash": "crashes", "workload": "fails"}
+#: Screen lines shown in the terminal before "… and N more".
+SCREEN_LINES_TEXT = 10
+
+
+def run_findings(
+    ds: xr.Dataset,
+    *,
+    alpha: float = 0.05,
+    seed: int = stats.DEFAULT_SEED,
+    resamples: int = stats.DEFAULT_RESAMPLES,
+) -> list[Finding]:
+    """The findings of a run's Dataset (:func:`aorta.load_run`): its matrix
+    (:func:`aorta.matrix.summary.summarize`) with its failure signatures, failures and hangs
+    first — what ``matrix.md``, ``report.md`` and ``report.html`` show.
+
+    Examples
+    --------
+    >>> from aorta.matrix.dataset import build_dataset
+    >>> from aorta.store.record import TrialRecord
+    >>> recs = [TrialRecord(cell=c, cell_id="", trial=t, status=s, passed=s == "ok", step_times_ms=[5.0])
+    ...         for c, s in (("base", "ok"), ("stuck", "timeout")) for t in range(8)]
+    >>> ds = build_dataset([{"name": c, "trials": 8} for c in ("base", "stuck")], recs,
+    ...                    attrs={"baseline": "base", "threshold": 1.15})
+    >>> [f.kind for f in run_findings(ds, resamples=200)]
+    ['failures', 'no_timing']
+    """
+    summary = summarize(ds, alpha=alpha, seed=seed, resamples=resamples)
+    return findings(summary, signature_counts(ds))
+
+
+def comparison_findings(df: pd.DataFrame, runs: Sequence[str | Path]) -> list[Finding]:
+    """The findings of ``aorta compare``'s frame: with one run, its failure signatures too
+    (unless the frame already counts one signature, ``attrs["signature"]``)."""
+    signatures = None
+    if len(runs) == 1 and not df.attrs.get("signature"):
+        signatures = signature_counts(load_run(runs[0]))
+    return findings(df, signatures)
+
+
+def _code(text: str, style: Style) -> str:
+    return f"`{text}`" if style == "markdown" else text
+
+
+def _bold(text: str, style: Style) -> str:
+    return f"**{text}**" if style == "markdown" else text
+
+
+def _verb(f: Finding) -> str:
+    if f.kind == "failure_kind":
+        return _VERBS.get(f.subject, "fails")
+    if f.kind == "signature":
+        return ""
+    kinds = {k for k, n in {**f.kinds, **f.baseline_kinds}.items() if n}
+    return _VERBS[next(iter(kinds))] if len(kinds) == 1 else "fails"
+
+
+def _signatures(f: Finding, style: Style) -> str:
+    parts = []
+    said = {"hang"} if _verb(f) == "hangs" else set()  # the hang signature is the kind itself
+    for who, sigs, n in (
+        ("cell", f.signatures, f.count),
+        ("baseline", f.baseline_signatures, f.baseline_count),
+    ):
+        sigs = {s: k for s, k in sigs.items() if s not in said}
+        if sigs and n:
+            named = ", ".join(f"{_code(s, style)} {n}" for s, n in sigs.items())
+            parts.append(f"{who}: {named}")
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
+def _extend(f: Finding, run: str | Path | None, trials: int, style: Style) -> str:
+    """The command that grows the run to ``trials`` per cell, the finding's two cells only."""
+    cells = ",".join(c for c in (f.baseline, f.cell) if c)
+    cmd = f"aorta sweep extend {shlex.quote(str(run or 'RUN'))} --trials {trials}"
+    if cells:
+        cmd += f" --cells {shlex.quote(cells)}"
+    return _code(cmd, style)
+
+
+def _next_step(f: Finding, run: str | Path | None, style: Style) -> str:
+    if f.trials_to_decide is None:
+        return "; no trial count up to 200 per cell would decide at these rates"
+    more = f.trials_to_decide - max(f.ran, f.baseline_ran)
+    return (
+        f": about {more} more trials per cell would decide: "
+        f"{_extend(f, run, f.trials_to_decide, style)}"
+    )
+
+
+def _event_text(f: Finding, run: str | Path | None, style: Style) -> str:
+    what = {
+        "failures": "failures",
+        "failure_kind": {"hang": "hangs", "crash": "crashes"}.get(f.subject, "workload failures"),
+        "signature": f"{_code(f.subject, style)} failures",
+    }[f.kind]
+    verb = _verb(f)
+    head = (
+        f"{verb} in {f.count}/{f.ran} trials"
+        if verb
+        else f"{_code(f.subject, style)} in {f.count}/{f.ran} trials"
+    )
+    if f.kind == "failures" and len(f.kinds) > 1:
+        head += f" ({', '.join(f'{n} {k}' for k, n in f.kinds.items())})"
+    head = f"{head}, baseline {f.baseline_count}/{f.baseline_ran}"
+    if f.kind == "failures" and len(f.baseline_kinds) > 1:
+        head += f" ({', '.join(f'{n} {k}' for k, n in f.baseline_kinds.items())})"
+    sigs = _signatures(f, style) if f.kind != "signature" else ""
+    if f.significant:
+        return (
+            f"{_code(f.cell, style)}: {_bold(head, style)}{sigs} — {f.direction} {what}, "
+            f"Boschloo p_adj {p_text(f.p_adj)}"
+        )
+    return (
+        f"{_code(f.cell, style)}: {head}{sigs} — {f.direction} {what}, not yet significant "
+        f"(Boschloo p_adj {p_text(f.p_adj)}){_next_step(f, run, style)}"
+    )
+
+
+def _screen_text(f: Finding, style: Style) -> str:
+    ratio = f.row.get("ratio")
+    effect = "—"
+    if isinstance(ratio, float | int) and math.isfinite(ratio):
+        effect = f"{(ratio - 1) * 100:+.0f}%"
+    text = f"{_code(f.cell, style)}: {effect} ({int(f.row.get('n_timed', 0) or 0)} timed trial(s))"
+    if f.count:
+        kinds = ", ".join(f"{n} {k}" for k, n in f.kinds.items()) or "failed"
+        text += f", failed {f.count}/{f.ran} ({kinds})"
+    return text
+
+
+def finding_text(f: Finding, *, run: str | Path | None = None, style: Style = "markdown") -> str:
+    """One finding as one line (no bullet): ``markdown`` (code and bold marks) or ``text``.
+
+    ``run`` names the run directory in the next-step command (``aorta sweep extend RUN``).
+    """
+    if f.kind in ("failures", "failure_kind", "signature"):
+        return _event_text(f, run, style)
+    cell = _code(f.cell, style)
+    if f.kind == "no_timing":
+        return f"{cell}: no step time — {f.reason}: a killed or failed trial's clock is not a step time"
+    if f.kind == "stalls":
+        return (
+            f"{cell}: {_bold('stalls', style)} — its 95th-percentile step is "
+            f"{float(f.row.get('p95_ratio', math.nan)):.3g}× the baseline's (significantly, "
+            "beyond the band) while its median is not beyond the band"
+        )
+    if f.kind == "screen":
+        return _screen_text(f, style)
+    verdict = verdict_text(f.row, reason=f.reason)
+    if f.significant:
+        return f"{cell}: {_bold(verdict, style)}, p_adj {p_text(f.p_adj)}"
+    n = int(f.row.get("n", 0) or 0)
+    if f.trials_to_decide is not None and run is not None and f.trials_to_decide > n:
+        return f"{cell}: {verdict} — next: {_extend(f, run, f.trials_to_decide, style)}"
+    return f"{cell}: {verdict}"
+
+
+def _screen_head(screen: Sequence[Finding]) -> str:
+    needed = max((f.trials_to_decide or 0 for f in screen), default=0)
+    timed = max((int(f.row.get("n_timed", 0) or 0) for f in screen), default=0)
+    return (
+        f"Screen ({timed} timed trial(s) per cell at most): no verdicts — verdicts need "
+        f"≥ {max(needed, stats.MIN_TIMED)} trials per cell. Cells by effect size on the baseline:"
+    )
+
+
+def findings_lines(
+    items: Sequence[Finding],
+    *,
+    run: str | Path | None = None,
+    style: Style = "markdown",
+    limit: int | None = None,
+    bullet: str = "- ",
+) -> list[str]:
+    """The findings as lines: one per finding (``bullet`` before each), the screen's cells
+    (at most ``limit``, then ``… and N more``) under one line that says it is a screen."""
+    lines = [bullet + finding_text(f, run=run, style=style) for f in items if f.kind != "screen"]
+    screen = [f for f in items if f.kind == "screen"]
+    if screen:
+        shown = screen if limit is None else screen[:limit]
+        lines.append(bullet + _screen_head(screen))
+        pad = " " * len(bullet)
+        lines += [f"{pad}{bullet}{finding_text(f, run=run, style=style)}" for f in shown]
+        if len(shown) < len(screen):
+            lines.append(f"{pad}{bullet}… and {len(screen) - len(shown)} more")
+    return lines
+
+
+def findings_markdown(
+    items: Sequence[Finding], *, run: str | Path | None = None, alpha: float | None = None
+) -> str:
+    """The ``## Findings`` section (markdown): failures and hangs first, then timing; a line
+    saying nothing differs when the list is empty."""
+    lines = findings_lines(items, run=run)
+    if not lines:
+        at = f" at α = {alpha}" if alpha is not None else ""
+        lines = [f"- no cell differs from the baseline in failures or timing{at}"]
+    return "\n".join(["## Findings", "", *lines]) + "\n"
+
+
+def finding_json(f: Finding, *, run: str | Path | None = None) -> dict[str, Any]:
+    """A finding as plain JSON data (``matrix.json``'s ``findings``): its fields (without the
+    comparison row) and its ``text`` line (:func:`finding_text`, plain style)."""
+    out: dict[str, Any] = {
+        k: plain(dict(v) if isinstance(v, Mapping) else v) for k, v in vars(f).items() if k != "row"
+    }
+    out["text"] = finding_text(f, run=run, style="text")
+    return out

@@ -1,0 +1,202 @@
+"""The Failures section of a run's ``report.html``: every cell with a trial that failed, hung,
+crashed or errored, grouped by failure.
+
+Per cell, one block per failure (its kind and signature): the signature, its hint, the line
+the signature matched with the lines around it (the first trial's), then that trial's other
+files (logs, collected files) collapsed, and the matched line of the cell's other trials.
+A pure function of a :class:`~aorta.report.html_sections.RunPage`; the excerpts are read by
+:func:`aorta.report.html_report.read_run_files`. Every text goes through
+:func:`~aorta.report.html_kit.esc`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from aorta.matrix.signatures import signature_hints
+from aorta.report.html_kit import Section, esc
+from aorta.report.html_sections import (
+    STATUS_LABELS,
+    LogExcerpt,
+    RunPage,
+    cell_anchor,
+    is_failed_status,
+    parse_signature_line,
+)
+
+__all__ = ["FAILURE_LABELS", "failure_label", "failures_section"]
+
+#: How a failed trial's kind is named (``outcome_of``'s kinds); an errored trial is named by
+#: its status (:data:`~aorta.report.html_sections.STATUS_LABELS`).
+FAILURE_LABELS: dict[str, str] = {"hang": "hang", "workload": "failed", "crash": "crash"}
+_OTHER_TRIALS = 12  # other trials' matched lines listed per failure
+_OWN_LOGS = ("/stderr.log", "/stdout.log")
+
+
+def failure_label(status: str, kind: str) -> str:
+    """The page's name for a trial's failure: its kind (``hang``, ``failed``, ``crash``), or
+    its status for an error.
+
+    >>> failure_label("timeout", "hang"), failure_label("setup_failed", "")
+    ('hang', 'setup failed')
+    """
+    return FAILURE_LABELS.get(kind) or STATUS_LABELS.get(status, status)
+
+
+@dataclass
+class _Group:
+    label: str
+    name: str
+    hint: str = ""
+    trials: list[int] = field(default_factory=list)
+    lines: dict[int, str] = field(default_factory=dict)  # trial → its matched line
+
+
+def _name_and_line(rec: Mapping[str, Any], sig: str, error: str, status: str) -> tuple[str, str]:
+    """(signature or the first line of the error, the matched line) of a failed trial."""
+    name = str(rec.get("signature") or sig or "")
+    where = parse_signature_line(rec.get("signature_line"))
+    line = where[2] if where else ""
+    if not name:
+        first = (error or str(rec.get("error") or "")).strip().splitlines()
+        name = first[0] if first else STATUS_LABELS.get(status, status)
+    return name, line
+
+
+def _arrays(page: RunPage) -> dict[str, Any]:
+    """The Dataset's per-trial strings (cell × trial), read once for the whole section."""
+    ds = page.ds
+
+    def text(name: str) -> Any:
+        return ds[name].transpose("cell", "trial").values.astype(str) if name in ds else None
+
+    return {k: text(k) for k in ("status", "failure_kind", "error", "signature")}
+
+
+def _groups(
+    page: RunPage, i: int, cell: str, hints: Mapping[str, str], arrays: Mapping[str, Any]
+) -> list[_Group]:
+    status, error = arrays["status"][i], arrays["error"][i]
+    kind = arrays["failure_kind"][i] if arrays["failure_kind"] is not None else [""] * len(status)
+    sigs = arrays["signature"][i] if arrays["signature"] is not None else None
+    groups: dict[tuple[str, str], _Group] = {}
+    for j, t in enumerate(int(x) for x in page.ds.trial.values.tolist()):
+        if not is_failed_status(status[j]):
+            continue
+        rec = page.files.records.get((cell, t), {}) if page.files else {}
+        name, line = _name_and_line(rec, sigs[j] if sigs is not None else "", error[j], status[j])
+        label = failure_label(status[j], kind[j])
+        g = groups.setdefault((label, name), _Group(label, name))
+        g.trials.append(t)
+        g.hint = g.hint or str(
+            rec.get("signature_hint") or hints.get(name) or rec.get("hint") or ""
+        )
+        if line:
+            g.lines[t] = line
+        elif error[j]:
+            g.lines[t] = error[j].strip().splitlines()[0]
+    return sorted(groups.values(), key=lambda g: (-len(g.trials), g.label, g.name))
+
+
+def _numbered(ex: LogExcerpt) -> str:
+    rows = []
+    for k, line in enumerate(ex.lines):
+        n = ex.first + k if ex.first else 0
+        num = f'<span class="ln">{n}</span>' if n else ""
+        text = esc(line)
+        rows.append(f"<mark>{num}{text}</mark>" if n and n == ex.match else f"{num}{text}")
+    return '<pre class="excerpt">' + "\n".join(rows) + "</pre>"
+
+
+def _file_link(page: RunPage, ex: LogExcerpt) -> str:
+    return page.anchor(ex.rel, ex.rel.rsplit("/", 1)[-1])
+
+
+def _evidence(page: RunPage, cell: str, g: _Group) -> str:
+    """The matched line with its neighbours (or the error), then the trial's other files."""
+    t = g.trials[0]
+    rec = page.files.records.get((cell, t), {}) if page.files else {}
+    excerpts = list(page.files.excerpts.get((cell, t), ())) if page.files else []
+    matched = [e for e in excerpts if e.match is not None]
+    others = [e for e in excerpts if e.match is None]
+    out = []
+    if matched:
+        ex = matched[0]
+        out.append(
+            f'<div class="evidence"><span class="muted">trial {t} · {_file_link(page, ex)}, '
+            f"line {ex.match}: the line the signature matched</span>{_numbered(ex)}</div>"
+        )
+    else:
+        error = str(rec.get("error") or g.lines.get(t) or "")
+        if error:
+            out.append(
+                f'<div class="evidence"><span class="muted">trial {t} · its error</span>'
+                f'<pre class="excerpt">{esc(error)}</pre></div>'
+            )
+    # the trial's own output first, collected files after; with no matched line in a file
+    # (a hang, a crash) the end of its output is what there is: shown open
+    others.sort(key=lambda e: (not e.rel.endswith(_OWN_LOGS), e.rel))
+    for k, ex in enumerate(others):
+        opened = " open" if k == 0 and not matched else ""
+        out.append(
+            f'<details{opened}><summary class="muted">trial {t} · end of {esc(ex.name)} '
+            f"({_file_link(page, ex)})</summary><pre>{esc(chr(10).join(ex.lines))}</pre></details>"
+        )
+    rest = [u for u in g.trials[1:] if u in g.lines][:_OTHER_TRIALS]
+    if rest:
+        items = "".join(
+            f"<li>{_trial_link(page, cell, u)}: <code>{esc(g.lines[u])}</code></li>" for u in rest
+        )
+        out.append(
+            f'<details><summary class="muted">the same failure in {len(g.trials) - 1} other '
+            f'trial(s): their lines</summary><ul class="lines">{items}</ul></details>'
+        )
+    return "".join(out)
+
+
+def _trial_link(page: RunPage, cell: str, t: int) -> str:
+    return page.anchor(page.record_rel(cell, t), f"#{t}") if page.files else f"#{t}"
+
+
+def failures_section(page: RunPage) -> Section | None:
+    """Every cell with a failed, hung, crashed or errored trial: per failure (kind and
+    signature) its trials, hint, and the matched line with its neighbours first, then the
+    trial's other files; ``None`` when every trial ended ok."""
+    ds = page.ds
+    hints = signature_hints(ds)
+    arrays = _arrays(page)
+    status = arrays["status"]
+    parts = []
+    for i, cell in enumerate(str(c) for c in ds.cell.values.tolist()):
+        groups = _groups(page, i, cell, hints, arrays)
+        if not groups:
+            continue
+        recorded = int(sum(s not in ("missing", "did_not_run") for s in status[i]))
+        summary = ", ".join(f"{len(g.trials)} {g.label}" for g in groups)
+        blocks = [
+            f'<div class="fcell" id="{cell_anchor(cell)}">'
+            f"<h3>{esc(cell)} <span class=muted>— {esc(summary)} of {recorded} trial(s)</span></h3>"
+        ]
+        for g in groups:
+            links = " ".join(_trial_link(page, cell, t) for t in g.trials)
+            hint = g.hint or "no hint: the signature library has none for this failure"
+            blocks.append(
+                '<div class="fgroup">'
+                f'<div class="fhead"><span class="kind">{esc(g.label)}</span> '
+                f"<code>{esc(g.name)}</code> <span class=muted>in {len(g.trials)} trial(s):</span> "
+                f'<span class="links">{links}</span></div>'
+                f'<div class="hint"><b>hint</b> {esc(hint)}</div>'
+                f"{_evidence(page, cell, g)}</div>"
+            )
+        blocks.append("</div>")
+        parts.append("".join(blocks))
+    if not parts:
+        return None
+    intro = (
+        '<p class="note">Every cell with a trial that failed, hung, crashed or errored, one '
+        "block per failure: its signature and hint, the line the signature matched with the "
+        "lines around it, then the trial's other files.</p>"
+    )
+    return Section("failures", "Failures", intro + "\n".join(parts))
