@@ -66,7 +66,8 @@ def sweep_spec(
     if overrides and not command:
         raise UsageError("--override needs a training command after '--' to pass the overrides to")
     name = "recipe" + (path.suffix if path.suffix in (".yaml", ".yml", ".json") else ".yaml")
-    argv = ["-m", "aorta", "sweep", "run", "--recipe", NodePath(name), "--output", NodePath("out")]
+    argv: list[str | NodePath] = ["-m", "aorta", "sweep", "run", "--recipe", NodePath(name)]
+    argv += ["--output", NodePath("out")]
     argv += [*(["--ticket", ticket] if ticket else []), *(["--", *command] if command else [])]
     return LaunchSpec(
         argv=tuple(argv),
@@ -530,7 +531,7 @@ def _slurm_launch(
     with _sigterm_as_interrupt():
         if spec is not None and nodes is None:
             job.start(spec, emit=printer.event)
-        elif spec is not None:
+        elif spec is not None and nodes is not None:
             job.submit(spec, nodes=nodes, options=options)
             printer.event(f"submitted job {job.job_id} (script {job.staging / SCRIPT})")
             if no_wait:

@@ -18,7 +18,7 @@ import sys
 
 
 def snapshot(req, env):
-    scope = {"__name__": "aorta_hostenv"}
+    scope = {"__name__": "aorta_hostenv"}  # type: dict
     exec(compile(req["hostenv"], "aorta/store/hostenv.py", "exec"), scope)
     return scope["snapshot"](env=env, scrub_keys=req.get("scrub_env_keys", []))
 
@@ -72,7 +72,7 @@ WATCHDOG_MARK = b"AORTA_LAUNCH_WATCHDOG=1"  # aorta.launch.command.WATCHDOG_MARK
 
 def proctree(req):
     # aorta/run/proctree.py, shipped as source like the snapshot: find by marker, signal, reap.
-    scope = {"__name__": "aorta_proctree"}
+    scope = {"__name__": "aorta_proctree"}  # type: dict
     exec(compile(req["proctree"], "aorta/run/proctree.py", "exec"), scope)
     return scope
 

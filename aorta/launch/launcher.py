@@ -86,7 +86,7 @@ def run_parallel(
             results.put((key, exc))
 
     for i, key in enumerate(keys):
-        _daemon(lambda key=key: runner(key), f"{name}-{i}")
+        _daemon(functools.partial(runner, key), f"{name}-{i}")
     got: dict[K, Any] = {}
     deadline = time.monotonic() + timeout
     try:
@@ -177,16 +177,18 @@ class _Launch:
         self.result = LaunchResult(run_id, outcomes, master_addr=addr, master_port=spec.master_port)
         self.outcomes, self.commands = self.result.outcomes, self.result.commands
         self.logs: dict[str, IO[str]] = {}
-        for out in outcomes.values() if output else ():
-            out.log = node_folder(staging_dir(output, run_id), out.node.rank) / "launch.log"
-            out.log.parent.mkdir(parents=True, exist_ok=True)
-            self.logs[out.node.name] = open(out.log, "a", encoding="utf-8")  # noqa: SIM115 - closed in finish()
+        staging = staging_dir(output, run_id) if output is not None else None
+        if staging is not None:
+            for out in outcomes.values():
+                out.log = node_folder(staging, out.node.rank) / "launch.log"
+                out.log.parent.mkdir(parents=True, exist_ok=True)
+                self.logs[out.node.name] = open(out.log, "a", encoding="utf-8")  # noqa: SIM115 - closed in finish()
         self.log_lock = threading.Lock()
         self.head_token = secrets.token_hex(8)
         self.live = dict(sessions(cluster))
         if cluster.container is not None:  # every command of this launch runs in a container
-            spec = cluster.container
-            self.live = {n: ContainerSession(s, spec, run_id) for n, s in self.live.items()}
+            container = cluster.container
+            self.live = {n: ContainerSession(s, container, run_id) for n, s in self.live.items()}
         self.reports: dict[str, SetupReport] = {}
 
         self.events: queue.Queue[tuple[str, str, Any]] = queue.Queue()
@@ -347,7 +349,7 @@ class _Launch:
         )
         pending = set(self.commands)
         for name in self.commands:
-            _daemon(lambda name=name: self._watch(name), f"aorta-run-{name}")
+            _daemon(functools.partial(self._watch, name), f"aorta-run-{name}")
         deadline, give_up = time.monotonic() + d.run, None
         try:
             while pending:

@@ -176,7 +176,12 @@ class SshSession:
         except Exception as exc:
             raise RemoteError(f"{self.where}: {describe_ssh_error(exc)}") from exc
         expired = threading.Event()
-        timer = threading.Timer(timeout, lambda: (expired.set(), chan.close()))
+
+        def expire() -> None:
+            expired.set()
+            chan.close()
+
+        timer = threading.Timer(timeout, expire)
         timer.daemon = True
         timer.start()
         try:
