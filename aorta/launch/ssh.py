@@ -117,7 +117,16 @@ class NodeSession(Protocol):
 
     node: Node
 
-    def exec(self, command: str, *, timeout: float, **options: Any) -> ExecResult: ...
+    def exec(
+        self,
+        command: str,
+        *,
+        timeout: float,
+        stdin: bytes | None = None,
+        on_line: Callable[[str], None] | None = None,
+        keep_stdin_open: bool = False,
+        fresh: bool = False,
+    ) -> ExecResult: ...
     def pull(self, remote_dir: str, local_dir: Path, *, timeout: float) -> str: ...
     def close(self) -> None: ...
 
