@@ -42,6 +42,7 @@ durations: dev
 lint: dev
 	$(BIN)/ruff format --check aorta tests benchmarks
 	$(BIN)/ruff check aorta tests benchmarks
+	$(BIN)/mypy
 
 format: dev
 	$(BIN)/ruff format aorta tests benchmarks

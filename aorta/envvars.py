@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection, Mapping
+from typing import Any
 
 from aorta.errors import describe_value
 
@@ -318,7 +319,7 @@ def value_problem(value: object) -> str | None:
 
 
 def env_problems(
-    env: Mapping[object, object], *, allow: Collection[str] = ()
+    env: Mapping[Any, object], *, allow: Collection[str] = ()
 ) -> list[tuple[str, str]]:
     """Every ``(name, message)`` problem of an environment overlay; empty when it can be set."""
     out: list[tuple[str, str]] = []

@@ -180,9 +180,10 @@ def compile_regex(
     if big is not None:
         raise RegexError(f"the repetition {big} is over RE2's limit of {MAX_REPEAT}")
     opts = _options(text=text, capture=capture, max_mem=MAX_PROGRAM_BYTES)
-    source = pattern.encode() if text == "bytes" else pattern
+    source: str | bytes = pattern.encode() if text == "bytes" else pattern
+    multiline: str | bytes = b"(?m)" + pattern.encode() if text == "bytes" else "(?m)" + pattern
     try:
-        return re2.compile(source[:0] + (b"(?m)" if text == "bytes" else "(?m)") + source, opts)
+        return re2.compile(multiline, opts)
     except re2.error:
         pass
     try:  # again without the (?m) prefix, so the error quotes the pattern as written

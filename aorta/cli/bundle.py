@@ -12,6 +12,7 @@ from aorta import envvars
 from aorta.errors import ExitCode
 from aorta.report.bundle import format_review
 from aorta.store.bundle import plan_bundle, write_bundle
+from aorta.store.rundir import BUNDLE_MANIFEST
 
 from ._options import Json
 
@@ -116,7 +117,7 @@ def bundle(
         left = len(plan.left_out)
         print(
             f"Wrote {path} ({len(plan.included)} files, {plan.redactions} redactions"
-            + (f", {left} left out — see {plan.name}/bundle_manifest.json" if left else "")
+            + (f", {left} left out — see {plan.name}/{BUNDLE_MANIFEST}" if left else "")
             + ")"
         )
     return ExitCode.OK

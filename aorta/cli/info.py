@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import typer
 
@@ -43,7 +44,7 @@ def list_mitigations(mitigations_file: MitigationsFiles = None, as_json: Json = 
     from aorta.recipe.registry import Registry
 
     reg = Registry.load(files=mitigations_file or ())
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "name": m.name,
             "env": dict(m.env),

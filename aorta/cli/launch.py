@@ -55,9 +55,8 @@ def sweep_spec(
     >>> spec.argv[:4], spec.argv[-3:], spec.overrides
     (('-m', 'aorta', 'sweep', 'run'), ('--', 'python', 'train.py'), ('lr=0.1',))
     """
-    import yaml
-
     from aorta.launch import LaunchSpec, NodePath
+    from aorta.recipe.schema import scrub_env_keys_of
 
     path = Path(recipe)
     try:
@@ -67,13 +66,9 @@ def sweep_spec(
     if overrides and not command:
         raise UsageError("--override needs a training command after '--' to pass the overrides to")
     name = "recipe" + (path.suffix if path.suffix in (".yaml", ".yml", ".json") else ".yaml")
-    argv = ["-m", "aorta", "sweep", "run", "--recipe", NodePath(name), "--output", NodePath("out")]
+    argv: list[str | NodePath] = ["-m", "aorta", "sweep", "run", "--recipe", NodePath(name)]
+    argv += ["--output", NodePath("out")]
     argv += [*(["--ticket", ticket] if ticket else []), *(["--", *command] if command else [])]
-    try:  # only this key is read here: the node's sweep validates the whole recipe
-        keys = yaml.safe_load(data)["redaction"]["scrub_env_keys"]
-    except (yaml.YAMLError, KeyError, TypeError):
-        keys = []
-    keys = keys if isinstance(keys, list) else []
     return LaunchSpec(
         argv=tuple(argv),
         nproc_per_node=nproc_per_node,
@@ -82,7 +77,7 @@ def sweep_spec(
         requires=("torch", "aorta"),
         master_addr=master_addr,
         master_port=master_port,
-        scrub_env_keys=tuple(k for k in keys if isinstance(k, str)),
+        scrub_env_keys=scrub_env_keys_of(data),
     )
 
 
@@ -536,7 +531,7 @@ def _slurm_launch(
     with _sigterm_as_interrupt():
         if spec is not None and nodes is None:
             job.start(spec, emit=printer.event)
-        elif spec is not None:
+        elif spec is not None and nodes is not None:
             job.submit(spec, nodes=nodes, options=options)
             printer.event(f"submitted job {job.job_id} (script {job.staging / SCRIPT})")
             if no_wait:

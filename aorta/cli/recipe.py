@@ -58,8 +58,6 @@ def show(
 ) -> int:
     """Print a recipe as aorta reads it (a probe recipe without its command too: that comes
     after '--' when it runs)."""
-    import yaml
-
     import aorta.recipe as recipes
 
     recipe, pending = load_recipe_pending_command(file)
@@ -67,9 +65,5 @@ def show(
         from aorta.report.console import COMMAND_PENDING
 
         print(f"# command: {COMMAND_PENDING}")
-    if resolved:
-        sys.stdout.write(recipes.dump_recipe(recipe))
-    else:
-        data = recipe.model_dump(mode="json", exclude_defaults=True)
-        sys.stdout.write(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+    sys.stdout.write(recipes.dump_recipe(recipe, explicit=resolved))
     return ExitCode.OK

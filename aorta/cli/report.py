@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -53,7 +53,7 @@ def report(
     if traces:  # the report is still worth writing: say why it has no trace section
         for hint in traces_missing(runs):
             print(f"warning: --traces: {hint}", file=sys.stderr)
-    kw = {"alpha": alpha, "seed": seed, "resamples": resamples, "traces": traces}
+    kw: dict[str, Any] = {"alpha": alpha, "seed": seed, "resamples": resamples, "traces": traces}
     kw["ranks"] = rank_reduction(ranks)
     if len(runs) > 2:
         raise UsageError(f"give one run, or two (A B) with --html; got {len(runs)}")
@@ -66,11 +66,11 @@ def report(
             raise UsageError(
                 "--baseline applies to one run; with two runs each cell of B is compared with the same cell of A"
             )
-        print(pages.compare_html(runs[0], runs[1], metric=metric, **kw))  # type: ignore[arg-type]
+        print(pages.compare_html(runs[0], runs[1], metric=metric, **kw))
         return ExitCode.OK
-    for path in write_report(runs[0], baseline=baseline, metric=metric, **kw):  # type: ignore[arg-type]
+    for path in write_report(runs[0], baseline=baseline, metric=metric, **kw):
         print(path)
     if html:
         chosen = None if metric == "step_time_ms" else metric  # the matrix's own choice
-        print(pages.html(runs[0], baseline=baseline, metric=chosen, **kw))  # type: ignore[arg-type]
+        print(pages.html(runs[0], baseline=baseline, metric=chosen, **kw))
     return ExitCode.OK

@@ -175,8 +175,9 @@ def run(
         raise UsageError(
             f"{', '.join(given)} build a recipe (flag mode): give them without --recipe/--resume"
         )
+    source: Path | Recipe | None = recipe  # the file, or flag mode's recipe
     if given:
-        recipe = _flag_recipe(
+        source = _flag_recipe(
             workload=workload,
             mitigation_axis=mitigation_axis,
             environment_axis=environment_axis,
@@ -187,11 +188,11 @@ def run(
             command=command or None,
             adaptive=adaptive,
         )
-    if recipe is None and resume is None:
+    if source is None and resume is None:
         raise UsageError("give --recipe FILE (or --resume RUN_DIR)")
     if not dry_run:
         return _run(
-            recipe,
+            source,
             strict=strict,
             as_json=as_json,
             command=command or None,
@@ -204,15 +205,15 @@ def run(
             verbose=verbose,
             backend=backend,
         )
-    if recipe is None:
+    if source is None:
         raise UsageError(
             "--dry-run needs --recipe or flag mode (a resumed run's plan is in its recipe.resolved.yaml)"
         )
     # A probe recipe's plan can be shown before its command is known (it comes after '--').
     shown, pending = (
-        (recipe, False)
-        if isinstance(recipe, Recipe)
-        else load_recipe_pending_command(recipe, command=command or None)
+        (source, False)
+        if isinstance(source, Recipe)
+        else load_recipe_pending_command(source, command=command or None)
     )
     prepared = preparing.prepare(
         shown,

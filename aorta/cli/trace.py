@@ -185,7 +185,7 @@ def merge(
     cache: Cache = "use",
 ) -> int:
     """Merge per-rank traces into one Perfetto-loadable trace (ranks labelled, clocks aligned)."""
-    report = _api().merge(paths, output, align=align.replace("-", "_"), cache=cache)  # type: ignore[arg-type]
+    report = _api().merge(paths, output, align=align.replace("-", "_"), cache=cache)
     shifts = ", ".join(f"rank {r}: {off / 1e3:+.3f} us" for r, off in report.offsets_ns.items())
     print(
         f"wrote {report.output}: {len(report.ranks)} ranks, {report.events} events, {report.bytes_written} bytes ({shifts})"

@@ -6,21 +6,19 @@ line on stdout. Sent as source: standard library only, nothing from aorta (maybe
 * ``kill`` — (over a second connection, or by the run's watchdog) drop a ``cancel`` marker and
   the unread env file, SIGTERM the pid file's session and every process carrying this run's
   identity (torchrun's workers have sessions of their own), SIGKILL after the grace, until
-  none is left; given the head's folder, say whether this node shares the head's disk.
+  none is left (:mod:`aorta.run.proctree`, its source in the request); given the head's folder, say whether this node shares the head's disk.
 """
 
 import binascii
 import importlib.util
 import json
 import os
-import signal
 import socket
 import sys
-import time
 
 
 def snapshot(req, env):
-    scope = {"__name__": "aorta_hostenv"}
+    scope = {"__name__": "aorta_hostenv"}  # type: dict
     exec(compile(req["hostenv"], "aorta/store/hostenv.py", "exec"), scope)
     return scope["snapshot"](env=env, scrub_keys=req.get("scrub_env_keys", []))
 
@@ -72,30 +70,11 @@ def setup(req):
 WATCHDOG_MARK = b"AORTA_LAUNCH_WATCHDOG=1"  # aorta.launch.command.WATCHDOG_MARK
 
 
-def _targets(session, marks, spare):
-    found = []
-    for pid in [int(e) for e in os.listdir("/proc") if e.isdigit() and int(e) not in spare]:
-        stat = (_read(f"/proc/{pid}/stat") or ")").rsplit(")", 1)[1].split()
-        if len(stat) < 4 or stat[0] in ("Z", "X"):  # zombies are dead; their parent reaps them
-            continue
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as fh:
-                env = set(fh.read().split(b"\0"))
-        except OSError:
-            env = set()
-        if WATCHDOG_MARK in env:
-            continue
-        if (session and int(stat[3]) == session) or all(mark in env for mark in marks):
-            found.append(pid)
-    return found
-
-
-def _signal(pid, sig):
-    try:
-        os.kill(pid, sig)
-        return True
-    except OSError:
-        return False
+def proctree(req):
+    # aorta/run/proctree.py, shipped as source like the snapshot: find by marker, signal, reap.
+    scope = {"__name__": "aorta_proctree"}  # type: dict
+    exec(compile(req["proctree"], "aorta/run/proctree.py", "exec"), scope)
+    return scope
 
 
 def kill(req):
@@ -109,28 +88,13 @@ def kill(req):
     session = int(text) if text and text.isdigit() else 0
     marks = [f"{k}={v}".encode() for k, v in sorted(req["match"].items())]
     spare = {os.getpid(), os.getppid()}
-    grace = float(req.get("grace", 5.0))
-    started = time.time()
-    termed, killed, quiet, left = set(), set(), 0, []
-    while True:
-        left = _targets(session, marks, spare)
-        now = time.time() - started
-        if not left:
-            quiet += 1
-            if quiet >= 3:  # a wrapper that was just starting has had time to show up
-                break
-            time.sleep(0.05)
-            continue
-        quiet = 0
-        for pid in left:
-            if pid not in termed and _signal(pid, signal.SIGTERM):
-                termed.add(pid)
-            if now > grace and pid not in killed and _signal(pid, signal.SIGKILL):
-                killed.add(pid)
-        if now > grace + 5.0:
-            break
-        time.sleep(0.05)
-    report = {"terminated": len(termed), "killed": len(killed), "left": left}
+    tree = proctree(req)
+
+    def targets():  # the pid file's session, and every process carrying this run's identity
+        return tree["find"](marks, session=session, spare=spare, unless=WATCHDOG_MARK)
+
+    # settle: a wrapper that was just starting has had time to show up
+    report = tree["stop"](targets, grace_s=float(req.get("grace", 5.0)), settle=3)
     head = req.get("head_dir")
     if head:
         token = _read(os.path.join(head, "head.token"))

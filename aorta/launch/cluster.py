@@ -83,7 +83,7 @@ def parse_nproc(value: object) -> NprocPerNode:
     (8, 2, 'gpu')
     """
     if value in ("gpu", "auto"):
-        return value  # type: ignore[return-value]
+        return value
     if isinstance(value, str) and value.isdigit():
         value = int(value)
     if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
@@ -401,6 +401,7 @@ def _is_loopback(addr: str) -> bool:
 
 
 def _nodes(raw: Any, top: _ClusterFile, problems: list[Problem]) -> list[dict[str, Any]]:
+    entries: list[tuple[str, str | None, Any]]
     if isinstance(raw, Mapping):
         entries = [(f"node_dict[{json.dumps(k)}]", str(k).strip(), v) for k, v in raw.items()]
     elif isinstance(raw, list):

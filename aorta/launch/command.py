@@ -221,6 +221,10 @@ def _source(package: str, name: str) -> str:
     return resources.files(package).joinpath(name).read_text()
 
 
+def _proctree_source() -> str:  # the node agent's process finder (aorta/run/proctree.py)
+    return _source("aorta.run", "proctree.py")
+
+
 def _helper(node: Node, op: str, env: Mapping[str, str]) -> str:
     helper = [node.python, "-c", _source("aorta.launch", "_remote.py"), op]
     return f"{_env_prefix(env)} {shlex.join(helper)}"
@@ -247,7 +251,7 @@ def setup_command(
         "node_dir": ndir,
         "workdir": node.workdir,
         "files": {name: base64.b64encode(data).decode() for name, data in files.items()},
-        "kill": {"match": _identity(node, run_id), "grace": 5.0},
+        "kill": {"match": _identity(node, run_id), "grace": 5.0, "proctree": _proctree_source()},
         "requires": list(spec.requires),
         "probe_port": probe_port,
         "dry_run": dry_run,
@@ -280,6 +284,7 @@ def kill_command(
     match = _identity(node, run_id)
     request = {"node_dir": node_dir, "match": match, "grace": grace, "head_dir": head_dir}
     request["head_token"] = head_token
+    request["proctree"] = _proctree_source()
     # Without a working Python (the node's interpreter is what failed setup), still stop the
     # pid file's session and report it in the helper's format.
     pid = shlex.quote(posixpath.join(node_dir, "pid"))

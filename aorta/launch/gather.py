@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aorta.errors import AortaError
-from aorta.store.rundir import LAUNCH_JSON, atomic_write
+from aorta.store.rundir import LAUNCH_JSON, MANIFEST, TRACE_SUFFIX, atomic_write
 
 if TYPE_CHECKING:
     from .outcome import LaunchResult
@@ -42,7 +42,7 @@ def node_folder(run_dir: Path, rank: int) -> Path:
 
 #: Folder names and file suffixes that make a file a per-node artifact (traces and logs).
 ARTIFACT_DIRS = frozenset({"trace", "traces", "profiler", "torch_profiler"})
-ARTIFACT_SUFFIXES = (".log", ".pt.trace.json", ".pt.trace.json.gz", ".trace.json", ".trace.json.gz")
+ARTIFACT_SUFFIXES = (".log", ".pt.trace.json", TRACE_SUFFIX, ".trace.json", ".trace.json.gz")
 
 
 def is_artifact(relative: str | Path) -> bool:
@@ -93,7 +93,7 @@ def _link_or_copy(src: str, dst: str) -> str:
 def head_run_dir(staging: Path) -> Path | None:
     """The run directory the head's rank 0 wrote (one with a ``manifest.json``), if any."""
     head = node_folder(staging, 0)
-    found = sorted(head.glob("*/*/*/manifest.json"), key=lambda p: p.stat().st_mtime)
+    found = sorted(head.glob(f"*/*/*/{MANIFEST}"), key=lambda p: p.stat().st_mtime)
     return found[-1].parent if found else None
 
 

@@ -21,7 +21,7 @@ from typing import IO, Any, TypeVar
 from aorta.errors import AortaError
 from aorta.report.launch import describe_kill, last_words
 from aorta.store.redact import harvest_secrets, record_secrets
-from aorta.store.rundir import RunDir, atomic_write
+from aorta.store.rundir import HOST_ENV, RunDir, atomic_write
 
 from .cluster import Cluster, Node
 from .command import (
@@ -86,7 +86,7 @@ def run_parallel(
             results.put((key, exc))
 
     for i, key in enumerate(keys):
-        _daemon(lambda key=key: runner(key), f"{name}-{i}")
+        _daemon(functools.partial(runner, key), f"{name}-{i}")
     got: dict[K, Any] = {}
     deadline = time.monotonic() + timeout
     try:
@@ -121,7 +121,7 @@ def new_run_id(now: _dt.datetime | None = None) -> str:
     >>> new_run_id(_dt.datetime(2026, 1, 2, 3, 4, 5))[:20]
     '2026-01-02T03-04-05-'
     """
-    stamp = (now or _dt.datetime.now(_dt.UTC)).strftime("%Y-%m-%dT%H-%M-%S")
+    stamp = (now or _dt.datetime.now(_dt.timezone.utc)).strftime("%Y-%m-%dT%H-%M-%S")
     return f"{stamp}-{secrets.token_hex(3)}"
 
 
@@ -177,16 +177,18 @@ class _Launch:
         self.result = LaunchResult(run_id, outcomes, master_addr=addr, master_port=spec.master_port)
         self.outcomes, self.commands = self.result.outcomes, self.result.commands
         self.logs: dict[str, IO[str]] = {}
-        for out in outcomes.values() if output else ():
-            out.log = node_folder(staging_dir(output, run_id), out.node.rank) / "launch.log"
-            out.log.parent.mkdir(parents=True, exist_ok=True)
-            self.logs[out.node.name] = open(out.log, "a", encoding="utf-8")  # noqa: SIM115 - closed in finish()
+        staging = staging_dir(output, run_id) if output is not None else None
+        if staging is not None:
+            for out in outcomes.values():
+                out.log = node_folder(staging, out.node.rank) / "launch.log"
+                out.log.parent.mkdir(parents=True, exist_ok=True)
+                self.logs[out.node.name] = open(out.log, "a", encoding="utf-8")  # noqa: SIM115 - closed in finish()
         self.log_lock = threading.Lock()
         self.head_token = secrets.token_hex(8)
         self.live = dict(sessions(cluster))
         if cluster.container is not None:  # every command of this launch runs in a container
-            spec = cluster.container
-            self.live = {n: ContainerSession(s, spec, run_id) for n, s in self.live.items()}
+            container = cluster.container
+            self.live = {n: ContainerSession(s, container, run_id) for n, s in self.live.items()}
         self.reports: dict[str, SetupReport] = {}
 
         self.events: queue.Queue[tuple[str, str, Any]] = queue.Queue()
@@ -212,9 +214,7 @@ class _Launch:
         self.result.timings["setup"] = self.now()
         for out in self.outcomes.values():
             if out.snapshot is not None and out.log is not None:
-                atomic_write(
-                    out.log.parent / "host_env.json", json.dumps(out.snapshot, indent=1) + "\n"
-                )
+                atomic_write(out.log.parent / HOST_ENV, json.dumps(out.snapshot, indent=1) + "\n")
         self.result.skew = skew = env_diff({name: o.snapshot for name, o in self.outcomes.items()})
         if skew:
             keys = ", ".join(sorted(skew)[:6])
@@ -349,7 +349,7 @@ class _Launch:
         )
         pending = set(self.commands)
         for name in self.commands:
-            _daemon(lambda name=name: self._watch(name), f"aorta-run-{name}")
+            _daemon(functools.partial(self._watch, name), f"aorta-run-{name}")
         deadline, give_up = time.monotonic() + d.run, None
         try:
             while pending:

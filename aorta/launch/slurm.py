@@ -45,7 +45,8 @@ __all__ = ["FINAL_STATES", "SCRIPT", "SlurmJob", "check_request", "run_in_job"]
 FINAL_STATES = frozenset(
     "COMPLETED FAILED TIMEOUT NODE_FAIL CANCELLED OUT_OF_MEMORY PREEMPTED BOOT_FAIL DEADLINE".split()  # noqa: SIM905
 )
-LineSink, EventSink = Callable[[Node, str], None], Callable[[str], None]
+LineSink = Callable[[Node, str], None]
+EventSink = Callable[[str], None]
 SCRIPT, JOB_FILE = "aorta.sbatch", "slurm.json"
 _TIME = re.compile(r"\d+(:\d\d?){0,2}|\d+-\d+(:\d\d?){0,2}")
 _PROBE = "import socket; s = socket.socket(); s.bind(('', 0)); print(s.getsockname()[1])"

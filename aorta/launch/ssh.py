@@ -117,7 +117,16 @@ class NodeSession(Protocol):
 
     node: Node
 
-    def exec(self, command: str, *, timeout: float, **options: Any) -> ExecResult: ...
+    def exec(
+        self,
+        command: str,
+        *,
+        timeout: float,
+        stdin: bytes | None = None,
+        on_line: Callable[[str], None] | None = None,
+        keep_stdin_open: bool = False,
+        fresh: bool = False,
+    ) -> ExecResult: ...
     def pull(self, remote_dir: str, local_dir: Path, *, timeout: float) -> str: ...
     def close(self) -> None: ...
 
@@ -176,7 +185,12 @@ class SshSession:
         except Exception as exc:
             raise RemoteError(f"{self.where}: {describe_ssh_error(exc)}") from exc
         expired = threading.Event()
-        timer = threading.Timer(timeout, lambda: (expired.set(), chan.close()))
+
+        def expire() -> None:
+            expired.set()
+            chan.close()
+
+        timer = threading.Timer(timeout, expire)
         timer.daemon = True
         timer.start()
         try:

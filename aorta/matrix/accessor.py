@@ -30,7 +30,7 @@ import xarray as xr
 
 from aorta.matrix import stats
 from aorta.matrix.compare import compare, compare_runs
-from aorta.matrix.dataset import trials_frame, write_netcdf
+from aorta.matrix.dataset import trials_frame
 from aorta.matrix.explain import explain
 from aorta.matrix.select import (
     RankReduction,
@@ -40,6 +40,7 @@ from aorta.matrix.select import (
     trial_values,
 )
 from aorta.matrix.trace_summary import trace_summary
+from aorta.store.netcdf import write_netcdf
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -61,16 +61,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import xarray as xr
 
-from aorta.errors import UsageError
 from aorta.matrix.select import reduce_ranks, trial_values
 from aorta.store.record import TrialRecord
 
@@ -80,18 +77,13 @@ if TYPE_CHECKING:
 __all__ = [
     "DATASET_VERSION",
     "MISSING",
-    "RESULTS",
     "build_dataset",
-    "read_netcdf",
     "text_array",
     "trials_frame",
-    "write_netcdf",
 ]
 
 #: Version of the Dataset layout (``attrs["aorta_dataset_version"]``).
 DATASET_VERSION = 1
-#: The file a finished run keeps its Dataset in.
-RESULTS = "results.nc"
 #: ``status`` of a trial that has no (readable) record.
 MISSING = "missing"
 
@@ -358,8 +350,8 @@ def _trial_variables(
         seed[i, j] = rec.seed
         for k, v in rec.metrics.items():
             metrics[i, j, m_index[k]] = math.nan if v is None else v
-        for k, v in rec.info.items():
-            info[i, j, i_index[k]] = _text(v)
+        for key, text in rec.info.items():
+            info[i, j, i_index[key]] = _text(text)
     ct = ("cell", "trial")
     data = {
         "step_time_ms": ((*ct, "step"), step),
@@ -453,54 +445,3 @@ def trials_frame(ds: xr.Dataset) -> pd.DataFrame:
     frame = frame.reset_coords([c for c in frame.coords if c not in keep], drop=True)
     df = frame.to_dataframe().reset_index()
     return df[df["status"] != MISSING].reset_index(drop=True)
-
-
-# --- netCDF ----------------------------------------------------------------------------------
-
-
-def write_netcdf(ds: xr.Dataset, path: str | Path) -> Path:
-    """Write ``ds`` to ``path`` (netCDF-4 through h5netcdf), atomically.
-
-    Text variables are stored as variable-length strings, so :func:`read_netcdf` gives back
-    an identical Dataset (``xarray.testing.assert_identical``).
-    """
-    path = Path(path)
-    encoding = {name: {"dtype": str} for name, var in ds.variables.items() if var.dtype == object}
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        ds.to_netcdf(tmp, engine="h5netcdf", encoding=encoding)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
-
-
-def read_netcdf(path: str | Path) -> xr.Dataset:
-    """Read a Dataset written by :func:`write_netcdf`, fully into memory (the file is closed).
-
-    Text comes back as object arrays of ``str``, as :func:`build_dataset` makes them.
-    """
-
-    try:
-        with xr.open_dataset(
-            path, engine="h5netcdf", decode_times=False, decode_timedelta=False
-        ) as opened:
-            ds = opened.load()
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"{path}: not a readable netCDF file ({exc})") from None
-    text = {
-        name: var.copy(data=var.values.astype(object))
-        for name, var in ds.variables.items()
-        if var.dtype.kind in "US"
-    }
-    index_text = {k: v for k, v in text.items() if k in ds.dims}
-    ds = ds.assign_coords(index_text)
-    for name, var in text.items():
-        if name in index_text:
-            continue
-        if name in ds.coords:
-            ds = ds.assign_coords({name: var})
-        else:
-            ds[name] = var
-    return ds

@@ -152,7 +152,7 @@ def decompose(
         width=k + 2,
     )
     step_delta = float(delta[k])
-    calls = {
+    mean_calls = {
         label: c.mean(axis=0) if c.shape[0] else np.full(k, np.nan)
         for label, (_, c) in sides.items()
     }
@@ -166,8 +166,8 @@ def decompose(
             "ci_low": low[:k],
             "ci_high": high[:k],
             "share": delta[:k] / step_delta if step_delta else np.zeros(k),
-            "calls_baseline": calls["baseline"],
-            "calls_cell": calls["cell"],
+            "calls_baseline": mean_calls["baseline"],
+            "calls_cell": mean_calls["cell"],
             "only_in": pd.Series(
                 ["" if len(seen[n]) == 2 else next(iter(seen[n])) for n in names],
                 dtype=object,

@@ -148,7 +148,7 @@ def from_trials(
                 cell=cell,
                 cell_id="",
                 trial=trial,
-                status=status,
+                status=TrialStatus(status),
                 passed=status == TrialStatus.OK.value,
                 step_times_ms=_steps(row["step_times_ms"]),
                 warmup_steps=warmup_steps,

@@ -278,11 +278,14 @@ def _failure_findings(
     base = df.loc[baseline] if baseline in df.index else None
     rows = {str(c): r for c, r in df.iterrows() if r["difference"] != "baseline"}
     base_sigs = _signature_map(signatures, baseline) if base is not None else {}
-    extra, overall, p_overall = {}, {}, {}
+    extra: dict[str, dict[str, Any]] = {}
+    p_overall: dict[str, float] = {}
+    # Per cell: (failed, ran) here, then (failed, ran) in the baseline.
+    overall: dict[str, tuple[int, int, int, int]] = {}
     for cell, r in rows.items():
         b = _base_counts(r, base)
-        overall[cell] = (_int(r["n_failed"]), _int(r["n_ok"]) + _int(r["n_failed"]))
-        overall[cell] += (b["n_failed"], b["ran"])
+        ran = _int(r["n_ok"]) + _int(r["n_failed"])
+        overall[cell] = (_int(r["n_failed"]), ran, b["n_failed"], b["ran"])
         p_overall[cell] = _float(r.get("failure_p_adj"))
         extra[cell] = {
             "kinds": _kinds(r),

@@ -18,18 +18,11 @@ from typing import TYPE_CHECKING, Any, Literal
 import xarray as xr
 
 from aorta.errors import RecordWarning, UsageError
-from aorta.matrix.dataset import (
-    MISSING,
-    RESULTS,
-    build_dataset,
-    read_netcdf,
-    text_array,
-    trials_frame,
-    write_netcdf,
-)
+from aorta.matrix.dataset import MISSING, build_dataset, text_array, trials_frame
 from aorta.matrix.trace_metrics import add_trace_metrics
 from aorta.recipe.schema import load_recipe
-from aorta.store.rundir import RunDir
+from aorta.store.netcdf import read_netcdf, write_netcdf
+from aorta.store.rundir import CELL_JSON, MANIFEST, RunDir
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -48,8 +41,8 @@ __all__ = [
 
 def _read_cells(rd: RunDir) -> list[dict[str, Any]]:
     cells = []
-    root = rd.path / "cells"
-    for path in sorted(root.glob("*/cell.json")) if root.is_dir() else []:
+    root = rd.cells_dir
+    for path in sorted(root.glob(f"*/{CELL_JSON}")) if root.is_dir() else []:
         try:
             cells.append(json.loads(path.read_text()))
         except (OSError, ValueError):
@@ -65,14 +58,14 @@ def run_attrs(path: str | Path) -> dict[str, Any]:
     rd = RunDir.open(path)
     attrs = dict(rd.manifest())
     try:
-        recipe = load_recipe(rd.path / "recipe.resolved.yaml")
+        recipe = load_recipe(rd.recipe_path)
         attrs["baseline"] = recipe.baseline_cell()
         attrs["threshold"] = float(recipe.confound.threshold)
         if recipe.is_adaptive:
             attrs["failure_margin"] = recipe.adaptive_settings.failure_margin
     except (OSError, UsageError):
         try:
-            matrix = json.loads((rd.path / "matrix.json").read_text())
+            matrix = json.loads(rd.matrix_json.read_text())
             # aorta's keys, else upstream AORTA's (baseline_cell, confound.threshold).
             confound = matrix.get("confound")
             upstream = confound.get("threshold") if isinstance(confound, dict) else None
@@ -101,7 +94,7 @@ def load_run(
     Parameters
     ----------
     path
-        A run directory, or a netCDF file written by :func:`write_netcdf`.
+        A run directory, or a netCDF file written by :func:`~aorta.store.netcdf.write_netcdf`.
     source
         ``auto``: ``results.nc`` when the run is complete and has one, else the trial
         records; ``records``: always rebuild from ``cells/*/trial_*.json`` (unreadable records
@@ -159,12 +152,12 @@ def load_run(
         ds = read_netcdf(p)
         if not traces:
             return ds
-        if not (p.parent / "manifest.json").is_file():
+        if not (p.parent / MANIFEST).is_file():
             raise UsageError(f"{p}: trace metrics need the run directory this file belongs to")
         rd = RunDir.open(p.parent)
     else:
         rd = RunDir.open(p)
-        nc = rd.path / RESULTS
+        nc = rd.results_path
         if source == "netcdf" or (
             source == "auto" and nc.is_file() and rd.manifest().get("status") == "complete"
         ):
@@ -347,4 +340,4 @@ def load_trials(path: str | Path, *, source: Source = "auto", traces: bool = Fal
 def write_results(path: str | Path) -> Path:
     """Write the run directory's Dataset, rebuilt from its records, to ``results.nc``."""
     rd = RunDir.open(path)
-    return write_netcdf(load_run(rd.path, source="records"), rd.path / RESULTS)
+    return write_netcdf(load_run(rd.path, source="records"), rd.results_path)

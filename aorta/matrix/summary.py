@@ -139,6 +139,7 @@ def summarize(
     df["did_not_run"] = _not_run(ds, status)
     df["mean_step_ms"] = mean
     df["step_source"] = source
+    assert baseline is not None  # compare() refused a baseline that is not one of the cells
     b = cells.index(baseline)
     base = df.iloc[b]
     df["confound"] = [

@@ -55,14 +55,14 @@ import aorta.trace
 from aorta.errors import TraceError, TraceWarning
 from aorta.matrix.dataset import build_dataset, text_array
 from aorta.matrix.select import is_trace_variable
-from aorta.store.record import RAN, TrialRecord
-from aorta.store.rundir import RunDir, atomic_write
+from aorta.store.metrics_cache import read_cached, write_cached
+from aorta.store.record import RAN, TrialRecord, TrialStatus
+from aorta.store.rundir import CELL_JSON, RunDir, trace_file_name
 from aorta.trace.items import ITEMS_BY, step_items
 from aorta.trace.metrics import BUSBW, METRICS, PERF, rank_metrics
 from aorta.trace.tracelens import read_tracelens
 
 __all__ = [
-    "METRICS_CACHE",
     "PARALLEL_MIN_BYTES",
     "TRACE_METRICS_VERSION",
     "add_trace_metrics",
@@ -78,8 +78,6 @@ __all__ = [
 #: 2: the per-item per-step tables of :func:`aorta.trace.items.step_items` (``items``, ``steps``).
 #: 3: the perf-model metrics (``perf_coverage``, ``tflops_<family>``, ``pct_roofline_<family>``).
 TRACE_METRICS_VERSION = 3
-#: The per-trial metrics cache, inside the trial's ``trace/`` folder.
-METRICS_CACHE = "metrics.aorta-cache"
 _RANK_FILE = re.compile(r"^rank(\d+)(?:\.pt\.trace)?\.json(?:\.gz)?$")
 _NO_TRACE_STATUSES = ("missing", "did_not_run")
 CacheMode = Literal["use", "refresh", "off"]
@@ -181,8 +179,8 @@ def _items_payload(trace: Any, ranks: Mapping[int, int]) -> dict[str, Any]:
             if rank in ranks:
                 steps[str(ranks[rank])] = info
         for rank, rows in table.groupby("rank", sort=True):
-            if int(rank) in ranks:  # type: ignore[call-overload]
-                items[by][str(ranks[int(rank)])] = [  # type: ignore[call-overload]
+            if int(rank) in ranks:
+                items[by][str(ranks[int(rank)])] = [
                     [i, c, float(p), float(n)]
                     for i, c, p, n in zip(
                         rows["item"], rows["class"], rows["per_step"], rows["calls"], strict=True
@@ -210,24 +208,6 @@ def _cache_key(job: _Job) -> dict[str, Any]:
         st = path.stat()
         stats[path.name] = [st.st_size, st.st_mtime_ns]
     return {"version": TRACE_METRICS_VERSION, "files": stats}
-
-
-def _read_cached(job: _Job, key: Mapping[str, Any]) -> dict[str, Any] | None:
-    try:
-        data = json.loads((job.trace_dir / METRICS_CACHE).read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(data, dict) or data.get("key") != key:
-        return None
-    return data.get("result")
-
-
-def _write_cached(job: _Job, key: Mapping[str, Any], result: Mapping[str, Any]) -> str | None:
-    try:
-        atomic_write(job.trace_dir / METRICS_CACHE, json.dumps({"key": key, "result": result}))
-    except OSError as exc:
-        return f"{job.trace_dir / METRICS_CACHE}: metrics cache not written ({exc.strerror or exc})"
-    return None
 
 
 def available_cores() -> int:
@@ -337,7 +317,7 @@ def _trial_results(
             results[(job.cell, job.trial)] = {"ranks": {}, "problems": []}
             continue
         key = keys[(job.cell, job.trial)] = _cache_key(job)
-        cached = _read_cached(job, key) if cache == "use" else None
+        cached = read_cached(job.trace_dir, key) if cache == "use" else None
         if cached is None:
             todo.append(job)
         else:
@@ -346,7 +326,9 @@ def _trial_results(
     analysed = _analyse_all(todo, cache=cache, workers=workers, notes=notes, executor=executor)
     for job, result in analysed:
         results[(job.cell, job.trial)] = result
-        if cache != "off" and (note := _write_cached(job, keys[(job.cell, job.trial)], result)):
+        if cache != "off" and (
+            note := write_cached(job.trace_dir, keys[(job.cell, job.trial)], result)
+        ):
             notes.append(note)
     return results, notes
 
@@ -357,7 +339,7 @@ def _trial_results(
 def _collected(run_dir: Path) -> dict[str, bool]:
     """Per cell: whether its plan collects torch_profiler traces (from ``cell.json``)."""
     out = {}
-    for path in (run_dir / "cells").glob("*/cell.json"):
+    for path in RunDir(run_dir).cells_dir.glob(f"*/{CELL_JSON}"):
         try:
             cell = json.loads(path.read_text())
         except (OSError, ValueError):
@@ -371,13 +353,14 @@ def _collected(run_dir: Path) -> dict[str, bool]:
 
 def _jobs(ds: xr.Dataset, run_dir: Path, world_size: int) -> list[_Job]:
     collects = _collected(run_dir)
+    rd = RunDir(run_dir)
     status = ds.status.transpose("cell", "trial").values
     jobs = []
     for i, cell in enumerate(str(c) for c in ds.cell.values.tolist()):
         for j, trial in enumerate(int(t) for t in ds.trial.values.tolist()):
             if status[i, j] in _NO_TRACE_STATUSES:
                 continue
-            trace_dir = run_dir / "cells" / cell / f"trial_{trial:04d}" / "trace"
+            trace_dir = rd.trace_dir(cell, trial)
             files = rank_files(trace_dir)
             warn = collects.get(cell, False) and status[i, j] in RAN
             if files or warn:
@@ -397,7 +380,7 @@ def _problems(
             lines.append(f"{job.trace_dir / name}: {why}")
         for rank in job.expected:
             if rank not in job.files:
-                lines.append(f"{job.trace_dir / f'rank{rank}.pt.trace.json.gz'}: no such file")
+                lines.append(f"{job.trace_dir / trace_file_name(rank)}: no such file")
     return lines
 
 
@@ -552,7 +535,7 @@ def add_trace_metrics(
     for line in problems:
         warnings.warn(line, TraceWarning, stacklevel=3)
     for (cell, trial), result in list(results.items()):  # file names → paths in the run
-        folder = Path("cells") / cell / f"trial_{trial:04d}" / "trace"
+        folder = rd.trace_dir(cell, trial).relative_to(rd.path)
         ranks = {
             r: m | {"file": (folder / m["file"]).as_posix()} if m.get("file") else m
             for r, m in result["ranks"].items()
@@ -685,7 +668,7 @@ def load_tracelens(
     for line in problems:
         warnings.warn(line, TraceWarning, stacklevel=2)
     records = [
-        TrialRecord(cell=cell, cell_id="", trial=trial, status="ok", passed=True)
+        TrialRecord(cell=cell, cell_id="", trial=trial, status=TrialStatus.OK, passed=True)
         for cell, trial in results
     ]
     attrs = {"baseline": baseline or cells[0], "threshold": threshold, "source": "tracelens"}

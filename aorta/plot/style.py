@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType
 
 __all__ = ["PALETTE", "aorta_style", "new_axes"]
 
@@ -21,7 +24,7 @@ PALETTE: dict[str, str] = {
     "grey": "#999999",
 }
 
-_RC: dict[str, Any] = {
+_RC: dict[RcKeyType, Any] = {
     "axes.prop_cycle": None,  # filled lazily (needs cycler from matplotlib)
     "axes.spines.top": False,
     "axes.spines.right": False,

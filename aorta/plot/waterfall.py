@@ -62,7 +62,8 @@ def waterfall(explained: pd.DataFrame, *, top: int = 8, ax: Any = None) -> Figur
     starts, heights, lows, highs, colors = [0.0], [step["baseline"]], [np.nan], [np.nan], []
     colors.append(PALETTE["grey"])
     level = step["baseline"]
-    deltas = [
+    # (label, delta, CI low, CI high, colour: None for the sign's colour)
+    deltas: list[tuple[str, float, float, float, str | None]] = [
         (_short(str(r.item)), r.delta, r.ci_low, r.ci_high, None)
         for r in shown.itertuples(index=False)
     ]

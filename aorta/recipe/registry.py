@@ -317,7 +317,7 @@ def _environments_from(obj: Any, source: str) -> list[Environment]:
             if problem:
                 raise RecipeError([Problem(f"{source}: environments.{item.name}", problem)])
             if item.kind == "docker":
-                problem = image_ref_problem(item.image)
+                problem = image_ref_problem(item.image or "")  # a docker one without an image
                 if problem:
                     raise RecipeError(
                         [

@@ -68,6 +68,9 @@ from aorta.recipe.limits import (
 from aorta.recipe.yamldoc import parse_yaml
 from aorta.regex import RegexError, compile_regex
 
+# The one upward import of recipe/: constants only (store/rundir.py owns every run file name).
+from aorta.store.rundir import MATRIX_JSON, MATRIX_MD
+
 __all__ = [
     "KNOWN_COLLECTORS",
     "Axes",
@@ -87,11 +90,13 @@ __all__ = [
     "load_recipe",
     "load_recipe_pending_command",
     "load_recipe_text",
+    "scrub_env_keys_of",
 ]
 
 SCHEMA_VERSION = 1
 CELL_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
-RESERVED_CELL_NAMES = frozenset({"matrix.md", "matrix.json", ".", ".."})
+#: A cell may not take a name of the run directory's matrix files (nor ``.``/``..``).
+RESERVED_CELL_NAMES = frozenset({MATRIX_MD, MATRIX_JSON, ".", ".."})
 RESERVED_CONFIG_KEYS = frozenset({"steps"})
 RESERVED_CONFIG_PREFIX = "_aorta_"
 #: Collectors a recipe may ask for, with the options each accepts.
@@ -933,6 +938,24 @@ def load_recipe(path: str | Path, *, command: list[str] | None = None) -> Recipe
     return load_recipe_text(text, command=command, source=str(path))
 
 
+def scrub_env_keys_of(text: str | bytes) -> tuple[str, ...]:
+    """A recipe text's ``redaction.scrub_env_keys``, read without validating the rest (``aorta
+    launch`` redacts the nodes' snapshots with them; the node's sweep validates the recipe).
+
+    Anything unreadable or of the wrong shape gives no keys.
+
+    >>> scrub_env_keys_of("workload: matmul\\nredaction: {scrub_env_keys: [MY_*, 3]}\\n")
+    ('MY_*',)
+    >>> scrub_env_keys_of(b"{not yaml")
+    ()
+    """
+    try:
+        keys = yaml.safe_load(text)["redaction"]["scrub_env_keys"]
+    except (yaml.YAMLError, KeyError, TypeError, IndexError):
+        return ()
+    return tuple(k for k in keys if isinstance(k, str)) if isinstance(keys, list) else ()
+
+
 def recipe_to_data(recipe: Recipe) -> dict[str, Any]:
     """The recipe as plain data with every field explicit (what :func:`dump_recipe` writes)."""
     return recipe.model_dump(mode="json")
@@ -965,15 +988,27 @@ def load_recipe_pending_command(
     return recipe.model_copy(update={"command": None}), True
 
 
-def dump_recipe(recipe: Recipe) -> str:
+def dump_recipe(recipe: Recipe, *, explicit: bool = True) -> str:
     """YAML text of ``recipe`` with every field explicit; loads back to an equal :class:`Recipe`.
+
+    ``explicit=False`` leaves out the fields at their defaults (what ``aorta recipe show``
+    prints: the recipe as its author would write it).
 
     Examples
     --------
     >>> r = load_recipe_text("workload: matmul\\ncells: [{name: a, mitigations: [none]}]")
     >>> load_recipe_text(dump_recipe(r)) == r
     True
+    >>> print(dump_recipe(r, explicit=False), end="")
+    workload: matmul
+    cells:
+    - name: a
+      mitigations:
+      - none
     """
+    if not explicit:
+        data = recipe.model_dump(mode="json", exclude_defaults=True)
+        return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
     # allow_unicode would emit U+0085 and friends raw, which YAML then reads as line breaks.
     return yaml.safe_dump(recipe_to_data(recipe), sort_keys=False, allow_unicode=False, width=100)
 

@@ -15,7 +15,7 @@ import pandas as pd
 import xarray as xr
 
 from aorta.matrix import stats
-from aorta.matrix.explain import explain
+from aorta.matrix.explain import ExplainBy, explain
 
 __all__ = [
     "CHANGED_VERDICTS",
@@ -136,7 +136,7 @@ def explain_json(df: pd.DataFrame) -> dict[str, Any]:
     return {"items": items} | {str(k): clean(v) for k, v in df.attrs.items()}
 
 
-def default_by(ds: xr.Dataset) -> str:
+def default_by(ds: xr.Dataset) -> ExplainBy:
     """``kernel`` when any trace of the run has GPU events, else ``op`` (CPU-only runs)."""
     return "kernel" if "trace_source" in ds and bool((ds.trace_source == "gpu").any()) else "op"
 
@@ -145,7 +145,7 @@ def explain_changed(
     ds: xr.Dataset,
     comparison: pd.DataFrame,
     *,
-    by: str | None = None,
+    by: ExplainBy | None = None,
     alpha: float = 0.05,
     seed: int = stats.DEFAULT_SEED,
     resamples: int = stats.DEFAULT_RESAMPLES,
@@ -165,7 +165,7 @@ def explain_changed(
             by=chosen,
             alpha=alpha,
             seed=seed,
-            resamples=resamples,  # type: ignore[arg-type]
+            resamples=resamples,
         )
         for cell, verdict in comparison["difference"].items()
         if verdict in CHANGED_VERDICTS

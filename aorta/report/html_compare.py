@@ -30,6 +30,7 @@ from aorta.report.comparison import (
 from aorta.report.html_kit import Cell, FigureFormat, Section, esc, figure_block, page, table
 from aorta.report.html_sections import hosts_table, verdict_chip
 from aorta.store.record import RAN
+from aorta.store.rundir import MATRIX_MD, REPORT_DIR, REPORT_HTML, RunDir
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -77,9 +78,10 @@ def _runs_section(a: RunSide, b: RunSide) -> Section:
         head.append(f"{s.label}: {s.path.name}")
     links = []
     for s in (a, b):
-        files = [s.link("matrix.md", "matrix.md")]
-        if (s.path / "report" / "report.html").is_file():
-            files.insert(0, s.link("report/report.html", "report.html"))
+        files = [s.link(MATRIX_MD, MATRIX_MD)]
+        page_path = RunDir(s.path).report_dir / REPORT_HTML
+        if page_path.is_file():
+            files.insert(0, s.link(f"{REPORT_DIR}/{REPORT_HTML}", REPORT_HTML))
         links.append(f"<li>{s.label}: <code>{esc(s.path)}</code> — {' · '.join(files)}</li>")
     parts = [
         '<p class="note">Each cell of run B against the same cell of run A. Values that differ '

@@ -61,13 +61,12 @@ from aorta.report.html_sections import (
     run_section,
 )
 from aorta.store.redact import redact_page
-from aorta.store.rundir import RunDir, atomic_write
+from aorta.store.rundir import REPORT_HTML, RunDir, atomic_write
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 __all__ = [
-    "REPORT_HTML",
     "RUN_SECTIONS",
     "compare_html",
     "html",
@@ -88,8 +87,6 @@ RUN_SECTIONS: tuple[SectionBuilder, ...] = (
     run_section,
     trials_section,
 )
-#: The page's name inside ``report/``.
-REPORT_HTML = "report.html"
 _TAIL_BYTES = 8192
 _TAIL_LINES = 8
 _GROUPS_READ = 8  # failures per cell (status and signature) whose files are read
@@ -280,7 +277,7 @@ def render_run_page(
 
 
 def _footer() -> str:
-    now = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     return f"Written by aorta {esc(__version__)} on {now}. One file: no network access needed."
 
 

@@ -48,11 +48,9 @@ from aorta.report.comparison import (
 from aorta.report.findings import finding_json, findings_markdown
 from aorta.report.upstream import with_upstream_keys
 from aorta.store.redact import Redactor
-from aorta.store.rundir import RunDir
+from aorta.store.rundir import MATRIX_JSON, MATRIX_MD, RunDir
 
 __all__ = [
-    "MATRIX_JSON",
-    "MATRIX_MD",
     "adaptive_markdown",
     "failure_signatures",
     "matrix_header",
@@ -64,9 +62,6 @@ __all__ = [
     "write_matrix",
 ]
 
-#: The matrix files of a run directory.
-MATRIX_MD = "matrix.md"
-MATRIX_JSON = "matrix.json"
 _HEADER_KEYS = (
     "ticket",
     "workload",
@@ -499,7 +494,7 @@ def matrix_markdown(
         lines += ["", *adaptive_markdown(summary)]
     text = "\n".join(lines) + "\n"
     if signed:
-        text += "\n" + signature_markdown(signatures)  # type: ignore[arg-type]
+        text += "\n" + signature_markdown(signatures)
     return text if traces is None else f"{text}\n{trace_markdown(traces)}"
 
 

@@ -40,10 +40,10 @@ from aorta.report.comparison import (
 )
 from aorta.report.explain import explain_changed, time_went_markdown
 from aorta.report.findings import findings_markdown
-from aorta.report.matrix import MATRIX_JSON, MATRIX_MD, trace_markdown, write_matrix
+from aorta.report.matrix import trace_markdown, write_matrix
 from aorta.report.perf import hardware_report
 from aorta.store.redact import Redactor
-from aorta.store.rundir import atomic_write
+from aorta.store.rundir import MATRIX_JSON, MATRIX_MD, atomic_write
 
 __all__ = ["REPORT_DIR", "write_report"]
 

@@ -169,7 +169,7 @@ def _number(v: Any) -> float | None:
     if isinstance(v, str):
         v = v.strip().rstrip("%").strip()
     try:
-        return float(v)  # type: ignore[arg-type]
+        return float(v)
     except (TypeError, ValueError):
         return None
 

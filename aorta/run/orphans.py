@@ -23,56 +23,26 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import importlib.resources
 import os
-import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterable
-from pathlib import Path
 from types import TracebackType
 
 from aorta import envvars
+from aorta.run import proctree
 
 __all__ = ["OrphanGuard", "marked_processes", "new_token", "reap_trial"]
 
 _PR_SET_CHILD_SUBREAPER = 36
 
-# The guard runs this with the system Python's standard library only: it must start fast and
-# must not import aorta (which may be mid-upgrade on disk). argv: entry, grace seconds.
-_GUARD = r"""
-import os, select, signal, sys, time
-entry = sys.argv[1].encode()
-grace = float(sys.argv[2])
-parent = os.getppid()
-# Until the sweep closes the pipe or dies (EOF), or is gone while a forked child of it still
-# holds the pipe open (we are reparented).
-while os.getppid() == parent:
-    if select.select([0], [], [], 1.0)[0] and not os.read(0, 4096):
-        break
-def marked():
-    out = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit() or int(pid) == os.getpid():
-            continue
-        try:
-            with open("/proc/%s/environ" % pid, "rb") as fh:
-                if entry in fh.read().split(b"\0"):
-                    out.append(int(pid))
-        except OSError:
-            pass
-    return out
-for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 0)):
-    for pid in marked():
-        try:
-            os.kill(pid, sig)
-        except OSError:
-            pass
-    end = time.monotonic() + wait
-    while wait and marked() and time.monotonic() < end:
-        time.sleep(0.05)
-"""
+
+def _guard_source() -> str:
+    # The guard runs proctree's own source with the system Python's standard library only: it
+    # must start fast and must not import aorta (which may be mid-upgrade on disk).
+    return importlib.resources.files("aorta.run").joinpath("proctree.py").read_text()
 
 
 def new_token() -> str:
@@ -80,35 +50,9 @@ def new_token() -> str:
     return uuid.uuid4().hex
 
 
-def _environ_has(pid: int, entry: bytes) -> bool:
-    try:
-        return entry in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    except OSError:
-        return False
-
-
 def marked_processes(name: str, value: str) -> list[int]:
     """Live processes (not zombies) whose environment holds ``name=value``."""
-    entry = f"{name}={value}".encode()
-    found = []
-    for pid in os.listdir("/proc"):
-        if pid.isdigit() and int(pid) != os.getpid() and _environ_has(int(pid), entry):
-            with contextlib.suppress(OSError, IndexError):
-                state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-                if state not in ("Z", "X"):
-                    found.append(int(pid))
-    return found
-
-
-def _children() -> list[int]:
-    out: list[int] = []
-    with contextlib.suppress(OSError):
-        for task in os.listdir("/proc/self/task"):
-            with contextlib.suppress(OSError):
-                out += [
-                    int(p) for p in Path(f"/proc/self/task/{task}/children").read_text().split()
-                ]
-    return out
+    return proctree.find([proctree.mark(name, value)])
 
 
 def _set_subreaper(on: bool) -> bool:
@@ -122,33 +66,18 @@ def reap_trial(token: str, *, ignore: Iterable[int] = (), grace_s: float = 2.0) 
     """Kill and reap this process's children that carry the trial ``token``; how many.
 
     Only children are looked at (orphans come to the sweep because it is a subreaper), and
-    only marked ones are waited for, so no ``subprocess.Popen`` loses its exit status.
+    only marked ones are waited for, so no ``subprocess.Popen`` loses its exit status. A
+    killed daemon's own children become ours and are found on the next look.
     """
-    entry = f"{envvars.TRIAL_TOKEN}={token}".encode()
+    entry = proctree.mark(envvars.TRIAL_TOKEN, token)
     skip = set(ignore)
-    killed = 0
-    for _ in range(10):  # a killed daemon's own children become ours next round
-        found = [p for p in _children() if p not in skip and _environ_has(p, entry)]
-        if not found:
-            break
-        killed += len(found)
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            for pid in found:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, sig)
-            end = time.monotonic() + (grace_s if sig == signal.SIGTERM else 5.0)
-            while found and time.monotonic() < end:
-                found = [p for p in found if not _reaped(p)]
-                time.sleep(0.02) if found else None
-    return killed
-
-
-def _reaped(pid: int) -> bool:
-    try:
-        done, _ = os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        return True
-    return done == pid
+    report = proctree.stop(
+        lambda: proctree.find([entry], among=proctree.children(), spare=skip),
+        grace_s=grace_s,
+        reap=True,
+        poll_s=0.02,
+    )
+    return int(report["terminated"])
 
 
 class OrphanGuard:
@@ -172,7 +101,16 @@ class OrphanGuard:
         env = {k: v for k, v in os.environ.items() if k != envvars.SWEEP_TOKEN}
         with contextlib.suppress(OSError):
             self.guard = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-c", _GUARD, entry, str(self.grace_s)],
+                [
+                    sys.executable,
+                    "-I",
+                    "-S",
+                    "-c",
+                    _guard_source(),
+                    "guard",
+                    entry,
+                    str(self.grace_s),
+                ],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,

@@ -27,7 +27,7 @@ from typing import Any
 
 from aorta.errors import AortaError
 from aorta.run.workload import TrialContext, WorkloadCatalog
-from aorta.store.rundir import RunDir
+from aorta.store.rundir import TRACE_DIR, RunDir, trace_file_name
 
 __all__ = ["StepProfiler", "no_traces_hint"]
 
@@ -60,10 +60,9 @@ class StepProfiler:
         }
 
     def _trace_path(self) -> Path:
-        folder = Path(self.context.artifact_dir or ".") / "trace"
+        folder = Path(self.context.artifact_dir or ".") / TRACE_DIR
         folder.mkdir(parents=True, exist_ok=True)
-        cycle = f".{len(self.traces)}" if self.traces else ""
-        return folder / f"rank{self.context.rank}{cycle}.pt.trace.json.gz"
+        return folder / trace_file_name(self.context.rank, cycle=len(self.traces))
 
     def _ready(self, prof: Any) -> None:
         path = self._trace_path()

@@ -130,7 +130,7 @@ class TrialRunner:
         key: TrialKey,
         ctx: TrialContext,
         overlay: dict[str, str],
-        abort: Callable[[], str | None] | None,
+        abort: Callable[[], tuple[TrialStatus, str] | None] | None,
     ) -> Outcome:
         cls = self.workload
         if cls is None:
@@ -250,7 +250,7 @@ class TrialRunner:
         key: TrialKey,
         *,
         rendezvous: Mapping[str, str] | None = None,
-        abort: Callable[[], str | None] | None = None,
+        abort: Callable[[], tuple[TrialStatus, str] | None] | None = None,
     ) -> RankOutcome:
         """Run this rank's part of ``key`` until its deadline."""
         deadline = time.monotonic() + self.plan.timeout_s

@@ -39,11 +39,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-
 from aorta.errors import AortaError
 from aorta.recipe.condition import compile_condition, evaluate
 from aorta.recipe.schema import CustomPattern
+from aorta.recipe.yamldoc import parse_yaml
 from aorta.regex import RegexError, compile_alternation, compile_regex
 from aorta.text import printable
 
@@ -221,7 +220,7 @@ class _Scanner:
         if finder is not None:
             m = finder.search(buf, pos)
             return -1 if m is None else m.start()
-        own = (self.pending[k]._rx.search(buf, pos) for k in active)  # type: ignore[attr-defined]
+        own = (self.pending[k]._rx.search(buf, pos) for k in active)
         return min((m.start() for m in own if m is not None), default=-1)
 
     def feed(self, buf: bytes, *, source: str, index: int, offset: int, line0: int) -> None:
@@ -266,7 +265,7 @@ class _Scanner:
         """The captures of signature ``k``'s first match on ``line`` whose condition holds."""
         sig = self.pending[k]
         cond = getattr(sig, "_cond", None)
-        for m in sig._rx.finditer(line):  # type: ignore[attr-defined]
+        for m in sig._rx.finditer(line):
             caps = _captures(m)
             if cond is None:
                 return caps
@@ -374,10 +373,6 @@ class SignatureLibrary:
         sigs += [Signature.from_custom(p) for p in custom]
         return cls(sigs, version=version)
 
-    def with_signatures(self, extra: Iterable[Signature]) -> SignatureLibrary:
-        """This library and ``extra`` after it."""
-        return SignatureLibrary([*self.signatures, *extra], version=self.version)
-
     def describe(self) -> list[dict[str, Any]]:
         """One row per signature: name, tier, source, hint, regex."""
         return [
@@ -453,7 +448,7 @@ class SignatureLibrary:
 
 def _builtin() -> tuple[int, list[Signature]]:
     text = importlib.resources.files("aorta.run").joinpath(_DATA_FILE).read_text("utf-8")
-    doc = yaml.safe_load(text)
+    doc = parse_yaml(text)
     return int(doc["version"]), [
         Signature.from_mapping(item, "builtin") for item in doc["signatures"]
     ]

@@ -22,13 +22,12 @@ import hashlib
 import os
 import socket
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import yaml
 
 from aorta import __version__, envvars
 from aorta.errors import AortaError, ExitCode, UsageError
@@ -36,7 +35,7 @@ from aorta.matrix.compare import compare
 from aorta.matrix.dataset import build_dataset
 from aorta.matrix.load import write_results
 from aorta.recipe.plan import Cell, TrialKey
-from aorta.recipe.schema import Recipe, dump_recipe, recipe_from_data
+from aorta.recipe.schema import Recipe, dump_recipe, load_recipe_text
 from aorta.report.matrix import write_matrix
 from aorta.report.progress import ProgressMode, Reporter, check_progress, choose_reporter
 from aorta.run import procs
@@ -424,7 +423,7 @@ class _Sweep:
         )
         return self._record(key, merge_ranks([skipped], 1), utc_now(), None)
 
-    def _abort_check(self, seq: int) -> Any:
+    def _abort_check(self, seq: int) -> Callable[[], tuple[TrialStatus, str] | None] | None:
         if not self.coord.distributed:
             return None
 
@@ -755,7 +754,7 @@ def _sweep(
         if "error" in setup:
             raise (UsageError if setup["usage"] else AortaError)(f"rank 0: {setup['error']}")
         prepared = prepare(
-            recipe_from_data(yaml.safe_load(setup["recipe"])),
+            load_recipe_text(setup["recipe"]),
             mitigations_files=mitigations_files,
             catalog=catalog,
         )
@@ -767,12 +766,12 @@ def _sweep(
             )
     # 2. Rank 0 makes (or reopens) the run directory; everyone learns where it is.
     scrub = Redactor.for_recipe(prepared.plan.recipe.redaction)
-    mine = None
+    own: dict[str, Any] | None = None
     if dist.local_rank == 0:
-        mine = snapshot(
+        own = snapshot(
             scrub_keys=scrub.scrub_keys, scrub_paths=scrub.scrub_paths, scrub_ips=scrub.scrub_ips
         )
-    snapshots = coord.gather("hostenv", mine, timeout_s=wait_s)
+    snapshots = coord.gather("hostenv", own, timeout_s=wait_s)
     done: dict[tuple[str, int], TrialRecord] = {}
     with contextlib.ExitStack() as stack:
         if dist.rank == 0:

@@ -324,8 +324,9 @@ def workload_ref(cls: type[Workload]) -> dict[str, str]:
     """How a worker finds ``cls``: ``module:QualName`` and the folder its package sits in."""
     module = sys.modules.get(cls.__module__)
     root = ""
-    if module is not None and getattr(module, "__file__", None):
-        root = str(Path(module.__file__).resolve().parents[cls.__module__.count(".")])
+    file = getattr(module, "__file__", None) if module is not None else None
+    if file:
+        root = str(Path(file).resolve().parents[cls.__module__.count(".")])
     return {"name": cls.name, "ref": f"{cls.__module__}:{cls.__qualname__}", "sys_path": root}
 
 

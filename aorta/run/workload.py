@@ -305,7 +305,7 @@ class WorkloadCatalog:
 
     def describe(self) -> list[dict[str, Any]]:
         """One row per workload: name, description, launch mode, isolation, or its import error."""
-        rows = []
+        rows: list[dict[str, Any]] = []
         for name in self.names():
             try:
                 cls = self.get(name)

@@ -381,7 +381,7 @@ def _entry(
 
 
 def _stamp(now: _dt.datetime | None) -> str:
-    return (now or _dt.datetime.now(_dt.UTC)).strftime("%Y%m%dT%H%M%SZ")
+    return (now or _dt.datetime.now(_dt.timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
 
 
 def plan_bundle(
@@ -524,5 +524,5 @@ def _add(tar: tarfile.TarFile, name: str, data: bytes, mtime: float | None) -> N
     info = tarfile.TarInfo(name)
     info.size = len(data)
     info.mode = 0o644
-    info.mtime = int(mtime if mtime is not None else _dt.datetime.now(_dt.UTC).timestamp())
+    info.mtime = int(mtime if mtime is not None else _dt.datetime.now(_dt.timezone.utc).timestamp())
     tar.addfile(info, io.BytesIO(data))

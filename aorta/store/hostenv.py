@@ -121,7 +121,7 @@ class _UrlPasswords:
 #: Values that carry a credential whatever the variable is called: the secret part of each
 #: match (group ``s``) becomes ``<redacted>``. Every pattern stays on one line (``[ \t]``,
 #: never ``\s``, between the parts): a match never eats the next line or the markup around it.
-_SECRET_SHAPES = (
+_SECRET_SHAPES: tuple[re.Pattern[str] | _UrlPasswords, ...] = (
     # scheme://user:SECRET@host (postgres, mysql, https, redis://:SECRET@host, amqp, …); the
     # password may hold / and @: it runs to the last @ of the URL. Matched one token at a
     # time, so it stays linear (:class:`_UrlPasswords`).
@@ -278,7 +278,10 @@ def redact_secret_shapes_counted(text: str) -> tuple[str, int]:
 
 
 def sub_on_lines(
-    pattern: re.Pattern[str], repl: Any, text: str, keys: Iterable[str] | re.Pattern[str] | None
+    pattern: re.Pattern[str] | _UrlPasswords,
+    repl: Any,
+    text: str,
+    keys: Iterable[str] | re.Pattern[str] | None,
 ) -> str:
     r"""``pattern.sub(repl, text)`` for a line-bounded ``pattern``, run only on the lines that
     hold one of ``keys`` (lower-case substrings every match contains, or a pattern every match's

@@ -300,8 +300,8 @@ def merge_ranks(outcomes: Sequence[RankOutcome | None], world_size: int) -> dict
         w if single or r.rank == 0 else f"rank {r.rank}: {w}" for r in ranks for w in r.warnings
     ]
     artifacts: dict[str, str] = {}
-    for r in ranks:
-        artifacts.update(r.artifacts)
+    for outcome in ranks:
+        artifacts.update(outcome.artifacts)
     # The root cause's signature: the lowest tier over the ranks (a peer's watchdog timeout
     # follows another rank's illegal memory access), then the lowest rank.
     signed = [r for r in ranks if r.signature]

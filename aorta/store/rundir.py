@@ -91,7 +91,7 @@ def trace_file_name(rank: int, cycle: int = 0) -> str:
 
 def utc_now() -> str:
     """ISO 8601 UTC timestamp with milliseconds (``2026-11-30T04:55:38.123Z``)."""
-    return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 def atomic_write(path: Path, data: bytes | str, *, mode: int | None = None) -> None:
@@ -149,7 +149,7 @@ class RunDir:
         processes never share one). ``name`` (``AORTA_RUN_ID``, set by ``aorta launch``) names
         the folder exactly instead; it must not exist yet.
         """
-        stamp = (now or _dt.datetime.now(_dt.UTC)).strftime("%Y-%m-%dT%H-%M-%S")
+        stamp = (now or _dt.datetime.now(_dt.timezone.utc)).strftime("%Y-%m-%dT%H-%M-%S")
         parent = Path(output) / _safe(ticket or NO_TICKET) / _safe(workload)
         parent.mkdir(parents=True, exist_ok=True)
         if name is not None:

@@ -25,6 +25,7 @@ import threading
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
+from typing import Any
 
 from aorta.errors import TraceError
 
@@ -140,7 +141,7 @@ def parse_file_parallel(
     ranges = event_ranges(path, start, size, workers, first_share=CALLER_SHARE)
     if len(ranges) < 2:
         return None
-    jobs = [
+    jobs: list[dict[str, Any]] = [
         {
             "lo": lo,
             "hi": hi,

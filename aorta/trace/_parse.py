@@ -350,7 +350,7 @@ class _Builder:
         out = np.fromiter(numbers, dtype=np.int64, count=len(numbers))
         for i in where:
             value = values[i]
-            if strings == "absent":
+            if strings == "absent" or not isinstance(value, str):  # ``where`` holds the strings
                 continue
             if value.strip().lstrip("-").isdigit():
                 out[i] = int(value)
@@ -371,7 +371,7 @@ class _Builder:
 
     def part(self, stats: ScanStats) -> Part:
         """What this builder collected, with its own dictionaries (see :func:`merge_parts`)."""
-        columns = {
+        columns: dict[str, np.ndarray] = {
             key: (np.concatenate(parts) if parts else np.empty(0, dtype=COLUMNS[key])).astype(
                 COLUMNS[key], copy=False
             )

@@ -22,12 +22,13 @@ levels) is an error whose offset is where the nesting passes :data:`DEEP` levels
 from __future__ import annotations
 
 import gzip
+import io
 import re
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, TypeVar
+from typing import Any, Generic, TypeVar
 
 import msgspec
 import numpy as np
@@ -86,7 +87,7 @@ class _Reader:
     def __init__(self, path: Path) -> None:
         self.path = path
         try:
-            self._raw: BinaryIO = open(path, "rb", buffering=0)  # noqa: SIM115 - closed in close()
+            self._raw: io.FileIO = open(path, "rb", buffering=0)  # noqa: SIM115 - closed in close()
         except OSError as exc:
             raise TraceError(f"{path}: cannot open: {exc.strerror or exc}") from exc
         magic = self._raw.read(2)
@@ -194,7 +195,7 @@ def _depths(chars: np.ndarray) -> np.ndarray:
     return np.cumsum(np.where((chars == 123) | (chars == 91), 1, -1))
 
 
-class Scanner:
+class Scanner(Generic[T]):
     """One pass over a trace file; see :func:`scan_events`."""
 
     def __init__(

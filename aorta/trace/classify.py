@@ -18,7 +18,7 @@ module globals to patch; they are applied once per unique name, never per row.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Literal
@@ -194,13 +194,14 @@ class Rules:
         Unmatched names get the table's default (``-1`` for none). This is the vectorised entry
         point: call it with the unique (name, cat) pairs, then index the result with row codes.
         """
-        lookup = {
+        tables: dict[str, Callable[[str, str], str | None]] = {
             "gpu": self.gpu_class,
             "gemm": self.gemm_family,
             "runtime": self.runtime_kind,
             "host": self.host_class,
-        }[table]
-        position = {label: i for i, label in enumerate(labels)}
+        }
+        lookup = tables[table]
+        position: dict[str | None, int] = {label: i for i, label in enumerate(labels)}
         return np.array(
             [position.get(lookup(n, c), -1) for n, c in zip(names, cats, strict=True)],
             dtype=np.int16,

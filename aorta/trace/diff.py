@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 import numpy as np
@@ -35,7 +35,7 @@ Side = Trace | str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
 
 #: Ordered ``(pattern, replacement)`` rules of :func:`normalize_kernel_name`, applied after the
 #: template arguments and the parameter list are folded (see its docstring).
-KERNEL_NAME_RULES: tuple[tuple[str, str], ...] = (
+KERNEL_NAME_RULES: tuple[tuple[str, str | Callable[[re.Match[str]], str]], ...] = (
     (r"^void\s+", ""),  # the return type of a demangled CUDA/HIP kernel
     (r"\s*\[clone [^\]]*\]", ""),  # ROCm: " [clone .kd]"
     (r"\.kd$", ""),  # ROCm code-object suffix
@@ -233,7 +233,11 @@ def _items(trace: Trace, *, by: DiffBy, name_rules: Sequence[tuple[str, object]]
         rows = trace.find(cats=["cpu_op"])
         codes = trace.column("name")[rows]
         raw = np.asarray(names, dtype=object)[codes] if len(names) else np.empty(0, object)
-        host = trace.host_cls[np.searchsorted(trace.op_rows, rows)] if rows.size else []
+        host = (
+            trace.host_cls[np.searchsorted(trace.op_rows, rows)]
+            if rows.size
+            else np.empty(0, object)
+        )
         return pd.DataFrame(
             {
                 "item": raw,

@@ -91,7 +91,9 @@ def contained_ranges(
     if inner_start.size > 1 and not bool(np.all(inner_start[1:] >= inner_start[:-1])):
         order = np.lexsort((inner_start, inner_group))
     elif groups.size <= 32:  # already in time order: gather each group's points
-        order = np.concatenate([np.flatnonzero(inner_group == v) for v in groups] or [[]])
+        order = np.concatenate(
+            [np.flatnonzero(inner_group == v) for v in groups] or [np.empty(0, np.int64)]
+        )
         order = order.astype(np.int64)
     else:
         order = np.argsort(inner_group, kind="stable")

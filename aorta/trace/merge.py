@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import io
 import os
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Literal
+from typing import Any, Literal
 
 import msgspec
 
@@ -106,7 +107,8 @@ class _Remap:
         return ev
 
     def _metadata(self, ev: dict[str, Any], pid: Any) -> None:
-        args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
+        given = ev.get("args")
+        args: dict[str, Any] = given if isinstance(given, dict) else {}
         if ev["name"] == "process_name":
             args["name"] = f"[rank {self.rank}] {args.get('name', pid)}"
             self.named.add(ev["pid"])
@@ -154,11 +156,11 @@ def _offsets(
     if align == "collective_end":
         extra = clock_offsets(trace, method="collective_end")
         offsets = {r: offsets[r] + extra.get(r, 0) for r in ranks}
-    bases = [trace.info(r).base_time_ns for r in ranks if trace.info(r).base_time_ns is not None]
+    bases = [b for b in (trace.info(r).base_time_ns for r in ranks) if b is not None]
     return ranks, offsets, (min(bases) if bases else None)
 
 
-def _write_rank(out: BinaryIO, path: Path, remap: _Remap, first: bool) -> tuple[int, bool]:
+def _write_rank(out: io.BufferedIOBase, path: Path, remap: _Remap, first: bool) -> tuple[int, bool]:
     """Copy one rank's events; returns (events written, whether nothing has been written yet)."""
     count = 0
     for events in scan_events(path, _DECODER.decode, stats=ScanStats()):

@@ -100,6 +100,7 @@ def _sdpa(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
         return None
     qk, pv = 2 * nq * nkv * dqk, 2 * nq * nkv * dv
     backward = ctx.get("backward", False)
+    flops: float
     if backward:  # recomputed scores, dV, dP, dQ, dK; GQA sums the heads sharing K/V
         flops = b * hq * (3 * qk + 2 * pv)
         flops += b * nkv * hkv * max(hq // max(hkv, 1) - 1, 0) * (dqk + dv)
@@ -151,7 +152,9 @@ def _conv(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
     values = [concrete_at(concrete, first + i) for i in range(6)]
     stride, pad, dil = (ints(v) for v in values[:3])
     transposed, out_pad, groups = flag(values[3]), ints(values[4]), ints(values[5])
-    if x is None or w is None or len(x) < 3 or len(w) != len(x) or None in (stride, pad, dil):
+    if x is None or w is None or len(x) < 3 or len(w) != len(x):
+        return None
+    if stride is None or pad is None or dil is None:
         return None
     transposed = bool(transposed)
     out = _conv_out(x, w, stride, pad, dil, transposed, out_pad or [0])
@@ -347,7 +350,7 @@ def _norm(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
     mask0, mask = True, None
     affine, bias = True, True  # Kineto writes [] for an absent tensor: TraceLens sees affine
     if kind == "layer_norm":
-        c = numel(ints(concrete_at(concrete, 2 if backward else 1)) or [])
+        c: float = numel(ints(concrete_at(concrete, 2 if backward else 1)) or [])
         if not c:
             return None
         if backward:

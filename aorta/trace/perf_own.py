@@ -26,7 +26,7 @@ def _softmax(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
 
 def _tensors(dims: list[Any], types: list[Any]) -> list[tuple[int, int]]:
     """(elements, bytes per element) of every tensor input, TensorLists included."""
-    out = []
+    out: list[tuple[int, int]] = []
     for d, t in zip(dims, types, strict=False):
         if isinstance(d, list) and d and all(isinstance(x, list) for x in d):  # TensorList
             size = bpe(t) or 0
@@ -48,10 +48,11 @@ def _memory(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
     if not tensors:
         return None
     rule = _MEMORY[op]
-    read = sum(n * s for n, s in tensors)
+    read: float = sum(n * s for n, s in tensors)
     if rule == "gather":  # embedding/index: table rows picked by an index tensor
         table, index = tensors[0], tensors[1] if len(tensors) > 1 else (0, 8)
-        row = table[0] / max(dims_at(dims, 0)[0] if dims_at(dims, 0) else 1, 1)
+        shape = dims_at(dims, 0)
+        row = table[0] / max(shape[0] if shape else 1, 1)
         written = index[0] * row * table[1]
         read = index[0] * index[1] + written
     elif rule == "scatter":  # embedding backward: grad rows added into a table
@@ -113,9 +114,10 @@ def _pool(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
         out_n = numel(g)
         flops, moved = numel(x), (out_n + numel(x)) * size + out_n * 8 * ("indices" in op)
     else:
-        out_n = _pool_out(op, x, concrete)
-        if out_n is None:
+        pooled = _pool_out(op, x, concrete)
+        if pooled is None:
             return None
+        out_n = pooled
         flops, moved = numel(x), (numel(x) + out_n) * size + out_n * 8 * ("indices" in op)
     return OpModel("Pooling", flops, moved, "vector", type_at(types, 0), {"op_shape": tuple(x)})
 

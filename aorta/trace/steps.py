@@ -28,6 +28,14 @@ _PARTS = (
 )
 
 
+def _step_number(name: str) -> int:
+    """``ProfilerStep#7`` → 7 (``name`` was found by :data:`STEP_NAME`)."""
+    match = STEP_NAME.match(name)
+    if match is None:
+        raise ValueError(f"not a ProfilerStep annotation: {name!r}")
+    return int(match.group(1))
+
+
 def steps(
     trace: Trace,
     *,
@@ -88,7 +96,7 @@ def steps(
             records.append(
                 {
                     "rank": int(r),
-                    "step": int(STEP_NAME.match(names[trace.column("name")[row]]).group(1)),
+                    "step": _step_number(names[trace.column("name")[row]]),
                     "cpu_start": int(starts[k]),
                     "cpu_time": (ends[k] - starts[k]) / 1e3,
                     "gpu_start": int(ops.ts[idx].min()) if idx.size else -1,

@@ -70,6 +70,8 @@ class RaceWorkload(Workload):
     required_isolation = "process"
     default_steps = 10
     collectors = frozenset({"torch_profiler"})
+    #: The first iteration whose gathered data did not match (set by :meth:`run`).
+    first_bad: int | None = None
     config_keys = frozenset(
         {
             "mode",
@@ -269,7 +271,7 @@ class RaceWorkload(Workload):
     def run(self) -> WorkloadResult:
         torch, dist = self.torch, self.dist
         self.checked = self.mismatches = self.corrupted = 0
-        self.first_bad: int | None = None
+        self.first_bad = None
         self.details: list[FailureDetail] = []
         times: list[float] = []
         start = time.perf_counter()

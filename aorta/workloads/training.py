@@ -29,6 +29,10 @@ class TrainingWorkload(Workload):
         {"mode", "model_dim", "num_layers", "batch_size", "lr", "dtype", "warmup_steps"}
     )
 
+    # torch's modules and optimizer (None between trials: cleanup drops them).
+    model: Any = None
+    opt: Any = None
+
     def setup(self) -> None:
         import torch
         from torch import nn

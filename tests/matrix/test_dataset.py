@@ -13,11 +13,13 @@ from hypothesis import strategies as st
 
 import aorta
 from aorta.errors import UsageError
-from aorta.matrix.dataset import RESULTS, build_dataset, read_netcdf, write_netcdf
+from aorta.matrix.dataset import build_dataset
 from aorta.matrix.load import load_run, load_runs, load_trials, stack_runs
 from aorta.recipe.schema import load_recipe_text
 from aorta.run.sweep import sweep
+from aorta.store.netcdf import read_netcdf, write_netcdf
 from aorta.store.record import TrialRecord, TrialStatus
+from aorta.store.rundir import RESULTS
 
 # A probe whose step times depend on the cell (HSA_XNACK doubles them) and the trial.
 STEPS = (

@@ -17,7 +17,7 @@ import aorta
 import aorta.trace
 from aorta.errors import ExitCode
 from aorta.matrix import trace_metrics
-from aorta.matrix.trace_metrics import METRICS_CACHE
+from aorta.store.metrics_cache import METRICS_CACHE
 from tests.trace_helpers import copy_without_caches, profiled_sweep
 
 pytestmark = pytest.mark.slow

@@ -14,7 +14,7 @@ from aorta.cli import main
 from aorta.errors import ExitCode
 from aorta.recipe.schema import CustomPattern, load_recipe_text
 from aorta.run import signatures
-from aorta.run.signatures import Signature, SignatureLibrary, classify
+from aorta.run.signatures import SignatureLibrary, classify
 from aorta.run.sweep import sweep
 
 LIB = SignatureLibrary.load(entry_points=False)
@@ -56,7 +56,7 @@ def test_a_catastrophic_custom_pattern_scans_at_once(tmp_path):
     log = tmp_path / "stdout.log"
     log.write_bytes((b"a" * 40 + b"b\n") * 1000 + b"a" * 40 + b"\n")
     pattern = CustomPattern.model_validate({"id": "bad", "match": {"regex": "^(a+)+$"}})
-    lib = LIB.with_signatures([Signature.from_custom(pattern)])
+    lib = SignatureLibrary.load(custom=[pattern], entry_points=False)
     [m] = lib.scan([log], only=lambda s: s.source == "recipe")
     assert m.line_number == 1001
 
@@ -83,7 +83,7 @@ def test_many_candidate_lines_keep_the_first_match_of_each_signature(tmp_path):
     never = CustomPattern.model_validate(
         {"id": "never", "match": {"regex": r"step \d+", "condition": "exit_code == 42"}}
     )
-    lib = LIB.with_signatures([Signature.from_custom(slow), Signature.from_custom(never)])
+    lib = SignatureLibrary.load(custom=[slow, never], entry_points=False)
     found = {m.name: m for m in lib.scan([log])}
     assert found["nccl_error"].line_number == 2
     assert found["custom:slow"].line_number == 20_001  # past 10,000 false conditions
@@ -107,8 +107,8 @@ def test_conditions_that_cross_a_bound_or_never_hold_are_said_in_the_warnings(
         },
         {"id": "never", "match": {"regex": "step", "condition": "exit_code == 42"}},
     ]
-    lib = LIB.with_signatures(
-        [Signature.from_custom(CustomPattern.model_validate(p)) for p in patterns]
+    lib = SignatureLibrary.load(
+        custom=[CustomPattern.model_validate(p) for p in patterns], entry_points=False
     )
     got = classify(lib, failed=False, logs=[log])
     assert got.top is None and not got.fails_passing

@@ -1,0 +1,244 @@
+"""The package's own rules, checked on its source (ast, no import of the code under test).
+
+docs/architecture.md states them; these tests hold them, so a change that breaks one fails
+here with the file and line instead of drifting silently.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from aorta.store import rundir
+
+PACKAGE = Path(__file__).resolve().parents[2] / "aorta"
+
+# Every file name a run directory holds, as store/rundir.py defines them.
+RUN_FILE_NAMES = sorted(
+    {
+        rundir.MANIFEST,
+        rundir.LOCK,
+        rundir.RECIPE,
+        rundir.HOST_ENV,
+        rundir.LAUNCH_JSON,
+        rundir.MATRIX_MD,
+        rundir.MATRIX_JSON,
+        rundir.RESULTS,
+        rundir.CELL_JSON,
+        rundir.BUNDLE_MANIFEST,
+        rundir.REPORT_HTML,
+        rundir.TRACE_SUFFIX,
+    }
+)
+
+
+def modules(under: str = "") -> Iterator[Path]:
+    yield from sorted((PACKAGE / under).rglob("*.py"))
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    """ids of the Constant nodes that are docstrings (they may name files freely)."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                out.add(id(body[0].value))
+    return out
+
+
+def _strings(path: Path) -> Iterator[tuple[int, str]]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    skip = _docstrings(tree)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip:
+            yield node.lineno, node.value
+
+
+def _names_a_run_file(text: str) -> str | None:
+    for name in RUN_FILE_NAMES:
+        # The name as a path or a path's last part ("matrix.md", "cells/x/matrix.md"), or a
+        # glob/suffix built on it ("*.pt.trace.json.gz") — not prose that mentions it.
+        if re.fullmatch(rf"(.*[/*])?{re.escape(name)}", text):
+            return name
+    return None
+
+
+def test_run_directory_names_come_only_from_store():
+    offenders = [
+        f"{path.relative_to(PACKAGE.parent)}:{line}: {text!r} ({name}; use aorta.store.rundir)"
+        for path in modules()
+        if path.parent.name != "store"
+        for line, text in _strings(path)
+        if (name := _names_a_run_file(text))
+    ]
+    assert not offenders, "\n".join(offenders)
+
+
+YAML_OWNERS = {"recipe", "store"}
+
+
+def test_yaml_is_parsed_only_in_recipe_and_store():
+    offenders = []
+    for path in modules():
+        if path.relative_to(PACKAGE).parts[0] in YAML_OWNERS:
+            continue
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import) and any(a.name == "yaml" for a in node.names):
+                offenders.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: import yaml")
+            if isinstance(node, ast.ImportFrom) and node.module == "yaml":
+                offenders.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: from yaml")
+    assert not offenders, "\n".join(offenders)
+
+
+ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
+STAGES = [
+    "cli",
+    "launch",
+    "workloads",
+    "run",
+    "report",
+    "plot",
+    "matrix",
+    "store",
+    "recipe",
+    "trace",
+]
+
+
+def _architecture_rows() -> dict[str, str]:
+    rows = {}
+    for line in ARCHITECTURE.read_text().splitlines():
+        if m := re.match(r"\| `(\w+)/` \|(.*)", line):
+            rows[m.group(1)] = m.group(2)
+    return rows
+
+
+def test_architecture_table_lists_every_stage():
+    assert sorted(_architecture_rows()) == sorted(STAGES)
+    on_disk = sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__")
+    assert on_disk == sorted(STAGES), "a stage folder was added or removed: update STAGES and docs"
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_architecture_names_only_modules_that_exist(stage):
+    row = _architecture_rows()[stage]
+    named = set(re.findall(r"`(\w+)\.py`", row))
+    real = {p.stem for p in (PACKAGE / stage).glob("*.py")}
+    assert named <= real, f"docs/architecture.md names missing modules in {stage}/: {named - real}"
+
+
+# Stages whose row names each module (the others describe themselves by job, e.g. cli/).
+LISTED_STAGES = ["launch", "run", "report", "matrix", "store", "recipe"]
+
+
+@pytest.mark.parametrize("stage", LISTED_STAGES)
+def test_architecture_names_every_module_of_listed_stages(stage):
+    row = _architecture_rows()[stage]
+    named = set(re.findall(r"`(\w+)\.py`", row))
+    real = {p.stem for p in (PACKAGE / stage).glob("*.py")} - {"__init__"}
+    assert real <= named, f"docs/architecture.md's {stage}/ row does not name: {real - named}"
+
+
+# --- pure stages write no files -----------------------------------------------------------------
+
+#: Calls that write, move or remove files (methods of Path, pandas, xarray, matplotlib).
+WRITING_METHODS = {
+    "write_text",
+    "write_bytes",
+    "to_netcdf",
+    "to_csv",
+    "to_parquet",
+    "to_json",
+    "savefig",
+    "mkdir",
+    "unlink",
+    "rmdir",
+    "touch",
+    "symlink_to",
+    "hardlink_to",
+}
+#: Module functions that do the same (``os.replace``, ``shutil.copy``, ``atomic_write``).
+WRITING_FUNCTIONS = {
+    ("os", "replace"),
+    ("os", "rename"),
+    ("os", "remove"),
+    ("os", "unlink"),
+    ("os", "makedirs"),
+    ("os", "mkdir"),
+    ("os", "link"),
+    ("os", "symlink"),
+    ("shutil", "*"),
+    ("tempfile", "*"),
+}
+#: Files in the pure stages that write by design, and why.
+WRITERS_BY_DESIGN = {
+    # The parse cache beside each trace (what makes a second load fast); written atomically.
+    "trace/cache.py",
+    # ``aorta trace merge``: the merged trace is the output, streamed to disk as it is built.
+    "trace/merge.py",
+}
+
+
+def _writes(path: Path) -> Iterator[str]:
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Name) and func.id == "atomic_write":
+            yield f"{node.lineno}: atomic_write"
+        if isinstance(func, ast.Name) and func.id == "open":
+            modes = [a for a in node.args[1:2]] + [
+                k.value for k in node.keywords if k.arg == "mode"
+            ]
+            if any(
+                not isinstance(m, ast.Constant) or set(str(m.value)) & set("wax+") for m in modes
+            ):
+                yield f"{node.lineno}: open for writing"
+        if isinstance(func, ast.Attribute):
+            if func.attr in WRITING_METHODS:
+                yield f"{node.lineno}: .{func.attr}()"
+            if isinstance(func.value, ast.Name) and (
+                (func.value.id, func.attr) in WRITING_FUNCTIONS
+                or (func.value.id, "*") in WRITING_FUNCTIONS
+            ):
+                yield f"{node.lineno}: {func.value.id}.{func.attr}()"
+
+
+@pytest.mark.parametrize("stage", ["matrix", "trace"])
+def test_pure_stages_write_no_files(stage):
+    """matrix/ and trace/ compute; store/ (or the caller) writes. Reading is theirs to do."""
+    offenders = [
+        f"{path.relative_to(PACKAGE.parent)}:{where}"
+        for path in modules(stage)
+        if path.relative_to(PACKAGE).as_posix() not in WRITERS_BY_DESIGN
+        for where in _writes(path)
+    ]
+    assert not offenders, "\n".join(offenders)
+
+
+def test_the_writer_check_sees_writes(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text(
+        "import os, shutil\n"
+        "def f(p, q, ds):\n"
+        "    open(p, 'w')\n"
+        "    p.write_text('x')\n"
+        "    os.replace(p, q)\n"
+        "    shutil.copy(p, q)\n"
+        "    ds.to_netcdf(p)\n"
+        "    open(p).read()\n"
+        "    'a'.replace('a', 'b')\n"
+    )
+    assert [w.split(": ")[1] for w in _writes(module)] == [
+        "open for writing",
+        ".write_text()",
+        "os.replace()",
+        "shutil.copy()",
+        ".to_netcdf()",
+    ]
