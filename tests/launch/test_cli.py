@@ -98,6 +98,7 @@ def test_bad_arguments_are_usage_errors(
     assert expected in _one_error_line(capsys.readouterr().err)
 
 
+@pytest.mark.slow
 @needs_sshd
 @needs_venv
 def test_dry_run_prints_each_nodes_command_and_versions(
@@ -141,6 +142,7 @@ def test_a_newline_in_an_env_value_is_refused_like_in_a_recipe(
     )
 
 
+@pytest.mark.slow
 @needs_sshd
 @needs_venv
 def test_a_node_that_cannot_run_fails_the_launch_with_error(
@@ -163,6 +165,7 @@ def test_a_node_that_cannot_run_fails_the_launch_with_error(
     assert wait_gone(f"AORTA_RUN_ID={record.parent.name}", timeout=0.0) == []
 
 
+@pytest.mark.slow
 @needs_sshd
 @needs_venv
 def test_ctrl_c_stops_every_node_and_exits_interrupted(
@@ -198,6 +201,7 @@ def test_ctrl_c_stops_every_node_and_exits_interrupted(
     assert cluster.is_file()
 
 
+@pytest.mark.slow
 @needs_sshd
 @needs_venv
 def test_sigterm_stops_the_nodes_and_exits_interrupted(

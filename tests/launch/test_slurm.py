@@ -102,6 +102,7 @@ def timeout_job_fixture(slurm: SlurmCluster, tmp_path_factory: pytest.TempPathFa
     return {"work": work, "done": done, "t0": time.monotonic()}
 
 
+@pytest.mark.slow
 def test_no_wait_submits_and_prints_the_job_id(slurm: SlurmCluster, timeout_job: dict) -> None:
     done = timeout_job["done"]
     assert done.returncode == ExitCode.OK, done.stderr
@@ -111,6 +112,7 @@ def test_no_wait_submits_and_prints_the_job_id(slurm: SlurmCluster, timeout_job:
     assert "#SBATCH --time=1" in (staging / "aorta.sbatch").read_text()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -139,6 +141,7 @@ def test_no_slurm_tools_is_a_usage_error(
     assert "Slurm client tools not found on PATH: sbatch" in _one_error(capsys.readouterr().err)
 
 
+@pytest.mark.slow
 def test_dry_run_prints_the_script_and_submits_nothing(
     slurm: SlurmCluster, capsys: pytest.CaptureFixture[str]
 ) -> None:

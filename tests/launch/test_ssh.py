@@ -49,7 +49,8 @@ from tests.launch_fixtures import (
 )
 from tests.sshd import REPO, SshdFarm, processes_with_env, wait_gone
 
-pytestmark = [needs_sshd, needs_venv]
+# Every test here starts or uses real sshd nodes.
+pytestmark = [needs_sshd, needs_venv, pytest.mark.slow]
 
 
 def _records(run_dir: Path, rank: int, pattern: str = "node*_rank*.json") -> list[dict]:
