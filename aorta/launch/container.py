@@ -32,6 +32,7 @@ import re
 import shlex
 import tarfile
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -313,7 +314,15 @@ class ContainerSession:
             raise RemoteError(f"docker run {self.spec.image} failed: {last[0]}")
 
     def _remove(self, timeout: float) -> str:
-        result = self._host(f"{self._cli('rm', '-f', self.name)} 2>&1", timeout)
+        # Setup (undoing a start the launch gave up on) and teardown may both remove it: the
+        # second `rm` is told "already in progress" and waits for the first to finish.
+        deadline = time.monotonic() + timeout
+        while True:
+            left = max(deadline - time.monotonic(), 1.0)
+            result = self._host(f"{self._cli('rm', '-f', self.name)} 2>&1", left)
+            if "already in progress" not in result.stdout or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
         self.up = False
         if result.exit_code != 0 and "No such container" not in result.stdout:
             return f"container {self.name} not removed: {result.stdout.strip()[-200:]}"

@@ -340,7 +340,8 @@ def test_ctrl_c_during_setup_leaves_no_container(
     (record,) = (tmp_path / "out").glob("_launch_/*/launch.json")
     data = json.loads(record.read_text())
     assert data["status"] == "interrupted"
-    assert docker.containers(prefix) == [], data["nodes"]
+    teardown = {n: (v["status"], v.get("teardown")) for n, v in data["nodes"].items()}
+    assert docker.containers(prefix) == [], teardown
     assert wait_gone(f"AORTA_RUN_ID={data['run_id']}", timeout=0.0) == []
 
 
