@@ -16,6 +16,7 @@ quoted here and nowhere else; environment values travel in :data:`ENV_FILE`, nev
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import posixpath
 import re
@@ -217,6 +218,7 @@ def run_command(
     return NodeCommand(node, env, TORCHRUN_OWNED, argv, workdir, node_dir, remote)
 
 
+@functools.cache  # shipped to every node, in every request: read each file once
 def _source(package: str, name: str) -> str:
     return resources.files(package).joinpath(name).read_text()
 

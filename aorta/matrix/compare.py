@@ -433,6 +433,18 @@ def compare(
     rows, groups = _cell_rows(ds, values, alpha=alpha, signature=signature)
     b = cells.index(baseline)
     others = [i for i in range(len(cells)) if i != b]
+    # What both kinds of comparison say about their inputs in the frame's attrs.
+    described: dict[str, Any] = dict(
+        metric=metric,
+        units=str(values.attrs.get("units", "")),
+        trials=trials,
+        alpha=alpha,
+        threshold=thr,
+        seed=seed,
+        baseline=baseline,
+        values=values,
+        stat=stat,
+    )
     if sequential:
         if signature is not None:
             raise ValueError(
@@ -451,19 +463,7 @@ def compare(
             threshold=thr,
             alpha=alpha,
             margin=margin,
-            attrs=_attrs(
-                metric=metric,
-                units=str(values.attrs.get("units", "")),
-                trials=trials,
-                alpha=alpha,
-                threshold=thr,
-                seed=seed,
-                resamples=0,
-                family=len(others),
-                baseline=baseline,
-                values=values,
-                stat=stat,
-            ),
+            attrs=_attrs(**described, resamples=0, family=len(others)),
         )
         df.attrs.update(drift(ds, values.sel(cell=baseline), alpha=alpha))
         return df
@@ -485,17 +485,9 @@ def compare(
         time=_is_time(values),
     )
     df.attrs = _attrs(
-        metric=metric,
-        units=str(values.attrs.get("units", "")),
-        trials=trials,
-        alpha=alpha,
-        threshold=thr,
-        seed=seed,
+        **described,
         resamples=resamples,
         family=family,
-        baseline=baseline,
-        values=values,
-        stat=stat,
         band_levels=[r.band_ci_level for r in results],
     )
     df.attrs.update(drift(ds, values.sel(cell=baseline), alpha=alpha))
