@@ -1,7 +1,10 @@
 """aorta.explain on a real profiled sweep: 2 ranks under torchrun, gloo on loopback.
 
-The cells differ only by a 20 ms sleep inside ``record_function("injected")`` each step
+The cells differ only by a 50 ms sleep inside ``record_function("injected")`` each step
 (tests/explain_workload.py): explain must put ``injected`` first, with a CI that excludes 0.
+The sleep is long against the scheduling noise of a loaded two-core box: a rank descheduled
+for 10 ms slows the baseline's all-reduce but hides inside the other cell's sleep, so the
+step clock's difference falls short of the sleep by about that noise.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ timeout_per_trial: 120
 collect: [{torch_profiler: {wait: 0, warmup: 1, active: 3}}]
 cells:
   - {name: base, mitigations: [none], workload_config: {sleep_ms: 0}}
-  - {name: slow, mitigations: [none], workload_config: {sleep_ms: 20}}
+  - {name: slow, mitigations: [none], workload_config: {sleep_ms: 50}}
 """
 
 
@@ -49,7 +52,7 @@ def test_the_injected_block_comes_first_with_a_ci_that_excludes_zero(sleep_run):
     d = aorta.explain(sleep_run, "slow", by="op")
     top = d.iloc[0]
     assert top["item"] == "injected"
-    assert 15 < top["delta"] < 25 and top["ci_low"] > 0  # 20 ms per step, ms
+    assert 45 < top["delta"] < 80 and top["ci_low"] > 0  # 50 ms per step, ms (a sleep overshoots)
     assert top["ci_low"] <= top["delta"] <= top["ci_high"]
     assert d.attrs["trials"] == {"baseline": [0, 1, 2, 3], "cell": [0, 1, 2, 3]}
     step = d.attrs["step"]
@@ -59,7 +62,7 @@ def test_the_injected_block_comes_first_with_a_ci_that_excludes_zero(sleep_run):
     assert d.attrs["notes"] == []
     # the workload's own clock says the same (what the verdict compares)
     clock = d.attrs["step_time_ms"]
-    assert 15 < clock["cell"] - clock["baseline"] < 25
+    assert 25 < clock["cell"] - clock["baseline"] < 80  # the sleep, less the noise it hides
     by_class = aorta.explain(sleep_run, "slow", by="class")  # CPU-only: host classes
     assert set(by_class["item"]) <= {"compute", "communication", "other"}
     assert by_class.iloc[0]["item"] == "other" and by_class.iloc[0]["ci_low"] > 0
