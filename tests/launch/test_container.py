@@ -49,7 +49,7 @@ from tests.sshd import REPO, SshdFarm, processes_with_env, wait_gone
 
 pytestmark = [needs_sshd, needs_venv, pytest.mark.slow]
 
-#: Container creation copies the image's files (vfs): slower setup than a native launch.
+#: Container creation can copy the image's files (vfs): slower setup than a native launch.
 SLOW = FAST.__class__(**{**FAST.__dict__, "setup": 90.0, "run": 120.0, "teardown": 30.0})
 
 RACE = """\
