@@ -17,7 +17,7 @@ from aorta.errors import AortaError, ExitCode, UsageError
 
 if TYPE_CHECKING:
     from aorta.launch import Cluster, Deadlines, LaunchSpec, Node
-    from aorta.launch.cluster import NprocPerNode as Nproc
+    from aorta.recipe.cluster import NprocPerNode as Nproc
 
 CONTEXT = {"allow_interspersed_args": False}
 

@@ -1,6 +1,6 @@
 """Multi-node launch: one ``cluster.json``, torchrun on every node, one run directory.
 
-From pure to effectful: :mod:`~aorta.launch.cluster` (the cluster file), :mod:`~.command`
+From pure to effectful: :mod:`~aorta.recipe.cluster` (the cluster file), :mod:`~.command`
 (:class:`LaunchSpec`, each node's quoted command line), :mod:`~.container` (each node's part
 in a docker container: the cluster file's ``container:`` block), :mod:`~.outcome` (per-node outcomes,
 the cross-node :func:`env_diff`), :mod:`~.gather` (``combined_traces/node_<rank>/``),
@@ -12,7 +12,7 @@ the cross-node :func:`env_diff`), :mod:`~.gather` (``combined_traces/node_<rank>
 ('node0 gpu-1', '10.0.0.1')
 """
 
-from .cluster import (
+from aorta.recipe.cluster import (
     Cluster,
     ClusterError,
     Container,
@@ -21,6 +21,7 @@ from .cluster import (
     parse_hostfile,
     parse_nproc,
 )
+
 from .command import LaunchSpec, NodeCommand, NodePath, run_command
 from .launcher import dry_run, launch, new_run_id
 from .outcome import Deadlines, LaunchFailed, LaunchResult, NodeOutcome, env_diff

@@ -19,11 +19,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
+from aorta.recipe.cluster import Cluster, Node
 from aorta.report.launch import describe_kill, last_words
 from aorta.store.rundir import HOST_ENV, atomic_write
 
 from .backend import TimedOut, daemon, drive, run_parallel, why
-from .cluster import Cluster, Node
 from .command import (
     STARTED_MARKER,
     LaunchSpec,

@@ -3,7 +3,7 @@ environments disagree (:func:`env_diff`), and the error that carries them all.
 
 Examples
 --------
->>> from aorta.launch.cluster import Node
+>>> from aorta.recipe.cluster import Node
 >>> a, b = Node(rank=0, address="10.0.0.1"), Node(rank=1, address="10.0.0.2")
 >>> result = LaunchResult(run_id="r1", outcomes={
 ...     "node0": NodeOutcome(a, status="stopped", exit_code=-15),
@@ -29,9 +29,8 @@ from typing import Any, Literal
 
 from aorta.envvars import LAUNCH_PROVIDED
 from aorta.errors import AortaError
+from aorta.recipe.cluster import Node
 from aorta.report.launch import describe_outcome, summarize_outcomes
-
-from .cluster import Node
 
 __all__ = [
     "Deadlines",

@@ -30,12 +30,12 @@ from typing import Any
 
 from aorta import envvars
 from aorta.errors import AortaError, UsageError
+from aorta.recipe.cluster import Cluster, Node
 from aorta.report.launch import sbatch_script
 from aorta.store.hostenv import redact_env
 from aorta.store.rundir import atomic_write
 
 from .backend import drive
-from .cluster import Cluster, Node
 from .command import ENV_FILE, LaunchSpec, NodePath, env_script, node_env, run_command
 from .gather import node_folder, staging_dir
 from .outcome import LaunchResult, NodeOutcome

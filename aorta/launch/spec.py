@@ -11,9 +11,9 @@ from pathlib import Path
 
 from aorta.errors import UsageError
 from aorta.recipe import cvs
+from aorta.recipe.cluster import Cluster, NprocPerNode
 from aorta.recipe.schema import scrub_env_keys_of
 
-from .cluster import Cluster, NprocPerNode
 from .command import LaunchSpec, NodePath
 
 __all__ = ["CvsLaunch", "cvs_spec", "sweep_spec"]
