@@ -107,7 +107,9 @@ class LaunchResult:
     run_dir: Path | None = None
     master_addr: str | None = None
     master_port: int | None = None
-    #: Seconds: ``setup``, ``all_started`` (every node's torchrun started), ``run``, ``collect``.
+    #: Seconds, each written once by :func:`~aorta.launch.backend.drive`: ``setup``,
+    #: ``all_started`` (the last node's program started), ``run``, ``teardown``, ``collect``,
+    #: ``total``.
     timings: dict[str, float] = field(default_factory=dict)
     #: Keys whose values differ across nodes: ``{"packages.torch": {"node0": "2.4", ...}}``.
     skew: dict[str, dict[str, Any]] = field(default_factory=dict)
