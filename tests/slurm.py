@@ -130,7 +130,9 @@ PartitionName=debug Nodes=node1,node2 Default=YES MaxTime=INFINITE State=UP
         for name in ("slurmctld.pid", "slurmd-node1.pid", "slurmd-node2.pid"):
             pid_file = self.root / "run" / name
             end = time.monotonic() + 10
-            while not pid_file.is_file() and time.monotonic() < end:
+            # The daemon creates the file, then writes its pid: on a loaded box we may see it empty.
+            while not (pid_file.is_file() and pid_file.read_text().split()):
+                assert time.monotonic() < end, f"{pid_file}: no pid after 10 s"
                 time.sleep(0.1)
             self.pids.append(int(pid_file.read_text().split()[0]))
         end = time.monotonic() + timeout

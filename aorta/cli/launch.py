@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import signal
 import sys
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -18,7 +17,7 @@ from aorta.errors import AortaError, ExitCode, UsageError
 
 if TYPE_CHECKING:
     from aorta.launch import Cluster, Deadlines, LaunchSpec, Node
-    from aorta.launch.cluster import NprocPerNode as Nproc
+    from aorta.recipe.cluster import NprocPerNode as Nproc
 
 CONTEXT = {"allow_interspersed_args": False}
 
@@ -30,55 +29,6 @@ def _nproc(value: str | None) -> Nproc | None:
         return None if value is None else parse_nproc(value)
     except ValueError as exc:
         raise UsageError(f"--nproc-per-node: {exc}") from None
-
-
-def sweep_spec(
-    recipe: str | Path,
-    *,
-    command: Sequence[str] = (),
-    overrides: Sequence[str] = (),
-    nproc_per_node: Nproc | None = None,
-    master_addr: str | None = None,
-    master_port: int | None = None,
-    ticket: str | None = None,
-    recipe_text: bytes | None = None,
-) -> LaunchSpec:
-    """``aorta sweep run --recipe R [-- command]`` under torchrun, the recipe shipped to every
-    node (its ``redaction.scrub_env_keys`` redact the nodes' ``host_env.json``): what both
-    backends launch. Raises :class:`~aorta.errors.UsageError` for an unreadable recipe or
-    overrides without a command. ``recipe_text``: the recipe itself (``recipe`` names it).
-
-    >>> import pathlib, tempfile
-    >>> recipe = pathlib.Path(tempfile.mkdtemp()) / "probe.yaml"
-    >>> _ = recipe.write_text("mode: probe\\nmitigation_axis: [none]\\n")
-    >>> spec = sweep_spec(recipe, command=["python", "train.py"], overrides=["lr=0.1"])
-    >>> spec.argv[:4], spec.argv[-3:], spec.overrides
-    (('-m', 'aorta', 'sweep', 'run'), ('--', 'python', 'train.py'), ('lr=0.1',))
-    """
-    from aorta.launch import LaunchSpec, NodePath
-    from aorta.recipe.schema import scrub_env_keys_of
-
-    path = Path(recipe)
-    try:
-        data = path.read_bytes() if recipe_text is None else recipe_text
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read the recipe: {exc.strerror or exc}") from None
-    if overrides and not command:
-        raise UsageError("--override needs a training command after '--' to pass the overrides to")
-    name = "recipe" + (path.suffix if path.suffix in (".yaml", ".yml", ".json") else ".yaml")
-    argv: list[str | NodePath] = ["-m", "aorta", "sweep", "run", "--recipe", NodePath(name)]
-    argv += ["--output", NodePath("out")]
-    argv += [*(["--ticket", ticket] if ticket else []), *(["--", *command] if command else [])]
-    return LaunchSpec(
-        argv=tuple(argv),
-        nproc_per_node=nproc_per_node,
-        overrides=tuple(overrides),
-        files={name: data},
-        requires=("torch", "aorta"),
-        master_addr=master_addr,
-        master_port=master_port,
-        scrub_env_keys=scrub_env_keys_of(data),
-    )
 
 
 class _Printer:
@@ -329,6 +279,7 @@ def launch(
     """Run a recipe's sweep on every node of a cluster (torchrun, rendezvous on the head) and
     gather the results into one run directory."""
     from aorta.launch import Deadlines, load_cluster
+    from aorta.launch.spec import sweep_spec
 
     def load() -> Cluster:
         the_cluster = load_cluster(cluster)
@@ -409,48 +360,20 @@ def _cvs_spec(
     path: Path,
     cluster: Cluster | None,
     *,
-    recipe: Path | None,
     command: Sequence[str],
-    overrides: Sequence[str],
-    nproc_per_node: Nproc | None,
-    master_addr: str | None,
-    master_port: int | None,
-    ticket: str | None,
-    run_timeout: float | None,
     printer: _Printer,
+    run_timeout: float | None,
+    **options: Any,
 ) -> tuple[LaunchSpec, float | None]:
-    """The launch a CVS config asks for (:mod:`aorta.recipe.cvs`), this command line's options
-    winning; without ``--recipe``, a one-trial probe recipe runs the training command once."""
-    from aorta.recipe import cvs
+    """:func:`aorta.launch.spec.cvs_spec`, this command line's options winning."""
+    from aorta.launch.spec import cvs_spec
 
     if command:
         raise UsageError(f"--cvs-config {path} gives the training command: drop the one after '--'")
-    job = cvs.load_cvs_config(path, python=_python(cluster))
+    job = cvs_spec(path, cluster, **options)
     for warning in job.warnings:
         printer.event(f"warning: {path}: {warning}")
-    by_key = {o.partition("=")[0]: o for o in (*job.overrides, *overrides)}  # the CLI's win
-    spec = sweep_spec(
-        recipe or Path("recipe.yaml"),
-        command=job.command,
-        overrides=tuple(by_key.values()),
-        nproc_per_node=nproc_per_node or job.nproc_per_node,
-        master_addr=master_addr or job.master_addr,
-        master_port=master_port or job.master_port,
-        ticket=ticket,
-        recipe_text=None if recipe else cvs.probe_recipe(),
-    )
-    return dataclasses.replace(spec, env={**spec.env, **job.env}), run_timeout or job.run_timeout
-
-
-def _python(cluster: Cluster | None) -> str:
-    """The interpreter a CVS train_script runs with: the image's, else the nodes' when they
-    agree, else ``python3`` from the node's PATH."""
-    if cluster is None:
-        return "python3"
-    if cluster.container is not None:
-        return cluster.container.python
-    pythons = {n.python for n in cluster.nodes}
-    return pythons.pop() if len(pythons) == 1 else "python3"
+    return job.spec, run_timeout or job.run_timeout
 
 
 def _refuse_control_characters(named: dict[str, object], sbatch_args: Sequence[str]) -> None:
@@ -524,14 +447,12 @@ def _slurm_launch(
         if nodes is None and dry_run:
             raise UsageError("--dry-run with --slurm shows the sbatch script: give --nodes")
         check_request(nodes=nodes, partition=partition, time_limit=time_limit, dry_run=dry_run)
-        job = SlurmJob(output, new_run_id(), srun_ranks=srun_ranks)
+        job = SlurmJob(output, new_run_id(), srun_ranks=srun_ranks, spec=spec, nodes=nodes)
         if nodes is not None and dry_run:
             print(job.script(spec, nodes=nodes, options=options), end="")
             return ExitCode.OK
     with _sigterm_as_interrupt():
-        if spec is not None and nodes is None:
-            job.start(spec, emit=printer.event)
-        elif spec is not None and nodes is not None:
+        if spec is not None and nodes is not None:
             job.submit(spec, nodes=nodes, options=options)
             printer.event(f"submitted job {job.job_id} (script {job.staging / SCRIPT})")
             if no_wait:

@@ -1,18 +1,21 @@
 """Multi-node launch: one ``cluster.json``, torchrun on every node, one run directory.
 
-From pure to effectful: :mod:`~aorta.launch.cluster` (the cluster file), :mod:`~.command`
-(:class:`LaunchSpec`, each node's quoted command line), :mod:`~.container` (each node's part
-in a docker container: the cluster file's ``container:`` block), :mod:`~.outcome` (per-node outcomes,
-the cross-node :func:`env_diff`), :mod:`~.gather` (``combined_traces/node_<rank>/``),
-:mod:`~.ssh` (Fabric, the one transport) and :mod:`~.launcher` (:func:`launch`,
-:func:`dry_run`: fan-out, kill-on-bad-exit, teardown, gathering).
+The cluster file is read in :mod:`aorta.recipe.cluster` (its names are re-exported here). From
+pure to effectful: :mod:`~.spec` (what runs: a recipe's sweep, a CVS config's job),
+:mod:`~.command` (:class:`LaunchSpec`, each node's quoted command line), :mod:`~.outcome`
+(per-node outcomes, the cross-node :func:`env_diff`), :mod:`~.gather`
+(``combined_traces/node_<rank>/``), :mod:`~.backend` (the one lifecycle every backend goes
+through, and its per-node result map), :mod:`~.ssh` (Fabric, the one transport),
+:mod:`~.container` (each node's part in a docker container: the cluster file's ``container:``
+block), :mod:`~.launcher` (the SSH backends; :func:`launch`, :func:`dry_run`) and
+:mod:`~.slurm` (the Slurm backend).
 
 >>> c = Cluster.from_dict({"node_dict": {"gpu-1": {"vpc_ip": "10.0.0.1"}, "gpu-2": {}}})
 >>> c.head.label, c.master_addr()
 ('node0 gpu-1', '10.0.0.1')
 """
 
-from .cluster import (
+from aorta.recipe.cluster import (  # the cluster file, read with the other inputs
     Cluster,
     ClusterError,
     Container,
@@ -21,9 +24,11 @@ from .cluster import (
     parse_hostfile,
     parse_nproc,
 )
+
 from .command import LaunchSpec, NodeCommand, NodePath, run_command
 from .launcher import dry_run, launch, new_run_id
 from .outcome import Deadlines, LaunchFailed, LaunchResult, NodeOutcome, env_diff
+from .spec import sweep_spec
 from .ssh import RemoteError, SshSession, ssh_sessions
 
 __all__ = [
@@ -49,4 +54,5 @@ __all__ = [
     "parse_nproc",
     "run_command",
     "ssh_sessions",
+    "sweep_spec",
 ]

@@ -1,7 +1,7 @@
 """What runs on each node, as text (pure, no SSH): every value that reaches a remote shell is
 quoted here and nowhere else; environment values travel in :data:`ENV_FILE`, never in argv.
 
->>> from aorta.launch.cluster import Cluster
+>>> from aorta.recipe.cluster import Cluster
 >>> cluster = Cluster.from_dict({"node_dict": {"10.0.0.1": {}, "10.0.0.2": {}}})
 >>> spec = LaunchSpec(argv=("-m", "train", "--name", "a b"), nproc_per_node=2)
 >>> cmd = run_command(cluster, cluster.nodes[1], spec, run_id="r1",
@@ -27,9 +27,8 @@ from importlib import resources
 
 from aorta import envvars
 from aorta.errors import UsageError
+from aorta.recipe.cluster import Cluster, Node, NprocPerNode
 from aorta.store.hostenv import redact_env
-
-from .cluster import Cluster, Node, NprocPerNode
 
 __all__ = [
     "ENV_FILE",

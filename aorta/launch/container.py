@@ -1,6 +1,6 @@
 """Launch inside a container on every node, as CVS does: per node, over the node's SSH session
 and the docker CLI there, a probe (docker answers, the image is there, ``/dev/kfd``,
-``nvidia-smi``), the container started or found (:data:`~aorta.launch.cluster.Lifetime`), this
+``nvidia-smi``), the container started or found (:data:`~aorta.recipe.cluster.Lifetime`), this
 aorta shipped into the run's folder; then every command of the launch — the node helper, the
 run, the kill — goes through ``docker exec``; teardown gives the run's files back to the login
 user and removes a ``per_run`` container.
@@ -13,7 +13,7 @@ a build step or a package index on the node, written nowhere inside the image (a
 container serves runs of different aorta versions). The image needs Python, torch and aorta's
 dependencies; setup names what it lacks.
 
->>> from aorta.launch.cluster import Container
+>>> from aorta.recipe.cluster import Container
 >>> c = Container(image="rocm/pytorch:latest", env={"HF_TOKEN": "s3cret"})
 >>> argv = run_argv(c, "aorta-r1-0", "/w", {"rocm": True}, env_file="/w/c.env")
 >>> " ".join(argv[:11])
@@ -39,8 +39,8 @@ from pathlib import Path
 from typing import Any
 
 import aorta
+from aorta.recipe.cluster import Container, Node
 
-from .cluster import Container, Node
 from .command import LAUNCH_DIR
 from .ssh import ExecResult, NodeSession, RemoteError
 

@@ -1,11 +1,12 @@
-"""``launch``: setup on every node, the run, teardown, gathering — in that order, whatever
-fails, each wait bounded by a :class:`~aorta.launch.outcome.Deadlines` field; ``dry_run``: the
-setup checks only. The first node to exit non-zero gets the others stopped (kill-on-bad-exit).
+"""The SSH backends of :func:`~aorta.launch.backend.drive`'s lifecycle: :class:`SshLaunch` runs
+each node's part with the node's own Python, :class:`ContainerLaunch` inside a container per
+node. ``launch`` drives one (setup, start, wait, teardown, gathering — whatever fails, each wait
+bounded by a :class:`~aorta.launch.outcome.Deadlines` field); ``dry_run`` runs its setup checks
+only. The first node to exit non-zero gets the others stopped (kill-on-bad-exit).
 """
 
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
 import functools
 import json
@@ -13,17 +14,16 @@ import queue
 import secrets
 import threading
 import time
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import IO, Any
 
-from aorta.errors import AortaError
+from aorta.recipe.cluster import Cluster, Node
 from aorta.report.launch import describe_kill, last_words
-from aorta.store.redact import harvest_secrets, record_secrets
-from aorta.store.rundir import HOST_ENV, RunDir, atomic_write
+from aorta.store.rundir import HOST_ENV, atomic_write
 
-from .cluster import Cluster, Node
+from .backend import TimedOut, daemon, drive, run_parallel, why
 from .command import (
     STARTED_MARKER,
     LaunchSpec,
@@ -37,20 +37,15 @@ from .command import (
     setup_command,
 )
 from .container import ContainerSession, aorta_requirements
-from .gather import finalize, node_folder, staging_dir, write_record
-from .outcome import Deadlines, LaunchFailed, LaunchResult, NodeOutcome, env_diff
+from .gather import node_folder, staging_dir
+from .outcome import Deadlines, LaunchResult, NodeOutcome, env_diff
 from .ssh import NodeSession, RemoteError, Unreachable, ssh_sessions
 
-__all__ = ["TimedOut", "dry_run", "launch", "new_run_id", "run_parallel"]
+__all__ = ["ContainerLaunch", "SshLaunch", "dry_run", "launch", "new_run_id"]
 
-K = TypeVar("K", bound=Hashable)
 SessionFactory = Callable[[Cluster], Mapping[str, NodeSession]]
 LineSink = Callable[[Node, str], None]
 EventSink = Callable[[str], None]
-
-
-class TimedOut(AortaError):
-    """What :func:`run_parallel` holds for a call that had not returned at its deadline."""
 
 
 class SetupFailed(RemoteError):
@@ -59,60 +54,6 @@ class SetupFailed(RemoteError):
 
 def _ignore(*_args: object) -> None:
     pass
-
-
-def _daemon(target: Callable[[], None], name: str) -> None:
-    threading.Thread(target=target, name=name, daemon=True).start()
-
-
-def run_parallel(
-    keys: Iterable[K],
-    fn: Callable[[K, threading.Event], Any],
-    *,
-    timeout: float,
-    name: str = "aorta",
-) -> dict[K, Any]:
-    """``{key: fn(key, cancel) or its exception}`` (like Fabric's group results), each in a
-    daemon thread (``concurrent.futures`` would join one stuck in a read at exit); a call still
-    running after ``timeout`` seconds is :class:`TimedOut`, and its ``cancel`` event is set."""
-    keys = list(keys)
-    cancel = threading.Event()
-    results: queue.Queue[tuple[K, Any]] = queue.Queue()
-
-    def runner(key: K) -> None:
-        try:
-            results.put((key, fn(key, cancel)))
-        except BaseException as exc:
-            results.put((key, exc))
-
-    for i, key in enumerate(keys):
-        _daemon(functools.partial(runner, key), f"{name}-{i}")
-    got: dict[K, Any] = {}
-    deadline = time.monotonic() + timeout
-    try:
-        while len(got) < len(keys) and (left := deadline - time.monotonic()) > 0:
-            with contextlib.suppress(queue.Empty):
-                key, value = results.get(timeout=left)
-                got[key] = value
-    finally:
-        if len(got) < len(keys):
-            cancel.set()
-    what = name.removeprefix("aorta-")
-    return {key: got.get(key, TimedOut(f"{what} not finished after {timeout:g} s")) for key in keys}
-
-
-def split(results: Mapping[K, Any]) -> tuple[dict[K, Any], dict[K, BaseException]]:
-    """:func:`run_parallel`'s values and exceptions apart; a Ctrl-C caught in a thread is
-    raised here."""
-    failed = {k: v for k, v in results.items() if isinstance(v, BaseException)}
-    for exc in failed.values():
-        if isinstance(exc, KeyboardInterrupt):
-            raise exc
-    return {k: v for k, v in results.items() if k not in failed}, failed
-
-
-def _why(exc: BaseException) -> str:
-    return str(exc) if isinstance(exc, AortaError) else f"{type(exc).__name__}: {exc}"
 
 
 def new_run_id(now: _dt.datetime | None = None) -> str:
@@ -154,9 +95,10 @@ def _parse_setup(node: Node, exit_code: int, stdout: str) -> SetupReport:
     return SetupReport(data["node_dir"], data["workdir"], data.get("port"), data["snapshot"])
 
 
-class _Launch:
-    """One launch's state, phase by phase (:func:`launch`, :func:`dry_run`); with an
-    ``output``, node logs and snapshots go to the staging folder :meth:`finish` names."""
+class SshLaunch:
+    """The SSH backend (a :class:`~aorta.launch.backend.Backend`): each node's own Python runs
+    the node helper and the program, over its session. With an ``output``, node logs and
+    snapshots go to the staging folder :func:`~aorta.launch.backend.drive` names."""
 
     def __init__(
         self,
@@ -169,49 +111,81 @@ class _Launch:
         output: Path | None = None,
         on_line: LineSink = _ignore,
         emit: EventSink = _ignore,
+        dry_run: bool = False,
     ) -> None:
         self.cluster, self.spec, self.deadlines, self.run_id = cluster, spec, deadlines, run_id
-        self.on_line, self.emit, self.t0 = on_line, emit, time.monotonic()
+        self.on_line, self.emit, self.dry, self.t0 = on_line, emit, dry_run, time.monotonic()
         addr = cluster.master_addr(spec.master_addr)
         outcomes = {n.name: NodeOutcome(n) for n in cluster.nodes}
         self.result = LaunchResult(run_id, outcomes, master_addr=addr, master_port=spec.master_port)
         self.outcomes, self.commands = self.result.outcomes, self.result.commands
         self.logs: dict[str, IO[str]] = {}
-        staging = staging_dir(output, run_id) if output is not None else None
-        if staging is not None:
+        self.staging = staging_dir(output or Path(), run_id)
+        if output is not None:
             for out in outcomes.values():
-                out.log = node_folder(staging, out.node.rank) / "launch.log"
+                out.log = node_folder(self.staging, out.node.rank) / "launch.log"
                 out.log.parent.mkdir(parents=True, exist_ok=True)
-                self.logs[out.node.name] = open(out.log, "a", encoding="utf-8")  # noqa: SIM115 - closed in finish()
+                self.logs[out.node.name] = open(out.log, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
         self.log_lock = threading.Lock()
         self.head_token = secrets.token_hex(8)
-        self.live = dict(sessions(cluster))
-        if cluster.container is not None:  # every command of this launch runs in a container
-            container = cluster.container
-            self.live = {n: ContainerSession(s, container, run_id) for n, s in self.live.items()}
+        self.live = self._sessions(dict(sessions(cluster)))
         self.reports: dict[str, SetupReport] = {}
-
+        self.found: dict[str, dict[str, Any]] = {}  # teardown's report per node
         self.events: queue.Queue[tuple[str, str, Any]] = queue.Queue()
+        self.pending: set[str] = set()  # started, not ended
         self.stopping: dict[str, str] = {}  # node name → why it is being stopped
 
     def now(self) -> float:
         return time.monotonic() - self.t0
 
+    # -- where a container launch differs (ContainerLaunch) ------------------------------------
+
+    def _sessions(self, live: dict[str, NodeSession]) -> dict[str, NodeSession]:
+        return live
+
+    def _prepare(self, name: str, cancel: threading.Event) -> LaunchSpec:
+        """Setup's first step on a node; the spec its setup checks."""
+        return self.spec
+
+    def _where(self, name: str) -> str:  # what a setup failure adds
+        return ""
+
+    def _adopt(self, name: str, report: SetupReport) -> None:
+        pass
+
+    def _run_env(self, name: str, env: dict[str, str]) -> dict[str, str]:
+        return env
+
+    def _entered(self, name: str) -> tuple[str, ...]:  # NodeCommand.container
+        return ()
+
+    def _stop_node(self, name: str, stop: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        return stop()
+
+    def _teardown_time(self) -> float:
+        return self.deadlines.kill_grace + self.deadlines.teardown + 5.0
+
+    def environments(self) -> list[Mapping[str, str]]:
+        """The cluster's ``env_vars`` (each node's) and the spec's environment."""
+        return [*(n.env_vars for n in self.cluster.nodes), self.spec.env]
+
+    def record(self) -> dict[str, Any]:
+        return {}
+
     # -- setup --------------------------------------------------------------------------------
 
-    def setup(self, *, dry_run: bool = False) -> bool:
+    def setup(self) -> bool:
         """Set every node up at once; True when all are ready. Failures land in the outcomes
         (``unreachable``, ``setup_failed``, ``timeout``: a straggler tears itself down)."""
-        one = functools.partial(self._setup_one, dry_run=dry_run)
-        timeout = self.deadlines.setup
-        ready, failed = split(run_parallel(self.live, one, timeout=timeout, name="aorta-setup"))
-        for name, report in ready.items():
+        results = run_parallel(
+            self.live, self._setup_one, timeout=self.deadlines.setup, name="aorta-setup"
+        )
+        for name, report in results.succeeded.items():
             self.reports[name], self.outcomes[name].snapshot = report, report.snapshot
-        for name, exc in failed.items():
+        for name, exc in results.failed.items():
             out, timed_out = self.outcomes[name], isinstance(exc, TimedOut)
             out.status = "unreachable" if isinstance(exc, Unreachable) else "setup_failed"
-            out.status, out.message = "timeout" if timed_out else out.status, _why(exc)
-        self.result.timings["setup"] = self.now()
+            out.status, out.message = "timeout" if timed_out else out.status, why(exc)
         for out in self.outcomes.values():
             if out.snapshot is not None and out.log is not None:
                 atomic_write(out.log.parent / HOST_ENV, json.dumps(out.snapshot, indent=1) + "\n")
@@ -224,42 +198,32 @@ class _Launch:
             return False
         return True
 
-    def _setup_one(self, name: str, cancel: threading.Event, *, dry_run: bool) -> SetupReport:
+    def _setup_one(self, name: str, cancel: threading.Event) -> SetupReport:
         """Setup (a container's first), then — unless a dry run — the node's 0600 env file."""
-        session, d, spec = self.live[name], self.deadlines, self.spec
+        session, d = self.live[name], self.deadlines
         node, head = session.node, session.node.rank == 0
-        if isinstance(session, ContainerSession):
-            session.prepare(timeout=d.setup, cancel=cancel, dry_run=dry_run)
-            # aorta is shipped (not in a dry run's throwaway container); its dependencies not
-            needs = [m for m in spec.requires if not (dry_run and m == "aorta")]
-            extra = aorta_requirements() if "aorta" in spec.requires else ()
-            spec = replace(spec, requires=tuple(dict.fromkeys([*needs, *extra])))
         cmd, stdin = setup_command(
             node,
-            spec,
+            self._prepare(name, cancel),
             run_id=self.run_id,
             probe_port=head and self.spec.master_port is None,
-            dry_run=dry_run,
-            head_token=self.head_token if head and not dry_run else None,
+            dry_run=self.dry,
+            head_token=self.head_token if head and not self.dry else None,
         )
         result = session.exec(cmd, stdin=stdin, timeout=d.setup)
         try:
             report = _parse_setup(node, result.exit_code, result.stdout)
         except SetupFailed as exc:
-            if isinstance(session, ContainerSession):
-                raise SetupFailed(f"{exc} (in image {session.spec.image})") from None
-            raise
-        if isinstance(session, ContainerSession):
-            report.snapshot["container"] = session.snapshot()
-        if dry_run:
+            raise SetupFailed(f"{exc}{self._where(name)}") from None
+        self._adopt(name, report)
+        if self.dry:
             return report
         if cancel.is_set():  # a straggler: the launch gave up on this node, undo what setup made
             self.stop(name, report.node_dir)
             return report
         env = node_env(node, self.spec, run_id=self.run_id, node_dir=report.node_dir)
-        env = session.run_env(env) if isinstance(session, ContainerSession) else env
         line = env_file_command(report.node_dir)
-        written = session.exec(line, stdin=env_script(env), timeout=d.setup)
+        written = session.exec(line, stdin=env_script(self._run_env(name, env)), timeout=d.setup)
         if written.exit_code != 0:
             raise SetupFailed(f"cannot write the environment file: {_last_line(written.stdout)}")
         return report
@@ -278,25 +242,37 @@ class _Launch:
 
     def node_commands(self, port: int) -> dict[str, NodeCommand]:
         """Each ready node's command, with the rendezvous on ``port``."""
-        commands = {
-            name: run_command(
-                self.cluster,
-                self.live[name].node,
-                self.spec,
-                run_id=self.run_id,
-                node_dir=report.node_dir,
-                cwd=report.workdir,
-                master_addr=str(self.result.master_addr),
-                master_port=port,
+        return {
+            name: replace(
+                run_command(
+                    self.cluster,
+                    self.live[name].node,
+                    self.spec,
+                    run_id=self.run_id,
+                    node_dir=report.node_dir,
+                    cwd=report.workdir,
+                    master_addr=str(self.result.master_addr),
+                    master_port=port,
+                ),
+                container=self._entered(name),
             )
             for name, report in self.reports.items()
         }
-        for name, session in self.live.items():
-            if name in commands and isinstance(session, ContainerSession):
-                commands[name] = replace(commands[name], container=tuple(session.describe()))
-        return commands
 
-    # -- run ----------------------------------------------------------------------------------
+    # -- start, wait --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start every node's command, each streamed by a thread of its own."""
+        result = self.result
+        result.master_port = self.spec.master_port or self.reports[self.cluster.head.name].port
+        self.commands.update(self.node_commands(int(result.master_port or 0)))
+        self.emit(
+            f"setup done in {result.timings['setup']:.2f} s; rendezvous "
+            f"{result.master_addr}:{result.master_port}; starting {len(self.commands)} node(s)"
+        )
+        self.pending = set(self.commands)
+        for name in self.commands:
+            daemon(functools.partial(self._watch, name), f"aorta-run-{name}")
 
     def _watch(self, name: str) -> None:
         """One node's run (in its own thread): stream its lines, report its end as an event."""
@@ -322,10 +298,10 @@ class _Launch:
         except BaseException as exc:
             self.events.put(("error", name, exc))
 
-    def _stop(self, names: list[str], why: str) -> None:
+    def _stop(self, names: list[str], reason: str) -> None:
         """Stop ``names`` now, each over a fresh connection, without waiting."""
         for name in [n for n in names if n not in self.stopping]:
-            self.stopping[name] = why
+            self.stopping[name] = reason
 
             def kill(name: str = name) -> None:
                 out = self.outcomes[name]
@@ -335,21 +311,12 @@ class _Launch:
                 except Exception as exc:
                     out.teardown = f"stop failed: {exc}"
 
-            _daemon(kill, f"aorta-stop-{name}")
+            daemon(kill, f"aorta-stop-{name}")
 
-    def run(self) -> None:
-        """Start every node's command and wait: until every node ended, or — once a node failed
-        or the run deadline passed and the rest were being stopped — the stop's grace ran out."""
-        result, d = self.result, self.deadlines
-        result.master_port = self.spec.master_port or self.reports[self.cluster.head.name].port
-        self.commands.update(self.node_commands(int(result.master_port or 0)))
-        self.emit(
-            f"setup done in {result.timings['setup']:.2f} s; rendezvous "
-            f"{result.master_addr}:{result.master_port}; starting {len(self.commands)} node(s)"
-        )
-        pending = set(self.commands)
-        for name in self.commands:
-            _daemon(functools.partial(self._watch, name), f"aorta-run-{name}")
+    def wait(self) -> None:
+        """Until every node ended, or — once a node failed or the run deadline passed and the
+        rest were being stopped — the stop's grace ran out."""
+        d, pending = self.deadlines, self.pending
         deadline, give_up = time.monotonic() + d.run, None
         try:
             while pending:
@@ -369,9 +336,6 @@ class _Launch:
                     continue
                 if kind == "started":
                     self.outcomes[name].started_s = payload
-                    starts = [self.outcomes[n].started_s for n in self.commands]
-                    if None not in starts:
-                        result.timings["all_started"] = max(s or 0.0 for s in starts)
                     continue
                 pending.discard(name)
                 if self._ended(name, kind, payload) and give_up is None:
@@ -381,8 +345,6 @@ class _Launch:
                 self.outcomes[name].status = "interrupted"
             self._stop(sorted(pending), "interrupted")
             raise
-        finally:
-            result.timings["run"] = self.now() - result.timings["setup"]
 
     def _timeout(self, names: list[str]) -> None:
         for name in names:
@@ -417,37 +379,16 @@ class _Launch:
             self._stop(others, f"{out.node.label} failed")
         return True
 
-    # -- teardown, gather, the record ---------------------------------------------------------
+    # -- teardown, gather ---------------------------------------------------------------------
 
     def close(self) -> None:
         for session in self.live.values():
             session.close()
+        with self.log_lock:
+            for log in self.logs.values():
+                log.close()
 
-    def finish(self, output: Path) -> None:
-        """Teardown, gathering and the final name — whatever happened before."""
-        result, staging = self.result, staging_dir(output, self.run_id)
-        try:
-            t = time.monotonic()
-            found = self._teardown()
-            result.timings["teardown"] = time.monotonic() - t
-            t = time.monotonic()
-            self._gather(found, staging)
-            result.timings["collect"] = time.monotonic() - t
-        finally:
-            self.close()
-            with self.log_lock:
-                for log in self.logs.values():
-                    log.close()
-            result.run_dir = finalize(staging, output, self.run_id)
-            envs = [c.env for c in self.commands.values()]  # env_vars, the container's env
-            envs += [self.cluster.container.env] if self.cluster.container else []
-            known = harvest_secrets(*envs)
-            record_secrets(RunDir(result.run_dir), known)  # the run knows them (hashes only)
-            result.timings["total"] = self.now()
-            write_record(result)
-            self.emit(f"{result.status}: results in {result.run_dir}")
-
-    def _teardown(self) -> dict[str, dict[str, Any]]:
+    def teardown(self) -> None:
         """Stop what this run left on every node where setup was attempted; each report says
         whether the node shares the head's disk and sees its output path (``kill_command``)."""
         head = self.reports.get(self.cluster.head.name)
@@ -459,30 +400,23 @@ class _Launch:
             for n in self.cluster.nodes
             if self.outcomes[n.name].status != "unreachable"
         }
-        d = self.deadlines
-        timeout = d.kill_grace + d.teardown + 5.0
-        timeout += d.setup + 2 * d.teardown if self.cluster.container else 0.0  # docker run, rm
 
         def one(name: str, cancel: threading.Event) -> dict[str, Any]:
-            session = self.live[name]
-            stop = functools.partial(self.stop, name, dirs[name], **where)
-            if isinstance(session, ContainerSession):
-                return session.teardown(stop, timeout=d.teardown, wait=d.setup)
-            return stop()
+            return self._stop_node(name, functools.partial(self.stop, name, dirs[name], **where))
 
-        found, failed = split(run_parallel(dirs, one, timeout=timeout, name="aorta-teardown"))
-        for name, exc in failed.items():
-            self.outcomes[name].teardown = f"teardown failed: {_why(exc)}: processes may be left"
-        for name, report in found.items():
+        results = run_parallel(dirs, one, timeout=self._teardown_time(), name="aorta-teardown")
+        for name, exc in results.failed.items():
+            self.outcomes[name].teardown = f"teardown failed: {why(exc)}: processes may be left"
+        self.found = results.succeeded
+        for name, report in self.found.items():
             out = self.outcomes[name]
             out.teardown = describe_kill(report, out.teardown)
             out.teardown += f"; {report['container']}" if report.get("container") else ""
-        return found
 
-    def _gather(self, found: Mapping[str, Mapping[str, Any]], staging: Path) -> None:
+    def gather(self) -> None:
         """Pull each node's output folder and — if it does not share the head's disk — the
         head's output path, where its ranks wrote into the run directory rank 0 published."""
-        collect = self.deadlines.collect
+        collect, found = self.deadlines.collect, self.found
         timeout = min(collect, 30.0) if self.result.interrupted else collect
         head = self.reports.get(self.cluster.head.name)
         sources: dict[str, list[str]] = {}
@@ -494,19 +428,65 @@ class _Launch:
 
         def one(name: str, cancel: threading.Event) -> str:
             session = self.live[name]
-            dest = node_folder(staging, session.node.rank)
+            dest = node_folder(self.staging, session.node.rank)
             how = " + ".join(session.pull(src, dest, timeout=timeout) for src in sources[name])
             shared = name != self.cluster.head.name and found.get(name, {}).get("shares_head")
             note = " (shares the head's file system: its ranks wrote into the run directory)"
             return how + (note if shared else "")
 
-        done, failed = split(
-            run_parallel(sources, one, timeout=timeout + 5.0, name="aorta-collect")
-        )
-        for name, exc in failed.items():
-            self.outcomes[name].collected = f"not collected: {_why(exc)}"
-        for name, how in done.items():
+        results = run_parallel(sources, one, timeout=timeout + 5.0, name="aorta-collect")
+        for name, exc in results.failed.items():
+            self.outcomes[name].collected = f"not collected: {why(exc)}"
+        for name, how in results.succeeded.items():
             self.outcomes[name].collected = how
+
+
+class ContainerLaunch(SshLaunch):
+    """The SSH backend with each node's part in a container (the cluster's ``container:``
+    block; :class:`~aorta.launch.container.ContainerSession`): setup probes the node and starts
+    or finds the container first, every command runs through ``docker exec``, teardown gives
+    the run's files back and removes a ``per_run`` container."""
+
+    def _sessions(self, live: dict[str, NodeSession]) -> dict[str, NodeSession]:
+        spec = self.cluster.container
+        assert spec is not None
+        self.boxes = {n: ContainerSession(s, spec, self.run_id) for n, s in live.items()}
+        return dict(self.boxes)
+
+    def _prepare(self, name: str, cancel: threading.Event) -> LaunchSpec:
+        self.boxes[name].prepare(timeout=self.deadlines.setup, cancel=cancel, dry_run=self.dry)
+        # aorta is shipped (not in a dry run's throwaway container); its dependencies not
+        needs = [m for m in self.spec.requires if not (self.dry and m == "aorta")]
+        extra = aorta_requirements() if "aorta" in self.spec.requires else ()
+        return replace(self.spec, requires=tuple(dict.fromkeys([*needs, *extra])))
+
+    def _where(self, name: str) -> str:
+        return f" (in image {self.boxes[name].spec.image})"
+
+    def _adopt(self, name: str, report: SetupReport) -> None:
+        report.snapshot["container"] = self.boxes[name].snapshot()
+
+    def _run_env(self, name: str, env: dict[str, str]) -> dict[str, str]:
+        return self.boxes[name].run_env(env)
+
+    def _entered(self, name: str) -> tuple[str, ...]:
+        return tuple(self.boxes[name].describe())
+
+    def _stop_node(self, name: str, stop: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        d = self.deadlines
+        return self.boxes[name].teardown(stop, timeout=d.teardown, wait=d.setup)
+
+    def _teardown_time(self) -> float:  # a `docker run` in flight, then `rm`
+        return super()._teardown_time() + self.deadlines.setup + 2 * self.deadlines.teardown
+
+    def environments(self) -> list[Mapping[str, str]]:
+        """The nodes' and the spec's, and the container's ``env``."""
+        assert self.cluster.container is not None
+        return [*super().environments(), self.cluster.container.env]
+
+
+def _backend(cluster: Cluster, spec: LaunchSpec, **options: Any) -> SshLaunch:
+    return (ContainerLaunch if cluster.container else SshLaunch)(cluster, spec, **options)
 
 
 def launch(
@@ -525,10 +505,11 @@ def launch(
 
     ``on_line(node, line)`` gets every node's output lines (from several threads), ``on_event``
     each step; ``sessions`` maps a cluster to node sessions (default: Fabric). Returns the
-    :class:`LaunchResult` when every node exited 0, else raises :class:`LaunchFailed` carrying
+    :class:`LaunchResult` when every node exited 0, else raises ``LaunchFailed`` carrying
     it — also for a node refusing connections, whose record still lands:
 
     >>> import tempfile
+    >>> from aorta.launch import LaunchFailed
     >>> c = Cluster.from_dict({"node_dict": {"127.0.0.1": {"port": 1}}, "connect_timeout": 2})
     >>> spec = LaunchSpec(argv=("-m", "my_training", "--epochs", "1"), nproc_per_node=8)
     >>> try:
@@ -539,7 +520,8 @@ def launch(
     failed unreachable
     True
     """
-    state = _Launch(
+    emit = on_event or _ignore
+    backend = _backend(
         cluster,
         spec,
         deadlines=deadlines,
@@ -547,19 +529,9 @@ def launch(
         run_id=run_id or new_run_id(),
         output=Path(output),
         on_line=on_line or _ignore,
-        emit=on_event or _ignore,
+        emit=emit,
     )
-    try:
-        if state.setup():
-            state.run()
-    except KeyboardInterrupt:
-        state.result.interrupted = True
-        raise
-    finally:
-        state.finish(Path(output))
-    if state.result.status != "complete":
-        raise LaunchFailed(state.result)
-    return state.result
+    return drive(backend, emit=emit)
 
 
 def dry_run(
@@ -580,11 +552,16 @@ def dry_run(
     >>> "connection refused" in report.outcomes["node0"].message
     True
     """
-    state = _Launch(
-        cluster, spec, deadlines=deadlines, sessions=sessions or ssh_sessions, run_id=new_run_id()
+    state = _backend(
+        cluster,
+        spec,
+        deadlines=deadlines,
+        sessions=sessions or ssh_sessions,
+        run_id=new_run_id(),
+        dry_run=True,
     )
     try:
-        state.setup(dry_run=True)
+        state.setup()
     finally:
         state.close()
     for name in state.reports:

@@ -3,7 +3,7 @@ environments disagree (:func:`env_diff`), and the error that carries them all.
 
 Examples
 --------
->>> from aorta.launch.cluster import Node
+>>> from aorta.recipe.cluster import Node
 >>> a, b = Node(rank=0, address="10.0.0.1"), Node(rank=1, address="10.0.0.2")
 >>> result = LaunchResult(run_id="r1", outcomes={
 ...     "node0": NodeOutcome(a, status="stopped", exit_code=-15),
@@ -29,9 +29,8 @@ from typing import Any, Literal
 
 from aorta.envvars import LAUNCH_PROVIDED
 from aorta.errors import AortaError
+from aorta.recipe.cluster import Node
 from aorta.report.launch import describe_outcome, summarize_outcomes
-
-from .cluster import Node
 
 __all__ = [
     "Deadlines",
@@ -108,7 +107,9 @@ class LaunchResult:
     run_dir: Path | None = None
     master_addr: str | None = None
     master_port: int | None = None
-    #: Seconds: ``setup``, ``all_started`` (every node's torchrun started), ``run``, ``collect``.
+    #: Seconds, each written once by :func:`~aorta.launch.backend.drive`: ``setup``,
+    #: ``all_started`` (the last node's program started), ``run``, ``teardown``, ``collect``,
+    #: ``total``.
     timings: dict[str, float] = field(default_factory=dict)
     #: Keys whose values differ across nodes: ``{"packages.torch": {"node0": "2.4", ...}}``.
     skew: dict[str, dict[str, Any]] = field(default_factory=dict)

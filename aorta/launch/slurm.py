@@ -22,7 +22,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, replace
 from functools import partial
 from pathlib import Path
@@ -30,14 +30,15 @@ from typing import Any
 
 from aorta import envvars
 from aorta.errors import AortaError, UsageError
+from aorta.recipe.cluster import Cluster, Node
 from aorta.report.launch import sbatch_script
 from aorta.store.hostenv import redact_env
 from aorta.store.rundir import atomic_write
 
-from .cluster import Cluster, Node
+from .backend import drive
 from .command import ENV_FILE, LaunchSpec, NodePath, env_script, node_env, run_command
-from .gather import finalize, node_folder, staging_dir, write_record
-from .outcome import LaunchFailed, LaunchResult, NodeOutcome
+from .gather import node_folder, staging_dir
+from .outcome import LaunchResult, NodeOutcome
 
 __all__ = ["FINAL_STATES", "SCRIPT", "SlurmJob", "check_request", "run_in_job"]
 
@@ -180,21 +181,38 @@ def run_in_job(staging: Path, emit: EventSink) -> int:
 
 class SlurmJob:
     """One launch through Slurm, known by its staging folder under ``output``; building one is
-    free. Inside an allocation :meth:`start` runs the srun step from here; from a login node
-    :meth:`submit` sbatches a job that runs it (:meth:`attach` finds one submitted earlier).
-    :meth:`follow` streams the queue state and every node's output to the end and returns the
-    per-node outcomes; Ctrl-C or SIGTERM stops the step (``scancel`` a job) first."""
+    free. A :class:`~aorta.launch.backend.Backend`: :meth:`setup` fills every node's folder;
+    :meth:`start` runs the srun step from here inside an allocation, else sbatches a job that
+    runs it (:meth:`submit` does both; :meth:`attach` finds a job submitted earlier: set up and
+    started already); :meth:`wait` streams the queue state and every node's output to the end
+    (Ctrl-C or SIGTERM stops the step, ``scancel`` a job, first); :meth:`follow` drives it all.
+    ``spec``, ``nodes``, ``options``: what to run, on how many nodes (``None``: the
+    allocation's), with which ``#SBATCH`` options."""
 
-    def __init__(self, output: Path, run_id: str, *, srun_ranks: bool = False) -> None:
+    def __init__(
+        self,
+        output: Path,
+        run_id: str,
+        *,
+        srun_ranks: bool = False,
+        spec: LaunchSpec | None = None,
+        nodes: int | None = None,
+        options: Sequence[str] = (),
+    ) -> None:
         self.staging, self.run_id = staging_dir(output, run_id).resolve(), run_id
-        self.srun_ranks = srun_ranks
+        self.srun_ranks, self.spec, self.nodes, self.options = srun_ranks, spec, nodes, options
         self.step: subprocess.Popen[bytes] | None = None  # the srun step started here
+        meta = _note(self.staging)
         #: The batch job's id, once submitted.
-        self.job_id: str | None = _note(self.staging).get("job_id")
+        self.job_id: str | None = meta.get("job_id")
+        self.t0: float = meta.get("t0", time.time())
         self.info: dict[str, str] | None = None  # scontrol's last record of the job
         self.seen, self.pos = "", dict[Path, int]()
+        self.state, self.meta = "UNKNOWN", meta  # the job's final state; slurm.json at the end
+        self.result = LaunchResult(run_id, {})
         self.on_line: LineSink = lambda node, text: None
         self.emit: EventSink = lambda text: None
+        self.timeout, self.poll = 24 * 3600.0, 1.0
 
     @classmethod
     def attach(cls, job_id: str, *, output: Path) -> SlurmJob:
@@ -214,21 +232,35 @@ class SlurmJob:
         return sbatch_script(head, step, run_id=self.run_id, cwd=os.getcwd())
 
     def submit(self, spec: LaunchSpec, *, nodes: int, options: Sequence[str]) -> str:
-        """Prepare every node's folder, write :data:`SCRIPT` and sbatch it; the job id."""
-        self._prepare(spec, nodes)
-        (self.staging / SCRIPT).write_text(self.script(spec, nodes=nodes, options=options))
-        job = _slurm("sbatch", "--parsable", str(self.staging / SCRIPT)).strip().split(";")[0]
-        self.job_id = _note(self.staging, job_id=job)["job_id"]
-        return job
+        """From a login node: :meth:`setup`, then :meth:`start` (sbatch :data:`SCRIPT`); the
+        job id."""
+        self.spec, self.nodes, self.options = spec, nodes, options
+        self.setup()
+        self.start()
+        return str(self.job_id)
 
-    def start(self, spec: LaunchSpec, *, emit: EventSink) -> None:
-        """Inside an allocation: prepare every node's folder and start the srun step here."""
-        self._prepare(spec, int(os.environ["SLURM_JOB_NUM_NODES"]))
-        self.step = _start_step(self.staging, emit)
-        self.job_id = os.environ["SLURM_JOB_ID"]
+    def follow(
+        self, *, on_line: LineSink, emit: EventSink, timeout: float, poll: float = 1.0
+    ) -> LaunchResult:
+        """The whole lifecycle (:func:`~aorta.launch.backend.drive`; the run is stopped
+        ``timeout`` s after the launch began): the outcomes, the run directory and
+        ``launch.json``; raises :class:`~aorta.launch.outcome.LaunchFailed` unless every node finished. Ctrl-C or
+        SIGTERM stops the job, waits for it to end, writes what there is, re-raises."""
+        self.on_line, self.emit, self.timeout, self.poll = on_line, emit, timeout, poll
+        return drive(self, emit=emit)
 
-    def _prepare(self, spec: LaunchSpec, nodes: int) -> None:
-        """Each node's folder with the shipped files and ``env.sh``; ``slurm.json``, the spec."""
+    # -- the lifecycle ------------------------------------------------------------------------
+
+    def now(self) -> float:
+        return time.time() - self.t0  # wall clock: the job may be followed by another process
+
+    def setup(self) -> bool:
+        """Each node's folder with the shipped files and ``env.sh``; ``slurm.json``, the spec
+        (a job submitted earlier is set up already)."""
+        spec = self.spec
+        if spec is None or (self.staging / JOB_FILE).is_file():
+            return True
+        nodes = self.nodes or int(os.environ["SLURM_JOB_NUM_NODES"])
         for k in range(nodes):
             ndir = self.staging / "slurm" / f"node_{k}"
             (ndir / "out").mkdir(parents=True)
@@ -242,29 +274,74 @@ class SlurmJob:
         saved = asdict(replace(spec, env=redacted, files={}))
         tasks = int(spec.nproc_per_node or 1) if self.srun_ranks else 1
         meta = {"run_id": self.run_id, "nodes": nodes, "tasks": tasks, "ranks": self.srun_ranks}
-        _note(self.staging, **meta, spec=saved, t0=time.time())
+        _note(self.staging, **meta, spec=saved, t0=self.t0)
+        return True
 
-    def follow(
-        self, *, on_line: LineSink, emit: EventSink, timeout: float, poll: float = 1.0
-    ) -> LaunchResult:
-        """To the end (stopped ``timeout`` s after the launch began), then the outcomes, the run
-        directory and ``launch.json``; raises :class:`LaunchFailed` unless every node finished.
-        Ctrl-C or SIGTERM stops the job, waits for it to end, writes what there is, re-raises."""
-        self.on_line, self.emit, t0 = on_line, emit, _note(self.staging)["t0"]
+    def start(self) -> None:
+        """Inside an allocation (no ``nodes``): the srun step, from here; else sbatch the job
+        (a job submitted earlier has started)."""
+        if self.job_id is not None or self.spec is None:
+            return
+        if self.nodes is None:
+            self.step = _start_step(self.staging, self.emit)
+            self.job_id = os.environ["SLURM_JOB_ID"]
+            return
+        script = self.script(self.spec, nodes=self.nodes, options=self.options)
+        (self.staging / SCRIPT).write_text(script)
+        job = _slurm("sbatch", "--parsable", str(self.staging / SCRIPT)).strip().split(";")[0]
+        self.job_id = _note(self.staging, job_id=job)["job_id"]
+
+    def wait(self) -> None:
+        """Until the job (or the step) ended, streaming every node's output; the deadline or a
+        Ctrl-C stops it, and waits for it to end."""
         try:
-            while (state := self._state()) is None and time.time() - t0 < timeout:
+            while (state := self._state()) is None and self.now() < self.timeout:
                 self._tail()
-                time.sleep(poll)
+                time.sleep(self.poll)
             if state is None:
                 state = "DEADLINE"
                 self._stop()
         except KeyboardInterrupt:
+            self.state = "CANCELLED"
             self._stop()
-            self._tail()
-            self._finish("CANCELLED", interrupted=True)
             raise
+        self.state = state
+
+    def teardown(self) -> None:
+        """The step is over: no task reads ``env.sh`` any more, remove every node's."""
+        _drop_env(self.staging)
+
+    def gather(self) -> None:
+        """Outcomes from the task files; each node's outputs into
+        ``combined_traces/node_<k>/`` (moved: the staging folder is on a shared file system)."""
         self._tail()
-        return self._finish(state)
+        staging, result = self.staging, self.result
+        self.meta = meta = _note(staging)
+        for k, host in enumerate(meta.get("hosts") or ["-"] * meta.get("nodes", 0)):
+            ndir, folder = staging / "slurm" / f"node_{k}", node_folder(staging, k)
+            out = result.outcomes[f"node{k}"] = _outcome(Node(k, host), ndir, self.state, meta)
+            if out.status == "stopped" and not result.interrupted:
+                out.message = f"stopped by srun --kill-on-bad-exit (job {self.state})"
+            for entry in (ndir / "out").iterdir():
+                os.replace(entry, folder / entry.name)
+            out.collected = "in place (the staging folder is on a shared file system)"
+        addr, _, port = str(meta.get("master", "")).rpartition(":")
+        result.master_addr, result.master_port = addr or None, int(port or 0)
+        result.commands = meta.get("commands", {})
+
+    def close(self) -> None:
+        pass
+
+    def environments(self) -> list[Mapping[str, str]]:
+        """The spec's environment, what every node's ``env.sh`` held (known to the process that
+        set the job up: ``slurm.json`` keeps secret values redacted)."""
+        return [self.spec.env] if self.spec is not None else []
+
+    def record(self) -> dict[str, Any]:
+        """``launch.json``'s ``slurm``: the job id, hosts, script, final state, scontrol's record."""
+        meta = {k: v for k, v in self.meta.items() if k not in ("commands", "spec")}
+        script = str(Path(str(self.result.run_dir)) / SCRIPT)
+        return {"slurm": {**meta, "state": self.state, "script": script, "job": self.info}}
 
     def _state(self) -> str | None:
         if self.step is not None:
@@ -312,33 +389,3 @@ class SlurmJob:
                 self.pos[path] = fh.tell() - len(rest)
             for line in lines:
                 sink(line.decode(errors="replace"))
-
-    def _finish(self, state: str, *, interrupted: bool = False) -> LaunchResult:
-        """Outcomes from the task files, outputs into ``combined_traces/node_<k>/``, the run
-        named, ``launch.json`` written."""
-        staging, meta, outcomes = self.staging, _note(self.staging), {}
-        _drop_env(staging)
-        for k, host in enumerate(meta.get("hosts") or ["-"] * meta["nodes"]):
-            ndir, folder = staging / "slurm" / f"node_{k}", node_folder(staging, k)
-            out = outcomes[f"node{k}"] = _outcome(Node(k, host), ndir, state, meta)
-            if out.status == "stopped" and not interrupted:
-                out.message = f"stopped by srun --kill-on-bad-exit (job {state})"
-            for entry in (ndir / "out").iterdir():
-                os.replace(entry, folder / entry.name)
-            out.collected = "in place (the staging folder is on a shared file system)"
-        addr, _, port = str(meta.get("master", "")).rpartition(":")
-        result = LaunchResult(
-            meta["run_id"], outcomes, master_addr=addr or None, master_port=int(port or 0)
-        )
-        result.interrupted, result.commands = interrupted, meta.pop("commands", {})
-        started = [o.started_s for o in outcomes.values()]
-        if None not in started:
-            result.timings["all_started"] = max(s or 0.0 for s in started)
-        result.timings["total"] = time.time() - meta["t0"]
-        result.run_dir = finalize(staging, staging.parent, meta["run_id"])
-        meta.pop("spec")  # slurm.json beside it has the spec
-        script = str(result.run_dir / SCRIPT)
-        write_record(result, slurm={**meta, "state": state, "script": script, "job": self.info})
-        if result.status != "complete" and not interrupted:
-            raise LaunchFailed(result)
-        return result

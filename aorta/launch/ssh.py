@@ -25,8 +25,8 @@ import paramiko
 from fabric import Config, Connection
 
 from aorta.errors import AortaError
+from aorta.recipe.cluster import Cluster, Node
 
-from .cluster import Cluster, Node
 from .gather import COMBINED
 
 __all__ = [

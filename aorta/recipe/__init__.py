@@ -1,5 +1,7 @@
 """What to run, pure: the recipe schema, YAML with located errors, the mitigation and
-environment registry, and the plan (cells × trials). Reads files; writes none.
+environment registry, and the plan (cells × trials); and the other files a user writes — the
+cluster file (where a launch runs, :mod:`~aorta.recipe.cluster`) and a CVS config
+(:mod:`~aorta.recipe.cvs`). Reads files; writes none.
 
 >>> from aorta.recipe import load_recipe_text, plan
 >>> p = plan(load_recipe_text("cells: [{name: base, mitigations: [none]}]", command=["true"]))

@@ -7,8 +7,8 @@ import shlex
 
 import pytest
 
-from aorta.launch.cluster import Cluster, ClusterError, Container, Node
 from aorta.launch.container import ContainerSession, run_argv, ship_aorta
+from aorta.recipe.cluster import Cluster, ClusterError, Container, Node
 
 NODES = {"node_dict": {"gpu-1": {}, "gpu-2": {}}}
 

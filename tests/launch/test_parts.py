@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from aorta.cli.launch import sweep_spec
 from aorta.errors import UsageError
 from aorta.launch import (
     Cluster,
@@ -27,9 +26,10 @@ from aorta.launch import (
     launch,
     run_command,
 )
+from aorta.launch.backend import TimedOut, run_parallel
 from aorta.launch.command import ENV_FILE, STARTED_MARKER, env_script, kill_command, setup_command
 from aorta.launch.gather import finalize, is_artifact, node_folder, staging_dir
-from aorta.launch.launcher import TimedOut, run_parallel
+from aorta.launch.spec import sweep_spec
 from aorta.report.launch import format_skew, last_words, version_rows
 from tests.launch_fixtures import local_sessions
 from tests.sshd import REPO, VENV_PYTHON, processes_with_env, wait_gone

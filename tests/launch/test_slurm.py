@@ -27,6 +27,7 @@ from aorta.cli import main
 from aorta.errors import ExitCode
 from aorta.launch import LaunchFailed, LaunchSpec, new_run_id
 from aorta.launch.slurm import SCRIPT, SlurmJob
+from aorta.store.redact import Redactor
 from tests.slurm import SlurmCluster, slurm_missing
 from tests.sshd import REPO, VENV_PYTHON, wait_gone
 
@@ -286,6 +287,9 @@ def test_environment_values_stay_out_of_command_lines(slurm: SlurmCluster, tmp_p
     record = _record(result.run_dir)
     assert "MY_API_TOKEN=<redacted>" in record["commands"]["node0"]
     assert list(result.run_dir.rglob("env.sh")) == []  # removed when the step ended
+    # The run knows it as a secret (salted hash), like the SSH launch's env_vars: a bundle or a
+    # report from any shell masks it.
+    assert Redactor.of_run(result.run_dir, env={}).text(f"echo {SECRET}") == "echo <redacted>"
     _assert_clean(slurm, record)
 
 

@@ -1,26 +1,17 @@
-"""The cluster file: CVS cluster.json and hostfiles, validated with the path of each problem."""
+"""The cluster file (aorta/recipe/cluster.py): CVS cluster.json and hostfiles, validated with
+the path of each problem."""
 
 from __future__ import annotations
 
-import dataclasses
 import getpass
 import json
 from pathlib import Path
 from typing import Any
 
-import paramiko
 import pytest
 
 from aorta.errors import ExitCode, UsageError
-from aorta.launch import (
-    Cluster,
-    ClusterError,
-    SshSession,
-    load_cluster,
-    parse_hostfile,
-    ssh_sessions,
-)
-from aorta.launch.ssh import connection
+from aorta.recipe.cluster import Cluster, ClusterError, load_cluster, parse_hostfile
 
 
 def _cvs(**extra: Any) -> dict[str, Any]:
@@ -261,49 +252,3 @@ def test_hostfile(tmp_path: Path) -> None:
 def test_hostfile_problems(text: str, expected: str) -> None:
     with pytest.raises(ClusterError, match=expected):
         parse_hostfile(text, source="hostfile")
-
-
-def test_ssh_options_carry_the_key_port_and_policy_everywhere() -> None:
-    c = Cluster.from_dict(
-        {
-            "username": "ops",
-            "priv_key_file": "/keys/id",
-            "host_key_checking": "no",
-            "connect_timeout": 2.5,
-            "keepalive": 7,
-            "node_dict": {"10.0.0.1": {"port": 2201}},
-        },
-        check_files=False,
-    )
-    assert c.keepalive == 7  # SshSession sets it on the transport once connected
-    conn = connection(c, c.head)  # nothing connects yet
-    assert (conn.host, conn.port, conn.user, conn.connect_timeout) == ("10.0.0.1", 2201, "ops", 3)
-    assert conn.connect_kwargs["key_filename"] == ["/keys/id"]
-    assert conn.connect_kwargs["look_for_keys"] is False  # the key is the only one tried
-    assert conn.connect_kwargs["auth_timeout"] == conn.connect_kwargs["banner_timeout"] == 2.5
-    assert isinstance(conn.client._policy, paramiko.AutoAddPolicy)  # host_key_checking: no
-    assert not conn.is_connected
-    strict = connection(dataclasses.replace(c, host_key_checking="yes"), c.head)
-    assert isinstance(strict.client._policy, paramiko.RejectPolicy)
-
-
-def test_a_password_reaches_paramiko_and_nothing_else() -> None:
-    # The password login itself is tested against a real SSH server in test_launch_ssh.py.
-    c = Cluster.from_dict({"node_dict": {"h": {}}, "password": " pw "})
-    assert c.warnings == ()
-    assert c.password == " pw "  # as written
-    assert "pw" not in repr(c) and "pw" not in repr(SshSession(c.head, c).connection())
-    kwargs = SshSession(c.head, c).connection().connect_kwargs
-    assert kwargs["password"] == " pw " and kwargs["allow_agent"] is False
-
-
-def test_one_ssh_config_per_launch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HOME", str(tmp_path))
-    (tmp_path / ".ssh").mkdir()
-    config = tmp_path / ".ssh" / "config"
-    config.write_text("Host gpu-*\n  User from-config\n  Port 2200\n")
-    sessions = ssh_sessions(Cluster.from_dict({"node_dict": {"gpu-1": {}, "gpu-2": {}}}))
-    config.write_text("Host gpu-*\n  User changed\n")  # read once: no connection re-reads it
-    conns = [s.connection() for s in sessions.values() for _ in range(2)]
-    assert {(conn.user, conn.port) for conn in conns} == {("from-config", 2200)}
-    assert sessions["node0"].config is sessions["node1"].config

@@ -1,4 +1,6 @@
-"""The cluster: which nodes, how to reach them, which one is the head (pure: nothing connects).
+"""The cluster file — where to run, as the recipe is what to run: which nodes, how to log in,
+which one is the head, the container to run in (pure: nothing connects; :mod:`aorta.launch`
+runs a launch on it and re-exports these names).
 
 A CVS ``cluster.json`` (``node_dict`` keys are SSH addresses, or a list of ``mgmt_ip``
 entries; ``vpc_ip`` is where the other nodes reach a node) read through pydantic models, every
@@ -518,7 +520,7 @@ def load_cluster(path: str | Path) -> Cluster:
     >>> load_cluster(path)
     Traceback (most recent call last):
     ...
-    aorta.launch.cluster.ClusterError: ...hostfile: node_dict["gpu-1"].port: must be an integer from 1 to 65535, got string '22'
+    aorta.recipe.cluster.ClusterError: ...hostfile: node_dict["gpu-1"].port: must be an integer from 1 to 65535, got string '22'
     """
     path = Path(path)
     try:

@@ -1,0 +1,188 @@
+"""The one lifecycle of every launch backend — SSH on the nodes' own Python, SSH into a
+container per node (:mod:`~aorta.launch.launcher`), a Slurm job (:mod:`~aorta.launch.slurm`) —
+and the per-node result map its fan-out phases return.
+
+:func:`drive` runs a :class:`Backend` through ``setup → start → wait → teardown → gather``,
+whatever fails: teardown and gathering run once setup was attempted (teardown first: its kill
+report says which nodes share the head's disk, which decides what gathering pulls). Then, once
+for every backend: the staging folder gets its final name, the nodes' secret values are known
+to the run (``secret_hashes.json``, hashes only), the timings derived from the phases and the
+outcomes are written with ``launch.json``. A node that did not end ``ok`` raises
+:class:`~aorta.launch.outcome.LaunchFailed`.
+
+>>> import threading
+>>> def work(key: str, cancel: threading.Event) -> int:
+...     return 1 // (key == "a")
+>>> results = run_parallel(["a", "b"], work, timeout=5)
+>>> results.succeeded, type(results.failed["b"]).__name__
+({'a': 1}, 'ZeroDivisionError')
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import queue
+import threading
+import time
+from collections.abc import Callable, Hashable, Iterable, Mapping
+from pathlib import Path
+from typing import Any, Generic, Protocol, TypeVar
+
+from aorta.errors import AortaError
+from aorta.store.redact import harvest_secrets, record_secrets
+from aorta.store.rundir import RunDir
+
+from .gather import finalize, write_record
+from .outcome import LaunchFailed, LaunchResult
+
+__all__ = ["Backend", "NodeResults", "TimedOut", "drive", "run_parallel", "why"]
+
+K = TypeVar("K", bound=Hashable)
+EventSink = Callable[[str], None]
+
+
+class TimedOut(AortaError):
+    """What :func:`run_parallel` holds for a call that had not returned at its deadline."""
+
+
+class NodeResults(dict[K, Any], Generic[K]):
+    """``{key: value or the exception it raised}``, like Fabric's ``GroupResult``: one per-node
+    result type for every fan-out phase (setup, teardown, gathering)."""
+
+    @property
+    def succeeded(self) -> dict[K, Any]:
+        return {k: v for k, v in self.items() if not isinstance(v, BaseException)}
+
+    @property
+    def failed(self) -> dict[K, BaseException]:
+        return {k: v for k, v in self.items() if isinstance(v, BaseException)}
+
+
+def why(exc: BaseException) -> str:
+    """One line for a node's failure: aorta's own message, else the exception's type too."""
+    return str(exc) if isinstance(exc, AortaError) else f"{type(exc).__name__}: {exc}"
+
+
+def daemon(target: Callable[[], None], name: str) -> None:
+    threading.Thread(target=target, name=name, daemon=True).start()
+
+
+def run_parallel(
+    keys: Iterable[K],
+    fn: Callable[[K, threading.Event], Any],
+    *,
+    timeout: float,
+    name: str = "aorta",
+) -> NodeResults[K]:
+    """``fn(key, cancel)`` for every key at once, each in a daemon thread (``concurrent.futures``
+    would join one stuck in a read at exit); a call still running after ``timeout`` seconds is
+    :class:`TimedOut`, and its ``cancel`` event is set. A Ctrl-C caught in a thread is raised."""
+    keys = list(keys)
+    cancel = threading.Event()
+    results: queue.Queue[tuple[K, Any]] = queue.Queue()
+
+    def runner(key: K) -> None:
+        try:
+            results.put((key, fn(key, cancel)))
+        except BaseException as exc:
+            results.put((key, exc))
+
+    for i, key in enumerate(keys):
+        daemon(functools.partial(runner, key), f"{name}-{i}")
+    got: dict[K, Any] = {}
+    deadline = time.monotonic() + timeout
+    try:
+        while len(got) < len(keys) and (left := deadline - time.monotonic()) > 0:
+            with contextlib.suppress(queue.Empty):
+                key, value = results.get(timeout=left)
+                got[key] = value
+    finally:
+        if len(got) < len(keys):
+            cancel.set()
+    what = name.removeprefix("aorta-")
+    late = TimedOut(f"{what} not finished after {timeout:g} s")
+    out = NodeResults({key: got.get(key, late) for key in keys})
+    for exc in out.failed.values():
+        if isinstance(exc, KeyboardInterrupt):
+            raise exc
+    return out
+
+
+class Backend(Protocol):
+    """What :func:`drive` needs from a way of launching: the phases, each bounded by a deadline
+    of its own, and what the shared record needs."""
+
+    result: LaunchResult
+    #: Where the nodes' logs and outputs are gathered until :func:`drive` names the run.
+    staging: Path
+
+    def now(self) -> float:
+        """Seconds since the launch began."""
+
+    def setup(self) -> bool:
+        """Make every node ready; ``False`` (the outcomes say why) skips start and wait."""
+
+    def start(self) -> None:
+        """Start every node's program."""
+
+    def wait(self) -> None:
+        """Until every node ended, or was stopped (a node failed, a deadline passed, Ctrl-C)."""
+
+    def teardown(self) -> None:
+        """Stop whatever this run left running; undo what setup made (containers, env files)."""
+
+    def gather(self) -> None:
+        """Each node's log and outputs into ``combined_traces/node_<rank>/`` of the staging."""
+
+    def close(self) -> None:
+        """Release the connections (after gathering, whatever happened)."""
+
+    def environments(self) -> list[Mapping[str, str]]:
+        """Every environment the nodes' programs got: their secret values are the run's."""
+
+    def record(self) -> dict[str, Any]:
+        """Extra keys for ``launch.json`` (Slurm: the job)."""
+
+
+def _timed(result: LaunchResult, key: str, backend: Backend, step: Callable[[], Any]) -> Any:
+    t = backend.now()
+    try:
+        return step()
+    finally:
+        result.timings[key] = backend.now() - t
+
+
+def drive(backend: Backend, *, emit: EventSink) -> LaunchResult:
+    """Run ``backend`` through its lifecycle and write the record (see the module docstring);
+    a Ctrl-C marks the launch interrupted and is raised after the record is written."""
+    result, started = backend.result, False
+    try:
+        ready = _timed(result, "setup", backend, backend.setup)
+        if ready:
+            started = True
+            backend.start()
+            backend.wait()
+    except KeyboardInterrupt:
+        result.interrupted = True
+        raise
+    finally:
+        if started:
+            result.timings["run"] = backend.now() - result.timings["setup"]
+        try:
+            _timed(result, "teardown", backend, backend.teardown)
+            _timed(result, "collect", backend, backend.gather)
+        finally:
+            backend.close()
+            result.run_dir = finalize(backend.staging, backend.staging.parent, result.run_id)
+            known = harvest_secrets(*backend.environments())
+            record_secrets(RunDir(result.run_dir), known)  # the run knows them (hashes only)
+            starts = [o.started_s for o in result.outcomes.values()]
+            if starts and None not in starts:
+                result.timings["all_started"] = max(s or 0.0 for s in starts)
+            result.timings["total"] = backend.now()
+            write_record(result, **backend.record())
+            emit(f"{result.status}: results in {result.run_dir}")
+    if result.status != "complete":
+        raise LaunchFailed(result)
+    return result
