@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 
+import aorta
 from aorta import envvars
 from aorta import report as pages  # light: explain_text loads on first use
 from aorta.errors import ExitCode, UsageError
@@ -107,16 +108,10 @@ def stats_flags(
     stat: str | None = None,
 ) -> StatsOptions:
     """The one :class:`~aorta.matrix.options.StatsOptions` of a command's statistics flags:
-    each flag given replaces its default."""
-    from aorta.matrix.options import stats_options
-
-    return stats_options(
-        alpha=alpha,
-        seed=seed,
-        resamples=resamples,
-        ranks=None if ranks is None else rank_reduction(ranks),  # type: ignore[arg-type]
-        stat=stat,  # type: ignore[arg-type]
-    )
+    each flag given replaces its default (``aorta.StatsOptions`` loads on first use)."""
+    flags: dict[str, Any] = {"alpha": alpha, "seed": seed, "resamples": resamples, "stat": stat}
+    flags["ranks"] = None if ranks is None else rank_reduction(ranks)
+    return aorta.StatsOptions(**{k: v for k, v in flags.items() if v is not None})
 
 
 def compare(
