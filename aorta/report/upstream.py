@@ -35,6 +35,7 @@ from aorta.matrix.select import outcomes
 from aorta.matrix.summary import confound_tag
 from aorta.store.hostenv import redact_env
 from aorta.store.record import TrialStatus
+from aorta.store.rundir import trial_relpath
 
 __all__ = [
     "CONFOUND_VOCABULARY",
@@ -155,7 +156,7 @@ def _cell_keys(
             errors and error_rate is not None and error_rate >= UNRELIABLE_ERROR_RATE
         ),
         "confound": confound,
-        "trial_paths": [f"cells/{cell}/trial_{int(t):04d}.json" for t in trials],
+        "trial_paths": [trial_relpath(cell, int(t)) for t in trials],
     }
 
 
