@@ -7,6 +7,7 @@ here with the file and line instead of drifting silently.
 from __future__ import annotations
 
 import ast
+import fnmatch
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -194,6 +195,52 @@ def test_architecture_names_every_module_of_listed_stages(stage):
     named = set(re.findall(r"`(\w+)\.py`", row))
     real = {p.stem for p in (PACKAGE / stage).glob("*.py")} - {"__init__"}
     assert real <= named, f"docs/architecture.md's {stage}/ row does not name: {real - named}"
+
+
+# --- the README's layout table --------------------------------------------------------------
+
+README = PACKAGE.parent / "README.md"
+TOP_LEVEL = "top level"
+
+
+def _readme_layout() -> dict[str, set[str]]:
+    """The README's layout table: folder (``run``, …, or ``top level``) → the module names
+    its row gives (backticked; ``html_*`` a glob; the faces ``aorta`` and ``aorta.plugins``
+    as modules of the top level)."""
+    rows: dict[str, set[str]] = {}
+    lines = iter(README.read_text().splitlines())
+    for line in lines:
+        if line.startswith("| stage | folder | modules |"):
+            break
+    next(lines, None)  # the |---| line
+    for line in lines:
+        if not line.startswith("|"):
+            break
+        _, folder, names = (c.strip() for c in line.strip().strip("|").split("|"))
+        stage = m.group(1) if (m := re.fullmatch(r"`(\w+)/`", folder)) else folder
+        found = set(re.findall(r"`([\w.*]+)`", names))
+        rows[stage] = {n.removeprefix("aorta.") for n in found if n != "aorta"}
+    return rows
+
+
+def _modules_of(stage: str) -> set[str]:
+    folder = PACKAGE if stage == TOP_LEVEL else PACKAGE / stage
+    return {p.stem for p in folder.glob("*.py")} - {"__init__", "__main__"}
+
+
+def test_readme_layout_lists_every_stage_folder():
+    on_disk = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+    assert set(_readme_layout()) == on_disk | {TOP_LEVEL}, "README.md's layout table drifted"
+
+
+@pytest.mark.parametrize("stage", [*STAGES, TOP_LEVEL])
+def test_readme_layout_names_every_module_and_only_modules(stage):
+    named = _readme_layout().get(stage, set())
+    real = _modules_of(stage)
+    missing = {n for n in named if not fnmatch.filter(real, n)}
+    unnamed = {m for m in real if not any(fnmatch.fnmatch(m, n) for n in named)}
+    assert not missing, f"README.md's {stage} row names modules that do not exist: {missing}"
+    assert not unnamed, f"README.md's {stage} row does not name: {unnamed}"
 
 
 # --- pure stages write no files -----------------------------------------------------------------
