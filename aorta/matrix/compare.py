@@ -342,9 +342,6 @@ def compare(
         reduces a per-rank trace metric (:func:`reduce_ranks`); ``stat`` is the statistic of
         a trial's post-warm-up steps for ``step_time_ms``; seed and resamples are the
         bootstrap's (recorded in ``attrs``).
-    **overrides
-        Any field of ``options`` as a keyword (``alpha=0.01``, ``resamples=2000`` …),
-        replacing its value.
     signature
         Count trials with this failure signature (``out_of_memory``, ``hang``,
         ``custom:<id>`` …) as the event instead of failures: ``n_failed`` are those trials,
@@ -361,6 +358,9 @@ def compare(
     failure_margin
         With ``sequential``: the failure-rate difference that does not matter (default
         ``ds.attrs["failure_margin"]``, else 0.15).
+    **overrides
+        Any field of ``options`` as a keyword (``alpha=0.01``, ``resamples=2000`` …),
+        replacing its value.
 
     Returns
     -------
