@@ -46,6 +46,7 @@ import numpy as np
 import pandas as pd
 
 from aorta.matrix import stats
+from aorta.matrix.select import DEFAULT_THRESHOLD
 
 __all__ = [
     "FAILURE_KINDS",
@@ -512,7 +513,7 @@ def findings(
     """
     attrs = df.attrs
     alpha = float(attrs.get("alpha", stats.DEFAULT_ALPHA)) if alpha is None else alpha
-    threshold = float(attrs.get("threshold") or 1.15)
+    threshold = float(attrs.get("threshold") or DEFAULT_THRESHOLD)
     base_rows = df.index[df["difference"] == "baseline"]
     baseline = str(base_rows[0]) if len(base_rows) == 1 else str(attrs.get("baseline", ""))
     failures = _failure_findings(df, signatures, alpha=alpha, baseline=baseline)

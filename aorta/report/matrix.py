@@ -29,6 +29,7 @@ from aorta.matrix.dataset import MISSING
 from aorta.matrix.findings import findings
 from aorta.matrix.load import load_run
 from aorta.matrix.options import StatsOptions, stats_options
+from aorta.matrix.select import DEFAULT_THRESHOLD
 from aorta.matrix.signatures import signature_counts, signature_hints
 from aorta.matrix.summary import summarize
 from aorta.matrix.trace_summary import BREAKDOWN_PARTS, has_traces, trace_summary
@@ -211,7 +212,7 @@ def _cell_json(
     ds: xr.Dataset,
     signatures: pd.DataFrame | None = None,
     *,
-    threshold: float = 1.15,
+    threshold: float = DEFAULT_THRESHOLD,
 ) -> dict[str, Any]:
     statuses, trials = _trials(ds, cell)
     if "signature" in ds:
@@ -282,7 +283,9 @@ def matrix_json(
     trials of ``ds``, each cell's ``top_failure`` and ``signatures`` counts) and, with
     ``traces``, the ``traces`` entry (:func:`trace_json`). With ``signatures``
     (:func:`failure_signatures`) the document's ``signature_hints`` name each one's hint."""
-    threshold = float(summary.attrs.get("threshold") or header.get("threshold") or 1.15)
+    threshold = float(
+        summary.attrs.get("threshold") or header.get("threshold") or DEFAULT_THRESHOLD
+    )
     doc: dict[str, Any] = {
         "schema_version": 1,
         **header,
@@ -461,7 +464,7 @@ def matrix_markdown(
     ]
     if attrs:
         lines.append(statistics_line(attrs))
-    threshold = float(attrs.get("threshold") or header.get("threshold") or 1.15)
+    threshold = float(attrs.get("threshold") or header.get("threshold") or DEFAULT_THRESHOLD)
     head = ["cell", "mitigations", "env", "trials", "failure rate", "failures", "errors"]
     head += ["mean step (ms)", "step source", "confound", f"ratio [{level:.0%} CI]", "p_adj"]
     head.append("verdict")
