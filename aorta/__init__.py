@@ -8,6 +8,8 @@ The notebook API::
     result = aorta.sweep(recipe)
     ds = aorta.load_run(result.run_dir)     # xarray Dataset, cell × trial (× step)
     aorta.compare(ds)                       # pandas DataFrame: ratio [CI], p_adj, verdict
+    opts = aorta.StatsOptions(alpha=0.01)   # the statistics options, one frozen value
+    aorta.compare(ds, options=opts)         # (or aorta.compare(ds, alpha=0.01))
     ds = aorta.load_run(run, traces=True)   # + trace metrics, cell × trial × rank
     aorta.compare(ds, metric="exposed_comm_ms")
     aorta.report.html(run)                  # run/report/report.html: one self-contained page
@@ -30,6 +32,7 @@ __all__ = [
     "AortaError",
     "ExitCode",
     "RecipeError",
+    "StatsOptions",
     "TraceError",
     "TraceWarning",
     "UsageError",
@@ -66,6 +69,7 @@ _LAZY: dict[str, str] = {
     "compare": "aorta.matrix.compare",
     "compare_runs": "aorta.matrix.compare",
     "explain": "aorta.matrix.explain",
+    "StatsOptions": "aorta.matrix.options",
     "from_trials": "aorta.matrix.external",
 }
 _MODULES = frozenset({"errors", "plot", "report", "trace"})
@@ -78,6 +82,7 @@ if TYPE_CHECKING:
     from aorta.matrix.explain import explain
     from aorta.matrix.external import from_trials
     from aorta.matrix.load import load_run, load_runs, load_trials
+    from aorta.matrix.options import StatsOptions
     from aorta.matrix.trace_metrics import load_tracelens
     from aorta.recipe.plan import plan
     from aorta.recipe.schema import dump_recipe, load_recipe

@@ -5,15 +5,23 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 
+import aorta
 from aorta import envvars
 from aorta import report as pages  # light: explain_text loads on first use
 from aorta.errors import ExitCode, UsageError
 
 from ._options import Json, traces_missing
+
+if TYPE_CHECKING:
+    from aorta.matrix.options import StatsOptions
+
+# The statistics flags default to None, "not given": the defaults are StatsOptions' (one
+# place; importing it here would load the matrix stage for `aorta --help`). The shown
+# defaults are its values, held equal by tests/cli/test_compare.py.
 
 Baseline = Annotated[
     str | None,
@@ -24,13 +32,14 @@ Baseline = Annotated[
     ),
 ]
 Alpha = Annotated[
-    float,
+    float | None,
     typer.Option(
         "--alpha",
         envvar=envvars.ALPHA,
         min=0.0,
         max=1.0,
         help="Significance level; CIs are at 1 - alpha.",
+        show_default="0.05",
     ),
 ]
 Metric = Annotated[
@@ -50,20 +59,37 @@ Traces = Annotated[
     ),
 ]
 Ranks = Annotated[
-    str,
+    str | None,
     typer.Option(
         "--ranks",
         envvar=envvars.RANKS,
         help="A trace metric's value per trial: worst (max for times, min for rates), max, min, mean, median, or a rank number.",
+        show_default="worst",
     ),
 ]
 Seed = Annotated[
-    int, typer.Option("--seed", envvar=envvars.BOOTSTRAP_SEED, help="Seed of the bootstrap.")
+    int | None,
+    typer.Option(
+        "--seed", envvar=envvars.BOOTSTRAP_SEED, help="Seed of the bootstrap.", show_default="0"
+    ),
 ]
 Resamples = Annotated[
-    int,
+    int | None,
     typer.Option(
-        "--resamples", envvar=envvars.BOOTSTRAP_RESAMPLES, min=1, help="Bootstrap resamples."
+        "--resamples",
+        envvar=envvars.BOOTSTRAP_RESAMPLES,
+        min=1,
+        help="Bootstrap resamples.",
+        show_default="10000",
+    ),
+]
+Stat = Annotated[
+    Literal["median", "mean", "p95"] | None,
+    typer.Option(
+        "--stat",
+        envvar=envvars.STAT,
+        help="For step_time_ms: each trial's median (default), mean or p95 (stalls) of its post-warm-up steps.",
+        show_default="median",
     ),
 ]
 
@@ -71,6 +97,21 @@ Resamples = Annotated[
 def rank_reduction(text: str) -> str | int:
     """``--ranks`` as :func:`aorta.compare` takes it: a rank number or a reduction's name."""
     return int(text) if text.strip().isdigit() else text.strip()
+
+
+def stats_flags(
+    *,
+    alpha: float | None,
+    seed: int | None,
+    resamples: int | None,
+    ranks: str | None,
+    stat: str | None = None,
+) -> StatsOptions:
+    """The one :class:`~aorta.matrix.options.StatsOptions` of a command's statistics flags:
+    each flag given replaces its default (``aorta.StatsOptions`` loads on first use)."""
+    flags: dict[str, Any] = {"alpha": alpha, "seed": seed, "resamples": resamples, "stat": stat}
+    flags["ranks"] = None if ranks is None else rank_reduction(ranks)
+    return aorta.StatsOptions(**{k: v for k, v in flags.items() if v is not None})
 
 
 def compare(
@@ -83,7 +124,7 @@ def compare(
         ),
     ],
     baseline: Baseline = None,
-    alpha: Alpha = 0.05,
+    alpha: Alpha = None,
     metric: Metric = "step_time_ms",
     fail_on_regression: Annotated[
         bool,
@@ -93,18 +134,11 @@ def compare(
             help="Exit 4 when a cell is slower and beyond the band: the whole CI of its ratio above the threshold (a CI regression gate).",
         ),
     ] = False,
-    stat: Annotated[
-        Literal["median", "mean", "p95"],
-        typer.Option(
-            "--stat",
-            envvar=envvars.STAT,
-            help="For step_time_ms: each trial's median (default), mean or p95 (stalls) of its post-warm-up steps.",
-        ),
-    ] = "median",
-    seed: Seed = 0,
-    resamples: Resamples = 10_000,
+    stat: Stat = None,
+    seed: Seed = None,
+    resamples: Resamples = None,
     traces: Traces = False,
-    ranks: Ranks = "worst",
+    ranks: Ranks = None,
     explain: Annotated[
         str | None,
         typer.Option(
@@ -139,18 +173,9 @@ def compare(
     --explain CELL: where the cell's step time went against the baseline, item by item."""
     if (traces or explain is not None) and (missing := traces_missing(runs)):
         raise UsageError(f"{'--explain' if explain is not None else '--traces'}: {missing[0]}")
+    options = stats_flags(alpha=alpha, seed=seed, resamples=resamples, ranks=ranks, stat=stat)
     if explain is not None:
-        return _explain(
-            runs,
-            explain,
-            baseline=baseline,
-            by=by,
-            alpha=alpha,
-            seed=seed,
-            resamples=resamples,
-            ranks=ranks,
-            as_json=as_json,
-        )
+        return _explain(runs, explain, baseline=baseline, by=by, options=options, as_json=as_json)
     from aorta.matrix.compare import gate_regressions
     from aorta.report.comparison import (
         compare_paths,
@@ -163,12 +188,8 @@ def compare(
         runs,
         baseline=baseline,
         metric=metric,
-        alpha=alpha,
-        seed=seed,
-        resamples=resamples,
+        options=options,
         traces=traces,
-        ranks=rank_reduction(ranks),  # type: ignore[arg-type]
-        stat=stat,
         signature=signature,
     )
     found = pages.comparison_findings(df, runs)
@@ -208,15 +229,12 @@ def _explain(
     *,
     baseline: str | None,
     by: str,
-    alpha: float,
-    seed: int,
-    resamples: int,
-    ranks: str,
+    options: StatsOptions,
     as_json: bool,
 ) -> int:
     if len(runs) != 1:
         raise UsageError("--explain takes one run directory")
-    reduction = rank_reduction(ranks)
+    reduction = options.ranks
     if reduction == "worst":  # the compare default: explain's is the mean over ranks
         reduction = "mean"
     try:
@@ -227,9 +245,7 @@ def _explain(
             as_json=as_json,
             by=by,
             ranks=reduction,
-            alpha=alpha,
-            seed=seed,
-            resamples=resamples,
+            options=options,
         )
     except ValueError as exc:
         raise UsageError(f"--explain: {exc}") from None

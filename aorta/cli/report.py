@@ -14,7 +14,7 @@ from aorta import report as pages  # light: its html and compare_html load on fi
 from aorta.errors import ExitCode, UsageError
 
 from ._options import traces_missing
-from .compare import Alpha, Baseline, Metric, Ranks, Resamples, Seed, Traces, rank_reduction
+from .compare import Alpha, Baseline, Metric, Ranks, Resamples, Seed, Traces, stats_flags
 
 Html = Annotated[
     bool,
@@ -37,12 +37,12 @@ def report(
         ),
     ],
     baseline: Baseline = None,
-    alpha: Alpha = 0.05,
+    alpha: Alpha = None,
     metric: Metric = "step_time_ms",
-    seed: Seed = 0,
-    resamples: Resamples = 10_000,
+    seed: Seed = None,
+    resamples: Resamples = None,
     traces: Traces = False,
-    ranks: Ranks = "worst",
+    ranks: Ranks = None,
     html: Html = False,
 ) -> int:
     """Write the comparison (CSV, JSON), the trials (CSV), PNG figures and report.md into
@@ -53,8 +53,8 @@ def report(
     if traces:  # the report is still worth writing: say why it has no trace section
         for hint in traces_missing(runs):
             print(f"warning: --traces: {hint}", file=sys.stderr)
-    kw: dict[str, Any] = {"alpha": alpha, "seed": seed, "resamples": resamples, "traces": traces}
-    kw["ranks"] = rank_reduction(ranks)
+    options = stats_flags(alpha=alpha, seed=seed, resamples=resamples, ranks=ranks)
+    kw: dict[str, Any] = {"options": options, "traces": traces}
     if len(runs) > 2:
         raise UsageError(f"give one run, or two (A B) with --html; got {len(runs)}")
     if len(runs) == 2:

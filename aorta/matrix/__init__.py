@@ -5,10 +5,12 @@ cell × trial × rank, and the ``ds.aorta`` accessor.
 Modules, bottom to top: :mod:`~aorta.matrix.stats` (numbers), :mod:`~aorta.matrix.select`
 (which trials count, one value per trial), :mod:`~aorta.matrix.dataset` (records → Dataset,
 netCDF), :mod:`~aorta.matrix.trace_metrics`, :mod:`~aorta.matrix.load` (run directories),
+:mod:`~aorta.matrix.options` (the statistics options, :class:`StatsOptions`),
 :mod:`~aorta.matrix.compare`, :mod:`~aorta.matrix.summary`, :mod:`~aorta.matrix.trace_summary`,
 :mod:`~aorta.matrix.accessor`. Importing this package registers ``ds.aorta``, once.
 """
 
 from aorta.matrix.accessor import AortaAccessor
+from aorta.matrix.options import StatsOptions
 
-__all__ = ["AortaAccessor"]
+__all__ = ["AortaAccessor", "StatsOptions"]

@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING, Any
 
 import xarray as xr
 
-from aorta.matrix import stats
 from aorta.matrix.compare import compare, compare_runs
 from aorta.matrix.dataset import trials_frame
 from aorta.matrix.explain import explain
+from aorta.matrix.options import StatsOptions
 from aorta.matrix.select import (
     RankReduction,
     StepStat,
@@ -45,6 +45,9 @@ from aorta.store.netcdf import write_netcdf
 if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.figure import Figure
+    from typing_extensions import Unpack
+
+    from aorta.matrix.options import StatsKeywords
 
 __all__ = ["AortaAccessor"]
 
@@ -73,32 +76,22 @@ class AortaAccessor:
         baseline: str | None = None,
         *,
         metric: str = "step_time_ms",
-        alpha: float = 0.05,
-        threshold: float | None = None,
-        trials: TrialSelection = "ok",
-        ranks: RankReduction = "worst",
-        stat: StepStat = "median",
-        seed: int = stats.DEFAULT_SEED,
-        resamples: int = stats.DEFAULT_RESAMPLES,
+        options: StatsOptions | None = None,
         signature: str | None = None,
         sequential: bool = False,
         failure_margin: float | None = None,
+        **overrides: Unpack[StatsKeywords],
     ) -> pd.DataFrame:
         """Every cell against the baseline: :func:`aorta.compare`."""
         return compare(
             self._ds,
             baseline,
             metric=metric,
-            alpha=alpha,
-            threshold=threshold,
-            trials=trials,
-            ranks=ranks,
-            stat=stat,
-            seed=seed,
-            resamples=resamples,
+            options=options,
             signature=signature,
             sequential=sequential,
             failure_margin=failure_margin,
+            **overrides,
         )
 
     def compare_to(self, reference: xr.Dataset, **kwargs: Any) -> pd.DataFrame:

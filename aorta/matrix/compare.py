@@ -17,18 +17,14 @@ import pandas as pd
 from aorta.errors import IncompleteMatrix
 from aorta.matrix import sequential as seq
 from aorta.matrix import stats
-from aorta.matrix.select import (
-    RankReduction,
-    StepStat,
-    TrialSelection,
-    band_threshold,
-    check_dims,
-    outcomes,
-    trial_values,
-)
+from aorta.matrix.options import StatsOptions, stats_options
+from aorta.matrix.select import band_threshold, check_dims, outcomes, trial_values
 
 if TYPE_CHECKING:
     import xarray as xr
+    from typing_extensions import Unpack
+
+    from aorta.matrix.options import StatsKeywords
 
 __all__ = [
     "COLUMNS",
@@ -256,38 +252,42 @@ def _frame(
     return df
 
 
+def _values(ds: xr.Dataset, metric: str, opts: StatsOptions) -> xr.DataArray:
+    """One value per trial of ``metric``, as ``opts`` picks and reduces them."""
+    return trial_values(ds, metric=metric, trials=opts.trials, ranks=opts.ranks, stat=opts.stat)
+
+
 def _attrs(
+    opts: StatsOptions,
     *,
     metric: str,
-    units: str,
-    trials: str,
-    alpha: float,
+    values: xr.DataArray,
     threshold: float,
-    seed: int,
-    resamples: int,
     family: int,
     baseline: str,
-    values: xr.DataArray | None = None,
-    stat: str = "median",
+    resamples: int | None = None,
     band_levels: list[float] | None = None,
 ) -> dict[str, Any]:
+    """What a comparison records in its ``attrs``: the options it ran with (``resamples``: 0
+    when no bootstrap ran) and what they led to."""
+    alpha, stat = opts.alpha, opts.stat
     level = alpha / max(family, 1)
     judged = [v for v in band_levels or [] if math.isfinite(v)]
     value = f"{stat} of post-warm-up steps" if metric == "step_time_ms" else f"{metric} per trial"
-    if values is not None and "ranks" in values.attrs:
+    if "ranks" in values.attrs:
         value += f", {values.attrs['ranks']}"
     return {
         "metric": metric,
-        "units": units,
+        "units": str(values.attrs.get("units", "")),
         "trial_value": value,
-        "trials": trials,
+        "trials": opts.trials,
         "baseline": baseline,
         "alpha": alpha,
         "ci_level": 1 - alpha,
         "threshold": threshold,
         "band": [1 / threshold, threshold],
-        "seed": seed,
-        "resamples": resamples,
+        "seed": opts.seed,
+        "resamples": opts.resamples if resamples is None else resamples,
         "stat": stat,
         "test": (
             f"Mann–Whitney U, two-sided: exact up to {stats.EXACT_MAX_TOTAL} trials in the two "
@@ -311,16 +311,11 @@ def compare(
     baseline: str | None = None,
     *,
     metric: str = "step_time_ms",
-    alpha: float = 0.05,
-    threshold: float | None = None,
-    trials: TrialSelection = "ok",
-    ranks: RankReduction = "worst",
-    stat: StepStat = "median",
-    seed: int = stats.DEFAULT_SEED,
-    resamples: int = stats.DEFAULT_RESAMPLES,
+    options: StatsOptions | None = None,
     signature: str | None = None,
     sequential: bool = False,
     failure_margin: float | None = None,
+    **overrides: Unpack[StatsKeywords],
 ) -> pd.DataFrame:
     """Every cell of a run against its baseline cell.
 
@@ -339,23 +334,14 @@ def compare(
     metric
         ``step_time_ms``, ``wall_clock_s``, ``elapsed_s``, a workload metric name, or a trace
         metric of ``aorta.load_run(run, traces=True)`` such as ``exposed_comm_ms``.
-    alpha
-        Significance level of the tests; the CIs are at ``1 - alpha``.
-    threshold
-        The band of practical equivalence is ``[1/threshold, threshold]`` (default: the
-        recipe's ``confound.threshold``, ``ds.attrs["threshold"]``).
-    trials
-        Which trials' values count for timing: ``ok``, ``ran`` or ``all``.
-    ranks
-        How a per-rank trace metric becomes one value per trial (:func:`reduce_ranks`):
-        ``worst`` (default: max over ranks for times, min for rates), ``max``, ``min``,
-        ``mean``, ``median`` or a rank number.
-    stat
-        For ``step_time_ms``: which statistic of a trial's post-warm-up steps is its value —
-        ``median`` (default), ``mean`` or ``p95`` (the tail: stalls).
-    seed, resamples
-        The bootstrap's seed (mixed with each group's data) and number of resamples (both
-        recorded in ``attrs``).
+    options
+        The statistics options (:class:`~aorta.matrix.options.StatsOptions`: ``alpha``,
+        ``threshold``, ``trials``, ``ranks``, ``stat``, ``seed``, ``resamples``; default its
+        defaults). The CIs are at ``1 - alpha``; the band is ``[1/threshold, threshold]``
+        (default: the recipe's ``confound.threshold``, ``ds.attrs["threshold"]``); ``ranks``
+        reduces a per-rank trace metric (:func:`reduce_ranks`); ``stat`` is the statistic of
+        a trial's post-warm-up steps for ``step_time_ms``; seed and resamples are the
+        bootstrap's (recorded in ``attrs``).
     signature
         Count trials with this failure signature (``out_of_memory``, ``hang``,
         ``custom:<id>`` …) as the event instead of failures: ``n_failed`` are those trials,
@@ -372,6 +358,9 @@ def compare(
     failure_margin
         With ``sequential``: the failure-rate difference that does not matter (default
         ``ds.attrs["failure_margin"]``, else 0.15).
+    **overrides
+        Any field of ``options`` as a keyword (``alpha=0.01``, ``resamples=2000`` …),
+        replacing its value.
 
     Returns
     -------
@@ -413,6 +402,15 @@ def compare(
     >>> df.attrs["seed"], df.attrs["resamples"]
     (0, 10000)
 
+    The statistics options as one value (:class:`~aorta.matrix.options.StatsOptions`), a
+    keyword overriding a field:
+
+    >>> from aorta.matrix.options import StatsOptions
+    >>> opts = StatsOptions(alpha=0.01, resamples=2_000)
+    >>> attrs = compare(ds, options=opts, seed=7).attrs
+    >>> attrs["alpha"], attrs["resamples"], attrs["seed"]
+    (0.01, 2000, 7)
+
     Anytime-valid, as an adaptive sweep decides after every round:
 
     >>> s = compare(ds, sequential=True)
@@ -428,23 +426,14 @@ def compare(
         raise ValueError(
             f"baseline cell {baseline!r} is not in the run (cells: {', '.join(cells)})"
         )
-    thr = band_threshold(ds, threshold)
-    values = trial_values(ds, metric=metric, trials=trials, ranks=ranks, stat=stat)
-    rows, groups = _cell_rows(ds, values, alpha=alpha, signature=signature)
+    opts = stats_options(options, **overrides)
+    thr = band_threshold(ds, opts.threshold)
+    values = _values(ds, metric, opts)
+    rows, groups = _cell_rows(ds, values, alpha=opts.alpha, signature=signature)
     b = cells.index(baseline)
     others = [i for i in range(len(cells)) if i != b]
     # What both kinds of comparison say about their inputs in the frame's attrs.
-    described: dict[str, Any] = dict(
-        metric=metric,
-        units=str(values.attrs.get("units", "")),
-        trials=trials,
-        alpha=alpha,
-        threshold=thr,
-        seed=seed,
-        baseline=baseline,
-        values=values,
-        stat=stat,
-    )
+    described: dict[str, Any] = dict(metric=metric, threshold=thr, baseline=baseline, values=values)
     if sequential:
         if signature is not None:
             raise ValueError(
@@ -461,20 +450,13 @@ def compare(
             rows,
             b,
             threshold=thr,
-            alpha=alpha,
+            alpha=opts.alpha,
             margin=margin,
-            attrs=_attrs(**described, resamples=0, family=len(others)),
+            attrs=_attrs(opts, **described, resamples=0, family=len(others)),
         )
-        df.attrs.update(drift(ds, values.sel(cell=baseline), alpha=alpha))
+        df.attrs.update(drift(ds, values.sel(cell=baseline), alpha=opts.alpha))
         return df
-    results = stats.compare_groups(
-        groups,
-        [(i, b) for i in others],
-        threshold=thr,
-        alpha=alpha,
-        seed=seed,
-        resamples=resamples,
-    )
+    results = _compare_groups(groups, [(i, b) for i in others], thr, opts)
     by_index = dict(zip(others, results, strict=True))
     family = sum(1 for r in results if not math.isnan(r.p))
     df = _frame(
@@ -485,15 +467,26 @@ def compare(
         time=_is_time(values),
     )
     df.attrs = _attrs(
-        **described,
-        resamples=resamples,
-        family=family,
-        band_levels=[r.band_ci_level for r in results],
+        opts, **described, family=family, band_levels=[r.band_ci_level for r in results]
     )
-    df.attrs.update(drift(ds, values.sel(cell=baseline), alpha=alpha))
+    df.attrs.update(drift(ds, values.sel(cell=baseline), alpha=opts.alpha))
     if signature is not None:
         df.attrs["signature"] = signature
     return df
+
+
+def _compare_groups(
+    groups: list[stats.Group], pairs: list[tuple[int, int]], threshold: float, opts: StatsOptions
+) -> list[stats.PairResult]:
+    """:func:`aorta.matrix.stats.compare_groups` with ``opts``' level and bootstrap."""
+    return stats.compare_groups(
+        groups,
+        pairs,
+        threshold=threshold,
+        alpha=opts.alpha,
+        seed=opts.seed,
+        resamples=opts.resamples,
+    )
 
 
 def _sequential(
@@ -592,19 +585,14 @@ def compare_runs(
     b: xr.Dataset,
     *,
     metric: str = "step_time_ms",
-    alpha: float = 0.05,
-    threshold: float | None = None,
-    trials: TrialSelection = "ok",
-    ranks: RankReduction = "worst",
-    stat: StepStat = "median",
-    seed: int = stats.DEFAULT_SEED,
-    resamples: int = stats.DEFAULT_RESAMPLES,
+    options: StatsOptions | None = None,
+    **overrides: Unpack[StatsKeywords],
 ) -> pd.DataFrame:
     """The cells two runs share, each of run ``b`` against the same cell of run ``a``.
 
-    Same columns, rules and ``attrs`` as :func:`compare`; the rows describe ``b``, the
-    ``baseline_*`` columns ``a``'s cell, and the family for Holm is the shared cells. The
-    band comes from ``a`` (the reference run) unless ``threshold`` is given.
+    Same columns, rules, ``attrs``, ``options`` and keywords as :func:`compare`; the rows
+    describe ``b``, the ``baseline_*`` columns ``a``'s cell, and the family for Holm is the
+    shared cells. The band comes from ``a`` (the reference run) unless ``threshold`` is given.
 
     Raises
     ------
@@ -635,21 +623,14 @@ def compare_runs(
         raise IncompleteMatrix(
             f"the runs share no cell (A: {', '.join(a_cells) or '-'}; B: {', '.join(b_cells) or '-'})"
         )
-    thr = band_threshold(a, threshold)
+    opts = stats_options(options, **overrides)
+    thr = band_threshold(a, opts.threshold)
     a_sel, b_sel = a.sel(cell=shared), b.sel(cell=shared)
-    va = trial_values(a_sel, metric=metric, trials=trials, ranks=ranks, stat=stat)
-    vb = trial_values(b_sel, metric=metric, trials=trials, ranks=ranks, stat=stat)
-    rows_a, groups_a = _cell_rows(a_sel, va, alpha=alpha, key_prefix="A/")
-    rows_b, groups_b = _cell_rows(b_sel, vb, alpha=alpha, key_prefix="B/")
+    va, vb = _values(a_sel, metric, opts), _values(b_sel, metric, opts)
+    rows_a, groups_a = _cell_rows(a_sel, va, alpha=opts.alpha, key_prefix="A/")
+    rows_b, groups_b = _cell_rows(b_sel, vb, alpha=opts.alpha, key_prefix="B/")
     n = len(shared)
-    results = stats.compare_groups(
-        [*groups_b, *groups_a],
-        [(i, n + i) for i in range(n)],
-        threshold=thr,
-        alpha=alpha,
-        seed=seed,
-        resamples=resamples,
-    )
+    results = _compare_groups([*groups_b, *groups_a], [(i, n + i) for i in range(n)], thr, opts)
     family = sum(1 for r in results if not math.isnan(r.p))
     df = _frame(
         rows_b,
@@ -659,23 +640,20 @@ def compare_runs(
         time=_is_time(vb),
     )
     df.attrs = _attrs(
+        opts,
         metric=metric,
-        units=str(vb.attrs.get("units", "")),
-        trials=trials,
-        alpha=alpha,
+        values=vb,
         threshold=thr,
-        seed=seed,
-        resamples=resamples,
         family=family,
         baseline="run A (same cell)",
-        values=vb,
-        stat=stat,
         band_levels=[r.band_ci_level for r in results],
     )
     return df
 
 
-def drift(ds: xr.Dataset, values: xr.DataArray, *, alpha: float = 0.05) -> dict[str, Any]:
+def drift(
+    ds: xr.Dataset, values: xr.DataArray, *, alpha: float = stats.DEFAULT_ALPHA
+) -> dict[str, Any]:
     """The drift check: is there a monotone trend of the baseline's trial values over the
     run order (Kendall's tau, :func:`aorta.matrix.stats.drift_p`)? A machine warming up, a
     neighbour's job or a clock change over a long run shows here first.

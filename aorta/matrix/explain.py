@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -31,10 +31,16 @@ import xarray as xr
 
 from aorta.matrix import stats
 from aorta.matrix.load import TraceCache, load_run
+from aorta.matrix.options import StatsOptions, stats_options
 from aorta.matrix.select import RankReduction, TrialSelection, check_dims, trial_values
 from aorta.matrix.trace_metrics import trial_results
 from aorta.store.record import RAN
 from aorta.trace.items import ITEMS_BY
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from aorta.matrix.options import StatsKeywords
 
 __all__ = ["EXPLAIN_BY", "TrialItems", "decompose", "explain"]
 
@@ -99,14 +105,15 @@ def decompose(
     baseline: TrialItems,
     cell: TrialItems,
     *,
-    alpha: float = 0.05,
-    resamples: int = stats.DEFAULT_RESAMPLES,
-    seed: int = stats.DEFAULT_SEED,
+    options: StatsOptions | None = None,
+    **overrides: Unpack[StatsKeywords],
 ) -> pd.DataFrame:
     """The per-item decomposition of ``cell``'s mean step minus ``baseline``'s (pure).
 
     Returns the table of :func:`explain` without the run-specific ``attrs`` (``trials``,
-    ``ranks``, ``step_time_ms``, ``notes``).
+    ``ranks``, ``step_time_ms``, ``notes``). Of the statistics options
+    (:class:`~aorta.matrix.options.StatsOptions`, a keyword overriding a field) the
+    bootstrap's ``alpha``, ``resamples`` and ``seed`` apply.
 
     Examples
     --------
@@ -142,13 +149,12 @@ def decompose(
         for label, (full, _) in sides.items()
     }
     delta = mean["cell"] - mean["baseline"]
+    opts = stats_options(options, **overrides)
     low, high = _intervals(
         sides["baseline"][0],
         sides["cell"][0],
         keys=(baseline.name, cell.name),
-        alpha=alpha,
-        resamples=resamples,
-        seed=seed,
+        opts=opts,
         width=k + 2,
     )
     step_delta = float(delta[k])
@@ -193,9 +199,9 @@ def decompose(
         "baseline": baseline.name,
         "units": dict.fromkeys(("baseline", "cell", "delta", "ci_low", "ci_high"), "ms"),
         "n": {"baseline": len(baseline.step), "cell": len(cell.step)},
-        "alpha": alpha,
-        "resamples": resamples,
-        "seed": seed,
+        "alpha": opts.alpha,
+        "resamples": opts.resamples,
+        "seed": opts.seed,
         "step": term(k, "mean profiled step (ProfilerStep#N), ms"),
         "residual": term(k + 1, "step − Σ items: time no item explains"),
     }
@@ -207,18 +213,18 @@ def _intervals(
     cell: np.ndarray | None,
     *,
     keys: tuple[str, str],
-    alpha: float,
-    resamples: int,
-    seed: int,
+    opts: StatsOptions,
     width: int,
 ) -> tuple[np.ndarray, np.ndarray]:
+    """Each column's bootstrap CI of the difference of means, cell − base (both trials ×
+    columns; NaN with fewer than 2 trials on a side)."""
     nan = np.full(width, np.nan)
     if base is None or cell is None or base.shape[0] < 2 or cell.shape[0] < 2:
         return nan, nan.copy()
-    samples = _resampled_means(
-        cell, resamples=resamples, rng=_stream(seed, keys[1])
-    ) - _resampled_means(base, resamples=resamples, rng=_stream(seed, keys[0]))
-    bounds = [stats.percentile_interval(samples[:, j], alpha=alpha) for j in range(width)]
+    n = opts.resamples
+    samples = _resampled_means(cell, resamples=n, rng=_stream(opts.seed, keys[1]))
+    samples -= _resampled_means(base, resamples=n, rng=_stream(opts.seed, keys[0]))
+    bounds = [stats.percentile_interval(samples[:, j], alpha=opts.alpha) for j in range(width)]
     return np.array([b[0] for b in bounds]), np.array([b[1] for b in bounds])
 
 
@@ -281,10 +287,11 @@ def explain(
     *,
     by: ExplainBy = "kernel",
     ranks: Literal["mean"] | int = "mean",
-    trials: TrialSelection = "ok",
-    alpha: float = 0.05,
-    resamples: int = stats.DEFAULT_RESAMPLES,
-    seed: int = stats.DEFAULT_SEED,
+    options: StatsOptions | None = None,
+    trials: TrialSelection | None = None,
+    alpha: float | None = None,
+    resamples: int | None = None,
+    seed: int | None = None,
     trace_cache: TraceCache = "use",
     trace_workers: int | None = None,
     executor: Executor | None = None,
@@ -317,13 +324,14 @@ def explain(
     ranks
         ``"mean"``: the mean over the ranks (it keeps the decomposition additive; a trial
         needs every rank's trace); a rank number: that rank only.
-    trials
-        ``"ok"`` (default) or ``"ran"`` (adds ``workload_failed`` trials), as in
-        :func:`aorta.compare`; trials without a usable trace are left out (``attrs["notes"]``).
-    alpha
-        The CIs are at level ``1 − alpha``.
-    resamples, seed
-        The bootstrap (seeded per group as in :func:`aorta.compare`: the same run gives the
+    options
+        The statistics options (:class:`~aorta.matrix.options.StatsOptions`); ``trials``,
+        ``alpha``, ``resamples`` and ``seed`` apply, ``ranks`` is the argument above.
+    trials, alpha, resamples, seed
+        Override the options' field when given. ``trials``: ``"ok"`` (default) or ``"ran"``
+        (adds ``workload_failed`` trials), as in :func:`aorta.compare`; trials without a
+        usable trace are left out (``attrs["notes"]``). The CIs are at level ``1 − alpha``;
+        the bootstrap is seeded per group as in :func:`aorta.compare` (the same run gives the
         same CIs).
     trace_cache, trace_workers, executor
         As in :func:`aorta.load_run`: how trials whose metrics are not cached yet are analysed.
@@ -374,6 +382,7 @@ def explain(
         raise ValueError(f"by must be one of {', '.join(EXPLAIN_BY)}, not {by!r}")
     if ranks != "mean" and (isinstance(ranks, bool) or not isinstance(ranks, int)):
         raise ValueError(f"ranks must be 'mean' or a rank number, not {ranks!r}")
+    opts = stats_options(options, trials=trials, alpha=alpha, resamples=resamples, seed=seed)
     ds, run_dir = _dataset(source)
     base = str(baseline or ds.attrs.get("baseline") or ds.cell.values[0])
     names = [str(c) for c in ds.cell.values.tolist()]
@@ -385,7 +394,7 @@ def explain(
     )
     if ranks != "mean" and not 0 <= int(ranks) < world_size:
         raise ValueError(f"ranks={ranks}: the run has ranks 0..{world_size - 1}")
-    allowed = ("ok",) if trials == "ok" else tuple(RAN)
+    allowed = ("ok",) if opts.trials == "ok" else tuple(RAN)
     notes = [*problems, *notes]
     groups = {}
     for name in dict.fromkeys((base, cell)):
@@ -398,8 +407,8 @@ def explain(
         )
         if len(groups[name].step) < 2:
             notes.append(f"{name}: {len(groups[name].step)} trial(s) with traces, no CI")
-    out = decompose(groups[base], groups[cell], alpha=alpha, resamples=resamples, seed=seed)
-    medians = trial_values(ds, trials=trials) if "step_time_ms" in ds else None
+    out = decompose(groups[base], groups[cell], options=opts)
+    medians = trial_values(ds, trials=opts.trials) if "step_time_ms" in ds else None
     out.attrs |= {
         "by": by,
         "ranks": ranks,

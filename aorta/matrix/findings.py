@@ -46,6 +46,7 @@ import numpy as np
 import pandas as pd
 
 from aorta.matrix import stats
+from aorta.matrix.select import DEFAULT_THRESHOLD
 
 __all__ = [
     "FAILURE_KINDS",
@@ -131,7 +132,7 @@ def trials_to_decide(
     baseline_count: int,
     baseline_ran: int,
     *,
-    alpha: float = 0.05,
+    alpha: float = stats.DEFAULT_ALPHA,
     multiplier: float = 1.0,
     limit: int = DECIDE_LIMIT,
 ) -> int | None:
@@ -511,8 +512,8 @@ def findings(
     [('failures', 'stuck', 'more'), ('no_timing', 'stuck', 'none of its 8 trials ended ok (8 hang)')]
     """
     attrs = df.attrs
-    alpha = float(attrs.get("alpha", 0.05)) if alpha is None else alpha
-    threshold = float(attrs.get("threshold") or 1.15)
+    alpha = float(attrs.get("alpha", stats.DEFAULT_ALPHA)) if alpha is None else alpha
+    threshold = float(attrs.get("threshold") or DEFAULT_THRESHOLD)
     base_rows = df.index[df["difference"] == "baseline"]
     baseline = str(base_rows[0]) if len(base_rows) == 1 else str(attrs.get("baseline", ""))
     failures = _failure_findings(df, signatures, alpha=alpha, baseline=baseline)

@@ -51,7 +51,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from aorta.matrix.stats import Band, Difference, FailureVerdict
+from aorta.matrix.stats import DEFAULT_ALPHA, Band, Difference, FailureVerdict
 
 __all__ = [
     "DEFAULT_FAILURE_MARGIN",
@@ -170,7 +170,7 @@ def timing_sequence(
     log_ratios: np.ndarray,
     *,
     threshold: float,
-    alpha: float = 0.05,
+    alpha: float = DEFAULT_ALPHA,
     family: int = 1,
     g: float = DEFAULT_G,
 ) -> TimingSequence:
@@ -304,7 +304,7 @@ def failure_sequence(
     cell_failed: np.ndarray,
     base_failed: np.ndarray,
     *,
-    alpha: float = 0.05,
+    alpha: float = DEFAULT_ALPHA,
     family: int = 1,
     margin: float = DEFAULT_FAILURE_MARGIN,
 ) -> FailureSequence:
@@ -390,7 +390,7 @@ def sequential_pair(
     base_failed: np.ndarray,
     *,
     threshold: float,
-    alpha: float = 0.05,
+    alpha: float = DEFAULT_ALPHA,
     family: int = 1,
     failure_margin: float = DEFAULT_FAILURE_MARGIN,
     cell_ran: np.ndarray | None = None,

@@ -59,6 +59,7 @@ from aorta.matrix.bootstrap import (
 
 __all__ = [
     "BOOTSTRAP_BLOCK",
+    "DEFAULT_ALPHA",
     "DEFAULT_RESAMPLES",
     "DEFAULT_SEED",
     "EXACT_MAX_TOTAL",
@@ -92,6 +93,10 @@ __all__ = [
     "wilson_interval",
 ]
 
+# The defaults of aorta.matrix.options.StatsOptions (which documents them), here at the
+# bottom of the matrix stage so the pure functions below share them.
+#: Significance level unless told otherwise.
+DEFAULT_ALPHA = 0.05
 #: Bootstrap resamples per group unless told otherwise.
 DEFAULT_RESAMPLES = 10_000
 #: Bootstrap seed unless told otherwise (recorded beside every result).
@@ -178,7 +183,7 @@ def _z(alpha: float) -> float:
     return float(norm.ppf(1 - alpha / 2))
 
 
-def wilson_interval(k: int, n: int, *, alpha: float = 0.05) -> tuple[float, float]:
+def wilson_interval(k: int, n: int, *, alpha: float = DEFAULT_ALPHA) -> tuple[float, float]:
     """Wilson score interval for ``k`` events in ``n`` trials, at confidence ``1 - alpha``.
 
     Unlike the normal approximation it stays inside [0, 1] and is not empty at 0/n. The
@@ -675,7 +680,7 @@ def compare_groups(
     pairs: Sequence[tuple[int, int]],
     *,
     threshold: float,
-    alpha: float = 0.05,
+    alpha: float = DEFAULT_ALPHA,
     seed: int = DEFAULT_SEED,
     resamples: int = DEFAULT_RESAMPLES,
 ) -> list[PairResult]:

@@ -30,16 +30,21 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import pandas as pd
 import xarray as xr
 
-from aorta.matrix import stats
 from aorta.matrix.compare import compare
+from aorta.matrix.options import StatsOptions, stats_options
 from aorta.matrix.select import band_threshold, check_dims, outcomes, trial_values
 from aorta.store.record import TrialStatus
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from aorta.matrix.options import StatsKeywords
 
 __all__ = ["MATRIX_COLUMNS", "STEP_SOURCES", "StepSource", "confound_tag", "summarize"]
 
@@ -65,10 +70,8 @@ def summarize(
     ds: xr.Dataset,
     baseline: str | None = None,
     *,
-    threshold: float | None = None,
-    alpha: float = 0.05,
-    seed: int = stats.DEFAULT_SEED,
-    resamples: int = stats.DEFAULT_RESAMPLES,
+    options: StatsOptions | None = None,
+    **overrides: Unpack[StatsKeywords],
 ) -> pd.DataFrame:
     """One row per cell of a run: its comparison with the baseline and upstream's columns.
 
@@ -78,11 +81,12 @@ def summarize(
         A run's Dataset (:func:`aorta.load_run`).
     baseline
         The reference cell (default: ``ds.attrs["baseline"]``, the recipe's).
-    threshold
-        The band's threshold (default: the recipe's ``confound.threshold``); also the
-        ``confound`` tag's.
-    alpha, seed, resamples
-        As in :func:`aorta.compare`.
+    options, **overrides
+        The statistics options, as in :func:`aorta.compare`. The band's ``threshold``
+        (default: the recipe's ``confound.threshold``) is also the ``confound`` tag's. The
+        matrix picks its own trial values: each trial's median post-warm-up step (its wall
+        clock when the baseline has no step times) and the p95 for ``stalls``, over the trials
+        that ended ok, so ``trials``, ``ranks`` and ``stat`` do not apply.
 
     Returns
     -------
@@ -112,7 +116,12 @@ def summarize(
     """
     check_dims(ds)
     baseline = baseline if baseline is not None else ds.attrs.get("baseline")
-    thr = band_threshold(ds, threshold)
+    opts = stats_options(options, **overrides)
+    # The matrix's trial values are its own (see above): only the level, band and bootstrap.
+    opts = StatsOptions(
+        alpha=opts.alpha, threshold=opts.threshold, seed=opts.seed, resamples=opts.resamples
+    )
+    thr = band_threshold(ds, opts.threshold)
     cells = [str(c) for c in ds.cell.values.tolist()]
     metric = "step_time_ms"
     if baseline in cells:
@@ -120,16 +129,7 @@ def summarize(
         metric = "step_time_ms" if bool(steps.notnull().any()) else "wall_clock_s"
     # An adaptive run stopped its cells on anytime-valid verdicts: fixed-n tests would not hold.
     sequential = ds.attrs.get("schedule") == "adaptive"
-    df = compare(
-        ds,
-        baseline,
-        metric=metric,
-        alpha=alpha,
-        threshold=thr,
-        seed=seed,
-        resamples=resamples,
-        sequential=sequential,
-    )
+    df = compare(ds, baseline, metric=metric, options=opts, threshold=thr, sequential=sequential)
     status = ds.status.transpose("cell", "trial").values.astype(str)
     planned = ds["planned_trials"].values if "planned_trials" in ds.coords else np.zeros(len(cells))
     recorded = (status != "missing").sum(axis=1)
@@ -148,16 +148,7 @@ def summarize(
     ]
     df["p95_ratio"], df["stalls"] = np.nan, False
     if metric == "step_time_ms":
-        tail = compare(
-            ds,
-            baseline,
-            stat="p95",
-            alpha=alpha,
-            threshold=thr,
-            seed=seed,
-            resamples=resamples,
-            sequential=sequential,
-        )
+        tail = compare(ds, baseline, options=opts, threshold=thr, stat="p95", sequential=sequential)
         df["p95_ratio"] = tail["ratio"]
         df["stalls"] = (
             (tail["difference"] == "slower")

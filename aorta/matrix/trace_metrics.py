@@ -54,7 +54,7 @@ import xarray as xr
 import aorta.trace
 from aorta.errors import TraceError, TraceWarning
 from aorta.matrix.dataset import build_dataset, text_array
-from aorta.matrix.select import is_trace_variable
+from aorta.matrix.select import DEFAULT_THRESHOLD, is_trace_variable
 from aorta.store.metrics_cache import read_cached, write_cached
 from aorta.store.record import RAN, TrialRecord, TrialStatus
 from aorta.store.rundir import CELL_JSON, RunDir, trace_file_name
@@ -601,7 +601,7 @@ def load_tracelens(
     source: TraceLensSource,
     *,
     baseline: str | None = None,
-    threshold: float = 1.15,
+    threshold: float = DEFAULT_THRESHOLD,
     prefix: str | None = None,
 ) -> xr.Dataset:
     """TraceLens perf reports of a sweep as a Dataset that :func:`aorta.compare` takes.

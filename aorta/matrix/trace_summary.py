@@ -11,13 +11,15 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from aorta.matrix import stats
 from aorta.matrix.compare import compare
-from aorta.matrix.select import RankReduction, TrialSelection
+from aorta.matrix.options import StatsOptions, stats_options
 
 if TYPE_CHECKING:
     import pandas as pd
     import xarray as xr
+    from typing_extensions import Unpack
+
+    from aorta.matrix.options import StatsKeywords
 
 __all__ = ["BREAKDOWN_PARTS", "has_traces", "trace_summary"]
 
@@ -35,19 +37,16 @@ def trace_summary(
     ds: xr.Dataset,
     baseline: str | None = None,
     *,
-    ranks: RankReduction = "worst",
-    trials: TrialSelection = "ok",
-    alpha: float = 0.05,
-    threshold: float | None = None,
-    seed: int = stats.DEFAULT_SEED,
-    resamples: int = stats.DEFAULT_RESAMPLES,
+    options: StatsOptions | None = None,
+    **overrides: Unpack[StatsKeywords],
 ) -> pd.DataFrame:
     """One row per cell: medians of the time breakdown and the exposed-comm verdict (``difference``, ``band``).
 
-    Each trial's value is its ranks reduced by ``ranks`` (default ``worst``: the max for these
-    times); the cell's value is the median over trials. The exposed-communication columns
-    are :func:`aorta.compare` with ``metric="exposed_comm_ms"``: the same statistics and
-    verdicts as step time.
+    Each trial's value is its ranks reduced by the options' ``ranks`` (default ``worst``: the
+    max for these times); the cell's value is the median over trials. The
+    exposed-communication columns are :func:`aorta.compare` with ``metric="exposed_comm_ms"``
+    and the same ``options`` and keywords (:class:`~aorta.matrix.options.StatsOptions`): the
+    same statistics and verdicts as step time.
 
     Returns
     -------
@@ -84,15 +83,8 @@ def trace_summary(
         raise ValueError(
             "no trace metrics in this Dataset: load it with load_run(run, traces=True)"
         )
-    kw: dict[str, Any] = {
-        "ranks": ranks,
-        "trials": trials,
-        "alpha": alpha,
-        "threshold": threshold,
-        "seed": seed,
-        "resamples": resamples,
-    }
-    comparisons = {m: compare(ds, baseline, metric=m, **kw) for m in BREAKDOWN_PARTS}
+    opts = stats_options(options, **overrides)
+    comparisons = {m: compare(ds, baseline, metric=m, options=opts) for m in BREAKDOWN_PARTS}
     comm = comparisons["exposed_comm_ms"]
     out = comm[["n_timed"]].rename(columns={"n_timed": "traced"})
     out.insert(1, "source", [_sources(ds, cell) for cell in out.index])

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from aorta.matrix.select import TrialSelection, band_threshold, trial_values
+from aorta.matrix.select import DEFAULT_THRESHOLD, TrialSelection, band_threshold, trial_values
 from aorta.store.record import TrialStatus
 
 from .style import PALETTE, aorta_style, new_axes
@@ -214,7 +214,7 @@ def ratio_forest(comparison: pd.DataFrame, *, ax: Any = None) -> Figure:
     """
     rows = comparison[comparison["difference"] != "baseline"]
     cells = [str(c) for c in rows.index]
-    thr = float(comparison.attrs.get("threshold", 1.15))
+    thr = float(comparison.attrs.get("threshold", DEFAULT_THRESHOLD))
     with aorta_style():
         fig, ax = new_axes(ax, figsize=(6.4, 0.9 + 0.45 * max(len(cells), 1)))
         y = _cell_axis(ax, cells)

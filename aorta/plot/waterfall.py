@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from aorta.matrix.stats import DEFAULT_ALPHA
+
 from .style import PALETTE, aorta_style, new_axes
 
 if TYPE_CHECKING:
@@ -109,7 +111,7 @@ def waterfall(explained: pd.DataFrame, *, top: int = 8, ax: Any = None) -> Figur
         )
         ax.set_xticks(x, labels=labels, rotation=30, ha="right")
         ax.grid(axis="x", visible=False)
-        level_ci = f"{100 * (1 - explained.attrs.get('alpha', 0.05)):.0f}%"
+        level_ci = f"{100 * (1 - explained.attrs.get('alpha', DEFAULT_ALPHA)):.0f}%"
         ax.set_ylabel(f"ms per profiled step (mean over trials; {level_ci} CI)")
         ax.set_title(
             f"Where the time went: {explained.attrs['cell']} vs {explained.attrs['baseline']}"

@@ -27,11 +27,10 @@ import pandas as pd
 import xarray as xr
 
 from aorta.errors import UsageError
-from aorta.matrix import stats
 from aorta.matrix.compare import compare, compare_runs, require_baseline
 from aorta.matrix.findings import undecided_reason
 from aorta.matrix.load import load_run
-from aorta.matrix.select import RankReduction, StepStat
+from aorta.matrix.options import StatsOptions
 
 __all__ = [
     "ci_text",
@@ -357,19 +356,17 @@ def compare_paths(
     *,
     baseline: str | None = None,
     metric: str = "step_time_ms",
-    alpha: float = 0.05,
-    seed: int = stats.DEFAULT_SEED,
-    resamples: int = stats.DEFAULT_RESAMPLES,
+    options: StatsOptions | None = None,
     traces: bool = False,
-    ranks: RankReduction = "worst",
-    stat: StepStat = "median",
     signature: str | None = None,
 ) -> pd.DataFrame:
     """One run's cells against its baseline, or two runs' shared cells (B against A).
 
     ``traces`` loads the runs' trace metrics (:func:`aorta.load_run`), so ``metric`` can be
-    one of them, reduced over ranks by ``ranks``. ``signature`` (one run): the failure
-    comparison counts trials with that failure signature (:func:`aorta.compare`).
+    one of them, reduced over ranks by the options' ``ranks``. ``options``: the statistics
+    (:class:`~aorta.matrix.options.StatsOptions`, default its defaults). ``signature`` (one
+    run): the failure comparison counts trials with that failure signature
+    (:func:`aorta.compare`).
 
     Raises
     ------
@@ -392,11 +389,7 @@ def compare_paths(
         [load_run(p, traces=traces) for p in runs],
         baseline=baseline,
         metric=metric,
-        alpha=alpha,
-        seed=seed,
-        resamples=resamples,
-        ranks=ranks,
-        stat=stat,
+        options=options,
         signature=signature,
     )
     df.attrs["runs"] = [str(p) for p in runs]
@@ -408,11 +401,7 @@ def compare_datasets(
     *,
     baseline: str | None = None,
     metric: str = "step_time_ms",
-    alpha: float = 0.05,
-    seed: int = stats.DEFAULT_SEED,
-    resamples: int = stats.DEFAULT_RESAMPLES,
-    ranks: RankReduction = "worst",
-    stat: StepStat = "median",
+    options: StatsOptions | None = None,
     signature: str | None = None,
 ) -> pd.DataFrame:
     """:func:`aorta.compare` of one run (which needs a usable baseline) or
@@ -420,14 +409,7 @@ def compare_datasets(
 
     Raises as :func:`compare_paths`.
     """
-    kw: dict[str, Any] = {
-        "metric": metric,
-        "alpha": alpha,
-        "seed": seed,
-        "resamples": resamples,
-        "ranks": ranks,
-        "stat": stat,
-    }
+    kw: dict[str, Any] = {"metric": metric, "options": options}
     try:
         if len(datasets) == 1:
             df = compare(datasets[0], baseline, signature=signature, **kw)

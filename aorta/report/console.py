@@ -18,6 +18,7 @@ from aorta.recipe.plan import Plan
 from aorta.report.comparison import comparison_json, verdict_text
 from aorta.report.findings import SCREEN_LINES_TEXT, finding_json, findings_lines
 from aorta.store.record import TrialRecord, TrialStatus
+from aorta.store.rundir import trial_file_name, trial_relpath
 
 __all__ = ["format_plan", "format_summary", "plan_to_dict", "summary_to_dict"]
 
@@ -131,9 +132,9 @@ def _cell_problems(
     first_bad = next(
         (r for r in mine if r.status not in (TrialStatus.OK, TrialStatus.DID_NOT_RUN)), None
     )
-    where = f"{run_dir}/cells/{cell}/"
+    where = f"{run_dir}/{trial_relpath(cell)}/"
     if first_bad is not None:
-        where += f"trial_{first_bad.trial:04d}.json"
+        where += trial_file_name(first_bad.trial)
     lines = [f"  {cell}: {'; '.join(parts)} → {where}"]
     if first_bad is not None and first_bad.error:
         lines.append(f"    {first_bad.error[:200]}")

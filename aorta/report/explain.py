@@ -14,8 +14,8 @@ from typing import Any
 import pandas as pd
 import xarray as xr
 
-from aorta.matrix import stats
 from aorta.matrix.explain import ExplainBy, explain
+from aorta.matrix.options import StatsOptions
 
 __all__ = [
     "CHANGED_VERDICTS",
@@ -146,27 +146,17 @@ def explain_changed(
     comparison: pd.DataFrame,
     *,
     by: ExplainBy | None = None,
-    alpha: float = 0.05,
-    seed: int = stats.DEFAULT_SEED,
-    resamples: int = stats.DEFAULT_RESAMPLES,
+    options: StatsOptions | None = None,
 ) -> dict[str, pd.DataFrame]:
     """:func:`aorta.explain` of every cell whose verdict in ``comparison`` is ``slower`` or
     ``faster``, against ``comparison``'s baseline (``ds`` from ``load_run(run, traces=True)``;
-    ``by`` default: :func:`default_by`)."""
+    ``by`` default: :func:`default_by`; ``options``: the bootstrap's, as there)."""
     if "trace_run_dir" not in ds.attrs or "difference" not in comparison:
         return {}
     base = comparison.attrs.get("baseline")
     chosen = by or default_by(ds)
     return {
-        str(cell): explain(
-            ds,
-            str(cell),
-            base,
-            by=chosen,
-            alpha=alpha,
-            seed=seed,
-            resamples=resamples,
-        )
+        str(cell): explain(ds, str(cell), base, by=chosen, options=options)
         for cell, verdict in comparison["difference"].items()
         if verdict in CHANGED_VERDICTS
     }

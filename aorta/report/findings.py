@@ -21,7 +21,7 @@ import math
 import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import pandas as pd
 import xarray as xr
@@ -29,9 +29,15 @@ import xarray as xr
 from aorta.matrix import stats
 from aorta.matrix.findings import Finding, findings
 from aorta.matrix.load import load_run
+from aorta.matrix.options import StatsOptions
 from aorta.matrix.signatures import signature_counts
 from aorta.matrix.summary import summarize
 from aorta.report.comparison import p_text, plain, verdict_text
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from aorta.matrix.options import StatsKeywords
 
 __all__ = [
     "comparison_findings",
@@ -51,13 +57,13 @@ SCREEN_LINES_TEXT = 10
 def run_findings(
     ds: xr.Dataset,
     *,
-    alpha: float = 0.05,
-    seed: int = stats.DEFAULT_SEED,
-    resamples: int = stats.DEFAULT_RESAMPLES,
+    options: StatsOptions | None = None,
+    **overrides: Unpack[StatsKeywords],
 ) -> list[Finding]:
     """The findings of a run's Dataset (:func:`aorta.load_run`): its matrix
-    (:func:`aorta.matrix.summary.summarize`) with its failure signatures, failures and hangs
-    first — what ``matrix.md``, ``report.md`` and ``report.html`` show.
+    (:func:`aorta.matrix.summary.summarize`, with ``options`` and the keywords overriding
+    them as there) with its failure signatures, failures and hangs first — what
+    ``matrix.md``, ``report.md`` and ``report.html`` show.
 
     Examples
     --------
@@ -70,7 +76,7 @@ def run_findings(
     >>> [f.kind for f in run_findings(ds, resamples=200)]
     ['failures', 'no_timing']
     """
-    summary = summarize(ds, alpha=alpha, seed=seed, resamples=resamples)
+    summary = summarize(ds, options=options, **overrides)
     return findings(summary, signature_counts(ds))
 
 

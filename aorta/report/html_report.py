@@ -30,10 +30,9 @@ import xarray as xr
 
 from aorta import __version__
 from aorta.errors import UsageError
-from aorta.matrix import stats
 from aorta.matrix.compare import compare
 from aorta.matrix.load import load_run
-from aorta.matrix.select import RankReduction
+from aorta.matrix.options import StatsOptions, stats_options
 from aorta.matrix.summary import MATRIX_COLUMNS, summarize
 from aorta.matrix.trace_summary import has_traces, trace_summary
 from aorta.plot.waterfall import waterfall as plot_waterfall
@@ -65,6 +64,9 @@ from aorta.store.rundir import REPORT_HTML, RunDir, atomic_write
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
+    from typing_extensions import Unpack
+
+    from aorta.matrix.options import StatsKeywords
 
 __all__ = [
     "RUN_SECTIONS",
@@ -104,15 +106,13 @@ def html(
     output: str | Path | None = None,
     baseline: str | None = None,
     metric: str | None = None,
-    alpha: float = 0.05,
-    seed: int = stats.DEFAULT_SEED,
-    resamples: int = stats.DEFAULT_RESAMPLES,
+    options: StatsOptions | None = None,
     traces: bool = False,
-    ranks: RankReduction = "worst",
     summary: pd.DataFrame | None = None,
     figure_format: FigureFormat = "svg",
     sections: Sequence[SectionBuilder] | None = None,
     waterfalls: Mapping[str, Figure] | None = None,
+    **overrides: Unpack[StatsKeywords],
 ) -> Path:
     """Write a run's ``report.html``: one self-contained page to read the run.
 
@@ -136,17 +136,18 @@ def html(
         one the page has none of them).
     output
         The file to write (default: ``<run_dir>/report/report.html``).
-    baseline, alpha, seed, resamples
-        The statistics, as in :func:`aorta.compare` (default baseline: the recipe's).
+    baseline
+        The reference cell (default: the recipe's).
     metric
         The trial value compared (default: the matrix's — ``step_time_ms``, or ``wall_clock_s``
         when the baseline has no step times).
+    options, **overrides
+        The statistics (:class:`~aorta.matrix.options.StatsOptions`; a keyword such as
+        ``alpha=``, ``resamples=`` or ``ranks=`` overrides its field), as in
+        :func:`aorta.compare`; ``ranks`` also reduces the trace metrics over a trial's ranks.
     traces
         Analyse the profiler traces when loading ``source`` from disk (a Dataset shows its
         trace metrics whenever it has them).
-    ranks
-        How trace metrics are reduced over a trial's ranks (``worst``, ``max``, ``min``,
-        ``mean``, ``median`` or a rank number).
     summary
         The matrix when already computed (:func:`aorta.matrix.summary.summarize` of the same
         Dataset), to skip recomputing its statistics.
@@ -203,11 +204,11 @@ def html(
     if root is None and output is None:
         raise UsageError("a Dataset without its run directory needs output= (where to write)")
     rd = RunDir.open(root) if root is not None else None
-    kw: dict[str, Any] = {"alpha": alpha, "seed": seed, "resamples": resamples}
+    opts = stats_options(options, **overrides)
     try:
         if summary is None:
-            summary = _matrix(ds, baseline, metric, **kw)
-        tsum = trace_summary(ds, baseline, ranks=ranks, **kw) if has_traces(ds) else None
+            summary = _matrix(ds, baseline, metric, opts)
+        tsum = trace_summary(ds, baseline, options=opts) if has_traces(ds) else None
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     out = Path(output) if output is not None else rd.report_dir / REPORT_HTML  # type: ignore[union-attr]
@@ -221,8 +222,8 @@ def html(
         files=read_run_files(rd, ds) if rd is not None else None,
         link_prefix=prefix,
         fmt=figure_format,
-        ranks=ranks,
-        waterfalls=dict(waterfalls if waterfalls is not None else _waterfalls(ds, summary, **kw)),
+        ranks=opts.ranks,
+        waterfalls=dict(waterfalls if waterfalls is not None else _waterfalls(ds, summary, opts)),
     )
     text = render_run_page(run_page, sections=RUN_SECTIONS if sections is None else sections)
     text = redact_page(text, *([rd] if rd is not None else []))
@@ -231,20 +232,24 @@ def html(
     return out
 
 
-def _waterfalls(ds: xr.Dataset, summary: pd.DataFrame, **kw: Any) -> dict[str, Figure]:
+def _waterfalls(ds: xr.Dataset, summary: pd.DataFrame, opts: StatsOptions) -> dict[str, Figure]:
     """Per cell whose verdict is slower or faster, its :func:`aorta.explain` waterfall (a
     Dataset with trace metrics from ``load_run(run, traces=True)`` only)."""
     if not has_traces(ds):
         return {}
-    return {cell: plot_waterfall(d) for cell, d in explain_changed(ds, summary, **kw).items()}
+    return {
+        cell: plot_waterfall(d) for cell, d in explain_changed(ds, summary, options=opts).items()
+    }
 
 
-def _matrix(ds: xr.Dataset, baseline: str | None, metric: str | None, **kw: Any) -> pd.DataFrame:
+def _matrix(
+    ds: xr.Dataset, baseline: str | None, metric: str | None, opts: StatsOptions
+) -> pd.DataFrame:
     """The matrix of ``ds``; with ``metric`` its statistics are those of that metric."""
-    df = summarize(ds, baseline, **kw)
+    df = summarize(ds, baseline, options=opts)
     if metric is None or metric == df.attrs.get("metric"):
         return df
-    other = compare(ds, baseline, metric=metric, **kw)
+    other = compare(ds, baseline, metric=metric, options=opts)
     for column in MATRIX_COLUMNS:
         other[column] = df[column]
     return other
@@ -448,12 +453,10 @@ def compare_html(
     *,
     output: str | Path | None = None,
     metric: str = "step_time_ms",
-    alpha: float = 0.05,
-    seed: int = stats.DEFAULT_SEED,
-    resamples: int = stats.DEFAULT_RESAMPLES,
+    options: StatsOptions | None = None,
     traces: bool = False,
-    ranks: RankReduction = "worst",
     figure_format: FigureFormat = "svg",
+    **overrides: Unpack[StatsKeywords],
 ) -> Path:
     """Write a page comparing run B with run A, cell by cell (:func:`aorta.compare_runs`).
 
@@ -467,7 +470,7 @@ def compare_html(
         The reference run and the run compared with it.
     output
         The file to write (default: ``<run_b>/report/compare_<run A's folder name>.html``).
-    metric, alpha, seed, resamples, traces, ranks, figure_format
+    metric, options, traces, figure_format, **overrides
         As in :func:`html` and :func:`aorta.compare_runs`.
 
     Returns
@@ -484,9 +487,7 @@ def compare_html(
     """
     rds = [RunDir.open(p) for p in (run_a, run_b)]
     datasets = [load_run(rd.path, traces=traces) for rd in rds]
-    df = compare_datasets(
-        datasets, metric=metric, alpha=alpha, seed=seed, resamples=resamples, ranks=ranks
-    )
+    df = compare_datasets(datasets, metric=metric, options=stats_options(options, **overrides))
     out = (
         Path(output)
         if output is not None

@@ -37,7 +37,7 @@ from urllib.parse import quote
 import numpy as np
 
 from aorta import plot
-from aorta.matrix.select import trial_values
+from aorta.matrix.select import DEFAULT_THRESHOLD, trial_values
 from aorta.matrix.signatures import signature_counts, top_signatures
 from aorta.report.comparison import (
     is_missing,
@@ -565,7 +565,7 @@ class _LogScale:
 
     @classmethod
     def of(cls, df: pd.DataFrame) -> _LogScale:
-        thr = float(df.attrs.get("threshold", 1.15))
+        thr = float(df.attrs.get("threshold", DEFAULT_THRESHOLD))
         values = [1 / thr, thr]
         for c in ("ratio", "ratio_ci_low", "ratio_ci_high"):
             values += [float(v) for v in df[c] if not is_missing(v) and float(v) > 0]

@@ -20,16 +20,16 @@ import json
 import math
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 import xarray as xr
 
-from aorta.matrix import stats
 from aorta.matrix.dataset import MISSING
 from aorta.matrix.findings import findings
 from aorta.matrix.load import load_run
-from aorta.matrix.select import RankReduction
+from aorta.matrix.options import StatsOptions, stats_options
+from aorta.matrix.select import DEFAULT_THRESHOLD
 from aorta.matrix.signatures import signature_counts, signature_hints
 from aorta.matrix.summary import summarize
 from aorta.matrix.trace_summary import BREAKDOWN_PARTS, has_traces, trace_summary
@@ -49,6 +49,11 @@ from aorta.report.findings import finding_json, findings_markdown
 from aorta.report.upstream import with_upstream_keys
 from aorta.store.redact import Redactor
 from aorta.store.rundir import MATRIX_JSON, MATRIX_MD, RunDir
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from aorta.matrix.options import StatsKeywords
 
 __all__ = [
     "adaptive_markdown",
@@ -80,10 +85,8 @@ def write_matrix(
     ds: xr.Dataset | None = None,
     *,
     status: str | None = None,
-    alpha: float = 0.05,
-    seed: int = stats.DEFAULT_SEED,
-    resamples: int = stats.DEFAULT_RESAMPLES,
-    ranks: RankReduction = "worst",
+    options: StatsOptions | None = None,
+    **overrides: Unpack[StatsKeywords],
 ) -> pd.DataFrame:
     """Render and write the run's ``matrix.md`` and ``matrix.json``; return the summary.
 
@@ -96,10 +99,11 @@ def write_matrix(
         metrics (``aorta.load_run(run, traces=True)``) the files get a traces section.
     status
         The run's status in the header (default: ``ds.attrs["status"]``, the manifest's).
-    alpha, seed, resamples
-        The statistics of both sections, as in :func:`aorta.compare`.
-    ranks
-        How the trace section reduces a trial's ranks (:func:`aorta.matrix.select.reduce_ranks`).
+    options, **overrides
+        The statistics of both sections (:class:`~aorta.matrix.options.StatsOptions`, a
+        keyword overriding a field), as in :func:`aorta.matrix.summary.summarize`; the
+        options' ``ranks`` is how the trace section reduces a trial's ranks
+        (:func:`aorta.matrix.select.reduce_ranks`).
 
     Returns
     -------
@@ -128,10 +132,9 @@ def write_matrix(
     rd = run_dir if isinstance(run_dir, RunDir) else RunDir.open(run_dir)
     if ds is None:
         ds = load_run(rd.path, source="records")
-    summary = summarize(ds, alpha=alpha, seed=seed, resamples=resamples)
-    traces = None
-    if has_traces(ds):
-        traces = trace_summary(ds, ranks=ranks, alpha=alpha, seed=seed, resamples=resamples)
+    opts = stats_options(options, **overrides)
+    summary = summarize(ds, options=opts)
+    traces = trace_summary(ds, options=opts) if has_traces(ds) else None
     header = matrix_header(ds, run_dir=rd.path, status=status)
     sigs = failure_signatures(ds)
     redactor = Redactor.of_run(rd)  # what leaves the run is redacted with its knowledge
@@ -209,7 +212,7 @@ def _cell_json(
     ds: xr.Dataset,
     signatures: pd.DataFrame | None = None,
     *,
-    threshold: float = 1.15,
+    threshold: float = DEFAULT_THRESHOLD,
 ) -> dict[str, Any]:
     statuses, trials = _trials(ds, cell)
     if "signature" in ds:
@@ -280,7 +283,9 @@ def matrix_json(
     trials of ``ds``, each cell's ``top_failure`` and ``signatures`` counts) and, with
     ``traces``, the ``traces`` entry (:func:`trace_json`). With ``signatures``
     (:func:`failure_signatures`) the document's ``signature_hints`` name each one's hint."""
-    threshold = float(summary.attrs.get("threshold") or header.get("threshold") or 1.15)
+    threshold = float(
+        summary.attrs.get("threshold") or header.get("threshold") or DEFAULT_THRESHOLD
+    )
     doc: dict[str, Any] = {
         "schema_version": 1,
         **header,
@@ -459,7 +464,7 @@ def matrix_markdown(
     ]
     if attrs:
         lines.append(statistics_line(attrs))
-    threshold = float(attrs.get("threshold") or header.get("threshold") or 1.15)
+    threshold = float(attrs.get("threshold") or header.get("threshold") or DEFAULT_THRESHOLD)
     head = ["cell", "mitigations", "env", "trials", "failure rate", "failures", "errors"]
     head += ["mean step (ms)", "step source", "confound", f"ratio [{level:.0%} CI]", "p_adj"]
     head.append("verdict")

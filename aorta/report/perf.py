@@ -26,7 +26,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -37,9 +37,15 @@ import aorta.trace
 from aorta import plot
 from aorta.errors import TraceError
 from aorta.matrix.compare import compare
+from aorta.matrix.options import StatsOptions
 from aorta.matrix.trace_summary import has_traces
 from aorta.trace.metrics import PERF
 from aorta.trace.perf import by_family
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from aorta.matrix.options import StatsKeywords
 
 __all__ = [
     "HARDWARE_CSV",
@@ -170,11 +176,18 @@ def load_hardware(ds: xr.Dataset, run_dir: str | Path) -> list[CellHardware]:
     return out
 
 
-def roofline_changes(ds: xr.Dataset, baseline: str | None = None, **kw: Any) -> pd.DataFrame:
+def roofline_changes(
+    ds: xr.Dataset,
+    baseline: str | None = None,
+    *,
+    options: StatsOptions | None = None,
+    **overrides: Unpack[StatsKeywords],
+) -> pd.DataFrame:
     """Per family and cell, the share of the roofline over trials against the baseline.
 
     :func:`aorta.compare` with ``metric="pct_roofline_<family>"`` for every such variable of
-    ``ds``; ``kw`` as there (``alpha``, ``seed``, ``resamples``, ``ranks``).
+    ``ds``; ``options`` and the keywords (``alpha``, ``seed``, ``resamples``, ``ranks`` …) as
+    there.
 
     Returns
     -------
@@ -194,7 +207,7 @@ def roofline_changes(ds: xr.Dataset, baseline: str | None = None, **kw: Any) -> 
         if not np.isfinite(ds[name].values.astype(float)).any():
             continue
         try:
-            df = compare(ds, baseline, metric=name, **kw)
+            df = compare(ds, baseline, metric=name, options=options, **overrides)
         except ValueError:  # e.g. a family the baseline never ran: nothing to compare with
             continue
         family = match.group("family")
@@ -336,16 +349,17 @@ def hardware_report(
     *,
     put: Callable[[str, bytes | str], None],
     figures: dict[str, Figure],
-    **kw: Any,
+    options: StatsOptions | None = None,
 ) -> list[str]:
     """``aorta report --traces``'s part: ``hardware.csv`` (through ``put``), a
-    ``roofline_<cell>.png`` per cell (into ``figures``), and report.md's lines."""
+    ``roofline_<cell>.png`` per cell (into ``figures``), and report.md's lines (the roofline
+    changes with ``options``' statistics)."""
     if not has_traces(ds):  # the traces section already says no trace could be analysed
         return []
     if not has_gpu_traces(ds):
         return [hardware_markdown([], None, gpu=False)]
     cells = load_hardware(ds, run_dir)
-    changes = roofline_changes(ds, baseline, **kw)
+    changes = roofline_changes(ds, baseline, options=options)
     put(HARDWARE_CSV, hardware_frame(cells).to_csv(index=False))
     names = {}
     for c in cells:

@@ -19,17 +19,16 @@ import io
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import xarray as xr
 from matplotlib.figure import Figure
 
 from aorta import plot
-from aorta.matrix import stats
 from aorta.matrix.dataset import trials_frame
 from aorta.matrix.findings import findings
 from aorta.matrix.load import load_run
-from aorta.matrix.select import RankReduction
+from aorta.matrix.options import StatsOptions, stats_options
 from aorta.matrix.signatures import signature_counts
 from aorta.matrix.trace_summary import has_traces, trace_summary
 from aorta.report.comparison import (
@@ -44,6 +43,11 @@ from aorta.report.matrix import trace_markdown, write_matrix
 from aorta.report.perf import hardware_report
 from aorta.store.redact import Redactor
 from aorta.store.rundir import MATRIX_JSON, MATRIX_MD, atomic_write
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from aorta.matrix.options import StatsKeywords
 
 __all__ = ["REPORT_DIR", "write_report"]
 
@@ -63,11 +67,9 @@ def write_report(
     *,
     baseline: str | None = None,
     metric: str = "step_time_ms",
-    alpha: float = 0.05,
-    seed: int = stats.DEFAULT_SEED,
-    resamples: int = stats.DEFAULT_RESAMPLES,
+    options: StatsOptions | None = None,
     traces: bool = False,
-    ranks: RankReduction = "worst",
+    **overrides: Unpack[StatsKeywords],
 ) -> list[Path]:
     """Write ``report/`` (tables, figures, ``report.md``) into the run directory ``run``.
 
@@ -76,14 +78,15 @@ def write_report(
     ``exposed_comm_vs_step.png`` and a traces section, and a "Where the time went" section
     (:func:`aorta.explain`, a ``waterfall_<cell>.png`` each) for every cell whose verdict is
     ``slower`` or ``faster``; the run's ``matrix.md`` and
-    ``matrix.json`` are rewritten with theirs.
+    ``matrix.json`` are rewritten with theirs. ``options`` (and the keywords overriding its
+    fields): the statistics of every part, :class:`~aorta.matrix.options.StatsOptions`.
 
     Returns the files written. Raises as :func:`~aorta.report.comparison.compare_paths` does
     for one run.
     """
-    kw: dict[str, Any] = {"alpha": alpha, "seed": seed, "resamples": resamples, "ranks": ranks}
+    opts = stats_options(options, **overrides)
     ds = load_run(run, traces=traces)
-    df = compare_datasets([ds], baseline=baseline, metric=metric, **kw)
+    df = compare_datasets([ds], baseline=baseline, metric=metric, options=opts)
     df.attrs["runs"] = [str(run)]
     root = Path(run)
     run_dir = root.parent if root.is_file() else root
@@ -127,17 +130,17 @@ def write_report(
         *(f"![{name[:-4]}]({name})\n" for name in figures),
     ]
     if traces:
-        lines += _trace_report(ds, baseline, put=put, figures=figures, **kw)
-        lines += hardware_report(ds, run_dir, baseline, put=put, figures=figures, **kw)
+        lines += _trace_report(ds, baseline, put=put, figures=figures, options=opts)
+        lines += hardware_report(ds, run_dir, baseline, put=put, figures=figures, options=opts)
         if has_traces(ds):
-            explained = explain_changed(ds, df, alpha=alpha, seed=seed, resamples=resamples)
+            explained = explain_changed(ds, df, options=opts)
             figures.update({f"waterfall_{c}.png": plot.waterfall(d) for c, d in explained.items()})
             lines.append(time_went_markdown(explained))
     for name, fig in figures.items():
         put(name, _png(fig))
     put("report.md", "\n".join(lines))
     if traces and has_traces(ds):
-        write_matrix(run_dir, ds, **kw)
+        write_matrix(run_dir, ds, options=opts)
         written += [run_dir / MATRIX_MD, run_dir / MATRIX_JSON]
     return written
 
@@ -148,16 +151,16 @@ def _trace_report(
     *,
     put: Callable[[str, bytes | str], None],
     figures: dict[str, Figure],
-    **kw: Any,
+    options: StatsOptions,
 ) -> list[str]:
     """``traces.csv``, the two trace figures, and the lines of report.md's traces section."""
     if not has_traces(ds):
         return ["## Traces", "", "No trace could be analysed (see the warnings).", ""]
-    summary = trace_summary(ds, baseline, **kw)
+    summary = trace_summary(ds, baseline, options=options)
     put("traces.csv", summary.to_csv())
     new = {
         "time_breakdown.png": plot.time_breakdown(ds),
-        "exposed_comm_vs_step.png": plot.exposed_comm_vs_step(ds, ranks=kw["ranks"]),
+        "exposed_comm_vs_step.png": plot.exposed_comm_vs_step(ds, ranks=options.ranks),
     }
     figures.update(new)
     return [trace_markdown(summary), *(f"![{name[:-4]}]({name})\n" for name in new)]

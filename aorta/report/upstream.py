@@ -31,10 +31,11 @@ import pandas as pd
 import xarray as xr
 
 from aorta.matrix.dataset import MISSING
-from aorta.matrix.select import outcomes
+from aorta.matrix.select import DEFAULT_THRESHOLD, outcomes
 from aorta.matrix.summary import confound_tag
 from aorta.store.hostenv import redact_env
 from aorta.store.record import TrialStatus
+from aorta.store.rundir import trial_relpath
 
 __all__ = [
     "CONFOUND_VOCABULARY",
@@ -155,7 +156,7 @@ def _cell_keys(
             errors and error_rate is not None and error_rate >= UNRELIABLE_ERROR_RATE
         ),
         "confound": confound,
-        "trial_paths": [f"cells/{cell}/trial_{int(t):04d}.json" for t in trials],
+        "trial_paths": [trial_relpath(cell, int(t)) for t in trials],
     }
 
 
@@ -164,7 +165,9 @@ def with_upstream_keys(
 ) -> dict[str, Any]:
     """``doc`` (a ``matrix.json`` document) with upstream's keys added to it and to each cell
     (see the module docstring); ``summary`` is the frame the document was built from."""
-    threshold = float(summary.attrs.get("threshold") or ds.attrs.get("threshold") or 1.15)
+    threshold = float(
+        summary.attrs.get("threshold") or ds.attrs.get("threshold") or DEFAULT_THRESHOLD
+    )
     baseline = str(doc.get("baseline") or summary.attrs.get("baseline") or "")
     base = summary.loc[baseline] if baseline in summary.index else None
     cells = []

@@ -45,7 +45,15 @@ from pydantic import ValidationError
 from aorta.errors import AortaError, UsageError
 from aorta.store.record import TrialRecord
 
-__all__ = ["RunDir", "RunLocked", "atomic_write", "trace_file_name", "utc_now"]
+__all__ = [
+    "RunDir",
+    "RunLocked",
+    "atomic_write",
+    "trace_file_name",
+    "trial_file_name",
+    "trial_relpath",
+    "utc_now",
+]
 
 NO_TICKET = "_no_ticket_"
 # Every file name of the run directory, here and nowhere else.
@@ -87,6 +95,27 @@ def trace_file_name(rank: int, cycle: int = 0) -> str:
     ('rank3.pt.trace.json.gz', 'rank0.2.pt.trace.json.gz')
     """
     return f"rank{rank}{f'.{cycle}' if cycle else ''}{TRACE_SUFFIX}"
+
+
+def trial_file_name(trial: int, *, record: bool = True) -> str:
+    """A trial's record (``trial_0007.json``) or, with ``record=False``, its artifact folder
+    (``trial_0007``), inside its cell's folder.
+
+    >>> trial_file_name(7), trial_file_name(7, record=False)
+    ('trial_0007.json', 'trial_0007')
+    """
+    return f"trial_{trial:04d}{'.json' if record else ''}"
+
+
+def trial_relpath(cell: str, trial: int | None = None) -> str:
+    """A cell's folder (``cells/<cell>``), or with ``trial`` the trial's record in it,
+    relative to the run directory (``/``-separated, as shown to a user or in matrix.json).
+
+    >>> trial_relpath("base"), trial_relpath("base", 7)
+    ('cells/base', 'cells/base/trial_0007.json')
+    """
+    folder = f"{CELLS}/{cell}"
+    return folder if trial is None else f"{folder}/{trial_file_name(trial)}"
 
 
 def utc_now() -> str:
@@ -239,11 +268,11 @@ class RunDir:
         return self.cell_dir(cell) / CELL_JSON
 
     def trial_path(self, cell: str, trial: int) -> Path:
-        return self.cell_dir(cell) / f"trial_{trial:04d}.json"
+        return self.cell_dir(cell) / trial_file_name(trial)
 
     def artifact_dir(self, cell: str, trial: int) -> Path:
         """The trial's own folder (``AORTA_ARTIFACT_DIR``): logs, traces, collected files."""
-        return self.cell_dir(cell) / f"trial_{trial:04d}"
+        return self.cell_dir(cell) / trial_file_name(trial, record=False)
 
     def set_aside(self, cell: str, trial: int) -> Path | None:
         """Move an earlier attempt's artifact folder (a killed trial's logs and traces) to

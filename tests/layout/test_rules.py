@@ -7,6 +7,7 @@ here with the file and line instead of drifting silently.
 from __future__ import annotations
 
 import ast
+import fnmatch
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -51,21 +52,72 @@ def _docstrings(tree: ast.AST) -> set[int]:
     return out
 
 
+#: What an f-string's replacement fields become in its template (:func:`_strings`).
+HOLE = "\x00"
+#: Names of the run's layout that are built from a value (a trial number, a cell): the
+#: trial's record or artifact folder ("trial_0007.json", f"trial_{t:04d}"), a cell's folder
+#: (f"cells/{cell}/…"); rundir.trial_file_name / trial_relpath build them.
+BUILT_RUN_NAMES = {
+    "trial_NNNN(.json)": rf"(.*/)?trial_(\d+|{HOLE})(\.json)?(/.*)?",
+    "cells/<cell>": rf"(.*/)?{rundir.CELLS}/{HOLE}(/.*)?",
+}
+
+
+def _template(node: ast.JoinedStr) -> str:
+    """An f-string's text with each replacement field as :data:`HOLE`."""
+    return "".join(str(v.value) if isinstance(v, ast.Constant) else HOLE for v in node.values)
+
+
 def _strings(path: Path) -> Iterator[tuple[int, str]]:
+    """Every string literal of ``path`` but docstrings; an f-string as its template."""
     tree = ast.parse(path.read_text(), filename=str(path))
     skip = _docstrings(tree)
+    inner = set()  # the constant parts of f-strings (and of their format specs)
     for node in ast.walk(tree):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip:
+        if isinstance(node, ast.JoinedStr):
+            inner |= {id(v) for v in ast.walk(node) if v is not node}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr) and id(node) not in inner:
+            yield node.lineno, _template(node)
+        elif (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and id(node) not in skip | inner
+        ):
             yield node.lineno, node.value
 
 
 def _names_a_run_file(text: str) -> str | None:
     for name in RUN_FILE_NAMES:
-        # The name as a path or a path's last part ("matrix.md", "cells/x/matrix.md"), or a
-        # glob/suffix built on it ("*.pt.trace.json.gz") — not prose that mentions it.
-        if re.fullmatch(rf"(.*[/*])?{re.escape(name)}", text):
+        # The name as a path or a path's last part ("matrix.md", "cells/x/matrix.md",
+        # f"{run}/matrix.md"), or a glob/suffix built on it ("*.pt.trace.json.gz",
+        # f"rank{r}.pt.trace.json.gz") — not prose that mentions it.
+        if re.fullmatch(rf"(.*[/*{HOLE}])?{re.escape(name)}", text):
+            return name
+    for name, pattern in BUILT_RUN_NAMES.items():
+        if re.fullmatch(pattern, text):
             return name
     return None
+
+
+@pytest.mark.parametrize(
+    ("source", "named"),
+    [
+        ('f"{run_dir}/cells/{cell}/"', "cells/<cell>"),
+        ('f"trial_{t:04d}.json"', "trial_NNNN(.json)"),
+        ('f"cells/{c}/trial_{int(t):04d}.json"', "trial_NNNN(.json)"),
+        ('"cells/x/trial_0007.json"', "trial_NNNN(.json)"),
+        ('f"{root}/matrix.json"', rundir.MATRIX_JSON),
+        ('f"rank{r}.pt.trace.json.gz"', rundir.TRACE_SUFFIX),
+        ('f"{n} cells/{k} trials"', None),
+        ('f"see matrix.md in {run}"', None),
+        ('f"trial {t} of {n}"', None),
+    ],
+)
+def test_the_name_check_sees_f_strings(tmp_path, source, named):
+    module = tmp_path / "m.py"
+    module.write_text(f"x = {source}\n")
+    assert [_names_a_run_file(text) for _, text in _strings(module)] == [named]
 
 
 def test_run_directory_names_come_only_from_store():
@@ -143,6 +195,52 @@ def test_architecture_names_every_module_of_listed_stages(stage):
     named = set(re.findall(r"`(\w+)\.py`", row))
     real = {p.stem for p in (PACKAGE / stage).glob("*.py")} - {"__init__"}
     assert real <= named, f"docs/architecture.md's {stage}/ row does not name: {real - named}"
+
+
+# --- the README's layout table --------------------------------------------------------------
+
+README = PACKAGE.parent / "README.md"
+TOP_LEVEL = "top level"
+
+
+def _readme_layout() -> dict[str, set[str]]:
+    """The README's layout table: folder (``run``, …, or ``top level``) → the module names
+    its row gives (backticked; ``html_*`` a glob; the faces ``aorta`` and ``aorta.plugins``
+    as modules of the top level)."""
+    rows: dict[str, set[str]] = {}
+    lines = iter(README.read_text().splitlines())
+    for line in lines:
+        if line.startswith("| stage | folder | modules |"):
+            break
+    next(lines, None)  # the |---| line
+    for line in lines:
+        if not line.startswith("|"):
+            break
+        _, folder, names = (c.strip() for c in line.strip().strip("|").split("|"))
+        stage = m.group(1) if (m := re.fullmatch(r"`(\w+)/`", folder)) else folder
+        found = set(re.findall(r"`([\w.*]+)`", names))
+        rows[stage] = {n.removeprefix("aorta.") for n in found if n != "aorta"}
+    return rows
+
+
+def _modules_of(stage: str) -> set[str]:
+    folder = PACKAGE if stage == TOP_LEVEL else PACKAGE / stage
+    return {p.stem for p in folder.glob("*.py")} - {"__init__", "__main__"}
+
+
+def test_readme_layout_lists_every_stage_folder():
+    on_disk = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+    assert set(_readme_layout()) == on_disk | {TOP_LEVEL}, "README.md's layout table drifted"
+
+
+@pytest.mark.parametrize("stage", [*STAGES, TOP_LEVEL])
+def test_readme_layout_names_every_module_and_only_modules(stage):
+    named = _readme_layout().get(stage, set())
+    real = _modules_of(stage)
+    missing = {n for n in named if not fnmatch.filter(real, n)}
+    unnamed = {m for m in real if not any(fnmatch.fnmatch(m, n) for n in named)}
+    assert not missing, f"README.md's {stage} row names modules that do not exist: {missing}"
+    assert not unnamed, f"README.md's {stage} row does not name: {unnamed}"
 
 
 # --- pure stages write no files -----------------------------------------------------------------
