@@ -13,6 +13,7 @@ that has the forward op's ``Sequence number``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -24,7 +25,8 @@ import pandas as pd
 from . import links
 from .classify import GPU_CLASSES
 from .devices import Device, resolve_device
-from .perf_model import BACKWARD_FAMILIES, OpModel, modelled_ops, op_model, precision
+from .perf_model import BACKWARD_FAMILIES, OpModel, has_model, op_model, precision
+from .perf_own import FOREACH
 
 if TYPE_CHECKING:
     from .model import Trace
@@ -37,10 +39,15 @@ __all__ = [
     "perf_ops",
     "perf_summary",
     "rank_family_metrics",
+    "shapes_recorded",
 ]
 
 _EVALUATE = "autograd::engine::evaluate_function:"
 _COMM, _MEMSET = GPU_CLASSES.index("communication"), GPU_CLASSES.index("memset")
+#: The element type a ``multi_tensor_apply`` kernel's functor is instantiated for (its first
+#: template argument), as a Kineto ``Input type`` name.
+_FUNCTOR_DTYPE = re.compile(r"Functor<(float|double|c10::Half|c10::BFloat16|long|int|bool)\s*,")
+_LIST_DTYPES = ("float", "double", "c10::Half", "c10::BFloat16", "long int", "int", "bool")
 #: The columns of :func:`perf_ops` (without a device; ``add_roofline`` adds the roofline ones).
 PERF_COLUMNS: tuple[str, ...] = (
     "op",
@@ -109,8 +116,9 @@ def _models(
     if rows.size == 0:
         return np.empty(0, np.int64), []
     cols = [trace.column(c)[rows] for c in ("name", "input_dims", "input_type", "concrete")]
-    key, first = _combine(*cols, trace.column("seq")[rows] >= 0)
-    uniques = np.stack([c[first] for c in cols] + [trace.column("seq")[rows][first] >= 0], axis=1)
+    cols += [trace.column("seq")[rows] >= 0, _list_dtypes(trace, rows)]
+    key, first = _combine(*cols)
+    uniques = np.stack([c[first] for c in cols], axis=1)
     names = trace.categories("name")
     dims = _decoded(trace, "input_dims", uniques[:, 1])
     types = _decoded(trace, "input_type", uniques[:, 2])
@@ -123,11 +131,43 @@ def _models(
             concrete.get(c),
             backward=backward,
             training=bool(f),
+            list_dtype=_LIST_DTYPES[h] if h >= 0 else None,
         )
-        for n, d, t, c, f in uniques.tolist()
+        for n, d, t, c, f, h in uniques.tolist()
     ]
     # key codes are 0..k-1 in order of first appearance; ``first`` is sorted by key
     return key, evaluated
+
+
+def _list_dtypes(trace: Trace, rows: np.ndarray) -> np.ndarray:
+    """For each op row, the element type of its ``TensorList`` inputs as an index into
+    ``_LIST_DTYPES`` (-1: unknown or not a ``_foreach_*`` op), read from the functor of the
+    first kernel the op launched (``BinaryOpListAlphaFunctor<float, ...>``): Kineto records
+    the lists' shapes but not their type."""
+    out = np.full(rows.size, -1, np.int64)
+    names = trace.categories("name")
+    if not names:
+        return out
+    is_foreach = np.fromiter((n.startswith(FOREACH) for n in names), bool, len(names))
+    pick = np.flatnonzero(is_foreach[trace.column("name")[rows]])
+    if pick.size == 0:
+        return out
+    event, gpu_idx = _launched(trace, rows[pick])
+    gpu = trace.gpu_ops
+    order = np.lexsort((gpu.ts[gpu_idx], event))  # each op's first kernel first
+    seen: dict[int, int] = {}
+    for e, g in zip(event[order].tolist(), gpu.name[gpu_idx[order]].tolist(), strict=True):
+        if e in seen:
+            continue
+        found = _FUNCTOR_DTYPE.search(names[g])
+        seen[e] = (
+            _LIST_DTYPES.index({"long": "long int"}.get(found.group(1), found.group(1)))
+            if found
+            else -1
+        )
+    for e, code in seen.items():
+        out[pick[e]] = code
+    return out
 
 
 def _launched(trace: Trace, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -195,9 +235,8 @@ def _op_rows(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     """``cpu_op`` rows with a model, and ``autograd::engine::evaluate_function`` rows: one
     lookup per event through a table over the unique names."""
     names = trace.categories("name")
-    known = modelled_ops()
     kind = np.fromiter(
-        (1 if n in known else 2 if n.startswith(_EVALUATE) else 0 for n in names),
+        (1 if has_model(n) else 2 if n.startswith(_EVALUATE) else 0 for n in names),
         np.int8,
         len(names),
     )
@@ -408,7 +447,8 @@ def perf_summary(trace: Trace, *, device: Device = None) -> pd.DataFrame:
         when their GPU ops are NCCL/RCCL kernels) and GPU ops with no launching CPU op are
         rows of their own (``op`` = the GPU op's name). With a device
         (see :func:`perf_ops`) also the roofline columns. ``attrs["coverage"]`` is the share of
-        GPU op time with a model (see :func:`coverage`).
+        GPU op time with a model (see :func:`coverage`); ``attrs["shapes_recorded"]`` is
+        :func:`shapes_recorded` (when False, the coverage is 0 because no model can apply).
 
     Examples
     --------
@@ -469,6 +509,7 @@ def perf_summary(trace: Trace, *, device: Device = None) -> pd.DataFrame:
     out["has_model"] = out["has_model"].astype(bool)
     out = out.sort_values("kernel_us", ascending=False, kind="stable").reset_index(drop=True)
     out.attrs["coverage"] = coverage(out)
+    out.attrs["shapes_recorded"] = shapes_recorded(trace)
     resolved = resolve_device(trace, device)
     if resolved is not None:
         out = add_roofline(out, resolved)
@@ -536,6 +577,22 @@ def rank_family_metrics(trace: Trace, *, device: Device = None) -> pd.DataFrame:
                     row[f"pct_roofline_{fam}"] = float(roof_us / (seconds * 1e6) * 100)
         rows[rank] = row
     return pd.DataFrame.from_dict(rows, orient="index").rename_axis("rank")
+
+
+def shapes_recorded(trace: Trace) -> bool:
+    """Whether any CPU op of the trace carries ``Input Dims`` (the profile was recorded with
+    ``record_shapes=True``): without them no perf model applies and the coverage is 0.
+
+    Examples
+    --------
+    >>> from aorta.trace.testing import synthetic_trace
+    >>> shapes_recorded(synthetic_trace([("cpu_op", "aten::mm", 0, 10)]))
+    False
+    >>> shapes_recorded(synthetic_trace([("cpu_op", "aten::mm", 0, 10, {"Input Dims": [[2, 2], [2, 2]]})]))
+    True
+    """
+    rows = trace.op_rows
+    return bool(rows.size) and bool((trace.column("input_dims")[rows] >= 0).any())
 
 
 def coverage(summary: pd.DataFrame) -> float:
