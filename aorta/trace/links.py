@@ -176,7 +176,8 @@ def pack(*columns: np.ndarray) -> np.ndarray:
     spans = [int(c.max()) - lo + 1 for c, lo in zip(columns, lows, strict=True)]
     if math.prod(spans) < 2**62:
         for column, lo, span in zip(columns, lows, spans, strict=True):
-            key = key * span + (column.astype(np.int64) - lo)
+            if span > 1:  # a constant column adds nothing
+                key = key * span + (column.astype(np.int64) - lo)
         return key
     for column in columns:  # re-code pairwise to stay small
         sub, uniques = pd.factorize(column)

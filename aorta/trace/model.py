@@ -62,7 +62,8 @@ class GpuOps:
     """GPU ops (kernels, copies, fills) as parallel arrays; times in ns.
 
     ``cls`` indexes :data:`~aorta.trace.classify.GPU_CLASSES`; ``launch`` is the event row of the
-    runtime call that launched the op (``-1`` when unlinked) and ``launch_ts`` its start.
+    runtime call that launched the op (``-1`` when unlinked), ``launch_rt`` its index in
+    :attr:`Trace.runtime_rows` (``-1``) and ``launch_ts`` its start.
     """
 
     row: np.ndarray
@@ -75,6 +76,7 @@ class GpuOps:
     name: np.ndarray
     launch: np.ndarray
     launch_ts: np.ndarray
+    launch_rt: np.ndarray
 
     @property
     def linked(self) -> np.ndarray:
@@ -364,6 +366,7 @@ class Trace:
             name=self.column("name")[rows],
             launch=launch,
             launch_ts=np.where(launch >= 0, ts[np.maximum(launch, 0)], -1),
+            launch_rt=launch_pos,
         )
 
     @cached_property

@@ -37,6 +37,7 @@ from .perf_own import FOREACH, OWN_MODELS, foreach
 
 __all__ = [
     "BACKWARD_FAMILIES",
+    "BACKWARD_OPS",
     "FAMILIES",
     "OpModel",
     "bpe",
@@ -530,6 +531,8 @@ FAMILIES: tuple[str, ...] = (
 )
 #: Forward ops whose model also describes the linked backward (``Sequence number``) work.
 BACKWARD_FAMILIES: frozenset[str] = frozenset({"SDPA_fwd", "Reduce_fwd"})
+#: The ops whose model can be of a family in :data:`BACKWARD_FAMILIES`.
+BACKWARD_OPS: frozenset[str] = frozenset(_SDPA) | frozenset(_REDUCE)
 
 
 def modelled_ops() -> frozenset[str]:
