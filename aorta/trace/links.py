@@ -152,7 +152,10 @@ def thread_groups(trace: Trace, *row_sets: np.ndarray) -> list[np.ndarray]:
     (True, True)
     """
     rows = np.concatenate(row_sets) if row_sets else np.empty(0, dtype=np.int64)
-    key = pack(*(trace.column(column)[rows] for column in ("rank", "pid", "tid")))
+    columns = [trace.column(column) for column in ("rank", "pid", "tid")]
+    # a column constant over the whole trace (one rank, one process) is not gathered
+    varying = [c for c in columns if c.size and c.min() != c.max()]
+    key = pack(*(c[rows] for c in varying)) if varying else np.zeros(rows.size, np.int64)
     return list(np.split(key, np.cumsum([part.size for part in row_sets])[:-1]))
 
 

@@ -125,6 +125,8 @@ class Trace:
         self._ranks = dict(sorted(ranks.items()))
         self._comms = comms
         self._rules = rules if rules is not None else default_rules()
+        self._codes: dict[str, np.ndarray] = {}  # categorical codes, read-only, by column
+        self._categories: dict[str, list[str]] = {}
 
     # -- data -----------------------------------------------------------------------------------
     @property
@@ -268,14 +270,22 @@ class Trace:
     # -- columns as numpy -----------------------------------------------------------------------
     def column(self, name: str) -> np.ndarray:
         """A column as a numpy array (codes for the categoricals ``cat``/``name``/``input_*``)."""
+        if name in self._codes:
+            return self._codes[name]
         col = self._events[name]
         if isinstance(col.dtype, pd.CategoricalDtype):
-            return col.cat.codes.to_numpy()
+            codes = col.cat.codes.to_numpy()
+            codes.flags.writeable = False  # shared by every caller
+            self._codes[name] = codes
+            return codes
         return col.to_numpy()
 
     def categories(self, name: str) -> list[str]:
-        """The unique values of a categorical column, indexed by :meth:`column` codes."""
-        return list(self._events[name].cat.categories)
+        """The unique values of a categorical column, indexed by :meth:`column` codes (one list
+        per trace and column, shared: do not modify it)."""
+        if name not in self._categories:
+            self._categories[name] = list(self._events[name].cat.categories)
+        return self._categories[name]
 
     def find(
         self,
