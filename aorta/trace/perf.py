@@ -573,7 +573,7 @@ def perf_summary(trace: Trace, *, device: Device = None) -> pd.DataFrame:
         frames.append(
             _grouped(calls.records, calls.group[owning], per_call[owning]).assign(has_model=True)
         )
-    rest = np.setdiff1d(linked, np.flatnonzero(modelled))
+    rest = linked[~modelled[linked]]  # sorted, as setdiff1d gave it, without a sort
     if rest.size:
         rt_pos = gpu.launch_rt[rest]
         op_row = trace.runtime_op[rt_pos]
@@ -622,7 +622,10 @@ def _owners(trace: Trace, calls: _Calls) -> np.ndarray:
     if calls.rows.size:
         event, gpu_idx = calls.event, calls.gpu_idx
         ts, dur = trace.column("ts")[calls.rows], trace.column("dur")[calls.rows]
-        order = np.lexsort((-dur[event], ts[event], gpu_idx))  # outermost first per GPU op
+        outer = np.empty(calls.rows.size, np.int64)  # each call's rank: earliest, then longest
+        outer[np.lexsort((-dur, ts))] = np.arange(calls.rows.size)
+        key = gpu_idx.astype(np.int64) * max(calls.rows.size, 1) + outer[event]
+        order = np.argsort(key, kind="stable")  # outermost first per GPU op
         first = np.r_[True, gpu_idx[order][1:] != gpu_idx[order][:-1]]
         owner[gpu_idx[order][first]] = event[order][first]
     return owner
