@@ -13,7 +13,7 @@ import json
 import re
 from collections.abc import Mapping
 from functools import cache
-from importlib import resources
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
@@ -27,7 +27,8 @@ Device = str | Mapping[str, Any] | Literal[False] | None
 
 @cache
 def _table() -> dict[str, dict[str, Any]]:
-    text = resources.files("aorta.trace").joinpath("devices.json").read_text(encoding="utf-8")
+    # beside this module (a plain read: importlib.resources costs ~1 ms more on first use)
+    text = Path(__file__).with_name("devices.json").read_text(encoding="utf-8")
     return json.loads(text)["devices"]
 
 

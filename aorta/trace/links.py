@@ -152,7 +152,10 @@ def thread_groups(trace: Trace, *row_sets: np.ndarray) -> list[np.ndarray]:
     (True, True)
     """
     rows = np.concatenate(row_sets) if row_sets else np.empty(0, dtype=np.int64)
-    key = pack(*(trace.column(column)[rows] for column in ("rank", "pid", "tid")))
+    columns = [trace.column(column) for column in ("rank", "pid", "tid")]
+    # a column constant over the whole trace (one rank, one process) is not gathered
+    varying = [c for c in columns if c.size and c.min() != c.max()]
+    key = pack(*(c[rows] for c in varying)) if varying else np.zeros(rows.size, np.int64)
     return list(np.split(key, np.cumsum([part.size for part in row_sets])[:-1]))
 
 
@@ -176,7 +179,8 @@ def pack(*columns: np.ndarray) -> np.ndarray:
     spans = [int(c.max()) - lo + 1 for c, lo in zip(columns, lows, strict=True)]
     if math.prod(spans) < 2**62:
         for column, lo, span in zip(columns, lows, spans, strict=True):
-            key = key * span + (column.astype(np.int64) - lo)
+            if span > 1:  # a constant column adds nothing
+                key = key * span + (column.astype(np.int64) - lo)
         return key
     for column in columns:  # re-code pairwise to stay small
         sub, uniques = pd.factorize(column)

@@ -62,7 +62,8 @@ class GpuOps:
     """GPU ops (kernels, copies, fills) as parallel arrays; times in ns.
 
     ``cls`` indexes :data:`~aorta.trace.classify.GPU_CLASSES`; ``launch`` is the event row of the
-    runtime call that launched the op (``-1`` when unlinked) and ``launch_ts`` its start.
+    runtime call that launched the op (``-1`` when unlinked), ``launch_rt`` its index in
+    :attr:`Trace.runtime_rows` (``-1``) and ``launch_ts`` its start.
     """
 
     row: np.ndarray
@@ -75,6 +76,7 @@ class GpuOps:
     name: np.ndarray
     launch: np.ndarray
     launch_ts: np.ndarray
+    launch_rt: np.ndarray
 
     @property
     def linked(self) -> np.ndarray:
@@ -123,6 +125,8 @@ class Trace:
         self._ranks = dict(sorted(ranks.items()))
         self._comms = comms
         self._rules = rules if rules is not None else default_rules()
+        self._codes: dict[str, np.ndarray] = {}  # categorical codes, read-only, by column
+        self._categories: dict[str, list[str]] = {}
 
     # -- data -----------------------------------------------------------------------------------
     @property
@@ -266,14 +270,22 @@ class Trace:
     # -- columns as numpy -----------------------------------------------------------------------
     def column(self, name: str) -> np.ndarray:
         """A column as a numpy array (codes for the categoricals ``cat``/``name``/``input_*``)."""
+        if name in self._codes:
+            return self._codes[name]
         col = self._events[name]
         if isinstance(col.dtype, pd.CategoricalDtype):
-            return col.cat.codes.to_numpy()
+            codes = col.cat.codes.to_numpy()
+            codes.flags.writeable = False  # shared by every caller
+            self._codes[name] = codes
+            return codes
         return col.to_numpy()
 
     def categories(self, name: str) -> list[str]:
-        """The unique values of a categorical column, indexed by :meth:`column` codes."""
-        return list(self._events[name].cat.categories)
+        """The unique values of a categorical column, indexed by :meth:`column` codes (one list
+        per trace and column, shared: do not modify it)."""
+        if name not in self._categories:
+            self._categories[name] = list(self._events[name].cat.categories)
+        return self._categories[name]
 
     def find(
         self,
@@ -364,6 +376,7 @@ class Trace:
             name=self.column("name")[rows],
             launch=launch,
             launch_ts=np.where(launch >= 0, ts[np.maximum(launch, 0)], -1),
+            launch_rt=launch_pos,
         )
 
     @cached_property

@@ -13,6 +13,7 @@ that has the forward op's ``Sequence number``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -24,7 +25,15 @@ import pandas as pd
 from . import links
 from .classify import GPU_CLASSES
 from .devices import Device, resolve_device
-from .perf_model import BACKWARD_FAMILIES, OpModel, modelled_ops, op_model, precision
+from .perf_model import (
+    BACKWARD_FAMILIES,
+    BACKWARD_OPS,
+    OpModel,
+    has_model,
+    op_model,
+    precision,
+)
+from .perf_own import FOREACH
 
 if TYPE_CHECKING:
     from .model import Trace
@@ -37,10 +46,15 @@ __all__ = [
     "perf_ops",
     "perf_summary",
     "rank_family_metrics",
+    "shapes_recorded",
 ]
 
 _EVALUATE = "autograd::engine::evaluate_function:"
 _COMM, _MEMSET = GPU_CLASSES.index("communication"), GPU_CLASSES.index("memset")
+#: The element type a ``multi_tensor_apply`` kernel's functor is instantiated for (its first
+#: template argument), as a Kineto ``Input type`` name.
+_FUNCTOR_DTYPE = re.compile(r"Functor<(float|double|c10::Half|c10::BFloat16|long|int|bool)\s*,")
+_LIST_DTYPES = ("float", "double", "c10::Half", "c10::BFloat16", "long int", "int", "bool")
 #: The columns of :func:`perf_ops` (without a device; ``add_roofline`` adds the roofline ones).
 PERF_COLUMNS: tuple[str, ...] = (
     "op",
@@ -102,59 +116,97 @@ def _combine(*codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _models(
-    trace: Trace, rows: np.ndarray, *, backward: bool = False
+    trace: Trace, rows: np.ndarray, *, backward: bool = False, list_dtype: np.ndarray | None = None
 ) -> tuple[np.ndarray, list[OpModel | None]]:
     """For each op row, an index into the returned models (``backward``: the forward op's model
-    of its backward work); evaluated once per distinct (name, dims, types, concrete, training)."""
+    of its backward work); evaluated once per distinct (name, dims, types, concrete, training,
+    ``list_dtype``: an index into ``_LIST_DTYPES`` per row, -1 for none)."""
     if rows.size == 0:
         return np.empty(0, np.int64), []
     cols = [trace.column(c)[rows] for c in ("name", "input_dims", "input_type", "concrete")]
-    key, first = _combine(*cols, trace.column("seq")[rows] >= 0)
-    uniques = np.stack([c[first] for c in cols] + [trace.column("seq")[rows][first] >= 0], axis=1)
+    cols.append(trace.column("seq")[rows] >= 0)
+    if list_dtype is not None:
+        cols.append(list_dtype)
+    key, first = _combine(*cols)
+    uniques = np.stack([c[first] for c in cols], axis=1).tolist()
     names = trace.categories("name")
-    dims = _decoded(trace, "input_dims", uniques[:, 1])
-    types = _decoded(trace, "input_type", uniques[:, 2])
-    concrete = _decoded(trace, "concrete", uniques[:, 3])
+    dims = _decoded(trace, "input_dims", cols[1][first])
+    types = _decoded(trace, "input_type", cols[2][first])
+    concrete = _decoded(trace, "concrete", cols[3][first])
     evaluated = [
         op_model(
-            names[n],
-            dims.get(d),
-            types.get(t),
-            concrete.get(c),
+            names[u[0]],
+            dims.get(u[1]),
+            types.get(u[2]),
+            concrete.get(u[3]),
             backward=backward,
-            training=bool(f),
+            training=bool(u[4]),
+            list_dtype=_LIST_DTYPES[u[5]] if len(u) > 5 and u[5] >= 0 else None,
         )
-        for n, d, t, c, f in uniques.tolist()
+        for u in uniques
     ]
     # key codes are 0..k-1 in order of first appearance; ``first`` is sorted by key
     return key, evaluated
 
 
+def _list_dtypes(
+    trace: Trace, rows: np.ndarray, event: np.ndarray, gpu_idx: np.ndarray
+) -> np.ndarray:
+    """For each op row, the element type of its ``TensorList`` inputs as an index into
+    ``_LIST_DTYPES`` (-1: unknown or not a ``_foreach_*`` op), read from the functor of the
+    first kernel the op launched (``BinaryOpListAlphaFunctor<float, ...>``; ``event``,
+    ``gpu_idx``: :func:`_launched`'s pairs for ``rows``): Kineto records the lists' shapes but
+    not their type."""
+    out = np.full(rows.size, -1, np.int64)
+    names = trace.categories("name")
+    if not names or event.size == 0:
+        return out
+    is_foreach = np.fromiter((n.startswith(FOREACH) for n in names), bool, len(names))
+    mine = np.flatnonzero(is_foreach[trace.column("name")[rows[event]]])
+    if mine.size == 0:
+        return out
+    event, gpu_idx = event[mine], gpu_idx[mine]
+    gpu = trace.gpu_ops
+    order = np.lexsort((gpu.ts[gpu_idx], event))  # each op's first kernel first
+    event, kernel = event[order], gpu.name[gpu_idx[order]]
+    first = np.r_[True, event[1:] != event[:-1]]
+    for e, g in zip(event[first].tolist(), kernel[first].tolist(), strict=True):
+        found = _FUNCTOR_DTYPE.search(names[g])
+        if found:
+            out[e] = _LIST_DTYPES.index({"long": "long int"}.get(found[1], found[1]))
+    return out
+
+
 def _launched(trace: Trace, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Pairs (position in ``rows``, GPU op index) for every GPU op launched inside each host
-    event (its runtime call ran on the same thread within the event's span). Fills
-    (``gpu_memset``) are left out, as TraceLens does."""
+    event (its runtime call ran on the same thread within the event's span), sorted by
+    position. Fills (``gpu_memset``) are left out, as TraceLens does.
+
+    Only the runtime calls that launched a counted GPU op are placed on the threads' time
+    lines; when each launched one GPU op (the common case) no second expansion is needed.
+    """
     gpu, rt = trace.gpu_ops, trace.runtime_rows
     empty = (np.empty(0, np.int64), np.empty(0, np.int64))
     linked = np.flatnonzero(gpu.linked & (gpu.cls != _MEMSET))
     if rows.size == 0 or rt.size == 0 or linked.size == 0:
         return empty
-    position = np.full(trace.column("ts").size, -1, np.int64)  # event row -> index in rt
-    position[rt] = np.arange(rt.size)
-    launch_idx = position[gpu.launch[linked]]
-    linked, launch_idx = linked[launch_idx >= 0], launch_idx[launch_idx >= 0]
+    launch_idx = gpu.launch_rt[linked]
     by_launch = np.argsort(launch_idx, kind="stable")
-    gpu_sorted = linked[by_launch]
-    per_rt = np.bincount(launch_idx, minlength=rt.size)
-    first = np.cumsum(per_rt) - per_rt
+    gpu_sorted, launch_sorted = linked[by_launch], launch_idx[by_launch]
+    # one entry per launching runtime call: its first GPU op in gpu_sorted and how many
+    first = np.flatnonzero(np.r_[True, launch_sorted[1:] != launch_sorted[:-1]])
+    count = np.diff(np.r_[first, launch_sorted.size])
+    calls = rt[launch_sorted[first]]
     ts = trace.column("ts")
-    group, rt_group = links.thread_groups(trace, rows, rt)
+    group, call_group = links.thread_groups(trace, rows, calls)
     order, lo, hi = links.contained_ranges(
-        group, ts[rows], ts[rows] + trace.column("dur")[rows], rt_group, ts[rt]
+        group, ts[rows], ts[rows] + trace.column("dur")[rows], call_group, ts[calls]
     )
     event, pos = _expand(lo, hi - lo)
-    rt_idx = order[pos]
-    event2, gpos = _expand(first[rt_idx], per_rt[rt_idx])
+    call = order[pos]
+    if bool((count == 1).all()):
+        return event, gpu_sorted[first[call]]
+    event2, gpos = _expand(first[call], count[call])
     return event[event2], gpu_sorted[gpos]
 
 
@@ -168,7 +220,11 @@ def _expand(start: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, np.ndarra
 
 
 def _busy(owner: np.ndarray, start: np.ndarray, end: np.ndarray, n: int) -> np.ndarray:
-    """Per owner ``0..n-1``: the length (ns) of the union of its intervals."""
+    """Per owner ``0..n-1``: the length (ns) of the union of its intervals.
+
+    ``owner`` sorted (as :func:`_launched` gives it) and the starts of each owner in time
+    order (as one stream launches them) take no sort; otherwise one ``lexsort``.
+    """
     out = np.zeros(n, np.int64)
     if owner.size == 0:
         return out
@@ -181,53 +237,72 @@ def _busy(owner: np.ndarray, start: np.ndarray, end: np.ndarray, n: int) -> np.n
             out[i] = _busy(np.zeros(int(mask.sum()), np.int64), start[mask], end[mask], 1)[0]
         return out
     base = owner.astype(np.int64) * span
-    order = np.lexsort((s, owner))
-    s2, e2, b2 = s[order] + base[order], e[order] + base[order], base[order]
+    s2, e2 = s + base, e + base
+    if owner.size > 1 and not bool(np.all(s2[1:] >= s2[:-1])):
+        order = np.lexsort((s, owner))
+        s2, e2, base, owner = s2[order], e2[order], base[order], owner[order]
     reach = np.maximum.accumulate(e2)
-    prev = np.r_[np.int64(-1), reach[:-1]]
-    prev = np.maximum(prev, b2)  # nothing before an owner's first interval
+    prev = np.empty_like(reach)
+    prev[0] = -1
+    prev[1:] = reach[:-1]
+    prev = np.maximum(prev, base)  # nothing before an owner's first interval
     gain = np.maximum(e2 - np.maximum(s2, prev), 0)
-    np.add.at(out, owner[order], gain)
-    return out
+    return np.bincount(owner, weights=gain, minlength=n).astype(np.int64)
 
 
 def _op_rows(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     """``cpu_op`` rows with a model, and ``autograd::engine::evaluate_function`` rows: one
     lookup per event through a table over the unique names."""
     names = trace.categories("name")
-    known = modelled_ops()
     kind = np.fromiter(
-        (1 if n in known else 2 if n.startswith(_EVALUATE) else 0 for n in names),
+        (1 if has_model(n) else 2 if n.startswith(_EVALUATE) else 0 for n in names),
         np.int8,
         len(names),
     )
-    cpu_op = trace.categories("cat").index("cpu_op") if "cpu_op" in trace.categories("cat") else -1
-    rows = trace.op_rows  # cpu_op and user_annotation rows (cached)
-    rows = rows[trace.column("cat")[rows] == cpu_op]
-    of_row = kind[trace.column("name")[rows]] if len(names) else np.zeros(rows.size, np.int8)
-    return rows[of_row == 1], rows[of_row == 2]
+    cats = trace.categories("cat")
+    if not names or "cpu_op" not in cats:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    of_row = kind[trace.column("name")]  # every event: a small table, read in order
+    of_row[trace.column("cat") != cats.index("cpu_op")] = 0
+    return np.flatnonzero(of_row == 1), np.flatnonzero(of_row == 2)
 
 
 def _backward(
     trace: Trace, rows: np.ndarray, capable: np.ndarray, bwd: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Backward work linked to modelled forward ops by ``Sequence number``: the
-    ``evaluate_function`` rows (of ``bwd``, :func:`_op_rows`'s second) and their forward op rows
-    (among the candidates ``rows[capable]`` with the same (rank, sequence number), the
-    latest-starting one)."""
+    """Backward work linked to modelled forward ops by ``Sequence number``: positions in
+    ``bwd`` (the ``evaluate_function`` rows, :func:`_op_rows`'s second) and in ``rows`` of their
+    forward ops (among the candidates ``rows[capable]`` with the same (rank, sequence number),
+    the latest-starting one)."""
     empty = (np.empty(0, np.int64), np.empty(0, np.int64))
     seq, rank = trace.column("seq"), trace.column("rank")
-    fwd = rows[capable & (seq[rows] >= 0)]
+    fwd = np.flatnonzero(capable & (seq[rows] >= 0))
     if fwd.size == 0:
         return empty
-    bwd = bwd[seq[bwd] >= 0]
-    if bwd.size == 0:
+    back = np.flatnonzero(seq[bwd] >= 0)
+    if back.size == 0:
         return empty
     ts = trace.column("ts")
-    fwd = fwd[np.lexsort((-ts[fwd], seq[fwd], rank[fwd]))]  # latest first per (rank, seq)
-    pos = links.lookup(rank[bwd], seq[bwd], rank[fwd], seq[fwd])
+    f = rows[fwd]
+    fwd = fwd[np.lexsort((-ts[f], seq[f], rank[f]))]  # latest first per (rank, seq)
+    pos = links.lookup(rank[bwd[back]], seq[bwd[back]], rank[rows[fwd]], seq[rows[fwd]])
     hit = pos >= 0
-    return bwd[hit], fwd[pos[hit]]
+    return back[hit], fwd[pos[hit]]
+
+
+def _may_link(trace: Trace, rows: np.ndarray, evaluate: np.ndarray) -> np.ndarray:
+    """The ``evaluate_function`` rows whose (rank, sequence number) is that of an op in
+    ``rows`` that may have a backward model (:data:`BACKWARD_OPS`): the only ones
+    :func:`_backward` can link, so the others' GPU work is never looked up."""
+    names = trace.categories("name")
+    if evaluate.size == 0 or not names:
+        return evaluate
+    capable = np.fromiter((n in BACKWARD_OPS for n in names), bool, len(names))
+    seq, rank = trace.column("seq"), trace.column("rank")
+    fwd = rows[capable[trace.column("name")[rows]] & (seq[rows] >= 0)]
+    if fwd.size == 0:
+        return evaluate[:0]
+    return evaluate[links.lookup(rank[evaluate], seq[evaluate], rank[fwd], seq[fwd]) >= 0]
 
 
 @dataclass
@@ -235,25 +310,42 @@ class _Calls:
     """Modelled calls (forward ops, then backward work) and their output groups."""
 
     rows: np.ndarray  # event rows (the evaluate_function for backward work)
-    group: np.ndarray  # index into ``groups``
+    group: np.ndarray  # index into ``records``
     kernel_ns: np.ndarray  # busy time of the GPU ops each call launched
-    groups: pd.DataFrame  # op, family, shape, dtype, flops, bytes, unit
+    records: list[tuple]  # per group: op, family, shape, dtype, flops, bytes, unit
+    event: np.ndarray  # with ``gpu_idx``: (call, GPU op) for every GPU op each call launched
+    gpu_idx: np.ndarray
+
+    @property
+    def groups(self) -> pd.DataFrame:
+        """``records`` as a table (columns :data:`_GROUP_COLUMNS`)."""
+        return pd.DataFrame(_group_columns(self.records))
 
 
 def _calls(trace: Trace) -> _Calls:
-    """Every modelled call, with its group (op, family, shape, dtype, FLOPs, bytes)."""
+    """Every modelled call, with its group (op, family, shape, dtype, FLOPs, bytes).
+
+    The GPU work of every candidate (ops with a model, ``evaluate_function`` rows) is found in
+    one pass (:func:`_launched`) and serves the ``_foreach_*`` element types, the busy time
+    and :func:`_owners`.
+    """
     rows, evaluate = _op_rows(trace)
-    ids, models = _models(trace, rows)
+    evaluate = _may_link(trace, rows, evaluate)
+    candidates = np.concatenate([rows, evaluate]).astype(np.int64)
+    event, gpu_idx = _launched(trace, candidates)
+    list_dtype = _list_dtypes(trace, candidates, event, gpu_idx)[: rows.size]
+    ids, models = _models(trace, rows, list_dtype=list_dtype if (list_dtype >= 0).any() else None)
     ok = np.array([m is not None for m in models], dtype=bool)
-    keep = ok[ids] if ids.size else np.zeros(0, bool)
-    rows, ids = rows[keep], ids[keep]
+    keep = np.flatnonzero(ok[ids]) if ids.size else np.empty(0, np.int64)
+    ids = ids[keep]
     capable = np.array([m is not None and m.family in BACKWARD_FAMILIES for m in models], bool)
     capable_rows = capable[ids] if ids.size else np.zeros(0, bool)
-    bwd_rows, fwd_of = _backward(trace, rows, capable_rows, evaluate)
-    bwd_ids, bwd_models = _models(trace, fwd_of, backward=True)
+    bwd, fwd_of = _backward(trace, rows[keep], capable_rows, evaluate)
+    fwd_rows = rows[keep][fwd_of]
+    bwd_ids, bwd_models = _models(trace, fwd_rows, backward=True)
     bwd_ok = np.array([m is not None for m in bwd_models], dtype=bool)
-    keep = bwd_ok[bwd_ids] if bwd_ids.size else np.zeros(0, bool)
-    bwd_rows, fwd_of, bwd_ids = bwd_rows[keep], fwd_of[keep], bwd_ids[keep]
+    kept = bwd_ok[bwd_ids] if bwd_ids.size else np.zeros(0, bool)
+    bwd, fwd_rows, bwd_ids = bwd[kept], fwd_rows[kept], bwd_ids[kept]
     # the op name of each distinct model: the forward op's (first row of each id)
     names, name_codes = trace.categories("name"), trace.column("name")
     table: dict[tuple, int] = {}
@@ -273,39 +365,72 @@ def _calls(trace: Trace) -> _Calls:
             mapping[i] = table[key]
         return mapping[ids_] if ids_.size else np.empty(0, np.int64)
 
-    group = np.concatenate([group_of(rows, ids, models), group_of(fwd_of, bwd_ids, bwd_models)])
-    all_rows = np.concatenate([rows, bwd_rows]).astype(np.int64)
+    group = np.concatenate(
+        [group_of(rows[keep], ids, models), group_of(fwd_rows, bwd_ids, bwd_models)]
+    )
+    # calls as positions among the candidates; the pairs of the other candidates dropped
+    position = np.concatenate([keep, rows.size + bwd]).astype(np.int64)
+    call_of = np.full(candidates.size, -1, np.int64)
+    call_of[position] = np.arange(position.size)
+    call = call_of[event]
+    mine = call >= 0
+    event, gpu_idx = call[mine], gpu_idx[mine]
     gpu = trace.gpu_ops
-    event, gpu_idx = _launched(trace, all_rows)
-    columns = ["op", "family", "shape", "dtype", "flops", "bytes", "unit"]
     return _Calls(
-        rows=all_rows,
+        rows=candidates[position],
         group=group.astype(np.int64),
-        kernel_ns=_busy(event, gpu.ts[gpu_idx], gpu.end[gpu_idx], all_rows.size),
-        groups=pd.DataFrame.from_records(records, columns=columns)
-        if records
-        else pd.DataFrame(
-            {c: pd.Series(dtype=float if c in ("flops", "bytes") else object) for c in columns}
-        ),
+        kernel_ns=_busy(event, gpu.ts[gpu_idx], gpu.end[gpu_idx], position.size),
+        records=records,
+        event=event,
+        gpu_idx=gpu_idx,
     )
 
 
-def _grouped(groups: pd.DataFrame, group: np.ndarray, kernel_ns: np.ndarray) -> pd.DataFrame:
-    """Per group: ``count`` (calls), summed ``kernel_us``, achieved ``tflops``/``tbps`` (over
-    the calls that ran GPU work) and ``intensity``."""
-    n = len(groups)
+_GROUP_COLUMNS = ("op", "family", "shape", "dtype", "flops", "bytes", "unit")
+
+
+def _group_columns(records: list[tuple]) -> dict[str, np.ndarray]:
+    """The records' columns as arrays (numbers inferred as pandas would: int64 when all are
+    integers, else float64; text as object)."""
+    if not records:
+        return {
+            c: np.empty(0, float if c in ("flops", "bytes") else object) for c in _GROUP_COLUMNS
+        }
+    out: dict[str, np.ndarray] = {}
+    for name, values in zip(_GROUP_COLUMNS, zip(*records, strict=True), strict=True):
+        if name in ("flops", "bytes"):
+            out[name] = np.array(values)
+        else:
+            column = np.empty(len(values), object)
+            column[:] = values
+            out[name] = column
+    return out
+
+
+def _grouped_columns(
+    records: list[tuple], group: np.ndarray, kernel_ns: np.ndarray
+) -> dict[str, np.ndarray]:
+    """Per group with calls: the group's columns, ``count`` (calls), summed ``kernel_us``,
+    achieved ``tflops``/``tbps`` (over the calls that ran GPU work) and ``intensity``."""
+    n = len(records)
     count = np.bincount(group, minlength=n)
     timed = np.bincount(group, weights=(kernel_ns > 0).astype(float), minlength=n)
     kernel_us = np.bincount(group, weights=kernel_ns.astype(float), minlength=n) / 1e3
-    out = groups.copy()
+    out = _group_columns(records)
+    seconds = np.where(kernel_us > 0, kernel_us * 1e-6, np.nan)
+    flops, moved = out["flops"].astype(float), out["bytes"].astype(float)
     out["count"] = count
     out["kernel_us"] = kernel_us
-    seconds = np.where(kernel_us > 0, kernel_us * 1e-6, np.nan)
-    out["tflops"] = out["flops"].to_numpy(float) * timed / seconds / 1e12
-    out["tbps"] = out["bytes"].to_numpy(float) * timed / seconds / 1e12
-    flops, moved = out["flops"].to_numpy(float), out["bytes"].to_numpy(float)
+    out["tflops"] = flops * timed / seconds / 1e12
+    out["tbps"] = moved * timed / seconds / 1e12
     out["intensity"] = flops / np.where(moved > 0, moved, np.nan)
-    return out[count > 0].reset_index(drop=True)
+    some = count > 0
+    return {k: v[some] for k, v in out.items()}
+
+
+def _grouped(records: list[tuple], group: np.ndarray, kernel_ns: np.ndarray) -> pd.DataFrame:
+    """:func:`_grouped_columns` as a table."""
+    return pd.DataFrame(_grouped_columns(records, group, kernel_ns))
 
 
 def perf_ops(trace: Trace, *, device: Device = None) -> pd.DataFrame:
@@ -345,12 +470,14 @@ def perf_ops(trace: Trace, *, device: Device = None) -> pd.DataFrame:
     ('GEMM', 268435456, 100.0, 'compute', 1.64)
     """
     calls = _calls(trace)
-    out = _grouped(calls.groups, calls.group, calls.kernel_ns)
-    out = out.sort_values("kernel_us", ascending=False, kind="stable").reset_index(drop=True)
-    out = out[[*PERF_COLUMNS, "unit"]]
+    columns = _grouped_columns(calls.records, calls.group, calls.kernel_ns)
+    order = np.argsort(-columns["kernel_us"], kind="stable")  # most time first
+    table = {c: columns[c][order] for c in (*PERF_COLUMNS, "unit")}
     resolved = resolve_device(trace, device)
     if resolved is not None:
-        out = add_roofline(out, resolved)
+        table |= _roofline(table, resolved)
+    out = pd.DataFrame(table)  # one frame, built once
+    if resolved is not None:
         out.attrs["device"] = resolved.get("name", "")
         out.attrs["peaks"] = "datasheet" if "sources" in resolved else "given"
     out.attrs["units"] = _UNITS
@@ -372,26 +499,35 @@ def add_roofline(table: pd.DataFrame, device: Mapping[str, Any]) -> pd.DataFrame
     >>> add_roofline(t, dev)[["spec", "bound"]].iloc[0].tolist()
     ['matrix_bf16', 'compute']
     """
+    out = table.copy()
+    for name, column in _roofline({c: table[c].to_numpy() for c in table}, device).items():
+        out[name] = column
+    return out
+
+
+def _roofline(table: Mapping[str, np.ndarray], device: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """:func:`add_roofline`'s columns from a table's columns as arrays."""
     peaks = device.get("max_achievable_tflops", {}) or {}
     bandwidth = float(device.get("mem_bw_gbps") or np.nan)
     spec = [
         f"{unit}_{p}" if (p := precision(dtype)) else ""
-        for unit, dtype in zip(table["unit"], table["dtype"], strict=True)
+        for unit, dtype in zip(table["unit"].tolist(), table["dtype"].tolist(), strict=True)
     ]
     peak = np.array([float(peaks.get(s) or np.nan) if s else np.nan for s in spec])
-    compute_us = table["flops"].to_numpy(float) / (peak * 1e6)
-    memory_us = table["bytes"].to_numpy(float) / (bandwidth * 1e3)
-    roofline = np.fmax(compute_us, memory_us)
-    roofline = np.where(np.isnan(compute_us), np.nan, roofline)
-    out = table.copy()
-    out["spec"] = spec
-    out["roofline_us"] = roofline
-    out["bound"] = np.where(
-        np.isnan(roofline), "", np.where(compute_us >= memory_us, "compute", "memory")
-    )
-    kernel = out["kernel_us"].where(out["kernel_us"] > 0)
-    out["pct_roofline"] = out["roofline_us"] * out["count"] / kernel * 100
-    return out
+    compute_us = table["flops"].astype(float) / (peak * 1e6)
+    memory_us = table["bytes"].astype(float) / (bandwidth * 1e3)
+    roofline = np.where(np.isnan(compute_us), np.nan, np.fmax(compute_us, memory_us))
+    bound = np.where(np.isnan(roofline), "", np.where(compute_us >= memory_us, "compute", "memory"))
+    kernel = table["kernel_us"].astype(float)
+    kernel = np.where(kernel > 0, kernel, np.nan)
+    spec_column = np.empty(len(spec), object if spec else float)  # as pandas makes of []
+    spec_column[:] = spec
+    return {
+        "spec": spec_column,
+        "roofline_us": roofline,
+        "bound": bound,
+        "pct_roofline": roofline * table["count"] / kernel * 100,
+    }
 
 
 # -- every GPU op once --------------------------------------------------------------------------
@@ -408,7 +544,8 @@ def perf_summary(trace: Trace, *, device: Device = None) -> pd.DataFrame:
         when their GPU ops are NCCL/RCCL kernels) and GPU ops with no launching CPU op are
         rows of their own (``op`` = the GPU op's name). With a device
         (see :func:`perf_ops`) also the roofline columns. ``attrs["coverage"]`` is the share of
-        GPU op time with a model (see :func:`coverage`).
+        GPU op time with a model (see :func:`coverage`); ``attrs["shapes_recorded"]`` is
+        :func:`shapes_recorded` (when False, the coverage is 0 because no model can apply).
 
     Examples
     --------
@@ -434,11 +571,11 @@ def perf_summary(trace: Trace, *, device: Device = None) -> pd.DataFrame:
         per_call = np.bincount(owner[idx], weights=dur_ns[idx], minlength=calls.rows.size)
         owning = np.flatnonzero(np.bincount(owner[idx], minlength=calls.rows.size))
         frames.append(
-            _grouped(calls.groups, calls.group[owning], per_call[owning]).assign(has_model=True)
+            _grouped(calls.records, calls.group[owning], per_call[owning]).assign(has_model=True)
         )
-    rest = np.setdiff1d(linked, np.flatnonzero(modelled))
+    rest = linked[~modelled[linked]]  # sorted, as setdiff1d gave it, without a sort
     if rest.size:
-        rt_pos = np.searchsorted(trace.runtime_rows, gpu.launch[rest])
+        rt_pos = gpu.launch_rt[rest]
         op_row = trace.runtime_op[rt_pos]
         names = trace.categories("name")
         name_codes = trace.column("name")
@@ -469,6 +606,7 @@ def perf_summary(trace: Trace, *, device: Device = None) -> pd.DataFrame:
     out["has_model"] = out["has_model"].astype(bool)
     out = out.sort_values("kernel_us", ascending=False, kind="stable").reset_index(drop=True)
     out.attrs["coverage"] = coverage(out)
+    out.attrs["shapes_recorded"] = shapes_recorded(trace)
     resolved = resolve_device(trace, device)
     if resolved is not None:
         out = add_roofline(out, resolved)
@@ -482,9 +620,12 @@ def _owners(trace: Trace, calls: _Calls) -> np.ndarray:
     """For each GPU op, the index of the outermost modelled call that launched it, or -1."""
     owner = np.full(len(trace.gpu_ops), -1, np.int64)
     if calls.rows.size:
-        event, gpu_idx = _launched(trace, calls.rows)
+        event, gpu_idx = calls.event, calls.gpu_idx
         ts, dur = trace.column("ts")[calls.rows], trace.column("dur")[calls.rows]
-        order = np.lexsort((-dur[event], ts[event], gpu_idx))  # outermost first per GPU op
+        outer = np.empty(calls.rows.size, np.int64)  # each call's rank: earliest, then longest
+        outer[np.lexsort((-dur, ts))] = np.arange(calls.rows.size)
+        key = gpu_idx.astype(np.int64) * max(calls.rows.size, 1) + outer[event]
+        order = np.argsort(key, kind="stable")  # outermost first per GPU op
         first = np.r_[True, gpu_idx[order][1:] != gpu_idx[order][:-1]]
         owner[gpu_idx[order][first]] = event[order][first]
     return owner
@@ -536,6 +677,22 @@ def rank_family_metrics(trace: Trace, *, device: Device = None) -> pd.DataFrame:
                     row[f"pct_roofline_{fam}"] = float(roof_us / (seconds * 1e6) * 100)
         rows[rank] = row
     return pd.DataFrame.from_dict(rows, orient="index").rename_axis("rank")
+
+
+def shapes_recorded(trace: Trace) -> bool:
+    """Whether any CPU op of the trace carries ``Input Dims`` (the profile was recorded with
+    ``record_shapes=True``): without them no perf model applies and the coverage is 0.
+
+    Examples
+    --------
+    >>> from aorta.trace.testing import synthetic_trace
+    >>> shapes_recorded(synthetic_trace([("cpu_op", "aten::mm", 0, 10)]))
+    False
+    >>> shapes_recorded(synthetic_trace([("cpu_op", "aten::mm", 0, 10, {"Input Dims": [[2, 2], [2, 2]]})]))
+    True
+    """
+    rows = trace.op_rows
+    return bool(rows.size) and bool((trace.column("input_dims")[rows] >= 0).any())
 
 
 def coverage(summary: pd.DataFrame) -> float:

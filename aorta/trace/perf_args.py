@@ -33,6 +33,7 @@ _BPE: dict[str, int] = {
     "float": 4,
     "double": 8,
     "long int": 8,
+    "long": 8,  # older Kineto writes "long" for int64
     "int": 4,
     "short int": 2,
     "signed char": 1,

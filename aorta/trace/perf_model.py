@@ -6,7 +6,7 @@ TraceLens-compatible where TraceLens is right (its formulas, its family names: `
 ``BinaryElementwise``, ``Reduce_fwd``/``Reduce_bwd``, ``Normalization``), right where it is not
 (see ``docs/traces.md``, "Against the hardware"), and with families of its own for what
 TraceLens leaves out (``Elementwise`` here; ``Softmax``, ``Memory``, ``Pooling`` in
-:mod:`aorta.trace.perf_own`) — memory-bound models from shapes, so that nearly all kernel time
+:mod:`aorta.trace.perf_own`, FBGEMM's embedding ops in :mod:`aorta.trace.perf_fbgemm`) — memory-bound models from shapes, so that nearly all kernel time
 has a model. The argument readers and :class:`OpModel` live in :mod:`aorta.trace.perf_args`.
 
 :func:`op_model` is the one entry point: op name + parsed arguments → :class:`OpModel` or
@@ -32,13 +32,16 @@ from .perf_args import (
     precision,
     type_at,
 )
-from .perf_own import OWN_MODELS
+from .perf_fbgemm import FBGEMM_MODELS
+from .perf_own import FOREACH, OWN_MODELS, foreach
 
 __all__ = [
     "BACKWARD_FAMILIES",
+    "BACKWARD_OPS",
     "FAMILIES",
     "OpModel",
     "bpe",
+    "has_model",
     "modelled_ops",
     "op_model",
     "precision",
@@ -502,6 +505,7 @@ _REGISTRY: dict[str, Model] = {
     "aten::_fused_rms_norm": _rms_norm,
     "aten::_fused_rms_norm_backward": _rms_norm,
     **OWN_MODELS,
+    **FBGEMM_MODELS,
 }
 _OWN_FAMILY = {
     **dict.fromkeys(_ELEMENTWISE_UNARY, ("Elementwise", _unary)),
@@ -527,6 +531,8 @@ FAMILIES: tuple[str, ...] = (
 )
 #: Forward ops whose model also describes the linked backward (``Sequence number``) work.
 BACKWARD_FAMILIES: frozenset[str] = frozenset({"SDPA_fwd", "Reduce_fwd"})
+#: The ops whose model can be of a family in :data:`BACKWARD_FAMILIES`.
+BACKWARD_OPS: frozenset[str] = frozenset(_SDPA) | frozenset(_REDUCE)
 
 
 def modelled_ops() -> frozenset[str]:
@@ -540,6 +546,18 @@ def modelled_ops() -> frozenset[str]:
     return frozenset(_REGISTRY) | frozenset(_OWN_FAMILY)
 
 
+def has_model(op: str) -> bool:
+    """Whether :func:`op_model` has a model for ``op`` (a name of :func:`modelled_ops`, or a
+    ``_foreach_*`` op).
+
+    Examples
+    --------
+    >>> has_model("aten::addmm"), has_model("aten::_foreach_mul_"), has_model("aten::linear")
+    (True, True, False)
+    """
+    return op in _REGISTRY or op in _OWN_FAMILY or op.startswith(FOREACH)
+
+
 def op_model(
     op: str,
     dims: list[Any] | None,
@@ -548,6 +566,7 @@ def op_model(
     *,
     backward: bool = False,
     training: bool = True,
+    list_dtype: str | None = None,
 ) -> OpModel | None:
     """The model of one call of ``op`` with these ``Input Dims``/``Input type``/``Concrete
     Inputs``; ``None`` when ``op`` has no model or its arguments cannot be read.
@@ -560,6 +579,9 @@ def op_model(
     training
         Whether autograd recorded the call (it has a ``Sequence number``): LayerNorm writes its
         saved statistics only then.
+    list_dtype
+        The element type of the op's ``TensorList`` inputs (Kineto records their shapes, not
+        their type): a ``_foreach_*`` op has a model only with it.
 
     Examples
     --------
@@ -572,8 +594,10 @@ def op_model(
         return None
     concrete = concrete if isinstance(concrete, list) else []
     args: Args = (dims, types, concrete)
-    ctx: dict[str, Any] = {"backward": backward, "training": training}
+    ctx: dict[str, Any] = {"backward": backward, "training": training, "list_dtype": list_dtype}
     fn = _REGISTRY.get(op)
+    if fn is None and op.startswith(FOREACH):
+        fn = foreach
     if fn is None and op in _OWN_FAMILY:
         ctx["family"], fn = _OWN_FAMILY[op]
     if fn is None:

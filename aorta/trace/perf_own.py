@@ -9,7 +9,7 @@ from typing import Any
 
 from .perf_args import Args, OpModel, bpe, concrete_at, dims_at, ints, numel, type_at
 
-__all__ = ["OWN_MODELS"]
+__all__ = ["FOREACH", "OWN_MODELS", "foreach"]
 
 
 def _softmax(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
@@ -35,7 +35,7 @@ def _tensors(dims: list[Any], types: list[Any]) -> list[tuple[int, int]]:
             isinstance(d, list)
             and all(isinstance(x, int) for x in d)
             and bpe(t)
-            and (d or t not in ("Scalar", "double", "long int"))
+            and (d or t not in ("Scalar", "double", "long int", "long"))
         ):
             out.append((numel(d), bpe(t) or 0))
     return out
@@ -139,6 +139,41 @@ def _pool_out(op: str, x: list[int], concrete: list[str]) -> int | None:
     for d in range(spatial):
         out.append((x[2 + d] + 2 * pad[d] - dil[d] * (kernel[d] - 1) - 1) // stride[d] + 1)
     return numel(out)
+
+
+#: The name prefix of the ``torch._foreach_*`` ops (one kernel over a list of tensors).
+FOREACH = "aten::_foreach_"
+_FOREACH_REDUCE = ("aten::_foreach_norm", "aten::_foreach_max")
+
+
+def foreach(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
+    """A ``_foreach_*`` op: elementwise over every tensor of its lists (``Elementwise``).
+
+    Kineto records each list's shapes (``[[128, 128], [128]]``) but not its element type
+    (``TensorList``; older versions write ``[]``: no model): that comes from ``ctx["list_dtype"]`` (the caller reads it from the
+    kernel the op launched), and without it there is no model. Bytes: every list read once and
+    the first list's size written (``_foreach_zero_``: written only; ``_foreach_norm``/``_max``:
+    one value per tensor written); one FLOP per element.
+    """
+    dims, types, _ = args
+    dtype = ctx.get("list_dtype") or ""
+    size = bpe(dtype)
+    lists = [d for d, t in zip(dims, types, strict=False) if t == "TensorList"]
+    if size is None or not lists or not all(isinstance(d, list) for d in lists):
+        return None
+    counts = [[numel(x) for x in d] for d in lists]
+    first = sum(counts[0])
+    if not first:  # older Kineto writes [] for every list: no shapes
+        return None
+    read = sum(sum(c) for c in counts) * size
+    if op == "aten::_foreach_zero_":
+        read, written = 0, first * size
+    elif op in _FOREACH_REDUCE:
+        written = len(counts[0]) * size
+    else:
+        written = first * size
+    params = {"tensors": len(counts[0]), "elements": first}
+    return OpModel("Elementwise", float(first), float(read + written), "vector", dtype, params)
 
 
 #: Op name → model function of the families here.

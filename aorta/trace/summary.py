@@ -61,8 +61,8 @@ def _against_the_hardware(trace: Trace, *, top: int, device: Device) -> dict[str
         headline = "no compute GPU time to model"
     else:
         headline = f"{cover:.1%} of GPU kernel time (communication aside) has a perf model"
-        if not table["has_model"].any():
-            headline += " (ops recorded without shapes? profile with record_shapes=True)"
+        if not table.attrs.get("shapes_recorded", True):
+            headline += ": no shapes recorded (record_shapes=True), so no op can be modelled"
     if not name:
         headline += "; no roofline (device unknown: pass device=)"
     elif table.attrs.get("peaks") == "datasheet":
@@ -70,6 +70,7 @@ def _against_the_hardware(trace: Trace, *, top: int, device: Device) -> dict[str
     else:
         headline += f"; roofline against {name} (the peaks given)"
     families.attrs["headline"] = headline
+    families.attrs["shapes_recorded"] = table.attrs.get("shapes_recorded")
     modelled = table[table["has_model"]]
     intensity = modelled["flops"] / modelled["bytes"].where(modelled["bytes"] > 0)
     seconds = (modelled["kernel_us"] * 1e-6).where(modelled["kernel_us"] > 0)
@@ -122,6 +123,7 @@ def summary_json(trace: Trace, tables: dict[str, pd.DataFrame]) -> dict[str, Any
         "perf": {
             "coverage": _records(pd.DataFrame([{"c": hardware.attrs.get("coverage")}]))[0]["c"],
             "device": hardware.attrs.get("device"),
+            "shapes_recorded": hardware.attrs.get("shapes_recorded"),
         }
         if hardware is not None
         else None,
