@@ -337,7 +337,8 @@ def extend(
 
     The extension is recorded in the manifest and matrix.md says the run was extended. Adding
     trials after seeing results makes p-values optimistic (optional stopping): see
-    docs/statistics.md.
+    docs/statistics.md. On an adaptive run it raises the cap: undecided cells run on under the
+    same anytime-valid rule, decided ones stay stopped (docs/recipes.md).
     """
     chosen = [c.strip() for item in cells or [] for c in item.split(",") if c.strip()]
     return _run(

@@ -89,6 +89,10 @@ class Finding:
     cell has no timing. ``kinds`` / ``signatures`` / ``baseline_kinds`` /
     ``baseline_signatures``: the failed trials by kind and by signature. ``row``: the cell's
     comparison row as plain values (timing findings render its verdict from it).
+    ``sequential``: the comparison is anytime-valid (an adaptive run, ``compare(sequential=True)``):
+    ``p_adj`` is its anytime p (Bonferroni), and no fixed-n ``trials_to_decide`` is projected.
+    ``undecided_at``: such a cell that ran all of its cap (``max_trials``, or what an extension
+    raised it to) without a settled verdict — the trials per cell it ran.
     """
 
     kind: FindingKind
@@ -109,6 +113,19 @@ class Finding:
     signatures: Mapping[str, int] = field(default_factory=dict, compare=False)
     baseline_signatures: Mapping[str, int] = field(default_factory=dict, compare=False)
     row: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    sequential: bool = False
+    undecided_at: int | None = None
+
+
+def _adaptive(row: Mapping[str, Any], sequential: bool) -> dict[str, Any]:
+    """A sequential comparison's fields of a cell's findings: whether it is undecided at its
+    cap (ran every planned trial, ``n_trials``; all it ran when the frame has no plan)."""
+    if not sequential:
+        return {}
+    ran = _int(row.get("n_ok")) + _int(row.get("n_failed")) + _int(row.get("n_errors"))
+    cap = _int(row.get("n_trials")) or ran
+    undecided = not bool(row.get("decided", True)) and ran >= cap > 0
+    return {"sequential": True, "undecided_at": cap if undecided else None}
 
 
 def _int(v: Any) -> int:
@@ -274,7 +291,12 @@ def _holm_events(events: dict[str, tuple[int, int, int, int]]) -> dict[str, floa
 
 
 def _failure_findings(
-    df: pd.DataFrame, signatures: pd.DataFrame | None, *, alpha: float, baseline: str
+    df: pd.DataFrame,
+    signatures: pd.DataFrame | None,
+    *,
+    alpha: float,
+    baseline: str,
+    sequential: bool = False,
 ) -> list[Finding]:
     base = df.loc[baseline] if baseline in df.index else None
     rows = {str(c): r for c, r in df.iterrows() if r["difference"] != "baseline"}
@@ -293,9 +315,17 @@ def _failure_findings(
             "baseline_kinds": {k: b[f"n_failed_{k}"] for k in FAILURE_KINDS if b[f"n_failed_{k}"]},
             "signatures": _signature_map(signatures, cell),
             "baseline_signatures": base_sigs if base is not None else {},
+            **_adaptive(r, sequential),
         }
     out = _event_findings(
-        "failures", "failures", overall, p_overall, alpha=alpha, baseline=baseline, extra=extra
+        "failures",
+        "failures",
+        overall,
+        p_overall,
+        alpha=alpha,
+        baseline=baseline,
+        extra=extra,
+        project=not sequential,  # a fixed-n projection does not fit an anytime-valid run
     )
     told = {f.cell: {(f.count, f.baseline_count)} for f in out}
     settled = {f.cell for f in out if f.significant}
@@ -393,7 +423,9 @@ def undecided_reason(row: Mapping[str, Any], threshold: float | None = None) -> 
     return f"the {which} crosses the band edge {(edge - 1) * 100:+.0f}%"
 
 
-def _timing_findings(df: pd.DataFrame, *, threshold: float, baseline: str) -> list[Finding]:
+def _timing_findings(
+    df: pd.DataFrame, *, threshold: float, baseline: str, sequential: bool = False
+) -> list[Finding]:
     out = []
     for cell, r in df.iterrows():
         row = {str(k): v for k, v in r.items()}
@@ -433,6 +465,7 @@ def _timing_findings(df: pd.DataFrame, *, threshold: float, baseline: str) -> li
                     reason=undecided_reason(row, threshold) if band == "undecided" else "",
                     baseline=baseline,
                     row=row,
+                    **_adaptive(r, sequential),
                 )
             )
         if bool(r.get("stalls", False)):
@@ -516,7 +549,10 @@ def findings(
     threshold = float(attrs.get("threshold") or DEFAULT_THRESHOLD)
     base_rows = df.index[df["difference"] == "baseline"]
     baseline = str(base_rows[0]) if len(base_rows) == 1 else str(attrs.get("baseline", ""))
-    failures = _failure_findings(df, signatures, alpha=alpha, baseline=baseline)
+    sequential = bool(attrs.get("sequential"))  # an adaptive run's anytime-valid comparison
+    failures = _failure_findings(
+        df, signatures, alpha=alpha, baseline=baseline, sequential=sequential
+    )
     if attrs.get("signature"):  # the frame's failure event is one signature (compare(signature=))
         name = str(attrs["signature"])
         failures = [
@@ -525,7 +561,7 @@ def findings(
             if f.kind == "failures"
         ]
     failures.sort(key=lambda f: (not f.significant, _ORDER[f.kind]))
-    timing = _timing_findings(df, threshold=threshold, baseline=baseline)
+    timing = _timing_findings(df, threshold=threshold, baseline=baseline, sequential=sequential)
     if "trials_needed" in df and is_screen(df):
         timing = [f for f in timing if f.kind == "no_timing"]
         timing += _screen_findings(df, baseline=baseline)

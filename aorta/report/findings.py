@@ -129,7 +129,18 @@ def _extend(f: Finding, run: str | Path | None, trials: int, style: Style) -> st
     return _code(cmd, style)
 
 
+def _raise_cap(f: Finding, run: str | Path | None, style: Style) -> str:
+    """An adaptive cell undecided at its cap: raising the cap lets it run on under the same
+    anytime-valid rule (decided cells stay stopped), so any higher cap is safe; twice the cap."""
+    return (
+        f"undecided at its cap of {f.undecided_at} trials; raise the cap and it stops once "
+        f"settled: {_extend(f, run, 2 * (f.undecided_at or 0), style)}"
+    )
+
+
 def _next_step(f: Finding, run: str | Path | None, style: Style) -> str:
+    if f.sequential:  # adaptive: the schedule decides when to stop, not a fixed-n projection
+        return f"; {_raise_cap(f, run, style)}" if f.undecided_at is not None else ""
     if f.trials_to_decide is None:
         return "; no trial count up to 200 per cell would decide at these rates"
     more = f.trials_to_decide - max(f.ran, f.baseline_ran)
@@ -157,14 +168,15 @@ def _event_text(f: Finding, run: str | Path | None, style: Style) -> str:
     if f.kind == "failures" and len(f.baseline_kinds) > 1:
         head += f" ({', '.join(f'{n} {k}' for k, n in f.baseline_kinds.items())})"
     sigs = _signatures(f, style) if f.kind != "signature" else ""
+    test = "anytime" if f.sequential and f.kind == "failures" else "Boschloo"
     if f.significant:
         return (
             f"{_code(f.cell, style)}: {_bold(head, style)}{sigs} — {f.direction} {what}, "
-            f"Boschloo p_adj {p_text(f.p_adj)}"
+            f"{test} p_adj {p_text(f.p_adj)}"
         )
     return (
         f"{_code(f.cell, style)}: {head}{sigs} — {f.direction} {what}, not yet significant "
-        f"(Boschloo p_adj {p_text(f.p_adj)}){_next_step(f, run, style)}"
+        f"({test} p_adj {p_text(f.p_adj)}){_next_step(f, run, style)}"
     )
 
 
@@ -201,6 +213,8 @@ def finding_text(f: Finding, *, run: str | Path | None = None, style: Style = "m
     verdict = verdict_text(f.row, reason=f.reason)
     if f.significant:
         return f"{cell}: {_bold(verdict, style)}, p_adj {p_text(f.p_adj)}"
+    if f.undecided_at is not None and run is not None:
+        return f"{cell}: {verdict} — {_raise_cap(f, run, style)}"
     n = int(f.row.get("n", 0) or 0)
     if f.trials_to_decide is not None and run is not None and f.trials_to_decide > n:
         return f"{cell}: {verdict} — next: {_extend(f, run, f.trials_to_decide, style)}"

@@ -399,10 +399,19 @@ def _run_lines(header: Mapping[str, Any], attrs: Mapping[str, Any]) -> list[str]
         lines.append(f"- schedule: {header['schedule']}")
     for ext in header.get("extensions") or []:
         cells = ", ".join(ext.get("cells") or []) or "all cells"
+        # An adaptive run's verdicts are anytime-valid: raising its cap after looking is
+        # what they are made for; a fixed-n run's p-values do not survive it.
+        why = (
+            "the cap was raised after seeing results, which the adaptive verdicts allow "
+            "(anytime-valid: they hold however often the run looks and whenever it stops); "
+            "decided cells stayed stopped"
+            if header.get("schedule") == "adaptive"
+            else "the trial count was chosen after seeing results, so p-values are optimistic "
+            "(optional stopping; see docs/statistics.md)"
+        )
         lines.append(
             f"- extended to {ext.get('trials')} trials per cell ({cells}) at {ext.get('at')}: "
-            "the trial count was chosen after seeing results, so p-values are optimistic "
-            "(optional stopping; see docs/statistics.md)"
+            + why
         )
     if attrs.get("drift"):
         lines.append(

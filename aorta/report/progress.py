@@ -35,6 +35,11 @@ class Reporter:
     def start(self, *, run_dir: str, total: int, done: int, cells: int) -> None:
         """The sweep starts: ``total`` trials, ``done`` of them already recorded (resume)."""
 
+    def bound(self, total: int) -> None:
+        """The run holds at most ``total`` trials: a ``schedule: adaptive`` run, whose cells stop
+        once settled. Said before :meth:`start` (then its ``total`` is this bound) and again
+        each time cells stop (the bound falls, so a bar ends full)."""
+
     def trial_started(self, cell: str, trial: int) -> None:
         """A trial begins."""
 
@@ -74,26 +79,46 @@ class LineReporter(Reporter):
     aorta: 2 cells, 4 trials → RUN
     [4/4] a: 2 ok
     [4/4] b: 2 ok
+
+    An adaptive run's total is a bound (``≤``), lowered as cells stop:
+
+    >>> out = io.StringIO()
+    >>> r = LineReporter(out)
+    >>> r.bound(20); r.start(run_dir="RUN", total=20, done=0, cells=2)
+    >>> r.trial_done("a", 0, rec); r.bound(11); r.cell_done("a")
+    >>> print(out.getvalue(), end="")
+    aorta: 2 cells, ≤ 20 trials (adaptive: cells stop once settled) → RUN
+    [1/≤11] a: 1 ok
     """
 
     def __init__(self, stream: IO[str] | None = None, *, verbose: bool = False) -> None:
         self.stream = stream or sys.stderr
         self.verbose = verbose
         self._total = self._n = 0
+        self._at_most = ""
         self._cell_counts: dict[str, dict[str, int]] = {}
 
     def _print(self, text: str) -> None:
         print(text, file=self.stream, flush=True)
 
+    def bound(self, total: int) -> None:
+        self._total, self._at_most = total, "≤"
+
     def start(self, *, run_dir: str, total: int, done: int, cells: int) -> None:
         self._total, self._n = total, done
         resumed = f", {done} already done" if done else ""
-        self._print(f"aorta: {cells} cells, {total} trials{resumed} → {run_dir}")
+        how = " (adaptive: cells stop once settled)" if self._at_most else ""
+        self._print(
+            f"aorta: {cells} cells, {self._at_most and '≤ '}{total} trials{how}{resumed} → {run_dir}"
+        )
+
+    def _count(self) -> str:
+        return f"[{self._n}/{self._at_most}{self._total}]"
 
     def trial_done(self, cell: str, trial: int, record: TrialRecord) -> None:
         self._n += 1
         if self.verbose:
-            self._print(f"[{self._n}/{self._total}] {_trial_line(cell, trial, record)}")
+            self._print(f"{self._count()} {_trial_line(cell, trial, record)}")
         counts = self._cell_counts.setdefault(cell, {})
         counts[record.status.value] = counts.get(record.status.value, 0) + 1
 
@@ -101,7 +126,7 @@ class LineReporter(Reporter):
         counts = self._cell_counts.pop(cell, {})
         if counts and not self.verbose:
             text = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-            self._print(f"[{self._n}/{self._total}] {cell}: {text}")
+            self._print(f"{self._count()} {cell}: {text}")
 
     def message(self, text: str) -> None:
         self._print(printable(text))
@@ -131,9 +156,17 @@ class RichReporter(Reporter):
             transient=False,
         )
         self._task: Any = None
+        self._at_most = False
+
+    def bound(self, total: int) -> None:
+        self._at_most = True
+        if self._task is not None:
+            self.progress.update(self._task, total=total)
 
     def start(self, *, run_dir: str, total: int, done: int, cells: int) -> None:
-        self.console.print(f"aorta: {cells} cells, {total} trials → {run_dir}")
+        at_most = "≤ " if self._at_most else ""
+        how = " (adaptive: cells stop once settled)" if self._at_most else ""
+        self.console.print(f"aorta: {cells} cells, {at_most}{total} trials{how} → {run_dir}")
         self.progress.start()
         self._task = self.progress.add_task("starting", total=total, completed=done)
 
@@ -160,6 +193,11 @@ class TqdmReporter(Reporter):
     def __init__(self, *, verbose: bool = False) -> None:
         self.verbose = verbose
         self._bar: Any = None
+
+    def bound(self, total: int) -> None:
+        if self._bar is not None:
+            self._bar.total = total
+            self._bar.refresh()
 
     def start(self, *, run_dir: str, total: int, done: int, cells: int) -> None:
         from tqdm.auto import tqdm

@@ -7,6 +7,13 @@ interrupted extension finishes like any run.
 
 Choosing to add trials after seeing the results is *optional stopping*: the p-values of the
 grown run are then optimistic (docs/statistics.md).
+
+An adaptive run (``schedule: adaptive``) is different: its verdicts are anytime-valid, made to
+be looked at and continued. Extending it raises the cap (``max_trials``) of the chosen cells:
+the ones still undecided run on under the same stopping rule (:mod:`aorta.run.adaptive`) until
+settled or the new cap, the decided ones stay stopped, and the baseline is raised with them
+(their trials pair with its). An extension none of whose cells is undecided is refused: it
+could run nothing.
 """
 
 from __future__ import annotations
@@ -51,6 +58,8 @@ def _record(rd: RunDir, *, trials: int, cells: Sequence[str] | None) -> None:
         raise UsageError(
             f"no cell {', '.join(map(repr, unknown))} in {rd.path} (cells: {', '.join(known)})"
         )
+    if manifest.get("schedule") == "adaptive":
+        chosen = _adaptive_cells(rd, chosen)
     override = dict(manifest.get("trials_override") or {})
     planned = {}
     for name in chosen:
@@ -71,8 +80,35 @@ def _record(rd: RunDir, *, trials: int, cells: Sequence[str] | None) -> None:
         {
             "at": utc_now(),
             "trials": trials,
-            "cells": list(cells) if cells else [],
+            "cells": chosen if cells else [],
             "previous": planned,
         },
     ]
     rd.update_manifest(trials_override=override, extensions=extensions, status="extending")
+
+
+def _adaptive_cells(rd: RunDir, chosen: list[str]) -> list[str]:
+    """The cells an extension of an adaptive run raises: ``chosen`` with the baseline first;
+    refused when every chosen cell is decided (as the run's ``matrix.json`` says: a decision
+    is never withdrawn, so one that says so stays true)."""
+    try:
+        doc = json.loads(rd.matrix_json.read_text())
+    except (OSError, ValueError):
+        return chosen  # no summary to read: the sweep decides as it goes
+    states = doc.get("adaptive") if isinstance(doc, dict) else None
+    if not isinstance(states, dict):
+        return chosen
+    decided = {
+        str(c): str(v.get("reason", ""))
+        for c, v in states.items()
+        if isinstance(v, dict) and v.get("decided")
+    }
+    if all(c in decided for c in chosen):
+        said = "; ".join(f"{c}: {decided[c]}" for c in chosen)
+        raise UsageError(
+            f"{rd.path} is an adaptive run and every chosen cell is decided ({said}): more "
+            "trials would run nothing (decided cells stay stopped). Extend an undecided cell, "
+            "or run a new sweep with a fixed trial count for more trials of a decided one"
+        )
+    baseline = doc.get("baseline")
+    return [baseline, *chosen] if baseline in states and baseline not in chosen else chosen

@@ -31,7 +31,6 @@ import pandas as pd
 
 from aorta import __version__, envvars
 from aorta.errors import AortaError, ExitCode, UsageError
-from aorta.matrix.compare import compare
 from aorta.matrix.dataset import build_dataset
 from aorta.matrix.load import write_results
 from aorta.recipe.plan import Cell, TrialKey
@@ -39,6 +38,7 @@ from aorta.recipe.schema import Recipe, dump_recipe, load_recipe_text
 from aorta.report.matrix import write_matrix
 from aorta.report.progress import ProgressMode, Reporter, check_progress, choose_reporter
 from aorta.run import procs
+from aorta.run.adaptive import AdaptiveSchedule
 from aorta.run.extend import record_extension
 from aorta.run.orphans import OrphanGuard
 from aorta.run.prepare import Prepared, check_world_size, prepare, prepare_run, with_trials
@@ -220,8 +220,12 @@ class _Sweep:
             python=python,
             on_stuck=self._abandon,
         )
-        #: ``schedule: adaptive``: per decision round, the cells still running.
-        self._active: dict[int, frozenset[str]] = {}
+        #: ``schedule: adaptive``: which cells run each round.
+        self.adaptive = (
+            AdaptiveSchedule(self.plan, dataset=self._adaptive_dataset)
+            if self.plan.schedule == "adaptive"
+            else None
+        )
         # Waits on other ranks: a whole trial, its kill grace, and slack for a slow filesystem.
         self.wait_s = self.plan.timeout_s + 2 * procs.DEFAULT_GRACE_S + 120.0
 
@@ -325,53 +329,30 @@ class _Sweep:
 
     # -- one trial ---------------------------------------------------------------------------
 
-    def active_cells(self, trial: int) -> frozenset[str]:
-        """``schedule: adaptive``: the cells that run trial ``trial``.
-
-        Decided from the records of the trials before the round's decision point with
-        :func:`aorta.compare` ``(sequential=True)`` — anytime-valid, so looking after every
-        round costs no error rate — and only from records, so a resumed run (even after
-        kill -9 mid-round) makes the same decisions. A cell once stopped stays stopped; the
-        baseline runs while any other cell does.
-        """
-        settings = self.recipe.adaptive_settings
-        everyone = frozenset(c.name for c in self.plan.cells)
-        if trial < settings.min_trials:
-            return everyone
-        point = (
-            settings.min_trials + (trial - settings.min_trials) // settings.round * settings.round
-        )
-        if point in self._active:
-            return self._active[point]
-        before = self.active_cells(point - 1) if point > settings.min_trials else everyone
+    def _adaptive_dataset(self, point: int) -> Any:
+        """The Dataset of the records of the trials before ``point`` (an adaptive decision)."""
         cells = [self._cell_dict(c) for c in self.plan.cells]
         seen = [r for r in self.records.values() if r.trial < point]
-        ds = build_dataset(cells, seen, attrs=self._header("running"))
-        df = compare(
-            ds,
-            self.plan.baseline,
-            threshold=self.plan.threshold,
-            sequential=True,
-            failure_margin=settings.failure_margin,
-            metric=_metric(ds, self.plan.baseline),
-        )
-        running = frozenset(
-            c for c in before if c != self.plan.baseline and not bool(df.loc[c, "decided"])
-        )
-        active = running | {self.plan.baseline} if running else running
-        self._active[point] = active
-        if active != before:
-            for cell in sorted(before - active):
-                if cell != self.plan.baseline:
-                    self.reporter.message(f"{cell}: stopped, {df.loc[cell, 'reason']}")
-        return active
+        return build_dataset(cells, seen, attrs=self._header("running"))
+
+    def _running(self, key: TrialKey) -> bool:
+        """``schedule: adaptive``: whether ``key``'s cell still runs (:mod:`aorta.run.adaptive`);
+        says each cell the schedule stops, and the trials the run can still hold."""
+        assert self.adaptive is not None
+        active, stops = self.adaptive.active(key.trial)
+        for stop in stops:
+            if stop.cell != self.plan.baseline:
+                self.reporter.message(f"{stop.cell}: stopped, {stop.reason}")
+        if stops:
+            self.reporter.bound(self.adaptive.bound(self.records))
+        return key.cell.name in active
 
     def _decide(self, key: TrialKey) -> str:
         """Rank 0: ``run``, ``done`` (a valid record exists), ``stopped`` (an adaptive
         schedule decided the cell) or ``skip:<why>``."""
         if (key.cell.name, key.trial) in self.records:
             return "done"
-        if self.plan.schedule == "adaptive" and key.cell.name not in self.active_cells(key.trial):
+        if self.adaptive is not None and not self._running(key):
             return "stopped"
         stop = self.plan.stop_after
         if stop is not None:
@@ -494,6 +475,8 @@ class _Sweep:
     def run(self, done: dict[tuple[str, int], TrialRecord]) -> SweepResult:
         for record in done.values():
             self._remember(record)
+        if self.adaptive is not None:  # cells stop early: the total is a bound, said before start
+            self.reporter.bound(self.plan.n_trials)
         self.reporter.start(
             run_dir=str(self.rd.path),
             total=self.plan.n_trials,
@@ -809,13 +792,6 @@ def _sweep(
             except KeyboardInterrupt:
                 raise Interrupted("interrupted before the first trial", rd.path) from None
         return engine.run(done)
-
-
-def _metric(ds: Any, baseline: str) -> str:
-    """The value an adaptive sweep decides on: step times, or the wall clock when the
-    baseline has none (as :func:`aorta.matrix.summary.summarize` does)."""
-    steps = ds.step_time_ms.sel(cell=baseline)
-    return "step_time_ms" if bool(steps.notnull().any()) else "wall_clock_s"
 
 
 def _backend_for(prepared: Prepared, dist: DistEnv, backend: str | None) -> str | None:

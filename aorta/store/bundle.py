@@ -5,7 +5,8 @@ Two steps, so a person can look before anything is written:
 * :func:`plan_bundle` reads the run directory and decides, file by file, what goes in and
   what is left out (and why), redacting every text file in memory to count what would be
   masked. It writes nothing — ``aorta bundle --review`` prints its plan.
-* :func:`write_bundle` writes the plan: each included file redacted again as it is added,
+* :func:`write_bundle` writes the plan: each included file as the scan redacted it (kept, in
+  memory or an unnamed temporary file; a file changed since is redacted again),
   the bundle's own manifest (:data:`~aorta.store.rundir.BUNDLE_MANIFEST`) last.
 
 What goes in: the run's manifest, resolved recipe, host snapshots, cell definitions, trial
@@ -43,6 +44,7 @@ import json
 import os
 import re
 import tarfile
+import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -141,6 +143,13 @@ class BundlePlan:
     traces: bool
     redactor: Redactor = field(repr=False)
     entries: tuple[BundleEntry, ...] = ()
+    #: The redacted bytes of each scanned file, kept from the scan so :func:`write_bundle`
+    #: need not redact it again (redaction is the slow part), with the file's size and mtime
+    #: then: a file changed since is redacted again. In memory up to a few MiB each, else in an
+    #: unnamed temporary file (gone when the plan is).
+    spooled: Mapping[str, tuple[Any, int, int]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     @property
     def file_name(self) -> str:
@@ -351,10 +360,21 @@ def _redacted(path: Path, redactor: Redactor, *, limit: int) -> tuple[bytes, int
     return _encode(text), n
 
 
+#: Redacted bytes of one file kept in memory up to this size, then in a temporary file.
+_SPOOL_MEMORY = 8 << 20
+
+
 def _entry(
-    rel: str, path: Path, size: int, kind: Kind, redactor: Redactor, limit: int
+    rel: str,
+    path: Path,
+    size: int,
+    kind: Kind,
+    redactor: Redactor,
+    limit: int,
+    spool: dict[str, tuple[Any, int, int]] | None = None,
 ) -> BundleEntry:
-    """Scan one file that is to go in: redaction count, or why it cannot go in."""
+    """Scan one file that is to go in: redaction count, or why it cannot go in (``spool``:
+    where its redacted bytes are kept for the write)."""
     suffixes = "".join(path.suffixes[-2:]).lower()
     suffix = path.suffix.lower()
     if suffix in _IMAGE_SUFFIXES and _is_image(path):
@@ -363,7 +383,8 @@ def _entry(
     if not gz_text and not _is_text(path, suffix):
         return BundleEntry(rel, size, kind, False, None, "binary file: it cannot be scanned")
     try:
-        _, n = _redacted(path, redactor, limit=limit)
+        stat = path.stat()
+        data, n = _redacted(path, redactor, limit=limit)
     except _TooBig:
         why = f"decompresses past the size cap ({limit:,} bytes); raise --max-size to include it"
         return BundleEntry(rel, size, kind, False, None, why)
@@ -372,6 +393,10 @@ def _entry(
         return BundleEntry(rel, size, kind, False, None, why)
     except (OSError, EOFError, gzip.BadGzipFile) as exc:
         return BundleEntry(rel, size, kind, False, None, f"unreadable ({suffixes}): {exc}")
+    if spool is not None:
+        kept = tempfile.SpooledTemporaryFile(max_size=_SPOOL_MEMORY)  # noqa: SIM115 - the plan's
+        kept.write(data)
+        spool[rel] = (kept, stat.st_size, stat.st_mtime_ns)
     return BundleEntry(
         rel, size, kind, True, n, "decompressed, scanned, recompressed" if gz_text else None
     )
@@ -448,6 +473,7 @@ def plan_bundle(
         raise UsageError(f"--ticket {str(ticket)[:40]!r}…: {problem}")
     name = f"{_safe(str(ticket))}-{_stamp(now)}"
     entries: list[BundleEntry] = []
+    spool: dict[str, tuple[Any, int, int]] = {}
     heavy: list[tuple[str, Path, int, Kind]] = []
     for path in _walk(rd.path):
         rel = path.relative_to(rd.path).as_posix()
@@ -462,7 +488,7 @@ def plan_bundle(
         elif kind == "trace" and not traces:
             entries.append(BundleEntry(rel, size, kind, False, None, "traces not asked for"))
         elif kind == "core":
-            entries.append(_entry(rel, path, size, kind, redactor, max(cap, 1 << 30)))
+            entries.append(_entry(rel, path, size, kind, redactor, max(cap, 1 << 30), spool))
         else:
             heavy.append((rel, path, size, kind))
     # Logs first (the first thing a reader opens), then traces, then the rest; each in path
@@ -474,11 +500,11 @@ def plan_bundle(
             why = f"over the size cap ({cap:,} bytes, {budget:,} left); raise --max-size to include it"
             entries.append(BundleEntry(rel, size, kind, False, None, why))
             continue
-        entry = _entry(rel, path, size, kind, redactor, cap)
+        entry = _entry(rel, path, size, kind, redactor, cap, spool)
         budget -= size if entry.included else 0
         entries.append(entry)
     entries.sort(key=lambda e: e.path)
-    return BundlePlan(rd.path, str(ticket), name, cap, traces, redactor, tuple(entries))
+    return BundlePlan(rd.path, str(ticket), name, cap, traces, redactor, tuple(entries), spool)
 
 
 def write_bundle(plan: BundlePlan, output: str | Path = ".") -> Path:
@@ -507,7 +533,10 @@ def write_bundle(plan: BundlePlan, output: str | Path = ".") -> Path:
                 if entry.redactions is None:
                     data = path.read_bytes()
                 else:
-                    data, _ = _redacted(path, plan.redactor, limit=max(plan.max_size, 1 << 30))
+                    kept = _spooled(plan, entry.path, path)
+                    if kept is None:  # changed since the scan (or never scanned): redact now
+                        kept, _ = _redacted(path, plan.redactor, limit=max(plan.max_size, 1 << 30))
+                    data = kept
                 _add(tar, f"{plan.name}/{entry.path}", data, path.stat().st_mtime)
             manifest = json.dumps(plan.manifest(created_at=created), indent=1) + "\n"
             _add(tar, f"{plan.name}/{BUNDLE_MANIFEST}", manifest.encode(), None)
@@ -518,6 +547,20 @@ def write_bundle(plan: BundlePlan, output: str | Path = ".") -> Path:
             buffer_path.unlink()
         raise
     return target
+
+
+def _spooled(plan: BundlePlan, rel: str, path: Path) -> bytes | None:
+    """The redacted bytes the scan kept for ``rel``, if the file is as it was then."""
+    kept = plan.spooled.get(rel)
+    if kept is None or kept[0].closed:
+        return None
+    spool, size, mtime_ns = kept
+    stat = path.stat()
+    if (stat.st_size, stat.st_mtime_ns) != (size, mtime_ns):
+        return None
+    spool.seek(0)
+    data: bytes = spool.read()
+    return data
 
 
 def _add(tar: tarfile.TarFile, name: str, data: bytes, mtime: float | None) -> None:

@@ -118,6 +118,31 @@ class _UrlPasswords:
         return "".join(out)
 
 
+class _KeyAssignments:
+    """``finditer`` of :attr:`PATTERN` (a secret word, then ``=`` or ``:`` after the rest of its
+    name: the lines the ``key = value`` shape runs on), with the same matches, linear in the text.
+
+    The pattern alone is quadratic on ``passpass…``: each ``pass`` starts a scan to the end of
+    the run that finds no ``=``. But a match's name part always runs to the end of its run of
+    name characters (the character after it must be a quote, a blank, ``=`` or ``:``), so every
+    word in a run shares the run's fate, and the leftmost match of a run starts at its first
+    word. So each run followed by ``=``/``:`` is found once (it starts where no name character
+    precedes it), and the pattern is matched once, at the run's first word.
+    """
+
+    PATTERN = re.compile(r"(?:pass|secret|key|cred|auth)[a-z0-9_-]*[\"']?[ \t]*[=:]")
+    _RUN = re.compile(r"(?<![a-z0-9_-])(?P<run>[a-z0-9_-]+)[\"']?[ \t]*[=:]")
+    _WORD = re.compile(r"pass|secret|key|cred|auth")
+
+    def finditer(self, text: str) -> Iterator[re.Match[str]]:
+        for run in self._RUN.finditer(text):
+            word = self._WORD.search(text, run.start(), run.end("run"))
+            if word is not None:
+                match = self.PATTERN.match(text, word.start())
+                if match is not None:  # always: the run is followed by the assignment
+                    yield match
+
+
 #: Values that carry a credential whatever the variable is called: the secret part of each
 #: match (group ``s``) becomes ``<redacted>``. Every pattern stays on one line (``[ \t]``,
 #: never ``\s``, between the parts): a match never eats the next line or the markup around it.
@@ -178,7 +203,7 @@ _SHAPE_KEYS: tuple[Any, ...] = (
     ("authorization",),
     # (a flag starts where no word or dash precedes it, as in its shape: linear on ``a-a-a-…``)
     re.compile(r"(?<![a-z0-9_-])--?(?:[a-z0-9]+[-_])*(?:pass|secret|key|token|auth|cred)"),
-    re.compile(r"(?:pass|secret|key|cred|auth)[a-z0-9_-]*[\"']?[ \t]*[=:]"),
+    _KeyAssignments(),
     re.compile(r"token[\"']?[ \t]*[=:]"),
     ("-u", "--user"),
     ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "hf_", "xox", "glpat-", "sk-"),
@@ -281,7 +306,7 @@ def sub_on_lines(
     pattern: re.Pattern[str] | _UrlPasswords,
     repl: Any,
     text: str,
-    keys: Iterable[str] | re.Pattern[str] | None,
+    keys: Iterable[str] | re.Pattern[str] | _KeyAssignments | None,
 ) -> str:
     r"""``pattern.sub(repl, text)`` for a line-bounded ``pattern``, run only on the lines that
     hold one of ``keys`` (lower-case substrings every match contains, or a pattern every match's
@@ -302,7 +327,7 @@ def sub_on_lines(
         end = text.find("\n", i)
         return text.rfind("\n", 0, i) + 1, len(text) if end == -1 else end
 
-    if isinstance(keys, re.Pattern):
+    if isinstance(keys, (re.Pattern, _KeyAssignments)):
         last = -1
         for m in keys.finditer(low):
             if m.start() > last:

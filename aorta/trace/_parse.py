@@ -16,7 +16,7 @@ from typing import Annotated, Any
 import msgspec
 import numpy as np
 
-from ._scan import BLOCK_SIZE, ScanStats, scan_events
+from ._scan import BLOCK_SIZE, RAW_EVENTS, ScanStats, scan_events
 
 __all__ = [
     "COLUMNS",
@@ -98,6 +98,7 @@ class _Event(msgspec.Struct, gc=False):
 
 
 _DECODER = msgspec.json.Decoder(list[_Event])
+_DECODE_EVENT = msgspec.json.Decoder(_Event)
 _DECODE_ANY = msgspec.json.Decoder()
 _COMM_FIELDS = (
     "collective",
@@ -115,14 +116,31 @@ COMM_INT_COLUMNS = frozenset({"row", "in_nelems", "out_nelems", "group_size", "c
 
 
 def _decode(chunk: memoryview, problems: dict[str, dict[str, Any]] | None = None) -> list[_Event]:
-    """Typed decode; a chunk with an unexpected value type is converted event by event (the
-    values out of range are counted in ``problems``, see :func:`note_problem`)."""
+    """Typed decode; a chunk with an unexpected value type is decoded event by event: typed
+    where the event allows, else converted (the values out of range are counted in
+    ``problems``, see :func:`note_problem`).
+
+    Event by event, so how an event decodes never depends on the chunk it shares: the typed
+    decode skips the keys it does not read unchecked (invalid UTF-8 there included), while the
+    conversion reads them all; a chunk-wide conversion would fail on a neighbour's key.
+    """
     try:
         return _DECODER.decode(chunk)
     except msgspec.ValidationError:
-        items = _DECODE_ANY.decode(chunk)
-    problems = problems if problems is not None else {}
-    return [ev for ev in (_lenient(item, problems) for item in items) if ev is not None]
+        raws = RAW_EVENTS.decode(chunk)
+    found: dict[str, dict[str, Any]] = {}  # noted once the whole chunk decoded (else retried)
+    out = []
+    for raw in raws:
+        try:
+            out.append(_DECODE_EVENT.decode(raw))
+        except msgspec.ValidationError:
+            ev = _lenient(_DECODE_ANY.decode(raw), found)
+            if ev is not None:
+                out.append(ev)
+    if problems is not None:
+        for kind, entry in found.items():
+            note_problem(problems, kind, entry["count"], entry["first"])
+    return out
 
 
 def note_problem(problems: dict[str, dict[str, Any]], kind: str, count: int, first: str) -> None:
@@ -390,7 +408,7 @@ class _Builder:
             labels=list(self.labels),
             comms=self.comms,
             meta_events=self.meta_events,
-            problems=self.problems,
+            problems=self.problems | _utf8_problem(stats),
             counts={
                 "events_seen": self.seen,
                 "events_kept": self.rows,
@@ -398,9 +416,16 @@ class _Builder:
                 "chunks": stats.chunks,
                 "slow_chunks": stats.slow_chunks,
                 "sanitized_bytes": stats.sanitized_bytes,
-                "lossy_utf8_chunks": stats.lossy_utf8_chunks,
             },
         )
+
+
+def _utf8_problem(stats: ScanStats) -> dict[str, dict[str, Any]]:
+    """The scanner's repairs of invalid UTF-8 as a problem entry (see :func:`note_problem`)."""
+    if not stats.lossy_utf8_events:
+        return {}
+    where = "byte (uncompressed)" if stats.gzipped else "byte"
+    return {"utf8": {"count": stats.lossy_utf8_events, "first": f"{where} {stats.lossy_utf8_at}"}}
 
 
 @dataclass

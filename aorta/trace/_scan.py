@@ -39,6 +39,7 @@ __all__ = [
     "BLOCK_SIZE",
     "DEEP",
     "MAX_EVENT_BYTES",
+    "RAW_EVENTS",
     "RangeReader",
     "ScanStats",
     "Scanner",
@@ -61,6 +62,8 @@ for _c in b'"\\{}[]':
     _SPECIAL[_c] = True
 _BYTE_RE = re.compile(r"\(byte (\d+)\)")
 _DECODE_ANY = msgspec.json.Decoder()
+#: A chunk's events as raw JSON (nothing decoded, nor its UTF-8 checked).
+RAW_EVENTS = msgspec.json.Decoder(list[msgspec.Raw])
 
 
 @dataclass
@@ -74,9 +77,12 @@ class ScanStats:
     #: Chunks decoded, and how many needed the exact scan.
     chunks: int = 0
     slow_chunks: int = 0
-    #: Control characters inside strings replaced by spaces; chunks re-decoded as lossy UTF-8.
+    #: Control characters inside strings replaced by spaces.
     sanitized_bytes: int = 0
-    lossy_utf8_chunks: int = 0
+    #: Events whose invalid UTF-8 (in a value the decoder reads) was replaced by U+FFFD, and
+    #: the file offset of the first such byte.
+    lossy_utf8_events: int = 0
+    lossy_utf8_at: int = -1
     #: Top-level keys other than ``traceEvents`` (deviceProperties, distributedInfo, ...).
     header: dict[str, Any] = field(default_factory=dict)
 
@@ -96,6 +102,8 @@ class _Reader:
         self._src: Any = gzip.GzipFile(fileobj=self._raw, mode="rb") if self.gzipped else self._raw
         self.offset = 0  # uncompressed bytes delivered so far
         self.eof = False
+        #: The file offset of the stream's first byte (a range's prefix stands before it).
+        self.origin = 0
 
     def readinto(self, view: memoryview) -> int:
         if self.eof or len(view) == 0:
@@ -135,6 +143,7 @@ class RangeReader(_Reader):
             raise TraceError(f"{path}: a gzip stream cannot be read by byte ranges")
         self._raw.seek(lo)
         self._segments: list[bytes | int] = [prefix, hi - lo, suffix]  # int: bytes of the file
+        self.origin = lo - len(prefix)
 
     def readinto(self, view: memoryview) -> int:
         total = 0
@@ -369,7 +378,7 @@ class Scanner(Generic[T]):
                     if ends is not None:
                         last_end, array_end = ends
                         self.stats.chunks += 1
-                        yield self._decode_checked(p, last_end)
+                        yield from self._decode_checked(p, last_end)
                         self._finish(array_end)
                         return
                     # else a wrong cut, or a problem the exact path below reports precisely
@@ -388,7 +397,7 @@ class Scanner(Generic[T]):
             if last_end > 0:
                 self.stats.chunks += 1
                 self.stats.slow_chunks += 1
-                yield self._decode_checked(p, last_end)
+                yield from self._decode_checked(p, last_end)
             if array_end >= 0:
                 self._check_gap(last_end + 1 if last_end > 0 else p, array_end)
                 self._finish(array_end)
@@ -476,32 +485,64 @@ class Scanner(Generic[T]):
         finally:
             buf[left], buf[cut + 1] = saved
 
-    def _decode_checked(self, p: int, cut: int) -> T:
+    def _decode_checked(self, p: int, cut: int) -> list[T]:
         """Like :meth:`_decode_slice` but repairs control characters and bad UTF-8, else raises."""
         try:
-            return self._decode_slice(p, cut)
+            return [self._decode_slice(p, cut)]
         except msgspec.DecodeError:
             pass
         left = p if self.buf[p] == 44 else p - 1
         self.stats.sanitized_bytes += _sanitize_inplace(self.buf, left, cut + 1)
         try:
-            return self._decode_slice(p, cut)
+            return [self._decode_slice(p, cut)]
         except msgspec.DecodeError as exc:
             match = _BYTE_RE.search(str(exc))
             if match:
                 raise self._error(
                     f"malformed JSON ({_reason(exc)})", left + int(match.group(1))
                 ) from exc
-        # No offset: invalid UTF-8. Decode this chunk lossily (offsets no longer matter).
-        text = bytes(self.buf[left : cut + 2])
-        text = b"[" + text[1:-1].decode("utf-8", "replace").encode() + b"]"
-        self.stats.lossy_utf8_chunks += 1
+        return self._decode_lossy(left, cut)
+
+    def _decode_lossy(self, left: int, cut: int) -> list[T]:
+        """``buf[left + 1 .. cut]`` (whole events; the decode failed on invalid UTF-8, which has
+        no offset) decoded event by event, the events the decoder rejects with their invalid
+        UTF-8 replaced by U+FFFD and counted, the first bad byte's file offset kept. Event by
+        event, so what is repaired never depends on how the file was cut into chunks (a
+        serial parse and a parallel one agree)."""
+        body = bytes(self.buf[left + 1 : cut + 1])
+        out: list[T] = []
+        pos = 0
+        for raw in RAW_EVENTS.decode(b"[" + body + b"]"):
+            event = bytes(raw)
+            at = body.find(event, pos)  # events come in order: one pass over the chunk
+            pos = at + len(event)
+            where = left + 1 + at  # in the buffer
+            try:
+                out.append(self._decode_one(event, where))
+                continue
+            except msgspec.DecodeError as exc:
+                try:
+                    event.decode()
+                except UnicodeDecodeError as bad:
+                    self.stats.lossy_utf8_events += 1
+                    if self.stats.lossy_utf8_at < 0:
+                        self.stats.lossy_utf8_at = (
+                            self.reader.origin + self.base + where + bad.start
+                        )
+                else:
+                    raise self._error(f"malformed JSON ({_reason(exc)})", where) from exc
+            try:
+                out.append(self._decode_one(event.decode("utf-8", "replace").encode(), where))
+            except msgspec.DecodeError as exc:
+                raise self._error(f"malformed JSON ({_reason(exc)})", where) from exc
+        return out
+
+    def _decode_one(self, event: bytes, where: int) -> T:
+        text = b"[" + event + b"]"
         try:
             return self.decode(memoryview(text))
-        except msgspec.DecodeError as exc:
-            raise self._error(f"malformed JSON ({_reason(exc)})", left) from exc
         except RecursionError:
-            raise self._nested(text, left) from None
+            raise self._nested(text, where - 1) from None
 
     def _check_gap(self, lo: int, hi: int) -> None:
         """Only whitespace (and one tolerated trailing comma) may sit between the last event and ``]``."""

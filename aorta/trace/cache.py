@@ -24,7 +24,7 @@ __all__ = ["CACHE_SUFFIX", "cache_path", "read_cache", "write_cache"]
 
 CACHE_SUFFIX = ".aorta-cache"
 #: Bump when the parsed representation changes; older caches are then ignored.
-CACHE_VERSION = 4
+CACHE_VERSION = 5
 _META = "meta.json"
 
 

@@ -184,10 +184,6 @@ class Trace:
                 notes.append(
                     f"{where}: {stats['sanitized_bytes']} control characters inside strings replaced by spaces"
                 )
-            if stats.get("lossy_utf8_chunks"):
-                notes.append(
-                    f"{where}: invalid UTF-8 replaced in {stats['lossy_utf8_chunks']} chunk(s)"
-                )
             notes.extend(f"{where}: {note}" for note in problem_notes(stats.get("problems", {})))
             if info.cache.startswith("not written"):
                 notes.append(f"{where}: parse cache {info.cache}")
@@ -483,6 +479,7 @@ class Trace:
 
 #: How each kind of value read as absent or replaced is described in ``Trace.diagnostics``.
 _PROBLEMS = {
+    "utf8": "event(s) with invalid UTF-8 in a value read, replaced by U+FFFD",
     "out_of_range": "numbers out of range (beyond 64-bit integers) read as absent",
     "ts": "timestamps out of range (beyond 2^63 ns) read as 0",
     "dur": "durations negative or out of range (beyond 2^63 ns) set to 0",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -117,3 +118,24 @@ def test_adaptive_sweep_stops_settled_cells_and_resumes_after_kill_9(tmp_path):
     assert _trials(run_dir) == _trials(ref)
     again = json.loads((run_dir / "matrix.json").read_text())["adaptive"]
     assert again == adaptive
+
+    # The progress total is a bound that falls as cells stop, so the last count is full.
+    counts = re.findall(r"\[(\d+)/≤(\d+)\]", proc.stderr)
+    assert "≤ 40 trials" in proc.stderr and counts and counts[-1][0] == counts[-1][1]
+    # The findings raise the undecided cell's cap (no fixed-n projection).
+    assert f"aorta sweep extend {ref} --trials 20 --cells base,flaky" in text
+    assert "would decide" not in text
+
+    # `sweep extend` on an adaptive run raises the cap: only the undecided cell (with the
+    # baseline it pairs with) runs on; a decided cell alone is refused.
+    refused = _sweep(tmp_path, "extend", str(ref), "--trials", "12", "--cells", "same")
+    assert refused.returncode == ExitCode.USAGE and "every chosen cell is decided" in refused.stderr
+    before = _trials(ref)
+    grown = _sweep(tmp_path, "extend", str(ref), "--trials", "12")
+    assert grown.returncode == ExitCode.OK, grown.stderr
+    after = _trials(ref)
+    assert after["same"] == before["same"] and after["slow"] == before["slow"]
+    assert after["base"] == list(range(12))
+    assert after["flaky"] == list(range(12))
+    text = (ref / "matrix.md").read_text()
+    assert "- extended to 12 trials per cell (all cells)" in text and "optimistic" not in text

@@ -209,9 +209,43 @@ def test_control_characters_inside_strings_are_tolerated(tmp_path):
 
 def test_invalid_utf8_is_replaced(tmp_path):
     data = kineto_json([("kernel", "caf\u00e9", 0, 10)]).replace("é".encode(), b"\xff")
-    trace = aorta.trace.load(_write(tmp_path, data), cache="off")
+    path = _write(tmp_path, data)
+    trace = aorta.trace.load(path, cache="off")
     assert trace.categories("name")[trace.gpu_ops.name[0]] == "caf\ufffd"
-    assert trace.info().stats["lossy_utf8_chunks"] == 1
+    # Said with the file and the byte offset of the first bad byte, serial or parallel.
+    bad = data.index(b"\xff")
+    note = (
+        f"rank 0 ({path}): 1 event(s) with invalid UTF-8 in a value read, replaced by U+FFFD; "
+        f"first: byte {bad}"
+    )
+    assert note in trace.diagnostics
+    for kwargs in ({"block_size": 64}, {"workers": 2, "parallel_min_bytes": 1, "block_size": 64}):
+        assert note in aorta.trace.load(path, cache="off", **kwargs).diagnostics
+
+
+def test_invalid_utf8_in_a_key_no_decode_reads_is_the_same_whatever_the_chunk(tmp_path):
+    """A key the typed decode skips may hold invalid UTF-8 unchecked; a neighbour in the same
+    chunk with a value of an unexpected type used to send the whole chunk through a decode that
+    checks every key, so whether the bytes were "replaced" depended on the chunking (the serial
+    parse said so, the parallel one did not). Now each event decodes alone there."""
+    first = b'{"ts":0.0,"name":{"":null,"x":{"":1e9,"y":1e16,"0":null}},"cat":[],"ph":"X","dur":1,"pid":0}'
+    data = (
+        b'{"traceEvents":['
+        + first
+        + b',\n{"cat":"kernel","ph":"i","name":"k","ts":0.0,"du\xffr":0.0},\n{}]}'
+    )
+    path = _write(tmp_path, data)
+    seen = set()
+    for kwargs in (
+        {},
+        {"block_size": 64},
+        {"block_size": 512},
+        {"workers": 2, "parallel_min_bytes": 1, "block_size": 64},
+    ):
+        trace = aorta.trace.load(path, cache="off", **kwargs)
+        seen.add(repr((trace.events.to_dict("list"), trace.diagnostics)))
+    assert len(seen) == 1
+    assert "UTF-8" not in next(iter(seen))  # nothing read was replaced
 
 
 def test_tricky_strings_do_not_confuse_the_scanner(tmp_path):
