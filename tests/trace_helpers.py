@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
+import os
 import shutil
 from functools import cache
 from pathlib import Path
+
+import pytest
 
 import aorta.trace
 from aorta.trace import Trace
@@ -28,6 +33,30 @@ def profiled_sweep(root: Path, recipe_text: str) -> Path:
     proc = torchrun(recipe, root / "out")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return only_run_dir(root / "out")
+
+
+def shared_profiled_sweep(tmp_path_factory: pytest.TempPathFactory, recipe_text: str) -> Path:
+    """:func:`profiled_sweep` once per test session for a recipe, whichever xdist worker asks
+    first (a lock in the temp folder the workers share; the others wait for its run).
+
+    A torchrun sweep costs ~45 s of CPU on two cores; test files on other workers that need the
+    same one share it. The run is read-only: take :func:`copy_without_caches` of it first
+    (loading traces writes caches beside them).
+    """
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # each worker's basetemp is a child of the session's
+    root = base / f"shared-sweep-{hashlib.sha256(recipe_text.encode()).hexdigest()[:12]}"
+    with open(root.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = root / "run_dir.txt"
+        if done.is_file():
+            return Path(done.read_text())
+        shutil.rmtree(root, ignore_errors=True)  # a worker's failed attempt
+        root.mkdir()
+        run = profiled_sweep(root, recipe_text)
+        done.write_text(str(run))
+        return run
 
 
 def copy_without_caches(run: Path, target: Path) -> Path:

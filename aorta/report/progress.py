@@ -222,7 +222,11 @@ class TqdmReporter(Reporter):
 
 
 def _in_jupyter() -> bool:
-    return "ipykernel" in sys.modules and not sys.stderr.isatty()
+    # A running kernel, not merely an imported ipykernel module (a test runner or a library
+    # may import it in a plain process, which then drew tqdm bars into a log).
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    return shell is not None and hasattr(shell, "kernel") and not sys.stderr.isatty()
 
 
 def check_progress(mode: object) -> None:

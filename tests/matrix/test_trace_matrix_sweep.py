@@ -1,7 +1,8 @@
 """Traces in the matrix on a real profiled sweep: 2 ranks under torchrun, gloo on loopback.
 
 One sweep (race workload, FSDP and DDP cells, 2 trials each, torch.profiler on every rank)
-is shared by the module; each test copies it when it changes files.
+is shared by the module (and with tests/report/test_report_html.py); each test copies it when
+it changes files.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import aorta.trace
 from aorta.errors import ExitCode, TraceWarning
 from aorta.matrix.trace_metrics import rank_files
 from aorta.trace.metrics import rank_metrics
-from tests.trace_helpers import copy_without_caches, profiled_sweep
+from tests.trace_helpers import copy_without_caches, shared_profiled_sweep
 
 pytestmark = pytest.mark.slow
 
@@ -38,7 +39,8 @@ TIMES = ("computation_ms", "exposed_comm_ms", "idle_ms", "busy_ms", "total_ms", 
 
 @pytest.fixture(scope="module")
 def profiled_run(tmp_path_factory):
-    return profiled_sweep(tmp_path_factory.mktemp("profiled"), RECIPE)
+    shared = shared_profiled_sweep(tmp_path_factory, RECIPE)
+    return copy_without_caches(shared, tmp_path_factory.mktemp("profiled") / "run")
 
 
 @pytest.fixture

@@ -55,3 +55,15 @@ def test_progress_none_prints_nothing(tmp_path, capsys):
     result = aorta.sweep(recipe, output=tmp_path / "out", progress="none")
     assert result.exit_code == ExitCode.OK
     assert capsys.readouterr() == ("", "")
+
+
+def test_an_imported_ipykernel_is_not_a_running_kernel():
+    # nbmake imports ipykernel into pytest's own process; progress then drew tqdm bars into
+    # the logs of the tests that ran after it on the same worker.
+    import io
+
+    import ipykernel  # noqa: F401
+
+    from aorta.report.progress import LineReporter, choose_reporter
+
+    assert isinstance(choose_reporter("auto", stream=io.StringIO()), LineReporter)

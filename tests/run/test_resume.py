@@ -91,6 +91,16 @@ def _reference(tmp_root: Path, recipe: Path) -> list[dict]:
     return _comparable(_only_run_dir(tmp_root / "ref"))
 
 
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> list[dict]:
+    """The matrix of the recipe run without a kill: deterministic, so one run serves every
+    example of the property below (it was rerun per example, a sweep each)."""
+    root = tmp_path_factory.mktemp("ref")
+    recipe = root / "r.yaml"
+    recipe.write_text(RECIPE)
+    return _reference(root, recipe)
+
+
 @pytest.mark.slow
 @settings(
     max_examples=4,
@@ -98,11 +108,12 @@ def _reference(tmp_root: Path, recipe: Path) -> list[dict]:
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(cell=st.sampled_from(CELLS), trial=st.integers(0, 2))
-def test_kill_9_at_any_trial_then_resume_equals_uninterrupted(tmp_path_factory, cell, trial):
+def test_kill_9_at_any_trial_then_resume_equals_uninterrupted(
+    tmp_path_factory, uninterrupted, cell, trial
+):
     root = tmp_path_factory.mktemp("kill")
     recipe = root / "r.yaml"
     recipe.write_text(RECIPE)
-    expected = _reference(root, recipe)
 
     killed = _aorta(
         "sweep",
@@ -125,7 +136,7 @@ def test_kill_9_at_any_trial_then_resume_equals_uninterrupted(tmp_path_factory, 
 
     resumed = _aorta("sweep", "resume", str(run_dir))
     assert resumed.returncode == ExitCode.OK, resumed.stderr
-    assert _comparable(run_dir) == expected
+    assert _comparable(run_dir) == uninterrupted
     assert json.loads((run_dir / "manifest.json").read_text())["status"] == "complete"
     assert not (run_dir / "run.lock").exists()
     # Every trial that ran has its place in the run order, each place once.
