@@ -21,6 +21,7 @@ from typing import IO, Any
 
 from aorta.recipe.cluster import Cluster, Node
 from aorta.report.launch import describe_kill, last_words
+from aorta.store.gather import node_folder, node_log, staging_dir
 from aorta.store.rundir import HOST_ENV, atomic_write
 
 from .backend import TimedOut, daemon, drive, run_parallel, why
@@ -37,7 +38,6 @@ from .command import (
     setup_command,
 )
 from .container import ContainerSession, aorta_requirements
-from .gather import node_folder, staging_dir
 from .outcome import Deadlines, LaunchResult, NodeOutcome, env_diff
 from .ssh import NodeSession, RemoteError, Unreachable, ssh_sessions
 
@@ -123,7 +123,7 @@ class SshLaunch:
         self.staging = staging_dir(output or Path(), run_id)
         if output is not None:
             for out in outcomes.values():
-                out.log = node_folder(self.staging, out.node.rank) / "launch.log"
+                out.log = node_log(self.staging, out.node.rank)
                 out.log.parent.mkdir(parents=True, exist_ok=True)
                 self.logs[out.node.name] = open(out.log, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
         self.log_lock = threading.Lock()

@@ -32,12 +32,20 @@ from aorta import envvars
 from aorta.errors import AortaError, UsageError
 from aorta.recipe.cluster import Cluster, Node
 from aorta.report.launch import sbatch_script
+from aorta.store.gather import node_folder, node_log, slurm_node_dir, staging_dir, staging_run_id
 from aorta.store.hostenv import redact_env
-from aorta.store.rundir import atomic_write
+from aorta.store.rundir import (
+    COMBINED_TRACES,
+    LAUNCH_LOG,
+    LAUNCH_STAGING,
+    SBATCH_SCRIPT,
+    SLURM_DIR,
+    SLURM_JOB,
+    atomic_write,
+)
 
 from .backend import drive
 from .command import ENV_FILE, LaunchSpec, NodePath, env_script, node_env, run_command
-from .gather import node_folder, staging_dir
 from .outcome import LaunchResult, NodeOutcome
 
 __all__ = ["FINAL_STATES", "SCRIPT", "SlurmJob", "check_request", "run_in_job"]
@@ -48,7 +56,7 @@ FINAL_STATES = frozenset(
 )
 LineSink = Callable[[Node, str], None]
 EventSink = Callable[[str], None]
-SCRIPT, JOB_FILE = "aorta.sbatch", "slurm.json"
+SCRIPT, JOB_FILE = SBATCH_SCRIPT, SLURM_JOB
 _TIME = re.compile(r"\d+(:\d\d?){0,2}|\d+-\d+(:\d\d?){0,2}")
 _PROBE = "import socket; s = socket.socket(); s.bind(('', 0)); print(s.getsockname()[1])"
 # One srun task: mark the start, run the node's command, record the exit code and the time.
@@ -108,7 +116,9 @@ def _note(staging: Path, **fields: Any) -> dict[str, Any]:
 
 
 def _drop_env(staging: Path) -> None:
-    for path in staging.glob(f"slurm/node_*/{ENV_FILE}"):  # the step is over: no task reads it
+    for path in staging.glob(
+        f"{SLURM_DIR}/node_*/{ENV_FILE}"
+    ):  # the step is over: no task reads it
         path.unlink(missing_ok=True)
 
 
@@ -130,7 +140,7 @@ def _start_step(staging: Path, emit: EventSink) -> subprocess.Popen[bytes]:
     nodes = tuple(Node(k, h, python=sys.executable, workdir=cwd) for k, h in enumerate(names))
     cluster, commands, rdzv = Cluster(nodes, source="slurm"), {}, {"master_addr": addr}
     for node in nodes:
-        ndir = staging / "slurm" / f"node_{node.rank}"
+        ndir = slurm_node_dir(staging, node.rank)
         cmd = run_command(
             cluster, node, spec, run_id=meta["run_id"], node_dir=str(ndir), **rdzv, master_port=port
         )
@@ -144,8 +154,8 @@ def _start_step(staging: Path, emit: EventSink) -> subprocess.Popen[bytes]:
     emit(f"job {job}: rendezvous {addr}:{port}; starting {len(names)} node(s)")
     step = ["srun", "--kill-on-bad-exit=1", "--quit-on-interrupt", f"-N{len(names)}"]
     step += [f"--ntasks-per-node={ranks or 1}", f"--ntasks={len(names) * (ranks or 1)}"]
-    step += [f"--output={staging}/combined_traces/node_%n/launch.log", "--open-mode=append"]
-    step += ["sh", "-c", _TASK, str(staging / "slurm")]
+    step += [f"--output={staging}/{COMBINED_TRACES}/node_%n/{LAUNCH_LOG}", "--open-mode=append"]
+    step += ["sh", "-c", _TASK, str(staging / SLURM_DIR)]
     return subprocess.Popen(step, stdin=subprocess.DEVNULL, start_new_session=True)
 
 
@@ -217,9 +227,9 @@ class SlurmJob:
     @classmethod
     def attach(cls, job_id: str, *, output: Path) -> SlurmJob:
         """The job ``job_id`` submitted earlier under ``output`` (``--attach``)."""
-        for path in Path(output).glob(f".aorta-launch-*/{JOB_FILE}"):
+        for path in Path(output).glob(f"{LAUNCH_STAGING}*/{JOB_FILE}"):
             if json.loads(path.read_text()).get("job_id") == job_id:
-                return cls(output, path.parent.name.removeprefix(".aorta-launch-"))
+                return cls(output, staging_run_id(path.parent))
         raise UsageError(f"--attach {job_id}: no pending launch of that job under {output}")
 
     def script(self, spec: LaunchSpec, *, nodes: int, options: Sequence[str]) -> str:
@@ -262,7 +272,7 @@ class SlurmJob:
             return True
         nodes = self.nodes or int(os.environ["SLURM_JOB_NUM_NODES"])
         for k in range(nodes):
-            ndir = self.staging / "slurm" / f"node_{k}"
+            ndir = slurm_node_dir(self.staging, k)
             (ndir / "out").mkdir(parents=True)
             node_folder(self.staging, k).mkdir(parents=True)
             for name, data in spec.files.items():
@@ -318,7 +328,7 @@ class SlurmJob:
         staging, result = self.staging, self.result
         self.meta = meta = _note(staging)
         for k, host in enumerate(meta.get("hosts") or ["-"] * meta.get("nodes", 0)):
-            ndir, folder = staging / "slurm" / f"node_{k}", node_folder(staging, k)
+            ndir, folder = slurm_node_dir(staging, k), node_folder(staging, k)
             out = result.outcomes[f"node{k}"] = _outcome(Node(k, host), ndir, self.state, meta)
             if out.status == "stopped" and not result.interrupted:
                 out.message = f"stopped by srun --kill-on-bad-exit (job {self.state})"
@@ -378,9 +388,7 @@ class SlurmJob:
         out = self.staging / f"slurm-{self.job_id}.out"  # the batch script's own lines: events
         sinks = {out: lambda text: self.emit(text.removeprefix("launch: "))}
         for k, host in enumerate(_note(self.staging).get("hosts", ())):
-            sinks[node_folder(self.staging, k) / "launch.log"] = partial(
-                self.on_line, Node(k, host)
-            )
+            sinks[node_log(self.staging, k)] = partial(self.on_line, Node(k, host))
         for path, sink in sinks.items():
             lines: list[bytes] = []
             with contextlib.suppress(FileNotFoundError), open(path, "rb") as fh:
