@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from aorta.recipe.cluster import Cluster, Node
+from aorta.recipe.launch import LaunchSpec
 from aorta.report.launch import describe_kill, last_words
 from aorta.store.gather import node_folder, node_log, staging_dir
 from aorta.store.rundir import HOST_ENV, atomic_write
@@ -27,7 +28,6 @@ from aorta.store.rundir import HOST_ENV, atomic_write
 from .backend import TimedOut, daemon, drive, run_parallel, why
 from .command import (
     STARTED_MARKER,
-    LaunchSpec,
     NodeCommand,
     env_file_command,
     env_script,

@@ -31,6 +31,7 @@ from typing import Any
 from aorta import envvars
 from aorta.errors import AortaError, UsageError
 from aorta.recipe.cluster import Cluster, Node
+from aorta.recipe.launch import LaunchSpec, NodePath
 from aorta.report.launch import sbatch_script
 from aorta.store.gather import node_folder, node_log, slurm_node_dir, staging_dir, staging_run_id
 from aorta.store.hostenv import redact_env
@@ -45,7 +46,7 @@ from aorta.store.rundir import (
 )
 
 from .backend import drive
-from .command import ENV_FILE, LaunchSpec, NodePath, env_script, node_env, run_command
+from .command import ENV_FILE, env_script, node_env, run_command
 from .outcome import LaunchResult, NodeOutcome
 
 __all__ = ["FINAL_STATES", "SCRIPT", "SlurmJob", "check_request", "run_in_job"]
