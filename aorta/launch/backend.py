@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
 from aorta.errors import AortaError
+from aorta.recipe.cluster import Node
 from aorta.store.gather import finalize, node_log
 from aorta.store.redact import harvest_secrets, record_secrets
 from aorta.store.rundir import LAUNCH_JSON, RunDir, atomic_write
@@ -40,7 +41,13 @@ from .outcome import LaunchFailed, LaunchResult
 __all__ = ["Backend", "NodeResults", "TimedOut", "drive", "run_parallel", "why"]
 
 K = TypeVar("K", bound=Hashable)
+#: Where a backend sends its progress lines, and every node's output lines.
 EventSink = Callable[[str], None]
+LineSink = Callable[[Node, str], None]
+
+
+def ignore(*_args: object) -> None:
+    """The sink that drops what it gets."""
 
 
 class TimedOut(AortaError):

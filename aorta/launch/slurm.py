@@ -22,7 +22,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, replace
 from functools import partial
 from pathlib import Path
@@ -30,7 +30,7 @@ from typing import Any
 
 from aorta import envvars
 from aorta.errors import AortaError, UsageError
-from aorta.recipe.cluster import Cluster, Node
+from aorta.recipe.cluster import Cluster, Node, check_slurm_partition, check_slurm_time
 from aorta.recipe.launch import LaunchSpec, NodePath
 from aorta.report.launch import sbatch_script
 from aorta.store.gather import node_folder, node_log, slurm_node_dir, staging_dir, staging_run_id
@@ -45,7 +45,7 @@ from aorta.store.rundir import (
     atomic_write,
 )
 
-from .backend import drive
+from .backend import EventSink, LineSink, drive, ignore
 from .command import ENV_FILE, env_script, node_env, run_command
 from .outcome import LaunchResult, NodeOutcome
 
@@ -55,10 +55,7 @@ __all__ = ["FINAL_STATES", "SCRIPT", "SlurmJob", "check_request", "run_in_job"]
 FINAL_STATES = frozenset(
     "COMPLETED FAILED TIMEOUT NODE_FAIL CANCELLED OUT_OF_MEMORY PREEMPTED BOOT_FAIL DEADLINE".split()  # noqa: SIM905
 )
-LineSink = Callable[[Node, str], None]
-EventSink = Callable[[str], None]
 SCRIPT, JOB_FILE = SBATCH_SCRIPT, SLURM_JOB
-_TIME = re.compile(r"\d+(:\d\d?){0,2}|\d+-\d+(:\d\d?){0,2}")
 _PROBE = "import socket; s = socket.socket(); s.bind(('', 0)); print(s.getsockname()[1])"
 # One srun task: mark the start, run the node's command, record the exit code and the time.
 _TASK = 'd="$0/node_$SLURM_NODEID"; date +%s.%N > "$d/started.$SLURM_PROCID"; sh "$d/run.sh"; '
@@ -79,16 +76,8 @@ def check_request(
     *, nodes: int | None, partition: str | None, time_limit: str | None, dry_run: bool = False
 ) -> None:
     """Refuse, before anything is submitted, what Slurm would refuse or what cannot run
-    (``dry_run``: only what needs no Slurm tools or controller).
-
-    >>> check_request(nodes=2, partition=None, time_limit="1:2:3:4")  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    aorta.errors.UsageError: --time '1:2:3:4': not a Slurm time (MM, MM:SS, HH:MM:SS, D-HH, ...)
-    >>> check_request(nodes=2, partition="gpu", time_limit="30", dry_run=True)  # no Slurm needed
-    """
-    if time_limit is not None and not _TIME.fullmatch(time_limit):
-        forms = "MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS"
-        raise UsageError(f"--time {time_limit!r}: not a Slurm time ({forms})")
+    (``dry_run``: only what needs no Slurm tools or controller, the time's form)."""
+    check_slurm_time(time_limit)
     if dry_run:
         return
     missing = [t for t in ("sbatch", "srun", "scontrol", "sinfo", "scancel") if not shutil.which(t)]
@@ -96,15 +85,8 @@ def check_request(
         raise UsageError(f"--slurm: Slurm client tools not found on PATH: {', '.join(missing)}")
     if nodes is None and "SLURM_JOB_ID" not in os.environ:
         raise UsageError("--slurm outside an allocation needs --nodes K (or run in salloc)")
-    rows = (
-        [r.split() for r in _slurm("sinfo", "-h", "-o", "%P %D").splitlines() if r] if nodes else []
-    )
-    part = partition or next((n.rstrip("*") for n, _ in rows if n.endswith("*")), None)
-    size = sum(int(count) for name, count in rows if name.rstrip("*") == part)
-    if nodes and not any(name.rstrip("*") == part for name, _ in rows):
-        raise UsageError(f"--partition {part!r}: no such Slurm partition (sinfo -h -p {part})")
-    if nodes and nodes > size:
-        raise UsageError(f"--nodes {nodes}: partition {part!r} has only {size} node(s)")
+    if nodes:
+        check_slurm_partition(nodes, partition, _slurm("sinfo", "-h", "-o", "%P %D"))
 
 
 def _note(staging: Path, **fields: Any) -> dict[str, Any]:
@@ -221,8 +203,8 @@ class SlurmJob:
         self.seen, self.pos = "", dict[Path, int]()
         self.state, self.meta = "UNKNOWN", meta  # the job's final state; slurm.json at the end
         self.result = LaunchResult(run_id, {})
-        self.on_line: LineSink = lambda node, text: None
-        self.emit: EventSink = lambda text: None
+        self.on_line: LineSink = ignore
+        self.emit: EventSink = ignore
         self.timeout, self.poll = 24 * 3600.0, 1.0
 
     @classmethod
