@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import os
 from pathlib import Path
 
@@ -17,6 +18,42 @@ UPSTREAM_RECIPES = DATA / "upstream_recipes"
 # deadline keep it.
 settings.register_profile("aorta", deadline=5000)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "aorta"))
+
+# `make test` keeps each file on one xdist worker (`--dist loadfile --no-loadscope-reorder`)
+# and hands files out in collection order. The files below are the long ones (real Docker,
+# torchrun, sshd, Slurm, Chromium; `make durations MARK=slow` shows them), longest first: they
+# start first so that none of them starts last and sets the wall time alone while the other
+# workers idle. The order only schedules; it changes no test. tests/layout/test_schedule.py checks
+# that every pattern still names a file.
+LONG_FILES_FIRST = (
+    "tests/launch/test_container.py",
+    "tests/run/test_distributed.py",
+    "tests/report/test_report_html.py",
+    "tests/run/test_resume.py",
+    "tests/launch/test_slurm.py",
+    "tests/matrix/test_verdicts.py",
+    "notebooks/03_*.ipynb",
+    "tests/report/test_report_hardware.py",
+    "tests/matrix/test_trace_matrix_sweep.py",
+    "tests/run/test_hardening_run.py",
+    "tests/matrix/test_explain_sweep.py",
+    "tests/run/test_engine.py",
+    "tests/launch/test_cli.py",
+    "tests/launch/test_ssh.py",
+)
+
+
+def schedule_rank(nodeid: str) -> int:
+    """Position of a test's file in :data:`LONG_FILES_FIRST` (the rest after, as collected)."""
+    path = nodeid.split("::", 1)[0]
+    for rank, pattern in enumerate(LONG_FILES_FIRST):
+        if fnmatch.fnmatch(path, pattern):
+            return rank
+    return len(LONG_FILES_FIRST)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: schedule_rank(item.nodeid))  # stable: same order within a file
 
 
 @pytest.fixture

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from aorta.launch import Cluster, Deadlines, LaunchFailed, LaunchResult, LaunchSpec, Node, launch
-from aorta.launch.gather import COMBINED
 from aorta.launch.ssh import ExecResult, RemoteTimeout
+from aorta.store.rundir import COMBINED_TRACES
 from tests.sshd import VENV_PYTHON, SshdFarm, make_key, sshd_available, wait_gone
 
 needs_sshd = pytest.mark.skipif(
@@ -138,7 +138,10 @@ class LocalSession:
 
     def pull(self, remote_dir: str, local_dir: Path, *, timeout: float) -> str:
         shutil.copytree(
-            remote_dir, local_dir, dirs_exist_ok=True, ignore=shutil.ignore_patterns(COMBINED)
+            remote_dir,
+            local_dir,
+            dirs_exist_ok=True,
+            ignore=shutil.ignore_patterns(COMBINED_TRACES),
         )
         return "copy"
 

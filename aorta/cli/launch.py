@@ -279,7 +279,7 @@ def launch(
     """Run a recipe's sweep on every node of a cluster (torchrun, rendezvous on the head) and
     gather the results into one run directory."""
     from aorta.launch import Deadlines, load_cluster
-    from aorta.launch.spec import sweep_spec
+    from aorta.recipe.launch import sweep_spec
 
     def load() -> Cluster:
         the_cluster = load_cluster(cluster)
@@ -365,8 +365,8 @@ def _cvs_spec(
     run_timeout: float | None,
     **options: Any,
 ) -> tuple[LaunchSpec, float | None]:
-    """:func:`aorta.launch.spec.cvs_spec`, this command line's options winning."""
-    from aorta.launch.spec import cvs_spec
+    """:func:`aorta.recipe.launch.cvs_spec`, this command line's options winning."""
+    from aorta.recipe.launch import cvs_spec
 
     if command:
         raise UsageError(f"--cvs-config {path} gives the training command: drop the one after '--'")

@@ -1,11 +1,11 @@
 """Multi-node launch: one ``cluster.json``, torchrun on every node, one run directory.
 
-The cluster file is read in :mod:`aorta.recipe.cluster` (its names are re-exported here). From
-pure to effectful: :mod:`~.spec` (what runs: a recipe's sweep, a CVS config's job),
-:mod:`~.command` (:class:`LaunchSpec`, each node's quoted command line), :mod:`~.outcome`
-(per-node outcomes, the cross-node :func:`env_diff`), :mod:`~.gather`
-(``combined_traces/node_<rank>/``), :mod:`~.backend` (the one lifecycle every backend goes
-through, and its per-node result map), :mod:`~.ssh` (Fabric, the one transport),
+The cluster file is read in :mod:`aorta.recipe.cluster`, what runs (:class:`LaunchSpec`: a
+recipe's sweep, a CVS config's job) in :mod:`aorta.recipe.launch`; their names are re-exported
+here. From pure to effectful: :mod:`~.command` (each node's quoted command line), :mod:`~.outcome`
+(per-node outcomes, the cross-node :func:`env_diff`), :mod:`~.backend` (the one lifecycle
+every backend goes through, and its per-node result map; the folders it gathers into,
+``combined_traces/node_<rank>/``, are :mod:`aorta.store.gather`'s), :mod:`~.ssh` (Fabric, the one transport),
 :mod:`~.container` (each node's part in a docker container: the cluster file's ``container:``
 block), :mod:`~.launcher` (the SSH backends; :func:`launch`, :func:`dry_run`) and
 :mod:`~.slurm` (the Slurm backend).
@@ -24,11 +24,11 @@ from aorta.recipe.cluster import (  # the cluster file, read with the other inpu
     parse_hostfile,
     parse_nproc,
 )
+from aorta.recipe.launch import LaunchSpec, NodePath, sweep_spec  # what runs: an input too
 
-from .command import LaunchSpec, NodeCommand, NodePath, run_command
+from .command import NodeCommand, run_command
 from .launcher import dry_run, launch, new_run_id
 from .outcome import Deadlines, LaunchFailed, LaunchResult, NodeOutcome, env_diff
-from .spec import sweep_spec
 from .ssh import RemoteError, SshSession, ssh_sessions
 
 __all__ = [

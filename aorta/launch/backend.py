@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import queue
 import threading
 import time
@@ -30,16 +31,23 @@ from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
 from aorta.errors import AortaError
+from aorta.recipe.cluster import Node
+from aorta.store.gather import finalize, node_log
 from aorta.store.redact import harvest_secrets, record_secrets
-from aorta.store.rundir import RunDir
+from aorta.store.rundir import LAUNCH_JSON, RunDir, atomic_write
 
-from .gather import finalize, write_record
 from .outcome import LaunchFailed, LaunchResult
 
 __all__ = ["Backend", "NodeResults", "TimedOut", "drive", "run_parallel", "why"]
 
 K = TypeVar("K", bound=Hashable)
+#: Where a backend sends its progress lines, and every node's output lines.
 EventSink = Callable[[str], None]
+LineSink = Callable[[Node, str], None]
+
+
+def ignore(*_args: object) -> None:
+    """The sink that drops what it gets."""
 
 
 class TimedOut(AortaError):
@@ -143,6 +151,16 @@ class Backend(Protocol):
 
     def record(self) -> dict[str, Any]:
         """Extra keys for ``launch.json`` (Slurm: the job)."""
+
+
+def write_record(result: LaunchResult, **extra: Any) -> None:
+    """Point every outcome at its ``launch.log`` in ``result.run_dir`` and write the launch's
+    record there: :meth:`~aorta.launch.LaunchResult.to_dict` plus ``extra`` keys."""
+    assert result.run_dir is not None
+    for out in result.outcomes.values():
+        out.log = node_log(result.run_dir, out.node.rank)
+    text = json.dumps({**result.to_dict(), **extra}, indent=1, default=str) + "\n"
+    atomic_write(result.run_dir / LAUNCH_JSON, text)
 
 
 def _timed(result: LaunchResult, key: str, backend: Backend, step: Callable[[], Any]) -> Any:

@@ -1,5 +1,6 @@
 """What runs on each node, as text (pure, no SSH): every value that reaches a remote shell is
 quoted here and nowhere else; environment values travel in :data:`ENV_FILE`, never in argv.
+What runs is a :class:`~aorta.recipe.launch.LaunchSpec`, validated with the other inputs.
 
 >>> from aorta.recipe.cluster import Cluster
 >>> cluster = Cluster.from_dict({"node_dict": {"10.0.0.1": {}, "10.0.0.2": {}}})
@@ -19,23 +20,20 @@ import base64
 import functools
 import json
 import posixpath
-import re
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import resources
 
 from aorta import envvars
-from aorta.errors import UsageError
-from aorta.recipe.cluster import Cluster, Node, NprocPerNode
+from aorta.recipe.cluster import Cluster, Node
+from aorta.recipe.launch import LaunchSpec, NodePath
 from aorta.store.hostenv import redact_env
 
 __all__ = [
     "ENV_FILE",
     "STARTED_MARKER",
-    "LaunchSpec",
     "NodeCommand",
-    "NodePath",
     "env_file_command",
     "env_script",
     "kill_command",
@@ -56,54 +54,6 @@ _WATCHDOG = 'cat <&3 >/dev/null; "$0" "$1" kill <"$2"'
 TORCHRUN_OWNED = tuple(
     sorted(n for n in envvars.LAUNCHER_IDENTITY if not n.endswith("_VISIBLE_DEVICES"))
 )
-_FILE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
-
-
-@dataclass(frozen=True)
-class NodePath:
-    """An argument naming a file in the node's per-run folder (:func:`node_dir`)."""
-
-    relative: str
-
-    def resolve(self, node_dir: str) -> str:
-        return posixpath.join(node_dir, self.relative) if self.relative else node_dir
-
-
-@dataclass(frozen=True)
-class LaunchSpec:
-    """What every process of the launch runs, and with what.
-
-    ``argv`` follows torchrun (``("-m", "aorta", ...)`` or a script and its arguments), or with
-    ``torchrun=False`` is the whole command, run once per node. ``overrides`` are appended as
-    ONE ``--override k=v k2=v2`` group (for ``argparse(nargs="*")``). ``files`` are written into
-    every node's per-run folder (see :class:`NodePath`); ``requires`` names modules the node's
-    Python must import. ``scrub_env_keys`` (a recipe's) redact the nodes' ``host_env.json``.
-    """
-
-    argv: tuple[str | NodePath, ...]
-    torchrun: bool = True
-    #: Processes per node; ``None``: the node's ``nproc_per_node``/``slots``, else 1.
-    nproc_per_node: NprocPerNode | None = None
-    env: Mapping[str, str] = field(default_factory=dict)
-    overrides: tuple[str, ...] = ()
-    files: Mapping[str, bytes] = field(default_factory=dict)
-    requires: tuple[str, ...] = ()
-    #: Rendezvous; ``None``: the head's vpc_ip (else SSH address), a port free on the head.
-    master_addr: str | None = None
-    master_port: int | None = None
-    scrub_env_keys: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        if not self.argv:
-            raise UsageError("nothing to launch: the command is empty")
-        problems = envvars.env_problems(self.env, allow={envvars.TRIAL_MASTER_PORT_BASE})
-        if problems:
-            raise UsageError("; ".join(f"env {name}: {message}" for name, message in problems))
-        for name in self.files:
-            if not _FILE_NAME.match(name):
-                raise UsageError(f"{name!r}: shipped files are plain names (no '/' or leading '.')")
-        if self.master_port is not None and not 0 < self.master_port < 65536:
-            raise UsageError(f"master port {self.master_port} is not a TCP port (1-65535)")
 
 
 @dataclass(frozen=True)

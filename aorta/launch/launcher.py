@@ -20,13 +20,14 @@ from pathlib import Path
 from typing import IO, Any
 
 from aorta.recipe.cluster import Cluster, Node
+from aorta.recipe.launch import LaunchSpec
 from aorta.report.launch import describe_kill, last_words
+from aorta.store.gather import node_folder, node_log, staging_dir
 from aorta.store.rundir import HOST_ENV, atomic_write
 
-from .backend import TimedOut, daemon, drive, run_parallel, why
+from .backend import EventSink, LineSink, TimedOut, daemon, drive, ignore, run_parallel, why
 from .command import (
     STARTED_MARKER,
-    LaunchSpec,
     NodeCommand,
     env_file_command,
     env_script,
@@ -37,23 +38,16 @@ from .command import (
     setup_command,
 )
 from .container import ContainerSession, aorta_requirements
-from .gather import node_folder, staging_dir
 from .outcome import Deadlines, LaunchResult, NodeOutcome, env_diff
 from .ssh import NodeSession, RemoteError, Unreachable, ssh_sessions
 
 __all__ = ["ContainerLaunch", "SshLaunch", "dry_run", "launch", "new_run_id"]
 
 SessionFactory = Callable[[Cluster], Mapping[str, NodeSession]]
-LineSink = Callable[[Node, str], None]
-EventSink = Callable[[str], None]
 
 
 class SetupFailed(RemoteError):
     """A node was reached but is not ready (its Python, torch or aorta is missing, ...)."""
-
-
-def _ignore(*_args: object) -> None:
-    pass
 
 
 def new_run_id(now: _dt.datetime | None = None) -> str:
@@ -109,8 +103,8 @@ class SshLaunch:
         sessions: SessionFactory,
         run_id: str,
         output: Path | None = None,
-        on_line: LineSink = _ignore,
-        emit: EventSink = _ignore,
+        on_line: LineSink = ignore,
+        emit: EventSink = ignore,
         dry_run: bool = False,
     ) -> None:
         self.cluster, self.spec, self.deadlines, self.run_id = cluster, spec, deadlines, run_id
@@ -123,7 +117,7 @@ class SshLaunch:
         self.staging = staging_dir(output or Path(), run_id)
         if output is not None:
             for out in outcomes.values():
-                out.log = node_folder(self.staging, out.node.rank) / "launch.log"
+                out.log = node_log(self.staging, out.node.rank)
                 out.log.parent.mkdir(parents=True, exist_ok=True)
                 self.logs[out.node.name] = open(out.log, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
         self.log_lock = threading.Lock()
@@ -520,7 +514,7 @@ def launch(
     failed unreachable
     True
     """
-    emit = on_event or _ignore
+    emit = on_event or ignore
     backend = _backend(
         cluster,
         spec,
@@ -528,7 +522,7 @@ def launch(
         sessions=sessions or ssh_sessions,
         run_id=run_id or new_run_id(),
         output=Path(output),
-        on_line=on_line or _ignore,
+        on_line=on_line or ignore,
         emit=emit,
     )
     return drive(backend, emit=emit)

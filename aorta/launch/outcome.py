@@ -13,11 +13,6 @@ Examples
 'failed'
 >>> result.summary()
 'node1 10.0.0.2 exited with code 1; node0 10.0.0.1 was stopped'
->>> sorted(env_diff({
-...     "node0": {"torch": {"version": "2.4.0"}, "env": {"NCCL_DEBUG": "INFO"}, "host": "a"},
-...     "node1": {"torch": {"version": "2.3.1"}, "env": {}, "host": "b"},
-... }))
-['env.NCCL_DEBUG', 'torch.version']
 """
 
 from __future__ import annotations
@@ -31,6 +26,7 @@ from aorta.envvars import LAUNCH_PROVIDED
 from aorta.errors import AortaError
 from aorta.recipe.cluster import Node
 from aorta.report.launch import describe_outcome, summarize_outcomes
+from aorta.store.hostenv import diff_snapshots
 
 __all__ = [
     "Deadlines",
@@ -164,30 +160,12 @@ class LaunchFailed(AortaError):
         super().__init__(f"launch {verb}: {result.summary()}{where}")
 
 
-#: Snapshot keys expected to differ between nodes (the launcher's own per-node variables too).
-IGNORED_KEYS = frozenset({"host", "taken_at", *(f"env.{name}" for name in LAUNCH_PROVIDED)})
-
-
-def _flatten(snapshot: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in snapshot.items():
-        if isinstance(value, Mapping):
-            out.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
+#: Snapshot keys of the launcher's own per-node variables, which differ by design.
+LAUNCH_KEYS = frozenset(f"env.{name}" for name in LAUNCH_PROVIDED)
 
 
 def env_diff(snapshots: Mapping[str, Mapping[str, Any] | None]) -> dict[str, dict[str, Any]]:
-    """Where the nodes' environment snapshots (versions, drivers, NCCL/RCCL variables) differ —
-    a classic cluster-only bug: ``{"torch.version": {node: value}}``, a key some nodes lack
-    ``(unset)`` there (:func:`aorta.report.launch.format_skew` prints it)."""
-    flat = {name: _flatten(s) for name, s in snapshots.items() if s}
-    if len(flat) < 2:
-        return {}
-    skew: dict[str, dict[str, Any]] = {}
-    for key in sorted(set().union(*flat.values()) - IGNORED_KEYS):
-        values = {name: f.get(key, "(unset)") for name, f in flat.items()}
-        if len({repr(v) for v in values.values()}) > 1:
-            skew[key] = values
-    return skew
+    """Where the nodes' environment snapshots (versions, drivers, NCCL/RCCL variables) differ,
+    the launcher's own variables aside (:func:`aorta.store.hostenv.diff_snapshots`):
+    ``{"torch.version": {node: value}}`` (:func:`aorta.report.launch.format_skew` prints it)."""
+    return diff_snapshots(snapshots, ignore=LAUNCH_KEYS)

@@ -22,7 +22,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, replace
 from functools import partial
 from pathlib import Path
@@ -30,14 +30,23 @@ from typing import Any
 
 from aorta import envvars
 from aorta.errors import AortaError, UsageError
-from aorta.recipe.cluster import Cluster, Node
+from aorta.recipe.cluster import Cluster, Node, check_slurm_partition, check_slurm_time
+from aorta.recipe.launch import LaunchSpec, NodePath
 from aorta.report.launch import sbatch_script
+from aorta.store.gather import node_folder, node_log, slurm_node_dir, staging_dir, staging_run_id
 from aorta.store.hostenv import redact_env
-from aorta.store.rundir import atomic_write
+from aorta.store.rundir import (
+    COMBINED_TRACES,
+    LAUNCH_LOG,
+    LAUNCH_STAGING,
+    SBATCH_SCRIPT,
+    SLURM_DIR,
+    SLURM_JOB,
+    atomic_write,
+)
 
-from .backend import drive
-from .command import ENV_FILE, LaunchSpec, NodePath, env_script, node_env, run_command
-from .gather import node_folder, staging_dir
+from .backend import EventSink, LineSink, drive, ignore
+from .command import ENV_FILE, env_script, node_env, run_command
 from .outcome import LaunchResult, NodeOutcome
 
 __all__ = ["FINAL_STATES", "SCRIPT", "SlurmJob", "check_request", "run_in_job"]
@@ -46,10 +55,7 @@ __all__ = ["FINAL_STATES", "SCRIPT", "SlurmJob", "check_request", "run_in_job"]
 FINAL_STATES = frozenset(
     "COMPLETED FAILED TIMEOUT NODE_FAIL CANCELLED OUT_OF_MEMORY PREEMPTED BOOT_FAIL DEADLINE".split()  # noqa: SIM905
 )
-LineSink = Callable[[Node, str], None]
-EventSink = Callable[[str], None]
-SCRIPT, JOB_FILE = "aorta.sbatch", "slurm.json"
-_TIME = re.compile(r"\d+(:\d\d?){0,2}|\d+-\d+(:\d\d?){0,2}")
+SCRIPT, JOB_FILE = SBATCH_SCRIPT, SLURM_JOB
 _PROBE = "import socket; s = socket.socket(); s.bind(('', 0)); print(s.getsockname()[1])"
 # One srun task: mark the start, run the node's command, record the exit code and the time.
 _TASK = 'd="$0/node_$SLURM_NODEID"; date +%s.%N > "$d/started.$SLURM_PROCID"; sh "$d/run.sh"; '
@@ -70,16 +76,8 @@ def check_request(
     *, nodes: int | None, partition: str | None, time_limit: str | None, dry_run: bool = False
 ) -> None:
     """Refuse, before anything is submitted, what Slurm would refuse or what cannot run
-    (``dry_run``: only what needs no Slurm tools or controller).
-
-    >>> check_request(nodes=2, partition=None, time_limit="1:2:3:4")  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    aorta.errors.UsageError: --time '1:2:3:4': not a Slurm time (MM, MM:SS, HH:MM:SS, D-HH, ...)
-    >>> check_request(nodes=2, partition="gpu", time_limit="30", dry_run=True)  # no Slurm needed
-    """
-    if time_limit is not None and not _TIME.fullmatch(time_limit):
-        forms = "MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS"
-        raise UsageError(f"--time {time_limit!r}: not a Slurm time ({forms})")
+    (``dry_run``: only what needs no Slurm tools or controller, the time's form)."""
+    check_slurm_time(time_limit)
     if dry_run:
         return
     missing = [t for t in ("sbatch", "srun", "scontrol", "sinfo", "scancel") if not shutil.which(t)]
@@ -87,15 +85,8 @@ def check_request(
         raise UsageError(f"--slurm: Slurm client tools not found on PATH: {', '.join(missing)}")
     if nodes is None and "SLURM_JOB_ID" not in os.environ:
         raise UsageError("--slurm outside an allocation needs --nodes K (or run in salloc)")
-    rows = (
-        [r.split() for r in _slurm("sinfo", "-h", "-o", "%P %D").splitlines() if r] if nodes else []
-    )
-    part = partition or next((n.rstrip("*") for n, _ in rows if n.endswith("*")), None)
-    size = sum(int(count) for name, count in rows if name.rstrip("*") == part)
-    if nodes and not any(name.rstrip("*") == part for name, _ in rows):
-        raise UsageError(f"--partition {part!r}: no such Slurm partition (sinfo -h -p {part})")
-    if nodes and nodes > size:
-        raise UsageError(f"--nodes {nodes}: partition {part!r} has only {size} node(s)")
+    if nodes:
+        check_slurm_partition(nodes, partition, _slurm("sinfo", "-h", "-o", "%P %D"))
 
 
 def _note(staging: Path, **fields: Any) -> dict[str, Any]:
@@ -108,7 +99,9 @@ def _note(staging: Path, **fields: Any) -> dict[str, Any]:
 
 
 def _drop_env(staging: Path) -> None:
-    for path in staging.glob(f"slurm/node_*/{ENV_FILE}"):  # the step is over: no task reads it
+    for path in staging.glob(
+        f"{SLURM_DIR}/node_*/{ENV_FILE}"
+    ):  # the step is over: no task reads it
         path.unlink(missing_ok=True)
 
 
@@ -130,7 +123,7 @@ def _start_step(staging: Path, emit: EventSink) -> subprocess.Popen[bytes]:
     nodes = tuple(Node(k, h, python=sys.executable, workdir=cwd) for k, h in enumerate(names))
     cluster, commands, rdzv = Cluster(nodes, source="slurm"), {}, {"master_addr": addr}
     for node in nodes:
-        ndir = staging / "slurm" / f"node_{node.rank}"
+        ndir = slurm_node_dir(staging, node.rank)
         cmd = run_command(
             cluster, node, spec, run_id=meta["run_id"], node_dir=str(ndir), **rdzv, master_port=port
         )
@@ -144,8 +137,8 @@ def _start_step(staging: Path, emit: EventSink) -> subprocess.Popen[bytes]:
     emit(f"job {job}: rendezvous {addr}:{port}; starting {len(names)} node(s)")
     step = ["srun", "--kill-on-bad-exit=1", "--quit-on-interrupt", f"-N{len(names)}"]
     step += [f"--ntasks-per-node={ranks or 1}", f"--ntasks={len(names) * (ranks or 1)}"]
-    step += [f"--output={staging}/combined_traces/node_%n/launch.log", "--open-mode=append"]
-    step += ["sh", "-c", _TASK, str(staging / "slurm")]
+    step += [f"--output={staging}/{COMBINED_TRACES}/node_%n/{LAUNCH_LOG}", "--open-mode=append"]
+    step += ["sh", "-c", _TASK, str(staging / SLURM_DIR)]
     return subprocess.Popen(step, stdin=subprocess.DEVNULL, start_new_session=True)
 
 
@@ -210,16 +203,16 @@ class SlurmJob:
         self.seen, self.pos = "", dict[Path, int]()
         self.state, self.meta = "UNKNOWN", meta  # the job's final state; slurm.json at the end
         self.result = LaunchResult(run_id, {})
-        self.on_line: LineSink = lambda node, text: None
-        self.emit: EventSink = lambda text: None
+        self.on_line: LineSink = ignore
+        self.emit: EventSink = ignore
         self.timeout, self.poll = 24 * 3600.0, 1.0
 
     @classmethod
     def attach(cls, job_id: str, *, output: Path) -> SlurmJob:
         """The job ``job_id`` submitted earlier under ``output`` (``--attach``)."""
-        for path in Path(output).glob(f".aorta-launch-*/{JOB_FILE}"):
+        for path in Path(output).glob(f"{LAUNCH_STAGING}*/{JOB_FILE}"):
             if json.loads(path.read_text()).get("job_id") == job_id:
-                return cls(output, path.parent.name.removeprefix(".aorta-launch-"))
+                return cls(output, staging_run_id(path.parent))
         raise UsageError(f"--attach {job_id}: no pending launch of that job under {output}")
 
     def script(self, spec: LaunchSpec, *, nodes: int, options: Sequence[str]) -> str:
@@ -262,7 +255,7 @@ class SlurmJob:
             return True
         nodes = self.nodes or int(os.environ["SLURM_JOB_NUM_NODES"])
         for k in range(nodes):
-            ndir = self.staging / "slurm" / f"node_{k}"
+            ndir = slurm_node_dir(self.staging, k)
             (ndir / "out").mkdir(parents=True)
             node_folder(self.staging, k).mkdir(parents=True)
             for name, data in spec.files.items():
@@ -318,7 +311,7 @@ class SlurmJob:
         staging, result = self.staging, self.result
         self.meta = meta = _note(staging)
         for k, host in enumerate(meta.get("hosts") or ["-"] * meta.get("nodes", 0)):
-            ndir, folder = staging / "slurm" / f"node_{k}", node_folder(staging, k)
+            ndir, folder = slurm_node_dir(staging, k), node_folder(staging, k)
             out = result.outcomes[f"node{k}"] = _outcome(Node(k, host), ndir, self.state, meta)
             if out.status == "stopped" and not result.interrupted:
                 out.message = f"stopped by srun --kill-on-bad-exit (job {self.state})"
@@ -378,9 +371,7 @@ class SlurmJob:
         out = self.staging / f"slurm-{self.job_id}.out"  # the batch script's own lines: events
         sinks = {out: lambda text: self.emit(text.removeprefix("launch: "))}
         for k, host in enumerate(_note(self.staging).get("hosts", ())):
-            sinks[node_folder(self.staging, k) / "launch.log"] = partial(
-                self.on_line, Node(k, host)
-            )
+            sinks[node_log(self.staging, k)] = partial(self.on_line, Node(k, host))
         for path, sink in sinks.items():
             lines: list[bytes] = []
             with contextlib.suppress(FileNotFoundError), open(path, "rb") as fh:

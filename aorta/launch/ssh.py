@@ -26,8 +26,7 @@ from fabric import Config, Connection
 
 from aorta.errors import AortaError
 from aorta.recipe.cluster import Cluster, Node
-
-from .gather import COMBINED
+from aorta.store.rundir import COMBINED_TRACES
 
 __all__ = [
     "ExecResult",
@@ -248,7 +247,7 @@ class SshSession:
         """Copy ``remote_dir`` (no ``combined_traces``) into ``local_dir`` as a ``tar`` stream
         (tarfile's ``data`` filter); ``"tar (N files)"``, else :class:`RemoteError`."""
         files, code, err = 0, -1, ""
-        line = f"cd {shlex.quote(remote_dir)} && exec tar -cf - --exclude={COMBINED} ."
+        line = f"cd {shlex.quote(remote_dir)} && exec tar -cf - --exclude={COMBINED_TRACES} ."
         try:
             with self._command(line, timeout) as chan:
                 chan.shutdown_write()

@@ -45,7 +45,14 @@ from pydantic import (
 )
 
 from aorta import envvars
-from aorta.errors import LocatedError, Problem, describe_value, invalid, validation_problems
+from aorta.errors import (
+    LocatedError,
+    Problem,
+    UsageError,
+    describe_value,
+    invalid,
+    validation_problems,
+)
 
 __all__ = [
     "Cluster",
@@ -55,6 +62,8 @@ __all__ = [
     "Lifetime",
     "Node",
     "NprocPerNode",
+    "check_slurm_partition",
+    "check_slurm_time",
     "load_cluster",
     "parse_hostfile",
     "parse_nproc",
@@ -68,6 +77,7 @@ NprocPerNode = int | Literal["gpu", "auto"]
 
 USER_PLACEHOLDER = "{user-id}"
 _HOST = re.compile(r"^[A-Za-z0-9_.:%\[\]-]+$")
+_SLURM_TIME = re.compile(r"\d+(:\d\d?){0,2}|\d+-\d+(:\d\d?){0,2}")
 
 
 class ClusterError(LocatedError):
@@ -91,6 +101,38 @@ def parse_nproc(value: object) -> NprocPerNode:
     if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
         return value
     raise ValueError(f"must be a whole number ≥ 1, 'gpu' or 'auto', got {describe_value(value)}")
+
+
+# -- a Slurm request: where `aorta launch --slurm` runs, from the command line ----------------
+
+
+def check_slurm_time(time_limit: str | None) -> None:
+    """Refuse a ``--time`` Slurm would refuse (``None``: the partition's default).
+
+    >>> check_slurm_time("1:2:3:4")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    aorta.errors.UsageError: --time '1:2:3:4': not a Slurm time (MM, MM:SS, HH:MM:SS, D-HH, ...)
+    """
+    if time_limit is not None and not _SLURM_TIME.fullmatch(time_limit):
+        forms = "MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS"
+        raise UsageError(f"--time {time_limit!r}: not a Slurm time ({forms})")
+
+
+def check_slurm_partition(nodes: int, partition: str | None, sinfo: str) -> None:
+    """Refuse ``--nodes`` in a partition Slurm does not have, or beyond its size; ``sinfo``:
+    what ``sinfo -h -o '%P %D'`` prints (``None``: the partition marked ``*``, the default).
+
+    >>> check_slurm_partition(4, None, "gpu* 2\\ncpu 8\\n")
+    Traceback (most recent call last):
+    aorta.errors.UsageError: --nodes 4: partition 'gpu' has only 2 node(s)
+    """
+    rows = [r.split() for r in sinfo.splitlines() if r]
+    part = partition or next((n.rstrip("*") for n, _ in rows if n.endswith("*")), None)
+    size = sum(int(count) for name, count in rows if name.rstrip("*") == part)
+    if not any(name.rstrip("*") == part for name, _ in rows):
+        raise UsageError(f"--partition {part!r}: no such Slurm partition (sinfo -h -p {part})")
+    if nodes > size:
+        raise UsageError(f"--nodes {nodes}: partition {part!r} has only {size} node(s)")
 
 
 # -- the file's models ----------------------------------------------------------------------

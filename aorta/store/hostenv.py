@@ -13,11 +13,19 @@ folder and IP addresses in the other values are masked. Values are also scrubbed
 keys, well-known token formats), whatever their variable is called. These are the rules every
 other redaction builds on (:mod:`aorta.store.redact`).
 
+Snapshots of several hosts are compared with :func:`diff_snapshots`: a classic cluster-only bug
+is a version, a driver or an NCCL/RCCL variable that differs between nodes.
+
 Examples
 --------
 >>> redact_env({"HF_TOKEN": "abc", "DB_PASSWD": "x", "NCCL_DEBUG": "INFO", "MY_VAR": "v"},
 ...            scrub_keys=["MY_*"])
 {'HF_TOKEN': '<redacted>', 'DB_PASSWD': '<redacted>', 'NCCL_DEBUG': 'INFO', 'MY_VAR': '<redacted>'}
+>>> sorted(diff_snapshots({
+...     "node0": {"torch": {"version": "2.4.0"}, "env": {"NCCL_DEBUG": "INFO"}, "host": "a"},
+...     "node1": {"torch": {"version": "2.3.1"}, "env": {}, "host": "b"},
+... }))
+['env.NCCL_DEBUG', 'torch.version']
 """
 
 from __future__ import annotations
@@ -37,8 +45,10 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping  # noqa: UP035 - Python 3.8 on the nodes
 
 __all__ = [
+    "PER_HOST_KEYS",
     "REDACTED",
     "RELEVANT_PREFIXES",
+    "diff_snapshots",
     "is_secret_name",
     "redact_env",
     "redact_secret_shapes",
@@ -541,3 +551,34 @@ def snapshot(
             relevant, scrub_keys=scrub_keys, scrub_paths=scrub_paths, scrub_ips=scrub_ips
         ),
     }
+
+
+#: Snapshot keys that differ between hosts by design.
+PER_HOST_KEYS = frozenset({"host", "taken_at"})
+
+
+def _flatten(snapshot: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in snapshot.items():
+        if isinstance(value, Mapping):
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def diff_snapshots(
+    snapshots: Mapping[str, Mapping[str, Any] | None], *, ignore: Iterable[str] = ()
+) -> dict[str, dict[str, Any]]:
+    """Where the hosts' snapshots differ, but for :data:`PER_HOST_KEYS` and ``ignore`` (dotted
+    keys): ``{"torch.version": {name: value}}``, a key some lack ``(unset)`` there; ``{}`` with
+    fewer than two snapshots (``None``: a host that has none)."""
+    flat = {name: _flatten(s) for name, s in snapshots.items() if s}
+    if len(flat) < 2:
+        return {}
+    skew: dict[str, dict[str, Any]] = {}
+    for key in sorted(set().union(*flat.values()) - PER_HOST_KEYS - set(ignore)):
+        values = {name: f.get(key, "(unset)") for name, f in flat.items()}
+        if len({repr(v) for v in values.values()}) > 1:
+            skew[key] = values
+    return skew

@@ -84,6 +84,18 @@ ENVIRONMENTS_DIR = "environments"
 BUNDLE_MANIFEST = "bundle_manifest.json"
 #: The HTML report ``aorta report`` writes, when present.
 REPORT_HTML = "report.html"
+#: What ``aorta launch`` gathers (:mod:`aorta.store.gather`): each node's log and outputs in
+#: ``combined_traces/node_<rank>/``, staged in ``.aorta-launch-<run id>/`` under the output
+#: until the launch ends; without a run directory from the head, ``_launch_/<run id>/``.
+COMBINED_TRACES = "combined_traces"
+LAUNCH_LOG = "launch.log"
+LAUNCH_STAGING = ".aorta-launch-"
+NO_RUN_DIR = "_launch_"
+#: The Slurm backend's job (``slurm.json``: the spec, the job id, the hosts), its batch script
+#: and each node's shipped files (``slurm/node_<k>/``), in the staging folder.
+SLURM_JOB = "slurm.json"
+SBATCH_SCRIPT = "aorta.sbatch"
+SLURM_DIR = "slurm"
 RunStatus = Literal["running", "complete", "interrupted"]
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from aorta.launch import LaunchFailed, LaunchResult, Node, NodeOutcome
 from aorta.launch.backend import drive
-from aorta.launch.gather import node_folder, staging_dir
+from aorta.store.gather import node_folder, staging_dir
 from aorta.store.redact import Redactor
 
 SECRET = "hunter2-lifecycle-7c1d"

@@ -28,9 +28,9 @@ from aorta.launch import (
 )
 from aorta.launch.backend import TimedOut, run_parallel
 from aorta.launch.command import ENV_FILE, STARTED_MARKER, env_script, kill_command, setup_command
-from aorta.launch.gather import finalize, is_artifact, node_folder, staging_dir
-from aorta.launch.spec import sweep_spec
+from aorta.recipe.launch import sweep_spec
 from aorta.report.launch import format_skew, last_words, version_rows
+from aorta.store.gather import finalize, is_artifact, node_folder, staging_dir
 from tests.launch_fixtures import local_sessions
 from tests.sshd import REPO, VENV_PYTHON, processes_with_env, wait_gone
 

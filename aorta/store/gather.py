@@ -1,4 +1,5 @@
-"""Gathering node artifacts into one run directory here (not the sweep's ``collect``).
+"""Where ``aorta launch`` gathers the nodes' artifacts into one run directory here (not the
+sweep's ``collect``): the folders, and the final name. The launch's backends fill them.
 
 A launch stages everything in ``<output>/.aorta-launch-<run id>/``, each node's log, snapshot
 and pulled output folder in ``combined_traces/node_<rank>/``. :func:`finalize` names it after
@@ -12,32 +13,55 @@ logs stay under ``node_0``), else ``<output>/_launch_/<run id>``.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from aorta.errors import AortaError
-from aorta.store.rundir import LAUNCH_JSON, MANIFEST, TRACE_SUFFIX, atomic_write
+from aorta.store.rundir import (
+    COMBINED_TRACES,
+    LAUNCH_LOG,
+    LAUNCH_STAGING,
+    MANIFEST,
+    NO_RUN_DIR,
+    SLURM_DIR,
+    TRACE_SUFFIX,
+)
 
-if TYPE_CHECKING:
-    from .outcome import LaunchResult
-
-__all__ = ["COMBINED", "finalize", "is_artifact", "node_folder", "staging_dir", "write_record"]
-
-COMBINED = "combined_traces"
-NO_RUN_DIR = "_launch_"
+__all__ = [
+    "finalize",
+    "is_artifact",
+    "node_folder",
+    "node_log",
+    "slurm_node_dir",
+    "staging_dir",
+    "staging_run_id",
+]
 
 
 def staging_dir(output: str | Path, run_id: str) -> Path:
     """Where a launch keeps its results until :func:`finalize` names them."""
-    return Path(output) / f".aorta-launch-{run_id}"
+    return Path(output) / f"{LAUNCH_STAGING}{run_id}"
+
+
+def staging_run_id(staging: Path) -> str:
+    """The run id of a :func:`staging_dir`."""
+    return staging.name.removeprefix(LAUNCH_STAGING)
 
 
 def node_folder(run_dir: Path, rank: int) -> Path:
     """``<run_dir>/combined_traces/node_<rank>``."""
-    return run_dir / COMBINED / f"node_{rank}"
+    return run_dir / COMBINED_TRACES / f"node_{rank}"
+
+
+def node_log(run_dir: Path, rank: int) -> Path:
+    """The node's whole output: ``<run_dir>/combined_traces/node_<rank>/launch.log``."""
+    return node_folder(run_dir, rank) / LAUNCH_LOG
+
+
+def slurm_node_dir(staging: Path, rank: int) -> Path:
+    """The Slurm backend's folder of a node's shipped files and task marks in the staging."""
+    return staging / SLURM_DIR / f"node_{rank}"
 
 
 #: Folder names and file suffixes that make a file a per-node artifact (traces and logs).
@@ -113,13 +137,3 @@ def finalize(staging: Path, output: str | Path, run_id: str) -> Path:
         _link_tree(head_copy, target)
         _keep_only_artifacts(head_copy)
     return target
-
-
-def write_record(result: LaunchResult, **extra: Any) -> None:
-    """Point every outcome at its ``launch.log`` in ``result.run_dir`` and write the launch's
-    record there: :meth:`~aorta.launch.LaunchResult.to_dict` plus ``extra`` keys."""
-    assert result.run_dir is not None
-    for out in result.outcomes.values():
-        out.log = node_folder(result.run_dir, out.node.rank) / "launch.log"
-    text = json.dumps({**result.to_dict(), **extra}, indent=1, default=str) + "\n"
-    atomic_write(result.run_dir / LAUNCH_JSON, text)

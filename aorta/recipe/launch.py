@@ -1,22 +1,75 @@
-"""What ``aorta launch`` runs on every node, as a :class:`~aorta.launch.command.LaunchSpec`: a
-recipe's sweep (:func:`sweep_spec`), or the training job of a CVS config (:func:`cvs_spec`,
-read by :mod:`aorta.recipe.cvs`) swept the same way. Both backends launch what these build.
+"""What ``aorta launch`` runs on every node, as a :class:`LaunchSpec` (the program, its
+environment, the files shipped with it; validated like every other input): a recipe's sweep
+(:func:`sweep_spec`), or the training job of a CVS config (:func:`cvs_spec`, read by
+:mod:`aorta.recipe.cvs`) swept the same way. Every backend of :mod:`aorta.launch` launches what
+these build; each node's command line is :mod:`aorta.launch.command`'s.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+import posixpath
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from aorta import envvars
 from aorta.errors import UsageError
 from aorta.recipe import cvs
 from aorta.recipe.cluster import Cluster, NprocPerNode
 from aorta.recipe.schema import scrub_env_keys_of
 
-from .command import LaunchSpec, NodePath
+__all__ = ["CvsLaunch", "LaunchSpec", "NodePath", "cvs_spec", "sweep_spec"]
 
-__all__ = ["CvsLaunch", "cvs_spec", "sweep_spec"]
+_FILE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+
+
+@dataclass(frozen=True)
+class NodePath:
+    """An argument naming a file in the node's per-run folder
+    (:func:`aorta.launch.command.node_dir`)."""
+
+    relative: str
+
+    def resolve(self, node_dir: str) -> str:
+        return posixpath.join(node_dir, self.relative) if self.relative else node_dir
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """What every process of the launch runs, and with what.
+
+    ``argv`` follows torchrun (``("-m", "aorta", ...)`` or a script and its arguments), or with
+    ``torchrun=False`` is the whole command, run once per node. ``overrides`` are appended as
+    ONE ``--override k=v k2=v2`` group (for ``argparse(nargs="*")``). ``files`` are written into
+    every node's per-run folder (see :class:`NodePath`); ``requires`` names modules the node's
+    Python must import. ``scrub_env_keys`` (a recipe's) redact the nodes' ``host_env.json``.
+    """
+
+    argv: tuple[str | NodePath, ...]
+    torchrun: bool = True
+    #: Processes per node; ``None``: the node's ``nproc_per_node``/``slots``, else 1.
+    nproc_per_node: NprocPerNode | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    overrides: tuple[str, ...] = ()
+    files: Mapping[str, bytes] = field(default_factory=dict)
+    requires: tuple[str, ...] = ()
+    #: Rendezvous; ``None``: the head's vpc_ip (else SSH address), a port free on the head.
+    master_addr: str | None = None
+    master_port: int | None = None
+    scrub_env_keys: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.argv:
+            raise UsageError("nothing to launch: the command is empty")
+        problems = envvars.env_problems(self.env, allow={envvars.TRIAL_MASTER_PORT_BASE})
+        if problems:
+            raise UsageError("; ".join(f"env {name}: {message}" for name, message in problems))
+        for name in self.files:
+            if not _FILE_NAME.match(name):
+                raise UsageError(f"{name!r}: shipped files are plain names (no '/' or leading '.')")
+        if self.master_port is not None and not 0 < self.master_port < 65536:
+            raise UsageError(f"master port {self.master_port} is not a TCP port (1-65535)")
 
 
 def sweep_spec(

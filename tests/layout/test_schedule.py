@@ -1,0 +1,32 @@
+"""The long-files-first schedule of ``make test`` names files that exist, each once."""
+
+from __future__ import annotations
+
+import fnmatch
+from pathlib import Path
+
+from tests.conftest import LONG_FILES_FIRST, schedule_rank
+
+ROOT = Path(__file__).resolve().parents[2]
+FILES = [
+    p.relative_to(ROOT).as_posix()
+    for d in ("tests", "notebooks")
+    for p in (ROOT / d).rglob("*")
+    if p.suffix in {".py", ".ipynb"}
+]
+
+
+def test_every_pattern_names_exactly_one_file():
+    for pattern in LONG_FILES_FIRST:
+        assert len(fnmatch.filter(FILES, pattern)) == 1, pattern
+
+
+def test_long_files_come_first_in_their_listed_order_and_the_rest_keep_theirs():
+    ids = [
+        "tests/recipe/test_recipe.py::test_a",
+        "notebooks/03_traces_in_the_matrix.ipynb::",
+        "tests/run/test_distributed.py::test_b[x]",
+        "tests/launch/test_container.py::test_c",
+        "aorta/recipe/schema.py::aorta.recipe.schema",
+    ]
+    assert sorted(ids, key=schedule_rank) == [ids[3], ids[2], ids[1], ids[0], ids[4]]
