@@ -27,6 +27,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "aorta"))
 # that every pattern still names a file.
 LONG_FILES_FIRST = (
     "tests/launch/test_container.py",
+    "tests/run/test_distributed_ranks.py",
     "tests/run/test_distributed.py",
     "tests/report/test_report_html.py",
     "tests/run/test_resume.py",

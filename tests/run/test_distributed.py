@@ -13,6 +13,7 @@ import pytest
 from aorta.errors import ExitCode
 from tests.conftest import UPSTREAM_RECIPES
 from tests.processes import only_run_dir, torchrun
+from tests.trace_helpers import shared_profiled_sweep
 
 pytestmark = pytest.mark.slow
 
@@ -78,8 +79,9 @@ CORRUPTIONS = [
 
 @pytest.fixture(scope="module")
 def corruption_run(tmp_path_factory) -> tuple[Path, str]:
-    """One torchrun for every injected corruption: a clean baseline and one cell per case
-    (a torchrun each cost 20 s of CPU apiece for the same start-up and baseline)."""
+    """One torchrun for every injected corruption: a clean baseline, one cell per case and one
+    that stops at the first corruption (a torchrun each cost ~20 s of CPU apiece for the same
+    start-up and baseline)."""
     root = tmp_path_factory.mktemp("corruption")
     cells = "".join(
         f"  - name: {mode}-{collective}-{dtype}\n"
@@ -87,6 +89,12 @@ def corruption_run(tmp_path_factory) -> tuple[Path, str]:
         f"    workload_config: {{mode: {mode}, dtype: {dtype}, fault_injection: "
         f"{{rank: 1, iteration: 2, layer: 1, collective: {collective}, index: 77}}}}\n"
         for mode, collective, dtype in CORRUPTIONS
+    )
+    # Stopping at the first corruption: the same fault, a run long enough to notice the stop.
+    cells += (
+        "  - name: stop-first\n    mitigations: [none]\n    steps: 30\n"
+        "    workload_config: {stop_on_first_corruption: true, fault_injection: "
+        "{rank: 1, iteration: 2, layer: 1, collective: all_gather, index: 77}}\n"
     )
     text = RACE.format(steps=4, mode="fsdp", collective="all_gather", dtype="float32")
     recipe = root / "r.yaml"
@@ -126,29 +134,19 @@ def test_injected_corruption_is_detected(corruption_run, mode, collective, dtype
     assert f"{cell}: 1/1 failed" in stdout
 
 
-def test_stop_on_first_corruption_stops_every_rank(tmp_path):
-    recipe = tmp_path / "r.yaml"
-    text = RACE.format(steps=30, mode="fsdp", collective="all_gather", dtype="float32")
-    recipe.write_text(
-        text.replace("num_layers: 3,", "num_layers: 3, stop_on_first_corruption: true,")
-    )
-    proc = torchrun(recipe, tmp_path / "out")
-    assert proc.returncode == 0, proc.stderr
-    bad = records(only_run_dir(tmp_path / "out"))[("corrupted", 0)]
+def test_stop_on_first_corruption_stops_every_rank(corruption_run):
+    run_dir, _ = corruption_run
+    bad = records(run_dir)[("stop-first", 0)]
     assert bad["status"] == "workload_failed"
     assert [r["executed_iterations"] for r in bad["ranks"]] == [3, 3]
 
 
-def test_profiler_traces_per_rank_with_collectives(tmp_path):
-    recipe = tmp_path / "r.yaml"
-    recipe.write_text(
-        "workload: race\nsteps: 3\ncollect: [{torch_profiler: {wait: 0, warmup: 0, active: 2}}]\n"
-        "workload_config: {mode: default, fsdp_shard_size: 512, num_layers: 2}\ncells: [{name: a, mitigations: [none]}]\n"
-    )
-    proc = torchrun(recipe, tmp_path / "out")
-    assert proc.returncode == 0, proc.stderr
-    run_dir = only_run_dir(tmp_path / "out")
-    rec = records(run_dir)[("a", 0)]
+def test_profiler_traces_per_rank_with_collectives(tmp_path_factory):
+    # The profiled sweep tests/matrix/test_trace_matrix_sweep.py analyses (one per session).
+    from tests.matrix.test_trace_matrix_sweep import RECIPE
+
+    run_dir = shared_profiled_sweep(tmp_path_factory, RECIPE)
+    rec = records(run_dir)[("fsdp", 0)]
     for rank in (0, 1):
         rel = rec["artifacts"][f"trace/rank{rank}.pt.trace.json.gz"]
         trace = json.loads(gzip.decompress((run_dir / rel).read_bytes()))
