@@ -19,13 +19,11 @@ STAMP := $(VENV)/.installed
 
 dev: $(STAMP)
 
-# --no-compile: byte-compiling torch's ~20k modules at install took half its install time
-# (22 s vs 12 s here); Python compiles the few hundred a run imports on first use instead.
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q --no-compile $(TORCH)
-	$(BIN)/python -m pip install -q --no-compile -e '.[test]'
+	$(BIN)/python -m pip install -q $(TORCH)
+	$(BIN)/python -m pip install -q -e '.[test]'
 	touch $(STAMP)
 
 test: dev
