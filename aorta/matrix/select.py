@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 
 from aorta.matrix import stats
+from aorta.recipe.schema import DEFAULT_CONFOUND_THRESHOLD
 from aorta.store.record import outcome_of
 from aorta.trace.metrics import BUSBW, METRICS, PERF
 
@@ -50,8 +51,9 @@ RankReduction = Literal["worst", "max", "min", "mean", "median"] | int
 #: Which statistic of a trial's post-warm-up steps is its ``step_time_ms`` value: ``median``
 #: (default), ``mean``, ``p95`` (the 95th percentile: stalls show here first).
 StepStat = Literal["median", "mean", "p95"]
-#: The band of practical equivalence when neither the caller nor the run names one.
-DEFAULT_THRESHOLD = 1.15
+#: The band of practical equivalence when neither the caller nor the run names one: the
+#: recipe's own default (``confound.threshold``), defined once there.
+DEFAULT_THRESHOLD = DEFAULT_CONFOUND_THRESHOLD
 #: Names of the per-rank text variables trace metrics add (besides the metrics themselves).
 TRACE_VARIABLE_PREFIXES = ("trace_source", "trace_file")
 _BROKEN_TRACE = ("missing", "unreadable")

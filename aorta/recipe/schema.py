@@ -192,12 +192,17 @@ class _Strict(BaseModel):
 # the models
 
 
+#: The ratio beyond which a cell is tagged slower, and the statistics' band of practical
+#: equivalence ``[1/t, t]``, unless a recipe or a caller names another.
+DEFAULT_CONFOUND_THRESHOLD = 1.15
+
+
 class Confound(_Strict):
     """How a cell is tagged against the baseline (upstream's ``confound`` block)."""
 
     #: A cell whose mean step time exceeds the baseline's by this ratio is tagged ``speed (+N%)``;
     #: the statistics use it as the band of practical equivalence.
-    threshold: float = Field(1.15, gt=1.0, allow_inf_nan=False)
+    threshold: float = Field(DEFAULT_CONFOUND_THRESHOLD, gt=1.0, allow_inf_nan=False)
     #: The cell every other cell is compared with; resolved automatically when unset.
     baseline_cell: str | None = None
 

@@ -123,3 +123,11 @@ def test_the_matrix_takes_level_band_and_bootstrap_from_the_options():
     assert [f.kind for f in found] == [
         f.kind for f in run_findings(ds, alpha=0.1, seed=2, resamples=300)
     ]
+
+
+def test_the_band_default_is_the_recipes_one():
+    # Two literals (recipe schema and matrix) could drift apart: one is now the other.
+    from aorta.matrix.select import DEFAULT_THRESHOLD
+    from aorta.recipe.schema import Confound
+
+    assert Confound().threshold == DEFAULT_THRESHOLD

@@ -29,7 +29,7 @@ from aorta.report.perf import (
     roofline_changes,
 )
 from aorta.store.record import TrialRecord
-from tests.trace_helpers import DATA, copy_without_caches, profiled_sweep, shipped
+from tests.trace_helpers import DATA, copy_without_caches, shared_profiled_sweep, shipped
 
 H100 = "h100_bert_small.json.gz"
 
@@ -118,23 +118,12 @@ def test_without_gpu_kernels_the_section_says_so_rather_than_nothing():
     assert "no GPU kernels" in body and "no roofline" in body
 
 
-RECIPE = """
-workload: race
-ticket: HW
-trials: 1
-steps: 3
-timeout_per_trial: 120
-workload_config: {mode: ddp, num_layers: 2, dtype: float32, model_dim: 64, simulate_compute: true}
-collect: [{torch_profiler: {wait: 0, warmup: 1, active: 1}}]
-cells:
-  - {name: base, mitigations: [none]}
-  - {name: other, mitigations: [none], workload_config: {num_layers: 3}}
-"""
-
-
 @pytest.mark.slow
-def test_report_traces_of_a_cpu_profiled_sweep_says_no_roofline_applies(tmp_path):
-    run = profiled_sweep(tmp_path, RECIPE)
+def test_report_traces_of_a_cpu_profiled_sweep_says_no_roofline_applies(tmp_path, tmp_path_factory):
+    # The session's shared profiled sweep (FSDP and DDP cells, 2 trials, 2 ranks, on CPU).
+    from tests.matrix.test_trace_matrix_sweep import RECIPE
+
+    run = copy_without_caches(shared_profiled_sweep(tmp_path_factory, RECIPE), tmp_path / "run")
     code = aorta.cli.main(["report", str(run), "--traces", "--html", "--resamples", "300"])
     assert code == ExitCode.OK
     md = (run / "report" / "report.md").read_text()
@@ -151,9 +140,10 @@ def test_report_traces_of_a_cpu_profiled_sweep_says_no_roofline_applies(tmp_path
     assert isinstance(roofline_changes(ds), pd.DataFrame)
 
     # The same run with real GPU traces in place of the CPU ones (H100 BERT for the baseline,
-    # MI300X BERT for the other cell; rank 1's file removed): the section has numbers.
+    # MI300X BERT for the other cell, in trial 0; rank 1's file removed): the section has
+    # numbers, from trial 0 (trial 1 keeps its CPU traces, which hold no GPU kernels).
     gpu_run = copy_without_caches(run, tmp_path / "gpu_run")
-    for cell, name in (("base", H100), ("other", "mi300_bert_small.json.gz")):
+    for cell, name in (("fsdp", H100), ("ddp", "mi300_bert_small.json.gz")):
         trace_dir = gpu_run / "cells" / cell / "trial_0000" / "trace"
         for old in trace_dir.glob("rank*"):
             old.unlink()
@@ -164,19 +154,19 @@ def test_report_traces_of_a_cpu_profiled_sweep_says_no_roofline_applies(tmp_path
     assert code == ExitCode.OK
     md = (gpu_run / "report" / "report.md").read_text().split("## Against the hardware", 1)[1]
     assert NO_GPU_TEXT not in md
-    assert "`cells/base/trial_0000/trace/rank0.pt.trace.json.gz` — H100, coverage" in md
-    assert "`cells/other/trial_0000/trace/rank0.pt.trace.json.gz` — MI300X, coverage" in md
-    assert "| GEMM |" in md and "![roofline base](roofline_base.png)" in md
-    for cell in ("base", "other"):
+    assert "`cells/fsdp/trial_0000/trace/rank0.pt.trace.json.gz` — H100, coverage" in md
+    assert "`cells/ddp/trial_0000/trace/rank0.pt.trace.json.gz` — MI300X, coverage" in md
+    assert "| GEMM |" in md and "![roofline fsdp](roofline_fsdp.png)" in md
+    for cell in ("fsdp", "ddp"):
         assert (gpu_run / "report" / f"roofline_{cell}.png").stat().st_size > 1000
     csv = pd.read_csv(gpu_run / "report" / "hardware.csv")
-    assert set(csv["cell"]) == {"base", "other"} and set(csv["device"]) == {"H100", "MI300X"}
-    expected = cell_hardware(shipped(H100), cell="base", file="x").families
-    base = csv[csv["cell"] == "base"].set_index("family")["kernel_us"]
+    assert set(csv["cell"]) == {"fsdp", "ddp"} and set(csv["device"]) == {"H100", "MI300X"}
+    expected = cell_hardware(shipped(H100), cell="fsdp", file="x").families
+    base = csv[csv["cell"] == "fsdp"].set_index("family")["kernel_us"]
     assert base.to_dict() == pytest.approx(expected.set_index("family")["kernel_us"].to_dict())
     page = (gpu_run / "report" / "report.html").read_text()
     hardware = page.split('<section id="hardware">', 1)[1].split("</section>", 1)[0]
-    assert 'id="fig-roofline-base"' in hardware and 'id="fig-roofline-other"' in hardware
+    assert 'id="fig-roofline-fsdp"' in hardware and 'id="fig-roofline-ddp"' in hardware
     assert "no GPU kernels" not in hardware
 
 
