@@ -27,7 +27,7 @@ $(STAMP): pyproject.toml Makefile
 	touch $(STAMP)
 
 test: dev
-	$(BIN)/python -m pytest -n $(XDIST) --dist loadfile --no-loadscope-reorder --doctest-modules --nbmake aorta tests notebooks $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(XDIST) --dist loadfile --no-loadscope-reorder --doctest-modules --nbmake aorta tests notebooks --durations=15 $(PYTEST_ARGS)
 
 # The edit loop (<= 2 min on 2 cores): unit, property and doctests. Everything that starts a
 # sweep process, sshd, Slurm, Docker, Chromium or torchrun is `slow`; no notebooks.
