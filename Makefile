@@ -6,10 +6,11 @@ TORCH ?= torch==2.13.0
 RECIPE ?= recipes/cpu-smoke.yaml
 CLUSTER ?= cluster.json
 PYTEST_ARGS ?=
-# Test workers (pytest-xdist). The real-process tests spend most of their time waiting on
-# sshd, torchrun rendezvous and deadlines, so a few more workers than cores pays; files stay
-# whole on one worker so module-scoped sweeps run once.
-XDIST ?= 4
+# Test workers (pytest-xdist). The real-process tests spend much of their time waiting on
+# sshd, Slurm, Docker, torchrun rendezvous and deadlines, so more workers than cores pays (on
+# 2 cores, a fresh clone's .ci/run: 739 s with 4 workers, 686 s with 6); files stay whole on
+# one worker so module-scoped sweeps run once.
+XDIST ?= 6
 FAST_XDIST ?= 2
 
 BIN := $(VENV)/bin
