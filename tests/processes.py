@@ -25,22 +25,15 @@ def torchrun_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return {**env, **(extra or {})}
 
 
+def sweep_run(recipe: Path, out: Path, *extra: str) -> list[str]:
+    """argv of ``aorta sweep run`` for ``recipe`` into ``out`` (what torchrun or a launcher runs)."""
+    return [AORTA, "sweep", "run", "--recipe", str(recipe), "-o", str(out), *extra]
+
+
 def torchrun(
     recipe: Path, out: Path, *extra: str, nproc: int = 2, timeout: int = 180
 ) -> subprocess.CompletedProcess:
-    cmd = [
-        TORCHRUN,
-        f"--nproc-per-node={nproc}",
-        "--standalone",
-        AORTA,
-        "sweep",
-        "run",
-        "--recipe",
-        str(recipe),
-        "-o",
-        str(out),
-        *extra,
-    ]
+    cmd = [TORCHRUN, f"--nproc-per-node={nproc}", "--standalone", *sweep_run(recipe, out, *extra)]
     return subprocess.run(
         cmd, capture_output=True, text=True, timeout=timeout, env=torchrun_env(), cwd=out.parent
     )

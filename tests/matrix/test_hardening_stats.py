@@ -63,7 +63,7 @@ def test_mann_whitney_small_sizes_unchanged():
     assert stats.mann_whitney(_values(51), _values(3, seed=1))[1] == "asymptotic"
 
 
-@settings(max_examples=60, deadline=2000, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, suppress_health_check=[HealthCheck.too_slow])
 @given(
     n=st.integers(1, 1000),
     m=st.integers(1, 1000),

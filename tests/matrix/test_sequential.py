@@ -62,7 +62,7 @@ def test_rate_difference_cs_covers_the_difference():
     assert misses / sims <= alpha + 3 * math.sqrt(alpha * (1 - alpha) / sims)
 
 
-@settings(deadline=2000, max_examples=60)
+@settings(max_examples=60)
 @given(log_ratios)
 def test_timing_is_mirrored_when_cell_and_baseline_swap(d):
     a = seq.timing_sequence(d, threshold=1.15, family=3)
@@ -74,7 +74,7 @@ def test_timing_is_mirrored_when_cell_and_baseline_swap(d):
     assert b.p == pytest.approx(a.p)
 
 
-@settings(deadline=2000, max_examples=60)
+@settings(max_examples=60)
 @given(outcomes, outcomes)
 def test_failures_are_mirrored_when_cell_and_baseline_swap(fc, fb):
     a = seq.failure_sequence(fc, fb, family=2)
@@ -86,7 +86,7 @@ def test_failures_are_mirrored_when_cell_and_baseline_swap(fc, fb):
     assert b.low == pytest.approx(-a.high) and b.high == pytest.approx(-a.low)
 
 
-@settings(deadline=3000, max_examples=40)
+@settings(max_examples=40)
 @given(log_ratios, st.integers(0, 2**31 - 1))
 def test_decisions_are_never_withdrawn_as_trials_come(d, seed):
     # Called after every trial, a verdict once reached stays: `decided` is safe to act on.
@@ -107,7 +107,7 @@ def test_decisions_are_never_withdrawn_as_trials_come(d, seed):
         before = r
 
 
-@settings(deadline=2000, max_examples=40)
+@settings(max_examples=40)
 @given(st.floats(0.01, 3.0), st.integers(3, 60), st.floats(0.001, 0.3))
 def test_the_interval_edge_is_where_the_e_value_reaches_one_over_alpha(sd, n, alpha):
     half = float(seq.t_mixture_halfwidth(np.array(sd), np.array(n), alpha=alpha))

@@ -159,7 +159,7 @@ def yaml_docs(draw, depth: int = 0, anchors: list[str] | None = None):
     return text
 
 
-@settings(max_examples=150, deadline=1000, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
 @given(body=yaml_docs(), prefix=st.sampled_from(["", HEAD, "workload_config: "]))
 def test_fuzz_recipe_yaml_with_aliases_only_raises_recipe_error(body, prefix):
     try:
@@ -168,7 +168,7 @@ def test_fuzz_recipe_yaml_with_aliases_only_raises_recipe_error(body, prefix):
         assert str(exc)
 
 
-@settings(max_examples=100, deadline=1000, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, suppress_health_check=[HealthCheck.too_slow])
 @given(body=yaml_docs())
 def test_fuzz_mitigations_file_with_aliases_only_raises_recipe_error(tmp_path_factory, body):
     path = tmp_path_factory.mktemp("m") / "m.yaml"

@@ -92,7 +92,7 @@ OLD_ECC = re.compile(
 NEW_ECC = SignatureLibrary.builtin()["ecc_error"]
 
 
-@settings(deadline=2000, max_examples=400)
+@settings(max_examples=400)
 @given(
     head=st.sampled_from(["", "GPU 3: ", "x"]),
     word=st.sampled_from(["error", "errors", "Errors", "ERROR", "ERRORS", "errorsx", "Error"]),

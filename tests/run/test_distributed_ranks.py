@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from aorta.errors import ExitCode
-from tests.processes import AORTA, TORCHRUN, only_run_dir, torchrun, torchrun_env
+from tests.processes import AORTA, TORCHRUN, only_run_dir, sweep_run, torchrun, torchrun_env
 from tests.run.test_distributed import records
 
 pytestmark = pytest.mark.slow
@@ -94,7 +94,7 @@ def _static_launch(
     }
     procs = [
         subprocess.Popen(
-            [AORTA, "sweep", "run", "--recipe", str(recipe), "-o", str(out)],
+            sweep_run(recipe, out),
             env=torchrun_env({**common, "RANK": str(r), "LOCAL_RANK": str(r)}),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -169,13 +169,7 @@ def test_in_process_distributed_trials_across_two_torchrun_nodes(tmp_path):
                 f"--node-rank={n}",
                 "--master-addr=127.0.0.1",
                 f"--master-port={port}",
-                AORTA,
-                "sweep",
-                "run",
-                "--recipe",
-                str(recipe),
-                "-o",
-                str(tmp_path / "out"),
+                *sweep_run(recipe, tmp_path / "out"),
             ],
             env=torchrun_env(),
             stdout=subprocess.PIPE,

@@ -131,9 +131,7 @@ LOG_LINES = sorted(
 )
 
 
-@settings(
-    deadline=5000, max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     lines=st.lists(
         st.one_of(

@@ -281,7 +281,7 @@ _KEY_PIECES = st.sampled_from(
 )  # fmt: skip
 
 
-@settings(max_examples=300, deadline=2000)
+@settings(max_examples=300)
 @given(
     st.one_of(
         st.lists(_KEY_PIECES, max_size=40).map("".join),

@@ -398,7 +398,6 @@ def _outcome(path: Path, **kwargs):
 
 @settings(
     max_examples=150,
-    deadline=2000,  # ms per example: bounded work on every shape
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(case=_trace_bytes())

@@ -116,7 +116,7 @@ def test_unmodelled_or_unreadable_is_none():
     )
 
 
-@settings(deadline=2000, max_examples=200)
+@settings(max_examples=200)
 @given(
     st.lists(
         st.tuples(st.integers(0, 3), st.integers(0, 1000), st.integers(0, 200)),
