@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import collections
 import fnmatch
+import json
 import os
+import resource
 from pathlib import Path
 
 import pytest
@@ -56,6 +59,51 @@ def schedule_rank(nodeid: str) -> int:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: schedule_rank(item.nodeid))  # stable: same order within a file
+
+
+# On two cores `make test` is bound by CPU, which --durations (wall, stretched by whatever ran
+# beside) hides: `make test PYTEST_ARGS=--cpu-log=cpu.jsonl` appends each test's CPU seconds
+# (its worker and the children it reaped; a daemon's lands on the test that stops it) and
+# prints the files that spent most.
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--cpu-log", metavar="FILE", help="append each test's CPU seconds to FILE")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    log = session.config.getoption("cpu_log")
+    if log and not os.environ.get("PYTEST_XDIST_WORKER"):
+        Path(log).unlink(missing_ok=True)  # this run's tests only
+
+
+def _cpu_seconds() -> float:
+    own, children = (
+        resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+    )
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    log = item.config.getoption("cpu_log")
+    start = _cpu_seconds() if log else 0.0
+    yield
+    if log:
+        with open(log, "a") as f:  # one short line per write: workers append side by side
+            f.write(json.dumps({"test": item.nodeid, "cpu_s": _cpu_seconds() - start}) + "\n")
+
+
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    log = config.getoption("cpu_log")
+    if not log or os.environ.get("PYTEST_XDIST_WORKER") or not Path(log).is_file():
+        return
+    per_file: collections.Counter[str] = collections.Counter()
+    for line in Path(log).read_text().splitlines():
+        row = json.loads(line)
+        per_file[row["test"].split("::", 1)[0]] += row["cpu_s"]
+    terminalreporter.section(f"CPU seconds per file (from {log}), most first")
+    for path, seconds in per_file.most_common(15):
+        terminalreporter.write_line(f"{seconds:8.1f}  {path}")
+    terminalreporter.write_line(f"{sum(per_file.values()):8.1f}  in all")
 
 
 @pytest.fixture
