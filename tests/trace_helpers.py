@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import os
 import shutil
 from functools import cache
@@ -35,18 +34,34 @@ def profiled_sweep(root: Path, recipe_text: str) -> Path:
     return only_run_dir(root / "out")
 
 
-def shared_profiled_sweep(tmp_path_factory: pytest.TempPathFactory, recipe_text: str) -> Path:
-    """:func:`profiled_sweep` once per test session for a recipe, whichever xdist worker asks
-    first (a lock in the temp folder the workers share; the others wait for its run).
+#: The session's shared profiled sweep: race workload, FSDP and DDP cells, 2 trials each,
+#: torch.profiler on both ranks (gloo on CPU: host traces, collectives, no GPU kernels).
+TWO_RANK_RECIPE = """
+workload: race
+ticket: TRACES
+trials: 2
+steps: 4
+timeout_per_trial: 120
+workload_config: {mode: fsdp, fsdp_shard_size: 4096, num_layers: 2, dtype: float32, model_dim: 64, simulate_compute: true}
+collect: [{torch_profiler: {wait: 0, warmup: 1, active: 3}}]
+cells:
+  - {name: fsdp, mitigations: [none]}
+  - {name: ddp, mitigations: [none], workload_config: {mode: ddp}}
+"""
 
-    A torchrun sweep costs ~45 s of CPU on two cores; test files on other workers that need the
-    same one share it. The run is read-only: take :func:`copy_without_caches` of it first
-    (loading traces writes caches beside them).
+
+def shared_profiled_sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """:func:`profiled_sweep` of :data:`TWO_RANK_RECIPE`, once per test session, whichever
+    xdist worker asks first (a lock in the temp folder the workers share; the others wait).
+
+    A torchrun sweep costs ~45 s of CPU on two cores; the test files that need one share it.
+    The run is read-only: take :func:`copy_without_caches` of it before loading its traces
+    (that writes caches beside them) or changing files.
     """
     base = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         base = base.parent  # each worker's basetemp is a child of the session's
-    root = base / f"shared-sweep-{hashlib.sha256(recipe_text.encode()).hexdigest()[:12]}"
+    root = base / "shared-two-rank-sweep"
     with open(root.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         done = root / "run_dir.txt"
@@ -54,7 +69,7 @@ def shared_profiled_sweep(tmp_path_factory: pytest.TempPathFactory, recipe_text:
             return Path(done.read_text())
         shutil.rmtree(root, ignore_errors=True)  # a worker's failed attempt
         root.mkdir()
-        run = profiled_sweep(root, recipe_text)
+        run = profiled_sweep(root, TWO_RANK_RECIPE)
         done.write_text(str(run))
         return run
 

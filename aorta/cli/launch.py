@@ -437,7 +437,8 @@ def _slurm_launch(
     """``--attach``: follow that job; inside an allocation: the srun step from here; else
     submit the batch job (``--dry-run``: print its script) and follow it (not ``--no-wait``)."""
     from aorta.launch import new_run_id
-    from aorta.launch.slurm import SCRIPT, SlurmJob, check_request
+    from aorta.launch.slurm import SlurmJob, check_request
+    from aorta.store.rundir import SBATCH_SCRIPT
 
     if spec is None:
         job = SlurmJob.attach(str(attach), output=output)
@@ -454,7 +455,7 @@ def _slurm_launch(
     with _sigterm_as_interrupt():
         if spec is not None and nodes is not None:
             job.submit(spec, nodes=nodes, options=options)
-            printer.event(f"submitted job {job.job_id} (script {job.staging / SCRIPT})")
+            printer.event(f"submitted job {job.job_id} (script {job.staging / SBATCH_SCRIPT})")
             if no_wait:
                 print(job.job_id)
                 return ExitCode.OK

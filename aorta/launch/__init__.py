@@ -2,10 +2,11 @@
 
 The cluster file is read in :mod:`aorta.recipe.cluster`, what runs (:class:`LaunchSpec`: a
 recipe's sweep, a CVS config's job) in :mod:`aorta.recipe.launch`; their names are re-exported
-here. From pure to effectful: :mod:`~.command` (each node's quoted command line), :mod:`~.outcome`
-(per-node outcomes, the cross-node :func:`env_diff`), :mod:`~.backend` (the one lifecycle
-every backend goes through, and its per-node result map; the folders it gathers into,
-``combined_traces/node_<rank>/``, are :mod:`aorta.store.gather`'s), :mod:`~.ssh` (Fabric, the one transport),
+here. From pure to effectful: :mod:`~.command` (each node's quoted command line),
+:mod:`~.outcome` (per-node outcomes, the cross-node :func:`env_diff`), :mod:`~.backend` (the one
+lifecycle every backend goes through, and its per-node result map; the folders it gathers
+into, ``combined_traces/node_<rank>/``, are :mod:`aorta.store.gather`'s), :mod:`~.ssh`
+(Fabric, the one transport),
 :mod:`~.container` (each node's part in a docker container: the cluster file's ``container:``
 block), :mod:`~.launcher` (the SSH backends; :func:`launch`, :func:`dry_run`) and
 :mod:`~.slurm` (the Slurm backend).

@@ -49,13 +49,12 @@ from .backend import EventSink, LineSink, drive, ignore
 from .command import ENV_FILE, env_script, node_env, run_command
 from .outcome import LaunchResult, NodeOutcome
 
-__all__ = ["FINAL_STATES", "SCRIPT", "SlurmJob", "check_request", "run_in_job"]
+__all__ = ["FINAL_STATES", "SlurmJob", "check_request", "run_in_job"]
 
 #: Job states after which nothing of the job runs any more.
 FINAL_STATES = frozenset(
     "COMPLETED FAILED TIMEOUT NODE_FAIL CANCELLED OUT_OF_MEMORY PREEMPTED BOOT_FAIL DEADLINE".split()  # noqa: SIM905
 )
-SCRIPT, JOB_FILE = SBATCH_SCRIPT, SLURM_JOB
 _PROBE = "import socket; s = socket.socket(); s.bind(('', 0)); print(s.getsockname()[1])"
 # One srun task: mark the start, run the node's command, record the exit code and the time.
 _TASK = 'd="$0/node_$SLURM_NODEID"; date +%s.%N > "$d/started.$SLURM_PROCID"; sh "$d/run.sh"; '
@@ -91,7 +90,7 @@ def check_request(
 
 def _note(staging: Path, **fields: Any) -> dict[str, Any]:
     """``slurm.json`` (the run id, the spec, the job id, the hosts...), ``fields`` added."""
-    path = staging / JOB_FILE
+    path = staging / SLURM_JOB
     data = {**(json.loads(path.read_text()) if path.is_file() else {}), **fields}
     if fields:
         atomic_write(path, json.dumps(data, indent=1) + "\n")
@@ -99,9 +98,8 @@ def _note(staging: Path, **fields: Any) -> dict[str, Any]:
 
 
 def _drop_env(staging: Path) -> None:
-    for path in staging.glob(
-        f"{SLURM_DIR}/node_*/{ENV_FILE}"
-    ):  # the step is over: no task reads it
+    # The step is over: no task reads it.
+    for path in staging.glob(f"{SLURM_DIR}/node_*/{ENV_FILE}"):
         path.unlink(missing_ok=True)
 
 
@@ -165,7 +163,7 @@ def _outcome(node: Node, ndir: Path, state: str, meta: dict[str, Any]) -> NodeOu
 
 def run_in_job(staging: Path, emit: EventSink) -> int:
     """The batch script's step: the srun step, then ``env.sh`` removed; srun's exit code."""
-    if "SLURM_JOB_ID" not in os.environ or not (staging / JOB_FILE).is_file():
+    if "SLURM_JOB_ID" not in os.environ or not (staging / SLURM_JOB).is_file():
         raise UsageError(f"--in-job {staging}: only inside the job `aorta launch --slurm` submits")
     code = _start_step(staging, emit).wait()
     _drop_env(staging)
@@ -210,7 +208,7 @@ class SlurmJob:
     @classmethod
     def attach(cls, job_id: str, *, output: Path) -> SlurmJob:
         """The job ``job_id`` submitted earlier under ``output`` (``--attach``)."""
-        for path in Path(output).glob(f"{LAUNCH_STAGING}*/{JOB_FILE}"):
+        for path in Path(output).glob(f"{LAUNCH_STAGING}*/{SLURM_JOB}"):
             if json.loads(path.read_text()).get("job_id") == job_id:
                 return cls(output, staging_run_id(path.parent))
         raise UsageError(f"--attach {job_id}: no pending launch of that job under {output}")
@@ -225,8 +223,8 @@ class SlurmJob:
         return sbatch_script(head, step, run_id=self.run_id, cwd=os.getcwd())
 
     def submit(self, spec: LaunchSpec, *, nodes: int, options: Sequence[str]) -> str:
-        """From a login node: :meth:`setup`, then :meth:`start` (sbatch :data:`SCRIPT`); the
-        job id."""
+        """From a login node: :meth:`setup`, then :meth:`start` (sbatch
+        :data:`~aorta.store.rundir.SBATCH_SCRIPT`); the job id."""
         self.spec, self.nodes, self.options = spec, nodes, options
         self.setup()
         self.start()
@@ -251,7 +249,7 @@ class SlurmJob:
         """Each node's folder with the shipped files and ``env.sh``; ``slurm.json``, the spec
         (a job submitted earlier is set up already)."""
         spec = self.spec
-        if spec is None or (self.staging / JOB_FILE).is_file():
+        if spec is None or (self.staging / SLURM_JOB).is_file():
             return True
         nodes = self.nodes or int(os.environ["SLURM_JOB_NUM_NODES"])
         for k in range(nodes):
@@ -280,8 +278,10 @@ class SlurmJob:
             self.job_id = os.environ["SLURM_JOB_ID"]
             return
         script = self.script(self.spec, nodes=self.nodes, options=self.options)
-        (self.staging / SCRIPT).write_text(script)
-        job = _slurm("sbatch", "--parsable", str(self.staging / SCRIPT)).strip().split(";")[0]
+        (self.staging / SBATCH_SCRIPT).write_text(script)
+        job = (
+            _slurm("sbatch", "--parsable", str(self.staging / SBATCH_SCRIPT)).strip().split(";")[0]
+        )
         self.job_id = _note(self.staging, job_id=job)["job_id"]
 
     def wait(self) -> None:
@@ -333,7 +333,7 @@ class SlurmJob:
     def record(self) -> dict[str, Any]:
         """``launch.json``'s ``slurm``: the job id, hosts, script, final state, scontrol's record."""
         meta = {k: v for k, v in self.meta.items() if k not in ("commands", "spec")}
-        script = str(Path(str(self.result.run_dir)) / SCRIPT)
+        script = str(Path(str(self.result.run_dir)) / SBATCH_SCRIPT)
         return {"slurm": {**meta, "state": self.state, "script": script, "job": self.info}}
 
     def _state(self) -> str | None:

@@ -26,8 +26,9 @@ import pytest
 from aorta.cli import main
 from aorta.errors import ExitCode
 from aorta.launch import LaunchFailed, LaunchSpec, new_run_id
-from aorta.launch.slurm import SCRIPT, SlurmJob
+from aorta.launch.slurm import SlurmJob
 from aorta.store.redact import Redactor
+from aorta.store.rundir import SBATCH_SCRIPT
 from tests.slurm import SlurmCluster, slurm_missing
 from tests.sshd import REPO, VENV_PYTHON, wait_gone
 
@@ -264,7 +265,7 @@ def test_environment_values_stay_out_of_command_lines(slurm: SlurmCluster, tmp_p
     run_id, lines, found, stop = new_run_id(), [], set(), threading.Event()
     job = SlurmJob(tmp_path / "out", run_id)
     job.submit(spec, nodes=2, options=[])
-    script = (job.staging / SCRIPT).read_text()
+    script = (job.staging / SBATCH_SCRIPT).read_text()
     env_files = list(tmp_path.glob("out/.aorta-launch-*/slurm/node_*/env.sh"))
     assert len(env_files) == 2 and {p.stat().st_mode & 0o777 for p in env_files} == {0o600}
     scanner = threading.Thread(target=_scan_cmdlines, args=(SECRET.encode(), stop, found))

@@ -1,8 +1,7 @@
 """Traces in the matrix on a real profiled sweep: 2 ranks under torchrun, gloo on loopback.
 
-One sweep (race workload, FSDP and DDP cells, 2 trials each, torch.profiler on every rank)
-is shared by the module (and with tests/report/test_report_html.py); each test copies it when
-it changes files.
+One sweep (``tests.trace_helpers.TWO_RANK_RECIPE``: race workload, FSDP and DDP cells, 2 trials
+each, torch.profiler on every rank) is shared by the session; the module works on a copy.
 """
 
 from __future__ import annotations
@@ -22,24 +21,12 @@ from tests.trace_helpers import copy_without_caches, shared_profiled_sweep
 
 pytestmark = pytest.mark.slow
 
-RECIPE = """
-workload: race
-ticket: TRACES
-trials: 2
-steps: 4
-timeout_per_trial: 120
-workload_config: {mode: fsdp, fsdp_shard_size: 4096, num_layers: 2, dtype: float32, model_dim: 64, simulate_compute: true}
-collect: [{torch_profiler: {wait: 0, warmup: 1, active: 3}}]
-cells:
-  - {name: fsdp, mitigations: [none]}
-  - {name: ddp, mitigations: [none], workload_config: {mode: ddp}}
-"""
 TIMES = ("computation_ms", "exposed_comm_ms", "idle_ms", "busy_ms", "total_ms", "total_comm_ms")
 
 
 @pytest.fixture(scope="module")
 def profiled_run(tmp_path_factory):
-    shared = shared_profiled_sweep(tmp_path_factory, RECIPE)
+    shared = shared_profiled_sweep(tmp_path_factory)
     return copy_without_caches(shared, tmp_path_factory.mktemp("profiled") / "run")
 
 

@@ -121,9 +121,7 @@ def test_without_gpu_kernels_the_section_says_so_rather_than_nothing():
 @pytest.mark.slow
 def test_report_traces_of_a_cpu_profiled_sweep_says_no_roofline_applies(tmp_path, tmp_path_factory):
     # The session's shared profiled sweep (FSDP and DDP cells, 2 trials, 2 ranks, on CPU).
-    from tests.matrix.test_trace_matrix_sweep import RECIPE
-
-    run = copy_without_caches(shared_profiled_sweep(tmp_path_factory, RECIPE), tmp_path / "run")
+    run = copy_without_caches(shared_profiled_sweep(tmp_path_factory), tmp_path / "run")
     code = aorta.cli.main(["report", str(run), "--traces", "--html", "--resamples", "300"])
     assert code == ExitCode.OK
     md = (run / "report" / "report.md").read_text()

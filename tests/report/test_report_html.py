@@ -381,10 +381,9 @@ def test_svg_markup_names_no_url_and_keeps_references():
 
 @pytest.mark.slow
 def test_page_for_a_profiled_two_rank_sweep(tmp_path, tmp_path_factory, run_cli):
-    from tests.matrix.test_trace_matrix_sweep import RECIPE
     from tests.trace_helpers import copy_without_caches, shared_profiled_sweep
 
-    run_dir = copy_without_caches(shared_profiled_sweep(tmp_path_factory, RECIPE), tmp_path / "run")
+    run_dir = copy_without_caches(shared_profiled_sweep(tmp_path_factory), tmp_path / "run")
     code, _, err = run_cli("report", run_dir, "--traces", "--html", "--resamples", "1000")
     assert code == ExitCode.OK, err
     path = run_dir / "report" / "report.html"

@@ -142,10 +142,8 @@ def test_stop_on_first_corruption_stops_every_rank(corruption_run):
 
 
 def test_profiler_traces_per_rank_with_collectives(tmp_path_factory):
-    # The profiled sweep tests/matrix/test_trace_matrix_sweep.py analyses (one per session).
-    from tests.matrix.test_trace_matrix_sweep import RECIPE
-
-    run_dir = shared_profiled_sweep(tmp_path_factory, RECIPE)
+    # The session's shared profiled sweep (tests/trace_helpers.py: TWO_RANK_RECIPE).
+    run_dir = shared_profiled_sweep(tmp_path_factory)
     rec = records(run_dir)[("fsdp", 0)]
     for rank in (0, 1):
         rel = rec["artifacts"][f"trace/rank{rank}.pt.trace.json.gz"]
