@@ -243,6 +243,37 @@ def test_readme_layout_names_every_module_and_only_modules(stage):
     assert not unnamed, f"README.md's {stage} row does not name: {unnamed}"
 
 
+# --- tests the docs cite ----------------------------------------------------------------------
+
+#: ``tests/<stage>/test_x.py`` or ``tests/<stage>/test_x.py::test_name`` in a doc's prose.
+TEST_CITATION = re.compile(r"tests/[\w/]+\.py(?:::\w+)?")
+
+
+def _cited_tests() -> list[tuple[str, str]]:
+    docs = [README, *sorted((PACKAGE.parent / "docs").glob("*.md"))]
+    return [
+        (doc.name, cited)
+        for doc in docs
+        for cited in sorted(set(TEST_CITATION.findall(doc.read_text())))
+    ]
+
+
+def test_docs_cite_tests_that_exist():
+    """docs/reliability.md's "covered by" column and the like name real tests: a moved or
+    renamed test file fails here instead of leaving the docs pointing nowhere."""
+    root = PACKAGE.parent
+    missing = []
+    for doc, cited in _cited_tests():
+        path, _, name = cited.partition("::")
+        source = root / path
+        if not source.is_file():
+            missing.append(f"{doc}: {cited} (no such file)")
+        elif name and not re.search(rf"^\s*(?:async )?def {name}\b", source.read_text(), re.M):
+            missing.append(f"{doc}: {cited} (no such test)")
+    assert _cited_tests(), "no doc cites a test: the pattern drifted"
+    assert not missing, "\n".join(missing)
+
+
 # --- pure stages write no files -----------------------------------------------------------------
 
 #: Calls that write, move or remove files (methods of Path, pandas, xarray, matplotlib).
