@@ -29,6 +29,7 @@ __all__ = [
     "env_problems",
     "is_reserved_env_name",
     "name_problem",
+    "slurm_trial_port_base",
     "value_problem",
 ]
 
@@ -174,6 +175,10 @@ ENV_FILE = "AORTA_ENV_FILE"
 #: Set by a launcher without an elastic agent store: the first of 1000 ports reserved for
 #: per-trial rendezvous of process-isolated distributed trials.
 TRIAL_MASTER_PORT_BASE = "AORTA_TRIAL_MASTER_PORT_BASE"
+#: The windows a Slurm job's base is picked from: 10000-31999, below Linux's ephemeral port
+#: range (32768-60999 by default), where a connection's source port or a bind to port 0 could
+#: already hold a trial's port; 29000-29999 (torch's MASTER_PORT 29500) left out.
+_PORT_WINDOWS = tuple(k * 1000 for k in range(10, 32) if k != 29)
 #: Set by ``aorta launch`` so every rank on every node writes into one run directory.
 RUN_ID = "AORTA_RUN_ID"
 #: Markers every process of a sweep / of one trial inherits, so none outlives them
@@ -328,3 +333,13 @@ def env_problems(
         if problem:
             out.append((str(name), problem))
     return out
+
+
+def slurm_trial_port_base(job_id: int) -> int:
+    """:data:`TRIAL_MASTER_PORT_BASE` for a Slurm job: one of 21 windows of 1000 ports, picked
+    by the job id (so jobs sharing nodes rarely meet), all below the ephemeral port range.
+
+    >>> slurm_trial_port_base(4), slurm_trial_port_base(4 + 21), slurm_trial_port_base(19)
+    (14000, 14000, 30000)
+    """
+    return _PORT_WINDOWS[job_id % len(_PORT_WINDOWS)]

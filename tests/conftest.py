@@ -7,6 +7,7 @@ import fnmatch
 import json
 import os
 import resource
+import time
 from pathlib import Path
 
 import pytest
@@ -85,11 +86,19 @@ def _cpu_seconds() -> float:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     log = item.config.getoption("cpu_log")
-    start = _cpu_seconds() if log else 0.0
+    start, began = (_cpu_seconds(), time.time()) if log else (0.0, 0.0)
     yield
     if log:
+        row = {
+            "test": item.nodeid,
+            "cpu_s": _cpu_seconds() - start,
+            # when and where, to see the schedule: which worker idled, what ran last
+            "start": began,
+            "wall_s": time.time() - began,
+            "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
+        }
         with open(log, "a") as f:  # one short line per write: workers append side by side
-            f.write(json.dumps({"test": item.nodeid, "cpu_s": _cpu_seconds() - start}) + "\n")
+            f.write(json.dumps(row) + "\n")
 
 
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:

@@ -117,7 +117,7 @@ def _start_step(staging: Path, emit: EventSink) -> subprocess.Popen[bytes]:
     port, base = spec.master_port or int(_slurm(*probe).split()[-1]), int(job.split("_")[0])
     ident = 'RANK="$SLURM_PROCID" WORLD_SIZE="$SLURM_NTASKS" LOCAL_RANK="$SLURM_LOCALID" '
     ident += f"LOCAL_WORLD_SIZE={ranks} MASTER_ADDR={q(addr)} MASTER_PORT={port} "
-    ident += f"{envvars.TRIAL_MASTER_PORT_BASE}={30000 + base % 30 * 1000} "
+    ident += f"{envvars.TRIAL_MASTER_PORT_BASE}={envvars.slurm_trial_port_base(base)} "
     nodes = tuple(Node(k, h, python=sys.executable, workdir=cwd) for k, h in enumerate(names))
     cluster, commands, rdzv = Cluster(nodes, source="slurm"), {}, {"master_addr": addr}
     for node in nodes:

@@ -178,14 +178,24 @@ class StoreCoordinator:
                     f"{envvars.TRIAL_MASTER_PORT_BASE} (the first of 1000 free ports reserved for aorta, e.g. 30000) "
                     "on every rank"
                 )
-            self.store = TCPStore(
-                env.master_addr,
-                env.port_base,
-                env.world_size,
-                env.rank == 0,
-                timeout,
-                wait_for_workers=False,
-            )
+            try:
+                self.store = TCPStore(
+                    env.master_addr,
+                    env.port_base,
+                    env.world_size,
+                    env.rank == 0,
+                    timeout,
+                    wait_for_workers=False,
+                )
+            except RuntimeError as exc:  # torch's DistNetworkError: in use, refused, timed out
+                where = f"{env.master_addr}:{env.port_base} ({envvars.TRIAL_MASTER_PORT_BASE})"
+                if "EADDRINUSE" in str(exc):
+                    raise AortaError(
+                        f"rank {env.rank}: port {where} is held by another process: pick a base "
+                        "whose 1000 ports are free, below the kernel's ephemeral port range "
+                        "(net.ipv4.ip_local_port_range)"
+                    ) from None
+                raise AortaError(f"rank {env.rank}: the engines' store at {where}: {exc}") from None
 
     def _key(self, key: str) -> str:
         return self.prefix + key

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from aorta import envvars
 from aorta.cli import main
 from aorta.errors import ExitCode
 from aorta.launch import LaunchFailed, LaunchSpec, new_run_id
@@ -214,7 +215,7 @@ def test_srun_ranks_one_task_per_rank(slurm: SlurmCluster) -> None:
     run_sh = (run_dir / "slurm/node_1/run.sh").read_text()
     assert 'RANK="$SLURM_PROCID"' in run_sh and "torch.distributed.run" not in run_sh
     record = _record(run_dir)
-    base = int(30000 + int(record["slurm"]["job_id"]) % 30 * 1000)
+    base = envvars.slurm_trial_port_base(int(record["slurm"]["job_id"]))
     assert f"AORTA_TRIAL_MASTER_PORT_BASE={base}" in run_sh  # job-unique
     assert sorted(p.name for p in (run_dir / "slurm/node_1").glob("exit.*")) == ["exit.2", "exit.3"]
     _assert_clean(slurm, record)
