@@ -21,11 +21,11 @@ STAMP := $(VENV)/.installed
 dev: $(STAMP)
 
 # uv installs in parallel (a fresh venv on 2 cores: 25 s against pip's 72 s). It does not read
-# pip's settings, so a site's wheel folder (PIP_FIND_LINKS) is passed on. --compile-bytecode:
-# with PYTHONDONTWRITEBYTECODE set (as on the CI machines) every process would otherwise
-# compile torch from source.
+# pip's settings, so a site's mirror and wheel folder (PIP_INDEX_URL, PIP_FIND_LINKS) are passed
+# on. --compile-bytecode: with PYTHONDONTWRITEBYTECODE set (as on the CI machines) every process
+# would otherwise compile torch from source.
 UV_INSTALL = $(BIN)/uv pip install --quiet --python $(BIN)/python --compile-bytecode \
-	$(if $(PIP_FIND_LINKS),--find-links $(PIP_FIND_LINKS))
+	$(if $(PIP_INDEX_URL),--index-url $(PIP_INDEX_URL)) $(if $(PIP_FIND_LINKS),--find-links $(PIP_FIND_LINKS))
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
