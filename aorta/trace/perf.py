@@ -25,6 +25,7 @@ import pandas as pd
 from . import links
 from .classify import GPU_CLASSES
 from .devices import Device, resolve_device
+from .perf_context import partners
 from .perf_model import (
     BACKWARD_FAMILIES,
     BACKWARD_OPS,
@@ -116,22 +117,30 @@ def _combine(*codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _models(
-    trace: Trace, rows: np.ndarray, *, backward: bool = False, list_dtype: np.ndarray | None = None
+    trace: Trace,
+    rows: np.ndarray,
+    *,
+    backward: bool = False,
+    list_dtype: np.ndarray | None = None,
+    partner: np.ndarray | None = None,
 ) -> tuple[np.ndarray, list[OpModel | None]]:
     """For each op row, an index into the returned models (``backward``: the forward op's model
     of its backward work); evaluated once per distinct (name, dims, types, concrete, training,
-    ``list_dtype``: an index into ``_LIST_DTYPES`` per row, -1 for none)."""
+    ``list_dtype``: an index into ``_LIST_DTYPES`` per row, -1 for none; ``partner``: the event
+    row completing the op's arguments, :func:`~aorta.trace.perf_context.partners`)."""
     if rows.size == 0:
         return np.empty(0, np.int64), []
     cols = [trace.column(c)[rows] for c in ("name", "input_dims", "input_type", "concrete")]
     cols.append(trace.column("seq")[rows] >= 0)
-    if list_dtype is not None:
-        cols.append(list_dtype)
+    cols.append(list_dtype if list_dtype is not None else np.full(rows.size, -1))
+    if partner is not None:  # the partner's dims and types (-1: none)
+        for c in ("input_dims", "input_type"):
+            cols.append(np.where(partner >= 0, trace.column(c)[np.maximum(partner, 0)], -1))
     key, first = _combine(*cols)
     uniques = np.stack([c[first] for c in cols], axis=1).tolist()
     names = trace.categories("name")
-    dims = _decoded(trace, "input_dims", cols[1][first])
-    types = _decoded(trace, "input_type", cols[2][first])
+    dims = _decoded(trace, "input_dims", np.concatenate([c[first] for c in cols[1::5]]))
+    types = _decoded(trace, "input_type", np.concatenate([c[first] for c in cols[2::5]]))
     concrete = _decoded(trace, "concrete", cols[3][first])
     evaluated = [
         op_model(
@@ -141,7 +150,8 @@ def _models(
             concrete.get(u[3]),
             backward=backward,
             training=bool(u[4]),
-            list_dtype=_LIST_DTYPES[u[5]] if len(u) > 5 and u[5] >= 0 else None,
+            list_dtype=_LIST_DTYPES[u[5]] if u[5] >= 0 else None,
+            partner=(dims.get(u[6]), types.get(u[7])) if len(u) > 6 and u[6] >= 0 else None,
         )
         for u in uniques
     ]
@@ -334,7 +344,13 @@ def _calls(trace: Trace) -> _Calls:
     candidates = np.concatenate([rows, evaluate]).astype(np.int64)
     event, gpu_idx = _launched(trace, candidates)
     list_dtype = _list_dtypes(trace, candidates, event, gpu_idx)[: rows.size]
-    ids, models = _models(trace, rows, list_dtype=list_dtype if (list_dtype >= 0).any() else None)
+    partner = partners(trace, rows)
+    ids, models = _models(
+        trace,
+        rows,
+        list_dtype=list_dtype if (list_dtype >= 0).any() else None,
+        partner=partner if (partner >= 0).any() else None,
+    )
     ok = np.array([m is not None for m in models], dtype=bool)
     keep = np.flatnonzero(ok[ids]) if ids.size else np.empty(0, np.int64)
     ids = ids[keep]
