@@ -201,12 +201,17 @@ def _launched(trace: Trace, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if rows.size == 0 or rt.size == 0 or linked.size == 0:
         return empty
     launch_idx = gpu.launch_rt[linked]
-    by_launch = np.argsort(launch_idx, kind="stable")
-    gpu_sorted, launch_sorted = linked[by_launch], launch_idx[by_launch]
-    # one entry per launching runtime call: its first GPU op in gpu_sorted and how many
-    first = np.flatnonzero(np.r_[True, launch_sorted[1:] != launch_sorted[:-1]])
-    count = np.diff(np.r_[first, launch_sorted.size])
-    calls = rt[launch_sorted[first]]
+    launches = np.bincount(launch_idx, minlength=rt.size)
+    launcher = np.flatnonzero(launches)  # runtime calls that launched, in time order
+    if int(launches.max()) == 1:  # one GPU op each (the common case): no sort, no expansion
+        gpu_of = np.empty(rt.size, np.int64)
+        gpu_of[launch_idx] = linked
+        gpu_sorted, first, count = gpu_of[launcher], None, None
+    else:  # one entry per launching runtime call: its first GPU op in gpu_sorted and how many
+        gpu_sorted = linked[np.argsort(launch_idx, kind="stable")]
+        count = launches[launcher]
+        first = np.cumsum(count) - count
+    calls = rt[launcher]
     ts = trace.column("ts")
     group, call_group = links.thread_groups(trace, rows, calls)
     order, lo, hi = links.contained_ranges(
@@ -214,8 +219,8 @@ def _launched(trace: Trace, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     )
     event, pos = _expand(lo, hi - lo)
     call = order[pos]
-    if bool((count == 1).all()):
-        return event, gpu_sorted[first[call]]
+    if first is None or count is None:
+        return event, gpu_sorted[call]
     event2, gpos = _expand(first[call], count[call])
     return event[event2], gpu_sorted[gpos]
 
@@ -239,25 +244,28 @@ def _busy(owner: np.ndarray, start: np.ndarray, end: np.ndarray, n: int) -> np.n
     if owner.size == 0:
         return out
     t0 = int(start.min())
-    s, e = start - t0, end - t0
-    span = int(e.max()) + 1
+    span = int(end.max()) - t0 + 1
     if span * (n + 1) >= 2**62:  # too wide to pack: one owner at a time
         for i in np.unique(owner).tolist():
             mask = owner == i
             out[i] = _busy(np.zeros(int(mask.sum()), np.int64), start[mask], end[mask], 1)[0]
         return out
-    base = owner.astype(np.int64) * span
-    s2, e2 = s + base, e + base
+    # each owner on its own stretch of one time line: owner * span + (time - t0)
+    base = np.multiply(owner, span, dtype=np.int64)
+    base -= t0
+    s2, e2 = start + base, end + base
     if owner.size > 1 and not bool(np.all(s2[1:] >= s2[:-1])):
-        order = np.lexsort((s, owner))
+        order = np.lexsort((start, owner))
         s2, e2, base, owner = s2[order], e2[order], base[order], owner[order]
     reach = np.maximum.accumulate(e2)
-    prev = np.empty_like(reach)
-    prev[0] = -1
+    prev = np.empty_like(reach)  # how far the intervals before reach, in place from here
+    prev[0] = np.iinfo(np.int64).min
     prev[1:] = reach[:-1]
-    prev = np.maximum(prev, base)  # nothing before an owner's first interval
-    gain = np.maximum(e2 - np.maximum(s2, prev), 0)
-    return np.bincount(owner, weights=gain, minlength=n).astype(np.int64)
+    np.maximum(prev, base, out=prev)  # nothing before an owner's first interval
+    np.maximum(prev, s2, out=prev)
+    np.subtract(e2, prev, out=prev)
+    np.maximum(prev, 0, out=prev)  # the part of each interval not yet covered
+    return np.bincount(owner, weights=prev, minlength=n).astype(np.int64)
 
 
 def _op_rows(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
