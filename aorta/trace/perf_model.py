@@ -459,6 +459,11 @@ _ELEMENTWISE_UNARY = (
     "aten::clamp_",
     "aten::nan_to_num",
     "aten::_foreach_sqrt",
+    # in place: each element read and written once, as the out-of-place op reads and writes
+    "aten::exp_",
+    "aten::log_",
+    "aten::log2",  # one read, one write per element, like aten::log
+    "aten::logit",  # (self, eps): eps is a Scalar, so one tensor in, one of its size out
 )
 _ELEMENTWISE_BINARY = (
     "aten::sub",
@@ -488,6 +493,7 @@ _ELEMENTWISE_BINARY = (
     "aten::nll_loss_backward",
     "aten::hardtanh_backward",
     "aten::leaky_relu_backward",
+    "aten::logit_backward",  # (grad_output, self, eps): two tensors in, one of their size out
 )
 
 
