@@ -152,10 +152,8 @@ def thread_groups(trace: Trace, *row_sets: np.ndarray) -> list[np.ndarray]:
     (True, True)
     """
     rows = np.concatenate(row_sets) if row_sets else np.empty(0, dtype=np.int64)
-    columns = [trace.column(column) for column in ("rank", "pid", "tid")]
-    # a column constant over the whole trace (one rank, one process) is not gathered
-    varying = [c for c in columns if c.size and c.min() != c.max()]
-    key = pack(*(c[rows] for c in varying)) if varying else np.zeros(rows.size, np.int64)
+    # a column constant over these rows (one rank, one process) adds nothing to the key
+    key = pack(*(trace.column(column)[rows] for column in ("rank", "pid", "tid")))
     return list(np.split(key, np.cumsum([part.size for part in row_sets])[:-1]))
 
 
@@ -172,16 +170,23 @@ def pack(*columns: np.ndarray) -> np.ndarray:
     [0, 2, 3]
     """
     n = columns[0].size if columns else 0
-    key = np.zeros(n, dtype=np.int64)
     if n == 0:
-        return key
+        return np.zeros(n, dtype=np.int64)
     lows = [int(c.min()) for c in columns]
     spans = [int(c.max()) - lo + 1 for c, lo in zip(columns, lows, strict=True)]
     if math.prod(spans) < 2**62:
+        key = None  # built in place: one new array, the first varying column
         for column, lo, span in zip(columns, lows, spans, strict=True):
-            if span > 1:  # a constant column adds nothing
-                key = key * span + (column.astype(np.int64) - lo)
-        return key
+            if span == 1:  # a constant column adds nothing
+                continue
+            part = np.subtract(column, lo, dtype=np.int64)
+            if key is None:
+                key = part
+            else:
+                key *= span
+                key += part
+        return key if key is not None else np.zeros(n, dtype=np.int64)
+    key = np.zeros(n, dtype=np.int64)
     for column in columns:  # re-code pairwise to stay small
         sub, uniques = pd.factorize(column)
         key = pd.factorize(key * max(len(uniques), 1) + sub)[0].astype(np.int64)

@@ -25,6 +25,7 @@ import pandas as pd
 from . import links
 from .classify import GPU_CLASSES
 from .devices import Device, resolve_device
+from .perf_context import partners
 from .perf_model import (
     BACKWARD_FAMILIES,
     BACKWARD_OPS,
@@ -116,22 +117,30 @@ def _combine(*codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _models(
-    trace: Trace, rows: np.ndarray, *, backward: bool = False, list_dtype: np.ndarray | None = None
+    trace: Trace,
+    rows: np.ndarray,
+    *,
+    backward: bool = False,
+    list_dtype: np.ndarray | None = None,
+    partner: np.ndarray | None = None,
 ) -> tuple[np.ndarray, list[OpModel | None]]:
     """For each op row, an index into the returned models (``backward``: the forward op's model
     of its backward work); evaluated once per distinct (name, dims, types, concrete, training,
-    ``list_dtype``: an index into ``_LIST_DTYPES`` per row, -1 for none)."""
+    ``list_dtype``: an index into ``_LIST_DTYPES`` per row, -1 for none; ``partner``: the event
+    row completing the op's arguments, :func:`~aorta.trace.perf_context.partners`)."""
     if rows.size == 0:
         return np.empty(0, np.int64), []
     cols = [trace.column(c)[rows] for c in ("name", "input_dims", "input_type", "concrete")]
     cols.append(trace.column("seq")[rows] >= 0)
-    if list_dtype is not None:
-        cols.append(list_dtype)
+    cols.append(list_dtype if list_dtype is not None else np.full(rows.size, -1))
+    if partner is not None:  # the partner's dims and types (-1: none)
+        for c in ("input_dims", "input_type"):
+            cols.append(np.where(partner >= 0, trace.column(c)[np.maximum(partner, 0)], -1))
     key, first = _combine(*cols)
     uniques = np.stack([c[first] for c in cols], axis=1).tolist()
     names = trace.categories("name")
-    dims = _decoded(trace, "input_dims", cols[1][first])
-    types = _decoded(trace, "input_type", cols[2][first])
+    dims = _decoded(trace, "input_dims", np.concatenate([c[first] for c in cols[1::5]]))
+    types = _decoded(trace, "input_type", np.concatenate([c[first] for c in cols[2::5]]))
     concrete = _decoded(trace, "concrete", cols[3][first])
     evaluated = [
         op_model(
@@ -141,7 +150,8 @@ def _models(
             concrete.get(u[3]),
             backward=backward,
             training=bool(u[4]),
-            list_dtype=_LIST_DTYPES[u[5]] if len(u) > 5 and u[5] >= 0 else None,
+            list_dtype=_LIST_DTYPES[u[5]] if u[5] >= 0 else None,
+            partner=(dims.get(u[6]), types.get(u[7])) if len(u) > 6 and u[6] >= 0 else None,
         )
         for u in uniques
     ]
@@ -191,12 +201,17 @@ def _launched(trace: Trace, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if rows.size == 0 or rt.size == 0 or linked.size == 0:
         return empty
     launch_idx = gpu.launch_rt[linked]
-    by_launch = np.argsort(launch_idx, kind="stable")
-    gpu_sorted, launch_sorted = linked[by_launch], launch_idx[by_launch]
-    # one entry per launching runtime call: its first GPU op in gpu_sorted and how many
-    first = np.flatnonzero(np.r_[True, launch_sorted[1:] != launch_sorted[:-1]])
-    count = np.diff(np.r_[first, launch_sorted.size])
-    calls = rt[launch_sorted[first]]
+    launches = np.bincount(launch_idx, minlength=rt.size)
+    launcher = np.flatnonzero(launches)  # runtime calls that launched, in time order
+    if int(launches.max()) == 1:  # one GPU op each (the common case): no sort, no expansion
+        gpu_of = np.empty(rt.size, np.int64)
+        gpu_of[launch_idx] = linked
+        gpu_sorted, first, count = gpu_of[launcher], None, None
+    else:  # one entry per launching runtime call: its first GPU op in gpu_sorted and how many
+        gpu_sorted = linked[np.argsort(launch_idx, kind="stable")]
+        count = launches[launcher]
+        first = np.cumsum(count) - count
+    calls = rt[launcher]
     ts = trace.column("ts")
     group, call_group = links.thread_groups(trace, rows, calls)
     order, lo, hi = links.contained_ranges(
@@ -204,8 +219,8 @@ def _launched(trace: Trace, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     )
     event, pos = _expand(lo, hi - lo)
     call = order[pos]
-    if bool((count == 1).all()):
-        return event, gpu_sorted[first[call]]
+    if first is None or count is None:
+        return event, gpu_sorted[call]
     event2, gpos = _expand(first[call], count[call])
     return event[event2], gpu_sorted[gpos]
 
@@ -229,25 +244,28 @@ def _busy(owner: np.ndarray, start: np.ndarray, end: np.ndarray, n: int) -> np.n
     if owner.size == 0:
         return out
     t0 = int(start.min())
-    s, e = start - t0, end - t0
-    span = int(e.max()) + 1
+    span = int(end.max()) - t0 + 1
     if span * (n + 1) >= 2**62:  # too wide to pack: one owner at a time
         for i in np.unique(owner).tolist():
             mask = owner == i
             out[i] = _busy(np.zeros(int(mask.sum()), np.int64), start[mask], end[mask], 1)[0]
         return out
-    base = owner.astype(np.int64) * span
-    s2, e2 = s + base, e + base
+    # each owner on its own stretch of one time line: owner * span + (time - t0)
+    base = np.multiply(owner, span, dtype=np.int64)
+    base -= t0
+    s2, e2 = start + base, end + base
     if owner.size > 1 and not bool(np.all(s2[1:] >= s2[:-1])):
-        order = np.lexsort((s, owner))
+        order = np.lexsort((start, owner))
         s2, e2, base, owner = s2[order], e2[order], base[order], owner[order]
     reach = np.maximum.accumulate(e2)
-    prev = np.empty_like(reach)
-    prev[0] = -1
+    prev = np.empty_like(reach)  # how far the intervals before reach, in place from here
+    prev[0] = np.iinfo(np.int64).min
     prev[1:] = reach[:-1]
-    prev = np.maximum(prev, base)  # nothing before an owner's first interval
-    gain = np.maximum(e2 - np.maximum(s2, prev), 0)
-    return np.bincount(owner, weights=gain, minlength=n).astype(np.int64)
+    np.maximum(prev, base, out=prev)  # nothing before an owner's first interval
+    np.maximum(prev, s2, out=prev)
+    np.subtract(e2, prev, out=prev)
+    np.maximum(prev, 0, out=prev)  # the part of each interval not yet covered
+    return np.bincount(owner, weights=prev, minlength=n).astype(np.int64)
 
 
 def _op_rows(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
@@ -334,7 +352,13 @@ def _calls(trace: Trace) -> _Calls:
     candidates = np.concatenate([rows, evaluate]).astype(np.int64)
     event, gpu_idx = _launched(trace, candidates)
     list_dtype = _list_dtypes(trace, candidates, event, gpu_idx)[: rows.size]
-    ids, models = _models(trace, rows, list_dtype=list_dtype if (list_dtype >= 0).any() else None)
+    partner = partners(trace, rows)
+    ids, models = _models(
+        trace,
+        rows,
+        list_dtype=list_dtype if (list_dtype >= 0).any() else None,
+        partner=partner if (partner >= 0).any() else None,
+    )
     ok = np.array([m is not None for m in models], dtype=bool)
     keep = np.flatnonzero(ok[ids]) if ids.size else np.empty(0, np.int64)
     ids = ids[keep]

@@ -75,6 +75,47 @@ def _lookup(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
     )
 
 
+def _lookup_backward(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
+    """The fused backward and row-wise Adagrad update of a lookup (its autograd ``CppNode``),
+    with the forward call's arguments (``ctx["partner"]``, paired by
+    :mod:`aorta.trace.perf_context`): the node itself records only the gradient ``[B, total_D]``.
+
+    fbgemm linearises and sorts the ``L`` lookups by table row, then accumulates, for each
+    lookup, its bag's gradient row (``D`` values) into the row it looked up; a weighted lookup
+    also reads its per-sample weight and writes that weight's gradient (the dot product of the
+    lookup's table row and gradient row). Counted: indices and offsets read, ``L`` gradient rows
+    read, and for weighted lookups ``L`` weights read, ``L`` table rows read and ``L`` weight
+    gradients written; FLOPs: one addition per gradient element (plus a multiplication, and the
+    dot product's two, when weighted). Not counted, so the bytes are a lower bound: the update
+    of each distinct row (its ``D`` weights and momentum read and written) — how many distinct
+    rows the lookups hit is computed on the GPU and recorded nowhere — and the sort's passes.
+    """
+    dims, types, _ = args
+    forward = ctx.get("partner")
+    grad, size_g = dims_at(dims, 0), bpe(type_at(types, 0))
+    if forward is None or grad is None or len(grad) != 2 or size_g is None:
+        return None
+    fdims, ftypes = forward
+    weights = numel(_shape(fdims, _DEV_W)) + numel(_shape(fdims, _UVM_W))
+    rows = numel(_shape(fdims, _M1_DEV)) + numel(_shape(fdims, _M1_UVM))
+    lookups, bags = numel(_shape(fdims, _INDICES)), numel(_shape(fdims, _OFFSETS)) - 1
+    size_w = bpe(type_at(ftypes, _DEV_W))
+    size_i, size_o = bpe(type_at(ftypes, _INDICES)), bpe(type_at(ftypes, _OFFSETS))
+    if not rows or bags <= 0 or size_w is None or size_i is None or size_o is None:
+        return None
+    d = weights / rows  # as in the forward: one momentum value per table row
+    per_sample = dims_at(fdims, _WEIGHTS)
+    weighted = bool(per_sample) and numel(per_sample) == lookups
+    moved = lookups * size_i + (bags + 1) * size_o + lookups * d * size_g
+    flops = lookups * d
+    if weighted:
+        size_s = bpe(type_at(ftypes, _WEIGHTS)) or 4
+        moved += lookups * size_s + lookups * d * size_w + lookups * size_g
+        flops += 3 * lookups * d
+    params = {"L": lookups, "bags": bags, "D": d, "weighted": weighted, "grad": tuple(grad)}
+    return OpModel("Memory", flops, moved, "vector", type_at(types, 0), params)
+
+
 def _convert(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
     """(De)quantisation: the input read once, the output written once.
 
@@ -176,6 +217,7 @@ def _cumsum(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
 #: Op name → model function (FBGEMM-GPU ops).
 FBGEMM_MODELS = {
     "fbgemm::split_embedding_codegen_lookup_rowwise_adagrad_function": _lookup,
+    "torch::autograd::CppNode<SplitLookupFunction_rowwise_adagrad_Op>": _lookup_backward,
     "fbgemm::FloatToFP8RowwiseQuantized": _convert,
     "fbgemm::FP8RowwiseQuantizedToFloat": _convert,
     "fbgemm::FloatToHFP8Quantized": _convert,

@@ -459,6 +459,11 @@ _ELEMENTWISE_UNARY = (
     "aten::clamp_",
     "aten::nan_to_num",
     "aten::_foreach_sqrt",
+    # in place: each element read and written once, as the out-of-place op reads and writes
+    "aten::exp_",
+    "aten::log_",
+    "aten::log2",  # one read, one write per element, like aten::log
+    "aten::logit",  # (self, eps): eps is a Scalar, so one tensor in, one of its size out
 )
 _ELEMENTWISE_BINARY = (
     "aten::sub",
@@ -488,6 +493,7 @@ _ELEMENTWISE_BINARY = (
     "aten::nll_loss_backward",
     "aten::hardtanh_backward",
     "aten::leaky_relu_backward",
+    "aten::logit_backward",  # (grad_output, self, eps): two tensors in, one of their size out
 )
 
 
@@ -567,6 +573,7 @@ def op_model(
     backward: bool = False,
     training: bool = True,
     list_dtype: str | None = None,
+    partner: tuple[Any, Any] | None = None,
 ) -> OpModel | None:
     """The model of one call of ``op`` with these ``Input Dims``/``Input type``/``Concrete
     Inputs``; ``None`` when ``op`` has no model or its arguments cannot be read.
@@ -582,6 +589,10 @@ def op_model(
     list_dtype
         The element type of the op's ``TensorList`` inputs (Kineto records their shapes, not
         their type): a ``_foreach_*`` op has a model only with it.
+    partner
+        ``(Input Dims, Input type)`` of the event that records what the op's own arguments do
+        not (:func:`aorta.trace.perf_context.partners`: an fbgemm backward node's forward call,
+        the backward node whose gradients a ``cat`` concatenates).
 
     Examples
     --------
@@ -595,6 +606,8 @@ def op_model(
     concrete = concrete if isinstance(concrete, list) else []
     args: Args = (dims, types, concrete)
     ctx: dict[str, Any] = {"backward": backward, "training": training, "list_dtype": list_dtype}
+    if partner is not None and isinstance(partner[0], list) and isinstance(partner[1], list):
+        ctx["partner"] = partner
     fn = _REGISTRY.get(op)
     if fn is None and op.startswith(FOREACH):
         fn = foreach

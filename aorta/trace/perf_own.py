@@ -44,10 +44,14 @@ def _tensors(dims: list[Any], types: list[Any]) -> list[tuple[int, int]]:
 def _memory(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
     """Data movement: read the inputs, write as much as ``out`` says (no FLOPs)."""
     dims, types, _ = args
-    tensors = _tensors(dims, types)
+    rule = _MEMORY[op]
+    unrecorded = any(t == "TensorList" and d == [] for d, t in zip(dims, types, strict=False))
+    # a cat/stack whose list Kineto wrote as []: any other tensor argument is not what it joins
+    tensors = [] if rule == "sum" and unrecorded else _tensors(dims, types)
+    if not tensors and rule == "sum" and "partner" in ctx:
+        return _joined_gradients(ctx["partner"])
     if not tensors:
         return None
-    rule = _MEMORY[op]
     read: float = sum(n * s for n, s in tensors)
     if rule == "gather":  # embedding/index: table rows picked by an index tensor
         table, index = tensors[0], tensors[1] if len(tensors) > 1 else (0, 8)
@@ -68,6 +72,19 @@ def _memory(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
     shape = dims_at(dims, 0)
     params = {"op_shape": tuple(shape) if shape is not None else ()}
     return OpModel("Memory", 0.0, float(read + written), "vector", type_at(types, 0), params)
+
+
+def _joined_gradients(partner: tuple[list[Any], list[Any]]) -> OpModel | None:
+    """A cat whose list Kineto wrote as ``[]``, the work of a backward node that concatenates
+    its incoming gradients (:mod:`aorta.trace.perf_context`): it reads them and writes their
+    concatenation, as the node's ``Input Dims``/``Input type`` record them."""
+    dims, types = partner
+    tensors = _tensors(dims, types)
+    if not tensors:
+        return None
+    joined = sum(n * s for n, s in tensors)
+    params = {"pieces": len(tensors), "elements": sum(n for n, _ in tensors)}
+    return OpModel("Memory", 0.0, float(2 * joined), "vector", type_at(types, 0), params)
 
 
 _MEMORY: dict[str, str] = {
