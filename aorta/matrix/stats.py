@@ -45,6 +45,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 from typing import Literal
 
 import numpy as np
@@ -178,9 +179,9 @@ def summarize_values(values: np.ndarray) -> Summary:
 
 
 def _z(alpha: float) -> float:
-    from scipy.stats import norm
-
-    return float(norm.ppf(1 - alpha / 2))
+    # The standard library's quantile agrees with scipy's norm.ppf to ~1e-15 and spares every
+    # sweep process that writes a matrix the ~1 s import of scipy.stats.
+    return NormalDist().inv_cdf(1 - alpha / 2)
 
 
 def wilson_interval(k: int, n: int, *, alpha: float = DEFAULT_ALPHA) -> tuple[float, float]:
