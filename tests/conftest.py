@@ -7,6 +7,7 @@ import fnmatch
 import json
 import os
 import resource
+import signal
 import time
 from pathlib import Path
 
@@ -23,6 +24,16 @@ UPSTREAM_RECIPES = DATA / "upstream_recipes"
 # not speed, which benchmarks/ measures; so one generous value, set here, for every test.
 settings.register_profile("aorta", deadline=10_000)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "aorta"))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # A script that starts the suite in the background (`make test &`) leaves SIGINT ignored
+    # in it and in everything it starts, and the ignore survives exec: the Ctrl-C tests then
+    # interrupt nothing. Python's own handler here means the processes tests start get the
+    # default again (each worker runs this too).
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
 
 # `make test` keeps each file on one xdist worker (`--dist loadfile --no-loadscope-reorder`)
 # and hands files out in collection order. The files below are the long ones (real Docker,
