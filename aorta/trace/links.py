@@ -16,7 +16,7 @@ import pandas as pd
 if TYPE_CHECKING:
     from .model import Trace
 
-__all__ = ["contained_ranges", "lookup", "segment_argmax", "thread_groups"]
+__all__ = ["contained_ranges", "innermost", "lookup", "segment_argmax", "thread_groups"]
 
 _SHIFT = 1 << 44  # ids below 2**44 and ranks below 2**19 pack into one int64
 
@@ -106,6 +106,42 @@ def contained_ranges(
         lo[outer] = a + np.searchsorted(s[a:b], start[outer], side="left")
         hi[outer] = a + np.searchsorted(s[a:b], end[outer], side="right")
     return order, lo, hi
+
+
+def innermost(
+    group: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+    point_group: np.ndarray,
+    point: np.ndarray,
+) -> np.ndarray:
+    """For each point, the index of the innermost interval of its group that contains it
+    (``start <= point <= end``; the latest-starting, then the shortest), or -1 for none.
+
+    One :func:`contained_ranges` and one sort over the (interval, point) pairs: as many as
+    the points times their nesting depth.
+
+    Examples
+    --------
+    >>> innermost(np.array([0, 0, 0, 1]), np.array([0, 2, 6, 0]), np.array([10, 5, 8, 10]),
+    ...           np.array([0, 0, 0, 1, 2]), np.array([3, 9, 7, 3, 3])).tolist()
+    [1, 0, 2, 3, -1]
+    """
+    out = np.full(point.size, -1, np.int64)
+    if start.size == 0 or point.size == 0:
+        return out
+    order, lo, hi = contained_ranges(group, start, end, point_group, point)
+    count = np.maximum(hi - lo, 0)
+    interval = np.repeat(np.arange(start.size), count)
+    if interval.size == 0:
+        return out
+    offsets = np.cumsum(count) - count
+    inside = order[np.arange(interval.size) - offsets[interval] + lo[interval]]
+    pick = np.lexsort((end[interval], -start[interval], inside))  # per point: innermost first
+    inside, interval = inside[pick], interval[pick]
+    first = np.r_[True, inside[1:] != inside[:-1]]
+    out[inside[first]] = interval[first]
+    return out
 
 
 def segment_argmax(

@@ -26,6 +26,7 @@ from . import links
 from .classify import GPU_CLASSES
 from .devices import Device, resolve_device
 from .perf_context import partners
+from .perf_launchers import unmodelled_rows
 from .perf_model import (
     BACKWARD_FAMILIES,
     BACKWARD_OPS,
@@ -565,8 +566,10 @@ def perf_summary(trace: Trace, *, device: Device = None) -> pd.DataFrame:
         One row per (``op``, ``family``, ``shape``, ``dtype``): ``count`` (calls), ``kernel_us``
         (summed duration of the GPU ops counted there), ``flops``/``bytes`` per call and
         ``has_model``; ``family`` is ``"other"`` for ops without a model (``"communication"``
-        when their GPU ops are NCCL/RCCL kernels) and GPU ops with no launching CPU op are
-        rows of their own (``op`` = the GPU op's name). With a device
+        when their GPU ops are NCCL/RCCL kernels). The op that launched a GPU op is the
+        innermost ``cpu_op`` around its runtime call on the call's thread
+        (:func:`~aorta.trace.perf_launchers.launching_ops`); a GPU op with none is a row of its
+        own (``op`` = the GPU op's name). With a device
         (see :func:`perf_ops`) also the roofline columns. ``attrs["coverage"]`` is the share of
         GPU op time with a model (see :func:`coverage`); ``attrs["shapes_recorded"]`` is
         :func:`shapes_recorded` (when False, the coverage is 0 because no model can apply).
@@ -599,28 +602,7 @@ def perf_summary(trace: Trace, *, device: Device = None) -> pd.DataFrame:
         )
     rest = linked[~modelled[linked]]  # sorted, as setdiff1d gave it, without a sort
     if rest.size:
-        rt_pos = gpu.launch_rt[rest]
-        op_row = trace.runtime_op[rt_pos]
-        names = trace.categories("name")
-        name_codes = trace.column("name")
-        leaf = pd.DataFrame(
-            {
-                "op": [
-                    names[name_codes[r]] if r >= 0 else names[g]
-                    for r, g in zip(op_row.tolist(), gpu.name[rest].tolist(), strict=True)
-                ],
-                "event": np.where(op_row >= 0, op_row, -1 - rest),
-                "ns": dur_ns[rest],
-                "family": np.where(gpu.cls[rest] == _COMM, "communication", "other"),
-            }
-        )
-        per_event = leaf.groupby(["op", "family", "event"], sort=False)["ns"].sum().reset_index()
-        other = per_event.groupby(["op", "family"], sort=False).agg(
-            count=("event", "size"), kernel_us=("ns", "sum")
-        )
-        other["kernel_us"] /= 1e3
-        other = other.reset_index().assign(shape="", dtype="", unit="", has_model=False)
-        frames.append(other)
+        frames.append(unmodelled_rows(trace, rest))
     columns = ["op", "family", "shape", "dtype", "count", "kernel_us", "flops", "bytes"]
     columns += ["has_model", "unit"]
     if frames:

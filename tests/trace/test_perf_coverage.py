@@ -207,3 +207,39 @@ def test_a_trace_without_shapes_says_so(capsys):
         "0.0% of GPU kernel time (communication aside) has a perf model: no shapes recorded" in out
     )
     assert "(record_shapes=True)" in out
+
+
+def _innermost_cpu_op(events: list[dict], call: dict) -> dict | None:
+    """The innermost ``cpu_op`` on the call's thread whose span contains the call."""
+    around = [
+        e
+        for e in events
+        if e.get("cat") == "cpu_op"
+        and (e["pid"], e["tid"]) == (call["pid"], call["tid"])
+        and e["ts"] <= call["ts"] <= e["ts"] + e["dur"]
+    ]
+    return max(around, key=lambda e: (e["ts"], -e["dur"]), default=None)
+
+
+@pytest.mark.parametrize("kernel", ["CatArrayBatchedCopy", "ncclKernel", "multi_tensor_apply"])
+def test_unmodelled_kernels_are_counted_under_the_op_that_launched_them(a100, kernel):
+    """In this trace no runtime call's External id names a CPU op; the launching op is the
+    innermost ``cpu_op`` around the runtime call on its thread (found here from the raw events:
+    the kernel's runtime call by correlation id, the op by timestamps). Where no ``cpu_op``
+    contains the call (the optimizer's ``_foreach_`` kernels: only user annotations around
+    them, their op sampled out) the kernel's own name is the row."""
+    with gzip.open(DATA / "a100_nccl_sampled_rank-0.json.gz") as f:
+        events = json.load(f)["traceEvents"]
+    ext_ids = {e["args"]["External id"] for e in events if e.get("cat") == "cpu_op"}
+    calls = {e["args"]["correlation"]: e for e in events if e.get("cat") == "cuda_runtime"}
+    assert not any(c["args"].get("External id") in ext_ids for c in calls.values())
+    first = next(e for e in events if e.get("cat") == "kernel" and kernel in e["name"])
+    op = _innermost_cpu_op(events, calls[first["args"]["correlation"]])
+    summary = a100[0].perf_summary(device=False)
+    expected = first["name"] if op is None else op["name"]
+    assert (op is None) == (kernel == "multi_tensor_apply")
+    family = "communication" if kernel == "ncclKernel" else "other"
+    row = summary[(summary["op"] == expected) & ~summary["has_model"]]
+    assert row["family"].tolist() == [family] and row["kernel_us"].iloc[0] >= first["dur"]
+    if op is not None:  # no row is named after a kernel an op launched
+        assert not summary["op"].str.contains(kernel).any()
