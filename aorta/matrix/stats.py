@@ -180,8 +180,11 @@ def summarize_values(values: np.ndarray) -> Summary:
 
 def _z(alpha: float) -> float:
     # The standard library's quantile agrees with scipy's norm.ppf to ~1e-15 and spares every
-    # sweep process that writes a matrix the ~1 s import of scipy.stats.
-    return NormalDist().inv_cdf(1 - alpha / 2)
+    # sweep process that writes a matrix the ~1 s import of scipy.stats. Outside (0, 1) it
+    # raises where norm.ppf gives inf or NaN: kept as NaN, so the caller's own check of alpha
+    # (compare_groups: "alpha must be in (0, 1)") is what a user sees.
+    p = 1 - alpha / 2
+    return NormalDist().inv_cdf(p) if 0 < p < 1 else math.nan
 
 
 def wilson_interval(k: int, n: int, *, alpha: float = DEFAULT_ALPHA) -> tuple[float, float]:

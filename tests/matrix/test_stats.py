@@ -47,6 +47,20 @@ def test_wilson_interval_of_nothing_is_nan():
     assert all(math.isnan(v) for v in stats.wilson_interval(0, 0))
 
 
+@pytest.mark.parametrize("alpha", [1e-6, 0.001, 0.01, 0.05, 0.1, 0.5, 0.99])
+def test_wilson_interval_matches_scipys_normal_quantile(alpha):
+    # z comes from the standard library (no scipy.stats import when writing a matrix)
+    from scipy.stats import norm
+
+    k, n, z = 3, 17, float(norm.ppf(1 - alpha / 2))
+    p, denom = k / n, 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    assert stats.wilson_interval(k, n, alpha=alpha) == pytest.approx(
+        (centre - half, centre + half), rel=1e-12
+    )
+
+
 def test_holm_matches_the_textbook_step_down():
     p = [0.01, 0.04, 0.03, 0.005]
     # sorted: 0.005*4=0.02, 0.01*3=0.03, 0.03*2=0.06, 0.04*1=0.04 -> monotone 0.06
