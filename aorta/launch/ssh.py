@@ -228,9 +228,12 @@ class SshSession:
         code = -1
         with self._command(command, timeout, fresh) as chan:
             chan.set_combine_stderr(True)
-            chan.sendall(stdin or b"")
-            if not keep_stdin_open:
-                chan.shutdown_write()
+            # A command that ends before reading its input ("not found") closes the channel
+            # mid-send: its output and exit status below say why, not the failed send.
+            with contextlib.suppress(OSError):
+                chan.sendall(stdin or b"")
+                if not keep_stdin_open:
+                    chan.shutdown_write()
             for raw in chan.makefile("rb"):  # one line at a time, until end of file
                 tail.append(line := raw.decode(errors="replace").rstrip("\r\n"))
                 if on_line is not None:

@@ -396,6 +396,17 @@ def test_a_session_streams_lines_and_says_why_a_login_failed(
         refused.exec("true", timeout=5)
 
 
+def test_a_command_ending_before_it_reads_its_input_is_reported_by_its_exit(
+    cluster: Cluster,
+) -> None:
+    # The node agent is sent on stdin; a python that is not there ends at once and closes the
+    # channel mid-send. The launch must say what the shell said (its output and exit status),
+    # not paramiko's "Socket is closed" (a CI run under load reported that instead).
+    with ssh_sessions(cluster)["node1"] as session:
+        result = session.exec("/nonexistent/python3 -", stdin=b"x" * 8_000_000, timeout=30)
+    assert result.exit_code == 127 and "/nonexistent/python3: No such file" in result.stdout
+
+
 def _cmdlines_with(text: str) -> list[str]:
     found = []
     for path in Path("/proc").glob("[0-9]*/cmdline"):
