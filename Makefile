@@ -27,16 +27,17 @@ dev: $(STAMP)
 
 # uv installs in parallel (a fresh venv on 2 cores: 25 s against pip's 72 s). It does not read
 # pip's settings, so a site's mirror and wheel folder (PIP_INDEX_URL, PIP_FIND_LINKS) are passed
-# on. --compile-bytecode: with PYTHONDONTWRITEBYTECODE set (as on the CI machines) every process
+# on; where uv cannot install (a mirror set only in pip.conf, no uv wheel), pip does, as before.
+# --compile-bytecode: with PYTHONDONTWRITEBYTECODE set (as on the CI machines) every process
 # would otherwise compile torch from source.
 UV_INSTALL = $(BIN)/uv pip install --quiet --python $(BIN)/python --compile-bytecode \
 	$(if $(PIP_INDEX_URL),--index-url $(PIP_INDEX_URL)) $(if $(PIP_FIND_LINKS),--find-links $(PIP_FIND_LINKS))
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q uv
-	$(UV_INSTALL) $(TORCH)
-	$(UV_INSTALL) -e '.[test]'
+	$(BIN)/python -m pip install -q uv || true
+	$(UV_INSTALL) $(TORCH) || $(BIN)/python -m pip install -q $(TORCH)
+	$(UV_INSTALL) -e '.[test]' || $(BIN)/python -m pip install -q -e '.[test]'
 	touch $(STAMP)
 
 test: dev
