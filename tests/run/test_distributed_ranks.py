@@ -5,6 +5,7 @@ The race workload's own checks are in test_distributed.py (split so two workers 
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import subprocess
 import time
@@ -109,15 +110,29 @@ def _static_launch(
     return results
 
 
-def test_static_launcher_uses_the_reserved_port_range(tmp_path):
-    recipe = tmp_path / "r.yaml"
-    recipe.write_text(
-        "workload: race\nsteps: 2\ntrials: 2\nworkload_config: {fsdp_shard_size: 256, num_layers: 1}\ncells: [{name: a, mitigations: [none]}]\n"
-    )
+TWO_TRIALS = (
+    "workload: race\nsteps: 2\ntrials: 2\nworkload_config: {fsdp_shard_size: 256, num_layers: 1}\n"
+    "cells: [{name: a, mitigations: [none]}]\n"
+)
+
+
+@pytest.fixture(scope="module")
+def static_run(tmp_path_factory) -> tuple[list[subprocess.CompletedProcess], Path]:
+    """Two race trials on two ranks started by hand with a reserved port range: the static
+    launcher's run, and the finished run the resume test resumes under torchrun (one
+    two-trial torchrun fewer: ~20 CPU-s)."""
+    root = tmp_path_factory.mktemp("static")
+    recipe = root / "r.yaml"
+    recipe.write_text(TWO_TRIALS)
     base = 10_000 + _free_port() % 18_000  # below the ephemeral range and torch's 29500
-    results = _static_launch(recipe, tmp_path / "out", {"AORTA_TRIAL_MASTER_PORT_BASE": str(base)})
+    results = _static_launch(recipe, root / "out", {"AORTA_TRIAL_MASTER_PORT_BASE": str(base)})
+    return results, root / "out"
+
+
+def test_static_launcher_uses_the_reserved_port_range(static_run):
+    results, out = static_run
     assert [r.returncode for r in results] == [0, 0], results[0].stderr + results[1].stderr
-    recs = records(only_run_dir(tmp_path / "out"))
+    recs = records(only_run_dir(out))
     assert [r["status"] for r in recs.values()] == ["ok", "ok"]
 
 
@@ -130,12 +145,10 @@ def test_static_launcher_without_port_base_is_told_what_to_set(tmp_path):
         assert "export AORTA_TRIAL_MASTER_PORT_BASE" in r.stderr
 
 
-def test_distributed_resume_reruns_only_missing_trials(tmp_path):
-    recipe = tmp_path / "r.yaml"
-    recipe.write_text(
-        "workload: race\nsteps: 2\ntrials: 2\nworkload_config: {fsdp_shard_size: 256, num_layers: 1}\ncells: [{name: a, mitigations: [none]}]\n"
-    )
-    assert torchrun(recipe, tmp_path / "out").returncode == 0
+def test_distributed_resume_reruns_only_missing_trials(static_run, tmp_path):
+    results, out = static_run
+    assert [r.returncode for r in results] == [0, 0], results[0].stderr + results[1].stderr
+    shutil.copytree(out, tmp_path / "out")  # the static run stays as its own test saw it
     run_dir = only_run_dir(tmp_path / "out")
     victim = run_dir / "cells/a/trial_0001.json"
     victim.unlink()
