@@ -278,10 +278,9 @@ class SlurmJob:
             self.job_id = os.environ["SLURM_JOB_ID"]
             return
         script = self.script(self.spec, nodes=self.nodes, options=self.options)
-        (self.staging / SBATCH_SCRIPT).write_text(script)
-        job = (
-            _slurm("sbatch", "--parsable", str(self.staging / SBATCH_SCRIPT)).strip().split(";")[0]
-        )
+        path = self.staging / SBATCH_SCRIPT
+        path.write_text(script)
+        job = _slurm("sbatch", "--parsable", str(path)).strip().split(";")[0]
         self.job_id = _note(self.staging, job_id=job)["job_id"]
 
     def wait(self) -> None:

@@ -140,8 +140,9 @@ def _models(
     key, first = _combine(*cols)
     uniques = np.stack([c[first] for c in cols], axis=1).tolist()
     names = trace.categories("name")
-    dims = _decoded(trace, "input_dims", np.concatenate([c[first] for c in cols[1::5]]))
-    types = _decoded(trace, "input_type", np.concatenate([c[first] for c in cols[2::5]]))
+    # the op's own dims and types (columns 1, 2) and its partner's (6, 7), decoded together
+    dims = _decoded(trace, "input_dims", np.concatenate([c[first] for c in cols[1:2] + cols[6:7]]))
+    types = _decoded(trace, "input_type", np.concatenate([c[first] for c in cols[2:3] + cols[7:8]]))
     concrete = _decoded(trace, "concrete", cols[3][first])
     evaluated = [
         op_model(
