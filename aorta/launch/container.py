@@ -333,8 +333,7 @@ class ContainerSession:
     ) -> dict[str, Any]:
         """After a ``docker run`` in flight has returned (up to ``wait`` s, its own deadline):
         ``stop()`` this run's processes (the node helper's ``kill``, in the container), give the
-        run's files to the login user, remove a ``per_run`` container; the report says so under
-        ``container``."""
+        run's files to the login user, remove a ``per_run`` container (reported: ``container``)."""
         got = self.creating.acquire(timeout=wait)
         report: dict[str, Any] = {"terminated": 0, "killed": 0, "left": []}
         notes = list(self.notes)

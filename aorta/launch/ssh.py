@@ -172,17 +172,22 @@ class SshSession:
     ) -> Iterator[paramiko.Channel]:
         """A channel running ``command`` (on a connection of its own if ``fresh``), closed by a
         timer at the deadline, which unblocks every wait on it; then :class:`RemoteTimeout`."""
-        if fresh:
-            conn = self._open()
-        else:
-            with self._lock:
-                if self._conn is None or not self._conn.is_connected:
-                    self._conn = self._open()
-                conn = self._conn
-        try:
-            chan = conn.transport.open_session(timeout=self.cluster.connect_timeout)
-        except Exception as exc:
-            raise RemoteError(f"{self.where}: {describe_ssh_error(exc)}") from exc
+        for attempt in (1, 2):  # a channel that never opened ran nothing: safe to ask again
+            if fresh:
+                conn = self._open()
+            else:  # (re)connected here when the shared connection died since its last use
+                with self._lock:
+                    if self._conn is None or not self._conn.is_connected:
+                        self._conn = self._open()
+                    conn = self._conn
+            try:
+                chan = conn.transport.open_session(timeout=self.cluster.connect_timeout)
+                break
+            except Exception as exc:
+                if fresh:
+                    conn.close()
+                if attempt == 2:
+                    raise RemoteError(f"{self.where}: {describe_ssh_error(exc)}") from exc
         expired = threading.Event()
 
         def expire() -> None:

@@ -462,9 +462,10 @@ def test_cluster_env_values_never_reach_a_command_line_or_launch_json(
     assert_nothing_left(result)
 
 
-def _kill_sshd(listener: int) -> None:
+def _kill_sshd(listener: int, *, keep_listening: bool = False) -> None:
     """SIGKILL a node's sshd and every sshd process serving its connections (not the commands
-    they started): the node's end of every channel goes away at once, as in a crash."""
+    they started): the node's end of every channel goes away at once, as in a crash. With
+    ``keep_listening``, only the connections go (the node accepts new ones)."""
     parents: dict[int, int] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         with contextlib.suppress(OSError, IndexError):
@@ -476,9 +477,27 @@ def _kill_sshd(listener: int) -> None:
         return pid == listener
 
     for pid in parents:
+        if keep_listening and pid == listener:
+            continue
         with contextlib.suppress(OSError):
             if served(pid) and Path(f"/proc/{pid}/comm").read_text().startswith("sshd"):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_a_command_after_the_node_dropped_the_connection_gets_a_new_one(
+    cluster: Cluster, farm: SshdFarm
+) -> None:
+    # The node's end of the shared connection goes away between two commands (its sshd
+    # restarted, a NAT forgot it). The next command reconnects, even when it asks for its
+    # channel before this end has noticed (paramiko: "Unable to open channel", seen in CI).
+    listener = farm.nodes[1].process
+    assert listener is not None
+    with ssh_sessions(cluster)["node1"] as session:
+        for _ in range(5):
+            assert session.exec("true", timeout=20).exit_code == 0
+            _kill_sshd(listener.pid, keep_listening=True)
+            result = session.exec("echo again", timeout=20)
+            assert (result.exit_code, result.stdout) == (0, "again")
 
 
 def test_a_node_whose_sshd_dies_mid_run_is_reported_as_connection_lost(
