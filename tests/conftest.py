@@ -57,6 +57,24 @@ LONG_FILES_FIRST = (
     "tests/run/test_engine.py",
     "tests/launch/test_cli.py",
     "tests/launch/test_ssh.py",
+    # then the middling ones (20-50 s beside the others): left to collection order they ran
+    # last, and tests/trace/test_hardening.py alone set the last 30 s of a CI run
+    "tests/run/test_adaptive_sweep.py",
+    "tests/cli/test_compare.py",
+    "tests/matrix/test_dataset.py",
+    "tests/trace/test_hardening.py",
+    "tests/run/test_signatures.py",
+    "tests/store/test_run_secrets.py",
+    "tests/report/test_findings_sweep.py",
+    "tests/report/test_report_page.py",
+    "tests/recipe/test_recipe_properties.py",
+    "tests/run/test_hang_activity.py",
+    "tests/matrix/test_stats_properties.py",
+    "tests/matrix/test_trace_matrix.py",
+    "tests/run/test_orphans.py",
+    "tests/recipe/test_hardening_yaml.py",
+    "tests/store/test_rundir_lock.py",
+    "notebooks/01_*.ipynb",
 )
 
 

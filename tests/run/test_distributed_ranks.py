@@ -20,25 +20,6 @@ from tests.run.test_distributed import records
 pytestmark = pytest.mark.slow
 
 
-def test_training_ddp_and_fsdp(tmp_path):
-    recipe = tmp_path / "r.yaml"
-    recipe.write_text(
-        "workload: training\nsteps: 3\nworkload_config: {model_dim: 32, num_layers: 2, batch_size: 4}\n"
-        "cells: [{name: ddp, mitigations: [none], workload_config: {mode: ddp}}, "
-        "{name: fsdp, mitigations: [none], workload_config: {mode: fsdp}}]\n"
-    )
-    proc = torchrun(recipe, tmp_path / "out")
-    assert proc.returncode == 0, proc.stderr
-    recs = records(only_run_dir(tmp_path / "out"))
-    for cell in ("ddp", "fsdp"):
-        rec = recs[(cell, 0)]
-        assert rec["status"] == "ok", rec["error"]
-        assert len(rec["step_times_ms"]) == 4 and rec["warmup_steps"] == 1
-        assert rec["info"]["mode"] == cell
-        losses = [r["metrics"]["final_loss"] for r in rec["ranks"]]
-        assert all(v is not None for v in losses)
-
-
 CRASHES = [("run", "workload_failed"), ("setup", "setup_failed")]
 
 
@@ -161,13 +142,14 @@ def test_distributed_resume_reruns_only_missing_trials(static_run, tmp_path):
     assert only_run_dir(tmp_path / "out") == run_dir
 
 
-def test_in_process_distributed_trials_across_two_torchrun_nodes(tmp_path):
+def test_training_ddp_and_fsdp_in_process_across_two_torchrun_nodes(tmp_path):
     # Two torchrun agents with a static rendezvous, two ranks each, trials in the engine
     # process: DDP/FSDP objects must let go of each trial's group before the next one (the
-    # ddp cell's trial, then the fsdp cell's, in one process).
+    # ddp cell's trial, then the fsdp cell's, in one process). The training workload's own
+    # distributed checks too (a fresh worker per trial and rank: tests/launch/test_cli.py).
     recipe = tmp_path / "r.yaml"
     recipe.write_text(
-        "workload: training\ntrials: 1\nsteps: 2\ntrial_isolation: in_process\n"
+        "workload: training\ntrials: 1\nsteps: 3\ntrial_isolation: in_process\n"
         "workload_config: {model_dim: 16, num_layers: 1, batch_size: 2}\n"
         "cells: [{name: ddp, mitigations: [none], workload_config: {mode: ddp}}, "
         "{name: fsdp, mitigations: [none], workload_config: {mode: fsdp}}]\n"
@@ -196,3 +178,9 @@ def test_in_process_distributed_trials_across_two_torchrun_nodes(tmp_path):
     recs = records(only_run_dir(tmp_path / "out"))
     assert sorted(recs) == [("ddp", 0), ("fsdp", 0)]
     assert all(r["status"] == "ok" and r["isolation"] == "in_process" for r in recs.values())
+    for cell in ("ddp", "fsdp"):
+        rec = recs[(cell, 0)]
+        assert len(rec["step_times_ms"]) == 4 and rec["warmup_steps"] == 1
+        assert rec["info"]["mode"] == cell
+        assert [r["rank"] for r in rec["ranks"]] == [0, 1, 2, 3]
+        assert all(r["metrics"]["final_loss"] is not None for r in rec["ranks"])
