@@ -158,6 +158,13 @@ def decompose(
         width=k + 2,
     )
     step_delta = float(delta[k])
+    # A step change within rounding of the step times is no change: dividing by it gave shares
+    # of -1.8e16 to two groups whose mean steps differ in the last bit only.
+    scale = max(abs(float(mean["baseline"][k])), abs(float(mean["cell"][k])))
+    if abs(step_delta) <= 16 * np.finfo(float).eps * scale:
+        step_delta = 0.0
+    with np.errstate(over="ignore"):  # beyond a float (subnormal steps): inf says so
+        share = delta[:k] / step_delta if step_delta else np.zeros(k)
     mean_calls = {
         label: c.mean(axis=0) if c.shape[0] else np.full(k, np.nan)
         for label, (_, c) in sides.items()
@@ -171,7 +178,7 @@ def decompose(
             "delta": delta[:k],
             "ci_low": low[:k],
             "ci_high": high[:k],
-            "share": delta[:k] / step_delta if step_delta else np.zeros(k),
+            "share": share,
             "calls_baseline": mean_calls["baseline"],
             "calls_cell": mean_calls["cell"],
             "only_in": pd.Series(

@@ -123,6 +123,15 @@ def test_swapping_cell_and_baseline_negates_every_interval(a_rows, b_rows, steps
     np.testing.assert_allclose(ab["ci_low"], -ba["ci_high"], atol=1e-9)
 
 
+def test_a_step_change_within_rounding_is_no_change():
+    # the same step times in another order: the means differ in their last bit only
+    a = _group("a", [0.1, 0.2, 0.3], [{"mm": 6.0}] * 3)
+    b = _group("b", [0.3, 0.2, 0.1], [{"mm": 7.0}] * 3)
+    d = decompose(a, b, resamples=50)
+    assert 0 < abs(d.attrs["step"]["delta"]) < 1e-15
+    assert d["delta"].tolist() == [1.0] and d["share"].tolist() == [0.0]  # was -1.8e16
+
+
 def test_one_trial_has_no_interval_and_absent_items_are_flagged():
     base = _group("base", [10.0], [{"mm": 6.0}])
     cell = _group("cell", [15.0, 16.0], [{"mm": 6.0, "sleep": 5.0}, {"mm": 6.0, "sleep": 6.0}])
