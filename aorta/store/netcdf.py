@@ -16,6 +16,8 @@ import os
 from pathlib import Path
 
 import xarray as xr
+from xarray.backends import H5NetCDFStore
+from xarray.backends.locks import HDF5_LOCK
 
 from aorta.errors import UsageError
 
@@ -32,7 +34,17 @@ def write_netcdf(ds: xr.Dataset, path: str | Path) -> Path:
     encoding = {name: {"dtype": str} for name, var in ds.variables.items() if var.dtype == object}
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        ds.to_netcdf(tmp, engine="h5netcdf", encoding=encoding)
+        if any(var.chunks is not None for var in ds.variables.values()):
+            ds.to_netcdf(tmp, engine="h5netcdf", encoding=encoding)
+        else:
+            # What to_netcdf does with in-memory data, but for its first step: asking dask for
+            # its scheduler, which imports distributed wherever it is installed (0.2 s of each
+            # sweep process that writes results.nc, for data that is never chunked).
+            store = H5NetCDFStore.open(str(tmp), mode="w", lock=HDF5_LOCK)
+            try:
+                ds.dump_to_store(store, encoding=encoding)
+            finally:
+                store.close()
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
