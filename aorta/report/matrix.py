@@ -4,7 +4,7 @@
 :func:`aorta.matrix.summary.summarize` (upstream AORTA's columns, then ratio [CI], p_adj and
 verdict), the findings, and the ``## Traces`` section when the Dataset has trace metrics
 (:func:`aorta.matrix.trace_summary.trace_summary`) — and writes both files atomically. The
-engine calls it after every cell; ``aorta report RUN --traces`` calls it with the traces.
+engine calls it as cells or rounds end; ``aorta report RUN --traces`` calls it with the traces.
 
 The columns follow upstream AORTA so its users recognise the table: **failure rate** =
 failed / (passed + failed), a failure being a workload failure, a hang (``timeout``) or a

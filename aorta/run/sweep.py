@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import math
 import os
 import socket
 import time
@@ -193,6 +194,8 @@ class _Sweep:
         self.writer = dist.rank == 0
         #: The next trial's position in the run's execution order (rank 0 assigns it).
         self._next_order = 0
+        #: When the last mid-run matrix write ended and what it cost (monotonic seconds).
+        self._matrix_written, self._matrix_cost = -math.inf, 0.0
         self._warned: set[str] = set()
         overlays: dict[str, str] = {}
         for c in self.plan.cells:
@@ -284,6 +287,19 @@ class _Sweep:
         cells = [self._cell_dict(c) for c in self.plan.cells]
         ds = build_dataset(cells, self.records.values(), attrs=self._header(status))
         return write_matrix(self.rd, ds, status=status)
+
+    def write_matrix_running(self) -> None:
+        """Rewrite the matrix mid-run, unless it was rewritten less than four writes' time ago:
+        however short the trials, at most a fifth of the sweep goes to the matrix (a round of
+        tiny trials took less than one write). The trial records are the truth a resume and
+        the final matrix are built from; this only keeps matrix.md current for whoever reads
+        it meanwhile."""
+        start = time.monotonic()
+        if start - self._matrix_written < 4 * self._matrix_cost:
+            return
+        self.write_matrix("running")
+        self._matrix_written = time.monotonic()
+        self._matrix_cost = self._matrix_written - start
 
     def write_preamble(self, resumed: bool, host_snapshots: list[dict[str, Any] | None]) -> None:
         text = dump_recipe(self.recipe)
@@ -493,10 +509,11 @@ class _Sweep:
                 nxt = order[seq + 1] if seq + 1 < len(order) else None
                 if key.trial == key.cell.trials - 1:
                     self.reporter.cell_done(key.cell.name)
-                # Rewrite the matrix after each cell (sequential) or each round (interleaved).
+                # Rewrite the matrix after each cell (sequential) or each round (interleaved);
+                # after the last, the complete one follows.
                 group = key.cell.name if sequential else key.trial
-                if nxt is None or group != (nxt.cell.name if sequential else nxt.trial):
-                    self.write_matrix("running")
+                if nxt is not None and group != (nxt.cell.name if sequential else nxt.trial):
+                    self.write_matrix_running()
             rows = self.write_matrix("complete")
         except KeyboardInterrupt:
             procs.reap_all()

@@ -8,7 +8,7 @@ Layout (compatible with upstream AORTA)::
                               (0600: its extra_env may hold secrets)
       secret_hashes.json      salted hashes of the run's secret values (0600, never bundled)
       host_env.json           environment snapshot
-      matrix.md, matrix.json  rewritten atomically after every cell
+      matrix.md, matrix.json  rewritten atomically as cells or rounds end, and at the end
       results.nc              the xarray Dataset, written when the run ends
       cells/<cell>/cell.json            the planned cell (overlay, config, …)
       cells/<cell>/trial_0007.json      one TrialRecord per trial
