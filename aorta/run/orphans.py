@@ -27,6 +27,7 @@ import importlib.resources
 import os
 import subprocess
 import sys
+import tempfile
 import uuid
 from collections.abc import Iterable
 from types import TracebackType
@@ -34,7 +35,7 @@ from types import TracebackType
 from aorta import envvars
 from aorta.run import proctree
 
-__all__ = ["OrphanGuard", "marked_processes", "new_token", "reap_trial"]
+__all__ = ["OrphanGuard", "marked_processes", "new_token", "reap_trial", "scratch_prefix"]
 
 _PR_SET_CHILD_SUBREAPER = 36
 
@@ -48,6 +49,13 @@ def _guard_source() -> str:
 def new_token() -> str:
     """A fresh marker value."""
     return uuid.uuid4().hex
+
+
+def scratch_prefix() -> str:
+    """The name prefix of a trial's scratch folder (in the temp folder): the running sweep's
+    token in it, so that its guard removes what a ``kill -9`` of the sweep left there (the
+    worker's request holds the trial's environment)."""
+    return f"aorta-trial-{os.environ.get(envvars.SWEEP_TOKEN, 'nosweep')}-"
 
 
 def marked_processes(name: str, value: str) -> list[int]:
@@ -110,6 +118,7 @@ class OrphanGuard:
                     "guard",
                     entry,
                     str(self.grace_s),
+                    os.path.join(tempfile.gettempdir(), f"aorta-trial-{self.token}-*"),
                 ],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL,

@@ -25,8 +25,10 @@ Examples
 
 from __future__ import annotations
 
+import glob
 import os
 import select
+import shutil
 import signal
 import sys
 import time
@@ -189,15 +191,19 @@ def _wait_for_eof(parent: int) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """``guard NAME=VALUE GRACE``: the sweep's guard (:class:`aorta.run.orphans.OrphanGuard`).
-    Waits for its stdin to close — the sweep ended, however it ended — then stops every
-    process carrying the marker."""
-    if len(argv) != 3 or argv[0] != "guard":
-        sys.stderr.write("usage: proctree.py guard NAME=VALUE GRACE_SECONDS\n")
+    """``guard NAME=VALUE GRACE [PATTERN...]``: the sweep's guard
+    (:class:`aorta.run.orphans.OrphanGuard`). Waits for its stdin to close — the sweep ended,
+    however it ended — then stops every process carrying the marker and removes the folders
+    matching each glob ``PATTERN`` (the sweep's scratch, left by a ``kill -9``)."""
+    if len(argv) < 3 or argv[0] != "guard":
+        sys.stderr.write("usage: proctree.py guard NAME=VALUE GRACE_SECONDS [PATTERN...]\n")
         return 2
     entry, grace = argv[1].encode(), float(argv[2])
     _wait_for_eof(os.getppid())
     stop(lambda: find([entry]), grace_s=grace)
+    for pattern in argv[3:]:
+        for folder in glob.glob(pattern):
+            shutil.rmtree(folder, ignore_errors=True)
     return 0
 
 

@@ -33,6 +33,7 @@ from typing import Any
 from aorta import envvars
 from aorta.run import procs
 from aorta.run.hang import GpuProbe, HangWatch
+from aorta.run.orphans import scratch_prefix
 from aorta.run.workload import TrialContext, Workload, WorkloadResult
 from aorta.store.record import TrialStatus
 
@@ -358,7 +359,7 @@ def run_in_worker(
         stop_status.append(got[0])
         return got[1]
 
-    scratch = Path(tempfile.mkdtemp(prefix="aorta-trial-"))
+    scratch = Path(tempfile.mkdtemp(prefix=scratch_prefix()))
     try:
         request = scratch / "request.json"
         result_path = scratch / "result.json"

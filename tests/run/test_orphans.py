@@ -49,19 +49,27 @@ def test_kill_9_of_the_sweep_leaves_no_trial_process(tmp_path, isolation):
     recipe = tmp_path / "r.yaml"
     recipe.write_text(PROBE.format(isolation=isolation))
     script = f"touch {started}; sleep 1000 & sleep 1000; wait"
+    scratch = tmp_path / "tmp"  # the sweep's temp folder: a worker's scratch goes there
+    scratch.mkdir()
     sweep = subprocess.Popen(
         [AORTA, "sweep", "run", "--recipe", str(recipe), "-o", str(tmp_path / "out"),
          "--", "bash", "-c", script],
-        env={**os.environ, mark.split("=")[0]: mark.split("=")[1]},
+        env={**os.environ, mark.split("=")[0]: mark.split("=")[1], "TMPDIR": str(scratch)},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
         _wait_file(started)
         assert len(processes_with_env(mark)) >= 3  # the sweep, bash and its two sleeps
+        assert len(list(scratch.glob("aorta-trial-*"))) == (isolation == "process")
         sweep.kill()
         sweep.wait(timeout=10)
         assert _wait_gone(mark) == []
+        # the guard removes the worker's scratch too (its request holds the trial's env)
+        deadline = time.monotonic() + 10
+        while list(scratch.glob("aorta-trial-*")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert list(scratch.glob("aorta-trial-*")) == []
     finally:
         for pid in processes_with_env(mark):
             os.kill(pid, signal.SIGKILL)
