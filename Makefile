@@ -33,7 +33,7 @@ UV_INSTALL = $(BIN)/uv pip install --quiet --python $(BIN)/python \
 # Bytecode for what sweeps, workloads and the tests import, written by importing it (two
 # processes, one per core): where PYTHONDONTWRITEBYTECODE is set (as on the CI machines) every
 # process would otherwise compile torch again. Not uv's --compile-bytecode: it compiles all
-# ~13,000 modules of the venv (37 CPU-s, 20 s on 2 cores) for the ~3,800 imported (15 CPU-s, 9 s).
+# ~13,000 modules of the venv (37 CPU-s, 20 s on 2 cores) for the ~3,600 imported (15 CPU-s, 9 s).
 WARM = env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -c
 WARM_TORCH = import torch.distributed.fsdp, torch.profiler
 WARM_REST = import aorta.cli, aorta.trace, pandas, xarray, h5netcdf, scipy.stats, matplotlib.pyplot

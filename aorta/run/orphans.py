@@ -51,11 +51,11 @@ def new_token() -> str:
     return uuid.uuid4().hex
 
 
-def scratch_prefix() -> str:
-    """The name prefix of a trial's scratch folder (in the temp folder): the running sweep's
-    token in it, so that its guard removes what a ``kill -9`` of the sweep left there (the
-    worker's request holds the trial's environment)."""
-    return f"aorta-trial-{os.environ.get(envvars.SWEEP_TOKEN, 'nosweep')}-"
+def scratch_prefix(token: str | None = None) -> str:
+    """The name prefix of a trial's scratch folder (in the temp folder): the sweep's token
+    (default: the running sweep's) in it, so that its guard removes what a ``kill -9`` of the
+    sweep left there (the worker's request holds the trial's environment)."""
+    return f"aorta-trial-{token or os.environ.get(envvars.SWEEP_TOKEN, 'nosweep')}-"
 
 
 def marked_processes(name: str, value: str) -> list[int]:
@@ -118,7 +118,7 @@ class OrphanGuard:
                     "guard",
                     entry,
                     str(self.grace_s),
-                    os.path.join(tempfile.gettempdir(), f"aorta-trial-{self.token}-*"),
+                    os.path.join(tempfile.gettempdir(), scratch_prefix(self.token) + "*"),
                 ],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL,
