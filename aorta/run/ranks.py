@@ -201,14 +201,26 @@ class StoreCoordinator:
         return self.prefix + key
 
     def _get(self, key: str, timeout_s: float) -> Any:
+        # Polled, not torch's blocking store.wait: a signal's Python handler (torchrun's or
+        # Slurm's SIGTERM, Ctrl-C) runs only between calls, so a rank inside a wait ignored
+        # them for as long as the wait lasted (up to a trial's deadline) and torchrun killed it
+        # 30 s later. The pause grows to 50 ms: a quick answer stays quick.
         full = self._key(key)
+        deadline = time.monotonic() + max(1.0, timeout_s)
+        pause, why = 0.001, ""
         try:
-            self.store.wait([full], timedelta(seconds=max(1.0, timeout_s)))
-        except Exception as exc:  # torch raises DistStoreError / RuntimeError on timeout
-            raise AortaError(
-                f"rank {self.rank}: no answer for {key!r} from the other ranks within {timeout_s:.0f} s ({exc})"
-            ) from None
-        return json.loads(self.store.get(full))
+            while not self.store.check([full]):
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(pause)
+                pause = min(2 * pause, 0.05)
+            else:
+                return json.loads(self.store.get(full))
+        except RuntimeError as exc:  # torch's DistError: the store went away
+            why = f" ({exc})"
+        raise AortaError(
+            f"rank {self.rank}: no answer for {key!r} from the other ranks within {timeout_s:.0f} s{why}"
+        )
 
     def _set(self, key: str, value: Any) -> None:
         self.store.set(self._key(key), json.dumps(value, default=str))

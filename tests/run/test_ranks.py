@@ -1,8 +1,13 @@
-"""The engines' rendezvous without an agent store (srun, static launchers): the reserved ports."""
+"""The engines' rendezvous without an agent store (srun, static launchers): the reserved ports,
+and waiting on the other ranks through a real TCPStore."""
 
 from __future__ import annotations
 
+import dataclasses
+import signal
 import socket
+import threading
+import time
 
 import pytest
 
@@ -32,3 +37,50 @@ def test_slurm_port_bases_lie_below_the_ephemeral_range_and_clear_of_29500():
     assert len(bases) == 21
     assert all(b >= 10_000 and b + 999 < 32_768 for b in bases)
     assert not any(b <= 29_500 <= b + 999 for b in bases)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class _Stopped(Exception):
+    pass
+
+
+def test_a_rank_waiting_on_the_others_still_answers_a_signal():
+    # torchrun and Slurm stop a rank with SIGTERM (aorta makes it a KeyboardInterrupt). A rank
+    # blocked in torch's store.wait ran no Python signal handler until the wait ended: a rank
+    # waiting for rank 0 ignored torchrun's SIGTERM and was killed 30 s later.
+    env = DistEnv(rank=0, world_size=2, master_addr="127.0.0.1", port_base=_free_port())
+    rank0 = StoreCoordinator(env, connect_timeout_s=5)
+    rank1 = StoreCoordinator(dataclasses.replace(env, rank=1), connect_timeout_s=5)
+
+    def stop(signum, frame):
+        raise _Stopped
+
+    previous = signal.signal(signal.SIGUSR1, stop)
+    timer = threading.Timer(0.3, signal.raise_signal, args=(signal.SIGUSR1,))
+    try:
+        timer.start()  # raise_signal from a thread: the handler runs in the main thread
+        start = time.monotonic()
+        with pytest.raises(_Stopped):
+            rank1.share("decision", lambda: "unused", timeout_s=60)
+        assert time.monotonic() - start < 5  # not the wait's 60 s
+        # An answer that comes while it waits is taken at once, and the deadline still holds.
+        threading.Timer(
+            0.2, rank0.share, args=("late", lambda: "run"), kwargs={"timeout_s": 1}
+        ).start()
+        assert rank1.share("late", lambda: "unused", timeout_s=60) == "run"
+        start = time.monotonic()
+        with pytest.raises(
+            AortaError, match="rank 1: no answer for 'never' from the other ranks within 1 s"
+        ):
+            rank1.share("never", lambda: "unused", timeout_s=1)
+        assert time.monotonic() - start < 5
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGUSR1, previous)
+        rank1.close()
+        rank0.close()
