@@ -31,8 +31,10 @@ def sweep_run(recipe: Path, out: Path, *extra: str) -> list[str]:
 
 
 def torchrun(
-    recipe: Path, out: Path, *extra: str, nproc: int = 2, timeout: int = 180
+    recipe: Path, out: Path, *extra: str, nproc: int = 2, timeout: int = 420
 ) -> subprocess.CompletedProcess:
+    # The timeout is a safety net, not a check: in the first minutes of `make test` on 2 cores
+    # ~20 processes are runnable and a 2-rank sweep that takes 12 s alone took 174 s.
     cmd = [TORCHRUN, f"--nproc-per-node={nproc}", "--standalone", *sweep_run(recipe, out, *extra)]
     return subprocess.run(
         cmd, capture_output=True, text=True, timeout=timeout, env=torchrun_env(), cwd=out.parent

@@ -189,7 +189,7 @@ def _salloc(slurm: SlurmCluster, *args: str, per_node: int = 1) -> subprocess.Co
     argv = ["salloc", "-N2", f"--ntasks-per-node={per_node}", str(VENV_PYTHON), "-m", "aorta"]
     argv += ["launch", "--slurm", *args, "-o", "out"]
     env = {**slurm.env, "GLOO_SOCKET_IFNAME": "lo"}
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=150)
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == ExitCode.OK, done.stderr
     return done
 

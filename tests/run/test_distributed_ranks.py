@@ -48,10 +48,10 @@ def crash_run(tmp_path_factory) -> tuple[Path, float]:
 @pytest.mark.parametrize("phase, status", CRASHES)
 def test_a_crashing_rank_does_not_hang_the_other(crash_run, phase, status):
     run_dir, elapsed = crash_run
-    # The deadline is 300 s a trial: a run well under it means each crash released the other
-    # rank. Quiet, the whole run takes ~15 s; beside `make test`'s other workers on 2 cores one
-    # such trial took 86 s, so the margin is wide.
-    assert elapsed < 200, f"took {elapsed:.0f}s: the surviving rank waited for its deadline"
+    # The deadline is 300 s a trial: a run of three trials under it means each crash released
+    # the other rank (a trial that waited ends past it). Quiet, the whole run takes ~15 s;
+    # in the first minutes of `make test` on 2 cores it took 174 s.
+    assert elapsed < 300, f"took {elapsed:.0f}s: the surviving rank waited for its deadline"
     rec = records(run_dir)[(phase, 0)]
     assert rec["status"] == status
     assert rec["error"].startswith("rank 1: the worker crashed")

@@ -42,7 +42,7 @@ def _aorta(*args: str, env: dict[str, str] | None = None, **kw) -> subprocess.Co
         [AORTA, *args],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=300,  # a safety net: a 4 s sweep took 117 s in the first minutes of `make test`
         env={**os.environ, **(env or {})},
         **kw,
     )
@@ -102,6 +102,7 @@ def uninterrupted(tmp_path_factory) -> list[dict]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # 8 sweeps: 369 s of `make test`'s 600 s per test in a slow spell
 @settings(
     max_examples=4,
     deadline=None,
