@@ -204,16 +204,19 @@ class StoreCoordinator:
         # Polled, not torch's blocking store.wait: a signal's Python handler (torchrun's or
         # Slurm's SIGTERM, Ctrl-C) runs only between calls, so a rank inside a wait ignored
         # them for as long as the wait lasted (up to a trial's deadline) and torchrun killed it
-        # 30 s later. The pause grows to 50 ms: a quick answer stays quick.
+        # 30 s later. The pause grows to 50 ms (a quick answer stays quick), and to 250 ms
+        # after 10 s (ranks that wait out a straggler's trial ask the store 4 times a second).
         full = self._key(key)
-        deadline = time.monotonic() + max(1.0, timeout_s)
+        start = time.monotonic()
+        deadline = start + max(1.0, timeout_s)
         pause, why = 0.001, ""
         try:
             while not self.store.check([full]):
-                if time.monotonic() >= deadline:
+                now = time.monotonic()
+                if now >= deadline:
                     break
                 time.sleep(pause)
-                pause = min(2 * pause, 0.05)
+                pause = min(2 * pause, 0.05 if now - start < 10 else 0.25)
             else:
                 return json.loads(self.store.get(full))
         except RuntimeError as exc:  # torch's DistError: the store went away
