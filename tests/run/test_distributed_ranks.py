@@ -86,7 +86,7 @@ def _static_launch(
     ]
     results = []
     for p in procs:
-        stdout, stderr = p.communicate(timeout=180)
+        stdout, stderr = p.communicate(timeout=420)  # a safety net, as torchrun()'s
         results.append(subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr))
     return results
 
@@ -135,7 +135,7 @@ def test_distributed_resume_reruns_only_missing_trials(static_run, tmp_path):
     victim.unlink()
     kept = (run_dir / "cells/a/trial_0000.json").stat().st_mtime_ns
     cmd = [TORCHRUN, "--nproc-per-node=2", "--standalone", AORTA, "sweep", "resume", str(run_dir)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=torchrun_env())
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=420, env=torchrun_env())
     assert proc.returncode == 0, proc.stderr
     assert json.loads(victim.read_text())["status"] == "ok"
     assert (run_dir / "cells/a/trial_0000.json").stat().st_mtime_ns == kept
@@ -173,7 +173,7 @@ def test_training_ddp_and_fsdp_in_process_across_two_torchrun_nodes(tmp_path):
         )
         for n in (0, 1)
     ]
-    outs = [p.communicate(timeout=150) for p in procs]
+    outs = [p.communicate(timeout=420) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs[0][1][-2000:] + outs[1][1][-2000:]
     recs = records(only_run_dir(tmp_path / "out"))
     assert sorted(recs) == [("ddp", 0), ("fsdp", 0)]
