@@ -181,7 +181,7 @@ def test_200_mb_of_gzipped_whitespace_loads_fast_in_bounded_memory(tmp_path, whe
         capture_output=True,
         text=True,
         check=True,
-        timeout=180,  # a safety net: the parse takes ~5 s alone
+        timeout=180,  # a safety net: the whole test takes ~3 s alone
         env={**os.environ, "PYTHONPATH": str(Path(aorta.__file__).parents[1])},
     )
     outcome, peak, seconds = run.stdout.strip().split(" | ")
