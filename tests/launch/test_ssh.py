@@ -276,9 +276,9 @@ def test_nodes_stop_by_themselves_when_the_orchestrator_dies(
         f"spec = LaunchSpec(argv={plain('hang-on', 'all')!r}, torchrun=False)\n"
         f"launch(load_cluster({str(cluster_file)!r}), spec, output={str(tmp_path / 'out')!r}, run_id={run_id!r})\n"
     )
-    orchestrator = subprocess.Popen(
-        [sys.executable, "-c", script], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
+    log = tmp_path / "orchestrator.log"
+    with log.open("wb") as out:
+        orchestrator = subprocess.Popen([sys.executable, "-c", script], stdout=out, stderr=out)
 
     def workers() -> list[int]:
         # Only the hanging workers: setup helpers and shell wrappers carry the run id briefly.
@@ -292,10 +292,10 @@ def test_nodes_stop_by_themselves_when_the_orchestrator_dies(
         return found
 
     try:
-        deadline = time.monotonic() + 30
-        while len(workers()) < 2 and time.monotonic() < deadline:
+        deadline = time.monotonic() + 120  # a safety net: ~5 s alone, 30 s was once too short
+        while len(workers()) < 2 and orchestrator.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert len(workers()) == 2  # one worker per node
+        assert len(workers()) == 2, log.read_text()[-3000:]  # one worker per node
     finally:
         orchestrator.kill()
         orchestrator.wait(timeout=10)
