@@ -99,28 +99,43 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--cpu-log", metavar="FILE", help="append each test's CPU seconds to FILE")
 
 
+#: Files that only compute in the worker (no process, sweep or wait): the CPU their tests take
+#: in a run (the worker's own, ``self_s``) is the machine's speed then. This machine's varies
+#: by ±30% from hour to hour, more than most changes to the suite, so two runs' times compare
+#: only scaled by it.
+SPEED_REFERENCE = (
+    "tests/matrix/test_stats_properties.py",
+    "tests/recipe/test_recipe_properties.py",
+    "tests/recipe/test_hardening_yaml.py",
+)
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     log = session.config.getoption("cpu_log")
     if log and not os.environ.get("PYTEST_XDIST_WORKER"):
         Path(log).unlink(missing_ok=True)  # this run's tests only
 
 
-def _cpu_seconds() -> float:
+def _cpu_seconds() -> tuple[float, float]:
+    """This process's CPU seconds, and with its reaped children's."""
     own, children = (
         resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
     )
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+    mine = own.ru_utime + own.ru_stime
+    return mine, mine + children.ru_utime + children.ru_stime
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     log = item.config.getoption("cpu_log")
-    start, began = (_cpu_seconds(), time.time()) if log else (0.0, 0.0)
+    start, began = (_cpu_seconds(), time.time()) if log else ((0.0, 0.0), 0.0)
     yield
     if log:
+        end = _cpu_seconds()
         row = {
             "test": item.nodeid,
-            "cpu_s": _cpu_seconds() - start,
+            "cpu_s": end[1] - start[1],
+            "self_s": end[0] - start[0],  # the worker's own: no reaped daemon lands here
             # when and where, to see the schedule: which worker idled, what ran last
             "start": began,
             "wall_s": time.time() - began,
@@ -135,13 +150,20 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     if not log or os.environ.get("PYTEST_XDIST_WORKER") or not Path(log).is_file():
         return
     per_file: collections.Counter[str] = collections.Counter()
+    speed = 0.0
     for line in Path(log).read_text().splitlines():
         row = json.loads(line)
-        per_file[row["test"].split("::", 1)[0]] += row["cpu_s"]
+        path = row["test"].split("::", 1)[0]
+        per_file[path] += row["cpu_s"]
+        speed += row["self_s"] if path in SPEED_REFERENCE else 0.0
     terminalreporter.section(f"CPU seconds per file (from {log}), most first")
     for path, seconds in per_file.most_common(15):
         terminalreporter.write_line(f"{seconds:8.1f}  {path}")
     terminalreporter.write_line(f"{sum(per_file.values()):8.1f}  in all")
+    terminalreporter.write_line(
+        f"{speed:8.1f}  in the speed reference ({len(SPEED_REFERENCE)} compute-only files, "
+        "tests/conftest.py: another run's times compare scaled by the ratio of the two)"
+    )
 
 
 @pytest.fixture

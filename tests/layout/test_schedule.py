@@ -1,11 +1,12 @@
-"""The long-files-first schedule of ``make test`` names files that exist, each once."""
+"""The long-files-first schedule of ``make test`` and the CPU log's speed reference name files
+that exist, each once."""
 
 from __future__ import annotations
 
 import fnmatch
 from pathlib import Path
 
-from tests.conftest import LONG_FILES_FIRST, schedule_rank
+from tests.conftest import LONG_FILES_FIRST, SPEED_REFERENCE, schedule_rank
 
 ROOT = Path(__file__).resolve().parents[2]
 FILES = [
@@ -19,6 +20,13 @@ FILES = [
 def test_every_pattern_names_exactly_one_file():
     for pattern in LONG_FILES_FIRST:
         assert len(fnmatch.filter(FILES, pattern)) == 1, pattern
+
+
+def test_the_speed_reference_names_files_that_start_nothing():
+    for path in SPEED_REFERENCE:
+        assert path in FILES, path
+        text = (ROOT / path).read_text()
+        assert not any(s in text for s in ("mark.slow", "subprocess", "sweep(")), path
 
 
 def test_long_files_come_first_in_their_listed_order_and_the_rest_keep_theirs():
