@@ -43,8 +43,8 @@ WARM_REST = import aorta.cli, aorta.trace, pandas, xarray, h5netcdf, scipy.stats
 WARM_REST += ; import pytest, hypothesis, xdist, nbclient, ipykernel
 # The `cluster` extra (pyproject.toml) goes beside the venv, not into it: with dask importable,
 # xarray imports dask.array in every process that builds a Dataset (~0.45 CPU-s; ~100 sweep,
-# rank and CLI processes a test run). Only the LocalCluster test puts it on PYTHONPATH, as a
-# user with the extra installed has it.
+# rank and CLI processes a test run). Only the LocalCluster test adds it to its sys.path, after
+# the venv's packages. tests/layout checks it names pyproject's extra.
 CLUSTER_SITE := $(VENV)/cluster-extra
 CLUSTER_EXTRA ?= dask[distributed]>=2024.1
 

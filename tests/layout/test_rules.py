@@ -371,3 +371,12 @@ def test_the_writer_check_sees_writes(tmp_path):
         "shutil.copy()",
         ".to_netcdf()",
     ]
+
+
+def test_the_makefile_installs_the_cluster_extra_pyproject_declares():
+    # `make dev` puts the extra beside the venv (Makefile CLUSTER_EXTRA), so it names it again.
+    tomllib = pytest.importorskip("tomllib")
+    root = PACKAGE.parent
+    extras = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    (line,) = re.findall(r"^CLUSTER_EXTRA \?= (.+)$", (root / "Makefile").read_text(), re.M)
+    assert [line.strip()] == extras["optional-dependencies"]["cluster"]

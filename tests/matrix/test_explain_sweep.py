@@ -137,10 +137,13 @@ def test_an_executor_gives_what_the_default_path_gives(run_copy, tmp_path):
 #: process has dask (with dask importable, every process that builds an xarray Dataset imports
 #: dask.array). A user's environment with the extra installed needs no folder.
 CLUSTER_SITE = Path(sys.prefix) / "cluster-extra"
+#: The folder goes after the venv's packages (its own copies of pyyaml, psutil, … must not
+#: shadow them); LocalCluster's worker processes start with this sys.path.
 ON_A_LOCAL_CLUSTER = """
 import sys
 from pathlib import Path
 
+sys.path.append(sys.argv[3])
 import distributed
 
 import aorta
@@ -165,10 +168,10 @@ def test_a_dask_localcluster_executor_gives_what_the_default_path_gives(run_copy
     other = tmp_path / "dask"
     shutil.copytree(run_copy, other)
     expected = aorta.explain(run_copy, "slow", by="op", trace_workers=1)
-    path = os.pathsep.join([str(CLUSTER_SITE), str(ROOT), os.environ.get("PYTHONPATH", "")])
+    args = [str(other), str(tmp_path / "got.pkl"), str(CLUSTER_SITE)]
     done = subprocess.run(
-        [sys.executable, "-c", ON_A_LOCAL_CLUSTER, str(other), str(tmp_path / "got.pkl")],
-        env={**os.environ, "PYTHONPATH": path},
+        [sys.executable, "-c", ON_A_LOCAL_CLUSTER, *args],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
         capture_output=True,
         text=True,
         timeout=180,
