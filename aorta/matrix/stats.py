@@ -57,6 +57,7 @@ from aorta.matrix.bootstrap import (
     data_stream,
     percentile_interval,
 )
+from aorta.matrix.ranks import mann_whitney_asymptotic_p, mann_whitney_exact_p, rankdata
 
 __all__ = [
     "BOOTSTRAP_BLOCK",
@@ -258,8 +259,6 @@ def _permutation_p(x: np.ndarray, y: np.ndarray, rng: np.random.Generator) -> fl
     # split when there are few enough, else seeded random ones (p = (hits + 1) / (B + 1)).
     import itertools
 
-    from scipy.stats import rankdata
-
     # A canonical order of the two groups, so that swapping them (or reordering trials)
     # draws the same relabellings; the two-sided statistic is symmetric.
     x, y = np.sort(x), np.sort(y)
@@ -283,7 +282,7 @@ def mann_whitney(
 ) -> tuple[float, str]:
     """Two-sided Mann–Whitney U test of ``x`` against ``y``: ``(p, method)``.
 
-    ``method`` is ``exact`` (scipy's exact null distribution, valid without ties) or, when a
+    ``method`` is ``exact`` (the exact null distribution, valid without ties) or, when a
     value occurs twice, ``permutation``: the same statistic on mid-ranks against every
     relabelling of the trials when there are at most 9,999, else 9,999 relabellings drawn
     from ``rng``. When a group has more than :data:`EXACT_MAX_TRIALS` values, ``asymptotic``:
@@ -299,8 +298,6 @@ def mann_whitney(
     >>> mann_whitney(np.array([1.0, 2.0, 2.0]), np.array([2.0, 3.0, 4.0]))
     (0.3, 'permutation')
     """
-    from scipy import stats
-
     x = np.asarray(x, dtype=float)
     y = np.asarray(y, dtype=float)
     if x.size == 0 or y.size == 0:
@@ -309,8 +306,7 @@ def mann_whitney(
         return (min(1.0, max(0.0, mann_whitney_asymptotic(x, y))), "asymptotic")
     both = np.concatenate([x, y])
     if np.unique(both).size == both.size:
-        res = stats.mannwhitneyu(x, y, alternative="two-sided", method="exact")
-        return (float(res.pvalue), "exact")
+        return (mann_whitney_exact_p(x, y), "exact")
     return (_permutation_p(x, y, rng or np.random.default_rng(DEFAULT_SEED)), "permutation")
 
 
@@ -388,10 +384,7 @@ def mann_whitney_asymptotic(x: np.ndarray, y: np.ndarray) -> float:
     >>> round(mann_whitney_asymptotic(np.arange(40.0), np.arange(40.0) + 5), 4)
     0.0719
     """
-    from scipy import stats as sps
-
-    res = sps.mannwhitneyu(x, y, alternative="two-sided", method="asymptotic", use_continuity=True)
-    return float(res.pvalue)
+    return mann_whitney_asymptotic_p(np.asarray(x, dtype=float), np.asarray(y, dtype=float))
 
 
 def mann_whitney_test(
@@ -560,8 +553,6 @@ def _failure_verdict(cell: Group, ref: Group, p_adj: float, alpha: float) -> Fai
 
 def _direction(x: np.ndarray, y: np.ndarray) -> int:
     """+1 when ``x`` tends to be larger than ``y`` (Mann–Whitney's U above its centre), -1 below."""
-    from scipy.stats import rankdata
-
     ranks = rankdata(np.concatenate([x, y]))
     centre = x.size * (x.size + y.size + 1) / 2
     got = ranks[: x.size].sum()
@@ -571,8 +562,6 @@ def _direction(x: np.ndarray, y: np.ndarray) -> int:
 def _pair_ratios(x: np.ndarray, y: np.ndarray, *, seed: int, resamples: int) -> np.ndarray:
     """Bootstrap ratios of medians, ``x`` over ``y``, each group resampled from its own stream
     keyed by its ranks among the pair (:func:`data_stream`)."""
-    from scipy.stats import rankdata
-
     ranks = rankdata(np.concatenate([x, y]))
     rx, ry = ranks[: x.size], ranks[x.size :]
     # Identical groups would share a stream and their resampled ratio would be exactly 1.
@@ -610,12 +599,7 @@ def _raw_pair(
     x, y = values[c], values[r]
     # The pooled ranks key the permutation draws: the same data gives the same p whatever
     # the cells are called, whichever is the reference, and however the times are scaled.
-    if x.size and y.size:
-        from scipy.stats import rankdata
-
-        pooled = rankdata(np.concatenate([x, y]))
-    else:
-        pooled = np.zeros(0)
+    pooled = rankdata(np.concatenate([x, y])) if x.size and y.size else np.zeros(0)
     p, method = mann_whitney_test(x, y, rng=data_stream(seed, pooled))
     fp = failure_p(groups[c].failures, groups[c].ran, groups[r].failures, groups[r].ran)
     ratio = delta = my = math.nan
