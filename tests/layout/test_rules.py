@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import fnmatch
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -380,3 +381,15 @@ def test_the_makefile_installs_the_cluster_extra_pyproject_declares():
     extras = tomllib.loads((root / "pyproject.toml").read_text())["project"]
     (line,) = re.findall(r"^CLUSTER_EXTRA \?= (.+)$", (root / "Makefile").read_text(), re.M)
     assert [line.strip()] == extras["optional-dependencies"]["cluster"]
+
+
+@pytest.mark.parametrize(
+    "notebook", sorted(p.name for p in (PACKAGE.parent / "notebooks").glob("*.ipynb"))
+)
+def test_every_notebook_cell_has_an_id(notebook):
+    # nbformat 4.5 wants them: without, every run warns (MissingIDFieldWarning), and a future
+    # nbformat refuses the file.
+    doc = json.loads((PACKAGE.parent / "notebooks" / notebook).read_text())
+    assert (doc["nbformat"], doc["nbformat_minor"]) >= (4, 5)
+    missing = [i for i, cell in enumerate(doc["cells"]) if not cell.get("id")]
+    assert not missing, f"{notebook}: cells {missing} have no id"
