@@ -31,13 +31,27 @@ from aorta.launch.slurm import SlurmJob
 from aorta.store.redact import Redactor
 from aorta.store.rundir import SBATCH_SCRIPT
 from tests.slurm import SlurmCluster, slurm_missing
-from tests.sshd import REPO, VENV_PYTHON, wait_gone
+from tests.sshd import VENV_PYTHON, wait_gone
 
 pytestmark = [
     pytest.mark.skipif(slurm_missing() is not None, reason=str(slurm_missing())),
     pytest.mark.skipif(not VENV_PYTHON.is_file(), reason="the job steps run .venv/bin/python"),
 ]
-RACE = REPO / "tests/data/upstream_recipes/race_smoke.yaml"
+#: The race workload at its smallest: these tests are about the launch (torchrun or srun per
+#: node, one run directory, clean-up), not the traffic. The upstream race_smoke.yaml moves 64x
+#: the data: ~12 CPU-s more per 4-rank run (tests/run/test_distributed.py runs it as it is).
+RACE_TINY = """\
+schema_version: 1
+ticket: RACE-SMOKE
+workload: race
+trials: 1
+steps: 3
+workload_config: {mode: fsdp, model_dim: 32, num_layers: 1, verify_iterations: 3,
+                  warmup_iterations: 0, simulate_compute: true, dtype: float32}
+cells:
+  - {name: smoke, mitigations: [none]}
+"""
+RACE = "race.yaml"
 PROBE = "schema_version: 1\nmode: probe\nticket: SLURM\ntrials: 1\nmitigation_axis: [none]\n"
 #: Node 1 fails at once; node 0 would sleep for minutes.
 FAIL_ON_1 = (
@@ -64,6 +78,7 @@ def _env(slurm: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")
     monkeypatch.chdir(tmp_path)
     (tmp_path / "probe.yaml").write_text(PROBE)
+    (tmp_path / RACE).write_text(RACE_TINY)
 
 
 def _queue(slurm: SlurmCluster, job: str) -> str:
@@ -163,7 +178,7 @@ def test_sbatch_two_nodes_two_processes_race(
     slurm: SlurmCluster, capsys: pytest.CaptureFixture[str]
 ) -> None:
     argv = ["launch", "--slurm", "--nodes", "2", "--time", "10", "--nproc-per-node", "2"]
-    code = main([*argv, "-r", str(RACE), "-o", "out"])
+    code = main([*argv, "-r", RACE, "-o", "out"])
     captured = capsys.readouterr()
     assert code == ExitCode.OK, captured.err
     (run_dir,) = (p.parent for p in Path("out").glob("RACE-SMOKE/race/*/manifest.json"))
@@ -198,7 +213,7 @@ def _salloc(slurm: SlurmCluster, *args: str, per_node: int = 1) -> subprocess.Co
 def test_inside_an_allocation_srun_runs_torchrun_per_node(slurm: SlurmCluster) -> None:
     # One process per node: two per node through the same step (run.sh, srun, torchrun) is the
     # sbatch test's; this one is about being started from inside salloc (~12 CPU-s less).
-    done = _salloc(slurm, "-r", str(RACE), "--nproc-per-node", "1")
+    done = _salloc(slurm, "-r", RACE, "--nproc-per-node", "1")
     (run_dir,) = (p.parent for p in Path("out").glob("RACE-SMOKE/race/*/manifest.json"))
     (trial,) = [json.loads(p.read_text()) for p in run_dir.glob("cells/*/trial_*.json")]
     assert trial["status"] == "ok" and trial["world_size"] == 2
@@ -210,7 +225,7 @@ def test_inside_an_allocation_srun_runs_torchrun_per_node(slurm: SlurmCluster) -
 
 @pytest.mark.slow
 def test_srun_ranks_one_task_per_rank(slurm: SlurmCluster) -> None:
-    _salloc(slurm, "--srun-ranks", "-r", str(RACE), "--nproc-per-node", "2", per_node=2)
+    _salloc(slurm, "--srun-ranks", "-r", RACE, "--nproc-per-node", "2", per_node=2)
     (run_dir,) = (p.parent for p in Path("out").glob("RACE-SMOKE/race/*/manifest.json"))
     (trial,) = [json.loads(p.read_text()) for p in run_dir.glob("cells/*/trial_*.json")]
     assert trial["status"] == "ok" and trial["world_size"] == 4
