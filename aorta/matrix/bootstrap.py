@@ -36,6 +36,9 @@ BOOTSTRAP_BLOCK = 1 << 24
 #: From this many values on, :func:`bootstrap_medians` draws each resample's middle order
 #: statistics directly instead of its indices (2**15: where 16-bit indices end).
 ORDER_STATISTIC_MIN = 1 << 15
+#: Above this many values a resample's indices are radix-sorted (numpy's ``stable`` sort of
+#: int16), below it quicksorted (vectorised): the two cross near 600 (measured, numpy 2).
+RADIX_SORT_MIN = 600
 
 
 def bootstrap_medians(
@@ -73,9 +76,10 @@ def bootstrap_medians(
     for start in range(0, resamples, rows):
         k = min(rows, resamples - start)
         idx = rng.integers(0, n, size=(k, n), dtype=np.int16)
-        # x is sorted, so the resample's order statistics are those of its indices: a
-        # partial sort (O(n) per row) puts the middle two in place.
-        idx.partition(sorted({lo, hi}), axis=1)
+        # x is sorted, so the resample's order statistics are those of its indices. numpy's
+        # vectorised sort of short int16 rows beats a partition of them (20 values: 0.3 vs
+        # 1.9 ms for 10,000 rows), its radix sort (``stable``) long ones (2,000: 72 vs 137).
+        idx.sort(axis=1, kind="stable" if n > RADIX_SORT_MIN else "quicksort")
         out[start : start + k] = (x[idx[:, lo]] + x[idx[:, hi]]) / 2
     return out
 
