@@ -38,6 +38,14 @@ def test_small_groups_resample_exactly_as_before(values, resamples, seed):
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("n", [bootstrap.RADIX_SORT_MIN, bootstrap.RADIX_SORT_MIN + 1, 5_001])
+def test_long_rows_sorted_by_radix_resample_exactly_as_before(n):
+    # Above RADIX_SORT_MIN values a row's indices are radix-sorted: the same order statistics.
+    values = np.random.default_rng(n).lognormal(size=n)
+    got = stats.bootstrap_medians(values, resamples=300, rng=np.random.default_rng(n))
+    np.testing.assert_array_equal(got, _one_matrix(values, 300, np.random.default_rng(n)))
+
+
 @pytest.mark.parametrize("n", [2**15, 2**15 + 1])  # even and odd: two middles or one
 def test_large_groups_draw_the_same_distribution_from_order_statistics(n):
     # From 2**15 trials on the resample's middle order statistics are drawn directly; their
