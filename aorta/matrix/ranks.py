@@ -1,11 +1,12 @@
 """Ranks and the null distributions of rank statistics, in numpy and exact integers.
 
-What :mod:`aorta.matrix.stats` needs on every matrix it writes — mid-ranks and the two-sided
+What :mod:`aorta.matrix.stats` needs to compare timed cells — mid-ranks and the two-sided
 Mann–Whitney U p-value, exact or asymptotic — without ``scipy.stats``, whose import costs
-about a second of CPU. Every process that writes a matrix pays that: a sweep's rank 0, each
-``aorta report`` and ``compare``, a notebook. The values are scipy's (``rankdata``,
-``mannwhitneyu``); the exact distribution is counted in Python integers, so its p-values are
-exact rationals rounded once.
+about a second of CPU in every process that compares: a sweep's rank 0 writing its matrix,
+each ``aorta report`` and ``compare``, a notebook. (Boschloo's test of failure counts and the
+drift check's Kendall tau still import it, where failures differ or a baseline has five timed
+trials.) The values are scipy's (``rankdata``, ``mannwhitneyu``); the exact distribution is
+counted in Python integers, so its p-values are exact rationals rounded once.
 
 Examples
 --------
