@@ -48,9 +48,13 @@ WARM_REST += ; import pytest, hypothesis, xdist, nbclient, ipykernel
 CLUSTER_SITE := $(VENV)/cluster-extra
 CLUSTER_EXTRA ?= dask[distributed]>=2024.1
 
+# The venv starts without pip: the calling Python's pip puts uv in it (`--python`, pip >= 22.3)
+# and uv adds pip, which spares venv's own pip bootstrap (ensurepip: 5.5 of a fresh clone's 23 s
+# `make dev`). Where that pip is older or missing, the venv bootstraps its pip as before.
 $(STAMP): pyproject.toml Makefile
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q uv || true
+	test -x $(BIN)/python || $(PYTHON) -m venv --without-pip $(VENV)
+	$(PYTHON) -m pip --python $(BIN)/python install -q uv || { $(BIN)/python -m ensurepip --default-pip && $(BIN)/python -m pip install -q uv; } || true
+	$(UV_INSTALL) pip || $(BIN)/python -m ensurepip --default-pip
 	$(UV_INSTALL) $(TORCH) || $(BIN)/python -m pip install -q $(TORCH)
 	$(UV_INSTALL) -e '.[test]' -C editable_mode=compat || $(BIN)/python -m pip install -q -e '.[test]' -C editable_mode=compat
 	$(UV_INSTALL) --target $(CLUSTER_SITE) '$(CLUSTER_EXTRA)' || $(BIN)/python -m pip install -q --target $(CLUSTER_SITE) '$(CLUSTER_EXTRA)'
