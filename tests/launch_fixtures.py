@@ -21,6 +21,25 @@ from aorta.launch.ssh import ExecResult, RemoteTimeout
 from aorta.store.rundir import COMBINED_TRACES
 from tests.sshd import VENV_PYTHON, SshdFarm, make_key, sshd_available, wait_gone
 
+
+def tiny_race(ticket: str) -> str:
+    """A recipe of the race workload at its smallest, under ``ticket``: the launch tests are about
+    the launch (torchrun or srun per node, containers, one run directory, clean-up), not the
+    traffic; the upstream race_smoke.yaml moves 64x the data (~12 CPU-s more per 4-rank run).
+    tests/run/test_distributed.py runs the upstream files as they are."""
+    return f"""\
+schema_version: 1
+ticket: {ticket}
+workload: race
+trials: 1
+steps: 3
+workload_config: {{mode: fsdp, model_dim: 32, num_layers: 1, verify_iterations: 3,
+                  warmup_iterations: 0, simulate_compute: true, dtype: float32}}
+cells:
+  - {{name: smoke, mitigations: [none]}}
+"""
+
+
 needs_sshd = pytest.mark.skipif(
     not sshd_available(),
     reason="needs /usr/sbin/sshd and ssh-keygen (Debian openssh-server; .ci/run installs it)",

@@ -43,6 +43,7 @@ from tests.launch_fixtures import (  # noqa: F401 - fixtures
     needs_venv,
     run_launch,
     ssh_key_fixture,
+    tiny_race,
     worker,
 )
 from tests.sshd import REPO, SshdFarm, processes_with_env, wait_gone
@@ -54,17 +55,7 @@ pytestmark = [needs_sshd, needs_venv, pytest.mark.slow]
 #: minutes of `make test` on 2 cores.
 SLOW = FAST.__class__(**{**FAST.__dict__, "setup": 180.0, "run": 300.0, "teardown": 60.0})
 
-RACE = """\
-schema_version: 1
-ticket: RACE-CONTAINER
-workload: race
-trials: 1
-steps: 3
-workload_config: {mode: fsdp, model_dim: 32, num_layers: 1, verify_iterations: 3,
-                  warmup_iterations: 0, simulate_compute: true, dtype: float32}
-cells:
-  - {name: smoke, mitigations: [none]}
-"""
+RACE = tiny_race("RACE-CONTAINER")
 
 
 @pytest.fixture(name="prefix")

@@ -30,6 +30,7 @@ from aorta.launch import LaunchFailed, LaunchSpec, new_run_id
 from aorta.launch.slurm import SlurmJob
 from aorta.store.redact import Redactor
 from aorta.store.rundir import SBATCH_SCRIPT
+from tests.launch_fixtures import tiny_race
 from tests.slurm import SlurmCluster, slurm_missing
 from tests.sshd import VENV_PYTHON, wait_gone
 
@@ -37,20 +38,6 @@ pytestmark = [
     pytest.mark.skipif(slurm_missing() is not None, reason=str(slurm_missing())),
     pytest.mark.skipif(not VENV_PYTHON.is_file(), reason="the job steps run .venv/bin/python"),
 ]
-#: The race workload at its smallest: these tests are about the launch (torchrun or srun per
-#: node, one run directory, clean-up), not the traffic. The upstream race_smoke.yaml moves 64x
-#: the data: ~12 CPU-s more per 4-rank run (tests/run/test_distributed.py runs it as it is).
-RACE_TINY = """\
-schema_version: 1
-ticket: RACE-SMOKE
-workload: race
-trials: 1
-steps: 3
-workload_config: {mode: fsdp, model_dim: 32, num_layers: 1, verify_iterations: 3,
-                  warmup_iterations: 0, simulate_compute: true, dtype: float32}
-cells:
-  - {name: smoke, mitigations: [none]}
-"""
 RACE = "race.yaml"
 PROBE = "schema_version: 1\nmode: probe\nticket: SLURM\ntrials: 1\nmitigation_axis: [none]\n"
 #: Node 1 fails at once; node 0 would sleep for minutes.
@@ -78,7 +65,7 @@ def _env(slurm: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")
     monkeypatch.chdir(tmp_path)
     (tmp_path / "probe.yaml").write_text(PROBE)
-    (tmp_path / RACE).write_text(RACE_TINY)
+    (tmp_path / RACE).write_text(tiny_race("RACE-SMOKE"))
 
 
 def _queue(slurm: SlurmCluster, job: str) -> str:
