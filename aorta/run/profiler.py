@@ -22,6 +22,9 @@ Examples
 
 from __future__ import annotations
 
+import contextlib
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -86,18 +89,41 @@ class StepProfiler:
             with_stack=bool(self.options.get("with_stack", False)),
             profile_memory=bool(self.options.get("profile_memory", False)),
         )
-        self._prof.__enter__()
+        with _inductor_left_unloaded():
+            self._prof.__enter__()
         return self
 
     def step(self) -> None:
         """Mark the end of one workload step."""
         if self._prof is not None:
-            self._prof.step()
+            with _inductor_left_unloaded():
+                self._prof.step()
 
     def __exit__(self, *exc: object) -> None:
         if self._prof is not None:
             self._prof.__exit__(*exc)
             self._prof = None
+
+
+@contextlib.contextmanager
+def _inductor_left_unloaded() -> Iterator[None]:
+    """While torch.profiler starts a cycle, ``torch._inductor`` stays unimported if it was.
+
+    ``profile.prepare_trace`` asks ``hasattr(torch, "_inductor")`` to learn whether inductor's
+    CUDA graphs are on, and the question itself imports inductor and dynamo through torch's lazy
+    attribute (1.3 CPU-s in each profiled trial worker, for a workload that never compiles).
+    Inductor that is not loaded has no CUDA graphs, so the attribute is hidden for the call
+    (as if torch had no lazy ``_inductor``); where inductor is loaded, nothing changes.
+    """
+    lazy = getattr(sys.modules.get("torch"), "_lazy_modules", None)
+    if "torch._inductor" in sys.modules or not isinstance(lazy, set) or "_inductor" not in lazy:
+        yield
+        return
+    lazy.discard("_inductor")
+    try:
+        yield
+    finally:
+        lazy.add("_inductor")
 
 
 def no_traces_hint(run_dir: str | Path, *, catalog: WorkloadCatalog | None = None) -> str | None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -63,3 +65,36 @@ def test_command_says_the_command_must_write_the_traces(tmp_path, run_cli):
     )
     (record,) = result.records
     assert not any("wrote no trace" in w for w in record.warnings), record.warnings
+
+
+PROFILED_STEPS = """
+import sys, tempfile
+import torch
+from aorta.run.profiler import StepProfiler
+from aorta.run.workload import TrialContext
+
+def profiled(folder):
+    ctx = TrialContext(cell="a", trial=0, artifact_dir=folder,
+                       collect={"torch_profiler": {"wait": 1, "warmup": 1, "active": 2}})
+    with StepProfiler(ctx, total_steps=5) as prof:
+        for _ in range(5):
+            torch.ones(8, 8) @ torch.ones(8, 8)
+            prof.step()
+    return len(prof.traces)
+
+first = profiled(tempfile.mkdtemp())
+unloaded = "torch._inductor" not in sys.modules and "torch._dynamo" not in sys.modules
+lazy_again = torch._inductor.__name__  # the lazy attribute is back: it imports inductor
+second = profiled(tempfile.mkdtemp())  # with inductor loaded, torch.profiler's own path
+print(first, unloaded, lazy_again, second)
+"""
+
+
+@pytest.mark.slow
+def test_a_profiled_trial_does_not_import_inductor():
+    # A fresh interpreter: the test process may hold inductor already.
+    proc = subprocess.run(
+        [sys.executable, "-c", PROFILED_STEPS], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["1", "True", "torch._inductor", "1"]
