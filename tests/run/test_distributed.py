@@ -57,17 +57,17 @@ def test_upstream_race_recipes_pass_on_two_ranks(tmp_path, name):
     assert proc.stdout.count("Wrote matrix to") == 1  # only rank 0 reports
 
 
+# The baseline is a corrupted cell, as in triage (the bug reproduces there, the "mitigation"
+# cells are what is tried): a complete matrix with a failing baseline exits 0 on every rank.
 RACE = """
 workload: race
 ticket: RACE
-steps: {steps}
+steps: 4
 timeout_per_trial: 120
-workload_config: {{mode: {mode}, fsdp_shard_size: 2048, num_layers: 3, dtype: {dtype}}}
+workload_config: {mode: fsdp, fsdp_shard_size: 2048, num_layers: 3, dtype: float32}
+confound: {baseline_cell: ddp-all_reduce-float16}
 cells:
-  - {{name: baseline, mitigations: [none]}}
-  - name: corrupted
-    mitigations: [none]
-    workload_config: {{fault_injection: {{rank: 1, iteration: 2, layer: 1, collective: {collective}, index: 77}}}}
+  - {name: clean, mitigations: [none]}
 """
 
 CORRUPTIONS = [
@@ -79,9 +79,9 @@ CORRUPTIONS = [
 
 @pytest.fixture(scope="module")
 def corruption_run(tmp_path_factory) -> tuple[Path, str]:
-    """One torchrun for every injected corruption: a clean baseline, one cell per case and one
+    """One torchrun for every injected corruption: a clean cell, one cell per case and one
     that stops at the first corruption (a torchrun each cost ~20 s of CPU apiece for the same
-    start-up and baseline)."""
+    start-up and clean cell); its baseline is one of the corrupted cells."""
     root = tmp_path_factory.mktemp("corruption")
     cells = "".join(
         f"  - name: {mode}-{collective}-{dtype}\n"
@@ -96,20 +96,19 @@ def corruption_run(tmp_path_factory) -> tuple[Path, str]:
         "    workload_config: {stop_on_first_corruption: true, fault_injection: "
         "{rank: 1, iteration: 2, layer: 1, collective: all_gather, index: 77}}\n"
     )
-    text = RACE.format(steps=4, mode="fsdp", collective="all_gather", dtype="float32")
     recipe = root / "r.yaml"
-    recipe.write_text(text.split("  - name: corrupted", 1)[0] + cells)
+    recipe.write_text(RACE + cells)
     proc = torchrun(recipe, root / "out")
-    assert proc.returncode == 0, proc.stderr
-    return only_run_dir(root / "out"), proc.stdout
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return only_run_dir(root / "out"), proc
 
 
 @pytest.mark.parametrize("mode, collective, dtype", CORRUPTIONS)
 def test_injected_corruption_is_detected(corruption_run, mode, collective, dtype):
-    run_dir, stdout = corruption_run
+    run_dir, proc = corruption_run
     cell = f"{mode}-{collective}-{dtype}"
     recs = records(run_dir)
-    assert recs[("baseline", 0)]["status"] == "ok"
+    assert recs[("clean", 0)]["status"] == "ok"
     bad = recs[(cell, 0)]
     assert bad["info"]["mode"] == mode
     assert bad["status"] == "workload_failed" and bad["passed"] is False
@@ -131,7 +130,18 @@ def test_injected_corruption_is_detected(corruption_run, mode, collective, dtype
     assert bad["ranks"][0]["status"] == "ok"
     matrix = (run_dir / "matrix.md").read_text()
     assert f"| {cell} | none | local | 1/1 | 100% (1/1) | 1 (1 workload) | 0 |" in matrix
-    assert f"{cell}: 1/1 failed" in stdout
+    assert f"{cell}: 1/1 failed" in proc.stdout
+
+
+def test_a_failing_baseline_exits_0_on_every_rank(corruption_run):
+    # The bug reproducing in the baseline is the normal triage case, not an error of the run.
+    run_dir, proc = corruption_run  # which asserts torchrun's exit 0
+    assert "ChildFailedError" not in proc.stderr
+    matrix = json.loads((run_dir / "matrix.json").read_text())
+    cells = {c["name"]: c for c in matrix["cells"]}
+    assert matrix["baseline"] == "ddp-all_reduce-float16"
+    assert cells["ddp-all_reduce-float16"]["failures"] == 1 and cells["clean"]["failures"] == 0
+    assert matrix["world_size"] == 2 and matrix["status"] == "complete"
 
 
 def test_stop_on_first_corruption_stops_every_rank(corruption_run):
