@@ -1,12 +1,12 @@
 """Ranks and the null distributions of rank statistics, in numpy and exact integers.
 
 What :mod:`aorta.matrix.stats` needs to compare timed cells — mid-ranks and the two-sided
-Mann–Whitney U p-value, exact or asymptotic — without ``scipy.stats``, whose import costs
-about a second of CPU in every process that compares: a sweep's rank 0 writing its matrix,
-each ``aorta report`` and ``compare``, a notebook. (Boschloo's test of failure counts and the
-drift check's Kendall tau still import it, where failures differ or a baseline has five timed
-trials.) The values are scipy's (``rankdata``, ``mannwhitneyu``); the exact distribution is
-counted in Python integers, so its p-values are exact rationals rounded once.
+Mann–Whitney U p-value, exact or asymptotic — and the drift check's Kendall tau, without
+``scipy.stats``, whose import costs about a second of CPU in every process that compares: a
+sweep's rank 0 writing its matrix, each ``aorta report`` and ``compare``, a notebook (Boschloo's
+test of failure counts is :mod:`aorta.matrix.boschloo`). The values are scipy's (``rankdata``,
+``mannwhitneyu``, ``kendalltau``); the exact distributions are counted in Python integers, so
+their p-values are exact rationals rounded once.
 
 Examples
 --------
@@ -22,11 +22,18 @@ Examples
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 
 import numpy as np
 
-__all__ = ["mann_whitney_asymptotic_p", "mann_whitney_exact_p", "rankdata", "u_statistic"]
+__all__ = [
+    "kendall_tau_p",
+    "mann_whitney_asymptotic_p",
+    "mann_whitney_exact_p",
+    "rankdata",
+    "u_statistic",
+]
 
 
 def rankdata(values: np.ndarray) -> np.ndarray:
@@ -118,3 +125,75 @@ def mann_whitney_asymptotic_p(x: np.ndarray, y: np.ndarray) -> float:
     if sd == 0:
         return 1.0 if excess <= 0 else 0.0
     return min(1.0, max(0.0, math.erfc(excess / sd / math.sqrt(2))))
+
+
+#: Up to this many pairs without ties, Kendall's p-value is exact (scipy's ``method="auto"``).
+KENDALL_EXACT_MAX_N = 33
+#: Above this many values, scipy counts the pairs (in O(n log n); here it is O(n^2)).
+KENDALL_PAIRS_MAX_N = 5_000
+
+
+@functools.lru_cache(maxsize=64)
+def _inversion_counts(n: int, up_to: int) -> tuple[int, ...]:
+    """How many of the ``n!`` orders of ``n`` distinct values have ``k`` inversions (discordant
+    pairs), for ``k`` in ``0..up_to``: Mahonian numbers, the coefficients of
+    ``prod over j of (1 + q + ... + q^(j-1))``, in exact integers."""
+    counts = [1] + [0] * up_to
+    for j in range(2, n + 1):
+        # times (1 - q^j) / (1 - q): a running sum, less the sum j places back
+        running = list(itertools.accumulate(counts))
+        counts = [running[k] - (running[k - j] if k >= j else 0) for k in range(up_to + 1)]
+    return tuple(counts)
+
+
+def kendall_tau_p(x: np.ndarray, y: np.ndarray) -> float:
+    """Two-sided p of Kendall's tau between ``x`` and ``y``:
+    ``scipy.stats.kendalltau(x, y).pvalue`` — exact (from the inversion counts) without ties
+    and up to 33 values or one discordant pair, else the normal approximation with the tie
+    corrections of the variance. NaN when either is constant.
+
+    >>> kendall_tau_p(np.arange(6.0), np.array([1.0, 2.0, 3.0, 4.0, 6.0, 5.0]))
+    0.016666666666666666
+    """
+    x = np.asarray(x, dtype=float).ravel()
+    y = np.asarray(y, dtype=float).ravel()
+    size = x.size
+    if size > KENDALL_PAIRS_MAX_N:
+        # Pairs are counted in O(n^2); scipy counts them in O(n log n).
+        from scipy.stats import kendalltau
+
+        return float(kendalltau(x, y).pvalue)
+    con_minus_dis = discordant = 0
+    for i in range(size - 1):  # a row of pairs at a time: memory stays O(n) for long runs
+        agree = np.sign(x[i + 1 :] - x[i]) * np.sign(y[i + 1 :] - y[i])
+        con_minus_dis += int(agree.sum())
+        discordant += int((agree < 0).sum())
+    total = size * (size - 1) // 2
+    x_ties, x0, x1 = _tie_terms(x)
+    y_ties, y0, y1 = _tie_terms(y)
+    if x_ties == total or y_ties == total:
+        return math.nan
+    if (
+        x_ties == 0
+        and y_ties == 0
+        and (size <= KENDALL_EXACT_MAX_N or min(discordant, total - discordant) <= 1)
+    ):
+        # Symmetric about total/2: twice the lower tail up to the smaller of the two counts.
+        low = min(discordant, total - discordant)
+        tail = sum(_inversion_counts(size, low))
+        return min(1.0, 2 * tail / math.factorial(size))
+    m = size * (size - 1.0)
+    var = (m * (2 * size + 5) - x1 - y1) / 18 + 2 * x_ties * y_ties / m
+    var += x0 * y0 / (9 * m * (size - 2))
+    return min(1.0, math.erfc(abs(con_minus_dis) / math.sqrt(var) / math.sqrt(2)))
+
+
+def _tie_terms(values: np.ndarray) -> tuple[int, int, int]:
+    """Tied pairs, and the sums of ``t(t-1)(t-2)`` and ``t(t-1)(2t+5)`` over tie groups."""
+    _, counts = np.unique(values, return_counts=True)
+    t = [int(c) for c in counts if c > 1]
+    return (
+        sum(c * (c - 1) // 2 for c in t),
+        sum(c * (c - 1) * (c - 2) for c in t),
+        sum(c * (c - 1) * (2 * c + 5) for c in t),
+    )

@@ -57,7 +57,13 @@ from aorta.matrix.bootstrap import (
     data_stream,
     percentile_interval,
 )
-from aorta.matrix.ranks import mann_whitney_asymptotic_p, mann_whitney_exact_p, rankdata
+from aorta.matrix.boschloo import boschloo_p
+from aorta.matrix.ranks import (
+    kendall_tau_p,
+    mann_whitney_asymptotic_p,
+    mann_whitney_exact_p,
+    rankdata,
+)
 
 __all__ = [
     "BOOTSTRAP_BLOCK",
@@ -433,15 +439,7 @@ def failure_p(failures_a: int, ran_a: int, failures_b: int, ran_b: int) -> float
     >>> round(failure_p(10, 20, 2, 20), 4), failure_p(0, 5, 0, 5)
     (0.0066, 1.0)
     """
-    if ran_a <= 0 or ran_b <= 0:
-        return math.nan
-    total = failures_a + failures_b
-    if total == 0 or total == ran_a + ran_b:
-        return 1.0
-    from scipy.stats import boschloo_exact
-
-    table = [[failures_a, failures_b], [ran_a - failures_a, ran_b - failures_b]]
-    return float(min(1.0, boschloo_exact(table, alternative="two-sided").pvalue))
+    return boschloo_p(failures_a, ran_a, failures_b, ran_b)
 
 
 def band_verdict(lo: float, hi: float, *, threshold: float) -> Band:
@@ -475,9 +473,7 @@ def drift_p(values: np.ndarray, order: np.ndarray) -> float:
     keep = np.isfinite(v) & (o >= 0)
     if keep.sum() < 5 or np.unique(v[keep]).size < 2:
         return math.nan
-    from scipy.stats import kendalltau
-
-    return float(kendalltau(o[keep], v[keep]).pvalue)
+    return kendall_tau_p(o[keep], v[keep])
 
 
 @dataclass(frozen=True)
