@@ -151,7 +151,7 @@ def _hypergeom_cdf(n: int, m: int) -> np.ndarray:
     log_ct = _log_comb(total)
     for s in range(total + 1):
         lo, hi = max(0, s - m), min(n, s)
-        x1 = np.arange(lo, hi + 1)
-        pmf = np.exp(log_cn[x1] + log_cm[s - x1] - log_ct[s])
-        out[x1, s - x1] = np.minimum(1.0, np.cumsum(pmf))
+        k = np.arange(lo, hi + 1)
+        pmf = np.exp(log_cn[k] + log_cm[s - k] - log_ct[s])
+        out[k, s - k] = np.minimum(1.0, np.cumsum(pmf))
     return out
