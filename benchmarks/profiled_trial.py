@@ -29,7 +29,9 @@ def step():
     torch.ones(64, 64) @ torch.ones(64, 64)
 """
 
-AORTA = COMMON + """
+AORTA = (
+    COMMON
+    + """
 from aorta.run.profiler import StepProfiler
 from aorta.run.workload import TrialContext
 ctx = TrialContext(cell="a", trial=0, artifact_dir=sys.argv[1],
@@ -40,8 +42,11 @@ with StepProfiler(ctx, total_steps=int(sys.argv[2])) as prof:
         prof.step()
 print(json.dumps({"cpu_s": cpu(), "inductor": "torch._inductor" in sys.modules}))
 """
+)
 
-PEER = COMMON + """
+PEER = (
+    COMMON
+    + """
 from torch.profiler import ProfilerActivity, profile, schedule
 def ready(p):
     p.export_chrome_trace(os.path.join(sys.argv[1], "rank0.pt.trace.json.gz"))
@@ -52,6 +57,7 @@ with profile(activities=[ProfilerActivity.CPU], record_shapes=True, on_trace_rea
         prof.step()
 print(json.dumps({"cpu_s": cpu(), "inductor": "torch._inductor" in sys.modules}))
 """
+)
 
 
 def one(code: str, steps: int) -> dict:
