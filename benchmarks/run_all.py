@@ -24,6 +24,8 @@ QUICK: list[list[str]] = [
     ["trace_load.py", "--skip-hta", "--repeat", "3"],
     ["trace_matrix.py", "--repeat", "3"],
     ["launch_fanout.py", "--repeats", "3"],  # needs /usr/sbin/sshd
+    ["failure_test.py", "--tables", "300", "--starts", "3"],
+    ["profiled_trial.py", "--runs", "5"],
 ]
 FULL: list[list[str]] = [
     ["engine_overhead.py", "--trials", "200", "--process-trials", "10"],
@@ -31,6 +33,8 @@ FULL: list[list[str]] = [
     ["trace_load.py", "--peer", "--repeat", "5"],
     ["trace_matrix.py", "--repeat", "3"],
     ["launch_fanout.py", "--repeats", "7"],
+    ["failure_test.py", "--tables", "600", "--starts", "5"],
+    ["profiled_trial.py", "--runs", "9"],
 ]
 
 

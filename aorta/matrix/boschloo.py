@@ -26,6 +26,7 @@ Examples
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 
@@ -47,7 +48,7 @@ TIE_TOLERANCE = 1e-13
 
 def boschloo_p(failures_a: int, ran_a: int, failures_b: int, ran_b: int) -> float:
     """Two-sided Boschloo p-value of ``failures_a`` of ``ran_a`` against ``failures_b`` of
-    ``ran_b``: ``scipy.stats.boschloo_exact([[fa, fb], [ra - fa, rb - fb]]).pvalue``.
+    ``ran_b``, as ``scipy.stats.boschloo_exact([[fa, fb], [ra - fa, rb - fb]])`` defines it.
 
     NaN when a group ran no trial; 1 when no trial or every trial failed.
     """
@@ -58,7 +59,8 @@ def boschloo_p(failures_a: int, ran_a: int, failures_b: int, ran_b: int) -> floa
     if failures_a + failures_b in (0, ran_a + ran_b):
         return 1.0
     if ran_a + ran_b > FLOAT_MAX_TOTAL:
-        # Every table is visited: (ran_a + 1)(ran_b + 1) of them. scipy does the same, in C.
+        # Every table is visited, (ran_a + 1)(ran_b + 1) of them: scipy's vectorised
+        # hypergeometric tails are faster there than this module's loop over the totals.
         from scipy.stats import boschloo_exact
 
         table = [[failures_a, failures_b], [ran_a - failures_a, ran_b - failures_b]]
@@ -133,6 +135,7 @@ def _log_comb(n: int) -> np.ndarray:
     return math.lgamma(n + 1.0) - lg[k] - lg[n - k]
 
 
+@functools.lru_cache(maxsize=16)  # the cells of a matrix mostly share their trial counts
 def _hypergeom_cdf(n: int, m: int) -> np.ndarray:
     """P(X ≤ x1) for X the failures among group 1's ``n`` trials when ``s = x1 + x2`` of all
     ``n + m`` failed (hypergeometric), for every x1 in 0..n and x2 in 0..m: ``[x1, x2]``."""
@@ -148,6 +151,7 @@ def _hypergeom_cdf(n: int, m: int) -> np.ndarray:
             for x1 in range(lo, hi + 1):
                 running += cn[x1] * cm[s - x1]
                 out[x1, s - x1] = running / whole  # an exact fraction, rounded once
+        out.flags.writeable = False
         return out
     log_cn, log_cm = _log_comb(n), _log_comb(m)
     log_ct = _log_comb(total)
@@ -156,4 +160,5 @@ def _hypergeom_cdf(n: int, m: int) -> np.ndarray:
         k = np.arange(lo, hi + 1)
         pmf = np.exp(log_cn[k] + log_cm[s - k] - log_ct[s])
         out[k, s - k] = np.minimum(1.0, np.cumsum(pmf))
+    out.flags.writeable = False
     return out

@@ -161,10 +161,18 @@ def test_boschloo_finds_the_supremum_where_scipy_stops_short():
     assert sps.boschloo_exact([[0, 6], [25, 19]]).pvalue < dense * (1 - 1e-5)
 
 
-def test_boschloo_in_floats_is_scipys(monkeypatch):
-    # Above EXACT_MAX_TOTAL trials the hypergeometric tails are summed in floats; the same
-    # tables through that path (scipy takes seconds at the sizes where it is used).
+@pytest.fixture
+def float_tails(monkeypatch):
+    """Fisher's tails summed in floats (the path above EXACT_MAX_TOTAL trials), with no tails
+    cached from either path before or after."""
     monkeypatch.setattr(boschloo, "EXACT_MAX_TOTAL", 0)
+    boschloo._hypergeom_cdf.cache_clear()
+    yield
+    boschloo._hypergeom_cdf.cache_clear()
+
+
+def test_boschloo_in_floats_is_scipys(float_tails):
+    # The same tables through the float path (scipy takes seconds at the sizes it serves).
     for fa, na, fb, nb in ((10, 20, 2, 20), (0, 30, 4, 30), (8, 26, 4, 5), (50, 100, 30, 100)):
         expected = sps.boschloo_exact([[fa, fb], [na - fa, nb - fb]]).pvalue
         assert boschloo.boschloo_p(fa, na, fb, nb) == pytest.approx(expected, rel=1e-9)
