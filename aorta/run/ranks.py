@@ -154,41 +154,50 @@ class StoreCoordinator:
     distributed = True
 
     def __init__(self, env: DistEnv, *, connect_timeout_s: float = 300.0) -> None:
-        from torch.distributed import TCPStore
-
         self.env = env
         self.rank = env.rank
         self.world_size = env.world_size
         self.prefix = f"aorta/{env.job_id}/"
         timeout = timedelta(seconds=connect_timeout_s)
+        # The launcher's mistakes are told before torch is imported (~1.5 s a rank).
         if env.master_addr is None:
             raise UsageError(
                 "WORLD_SIZE > 1 but MASTER_ADDR is not set: start aorta under torchrun or srun"
             )
         if env.agent_store:
-            if env.master_port is None:
-                raise UsageError("TORCHELASTIC_USE_AGENT_STORE is set but MASTER_PORT is not")
-            self.store = TCPStore(
-                env.master_addr, env.master_port, None, False, timeout, wait_for_workers=False
+            port, unset = (
+                env.master_port,
+                "TORCHELASTIC_USE_AGENT_STORE is set but MASTER_PORT is not",
             )
         else:
-            if env.port_base is None:
-                raise UsageError(
+            port, unset = (
+                env.port_base,
+                (
                     f"WORLD_SIZE={env.world_size} without torchrun's agent store: export "
                     f"{envvars.TRIAL_MASTER_PORT_BASE} (the first of 1000 free ports reserved for aorta, e.g. 30000) "
                     "on every rank"
-                )
+                ),
+            )
+        if port is None:
+            raise UsageError(unset)
+        from torch.distributed import TCPStore
+
+        if env.agent_store:
+            self.store = TCPStore(
+                env.master_addr, port, None, False, timeout, wait_for_workers=False
+            )
+        else:
             try:
                 self.store = TCPStore(
                     env.master_addr,
-                    env.port_base,
+                    port,
                     env.world_size,
                     env.rank == 0,
                     timeout,
                     wait_for_workers=False,
                 )
             except RuntimeError as exc:  # torch's DistNetworkError: in use, refused, timed out
-                where = f"{env.master_addr}:{env.port_base} ({envvars.TRIAL_MASTER_PORT_BASE})"
+                where = f"{env.master_addr}:{port} ({envvars.TRIAL_MASTER_PORT_BASE})"
                 if "EADDRINUSE" in str(exc):
                     raise AortaError(
                         f"rank {env.rank}: port {where} is held by another process: pick a base "

@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -84,3 +86,32 @@ def test_a_rank_waiting_on_the_others_still_answers_a_signal():
         signal.signal(signal.SIGUSR1, previous)
         rank1.close()
         rank0.close()
+
+
+LAUNCHER_MISTAKES = """
+import sys
+from aorta.errors import UsageError
+from aorta.run.ranks import DistEnv, StoreCoordinator
+for env in (DistEnv(rank=1, world_size=2),
+            DistEnv(rank=1, world_size=2, master_addr="127.0.0.1"),
+            DistEnv(rank=1, world_size=2, master_addr="127.0.0.1", agent_store=True)):
+    try:
+        StoreCoordinator(env)
+    except UsageError as exc:
+        print(str(exc).split(":")[0])
+print("torch" in sys.modules)
+"""
+
+
+def test_a_launcher_mistake_is_told_before_torch_is_imported():
+    # A fresh interpreter: this one holds torch. Each rank would import it (~1.5 s) only to
+    # be told that the launcher left a variable out.
+    out = subprocess.run(
+        [sys.executable, "-c", LAUNCHER_MISTAKES], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    assert out == [
+        "WORLD_SIZE > 1 but MASTER_ADDR is not set",
+        "WORLD_SIZE=2 without torchrun's agent store",
+        "TORCHELASTIC_USE_AGENT_STORE is set but MASTER_PORT is not",
+        "False",
+    ]
