@@ -107,11 +107,12 @@ class StepProfiler:
 
 @contextlib.contextmanager
 def _inductor_left_unloaded() -> Iterator[None]:
-    """While torch.profiler starts a cycle, ``torch._inductor`` stays unimported if it was.
+    """Keep ``torch._inductor`` unimported while torch.profiler starts a cycle, if nothing
+    imported it before.
 
     ``profile.prepare_trace`` asks ``hasattr(torch, "_inductor")`` to learn whether inductor's
     CUDA graphs are on, and the question itself imports inductor and dynamo through torch's lazy
-    attribute (1.3 CPU-s in each profiled trial worker, for a workload that never compiles).
+    attribute (~1.4 CPU-s in each profiled trial worker, for a workload that never compiles).
     Inductor that is not loaded has no CUDA graphs, so the attribute is hidden for the call
     (as if torch had no lazy ``_inductor``); where inductor is loaded, nothing changes.
     """
