@@ -150,7 +150,7 @@ def kendall_tau_p(x: np.ndarray, y: np.ndarray) -> float:
     """Two-sided p of Kendall's tau between ``x`` and ``y``:
     ``scipy.stats.kendalltau(x, y).pvalue`` — exact (from the inversion counts) without ties
     and up to 33 values or one discordant pair, else the normal approximation with the tie
-    corrections of the variance. NaN when either is constant.
+    corrections of the variance. NaN when either is constant or holds a NaN.
 
     >>> kendall_tau_p(np.arange(6.0), np.array([1.0, 2.0, 3.0, 4.0, 6.0, 5.0]))
     0.016666666666666666
@@ -158,6 +158,8 @@ def kendall_tau_p(x: np.ndarray, y: np.ndarray) -> float:
     x = np.asarray(x, dtype=float).ravel()
     y = np.asarray(y, dtype=float).ravel()
     size = x.size
+    if np.isnan(x).any() or np.isnan(y).any():
+        return math.nan
     if size > KENDALL_PAIRS_MAX_N:
         # Pairs are counted in O(n^2); scipy counts them in O(n log n).
         from scipy.stats import kendalltau

@@ -60,6 +60,7 @@ def test_nan_gives_nan_as_scipy_does():
     assert np.isnan(ranks.rankdata(np.concatenate([x, y]))).all()
     assert math.isnan(ranks.mann_whitney_exact_p(x, y))
     assert math.isnan(ranks.mann_whitney_asymptotic_p(x, y))
+    assert math.isnan(ranks.kendall_tau_p(np.arange(6.0), np.array([1, 2, np.nan, 4, 5, 6.0])))
 
 
 def test_comparing_cells_does_not_import_scipy_stats():
