@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -78,7 +79,7 @@ CORRUPTIONS = [
 
 
 @pytest.fixture(scope="module")
-def corruption_run(tmp_path_factory) -> tuple[Path, str]:
+def corruption_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     """One torchrun for every injected corruption: a clean cell, one cell per case and one
     that stops at the first corruption (a torchrun each cost ~20 s of CPU apiece for the same
     start-up and clean cell); its baseline is one of the corrupted cells."""
