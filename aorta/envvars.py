@@ -185,6 +185,9 @@ RUN_ID = "AORTA_RUN_ID"
 #: (:mod:`aorta.run.orphans`).
 SWEEP_TOKEN = "AORTA_SWEEP_TOKEN"
 TRIAL_TOKEN = "AORTA_TRIAL_TOKEN"
+#: Set for a trial armed for hang forensics (:mod:`aorta.run.forensics`): the trial's token,
+#: which names the flight-recorder listener of each of its Python processes.
+FR_LISTEN = "AORTA_FR_LISTEN"
 
 ENGINE_PROVIDED: frozenset[str] = frozenset(
     {
@@ -198,6 +201,7 @@ ENGINE_PROVIDED: frozenset[str] = frozenset(
         RUN_ID,
         SWEEP_TOKEN,
         TRIAL_TOKEN,
+        FR_LISTEN,
     }
 )
 

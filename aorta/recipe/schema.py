@@ -252,6 +252,26 @@ class Adaptive(_Strict):
         return self
 
 
+class Forensics(_Strict):
+    """Hang forensics (docs/hangs.md): what every trial arms, and what aorta takes before it
+    kills a stuck trial (a hang, the deadline, a peer's stop, Ctrl-C)."""
+
+    #: Take the evidence before a stuck trial's processes are killed.
+    enabled: bool = True
+    #: Arm PyTorch's flight recorder (``TORCH_FR_BUFFER_SIZE``, ``TORCH_NCCL_DUMP_ON_TIMEOUT``,
+    #: ``TORCH_FR_DUMP_TEMP_FILE``, unless the trial's environment sets them) and load aorta's
+    #: dump listener into the trial's Python processes (``PYTHONPATH``).
+    flight_recorder: bool = True
+    #: Entries of the recorder's ring buffer (``TORCH_FR_BUFFER_SIZE``).
+    buffer_size: int = Field(2000, ge=1, le=1_000_000)
+    #: Every Python thread's stack, by ``py-spy dump``.
+    stacks: bool = True
+    #: Native frames too (``py-spy dump --native``): slower, and not on every system.
+    native: bool = False
+
+    _count = field_validator("buffer_size", mode="before")(_check_count)
+
+
 class Redaction(_Strict):
     """What to scrub from saved environment snapshots and logs (probe mode)."""
 
@@ -527,6 +547,8 @@ class Recipe(_Strict):
     # failure classification (docs/recipes.md, docs/triage.md)
     #: Seconds of silent output and an idle process tree after which a trial is a hang.
     hang_after: float | None = Field(None, gt=0, le=MAX_TIMEOUT_S)
+    #: What a stuck trial's capture takes before the kill (docs/hangs.md).
+    forensics: Forensics = Field(default_factory=Forensics)
     custom_patterns: list[CustomPattern] = Field(default_factory=list)
 
     _count = field_validator("trials", "steps", mode="before")(_check_count)

@@ -40,6 +40,7 @@ __all__ = [
     "parse_nvidia_smi",
     "parse_rocm_smi",
     "tree_cpu_ticks",
+    "trial_processes",
 ]
 
 CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -84,16 +85,9 @@ def _carries(pid: int, entry: bytes) -> bool:
         return False
 
 
-def tree_cpu_ticks(root: int, *, marker: str | None = None) -> tuple[int, int] | None:
-    """(CPU ticks, process count) of the processes of ``root``'s trial: its process group,
-    its session, the processes whose environment holds ``marker`` (``NAME=value``: the
-    trial's token, which a ``setsid`` or double-forked worker keeps) and the descendants of
-    all of them; ``None`` when none is alive.
-
-    >>> tree_cpu_ticks(os.getpid())[1] >= 1
-    True
-    """
-    table = _proc_table()
+def _members(
+    table: dict[int, tuple[int, int, int, int]], root: int, marker: str | None
+) -> set[int]:
     members = {pid for pid, (_, pgrp, sid, _) in table.items() if root in (pgrp, sid)}
     if root in table:
         members.add(root)
@@ -109,6 +103,30 @@ def tree_cpu_ticks(root: int, *, marker: str | None = None) -> tuple[int, int] |
             if child not in members:
                 members.add(child)
                 todo.append(child)
+    return members
+
+
+def trial_processes(root: int, *, marker: str | None = None) -> dict[int, int]:
+    """pid → parent pid of every live process of ``root``'s trial: its process group, its
+    session, the processes whose environment holds ``marker`` (``NAME=value``: the trial's
+    token, which a ``setsid`` or double-forked worker keeps) and the descendants of all of them.
+
+    >>> os.getpid() in trial_processes(os.getpid())
+    True
+    """
+    table = _proc_table()
+    return {pid: table[pid][0] for pid in sorted(_members(table, root, marker))}
+
+
+def tree_cpu_ticks(root: int, *, marker: str | None = None) -> tuple[int, int] | None:
+    """(CPU ticks, process count) of the processes of ``root``'s trial (see
+    :func:`trial_processes`); ``None`` when none is alive.
+
+    >>> tree_cpu_ticks(os.getpid())[1] >= 1
+    True
+    """
+    table = _proc_table()
+    members = _members(table, root, marker)
     if not members:
         return None
     return sum(table[p][3] for p in members), len(members)

@@ -133,6 +133,7 @@ def run_with_deadline(
     kill_tree_on_exit: bool = True,
     stop_when: Callable[[], str | None] | None = None,
     poll_s: float = 0.25,
+    before_kill: Callable[[int, str], None] | None = None,
 ) -> Finished:
     """Wait for ``proc`` until ``deadline`` (a ``time.monotonic()`` value).
 
@@ -140,7 +141,17 @@ def run_with_deadline(
     exits on its own, anything it left running in its group is killed too
     (``kill_tree_on_exit``), so background jobs of a trial never leak into the next one.
     ``stop_when`` is polled every ``poll_s``; a reason it returns stops the child early.
+    ``before_kill(pid, why)`` runs before a live child is signalled — ``why`` is ``stopped``
+    (``stop_when``), ``deadline`` or ``interrupted`` (Ctrl-C, SIGTERM) — to take what only a
+    live process can tell (:class:`aorta.run.forensics.Capture`); it bounds its own time.
     """
+
+    def last_look(why: str) -> None:
+        if before_kill is not None and proc.poll() is None:
+            # A second Ctrl-C skips the look, never the kill.
+            with contextlib.suppress(BaseException):
+                before_kill(proc.pid, why)
+
     start = time.monotonic()
     timed_out = False
     stopped: str | None = None
@@ -161,13 +172,16 @@ def run_with_deadline(
                 reason = stop_when() if stop_when is not None else None
                 if reason:
                     stopped = reason
+                    last_look("stopped")
                     kill_group(proc, grace_s=min(grace_s, 2.0))
                     break
     except subprocess.TimeoutExpired:
         timed_out = True
+        last_look("deadline")
         kill_group(proc, grace_s=grace_s)
     except BaseException:
         # Ctrl-C while waiting: take the child down with us.
+        last_look("interrupted")
         kill_group(proc, grace_s=min(grace_s, 2.0))
         raise
     else:

@@ -42,6 +42,7 @@ __all__ = [
     "DistEnv",
     "LocalCoordinator",
     "StoreCoordinator",
+    "TrialPeers",
     "choose_backend",
     "coordinator_for",
     "init_process_group",
@@ -274,6 +275,18 @@ class StoreCoordinator:
             return None
         return None
 
+    def post(self, key: str) -> None:
+        """Mark ``key`` as done by this rank (see :meth:`all_posted`)."""
+        with contextlib.suppress(Exception):
+            self._set(f"{key}/{self.rank}", True)
+
+    def all_posted(self, key: str) -> bool:
+        """Whether every rank has posted ``key``."""
+        try:
+            return bool(self.store.check([self._key(f"{key}/{r}") for r in range(self.world_size)]))
+        except Exception:
+            return True  # the store went away: nobody is left to wait for
+
     def finish(self, *, timeout_s: float) -> None:
         """Everyone is done; rank 0 (which may host the store) leaves last."""
         self._set(f"finished/{self.rank}", True)
@@ -284,6 +297,31 @@ class StoreCoordinator:
 
     def close(self) -> None:
         self.store = None  # type: ignore[assignment]
+
+
+class TrialPeers:
+    """The other ranks of trial ``seq``, as a hang capture sees them
+    (:class:`aorta.run.forensics.Peers`): a rank that finds the trial stuck stops theirs
+    through the trial's abort key, so every rank takes its evidence at once, and no rank kills
+    before the others are done (a killed peer ends the collective the others are read in)."""
+
+    def __init__(self, coord: StoreCoordinator, seq: int) -> None:
+        self.coord, self.seq = coord, seq
+
+    def announce(self, why: str) -> None:
+        what = "hung" if why == "hang" else "reached its deadline"
+        self.coord.raise_abort(
+            str(self.seq),
+            f"timeout|rank {self.coord.rank}'s trial {what}; this rank was stopped to take its evidence",
+        )
+
+    def captured(self) -> None:
+        self.coord.post(f"trial/{self.seq}/captured")
+
+    def wait_captured(self, timeout_s: float) -> None:
+        end = time.monotonic() + timeout_s
+        while not self.coord.all_posted(f"trial/{self.seq}/captured") and time.monotonic() < end:
+            time.sleep(0.05)
 
 
 def coordinator_for(env: DistEnv) -> LocalCoordinator | StoreCoordinator:

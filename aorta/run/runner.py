@@ -21,7 +21,7 @@ from typing import Any
 
 from aorta import envvars
 from aorta.recipe.plan import Plan, TrialKey
-from aorta.run import orphans
+from aorta.run import forensics, orphans
 from aorta.run.signatures import SignatureLibrary, classify
 from aorta.run.trial import Outcome, Watchdog, run_in_process, run_in_worker, workload_ref
 from aorta.run.workload import Isolation, TrialContext, Workload
@@ -131,6 +131,7 @@ class TrialRunner:
         ctx: TrialContext,
         overlay: dict[str, str],
         abort: Callable[[], tuple[TrialStatus, str] | None] | None,
+        capture: forensics.Capture,
     ) -> Outcome:
         cls = self.workload
         if cls is None:
@@ -150,13 +151,18 @@ class TrialRunner:
                 python=self.python,
                 logs=ctx.log_names,
                 abort=abort,
+                capture=capture,
             )
 
         def stuck() -> None:
             if self.on_stuck is not None:
                 self.on_stuck(key)
 
-        with Watchdog(ctx.deadline, STUCK_GRACE_S, stuck), self._captured(ctx):
+        with (
+            Watchdog(ctx.deadline, STUCK_GRACE_S, stuck),
+            self._captured(ctx),
+            forensics.activated(capture),
+        ):
             return run_in_process(cls, config, ctx, overlay)
 
     @contextlib.contextmanager
@@ -251,14 +257,33 @@ class TrialRunner:
         *,
         rendezvous: Mapping[str, str] | None = None,
         abort: Callable[[], tuple[TrialStatus, str] | None] | None = None,
+        peers: forensics.Peers | None = None,
     ) -> RankOutcome:
-        """Run this rank's part of ``key`` until its deadline."""
+        """Run this rank's part of ``key`` until its deadline; ``peers`` (the other ranks)
+        take their evidence with this rank's when the trial is stuck."""
         deadline = time.monotonic() + self.plan.timeout_s
         ctx = self.context(key, deadline)
         token = orphans.new_token()
         overlay = self.overlay(key, rendezvous or {}, token)
+        art = ctx.artifact_dir or self.rd.path
+        capture = forensics.Capture(
+            self.recipe.forensics,
+            folder=art,
+            token=token,
+            rank=self.rank,
+            world_size=self.world_size,
+            local_rank=self.local_rank,
+            host=self.host,
+            logs=[art / name for name in ctx.log_names],
+            peers=peers,
+        )
+        if key.cell.environment.kind != "docker":  # the listener's folder is on this host only
+            overlay.update(capture.arming_env({**os.environ, **overlay}))
         t0 = time.monotonic()
-        outcome = self._execute(key, ctx, overlay, abort)
+        try:
+            outcome = self._execute(key, ctx, overlay, abort, capture)
+        finally:
+            capture.close()
         left = orphans.reap_trial(token, ignore=self.keep_pids)
         if left:
             outcome.warnings.append(
@@ -266,7 +291,6 @@ class TrialRunner:
                 "(setsid or a daemon)"
             )
         wall = time.monotonic() - t0
-        art = ctx.artifact_dir or self.rd.path
         if self.recipe.collect_paths:
             outcome.warnings.extend(self._collect_paths(overlay, art))
         found = self._classify(outcome, ctx, art, wall)
@@ -276,6 +300,8 @@ class TrialRunner:
             artifacts = {}
             outcome.warnings.append(f"the trial's files could not be listed: {exc}")
         ranked = self.rank_outcome(outcome, wall=wall, artifacts=artifacts)
+        if capture.evidence:
+            found = {**found, "evidence": capture.evidence}
         return ranked.model_copy(update=found) if found else ranked
 
     def _classify(

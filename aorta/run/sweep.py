@@ -47,6 +47,7 @@ from aorta.run.ranks import (
     DistEnv,
     LocalCoordinator,
     StoreCoordinator,
+    TrialPeers,
     choose_backend,
     coordinator_for,
     trial_endpoint,
@@ -441,7 +442,12 @@ class _Sweep:
             rendezvous = trial_env(endpoint)
         started = utc_now()
         t0 = time.monotonic()
-        mine = self.runner.run(key, rendezvous=rendezvous, abort=self._abort_check(seq))
+        peers = TrialPeers(self.coord, seq) if isinstance(self.coord, StoreCoordinator) else None
+        mine = self.runner.run(
+            key, rendezvous=rendezvous, abort=self._abort_check(seq), peers=peers
+        )
+        if peers is not None:
+            peers.captured()  # a peer taking its evidence waits for no rank whose trial ended
         if self.coord.distributed and not mine.completed:
             # This rank's trial died (crash, setup failure, deadline): release the peers now
             # rather than leave them in a collective that can never complete.

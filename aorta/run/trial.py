@@ -32,6 +32,7 @@ from typing import Any
 
 from aorta import envvars
 from aorta.run import procs
+from aorta.run.forensics import Capture
 from aorta.run.hang import GpuProbe, HangWatch
 from aorta.run.orphans import scratch_prefix
 from aorta.run.workload import TrialContext, Workload, WorkloadResult
@@ -341,13 +342,15 @@ def run_in_worker(
     grace_s: float = procs.DEFAULT_GRACE_S,
     logs: tuple[str, str] = ("stdout.log", "stderr.log"),
     abort: Callable[[], tuple[TrialStatus, str] | None] | None = None,
+    capture: Capture | None = None,
 ) -> Outcome:
     """Run a trial in a fresh ``python -m aorta.run.worker`` whose environment is ``env``.
 
     The worker's stdout/stderr go to ``logs`` in the trial's artifact dir. At the deadline
     its process group gets SIGTERM, then SIGKILL. ``abort`` is polled while the worker runs:
     a ``(status, reason)`` it returns (a peer rank's trial died) stops the worker at once, and
-    the trial takes that status on this rank too.
+    the trial takes that status on this rank too. ``capture`` takes the trial's evidence
+    before its processes are killed (a hang, the deadline, a peer's stop, an interrupt).
     """
     stop_status: list[TrialStatus] = []
     hang: list[HangWatch] = []
@@ -358,6 +361,11 @@ def run_in_worker(
             return hang[0]() if hang else None
         stop_status.append(got[0])
         return got[1]
+
+    def before_kill(pid: int, why: str) -> None:
+        if capture is not None:
+            # stop_when stopped it: for a peer (stop_status), else because it hung.
+            capture(pid, ("stopped" if stop_status else "hang") if why == "stopped" else why)
 
     scratch = Path(tempfile.mkdtemp(prefix=scratch_prefix()))
     try:
@@ -402,6 +410,7 @@ def run_in_worker(
                 deadline=ctx.deadline,
                 grace_s=grace_s,
                 stop_when=stop_when if abort or hang else None,
+                before_kill=before_kill if capture is not None else None,
             )
         try:
             phase = (scratch / PHASE_FILE).read_text().strip()

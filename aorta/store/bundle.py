@@ -10,7 +10,8 @@ Two steps, so a person can look before anything is written:
   the bundle's own manifest (:data:`~aorta.store.rundir.BUNDLE_MANIFEST`) last.
 
 What goes in: the run's manifest, resolved recipe, host snapshots, cell definitions, trial
-records, matrix files and report (``report/report.html`` too) always; trial logs, traces and
+records, a hung trial's evidence (``hang/*.json``), matrix files and report
+(``report/report.html`` too) always; trial logs, traces and
 other artifacts while they fit in ``max_size`` (bytes on disk, a cap the user can raise).
 Left out, with the reason in the manifest: ``results.nc`` (binary; :func:`aorta.load_run`
 rebuilds it from the records), other binary files (they cannot be scanned; an image counts as
@@ -56,6 +57,7 @@ from aorta.store.redact import Redactor, yaml_counted
 from aorta.store.rundir import (
     BUNDLE_MANIFEST,
     CELLS,
+    HANG_DIR,
     LOCK,
     RESULTS,
     SECRET_HASHES,
@@ -202,6 +204,8 @@ def _kind(rel: str) -> Kind:
     if parts[0] != CELLS or len(parts) < 3:
         return "core"
     if len(parts) == 3:  # cells/<cell>/cell.json, cells/<cell>/trial_0007.json
+        return "core"
+    if parts[-2] == HANG_DIR and parts[-1].endswith(".json"):  # a hung trial's evidence, small
         return "core"
     if TRACE_DIR in parts[2:-1] or ".pt.trace." in parts[-1]:
         return "trace"

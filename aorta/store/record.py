@@ -218,6 +218,9 @@ class RankOutcome(_Result):
     completed: bool = False
     #: This rank was stopped because another rank's trial died.
     stopped_by_peer: bool = False
+    #: What this rank's hang capture took (:mod:`aorta.run.forensics`), on its way to rank 0,
+    #: which turns every rank's into the record's ``forensics``; not kept in the record.
+    evidence: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class TrialRecord(_Result):
@@ -237,6 +240,10 @@ class TrialRecord(_Result):
     #: Position of the trial in the run's execution order (0 first; None when not recorded).
     run_order: int | None = None
     ranks: list[RankOutcome] = Field(default_factory=list)
+    #: Who hung, and where (:func:`aorta.hang.analyze` of every rank's evidence, taken before
+    #: the kill): culprit ranks, the collective, its sequence number and process group, the
+    #: culprits' frames, the evidence files. ``None`` when nothing was captured.
+    forensics: dict[str, Any] | None = None
 
     @property
     def outcome(self) -> Outcome:
@@ -330,7 +337,7 @@ def merge_ranks(outcomes: Sequence[RankOutcome | None], world_size: int) -> dict
         "info": dict(first.info),
         "artifacts": artifacts,
         "world_size": world_size,
-        "ranks": [] if single else ranks,
+        "ranks": [] if single else [r.model_copy(update={"evidence": []}) for r in ranks],
         "signature": sig.signature if sig else None,
         "signature_tier": sig.signature_tier if sig else None,
         "signature_hint": sig.signature_hint if sig else None,

@@ -7,10 +7,11 @@ A recipe's ``retain:`` block (upstream's) names a level per outcome — ``on_pas
 ``full``
     everything stays (the default).
 ``log``
-    the logs (``*.log``) stay; traces, collected files and the rest go.
+    the logs (``*.log``) and a hung trial's evidence (``hang/``: a few kB a rank, what its
+    record's ``forensics`` points to) stay; traces, collected files and the rest go.
 ``summary``
     each log is cut to its last :data:`SUMMARY_TAIL_BYTES` (the lines that say how it ended);
-    everything else goes.
+    the evidence stays; everything else goes.
 ``none``
     the folder goes.
 
@@ -35,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from aorta.store.record import TrialRecord
-from aorta.store.rundir import RunDir, atomic_write
+from aorta.store.rundir import HANG_DIR, RunDir, atomic_write
 
 __all__ = ["LEVELS", "SUMMARY_TAIL_BYTES", "level_for", "retain_trial"]
 
@@ -79,7 +80,10 @@ def _prune(folder: Path, level: str) -> None:
     if level == "none":
         shutil.rmtree(folder, ignore_errors=True)
         return
+    evidence = folder / HANG_DIR
     for root, dirs, files in os.walk(folder, topdown=False):
+        if Path(root) == evidence:
+            continue
         for name in files:
             path = Path(root) / name
             if not name.endswith(_LOG_SUFFIX) or path.is_symlink():

@@ -49,6 +49,8 @@ __all__ = [
     "RunDir",
     "RunLocked",
     "atomic_write",
+    "evidence_name",
+    "gpu_evidence_name",
     "trace_file_name",
     "trial_file_name",
     "trial_relpath",
@@ -96,6 +98,14 @@ NO_RUN_DIR = "_launch_"
 SLURM_JOB = "slurm.json"
 SBATCH_SCRIPT = "aorta.sbatch"
 SLURM_DIR = "slurm"
+#: A hung trial's evidence, inside its artifact folder (:mod:`aorta.run.forensics`): per rank
+#: the flight-recorder dump, the Python stacks and what the capture saw (:func:`evidence_name`);
+#: per host the GPU tools' answers and the kernel log's GPU lines.
+HANG_DIR = "hang"
+EVIDENCE_KINDS = ("fr", "stacks", "capture")
+#: Where PyTorch's own dump-on-timeout (NCCL's watchdog) writes, one file per rank
+#: (``TORCH_FR_DUMP_TEMP_FILE`` + rank), inside the trial's evidence folder.
+NCCL_DUMP_PREFIX = "nccl_trace_rank_"
 RunStatus = Literal["running", "complete", "interrupted"]
 
 
@@ -107,6 +117,25 @@ def trace_file_name(rank: int, cycle: int = 0) -> str:
     ('rank3.pt.trace.json.gz', 'rank0.2.pt.trace.json.gz')
     """
     return f"rank{rank}{f'.{cycle}' if cycle else ''}{TRACE_SUFFIX}"
+
+
+def evidence_name(kind: Literal["fr", "stacks", "capture"], rank: int) -> str:
+    """A rank's evidence file in a hung trial's ``hang/`` folder; the rank is the trailing
+    number, as in PyTorch's own dump names.
+
+    >>> evidence_name("fr", 3), evidence_name("stacks", 0)
+    ('fr_3.json', 'stacks_0.json')
+    """
+    return f"{kind}_{rank}.json"
+
+
+def gpu_evidence_name(host: str) -> str:
+    """The GPU tools' answers and the kernel log's GPU lines of ``host`` at the capture.
+
+    >>> gpu_evidence_name("gpu-r3")
+    'gpu_gpu-r3.txt'
+    """
+    return f"gpu_{host}.txt"
 
 
 def trial_file_name(trial: int, *, record: bool = True) -> str:

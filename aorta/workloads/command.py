@@ -19,7 +19,7 @@ from typing import Any
 
 from aorta import envvars
 from aorta.regex import Regex, compile_regex
-from aorta.run import procs
+from aorta.run import forensics, procs
 from aorta.run.hang import GpuProbe, HangWatch
 from aorta.run.trial import TrialDeadline, TrialHang
 from aorta.run.workload import FailureDetail, Workload, WorkloadResult
@@ -249,6 +249,8 @@ class CommandWorkload(Workload):
             deadline=self.context.deadline,
             kill_tree_on_exit=not self.context.isolated,
             stop_when=self._hang_watch(),
+            # An isolated command's evidence is taken from outside, with its worker's.
+            before_kill=None if self.context.isolated else forensics.active(),
         )
         for fh in self._logs:
             fh.flush()

@@ -1,0 +1,572 @@
+"""Hang forensics: every trial is armed, and a stuck one gives its evidence before the kill.
+
+Arming (:meth:`Capture.arming_env`, in the trial's environment unless it sets them itself):
+PyTorch's flight recorder (``TORCH_FR_BUFFER_SIZE``; ``TORCH_NCCL_DUMP_ON_TIMEOUT`` and
+``TORCH_FR_DUMP_TEMP_FILE`` so NCCL's own watchdog dumps into the trial's ``hang/`` folder;
+``TORCH_NCCL_DEBUG_INFO_PIPE_FILE`` in a private folder), and aorta's listener
+(``aorta/run/frshim/sitecustomize.py`` first on ``PYTHONPATH``): every Python process of the
+trial that imports ``torch.distributed`` answers a dump request on an abstract Unix socket.
+
+Capture (:class:`Capture`, the ``before_kill`` of :func:`aorta.run.procs.run_with_deadline`):
+when the hang watch fires, the deadline passes, a peer rank stops the trial or the sweep is
+interrupted, and before any process is signalled, for every process of the trial:
+
+1. the flight-recorder dump (all listeners at once, within ``DUMP_TIMEOUT_S``; no C++ stacks,
+   which can hang a starved process; NCCL's debug pipes are written too);
+2. the stack of every Python thread (``py-spy dump --json``, all processes at once, within
+   ``STACKS_TIMEOUT_S``), with the GPU tools' answers and the kernel log's GPU lines beside it;
+3. the last lines of the rank's logs (the watchdog's lines among them).
+
+Each step has its own deadline, so a capture holds a kill back by at most ``CAPTURE_BOUND_S``
+(15 s). The files go into the trial's ``hang/`` folder per rank (``fr_<rank>.json``,
+``stacks_<rank>.json``, ``capture_<rank>.json``); :attr:`Capture.evidence` holds the same,
+trimmed to a few kB a rank, for the record: it travels to rank 0 with the rank's outcome,
+where :func:`aorta.hang.analyze` says who stopped where.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from aorta import envvars
+from aorta.recipe.schema import Forensics
+from aorta.run.hang import trial_processes
+from aorta.store.rundir import (
+    HANG_DIR,
+    NCCL_DUMP_PREFIX,
+    atomic_write,
+    evidence_name,
+    gpu_evidence_name,
+)
+
+__all__ = [
+    "CAPTURE_BOUND_S",
+    "SHIM_DIR",
+    "Capture",
+    "Peers",
+    "activated",
+    "active",
+    "watchdog_lines",
+]
+
+#: The folder whose ``sitecustomize.py`` loads the listener into a trial's Python processes.
+SHIM_DIR = Path(__file__).resolve().with_name("frshim")
+#: Seconds the listeners have to write their dumps (a healthy one takes ~1 ms).
+DUMP_TIMEOUT_S = 4.0
+#: Seconds py-spy (and the GPU tools, meanwhile) have for every process of the trial.
+STACKS_TIMEOUT_S = 6.0
+#: Seconds a rank waits for its peers' captures before it kills: a peer's kill could end a
+#: collective this rank's processes are still being read in.
+PEERS_TIMEOUT_S = 5.0
+#: The most a capture holds a kill back (the three steps' deadlines).
+CAPTURE_BOUND_S = DUMP_TIMEOUT_S + STACKS_TIMEOUT_S + PEERS_TIMEOUT_S
+#: Python processes read per capture, at most (a trial that forked a thousand workers).
+MAX_PROCESSES = 64
+#: The record's share of the evidence, per rank: flight-recorder entries per process group,
+#: threads, frames per thread, log lines (and characters per line).
+KEEP_ENTRIES, KEEP_THREADS, KEEP_FRAMES, KEEP_LINES, LINE_CHARS = 64, 16, 40, 40, 400
+#: The end of each log read for its last lines and watchdog lines.
+LOG_TAIL_BYTES = 1 << 20
+
+_WATCHDOG = re.compile(
+    r"watchdog|WorkNCCL\(|WorkGloo|last enqueued|last completed|collective operation timeout"
+    r"|Timeout\(ms\)|ProcessGroupNCCL|NCCL error|RCCL|flight recorder",
+    re.IGNORECASE,
+)
+_GPU_LINE = re.compile(r"NVRM|Xid|amdgpu|kfd|hsa|gpu|nvidia", re.IGNORECASE)
+_PTRACE = ("Operation not permitted", "Permission denied", "ptrace")
+
+
+class Peers(Protocol):
+    """The other ranks of a distributed trial, as the capture sees them."""
+
+    def announce(self, why: str) -> None:
+        """Tell the peers to take their evidence now (this rank found the trial stuck)."""
+
+    def captured(self) -> None:
+        """This rank's evidence is taken."""
+
+    def wait_captured(self, timeout_s: float) -> None:
+        """Wait (at most ``timeout_s``) until every rank took its evidence or ended."""
+
+
+def watchdog_lines(lines: Sequence[str]) -> list[str]:
+    """The lines of a log that PyTorch's watchdogs and the collectives' libraries write.
+
+    >>> watchdog_lines(["step 3", "[rank1]:[E] Watchdog caught collective operation timeout: "
+    ...                 "WorkNCCL(SeqNum=12, OpType=ALLREDUCE)"])
+    ['[rank1]:[E] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=12, OpType=ALLREDUCE)']
+    """
+    return [line for line in lines if _WATCHDOG.search(line)]
+
+
+def _tail_lines(path: Path, *, limit: int = LOG_TAIL_BYTES) -> list[str]:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - limit))
+            data = fh.read(limit)
+    except OSError:
+        return []
+    lines = data.decode(errors="replace").splitlines()
+    return lines[1:] if size > limit and lines else lines
+
+
+def _clip(line: str) -> str:
+    return line if len(line) <= LINE_CHARS else line[: LINE_CHARS - 1] + "…"
+
+
+def _proc_facts(pid: int) -> dict[str, Any]:
+    facts: dict[str, Any] = {"pid": pid}
+    with contextlib.suppress(OSError):
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        facts["cmdline"] = " ".join(a.decode(errors="replace") for a in argv if a)[:300]
+    with contextlib.suppress(OSError):
+        facts["exe"] = os.path.basename(os.readlink(f"/proc/{pid}/exe"))
+    with contextlib.suppress(OSError):
+        env = dict(
+            e.split(b"=", 1)
+            for e in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            if b"=" in e
+        )
+        for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
+            raw = env.get(name.encode())
+            if raw is not None and raw.isdigit():
+                facts[name.lower()] = int(raw)
+    return facts
+
+
+def _is_python(facts: Mapping[str, Any]) -> bool:
+    exe = str(facts.get("exe", ""))
+    first = str(facts.get("cmdline", "")).split(" ", 1)[0]
+    return exe.startswith("python") or os.path.basename(first).startswith("python")
+
+
+def _request_dump(name: str, path: Path, deadline: float) -> dict[str, Any]:
+    """Ask one listener for its dump; its reply, or why there is none."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(max(0.05, deadline - time.monotonic()))
+        try:
+            sock.connect("\0" + name)
+        except OSError:
+            return {"listener": False}
+        sock.sendall(json.dumps({"path": str(path)}).encode() + b"\n")
+        reply = b""
+        while not reply.endswith(b"\n"):
+            sock.settimeout(max(0.05, deadline - time.monotonic()))
+            chunk = sock.recv(4096)
+            if not chunk:
+                break
+            reply += chunk
+        got = json.loads(reply or b"{}")
+        return {"listener": True, **(got if isinstance(got, dict) else {})}
+    except TimeoutError:
+        return {
+            "listener": True,
+            "error": f"no flight-recorder dump within {DUMP_TIMEOUT_S:g} s (the interpreter ran "
+            "no Python code: the GIL held in a C call, or the process stopped)",
+        }
+    except (OSError, ValueError) as exc:
+        return {"listener": True, "error": f"dump request failed: {exc}"}
+    finally:
+        sock.close()
+
+
+def _py_spy() -> str | None:
+    here = Path(sys.executable).with_name("py-spy")
+    return str(here) if here.exists() else shutil.which("py-spy")
+
+
+def _ptrace_note(text: str) -> str:
+    if any(word in text for word in _PTRACE):
+        return (
+            "py-spy: ptrace not permitted here (a container without SYS_PTRACE, or "
+            "kernel.yama.ptrace_scope > 0 for another user's process): no stacks"
+        )
+    return "py-spy: " + (text.strip().splitlines() or ["failed"])[-1][:300]
+
+
+def _run_all(
+    argvs: Mapping[Any, Sequence[str]], deadline: float
+) -> dict[Any, tuple[int | None, str, str]]:
+    """Run every argv at once; (exit code or None when killed at the deadline, out, err)."""
+    started: dict[Any, subprocess.Popen[bytes]] = {}
+    out: dict[Any, tuple[int | None, str, str]] = {}
+    for key, argv in argvs.items():
+        try:
+            started[key] = subprocess.Popen(
+                list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL
+            )
+        except OSError as exc:
+            out[key] = (127, "", str(exc))
+    for key, proc in started.items():
+        try:
+            o, e = proc.communicate(timeout=max(0.0, deadline - time.monotonic()))
+            out[key] = (proc.returncode, o.decode(errors="replace"), e.decode(errors="replace"))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            o, e = proc.communicate()
+            out[key] = (None, o.decode(errors="replace"), e.decode(errors="replace"))
+    return out
+
+
+def _trim_dump(dump: Mapping[str, Any]) -> dict[str, Any]:
+    entries = dump.get("entries") or []
+    by_group: dict[str, list[Any]] = {}
+    for e in entries if isinstance(entries, list) else []:
+        if isinstance(e, dict):
+            key = json.dumps(e.get("process_group"), default=str)
+            by_group.setdefault(key, []).append(e)
+    kept = [e for group in by_group.values() for e in group[-KEEP_ENTRIES:]]
+    kept.sort(key=lambda e: e.get("record_id") or 0)
+    return {**{k: v for k, v in dump.items() if k != "entries"}, "entries": kept}
+
+
+def _trim_stacks(threads: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for t in list(threads)[:KEEP_THREADS]:
+        frames = [
+            {k: f.get(k) for k in ("name", "filename", "short_filename", "line")}
+            for f in (t.get("frames") or [])[:KEEP_FRAMES]
+            if isinstance(f, dict)
+        ]
+        out.append(
+            {
+                **{k: t.get(k) for k in ("thread_name", "os_thread_id", "active", "owns_gil")},
+                "frames": frames,
+            }
+        )
+    return out
+
+
+class Capture:
+    """One trial's evidence taker on this rank: built before the trial, armed through its
+    environment, called (``before_kill``) before its processes are killed.
+
+    Building it starts nothing. :meth:`arming_env` gives the variables to run the trial with;
+    calling the object takes the evidence once (later calls do nothing); :attr:`evidence` then
+    holds what the record keeps; :meth:`close` removes the private folder of NCCL's pipes.
+    """
+
+    def __init__(
+        self,
+        options: Forensics,
+        *,
+        folder: Path,
+        token: str,
+        rank: int,
+        world_size: int,
+        local_rank: int,
+        host: str,
+        logs: Sequence[Path],
+        peers: Peers | None = None,
+    ) -> None:
+        self.options = options
+        self.folder = Path(folder)
+        self.token = token
+        self.rank, self.world_size, self.local_rank = rank, world_size, local_rank
+        self.host = host
+        self.logs = [Path(p) for p in logs]
+        self.peers = peers
+        #: What the record keeps, one dict per rank (:class:`aorta.hang.RankEvidence`'s fields).
+        self.evidence: list[dict[str, Any]] = []
+        #: Why the capture ran (``hang``, ``deadline``, ``stopped``, ``interrupted``), once it did.
+        self.reason: str | None = None
+        #: Seconds the capture took.
+        self.seconds: float | None = None
+        self._pipes: Path | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def hang_dir(self) -> Path:
+        return self.folder / HANG_DIR
+
+    def arming_env(self, environ: Mapping[str, str]) -> dict[str, str]:
+        """The variables that arm the trial, given the environment it would run with: none
+        of PyTorch's that ``environ`` sets already (the recipe's choice stands)."""
+        o = self.options
+        if not (o.enabled and o.flight_recorder):
+            return {}
+        self._pipes = Path(tempfile.mkdtemp(prefix="aorta-fr-"))
+        wanted = {
+            "TORCH_FR_BUFFER_SIZE": str(o.buffer_size),
+            "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+            "TORCH_FR_DUMP_TEMP_FILE": str(self.hang_dir / NCCL_DUMP_PREFIX),
+            "TORCH_NCCL_DEBUG_INFO_PIPE_FILE": str(self._pipes / "pipe_rank_"),
+        }
+        env = {k: v for k, v in wanted.items() if k not in environ}
+        if "TORCH_FR_DUMP_TEMP_FILE" in env:
+            # NCCL writes there without creating the folder.
+            self.hang_dir.mkdir(parents=True, exist_ok=True)
+        path = environ.get("PYTHONPATH", "")
+        env["PYTHONPATH"] = str(SHIM_DIR) + (os.pathsep + path if path else "")
+        env[envvars.FR_LISTEN] = self.token
+        return env
+
+    def close(self) -> None:
+        if self._pipes is not None:
+            shutil.rmtree(self._pipes, ignore_errors=True)
+            self._pipes = None
+        with contextlib.suppress(OSError):
+            self.hang_dir.rmdir()  # armed for NCCL's dump, which never came
+
+    def __call__(self, root: int, reason: str) -> None:
+        """Take the evidence of ``root``'s trial (``reason``: why it is about to be killed)."""
+        with self._lock:
+            if self.reason is not None or not self.options.enabled:
+                return
+            self.reason = reason
+        start = time.monotonic()
+        if self.peers is not None and reason in ("hang", "deadline"):
+            with contextlib.suppress(Exception):
+                self.peers.announce(reason)
+        try:
+            self._take(root, reason, start)
+        finally:
+            self.seconds = time.monotonic() - start
+            if self.peers is not None:
+                with contextlib.suppress(Exception):
+                    self.peers.captured()
+                    self.peers.wait_captured(max(0.0, start + CAPTURE_BOUND_S - time.monotonic()))
+
+    # -- the steps ----------------------------------------------------------------------------
+
+    def _take(self, root: int, reason: str, start: float) -> None:
+        marker = f"{envvars.TRIAL_TOKEN}={self.token}"
+        pids = list(trial_processes(root, marker=marker))
+        facts = {pid: _proc_facts(pid) for pid in pids}
+        self.hang_dir.mkdir(parents=True, exist_ok=True)
+        replies = self._dumps(facts, start + DUMP_TIMEOUT_S)
+        pythons = [p for p in pids if replies.get(p, {}).get("listener") or _is_python(facts[p])][
+            :MAX_PROCESSES
+        ]
+        stacks, notes = self._stacks(pythons, time.monotonic() + STACKS_TIMEOUT_S)
+        for pid, reply in replies.items():
+            facts[pid].update({k: v for k, v in reply.items() if k in ("rank", "world_size")})
+        by_rank = self._assign(root, pythons, facts, replies)
+        log_lines = [_clip(line) for p in self.logs for line in _tail_lines(p)]
+        tail = log_lines[-KEEP_LINES:]
+        marks = [line for line in watchdog_lines(log_lines) if line not in tail][-KEEP_LINES:]
+        for rank, pid in sorted(by_rank.items()):
+            self._write_rank(rank, pid, reason, facts, replies, stacks, notes, marks + tail, pids)
+        for reply in replies.values():  # dumps of processes that are no rank
+            with contextlib.suppress(OSError):
+                Path(reply["path"]).unlink()
+
+    def _dumps(
+        self, facts: Mapping[int, dict[str, Any]], deadline: float
+    ) -> dict[int, dict[str, Any]]:
+        if not self.options.flight_recorder:
+            return {}
+        if self._pipes is not None:  # NCCL's own trigger: one byte into each rank's pipe
+            for pipe in self._pipes.glob("pipe_rank_*"):
+                with contextlib.suppress(OSError):
+                    fd = os.open(pipe, os.O_WRONLY | os.O_NONBLOCK)
+                    try:
+                        os.write(fd, b"1")
+                    finally:
+                        os.close(fd)
+        replies: dict[int, dict[str, Any]] = {}
+
+        def ask(pid: int) -> None:
+            path = self.hang_dir / f".fr.{self.token}.{pid}.json"
+            replies[pid] = _request_dump(f"aorta-fr.{self.token}.{pid}", path, deadline)
+            replies[pid]["path"] = str(path)
+
+        threads = [threading.Thread(target=ask, args=(pid,), daemon=True) for pid in facts]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(max(0.0, deadline - time.monotonic()) + 0.5)
+        return {pid: replies[pid] for pid in facts if pid in replies}
+
+    def _stacks(
+        self, pids: Sequence[int], deadline: float
+    ) -> tuple[dict[int, list[Any]], dict[int, str]]:
+        stacks: dict[int, list[Any]] = {}
+        notes: dict[int, str] = {}
+        if not self.options.stacks or not pids:
+            return stacks, notes
+        spy = _py_spy()
+        if spy is None:
+            return stacks, dict.fromkeys(
+                pids, "py-spy is not installed (pip install py-spy): no stacks"
+            )
+        native = ["--native"] if self.options.native else []
+        argvs: dict[Any, Sequence[str]] = {
+            pid: [spy, "dump", "--pid", str(pid), "--json", *native] for pid in pids
+        }
+        gpu = self._gpu_argvs() if self.local_rank == 0 else {}
+        done = _run_all({**argvs, **gpu}, deadline)
+        for pid in pids:
+            code, out, err = done[pid]
+            if code == 0:
+                with contextlib.suppress(ValueError):
+                    stacks[pid] = json.loads(out)
+                    continue
+            if code is None:
+                notes[pid] = f"py-spy: no stacks within {STACKS_TIMEOUT_S:g} s"
+            elif native and "native" in err.lower():
+                notes[pid] = "py-spy --native failed here; " + _ptrace_note(err)
+            elif not Path(f"/proc/{pid}").exists():
+                notes[pid] = "the process exited before its stacks were read"
+            else:
+                notes[pid] = _ptrace_note(err or out)
+        if gpu:
+            self._write_gpu({k: v for k, v in done.items() if k in gpu})
+        return stacks, notes
+
+    def _gpu_argvs(self) -> dict[str, list[str]]:
+        argvs: dict[str, list[str]] = {}
+        for tool in ("nvidia-smi", "amd-smi"):
+            path = shutil.which(tool)
+            if path:
+                argvs[tool] = [path] if tool == "nvidia-smi" else [path, "metric"]
+        dmesg = shutil.which("dmesg")
+        if argvs and dmesg:
+            argvs["dmesg"] = [dmesg, "--ctime"]
+        return argvs
+
+    def _write_gpu(self, done: Mapping[str, tuple[int | None, str, str]]) -> None:
+        parts = []
+        for tool, (code, out, err) in sorted(done.items()):
+            if tool == "dmesg":
+                lines = [line for line in out.splitlines() if _GPU_LINE.search(line)][-50:]
+                body = "\n".join(lines) if code == 0 else f"(not readable: {err.strip()[:200]})"
+            else:
+                body = out if code == 0 else f"(exit {code}: {err.strip()[:200]})"
+            parts.append(f"$ {tool}\n{body.rstrip()}\n")
+        atomic_write(self.hang_dir / gpu_evidence_name(self.host), "\n".join(parts))
+
+    def _assign(
+        self,
+        root: int,
+        pythons: Sequence[int],
+        facts: Mapping[int, dict[str, Any]],
+        replies: Mapping[int, dict[str, Any]],
+    ) -> dict[int, int]:
+        """rank → the process that is that rank: the one whose process group says so, else
+        the topmost carrying ``RANK``, else the trial's first process for this rank."""
+        by_rank: dict[int, int] = {}
+        for pid in pythons:
+            if "rank" in replies.get(pid, {}):
+                by_rank.setdefault(int(replies[pid]["rank"]), pid)
+        for pid in pythons:  # in tree order: parents first
+            r = facts[pid].get("rank")
+            if r is not None and r not in by_rank:
+                by_rank[r] = pid
+        if not by_rank:
+            by_rank[self.rank] = root if root in facts else (pythons[0] if pythons else root)
+        return by_rank
+
+    def _write_rank(
+        self,
+        rank: int,
+        pid: int,
+        reason: str,
+        facts: Mapping[int, dict[str, Any]],
+        replies: Mapping[int, dict[str, Any]],
+        stacks: Mapping[int, list[Any]],
+        notes: Mapping[int, str],
+        log_lines: list[str],
+        pids: Sequence[int],
+    ) -> None:
+        files, rank_notes = [], []
+        fr: dict[str, Any] | None = None
+        reply = replies.get(pid, {})
+        raw = Path(reply["path"]) if "path" in reply else None
+        if raw is not None and raw.exists() and "bytes" in reply:
+            target = self.hang_dir / evidence_name("fr", rank)
+            raw.replace(target)
+            files.append(f"{HANG_DIR}/{target.name}")
+            with contextlib.suppress(OSError, ValueError):
+                got = json.loads(target.read_bytes())
+                fr = _trim_dump(got) if isinstance(got, dict) else None
+        elif self.options.flight_recorder:
+            rank_notes.append(
+                reply.get("error")
+                or (
+                    "no flight-recorder listener in this process (not a Python rank, started "
+                    "with -I/-E, or torch.distributed not imported)"
+                    if reply.get("listener") is False
+                    else "no flight-recorder dump"
+                )
+            )
+        nccl = self.hang_dir / f"{NCCL_DUMP_PREFIX}{rank}"
+        if nccl.exists():
+            files.append(f"{HANG_DIR}/{nccl.name}")
+        threads = stacks.get(pid)
+        if threads is not None:
+            target = self.hang_dir / evidence_name("stacks", rank)
+            atomic_write(target, json.dumps(threads, indent=1))
+            files.append(f"{HANG_DIR}/{target.name}")
+        elif pid in notes:
+            rank_notes.append(notes[pid])
+        others = [
+            {
+                **{k: facts[p].get(k) for k in ("pid", "cmdline", "rank")},
+                "stacks": _trim_stacks(stacks[p])[:4] if p in stacks else None,
+            }
+            for p in pids
+            if p != pid and (p in stacks or facts[p].get("rank") == rank)
+        ]
+        evidence = {
+            "rank": rank,
+            "host": self.host,
+            "pid": pid,
+            "fr": fr,
+            "stacks": _trim_stacks(threads) if threads is not None else None,
+            "log_lines": log_lines,
+            "notes": rank_notes,
+            "files": files,
+        }
+        capture = {
+            **evidence,
+            "reason": reason,
+            "cmdline": facts.get(pid, {}).get("cmdline"),
+            "taken_at": time.time(),
+            "others": others,
+        }
+        capture.pop("fr")
+        capture.pop("stacks")
+        target = self.hang_dir / evidence_name("capture", rank)
+        files.append(f"{HANG_DIR}/{target.name}")
+        atomic_write(target, json.dumps(capture, indent=1, default=str))
+        self.evidence.append(evidence)
+
+
+_ACTIVE: contextvars.ContextVar[Capture | None] = contextvars.ContextVar(
+    "aorta_capture", default=None
+)
+
+
+def active() -> Capture | None:
+    """The capture of the trial running in this process (an in-process trial that starts
+    processes of its own, as the ``command`` workload does, hands it to their deadline)."""
+    return _ACTIVE.get()
+
+
+@contextlib.contextmanager
+def activated(capture: Capture | None) -> Iterator[None]:
+    """Within the block, :func:`active` is ``capture``."""
+    token = _ACTIVE.set(capture)
+    try:
+        yield
+    finally:
+        _ACTIVE.reset(token)
