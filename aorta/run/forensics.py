@@ -60,6 +60,7 @@ __all__ = [
     "Peers",
     "activated",
     "active",
+    "request_dump",
     "watchdog_lines",
 ]
 
@@ -157,8 +158,15 @@ def _is_python(facts: Mapping[str, Any]) -> bool:
     return exe.startswith("python") or os.path.basename(first).startswith("python")
 
 
-def _request_dump(name: str, path: Path, deadline: float) -> dict[str, Any]:
-    """Ask one listener for its dump; its reply, or why there is none."""
+def request_dump(name: str, path: Path, deadline: float, wait_s: float) -> dict[str, Any]:
+    """Ask the listener ``name`` (``aorta-fr.<token>.<pid>``) to write its flight-recorder
+    dump to ``path`` before ``deadline`` (a ``time.monotonic()`` value, ``wait_s`` from now).
+    Returns its reply (``rank``, ``world_size``, ``bytes`` or ``error``) with ``listener``:
+    ``False`` when the process has none.
+
+    >>> request_dump("aorta-fr.none.1", Path("/nonexistent"), time.monotonic() + 1, 1)
+    {'listener': False}
+    """
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.settimeout(max(0.05, deadline - time.monotonic()))
@@ -179,7 +187,7 @@ def _request_dump(name: str, path: Path, deadline: float) -> dict[str, Any]:
     except TimeoutError:
         return {
             "listener": True,
-            "error": f"no flight-recorder dump within {DUMP_TIMEOUT_S:g} s (the interpreter ran "
+            "error": f"no flight-recorder dump within {wait_s:.0f} s (the interpreter ran "
             "no Python code: the GIL held in a C call, or the process stopped)",
         }
     except (OSError, ValueError) as exc:
@@ -276,8 +284,14 @@ class Capture:
         host: str,
         logs: Sequence[Path],
         peers: Peers | None = None,
+        dump_timeout_s: float = DUMP_TIMEOUT_S,
+        stacks_timeout_s: float = STACKS_TIMEOUT_S,
+        py_spy: str | None = None,
     ) -> None:
         self.options = options
+        self.dump_timeout_s, self.stacks_timeout_s = dump_timeout_s, stacks_timeout_s
+        #: The py-spy binary (default: beside this Python, else on ``PATH``).
+        self.py_spy = py_spy if py_spy is not None else _py_spy()
         self.folder = Path(folder)
         self.token = token
         self.rank, self.world_size, self.local_rank = rank, world_size, local_rank
@@ -333,30 +347,37 @@ class Capture:
                 return
             self.reason = reason
         start = time.monotonic()
+        # Interrupted (Ctrl-C, or a launcher's SIGTERM with SIGKILL ~5 s behind it): a quick
+        # look, and no waiting for peers, which are being stopped too.
+        quick = reason == "interrupted"
+        dump_s = min(self.dump_timeout_s, 2.0) if quick else self.dump_timeout_s
+        stacks_s = min(self.stacks_timeout_s, 2.0) if quick else self.stacks_timeout_s
         if self.peers is not None and reason in ("hang", "deadline"):
             with contextlib.suppress(Exception):
                 self.peers.announce(reason)
         try:
-            self._take(root, reason, start)
+            self._take(root, reason, dump_s, stacks_s)
         finally:
             self.seconds = time.monotonic() - start
-            if self.peers is not None:
+            if self.peers is not None and not quick:
                 with contextlib.suppress(Exception):
                     self.peers.captured()
-                    self.peers.wait_captured(max(0.0, start + CAPTURE_BOUND_S - time.monotonic()))
+                    self.peers.wait_captured(
+                        min(PEERS_TIMEOUT_S, max(0.0, start + CAPTURE_BOUND_S - time.monotonic()))
+                    )
 
     # -- the steps ----------------------------------------------------------------------------
 
-    def _take(self, root: int, reason: str, start: float) -> None:
+    def _take(self, root: int, reason: str, dump_s: float, stacks_s: float) -> None:
         marker = f"{envvars.TRIAL_TOKEN}={self.token}"
         pids = list(trial_processes(root, marker=marker))
         facts = {pid: _proc_facts(pid) for pid in pids}
         self.hang_dir.mkdir(parents=True, exist_ok=True)
-        replies = self._dumps(facts, start + DUMP_TIMEOUT_S)
+        replies = self._dumps(facts, time.monotonic() + dump_s)
         pythons = [p for p in pids if replies.get(p, {}).get("listener") or _is_python(facts[p])][
             :MAX_PROCESSES
         ]
-        stacks, notes = self._stacks(pythons, time.monotonic() + STACKS_TIMEOUT_S)
+        stacks, notes = self._stacks(pythons, time.monotonic() + stacks_s)
         for pid, reply in replies.items():
             facts[pid].update({k: v for k, v in reply.items() if k in ("rank", "world_size")})
         by_rank = self._assign(root, pythons, facts, replies)
@@ -383,10 +404,13 @@ class Capture:
                     finally:
                         os.close(fd)
         replies: dict[int, dict[str, Any]] = {}
+        started = time.monotonic()
 
         def ask(pid: int) -> None:
             path = self.hang_dir / f".fr.{self.token}.{pid}.json"
-            replies[pid] = _request_dump(f"aorta-fr.{self.token}.{pid}", path, deadline)
+            replies[pid] = request_dump(
+                f"aorta-fr.{self.token}.{pid}", path, deadline, deadline - started
+            )
             replies[pid]["path"] = str(path)
 
         threads = [threading.Thread(target=ask, args=(pid,), daemon=True) for pid in facts]
@@ -403,8 +427,8 @@ class Capture:
         notes: dict[int, str] = {}
         if not self.options.stacks or not pids:
             return stacks, notes
-        spy = _py_spy()
-        if spy is None:
+        spy = self.py_spy
+        if not spy:
             return stacks, dict.fromkeys(
                 pids, "py-spy is not installed (pip install py-spy): no stacks"
             )
@@ -413,6 +437,7 @@ class Capture:
             pid: [spy, "dump", "--pid", str(pid), "--json", *native] for pid in pids
         }
         gpu = self._gpu_argvs() if self.local_rank == 0 else {}
+        started = time.monotonic()
         done = _run_all({**argvs, **gpu}, deadline)
         for pid in pids:
             code, out, err = done[pid]
@@ -421,7 +446,7 @@ class Capture:
                     stacks[pid] = json.loads(out)
                     continue
             if code is None:
-                notes[pid] = f"py-spy: no stacks within {STACKS_TIMEOUT_S:g} s"
+                notes[pid] = f"py-spy: no stacks within {deadline - started:.0f} s"
             elif native and "native" in err.lower():
                 notes[pid] = "py-spy --native failed here; " + _ptrace_note(err)
             elif not Path(f"/proc/{pid}").exists():
