@@ -1,0 +1,150 @@
+"""What hang forensics costs: the capture of a stuck trial, and arming a healthy one.
+
+    .venv/bin/python benchmarks/hang_capture.py [--ranks 1,4,16] [--trials 8] [--steps 30]
+
+1. **Capture time.** A trial of N Python ranks (real gloo process groups, aorta's listener
+   loaded as a trial's processes load it), each stuck in a sleep after three all_reduces;
+   :class:`aorta.run.forensics.Capture` takes every rank's flight-recorder dump and stacks.
+   The peer, measured in the same run on the same processes: ``py-spy dump`` of each rank one
+   after another — the manual procedure (upstream's ``debug_hang.sh`` does the same with gdb),
+   without the dumps.
+2. **Arming a healthy trial.** A 2-rank torchrun sweep of the race workload (gloo, CPU) with
+   two cells, interleaved: the default (flight recorder armed, 2,000 entries) and the recorder
+   off (``TORCH_FR_BUFFER_SIZE=0``); ``aorta.compare`` gives the step-time ratio with its CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+from aorta import envvars
+from aorta.recipe.schema import Forensics
+from aorta.run.forensics import Capture
+
+RANK = """
+import os, time
+import torch, torch.distributed as dist
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+dist.init_process_group("gloo", store=dist.FileStore(os.environ["STORE"], world), rank=rank,
+                        world_size=world)
+t = torch.ones(1024)
+for _ in range(3):
+    dist.all_reduce(t)
+open(os.environ["READY"], "w").close()
+time.sleep(600)
+"""
+
+
+def _trial(n: int, folder: Path, capture: Capture) -> subprocess.Popen[bytes]:
+    """A root process (its own session) whose N children are the ranks."""
+    env = {**os.environ, envvars.TRIAL_TOKEN: capture.token, "OMP_NUM_THREADS": "1"}
+    env.update(capture.arming_env(env))
+    script = folder / "rank.py"
+    script.write_text(RANK)
+    launcher = textwrap.dedent(f"""
+        import os, subprocess, sys, time
+        kids = [subprocess.Popen([sys.executable, {str(script)!r}],
+                                 env={{**os.environ, "RANK": str(r), "READY": f"{folder}/ready{{r}}",
+                                      "WORLD_SIZE": "{n}", "STORE": "{folder}/store"}})
+                for r in range({n})]
+        time.sleep(600)
+    """)
+    root = subprocess.Popen([sys.executable, "-c", launcher], env=env, start_new_session=True)
+    end = time.monotonic() + 600
+    while sum((folder / f"ready{r}").exists() for r in range(n)) < n:
+        if time.monotonic() > end or root.poll() is not None:
+            raise SystemExit("the ranks never got ready")
+        time.sleep(0.1)
+    return root
+
+
+def capture_times(ranks: list[int]) -> None:
+    print("capture of a stuck trial (every rank's dump and stacks):")
+    print(f"  {'ranks':>5}  {'aorta capture':>14}  {'py-spy one by one':>18}  {'ratio':>6}")
+    for n in ranks:
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = Path(tmp)
+            capture = Capture(
+                Forensics(), folder=folder / "trial", token=f"bench{n}", rank=0,
+                world_size=n, local_rank=0, host="bench", logs=[],
+            )  # fmt: skip
+            root = _trial(n, folder, capture)
+            try:
+                kids = [
+                    int(p) for p in subprocess.check_output(["pgrep", "-P", str(root.pid)]).split()
+                ]
+                start = time.monotonic()
+                capture(root.pid, "hang")
+                ours = time.monotonic() - start
+                spy = capture.py_spy
+                start = time.monotonic()
+                for pid in kids:
+                    subprocess.run(
+                        [spy, "dump", "--pid", str(pid)], capture_output=True, check=False
+                    )
+                peer = time.monotonic() - start
+            finally:
+                subprocess.run(["pkill", "-KILL", "-s", str(root.pid)], check=False)
+                root.wait()
+                capture.close()
+            got = sum(1 for e in capture.evidence if e["fr"] and e["stacks"])
+            print(f"  {n:>5}  {ours:>12.2f} s  {peer:>16.2f} s  {ours / peer:>6.2f}"
+                  f"   ({got}/{n} ranks with dump and stacks)")  # fmt: skip
+
+
+RECIPE = """\
+workload: race
+trials: {trials}
+steps: {steps}
+workload_config: {{mode: fsdp, model_dim: 256, num_layers: 2, verify_iterations: {steps},
+                  warmup_iterations: 2, simulate_compute: true, dtype: float32}}
+cells:
+  - {{name: armed, mitigations: [none]}}
+  - {{name: recorder_off, mitigations: [none], env: {{TORCH_FR_BUFFER_SIZE: "0"}}}}
+"""
+
+
+def arming_cost(trials: int, steps: int) -> None:
+    import aorta
+
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
+    with tempfile.TemporaryDirectory() as tmp:
+        recipe = Path(tmp) / "r.yaml"
+        recipe.write_text(RECIPE.format(trials=trials, steps=steps))
+        env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}
+        aorta_bin = str(Path(sys.executable).with_name("aorta"))
+        subprocess.run(
+            [torchrun or "torchrun", "--nproc-per-node=2", "--standalone", aorta_bin, "sweep",
+             "run", "--recipe", str(recipe), "-o", f"{tmp}/out"],
+            env=env, check=True, capture_output=True,
+        )  # fmt: skip
+        (run,) = Path(tmp, "out").glob("*/*/*")
+        df = aorta.compare(aorta.load_run(run), baseline="recorder_off")
+    row = df.loc["armed"]
+    print(f"arming a healthy trial (race fsdp, 2 ranks, {trials} trials x {steps} steps per cell):")
+    print(f"  step time armed / recorder off: {row['ratio']:.3f} "
+          f"[{row['ci_low']:.3f}, {row['ci_high']:.3f}] ({row['difference']})")  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ranks", default="1,4,16")
+    parser.add_argument("--trials", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--skip-arming", action="store_true")
+    args = parser.parse_args()
+    capture_times([int(n) for n in args.ranks.split(",")])
+    if not args.skip_arming:
+        arming_cost(args.trials, args.steps)
+
+
+if __name__ == "__main__":
+    main()
