@@ -26,6 +26,10 @@ variable                  dims                        meaning
 ``passed``                cell, trial                 the workload's verdict
 ``error``                 cell, trial                 why the trial did not end ``ok``
 ``signature``             cell, trial                 the failure signature matched, ``""`` if none
+``hang_culprit``          cell, trial                 a hung trial's culprit ranks (``"5"``,
+                                                      ``"2,3"``; :mod:`aorta.hang`), ``""`` if none
+``forensics``             cell, trial                 who hung and where, as JSON: ``summary``,
+                                                      ``kind``, ``culprit_ranks``, ``op``, ``seq``…
 ``seed``                  cell, trial                 the trial's seed (-1 where missing)
 ``metrics``               cell, trial, metric         workload metrics (NaN where absent)
 ``info``                  cell, trial, info_key       workload facts as text
@@ -131,6 +135,16 @@ _VAR_ATTRS: dict[str, dict[str, str]] = {
     "signature": {
         "long_name": "failure signature",
         "description": "the signature its output matched (aorta.run.signatures); '' where none",
+    },
+    "hang_culprit": {
+        "long_name": "hang culprit ranks",
+        "description": "the ranks a hung trial's other ranks waited for (aorta.hang), "
+        "comma-separated; '' where none was found or nothing was captured",
+    },
+    "forensics": {
+        "long_name": "hang forensics",
+        "description": "who hung and where, as JSON (the record's forensics without its "
+        "per-group detail); '' where nothing was captured",
     },
     "seed": {"long_name": "trial seed", "description": "-1 where the trial has no record"},
     "metrics": {"long_name": "workload metric"},
@@ -301,6 +315,21 @@ def build_dataset(
     return ds
 
 
+#: What a trial's ``forensics`` keeps in the Dataset (the per-group detail stays in its record).
+_INCIDENT_KEYS = ("summary", "kind", "culprit_ranks", "culprit_hosts", "op", "seq", "process_group")
+
+
+def _incident(forensics: Mapping[str, Any]) -> dict[str, Any]:
+    out = {k: forensics.get(k) for k in _INCIDENT_KEYS}
+    frames = forensics.get("frames") or []
+    out["where"] = {
+        str(f.get("rank")): f.get("where")
+        for f in frames
+        if isinstance(f, Mapping) and f.get("where")
+    }
+    return out
+
+
 def _trial_variables(
     records: Sequence[TrialRecord], names: Sequence[str], n_trials: int
 ) -> tuple[dict[str, tuple[tuple[str, ...], np.ndarray]], dict[str, tuple[str, np.ndarray]]]:
@@ -325,6 +354,8 @@ def _trial_variables(
     run_order = np.full(shape, -1, dtype=np.int64)
     error = text_array([""] * size, shape)
     signature = text_array([""] * size, shape)
+    culprit = text_array([""] * size, shape)
+    incident = text_array([""] * size, shape)
     passed = np.zeros(shape, dtype=bool)
     seed = np.full(shape, -1, dtype=np.int64)
     metrics = np.full((*shape, len(metric_names)), np.nan)
@@ -346,6 +377,9 @@ def _trial_variables(
         run_order[i, j] = -1 if rec.run_order is None else rec.run_order
         error[i, j] = _text(rec.error or "")
         signature[i, j] = _text(rec.signature or "")
+        if rec.forensics:
+            culprit[i, j] = ",".join(str(r) for r in rec.forensics.get("culprit_ranks") or ())
+            incident[i, j] = _text(json.dumps(_incident(rec.forensics), default=str))
         passed[i, j] = rec.passed
         seed[i, j] = rec.seed
         for k, v in rec.metrics.items():
@@ -367,6 +401,8 @@ def _trial_variables(
         "passed": (ct, passed),
         "error": (ct, error),
         "signature": (ct, signature),
+        "hang_culprit": (ct, culprit),
+        "forensics": (ct, incident),
         "seed": (ct, seed),
         "metrics": ((*ct, "metric"), metrics),
         "info": ((*ct, "info_key"), info),

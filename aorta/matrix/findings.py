@@ -115,6 +115,9 @@ class Finding:
     row: Mapping[str, Any] = field(default_factory=dict, compare=False)
     sequential: bool = False
     undecided_at: int | None = None
+    #: Who hung and where, over the cell's hung trials (:func:`aorta.matrix.hangs.hang_incidents`):
+    #: one line, ``""`` when the cell did not hang or nothing was captured.
+    hang: str = ""
 
 
 def _adaptive(row: Mapping[str, Any], sequential: bool) -> dict[str, Any]:
@@ -316,6 +319,7 @@ def _failure_findings(
             "signatures": _signature_map(signatures, cell),
             "baseline_signatures": base_sigs if base is not None else {},
             **_adaptive(r, sequential),
+            "hang": str(r.get("hang_incident") or "") if _int(r.get("n_failed_hang")) else "",
         }
     out = _event_findings(
         "failures",

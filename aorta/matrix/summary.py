@@ -37,6 +37,7 @@ import pandas as pd
 import xarray as xr
 
 from aorta.matrix.compare import compare
+from aorta.matrix.hangs import hang_incidents
 from aorta.matrix.options import StatsOptions, stats_options
 from aorta.matrix.select import band_threshold, check_dims, outcomes, trial_values
 from aorta.store.record import TrialStatus
@@ -63,6 +64,7 @@ MATRIX_COLUMNS: tuple[str, ...] = (
     "confound",
     "p95_ratio",
     "stalls",
+    "hang_incident",
 )
 
 
@@ -156,6 +158,9 @@ def summarize(
             & (df["band"] != "beyond band")
             & (df["difference"] != "baseline")
         )
+    # Who hung, and where: the cell's commonest incident over its hung trials, in one line.
+    incidents = hang_incidents(ds)
+    df["hang_incident"] = [incidents[c].line() if c in incidents else "" for c in cells]
     return df
 
 

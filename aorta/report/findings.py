@@ -169,14 +169,16 @@ def _event_text(f: Finding, run: str | Path | None, style: Style) -> str:
         head += f" ({', '.join(f'{n} {k}' for k, n in f.baseline_kinds.items())})"
     sigs = _signatures(f, style) if f.kind != "signature" else ""
     test = "anytime" if f.sequential and f.kind == "failures" else "Boschloo"
+    # Who hung and where, where the finding is about hangs.
+    hang = f"; {f.hang}" if f.hang and (f.kinds.get("hang") or f.subject == "hang") else ""
     if f.significant:
         return (
             f"{_code(f.cell, style)}: {_bold(head, style)}{sigs} — {f.direction} {what}, "
-            f"{test} p_adj {p_text(f.p_adj)}"
+            f"{test} p_adj {p_text(f.p_adj)}{hang}"
         )
     return (
         f"{_code(f.cell, style)}: {head}{sigs} — {f.direction} {what}, not yet significant "
-        f"({test} p_adj {p_text(f.p_adj)}){_next_step(f, run, style)}"
+        f"({test} p_adj {p_text(f.p_adj)}){_next_step(f, run, style)}{hang}"
     )
 
 

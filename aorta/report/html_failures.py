@@ -114,14 +114,68 @@ def _file_link(page: RunPage, ex: LogExcerpt) -> str:
     return page.anchor(ex.rel, ex.rel.rsplit("/", 1)[-1])
 
 
+def _ranks(values: Any) -> str:
+    return ", ".join(str(v) for v in values) if values else "—"
+
+
+def _incident(page: RunPage, cell: str, t: int, inc: Mapping[str, Any]) -> str:
+    """A hung trial's incident: its summary, every diverging group as a row, each culprit's
+    stack (from the trial's ``hang/`` folder)."""
+    rows = []
+    for g in inc.get("groups") or []:
+        if not isinstance(g, Mapping):
+            continue
+        sizes = ", ".join("×".join(str(d) for d in s) for s in g.get("sizes") or []) or "—"
+        dtypes = ", ".join(str(d) for d in g.get("dtypes") or []) or "—"
+        behind = ", ".join(f"{r} (at #{at})" for r, at in g.get("behind") or []) or "—"
+        exited = ", ".join(f"{r} ({code})" for r, code in g.get("exited") or []) or "—"
+        label = g.get("desc") or f"pg {g.get('name')}"
+        cells = [
+            f"{label} ({_ranks(g.get('ranks'))})",
+            str(g.get("kind") or ""),
+            f"{g.get('op') or '—'} #{g.get('seq')}" if g.get("seq") is not None else "—",
+            f"{sizes} · {dtypes}",
+            _ranks(g.get("waiting")),
+            _ranks(g.get("missing")),
+            behind,
+            exited,
+            _ranks(g.get("culprits")),
+        ]
+        rows.append("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in cells) + "</tr>")
+    head = "".join(
+        f"<th>{h}</th>"
+        for h in ("group", "kind", "collective", "sizes · dtypes", "waiting", "missing",
+                  "behind", "exited", "culprits")
+    )  # fmt: skip
+    table = f'<table class="incident"><tr>{head}</tr>{"".join(rows)}</table>' if rows else ""
+    stacks = page.files.stacks.get((cell, t), {}) if page.files else {}
+    shown = []
+    for rank, (rel, frames) in sorted(stacks.items()):
+        shown.append(
+            f"<details open><summary class=muted>rank {rank}'s main thread "
+            f"({page.anchor(rel, rel.rsplit('/', 1)[-1])}), innermost first</summary>"
+            f"<pre>{esc(chr(10).join(frames))}</pre></details>"
+        )
+    notes = [str(n) for n in inc.get("notes") or []]
+    note = f'<p class="muted">{esc("; ".join(notes))}</p>' if notes else ""
+    return (
+        f'<div class="evidence forensics"><span class="muted">trial {t} · who hung, and '
+        "where: every rank's flight recorder and stacks, taken before the kill</span>"
+        f"<p><b>{esc(str(inc.get('summary') or ''))}</b></p>{table}{''.join(shown)}{note}</div>"
+    )
+
+
 def _evidence(page: RunPage, cell: str, g: _Group) -> str:
-    """The matched line with its neighbours (or the error), then the trial's other files."""
+    """A hung trial's incident, the matched line with its neighbours (or the error), then the
+    trial's other files."""
     t = g.trials[0]
     rec = page.files.records.get((cell, t), {}) if page.files else {}
     excerpts = list(page.files.excerpts.get((cell, t), ())) if page.files else []
     matched = [e for e in excerpts if e.match is not None]
     others = [e for e in excerpts if e.match is None]
     out = []
+    if isinstance(rec.get("forensics"), Mapping):
+        out.append(_incident(page, cell, t, rec["forensics"]))
     if matched:
         ex = matched[0]
         out.append(

@@ -322,6 +322,8 @@ li.finding > div { overflow-wrap: anywhere; }
 .fhead .kind { font-weight: 700; color: #b34700; margin-right: 4px; }
 .hint { margin: 3px 0 6px; }
 .evidence { margin: 4px 0; }
+.forensics table.incident { font-size: 12.5px; margin: 4px 0 6px; }
+.forensics table.incident td { white-space: nowrap; }
 pre.excerpt mark { background: rgba(230, 159, 0, 0.35); color: inherit; }
 pre .ln { display: inline-block; min-width: 3.2em; color: #8c959f; user-select: none; }
 ul.lines { font-size: 12.5px; margin: 4px 0; }

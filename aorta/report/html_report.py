@@ -60,7 +60,7 @@ from aorta.report.html_sections import (
     run_section,
 )
 from aorta.store.redact import redact_page
-from aorta.store.rundir import REPORT_HTML, RunDir, atomic_write
+from aorta.store.rundir import HANG_DIR, REPORT_HTML, RunDir, atomic_write, evidence_name
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -306,6 +306,7 @@ def read_run_files(rd: RunDir, ds: xr.Dataset) -> RunFiles:
     skew = launch.get("skew") if isinstance(launch, dict) else None
     records: dict[tuple[str, int], Mapping[str, Any]] = {}
     excerpts: dict[tuple[str, int], list[LogExcerpt]] = {}
+    stacks: dict[tuple[str, int], dict[int, tuple[str, tuple[str, ...]]]] = {}
     status = ds.status.transpose("cell", "trial").values.astype(str)
     trials = [int(t) for t in ds.trial.values.tolist()]
     for i, cell in enumerate(str(c) for c in ds.cell.values.tolist()):
@@ -321,6 +322,8 @@ def read_run_files(rd: RunDir, ds: xr.Dataset) -> RunFiles:
             if is_failed_status(status[i, j]) and key not in seen and len(seen) < _GROUPS_READ:
                 seen.add(key)
                 excerpts[(cell, t)] = _excerpts(rd, rec)
+                if isinstance(rec.get("forensics"), dict):
+                    stacks[(cell, t)] = _culprit_stacks(rd, cell, t, rec["forensics"])
     return RunFiles(
         path=rd.path,
         recipe=recipe,
@@ -328,7 +331,42 @@ def read_run_files(rd: RunDir, ds: xr.Dataset) -> RunFiles:
         skew=skew if isinstance(skew, dict) else {},
         records=records,
         excerpts=excerpts,
+        stacks=stacks,
     )
+
+
+#: Culprits whose stacks a page shows per hung trial, and frames per stack.
+_CULPRITS_SHOWN, _FRAMES_SHOWN = 4, 40
+
+
+def _culprit_stacks(
+    rd: RunDir, cell: str, trial: int, forensics: Mapping[str, Any]
+) -> dict[int, tuple[str, tuple[str, ...]]]:
+    """The main thread's frames of each culprit of a hung trial, from its ``hang/`` folder."""
+    out: dict[int, tuple[str, tuple[str, ...]]] = {}
+    folder = rd.artifact_dir(cell, trial) / HANG_DIR
+    for rank in list(forensics.get("culprit_ranks") or [])[:_CULPRITS_SHOWN]:
+        if not isinstance(rank, int):
+            continue
+        path = folder / evidence_name("stacks", rank)
+        threads = _read_json(path)
+        if not isinstance(threads, list):
+            continue
+        main = next(
+            (t for t in threads if isinstance(t, dict) and t.get("thread_name") == "MainThread"),
+            next((t for t in threads if isinstance(t, dict)), None),
+        )
+        if main is None:
+            continue
+        frames = tuple(
+            _cap(
+                f"{f.get('short_filename') or f.get('filename')}:{f.get('line')} in {f.get('name')}"
+            )
+            for f in (main.get("frames") or [])[:_FRAMES_SHOWN]
+            if isinstance(f, dict)
+        )
+        out[rank] = (path.relative_to(rd.path).as_posix(), frames)
+    return out
 
 
 def _excerpts(rd: RunDir, rec: Mapping[str, Any]) -> list[LogExcerpt]:

@@ -120,6 +120,12 @@ class RunFiles:
     #: ``(cell, trial)`` → excerpts of its files (the first trial of each failure of a cell):
     #: the signature's matching line with its neighbours first, then the ends of other files.
     excerpts: Mapping[tuple[str, int], Sequence[LogExcerpt]] = field(default_factory=dict)
+    #: ``(cell, trial)`` → a hung trial's culprits' stacks (the same trials as ``excerpts``):
+    #: rank → (the evidence file relative to the run directory, the main thread's frames as
+    #: ``file:line in function``, innermost first).
+    stacks: Mapping[tuple[str, int], Mapping[int, tuple[str, tuple[str, ...]]]] = field(
+        default_factory=dict
+    )
 
 
 @dataclass(frozen=True)

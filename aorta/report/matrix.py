@@ -27,6 +27,7 @@ import xarray as xr
 
 from aorta.matrix.dataset import MISSING
 from aorta.matrix.findings import findings
+from aorta.matrix.hangs import HangIncidents, hang_incidents, pattern_text
 from aorta.matrix.load import load_run
 from aorta.matrix.options import StatsOptions, stats_options
 from aorta.matrix.select import DEFAULT_THRESHOLD
@@ -58,6 +59,8 @@ if TYPE_CHECKING:
 __all__ = [
     "adaptive_markdown",
     "failure_signatures",
+    "hangs_json",
+    "hangs_markdown",
     "matrix_header",
     "matrix_json",
     "matrix_markdown",
@@ -213,6 +216,7 @@ def _cell_json(
     signatures: pd.DataFrame | None = None,
     *,
     threshold: float = DEFAULT_THRESHOLD,
+    incidents: Mapping[str, HangIncidents] | None = None,
 ) -> dict[str, Any]:
     statuses, trials = _trials(ds, cell)
     if "signature" in ds:
@@ -226,6 +230,7 @@ def _cell_json(
     needed = _finite(row["trials_needed"])
     return {
         "name": cell,
+        **({"hangs": hangs_json(incidents[cell])} if incidents and cell in incidents else {}),
         "cell_id": str(row["cell_id"]),
         "mitigations": [m for m in str(row["mitigations"]).split("+") if m],
         "environment": str(row["environment"]),
@@ -286,12 +291,13 @@ def matrix_json(
     threshold = float(
         summary.attrs.get("threshold") or header.get("threshold") or DEFAULT_THRESHOLD
     )
+    incidents = hang_incidents(ds)
     doc: dict[str, Any] = {
         "schema_version": 1,
         **header,
         "statistics": comparison_json(summary.iloc[:0])["statistics"],
         "cells": [
-            _cell_json(str(cell), row, ds, signatures, threshold=threshold)
+            _cell_json(str(cell), row, ds, signatures, threshold=threshold, incidents=incidents)
             for cell, row in summary.iterrows()
         ],
         "findings": [
@@ -351,6 +357,60 @@ def _mean_step_text(row: pd.Series) -> str:
     if row["step_source"] == "no_ok_trial" and int(row["n_ok"]) + int(row["n_failed"]):
         return "— (no ok trial)"
     return ms_text(row["mean_step_ms"])
+
+
+def hangs_json(inc: HangIncidents) -> dict[str, Any]:
+    """A cell's hung trials in ``matrix.json``: how many hung, how many gave evidence, and each
+    pattern of culprits, collective and frame with its trials (most frequent first)."""
+    return {
+        "hung": inc.hung,
+        "captured": inc.captured,
+        "line": inc.line(),
+        "patterns": [
+            {
+                "trials": list(p.trials),
+                "kind": p.kind,
+                "culprit_ranks": list(p.culprit_ranks),
+                "culprit_hosts": list(p.culprit_hosts),
+                "op": p.op,
+                "seq": list(p.seq) if p.seq else None,
+                "process_group": p.process_group,
+                "where": p.where,
+                "text": pattern_text(p),
+            }
+            for p in inc.patterns
+        ],
+    }
+
+
+def hangs_markdown(summary: pd.DataFrame) -> str:
+    """The ``## Hangs`` section: per cell that hung, who the other ranks waited for and where
+    (``hang_incident``); ``""`` when no cell did.
+
+    >>> df = pd.DataFrame({"hang_incident": ["", "in 3/3 hung trials rank 1 never reached all_reduce #4"]},
+    ...                   index=pd.Index(["base", "x"], name="cell"))
+    >>> print(hangs_markdown(df))
+    ## Hangs
+    <BLANKLINE>
+    Who the other ranks waited for, and where (each rank's flight recorder and stacks, taken before the kill; docs/hangs.md).
+    <BLANKLINE>
+    - `x`: in 3/3 hung trials rank 1 never reached all_reduce #4
+    <BLANKLINE>
+    """
+    if "hang_incident" not in summary.columns:
+        return ""
+    items = [(str(c), str(v)) for c, v in summary["hang_incident"].items() if v]
+    if not items:
+        return ""
+    lines = [
+        "## Hangs",
+        "",
+        "Who the other ranks waited for, and where (each rank's flight recorder and stacks, "
+        "taken before the kill; docs/hangs.md).",
+        "",
+        *(f"- `{cell}`: {line}" for cell, line in items),
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def signature_markdown(signatures: pd.DataFrame) -> str:
@@ -507,6 +567,9 @@ def matrix_markdown(
     if "reason" in summary.columns:
         lines += ["", *adaptive_markdown(summary)]
     text = "\n".join(lines) + "\n"
+    hangs = hangs_markdown(summary)
+    if hangs:
+        text += "\n" + hangs
     if signed:
         text += "\n" + signature_markdown(signatures)
     return text if traces is None else f"{text}\n{trace_markdown(traces)}"

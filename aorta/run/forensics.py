@@ -43,8 +43,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from aorta import envvars
+from aorta.hang import RankEvidence, analyze
 from aorta.recipe.schema import Forensics
 from aorta.run.hang import trial_processes
+from aorta.store.record import RankOutcome, TrialStatus
 from aorta.store.rundir import (
     HANG_DIR,
     NCCL_DUMP_PREFIX,
@@ -60,6 +62,7 @@ __all__ = [
     "Peers",
     "activated",
     "active",
+    "incident",
     "request_dump",
     "watchdog_lines",
 ]
@@ -595,3 +598,41 @@ def activated(capture: Capture | None) -> Iterator[None]:
         yield
     finally:
         _ACTIVE.reset(token)
+
+
+def incident(outcomes: Sequence[RankOutcome], world_size: int) -> dict[str, Any] | None:
+    """The record's ``forensics`` for one trial: :func:`aorta.hang.analyze` of every rank's
+    evidence, each rank without any (its trial ended before the capture) said so by its
+    outcome; ``None`` when no rank took any."""
+    if not any(o.evidence for o in outcomes):
+        return None
+    items: list[RankEvidence] = []
+    for o in outcomes:
+        if o.evidence:
+            items.extend(
+                RankEvidence(
+                    rank=int(e["rank"]),
+                    host=e.get("host"),
+                    pid=e.get("pid"),
+                    fr=e.get("fr"),
+                    stacks=e.get("stacks"),
+                    log_lines=tuple(e.get("log_lines") or ()),
+                    notes=tuple(e.get("notes") or ()),
+                    files=tuple(e.get("files") or ()),
+                )
+                for e in o.evidence
+            )
+        elif o.completed or o.exit_code is not None:
+            # Its trial ended before anyone looked: done (0), or crashed with its code.
+            code = 0 if o.completed and o.status is TrialStatus.OK else (o.exit_code or 1)
+            items.append(
+                RankEvidence(
+                    rank=o.rank,
+                    host=o.host,
+                    exited=code,
+                    notes=(f"its trial ended: {o.status.value}",),
+                )
+            )
+    # One aorta rank may hold a whole job's ranks (a probe command that runs torchrun itself):
+    # then the dumps say how many there are.
+    return analyze(items, world_size=world_size if world_size > 1 else None).to_dict()

@@ -38,7 +38,7 @@ from aorta.recipe.plan import Cell, TrialKey
 from aorta.recipe.schema import Recipe, dump_recipe, load_recipe_text
 from aorta.report.matrix import write_matrix
 from aorta.report.progress import ProgressMode, Reporter, check_progress, choose_reporter
-from aorta.run import procs
+from aorta.run import forensics, procs
 from aorta.run.adaptive import AdaptiveSchedule
 from aorta.run.extend import record_extension
 from aorta.run.orphans import OrphanGuard
@@ -460,6 +460,9 @@ class _Sweep:
             return None
         outcomes = [RankOutcome.model_validate(g) if g is not None else None for g in gathered]
         merged = merge_ranks(outcomes, self.dist.world_size)
+        merged["forensics"] = forensics.incident(
+            [o for o in outcomes if o is not None], self.dist.world_size
+        )
         order, self._next_order = self._next_order, self._next_order + 1
         return self._record(key, merged, started, time.monotonic() - t0, order)
 

@@ -1,0 +1,187 @@
+"""Who hung, and where, per cell: each hung trial's incident (:mod:`aorta.hang`, taken before
+the kill) aggregated over the cell's trials (pure).
+
+Reads the Dataset's ``forensics`` variable (cell × trial, JSON; ``""`` where nothing was
+captured). Trials whose incidents name the same culprit ranks, kind, collective and group,
+and the same culprit frame, are one *pattern*; a cell's :class:`HangIncidents` lists its
+patterns, the most frequent first, and says the first in one line ("in 7/8 hung trials rank 5
+(node gpu-r3) never reached all_to_all #4027 (ep_group, ranks 0-7) — at moe.py:212 in
+dispatch"), which the findings append to the cell's hang finding.
+
+Examples
+--------
+>>> import json
+>>> from aorta.matrix.dataset import build_dataset
+>>> from aorta.store.record import TrialRecord
+>>> inc = {"summary": "…", "kind": "missing", "culprit_ranks": [2], "culprit_hosts": ["gpu-r3"],
+...        "op": "all_reduce", "seq": 5, "process_group": "default_pg, ranks 0-3",
+...        "frames": [{"rank": 2, "where": "train.py:41 in step", "source": "stacks"}]}
+>>> recs = [TrialRecord(cell="a", cell_id="", trial=t, status="timeout", passed=False,
+...                     main_work_started=True, forensics=inc if t < 2 else None) for t in range(3)]
+>>> ds = build_dataset([{"name": "a", "trials": 3}], recs)
+>>> print(hang_incidents(ds)["a"].line())
+in 2/3 hung trials rank 2 (node gpu-r3) never reached all_reduce #5 (default_pg, ranks 0-3) — at train.py:41 in step
+>>> ds.hang_culprit.sel(cell="a").values.tolist()
+['2', '2', '']
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import xarray as xr
+
+__all__ = ["HangIncidents", "HangPattern", "hang_incidents", "pattern_text"]
+
+
+@dataclass(frozen=True)
+class HangPattern:
+    """Trials of one cell whose incidents agree: the same culprits, kind, op, group, frame."""
+
+    kind: str
+    culprit_ranks: tuple[int, ...]
+    culprit_hosts: tuple[str, ...]
+    op: str | None
+    process_group: str | None
+    where: str | None
+    trials: tuple[int, ...]
+    #: The sequence numbers of the collective, over the pattern's trials (lowest, highest).
+    seq: tuple[int, int] | None = None
+    #: One trial's whole summary (the first's), for a reader who wants every rank named.
+    summary: str = ""
+
+
+@dataclass(frozen=True)
+class HangIncidents:
+    """A cell's hung trials and what their evidence says (``hung``: trials that hung or hit
+    the deadline; ``captured``: those with an incident; ``patterns``: most frequent first)."""
+
+    cell: str
+    hung: int
+    captured: int
+    patterns: tuple[HangPattern, ...] = field(default=())
+
+    def line(self) -> str:
+        """The first pattern in one line, with how many of the hung trials it covers; ``""``
+        when none gave evidence (a run recorded before forensics, or with them off)."""
+        if not self.patterns:
+            return ""
+        p = self.patterns[0]
+        return f"in {len(p.trials)}/{self.hung} hung trials {pattern_text(p)}"
+
+
+_VERBS = {
+    "missing": "never reached",
+    "behind": "was behind when the others waited in",
+    "extra": "issued an extra",
+    "mismatch": "entered with other sizes or dtypes",
+    "exited": "had exited before",
+    "gil": "held the GIL (no dump) while the others waited in",
+    "no_dump": "gave no dump while the others waited in",
+    "p2p": "never posted its side of",
+    "stuck": "waited with every other rank in",
+    "cycle": "waited in a cycle with another group at",
+}
+
+
+def _ranks(p: HangPattern) -> str:
+    if not p.culprit_ranks:
+        return "no rank"
+    hosts = [h for h in p.culprit_hosts if h]
+    names = ", ".join(str(r) for r in p.culprit_ranks)
+    who = f"rank {names}" if len(p.culprit_ranks) == 1 else f"ranks {names}"
+    if hosts and len(set(hosts)) == 1:
+        who += f" (node {hosts[0]})"
+    elif hosts:
+        who += f" (nodes {', '.join(dict.fromkeys(hosts))})"
+    return who
+
+
+def pattern_text(p: HangPattern) -> str:
+    """One pattern as a phrase: who, what they did, which collective, where.
+
+    >>> pattern_text(HangPattern("gil", (1,), (), "all_reduce", "default_pg", "x.py:3 in f",
+    ...                          (0, 1), (4, 6)))
+    'rank 1 held the GIL (no dump) while the others waited in all_reduce #4–#6 (default_pg) — at x.py:3 in f'
+    """
+    if p.kind == "none" or not p.op:
+        text = (
+            f"{_ranks(p)}: {p.summary}" if p.culprit_ranks else p.summary or "no divergence found"
+        )
+    else:
+        seq = ""
+        if p.seq is not None:
+            lo, hi = p.seq
+            seq = f" #{lo}" if lo == hi else f" #{lo}–#{hi}"
+        group = f" ({p.process_group})" if p.process_group else ""
+        verb = _VERBS.get(p.kind, p.kind)
+        text = f"{_ranks(p)} {verb} {p.op}{seq}{group}"
+    if p.where:
+        text += f" — at {p.where}"
+    return text
+
+
+def _parse(raw: str) -> Mapping[str, Any] | None:
+    try:
+        got = json.loads(raw)
+    except ValueError:
+        return None
+    return got if isinstance(got, dict) else None
+
+
+def _key(inc: Mapping[str, Any]) -> tuple[Any, ...]:
+    culprits = tuple(int(r) for r in inc.get("culprit_ranks") or ())
+    where = inc.get("where") or {}
+    first = where.get(str(culprits[0])) if culprits and isinstance(where, Mapping) else None
+    hosts = tuple(str(h) for h in inc.get("culprit_hosts") or () if h)
+    return (
+        str(inc.get("kind") or ""),
+        culprits,
+        hosts,
+        inc.get("op"),
+        inc.get("process_group"),
+        first,
+    )
+
+
+def _patterns(incidents: Sequence[tuple[int, Mapping[str, Any]]]) -> tuple[HangPattern, ...]:
+    groups: dict[tuple[Any, ...], list[tuple[int, Mapping[str, Any]]]] = {}
+    for trial, inc in incidents:
+        groups.setdefault(_key(inc), []).append((trial, inc))
+    out = []
+    for (kind, culprits, hosts, op, group, where), items in groups.items():
+        seqs = [int(i["seq"]) for _, i in items if isinstance(i.get("seq"), int)]
+        out.append(
+            HangPattern(
+                kind=kind,
+                culprit_ranks=culprits,
+                culprit_hosts=hosts,
+                op=op,
+                process_group=group,
+                where=where,
+                trials=tuple(t for t, _ in items),
+                seq=(min(seqs), max(seqs)) if seqs else None,
+                summary=str(items[0][1].get("summary") or ""),
+            )
+        )
+    return tuple(sorted(out, key=lambda p: (-len(p.trials), p.trials)))
+
+
+def hang_incidents(ds: xr.Dataset) -> dict[str, HangIncidents]:
+    """Per cell with a hung trial (``failure_kind`` hang, or a ``timeout``), its incidents."""
+    if "forensics" not in ds or "status" not in ds:
+        return {}
+    cells = [str(c) for c in ds.cell.values.tolist()]
+    trials = [int(t) for t in ds.trial.values.tolist()]
+    status = ds.status.transpose("cell", "trial").values.astype(str)
+    text = ds.forensics.transpose("cell", "trial").values.astype(str)
+    out: dict[str, HangIncidents] = {}
+    for i, cell in enumerate(cells):
+        hung = [j for j in range(len(trials)) if status[i, j] == "timeout"]
+        found = [(trials[j], inc) for j in hung if (inc := _parse(text[i, j])) is not None]
+        if hung:
+            out[cell] = HangIncidents(cell, len(hung), len(found), _patterns(found))
+    return out
