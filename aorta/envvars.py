@@ -96,6 +96,8 @@ EXPLAIN = "AORTA_EXPLAIN"
 EXPLAIN_BY = "AORTA_EXPLAIN_BY"
 # `aorta compare --signature NAME`
 SIGNATURE = "AORTA_SIGNATURE"
+# `aorta hang analyze --world-size N`
+HANG_WORLD_SIZE = "AORTA_HANG_WORLD_SIZE"
 
 CLI_TWINS: dict[str, str] = {
     "--recipe": RECIPE,
@@ -146,6 +148,8 @@ CLI_TWINS: dict[str, str] = {
     "--explain": EXPLAIN,
     "--by": EXPLAIN_BY,
     "--signature": SIGNATURE,
+    # `aorta hang analyze`
+    "--world-size": HANG_WORLD_SIZE,
     # `aorta bundle` (its --output, the folder the archive goes into, has the twin
     # AORTA_BUNDLE_OUTPUT; --ticket shares AORTA_TICKET with `sweep run`)
     "--max-size": BUNDLE_MAX_SIZE,

@@ -13,6 +13,7 @@ from typing import Any
 __all__ = [
     "AortaError",
     "ExitCode",
+    "HangEvidenceError",
     "IncompleteMatrix",
     "LocatedError",
     "Problem",
@@ -249,6 +250,12 @@ class IncompleteMatrix(AortaError):
 
 class TraceError(AortaError):
     """A trace file that cannot be read; the message names the file and the byte offset."""
+
+
+class HangEvidenceError(AortaError):
+    """A hang's evidence file that cannot be read safely (a truncated or oversized dump, a
+    pickle that names a global); the message names the file, the byte offset when there is
+    one, and what is wrong."""
 
 
 class RecordWarning(UserWarning):

@@ -20,6 +20,7 @@ from aorta.errors import AortaError, ExitCode, RecordWarning, TraceWarning
 
 from . import bundle as _bundle
 from . import compare as _compare
+from . import hang as _hang
 from . import info as _info
 from . import launch as _launch
 from . import recipe as _recipe
@@ -65,6 +66,7 @@ def _root(
 app.add_typer(_recipe.app, name="recipe")
 app.add_typer(_sweep.app, name="sweep")
 app.add_typer(_trace.app, name="trace")
+app.add_typer(_hang.app, name="hang")
 app.add_typer(_workloads.app, name="workloads")
 app.add_typer(_info.mitigations_app, name="mitigations")
 app.command("env")(_info.env)

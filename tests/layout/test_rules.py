@@ -161,6 +161,7 @@ STAGES = [
     "store",
     "recipe",
     "trace",
+    "hang",
 ]
 
 
@@ -187,7 +188,7 @@ def test_architecture_names_only_modules_that_exist(stage):
 
 
 # Stages whose row names each module (the others describe themselves by job, e.g. cli/).
-LISTED_STAGES = ["launch", "run", "report", "matrix", "store", "recipe"]
+LISTED_STAGES = ["launch", "run", "report", "matrix", "store", "recipe", "hang"]
 
 
 @pytest.mark.parametrize("stage", LISTED_STAGES)
@@ -340,9 +341,9 @@ def _writes(path: Path) -> Iterator[str]:
                 yield f"{node.lineno}: {func.value.id}.{func.attr}()"
 
 
-@pytest.mark.parametrize("stage", ["matrix", "trace"])
+@pytest.mark.parametrize("stage", ["matrix", "trace", "hang"])
 def test_pure_stages_write_no_files(stage):
-    """matrix/ and trace/ compute; store/ (or the caller) writes. Reading is theirs to do."""
+    """matrix/, trace/ and hang/ compute; store/ (or the caller) writes. Reading is theirs."""
     offenders = [
         f"{path.relative_to(PACKAGE.parent)}:{where}"
         for path in modules(stage)

@@ -1,0 +1,52 @@
+"""``aorta hang analyze``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from aorta import envvars, hang
+from aorta.errors import ExitCode
+
+from ._options import Json
+
+app = typer.Typer(
+    help="Hang forensics: who the other ranks wait for, and where.", no_args_is_help=True
+)
+
+
+@app.command()
+def analyze(
+    paths: Annotated[
+        list[Path],
+        typer.Argument(
+            help="Flight-recorder dumps (JSON or pickle), py-spy JSON, capture files and logs, "
+            "or folders of them: a folder of per-rank dumps (the rank is the trailing number "
+            "of each name, as PyTorch writes them) or a trial folder.",
+            show_default=False,
+        ),
+    ],
+    as_json: Json = False,
+    world_size: Annotated[
+        int | None,
+        typer.Option(
+            "--world-size",
+            envvar=envvars.HANG_WORLD_SIZE,
+            min=1,
+            help="The job's number of ranks (default: one more than the highest rank seen); "
+            "ranks without evidence count as such.",
+            show_default=False,
+        ),
+    ] = None,
+) -> int:
+    """Match the ranks' dumps, stacks and logs of one hang: the collective where they diverge,
+    who waits, who never came, and each culprit's frame."""
+    report = hang.analyze(hang.load_evidence(paths), world_size=world_size)
+    if as_json:
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        print(hang.text(report))
+    return ExitCode.OK

@@ -1,0 +1,214 @@
+"""Flight-recorder dumps: bytes → the dict PyTorch wrote, safely.
+
+PyTorch's flight recorder (``torch._C._distributed_c10d._dump_fr_trace_json`` /
+``_dump_fr_trace``, ``TORCH_NCCL_DUMP_ON_TIMEOUT``) writes one dump per rank, as JSON or as a
+pickle. A pickle is a program: :func:`parse_dump` runs it with an unpickler whose
+``find_class`` refuses every global, so only plain containers, strings and numbers come out
+(PyTorch's own dumps need nothing else), and never ``pickle.load``. Every failure is one
+:class:`~aorta.errors.HangEvidenceError` naming the file, the byte offset and the problem.
+
+Bounds: a dump is at most :data:`MAX_DUMP_BYTES` (callers check the size before reading);
+a pickle may not expand to more than :data:`EXPANSION` objects per byte (shared references
+make a small pickle a huge tree) nor nest deeper than :data:`MAX_DEPTH`.
+
+Examples
+--------
+>>> dump = parse_dump(b'{"version": "2.10", "pg_config": {}, "entries": []}', name="fr_0.json")
+>>> dump["version"]
+'2.10'
+>>> parse_dump(b"\\x80\\x04cos\\nsystem\\n.", name="evil.pkl")
+Traceback (most recent call last):
+...
+aorta.errors.HangEvidenceError: evil.pkl: byte 2: the pickle names the global os.system; \
+a flight-recorder dump holds only plain containers, so aorta refuses it (nothing was run)
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+import pickletools
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from aorta.errors import HangEvidenceError
+
+__all__ = ["EXPANSION", "MAX_DEPTH", "MAX_DUMP_BYTES", "dump_kind", "parse_dump"]
+
+#: The largest dump read (256 MiB): 2,000 NCCL entries with stack traces are a few MiB.
+MAX_DUMP_BYTES = 256 * 2**20
+#: Objects a pickle may hold per byte of its own (plus a small constant): PyTorch's dumps
+#: hold under one; shared references (memo gets, ``DUP``) can make far more.
+EXPANSION = 4
+#: Deepest nesting accepted (a dump nests five levels).
+MAX_DEPTH = 32
+#: The keys that make a mapping a flight-recorder dump (any one of them).
+DUMP_KEYS = frozenset({"entries", "pg_config", "pg_status"})
+
+_GLOBAL_OPS = frozenset({"GLOBAL", "STACK_GLOBAL", "INST", "EXT1", "EXT2", "EXT4"})
+
+
+class _NoGlobals(pickle.Unpickler):
+    """An unpickler that builds plain containers only: every global is refused."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise _Refused(f"{module}.{name}")
+
+
+class _Refused(Exception):
+    """A global a pickle asked for (internal: becomes a :class:`HangEvidenceError`)."""
+
+
+def dump_kind(head: bytes) -> str | None:
+    """``"json"`` or ``"pickle"`` from a file's first bytes, ``None`` for anything else.
+
+    >>> dump_kind(b'  {"entries": []}'), dump_kind(b"\\x80\\x02}q\\x00"), dump_kind(b"PK\\x03")
+    ('json', 'pickle', None)
+    """
+    text = head.lstrip()
+    if text[:1] == b"{":
+        return "json"
+    if len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5:
+        return "pickle"
+    return None
+
+
+def parse_dump(data: bytes, *, name: str = "<dump>") -> dict[str, Any]:
+    """One rank's flight-recorder dump (JSON or pickle) as the dict PyTorch wrote.
+
+    Parameters
+    ----------
+    data
+        The file's bytes (at most :data:`MAX_DUMP_BYTES`).
+    name
+        What the errors call it (the file name).
+
+    Returns
+    -------
+    dict
+        The dump: ``version``, ``pg_config``, ``pg_status``, ``entries`` (each a dict with
+        ``collective_seq_id``, ``profiling_name``, ``state``, ...) as PyTorch wrote them; a
+        pickle's tuples come out as tuples.
+
+    Raises
+    ------
+    HangEvidenceError
+        ``data`` is neither JSON nor a pickle, is truncated or malformed (the byte offset
+        says where), is too large, names a global, expands or nests beyond the bounds, or is
+        not a mapping with ``entries``, ``pg_config`` or ``pg_status``.
+
+    Examples
+    --------
+    >>> import pickle
+    >>> blob = pickle.dumps({"version": "2.10", "entries": [{"collective_seq_id": 1}]})
+    >>> parse_dump(blob, name="nccl_trace_rank_0")["entries"][0]["collective_seq_id"]
+    1
+    >>> parse_dump(blob[:-9], name="nccl_trace_rank_0")
+    Traceback (most recent call last):
+    ...
+    aorta.errors.HangEvidenceError: nccl_trace_rank_0: byte 44: truncated pickle (expected 17 bytes in a \
+unicodestring1, but only 15 remain)
+    """
+    if len(data) > MAX_DUMP_BYTES:
+        raise HangEvidenceError(f"{name}: {_size(len(data))} is above the dump limit")
+    kind = dump_kind(data[:64])
+    if kind == "json":
+        dump = _json(data, name)
+    elif kind == "pickle":
+        dump = _pickle(data, name)
+        _check_shape(dump, name, budget=EXPANSION * len(data) + 1024)
+    else:
+        raise HangEvidenceError(
+            f"{name}: byte 0: neither a JSON nor a pickled flight-recorder dump "
+            f"(it starts with {data[:8]!r})"
+        )
+    if not isinstance(dump, dict) or not (DUMP_KEYS & set(dump)):
+        got = "a mapping" if isinstance(dump, dict) else type(dump).__name__
+        raise HangEvidenceError(
+            f"{name}: not a flight-recorder dump ({got} without entries, pg_config or pg_status)"
+        )
+    entries = dump.get("entries", [])
+    if not isinstance(entries, list | tuple) or not all(isinstance(e, dict) for e in entries):
+        raise HangEvidenceError(f"{name}: entries: must be a list of mappings")
+    return dump
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
+
+
+def _json(data: bytes, name: str) -> Any:
+    try:
+        # orjson refuses nesting deeper than 1024 levels, so a bracket bomb is an error.
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        where = "truncated JSON" if exc.pos >= len(data.rstrip()) else "invalid JSON"
+        raise HangEvidenceError(f"{name}: byte {exc.pos}: {where} ({exc.msg})") from None
+
+
+def _pickle(data: bytes, name: str) -> Any:
+    try:
+        return _NoGlobals(io.BytesIO(data)).load()
+    except _Refused as exc:
+        raise HangEvidenceError(
+            f"{name}: byte {_first_global(data)}: the pickle names the global {exc}; a "
+            "flight-recorder dump holds only plain containers, so aorta refuses it "
+            "(nothing was run)"
+        ) from None
+    # A hostile pickle can fail in any of the unpickler's ways (bad opcodes, wrong stack
+    # contents, persistent ids, memory): each is one located error, never a traceback.
+    except Exception as exc:
+        offset, problem = _locate(data)
+        detail = problem or f"{type(exc).__name__}: {exc}"
+        raise HangEvidenceError(f"{name}: byte {offset}: {detail}") from None
+
+
+def _first_global(data: bytes) -> int:
+    try:
+        for op, _arg, pos in pickletools.genops(data):
+            if op.name in _GLOBAL_OPS:
+                return pos or 0
+    except ValueError:
+        pass
+    return 0
+
+
+def _locate(data: bytes) -> tuple[int, str | None]:
+    """Where a pickle that failed to load goes wrong, read without running it."""
+    last = 0
+    try:
+        for op, _arg, pos in pickletools.genops(data):
+            last = pos or 0
+            if op.name == "STOP":
+                return last, "the pickle does not build a dump"
+    except ValueError as exc:
+        text = str(exc)
+        words = ("but only", "no newline", "truncat", "remain", "not enough data")
+        truncated = any(w in text for w in words)
+        return last, f"{'truncated' if truncated else 'malformed'} pickle ({text})"
+    return len(data), "truncated pickle (no STOP opcode)"
+
+
+def _check_shape(obj: Any, name: str, *, budget: int) -> None:
+    """Refuse a pickle whose object tree (counted as a tree, shared parts once per use) is
+    larger than ``budget`` or deeper than :data:`MAX_DEPTH`: the analysis walks it as one."""
+    stack: list[tuple[Any, int]] = [(obj, 0)]
+    seen = 0
+    while stack:
+        node, depth = stack.pop()
+        seen += 1
+        if seen > budget:
+            raise HangEvidenceError(
+                f"{name}: the pickle expands to more than {budget:,} objects (shared "
+                "references); not a flight-recorder dump"
+            )
+        if depth > MAX_DEPTH:
+            raise HangEvidenceError(f"{name}: the pickle nests deeper than {MAX_DEPTH} levels")
+        if isinstance(node, Mapping):
+            for key, value in node.items():
+                stack.append((key, depth + 1))
+                stack.append((value, depth + 1))
+        elif isinstance(node, list | tuple | set | frozenset):
+            stack.extend((item, depth + 1) for item in node)

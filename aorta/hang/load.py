@@ -1,0 +1,348 @@
+"""A user's hang evidence from files and folders, classified by content.
+
+What :func:`load_evidence` takes (a file named, or any file in a folder named, and in its
+subfolders one level down — a trial folder's ``hang/`` — never through a link to a folder):
+
+- a flight-recorder dump, JSON or pickle (a mapping with ``entries``, ``pg_config`` or
+  ``pg_status``), however it is named: PyTorch's ``nccl_trace_rank_3``, ``fr_dump_3.json``,
+  aorta's ``hang/fr_3.json``;
+- ``py-spy dump --json`` output (a list of threads with ``frames``);
+- a capture file (a small JSON mapping with ``rank`` and ``pid``/``host``/``notes``/``exited``,
+  as aorta's capture writes ``hang/capture_<rank>.json``);
+- any other text: a log, of which the last :data:`LOG_TAIL_BYTES` are read.
+
+A file's rank is the trailing number of its name once the extensions are off
+(``nccl_trace_rank_3`` → 3, ``rank3.stderr.log`` → 3, ``gpu-r3.local_rank_5`` → 5: only the
+*trailing* number), a capture's own ``rank`` field, for stacks the rank of the capture with
+the same pid, and for log lines torch's ``[rankN]:`` prefix. A log without any (a one-rank
+trial's ``stdout.log``) is rank 0's when no other rank is in sight.
+
+In a folder, files that are none of these (a profiler trace, a recipe, binary data) are
+passed over; a file named on the command line must be evidence. A dump that cannot be read
+(truncated, too large, a pickle naming a global) is an error either way: one
+:class:`~aorta.errors.HangEvidenceError` naming it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+
+from aorta.errors import HangEvidenceError
+
+from .dumps import DUMP_KEYS, MAX_DUMP_BYTES, dump_kind, parse_dump
+from .model import RankEvidence
+from .watchdog import rank_prefix
+
+__all__ = ["LOG_TAIL_BYTES", "MAX_FILES", "load_evidence"]
+
+#: The end of a log that is read (watchdog lines come last; a training log may be GBs).
+LOG_TAIL_BYTES = 4 * 2**20
+#: Files looked at under one folder.
+MAX_FILES = 4096
+#: The largest py-spy or capture JSON read.
+MAX_SMALL_JSON = 64 * 2**20
+#: Bytes read to tell what a file is.
+_SNIFF = 4096
+#: Extensions taken off a name before its trailing rank number is read.
+_EXTENSIONS = {".json", ".pkl", ".pickle", ".log", ".txt", ".out", ".err", ".stdout", ".stderr"}
+_TRAILING = re.compile(r"(\d+)$")
+_CAPTURE_KEYS = {"pid", "host", "notes", "exited"}
+
+Kind = Literal["dump", "stacks", "capture", "log"]
+
+
+@dataclass
+class _File:
+    kind: Kind
+    path: Path
+    shown: str  # the name the report uses (relative to the folder given)
+    rank: int | None
+    data: Any = None
+    lines: list[str] = field(default_factory=list)
+
+
+def trailing_rank(name: str) -> int | None:
+    """The rank a file name ends with, once its extensions are off.
+
+    >>> [trailing_rank(n) for n in ("nccl_trace_rank_3", "rank3.stderr.log", "fr_dump_12.json",
+    ...                              "gpu-r3.local_rank_5", "stdout.log")]
+    [3, 3, 12, 5, None]
+    """
+    stem = name
+    while (suffix := Path(stem).suffix.lower()) in _EXTENSIONS:
+        stem = stem[: -len(suffix)]
+    m = _TRAILING.search(stem)
+    return int(m.group(1)) if m else None
+
+
+def _walk(folder: Path) -> Iterator[Path]:
+    count = 0
+    for depth_one in sorted(folder.iterdir()):
+        inner = [depth_one]
+        if depth_one.is_dir() and not depth_one.is_symlink():
+            inner = sorted(depth_one.iterdir())
+        for path in inner:
+            if path.is_file():
+                count += 1
+                if count > MAX_FILES:
+                    raise HangEvidenceError(f"{folder}: more than {MAX_FILES} files to look at")
+                yield path
+
+
+def _read(path: Path, limit: int, shown: str) -> bytes:
+    """At most ``limit`` bytes, refusing a file that is larger without reading it."""
+    size = path.stat().st_size
+    if size > limit:
+        raise HangEvidenceError(
+            f"{shown}: {size / 2**20:,.0f} MiB is above the {limit // 2**20} MiB limit of "
+            "this kind of evidence; not read"
+        )
+    with open(path, "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:  # the file grew, or stat lied (a pseudo-file)
+        raise HangEvidenceError(f"{shown}: more than {limit // 2**20} MiB; not read")
+    return data
+
+
+def _tail(path: Path) -> list[str]:
+    with open(path, "rb") as f:
+        size = f.seek(0, os.SEEK_END)
+        f.seek(max(0, size - LOG_TAIL_BYTES))
+        data = f.read(LOG_TAIL_BYTES)
+    lines = data.decode("utf-8", errors="replace").splitlines()
+    return lines[1:] if size > LOG_TAIL_BYTES else lines  # the first may be cut
+
+
+def _is_text(head: bytes) -> bool:
+    if b"\x00" in head:
+        return False
+    try:
+        head[:-4].decode("utf-8")  # a multi-byte character may be cut at the end
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _json_or_none(path: Path, shown: str) -> Any:
+    """The file as JSON; ``None`` when its first line already is not JSON (a log whose lines
+    start with ``[rank0]:``); an error for JSON that breaks later or nests too deep."""
+    data = _read(path, MAX_SMALL_JSON, shown)
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        first_line = data.find(b"\n")
+        if "depth" not in exc.msg and (first_line == -1 or exc.pos <= first_line):
+            return None
+        raise HangEvidenceError(f"{shown}: byte {exc.pos}: invalid JSON ({exc.msg})") from None
+
+
+def _is_stacks(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(t, dict) and isinstance(t.get("frames"), list) for t in value)
+    )
+
+
+def _is_capture(value: Any) -> bool:
+    rank = value.get("rank") if isinstance(value, dict) else None
+    return (
+        isinstance(rank, int)
+        and not isinstance(rank, bool)
+        and rank >= 0
+        and bool(_CAPTURE_KEYS & set(value))
+        and not (DUMP_KEYS & set(value))
+    )
+
+
+def _classify(path: Path, shown: str, *, named: bool) -> _File | None:
+    """What ``path`` is (``None``: not evidence, in a folder); errors for broken evidence."""
+    if not path.is_file():
+        raise HangEvidenceError(f"{shown}: not a regular file")
+    with open(path, "rb") as f:
+        head = f.read(_SNIFF)
+    rank = trailing_rank(path.name)
+    kind = dump_kind(head)
+    stripped = head.lstrip()
+    looks_like_dump = kind == "pickle" or (
+        kind == "json" and any(f'"{k}"'.encode() in head for k in (*DUMP_KEYS, "collective_seq_id"))
+    )
+    if looks_like_dump:
+        return _File(
+            "dump", path, shown, rank, parse_dump(_read(path, MAX_DUMP_BYTES, shown), name=shown)
+        )
+    if stripped[:1] in (b"{", b"[") and path.stat().st_size <= MAX_SMALL_JSON:
+        # py-spy or capture JSON; a log whose lines start with "[rank0]:" is not JSON.
+        value = _json_or_none(path, shown)
+        if _is_stacks(value):
+            return _File("stacks", path, shown, rank, value)
+        if _is_capture(value):
+            return _File("capture", path, shown, value["rank"], value)
+        if value is not None:
+            if named:
+                raise HangEvidenceError(
+                    f"{shown}: JSON that is neither a flight-recorder dump, py-spy stacks "
+                    "nor a capture file"
+                )
+            return None
+    if _is_text(head):
+        return _File("log", path, shown, rank, lines=_tail(path))
+    if named:
+        raise HangEvidenceError(
+            f"{shown}: byte 0: neither a flight-recorder dump (JSON or pickle), py-spy JSON, "
+            f"a capture file nor a text log (it starts with {head[:8]!r})"
+        )
+    return None
+
+
+def _files(paths: Sequence[str | Path]) -> list[_File]:
+    found: list[_File] = []
+    for given in paths:
+        root = Path(given)
+        if not root.exists():
+            raise HangEvidenceError(f"{given}: no such file or folder")
+        if root.is_dir():
+            for path in _walk(root):
+                item = _classify(path, path.relative_to(root).as_posix(), named=False)
+                if item is not None:
+                    found.append(item)
+        else:
+            item = _classify(root, str(given), named=True)
+            if item is not None:
+                found.append(item)
+    return found
+
+
+def _log_lines(item: _File, known: set[int]) -> dict[int, list[str]]:
+    """A log's lines by rank: its name's rank, else torch's ``[rankN]:`` prefixes, else rank
+    0 when no other rank is in sight (a one-rank trial's log)."""
+    if item.rank is not None:
+        return {item.rank: item.lines}
+    out: dict[int, list[str]] = {}
+    plain = []
+    for line in item.lines:
+        rank = rank_prefix(line)
+        if rank is None:
+            plain.append(line)
+        else:
+            out.setdefault(rank, []).append(line)
+    if plain and not out and known <= {0}:
+        out[0] = plain
+    return out
+
+
+@dataclass
+class _Acc:
+    dumps: list[_File] = field(default_factory=list)
+    stacks: list[Any] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+    capture: dict[str, Any] | None = None
+
+
+def _rank_of_stacks(item: _File, pids: dict[int, int]) -> int | None:
+    if item.rank is not None:
+        return item.rank
+    found = sorted({pids[t["pid"]] for t in item.data if t.get("pid") in pids})
+    return found[0] if len(found) == 1 else None
+
+
+def _gather(files: Sequence[_File]) -> dict[int, _Acc]:
+    captures = {f.rank: f.data for f in files if f.kind == "capture" and f.rank is not None}
+    pids = {c["pid"]: r for r, c in captures.items() if isinstance(c.get("pid"), int)}
+    known = {f.rank for f in files if f.rank is not None}
+    acc: dict[int, _Acc] = {}
+    for item in files:
+        if item.kind == "log":
+            for owner, lines in _log_lines(item, known).items():
+                a = acc.setdefault(owner, _Acc())
+                a.lines.extend(lines)
+                a.files.append(item.shown)
+            continue
+        rank = _rank_of_stacks(item, pids) if item.kind == "stacks" else item.rank
+        if rank is None:
+            raise HangEvidenceError(
+                f"{item.shown}: cannot tell whose {item.kind} this is: name the file with the "
+                "rank as its trailing number, as PyTorch names dumps (nccl_trace_rank_3)"
+            )
+        a = acc.setdefault(rank, _Acc())
+        a.files.append(item.shown)
+        if item.kind == "dump":
+            a.dumps.append(item)
+        elif item.kind == "stacks":
+            a.stacks.extend(item.data)
+        else:
+            a.capture = item.data
+    return acc
+
+
+def _evidence(rank: int, a: _Acc) -> RankEvidence:
+    cap = a.capture or {}
+    notes = [str(n) for n in cap.get("notes") or () if isinstance(n, str)]
+    fr = None
+    if a.dumps:
+        best = max(a.dumps, key=lambda d: (len(d.data.get("entries") or ()), d.shown))
+        fr = best.data
+        if len(a.dumps) > 1:
+            notes.append(f"{len(a.dumps)} dumps; used {best.shown} (the most entries)")
+    host, pid, exited = cap.get("host"), cap.get("pid"), cap.get("exited")
+    return RankEvidence(
+        rank=rank,
+        host=host if isinstance(host, str) else None,
+        pid=pid if isinstance(pid, int) and not isinstance(pid, bool) else None,
+        fr=fr,
+        stacks=a.stacks or None,
+        log_lines=tuple(a.lines),
+        notes=tuple(notes),
+        exited=exited if isinstance(exited, int) and not isinstance(exited, bool) else None,
+        files=tuple(sorted(set(a.files))),
+    )
+
+
+def load_evidence(paths: Sequence[str | Path]) -> list[RankEvidence]:
+    """The hang evidence in ``paths`` (files or folders), one :class:`RankEvidence` per rank.
+
+    Parameters
+    ----------
+    paths
+        Files, or folders of them (looked into one level of subfolders deep): per-rank
+        flight-recorder dumps as PyTorch writes them, py-spy JSON, capture files, logs; or an
+        aorta trial folder (its ``hang/`` and its rank logs).
+
+    Returns
+    -------
+    list of RankEvidence
+        Sorted by rank; ``files`` name each rank's files as given (relative to a folder).
+
+    Raises
+    ------
+    HangEvidenceError
+        A path does not exist; a file named is not evidence; a dump is truncated, too
+        large, or a pickle naming a global; a dump or stacks file has no rank; nothing in
+        ``paths`` is evidence.
+
+    Examples
+    --------
+    >>> import json, pathlib, tempfile
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (folder / "nccl_trace_rank_1").write_text(json.dumps({"pg_config": {}, "entries": []}))
+    >>> _ = (folder / "rank1.stderr.log").write_text("[rank1]: RuntimeError: boom\\n")
+    >>> [(e.rank, e.fr is not None, e.files) for e in load_evidence([folder])]
+    [(1, True, ('nccl_trace_rank_1', 'rank1.stderr.log'))]
+    """
+    files = sorted(_files(paths), key=lambda f: f.shown)
+    acc = _gather(files)
+    if not acc:
+        where = ", ".join(str(p) for p in paths)
+        raise HangEvidenceError(
+            f"{where}: no hang evidence (flight-recorder dumps, py-spy stacks, capture files "
+            "or logs) in it or one folder down"
+        )
+    return [_evidence(rank, acc[rank]) for rank in sorted(acc)]

@@ -1,0 +1,300 @@
+"""What one rank's flight-recorder dump says, per process group.
+
+A dump lists entries (one per collective or point-to-point op the rank issued, the last
+``TORCH_FR_BUFFER_SIZE`` of them), each naming its group as ``process_group = (name, desc)``,
+and ``pg_status`` (last enqueued/started/completed collective per rank-local group id).
+:func:`read_recorder` folds them into one :class:`GroupView` per group name: the last
+collective the rank enqueued and completed, its entries by sequence number (to compare
+ranks where their buffers overlap), its pending point-to-point ops.
+
+What real dumps do that this copes with:
+
+- gloo (torch 2.13) keys ``pg_config`` by ``''`` and writes ``ranks`` as the string
+  ``"[0, 1]"`` (the last group registered wins), and its entries' ``state`` stays
+  ``scheduled``: completion shows only in ``retired`` and in ``pg_status``.
+- NCCL marks entries ``scheduled``/``started``/``completed`` and keys ``pg_config`` by name.
+- ``pg_status`` is keyed by the rank-local group id (``pg_id``): the entries map it to a name.
+- A wrapped buffer starts after sequence 1: positions come from ``pg_status``, comparisons
+  only from the sequence numbers every rank still holds.
+- JSON dumps write numbers in ``pg_status`` as strings, pickles as integers; JSON writes
+  ``0`` for an unset time, pickles ``None``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "GroupView",
+    "P2POp",
+    "RankRecorder",
+    "op_name",
+    "parse_ranks",
+    "raw_key",
+    "read_recorder",
+    "signature",
+]
+
+#: ``nccl:send 1->2`` and ``nccl:recv 3<-0``: a point-to-point op and its group-local peers.
+_P2P = re.compile(r"(send|recv) (\d+)(->|<-)(\d+)")
+
+
+def op_name(profiling_name: object) -> str:
+    """The op of a ``profiling_name`` without its backend prefix or peers.
+
+    >>> op_name("gloo:all_reduce"), op_name("nccl:send 0->1"), op_name("all_to_all")
+    ('all_reduce', 'send', 'all_to_all')
+    """
+    text = str(profiling_name)
+    return text.partition(":")[2].split(" ")[0] if ":" in text else text.split(" ")[0]
+
+
+def parse_ranks(value: object) -> tuple[int, ...] | None:
+    """``pg_config``'s ``ranks`` (a list, or the string ``"[0, 1]"`` gloo writes) as a tuple;
+    ``None`` when it is empty or not a list of whole numbers.
+
+    >>> parse_ranks("[0, 1, 2]"), parse_ranks([3, 1]), parse_ranks("[]"), parse_ranks("x")
+    ((0, 1, 2), (1, 3), None, None)
+    """
+    if isinstance(value, str):
+        text = value.strip()
+        if not (text.startswith("[") and text.endswith("]")):
+            return None
+        parts = [p.strip() for p in text[1:-1].split(",") if p.strip()]
+        if not all(p.isdigit() for p in parts):
+            return None
+        ranks = [int(p) for p in parts]
+    elif isinstance(value, list | tuple):
+        if not all(isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in value):
+            return None
+        ranks = list(value)
+    else:
+        return None
+    return tuple(sorted(set(ranks))) or None
+
+
+@dataclass(frozen=True)
+class P2POp:
+    """A point-to-point op a rank had not completed: ``send``/``recv`` to or from a peer."""
+
+    op: str
+    seq: int
+    #: Group-local ranks, as ``profiling_name`` gives them (``send 1->2``: 1 sends to 2).
+    src: int
+    dst: int
+    sizes: tuple[tuple[int, ...], ...]
+    dtypes: tuple[str, ...]
+
+
+@dataclass
+class GroupView:
+    """One process group as one rank's dump sees it."""
+
+    name: str
+    desc: str
+    #: Global ranks from ``pg_config`` when it is keyed by this group's name.
+    ranks: tuple[int, ...] | None = None
+    #: Last collective sequence number enqueued / completed (0: none).
+    enqueued: int = 0
+    completed: int = 0
+    #: The collective entries by sequence number (several for a coalesced op).
+    ops: dict[int, list[Mapping[str, Any]]] = field(default_factory=dict)
+    #: Point-to-point ops not completed.
+    pending_p2p: list[P2POp] = field(default_factory=list)
+    #: Rank-local group ids (``pg_id``) seen.
+    pg_ids: set[str] = field(default_factory=set)
+
+    @property
+    def first(self) -> int | None:
+        """The first sequence number still in the buffer (> 1 when it wrapped)."""
+        return min(self.ops) if self.ops else None
+
+
+@dataclass
+class RankRecorder:
+    """One rank's dump, by group name, with what could not be used."""
+
+    groups: dict[str, GroupView]
+    #: ``pg_status`` ids no entry names (their group is unknown).
+    unnamed_status: dict[str, tuple[int, int]]
+    #: ``pg_config`` by group name: (desc, global ranks); gloo's ``''`` key is not a name.
+    config: dict[str, tuple[str, tuple[int, ...]]]
+    #: Global ranks ``pg_config`` lists under ``''`` (gloo): which group they are is unknown.
+    loose_ranks: tuple[int, ...]
+    version: str
+    notes: list[str]
+
+
+def _int(value: object) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    return None
+
+
+def _done(entry: Mapping[str, Any]) -> bool:
+    # gloo never leaves "scheduled"; a retired entry finished (or failed) either way.
+    return entry.get("state") == "completed" or entry.get("retired") is True
+
+
+def _sizes(value: object) -> tuple[tuple[int, ...], ...]:
+    if not isinstance(value, list | tuple):
+        return ()
+    return tuple(
+        tuple(d for d in s if isinstance(d, int)) for s in value if isinstance(s, list | tuple)
+    )
+
+
+def _dtypes(value: object) -> tuple[str, ...]:
+    return tuple(str(d) for d in value) if isinstance(value, list | tuple) else ()
+
+
+def _group_of(entry: Mapping[str, Any]) -> tuple[str, str]:
+    pg = entry.get("process_group")
+    if isinstance(pg, list | tuple) and len(pg) == 2:
+        return str(pg[0]), str(pg[1])
+    return str(entry.get("pg_id", "?")), ""
+
+
+def read_recorder(fr: Mapping[str, Any]) -> RankRecorder:
+    """Fold one dump into :class:`GroupView`\\ s by group name.
+
+    Entries that lack a sequence number are left out (counted in ``notes``).
+
+    >>> dump = {"pg_config": {"": {"ranks": "[0, 1]"}}, "pg_status": {"0": {
+    ...     "last_enqueued_collective": "2", "last_completed_collective": "1"}},
+    ...     "entries": [{"pg_id": 0, "process_group": ["0", "default_pg"],
+    ...     "collective_seq_id": s, "profiling_name": "gloo:all_reduce", "state": "scheduled",
+    ...     "retired": s == 1, "is_p2p": False} for s in (1, 2)]}
+    >>> view = read_recorder(dump).groups["0"]
+    >>> view.desc, view.enqueued, view.completed, sorted(view.ops)
+    ('default_pg', 2, 1, [1, 2])
+    """
+    groups: dict[str, GroupView] = {}
+    notes: list[str] = []
+    pg_names: dict[str, str] = {}
+    bad = 0
+    entries = fr.get("entries") or ()
+    for entry in entries if isinstance(entries, list | tuple) else ():
+        seq = _int(entry.get("collective_seq_id"))
+        if seq is None:
+            bad += 1
+            continue
+        name, desc = _group_of(entry)
+        view = groups.get(name)
+        if view is None:
+            view = groups[name] = GroupView(name=name, desc=desc)
+        if "pg_id" in entry:
+            pg_names[str(entry["pg_id"])] = name
+            view.pg_ids.add(str(entry["pg_id"]))
+        if entry.get("is_p2p") is True:
+            if not _done(entry):
+                _add_p2p(view, entry)
+            continue
+        view.ops.setdefault(seq, []).append(entry)
+        if seq > view.enqueued:
+            view.enqueued = seq
+        if seq > view.completed and _done(entry):
+            view.completed = seq
+    if bad:
+        notes.append(f"{bad} entries without a collective_seq_id left out")
+    unnamed = _apply_status(fr.get("pg_status"), groups, pg_names)
+    config, loose = _read_config(fr.get("pg_config"))
+    for name, (desc, ranks) in config.items():
+        if name in groups:
+            groups[name].ranks = ranks
+            groups[name].desc = groups[name].desc or desc
+    return RankRecorder(
+        groups=groups,
+        unnamed_status=unnamed,
+        config=config,
+        loose_ranks=loose,
+        version=str(fr.get("version", "")),
+        notes=notes,
+    )
+
+
+def _add_p2p(view: GroupView, entry: Mapping[str, Any]) -> None:
+    text = str(entry.get("profiling_name", ""))
+    m = _P2P.search(text)
+    if m is None:
+        return
+    op, a, arrow, b = m.group(1), int(m.group(2)), m.group(3), int(m.group(4))
+    src, dst = (a, b) if arrow == "->" else (b, a)
+    seq = _int(entry.get("p2p_seq_id")) or 0
+    sizes, dtypes = _sizes(entry.get("input_sizes")), _dtypes(entry.get("input_dtypes"))
+    view.pending_p2p.append(P2POp(op, seq, src, dst, sizes, dtypes))
+
+
+def _apply_status(
+    status: object, groups: dict[str, GroupView], pg_names: Mapping[str, str]
+) -> dict[str, tuple[int, int]]:
+    """Take the positions ``pg_status`` gives (they outlive a wrapped buffer)."""
+    unnamed: dict[str, tuple[int, int]] = {}
+    if not isinstance(status, Mapping):
+        return unnamed
+    for pg_id, fields in status.items():
+        if not isinstance(fields, Mapping):
+            continue
+        enq = _int(fields.get("last_enqueued_collective"))
+        done = _int(fields.get("last_completed_collective"))
+        if enq is None or done is None:
+            continue
+        name = pg_names.get(str(pg_id))
+        if name is None:
+            if enq > 0:
+                unnamed[str(pg_id)] = (enq, max(done, 0))
+            continue
+        view = groups[name]
+        view.enqueued = max(view.enqueued, enq)
+        view.completed = max(view.completed, done)
+    return unnamed
+
+
+def _read_config(
+    config: object,
+) -> tuple[dict[str, tuple[str, tuple[int, ...]]], tuple[int, ...]]:
+    named: dict[str, tuple[str, tuple[int, ...]]] = {}
+    loose: set[int] = set()
+    if not isinstance(config, Mapping):
+        return named, ()
+    for key, info in config.items():
+        if not isinstance(info, Mapping):
+            continue
+        ranks = parse_ranks(info.get("ranks"))
+        if ranks is None:
+            continue
+        if str(key) == "":
+            loose.update(ranks)
+        else:
+            named[str(key)] = (str(info.get("desc") or ""), ranks)
+    return named, tuple(sorted(loose))
+
+
+def signature(entries: Sequence[Mapping[str, Any]]) -> tuple[tuple[str, Any, Any], ...]:
+    """What must agree across ranks at one sequence number: ops, input sizes and dtypes.
+
+    >>> signature([{"profiling_name": "gloo:all_reduce", "input_sizes": [[4]],
+    ...             "input_dtypes": ["Float"]}])
+    (('all_reduce', ((4,),), ('Float',)),)
+    """
+    return tuple(
+        (
+            op_name(e.get("profiling_name")),
+            _sizes(e.get("input_sizes")),
+            _dtypes(e.get("input_dtypes")),
+        )
+        for e in entries
+    )
+
+
+def raw_key(entries: Sequence[Mapping[str, Any]]) -> list[tuple[Any, Any, Any]]:
+    """The fields :func:`signature` reads, as they are: cheap to compare across ranks (the
+    lists compare in C) for every sequence number of the buffers' overlap."""
+    return [(e.get("profiling_name"), e.get("input_sizes"), e.get("input_dtypes")) for e in entries]

@@ -1,0 +1,231 @@
+"""A hang report in words: the one-line summary and the incident table.
+
+The summary names the culprits (and their nodes), the collective and group where the ranks
+diverge, who waits, and where each culprit is::
+
+    rank 2 (node gpu-r3) never reached all_reduce #5 (default_pg, ranks 0-3); ranks 0,1,3
+    wait in it — rank 2 at train.py:41 in step
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from aorta.text import printable
+
+from .model import CulpritFrame, GroupIncident, HangReport, Kind, Variant, rank_list
+
+__all__ = ["summary", "text"]
+
+
+def _who(ranks: Sequence[int], hosts: Sequence[str | None]) -> str:
+    words = _words(ranks)
+    known = sorted({h for h in hosts if h})
+    if known:
+        words += f" (node{'s' if len(known) > 1 else ''} {', '.join(known)})"
+    return words
+
+
+def _words(ranks: Sequence[int]) -> str:
+    """``rank 0`` / ``ranks 0,1``."""
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {rank_list(ranks)}"
+
+
+def _ranks(ranks: Sequence[int], verb: str) -> str:
+    """``rank 0 waits`` / ``ranks 0,1 wait``."""
+    return f"{_words(ranks)} {verb}{'s' if len(ranks) == 1 else ''}"
+
+
+def _coll(inc: GroupIncident) -> str:
+    if inc.seq is None:
+        return f"{inc.op or 'a collective'} (by their stacks)"
+    return f"{inc.op or 'collective'} #{inc.seq}"
+
+
+def _label(inc: GroupIncident) -> str:
+    return "" if inc.name == "?" else f" ({inc.label})"
+
+
+def _where(frames: Sequence[CulpritFrame]) -> str:
+    if not frames:
+        return ""
+    parts = [
+        f"rank {f.rank} {'at' if f.source == 'stacks' else 'last issued a collective at'} {f.where}"
+        for f in frames[:3]
+    ]
+    more = f" (+{len(frames) - 3} more)" if len(frames) > 3 else ""
+    return " — " + "; ".join(parts) + more
+
+
+def sizes_text(sizes: Sequence[Sequence[int]], dtypes: Sequence[str]) -> str:
+    """``[4] Float``; several inputs joined by ``+``.
+
+    >>> sizes_text(((4,), (2, 3)), ("Float", "Float")), sizes_text((), ())
+    ('[4]+[2, 3] Float', '-')
+    """
+    if not sizes and not dtypes:
+        return "-"
+    shape = "+".join(f"[{', '.join(str(d) for d in s)}]" for s in sizes) or "[]"
+    kinds = sorted(set(dtypes))
+    return f"{shape} {'/'.join(kinds)}" if kinds else shape
+
+
+def _variant(v: Variant, *, op: bool = True) -> str:
+    has = "has" if len(v.ranks) == 1 else "have"
+    op_text = f"{v.op} " if op and v.op else ""
+    return f"{_words(v.ranks)} {has} {op_text}{sizes_text(v.sizes, v.dtypes)}"
+
+
+def _exit_text(code: int) -> str:
+    return f"signal {-code}" if code < 0 else f"code {code}"
+
+
+def _headline(kind: Kind, inc: GroupIncident, who: str, frames: Sequence[CulpritFrame]) -> str:
+    coll, label, where = _coll(inc), _label(inc), _where(frames)
+    entered = [*inc.waiting, *inc.completed, *inc.failed]
+    waits = f"; {_ranks(inc.waiting, 'wait')} in it" if inc.waiting else ""
+    if kind == "missing":
+        behind = "".join(f"; rank {r} is further behind (its last is #{s})" for r, s in inc.behind)
+        return f"{who} never reached {coll}{label}{behind}{waits}{where}"
+    if kind == "behind":
+        lasts = ", ".join(f"#{s}" for _, s in inc.behind)
+        return (
+            f"{who} is behind (last entered {lasts}) while {_ranks(inc.waiting, 'wait')} in "
+            f"{coll}{label}{where}"
+        )
+    if kind == "extra":
+        others = [r for r in inc.ranks if r not in inc.waiting]
+        return (
+            f"{who} issued an extra {coll}{label} that {_ranks(others, 'do')} not: they "
+            f"completed #{(inc.seq or 1) - 1} and issued nothing more{where}"
+        )
+    if kind == "mismatch":
+        first, *rest = inc.mismatch
+        at = inc.diverged_at if inc.diverged_at is not None else inc.seq
+        ops = len({v.op for v in inc.mismatch}) > 1  # name the ops only when they differ
+        odd = "; ".join(_variant(v, op=ops) for v in rest)
+        if inc.seq != at and inc.waiting:
+            waits = f"; {_ranks(inc.waiting, 'wait')} in {coll}"
+        return f"ranks disagree at {first.op} #{at}{label}: {odd} where {_variant(first, op=ops)}{waits}{where}"
+    if kind == "exited":
+        codes = ", ".join(f"{_exit_text(c)}" for _, c in inc.exited)
+        tail = waits
+        if inc.failed:
+            why = f" ({printable(inc.failure)})" if inc.failure else ""
+            tail = f"; {_words(inc.failed)} entered it and failed{why}"
+        elif not inc.waiting and entered:
+            tail = f"; {_words(entered)} entered it"
+        return f"{who} exited ({codes}) before {coll}{label}{tail}"
+    if kind == "gil":
+        spot = f" at {frames[0].where}" if frames else ""
+        return (
+            f"{who} answered no dump and holds the GIL{spot}; {_ranks(inc.waiting, 'wait')} in "
+            f"{coll}{label}"
+        )
+    if kind == "no_dump":
+        return f"{who} left no dump while {_ranks(inc.waiting, 'wait')} in {coll}{label}: the suspect{where}"
+    if kind == "p2p":
+        want = "recv" if inc.op == "send" else "send"
+        return (
+            f"{_ranks(inc.waiting, 'wait')} in {inc.op} #{inc.seq} (p2p, {inc.label}) for "
+            f"{who}, which never posted the matching {want}{where}"
+        )
+    suffix = f" — {who} never started it (still scheduled)" if who else ""
+    return (
+        f"every rank of {inc.label} entered {coll} and waits; none is missing or disagrees{suffix}"
+    )
+
+
+def summary(
+    kind: Kind,
+    culprits: Sequence[int],
+    hosts: Sequence[str | None],
+    frames: Sequence[CulpritFrame],
+    primary: GroupIncident | None,
+    shown: Sequence[GroupIncident],
+    *,
+    ranks: int,
+) -> str:
+    """The report's one line (see the module's docstring)."""
+    if primary is None:
+        return f"no divergence found in the evidence of {ranks} rank{'s' if ranks != 1 else ''}"
+    who = _who(culprits, hosts) if culprits else ""
+    if kind == "cycle":
+        parts = [f"{_ranks(i.waiting, 'wait')} in {_coll(i)}{_label(i)}" for i in shown[:3]]
+        return (
+            f"{who} wait for each other across groups: "
+            + "; ".join(parts)
+            + (" (collectives issued in a different order?)")
+        )
+    line = _headline(kind, primary, who, frames)
+    others = [i for i in shown if i is not primary and i.waiting]
+    if others:
+        first = others[0]
+        blamed = f" for {_words(first.culprits)}" if first.culprits else ""
+        more = (
+            f" (+{len(others) - 1} more group{'s' if len(others) > 2 else ''})"
+            if len(others) > 1
+            else ""
+        )
+        line += f"; {_ranks(first.waiting, 'wait')} in {_coll(first)}{_label(first)}{blamed}{more}"
+    return line
+
+
+def _row(inc: GroupIncident) -> list[str]:
+    behind = ",".join(f"{r}(#{s})" for r, s in inc.behind)
+    exited = ",".join(f"{r}({_exit_text(c)})" for r, c in inc.exited)
+    seq = "-" if inc.seq is None else f"{inc.seq}{' p2p' if inc.p2p else ''}"
+    return [
+        inc.label if inc.name != "?" else "(stacks)",
+        seq,
+        inc.op or "-",
+        sizes_text(inc.sizes, inc.dtypes),
+        rank_list(inc.waiting) or "-",
+        rank_list(inc.missing) or "-",
+        behind or "-",
+        exited or "-",
+        rank_list(inc.unknown) or "-",
+        inc.kind,
+        rank_list(inc.culprits) or "-",
+    ]
+
+
+def _table(rows: Sequence[Sequence[str]]) -> list[str]:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return [
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows
+    ]
+
+
+def text(report: HangReport) -> str:
+    """The incident table, the culprits' frames, the evidence per rank and the notes.
+
+    >>> print(text(HangReport(summary="no divergence found", kind="none")))
+    hang: no divergence found
+    """
+    lines = [f"hang: {printable(report.summary)}"]
+    if report.groups:
+        head = ["group", "seq", "op", "sizes/dtypes", "waiting", "missing", "behind"]
+        head += ["exited", "no position", "kind", "culprits"]
+        lines += ["", *_table([head, *(_row(inc) for inc in report.groups)])]
+        for inc in report.groups:
+            for v in inc.mismatch:
+                lines.append(f"  {inc.label} #{inc.diverged_at}: {_variant(v)}")
+    if report.frames:
+        lines += ["", "culprit frames"]
+        for f in report.frames:
+            extra = [f.thread, f.source] + (["holds the GIL"] if f.owns_gil else [])
+            extra += [f"in {f.in_collective}"] if f.in_collective else []
+            lines.append(
+                f"  rank {f.rank}  {printable(f.where)}  ({'; '.join(e for e in extra if e)})"
+            )
+    if report.evidence:
+        lines += ["", "evidence"]
+        for e in report.evidence:
+            who = " ".join(x for x in (e.host or "", f"pid {e.pid}" if e.pid else "") if x)
+            gone = f"  exited ({_exit_text(e.exited)})" if e.exited is not None else ""
+            lines.append(f"  rank {e.rank}  {', '.join(e.kinds)}{'  ' + who if who else ''}{gone}")
+    if report.notes:
+        lines += ["", "notes"]
+        lines += [f"  {printable(n)}" for n in report.notes]
+    return "\n".join(lines)
