@@ -7,11 +7,14 @@ just before its collective number ``at`` (1-based, as the flight recorder counts
 * ``sleep`` — sleeps in Python (idle: the hang watch fires; its listener still answers);
 * ``gil`` — sleeps in a C call that keeps the GIL (``ctypes.PyDLL``): no Python thread runs,
   so its flight-recorder listener cannot answer; py-spy still reads its stack;
-* ``extra`` — issues one all_reduce more than the others: they finish, it waits alone;
-* ``shape`` — its tensor has another size at that collective;
+* ``extra`` — issues one all_reduce more than the others: they finish their loop and stay up
+  (as ranks that go on to other work do), it waits alone;
+* ``shape`` — its tensor has half the size at that collective: gloo completes it there (a
+  wrong sum) while the others wait for bytes that never come; it then stays up, done (with
+  twice the size instead, its peer aborts at once: "Received data size doesn't match");
 * ``die`` — exits at once (``os._exit``), as a crashed rank would;
-* ``subgroup`` — the collectives run in two groups of two (``new_group``); the culprit's
-  group waits, the other finishes.
+* ``subgroup`` — the collectives run in two groups (``new_group``: ranks 0 and 1, and the
+  rest); the culprit's group waits, the other finishes.
 """
 
 from __future__ import annotations
@@ -51,9 +54,10 @@ class HangFault(Workload):
         at = int(self.config.get("at", 3))
         me = self.context.rank
         group = None
-        if fault == "subgroup":
-            halves = [dist.new_group([0, 1]), dist.new_group([2, 3])]
-            group = halves[me // 2]
+        if fault == "subgroup":  # ranks 0 and 1, and the others (every rank creates both)
+            world = self.context.world_size
+            halves = [dist.new_group([0, 1]), dist.new_group(list(range(2, world)))]
+            group = halves[0 if me < 2 else 1]
         t = torch.ones(8)
         for n in range(1, int(self.config.get("collectives", 5)) + 1):
             if me == culprit and n == at:
@@ -66,6 +70,9 @@ class HangFault(Workload):
                 elif fault == "extra":
                     dist.all_reduce(t)
                 elif fault == "shape":
-                    t = torch.ones(16)
+                    dist.all_reduce(torch.ones(4))
+                    _stall_in_python()
             dist.all_reduce(t, group=group)
+        if fault == "extra" and me != culprit:
+            _stall_in_python()  # up, but done: the culprit's extra all_reduce waits for nobody
         return WorkloadResult(passed=True, step_times_ms=[1.0])

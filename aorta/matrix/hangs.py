@@ -73,17 +73,18 @@ class HangIncidents:
         return f"in {len(p.trials)}/{self.hung} hung trials {pattern_text(p)}"
 
 
+#: How each kind of incident reads: the words before the collective, and after it.
 _VERBS = {
-    "missing": "never reached",
-    "behind": "was behind when the others waited in",
-    "extra": "issued an extra",
-    "mismatch": "entered with other sizes or dtypes",
-    "exited": "had exited before",
-    "gil": "held the GIL (no dump) while the others waited in",
-    "no_dump": "gave no dump while the others waited in",
-    "p2p": "never posted its side of",
-    "stuck": "waited with every other rank in",
-    "cycle": "waited in a cycle with another group at",
+    "missing": ("never reached", ""),
+    "behind": ("was behind when the others waited in", ""),
+    "extra": ("issued an extra", " the others never did"),
+    "mismatch": ("entered", " with other sizes or dtypes than the others"),
+    "exited": ("had exited before", ""),
+    "gil": ("held the GIL (no dump) while the others waited in", ""),
+    "no_dump": ("gave no dump while the others waited in", ""),
+    "p2p": ("never posted its side of", ""),
+    "stuck": ("waited with every other rank in", ""),
+    "cycle": ("waited in a cycle with another group at", ""),
 }
 
 
@@ -117,8 +118,8 @@ def pattern_text(p: HangPattern) -> str:
             lo, hi = p.seq
             seq = f" #{lo}" if lo == hi else f" #{lo}–#{hi}"
         group = f" ({p.process_group})" if p.process_group else ""
-        verb = _VERBS.get(p.kind, p.kind)
-        text = f"{_ranks(p)} {verb} {p.op}{seq}{group}"
+        before, after = _VERBS.get(p.kind, (p.kind, ""))
+        text = f"{_ranks(p)} {before} {p.op}{seq}{group}{after}"
     if p.where:
         text += f" — at {p.where}"
     return text

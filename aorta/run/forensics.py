@@ -155,6 +155,15 @@ def _proc_facts(pid: int) -> dict[str, Any]:
     return facts
 
 
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, dead but not yet reaped, does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2 :][:1] not in (b"Z", b"X")
+
+
 def _is_python(facts: Mapping[str, Any]) -> bool:
     exe = str(facts.get("exe", ""))
     first = str(facts.get("cmdline", "")).split(" ", 1)[0]
@@ -452,7 +461,7 @@ class Capture:
                 notes[pid] = f"py-spy: no stacks within {deadline - started:.0f} s"
             elif native and "native" in err.lower():
                 notes[pid] = "py-spy --native failed here; " + _ptrace_note(err)
-            elif not Path(f"/proc/{pid}").exists():
+            elif not _alive(pid):
                 notes[pid] = "the process exited before its stacks were read"
             else:
                 notes[pid] = _ptrace_note(err or out)
@@ -528,7 +537,9 @@ class Capture:
                 fr = _trim_dump(got) if isinstance(got, dict) else None
         elif self.options.flight_recorder:
             rank_notes.append(
-                reply.get("error")
+                "the process exited during the capture: no flight-recorder dump"
+                if not _alive(pid)
+                else reply.get("error")
                 or (
                     "no flight-recorder listener in this process (not a Python rank, started "
                     "with -I/-E, or torch.distributed not imported)"

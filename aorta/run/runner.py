@@ -293,7 +293,7 @@ class TrialRunner:
         wall = time.monotonic() - t0
         if self.recipe.collect_paths:
             outcome.warnings.extend(self._collect_paths(overlay, art))
-        found = self._classify(outcome, ctx, art, wall)
+        found = self._classify(outcome, ctx, art, wall, captured=bool(capture.evidence))
         try:
             artifacts = self._artifacts(art, outcome.warnings)
         except OSError as exc:  # the folder changed under us: the record still gets written
@@ -305,7 +305,7 @@ class TrialRunner:
         return ranked.model_copy(update=found) if found else ranked
 
     def _classify(
-        self, outcome: Outcome, ctx: TrialContext, art: Path, wall: float
+        self, outcome: Outcome, ctx: TrialContext, art: Path, wall: float, *, captured: bool
     ) -> dict[str, Any]:
         """Match the trial's captured output against the failure signatures (a failed trial
         always; a passing one only against the recipe's patterns, which may fail it)."""
@@ -336,7 +336,13 @@ class TrialRunner:
             found = {
                 "signature": "hang",
                 "signature_tier": 8,
-                "signature_hint": "no output and no CPU use: attach py-spy dump or gdb to a hung run to see where it waits",
+                "signature_hint": (
+                    "no output and no CPU use: the record's forensics say who the other ranks "
+                    "waited for and where (every rank's flight recorder and stacks, in hang/)"
+                    if captured
+                    else "no output and no CPU use, and no evidence taken (forensics: "
+                    "enabled: false): attach py-spy dump or gdb to a hung run to see where it waits"
+                ),
                 "signature_line": outcome.error,
             }
         return found

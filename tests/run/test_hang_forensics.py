@@ -1,0 +1,168 @@
+"""Who hung, and where (issue 35): one real torchrun sweep (4 ranks, gloo on CPU), one cell per
+injected fault (tests/hang_faults.py), ``hang_after`` catching them; each hung trial's record,
+matrix.md, matrix.json, report.html (in Chromium), the bundle and ``aorta hang analyze`` say
+which rank stopped in which collective at which line, and nothing is left running."""
+
+from __future__ import annotations
+
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+
+import aorta
+from aorta.cli import main
+from aorta.errors import ExitCode
+from aorta.store.bundle import plan_bundle, write_bundle
+from tests.chromium import look
+from tests.processes import only_run_dir, torchrun
+
+pytestmark = pytest.mark.slow
+
+#: Fault → (the culprit rank, the incident's kind, the collective, its sequence number).
+FAULTS = {
+    "sleep": (2, "missing", "all_reduce", 3),
+    "gil": (2, "gil", "all_reduce", 3),
+    "extra": (2, "extra", "all_reduce", 5),
+    "shape": (2, "mismatch", "all_reduce", 3),
+    "subgroup": (1, "missing", "all_reduce", 3),
+}
+#: Where each culprit is, by its stack (tests/hang_faults.py).
+FRAMES = {
+    "sleep": "in _stall_in_python",
+    "gil": "in _stall_holding_the_gil",
+    "extra": "in HangFault.run",
+    "shape": "in _stall_in_python",
+    "subgroup": "in _stall_in_python",
+}
+
+
+@pytest.fixture(scope="module")
+def hung(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("hangs")
+    cells = "".join(
+        f"  - {{name: {f}, mitigations: [none], workload_config: {{fault: {f}"
+        f"{', rank: 1' if f == 'subgroup' else ''}}}}}\n"
+        for f in [*FAULTS, "die"]
+    )
+    recipe = root / "r.yaml"
+    recipe.write_text(
+        "workload: tests.hang_faults:HangFault\ntimeout_per_trial: 300\nhang_after: 2\n"
+        "workload_config: {rank: 2, at: 3, collectives: 4}\n"
+        f"cells:\n  - {{name: baseline, mitigations: [none], workload_config: {{fault: none}}}}\n{cells}"
+    )
+    proc = torchrun(recipe, root / "out", nproc=4)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return only_run_dir(root / "out")
+
+
+def _record(run: Path, cell: str) -> dict:
+    return json.loads((run / "cells" / cell / "trial_0000.json").read_text())
+
+
+@pytest.mark.parametrize("fault", list(FAULTS))
+def test_the_record_names_the_rank_the_collective_and_the_line(hung, fault):
+    rank, kind, op, seq = FAULTS[fault]
+    rec = _record(hung, fault)
+    assert rec["status"] == "timeout", rec["error"]
+    f = rec["forensics"]
+    assert (f["kind"], f["culprit_ranks"], f["op"], f["seq"]) == (kind, [rank], op, seq), f[
+        "summary"
+    ]
+    (frame,) = f["frames"]
+    assert frame["rank"] == rank and frame["where"].endswith(FRAMES[fault]), frame
+    if fault == "gil":
+        assert frame["owns_gil"] is True
+    # Every rank still in the trial gave its dump and stacks (a rank whose part had ended, as
+    # the other group's in `subgroup`, is said to have), named in the record and on disk.
+    files = {e["rank"]: e["files"] for e in f["evidence"]}
+    done = {r["rank"] for r in rec["ranks"] if r["status"] == "ok"}
+    for r in sorted(set(range(4)) - done):
+        for name in (f"hang/fr_{r}.json", f"hang/stacks_{r}.json", f"hang/capture_{r}.json"):
+            if not (fault == "gil" and r == rank and name.startswith("hang/fr")):
+                assert name in files[r], files
+                assert (hung / "cells" / fault / "trial_0000" / name).is_file()
+    assert rec["signature_hint"].startswith("no output and no CPU use: the record's forensics")
+    # The evidence travels to rank 0 in the outcomes, not into the record's ranks.
+    assert all("evidence" not in r or r["evidence"] == [] for r in rec["ranks"])
+
+
+def test_a_rank_that_dies_is_named_by_the_ranks_that_waited_for_it(hung):
+    rec = _record(hung, "die")
+    # gloo fails the survivors' collective at once (no hang): they are stopped and read.
+    assert rec["status"] == "workload_failed"
+    f = rec["forensics"]
+    assert f["culprit_ranks"] == [2] and f["kind"] == "exited" and f["seq"] == 3, f["summary"]
+
+
+def test_matrix_md_and_json_say_who_hung_and_where(hung):
+    md = (hung / "matrix.md").read_text()
+    assert (
+        "- `sleep`: in 1/1 hung trials rank 2 (node " in md
+        and "never reached all_reduce #3 (default_pg) — at hang_faults.py" in md
+    ), md
+    # The hang finding carries it too.
+    line = next(x for x in md.splitlines() if x.startswith("- `gil`: hangs in 1/1"))
+    assert "rank 2 (node" in line and "held the GIL (no dump)" in line
+    doc = json.loads((hung / "matrix.json").read_text())
+    cells = {c["name"]: c for c in doc["cells"]}
+    (pattern,) = cells["subgroup"]["hangs"]["patterns"]
+    assert pattern["culprit_ranks"] == [1] and pattern["trials"] == [0]
+    assert "hangs" not in cells["baseline"]
+
+
+def test_load_run_groups_trials_by_culprit(hung):
+    ds = aorta.load_run(hung)
+    culprits = dict(zip(ds.cell.values.tolist(), ds.hang_culprit.sel(trial=0).values.tolist(), strict=False))
+    assert culprits == {"baseline": "", "sleep": "2", "gil": "2", "extra": "2", "shape": "2",
+                        "subgroup": "1", "die": "2"}  # fmt: skip
+
+
+def test_the_page_shows_the_incident_and_the_culprits_stack(hung, tmp_path):
+    assert main(["report", str(hung), "--html"]) == ExitCode.OK
+    page = hung / "report" / "report.html"
+    seen = look(
+        page.as_uri(),
+        width=1300,
+        height=900,
+        profile=tmp_path / "profile",
+        expression="""(() => {
+          const block = document.getElementById('cell-gil') || document.querySelector('.fcell');
+          const inc = [...document.querySelectorAll('.forensics')];
+          return {n: inc.length,
+                  text: inc.map(e => e.innerText).join('\\n---\\n'),
+                  tables: document.querySelectorAll('table.incident').length};
+        })()""",
+    )
+    v = seen.value
+    assert v["n"] >= 5 and v["tables"] >= 5, v
+    assert "rank 2's main thread" in v["text"] and "_stall_holding_the_gil" in v["text"]
+    assert "answered no dump and holds the GIL" in v["text"]
+
+
+def test_the_bundle_carries_the_evidence(hung, tmp_path):
+    archive = write_bundle(plan_bundle(hung, ticket="HANG-1", env={}), tmp_path)
+    with tarfile.open(archive) as tar:
+        names = tar.getnames()
+    for kind in ("fr", "stacks", "capture"):
+        assert any(n.endswith(f"cells/sleep/trial_0000/hang/{kind}_2.json") for n in names), names
+
+
+def test_hang_analyze_says_the_same_offline(hung, capsys):
+    trial = hung / "cells" / "shape" / "trial_0000"
+    assert main(["hang", "analyze", str(trial), "--json"]) == ExitCode.OK
+    report = json.loads(capsys.readouterr().out)
+    assert report["culprit_ranks"] == [2] and report["kind"] == "mismatch"
+
+
+def test_no_trial_process_is_left_running(hung):
+    mark = f"AORTA_RUN_DIR={hung}".encode()
+    left = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and mark in (proc / "environ").read_bytes().split(b"\0"):
+                left.append(proc.name)
+        except OSError:
+            continue
+    assert not left
