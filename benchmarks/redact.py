@@ -24,9 +24,9 @@ import time
 from pathlib import Path
 
 from aorta.store.bundle import plan_bundle, write_bundle
-from aorta.store.hostenv import redact_secret_shapes_counted
 from aorta.store.redact import Redactor
 from aorta.store.rundir import RunDir
+from aorta.store.secrets import redact_secret_shapes_counted
 
 
 def synthetic_log(mb: int, secrets: list[str], seed: int = 0) -> str:

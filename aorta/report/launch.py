@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from aorta.envvars import control_problem
 from aorta.errors import UsageError
-from aorta.store.hostenv import redact_env, redact_secret_shapes
+from aorta.store.secrets import redact_env, redact_secret_shapes
 
 if TYPE_CHECKING:  # typing only: launch/ sits above report/
     from aorta.launch import LaunchResult, NodeOutcome
