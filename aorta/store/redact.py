@@ -58,6 +58,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import quote
 
+import numpy as np
 import yaml
 
 from aorta.store.record import TrialRecord
@@ -92,8 +93,12 @@ _SCHEME = "blake2b-128, keyed with the salt, over the UTF-8 bytes"
 #: What never belongs to a token: a secret is looked for inside one.
 _DELIMS = r"\s'\"`<>()\[\]{},;|"
 _PIECES = re.compile(rf"[^{_DELIMS}]+")
-#: Where a secret can start or end inside a token (``KEY=secret``, ``user:secret@host``, ``secret.``).
-_BOUNDARY = re.compile(r"[=:@/.,!?&#+%~*^$]")
+_DELIM_CHARS = re.compile(rf"[{_DELIMS}]")
+#: Where a secret can start or end inside a token: at any character that is not a letter or a
+#: digit (``KEY=secret``, ``user:secret@host``, ``secret.``, ``ckpt-secret.txt``, ``run_secret``).
+_BOUNDARY = re.compile(r"[\W_]")
+#: A terminal escape (a colour ``ESC[31m``, an OSC title's ``ESC]``): a secret may follow one.
+_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|[@-Z\\-_])")
 _DIGITS = re.compile(r"[0-9]+")
 _MD_MARKER = r"\<redacted\>"
 _MD_RAW = re.compile(r"(?<!\\)<redacted>")
@@ -111,6 +116,17 @@ Markup = Literal["text", "html", "markdown"]
 @functools.lru_cache(maxsize=8)
 def _tokens_of_at_least(n: int) -> re.Pattern[str]:
     return re.compile(rf"[^{_DELIMS}]{{{n},}}")
+
+
+def _union(spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``(start, end)`` spans in order, those that overlap joined (masked as one)."""
+    out: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if out and start < out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return out
 
 
 @functools.lru_cache(maxsize=4096)
@@ -152,9 +168,15 @@ def _mixed(piece: str) -> bool:
 class SecretHashes:
     """Keyed hashes of secret values (and their forms): what a run looks for, not in clear.
 
-    >>> known = SecretHashes.new(["s3cret-value"])
+    A secret is found where it stands between characters that are not letters or digits
+    (``ckpt-<it>.txt``, ``run_<it>``, after a colour escape), or as the whole of a longer
+    stretch when it holds blanks (a passphrase); never inside a run of letters and digits.
+
+    >>> known = SecretHashes.new(["s3cret-value", "correct horse battery staple"])
     >>> known.spans("user s3cret-value, again:s3cret-value.")
     [(5, 17), (25, 37)]
+    >>> known.spans("pw: correct horse battery staple. correct, not s3cret-valued")
+    [(4, 32)]
     >>> SecretHashes.from_json(known.to_json()) == known, "s3cret" in json.dumps(known.to_json())
     (True, False)
     """
@@ -163,11 +185,19 @@ class SecretHashes:
     digests: frozenset[str] = frozenset()
     #: The lengths of the forms hashed, longest first (a token is cut only at these lengths).
     lengths: tuple[int, ...] = ()
+    #: ``(length, delimiters)`` of each form holding blanks, quotes or brackets (a passphrase:
+    #: looked for across tokens, in stretches of that length holding that many delimiters).
+    spanning: tuple[tuple[int, int], ...] = ()
 
     @classmethod
     def new(cls, values: Iterable[str] = (), *, salt: bytes | None = None) -> SecretHashes:
         """Hashes of ``values`` under ``salt`` (default: a fresh random one)."""
         return cls(salt or _secrets.token_bytes(16)).add(values)
+
+    @functools.cached_property
+    def _keyed(self) -> tuple[Any, frozenset[bytes]]:
+        keyed = hashlib.blake2b(key=self.salt, digest_size=16)
+        return keyed, frozenset(bytes.fromhex(d) for d in self.digests)
 
     def digest(self, text: str) -> str:
         data = text.encode("utf-8", "surrogatepass")
@@ -180,7 +210,9 @@ class SecretHashes:
             return self
         digests = self.digests | {self.digest(f) for f in forms}
         lengths = tuple(sorted(set(self.lengths) | {len(f) for f in forms}, reverse=True))
-        return SecretHashes(self.salt, frozenset(digests), lengths)
+        wide = {(len(f), len(_DELIM_CHARS.findall(f))) for f in forms}
+        spanning = tuple(sorted(set(self.spanning) | {w for w in wide if w[1]}, reverse=True))
+        return SecretHashes(self.salt, frozenset(digests), lengths, spanning)
 
     def __len__(self) -> int:
         return len(self.digests)
@@ -191,6 +223,7 @@ class SecretHashes:
             "scheme": _SCHEME,
             "salt": self.salt.hex(),
             "lengths": list(self.lengths),
+            "spanning": [list(w) for w in self.spanning],
             "digests": sorted(self.digests),
         }
 
@@ -201,18 +234,38 @@ class SecretHashes:
             salt = bytes.fromhex(data["salt"])
             digests = frozenset(str(d) for d in data["digests"])
             lengths = tuple(sorted({int(n) for n in data["lengths"]}, reverse=True))
+            pairs = {(int(n), int(k)) for n, k in data.get("spanning", [])}
+            wide = tuple(sorted(pairs, reverse=True))
         except (TypeError, KeyError, ValueError, AttributeError) as exc:
             raise ValueError(f"not a secret-hashes file ({exc!r})") from None
         if not 1 <= len(salt) <= 64:
             raise ValueError("not a secret-hashes file (salt length)")
-        return cls(salt, digests, lengths)
+        return cls(salt, digests, lengths, wide)
 
     def spans(self, text: str) -> list[tuple[int, int]]:
         """Where in ``text`` a known secret stands: ``(start, end)`` pairs, in order, apart."""
         if not self.digests:
             return []
-        found: list[tuple[int, int]] = []
+        if "\x1b" in text:  # escapes as blanks of their length: the positions stay
+            text = _ANSI.sub(lambda m: " " * len(m.group()), text)
         seen: dict[str, bool] = {}
+        keyed, raw = self._keyed
+
+        def known(piece: str) -> bool:
+            hit = seen.get(piece)
+            if hit is None:
+                h = keyed.copy()  # the keyed state, made once: a third faster than digest()
+                h.update(piece.encode("utf-8", "surrogatepass"))
+                hit = seen[piece] = h.digest() in raw
+            return hit
+
+        found = self._in_tokens(text, known)
+        if self.spanning:
+            found += self._across_tokens(text, known)
+        return _union(found)
+
+    def _in_tokens(self, text: str, known: Any) -> list[tuple[int, int]]:
+        found: list[tuple[int, int]] = []
         for m in _tokens_of_at_least(self.lengths[-1]).finditer(text):
             tok = m.group()
             cuts = [b.start() for b in _BOUNDARY.finditer(tok)]
@@ -223,17 +276,52 @@ class SecretHashes:
                     continue
                 for n in self.lengths:
                     end = start + n
-                    if end not in ends:
-                        continue
-                    piece = tok[start:end]
-                    hit = seen.get(piece)
-                    if hit is None:
-                        hit = seen[piece] = self.digest(piece) in self.digests
-                    if hit:
+                    if end in ends and known(tok[start:end]):
                         found.append((m.start() + start, m.start() + end))
                         pos = end
                         break
         return found
+
+    def _across_tokens(self, text: str, known: Any) -> list[tuple[int, int]]:
+        """Secrets holding blanks (a passphrase): every stretch from a start to an end of a token
+        (or of a piece of one) of a spanning form's length and delimiter count, on one line."""
+        starts, ends, blank, breaks = _stretches(text)
+        found = []
+        for n, k in self.spanning:
+            if n > len(text):
+                continue
+            at = np.flatnonzero(starts[: len(text) - n + 1] & ends[n:])
+            at = at[(blank[at + n] - blank[at] == k) & (breaks[at + n] == breaks[at])]
+            found += [(s, s + n) for s in at.tolist() if known(text[s : s + n])]
+        return found
+
+
+#: Per ASCII character (and one more for the rest): a letter or digit; a token's delimiter.
+_ALNUM = np.array([chr(i).isalnum() for i in range(128)] + [False])
+_DELIM = np.array([bool(re.fullmatch(rf"[{_DELIMS}]", chr(i))) for i in range(128)] + [False])
+
+
+def _stretches(text: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Where a secret may start (``starts[i]``) and end (``ends[j]``) in ``text``, and the
+    running counts of delimiters and line breaks before each position (vectorised: a passphrase
+    is looked for at every such start, the one pass over a text's characters)."""
+    code = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    alnum, delim = _ALNUM[np.minimum(code, 128)], _DELIM[np.minimum(code, 128)]
+    wide = code >= 128
+    if wide.any():
+        chars, where = np.unique(code[wide], return_inverse=True)
+        alnum[wide] = np.array([chr(c).isalnum() for c in chars.tolist()])[where]
+        delim[wide] = np.array([chr(c).isspace() for c in chars.tolist()])[where]
+    starts = ~delim
+    starts[1:] &= ~alnum[:-1]  # not inside a run of letters and digits
+    ends = np.zeros(len(code) + 1, dtype=bool)
+    ends[1:] = ~delim
+    ends[1:-1] &= ~alnum[1:]
+    blank = np.zeros(len(code) + 1, dtype=np.int32)
+    np.cumsum(delim, out=blank[1:])
+    breaks = np.zeros(len(code) + 1, dtype=np.int32)
+    np.cumsum(code == 10, out=breaks[1:])
+    return starts, ends, blank, breaks
 
 
 def harvest_secrets(
@@ -246,39 +334,51 @@ def harvest_secrets(
     the shape rules find in the other values and in ``texts`` (a recipe's argv: ``--password
     X``), and the values under secret-named keys of parsed ``data`` (a recipe's ``extra_env``).
 
+    A secret is a whole value: where a shape rule cut a value holding blanks at its first blank
+    (``DB_PASSWORD: correct horse battery staple`` in a recipe's text gives ``correct``), the
+    cut-off word is not a secret of its own — the whole value, known by its name, is.
+
     >>> sorted(harvest_secrets({"DB_PASSWORD": "hunter22", "URL": "redis://:pw0rd99@h"},
     ...                        texts=["train.py --hf-token abc123xyz"]))
     ['abc123xyz', 'hunter22', 'pw0rd99']
+    >>> sorted(harvest_secrets({"DB_PASSWORD": "correct horse battery staple"},
+    ...                        texts=["DB_PASSWORD: correct horse battery staple"]))
+    ['correct horse battery staple']
     """
     keys = tuple(scrub_keys)
-    values: set[str] = set()
+    named: set[str] = set()  # whole values: under a secret name, after a secret flag
+    shaped: set[str] = set()  # what a shape rule found in text (cut at the first blank)
     for env in envs:
         for k, v in env.items():
             if _secret_name(k, keys):
-                values.add(v)
+                named.add(v)
             else:
-                values.update(secret_shape_values(v))
+                shaped.update(secret_shape_values(v))
     for text in texts:
-        values.update(secret_shape_values(text))
+        shaped.update(secret_shape_values(text))
     for d in data:
-        values.update(_secret_values(d, keys))
-    return {v for v in values if isinstance(v, str) and _worth_looking_for(v)}
+        for value, whole in _secret_values(d, keys):
+            (named if whole else shaped).add(value)
+    wide = [v for v in named if isinstance(v, str) and _PIECES.fullmatch(v) is None]
+    shaped = {v for v in shaped if not any(v in w for w in wide)}
+    return {v for v in named | shaped if isinstance(v, str) and _worth_looking_for(v)}
 
 
-def _secret_values(value: Any, keys: tuple[str, ...]) -> Iterable[str]:
+def _secret_values(value: Any, keys: tuple[str, ...]) -> Iterable[tuple[str, bool]]:
+    """``(value, whole)``: whole under a secret-named key or after a secret flag, else a shape's."""
     if isinstance(value, Mapping):
         for k, v in value.items():
             if isinstance(k, str) and isinstance(v, str | int) and _secret_name(k, keys):
-                yield str(v)
+                yield str(v), True
             else:
                 yield from _secret_values(v, keys)
     elif isinstance(value, list):
         for i, v in enumerate(value):
             if isinstance(v, str) and SECRET_FLAG.fullmatch(v) and i + 1 < len(value):
-                yield str(value[i + 1])
+                yield str(value[i + 1]), True
             yield from _secret_values(v, keys)
     elif isinstance(value, str):
-        yield from secret_shape_values(value)
+        yield from ((v, False) for v in secret_shape_values(value))
 
 
 def load_secret_hashes(rd: RunDir) -> SecretHashes | None:
@@ -422,6 +522,17 @@ class Redactor:
         """
         return _secret_name(name, self.scrub_keys)
 
+    def name(self, path: str) -> str:
+        """A relative path as it may leave the run: each file or folder name scrubbed as
+        :meth:`text`, the markers as characters every file system takes (``[redacted]``,
+        ``[ip]``).
+
+        >>> Redactor().with_values(["s3cretTok-42"]).name("cells/a/ckpt-s3cretTok-42.pt")
+        'cells/a/ckpt-[redacted].pt'
+        """
+        parts = [self.text(part) for part in path.split("/")]
+        return "/".join(p.replace(REDACTED, "[redacted]").replace("<ip>", "[ip]") for p in parts)
+
     def env(self, env: Mapping[str, str]) -> dict[str, str]:
         """``env`` with secret and scrubbed variables redacted (values scrubbed as text)."""
         out = redact_env(env, scrub_keys=self.scrub_keys)
@@ -442,15 +553,13 @@ class Redactor:
         """
         n = 0
         if self.known:
-            spans = sorted({s for k in self.known for s in k.spans(text)})
+            spans = _union(s for k in self.known for s in k.spans(text))
             if spans:
                 parts, pos = [], 0
                 for start, end in spans:
-                    if start < pos:
-                        continue
                     parts += [text[pos:start], REDACTED]
                     pos = end
-                    n += 1
+                n += len(spans)
                 text = "".join(parts) + text[pos:]
         text, shapes = redact_secret_shapes_counted(text)
         n += shapes

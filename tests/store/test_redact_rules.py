@@ -19,7 +19,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from aorta.store import secrets
-from aorta.store.secrets import is_secret_name, redact_env, redact_secret_shapes
 from aorta.store.record import RankOutcome, TrialRecord
 from aorta.store.redact import (
     Redactor,
@@ -30,6 +29,7 @@ from aorta.store.redact import (
     yaml_counted,
 )
 from aorta.store.rundir import RunDir
+from aorta.store.secrets import is_secret_name, redact_env, redact_secret_shapes
 
 PEM_BODY = [
     "MIIEpAIBAAKCAQEA75vQ2bTq1nXr0Yc3ZkPp0a9Lq7wXy1Zs2Jm3Fk4Hn5Gt6Rb",
