@@ -494,3 +494,15 @@ def test_a_node_whose_python_cannot_start_says_why(tmp_path: Path) -> None:
     assert report.outcomes["node0"].status == "setup_failed"
     assert "No module named 'encodings'" in message, message
     assert "no Python frame" not in message
+
+
+def test_cvs_orchestrator_baremetal_launches_natively_whatever_the_block_says(
+    tmp_path: Path,
+) -> None:
+    # Before: the container block's presence decided, so this dry run probed docker for an
+    # image no node has, and failed.
+    block = {"image": "no-such-image", "runtime": "/nonexistent/docker"}
+    cluster = _cluster(tmp_path, n=1, orchestrator="baremetal", container=block)
+    report = dry_run(cluster, LaunchSpec(argv=("x",)), sessions=local_sessions)
+    assert report.status == "complete", report.summary()
+    assert report.commands["node0"].container == ()  # no docker line
