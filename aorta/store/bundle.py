@@ -339,9 +339,10 @@ def _entry(
     try:
         stat = path.stat()
         kept, n = _spool(path, plan.redactor, limit)
-    except TooBig:
+    except TooBig as exc:
         past = "decompresses past" if packed else "is larger than"
-        return entry(False, None, f"{past} the size cap ({limit:,} bytes); raise --max-size")
+        cap = f"{past} the size cap ({limit:,} bytes); raise --max-size"
+        return entry(False, None, str(exc) or cap)
     except (TooDeep, RecursionError):  # JSON past the bound; YAML past Python's stack
         return entry(
             False, None, f"nested deeper than {MAX_JSON_DEPTH} levels: it cannot be scanned"

@@ -76,6 +76,7 @@ from aorta.store.secrets import (
 )
 
 __all__ = [
+    "DELIMITERS",
     "MIN_SECRET_LEN",
     "Redactor",
     "SecretHashes",
@@ -90,8 +91,8 @@ MIN_SECRET_LEN = 6
 #: A secret value's pieces (split at whitespace, quotes, brackets) looked for on their own.
 _MIN_PIECE_LEN = 8
 _SCHEME = "blake2b-128, keyed with the salt, over the UTF-8 bytes"
-#: What never belongs to a token: a secret is looked for inside one.
-_DELIMS = r"\s'\"`<>()\[\]{},;|"
+#: What never belongs to a token: a secret is looked for inside one (a regex character set).
+DELIMITERS = _DELIMS = r"\s'\"`<>()\[\]{},;|"
 _PIECES = re.compile(rf"[^{_DELIMS}]+")
 _DELIM_CHARS = re.compile(rf"[{_DELIMS}]")
 #: Where a secret can start or end inside a token: at any character that is not a letter or a
@@ -551,16 +552,7 @@ class Redactor:
         >>> Redactor.for_run(env={"HF_TOKEN": "hf_abc123"}).text_counted("a hf_abc123 b hf_abc123")
         ('a <redacted> b <redacted>', 2)
         """
-        n = 0
-        if self.known:
-            spans = _union(s for k in self.known for s in k.spans(text))
-            if spans:
-                parts, pos = [], 0
-                for start, end in spans:
-                    parts += [text[pos:start], REDACTED]
-                    pos = end
-                n += len(spans)
-                text = "".join(parts) + text[pos:]
+        text, n = self._known_counted(text)
         text, shapes = redact_secret_shapes_counted(text)
         n += shapes
         text, assigned = self._assignments(text)
@@ -572,6 +564,17 @@ class Redactor:
             text, ips = scrub_ip_addresses(text)
             n += ips
         return text, n
+
+    def _known_counted(self, text: str) -> tuple[str, int]:
+        """Only the known secret values masked (the first rule of :meth:`text_counted`)."""
+        spans = _union(s for k in self.known for s in k.spans(text)) if self.known else []
+        if not spans:
+            return text, 0
+        parts, pos = [], 0
+        for start, end in spans:
+            parts += [text[pos:start], REDACTED]
+            pos = end
+        return "".join(parts) + text[pos:], len(spans)
 
     def _assignments(self, text: str) -> tuple[str, int]:
         """``HF_TOKEN=abc`` / ``"WANDB_API_KEY": "abc"`` → the value masked (secret names)."""
@@ -602,8 +605,14 @@ class Redactor:
 
     def html(self, page: str) -> str:
         """An HTML page (or fragment) with :meth:`text` applied to every text node and
-        attribute value (unescaped first, escaped again): the marker is ``&lt;redacted&gt;``,
-        and the tags, comments, ``<script>`` and ``<style>`` are left as they are."""
+        attribute value (unescaped first, escaped again): the marker is ``&lt;redacted&gt;``;
+        tags are kept, and in comments, ``<script>`` and ``<style>`` only known secret values
+        are masked (a shape rule would break code: ``e.key === 'Enter'``).
+
+        >>> Redactor().with_values(["s3cretTok-42"]).html(
+        ...     "<script>if (e.key === 'x') t = 's3cretTok-42';</script><!-- s3cretTok-42 -->")
+        "<script>if (e.key === 'x') t = '<redacted>';</script><!-- <redacted> -->"
+        """
         return self.html_counted(page)[0]
 
     def html_counted(self, page: str) -> tuple[str, int]:
@@ -631,7 +640,12 @@ class Redactor:
 
         for m in _HTML_PARTS.finditer(page):
             out.append(text_node(page[pos : m.start()]))
-            out.append(m.group(0) if m.group("keep") else _ATTR.sub(attr, m.group(0)))
+            if m.group("keep"):  # code and comments: known values only (shapes would break code)
+                kept, hit = self._known_counted(m.group(0))
+                out.append(kept)
+                n += hit
+            else:
+                out.append(_ATTR.sub(attr, m.group(0)))
             pos = m.end()
         out.append(text_node(page[pos:]))
         return "".join(out), n

@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import bz2
 import codecs
+import functools
 import gzip
+import itertools
 import json
 import lzma
 import re
@@ -35,7 +37,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from aorta.store.redact import Redactor, yaml_counted
+from aorta.store.redact import DELIMITERS, Redactor, yaml_counted
 from aorta.store.secrets import REDACTED, SECRET_FLAG
 
 __all__ = ["COMPRESSED", "MAX_JSON_DEPTH", "TooBig", "TooDeep", "redact_file"]
@@ -50,16 +52,21 @@ _WHOLE = frozenset({".html", ".htm", ".svg", ".xml", ".yaml", ".yml", ".md"})
 #: Characters of text redacted at once (cut at a line's end), and the longest line kept whole.
 BLOCK = 1 << 20
 MAX_LINE = 4 << 20
+#: A larger HTML, YAML or Markdown file is redacted in blocks of lines too (its markup rarely
+#: spans them; the text rules always apply).
+MAX_WHOLE = 64 << 20
 #: A longer JSON string cannot be scanned (:class:`TooBig`).
 MAX_STRING = 16 << 20
 _READ = 1 << 20
 _JSON_TOKEN = re.compile(r'[ \t\n\r]+|"[^"\\]*(?:\\.[^"\\]*)*"|[{}\[\]:,]|[^ \t\n\r{}\[\]:,"]+')
 _PEM = ("-----BEGIN ", "-----END ")
+#: What ends a token (:data:`aorta.store.redact.DELIMITERS`): a long line is cut after one.
+_DELIM = re.compile(f"[{DELIMITERS}]")
 
 
 class TooBig(Exception):
-    """The file decompresses past the caller's limit, or holds a JSON string past
-    :data:`MAX_STRING`."""
+    """The file decompresses past the caller's limit (no message), or holds a JSON string
+    past :data:`MAX_STRING` (the message says so)."""
 
 
 class TooDeep(Exception):
@@ -133,13 +140,19 @@ def _chunks(src: IO[bytes], limit: int) -> Iterator[str]:
 
 
 def _whole(chunks: Iterator[str], write: Callable[[str], None], inner: str, r: Redactor) -> int:
-    text = "".join(chunks)
+    """A markup file at once, as its format needs; past :data:`MAX_WHOLE`, in blocks."""
+    scrub: Callable[[str], tuple[str, int]] = r.html_counted
     if inner in (".yaml", ".yml"):
-        clean, n = yaml_counted(r, text)
+        scrub = functools.partial(yaml_counted, r)
     elif inner == ".md":
-        clean, n = r.markdown_counted(text)
-    else:
-        clean, n = r.html_counted(text)
+        scrub = r.markdown_counted
+    parts, size = [], 0
+    for chunk in chunks:
+        parts.append(chunk)
+        size += len(chunk)
+        if size > MAX_WHOLE:  # not held whole: a bomb of markup must stream too
+            return _text(itertools.chain(["".join(parts)], chunks), write, scrub)
+    clean, n = scrub("".join(parts))
     write(clean)
     return n
 
@@ -173,9 +186,9 @@ def _cut(buf: str) -> int:
     begin = buf.rfind(_PEM[0], 0, cut)
     if begin > buf.rfind(_PEM[1], 0, cut):
         cut = buf.rfind("\n", 0, begin) + 1
-    if cut == 0 and len(buf) > MAX_LINE:
-        blank = max(buf.rfind(" ", 0, MAX_LINE), buf.rfind("\t", 0, MAX_LINE))
-        cut = blank + 1 if blank > 0 else MAX_LINE
+    if cut == 0 and len(buf) > MAX_LINE:  # after a delimiter: no token-level secret is split
+        seen = [m.end() for m in _DELIM.finditer(buf, MAX_LINE - (64 << 10), MAX_LINE)]
+        cut = seen[-1] if seen else MAX_LINE
     return cut
 
 
@@ -209,7 +222,9 @@ def _json(chunks: Iterator[str], write: Callable[[str], None], r: Redactor) -> i
                 raise _NotJson  # an unclosed string, a stray quote
             break
         if len(buf) - pos > MAX_STRING:
-            raise TooBig
+            raise TooBig(
+                f"a JSON string longer than {MAX_STRING:,} characters: it cannot be scanned"
+            )
         chunk = next(chunks, None)
         eof = chunk is None
         buf, pos = buf[pos:] + (chunk or ""), 0

@@ -259,3 +259,61 @@ def test_a_json_file_that_is_not_json_is_redacted_as_text(tmp_path, raw):
     out = io.BytesIO()
     redact_file(path, out, Redactor().with_values([TOKEN]), limit=1 << 20)
     assert out.getvalue().decode() == raw.replace(TOKEN, "<redacted>")
+
+
+# -- attacks on the new paths (found in this round's hostile pass) --------------------------------
+
+
+def test_an_html_artifact_loses_a_known_secret_in_its_script_comments_and_style(tmp_path):
+    # Before: <script>, <style> and comments went into a bundle as they were ("aorta's own
+    # code"), so a job's profile.html with the token in a script kept it.
+    page = (
+        f"<html><script>var key = '{TOKEN}'; if (e.key === 'Enter') go();</script>"
+        f"<!-- built by {TOKEN} --><style>/* {TOKEN} */ p {{}}</style><p>{TOKEN}</p></html>"
+    )
+    path = tmp_path / "profile.html"
+    path.write_text(page)
+    out = io.BytesIO()
+    assert redact_file(path, out, Redactor().with_values([TOKEN]), limit=1 << 20) == 4
+    text = out.getvalue().decode()
+    assert TOKEN not in text
+    assert "if (e.key === 'Enter') go();" in text  # code is not rewritten by the shape rules
+
+
+def test_a_json_string_past_the_bound_is_left_out_with_its_reason(tmp_path, monkeypatch):
+    monkeypatch.setattr(redact_stream, "MAX_STRING", 1000)
+    monkeypatch.setattr(redact_stream, "_READ", 256)
+    rd = _run_knowing(tmp_path, TOKEN)
+    art = rd.artifact_dir("c", 0)
+    art.mkdir(parents=True)
+    (art / "big.json").write_text(json.dumps({"s": "x" * 5000}))
+    left = {e.path.rsplit("/", 1)[-1]: e.note for e in plan_bundle(rd.path, env={}).left_out}
+    assert left["big.json"] == "a JSON string longer than 1,000 characters: it cannot be scanned"
+
+
+def test_a_line_past_the_bound_is_cut_after_a_delimiter_never_inside_a_token(tmp_path, monkeypatch):
+    monkeypatch.setattr(redact_stream, "MAX_LINE", 4096)
+    monkeypatch.setattr(redact_stream, "BLOCK", 1024)
+    monkeypatch.setattr(redact_stream, "_READ", 100)
+    r = Redactor().with_values([TOKEN])
+    for filler in ("a" * 35 + ",", "b" * 61 + " "):  # no line break: 4096 falls in a token
+        path = tmp_path / "long.log"
+        path.write_text((filler + TOKEN + ";") * 400)
+        out = io.BytesIO()
+        assert redact_file(path, out, r, limit=1 << 20) == 400
+        assert TOKEN not in out.getvalue().decode()
+
+
+def test_a_markup_bomb_is_redacted_in_blocks_not_held_whole(tmp_path, monkeypatch):
+    monkeypatch.setattr(redact_stream, "MAX_WHOLE", 10_000)
+    monkeypatch.setattr(redact_stream, "_READ", 1000)
+    r = Redactor().with_values([TOKEN])
+    for name in ("page.html.gz", "notes.md", "conf.yaml"):
+        path = tmp_path / name
+        text = "".join(f"<p>line {i} {TOKEN}</p>\n" for i in range(2000))
+        path.write_bytes(gzip.compress(text.encode()) if name.endswith(".gz") else text.encode())
+        out = io.BytesIO()
+        assert redact_file(path, out, r, limit=1 << 30) == 2000
+        raw = out.getvalue()
+        raw = gzip.decompress(raw) if name.endswith(".gz") else raw
+        assert TOKEN.encode() not in raw and raw.count(b"\n") == 2000
