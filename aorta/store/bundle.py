@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import functools
 import io
 import json
 import lzma
@@ -475,7 +476,8 @@ def _bundle_names(rels: Iterable[str], redactor: Redactor) -> dict[str, str]:
     (:meth:`~aorta.store.redact.Redactor.name`), ``-2``, ``-3``, … before the suffixes when two
     names become one."""
     rels = list(rels)
-    names = {rel: redactor.name(rel) for rel in rels}
+    part = functools.cache(redactor.name)  # a run repeats its folder and file names
+    names = {rel: "/".join(map(part, rel.split("/"))) for rel in rels}
     taken = {rel for rel in rels if names[rel] == rel}
     for rel in rels:
         if names[rel] == rel:
