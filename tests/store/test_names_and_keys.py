@@ -233,7 +233,7 @@ documents = st.recursive(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(doc=documents, indent=st.sampled_from([None, 1, 4]), read=st.integers(1, 40))
 def test_property_the_json_stream_masks_what_the_data_walk_masks(
     tmp_path_factory, doc, indent, read
