@@ -2,7 +2,7 @@
 line on stdout. Sent as source: standard library only, nothing from aorta (maybe missing).
 
 * ``setup`` — the per-run folder (not in a dry run) with the shipped files, the snapshot
-  (:mod:`aorta.store.hostenv`, its source in the request), a free port, missing modules.
+  (``aorta.store.hostenv`` and ``.secrets``, sources in the request), a port, missing modules.
 * ``kill`` — (over a second connection, or by the run's watchdog) drop a ``cancel`` marker and
   the unread env file, SIGTERM the pid file's session and every process carrying this run's
   identity (torchrun's workers have sessions of their own), SIGKILL after the grace, until
@@ -15,12 +15,14 @@ import json
 import os
 import socket
 import sys
+import types
 
 
 def snapshot(req, env):
-    scope = {"__name__": "aorta_hostenv"}  # type: dict
-    exec(compile(req["hostenv"], "aorta/store/hostenv.py", "exec"), scope)
-    return scope["snapshot"](env=env, scrub_keys=req.get("scrub_env_keys", []))
+    for name in ("secrets", "hostenv"):  # hostenv imports aorta.store.secrets: the one shipped
+        module = sys.modules["aorta.store." + name] = types.ModuleType("aorta.store." + name)
+        exec(compile(req[name], f"aorta/store/{name}.py", "exec"), module.__dict__)
+    return module.snapshot(env=env, scrub_keys=req.get("scrub_env_keys", []))
 
 
 def _read(path, limit=4096):

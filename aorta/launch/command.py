@@ -28,7 +28,7 @@ from importlib import resources
 from aorta import envvars
 from aorta.recipe.cluster import Cluster, Node
 from aorta.recipe.launch import LaunchSpec, NodePath
-from aorta.store.hostenv import redact_env
+from aorta.store.secrets import redact_env
 
 __all__ = [
     "ENV_FILE",
@@ -207,7 +207,7 @@ def setup_command(
         "probe_port": probe_port,
         "dry_run": dry_run,
         "head_token": head_token,
-        "hostenv": _source("aorta.store", "hostenv.py"),
+        **{m: _source("aorta.store", f"{m}.py") for m in ("hostenv", "secrets")},
         "scrub_env_keys": list(spec.scrub_env_keys),
         # For the snapshot only, on stdin: values never go into a command line.
         "env": node_env(node, spec, run_id=run_id, node_dir=ndir),

@@ -239,8 +239,7 @@ class ContainerSession:
         if "error" in facts:
             raise RemoteError(facts["error"])
         if result.exit_code != 0 or "workdir" not in facts:
-            tail = result.stdout.strip().splitlines()[-1:] or [f"exit code {result.exit_code}"]
-            raise RemoteError(f"cannot enter the workdir {self.node.workdir}: {tail[0]}")
+            raise RemoteError(f"cannot enter the workdir {self.node.workdir}: {result.cause}")
         self.facts, self.workdir = facts, facts["workdir"]
         return facts
 
@@ -286,7 +285,7 @@ class ContainerSession:
         line = f"mkdir -p {q(folder)} && tar -xf - -C {q(folder)}"
         shipped = self._host(line, timeout, stdin=ship_aorta())
         if shipped.exit_code != 0:
-            raise RemoteError(f"cannot unpack aorta into {folder}: {shipped.stdout.strip()[-200:]}")
+            raise RemoteError(f"cannot unpack aorta into {folder}: {shipped.cause}")
         seen = self._host(self._cli("exec", self.name, "test", "-d", folder), timeout)
         if seen.exit_code != 0:
             raise RemoteError(
@@ -310,8 +309,7 @@ class ContainerSession:
         if replace_stale:
             self.notes.append(f"replaced a stale container {self.name}")
         if result.exit_code != 0:
-            last = result.stdout.strip().splitlines()[-1:] or [f"exit code {result.exit_code}"]
-            raise RemoteError(f"docker run {self.spec.image} failed: {last[0]}")
+            raise RemoteError(f"docker run {self.spec.image} failed: {result.cause}")
 
     def _remove(self, timeout: float) -> str:
         # Setup (undoing a start the launch gave up on) and teardown may both remove it: the
@@ -325,7 +323,7 @@ class ContainerSession:
             time.sleep(0.5)
         self.up = False
         if result.exit_code != 0 and "No such container" not in result.stdout:
-            return f"container {self.name} not removed: {result.stdout.strip()[-200:]}"
+            return f"container {self.name} not removed: {result.cause}"
         return f"container {self.name} removed"
 
     def teardown(
@@ -357,5 +355,5 @@ class ContainerSession:
         line = self._cli("exec", "-u", "0", self.name, "chown", "-R", owner, self.run_folder)
         result = self._host(line + " 2>&1", timeout)
         if result.exit_code != 0:
-            return f"files not given back to {owner}: {result.stdout.strip()[-200:]}"
+            return f"files not given back to {owner}: {result.cause}"
         return ""

@@ -39,7 +39,7 @@ from .command import (
 )
 from .container import ContainerSession, aorta_requirements
 from .outcome import Deadlines, LaunchResult, NodeOutcome, env_diff
-from .ssh import NodeSession, RemoteError, Unreachable, ssh_sessions
+from .ssh import ExecResult, NodeSession, RemoteError, Unreachable, ssh_sessions
 
 __all__ = ["ContainerLaunch", "SshLaunch", "dry_run", "launch", "new_run_id"]
 
@@ -70,20 +70,15 @@ class SetupReport:
     snapshot: dict[str, Any]
 
 
-def _last_line(text: str) -> str:
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    return lines[-1] if lines else ""
-
-
-def _parse_setup(node: Node, exit_code: int, stdout: str) -> SetupReport:
-    if exit_code == 127:
+def _parse_setup(node: Node, result: ExecResult) -> SetupReport:
+    if result.exit_code == 127:
         raise SetupFailed(f"setup failed: {node.python}: command not found")
-    if exit_code != 0:
-        raise SetupFailed(f"setup failed: {_last_line(stdout) or f'exit code {exit_code}'}")
+    if result.exit_code != 0:
+        raise SetupFailed(f"setup failed: {result.cause}")
     try:
-        data = json.loads(_last_line(stdout))
+        data = json.loads(result.stdout.strip().rsplit("\n", 1)[-1])  # the helper's reply
     except ValueError:
-        raise SetupFailed(f"setup printed no report: {_last_line(stdout)[:200]!r}") from None
+        raise SetupFailed(f"setup printed no report: {result.cause!r}") from None
     if data.get("missing"):
         raise SetupFailed(f"{', '.join(data['missing'])} cannot be imported by {node.python}")
     return SetupReport(data["node_dir"], data["workdir"], data.get("port"), data["snapshot"])
@@ -206,7 +201,7 @@ class SshLaunch:
         )
         result = session.exec(cmd, stdin=stdin, timeout=d.setup)
         try:
-            report = _parse_setup(node, result.exit_code, result.stdout)
+            report = _parse_setup(node, result)
         except SetupFailed as exc:
             raise SetupFailed(f"{exc}{self._where(name)}") from None
         self._adopt(name, report)
@@ -219,7 +214,7 @@ class SshLaunch:
         line = env_file_command(report.node_dir)
         written = session.exec(line, stdin=env_script(self._run_env(name, env)), timeout=d.setup)
         if written.exit_code != 0:
-            raise SetupFailed(f"cannot write the environment file: {_last_line(written.stdout)}")
+            raise SetupFailed(f"cannot write the environment file: {written.cause}")
         return report
 
     def stop(self, name: str, ndir: str, **head: str | None) -> dict[str, Any]:
@@ -231,8 +226,8 @@ class SshLaunch:
         )
         result = session.exec(cmd, stdin=stdin, timeout=d.kill_grace + d.teardown, fresh=True)
         if result.exit_code != 0:
-            raise RemoteError(_last_line(result.stdout) or f"exit code {result.exit_code}")
-        return json.loads(_last_line(result.stdout))
+            raise RemoteError(result.cause)
+        return json.loads(result.stdout.strip().rsplit("\n", 1)[-1])
 
     def node_commands(self, port: int) -> dict[str, NodeCommand]:
         """Each ready node's command, with the rendezvous on ``port``."""

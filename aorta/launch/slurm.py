@@ -34,7 +34,6 @@ from aorta.recipe.cluster import Cluster, Node, check_slurm_partition, check_slu
 from aorta.recipe.launch import LaunchSpec, NodePath
 from aorta.report.launch import sbatch_script
 from aorta.store.gather import node_folder, node_log, slurm_node_dir, staging_dir, staging_run_id
-from aorta.store.hostenv import redact_env
 from aorta.store.rundir import (
     COMBINED_TRACES,
     LAUNCH_LOG,
@@ -44,6 +43,7 @@ from aorta.store.rundir import (
     SLURM_JOB,
     atomic_write,
 )
+from aorta.store.secrets import redact_env
 
 from .backend import EventSink, LineSink, drive, ignore
 from .command import ENV_FILE, env_script, node_env, run_command

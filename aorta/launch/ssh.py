@@ -26,6 +26,7 @@ from fabric import Config, Connection
 
 from aorta.errors import AortaError
 from aorta.recipe.cluster import Cluster, Node
+from aorta.report.launch import cause_lines
 from aorta.store.rundir import COMBINED_TRACES
 
 __all__ = [
@@ -57,6 +58,10 @@ class ExecResult:
 
     exit_code: int
     stdout: str
+
+    @property
+    def cause(self) -> str:  # for a message: the lines that say why (bounded, redacted)
+        return cause_lines(self.stdout) or f"exit code {self.exit_code}"
 
 
 def connection(cluster: Cluster, node: Node, config: Config | None = None) -> Connection:
@@ -271,7 +276,7 @@ class SshSession:
         except tarfile.TarError as exc:
             err = str(exc)
         if code != 0:
-            raise RemoteError(f"tar exited {code}: {err.splitlines()[-1] if err else 'no reason'}")
+            raise RemoteError(f"tar exited {code}: {ExecResult(code, err).cause}")
         return f"tar ({files} files)"
 
     def close(self) -> None:

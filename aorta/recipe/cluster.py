@@ -74,6 +74,8 @@ HostKeyChecking = Literal["yes", "accept-new", "no"]
 #: started when missing, kept · ``no_launch``: the user's own, which must be running.
 Lifetime = Literal["per_run", "persistent", "no_launch"]
 NprocPerNode = int | Literal["gpu", "auto"]
+#: CVS's ``orchestrator`` key (any case, as CVS reads it).
+Orchestrator = Literal["baremetal", "container"]
 
 USER_PLACEHOLDER = "{user-id}"
 _HOST = re.compile(r"^[A-Za-z0-9_.:%\[\]-]+$")
@@ -171,6 +173,12 @@ def _nproc(value: Any) -> Any:
         raise invalid("nproc", str(exc)) from None
 
 
+def _orchestrator(value: Any) -> Any:
+    if value is None or (isinstance(value, str) and value.strip().lower() in _ORCHESTRATORS):
+        return value and value.strip().lower()  # CVS reads it in any case
+    raise invalid("choice", f"must be baremetal or container (CVS's), got {describe_value(value)}")
+
+
 def _user(text: str) -> str:
     return text.replace(USER_PLACEHOLDER, getpass.getuser())
 
@@ -196,6 +204,7 @@ _NODE_KEYS = {"port", "python", "workdir", "slots"}
 _LOGIN_KEYS = {"username", "priv_key_file", "password", "host_key_checking"}
 _LOGIN_KEYS |= {"known_hosts_file", "connect_timeout", "keepalive"}
 _LIFETIMES = ("per_run", "persistent", "no_launch")
+_ORCHESTRATORS = ("baremetal", "container")
 _CONTAINER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
@@ -234,6 +243,9 @@ class _ClusterFile(_Settings):
     ] = None
     known_hosts_file: Annotated[Text, AfterValidator(os.path.expanduser)] | None = None
     container: Any = None  # read by _container(): its problems are located under "container"
+    #: CVS's switch: ``baremetal`` runs natively (a container block unused), ``container`` in
+    #: the block's containers; absent, the block decides.
+    orchestrator: Annotated[Orchestrator | None, BeforeValidator(_orchestrator)] = None
     connect_timeout: Annotated[float | None, _number(0.1, 3600, integer=False)] = None
     keepalive: Annotated[int | None, _number(0, 3600, integer=True)] = None
 
@@ -421,11 +433,21 @@ class Cluster:
             top, problems = _ClusterFile.model_construct(), validation_problems(exc)
         nodes = _nodes(data.get("node_dict"), top, problems)
         head = _head_index(top.head_node_dict, nodes, problems)
-        container = _container(data.get("container"), problems)
+        warnings = [f"unknown key {k!r} ignored" for k in top.model_extra or {} if k[:1] != "_"]
+        container = None
+        if top.orchestrator == "baremetal" and data.get("container") is not None:
+            warnings.append(
+                "orchestrator: baremetal: the container block is not used, the nodes run "
+                "natively (as in CVS; orchestrator: container runs in it)"
+            )
+        elif top.orchestrator == "container" and data.get("container") is None:
+            why = "container needs a container block (the image every node runs in, as in CVS)"
+            problems.append(Problem("orchestrator", f"{why}: add one, or use baremetal"))
+        else:
+            container = _container(data.get("container"), problems)
         if problems:
             raise ClusterError(problems, source=source)
         nodes.insert(0, nodes.pop(head))
-        warnings = [f"unknown key {k!r} ignored" for k in top.model_extra or {} if k[:1] != "_"]
         return cls(
             nodes=tuple(Node(rank=i, **fields) for i, fields in enumerate(nodes)),
             source=source,

@@ -13,18 +13,20 @@ Examples
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from aorta.envvars import control_problem
 from aorta.errors import UsageError
-from aorta.store.hostenv import redact_env
+from aorta.store.secrets import redact_env, redact_secret_shapes
 
 if TYPE_CHECKING:  # typing only: launch/ sits above report/
     from aorta.launch import LaunchResult, NodeOutcome
 
 __all__ = [
+    "cause_lines",
     "describe_kill",
     "describe_outcome",
     "dry_run_lines",
@@ -83,6 +85,31 @@ def last_words(text: str) -> str:
     if any("torch" in line and "distributed" in line for line in tail):
         lines = lines[: starts[-1]]
     return lines[-1] if lines else ""
+
+
+#: A line of a failed command's output that says why (docker's ``Error response from daemon``,
+#: ``No such file``, a Python exception), not what to do next (``Run 'docker run --help'``).
+_CAUSE = re.compile(
+    r"(?i)error|fatal|fail|denied|refused|cannot|can't|could not|unable|no such|not found"
+    r"|invalid|unknown|permission|exception|killed|timed? ?out|no space|missing"
+)
+
+
+def cause_lines(text: str, *, most: int = 3, width: int = 200) -> str:
+    """The lines of a failed command's output that say why, for a one-line message: the last
+    ``most`` lines that look like a cause, else the last line; each cut to ``width``
+    characters, joined with `` | ``, credential shapes masked (``""``: no output).
+
+    >>> cause_lines("docker: Error response from daemon: no such device --password pw1.\\n"
+    ...             "Run 'docker run --help' for more information")
+    'docker: Error response from daemon: no such device --password <redacted>'
+    >>> cause_lines("step 1\\nstep 2"), cause_lines("")
+    ('step 2', '')
+    """
+    lines = [s for s in map(str.strip, text.splitlines()) if s]
+    picked = [s for s in lines if _CAUSE.search(s)][-most:] or lines[-1:]
+    cut = [s if len(s) <= width else s[: width - 1] + "…" for s in picked]
+    return redact_secret_shapes(" | ".join(cut))
 
 
 def format_skew(skew: Mapping[str, Mapping[str, Any]]) -> list[str]:

@@ -33,9 +33,9 @@ import xarray as xr
 from aorta.matrix.dataset import MISSING
 from aorta.matrix.select import DEFAULT_THRESHOLD, outcomes
 from aorta.matrix.summary import confound_tag
-from aorta.store.hostenv import redact_env
 from aorta.store.record import TrialStatus
 from aorta.store.rundir import trial_relpath
+from aorta.store.secrets import redact_env
 
 __all__ = [
     "CONFOUND_VOCABULARY",

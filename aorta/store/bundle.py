@@ -3,11 +3,13 @@
 Two steps, so a person can look before anything is written:
 
 * :func:`plan_bundle` reads the run directory and decides, file by file, what goes in and
-  what is left out (and why), redacting every text file in memory to count what would be
-  masked. It writes nothing — ``aorta bundle --review`` prints its plan.
-* :func:`write_bundle` writes the plan: each included file as the scan redacted it (kept, in
-  memory or an unnamed temporary file; a file changed since is redacted again),
-  the bundle's own manifest (:data:`~aorta.store.rundir.BUNDLE_MANIFEST`) last.
+  what is left out (and why), redacting every text file as a stream to count what would be
+  masked. It writes nothing to the run or the output — ``aorta bundle --review`` prints its
+  plan.
+* :func:`write_bundle` writes the plan: each included file as the scan redacted it (kept in
+  memory up to a few MiB, else in an unnamed temporary file; a file changed since is
+  redacted again), the bundle's own manifest (:data:`~aorta.store.rundir.BUNDLE_MANIFEST`)
+  last.
 
 What goes in: the run's manifest, resolved recipe, host snapshots, cell definitions, trial
 records, a hung trial's evidence (``hang/*.json``), matrix files and report
@@ -24,10 +26,13 @@ Redaction is the run's own (:meth:`~aorta.store.redact.Redactor.of_run`): the re
 hashes (so a bundle made from a shell without the run's variables still masks them), the
 secret values readable in the run's own files (the 0600 recipe's ``extra_env`` and argv) and
 in this process's environment, and every credential shape. It applies to every file that goes
-in, as its format needs: JSON walked (a value under a secret-named key, or after a secret argv
-flag, replaced whole), YAML kept parseable, HTML and SVG text nodes and attributes (the marker
-escaped), Markdown, logs, and the JSON inside gzip'd traces (decompressed, scanned,
-recompressed). ``recipe.resolved.yaml`` goes in only as its redacted copy.
+in, as its format needs (:mod:`aorta.store.redact_stream`, in bounded memory): JSON token by
+token, keys too (a value under a secret-named key, or after a secret argv flag, replaced
+whole), YAML kept parseable, HTML and SVG text nodes and attributes (the marker escaped),
+Markdown, logs in blocks of lines, and the contents of compressed members (``.gz``, ``.bz2``,
+``.xz``: decompressed, scanned, recompressed on the fly). A file or folder name holding a
+secret is renamed in the archive (``ckpt-[redacted].pt``) and its entry in the manifest says
+``name_redacted``. ``recipe.resolved.yaml`` goes in only as its redacted copy.
 
 Examples
 --------
@@ -39,21 +44,24 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import gzip
+import functools
 import io
 import json
+import lzma
 import os
 import re
 import tarfile
 import tempfile
+import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import IO, Any, Literal
 
 from aorta.errors import UsageError
 from aorta.recipe.limits import name_bytes_problem
-from aorta.store.redact import Redactor, yaml_counted
+from aorta.store.redact import Redactor
+from aorta.store.redact_stream import COMPRESSED, MAX_JSON_DEPTH, TooBig, TooDeep, redact_file
 from aorta.store.rundir import (
     BUNDLE_MANIFEST,
     CELLS,
@@ -69,6 +77,7 @@ from aorta.store.rundir import (
 
 __all__ = [
     "DEFAULT_MAX_SIZE",
+    "MAX_JSON_DEPTH",
     "BundleEntry",
     "BundlePlan",
     "parse_size",
@@ -78,9 +87,6 @@ __all__ = [
 
 #: The default cap on logs, traces and other trial artifacts (bytes on disk): 512 MiB.
 DEFAULT_MAX_SIZE = 512 * 1024**2
-#: JSON nested deeper than this is not parsed (a bundle must not die of recursion on a
-#: hostile artifact): the file is left out and listed in the manifest.
-MAX_JSON_DEPTH = 100
 #: What a file is to the bundle. ``core`` files always go in; the others while they fit.
 Kind = Literal["core", "log", "trace", "artifact"]
 _UNITS = {"": 1, "B": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
@@ -112,7 +118,8 @@ def parse_size(text: str | int) -> int:
 class BundleEntry:
     """One file of the run directory and what the bundle does with it."""
 
-    #: Relative to the run directory (POSIX separators); the path inside the bundle too.
+    #: The path inside the bundle (POSIX separators): the file's path relative to the run
+    #: directory, with a secret in a file or folder name masked (``[redacted]``).
     path: str
     #: Bytes on disk.
     size: int
@@ -122,6 +129,13 @@ class BundleEntry:
     redactions: int | None = None
     #: Why it was left out, or a note on how it went in.
     note: str | None = None
+    #: Its path relative to the run directory, when a name in it was redacted (never written).
+    source: str | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def run_path(self) -> str:
+        """Where the file is, relative to the run directory."""
+        return self.source or self.path
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -130,6 +144,7 @@ class BundleEntry:
             "kind": self.kind,
             "redactions": self.redactions,
             "note": self.note,
+            "name_redacted": self.source is not None,
         }
 
 
@@ -188,9 +203,11 @@ class BundlePlan:
                 "secret_forms_looked_for": r.n_known,
             },
             "total_redactions": self.redactions,
+            "names_redacted": sum(e.source is not None for e in self.entries),
             "files": [e.to_dict() for e in self.included],
             "left_out": [
                 {"path": e.path, "size": e.size, "kind": e.kind, "reason": e.note}
+                | {"name_redacted": e.source is not None}
                 for e in self.left_out
             ],
         }
@@ -282,90 +299,22 @@ def _is_text(path: Path, suffix: str) -> bool:
 # --- redaction of one file ---------------------------------------------------------------------
 
 
-def _scrub_text(text: str, name: str, redactor: Redactor) -> tuple[str, int]:
-    """A text file redacted as its format needs: HTML (text nodes and attributes, the marker
-    escaped), Markdown (the marker escaped outside code), YAML (still YAML), or plain text."""
-    suffix = name.rsplit(".", 1)[-1].lower() if "." in name else ""
-    if suffix in ("html", "htm", "svg", "xml"):
-        return redactor.html_counted(text)
-    if suffix == "md":
-        return redactor.markdown_counted(text)
-    if suffix in ("yaml", "yml"):
-        return yaml_counted(redactor, text)
-    return redactor.text_counted(text)
-
-
-class _TooDeep(Exception):
-    pass
-
-
-def _too_deep(data: Any, limit: int = MAX_JSON_DEPTH) -> bool:
-    """Whether parsed data nests lists and mappings more than ``limit`` deep (iteratively:
-    the check itself cannot overflow the stack)."""
-    todo = [(data, 0)]
-    while todo:
-        value, depth = todo.pop()
-        if isinstance(value, Mapping | list):
-            if depth >= limit:
-                return True
-            children = value.values() if isinstance(value, Mapping) else value
-            todo.extend((v, depth + 1) for v in children if isinstance(v, Mapping | list))
-    return False
-
-
-def _scrub_json(raw: str, redactor: Redactor) -> tuple[str, int] | None:
-    try:
-        data = json.loads(raw)
-    except ValueError:
-        return None
-    except RecursionError:
-        raise _TooDeep from None
-    if _too_deep(data):
-        raise _TooDeep
-    data, n = redactor.data_counted(data)
-    return json.dumps(data, indent=1, ensure_ascii=False) + "\n", n
-
-
-def _decode(data: bytes) -> str:
-    # surrogateescape: a log's stray non-UTF-8 bytes survive the round trip unchanged.
-    return data.decode("utf-8", "surrogateescape")
-
-
-def _encode(text: str) -> bytes:
-    return text.encode("utf-8", "surrogateescape")
-
-
-class _TooBig(Exception):
-    pass
-
-
-def _gunzip(path: Path, limit: int) -> bytes:
-    out = io.BytesIO()
-    with gzip.open(path, "rb") as fh:
-        while chunk := fh.read(1 << 20):
-            out.write(chunk)
-            if out.tell() > limit:
-                raise _TooBig
-    return out.getvalue()
-
-
-def _redacted(path: Path, redactor: Redactor, *, limit: int) -> tuple[bytes, int]:
-    """The bytes that go into the bundle for a text or gzip'd text file, and the count."""
-    name = path.name
-    if name.endswith(".gz"):
-        raw = _decode(_gunzip(path, limit))
-        inner = name[: -len(".gz")]
-        done = _scrub_json(raw, redactor) if inner.endswith(".json") else None
-        text, n = done if done is not None else _scrub_text(raw, inner, redactor)
-        return gzip.compress(_encode(text), compresslevel=6, mtime=0), n
-    raw = _decode(path.read_bytes())
-    done = _scrub_json(raw, redactor) if name.endswith(".json") else None
-    text, n = done if done is not None else _scrub_text(raw, name, redactor)
-    return _encode(text), n
-
-
 #: Redacted bytes of one file kept in memory up to this size, then in a temporary file.
 _SPOOL_MEMORY = 8 << 20
+#: What a bundle cannot read: a bad archive, a broken compressed stream.
+_UNREADABLE = (OSError, EOFError, zlib.error, lzma.LZMAError)
+
+
+def _spool(path: Path, redactor: Redactor, limit: int) -> tuple[Any, int]:
+    """``path`` redacted (:func:`~aorta.store.redact_stream.redact_file`) into a spooled
+    temporary file, and the count; the file is closed if that fails."""
+    kept = tempfile.SpooledTemporaryFile(max_size=_SPOOL_MEMORY)  # noqa: SIM115 - the plan's
+    try:
+        n = redact_file(path, kept, redactor, limit=limit)
+    except BaseException:
+        kept.close()
+        raise
+    return kept, n
 
 
 def _entry(
@@ -373,37 +322,40 @@ def _entry(
     path: Path,
     size: int,
     kind: Kind,
-    redactor: Redactor,
+    plan: _Scan,
     limit: int,
-    spool: dict[str, tuple[Any, int, int]] | None = None,
 ) -> BundleEntry:
-    """Scan one file that is to go in: redaction count, or why it cannot go in (``spool``:
-    where its redacted bytes are kept for the write)."""
-    suffixes = "".join(path.suffixes[-2:]).lower()
+    """Scan one file that is to go in: redaction count, or why it cannot go in (its redacted
+    bytes kept in ``plan.spool`` for the write)."""
+    name, source = plan.names[rel], (rel if plan.names[rel] != rel else None)
+    packed = next((s for s in COMPRESSED if path.name.lower().endswith(s)), None)
     suffix = path.suffix.lower()
+
+    def entry(included: bool, redactions: int | None, note: str | None) -> BundleEntry:
+        note = plan.redactor.text(note) if note else note  # an error may quote the name
+        return BundleEntry(name, size, kind, included, redactions, note, source)
+
     if suffix in _IMAGE_SUFFIXES and _is_image(path):
-        return BundleEntry(rel, size, kind, True, None, "image, not scanned")
-    gz_text = suffix == ".gz" and Path(path.name[:-3]).suffix.lower() in _TEXT_SUFFIXES
-    if not gz_text and not _is_text(path, suffix):
-        return BundleEntry(rel, size, kind, False, None, "binary file: it cannot be scanned")
+        return entry(True, None, "image, not scanned")
+    inner = Path(path.name[: -len(packed)]).suffix.lower() if packed else ""
+    packed_text = packed is not None and inner in _TEXT_SUFFIXES
+    if not packed_text and not _is_text(path, suffix):
+        return entry(False, None, "binary file: it cannot be scanned")
     try:
         stat = path.stat()
-        data, n = _redacted(path, redactor, limit=limit)
-    except _TooBig:
-        why = f"decompresses past the size cap ({limit:,} bytes); raise --max-size to include it"
-        return BundleEntry(rel, size, kind, False, None, why)
-    except (_TooDeep, RecursionError):  # JSON past the bound; YAML past Python's stack
-        why = f"nested deeper than {MAX_JSON_DEPTH} levels: it cannot be scanned"
-        return BundleEntry(rel, size, kind, False, None, why)
-    except (OSError, EOFError, gzip.BadGzipFile) as exc:
-        return BundleEntry(rel, size, kind, False, None, f"unreadable ({suffixes}): {exc}")
-    if spool is not None:
-        kept = tempfile.SpooledTemporaryFile(max_size=_SPOOL_MEMORY)  # noqa: SIM115 - the plan's
-        kept.write(data)
-        spool[rel] = (kept, stat.st_size, stat.st_mtime_ns)
-    return BundleEntry(
-        rel, size, kind, True, n, "decompressed, scanned, recompressed" if gz_text else None
-    )
+        kept, n = _spool(path, plan.redactor, limit)
+    except TooBig as exc:
+        past = "decompresses past" if packed else "is larger than"
+        cap = f"{past} the size cap ({limit:,} bytes); raise --max-size"
+        return entry(False, None, str(exc) or cap)
+    except (TooDeep, RecursionError):  # JSON past the bound; YAML past Python's stack
+        return entry(
+            False, None, f"nested deeper than {MAX_JSON_DEPTH} levels: it cannot be scanned"
+        )
+    except _UNREADABLE as exc:
+        return entry(False, None, f"unreadable ({''.join(path.suffixes[-2:]).lower()}): {exc}")
+    plan.spool[rel] = (kept, stat.st_size, stat.st_mtime_ns)
+    return entry(True, n, "decompressed, scanned, recompressed" if packed else None)
 
 
 # --- the plan and the archive ------------------------------------------------------------------
@@ -476,23 +428,20 @@ def plan_bundle(
     if problem:
         raise UsageError(f"--ticket {str(ticket)[:40]!r}…: {problem}")
     name = f"{_safe(str(ticket))}-{_stamp(now)}"
+    paths = {path.relative_to(rd.path).as_posix(): path for path in _walk(rd.path)}
+    scan = _Scan(redactor, _bundle_names(paths, redactor))
     entries: list[BundleEntry] = []
-    spool: dict[str, tuple[Any, int, int]] = {}
     heavy: list[tuple[str, Path, int, Kind]] = []
-    for path in _walk(rd.path):
-        rel = path.relative_to(rd.path).as_posix()
+    for rel, path in paths.items():
         kind = _kind(rel)
-        if path.is_symlink():
-            entries.append(BundleEntry(rel, 0, kind, False, None, _link_note(path)))
-            continue
-        size = path.stat().st_size
-        skip = _skip_reason(rel)
+        size = 0 if path.is_symlink() else path.stat().st_size
+        skip = _link_note(path) if path.is_symlink() else _skip_reason(rel)
+        if skip is None and kind == "trace" and not traces:
+            skip = "traces not asked for"
         if skip is not None:
-            entries.append(BundleEntry(rel, size, kind, False, None, skip))
-        elif kind == "trace" and not traces:
-            entries.append(BundleEntry(rel, size, kind, False, None, "traces not asked for"))
+            entries.append(scan.left_out(rel, size, kind, skip))
         elif kind == "core":
-            entries.append(_entry(rel, path, size, kind, redactor, max(cap, 1 << 30), spool))
+            entries.append(_entry(rel, path, size, kind, scan, max(cap, 1 << 30)))
         else:
             heavy.append((rel, path, size, kind))
     # Logs first (the first thing a reader opens), then traces, then the rest; each in path
@@ -502,13 +451,49 @@ def plan_bundle(
     for rel, path, size, kind in sorted(heavy, key=lambda h: (order[h[3]], h[0])):
         if size > budget:
             why = f"over the size cap ({cap:,} bytes, {budget:,} left); raise --max-size to include it"
-            entries.append(BundleEntry(rel, size, kind, False, None, why))
+            entries.append(scan.left_out(rel, size, kind, why))
             continue
-        entry = _entry(rel, path, size, kind, redactor, cap, spool)
+        entry = _entry(rel, path, size, kind, scan, cap)
         budget -= size if entry.included else 0
         entries.append(entry)
     entries.sort(key=lambda e: e.path)
-    return BundlePlan(rd.path, str(ticket), name, cap, traces, redactor, tuple(entries), spool)
+    return BundlePlan(rd.path, str(ticket), name, cap, traces, redactor, tuple(entries), scan.spool)
+
+
+@dataclass
+class _Scan:
+    """What the plan's scan shares: the redactor, each file's name in the bundle, and the
+    redacted bytes it keeps for the write."""
+
+    redactor: Redactor
+    names: Mapping[str, str]
+    spool: dict[str, tuple[Any, int, int]] = field(default_factory=dict)
+
+    def left_out(self, rel: str, size: int, kind: Kind, why: str) -> BundleEntry:
+        name = self.names[rel]
+        why = self.redactor.text(why)  # a link's target may name the secret
+        return BundleEntry(name, size, kind, False, None, why, rel if name != rel else None)
+
+
+def _bundle_names(rels: Iterable[str], redactor: Redactor) -> dict[str, str]:
+    """Each file's path in the bundle: a secret in a file or folder name masked
+    (:meth:`~aorta.store.redact.Redactor.name`), ``-2``, ``-3``, … before the suffixes when two
+    names become one."""
+    rels = list(rels)
+    part = functools.cache(redactor.name)  # a run repeats its folder and file names
+    names = {rel: "/".join(map(part, rel.split("/"))) for rel in rels}
+    taken = {rel for rel in rels if names[rel] == rel}
+    for rel in rels:
+        if names[rel] == rel:
+            continue
+        folder, _, last = names[rel].rpartition("/")
+        stem, dot, rest = last[1:].partition(".")
+        stem, i = last[:1] + stem, 2
+        while names[rel] in taken:
+            names[rel] = f"{folder}/" * bool(folder) + f"{stem}-{i}{dot}{rest}"
+            i += 1
+        taken.add(names[rel])
+    return names
 
 
 def write_bundle(plan: BundlePlan, output: str | Path = ".") -> Path:
@@ -533,17 +518,11 @@ def write_bundle(plan: BundlePlan, output: str | Path = ".") -> Path:
     try:
         with tarfile.open(buffer_path, "w:gz", format=tarfile.PAX_FORMAT) as tar:
             for entry in plan.included:
-                path = plan.run_dir / entry.path
-                if entry.redactions is None:
-                    data = path.read_bytes()
-                else:
-                    kept = _spooled(plan, entry.path, path)
-                    if kept is None:  # changed since the scan (or never scanned): redact now
-                        kept, _ = _redacted(path, plan.redactor, limit=max(plan.max_size, 1 << 30))
-                    data = kept
-                _add(tar, f"{plan.name}/{entry.path}", data, path.stat().st_mtime)
+                path = plan.run_dir / entry.run_path
+                with _member(plan, entry, path) as data:
+                    _add(tar, f"{plan.name}/{entry.path}", data, path.stat().st_mtime)
             manifest = json.dumps(plan.manifest(created_at=created), indent=1) + "\n"
-            _add(tar, f"{plan.name}/{BUNDLE_MANIFEST}", manifest.encode(), None)
+            _add(tar, f"{plan.name}/{BUNDLE_MANIFEST}", io.BytesIO(manifest.encode()), None)
         os.chmod(buffer_path, 0o644)
         os.replace(buffer_path, target)
     except BaseException:
@@ -553,23 +532,33 @@ def write_bundle(plan: BundlePlan, output: str | Path = ".") -> Path:
     return target
 
 
-def _spooled(plan: BundlePlan, rel: str, path: Path) -> bytes | None:
-    """The redacted bytes the scan kept for ``rel``, if the file is as it was then."""
-    kept = plan.spooled.get(rel)
-    if kept is None or kept[0].closed:
-        return None
-    spool, size, mtime_ns = kept
+@contextlib.contextmanager
+def _member(plan: BundlePlan, entry: BundleEntry, path: Path) -> Iterator[IO[bytes]]:
+    """What goes into the archive for ``entry``: the file (not scanned), the redacted bytes the
+    scan kept (the file is as it was then), or the file redacted now."""
+    if entry.redactions is None:
+        with path.open("rb") as fh:
+            yield fh
+        return
+    kept = plan.spooled.get(entry.run_path)
     stat = path.stat()
-    if (stat.st_size, stat.st_mtime_ns) != (size, mtime_ns):
-        return None
-    spool.seek(0)
-    data: bytes = spool.read()
-    return data
+    if kept is not None and not kept[0].closed and kept[1:] == (stat.st_size, stat.st_mtime_ns):
+        kept[0].seek(0)
+        yield kept[0]
+        return
+    spool, _ = _spool(path, plan.redactor, max(plan.max_size, 1 << 30))  # changed since
+    with spool:
+        spool.seek(0)
+        yield spool
 
 
-def _add(tar: tarfile.TarFile, name: str, data: bytes, mtime: float | None) -> None:
+def _add(tar: tarfile.TarFile, name: str, data: IO[bytes], mtime: float | None) -> None:
+    """One member from ``data`` (read from where it is to its end, never whole in memory)."""
+    start = data.tell()
+    data.seek(0, os.SEEK_END)
     info = tarfile.TarInfo(name)
-    info.size = len(data)
+    info.size = data.tell() - start
+    data.seek(start)
     info.mode = 0o644
     info.mtime = int(mtime if mtime is not None else _dt.datetime.now(_dt.timezone.utc).timestamp())
-    tar.addfile(info, io.BytesIO(data))
+    tar.addfile(info, data)

@@ -1,6 +1,6 @@
 """Redaction as a property of the run: what is secret, and scrubbing everything that leaves it.
 
-A run knows which values are secret — by name (:func:`~aorta.store.hostenv.is_secret_name`,
+A run knows which values are secret — by name (:func:`~aorta.store.secrets.is_secret_name`,
 the recipe's ``redaction.scrub_env_keys``), from the recipe (``extra_env``, argv flags such as
 ``--password X``), and from the environment its trials got (which holds a cluster file's
 ``env_vars`` on a launch). It keeps that knowledge in ``secret_hashes.json`` as **keyed hashes**
@@ -22,7 +22,7 @@ What is masked, by :meth:`Redactor.text` (and its markup-aware twins :meth:`Reda
   a piece of one between separators (``=:@/.,!?&#+%~*^$``) whose hash the run knows;
   values shorter than :data:`MIN_SECRET_LEN` or all digits are not looked for (``1024``, ``on``);
 * **shapes** — credentials recognised by their form, whatever they belong to
-  (:func:`~aorta.store.hostenv.redact_secret_shapes`: URL passwords, bearer tokens, argv flags,
+  (:func:`~aorta.store.secrets.redact_secret_shapes`: URL passwords, bearer tokens, argv flags,
   ``key: value`` to secret keys, ``curl -u``, PEM private keys, well-known token formats);
 * **assignments** — ``NAME=value`` / ``"NAME": "value"`` where ``NAME`` is a secret name;
 * with ``scrub_paths`` every user's home folder (``~``), with ``scrub_ip_addresses`` IPv4
@@ -58,21 +58,25 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import quote
 
+import numpy as np
 import yaml
 
-from aorta.store.hostenv import (
+from aorta.store.record import TrialRecord
+from aorta.store.rundir import RunDir, atomic_write
+from aorta.store.secrets import (
     REDACTED,
+    SECRET_FLAG,
     is_secret_name,
+    mask_assignments,
     redact_env,
     redact_secret_shapes_counted,
     scrub_homes,
+    scrub_ip_addresses,
     secret_shape_values,
-    sub_on_lines,
 )
-from aorta.store.record import TrialRecord
-from aorta.store.rundir import RunDir, atomic_write
 
 __all__ = [
+    "DELIMITERS",
     "MIN_SECRET_LEN",
     "Redactor",
     "SecretHashes",
@@ -87,29 +91,16 @@ MIN_SECRET_LEN = 6
 #: A secret value's pieces (split at whitespace, quotes, brackets) looked for on their own.
 _MIN_PIECE_LEN = 8
 _SCHEME = "blake2b-128, keyed with the salt, over the UTF-8 bytes"
-#: IPv4 addresses (digit first, then the look-behind: ~1.5x faster than a leading ``\b``).
-_IP = re.compile(r"\d(?<![\w.]\d)\d{0,2}\.\d{1,3}\.\d{1,3}\.\d{1,3}(?![\w.])")
-#: What never belongs to a token: a secret is looked for inside one.
-_DELIMS = r"\s'\"`<>()\[\]{},;|"
+#: What never belongs to a token: a secret is looked for inside one (a regex character set).
+DELIMITERS = _DELIMS = r"\s'\"`<>()\[\]{},;|"
 _PIECES = re.compile(rf"[^{_DELIMS}]+")
-#: Where a secret can start or end inside a token (``KEY=secret``, ``user:secret@host``, ``secret.``).
-_BOUNDARY = re.compile(r"[=:@/.,!?&#+%~*^$]")
+_DELIM_CHARS = re.compile(rf"[{_DELIMS}]")
+#: Where a secret can start or end inside a token: at any character that is not a letter or a
+#: digit (``KEY=secret``, ``user:secret@host``, ``secret.``, ``ckpt-secret.txt``, ``run_secret``).
+_BOUNDARY = re.compile(r"[\W_]")
+#: A terminal escape (a colour ``ESC[31m``, an OSC title's ``ESC]``): a secret may follow one.
+_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|[@-Z\\-_])")
 _DIGITS = re.compile(r"[0-9]+")
-#: Names whose all-digit values are still secret (a PIN, a numeric password; not a count).
-_STRONG_NAME = re.compile(r"(?i)pass|secret|credential|pin\b")
-_NAME_VALUE = re.compile(
-    r"(?P<name>\b[A-Za-z_][A-Za-z0-9_]*)(?P<sep>[\"']?[ \t]*[=:][ \t]*[\"']?)"
-    r"(?P<value>(?![\\<])(?![|>][-+0-9]*(?:\s|$))[^\s\"'`,;&{}\[\]<>]*[^\s\"'`,;&{}\[\]<>\\])"
-)
-#: Lower-case substrings of every secret name (the lines an assignment can be on).
-_NAME_KEYS = re.compile(
-    r"(?:token|key|secret|pass|pat|credential|auth|cookie)[a-z0-9_]*[\"']?[ \t]*[=:]"
-)
-#: An argv flag whose next list item is a secret (``["--password", "X"]`` in JSON/YAML data).
-_SECRET_FLAG = re.compile(
-    r"(?i)--?(?:[a-z0-9]+[-_])*(?:password|passwd|passphrase|secret|token|api[-_]?key"
-    r"|access[-_]?key|private[-_]?key|credentials?|auth)"
-)
 _MD_MARKER = r"\<redacted\>"
 _MD_RAW = re.compile(r"(?<!\\)<redacted>")
 _HTML_MARKER = "&lt;redacted&gt;"
@@ -123,19 +114,20 @@ _ATTR = re.compile(r"""(?P<name>\s[\w:.-]+\s*=\s*)(?:"(?P<dq>[^"]*)"|'(?P<sq>[^'
 Markup = Literal["text", "html", "markdown"]
 
 
-@functools.lru_cache(maxsize=1)
-def _own_home() -> tuple[str, re.Pattern[str]] | None:
-    """This user's home folder and a bounded pattern of it, when the general rule misses it."""
-    home = str(Path.home())
-    if len(home) <= 1 or scrub_homes(home)[1]:
-        return None
-    bounded = r"(?<![\w.~-])(?<!:/)" + re.escape(home) + r"(?=[/\s'\"`<>:]|$)"
-    return home, re.compile(bounded)
-
-
 @functools.lru_cache(maxsize=8)
 def _tokens_of_at_least(n: int) -> re.Pattern[str]:
     return re.compile(rf"[^{_DELIMS}]{{{n},}}")
+
+
+def _union(spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``(start, end)`` spans in order, those that overlap joined (masked as one)."""
+    out: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if out and start < out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return out
 
 
 @functools.lru_cache(maxsize=4096)
@@ -177,9 +169,15 @@ def _mixed(piece: str) -> bool:
 class SecretHashes:
     """Keyed hashes of secret values (and their forms): what a run looks for, not in clear.
 
-    >>> known = SecretHashes.new(["s3cret-value"])
+    A secret is found where it stands between characters that are not letters or digits
+    (``ckpt-<it>.txt``, ``run_<it>``, after a colour escape), or as the whole of a longer
+    stretch when it holds blanks (a passphrase); never inside a run of letters and digits.
+
+    >>> known = SecretHashes.new(["s3cret-value", "correct horse battery staple"])
     >>> known.spans("user s3cret-value, again:s3cret-value.")
     [(5, 17), (25, 37)]
+    >>> known.spans("pw: correct horse battery staple. correct, not s3cret-valued")
+    [(4, 32)]
     >>> SecretHashes.from_json(known.to_json()) == known, "s3cret" in json.dumps(known.to_json())
     (True, False)
     """
@@ -188,11 +186,19 @@ class SecretHashes:
     digests: frozenset[str] = frozenset()
     #: The lengths of the forms hashed, longest first (a token is cut only at these lengths).
     lengths: tuple[int, ...] = ()
+    #: ``(length, delimiters)`` of each form holding blanks, quotes or brackets (a passphrase:
+    #: looked for across tokens, in stretches of that length holding that many delimiters).
+    spanning: tuple[tuple[int, int], ...] = ()
 
     @classmethod
     def new(cls, values: Iterable[str] = (), *, salt: bytes | None = None) -> SecretHashes:
         """Hashes of ``values`` under ``salt`` (default: a fresh random one)."""
         return cls(salt or _secrets.token_bytes(16)).add(values)
+
+    @functools.cached_property
+    def _keyed(self) -> tuple[Any, frozenset[bytes]]:
+        keyed = hashlib.blake2b(key=self.salt, digest_size=16)
+        return keyed, frozenset(bytes.fromhex(d) for d in self.digests)
 
     def digest(self, text: str) -> str:
         data = text.encode("utf-8", "surrogatepass")
@@ -205,7 +211,9 @@ class SecretHashes:
             return self
         digests = self.digests | {self.digest(f) for f in forms}
         lengths = tuple(sorted(set(self.lengths) | {len(f) for f in forms}, reverse=True))
-        return SecretHashes(self.salt, frozenset(digests), lengths)
+        wide = {(len(f), len(_DELIM_CHARS.findall(f))) for f in forms}
+        spanning = tuple(sorted(set(self.spanning) | {w for w in wide if w[1]}, reverse=True))
+        return SecretHashes(self.salt, frozenset(digests), lengths, spanning)
 
     def __len__(self) -> int:
         return len(self.digests)
@@ -216,6 +224,7 @@ class SecretHashes:
             "scheme": _SCHEME,
             "salt": self.salt.hex(),
             "lengths": list(self.lengths),
+            "spanning": [list(w) for w in self.spanning],
             "digests": sorted(self.digests),
         }
 
@@ -226,18 +235,38 @@ class SecretHashes:
             salt = bytes.fromhex(data["salt"])
             digests = frozenset(str(d) for d in data["digests"])
             lengths = tuple(sorted({int(n) for n in data["lengths"]}, reverse=True))
+            pairs = {(int(n), int(k)) for n, k in data.get("spanning", [])}
+            wide = tuple(sorted(pairs, reverse=True))
         except (TypeError, KeyError, ValueError, AttributeError) as exc:
             raise ValueError(f"not a secret-hashes file ({exc!r})") from None
         if not 1 <= len(salt) <= 64:
             raise ValueError("not a secret-hashes file (salt length)")
-        return cls(salt, digests, lengths)
+        return cls(salt, digests, lengths, wide)
 
     def spans(self, text: str) -> list[tuple[int, int]]:
         """Where in ``text`` a known secret stands: ``(start, end)`` pairs, in order, apart."""
         if not self.digests:
             return []
-        found: list[tuple[int, int]] = []
+        if "\x1b" in text:  # escapes as blanks of their length: the positions stay
+            text = _ANSI.sub(lambda m: " " * len(m.group()), text)
         seen: dict[str, bool] = {}
+        keyed, raw = self._keyed
+
+        def known(piece: str) -> bool:
+            hit = seen.get(piece)
+            if hit is None:
+                h = keyed.copy()  # the keyed state, made once: a third faster than digest()
+                h.update(piece.encode("utf-8", "surrogatepass"))
+                hit = seen[piece] = h.digest() in raw
+            return hit
+
+        found = self._in_tokens(text, known)
+        if self.spanning:
+            found += self._across_tokens(text, known)
+        return _union(found)
+
+    def _in_tokens(self, text: str, known: Any) -> list[tuple[int, int]]:
+        found: list[tuple[int, int]] = []
         for m in _tokens_of_at_least(self.lengths[-1]).finditer(text):
             tok = m.group()
             cuts = [b.start() for b in _BOUNDARY.finditer(tok)]
@@ -248,17 +277,52 @@ class SecretHashes:
                     continue
                 for n in self.lengths:
                     end = start + n
-                    if end not in ends:
-                        continue
-                    piece = tok[start:end]
-                    hit = seen.get(piece)
-                    if hit is None:
-                        hit = seen[piece] = self.digest(piece) in self.digests
-                    if hit:
+                    if end in ends and known(tok[start:end]):
                         found.append((m.start() + start, m.start() + end))
                         pos = end
                         break
         return found
+
+    def _across_tokens(self, text: str, known: Any) -> list[tuple[int, int]]:
+        """Secrets holding blanks (a passphrase): every stretch from a start to an end of a token
+        (or of a piece of one) of a spanning form's length and delimiter count, on one line."""
+        starts, ends, blank, breaks = _stretches(text)
+        found = []
+        for n, k in self.spanning:
+            if n > len(text):
+                continue
+            at = np.flatnonzero(starts[: len(text) - n + 1] & ends[n:])
+            at = at[(blank[at + n] - blank[at] == k) & (breaks[at + n] == breaks[at])]
+            found += [(s, s + n) for s in at.tolist() if known(text[s : s + n])]
+        return found
+
+
+#: Per ASCII character (and one more for the rest): a letter or digit; a token's delimiter.
+_ALNUM = np.array([chr(i).isalnum() for i in range(128)] + [False])
+_DELIM = np.array([bool(re.fullmatch(rf"[{_DELIMS}]", chr(i))) for i in range(128)] + [False])
+
+
+def _stretches(text: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Where a secret may start (``starts[i]``) and end (``ends[j]``) in ``text``, and the
+    running counts of delimiters and line breaks before each position (vectorised: a passphrase
+    is looked for at every such start, the one pass over a text's characters)."""
+    code = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    alnum, delim = _ALNUM[np.minimum(code, 128)], _DELIM[np.minimum(code, 128)]
+    wide = code >= 128
+    if wide.any():
+        chars, where = np.unique(code[wide], return_inverse=True)
+        alnum[wide] = np.array([chr(c).isalnum() for c in chars.tolist()])[where]
+        delim[wide] = np.array([chr(c).isspace() for c in chars.tolist()])[where]
+    starts = ~delim
+    starts[1:] &= ~alnum[:-1]  # not inside a run of letters and digits
+    ends = np.zeros(len(code) + 1, dtype=bool)
+    ends[1:] = ~delim
+    ends[1:-1] &= ~alnum[1:]
+    blank = np.zeros(len(code) + 1, dtype=np.int32)
+    np.cumsum(delim, out=blank[1:])
+    breaks = np.zeros(len(code) + 1, dtype=np.int32)
+    np.cumsum(code == 10, out=breaks[1:])
+    return starts, ends, blank, breaks
 
 
 def harvest_secrets(
@@ -271,39 +335,51 @@ def harvest_secrets(
     the shape rules find in the other values and in ``texts`` (a recipe's argv: ``--password
     X``), and the values under secret-named keys of parsed ``data`` (a recipe's ``extra_env``).
 
+    A secret is a whole value: where a shape rule cut a value holding blanks at its first blank
+    (``DB_PASSWORD: correct horse battery staple`` in a recipe's text gives ``correct``), the
+    cut-off word is not a secret of its own — the whole value, known by its name, is.
+
     >>> sorted(harvest_secrets({"DB_PASSWORD": "hunter22", "URL": "redis://:pw0rd99@h"},
     ...                        texts=["train.py --hf-token abc123xyz"]))
     ['abc123xyz', 'hunter22', 'pw0rd99']
+    >>> sorted(harvest_secrets({"DB_PASSWORD": "correct horse battery staple"},
+    ...                        texts=["DB_PASSWORD: correct horse battery staple"]))
+    ['correct horse battery staple']
     """
     keys = tuple(scrub_keys)
-    values: set[str] = set()
+    named: set[str] = set()  # whole values: under a secret name, after a secret flag
+    shaped: set[str] = set()  # what a shape rule found in text (cut at the first blank)
     for env in envs:
         for k, v in env.items():
             if _secret_name(k, keys):
-                values.add(v)
+                named.add(v)
             else:
-                values.update(secret_shape_values(v))
+                shaped.update(secret_shape_values(v))
     for text in texts:
-        values.update(secret_shape_values(text))
+        shaped.update(secret_shape_values(text))
     for d in data:
-        values.update(_secret_values(d, keys))
-    return {v for v in values if isinstance(v, str) and _worth_looking_for(v)}
+        for value, whole in _secret_values(d, keys):
+            (named if whole else shaped).add(value)
+    wide = [v for v in named if isinstance(v, str) and _PIECES.fullmatch(v) is None]
+    shaped = {v for v in shaped if not any(v in w for w in wide)}
+    return {v for v in named | shaped if isinstance(v, str) and _worth_looking_for(v)}
 
 
-def _secret_values(value: Any, keys: tuple[str, ...]) -> Iterable[str]:
+def _secret_values(value: Any, keys: tuple[str, ...]) -> Iterable[tuple[str, bool]]:
+    """``(value, whole)``: whole under a secret-named key or after a secret flag, else a shape's."""
     if isinstance(value, Mapping):
         for k, v in value.items():
             if isinstance(k, str) and isinstance(v, str | int) and _secret_name(k, keys):
-                yield str(v)
+                yield str(v), True
             else:
                 yield from _secret_values(v, keys)
     elif isinstance(value, list):
         for i, v in enumerate(value):
-            if isinstance(v, str) and _SECRET_FLAG.fullmatch(v) and i + 1 < len(value):
-                yield str(value[i + 1])
+            if isinstance(v, str) and SECRET_FLAG.fullmatch(v) and i + 1 < len(value):
+                yield str(value[i + 1]), True
             yield from _secret_values(v, keys)
     elif isinstance(value, str):
-        yield from secret_shape_values(value)
+        yield from ((v, False) for v in secret_shape_values(value))
 
 
 def load_secret_hashes(rd: RunDir) -> SecretHashes | None:
@@ -447,6 +523,17 @@ class Redactor:
         """
         return _secret_name(name, self.scrub_keys)
 
+    def name(self, path: str) -> str:
+        """A relative path as it may leave the run: each file or folder name scrubbed as
+        :meth:`text`, the markers as characters every file system takes (``[redacted]``,
+        ``[ip]``).
+
+        >>> Redactor().with_values(["s3cretTok-42"]).name("cells/a/ckpt-s3cretTok-42.pt")
+        'cells/a/ckpt-[redacted].pt'
+        """
+        parts = [self.text(part) for part in path.split("/")]
+        return "/".join(p.replace(REDACTED, "[redacted]").replace("<ip>", "[ip]") for p in parts)
+
     def env(self, env: Mapping[str, str]) -> dict[str, str]:
         """``env`` with secret and scrubbed variables redacted (values scrubbed as text)."""
         out = redact_env(env, scrub_keys=self.scrub_keys)
@@ -465,18 +552,7 @@ class Redactor:
         >>> Redactor.for_run(env={"HF_TOKEN": "hf_abc123"}).text_counted("a hf_abc123 b hf_abc123")
         ('a <redacted> b <redacted>', 2)
         """
-        n = 0
-        if self.known:
-            spans = sorted({s for k in self.known for s in k.spans(text)})
-            if spans:
-                parts, pos = [], 0
-                for start, end in spans:
-                    if start < pos:
-                        continue
-                    parts += [text[pos:start], REDACTED]
-                    pos = end
-                    n += 1
-                text = "".join(parts) + text[pos:]
+        text, n = self._known_counted(text)
         text, shapes = redact_secret_shapes_counted(text)
         n += shapes
         text, assigned = self._assignments(text)
@@ -484,31 +560,26 @@ class Redactor:
         if self.scrub_paths:
             text, homes = scrub_homes(text)
             n += homes
-            own = _own_home()  # a home outside /home, /Users (/scratch/u, /work/u)
-            if own is not None and own[0] in text:
-                text, mine = own[1].subn("~", text)
-                n += mine
         if self.scrub_ips:
-            text, ips = _IP.subn("<ip>", text)
+            text, ips = scrub_ip_addresses(text)
             n += ips
         return text, n
 
+    def _known_counted(self, text: str) -> tuple[str, int]:
+        """Only the known secret values masked (the first rule of :meth:`text_counted`)."""
+        spans = _union(s for k in self.known for s in k.spans(text)) if self.known else []
+        if not spans:
+            return text, 0
+        parts, pos = [], 0
+        for start, end in spans:
+            parts += [text[pos:start], REDACTED]
+            pos = end
+        return "".join(parts) + text[pos:], len(spans)
+
     def _assignments(self, text: str) -> tuple[str, int]:
         """``HF_TOKEN=abc`` / ``"WANDB_API_KEY": "abc"`` → the value masked (secret names)."""
-        n = 0
-
-        def mask(m: re.Match[str]) -> str:
-            nonlocal n
-            name = m.group("name")
-            if not self.is_secret_name(name):
-                return m.group(0)
-            if _DIGITS.fullmatch(m.group("value")) and not _STRONG_NAME.search(name):
-                return m.group(0)  # token: 4096 is a count
-            n += 1
-            return f"{m.group('name')}{m.group('sep')}{REDACTED}"
-
-        keys = None if self.scrub_keys else _NAME_KEYS  # a glob can name anything
-        return sub_on_lines(_NAME_VALUE, mask, text, keys), n
+        # A glob of scrub_env_keys can name anything: then every line is looked at.
+        return mask_assignments(text, self.is_secret_name, any_name=bool(self.scrub_keys))
 
     def markdown(self, text: str) -> str:
         """:meth:`text` for Markdown: the marker escaped (``\\<redacted\\>``) outside code
@@ -534,8 +605,14 @@ class Redactor:
 
     def html(self, page: str) -> str:
         """An HTML page (or fragment) with :meth:`text` applied to every text node and
-        attribute value (unescaped first, escaped again): the marker is ``&lt;redacted&gt;``,
-        and the tags, comments, ``<script>`` and ``<style>`` are left as they are."""
+        attribute value (unescaped first, escaped again): the marker is ``&lt;redacted&gt;``;
+        tags are kept, and in comments, ``<script>`` and ``<style>`` only known secret values
+        are masked (a shape rule would break code: ``e.key === 'Enter'``).
+
+        >>> Redactor().with_values(["s3cretTok-42"]).html(
+        ...     "<script>if (e.key === 'x') t = 's3cretTok-42';</script><!-- s3cretTok-42 -->")
+        "<script>if (e.key === 'x') t = '<redacted>';</script><!-- <redacted> -->"
+        """
         return self.html_counted(page)[0]
 
     def html_counted(self, page: str) -> tuple[str, int]:
@@ -563,7 +640,12 @@ class Redactor:
 
         for m in _HTML_PARTS.finditer(page):
             out.append(text_node(page[pos : m.start()]))
-            out.append(m.group(0) if m.group("keep") else _ATTR.sub(attr, m.group(0)))
+            if m.group("keep"):  # code and comments: known values only (shapes would break code)
+                kept, hit = self._known_counted(m.group(0))
+                out.append(kept)
+                n += hit
+            else:
+                out.append(_ATTR.sub(attr, m.group(0)))
             pos = m.end()
         out.append(text_node(page[pos:]))
         return "".join(out), n
@@ -602,7 +684,7 @@ class Redactor:
             n = 0
             for i, v in enumerate(value):
                 after_flag = i > 0 and isinstance(value[i - 1], str)
-                if after_flag and isinstance(v, str) and _SECRET_FLAG.fullmatch(value[i - 1]):
+                if after_flag and isinstance(v, str) and SECRET_FLAG.fullmatch(value[i - 1]):
                     items.append(REDACTED)
                     n += v != REDACTED
                     continue

@@ -223,6 +223,23 @@ def test_no_launch_refuses_when_the_container_is_missing(
     assert result.outcomes["node0"].status == "not_started"
 
 
+def test_a_failed_docker_run_says_dockers_own_cause(
+    farm: SshdFarm, docker: DockerDaemon, prefix: str, tmp_path: Path
+) -> None:
+    # Before: "docker run aorta-test failed: Run 'docker run --help' for more information" —
+    # docker's own first line, the cause, was dropped (issue 39, item 3).
+    extra = block(docker, prefix, devices=["/dev/aorta-no-such-device"])
+    cluster = Cluster.from_dict(farm.cluster_dict(nodes=farm.nodes[:1], container=extra))
+    spec = LaunchSpec(argv=in_container("argv", "x"), torchrun=False)
+    result, _ = run_launch(cluster, spec, tmp_path / "out", deadlines=SLOW)
+
+    node0 = result.outcomes["node0"]
+    assert node0.status == "setup_failed", node0.message
+    assert "Error response from daemon" in node0.message, node0.message
+    assert "/dev/aorta-no-such-device" in node0.message and "--help" not in node0.message
+    assert docker.containers(prefix) == []
+
+
 def test_files_in_the_run_folder_are_given_back_to_the_login_user(
     farm: SshdFarm, docker: DockerDaemon, prefix: str, tmp_path: Path
 ) -> None:

@@ -71,6 +71,32 @@ def test_a_bad_block_is_a_located_error(block: object, message: str) -> None:
     assert message in _error(block)
 
 
+@pytest.mark.parametrize("value", ["baremetal", "BareMetal"])
+def test_cvs_orchestrator_baremetal_runs_natively_beside_a_container_block(value: str) -> None:
+    # Before: "unknown key 'orchestrator' ignored", and the block's presence ran containers.
+    cluster = Cluster.from_dict({**NODES, "orchestrator": value, "container": {"image": "x"}})
+    assert cluster.container is None
+    assert cluster.warnings == (
+        "orchestrator: baremetal: the container block is not used, the nodes run natively "
+        "(as in CVS; orchestrator: container runs in it)",
+    )
+    # (the block is not read at all, as CVS does not: a block aorta would refuse is no error)
+    assert Cluster.from_dict({**NODES, "orchestrator": value, "container": {"x": 1}}).warnings
+
+
+def test_cvs_orchestrator_container_runs_in_the_block_and_needs_one() -> None:
+    cluster = Cluster.from_dict({**NODES, "orchestrator": "Container", "container": {"image": "x"}})
+    assert cluster.container == Container(image="x") and cluster.warnings == ()
+    with pytest.raises(ClusterError) as info:
+        Cluster.from_dict({**NODES, "orchestrator": "container"}, source="cluster.json")
+    assert str(info.value) == (
+        "cluster.json: orchestrator: container needs a container block (the image every node "
+        "runs in, as in CVS): add one, or use baremetal"
+    )
+    with pytest.raises(ClusterError, match="orchestrator: must be baremetal or container"):
+        Cluster.from_dict({**NODES, "orchestrator": "kubernetes"})
+
+
 def test_cli_image_keeps_the_blocks_other_settings() -> None:
     cluster = Cluster.from_dict({**NODES, "container": {"image": "a", "user": "1000"}})
     assert cluster.with_image("b").container == Container(image="b", user="1000")

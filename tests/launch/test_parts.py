@@ -22,6 +22,7 @@ from aorta.launch import (
     LaunchFailed,
     LaunchSpec,
     NodePath,
+    dry_run,
     env_diff,
     launch,
     run_command,
@@ -29,7 +30,7 @@ from aorta.launch import (
 from aorta.launch.backend import TimedOut, run_parallel
 from aorta.launch.command import ENV_FILE, STARTED_MARKER, env_script, kill_command, setup_command
 from aorta.recipe.launch import sweep_spec
-from aorta.report.launch import format_skew, last_words, version_rows
+from aorta.report.launch import cause_lines, format_skew, last_words, version_rows
 from aorta.store.gather import finalize, is_artifact, node_folder, staging_dir
 from tests.launch_fixtures import local_sessions
 from tests.sshd import REPO, VENV_PYTHON, processes_with_env, wait_gone
@@ -458,3 +459,50 @@ def test_finalize_names_the_result_after_the_heads_run_dir(tmp_path: Path) -> No
         and is_artifact("a.pt.trace.json.gz")
         and not is_artifact("matrix.md")
     )
+
+
+# -- what a failed remote command says (issue 39, item 3) -----------------------------------------
+DOCKER_FAILED = (
+    "docker: Error response from daemon: error gathering device information while adding custom "
+    'device "/dev/nope": no such file or directory.\n'
+    "Run 'docker run --help' for more information"
+)
+
+
+def test_the_lines_carrying_the_cause_are_kept_bounded_and_redacted() -> None:
+    # Before: only the last line ("Run 'docker run --help' ...") reached the message.
+    assert cause_lines(DOCKER_FAILED).startswith("docker: Error response from daemon: error")
+    assert "--help" not in cause_lines(DOCKER_FAILED)
+    noisy = "\n".join([f"error {i}: " + "x" * 500 for i in range(100)] + ["see the docs"])
+    kept = cause_lines(noisy).split(" | ")
+    assert [k[:9] for k in kept] == ["error 97:", "error 98:", "error 99:"]
+    assert all(len(k) <= 200 for k in kept)
+    leaked = "fatal: could not read Password for 'https://u:Hunter2pw@git.example'"
+    assert "Hunter2pw" not in cause_lines(leaked) and "<redacted>" in cause_lines(leaked)
+    assert cause_lines("step 1\nstep 2\n\n") == "step 2"  # nothing says why: the last line
+
+
+def test_a_node_whose_python_cannot_start_says_why(tmp_path: Path) -> None:
+    # A real interpreter that fails to start: Python prints the cause first, then a thread dump
+    # ending "<no Python frame>" — before, that last line was all the message said.
+    broken = tmp_path / "python"
+    broken.write_text(f'#!/bin/sh\nPYTHONHOME=/nonexistent exec {shutil.which("python3")} "$@"\n')
+    broken.chmod(0o755)
+    cluster = _cluster(tmp_path, n=1, python=str(broken))
+    report = dry_run(cluster, LaunchSpec(argv=("x",)), sessions=local_sessions)
+    message = report.outcomes["node0"].message
+    assert report.outcomes["node0"].status == "setup_failed"
+    assert "No module named 'encodings'" in message, message
+    assert "no Python frame" not in message
+
+
+def test_cvs_orchestrator_baremetal_launches_natively_whatever_the_block_says(
+    tmp_path: Path,
+) -> None:
+    # Before: the container block's presence decided, so this dry run probed docker for an
+    # image no node has, and failed.
+    block = {"image": "no-such-image", "runtime": "/nonexistent/docker"}
+    cluster = _cluster(tmp_path, n=1, orchestrator="baremetal", container=block)
+    report = dry_run(cluster, LaunchSpec(argv=("x",)), sessions=local_sessions)
+    assert report.status == "complete", report.summary()
+    assert report.commands["node0"].container == ()  # no docker line

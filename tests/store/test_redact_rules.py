@@ -1,4 +1,4 @@
-"""Redaction rules (aorta.store.redact, aorta.store.hostenv): every secret shape in every form,
+"""Redaction rules (aorta.store.redact, aorta.store.secrets): every secret shape in every form,
 line-bounded, markup-aware, and no ordinary word eaten. Pure: no sweep, no file but tmp_path.
 
 One test per defect of issue #24's "Secrets" list that failed before the change, then a
@@ -18,8 +18,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aorta.store import hostenv
-from aorta.store.hostenv import is_secret_name, redact_env, redact_secret_shapes
+from aorta.store import secrets
 from aorta.store.record import RankOutcome, TrialRecord
 from aorta.store.redact import (
     Redactor,
@@ -30,6 +29,7 @@ from aorta.store.redact import (
     yaml_counted,
 )
 from aorta.store.rundir import RunDir
+from aorta.store.secrets import is_secret_name, redact_env, redact_secret_shapes
 
 PEM_BODY = [
     "MIIEpAIBAAKCAQEA75vQ2bTq1nXr0Yc3ZkPp0a9Lq7wXy1Zs2Jm3Fk4Hn5Gt6Rb",
@@ -273,7 +273,7 @@ def test_url_and_flag_rules_stay_linear_on_pathological_lines(line, expected):
 
 
 #: The ``key = value`` line filter as it was (a single regex, quadratic on ``passpass…``): the
-#: reference the linear :class:`hostenv._KeyAssignments` must agree with, match for match.
+#: reference the linear :class:`secrets._KeyAssignments` must agree with, match for match.
 _OLD_KEY_FILTER = re.compile(r"(?:pass|secret|key|cred|auth)[a-z0-9_-]*[\"']?[ \t]*[=:]")
 _KEY_PIECES = st.sampled_from(
     ["pass", "secret", "key", "cred", "auth", "pa", "ss", "k", "ey", "au", "th", "token",
@@ -290,7 +290,7 @@ _KEY_PIECES = st.sampled_from(
 )
 def test_linear_key_filter_finds_what_the_old_regex_found(text):
     old = [m.span() for m in _OLD_KEY_FILTER.finditer(text)]
-    assert [m.span() for m in hostenv._KeyAssignments().finditer(text)] == old
+    assert [m.span() for m in secrets._KeyAssignments().finditer(text)] == old
 
 
 def test_url_passwords_in_long_lines_are_each_masked():

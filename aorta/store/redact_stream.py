@@ -1,0 +1,331 @@
+"""Whole files redacted as streams, in bounded memory, as each format needs.
+
+:func:`redact_file` reads a file of a run and writes its redacted bytes: the text of a log in
+blocks of whole lines, JSON token by token (every object key and string value scanned; a value
+under a secret-named key or after a secret argv flag replaced whole; numbers, layout and
+escapes kept as written), HTML, SVG, XML and YAML whole (:meth:`~aorta.store.redact.Redactor.html`,
+:func:`~aorta.store.redact.yaml_counted`), and the contents of compressed members (``.gz``,
+``.bz2``, ``.xz``) decompressed, redacted and compressed again on the fly. Memory is a few
+blocks whatever the size: a gzip bomb of 4 GB of whitespace streams through (and is left out
+once it decompresses past the caller's ``limit``: :class:`TooBig`).
+
+A ``.json`` file that is not JSON (JSON lines, a truncated dump) is redacted as text instead;
+one nested deeper than :data:`MAX_JSON_DEPTH` raises :class:`TooDeep` (the bundle leaves it out).
+
+>>> import io, tempfile, pathlib
+>>> from aorta.store.redact import Redactor
+>>> path = pathlib.Path(tempfile.mkdtemp()) / "fr_0.json"
+>>> _ = path.write_text('{"s3cretTok-42": {"HF_TOKEN": "x1", "argv": ["--token", "x2"]}, "n": 1e400}')
+>>> out = io.BytesIO()
+>>> redact_file(path, out, Redactor().with_values(["s3cretTok-42"]), limit=1 << 20)
+3
+>>> out.getvalue().decode()
+'{"<redacted>": {"HF_TOKEN": "<redacted>", "argv": ["--token", "<redacted>"]}, "n": 1e400}'
+"""
+
+from __future__ import annotations
+
+import bz2
+import codecs
+import functools
+import gzip
+import itertools
+import json
+import lzma
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from aorta.store.redact import DELIMITERS, Redactor, yaml_counted
+from aorta.store.secrets import REDACTED, SECRET_FLAG
+
+__all__ = ["COMPRESSED", "MAX_JSON_DEPTH", "TooBig", "TooDeep", "redact_file"]
+
+#: JSON nested deeper than this is not scanned (a hostile artifact must not exhaust memory or
+#: the stack): :class:`TooDeep`.
+MAX_JSON_DEPTH = 100
+#: Compressed members whose contents are scanned: suffix → how to open them.
+COMPRESSED: dict[str, Callable[..., Any]] = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
+#: Formats redacted whole (their markup spans lines), not in blocks.
+_WHOLE = frozenset({".html", ".htm", ".svg", ".xml", ".yaml", ".yml", ".md"})
+#: Characters of text redacted at once (cut at a line's end), and the longest line kept whole.
+BLOCK = 1 << 20
+MAX_LINE = 4 << 20
+#: A larger HTML, YAML or Markdown file is redacted in blocks of lines too (its markup rarely
+#: spans them; the text rules always apply).
+MAX_WHOLE = 64 << 20
+#: A longer JSON string cannot be scanned (:class:`TooBig`).
+MAX_STRING = 16 << 20
+_READ = 1 << 20
+_JSON_TOKEN = re.compile(r'[ \t\n\r]+|"[^"\\]*(?:\\.[^"\\]*)*"|[{}\[\]:,]|[^ \t\n\r{}\[\]:,"]+')
+_PEM = ("-----BEGIN ", "-----END ")
+#: What ends a token (:data:`aorta.store.redact.DELIMITERS`): a long line is cut after one.
+_DELIM = re.compile(f"[{DELIMITERS}]")
+
+
+class TooBig(Exception):
+    """The file decompresses past the caller's limit (no message), or holds a JSON string
+    past :data:`MAX_STRING` (the message says so)."""
+
+
+class TooDeep(Exception):
+    """JSON nested deeper than :data:`MAX_JSON_DEPTH`."""
+
+
+class _NotJson(Exception):
+    pass
+
+
+def _suffixes(name: str) -> tuple[str | None, str]:
+    """The compression suffix of ``name`` (or ``None``) and the suffix of what it holds."""
+    low = name.lower()
+    packed = next((s for s in COMPRESSED if low.endswith(s)), None)
+    inner = low[: -len(packed)] if packed else low
+    return packed, inner[inner.rfind(".") :] if "." in inner else ""
+
+
+def redact_file(path: Path, out: IO[bytes], redactor: Redactor, *, limit: int) -> int:
+    """Write ``path`` redacted to ``out`` (compressed again as it was) and return how many
+    things were masked. Raises :class:`TooBig` past ``limit`` bytes of (decompressed) content,
+    :class:`TooDeep`, and what reading raises (``OSError``, ``EOFError``, a bad archive)."""
+    packed, inner = _suffixes(path.name)
+    if inner == ".json":
+        start = out.tell()
+        try:
+            return _through(path, out, packed, limit, lambda c, w: _json(c, w, redactor))
+        except _NotJson:  # JSON lines, a truncated dump: its text is redacted instead
+            out.seek(start)
+            out.truncate()
+    if inner in _WHOLE:
+        return _through(path, out, packed, limit, lambda c, w: _whole(c, w, inner, redactor))
+    return _through(path, out, packed, limit, lambda c, w: _text(c, w, redactor.text_counted))
+
+
+def _through(
+    path: Path,
+    out: IO[bytes],
+    packed: str | None,
+    limit: int,
+    body: Callable[[Iterator[str], Callable[[str], None]], int],
+) -> int:
+    """Decode ``path`` (decompressed) into ``body``'s chunks, encode what it writes to ``out``
+    (compressed alike); the round trip keeps stray non-UTF-8 bytes as they were."""
+    opener = COMPRESSED[packed] if packed else open
+    with opener(path, "rb") as src:
+        sink: Any = out
+        if packed == ".gz":
+            sink = gzip.GzipFile(fileobj=out, mode="wb", compresslevel=6, mtime=0)
+        elif packed:
+            sink = {".bz2": bz2.BZ2File, ".xz": lzma.LZMAFile}[packed](out, "wb")
+        try:
+            n = body(
+                _chunks(src, limit), lambda t: sink.write(t.encode("utf-8", "surrogateescape"))
+            )
+        finally:
+            if sink is not out:
+                sink.close()  # the compressor's trailer; ``out`` stays open
+    return n
+
+
+def _chunks(src: IO[bytes], limit: int) -> Iterator[str]:
+    decode = codecs.getincrementaldecoder("utf-8")("surrogateescape").decode
+    read = 0
+    while data := src.read(_READ):
+        read += len(data)
+        if read > limit:
+            raise TooBig
+        yield decode(data)
+    yield decode(b"", final=True)
+
+
+def _whole(chunks: Iterator[str], write: Callable[[str], None], inner: str, r: Redactor) -> int:
+    """A markup file at once, as its format needs; past :data:`MAX_WHOLE`, in blocks."""
+    scrub: Callable[[str], tuple[str, int]] = r.html_counted
+    if inner in (".yaml", ".yml"):
+        scrub = functools.partial(yaml_counted, r)
+    elif inner == ".md":
+        scrub = r.markdown_counted
+    parts, size = [], 0
+    for chunk in chunks:
+        parts.append(chunk)
+        size += len(chunk)
+        if size > MAX_WHOLE:  # not held whole: a bomb of markup must stream too
+            return _text(itertools.chain(["".join(parts)], chunks), write, scrub)
+    clean, n = scrub("".join(parts))
+    write(clean)
+    return n
+
+
+def _text(
+    chunks: Iterator[str], write: Callable[[str], None], scrub: Callable[[str], tuple[str, int]]
+) -> int:
+    """Text in blocks of whole lines (a PEM key block kept in one; a line past
+    :data:`MAX_LINE` cut at a blank where it can be)."""
+    n, buf = 0, ""
+    for chunk in chunks:
+        buf += chunk
+        while len(buf) >= BLOCK:
+            cut = _cut(buf)
+            if cut == 0:
+                break  # a long line or key block: wait for its end
+            clean, m = scrub(buf[:cut])
+            write(clean)
+            n, buf = n + m, buf[cut:]
+    if buf:
+        clean, m = scrub(buf)
+        write(clean)
+        n += m
+    return n
+
+
+def _cut(buf: str) -> int:
+    """Where a block of ``buf`` ends: after its last line break, before a PEM key block that is
+    not closed in it; 0 to read on (unless the buffer is past :data:`MAX_LINE`)."""
+    cut = buf.rfind("\n") + 1
+    begin = buf.rfind(_PEM[0], 0, cut)
+    if begin > buf.rfind(_PEM[1], 0, cut):
+        cut = buf.rfind("\n", 0, begin) + 1
+    if cut == 0 and len(buf) > MAX_LINE:  # after a delimiter: no token-level secret is split
+        seen = [m.end() for m in _DELIM.finditer(buf, MAX_LINE - (64 << 10), MAX_LINE)]
+        cut = seen[-1] if seen else MAX_LINE
+    return cut
+
+
+class _Frame:
+    """One open object or array: where the scan is in it, the last key, whether the last item
+    was a secret argv flag."""
+
+    __slots__ = ("flag", "key", "kind", "state")
+
+    def __init__(self, kind: str) -> None:
+        self.kind, self.state, self.key, self.flag = kind, "first", "", False
+
+
+def _json(chunks: Iterator[str], write: Callable[[str], None], r: Redactor) -> int:
+    """JSON token by token; :class:`_NotJson` as soon as it is not JSON."""
+    scan, buf, pos, eof = _JsonScan(r), "", 0, False
+    chunks = iter(chunks)
+    while True:
+        parts, end = [], pos
+        for m in _JSON_TOKEN.finditer(buf, pos):
+            if m.start() != end:
+                break  # an unclosed string (or not JSON): read on
+            if m.end() == len(buf) and not eof and buf[end] not in ' \t\n\r"{}[]:,':
+                break  # a number or literal the chunk may have cut
+            parts.append(scan.step(m.group()))
+            end = m.end()
+        write("".join(parts))  # one write per chunk: a compressor's write is not cheap
+        pos = end
+        if eof:
+            if pos != len(buf):
+                raise _NotJson  # an unclosed string, a stray quote
+            break
+        if len(buf) - pos > MAX_STRING:
+            raise TooBig(
+                f"a JSON string longer than {MAX_STRING:,} characters: it cannot be scanned"
+            )
+        chunk = next(chunks, None)
+        eof = chunk is None
+        buf, pos = buf[pos:] + (chunk or ""), 0
+    if scan.stack or not scan.done:
+        raise _NotJson
+    return scan.count
+
+
+class _JsonScan:
+    """Where a JSON scan is (the open objects and arrays), what it masked, and each token's
+    redacted form (:meth:`step`)."""
+
+    def __init__(self, redactor: Redactor) -> None:
+        self.redactor = redactor
+        self.stack: list[_Frame] = []
+        self.done = False  # the one top-level value was read
+        self.count = 0
+        self.memo: dict[str, tuple[str, int]] = {}  # a trace repeats its names and keys
+
+    def step(self, token: str) -> str:
+        """``token`` as it goes out; :class:`_NotJson` where JSON cannot have it."""
+        first = token[0]
+        if first in " \t\n\r":
+            return token
+        frame = self.stack[-1] if self.stack else None
+        if frame is None:
+            at_value = not self.done
+        elif frame.kind == "{":
+            if frame.state in ("first", "key") and first == '"':
+                frame.key, frame.state = _plain(token), "colon"
+                return self.scrub(token, whole=False)
+            at_value = frame.state == "value"
+        else:
+            at_value = frame.state in ("first", "value")
+        if first in "{[" and at_value:
+            if len(self.stack) >= MAX_JSON_DEPTH:
+                raise TooDeep
+            self.stack.append(_Frame(first))
+            return token
+        if first in "}]" and frame and frame.kind == "{["[first == "]"]:
+            if frame.state not in ("first", "comma"):
+                raise _NotJson
+            self.stack.pop()
+            self.value_done(None)
+            return token
+        if first == ":" and frame and frame.kind == "{" and frame.state == "colon":
+            frame.state = "value"
+            return token
+        if first == "," and frame and frame.state == "comma":
+            frame.state = "key" if frame.kind == "{" else "value"
+            return token
+        if not at_value or first in "{}[]:,":
+            raise _NotJson
+        if first != '"':
+            self.value_done(None)  # a number, true, false, null (NaN as Python's json reads)
+            return token
+        whole = frame is not None and (
+            (frame.kind == "{" and self.redactor.is_secret_name(frame.key))
+            or (frame.kind == "[" and frame.flag)
+        )
+        out = self.scrub(token, whole=whole)
+        self.value_done(token)
+        return out
+
+    def value_done(self, token: str | None) -> None:
+        """A value ended (``token``: a string's): the next is a comma or a close."""
+        if not self.stack:
+            self.done = True
+            return
+        frame = self.stack[-1]
+        frame.state = "comma"
+        if frame.kind == "[":
+            frame.flag = token is not None and SECRET_FLAG.fullmatch(_plain(token)) is not None
+
+    def scrub(self, raw: str, *, whole: bool) -> str:
+        """A string token redacted as text, or replaced whole."""
+        text = raw[1:-1] if "\\" not in raw else _decode(raw)
+        if whole:
+            self.count += text != REDACTED
+            return f'"{REDACTED}"'
+        hit = self.memo.get(text)
+        if hit is None:
+            hit = self.redactor.text_counted(text)
+            if len(self.memo) > 100_000:
+                self.memo.clear()
+            self.memo[text] = hit
+        clean, n = hit
+        self.count += n
+        return raw if not n else json.dumps(clean, ensure_ascii=False)
+
+
+def _plain(token: str) -> str:
+    """A string token's text (``""`` for any other token)."""
+    if token[:1] != '"':
+        return ""
+    return token[1:-1] if "\\" not in token else _decode(token)
+
+
+def _decode(token: str) -> str:
+    try:
+        text: str = json.loads(token)
+    except ValueError:
+        raise _NotJson from None
+    return text
