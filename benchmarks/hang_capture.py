@@ -108,7 +108,7 @@ workload_config: {{mode: fsdp, model_dim: 256, num_layers: 2, verify_iterations:
                   warmup_iterations: 2, simulate_compute: true, dtype: float32}}
 cells:
   - {{name: armed, mitigations: [none]}}
-  - {{name: recorder_off, mitigations: [none], env: {{TORCH_FR_BUFFER_SIZE: "0"}}}}
+  - {{name: recorder_off, mitigations: [none], extra_env: {{TORCH_FR_BUFFER_SIZE: "0"}}}}
 """
 
 
@@ -121,17 +121,19 @@ def arming_cost(trials: int, steps: int) -> None:
         recipe.write_text(RECIPE.format(trials=trials, steps=steps))
         env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}
         aorta_bin = str(Path(sys.executable).with_name("aorta"))
-        subprocess.run(
+        done = subprocess.run(
             [torchrun or "torchrun", "--nproc-per-node=2", "--standalone", aorta_bin, "sweep",
              "run", "--recipe", str(recipe), "-o", f"{tmp}/out"],
-            env=env, check=True, capture_output=True,
+            env=env, capture_output=True, text=True,
         )  # fmt: skip
+        if done.returncode:
+            raise SystemExit(f"the sweep failed: {done.stderr[-2000:]}")
         (run,) = Path(tmp, "out").glob("*/*/*")
         df = aorta.compare(aorta.load_run(run), baseline="recorder_off")
     row = df.loc["armed"]
     print(f"arming a healthy trial (race fsdp, 2 ranks, {trials} trials x {steps} steps per cell):")
     print(f"  step time armed / recorder off: {row['ratio']:.3f} "
-          f"[{row['ci_low']:.3f}, {row['ci_high']:.3f}] ({row['difference']})")  # fmt: skip
+          f"[{row['ratio_ci_low']:.3f}, {row['ratio_ci_high']:.3f}] ({row['difference']})")  # fmt: skip
 
 
 def main() -> None:

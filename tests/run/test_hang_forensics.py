@@ -114,7 +114,9 @@ def test_matrix_md_and_json_say_who_hung_and_where(hung):
 
 def test_load_run_groups_trials_by_culprit(hung):
     ds = aorta.load_run(hung)
-    culprits = dict(zip(ds.cell.values.tolist(), ds.hang_culprit.sel(trial=0).values.tolist(), strict=False))
+    culprits = dict(
+        zip(ds.cell.values.tolist(), ds.hang_culprit.sel(trial=0).values.tolist(), strict=False)
+    )
     assert culprits == {"baseline": "", "sleep": "2", "gil": "2", "extra": "2", "shape": "2",
                         "subgroup": "1", "die": "2"}  # fmt: skip
 
