@@ -288,3 +288,42 @@ def test_two_node_two_process_gloo_sweep_writes_one_run_directory(
     assert (run_dir / "combined_traces/node_1/launch.log").is_file()
     assert launch_record["status"] == "complete"
     assert wait_gone(f"AORTA_RUN_ID={launch_record['run_id']}", timeout=0.0) == []
+
+
+HANG_RECIPE = """\
+schema_version: 1
+ticket: LAUNCH-HANG
+workload: tests.hang_faults:HangFault
+timeout_per_trial: 300
+hang_after: 2
+workload_config: {fault: sleep, rank: 1, at: 2, collectives: 3}
+cells:
+  - {name: sleepy, mitigations: [none]}
+"""
+
+
+@needs_sshd
+@needs_venv
+@pytest.mark.slow
+def test_a_hang_across_two_nodes_names_the_rank_and_its_node(
+    farm: SshdFarm, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Rank 1, node1's only process, sleeps before its 2nd all_reduce; rank 0 on node0 waits.
+    Each node's engine takes its own rank's evidence; it reaches the head's record through the
+    engines' store, not a shared disk."""
+    recipe = tmp_path / "hang.yaml"
+    recipe.write_text(HANG_RECIPE)
+    cluster = farm.write_cluster(tmp_path / "cluster.json")
+    out_dir = tmp_path / "out"
+    args = ["-c", str(cluster), "-r", str(recipe), "-o", str(out_dir), "--run-timeout", "240"]
+    code = main(["launch", *args, "--setup-timeout", "30"])
+    assert code == ExitCode.OK, capsys.readouterr().err
+    (rec_path,) = out_dir.glob("LAUNCH-HANG/*/*/cells/sleepy/trial_0000.json")
+    rec = json.loads(rec_path.read_text())
+    f = rec["forensics"]
+    assert (f["culprit_ranks"], f["op"], f["seq"], f["kind"]) == ([1], "all_reduce", 2, "missing")
+    hosts = {e["rank"]: e["host"] for e in f["evidence"]}
+    assert set(hosts) == {0, 1} and f["culprit_hosts"] == [hosts[1]]
+    assert f["frames"][0]["where"].endswith("in _stall_in_python")
+    md = (rec_path.parents[2] / "matrix.md").read_text()
+    assert "rank 1 (node " in md and "never reached all_reduce #2" in md
