@@ -88,7 +88,13 @@ def precision(dtype: str | None) -> str | None:
 class OpModel:
     """The model of one op call: ``family``, ``flops`` and ``bytes`` per call, the roofline
     ``unit`` (``matrix`` or ``vector``) and ``dtype`` (the first input's), and the shape
-    parameters (``params``, in the family's order)."""
+    parameters (``params``, in the family's order).
+
+    ``typed`` and ``strided`` are the argument positions whose ``Input type`` and ``Input
+    Strides`` are part of the op's row besides ``params`` (TraceLens's ``dtype_*`` and
+    ``stride_*`` parameters: the tensors the model reads); ``dtypes`` holds the types at
+    ``typed`` (filled by :func:`~aorta.trace.perf_model.op_model`).
+    """
 
     family: str
     flops: float
@@ -96,6 +102,9 @@ class OpModel:
     unit: str
     dtype: str
     params: dict[str, Any] = field(default_factory=dict)
+    typed: tuple[int, ...] = (0,)
+    strided: tuple[int, ...] = (0,)
+    dtypes: tuple[str, ...] = ()
 
     @property
     def shape(self) -> str:

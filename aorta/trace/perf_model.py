@@ -16,6 +16,7 @@ has a model. The argument readers and :class:`OpModel` live in :mod:`aorta.trace
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from .perf_args import (
@@ -72,7 +73,8 @@ def _gemm(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
     flops = batch * (2 * m * n * k + (m * n if bias else 0))
     moved = batch * (m * k + k * n + m * n + (n if bias else 0)) * size
     params = {"B": batch, "M": m, "N": n, "K": k, "bias": bias}
-    return OpModel("GEMM", flops, moved, "matrix", type_at(types, i), params)
+    pos = (i, j)
+    return OpModel("GEMM", flops, moved, "matrix", type_at(types, i), params, pos, pos)
 
 
 # -- SDPA ---------------------------------------------------------------------------------------
@@ -83,6 +85,14 @@ _SDPA = {
     "aten::_scaled_dot_product_cudnn_attention": ("BHND", 5, 6),
     "flash_attn::_flash_attn_forward": ("BNHD", 3, 5),
     "aiter::_flash_attn_forward": ("BNHD", 3, 5),
+}
+
+
+#: The argument positions whose types and strides TraceLens's SDPA rows carry (aten: the
+#: types of Q and K, no strides; flash_attn: Q, K, V strides too; aiter: neither).
+_SDPA_KEYS: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
+    "flash_attn::_flash_attn_forward": ((0, 1), (0, 1, 2)),
+    "aiter::_flash_attn_forward": ((), ()),
 }
 
 
@@ -126,7 +136,9 @@ def _sdpa(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
         "causal": causal,
     }
     family = "SDPA_bwd" if backward else "SDPA_fwd"
-    return OpModel(family, flops, elements * size, "matrix", type_at(types, 0), params)
+    typed, strided = _SDPA_KEYS.get(op, ((0, 1), ()))
+    dtype = type_at(types, 0)
+    return OpModel(family, flops, elements * size, "matrix", dtype, params, typed, strided)
 
 
 # -- convolution --------------------------------------------------------------------------------
@@ -184,11 +196,11 @@ def _conv(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
         "transposed": transposed,
         "groups": groups[0] if groups else 1,
     }
+    pos = (ix, iw)
+    dtype = type_at(types, ix)
     if backward:
-        return OpModel(
-            "CONV_bwd", 2 * fwd_flops, 2 * fwd_bytes, "matrix", type_at(types, ix), params
-        )
-    return OpModel("CONV_fwd", fwd_flops, fwd_bytes, "matrix", type_at(types, ix), params)
+        return OpModel("CONV_bwd", 2 * fwd_flops, 2 * fwd_bytes, "matrix", dtype, params, pos, pos)
+    return OpModel("CONV_fwd", fwd_flops, fwd_bytes, "matrix", dtype, params, pos, pos)
 
 
 # -- elementwise --------------------------------------------------------------------------------
@@ -227,6 +239,7 @@ def _unary(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
     size_out = bpe(type_at(types, 1)) if out else size_in
     n = numel(shape)
     params = {"op_shape": tuple(shape)}
+    pos = (0, 1) if out else (0,)  # TraceLens: the output's type and strides when it is given
     return OpModel(
         ctx.get("family", "UnaryElementwise"),
         n,
@@ -234,6 +247,8 @@ def _unary(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
         "vector",
         type_at(types, 0),
         params,
+        pos,
+        pos,
     )
 
 
@@ -257,9 +272,9 @@ def _binary(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
     n = numel(out_shape)
     moved = numel(a) * size_a + numel(b) * size_b + n * size_out
     params = {"shape_in1": tuple(a), "shape_in2": tuple(b)}
-    return OpModel(
-        ctx.get("family", "BinaryElementwise"), n, moved, "vector", type_at(types, 0), params
-    )
+    pos = (0, 1, 2) if out_dims else (0, 1)
+    family = ctx.get("family", "BinaryElementwise")
+    return OpModel(family, n, moved, "vector", type_at(types, 0), params, pos, pos)
 
 
 # -- reductions ---------------------------------------------------------------------------------
@@ -307,7 +322,8 @@ def _reduce(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
         (t for t in ("mean", "max", "min", "norm") if t in op), "sum"
     )  # TraceLens's reduce_type
     params = {"num_input_elems": n, "num_output_elems": out, "reduce_type": kind}
-    return OpModel(family, n, n * size + out * size, "vector", type_at(types, 0), params)
+    # TraceLens's reduce rows carry the input type, no strides
+    return OpModel(family, n, n * size + out * size, "vector", type_at(types, 0), params, (0,), ())
 
 
 # -- normalisation ------------------------------------------------------------------------------
@@ -393,7 +409,9 @@ def _norm(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
     }
     if mask is not None:
         params["output_mask"] = tuple(mask)
-    return OpModel("Normalization", flops, moved, "vector", type_at(types, ix), params)
+    return OpModel(
+        "Normalization", flops, moved, "vector", type_at(types, ix), params, (ix,), (ix,)
+    )
 
 
 _BN_INPUT0 = ("aten::miopen_batch_norm_backward", "aten::cudnn_batch_norm_backward")
@@ -413,8 +431,9 @@ def _rms_norm(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
     params: dict[str, Any] = {"op_shape": tuple(shape), "num_channels": c, "is_affine": affine}
     if not backward:
         flops = (n / c) * (2 * c + 2) + n * 2
+        moved = 2 * n * size + c * size
         return OpModel(
-            "Normalization", flops, 2 * n * size + c * size, "vector", type_at(types, ix), params
+            "Normalization", flops, moved, "vector", type_at(types, ix), params, (ix,), (ix,)
         )
     mask = flags(concrete_at(concrete, 5)) or [
         True,
@@ -424,8 +443,9 @@ def _rms_norm(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
     if len(mask) > 1 and mask[1]:
         flops += n + (n if n / c > 1 else 0)
     params["output_mask"] = tuple(mask)
+    moved = 3 * n * size + 2 * c * size
     return OpModel(
-        "Normalization", flops, 3 * n * size + 2 * c * size, "vector", type_at(types, ix), params
+        "Normalization", flops, moved, "vector", type_at(types, ix), params, (ix,), (ix,)
     )
 
 
@@ -621,4 +641,4 @@ def op_model(
         return None
     if model is None or (backward and model.family not in ("SDPA_bwd", "Reduce_bwd")):
         return None
-    return model
+    return replace(model, dtypes=tuple(type_at(types, i) for i in model.typed))
