@@ -172,7 +172,9 @@ def _roofline(table: Mapping[str, np.ndarray], device: Mapping[str, Any]) -> dic
     for i in np.flatnonzero(np.isnan(roofline)).tolist():
         slowest = min((v for k, v in peaks.items() if k.startswith(f"{units[i]}_")), default=None)
         what = spec[i] or f"{units[i]} {dtypes[i] or 'untyped'}"
-        if np.isnan(memory_us[i]):
+        if units[i] not in ("matrix", "vector"):  # MoE dispatch/combine: the network's
+            notes[i] = "moves data between ranks: no HBM roofline (see collectives())"
+        elif np.isnan(memory_us[i]):
             notes[i] = f"no HBM bandwidth for {name}"
         elif slowest is not None and flops[i] / (slowest * 1e6) <= memory_us[i]:
             roofline[i], bound[i] = memory_us[i], "memory"
@@ -219,7 +221,7 @@ def perf_summary(trace: Trace, *, device: Device = None, by: Grouping = "args") 
         own (``op`` = the GPU op's name). With a device
         (see :func:`perf_ops`) also the roofline columns. ``attrs["coverage"]`` is the share of
         GPU op time with a model (see :func:`coverage`); ``attrs["shapes_recorded"]`` is
-        :func:`shapes_recorded` (when False, the coverage is 0 because no model can apply).
+        :func:`shapes_recorded` (when False no model can apply: the coverage is NaN, not 0).
 
     Examples
     --------
@@ -258,8 +260,9 @@ def perf_summary(trace: Trace, *, device: Device = None, by: Grouping = "args") 
         out = pd.DataFrame({c: [] for c in columns})
     out["has_model"] = out["has_model"].astype(bool)
     out = out.sort_values("kernel_us", ascending=False, kind="stable").reset_index(drop=True)
-    out.attrs["coverage"] = coverage(out)
-    out.attrs["shapes_recorded"] = shapes_recorded(trace)
+    recorded = shapes_recorded(trace)
+    out.attrs["coverage"] = coverage(out) if recorded else float("nan")  # no model possible
+    out.attrs["shapes_recorded"] = recorded
     resolved = resolve_device(trace, device)
     if resolved is not None:
         out = add_roofline(out, resolved)
@@ -272,8 +275,8 @@ def perf_summary(trace: Trace, *, device: Device = None, by: Grouping = "args") 
 def _owners(trace: Trace, found: Calls) -> np.ndarray:
     """For each GPU op, the index of the outermost modelled call that launched it, or -1."""
     owner = np.full(len(trace.gpu_ops), -1, np.int64)
-    if found.rows.size:
-        event, gpu_idx = found.work.pairs()
+    event, gpu_idx = found.work.pairs()
+    if event.size:
         ts, dur = trace.column("ts")[found.rows], trace.column("dur")[found.rows]
         outer = np.empty(found.rows.size, np.int64)  # each call's rank: earliest, then longest
         outer[np.lexsort((-dur, ts))] = np.arange(found.rows.size)
@@ -307,13 +310,19 @@ def rank_family_metrics(trace: Trace, *, device: Device = None) -> pd.DataFrame:
     if resolved is not None and len(groups):
         groups = add_roofline(groups, resolved)
     roof = groups["roofline_us"].to_numpy(float) if "roofline_us" in groups else None
+    ops = trace.op_rows
+    shaped = set(
+        np.unique(trace.column("rank")[ops[trace.column("input_dims")[ops] >= 0]]).tolist()
+    )
     rows = {}
     for rank in trace.ranks:
         mine = counted & (gpu.rank == rank)
         total = dur_ns[mine].sum()
         mod = mine & (owner >= 0)
-        row: dict[str, float] = {
-            "perf_coverage": float(100 * dur_ns[mod].sum() / total) if total else np.nan
+        row: dict[str, float] = {  # a rank recorded without shapes has no coverage, not 0%
+            "perf_coverage": float(100 * dur_ns[mod].sum() / total)
+            if total and rank in shaped
+            else np.nan
         }
         if mod.any():
             call = owner[mod]
@@ -334,7 +343,7 @@ def rank_family_metrics(trace: Trace, *, device: Device = None) -> pd.DataFrame:
 
 def shapes_recorded(trace: Trace) -> bool:
     """Whether any CPU op of the trace carries ``Input Dims`` (the profile was recorded with
-    ``record_shapes=True``): without them no perf model applies and the coverage is 0.
+    ``record_shapes=True``): without them no perf model applies, and no coverage is given.
 
     Examples
     --------

@@ -57,6 +57,8 @@ def bpe(dtype: str | None) -> int | None:
 
     Examples
     --------
+    ``Float4_e2m1fn_x2`` packs two FP4 values in each of its (1-byte) elements.
+
     >>> bpe("c10::BFloat16"), bpe("float"), bpe("c10::Float8_e4m3fn"), bpe("TensorList")
     (2, 4, 1, None)
     """
@@ -64,13 +66,14 @@ def bpe(dtype: str | None) -> int | None:
         return None
     if dtype in _BPE:
         return _BPE[dtype]
-    if "Float8" in dtype:
+    if "Float8" in dtype or "Float4" in dtype:
         return 1
     return None
 
 
 def precision(dtype: str | None) -> str | None:
-    """The roofline precision (``bf16``, ``fp16``, ``fp32``, ``fp64``, ``fp8``, ``int8``) of a dtype.
+    """The roofline precision (``bf16``, ``fp16``, ``fp32``, ``fp64``, ``fp8``, ``fp4``,
+    ``int8``) of a dtype.
 
     Examples
     --------
@@ -81,6 +84,8 @@ def precision(dtype: str | None) -> str | None:
         return None
     if "Float8" in dtype:
         return "fp8"
+    if "Float4" in dtype:
+        return "fp4"
     return _PRECISION.get(dtype)
 
 
@@ -128,17 +133,21 @@ Args = tuple[list[Any], list[Any], list[str]]  # dims, types, concrete
 
 def dims_at(dims: list[Any], i: int) -> list[int] | None:
     """``Input Dims[i]`` when it is a tensor shape (a list of ints), else None."""
-    if i < len(dims) and isinstance(dims[i], list) and all(isinstance(x, int) for x in dims[i]):
+    if (
+        0 <= i < len(dims)
+        and isinstance(dims[i], list)
+        and all(isinstance(x, int) for x in dims[i])
+    ):
         return dims[i]
     return None
 
 
 def type_at(types: list[Any], i: int) -> str:
-    return types[i] if i < len(types) and isinstance(types[i], str) else ""
+    return types[i] if 0 <= i < len(types) and isinstance(types[i], str) else ""
 
 
 def concrete_at(concrete: list[str], i: int) -> str:
-    return concrete[i] if i < len(concrete) and isinstance(concrete[i], str) else ""
+    return concrete[i] if 0 <= i < len(concrete) and isinstance(concrete[i], str) else ""
 
 
 def ints(text: str) -> list[int] | None:

@@ -100,16 +100,18 @@ def _models(
     cols = [trace.column(c)[rows] for c in ("name", "input_dims", "input_type", "concrete")]
     cols.append(trace.column("seq")[rows] >= 0)
     cols.append(list_dtype if list_dtype is not None else np.full(rows.size, -1))
-    if partner is not None:  # the partner's dims and types (-1: none)
-        for c in ("input_dims", "input_type"):
+    if partner is not None:  # the partner's dims, types and Concrete Inputs (-1: none)
+        for c in ("input_dims", "input_type", "concrete"):
             cols.append(np.where(partner >= 0, trace.column(c)[np.maximum(partner, 0)], -1))
     key, first = _combine(*cols)
     uniques = np.stack([c[first] for c in cols], axis=1).tolist()
     names = trace.categories("name")
-    # the op's own dims and types (columns 1, 2) and its partner's (6, 7), decoded together
+    # the op's own dims, types, concrete (columns 1-3) and its partner's (6-8), decoded together
     dims = _decoded(trace, "input_dims", np.concatenate([c[first] for c in cols[1:2] + cols[6:7]]))
     types = _decoded(trace, "input_type", np.concatenate([c[first] for c in cols[2:3] + cols[7:8]]))
-    concrete = _decoded(trace, "concrete", cols[3][first])
+    concrete = _decoded(
+        trace, "concrete", np.concatenate([c[first] for c in cols[3:4] + cols[8:9]])
+    )
     evaluated = [
         op_model(
             names[u[0]],
@@ -119,7 +121,9 @@ def _models(
             backward=backward,
             training=bool(u[4]),
             list_dtype=_LIST_DTYPES[u[5]] if u[5] >= 0 else None,
-            partner=(dims.get(u[6]), types.get(u[7])) if len(u) > 6 and u[6] >= 0 else None,
+            partner=(dims.get(u[6]), types.get(u[7]), concrete.get(u[8]))
+            if len(u) > 6 and u[6] >= 0
+            else None,
         )
         for u in uniques
     ]
@@ -246,8 +250,9 @@ def busy(trace: Trace, work: Work) -> np.ndarray:
     out = summed[work.hi] - summed[work.lo]
     # overlaps[k]: how many of the GPU ops up to k start before the one listed before it ends
     overlaps = np.cumsum(np.r_[False, start[1:] < end[:-1]])
-    last = np.maximum(work.hi - 1, 0)
-    tangled = np.flatnonzero((work.hi - work.lo > 1) & (overlaps[last] > overlaps[work.lo]))
+    top = overlaps.size - 1  # an empty range may sit at the end: clip, it is not tangled
+    first, last = np.minimum(work.lo, top), np.clip(work.hi - 1, 0, top)
+    tangled = np.flatnonzero((work.hi - work.lo > 1) & (overlaps[last] > overlaps[first]))
     if tangled.size:
         owner, idx = work.take(tangled).pairs()
         out[tangled] = union(owner, gpu.ts[idx], gpu.end[idx], tangled.size)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from .perf_args import (
     Args,
@@ -33,7 +33,9 @@ from .perf_args import (
     precision,
     type_at,
 )
+from .perf_attention import ATTENTION_MODELS, FORWARD_ATTENTION
 from .perf_fbgemm import FBGEMM_MODELS
+from .perf_libs import LIBRARY_FAMILIES, LIBRARY_MODELS
 from .perf_own import FOREACH, OWN_MODELS, foreach
 
 __all__ = [
@@ -56,7 +58,14 @@ _GEMM_POS = {
     "aten::bmm": (0, 1, False),
     "aten::baddbmm": (1, 2, True),
     "aten::_scaled_mm": (0, 1, False),
+    # the same (A, B, ...) layout: TensorRT-LLM's cuBLAS FP8 GEMM, bitsandbytes' int8 GEMM
+    "trtllm::cublas_scaled_mm": (0, 1, False),
+    "bitsandbytes::int8_linear_matmul": (0, 1, False),
 }
+#: GEMMs of 1-byte inputs (FP8, int8) whose output is 16-bit (TraceLens's assumption).
+_SCALED = frozenset(
+    {"aten::_scaled_mm", "trtllm::cublas_scaled_mm", "bitsandbytes::int8_linear_matmul"}
+)
 
 
 def _gemm(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
@@ -71,74 +80,11 @@ def _gemm(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
     if size is None:
         return None
     flops = batch * (2 * m * n * k + (m * n if bias else 0))
-    moved = batch * (m * k + k * n + m * n + (n if bias else 0)) * size
+    out = 2 if op in _SCALED and size == 1 else size
+    moved = batch * ((m * k + k * n + (n if bias else 0)) * size + m * n * out)
     params = {"B": batch, "M": m, "N": n, "K": k, "bias": bias}
     pos = (i, j)
     return OpModel("GEMM", flops, moved, "matrix", type_at(types, i), params, pos, pos)
-
-
-# -- SDPA ---------------------------------------------------------------------------------------
-#: SDPA ops: (layout of Q/K/V, position of dropout and is_causal in Concrete Inputs).
-_SDPA = {
-    "aten::_scaled_dot_product_flash_attention": ("BHND", 3, 4),
-    "aten::_scaled_dot_product_efficient_attention": ("BHND", 5, 6),
-    "aten::_scaled_dot_product_cudnn_attention": ("BHND", 5, 6),
-    "flash_attn::_flash_attn_forward": ("BNHD", 3, 5),
-    "aiter::_flash_attn_forward": ("BNHD", 3, 5),
-}
-
-
-#: The argument positions whose types and strides TraceLens's SDPA rows carry (aten: the
-#: types of Q and K, no strides; flash_attn: Q, K, V strides too; aiter: neither).
-_SDPA_KEYS: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
-    "flash_attn::_flash_attn_forward": ((0, 1), (0, 1, 2)),
-    "aiter::_flash_attn_forward": ((), ()),
-}
-
-
-def _sdpa(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
-    dims, types, concrete = args
-    layout, p_drop, p_causal = _SDPA[op]
-    q, k, v = dims_at(dims, 0), dims_at(dims, 1), dims_at(dims, 2)
-    if q is None or k is None or v is None or not (len(q) == len(k) == len(v) == 4):
-        return None
-    if layout == "BHND":
-        (b, hq, nq, dqk), (_, hkv, nkv, _), dv = q, k, v[3]
-    else:
-        (b, nq, hq, dqk), (_, nkv, hkv, _), dv = q, k, v[3]
-    causal = bool(flag(concrete_at(concrete, p_causal)))
-    dropout = concrete_at(concrete, p_drop)
-    size = bpe(type_at(types, 0))
-    if size is None:
-        return None
-    qk, pv = 2 * nq * nkv * dqk, 2 * nq * nkv * dv
-    backward = ctx.get("backward", False)
-    flops: float
-    if backward:  # recomputed scores, dV, dP, dQ, dK; GQA sums the heads sharing K/V
-        flops = b * hq * (3 * qk + 2 * pv)
-        flops += b * nkv * hkv * max(hq // max(hkv, 1) - 1, 0) * (dqk + dv)
-    else:
-        flops = b * hq * (qk + pv)
-    if causal:
-        flops /= 2
-    elements = b * nq * hq * dqk + b * nkv * hkv * dqk + b * nkv * hkv * dv + b * nq * hq * dv
-    if backward:  # Q, K, V, dO in; dQ, dK, dV out (TraceLens's 7 tensors)
-        elements += b * nq * hq * dqk + b * nkv * hkv * (dqk + dv)
-    params = {
-        "B": b,
-        "N_Q": nq,
-        "H_Q": hq,
-        "N_KV": nkv,
-        "H_KV": hkv,
-        "d_h_qk": dqk,
-        "d_h_v": dv,
-        "dropout": dropout,
-        "causal": causal,
-    }
-    family = "SDPA_bwd" if backward else "SDPA_fwd"
-    typed, strided = _SDPA_KEYS.get(op, ((0, 1), ()))
-    dtype = type_at(types, 0)
-    return OpModel(family, flops, elements * size, "matrix", dtype, params, typed, strided)
 
 
 # -- convolution --------------------------------------------------------------------------------
@@ -167,40 +113,82 @@ def _conv(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
     values = [concrete_at(concrete, first + i) for i in range(6)]
     stride, pad, dil = (ints(v) for v in values[:3])
     transposed, out_pad, groups = flag(values[3]), ints(values[4]), ints(values[5])
-    if x is None or w is None or len(x) < 3 or len(w) != len(x):
-        return None
-    if stride is None or pad is None or dil is None:
-        return None
-    transposed = bool(transposed)
-    out = _conv_out(x, w, stride, pad, dil, transposed, out_pad or [0])
-    if groups and transposed:
-        out[1] = w[1] * groups[0]
-    size = bpe(type_at(types, ix))
-    if size is None or min(out) <= 0:
+    if x is None or w is None or stride is None or pad is None or dil is None:
         return None
     if backward:  # TraceLens: bias_sizes (Concrete[3]) is '[0]' when there is no bias
         bias_n = (ints(concrete_at(concrete, 3)) or [0])[0]
     else:
         b = dims_at(dims, 2)
         bias_n = b[0] if b else 0  # TraceLens never counts the bias (docs/traces.md)
+    shape = _Conv(
+        x, w, stride, pad, dil, bool(transposed), out_pad or [0], groups[0] if groups else 1
+    )
+    return _conv_model(shape, bias_n, types, (ix, iw), backward=backward)
+
+
+class _Conv(NamedTuple):
+    x: list[int]
+    w: list[int]
+    stride: list[int]
+    pad: list[int]
+    dil: list[int]
+    transposed: bool
+    out_pad: list[int]
+    groups: int
+
+
+def _conv_model(
+    c: _Conv, bias_n: int, types: list[Any], pos: tuple[int, int], *, backward: bool
+) -> OpModel | None:
+    """A convolution's FLOPs and bytes (``CONV_fwd``; ``CONV_bwd``: input and weight
+    gradients, twice the forward), ``bias_n`` output channels of bias (0: none)."""
+    x, w = c.x, c.w
+    if len(x) < 3 or len(w) != len(x):
+        return None
+    out = _conv_out(x, w, c.stride, c.pad, c.dil, c.transposed, c.out_pad)
+    if c.transposed:
+        out[1] = w[1] * c.groups
+    size = bpe(type_at(types, pos[0]))
+    if size is None or min(out) <= 0:
+        return None
     per_out = 2 * numel(w[1:])
-    fwd_flops = (numel(x) if transposed else numel(out)) * per_out + (numel(out) if bias_n else 0)
+    fwd_flops = (numel(x) if c.transposed else numel(out)) * per_out + (numel(out) if bias_n else 0)
     fwd_bytes = (numel(x) + numel(w) + numel(out) + bias_n) * size
+    spatial = len(x) - 2
     params = {
         "input_shape": tuple(x),
         "filter_shape": tuple(w),
         "bias": bool(bias_n),
-        "stride": tuple(stride),
-        "padding": tuple(pad),
-        "dilation": tuple(dil),
-        "transposed": transposed,
-        "groups": groups[0] if groups else 1,
+        "stride": tuple(c.stride * spatial if len(c.stride) == 1 else c.stride),
+        "padding": tuple(c.pad * spatial if len(c.pad) == 1 else c.pad),
+        "dilation": tuple(c.dil * spatial if len(c.dil) == 1 else c.dil),
+        "transposed": c.transposed,
+        "groups": c.groups,
     }
-    pos = (ix, iw)
-    dtype = type_at(types, ix)
+    dtype = type_at(types, pos[0])
     if backward:
         return OpModel("CONV_bwd", 2 * fwd_flops, 2 * fwd_bytes, "matrix", dtype, params, pos, pos)
     return OpModel("CONV_fwd", fwd_flops, fwd_bytes, "matrix", dtype, params, pos, pos)
+
+
+def _conv_bias(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
+    """apex's fused ``ConvBias_``/``ConvBiasReLU_(x, weight, bias, stride, padding)`` (one
+    int each, for every spatial dimension; no dilation, one group). Their backward nodes
+    record nothing of the forward: their arguments are the forward call's, found by
+    ``Sequence number`` (:mod:`aorta.trace.perf_context`)."""
+    backward = op.endswith("_Backward")
+    if backward:
+        partner = ctx.get("partner")
+        if partner is None or len(partner) < 3:
+            return None
+        args = (partner[0], partner[1], partner[2] if isinstance(partner[2], list) else [])
+    dims, types, concrete = args
+    x, w = dims_at(dims, 0), dims_at(dims, 1)
+    stride, pad = ints(concrete_at(concrete, 3)) or [1], ints(concrete_at(concrete, 4)) or [0]
+    if x is None or w is None:
+        return None
+    shape = _Conv(x, w, stride[:1], pad[:1], [1], False, [0], 1)
+    return _conv_model(shape, w[0], types, (0, 1), backward=backward)
 
 
 # -- elementwise --------------------------------------------------------------------------------
@@ -284,6 +272,7 @@ _REDUCE = (
     "aten::max",
     "aten::min",
     "aten::norm",
+    "aten::linalg_norm",
     "aten::linalg_vector_norm",
     "aten::std",
     "aten::var",
@@ -302,6 +291,10 @@ _REDUCE = (
 )
 
 
+#: Reductions whose ``dim`` is not the second argument (``norm(self, p, dim, keepdim)``).
+_DIM_AT = {"aten::norm": 2, "aten::linalg_norm": 2, "aten::linalg_vector_norm": 2}
+
+
 def _reduce(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
     dims, types, concrete = args
     shape = dims_at(dims, 0)
@@ -312,7 +305,7 @@ def _reduce(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
     if op in ("aten::cumsum", "aten::cumprod"):
         out = n
     else:  # the reduced dims and keepdim are strings: TraceLens reads them as "all" (out = 1)
-        reduced = ints(concrete_at(concrete, 1)) if len(shape) else None
+        reduced = ints(concrete_at(concrete, _DIM_AT.get(op, 1))) if len(shape) else None
         out = 1
         if reduced is not None and reduced and shape:
             axes = {d % len(shape) for d in reduced}
@@ -520,8 +513,11 @@ _ELEMENTWISE_BINARY = (
 Model = Callable[[str, Args, dict[str, Any]], "OpModel | None"]
 _REGISTRY: dict[str, Model] = {
     **dict.fromkeys(_GEMM_POS, _gemm),
-    **dict.fromkeys(_SDPA, _sdpa),
+    **ATTENTION_MODELS,
     "aten::convolution": _conv,
+    **dict.fromkeys(
+        ("ConvBias_", "ConvBiasReLU_", "ConvBias_Backward", "ConvBiasReLU_Backward"), _conv_bias
+    ),
     "aten::convolution_backward": _conv,
     **dict.fromkeys(_UNARY, _unary),
     **dict.fromkeys(_BINARY, _binary),
@@ -530,8 +526,12 @@ _REGISTRY: dict[str, Model] = {
     **dict.fromkeys(_NORM_BWD, _norm),
     "aten::_fused_rms_norm": _rms_norm,
     "aten::_fused_rms_norm_backward": _rms_norm,
+    # TraceLens's RMSNormBwd names: the same (grad_out, input, normalized_shape, rstd,
+    # weight, output_mask) schema
+    **{f"aten::{p}rms_norm_backward": _rms_norm for p in ("", "native_", "miopen_", "cudnn_")},
     **OWN_MODELS,
     **FBGEMM_MODELS,
+    **LIBRARY_MODELS,
 }
 _OWN_FAMILY = {
     **dict.fromkeys(_ELEMENTWISE_UNARY, ("Elementwise", _unary)),
@@ -554,11 +554,12 @@ FAMILIES: tuple[str, ...] = (
     "Elementwise",
     "Memory",
     "Pooling",
+    *LIBRARY_FAMILIES,
 )
 #: Forward ops whose model also describes the linked backward (``Sequence number``) work.
 BACKWARD_FAMILIES: frozenset[str] = frozenset({"SDPA_fwd", "Reduce_fwd"})
 #: The ops whose model can be of a family in :data:`BACKWARD_FAMILIES`.
-BACKWARD_OPS: frozenset[str] = frozenset(_SDPA) | frozenset(_REDUCE)
+BACKWARD_OPS: frozenset[str] = FORWARD_ATTENTION | frozenset(_REDUCE)
 
 
 def modelled_ops() -> frozenset[str]:
@@ -593,7 +594,7 @@ def op_model(
     backward: bool = False,
     training: bool = True,
     list_dtype: str | None = None,
-    partner: tuple[Any, Any] | None = None,
+    partner: tuple[Any, ...] | None = None,
 ) -> OpModel | None:
     """The model of one call of ``op`` with these ``Input Dims``/``Input type``/``Concrete
     Inputs``; ``None`` when ``op`` has no model or its arguments cannot be read.
@@ -610,9 +611,10 @@ def op_model(
         The element type of the op's ``TensorList`` inputs (Kineto records their shapes, not
         their type): a ``_foreach_*`` op has a model only with it.
     partner
-        ``(Input Dims, Input type)`` of the event that records what the op's own arguments do
-        not (:func:`aorta.trace.perf_context.partners`: an fbgemm backward node's forward call,
-        the backward node whose gradients a ``cat`` concatenates).
+        ``(Input Dims, Input type[, Concrete Inputs])`` of the event that records what the
+        op's own arguments do not (:func:`aorta.trace.perf_context.partners`: an fbgemm
+        backward node's forward call, apex's ``ConvBias_`` for its backward, the backward node
+        whose gradients a ``cat`` concatenates).
 
     Examples
     --------
@@ -622,7 +624,9 @@ def op_model(
     ('GEMM', 73996800, 814080, 'B=1 M=141 N=512 K=512 bias=True')
     """
     if not isinstance(dims, list) or not isinstance(types, list):
-        return None
+        if partner is None:  # a node recording no argument of its own may have a partner
+            return None
+        dims, types = [], []
     concrete = concrete if isinstance(concrete, list) else []
     args: Args = (dims, types, concrete)
     ctx: dict[str, Any] = {"backward": backward, "training": training, "list_dtype": list_dtype}
