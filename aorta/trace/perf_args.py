@@ -9,6 +9,7 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 __all__ = [
@@ -111,7 +112,7 @@ class OpModel:
     strided: tuple[int, ...] = (0,)
     dtypes: tuple[str, ...] = ()
 
-    @property
+    @cached_property
     def shape(self) -> str:
         """The parameters as one readable string (``M=141 N=512 K=512 bias=True``)."""
         return " ".join(f"{k}={_fmt(v)}" for k, v in self.params.items())

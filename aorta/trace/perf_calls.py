@@ -54,10 +54,19 @@ _LIST_DTYPES = ("float", "double", "c10::Half", "c10::BFloat16", "long int", "in
 def _decoded(trace: Trace, column: str, codes: np.ndarray) -> dict[int, Any]:
     """The JSON texts of a categorical column, decoded once per code present in ``codes``."""
     categories = trace.categories(column)
+    wanted = [c for c in np.unique(codes).tolist() if c >= 0]
+    try:  # one decode of them all as one array (one call, not one per text)
+        return dict(
+            zip(
+                wanted,
+                msgspec.json.decode(f"[{','.join(categories[c] for c in wanted)}]"),
+                strict=True,
+            )
+        )
+    except (msgspec.DecodeError, ValueError):
+        pass
     out: dict[int, Any] = {}
-    for code in np.unique(codes).tolist():
-        if code < 0:
-            continue
+    for code in wanted:  # a text that does not decode is None, the others as they are
         try:
             out[code] = msgspec.json.decode(categories[code])
         except msgspec.DecodeError:
@@ -90,45 +99,79 @@ def _models(
     backward: bool = False,
     list_dtype: np.ndarray | None = None,
     partner: np.ndarray | None = None,
-) -> tuple[np.ndarray, list[OpModel | None]]:
+    strides: bool = False,
+) -> tuple[np.ndarray, list[OpModel | None], np.ndarray]:
     """For each op row, an index into the returned models (``backward``: the forward op's model
-    of its backward work); evaluated once per distinct (name, dims, types, concrete, training,
-    ``list_dtype``: an index into ``_LIST_DTYPES`` per row, -1 for none; ``partner``: the event
-    row completing the op's arguments, :func:`~aorta.trace.perf_context.partners`)."""
+    of its backward work), and per model the first of its rows (a position in ``rows``);
+    evaluated once per distinct (name, dims, types, concrete, training, ``list_dtype``: an
+    index into ``_LIST_DTYPES`` per row, -1 for none; ``partner``: the event row completing the
+    op's arguments, :func:`~aorta.trace.perf_context.partners`; with ``strides`` also the
+    ``Input Strides``, so that all rows of a model share them)."""
     if rows.size == 0:
-        return np.empty(0, np.int64), []
-    cols = [trace.column(c)[rows] for c in ("name", "input_dims", "input_type", "concrete")]
-    cols.append(trace.column("seq")[rows] >= 0)
-    cols.append(list_dtype if list_dtype is not None else np.full(rows.size, -1))
+        return np.empty(0, np.int64), [], np.empty(0, np.int64)
+    at: dict[str, int] = {}  # the key columns by name (only those that can vary are gathered)
+
+    def add(name: str, values: np.ndarray) -> None:
+        at[name] = len(cols)
+        cols.append(values)
+
+    cols: list[np.ndarray] = []
+    for c in ("name", "input_dims", "input_type", "concrete"):
+        add(c, trace.column(c)[rows])
+    add("training", trace.column("seq")[rows] >= 0)
+    if strides:
+        add("strides", trace.column("input_strides")[rows])
+    if list_dtype is not None:
+        add("list_dtype", list_dtype)
     if partner is not None:  # the partner's dims, types and Concrete Inputs (-1: none)
         for c in ("input_dims", "input_type", "concrete"):
-            cols.append(np.where(partner >= 0, trace.column(c)[np.maximum(partner, 0)], -1))
+            add(f"partner_{c}", np.where(partner >= 0, trace.column(c)[np.maximum(partner, 0)], -1))
     key, first = _combine(*cols)
-    uniques = np.stack([c[first] for c in cols], axis=1).tolist()
+    firsts = {name: cols[i][first] for name, i in at.items()}
+    partnered = partner is not None
+
+    def decoded(column: str) -> dict[int, Any]:  # the op's own and its partner's, together
+        codes = firsts[column]
+        if partnered:
+            codes = np.concatenate([codes, firsts[f"partner_{column}"]])
+        return _decoded(trace, column, codes)
+
+    dims, types, concrete = decoded("input_dims"), decoded("input_type"), decoded("concrete")
     names = trace.categories("name")
-    # the op's own dims, types, concrete (columns 1-3) and its partner's (6-8), decoded together
-    dims = _decoded(trace, "input_dims", np.concatenate([c[first] for c in cols[1:2] + cols[6:7]]))
-    types = _decoded(trace, "input_type", np.concatenate([c[first] for c in cols[2:3] + cols[7:8]]))
-    concrete = _decoded(
-        trace, "concrete", np.concatenate([c[first] for c in cols[3:4] + cols[8:9]])
-    )
-    evaluated = [
-        op_model(
-            names[u[0]],
-            dims.get(u[1]),
-            types.get(u[2]),
-            concrete.get(u[3]),
-            backward=backward,
-            training=bool(u[4]),
-            list_dtype=_LIST_DTYPES[u[5]] if u[5] >= 0 else None,
-            partner=(dims.get(u[6]), types.get(u[7]), concrete.get(u[8]))
-            if len(u) > 6 and u[6] >= 0
-            else None,
+    listed = firsts.get("list_dtype", np.full(first.size, -1)).tolist()
+    evaluated = []
+    for i, (name, d, t, c, training) in enumerate(
+        zip(
+            *(
+                firsts[k].tolist()
+                for k in ("name", "input_dims", "input_type", "concrete", "training")
+            ),
+            strict=True,
         )
-        for u in uniques
-    ]
+    ):
+        pair = None
+        if partnered and firsts["partner_input_dims"][i] >= 0:
+            pair = tuple(
+                table.get(int(firsts[f"partner_{column}"][i]))
+                for table, column in (
+                    (dims, "input_dims"),
+                    (types, "input_type"),
+                    (concrete, "concrete"),
+                )
+            )
+        model = op_model(
+            names[name],
+            dims.get(d),
+            types.get(t),
+            concrete.get(c),
+            backward=backward,
+            training=bool(training),
+            list_dtype=_LIST_DTYPES[listed[i]] if listed[i] >= 0 else None,
+            partner=pair,
+        )
+        evaluated.append(model)
     # key codes are 0..k-1 in order of first appearance; ``first`` is sorted by key
-    return key, evaluated
+    return key, evaluated, first
 
 
 def _list_dtypes(trace: Trace, rows: np.ndarray, work: Work) -> np.ndarray:
@@ -246,13 +289,17 @@ def busy(trace: Trace, work: Work) -> np.ndarray:
     if work.gpu.size == 0 or n == 0:
         return np.zeros(n, np.int64)
     start, end = gpu.ts[work.gpu], gpu.end[work.gpu]
-    summed = np.r_[np.int64(0), np.cumsum(end - start)]
+    summed = np.empty(start.size + 1, np.int64)  # prefix sums of the durations, in place
+    summed[0] = 0
+    np.subtract(end, start, out=summed[1:])
+    np.cumsum(summed, out=summed)
     out = summed[work.hi] - summed[work.lo]
-    # overlaps[k]: how many of the GPU ops up to k start before the one listed before it ends
-    overlaps = np.cumsum(np.r_[False, start[1:] < end[:-1]])
-    top = overlaps.size - 1  # an empty range may sit at the end: clip, it is not tangled
-    first, last = np.minimum(work.lo, top), np.clip(work.hi - 1, 0, top)
-    tangled = np.flatnonzero((work.hi - work.lo > 1) & (overlaps[last] > overlaps[first]))
+    # the GPU ops that start before the one listed before them ends (few): an event whose range
+    # holds one of them past its first op has overlapping intervals
+    late = np.flatnonzero(start[1:] < end[:-1]) + 1
+    tangled = np.flatnonzero(
+        np.searchsorted(late, work.lo, "right") < np.searchsorted(late, work.hi, "left")
+    )
     if tangled.size:
         owner, idx = work.take(tangled).pairs()
         out[tangled] = union(owner, gpu.ts[idx], gpu.end[idx], tangled.size)
@@ -298,28 +345,35 @@ def union(owner: np.ndarray, start: np.ndarray, end: np.ndarray, n: int) -> np.n
     return np.bincount(owner, weights=prev, minlength=n).astype(np.int64)
 
 
-def _op_rows(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
-    """``cpu_op`` rows with a model, and ``autograd::engine::evaluate_function`` rows: one
-    lookup per event through a table over the unique names."""
+def _op_rows(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``cpu_op`` rows with a model, those of them whose model may describe backward work
+    too (:data:`BACKWARD_OPS`, a subset), and ``autograd::engine::evaluate_function`` rows:
+    one lookup per event through a table over the unique names."""
     names = trace.categories("name")
     kind = np.fromiter(
-        (1 if has_model(n) else 2 if n.startswith(_EVALUATE) else 0 for n in names),
+        (
+            (3 if n in BACKWARD_OPS else 1) if has_model(n) else 2 if n.startswith(_EVALUATE) else 0
+            for n in names
+        ),
         np.int8,
         len(names),
     )
     cats = trace.categories("cat")
+    empty = np.empty(0, np.int64)
     if not names or "cpu_op" not in cats:
-        return np.empty(0, np.int64), np.empty(0, np.int64)
+        return empty, empty, empty
     of_row = kind[trace.column("name")]  # every event: a small table, read in order
-    of_row[trace.column("cat") != cats.index("cpu_op")] = 0
-    return np.flatnonzero(of_row == 1), np.flatnonzero(of_row == 2)
+    found = np.flatnonzero(of_row)  # then the category of the few candidates only
+    found = found[trace.column("cat")[found] == cats.index("cpu_op")]
+    kinds = of_row[found]
+    return found[kinds != 2], found[kinds == 3], found[kinds == 2]
 
 
 def _backward(
     trace: Trace, rows: np.ndarray, capable: np.ndarray, bwd: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """Backward work linked to modelled forward ops by ``Sequence number``: positions in
-    ``bwd`` (the ``evaluate_function`` rows, :func:`_op_rows`'s second) and in ``rows`` of their
+    ``bwd`` (the ``evaluate_function`` rows, :func:`_op_rows`'s third) and in ``rows`` of their
     forward ops (among the candidates ``rows[capable]`` with the same (rank, sequence number),
     the latest-starting one)."""
     empty = (np.empty(0, np.int64), np.empty(0, np.int64))
@@ -338,16 +392,14 @@ def _backward(
     return back[hit], fwd[pos[hit]]
 
 
-def _may_link(trace: Trace, rows: np.ndarray, evaluate: np.ndarray) -> np.ndarray:
-    """The ``evaluate_function`` rows whose (rank, sequence number) is that of an op in
-    ``rows`` that may have a backward model (:data:`BACKWARD_OPS`): the only ones
+def _may_link(trace: Trace, capable: np.ndarray, evaluate: np.ndarray) -> np.ndarray:
+    """The ``evaluate_function`` rows whose (rank, sequence number) is that of an op of
+    ``capable`` (the ops whose model may describe backward work): the only ones
     :func:`_backward` can link, so the others' GPU work is never looked up."""
-    names = trace.categories("name")
-    if evaluate.size == 0 or not names:
-        return evaluate
-    capable = np.fromiter((n in BACKWARD_OPS for n in names), bool, len(names))
+    if evaluate.size == 0 or capable.size == 0:
+        return evaluate[:0]
     seq, rank = trace.column("seq"), trace.column("rank")
-    fwd = rows[capable[trace.column("name")[rows]] & (seq[rows] >= 0)]
+    fwd = capable[seq[capable] >= 0]
     if fwd.size == 0:
         return evaluate[:0]
     return evaluate[links.lookup(rank[evaluate], seq[evaluate], rank[fwd], seq[fwd]) >= 0]
@@ -378,40 +430,46 @@ class _Groups:
 
     def __init__(self, trace: Trace, by: Grouping) -> None:
         self.trace, self.by = trace, by
-        self.names = trace.categories("name")
         self.table: dict[tuple, int] = {}
         self.records: list[tuple] = []
 
-    def assign(self, rows: np.ndarray, ids: np.ndarray, models: list[OpModel | None]) -> np.ndarray:
-        """The group of each call: ``rows`` its event row (whose name and strides count),
-        ``ids`` its index into ``models`` (-1 groups are calls without a model)."""
+    def assign(
+        self, rows: np.ndarray, ids: np.ndarray, models: list[OpModel | None], first: np.ndarray
+    ) -> np.ndarray:
+        """The group of each call: ``rows`` its event row, ``ids`` its index into ``models``
+        (whose rows share the op name and, with ``by="args"``, the strides: :func:`_models`),
+        ``first`` each model's first row (a position in ``rows``)."""
         if ids.size == 0:
             return np.empty(0, np.int64)
-        if self.by == "shape":
-            strides = np.full(ids.size, -1, np.int64)
-        else:  # TraceLens's rows: the strides of the tensors the model reads count too
-            strides = self.trace.column("input_strides")[rows].astype(np.int64)
-        pair, first = _combine(ids, strides)
-        texts = _decoded(self.trace, "input_strides", strides[first]) if self.by == "args" else {}
-        names = self.trace.column("name")
-        mapping = np.full(first.size, -1, np.int64)
-        for k, (i, code, row) in enumerate(
-            zip(ids[first].tolist(), strides[first].tolist(), rows[first].tolist(), strict=True)
-        ):
-            m = models[i]
+        names, name_codes = self.trace.categories("name"), self.trace.column("name")
+        where = rows[first]
+        if (
+            self.by == "args"
+        ):  # TraceLens's rows: the strides of the tensors the model reads count too
+            codes = self.trace.column("input_strides")[where]
+            texts = _decoded(self.trace, "input_strides", codes)
+        mapping = np.full(len(models), -1, np.int64)
+        for i, m in enumerate(models):
             if m is None:
                 continue
-            extra = (
-                ("", "")
-                if self.by == "shape"
-                else (",".join(m.dtypes), strides_text(texts.get(code), m.strided))
+            if self.by == "shape":
+                extra = ("", "")
+            else:
+                extra = (",".join(m.dtypes), strides_text(texts.get(int(codes[i])), m.strided))
+            key = (
+                names[name_codes[where[i]]],
+                m.family,
+                m.shape,
+                m.dtype,
+                *extra,
+                m.flops,
+                m.bytes,
             )
-            key = (self.names[names[row]], m.family, m.shape, m.dtype, *extra, m.flops, m.bytes)
             if key not in self.table:
                 self.table[key] = len(self.records)
                 self.records.append((*key, m.unit))
-            mapping[k] = self.table[key]
-        return mapping[pair]
+            mapping[i] = self.table[key]
+        return mapping[ids]
 
 
 def strides_text(strides: Any, positions: tuple[int, ...]) -> str:
@@ -448,39 +506,37 @@ def calls(trace: Trace, *, by: Grouping = "args") -> Calls:
     >>> found.groups[["op", "family", "shape", "strides"]].to_dict("records"), found.kernel_ns.tolist()
     ([{'op': 'aten::relu', 'family': 'Elementwise', 'shape': 'op_shape=(8,4)', 'strides': '(1,8)'}], [3000])
     """
-    rows, evaluate = _op_rows(trace)
-    evaluate = _may_link(trace, rows, evaluate)
+    rows, backward_capable, evaluate = _op_rows(trace)
+    evaluate = _may_link(trace, backward_capable, evaluate)
     candidates = np.concatenate([rows, evaluate]).astype(np.int64)
     work = launched(trace, candidates)
     list_dtype = _list_dtypes(trace, candidates, work)[: rows.size]
     partner = partners(trace, rows)
-    ids, models = _models(
+    ids, models, first = _models(
         trace,
         rows,
         list_dtype=list_dtype if (list_dtype >= 0).any() else None,
         partner=partner if (partner >= 0).any() else None,
+        strides=by == "args",
     )
-    ok = np.array([m is not None for m in models], dtype=bool)
-    keep = np.flatnonzero(ok[ids]) if ids.size else np.empty(0, np.int64)
-    ids = ids[keep]
+    groups = _Groups(trace, by)  # a backward row is named, shaped and strided as its forward op
+    group = groups.assign(rows, ids, models, first)
+    keep = np.flatnonzero(group >= 0)  # the calls with a model
+    ids, group = ids[keep], group[keep]
     capable = np.array([m is not None and m.family in BACKWARD_FAMILIES for m in models], bool)
     capable_rows = capable[ids] if ids.size else np.zeros(0, bool)
     bwd, fwd_of = _backward(trace, rows[keep], capable_rows, evaluate)
     fwd_rows = rows[keep][fwd_of]
-    bwd_ids, bwd_models = _models(trace, fwd_rows, backward=True)
-    bwd_ok = np.array([m is not None for m in bwd_models], dtype=bool)
-    kept = bwd_ok[bwd_ids] if bwd_ids.size else np.zeros(0, bool)
-    bwd, fwd_rows, bwd_ids = bwd[kept], fwd_rows[kept], bwd_ids[kept]
-    groups = _Groups(trace, by)  # a backward row is named, shaped and strided as its forward op
-    group = np.concatenate(
-        [groups.assign(rows[keep], ids, models), groups.assign(fwd_rows, bwd_ids, bwd_models)]
-    )
+    bwd_ids, bwd_models, bwd_first = _models(trace, fwd_rows, backward=True, strides=by == "args")
+    bwd_group = groups.assign(fwd_rows, bwd_ids, bwd_models, bwd_first)
+    kept = bwd_group >= 0
+    bwd, group = bwd[kept], np.concatenate([group, bwd_group[kept]])
     # calls as positions among the candidates
     position = np.concatenate([keep, rows.size + bwd]).astype(np.int64)
     mine = work.take(position)
     return Calls(
         rows=candidates[position],
-        group=group.astype(np.int64),
+        group=group,
         kernel_ns=busy(trace, mine),
         records=groups.records,
         work=mine,

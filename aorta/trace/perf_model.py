@@ -16,7 +16,6 @@ has a model. The argument readers and :class:`OpModel` live in :mod:`aorta.trace
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any, NamedTuple
 
 from .perf_args import (
@@ -645,4 +644,6 @@ def op_model(
         return None
     if model is None or (backward and model.family not in ("SDPA_bwd", "Reduce_bwd")):
         return None
-    return replace(model, dtypes=tuple(type_at(types, i) for i in model.typed))
+    # the types of the inputs that key the row (a frozen field set once, as __post_init__ would)
+    object.__setattr__(model, "dtypes", tuple(type_at(types, i) for i in model.typed))
+    return model
