@@ -5,9 +5,12 @@ TraceLens-compatible where TraceLens is right (its formulas, its family names: `
 ``SDPA_fwd``/``SDPA_bwd``, ``CONV_fwd``/``CONV_bwd``, ``UnaryElementwise``,
 ``BinaryElementwise``, ``Reduce_fwd``/``Reduce_bwd``, ``Normalization``), right where it is not
 (see ``docs/traces.md``, "Against the hardware"), and with families of its own for what
-TraceLens leaves out (``Elementwise`` here; ``Softmax``, ``Memory``, ``Pooling`` in
-:mod:`aorta.trace.perf_own`, FBGEMM's embedding ops in :mod:`aorta.trace.perf_fbgemm`) — memory-bound models from shapes, so that nearly all kernel time
-has a model. The argument readers and :class:`OpModel` live in :mod:`aorta.trace.perf_args`.
+TraceLens leaves out (``Elementwise`` here; ``Softmax``, ``Memory``, ``Pooling`` and
+upsampling in :mod:`aorta.trace.perf_own`, FBGEMM's embedding ops in
+:mod:`aorta.trace.perf_fbgemm`) — memory-bound models from shapes, so that nearly all kernel
+time has a model. Attention is in :mod:`aorta.trace.perf_attention`, the library ops of
+TraceLens's table in :mod:`aorta.trace.perf_libs`; the argument readers and :class:`OpModel`
+live in :mod:`aorta.trace.perf_args`.
 
 :func:`op_model` is the one entry point: op name + parsed arguments → :class:`OpModel` or
 ``None`` (not modelled, or arguments it cannot read).
