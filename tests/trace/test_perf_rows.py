@@ -220,3 +220,30 @@ def test_summarize_says_a_trace_has_no_shapes(capsys):
     out = capsys.readouterr().out
     assert "recorded without record_shapes: no perf model possible" in out
     assert "0.0%" not in out[out.index("== against_the_hardware") :]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["kernel", "gpu_memcpy", "gpu_memset"]),
+            st.integers(0, 60),  # start after the op began
+            st.integers(1, 25),  # duration
+            st.sampled_from([7, 9]),  # stream
+        ),
+        min_size=0,
+        max_size=8,
+    )
+)
+def test_kernel_time_is_the_union_of_every_gpu_op_launched(gpu_ops):
+    """One modelled call launching kernels, copies and fills on two streams, overlapping or
+    not: its kernel time is the length of the union of their intervals, whatever their order
+    (the prefix-sum path for the ops that do not overlap, the merge for those that do)."""
+    ops = [("cpu_op", "aten::relu", 0, 100, {"Input Dims": [[64]], "Input type": ["float"]})]
+    for k, (cat, start, dur, stream) in enumerate(gpu_ops):
+        ops.append((cat, f"{cat}_{k}", 200 + start, dur, {"launch_ts": 1 + k, "stream": stream}))
+    row = synthetic_trace(ops).perf_ops(device=False).iloc[0]
+    covered = set()
+    for _, start, dur, _ in gpu_ops:
+        covered.update(range(200 + start, 200 + start + dur))
+    assert row["kernel_us"] == pytest.approx(len(covered))
