@@ -7,7 +7,9 @@ interleaved (so a busy machine disturbs all alike), the trace is loaded from the
 analysis is timed:
 
 - **peer**: ``trace.gpu_timeline()`` (the TraceLens-compatible breakdown, links included);
-- **perf_ops**: ``trace.perf_ops()`` (every op family, busy time per call, roofline);
+- **perf_ops**: ``trace.perf_ops()`` (every op family, busy time per call, roofline; rows as
+  TraceLens forms them: op × parameters × types and strides);
+- **perf_ops_shape**: ``trace.perf_ops(by="shape")`` (the coarser rows);
 - **perf_summary**: ``trace.perf_summary()`` (every GPU op once, coverage);
 - **perf_ops after the timeline**: ``gpu_timeline()`` first, then ``perf_ops()`` timed alone
   (the links the two share already built: what a notebook calling both pays extra);
@@ -66,6 +68,8 @@ if what == "peer":
     out = trace.gpu_timeline()
 elif what == "perf_summary":
     out = trace.perf_summary()
+elif what == "perf_ops_shape":
+    out = trace.perf_ops(by="shape")
 else:
     out = trace.perf_ops()
 t1, c1 = time.perf_counter(), clock()
@@ -73,7 +77,7 @@ extra = {"coverage": out.attrs["coverage"]} if what == "perf_summary" else {}
 print(json.dumps({"analysis_s": t1 - t0, "cpu_s": c1 - c0, "rows": len(out),
                   "events": len(trace.events), "maxrss": peak_rss(), **extra}))
 """
-KINDS = ("peer", "perf_ops", "perf_summary", "warm_perf_ops", "alternate")
+KINDS = ("peer", "perf_ops", "perf_ops_shape", "perf_summary", "warm_perf_ops", "alternate")
 
 
 def main() -> None:
