@@ -562,8 +562,15 @@ def group_columns(records: list[tuple]) -> dict[str, np.ndarray]:
 def grouped_columns(
     records: list[tuple], group: np.ndarray, kernel_ns: np.ndarray
 ) -> dict[str, np.ndarray]:
-    """Per group with calls: the group's columns, ``count`` (calls), summed ``kernel_us``,
-    achieved ``tflops``/``tbps`` (over the calls that ran GPU work) and ``intensity``."""
+    """Per group with calls: the group's columns (:func:`group_columns`), ``count`` (calls),
+    summed ``kernel_us``, achieved ``tflops``/``tbps`` (over the calls that ran GPU work) and
+    ``intensity``.
+
+    >>> record = ("aten::mm", "GEMM", "M=2", "float", "float,float", "", 2e6, 1e3, "matrix")
+    >>> out = grouped_columns([record], np.array([0, 0]), np.array([1000, 0]))
+    >>> out["count"].tolist(), out["kernel_us"].tolist(), out["tflops"].tolist()  # one call ran 1 µs
+    ([2], [1.0], [2.0])
+    """
     n = len(records)
     count = np.bincount(group, minlength=n)
     timed = np.bincount(group, weights=(kernel_ns > 0).astype(float), minlength=n)
