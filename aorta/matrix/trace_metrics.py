@@ -77,7 +77,7 @@ __all__ = [
 #: Bump when what :func:`analyse_trial` computes changes: older metrics caches are ignored.
 #: 2: the per-item per-step tables of :func:`aorta.trace.items.step_items` (``items``, ``steps``).
 #: 3: the perf-model metrics (``perf_coverage``, ``tflops_<family>``, ``pct_roofline_<family>``).
-TRACE_METRICS_VERSION = 3
+TRACE_METRICS_VERSION = 4
 _RANK_FILE = re.compile(r"^rank(\d+)(?:\.pt\.trace)?\.json(?:\.gz)?$")
 _NO_TRACE_STATUSES = ("missing", "did_not_run")
 CacheMode = Literal["use", "refresh", "off"]

@@ -46,6 +46,7 @@ COLUMNS: dict[str, type] = {
     "input_dims": np.int32,  # code into RankTable.input_dims (the JSON text), -1 if absent
     "input_type": np.int32,  # code into RankTable.input_types
     "concrete": np.int32,  # code into RankTable.concrete ("Concrete Inputs" JSON text), -1 if absent
+    "input_strides": np.int32,  # code into RankTable.input_strides ("Input Strides" JSON text)
     "seq": np.int64,  # autograd "Sequence number", -1 if absent
 }
 
@@ -64,6 +65,7 @@ class _Args(msgspec.Struct, frozen=True, gc=False):
     stream: I64 | str = -1
     correlation: I64 = -1
     input_type: msgspec.Raw = msgspec.field(name="Input type", default=_NO_RAW)
+    input_strides: msgspec.Raw = msgspec.field(name="Input Strides", default=_NO_RAW)
     input_dims: msgspec.Raw = msgspec.field(name="Input Dims", default=_NO_RAW)
     concrete: msgspec.Raw = msgspec.field(name="Concrete Inputs", default=_NO_RAW)
     seq: I64 = msgspec.field(name="Sequence number", default=-1)
@@ -263,6 +265,8 @@ class RankTable:
     input_types: list[str]
     #: The unique ``Concrete Inputs`` JSON texts (codes in ``columns["concrete"]``).
     concrete: list[str]
+    #: The unique ``Input Strides`` JSON texts (codes in ``columns["input_strides"]``).
+    input_strides: list[str]
     #: One dict per event that carries collective arguments: ``row`` plus the fields.
     comms: list[dict[str, Any]]
     #: Metadata events (process_name, thread_name, ...): dicts with name/pid/tid/value.
@@ -281,7 +285,8 @@ class _Builder:
     def __init__(self, *, python_functions: bool) -> None:
         self.python_functions = python_functions
         self.parts: dict[str, list[np.ndarray]] = {key: [] for key in COLUMNS}
-        self.cats, self.names, self.dims, self.types, self.concrete = (
+        self.cats, self.names, self.dims, self.types, self.concrete, self.strides = (
+            _Dictionary(),
             _Dictionary(),
             _Dictionary(),
             _Dictionary(),
@@ -341,6 +346,9 @@ class _Builder:
         parts["input_dims"].append(self._raw_codes([a.input_dims for a in args], self.dims))
         parts["input_type"].append(self._raw_codes([a.input_type for a in args], self.types))
         parts["concrete"].append(self._raw_codes([a.concrete for a in args], self.concrete))
+        parts["input_strides"].append(
+            self._raw_codes([a.input_strides for a in args], self.strides)
+        )
         parts["seq"].append(np.fromiter([a.seq for a in args], np.int64, n))
         in_nelems = [a.in_nelems for a in args]
         collective = [a.collective for a in args]
@@ -404,6 +412,7 @@ class _Builder:
                 "input_dims": self.dims.values(),
                 "input_type": self.types.values(),
                 "concrete": self.concrete.values(),
+                "input_strides": self.strides.values(),
             },
             labels=list(self.labels),
             comms=self.comms,
@@ -436,7 +445,7 @@ class Part:
     columns: dict[str, np.ndarray]
     dictionaries: dict[
         str, list[Any]
-    ]  # cat, name (str); input_dims, input_type, concrete (JSON bytes)
+    ]  # cat, name (str); input_dims, input_type, concrete, input_strides (JSON bytes)
     labels: list[str]
     comms: list[dict[str, Any]]
     meta_events: list[dict[str, Any]]
@@ -502,6 +511,7 @@ def merge_parts(
         input_dims=[text.decode(errors="replace") for text in index["input_dims"]],
         input_types=[text.decode(errors="replace") for text in index["input_type"]],
         concrete=[text.decode(errors="replace") for text in index["concrete"]],
+        input_strides=[text.decode(errors="replace") for text in index["input_strides"]],
         comms=comms,
         meta_events=meta_events,
         header=header,
@@ -510,7 +520,7 @@ def merge_parts(
     )
 
 
-_DICTIONARY_COLUMNS = ("cat", "name", "input_dims", "input_type", "concrete")
+_DICTIONARY_COLUMNS = ("cat", "name", "input_dims", "input_type", "concrete", "input_strides")
 
 
 def _recode(codes: np.ndarray, values: list[Any], index: dict[Any, int]) -> np.ndarray:

@@ -24,7 +24,7 @@ __all__ = ["CACHE_SUFFIX", "cache_path", "read_cache", "write_cache"]
 
 CACHE_SUFFIX = ".aorta-cache"
 #: Bump when the parsed representation changes; older caches are then ignored.
-CACHE_VERSION = 5
+CACHE_VERSION = 6
 _META = "meta.json"
 
 
@@ -73,6 +73,7 @@ def write_cache(table: RankTable, path: str | Path, *, python_functions: bool) -
             "input_dims": table.input_dims,
             "input_types": table.input_types,
             "concrete": table.concrete,
+            "input_strides": table.input_strides,
             "comms": table.comms,
             "meta_events": table.meta_events,
             "header": table.header,

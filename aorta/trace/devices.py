@@ -10,7 +10,6 @@ numbers) is accepted as is.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
@@ -70,24 +69,36 @@ def _match(name: str) -> str | None:
         if upper == key.upper():
             return key
     for key, patterns in _patterns():
-        if any(p.search(upper) for p in patterns):
+        if any(_mentions(upper, p) for p in patterns):
             return key
     return None
 
 
 @cache
-def _patterns() -> list[tuple[str, list[re.Pattern[str]]]]:
-    """Each device's name patterns, the longest first (MI250X before MI250)."""
+def _patterns() -> list[tuple[str, list[str]]]:
+    """Each device's name patterns (upper case), the longest first (MI250X before MI250)."""
     return [
-        (
-            key,
-            [
-                re.compile(rf"(?<![A-Z0-9]){re.escape(p.upper())}(?![0-9])")
-                for p in sorted(entry.get("match", []), key=len, reverse=True)
-            ],
-        )
+        (key, sorted((p.upper() for p in entry.get("match", [])), key=len, reverse=True))
         for key, entry in _table().items()
     ]
+
+
+def _mentions(name: str, pattern: str) -> bool:
+    """Whether ``name`` holds ``pattern`` as a word of its own: no letter or digit before it,
+    no digit after it (``MI300X`` in ``AMD INSTINCT MI300X VF``, not ``H100`` in ``GH1000``).
+    Plain string searches: no regular expression to compile on a fresh process's first use.
+
+    >>> _mentions("NVIDIA H100 80GB HBM3", "H100"), _mentions("GH1000", "H100"), _mentions("MI250X", "MI250")
+    (True, False, True)
+    """
+    at = name.find(pattern)
+    while at >= 0:
+        before = name[at - 1] if at else " "
+        after = name[at + len(pattern)] if at + len(pattern) < len(name) else " "
+        if not (before.isalnum() and before.isascii()) and not after.isdigit():
+            return True
+        at = name.find(pattern, at + 1)
+    return False
 
 
 def device_of(trace: Trace) -> dict[str, Any] | None:

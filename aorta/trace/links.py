@@ -188,8 +188,10 @@ def thread_groups(trace: Trace, *row_sets: np.ndarray) -> list[np.ndarray]:
     (True, True)
     """
     rows = np.concatenate(row_sets) if row_sets else np.empty(0, dtype=np.int64)
-    # a column constant over these rows (one rank, one process) adds nothing to the key
-    key = pack(*(trace.column(column)[rows] for column in ("rank", "pid", "tid")))
+    # a column constant over these rows (one rank, one process) adds nothing to the key; with
+    # one rank in the trace its column is not even gathered
+    columns = ("pid", "tid") if len(trace.ranks) == 1 else ("rank", "pid", "tid")
+    key = pack(*(trace.column(column)[rows] for column in columns))
     return list(np.split(key, np.cumsum([part.size for part in row_sets])[:-1]))
 
 

@@ -315,6 +315,7 @@ def _assemble(tables: Sequence[tuple[int, RankTable]]) -> tuple[pd.DataFrame, pd
         "input_dims": {},
         "input_type": {},
         "concrete": {},
+        "input_strides": {},
     }
     source = {
         "cat": "cats",
@@ -322,6 +323,7 @@ def _assemble(tables: Sequence[tuple[int, RankTable]]) -> tuple[pd.DataFrame, pd
         "input_dims": "input_dims",
         "input_type": "input_types",
         "concrete": "concrete",
+        "input_strides": "input_strides",
     }
     parts: dict[str, list[np.ndarray]] = {}
     comm_frames: list[pd.DataFrame] = []
@@ -359,6 +361,7 @@ def _assemble(tables: Sequence[tuple[int, RankTable]]) -> tuple[pd.DataFrame, pd
         "input_dims",
         "input_type",
         "concrete",
+        "input_strides",
         "seq",
     ):
         values = parts[column][0] if len(parts[column]) == 1 else np.concatenate(parts[column])

@@ -22,7 +22,7 @@ from .devices import Device as PerfDevice
 
 __all__ = ["GpuOps", "RankInfo", "Trace"]
 
-_CATEGORICALS = ("cat", "name", "input_dims", "input_type", "concrete")
+_CATEGORICALS = ("cat", "name", "input_dims", "input_type", "concrete", "input_strides")
 RUNTIME_KINDS: tuple[str, ...] = ("launch", "memcpy", "memset", "sync", "other")
 _OP_CATS = ("cpu_op", "user_annotation")
 
@@ -96,9 +96,9 @@ class Trace:
     Build one with :func:`aorta.trace.load`. ``events`` is a DataFrame with one row per complete
     (``ph == "X"``) event: ``rank``, ``cat`` and ``name`` (categoricals), ``ts`` and ``dur``
     (int64 ns), ``pid``, ``tid``, ``correlation``, ``external_id``, ``stream``, ``device``
-    (``-1`` when absent), ``input_dims``/``input_type``/``concrete`` (the JSON text of ``Input
-    Dims``, ``Input type`` and ``Concrete Inputs``, categorical) and ``seq`` (the autograd
-    ``Sequence number``, ``-1`` when absent).
+    (``-1`` when absent), ``input_dims``/``input_type``/``concrete``/``input_strides`` (the JSON
+    text of ``Input Dims``, ``Input type``, ``Concrete Inputs`` and ``Input Strides``,
+    categorical) and ``seq`` (the autograd ``Sequence number``, ``-1`` when absent).
 
     Links are computed once, on first use: a GPU op to the runtime call that launched it
     (``correlation``), a runtime call to the CPU op it ran under (``External id``).
@@ -450,15 +450,19 @@ class Trace:
         """GEMM FLOPs and TFLOP/s; see :func:`aorta.trace.gemm.gemms`."""
         return gemm.gemms(self, by=by)
 
-    def perf_ops(self, device: PerfDevice = None) -> pd.DataFrame:
-        """FLOPs, bytes, TFLOP/s, TB/s and roofline per op and shape; see
-        :func:`aorta.trace.perf.perf_ops`."""
-        return perf.perf_ops(self, device=device)
+    def perf_ops(
+        self, device: PerfDevice = None, *, by: Literal["args", "shape"] = "args"
+    ) -> pd.DataFrame:
+        """FLOPs, bytes, TFLOP/s, TB/s and roofline per op and arguments (``by="shape"``: per
+        op and shape); see :func:`aorta.trace.perf.perf_ops`."""
+        return perf.perf_ops(self, device=device, by=by)
 
-    def perf_summary(self, device: PerfDevice = None) -> pd.DataFrame:
+    def perf_summary(
+        self, device: PerfDevice = None, *, by: Literal["args", "shape"] = "args"
+    ) -> pd.DataFrame:
         """Every GPU op once, under the outermost op with a model (coverage in
         ``attrs["coverage"]``); see :func:`aorta.trace.perf.perf_summary`."""
-        return perf.perf_summary(self, device=device)
+        return perf.perf_summary(self, device=device, by=by)
 
     def collectives(self, *, device: Device = "auto") -> pd.DataFrame:
         """Collective calls with bytes and bandwidths; see :func:`aorta.trace.collectives.collectives`."""

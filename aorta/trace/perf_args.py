@@ -9,6 +9,7 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 __all__ = [
@@ -57,6 +58,8 @@ def bpe(dtype: str | None) -> int | None:
 
     Examples
     --------
+    ``Float4_e2m1fn_x2`` packs two FP4 values in each of its (1-byte) elements.
+
     >>> bpe("c10::BFloat16"), bpe("float"), bpe("c10::Float8_e4m3fn"), bpe("TensorList")
     (2, 4, 1, None)
     """
@@ -64,13 +67,14 @@ def bpe(dtype: str | None) -> int | None:
         return None
     if dtype in _BPE:
         return _BPE[dtype]
-    if "Float8" in dtype:
+    if "Float8" in dtype or "Float4" in dtype:
         return 1
     return None
 
 
 def precision(dtype: str | None) -> str | None:
-    """The roofline precision (``bf16``, ``fp16``, ``fp32``, ``fp64``, ``fp8``, ``int8``) of a dtype.
+    """The roofline precision (``bf16``, ``fp16``, ``fp32``, ``fp64``, ``fp8``, ``fp4``,
+    ``int8``) of a dtype.
 
     Examples
     --------
@@ -81,6 +85,8 @@ def precision(dtype: str | None) -> str | None:
         return None
     if "Float8" in dtype:
         return "fp8"
+    if "Float4" in dtype:
+        return "fp4"
     return _PRECISION.get(dtype)
 
 
@@ -88,7 +94,13 @@ def precision(dtype: str | None) -> str | None:
 class OpModel:
     """The model of one op call: ``family``, ``flops`` and ``bytes`` per call, the roofline
     ``unit`` (``matrix`` or ``vector``) and ``dtype`` (the first input's), and the shape
-    parameters (``params``, in the family's order)."""
+    parameters (``params``, in the family's order).
+
+    ``typed`` and ``strided`` are the argument positions whose ``Input type`` and ``Input
+    Strides`` are part of the op's row besides ``params`` (TraceLens's ``dtype_*`` and
+    ``stride_*`` parameters: the tensors the model reads); ``dtypes`` holds the types at
+    ``typed`` (filled by :func:`~aorta.trace.perf_model.op_model`).
+    """
 
     family: str
     flops: float
@@ -96,8 +108,11 @@ class OpModel:
     unit: str
     dtype: str
     params: dict[str, Any] = field(default_factory=dict)
+    typed: tuple[int, ...] = (0,)
+    strided: tuple[int, ...] = (0,)
+    dtypes: tuple[str, ...] = ()
 
-    @property
+    @cached_property
     def shape(self) -> str:
         """The parameters as one readable string (``M=141 N=512 K=512 bias=True``)."""
         return " ".join(f"{k}={_fmt(v)}" for k, v in self.params.items())
@@ -119,17 +134,21 @@ Args = tuple[list[Any], list[Any], list[str]]  # dims, types, concrete
 
 def dims_at(dims: list[Any], i: int) -> list[int] | None:
     """``Input Dims[i]`` when it is a tensor shape (a list of ints), else None."""
-    if i < len(dims) and isinstance(dims[i], list) and all(isinstance(x, int) for x in dims[i]):
+    if (
+        0 <= i < len(dims)
+        and isinstance(dims[i], list)
+        and all(isinstance(x, int) for x in dims[i])
+    ):
         return dims[i]
     return None
 
 
 def type_at(types: list[Any], i: int) -> str:
-    return types[i] if i < len(types) and isinstance(types[i], str) else ""
+    return types[i] if 0 <= i < len(types) and isinstance(types[i], str) else ""
 
 
 def concrete_at(concrete: list[str], i: int) -> str:
-    return concrete[i] if i < len(concrete) and isinstance(concrete[i], str) else ""
+    return concrete[i] if 0 <= i < len(concrete) and isinstance(concrete[i], str) else ""
 
 
 def ints(text: str) -> list[int] | None:

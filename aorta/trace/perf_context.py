@@ -13,6 +13,9 @@ Two cases, each a rule about which event records what the op's arguments do not:
   of the same rank whose number is ``<= s`` (the latest: a number read before an earlier node
   was created is too low, never too high), and only when the node's gradient has the forward
   output's batch size (``[B, total_D]``, ``B`` = bags / tables).
+- **A Python autograd Function's backward** (apex's ``ConvBias_Backward``) records nothing of
+  the forward: it pairs with the forward call of :data:`SEQUENCE_FORWARD` that has its
+  ``Sequence number`` (rank, number; the latest before it), as TraceLens pairs them.
 - **A ``cat`` whose inputs Kineto wrote as ``[]``** (a ``TensorList`` in older versions),
   directly inside a backward node of :data:`CAT_OF_GRADIENTS`: that node's work is the
   concatenation of its incoming gradients, which its own ``Input Dims`` record (autograd's
@@ -33,13 +36,18 @@ from . import links
 if TYPE_CHECKING:
     from .model import Trace
 
-__all__ = ["CAT_OF_GRADIENTS", "PAIRED_FORWARD", "partners"]
+__all__ = ["CAT_OF_GRADIENTS", "PAIRED_FORWARD", "SEQUENCE_FORWARD", "partners"]
 
 #: Backward node of a custom autograd Function → the op whose call creates it.
 PAIRED_FORWARD: dict[str, str] = {
     "torch::autograd::CppNode<SplitLookupFunction_rowwise_adagrad_Op>": (
         "fbgemm::split_embedding_codegen_lookup_rowwise_adagrad_function"
     ),
+}
+#: Backward of a Python autograd Function → its forward, which has the same Sequence number.
+SEQUENCE_FORWARD: dict[str, str] = {
+    "ConvBias_Backward": "ConvBias_",
+    "ConvBiasReLU_Backward": "ConvBiasReLU_",
 }
 #: Backward nodes whose work is ``cat`` of their incoming gradients (``Input Dims``).
 CAT_OF_GRADIENTS: frozenset[str] = frozenset(
@@ -61,6 +69,9 @@ def partners(trace: Trace, rows: np.ndarray) -> np.ndarray:
     nodes = [code[n] for n in PAIRED_FORWARD if n in code]
     if nodes:
         _pair_forward(trace, rows, nodes, out)
+    for node, forward in SEQUENCE_FORWARD.items():
+        if node in code and forward in code:
+            _pair_sequence(trace, rows, code[node], code[forward], out)
     parents = [code[n] for n in CAT_OF_GRADIENTS if n in code]
     if _CAT in code and parents:
         _cat_parent(trace, rows, code[_CAT], parents, out)
@@ -90,6 +101,21 @@ def _pair_forward(trace: Trace, rows: np.ndarray, nodes: list[int], out: np.ndar
         best = forward[pick[np.lexsort((ts[forward[pick]], peeked[pick]))[-1]]]
         if _same_batch(trace, node, best):
             out[i] = best
+
+
+def _pair_sequence(
+    trace: Trace, rows: np.ndarray, node: int, forward: int, out: np.ndarray
+) -> None:
+    """Each ``node`` row pairs with the latest ``forward`` call before it with its (rank,
+    Sequence number)."""
+    name_col, seq, rank, ts = (trace.column(c) for c in ("name", "seq", "rank", "ts"))
+    mine = np.flatnonzero((name_col[rows] == node) & (seq[rows] >= 0))
+    calls = trace.op_rows[(name_col[trace.op_rows] == forward) & (seq[trace.op_rows] >= 0)]
+    for i in mine.tolist():
+        r = rows[i]
+        pick = calls[(rank[calls] == rank[r]) & (seq[calls] == seq[r]) & (ts[calls] <= ts[r])]
+        if pick.size:
+            out[i] = pick[np.argmax(ts[pick])]
 
 
 def _number_before(trace: Trace, forward: np.ndarray) -> np.ndarray:

@@ -95,7 +95,7 @@ def _lookup_backward(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None
     grad, size_g = dims_at(dims, 0), bpe(type_at(types, 0))
     if forward is None or grad is None or len(grad) != 2 or size_g is None:
         return None
-    fdims, ftypes = forward
+    fdims, ftypes = forward[0], forward[1]
     weights = numel(_shape(fdims, _DEV_W)) + numel(_shape(fdims, _UVM_W))
     rows = numel(_shape(fdims, _M1_DEV)) + numel(_shape(fdims, _M1_UVM))
     lookups, bags = numel(_shape(fdims, _INDICES)), numel(_shape(fdims, _OFFSETS)) - 1

@@ -76,4 +76,6 @@ def unmodelled_rows(trace: Trace, gpu_idx: np.ndarray) -> pd.DataFrame:
         count=("event", "size"), kernel_us=("ns", "sum")
     )
     out["kernel_us"] /= 1e3
-    return out.reset_index().assign(shape="", dtype="", unit="", has_model=False)
+    return out.reset_index().assign(
+        shape="", dtype="", dtypes="", strides="", unit="", has_model=False
+    )

@@ -5,9 +5,12 @@ TraceLens-compatible where TraceLens is right (its formulas, its family names: `
 ``SDPA_fwd``/``SDPA_bwd``, ``CONV_fwd``/``CONV_bwd``, ``UnaryElementwise``,
 ``BinaryElementwise``, ``Reduce_fwd``/``Reduce_bwd``, ``Normalization``), right where it is not
 (see ``docs/traces.md``, "Against the hardware"), and with families of its own for what
-TraceLens leaves out (``Elementwise`` here; ``Softmax``, ``Memory``, ``Pooling`` in
-:mod:`aorta.trace.perf_own`, FBGEMM's embedding ops in :mod:`aorta.trace.perf_fbgemm`) — memory-bound models from shapes, so that nearly all kernel time
-has a model. The argument readers and :class:`OpModel` live in :mod:`aorta.trace.perf_args`.
+TraceLens leaves out (``Elementwise`` here; ``Softmax``, ``Memory``, ``Pooling`` and
+upsampling in :mod:`aorta.trace.perf_own`, FBGEMM's embedding ops in
+:mod:`aorta.trace.perf_fbgemm`) — memory-bound models from shapes, so that nearly all kernel
+time has a model. Attention is in :mod:`aorta.trace.perf_attention`, the library ops of
+TraceLens's table in :mod:`aorta.trace.perf_libs`; the argument readers and :class:`OpModel`
+live in :mod:`aorta.trace.perf_args`.
 
 :func:`op_model` is the one entry point: op name + parsed arguments → :class:`OpModel` or
 ``None`` (not modelled, or arguments it cannot read).
@@ -16,7 +19,7 @@ has a model. The argument readers and :class:`OpModel` live in :mod:`aorta.trace
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from .perf_args import (
     Args,
@@ -32,7 +35,9 @@ from .perf_args import (
     precision,
     type_at,
 )
+from .perf_attention import ATTENTION_MODELS, FORWARD_ATTENTION
 from .perf_fbgemm import FBGEMM_MODELS
+from .perf_libs import LIBRARY_FAMILIES, LIBRARY_MODELS
 from .perf_own import FOREACH, OWN_MODELS, foreach
 
 __all__ = [
@@ -55,7 +60,14 @@ _GEMM_POS = {
     "aten::bmm": (0, 1, False),
     "aten::baddbmm": (1, 2, True),
     "aten::_scaled_mm": (0, 1, False),
+    # the same (A, B, ...) layout: TensorRT-LLM's cuBLAS FP8 GEMM, bitsandbytes' int8 GEMM
+    "trtllm::cublas_scaled_mm": (0, 1, False),
+    "bitsandbytes::int8_linear_matmul": (0, 1, False),
 }
+#: GEMMs of 1-byte inputs (FP8, int8) whose output is 16-bit (TraceLens's assumption).
+_SCALED = frozenset(
+    {"aten::_scaled_mm", "trtllm::cublas_scaled_mm", "bitsandbytes::int8_linear_matmul"}
+)
 
 
 def _gemm(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
@@ -70,63 +82,11 @@ def _gemm(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
     if size is None:
         return None
     flops = batch * (2 * m * n * k + (m * n if bias else 0))
-    moved = batch * (m * k + k * n + m * n + (n if bias else 0)) * size
+    out = 2 if op in _SCALED and size == 1 else size
+    moved = batch * ((m * k + k * n + (n if bias else 0)) * size + m * n * out)
     params = {"B": batch, "M": m, "N": n, "K": k, "bias": bias}
-    return OpModel("GEMM", flops, moved, "matrix", type_at(types, i), params)
-
-
-# -- SDPA ---------------------------------------------------------------------------------------
-#: SDPA ops: (layout of Q/K/V, position of dropout and is_causal in Concrete Inputs).
-_SDPA = {
-    "aten::_scaled_dot_product_flash_attention": ("BHND", 3, 4),
-    "aten::_scaled_dot_product_efficient_attention": ("BHND", 5, 6),
-    "aten::_scaled_dot_product_cudnn_attention": ("BHND", 5, 6),
-    "flash_attn::_flash_attn_forward": ("BNHD", 3, 5),
-    "aiter::_flash_attn_forward": ("BNHD", 3, 5),
-}
-
-
-def _sdpa(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
-    dims, types, concrete = args
-    layout, p_drop, p_causal = _SDPA[op]
-    q, k, v = dims_at(dims, 0), dims_at(dims, 1), dims_at(dims, 2)
-    if q is None or k is None or v is None or not (len(q) == len(k) == len(v) == 4):
-        return None
-    if layout == "BHND":
-        (b, hq, nq, dqk), (_, hkv, nkv, _), dv = q, k, v[3]
-    else:
-        (b, nq, hq, dqk), (_, nkv, hkv, _), dv = q, k, v[3]
-    causal = bool(flag(concrete_at(concrete, p_causal)))
-    dropout = concrete_at(concrete, p_drop)
-    size = bpe(type_at(types, 0))
-    if size is None:
-        return None
-    qk, pv = 2 * nq * nkv * dqk, 2 * nq * nkv * dv
-    backward = ctx.get("backward", False)
-    flops: float
-    if backward:  # recomputed scores, dV, dP, dQ, dK; GQA sums the heads sharing K/V
-        flops = b * hq * (3 * qk + 2 * pv)
-        flops += b * nkv * hkv * max(hq // max(hkv, 1) - 1, 0) * (dqk + dv)
-    else:
-        flops = b * hq * (qk + pv)
-    if causal:
-        flops /= 2
-    elements = b * nq * hq * dqk + b * nkv * hkv * dqk + b * nkv * hkv * dv + b * nq * hq * dv
-    if backward:  # Q, K, V, dO in; dQ, dK, dV out (TraceLens's 7 tensors)
-        elements += b * nq * hq * dqk + b * nkv * hkv * (dqk + dv)
-    params = {
-        "B": b,
-        "N_Q": nq,
-        "H_Q": hq,
-        "N_KV": nkv,
-        "H_KV": hkv,
-        "d_h_qk": dqk,
-        "d_h_v": dv,
-        "dropout": dropout,
-        "causal": causal,
-    }
-    family = "SDPA_bwd" if backward else "SDPA_fwd"
-    return OpModel(family, flops, elements * size, "matrix", type_at(types, 0), params)
+    pos = (i, j)
+    return OpModel("GEMM", flops, moved, "matrix", type_at(types, i), params, pos, pos)
 
 
 # -- convolution --------------------------------------------------------------------------------
@@ -155,40 +115,82 @@ def _conv(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
     values = [concrete_at(concrete, first + i) for i in range(6)]
     stride, pad, dil = (ints(v) for v in values[:3])
     transposed, out_pad, groups = flag(values[3]), ints(values[4]), ints(values[5])
-    if x is None or w is None or len(x) < 3 or len(w) != len(x):
-        return None
-    if stride is None or pad is None or dil is None:
-        return None
-    transposed = bool(transposed)
-    out = _conv_out(x, w, stride, pad, dil, transposed, out_pad or [0])
-    if groups and transposed:
-        out[1] = w[1] * groups[0]
-    size = bpe(type_at(types, ix))
-    if size is None or min(out) <= 0:
+    if x is None or w is None or stride is None or pad is None or dil is None:
         return None
     if backward:  # TraceLens: bias_sizes (Concrete[3]) is '[0]' when there is no bias
         bias_n = (ints(concrete_at(concrete, 3)) or [0])[0]
     else:
         b = dims_at(dims, 2)
         bias_n = b[0] if b else 0  # TraceLens never counts the bias (docs/traces.md)
+    shape = _Conv(
+        x, w, stride, pad, dil, bool(transposed), out_pad or [0], groups[0] if groups else 1
+    )
+    return _conv_model(shape, bias_n, types, (ix, iw), backward=backward)
+
+
+class _Conv(NamedTuple):
+    x: list[int]
+    w: list[int]
+    stride: list[int]
+    pad: list[int]
+    dil: list[int]
+    transposed: bool
+    out_pad: list[int]
+    groups: int
+
+
+def _conv_model(
+    c: _Conv, bias_n: int, types: list[Any], pos: tuple[int, int], *, backward: bool
+) -> OpModel | None:
+    """A convolution's FLOPs and bytes (``CONV_fwd``; ``CONV_bwd``: input and weight
+    gradients, twice the forward), ``bias_n`` output channels of bias (0: none)."""
+    x, w = c.x, c.w
+    if len(x) < 3 or len(w) != len(x):
+        return None
+    out = _conv_out(x, w, c.stride, c.pad, c.dil, c.transposed, c.out_pad)
+    if c.transposed:
+        out[1] = w[1] * c.groups
+    size = bpe(type_at(types, pos[0]))
+    if size is None or min(out) <= 0:
+        return None
     per_out = 2 * numel(w[1:])
-    fwd_flops = (numel(x) if transposed else numel(out)) * per_out + (numel(out) if bias_n else 0)
+    fwd_flops = (numel(x) if c.transposed else numel(out)) * per_out + (numel(out) if bias_n else 0)
     fwd_bytes = (numel(x) + numel(w) + numel(out) + bias_n) * size
+    spatial = len(x) - 2
     params = {
         "input_shape": tuple(x),
         "filter_shape": tuple(w),
         "bias": bool(bias_n),
-        "stride": tuple(stride),
-        "padding": tuple(pad),
-        "dilation": tuple(dil),
-        "transposed": transposed,
-        "groups": groups[0] if groups else 1,
+        "stride": tuple(c.stride * spatial if len(c.stride) == 1 else c.stride),
+        "padding": tuple(c.pad * spatial if len(c.pad) == 1 else c.pad),
+        "dilation": tuple(c.dil * spatial if len(c.dil) == 1 else c.dil),
+        "transposed": c.transposed,
+        "groups": c.groups,
     }
+    dtype = type_at(types, pos[0])
     if backward:
-        return OpModel(
-            "CONV_bwd", 2 * fwd_flops, 2 * fwd_bytes, "matrix", type_at(types, ix), params
-        )
-    return OpModel("CONV_fwd", fwd_flops, fwd_bytes, "matrix", type_at(types, ix), params)
+        return OpModel("CONV_bwd", 2 * fwd_flops, 2 * fwd_bytes, "matrix", dtype, params, pos, pos)
+    return OpModel("CONV_fwd", fwd_flops, fwd_bytes, "matrix", dtype, params, pos, pos)
+
+
+def _conv_bias(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
+    """apex's fused ``ConvBias_``/``ConvBiasReLU_(x, weight, bias, stride, padding)`` (one
+    int each, for every spatial dimension; no dilation, one group). Their backward nodes
+    record nothing of the forward: their arguments are the forward call's, found by
+    ``Sequence number`` (:mod:`aorta.trace.perf_context`)."""
+    backward = op.endswith("_Backward")
+    if backward:
+        partner = ctx.get("partner")
+        if partner is None or len(partner) < 3:
+            return None
+        args = (partner[0], partner[1], partner[2] if isinstance(partner[2], list) else [])
+    dims, types, concrete = args
+    x, w = dims_at(dims, 0), dims_at(dims, 1)
+    stride, pad = ints(concrete_at(concrete, 3)) or [1], ints(concrete_at(concrete, 4)) or [0]
+    if x is None or w is None:
+        return None
+    shape = _Conv(x, w, stride[:1], pad[:1], [1], False, [0], 1)
+    return _conv_model(shape, w[0], types, (0, 1), backward=backward)
 
 
 # -- elementwise --------------------------------------------------------------------------------
@@ -227,6 +229,7 @@ def _unary(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
     size_out = bpe(type_at(types, 1)) if out else size_in
     n = numel(shape)
     params = {"op_shape": tuple(shape)}
+    pos = (0, 1) if out else (0,)  # TraceLens: the output's type and strides when it is given
     return OpModel(
         ctx.get("family", "UnaryElementwise"),
         n,
@@ -234,6 +237,8 @@ def _unary(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
         "vector",
         type_at(types, 0),
         params,
+        pos,
+        pos,
     )
 
 
@@ -257,9 +262,9 @@ def _binary(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
     n = numel(out_shape)
     moved = numel(a) * size_a + numel(b) * size_b + n * size_out
     params = {"shape_in1": tuple(a), "shape_in2": tuple(b)}
-    return OpModel(
-        ctx.get("family", "BinaryElementwise"), n, moved, "vector", type_at(types, 0), params
-    )
+    pos = (0, 1, 2) if out_dims else (0, 1)
+    family = ctx.get("family", "BinaryElementwise")
+    return OpModel(family, n, moved, "vector", type_at(types, 0), params, pos, pos)
 
 
 # -- reductions ---------------------------------------------------------------------------------
@@ -269,6 +274,7 @@ _REDUCE = (
     "aten::max",
     "aten::min",
     "aten::norm",
+    "aten::linalg_norm",
     "aten::linalg_vector_norm",
     "aten::std",
     "aten::var",
@@ -287,6 +293,10 @@ _REDUCE = (
 )
 
 
+#: Reductions whose ``dim`` is not the second argument (``norm(self, p, dim, keepdim)``).
+_DIM_AT = {"aten::norm": 2, "aten::linalg_norm": 2, "aten::linalg_vector_norm": 2}
+
+
 def _reduce(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
     dims, types, concrete = args
     shape = dims_at(dims, 0)
@@ -297,7 +307,7 @@ def _reduce(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
     if op in ("aten::cumsum", "aten::cumprod"):
         out = n
     else:  # the reduced dims and keepdim are strings: TraceLens reads them as "all" (out = 1)
-        reduced = ints(concrete_at(concrete, 1)) if len(shape) else None
+        reduced = ints(concrete_at(concrete, _DIM_AT.get(op, 1))) if len(shape) else None
         out = 1
         if reduced is not None and reduced and shape:
             axes = {d % len(shape) for d in reduced}
@@ -307,7 +317,8 @@ def _reduce(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
         (t for t in ("mean", "max", "min", "norm") if t in op), "sum"
     )  # TraceLens's reduce_type
     params = {"num_input_elems": n, "num_output_elems": out, "reduce_type": kind}
-    return OpModel(family, n, n * size + out * size, "vector", type_at(types, 0), params)
+    # TraceLens's reduce rows carry the input type, no strides
+    return OpModel(family, n, n * size + out * size, "vector", type_at(types, 0), params, (0,), ())
 
 
 # -- normalisation ------------------------------------------------------------------------------
@@ -393,7 +404,9 @@ def _norm(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
     }
     if mask is not None:
         params["output_mask"] = tuple(mask)
-    return OpModel("Normalization", flops, moved, "vector", type_at(types, ix), params)
+    return OpModel(
+        "Normalization", flops, moved, "vector", type_at(types, ix), params, (ix,), (ix,)
+    )
 
 
 _BN_INPUT0 = ("aten::miopen_batch_norm_backward", "aten::cudnn_batch_norm_backward")
@@ -413,8 +426,9 @@ def _rms_norm(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
     params: dict[str, Any] = {"op_shape": tuple(shape), "num_channels": c, "is_affine": affine}
     if not backward:
         flops = (n / c) * (2 * c + 2) + n * 2
+        moved = 2 * n * size + c * size
         return OpModel(
-            "Normalization", flops, 2 * n * size + c * size, "vector", type_at(types, ix), params
+            "Normalization", flops, moved, "vector", type_at(types, ix), params, (ix,), (ix,)
         )
     mask = flags(concrete_at(concrete, 5)) or [
         True,
@@ -424,8 +438,9 @@ def _rms_norm(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
     if len(mask) > 1 and mask[1]:
         flops += n + (n if n / c > 1 else 0)
     params["output_mask"] = tuple(mask)
+    moved = 3 * n * size + 2 * c * size
     return OpModel(
-        "Normalization", flops, 3 * n * size + 2 * c * size, "vector", type_at(types, ix), params
+        "Normalization", flops, moved, "vector", type_at(types, ix), params, (ix,), (ix,)
     )
 
 
@@ -500,8 +515,11 @@ _ELEMENTWISE_BINARY = (
 Model = Callable[[str, Args, dict[str, Any]], "OpModel | None"]
 _REGISTRY: dict[str, Model] = {
     **dict.fromkeys(_GEMM_POS, _gemm),
-    **dict.fromkeys(_SDPA, _sdpa),
+    **ATTENTION_MODELS,
     "aten::convolution": _conv,
+    **dict.fromkeys(
+        ("ConvBias_", "ConvBiasReLU_", "ConvBias_Backward", "ConvBiasReLU_Backward"), _conv_bias
+    ),
     "aten::convolution_backward": _conv,
     **dict.fromkeys(_UNARY, _unary),
     **dict.fromkeys(_BINARY, _binary),
@@ -510,8 +528,12 @@ _REGISTRY: dict[str, Model] = {
     **dict.fromkeys(_NORM_BWD, _norm),
     "aten::_fused_rms_norm": _rms_norm,
     "aten::_fused_rms_norm_backward": _rms_norm,
+    # TraceLens's RMSNormBwd names: the same (grad_out, input, normalized_shape, rstd,
+    # weight, output_mask) schema
+    **{f"aten::{p}rms_norm_backward": _rms_norm for p in ("", "native_", "miopen_", "cudnn_")},
     **OWN_MODELS,
     **FBGEMM_MODELS,
+    **LIBRARY_MODELS,
 }
 _OWN_FAMILY = {
     **dict.fromkeys(_ELEMENTWISE_UNARY, ("Elementwise", _unary)),
@@ -534,11 +556,12 @@ FAMILIES: tuple[str, ...] = (
     "Elementwise",
     "Memory",
     "Pooling",
+    *LIBRARY_FAMILIES,
 )
 #: Forward ops whose model also describes the linked backward (``Sequence number``) work.
 BACKWARD_FAMILIES: frozenset[str] = frozenset({"SDPA_fwd", "Reduce_fwd"})
 #: The ops whose model can be of a family in :data:`BACKWARD_FAMILIES`.
-BACKWARD_OPS: frozenset[str] = frozenset(_SDPA) | frozenset(_REDUCE)
+BACKWARD_OPS: frozenset[str] = FORWARD_ATTENTION | frozenset(_REDUCE)
 
 
 def modelled_ops() -> frozenset[str]:
@@ -573,7 +596,7 @@ def op_model(
     backward: bool = False,
     training: bool = True,
     list_dtype: str | None = None,
-    partner: tuple[Any, Any] | None = None,
+    partner: tuple[Any, ...] | None = None,
 ) -> OpModel | None:
     """The model of one call of ``op`` with these ``Input Dims``/``Input type``/``Concrete
     Inputs``; ``None`` when ``op`` has no model or its arguments cannot be read.
@@ -590,9 +613,10 @@ def op_model(
         The element type of the op's ``TensorList`` inputs (Kineto records their shapes, not
         their type): a ``_foreach_*`` op has a model only with it.
     partner
-        ``(Input Dims, Input type)`` of the event that records what the op's own arguments do
-        not (:func:`aorta.trace.perf_context.partners`: an fbgemm backward node's forward call,
-        the backward node whose gradients a ``cat`` concatenates).
+        ``(Input Dims, Input type[, Concrete Inputs])`` of the event that records what the
+        op's own arguments do not (:func:`aorta.trace.perf_context.partners`: an fbgemm
+        backward node's forward call, apex's ``ConvBias_`` for its backward, the backward node
+        whose gradients a ``cat`` concatenates).
 
     Examples
     --------
@@ -602,7 +626,9 @@ def op_model(
     ('GEMM', 73996800, 814080, 'B=1 M=141 N=512 K=512 bias=True')
     """
     if not isinstance(dims, list) or not isinstance(types, list):
-        return None
+        if partner is None:  # a node recording no argument of its own may have a partner
+            return None
+        dims, types = [], []
     concrete = concrete if isinstance(concrete, list) else []
     args: Args = (dims, types, concrete)
     ctx: dict[str, Any] = {"backward": backward, "training": training, "list_dtype": list_dtype}
@@ -621,4 +647,6 @@ def op_model(
         return None
     if model is None or (backward and model.family not in ("SDPA_bwd", "Reduce_bwd")):
         return None
+    # the types of the inputs that key the row (a frozen field set once, as __post_init__ would)
+    object.__setattr__(model, "dtypes", tuple(type_at(types, i) for i in model.typed))
     return model

@@ -5,6 +5,7 @@ TraceLens elementwise formulas (:mod:`aorta.trace.perf_model`).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from .perf_args import Args, OpModel, bpe, concrete_at, dims_at, ints, numel, type_at
@@ -74,11 +75,11 @@ def _memory(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
     return OpModel("Memory", 0.0, float(read + written), "vector", type_at(types, 0), params)
 
 
-def _joined_gradients(partner: tuple[list[Any], list[Any]]) -> OpModel | None:
+def _joined_gradients(partner: tuple[Any, ...]) -> OpModel | None:
     """A cat whose list Kineto wrote as ``[]``, the work of a backward node that concatenates
     its incoming gradients (:mod:`aorta.trace.perf_context`): it reads them and writes their
     concatenation, as the node's ``Input Dims``/``Input type`` record them."""
-    dims, types = partner
+    dims, types = partner[0], partner[1]
     tensors = _tensors(dims, types)
     if not tensors:
         return None
@@ -158,6 +159,56 @@ def _pool_out(op: str, x: list[int], concrete: list[str]) -> int | None:
     return numel(out)
 
 
+#: Upsampling ops → (FLOPs per output element: the interpolation's taps × 2, nearest 1;
+#: position of ``scale_factors`` in Concrete Inputs after ``output_size`` at 1).
+_UPSAMPLE: dict[str, tuple[int, int]] = {
+    **{f"aten::{p}nearest{d}d": (1, 2) for p in ("upsample_", "_upsample_") for d in (1, 2, 3)},
+    **{f"aten::_upsample_nearest_exact{d}d": (1, 2) for d in (1, 2, 3)},
+    "aten::upsample_linear1d": (4, 3),
+    "aten::upsample_bilinear2d": (8, 3),
+    "aten::_upsample_bilinear2d_aa": (8, 3),
+    "aten::upsample_trilinear3d": (16, 3),
+    "aten::upsample_bicubic2d": (32, 3),
+}
+_FLOAT = re.compile(r"-?\d+(?:\.\d*)?(?:e-?\d+)?")
+
+
+def _upsample(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
+    """Upsampling (``UnaryElementwise``): the input read once and the output written once;
+    per output element one FLOP for nearest, two per tap for (bi/tri)linear and bicubic. The
+    output size is ``output_size`` (Concrete Inputs 1) or the input's times
+    ``scale_factors``; a backward reads the output-sized gradient and writes the input-sized
+    one (``input_size``, Concrete Inputs 2)."""
+    dims, types, concrete = args
+    backward = op.endswith("_backward")
+    per, scales_at = _UPSAMPLE[op.removesuffix("_backward")]
+    x, size = dims_at(dims, 0), bpe(type_at(types, 0))
+    if x is None or size is None or len(x) < 3:
+        return None
+    spatial = len(x) - 2
+    if backward:  # grad_output is output-sized; input_size is the whole input shape
+        grad_in = ints(concrete_at(concrete, 2))
+        if not grad_in or len(grad_in) != len(x):
+            return None
+        small, big = grad_in, x
+    else:
+        out = ints(concrete_at(concrete, 1))
+        if not out:
+            scales = [float(v) for v in _FLOAT.findall(concrete_at(concrete, scales_at))]
+            scales = scales * spatial if len(scales) == 1 else scales
+            if len(scales) != spatial:
+                return None
+            out = [int(n * f) for n, f in zip(x[2:], scales, strict=True)]
+        if len(out) != spatial:
+            return None
+        small, big = x, [*x[:2], *out]
+    n_out = numel(big)
+    moved = (numel(small) + n_out) * size
+    params = {"op_shape": tuple(x), "output_shape": tuple(small if backward else big)}
+    family = "UnaryElementwise"
+    return OpModel(family, float(per * n_out), float(moved), "vector", type_at(types, 0), params)
+
+
 #: The name prefix of the ``torch._foreach_*`` ops (one kernel over a list of tensors).
 FOREACH = "aten::_foreach_"
 _FOREACH_REDUCE = ("aten::_foreach_norm", "aten::_foreach_max")
@@ -207,6 +258,8 @@ OWN_MODELS = {
         _softmax,
     ),
     **dict.fromkeys(_MEMORY, _memory),
+    **dict.fromkeys(_UPSAMPLE, _upsample),
+    **dict.fromkeys((f"{op}_backward" for op in _UPSAMPLE), _upsample),
     **dict.fromkeys(
         (
             "aten::max_pool2d_with_indices",

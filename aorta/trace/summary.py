@@ -57,12 +57,12 @@ def _against_the_hardware(trace: Trace, *, top: int, device: Device) -> dict[str
     table = trace.perf_summary(device=device)
     families = perf.by_family(table)
     cover, name = table.attrs.get("coverage"), table.attrs.get("device")
-    if cover is None or math.isnan(cover):
+    if not table.attrs.get("shapes_recorded", True):
+        headline = "recorded without record_shapes: no perf model possible"
+    elif cover is None or math.isnan(cover):
         headline = "no compute GPU time to model"
     else:
         headline = f"{cover:.1%} of GPU kernel time (communication aside) has a perf model"
-        if not table.attrs.get("shapes_recorded", True):
-            headline += ": no shapes recorded (record_shapes=True), so no op can be modelled"
     if not name:
         headline += "; no roofline (device unknown: pass device=)"
     elif table.attrs.get("peaks") == "datasheet":
@@ -79,8 +79,11 @@ def _against_the_hardware(trace: Trace, *, top: int, device: Device) -> dict[str
         tflops=modelled["flops"] * modelled["count"] / seconds / 1e12,
         tbps=modelled["bytes"] * modelled["count"] / seconds / 1e12,
     )
-    wanted = ("op", "family", "shape", "count", "kernel_us", "tflops", "tbps", "intensity", "bound")
-    ops = ops[[c for c in (*wanted, "pct_roofline") if c in ops]].head(top)
+    wanted: tuple[str, ...] = ("op", "family", "shape", "strides", "count", "kernel_us")
+    wanted += ("tflops", "tbps", "intensity", "bound", "pct_roofline")
+    if "roofline_note" in ops and ops["roofline_note"].astype(bool).any():
+        wanted += ("roofline_note",)  # why a row has no roofline figure, or how it got one
+    ops = ops[[c for c in wanted if c in ops]].head(top)
     ops.attrs["units"] = {
         "kernel_us": "us",
         "tflops": "TFLOP/s",

@@ -52,7 +52,7 @@ def test_one_scaled_kernel_comes_first_with_its_delta(tmp_path):
     compute = kernels[kernels["class"] == "compute"]
     name = compute["name"].iloc[1]  # the second-longest compute kernel
     scaled = _scaled_copy(tmp_path, RCCL, name, 1.5)
-    table = aorta.trace.diff(DATA / RCCL, scaled)
+    table = aorta.trace.diff(shipped(RCCL), scaled)  # a path would get a cache beside it
     first = table.iloc[0]
     assert name in first["raw_names"]
     assert first["item"] == normalize_kernel_name(name)
@@ -102,8 +102,12 @@ def test_ranks_are_averaged():
     assert table.attrs["ranks"] == {"a": [0, 1], "b": [0, 1]}
 
 
-def test_paths_and_lists_of_paths_are_loaded():
-    table = aorta.trace.diff([DATA / n for n in A100], DATA / A100[0], by="collective")
+def test_paths_and_lists_of_paths_are_loaded(tmp_path):
+    # copies: loading a path writes its parse cache beside it, never beside tests/data
+    paths = [tmp_path / n for n in A100]
+    for path in paths:
+        path.write_bytes((DATA / path.name).read_bytes())
+    table = aorta.trace.diff(paths, paths[0], by="collective")
     assert table.attrs["ranks"] == {"a": [0, 1], "b": [0]}
 
 

@@ -22,6 +22,7 @@ EXPECTED = {
     "a100_nccl_sampled_rank-0.json.gz": ("cuda", 0, 1204),
     "a100_nccl_sampled_rank-1.json.gz": ("cuda", 1, 1154),
     "cpu_only_gloo.pt.trace.json.gz": ("cpu", 34, 0),
+    "cpu_perf_ops.pt.trace.json.gz": ("cpu", 0, 0),
     "h100_bert_small.json.gz": ("cuda", 0, 61),
     "mi250_rocm6_minitoy.json.gz": ("rocm", 0, 16),
     "mi300_bert_small.json.gz": ("rocm", 0, 61),

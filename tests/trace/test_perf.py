@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aorta.trace import devices
-from aorta.trace.perf import _busy, coverage
+from aorta.trace.perf import coverage
+from aorta.trace.perf_calls import union
 from aorta.trace.perf_model import op_model
 from aorta.trace.testing import synthetic_trace
 
@@ -128,7 +129,7 @@ def test_busy_time_is_the_union(intervals):
     owner = np.array([o for o, _, _ in intervals])
     start = np.array([s for _, s, _ in intervals], dtype=np.int64)
     end = start + np.array([d for _, _, d in intervals], dtype=np.int64)
-    got = _busy(owner, start, end, 4)
+    got = union(owner, start, end, 4)
     for o in range(4):
         covered = set()
         for (oo, s, _), e in zip(intervals, end, strict=True):
