@@ -8,9 +8,14 @@
    The peer, measured in the same run on the same processes: ``py-spy dump`` of each rank one
    after another — the manual procedure (upstream's ``debug_hang.sh`` does the same with gdb),
    without the dumps.
-2. **Arming a healthy trial.** A 2-rank torchrun sweep of the race workload (gloo, CPU) with
-   two cells, interleaved: the default (flight recorder armed, 2,000 entries) and the recorder
-   off (``TORCH_FR_BUFFER_SIZE=0``); ``aorta.compare`` gives the step-time ratio with its CI.
+2. **The recorder's cost per collective.** Two gloo ranks (torchrun) time 3,000 small
+   all_reduces with the recorder armed (2,000 entries) and off (``TORCH_FR_BUFFER_SIZE=0``),
+   runs alternated; the difference per collective, against a race step's collectives, is what
+   arming costs a step (a shared machine's noise cancels in the difference far better than in
+   whole step times).
+3. **Arming a healthy trial.** A 2-rank torchrun sweep of the race workload (gloo, CPU) with
+   two cells, interleaved: the default (armed) and the recorder off; ``aorta.compare`` gives
+   the step-time ratio with its CI.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -100,6 +106,45 @@ def capture_times(ranks: list[int]) -> None:
                   f"   ({got}/{n} ranks with dump and stacks)")  # fmt: skip
 
 
+COLLECTIVES = """
+import os, time, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.ones(256)
+for _ in range(200):
+    dist.all_reduce(t)
+dist.barrier()
+start = time.perf_counter()
+for _ in range(3000):
+    dist.all_reduce(t)
+took = time.perf_counter() - start
+if dist.get_rank() == 0:
+    print(f"US_PER_OP {took / 3000 * 1e6:.3f}")
+dist.destroy_process_group()
+"""
+
+
+def recorder_cost(runs: int) -> float:
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or "torchrun"
+    times: dict[str, list[float]] = {"2000": [], "0": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        script = Path(tmp) / "ops.py"
+        script.write_text(COLLECTIVES)
+        for _ in range(runs):
+            for size in times:
+                env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1",
+                       "TORCH_FR_BUFFER_SIZE": size}  # fmt: skip
+                out = subprocess.run(
+                    [torchrun, "--nproc-per-node=2", "--standalone", str(script)],
+                    env=env, capture_output=True, text=True, check=True,
+                ).stdout  # fmt: skip
+                times[size].append(float(out.split("US_PER_OP")[1].split()[0]))
+    armed, off = statistics.median(times["2000"]), statistics.median(times["0"])
+    print(f"the recorder's cost per collective (2 gloo ranks, 1 KiB all_reduce, median of {runs}):")
+    print(f"  armed {armed:.1f} µs, off {off:.1f} µs: {armed - off:+.2f} µs per collective "
+          f"({(armed / off - 1) * 100:+.1f}% of the smallest collective)")  # fmt: skip
+    return armed - off
+
+
 RECIPE = """\
 workload: race
 trials: {trials}
@@ -141,9 +186,11 @@ def main() -> None:
     parser.add_argument("--ranks", default="1,4,16")
     parser.add_argument("--trials", type=int, default=8)
     parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--skip-arming", action="store_true")
     args = parser.parse_args()
     capture_times([int(n) for n in args.ranks.split(",")])
+    recorder_cost(args.runs)
     if not args.skip_arming:
         arming_cost(args.trials, args.steps)
 
