@@ -54,7 +54,13 @@ import xarray as xr
 
 from aorta.matrix.select import band_threshold, check_dims, trial_values
 
-__all__ = ["STRAGGLER_COLUMNS", "StragglerSource", "stragglers", "trial_stragglers"]
+__all__ = [
+    "STRAGGLER_COLUMNS",
+    "StragglerSource",
+    "stragglers",
+    "trial_stragglers",
+    "with_stragglers",
+]
 
 #: Where a cell's straggler comes from: ``traces``, ``workload`` (timing), or ``""`` (none).
 StragglerSource = Literal["traces", "workload", ""]
@@ -263,3 +269,29 @@ def stragglers(ds: xr.Dataset, *, threshold: float | None = None) -> pd.DataFram
     out = pd.DataFrame.from_dict(rows, orient="index", columns=list(STRAGGLER_COLUMNS))
     out.index.name = "cell"
     return out.astype({"straggler_rank": int, "straggler_trials": int, "straggler_of": int})
+
+
+def with_stragglers(
+    df: pd.DataFrame, ds: xr.Dataset, *, threshold: float | None = None
+) -> pd.DataFrame:
+    """``df`` (a frame indexed by cell: a comparison, the matrix) with the
+    :data:`STRAGGLER_COLUMNS` of :func:`stragglers` of ``ds`` — what makes
+    :func:`aorta.matrix.findings.findings` list the stragglers. Keeps ``df.attrs``; cells
+    ``ds`` lacks get none (``straggler_rank`` -1).
+
+    >>> import numpy as np, xarray as xr
+    >>> ds = xr.Dataset({"status": (("cell", "trial"), np.array([["ok"]], dtype=object))},
+    ...                 coords={"cell": ["a"], "trial": [0]})
+    >>> df = pd.DataFrame({"n_ok": [1]}, index=pd.Index(["a"], name="cell"))
+    >>> df.attrs["alpha"] = 0.05
+    >>> out = with_stragglers(df, ds)
+    >>> out["straggler_rank"].tolist(), out.attrs
+    ([-1], {'alpha': 0.05})
+    """
+    found = stragglers(ds, threshold=threshold)
+    out = df.copy()
+    for name in found.columns:  # column by column: a join would drop the frame's attrs
+        column = found[name].reindex(out.index)
+        out[name] = column.fillna(-1).astype(int) if name == "straggler_rank" else column
+    out.attrs = dict(df.attrs)
+    return out
