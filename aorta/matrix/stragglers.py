@@ -260,11 +260,12 @@ def stragglers(ds: xr.Dataset, *, threshold: float | None = None) -> pd.DataFram
     trial_stragglers : the per-trial answers the cells are made of.
     """
     per_trial = trial_stragglers(ds, threshold=threshold)
+    by_cell = dict(iter(per_trial.groupby("cell", sort=False)))
     rows = {}
     for cell in (str(c) for c in ds.cell.values.tolist()):
-        mine = per_trial[per_trial["cell"] == cell]
-        if not mine.empty:  # the cell's best source: traces where any trial has them
-            mine = mine[mine["source"] == ("traces" if (mine["source"] == "traces").any() else "workload")]
+        mine = by_cell.get(cell, per_trial.iloc[:0])
+        if (mine["source"] == "traces").any():  # the cell's best source: traces where any has
+            mine = mine[mine["source"] == "traces"]
         rows[cell] = _cell_row(mine)
     out = pd.DataFrame.from_dict(rows, orient="index", columns=list(STRAGGLER_COLUMNS))
     out.index.name = "cell"
