@@ -20,7 +20,7 @@ import aorta
 from aorta.report.html_report import html
 from aorta.report.matrix import write_matrix
 from aorta.workloads.comm_wait import CommClock, straggler_delay
-from tests.trace_helpers import profiled_sweep
+from tests.processes import only_run_dir, torchrun
 
 # 4 trials x 2 ranks, tiny collectives: the 25 ms sleep is most of each iteration, so the other
 # rank waits ~25 ms per step for the sleeper even on a loaded machine.
@@ -43,8 +43,18 @@ LINE = re.compile(
 
 
 @pytest.fixture(scope="module")
-def straggler_run(tmp_path_factory) -> Path:
-    return profiled_sweep(tmp_path_factory.mktemp("stragglers"), RECIPE)
+def straggler_sweep(tmp_path_factory) -> tuple[Path, str]:
+    """The run directory and the sweep's console output (rank 0's summary)."""
+    root = tmp_path_factory.mktemp("stragglers")
+    (root / "r.yaml").write_text(RECIPE)
+    proc = torchrun(root / "r.yaml", root / "out")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return only_run_dir(root / "out"), proc.stdout
+
+
+@pytest.fixture(scope="module")
+def straggler_run(straggler_sweep) -> Path:
+    return straggler_sweep[0]
 
 
 def straggler_lines(matrix_md: Path) -> dict[str, tuple[int, str, int, int, float, str]]:
@@ -57,7 +67,8 @@ def straggler_lines(matrix_md: Path) -> dict[str, tuple[int, str, int, int, floa
 
 
 @pytest.mark.slow
-def test_the_sweep_names_the_slow_rank_from_its_own_clocks(straggler_run):
+def test_the_sweep_names_the_slow_rank_from_its_own_clocks(straggler_sweep):
+    straggler_run, console = straggler_sweep
     ds = aorta.load_run(straggler_run)
     # every rank's split is in the Dataset: the sleeper spends the least time in collectives
     wait = ds.comm_wait_ms.transpose("cell", "trial", "rank").values
@@ -72,6 +83,8 @@ def test_the_sweep_names_the_slow_rank_from_its_own_clocks(straggler_run):
     cells = {c["name"]: c for c in json.loads((straggler_run / "matrix.json").read_text())["cells"]}
     assert cells["slow1"]["straggler"]["rank"] == 1
     assert cells["slow1"]["straggler"]["source"] == "workload"
+    for cell, rank in (("slow0", 0), ("slow1", 1)):
+        assert f"  {cell}: rank {rank} waited least at collectives" in console, console
     page = html(straggler_run).read_text()
     assert re.search(r'<span class="topic">straggler</span><div>slow1: rank 1 waited least', page)
 
