@@ -156,7 +156,7 @@ def trial_stragglers(ds: xr.Dataset, *, threshold: float | None = None) -> pd.Da
     taken = np.zeros(status.shape, dtype=bool)
     rows = []
     for source in ("traces", "workload"):
-        found = _waits(ds, source)  # type: ignore[arg-type]
+        found = _waits(ds, source)
         if found is None:
             continue
         waits, own_step = found

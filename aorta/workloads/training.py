@@ -168,7 +168,11 @@ class TrainingWorkload(Workload):
             metrics={
                 "final_loss": losses[-1] if losses else math.nan,
                 "first_loss": losses[0] if losses else math.nan,
-                **(self.clock.metrics(warmup=min(self.warmup, len(times))) if self.world > 1 else {}),
+                **(
+                    self.clock.metrics(warmup=min(self.warmup, len(times)))
+                    if self.world > 1
+                    else {}
+                ),
             },
             info={"mode": self.mode, "backend": str(self.context.backend)},
         )

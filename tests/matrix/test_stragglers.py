@@ -56,7 +56,9 @@ def dataset(trials: dict[str, list[list[float]]], **attrs) -> xr.Dataset:
 
 
 def test_a_rank_the_others_wait_for_in_every_trial_is_named_with_its_cost():
-    ds = dataset({"slow": [[20.0, 21.0, 2.0, 19.0], [18.0, 20.0, 3.0, 22.0], [21.0, 20.5, 1.0, 20.0]]})
+    ds = dataset(
+        {"slow": [[20.0, 21.0, 2.0, 19.0], [18.0, 20.0, 3.0, 22.0], [21.0, 20.5, 1.0, 20.0]]}
+    )
     assert ds.comm_wait_ms.dims == ("cell", "trial", "rank")
     assert ds.comm_wait_ms.attrs["units"] == "ms"
     row = stragglers(ds).loc["slow"]
@@ -209,7 +211,11 @@ def wait_arrays(draw):
     n_cells, n_trials, n_ranks = (draw(st.integers(1, hi)) for hi in (3, 6, 5))
     n_ranks = max(n_ranks, 2)
     values = st.sampled_from([0.0, 0.5, 1.0, 2.0, 5.0, 8.0, 12.0, 20.0, 30.0])
-    flat = draw(st.lists(values, min_size=n_cells * n_trials * n_ranks, max_size=n_cells * n_trials * n_ranks))
+    flat = draw(
+        st.lists(
+            values, min_size=n_cells * n_trials * n_ranks, max_size=n_cells * n_trials * n_ranks
+        )
+    )
     return np.array(flat, dtype=float).reshape(n_cells, n_trials, n_ranks)
 
 

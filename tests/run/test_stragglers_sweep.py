@@ -101,7 +101,9 @@ def test_the_traces_name_the_same_rank_and_who_entered_last(straggler_run, tmp_p
         got_rank, what, k, n, ms, source = lines[cell]
         assert (got_rank, k, n, source) == (rank, 2, 2, "traces")
         share = float(re.fullmatch(r"was the last to enter (\d+)% of collectives", what)[1])
-        assert share == pytest.approx(ds.last_to_enter_pct.sel(cell=cell, rank=rank).median(), abs=1)
+        assert share == pytest.approx(
+            ds.last_to_enter_pct.sel(cell=cell, rank=rank).median(), abs=1
+        )
         assert 10 < ms < 40
 
 
