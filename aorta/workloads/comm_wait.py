@@ -106,6 +106,7 @@ class CommClock:
             comm = 0.0
             for begin, end in self._events:
                 if end is not None:
+                    end.synchronize()  # done already, unless this call closed the span
                     comm += float(begin.elapsed_time(end))
                     self._pool.append(end)
                 self._pool.append(begin)
