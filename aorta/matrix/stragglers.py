@@ -16,10 +16,11 @@ is the only one with that excess and the excess is *material*: at least the band
 trial's step time (``threshold − 1``, the recipe's ``confound.threshold``: the same yardstick
 as the timing verdicts; the median post-warm-up step, or the source's own mean step where
 there are no step times). A cell **has a consistent straggler** when one rank is the trial's
-straggler in more than half of the cell's trials with that source (a strict majority: 2 of 3,
-5 of 8, 1 of 1); its cost is the median excess over those trials, in ms per step. Otherwise,
-and always for a single rank, it has none: ``straggler_rank`` is -1 and ``straggler_note``
-says why. A cell uses ``traces`` when any of its ok trials has them for every rank, else
+straggler in more than half of the cell's trials with that source, and in at least
+:data:`MIN_TRIALS` (2 of 2, 2 of 3, 5 of 8 — once is not consistent: on a shared host any
+rank can look slow in one trial); its cost is the median excess over those trials, in ms per
+step. Otherwise, and always for a single rank, it has none: ``straggler_rank`` is -1 and
+``straggler_note`` says why. A cell uses ``traces`` when any of its ok trials has them for every rank, else
 ``workload``.
 
 The rule is symmetric in the ranks (relabelling them relabels the answer) and deterministic;
@@ -55,6 +56,7 @@ import xarray as xr
 from aorta.matrix.select import band_threshold, check_dims, trial_values
 
 __all__ = [
+    "MIN_TRIALS",
     "STRAGGLER_COLUMNS",
     "StragglerSource",
     "stragglers",
@@ -75,6 +77,8 @@ STRAGGLER_COLUMNS: tuple[str, ...] = (
     "straggler_source",
     "straggler_note",
 )
+#: The fewest trials in which one rank must be the straggler for the cell to have one.
+MIN_TRIALS = 2
 _ANALYSED = ("gpu", "host")
 _DIMS = {"cell", "trial", "rank"}
 
@@ -211,9 +215,10 @@ def _cell_row(trials: pd.DataFrame) -> dict[str, object]:
         return {**none, "straggler_of": n, "straggler_source": source, "straggler_note": note}
     top = int(counts.max())
     modal = sorted(int(r) for r in counts.index[counts == top])
-    if 2 * top <= n:
+    if 2 * top <= n or top < MIN_TRIALS:
         who = " and ".join(f"rank {r}" for r in modal)
-        note = f"no consistent straggler: {who} in {top}/{n} trial(s), a majority needed"
+        need = "a majority" if 2 * top <= n else f"at least {MIN_TRIALS} trials"
+        note = f"no consistent straggler: {who} in {top}/{n} trial(s), {need} needed"
         return {**none, "straggler_of": n, "straggler_source": source, "straggler_note": note}
     rank = modal[0]  # a strict majority is one rank
     mine = named[named["rank"] == rank]

@@ -95,16 +95,10 @@ class TrainingWorkload(Workload):
         (see the module docstring); a few clock reads per step."""
         clock = self.clock
         if self.mode == "ddp":
-            params = [p for p in self.model.parameters() if p.requires_grad]
-            seen = [0]
-
-            def accumulated(_param: Any) -> None:
-                seen[0] += 1
-                if seen[0] % len(params) == 0:  # the step's last gradient: compute is done
-                    clock.start()
-
-            for param in params:
-                param.register_post_accumulate_grad_hook(accumulated)
+            # Each gradient moves the start: the last one's marks the end of the compute.
+            for param in self.model.parameters():
+                if param.requires_grad:
+                    param.register_post_accumulate_grad_hook(lambda _param: clock.start())
             return
         for unit in [*blocks, self.model]:
             unit.register_forward_pre_hook(lambda *_: clock.start(), prepend=True)

@@ -78,6 +78,9 @@ def test_a_strict_majority_of_trials_is_needed():
     assert found.loc["b", "straggler_note"] == (
         "no consistent straggler: rank 0 and rank 1 in 2/4 trial(s), a majority needed"
     )
+    once = stragglers(dataset({"c": [[30.0, 1.0]]})).loc["c"]  # one trial is not consistency
+    assert once["straggler_rank"] == -1 and once["straggler_of"] == 1
+    assert once["straggler_note"].endswith("rank 1 in 1/1 trial(s), at least 2 trials needed")
 
 
 def test_an_excess_within_the_band_is_no_straggler():
@@ -249,4 +252,5 @@ def test_a_named_straggler_holds_a_strict_majority_and_reaches_the_band(waits):
     found = stragglers(waits_dataset(waits))
     named = found[found["straggler_rank"] >= 0]
     assert (2 * named["straggler_trials"] > named["straggler_of"]).all()
+    assert (named["straggler_trials"] >= 2).all()
     assert (named["straggler_ms"] >= 0.15 * STEP).all()
