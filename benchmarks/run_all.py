@@ -26,6 +26,7 @@ QUICK: list[list[str]] = [
     ["launch_fanout.py", "--repeats", "3"],  # needs /usr/sbin/sshd
     ["failure_test.py", "--tables", "300", "--starts", "3"],
     ["profiled_trial.py", "--runs", "5"],
+    ["comm_wait.py", "--runs", "10", "--steps", "40"],
 ]
 FULL: list[list[str]] = [
     ["engine_overhead.py", "--trials", "200", "--process-trials", "10"],
@@ -35,6 +36,7 @@ FULL: list[list[str]] = [
     ["launch_fanout.py", "--repeats", "7"],
     ["failure_test.py", "--tables", "600", "--starts", "5"],
     ["profiled_trial.py", "--runs", "9"],
+    ["comm_wait.py", "--runs", "20", "--steps", "40"],
 ]
 
 

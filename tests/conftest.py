@@ -62,6 +62,7 @@ LONG_FILES_FIRST = (
     "tests/matrix/test_trace_matrix_sweep.py",
     "tests/run/test_hardening_run.py",
     "tests/matrix/test_explain_sweep.py",
+    "tests/run/test_stragglers_sweep.py",
     "tests/run/test_engine.py",
     "tests/launch/test_cli.py",
     "tests/launch/test_ssh.py",

@@ -6,7 +6,8 @@ Modules, bottom to top: :mod:`~aorta.matrix.ranks` and :mod:`~aorta.matrix.stats
 (numbers), :mod:`~aorta.matrix.select` (which trials count, one value per trial), :mod:`~aorta.matrix.dataset` (records → Dataset,
 netCDF), :mod:`~aorta.matrix.trace_metrics`, :mod:`~aorta.matrix.load` (run directories),
 :mod:`~aorta.matrix.options` (the statistics options, :class:`StatsOptions`),
-:mod:`~aorta.matrix.compare`, :mod:`~aorta.matrix.summary`, :mod:`~aorta.matrix.trace_summary`,
+:mod:`~aorta.matrix.stragglers` (who the other ranks wait for), :mod:`~aorta.matrix.compare`,
+:mod:`~aorta.matrix.summary`, :mod:`~aorta.matrix.trace_summary`,
 :mod:`~aorta.matrix.accessor`. Importing this package registers ``ds.aorta``, once.
 """
 

@@ -39,6 +39,7 @@ from aorta.matrix.select import (
     check_dims,
     trial_values,
 )
+from aorta.matrix.stragglers import stragglers
 from aorta.matrix.trace_summary import trace_summary
 from aorta.store.netcdf import write_netcdf
 
@@ -139,6 +140,11 @@ class AortaAccessor:
         """Per cell: time breakdown medians and the exposed-comm verdict:
         :func:`aorta.matrix.trace_summary.trace_summary` (needs ``load_run(run, traces=True)``)."""
         return trace_summary(self._ds, baseline, **kwargs)
+
+    def stragglers(self, *, threshold: float | None = None) -> pd.DataFrame:
+        """Per cell: the rank the others wait for across trials, or none:
+        :func:`aorta.matrix.stragglers.stragglers` (traces with ``load_run(run, traces=True)``)."""
+        return stragglers(self._ds, threshold=threshold)
 
     def plot_time_breakdown(self, **kwargs: Any) -> Figure:
         """Stacked time breakdown per cell: :func:`aorta.plot.time_breakdown`."""

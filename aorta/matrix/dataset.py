@@ -33,6 +33,9 @@ variable                  dims                        meaning
 ``seed``                  cell, trial                 the trial's seed (-1 where missing)
 ``metrics``               cell, trial, metric         workload metrics (NaN where absent)
 ``info``                  cell, trial, info_key       workload facts as text
+``compute_ms``,           cell, trial, rank           each rank's own split of its mean step
+``comm_wait_ms``                                      (:data:`RANK_METRICS`; only when a record
+                                                      holds several ranks that report it)
 ========================  ==========================  ==========================================
 
 Coordinates: ``mitigations`` (``+``-joined), ``environment``, ``cell_id``,
@@ -81,6 +84,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DATASET_VERSION",
     "MISSING",
+    "RANK_METRICS",
     "build_dataset",
     "text_array",
     "trials_frame",
@@ -90,6 +94,26 @@ __all__ = [
 DATASET_VERSION = 1
 #: ``status`` of a trial that has no (readable) record.
 MISSING = "missing"
+
+#: The workload metrics each rank of a distributed trial reports for itself
+#: (:mod:`aorta.workloads.comm_wait`) that the Dataset keeps per rank, dims cell × trial ×
+#: rank — ``metrics`` holds rank 0's, as for every metric — with their attributes.
+RANK_METRICS: dict[str, dict[str, str]] = {
+    "compute_ms": {
+        "long_name": "compute time per step (workload timing)",
+        "units": "ms",
+        "rank_reduction": "max",
+        "description": "the rank's mean post-warm-up step less its time in collectives, "
+        "by the workload's own clocks; NaN where the rank did not report it",
+    },
+    "comm_wait_ms": {
+        "long_name": "time in collectives per step (workload timing)",
+        "units": "ms",
+        "rank_reduction": "max",
+        "description": "the rank's mean post-warm-up time per step in collectives (moving "
+        "data and waiting for later ranks), by the workload's own clocks",
+    },
+}
 
 _VAR_ATTRS: dict[str, dict[str, str]] = {
     "step_time_ms": {
@@ -305,6 +329,12 @@ def build_dataset(
     )
     config_coords, common_config = _config_coords(cells)
     ds = ds.assign_coords({k: xr.Variable(*v) for k, v in config_coords.items()})
+    per_rank = _rank_variables(records, names, n_trials)
+    if per_rank:
+        n_ranks = next(iter(per_rank.values())).shape[2]
+        ds = ds.assign(
+            {k: (("cell", "trial", "rank"), v, RANK_METRICS[k]) for k, v in per_rank.items()}
+        ).assign_coords(rank=("rank", np.arange(n_ranks, dtype=np.int64), {"long_name": "rank"}))
     run = {"aorta_dataset_version": DATASET_VERSION, **dict(attrs or {})}
     hints = {r.signature: r.signature_hint for r in records if r.signature and r.signature_hint}
     if hints:
@@ -414,6 +444,27 @@ def _trial_variables(
         "info_key": ("info_key", text_array(info_keys)),
     }
     return data, axes
+
+
+def _rank_variables(
+    records: Sequence[TrialRecord], names: Sequence[str], n_trials: int
+) -> dict[str, np.ndarray]:
+    """The :data:`RANK_METRICS` of every rank of the records that hold several ranks (none
+    when no such record reports one)."""
+    index = {name: i for i, name in enumerate(names)}
+    multi = [r for r in records if len(r.ranks) > 1 and r.trial >= 0]
+    found = sorted({k for r in multi for o in r.ranks for k in o.metrics if k in RANK_METRICS})
+    if not found:
+        return {}
+    n_ranks = max(o.rank + 1 for r in multi for o in r.ranks)
+    out = {k: np.full((len(names), n_trials, n_ranks), np.nan) for k in found}
+    for rec in multi:
+        for outcome in rec.ranks:
+            for key in found:
+                value = outcome.metrics.get(key)
+                if value is not None and outcome.rank >= 0:
+                    out[key][index[rec.cell], rec.trial, outcome.rank] = value
+    return out
 
 
 def _cell_coords(

@@ -17,7 +17,13 @@ Findings, the end-of-run summary, ``aorta compare``, ``report.md``, ``report.htm
 3. ``no_timing`` — a cell none of whose trials ended ok: it has no step time, and why.
 4. ``timing`` — a cell ``slower`` / ``faster`` than the baseline, or whose band is
    ``undecided`` (with the reason); ``stalls`` — a cell whose 95th-percentile step stalls.
-5. ``screen`` — when no timing test can reach significance at these trial counts (a 1-trial
+5. ``straggler`` — a cell of several ranks in which one rank keeps the others waiting in most
+   of its ok trials (:func:`aorta.matrix.stragglers.stragglers`, read from the frame's
+   ``straggler_*`` columns: :func:`aorta.matrix.summary.summarize` has them): which rank, in
+   how many trials, the share of collectives it entered last (traces) and what it costs per
+   step. After timing, which it explains; the baseline too, since a slow rank is a finding
+   whichever cell it is in.
+6. ``screen`` — when no timing test can reach significance at these trial counts (a 1-trial
    screen), the cells ranked by effect size instead of a verdict each.
 
 Examples
@@ -62,7 +68,7 @@ __all__ = [
 FAILURE_KINDS: tuple[str, ...] = ("hang", "crash", "workload")
 #: What a finding is about (the order :func:`findings` lists them in).
 FindingKind = Literal[
-    "failures", "failure_kind", "signature", "no_timing", "timing", "stalls", "screen"
+    "failures", "failure_kind", "signature", "no_timing", "timing", "stalls", "straggler", "screen"
 ]
 _ORDER = {k: i for i, k in enumerate(FindingKind.__args__)}  # type: ignore[attr-defined]
 #: Trials per cell :func:`trials_to_decide` looks up to.
@@ -93,6 +99,10 @@ class Finding:
     ``p_adj`` is its anytime p (Bonferroni), and no fixed-n ``trials_to_decide`` is projected.
     ``undecided_at``: such a cell that ran all of its cap (``max_trials``, or what an extension
     raised it to) without a settled verdict — the trials per cell it ran.
+    A ``straggler`` finding: ``rank`` is the slow one, straggler in ``count`` of ``ran`` ok
+    trials; ``subject`` the source (``traces`` or ``workload``); ``share_pct`` the share of
+    collectives it entered last (traces; NaN otherwise); ``per_step_ms`` how long per step the
+    other ranks waited for it.
     """
 
     kind: FindingKind
@@ -118,6 +128,9 @@ class Finding:
     #: Who hung and where, over the cell's hung trials (:func:`aorta.matrix.hangs.hang_incidents`):
     #: one line, ``""`` when the cell did not hang or nothing was captured.
     hang: str = ""
+    rank: int | None = None
+    share_pct: float = math.nan
+    per_step_ms: float = math.nan
 
 
 def _adaptive(row: Mapping[str, Any], sequential: bool) -> dict[str, Any]:
@@ -512,6 +525,32 @@ def _screen_findings(df: pd.DataFrame, *, baseline: str) -> list[Finding]:
     return sorted(out, key=lambda f: -effect(f))
 
 
+def _straggler_findings(df: pd.DataFrame, *, baseline: str) -> list[Finding]:
+    """A finding per cell whose ``straggler_rank`` names a rank (the frame's straggler
+    columns; none when it has none)."""
+    if "straggler_rank" not in df:
+        return []
+    out = []
+    for cell, r in df.iterrows():
+        rank = _float(r.get("straggler_rank"))
+        if not (math.isfinite(rank) and rank >= 0):  # -1 (or a frame without one): none
+            continue
+        out.append(
+            Finding(
+                kind="straggler",
+                cell=str(cell),
+                subject=str(r.get("straggler_source", "")),
+                count=_int(r.get("straggler_trials")),
+                ran=_int(r.get("straggler_of")),
+                baseline=baseline,
+                rank=int(rank),
+                share_pct=_float(r.get("straggler_share_pct")),
+                per_step_ms=_float(r.get("straggler_ms")),
+            )
+        )
+    return out
+
+
 def findings(
     df: pd.DataFrame,
     signatures: pd.DataFrame | None = None,
@@ -535,8 +574,9 @@ def findings(
     -------
     list of Finding
         Ordered: failures, failure kinds and signatures (significant first), cells without
-        timing, timing differences and undecided bands, stalls — or, for a screen
-        (:func:`is_screen`), the cells by effect size instead of timing findings.
+        timing, timing differences and undecided bands, stalls, stragglers — or, for a
+        screen (:func:`is_screen`), the stragglers and then the cells by effect size instead
+        of timing findings.
 
     Examples
     --------
@@ -569,5 +609,6 @@ def findings(
     if "trials_needed" in df and is_screen(df):
         timing = [f for f in timing if f.kind == "no_timing"]
         timing += _screen_findings(df, baseline=baseline)
+    timing += _straggler_findings(df, baseline=baseline)
     timing.sort(key=lambda f: _ORDER[f.kind])
     return failures + timing

@@ -134,8 +134,8 @@ def is_trace_variable(name: str) -> bool:
 def reduce_ranks(ds: xr.Dataset, metric: str, ranks: RankReduction = "worst") -> xr.DataArray:
     """One value per trial of a per-rank variable (dims cell × trial × rank).
 
-    A trial with a rank whose trace is missing or unreadable (``trace_source``) has no value:
-    the rank left out could be the one that matters. Otherwise ranks without a value (a
+    A trial with a rank whose trace is missing or unreadable (``trace_source``) has no value
+    of a trace metric: the rank left out could be the one that matters. Otherwise ranks without a value (a
     collective that rank never ran) are skipped.
 
     Raises ``ValueError`` for an unknown reduction or a rank not in the Dataset.
@@ -162,7 +162,7 @@ def reduce_ranks(ds: xr.Dataset, metric: str, ranks: RankReduction = "worst") ->
         raise ValueError(
             f"ranks must be 'worst', 'max', 'min', 'mean', 'median' or a rank number, got {ranks!r}"
         )
-    if "trace_source" in ds:
+    if "trace_source" in ds and is_trace_variable(metric):
         out = out.where(~ds.trace_source.isin(list(_BROKEN_TRACE)).any("rank"))
     which = f"rank {how}" if isinstance(how, int | np.integer) else f"{how} over ranks"
     out.attrs = {

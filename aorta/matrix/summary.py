@@ -18,7 +18,9 @@ with its bootstrap CI, Holm-adjusted p, verdict) plus the columns upstream AORTA
 * ``n_trials`` (planned), ``did_not_run`` and ``cell_id``;
 * ``p95_ratio`` and ``stalls``: the same comparison on each trial's 95th-percentile step time;
   ``stalls`` is True when that one is ``slower`` with a ratio beyond the band's threshold while
-  the median's ``band`` is not ``beyond band`` — a few steps stall, the typical one does not.
+  the median's ``band`` is not ``beyond band`` — a few steps stall, the typical one does not;
+* the ``straggler_*`` columns (:data:`aorta.matrix.stragglers.STRAGGLER_COLUMNS`): the rank the
+  others wait for across the cell's ok trials, or none (:func:`aorta.matrix.stragglers.stragglers`).
 
 The statistics use each trial's median post-warm-up step time, or its wall clock when the
 baseline has no per-step times. :mod:`aorta.report.matrix` renders the frame as ``matrix.md``
@@ -40,6 +42,7 @@ from aorta.matrix.compare import compare
 from aorta.matrix.hangs import hang_incidents
 from aorta.matrix.options import StatsOptions, stats_options
 from aorta.matrix.select import band_threshold, check_dims, outcomes, trial_values
+from aorta.matrix.stragglers import with_stragglers
 from aorta.store.record import TrialStatus
 
 if TYPE_CHECKING:
@@ -93,7 +96,8 @@ def summarize(
     Returns
     -------
     pandas.DataFrame
-        Index ``cell``; the columns of :func:`aorta.compare`, then :data:`MATRIX_COLUMNS`.
+        Index ``cell``; the columns of :func:`aorta.compare`, then :data:`MATRIX_COLUMNS`,
+        then :data:`~aorta.matrix.stragglers.STRAGGLER_COLUMNS`.
         ``attrs``: the comparison's (metric, alpha, band, seed, resamples, family size).
 
     Raises
@@ -161,7 +165,7 @@ def summarize(
     # Who hung, and where: the cell's commonest incident over its hung trials, in one line.
     incidents = hang_incidents(ds)
     df["hang_incident"] = [incidents[c].line() if c in incidents else "" for c in cells]
-    return df
+    return with_stragglers(df, ds, threshold=thr)
 
 
 def _per_trial_ms(ds: xr.Dataset) -> dict[StepSource, np.ndarray]:

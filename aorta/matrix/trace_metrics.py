@@ -17,6 +17,8 @@ variable                                   dims                 meaning
                                                                 collective type seen
 ``straggler_wait_ms``                      cell, trial, rank    time spent at collectives
                                                                 waiting for the last rank
+``last_to_enter_pct``                      cell, trial, rank    % of matched collectives
+                                                                the rank entered last
 ``profiled_steps``                         cell, trial, rank    ProfilerStep annotations
 ``trace_source``                           cell, trial, rank    ``gpu``, ``host``, ``none``,
                                                                 ``missing``, ``unreadable``
@@ -77,7 +79,9 @@ __all__ = [
 #: Bump when what :func:`analyse_trial` computes changes: older metrics caches are ignored.
 #: 2: the per-item per-step tables of :func:`aorta.trace.items.step_items` (``items``, ``steps``).
 #: 3: the perf-model metrics (``perf_coverage``, ``tflops_<family>``, ``pct_roofline_<family>``).
-TRACE_METRICS_VERSION = 4
+#: 4: ``last_to_enter_pct`` (who entered each matched collective last).
+#: 5: the perf model's op times count fills (memsets) and rows group by strides and types.
+TRACE_METRICS_VERSION = 5
 _RANK_FILE = re.compile(r"^rank(\d+)(?:\.pt\.trace)?\.json(?:\.gz)?$")
 _NO_TRACE_STATUSES = ("missing", "did_not_run")
 CacheMode = Literal["use", "refresh", "off"]
@@ -544,7 +548,10 @@ def add_trace_metrics(
     found = [int(r) for res in results.values() for r in res["ranks"]]
     n_ranks = max([world_size, *(r + 1 for r in found)])
     ds = ds.drop_vars([v for v in ds.data_vars if is_trace_variable(str(v))])
-    ds = ds.drop_dims([d for d in ("rank",) if d in ds.dims])
+    if "rank" in ds.dims:  # the workloads' own per-rank variables stay, on the traces' ranks
+        kept = any("rank" in ds[v].dims for v in ds.data_vars)
+        n_ranks = max(n_ranks, ds.sizes["rank"]) if kept else n_ranks
+        ds = ds.reindex(rank=np.arange(n_ranks)) if kept else ds.drop_dims("rank")
     variables = trace_variables(ds, results, n_ranks=n_ranks)
     ds = ds.assign(variables).assign_coords(
         rank=xr.Variable("rank", np.arange(n_ranks, dtype=np.int64), {"long_name": "rank"})

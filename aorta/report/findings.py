@@ -1,7 +1,7 @@
 """The findings as people read them: one line per :class:`~aorta.matrix.findings.Finding`.
 
 Every page that tells what changed renders the same model (:func:`aorta.matrix.findings.findings`)
-through :func:`finding_text`: ``matrix.md``'s Findings, the end-of-run summary, ``aorta
+through :func:`finding_text` (a straggler through :func:`straggler_text`): ``matrix.md``'s Findings, the end-of-run summary, ``aorta
 compare`` and ``report.md``. :func:`run_findings` builds the model of a run's Dataset —
 the list ``report.html`` renders.
 
@@ -32,7 +32,7 @@ from aorta.matrix.load import load_run
 from aorta.matrix.options import StatsOptions
 from aorta.matrix.signatures import signature_counts
 from aorta.matrix.summary import summarize
-from aorta.report.comparison import p_text, plain, verdict_text
+from aorta.report.comparison import ms_text, p_text, plain, verdict_text
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -46,6 +46,7 @@ __all__ = [
     "findings_lines",
     "findings_markdown",
     "run_findings",
+    "straggler_text",
 ]
 
 Style = Literal["markdown", "text"]
@@ -194,6 +195,29 @@ def _screen_text(f: Finding, style: Style) -> str:
     return text
 
 
+def straggler_text(f: Finding, *, style: Style = "markdown") -> str:
+    """A ``straggler`` finding as one line: which rank, in how many trials, what it costs.
+
+    >>> f = Finding(kind="straggler", cell="fsdp_bad_link", subject="traces", count=8, ran=8,
+    ...             rank=3, share_pct=91.2, per_step_ms=14.2)
+    >>> print(straggler_text(f, style="text"))
+    fsdp_bad_link: rank 3 was the last to enter 91% of collectives in 8/8 trials, +14.2 ms per step (traces)
+    >>> print(straggler_text(Finding(kind="straggler", cell="slow", subject="workload", count=7, ran=8,
+    ...                              rank=1, per_step_ms=9.04)))
+    `slow`: **rank 1** waited least at collectives (computed longest) in 7/8 trials, +9.04 ms per step (workload timing)
+    """
+    who = _bold(f"rank {f.rank}", style)
+    if f.subject == "traces" and math.isfinite(f.share_pct):
+        what = f"was the last to enter {f.share_pct:.0f}% of collectives"
+    else:
+        what = "waited least at collectives (computed longest)"
+    source = "traces" if f.subject == "traces" else "workload timing"
+    return (
+        f"{_code(f.cell, style)}: {who} {what} in {f.count}/{f.ran} trials, "
+        f"+{ms_text(f.per_step_ms)} ms per step ({source})"
+    )
+
+
 def finding_text(f: Finding, *, run: str | Path | None = None, style: Style = "markdown") -> str:
     """One finding as one line (no bullet): ``markdown`` (code and bold marks) or ``text``.
 
@@ -201,6 +225,8 @@ def finding_text(f: Finding, *, run: str | Path | None = None, style: Style = "m
     """
     if f.kind in ("failures", "failure_kind", "signature"):
         return _event_text(f, run, style)
+    if f.kind == "straggler":
+        return straggler_text(f, style=style)
     cell = _code(f.cell, style)
     if f.kind == "no_timing":
         return f"{cell}: no step time — {f.reason}: a killed or failed trial's clock is not a step time"

@@ -28,14 +28,18 @@ from aorta.report.html_sections import RunPage
 __all__ = ["PageFinding", "finding_item", "findings_section", "page_findings"]
 
 #: What a finding is about (its label on the page).
-Topic = Literal["hang", "failures", "fix", "undecided", "timing", "no data", "screen"]
+Topic = Literal["hang", "failures", "fix", "undecided", "timing", "straggler", "no data", "screen"]
 _HANG_HINT = "the trials hit their deadline or went silent: py-spy dump (or gdb) on a rerun shows where they wait"
+_STRAGGLER_HINT = (
+    "every collective waits for the slowest rank: look at that rank's host — its GPU's clocks "
+    "and temperature, its input pipeline, its network link — or rerun with the rank's node swapped"
+)
 
 
 @dataclass(frozen=True)
 class PageFinding:
     """One line of the page's findings: the ``cell`` it is about, its ``topic`` (``hang``,
-    ``failures``, ``fix``, ``undecided``, ``timing``, ``no data``), its ``tone`` (``bad``,
+    ``failures``, ``fix``, ``undecided``, ``timing``, ``straggler``, ``no data``), its ``tone`` (``bad``,
     ``good`` or ``neutral``: the colour), the sentence (``text``) and a ``detail`` line
     (a hint, the next command) shown under it."""
 
@@ -57,6 +61,8 @@ def _topic(f: Finding) -> tuple[Topic, Literal["bad", "good", "neutral"]]:
         return "no data", "neutral"
     if f.kind == "screen":
         return "screen", "neutral"
+    if f.kind == "straggler":
+        return "straggler", "bad"
     direction = f.direction or str(f.row.get("difference", ""))
     tone = {"slower": "bad", "faster": "good"}.get(direction, "neutral")
     return "timing", "bad" if f.kind == "stalls" else tone  # type: ignore[return-value]
@@ -67,6 +73,8 @@ def _hint(f: Finding, hints: Mapping[str, str]) -> str:
     when the cell fails less: what went away)."""
     if f.kind == "signature":
         return hints.get(f.subject, "")
+    if f.kind == "straggler":
+        return _STRAGGLER_HINT
     sigs = f.baseline_signatures if f.direction == "fewer" else f.signatures
     if f.kind == "failures" and f.kinds.get("hang") and f.direction == "more":
         return hints.get("hang", _HANG_HINT)

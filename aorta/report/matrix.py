@@ -272,6 +272,23 @@ def _cell_json(
         "trials_needed": None if needed is None else int(needed),
         "note": str(row["note"]),
         **_signature_json(cell, signatures),
+        "straggler": _straggler_json(row),
+    }
+
+
+def _straggler_json(row: pd.Series) -> dict[str, Any] | None:
+    """The cell's straggler (:func:`aorta.matrix.stragglers.stragglers`): ``rank``, ``trials``
+    of ``of``, ``share_pct``, ``per_step_ms``, ``source``; ``None`` when there is none."""
+    rank = _finite(row.get("straggler_rank"))
+    if rank is None or rank < 0:
+        return None
+    return {
+        "rank": int(rank),
+        "trials": int(row["straggler_trials"]),
+        "of": int(row["straggler_of"]),
+        "share_pct": _finite(row["straggler_share_pct"]),
+        "per_step_ms": _finite(row["straggler_ms"]),
+        "source": str(row["straggler_source"]),
     }
 
 

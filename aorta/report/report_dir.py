@@ -30,6 +30,7 @@ from aorta.matrix.findings import findings
 from aorta.matrix.load import load_run
 from aorta.matrix.options import StatsOptions, stats_options
 from aorta.matrix.signatures import signature_counts
+from aorta.matrix.stragglers import with_stragglers
 from aorta.matrix.trace_summary import has_traces, trace_summary
 from aorta.report.comparison import (
     compare_datasets,
@@ -121,7 +122,9 @@ def write_report(
         statistics_line(df.attrs),
         "",
         findings_markdown(
-            findings(df, signature_counts(ds)), run=run_dir, alpha=df.attrs.get("alpha")
+            findings(with_stragglers(df, ds, threshold=opts.threshold), signature_counts(ds)),
+            run=run_dir,
+            alpha=df.attrs.get("alpha"),
         ),
         "## Cells",
         "",

@@ -38,6 +38,7 @@ METRICS: dict[str, tuple[str, str, str]] = {
     "total_comm_ms": ("communication time", "ms", "higher"),
     "gemm_tflops": ("achieved GEMM throughput", "TFLOP/s", "lower"),
     "straggler_wait_ms": ("time waiting at collectives for the last rank", "ms", "higher"),
+    "last_to_enter_pct": ("share of matched collectives it entered last", "%", "higher"),
     "profiled_steps": ("profiled steps", "", "higher"),
     "perf_coverage": ("share of GPU kernel time with a perf model", "%", "lower"),
 }
@@ -175,7 +176,10 @@ def table_metrics(
       calls of that type with known sizes (rows may carry a ``count``, ``dur`` is per call);
     - ``straggler_wait_ms`` = Σ ``wait`` of the rank in ``skew``
       (:func:`~aorta.trace.collectives.collective_skew`): the time it spent at collectives
-      waiting for the last rank; NaN without one.
+      waiting for the last rank; NaN without one;
+    - ``last_to_enter_pct`` = 100 × the share of the rank's matched collectives in ``skew``
+      that it started last (its ``last``; ranks that start together are all last); NaN
+      without one.
 
     Examples
     --------
@@ -197,6 +201,7 @@ def table_metrics(
         row |= {m: float(times.get(t, math.nan)) for m, t in _ROWS.items()}
         row["gemm_tflops"] = _gemm_tflops(_of_rank(gemms, rank), source)
         row["straggler_wait_ms"] = _wait(skew, rank)
+        row["last_to_enter_pct"] = _last_share(skew, rank)
         row |= _busbw(_of_rank(collectives, rank))
         rows.append(row)
     frame = pd.DataFrame(rows).set_index("rank")
@@ -218,3 +223,10 @@ def _wait(skew: pd.DataFrame | None, rank: int) -> float:
         return math.nan
     mine = skew[skew["rank"] == rank]
     return float(mine["wait"].sum() / 1e3) if len(mine) else math.nan
+
+
+def _last_share(skew: pd.DataFrame | None, rank: int) -> float:
+    if skew is None or skew.empty:
+        return math.nan
+    mine = skew.loc[skew["rank"] == rank, "last"]
+    return float(mine.astype(bool).mean() * 100.0) if len(mine) else math.nan

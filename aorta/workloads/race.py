@@ -33,6 +33,12 @@ Config (upstream AORTA's keys are accepted; unknown keys are recorded as warning
 ``fault_injection``
     ``{rank, iteration, layer: 0, collective: all_gather|reduce_scatter|all_reduce, index: 0}``:
     corrupt one received element on one rank — proves the detector works.
+``straggler_rank``, ``straggler_ms``
+    Fault injection: that rank sleeps that long in every iteration, outside its collectives —
+    a slow rank, to prove the straggler finding (:mod:`aorta.workloads.comm_wait`).
+
+Each rank also records its own split of the iteration (:class:`~aorta.workloads.comm_wait.CommClock`
+around every collective call): ``comm_wait_ms`` and ``compute_ms``, means per iteration.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ from typing import Any
 from aorta.run.profiler import StepProfiler
 from aorta.run.ranks import destroy_process_group, init_process_group
 from aorta.run.workload import FailureDetail, Workload, WorkloadResult
+from aorta.workloads.comm_wait import STRAGGLER_KEYS, CommClock, straggler_delay
 
 _DTYPES = {"float32": 2**24, "bfloat16": 2**8, "float16": 2**11}
 _MODES = ("fsdp", "ddp", "default")
@@ -90,6 +97,7 @@ class RaceWorkload(Workload):
             "real_backward",
             "fault_injection",
         }
+        | STRAGGLER_KEYS
     )
 
     # -- setup ----------------------------------------------------------------------------
@@ -138,6 +146,7 @@ class RaceWorkload(Workload):
             if self.context.backend == "nccl"
             else torch.device("cpu")
         )
+        self.delay = straggler_delay(c, rank=self.rank)
         self.dtype = getattr(torch, dtype)
         self.modulus = max(2, min(65536, _DTYPES[dtype] // self.world))
         self.index = torch.arange(self.shard * self.world, device=self.device, dtype=torch.float64)
@@ -234,9 +243,10 @@ class RaceWorkload(Workload):
         for layer in range(self.layers):
             if self.mode in ("fsdp", "default"):
                 full = torch.empty(n_full, dtype=self.dtype, device=self.device)
-                _collective(dist, "all_gather")(
-                    full, self._data(0, layer, it, self.rank, self.shard)
-                )
+                shard = self._data(0, layer, it, self.rank, self.shard)
+                self.clock.start()
+                _collective(dist, "all_gather")(full, shard)
+                self.clock.stop()
                 self._maybe_corrupt(full, "all_gather", layer, it)
                 if verify:
                     self._check(full, self._expected_gather(layer, it), "all_gather", layer, it)
@@ -244,9 +254,10 @@ class RaceWorkload(Workload):
         for layer in reversed(range(self.layers)):
             if self.mode in ("fsdp", "default"):
                 out = torch.empty(self.shard, dtype=self.dtype, device=self.device)
-                _collective(dist, "reduce_scatter")(
-                    out, self._data(1, layer, it, self.rank, n_full)
-                )
+                grads = self._data(1, layer, it, self.rank, n_full)
+                self.clock.start()
+                _collective(dist, "reduce_scatter")(out, grads)
+                self.clock.stop()
                 self._maybe_corrupt(out, "reduce_scatter", layer, it)
                 if verify:
                     lo = self.rank * self.shard
@@ -259,7 +270,9 @@ class RaceWorkload(Workload):
                     )
             if self.mode in ("ddp", "default"):
                 grad = self._data(1, layer, it, self.rank, self.shard)
+                self.clock.start()
                 dist.all_reduce(grad)
+                self.clock.stop()
                 self._maybe_corrupt(grad, "all_reduce", layer, it)
                 if verify:
                     self._check(
@@ -274,15 +287,19 @@ class RaceWorkload(Workload):
         self.first_bad = None
         self.details: list[FailureDetail] = []
         times: list[float] = []
+        self.clock = CommClock(cuda=self.device.type == "cuda")
         start = time.perf_counter()
         executed = 0
         with StepProfiler(self.context, total_steps=self.steps) as prof:
             for it in range(self.steps):
                 t0 = time.perf_counter()
+                if self.delay:
+                    time.sleep(self.delay)  # fault injection: a slow rank
                 self._iteration(it)
                 if self.device.type == "cuda":
                     torch.cuda.synchronize(self.device)
                 times.append((time.perf_counter() - t0) * 1000.0)
+                self.clock.end_step(times[-1])
                 executed += 1
                 prof.step()
                 if self.log_interval and (it + 1) % self.log_interval == 0:
@@ -315,6 +332,7 @@ class RaceWorkload(Workload):
                 if self.first_bad is None
                 else float(self.first_bad),
                 "verified_iterations": float(len([i for i in self.verify_at if i < executed])),
+                **self.clock.metrics(warmup=min(self.warmup, len(times))),
             },
             info={
                 "mode": self.mode,
