@@ -48,6 +48,8 @@ MAX_DEPTH = 32
 DUMP_KEYS = frozenset({"entries", "pg_config", "pg_status"})
 
 _GLOBAL_OPS = frozenset({"GLOBAL", "STACK_GLOBAL", "INST", "EXT1", "EXT2", "EXT4"})
+#: Opcodes that call something or ask the loader for an object: a dump has none of them.
+_CALL_OPS = frozenset({"REDUCE", "BUILD", "NEWOBJ", "NEWOBJ_EX", "OBJ", "PERSID", "BINPERSID"})
 
 
 class _NoGlobals(pickle.Unpickler):
@@ -176,19 +178,34 @@ def _first_global(data: bytes) -> int:
 
 
 def _locate(data: bytes) -> tuple[int, str | None]:
-    """Where a pickle that failed to load goes wrong, read without running it."""
-    last = 0
+    """Where a pickle that failed to load goes wrong, read without running it: the opcode
+    that cannot be read (``None`` for the problem when every opcode reads, then the first
+    opcode that needs what a dump never holds: a callable, a persistent id)."""
+    calls = None
     try:
         for op, _arg, pos in pickletools.genops(data):
-            last = pos or 0
+            if calls is None and op.name in _CALL_OPS:
+                calls = pos or 0
             if op.name == "STOP":
-                return last, "the pickle does not build a dump"
+                return (calls if calls is not None else pos or 0), None
     except ValueError as exc:
         text = str(exc)
         words = ("but only", "no newline", "truncat", "remain", "not enough data")
         truncated = any(w in text for w in words)
-        return last, f"{'truncated' if truncated else 'malformed'} pickle ({text})"
+        pos = _last_readable(data)
+        return pos, f"{'truncated' if truncated else 'malformed'} pickle ({text})"
     return len(data), "truncated pickle (no STOP opcode)"
+
+
+def _last_readable(data: bytes) -> int:
+    """The offset of the opcode pickletools cannot read."""
+    last = 0
+    try:
+        for _op, _arg, pos in pickletools.genops(data):
+            last = pos or 0
+    except ValueError:
+        pass
+    return last
 
 
 def _check_shape(obj: Any, name: str, *, budget: int) -> None:
