@@ -4,6 +4,7 @@ code run — in the library (:class:`HangEvidenceError`) and on the command line
 from __future__ import annotations
 
 import io
+import json
 import os
 import pickle
 import pickletools
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from aorta.errors import ExitCode, HangEvidenceError
-from aorta.hang import MAX_DUMP_BYTES, load_evidence, parse_dump
+from aorta.hang import MAX_DUMP_BYTES, RankEvidence, analyze, load_evidence, parse_dump
 from tests.hang.synth import HANG_DATA
 
 GOOD_PICKLE = (HANG_DATA / "pickle" / "fr_trace_rank_0").read_bytes()
@@ -103,23 +104,51 @@ def test_random_bytes_and_wrong_shapes_are_refused():
             parse_dump(data, name="d")
 
 
-def test_json_and_pickle_bombs_are_refused_quickly():
+def test_a_json_bomb_is_refused():
     deep_json = b'{"entries": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
     with pytest.raises(HangEvidenceError, match="depth limit"):
         parse_dump(deep_json, name="bomb.json")
-    # Shared references: 40 levels of [x, x] is 2**40 objects as a tree, 200 bytes as a pickle.
+
+
+def test_a_pickle_of_shared_references_is_never_expanded():
+    # 60 levels of [x, x]: 2**60 objects as a tree, a few hundred bytes as a pickle. Put where
+    # the analysis looks (sizes, dtypes, names, groups, frames, pg_config); every field it
+    # reads is type-checked first, so nothing walks or prints the tree.
     x: list = []
-    for _ in range(25):
-        x = [x, x, x, x]
-    wide = pickle.dumps({"entries": [], "pg_config": x})
-    assert len(wide) < 1000
-    with pytest.raises(HangEvidenceError, match="expands to more than"):
-        parse_dump(wide, name="dag.pkl")
-    deep: list = []
-    for _ in range(100):
-        deep = [deep]
-    with pytest.raises(HangEvidenceError, match="nests deeper than 32"):
-        parse_dump(pickle.dumps({"entries": [], "pg_config": deep}), name="deep.pkl")
+    for _ in range(60):
+        x = [x, x]
+    bomb = {
+        "entries": [
+            {"collective_seq_id": 1, "profiling_name": x, "input_sizes": x, "input_dtypes": x,
+             "process_group": [x, x], "pg_id": x, "state": x, "frames": [{"name": x}]},
+        ],
+        "pg_config": {"": {"ranks": x}, "0": {"ranks": x, "desc": x}, 7: x},
+        "pg_status": {"0": x, "1": {"last_enqueued_collective": x}},
+    }  # fmt: skip
+    blob = pickle.dumps(bomb, protocol=4)
+    assert len(blob) < 2000
+    dump = parse_dump(blob, name="bomb.pkl")
+    other = parse_dump(blob, name="bomb.pkl")
+    report = analyze([RankEvidence(0, fr=dump), RankEvidence(1, fr=other)])
+    assert report.kind in {"none", "mismatch", "missing", "stuck"}
+    assert len(json.dumps(report.to_dict())) < 20_000
+
+
+def _key(text: str) -> bytes:
+    return b"X" + len(text).to_bytes(4, "little") + text.encode()  # BINUNICODE
+
+
+def test_a_pickle_nested_a_hundred_thousand_deep_costs_nothing():
+    # pickle.dumps cannot write it (recursion); a hand-made one can: EMPTY_LIST × n, APPEND × n-1.
+    n = 100_000
+    deep = b"]" * n + b"a" * (n - 1)
+    entry = b"}" + _key("collective_seq_id") + b"K\x01s" + _key("input_sizes") + deep + b"s"
+    entry += _key("process_group") + deep + b"s" + _key("frames") + deep + b"s"
+    blob = b"\x80\x02}" + _key("entries") + b"]" + entry + b"as" + _key("pg_config") + b"}"
+    blob += _key("0") + b"}" + _key("ranks") + deep + b"sss."
+    dump = parse_dump(blob, name="deep.pkl")
+    report = analyze([RankEvidence(0, fr=dump), RankEvidence(1, fr=parse_dump(blob))])
+    assert (report.kind, report.seq) == ("stuck", 1)  # both hold #1, neither completed it
 
 
 def test_a_persistent_id_is_refused():
