@@ -162,9 +162,15 @@ def _done(entry: Mapping[str, Any]) -> bool:
 def _sizes(value: object) -> tuple[tuple[int, ...], ...]:
     if not isinstance(value, list | tuple):
         return ()
-    return tuple(
-        tuple(d for d in s if isinstance(d, int)) for s in value if isinstance(s, list | tuple)
-    )
+    out = []
+    for s in value:
+        if isinstance(s, list | tuple):
+            dims = tuple(s)
+            # The usual case in one C-level pass; a container among the dims is left out.
+            if not all(type(d) is int for d in dims):
+                dims = tuple(d for d in dims if isinstance(d, int) and not isinstance(d, bool))
+            out.append(dims)
+    return tuple(out)
 
 
 def _dtypes(value: object) -> tuple[str, ...]:
@@ -197,6 +203,7 @@ def read_recorder(fr: Mapping[str, Any]) -> RankRecorder:
     groups: dict[str, GroupView] = {}
     notes: list[str] = []
     pg_names: dict[str, str] = {}
+    ops: dict[str, str] = {}  # profiling_name → op: a few names for thousands of entries
     bad = 0
     entries = fr.get("entries") or ()
     for entry in entries if isinstance(entries, list | tuple) else ():
@@ -217,7 +224,13 @@ def read_recorder(fr: Mapping[str, Any]) -> RankRecorder:
                 _add_p2p(view, entry)
             continue
         view.ops.setdefault(seq, []).append(entry)
-        view.sigs[seq] = view.sigs.get(seq, ()) + signature((entry,))
+        name_text = entry.get("profiling_name")
+        if not isinstance(name_text, str):
+            op = ""
+        elif (op := ops.get(name_text)) is None:
+            op = ops[name_text] = op_name(name_text)
+        sig = (op, _sizes(entry.get("input_sizes")), _dtypes(entry.get("input_dtypes")))
+        view.sigs[seq] = (*view.sigs[seq], sig) if seq in view.sigs else (sig,)
         if seq > view.enqueued:
             view.enqueued = seq
         if seq > view.completed and _done(entry):

@@ -5,6 +5,7 @@ Usage (from the repository root, with the dev venv; py-spy must be installed)::
 
     .venv/bin/python tests/data/hang/record.py            # every fault, ~3 minutes
     .venv/bin/python tests/data/hang/record.py sleep gil  # some of them
+    .venv/bin/python tests/data/hang/record.py --out /tmp/h --quick sleep  # elsewhere, fast
 
 Each fault ``F`` is re-recorded into ``tests/data/hang/F/`` laid out as an aorta trial folder
 after a hang capture: ``rank<R>.stdout.log``/``rank<R>.stderr.log`` (each rank's own output,
@@ -214,7 +215,7 @@ def worker(fault: str) -> None:
         os.dup2(log, fd)
         os.close(log)
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=GLOO_TIMEOUT_S))
-    pickles = HERE / "pickle" if fault == "sleep" else None
+    pickles = out.parent / "pickle" if fault == "sleep" else None
     threading.Thread(
         target=_dump_thread,
         args=(ctl, out / "hang", rank),
@@ -257,15 +258,15 @@ def _py_spy() -> str:
     return found
 
 
-def record(fault: str, *, torchrun: str) -> None:
+def record(fault: str, *, torchrun: str, into: Path = HERE, quick: bool = False) -> None:
     """Run one fault under torchrun and write its golden folder."""
     nproc = FAULTS[fault]
-    out = HERE / fault
+    out = into / fault
     shutil.rmtree(out, ignore_errors=True)
     (out / "hang").mkdir(parents=True)
     if fault == "sleep":
-        shutil.rmtree(HERE / "pickle", ignore_errors=True)
-        (HERE / "pickle").mkdir()
+        shutil.rmtree(into / "pickle", ignore_errors=True)
+        (into / "pickle").mkdir()
     ctl = Path(tempfile.mkdtemp(prefix=f"hang-{fault}-"))
     env = {
         **os.environ,
@@ -317,7 +318,7 @@ def record(fault: str, *, torchrun: str) -> None:
             (out / "hang" / f"capture_{rank}.json").write_text(json.dumps(capture, indent=1))
         # gloo's timeout ends the waiters (their error lines go into the logs); then the rest.
         with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=GLOO_TIMEOUT_S + 20)
+            proc.wait(timeout=1 if quick else GLOO_TIMEOUT_S + 20)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)
@@ -336,6 +337,10 @@ def main() -> None:
     parser.add_argument("faults", nargs="*", help=f"default: all of {', '.join(FAULTS)}")
     parser.add_argument("--worker", metavar="FAULT", help=argparse.SUPPRESS)
     parser.add_argument("--torchrun", default=str(Path(sys.executable).parent / "torchrun"))
+    parser.add_argument("--out", type=Path, default=HERE, help="where the folders go")
+    parser.add_argument(
+        "--quick", action="store_true", help="stop the run after the capture (no timeout lines)"
+    )
     args = parser.parse_args()
     if args.worker:
         worker(args.worker)
@@ -345,7 +350,7 @@ def main() -> None:
         parser.error(f"unknown faults {unknown}; choose from {', '.join(FAULTS)}")
     _py_spy()
     for fault in args.faults or FAULTS:
-        record(fault, torchrun=args.torchrun)
+        record(fault, torchrun=args.torchrun, into=args.out, quick=args.quick)
 
 
 if __name__ == "__main__":
