@@ -243,14 +243,6 @@ def _wait(predicate, timeout: float) -> bool:
     return predicate()
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, IndexError):
-        return False
-    return state != "Z"
-
-
 def _py_spy() -> str:
     found = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not Path(found).exists():
@@ -260,6 +252,9 @@ def _py_spy() -> str:
 
 def record(fault: str, *, torchrun: str, into: Path = HERE, quick: bool = False) -> None:
     """Run one fault under torchrun and write its golden folder."""
+    sys.path.insert(0, str(HERE.parents[2]))  # the repository root, for tests.processes
+    from tests.processes import alive
+
     nproc = FAULTS[fault]
     out = into / fault
     shutil.rmtree(out, ignore_errors=True)
@@ -292,7 +287,7 @@ def record(fault: str, *, torchrun: str, into: Path = HERE, quick: bool = False)
             pid, notes = info[rank]["pid"], []
             exited = info[rank].get("exited")
             files = []
-            if exited is None and _alive(pid):
+            if exited is None and alive(pid):
                 # py-spy runs once the dump thread is done (its own frames are not the story);
                 # the pickles with stack traces of ``sleep`` take longer than a JSON dump.
                 _wait((ctl / f"dumped_{rank}").exists, DUMP_WAIT_S * (3 if fault == "sleep" else 1))
