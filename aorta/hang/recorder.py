@@ -225,9 +225,8 @@ def read_recorder(fr: Mapping[str, Any]) -> RankRecorder:
             continue
         view.ops.setdefault(seq, []).append(entry)
         name_text = entry.get("profiling_name")
-        if not isinstance(name_text, str):
-            op = ""
-        elif (op := ops.get(name_text)) is None:
+        op = ops.get(name_text, "") if isinstance(name_text, str) else ""
+        if isinstance(name_text, str) and name_text not in ops:
             op = ops[name_text] = op_name(name_text)
         sig = (op, _sizes(entry.get("input_sizes")), _dtypes(entry.get("input_dtypes")))
         view.sigs[seq] = (*view.sigs[seq], sig) if seq in view.sigs else (sig,)
