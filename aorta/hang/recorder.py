@@ -160,15 +160,15 @@ def _done(entry: Mapping[str, Any]) -> bool:
 
 
 def _sizes(value: object) -> tuple[tuple[int, ...], ...]:
-    if not isinstance(value, list | tuple):
+    if type(value) not in (list, tuple):
         return ()
     out = []
-    for s in value:
-        if isinstance(s, list | tuple):
+    for s in value:  # type: ignore[attr-defined]
+        if type(s) in (list, tuple):
             dims = tuple(s)
-            # The usual case in one C-level pass; a container among the dims is left out.
+            # The usual case in one pass; a container among the dims is left out.
             if not all(type(d) is int for d in dims):
-                dims = tuple(d for d in dims if isinstance(d, int) and not isinstance(d, bool))
+                dims = tuple(d for d in dims if type(d) is int)
             out.append(dims)
     return tuple(out)
 
@@ -203,30 +203,37 @@ def read_recorder(fr: Mapping[str, Any]) -> RankRecorder:
     groups: dict[str, GroupView] = {}
     notes: list[str] = []
     pg_names: dict[str, str] = {}
-    ops: dict[str, str] = {}  # profiling_name → op: a few names for thousands of entries
+    ops: dict[str, str] = {}  # profiling_name → op
+    seen: set[tuple[int | str, str]] = set()  # (pg_id, name) pairs taken
     bad = 0
     entries = fr.get("entries") or ()
+    # Thousands of entries: the common forms take the short paths (a few names, ids, ops).
     for entry in entries if isinstance(entries, list | tuple) else ():
-        seq = _int(entry.get("collective_seq_id"))
-        if seq is None:
+        seq = entry.get("collective_seq_id")
+        if type(seq) is not int and (seq := _int(seq)) is None:
             bad += 1
             continue
-        name, desc = _group_of(entry)
+        pg = entry.get("process_group")
+        if type(pg) in (list, tuple) and len(pg) == 2 and type(pg[0]) is str and type(pg[1]) is str:
+            name, desc = pg
+        else:
+            name, desc = _group_of(entry)
         view = groups.get(name)
         if view is None:
             view = groups[name] = GroupView(name=name, desc=desc)
-        pg_id = scalar_text(entry.get("pg_id"))
-        if pg_id:
-            pg_names[pg_id] = name
-            view.pg_ids.add(pg_id)
+        pg_id = entry.get("pg_id")
+        if type(pg_id) in (int, str) and (pg_id, name) not in seen:
+            seen.add((pg_id, name))
+            pg_names[str(pg_id)] = name
+            view.pg_ids.add(str(pg_id))
         if entry.get("is_p2p") is True:
             if not _done(entry):
                 _add_p2p(view, entry)
             continue
         view.ops.setdefault(seq, []).append(entry)
         name_text = entry.get("profiling_name")
-        op = ops.get(name_text, "") if isinstance(name_text, str) else ""
-        if isinstance(name_text, str) and name_text not in ops:
+        op = ops.get(name_text, "") if type(name_text) is str else ""
+        if type(name_text) is str and name_text not in ops:
             op = ops[name_text] = op_name(name_text)
         sig = (op, _sizes(entry.get("input_sizes")), _dtypes(entry.get("input_dtypes")))
         view.sigs[seq] = (*view.sigs[seq], sig) if seq in view.sigs else (sig,)
