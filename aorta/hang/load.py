@@ -36,7 +36,7 @@ import orjson
 
 from aorta.errors import HangEvidenceError
 
-from .dumps import DUMP_KEYS, MAX_DUMP_BYTES, dump_kind, parse_dump
+from .dumps import DUMP_KEYS, MAX_DUMP_BYTES, dump_kind, parse_dump, paused_gc
 from .model import RankEvidence
 from .watchdog import rank_prefix
 
@@ -337,7 +337,8 @@ def load_evidence(paths: Sequence[str | Path]) -> list[RankEvidence]:
     >>> [(e.rank, e.fr is not None, e.files) for e in load_evidence([folder])]
     [(1, True, ('nccl_trace_rank_1', 'rank1.stderr.log'))]
     """
-    files = sorted(_files(paths), key=lambda f: f.shown)
+    with paused_gc():  # the dumps already read would be traversed at every collection
+        files = sorted(_files(paths), key=lambda f: f.shown)
     acc = _gather(files)
     if not acc:
         where = ", ".join(str(p) for p in paths)

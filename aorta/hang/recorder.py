@@ -33,13 +33,27 @@ __all__ = [
     "RankRecorder",
     "op_name",
     "parse_ranks",
-    "raw_key",
     "read_recorder",
+    "scalar_text",
     "signature",
 ]
 
 #: ``nccl:send 1->2`` and ``nccl:recv 3<-0``: a point-to-point op and its group-local peers.
 _P2P = re.compile(r"(send|recv) (\d+)(->|<-)(\d+)")
+
+
+def scalar_text(value: object, default: str = "") -> str:
+    """A field that should be a string (or a number) as text; anything else — a container
+    from a hostile dump, whose ``str`` could expand a shared structure — is ``default``.
+
+    >>> scalar_text("nccl:send 0->1"), scalar_text(3), scalar_text([[1]] * 2, "?")
+    ('nccl:send 0->1', '3', '?')
+    """
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    return default
 
 
 def op_name(profiling_name: object) -> str:
@@ -48,7 +62,7 @@ def op_name(profiling_name: object) -> str:
     >>> op_name("gloo:all_reduce"), op_name("nccl:send 0->1"), op_name("all_to_all")
     ('all_reduce', 'send', 'all_to_all')
     """
-    text = str(profiling_name)
+    text = scalar_text(profiling_name)
     return text.partition(":")[2].split(" ")[0] if ":" in text else text.split(" ")[0]
 
 
@@ -100,8 +114,10 @@ class GroupView:
     #: Last collective sequence number enqueued / completed (0: none).
     enqueued: int = 0
     completed: int = 0
-    #: The collective entries by sequence number (several for a coalesced op).
+    #: The collective entries by sequence number (several for a coalesced op), and what
+    #: must agree across ranks at each (:func:`signature`).
     ops: dict[int, list[Mapping[str, Any]]] = field(default_factory=dict)
+    sigs: dict[int, tuple[tuple[str, Any, Any], ...]] = field(default_factory=dict)
     #: Point-to-point ops not completed.
     pending_p2p: list[P2POp] = field(default_factory=list)
     #: Rank-local group ids (``pg_id``) seen.
@@ -144,22 +160,30 @@ def _done(entry: Mapping[str, Any]) -> bool:
 
 
 def _sizes(value: object) -> tuple[tuple[int, ...], ...]:
-    if not isinstance(value, list | tuple):
+    if type(value) not in (list, tuple):
         return ()
-    return tuple(
-        tuple(d for d in s if isinstance(d, int)) for s in value if isinstance(s, list | tuple)
-    )
+    out = []
+    for s in value:  # type: ignore[attr-defined]
+        if type(s) in (list, tuple):
+            dims = tuple(s)
+            # The usual case in one pass; a container among the dims is left out.
+            if not all(type(d) is int for d in dims):
+                dims = tuple(d for d in dims if type(d) is int)
+            out.append(dims)
+    return tuple(out)
 
 
 def _dtypes(value: object) -> tuple[str, ...]:
-    return tuple(str(d) for d in value) if isinstance(value, list | tuple) else ()
+    if not isinstance(value, list | tuple):
+        return ()
+    return tuple(d for d in value if isinstance(d, str))
 
 
 def _group_of(entry: Mapping[str, Any]) -> tuple[str, str]:
     pg = entry.get("process_group")
     if isinstance(pg, list | tuple) and len(pg) == 2:
-        return str(pg[0]), str(pg[1])
-    return str(entry.get("pg_id", "?")), ""
+        return scalar_text(pg[0], "?"), scalar_text(pg[1])
+    return scalar_text(entry.get("pg_id"), "?"), ""
 
 
 def read_recorder(fr: Mapping[str, Any]) -> RankRecorder:
@@ -179,25 +203,40 @@ def read_recorder(fr: Mapping[str, Any]) -> RankRecorder:
     groups: dict[str, GroupView] = {}
     notes: list[str] = []
     pg_names: dict[str, str] = {}
+    ops: dict[str, str] = {}  # profiling_name → op
+    seen: set[tuple[int | str, str]] = set()  # (pg_id, name) pairs taken
     bad = 0
     entries = fr.get("entries") or ()
+    # Thousands of entries: the common forms take the short paths (a few names, ids, ops).
     for entry in entries if isinstance(entries, list | tuple) else ():
-        seq = _int(entry.get("collective_seq_id"))
-        if seq is None:
+        seq = entry.get("collective_seq_id")
+        if type(seq) is not int and (seq := _int(seq)) is None:
             bad += 1
             continue
-        name, desc = _group_of(entry)
+        pg = entry.get("process_group")
+        if type(pg) in (list, tuple) and len(pg) == 2 and type(pg[0]) is str and type(pg[1]) is str:
+            name, desc = pg
+        else:
+            name, desc = _group_of(entry)
         view = groups.get(name)
         if view is None:
             view = groups[name] = GroupView(name=name, desc=desc)
-        if "pg_id" in entry:
-            pg_names[str(entry["pg_id"])] = name
-            view.pg_ids.add(str(entry["pg_id"]))
+        pg_id = entry.get("pg_id")
+        if type(pg_id) in (int, str) and (pg_id, name) not in seen:
+            seen.add((pg_id, name))
+            pg_names[str(pg_id)] = name
+            view.pg_ids.add(str(pg_id))
         if entry.get("is_p2p") is True:
             if not _done(entry):
                 _add_p2p(view, entry)
             continue
         view.ops.setdefault(seq, []).append(entry)
+        name_text = entry.get("profiling_name")
+        op = ops.get(name_text, "") if type(name_text) is str else ""
+        if type(name_text) is str and name_text not in ops:
+            op = ops[name_text] = op_name(name_text)
+        sig = (op, _sizes(entry.get("input_sizes")), _dtypes(entry.get("input_dtypes")))
+        view.sigs[seq] = (*view.sigs[seq], sig) if seq in view.sigs else (sig,)
         if seq > view.enqueued:
             view.enqueued = seq
         if seq > view.completed and _done(entry):
@@ -215,13 +254,13 @@ def read_recorder(fr: Mapping[str, Any]) -> RankRecorder:
         unnamed_status=unnamed,
         config=config,
         loose_ranks=loose,
-        version=str(fr.get("version", "")),
+        version=scalar_text(fr.get("version")),
         notes=notes,
     )
 
 
 def _add_p2p(view: GroupView, entry: Mapping[str, Any]) -> None:
-    text = str(entry.get("profiling_name", ""))
+    text = scalar_text(entry.get("profiling_name"))
     m = _P2P.search(text)
     if m is None:
         return
@@ -246,10 +285,10 @@ def _apply_status(
         done = _int(fields.get("last_completed_collective"))
         if enq is None or done is None:
             continue
-        name = pg_names.get(str(pg_id))
+        name = pg_names.get(scalar_text(pg_id, "?"))
         if name is None:
             if enq > 0:
-                unnamed[str(pg_id)] = (enq, max(done, 0))
+                unnamed[scalar_text(pg_id, "?")] = (enq, max(done, 0))
             continue
         view = groups[name]
         view.enqueued = max(view.enqueued, enq)
@@ -270,10 +309,12 @@ def _read_config(
         ranks = parse_ranks(info.get("ranks"))
         if ranks is None:
             continue
-        if str(key) == "":
+        if not isinstance(key, str):
+            continue
+        if key == "":
             loose.update(ranks)
         else:
-            named[str(key)] = (str(info.get("desc") or ""), ranks)
+            named[key] = (scalar_text(info.get("desc")), ranks)
     return named, tuple(sorted(loose))
 
 
@@ -292,9 +333,3 @@ def signature(entries: Sequence[Mapping[str, Any]]) -> tuple[tuple[str, Any, Any
         )
         for e in entries
     )
-
-
-def raw_key(entries: Sequence[Mapping[str, Any]]) -> list[tuple[Any, Any, Any]]:
-    """The fields :func:`signature` reads, as they are: cheap to compare across ranks (the
-    lists compare in C) for every sequence number of the buffers' overlap."""
-    return [(e.get("profiling_name"), e.get("input_sizes"), e.get("input_dtypes")) for e in entries]

@@ -123,16 +123,25 @@ def _headline(kind: Kind, inc: GroupIncident, who: str, frames: Sequence[Culprit
             f"{coll}{label}"
         )
     if kind == "no_dump":
-        return f"{who} left no dump while {_ranks(inc.waiting, 'wait')} in {coll}{label}: the suspect{where}"
+        return (
+            f"{who} left no dump while {_ranks(inc.waiting, 'wait')} in {coll}{label}: "
+            f"{'it is the suspect' if len(inc.culprits) == 1 else 'they are the suspects'}{where}"
+        )
     if kind == "p2p":
         want = "recv" if inc.op == "send" else "send"
         return (
             f"{_ranks(inc.waiting, 'wait')} in {inc.op} #{inc.seq} (p2p, {inc.label}) for "
             f"{who}, which never posted the matching {want}{where}"
         )
-    suffix = f" — {who} never started it (still scheduled)" if who else ""
+    if who:
+        started = [r for r in inc.waiting if r not in inc.culprits]
+        return (
+            f"{who} never started {coll}{label} (still scheduled) while "
+            f"{_ranks(started, 'wait')} in it: every rank entered it"
+        )
     return (
-        f"every rank of {inc.label} entered {coll} and waits; none is missing or disagrees{suffix}"
+        f"every rank of {inc.label} entered {coll} and waits; none is missing or disagrees "
+        "(the transport, a device or the library?)"
     )
 
 

@@ -25,6 +25,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .recorder import scalar_text
+
 __all__ = ["Frame", "Position", "Thread", "frame_text", "position", "read_stacks", "user_frame"]
 
 
@@ -75,13 +77,17 @@ def read_stacks(stacks: Sequence[Mapping[str, Any]] | None) -> list[Thread]:
         if not isinstance(item, Mapping) or not isinstance(item.get("frames"), list):
             continue
         frames = tuple(
-            Frame(str(f.get("name", "?")), str(f.get("filename", "?")), _int(f.get("line")) or 0)
+            Frame(
+                scalar_text(f.get("name"), "?"),
+                scalar_text(f.get("filename"), "?"),
+                _int(f.get("line")) or 0,
+            )
             for f in item["frames"]
             if isinstance(f, Mapping)
         )
         threads.append(
             Thread(
-                name=str(item.get("thread_name") or ""),
+                name=scalar_text(item.get("thread_name")),
                 pid=_int(item.get("pid")),
                 os_thread_id=_int(item.get("os_thread_id")),
                 owns_gil=item.get("owns_gil") is True,

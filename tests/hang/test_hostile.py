@@ -1,0 +1,216 @@
+"""Hostile dumps: one clear error naming the file (and byte offset), never a traceback, never
+code run — in the library (:class:`HangEvidenceError`) and on the command line (``Error:``)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import pickle
+import pickletools
+from pathlib import Path
+
+import pytest
+
+from aorta.errors import ExitCode, HangEvidenceError
+from aorta.hang import MAX_DUMP_BYTES, RankEvidence, analyze, load_evidence, parse_dump
+from tests.hang.synth import HANG_DATA
+
+GOOD_PICKLE = (HANG_DATA / "pickle" / "fr_trace_rank_0").read_bytes()
+GOOD_JSON = (HANG_DATA / "sleep" / "hang" / "fr_0.json").read_bytes()
+
+
+class _Runs:
+    """Unpickling it would call os.system (what a malicious dump does)."""
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+
+    def __reduce__(self):
+        return (os.system, (self.command,))
+
+
+def _evil(tmp_path, protocol: int) -> bytes:
+    marker = tmp_path / "ran"
+    return pickle.dumps({"entries": [], "x": _Runs(f"touch {marker}")}, protocol=protocol)
+
+
+@pytest.mark.parametrize("protocol", [2, 3, 4, 5])
+def test_a_pickle_naming_a_global_is_refused_and_runs_nothing(tmp_path, protocol):
+    blob = _evil(tmp_path, protocol)
+    with pytest.raises(HangEvidenceError) as err:
+        parse_dump(blob, name="fr_0.pkl")
+    assert not (tmp_path / "ran").exists()
+    name = "posix.system" if os.name == "posix" else "nt.system"
+    offset = next(p for op, _, p in pickletools.genops(blob) if "GLOBAL" in op.name)
+    assert str(err.value).startswith(f"fr_0.pkl: byte {offset}: the pickle names the global {name}")
+
+
+def test_every_kind_of_global_is_refused():
+    # GLOBAL, STACK_GLOBAL, INST, and the copyreg extension registry (EXT1), each after a
+    # PROTO header as torch's pickles have.
+    for blob in (
+        b"\x80\x02cbuiltins\neval\n(S'1'\ntR.",
+        b"\x80\x04\x8c\x08builtins\x8c\x04eval\x93.",
+        b"\x80\x02(ibuiltins\nlist\n.",
+    ):
+        with pytest.raises(
+            HangEvidenceError, match=r"byte \d+: the pickle names the global builtins"
+        ):
+            parse_dump(blob, name="x")
+    import copyreg
+
+    copyreg.add_extension("builtins", "eval", 0x7E)
+    try:
+        with pytest.raises(HangEvidenceError, match=r"names the global builtins\.eval"):
+            parse_dump(b"\x80\x02\x82\x7e.", name="x")
+    finally:
+        copyreg.remove_extension("builtins", "eval", 0x7E)
+    # Protocols 0 and 1 (no PROTO header; torch never writes them) are not taken for a pickle.
+    with pytest.raises(HangEvidenceError, match="neither a JSON nor a pickled"):
+        parse_dump(b"cbuiltins\neval\n(S'1'\ntR.", name="x")
+
+
+def test_torch_pickles_need_no_global():
+    ops = {op.name for op, _, _ in pickletools.genops(GOOD_PICKLE)}
+    assert not ops & {"GLOBAL", "STACK_GLOBAL", "REDUCE", "BUILD", "INST", "OBJ", "NEWOBJ"}
+    assert parse_dump(GOOD_PICKLE, name="p") == pickle.loads(GOOD_PICKLE)
+
+
+def test_a_truncated_pickle_names_the_byte_where_it_ends():
+    cut = GOOD_PICKLE[:700]
+    with pytest.raises(HangEvidenceError) as err:
+        parse_dump(cut, name="nccl_trace_rank_0")
+    message = str(err.value)
+    assert message.startswith("nccl_trace_rank_0: byte ") and "truncated pickle" in message
+    offset = int(message.split("byte ")[1].split(":")[0])
+    assert 600 < offset <= 700
+
+
+def test_a_truncated_json_dump_names_the_byte_where_it_ends():
+    with pytest.raises(HangEvidenceError, match=r"^fr_0\.json: byte 900: truncated JSON"):
+        parse_dump(GOOD_JSON[:900], name="fr_0.json")
+
+
+def test_random_bytes_and_wrong_shapes_are_refused():
+    for data, expect in [
+        (os.urandom(64).replace(b"{", b"x").replace(b"\x80", b"y"), "neither a JSON nor a pickled"),
+        (b'{"a": 1}', "not a flight-recorder dump"),
+        (pickle.dumps([1, 2]), "not a flight-recorder dump"),
+        (b'{"entries": [1, 2]}', "entries: must be a list of mappings"),
+        (pickle.dumps({"entries": 3}), "entries: must be a list of mappings"),
+    ]:
+        with pytest.raises(HangEvidenceError, match=expect):
+            parse_dump(data, name="d")
+
+
+def test_a_json_bomb_is_refused():
+    deep_json = b'{"entries": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    with pytest.raises(HangEvidenceError, match="depth limit"):
+        parse_dump(deep_json, name="bomb.json")
+
+
+def test_a_pickle_of_shared_references_is_never_expanded():
+    # 60 levels of [x, x]: 2**60 objects as a tree, a few hundred bytes as a pickle. Put where
+    # the analysis looks (sizes, dtypes, names, groups, frames, pg_config); every field it
+    # reads is type-checked first, so nothing walks or prints the tree.
+    x: list = []
+    for _ in range(60):
+        x = [x, x]
+    bomb = {
+        "entries": [
+            {"collective_seq_id": 1, "profiling_name": x, "input_sizes": x, "input_dtypes": x,
+             "process_group": [x, x], "pg_id": x, "state": x, "frames": [{"name": x}]},
+        ],
+        "pg_config": {"": {"ranks": x}, "0": {"ranks": x, "desc": x}, 7: x},
+        "pg_status": {"0": x, "1": {"last_enqueued_collective": x}},
+    }  # fmt: skip
+    blob = pickle.dumps(bomb, protocol=4)
+    assert len(blob) < 2000
+    dump = parse_dump(blob, name="bomb.pkl")
+    other = parse_dump(blob, name="bomb.pkl")
+    report = analyze([RankEvidence(0, fr=dump), RankEvidence(1, fr=other)])
+    assert report.kind in {"none", "mismatch", "missing", "stuck"}
+    assert len(json.dumps(report.to_dict())) < 20_000
+
+
+def _key(text: str) -> bytes:
+    return b"X" + len(text).to_bytes(4, "little") + text.encode()  # BINUNICODE
+
+
+def test_a_pickle_nested_a_hundred_thousand_deep_costs_nothing():
+    # pickle.dumps cannot write it (recursion); a hand-made one can: EMPTY_LIST × n, APPEND × n-1.
+    n = 100_000
+    deep = b"]" * n + b"a" * (n - 1)
+    entry = b"}" + _key("collective_seq_id") + b"K\x01s" + _key("input_sizes") + deep + b"s"
+    entry += _key("process_group") + deep + b"s" + _key("frames") + deep + b"s"
+    blob = b"\x80\x02}" + _key("entries") + b"]" + entry + b"as" + _key("pg_config") + b"}"
+    blob += _key("0") + b"}" + _key("ranks") + deep + b"sss."
+    dump = parse_dump(blob, name="deep.pkl")
+    report = analyze([RankEvidence(0, fr=dump), RankEvidence(1, fr=parse_dump(blob))])
+    assert (report.kind, report.seq) == ("stuck", 1)  # both hold #1, neither completed it
+
+
+def test_a_persistent_id_is_refused():
+    buf = io.BytesIO()
+
+    class P(pickle.Pickler):
+        def persistent_id(self, obj):
+            return "tensor-7" if obj == "t" else None
+
+    P(buf, protocol=2).dump({"entries": ["t"]})
+    with pytest.raises(HangEvidenceError, match="persistent"):
+        parse_dump(buf.getvalue(), name="pid.pkl")
+
+
+def _bytes_read() -> int:
+    """What this process has read so far (the kernel's count, /proc/self/io ``rchar``)."""
+    for line in Path("/proc/self/io").read_text().splitlines():
+        if line.startswith("rchar:"):
+            return int(line.split()[1])
+    raise AssertionError("no rchar")
+
+
+def test_a_dump_over_the_limit_is_refused_without_reading_it(tmp_path, monkeypatch):
+    big = tmp_path / "nccl_trace_rank_0"
+    with open(big, "wb") as f:
+        f.write(b'{"entries": [')
+        f.truncate(2 * 2**30)  # 2 GiB, sparse: nothing is written
+    before = _bytes_read()
+    with pytest.raises(HangEvidenceError, match=r"2,048 MiB is above the 256 MiB limit"):
+        load_evidence([big])
+    assert _bytes_read() - before < 2**20  # the head, to tell what it is; not the 2 GiB
+    assert MAX_DUMP_BYTES == 256 * 2**20
+    monkeypatch.setattr("aorta.hang.dumps.MAX_DUMP_BYTES", 8)
+    with pytest.raises(HangEvidenceError, match="above the dump limit"):
+        parse_dump(b'{"entries": []}', name="x")
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "expect"),
+    [
+        ("evil.pkl", None, "names the global"),
+        ("trunc_rank_0", GOOD_PICKLE[:700], "truncated pickle"),
+        ("fr_1.json", GOOD_JSON[:900], "byte 900: truncated JSON"),
+        ("noise_2.bin", bytes(range(256)) * 4, "neither a flight-recorder dump"),
+        ("bomb_3.json", b"[" * 50_000 + b"]" * 50_000, "depth limit"),
+    ],
+)
+def test_the_command_prints_one_error_line_and_no_traceback(tmp_path, run_cli, name, data, expect):
+    path = tmp_path / name
+    path.write_bytes(_evil(tmp_path, 4) if data is None else data)
+    code, out, err = run_cli("hang", "analyze", path)
+    assert code == ExitCode.ERROR
+    assert out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"Error: {path}: ") and expect in lines[0]
+    assert "Traceback" not in err
+    assert not (tmp_path / "ran").exists()
+
+
+def test_a_broken_dump_inside_a_folder_is_an_error_too(tmp_path, run_cli):
+    (tmp_path / "fr_0.json").write_bytes(GOOD_JSON)
+    (tmp_path / "fr_1.json").write_bytes(GOOD_JSON[:900])
+    code, _, err = run_cli("hang", "analyze", tmp_path)
+    assert code == ExitCode.ERROR
+    assert err.strip() == "Error: fr_1.json: byte 900: truncated JSON (unexpected end of data)"

@@ -1,0 +1,165 @@
+"""Files and folders → evidence per rank, by content; and ``aorta hang analyze``."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+
+import pytest
+
+from aorta.errors import ExitCode, HangEvidenceError
+from aorta.hang import HangReport, load_evidence
+from aorta.hang.load import LOG_TAIL_BYTES, trailing_rank
+from tests.hang.synth import HANG_DATA
+
+SLEEP = HANG_DATA / "sleep"
+
+
+def test_a_trial_folder_gives_each_rank_its_dump_stacks_capture_and_logs():
+    evidence = load_evidence([SLEEP])
+    assert [e.rank for e in evidence] == [0, 1, 2]
+    e0 = evidence[0]
+    assert e0.files == (
+        "hang/capture_0.json",
+        "hang/fr_0.json",
+        "hang/stacks_0.json",
+        "rank0.stderr.log",
+        "rank0.stdout.log",
+    )
+    assert e0.fr is not None and e0.stacks and e0.pid and e0.host
+    assert any("Timed out waiting" in line for line in e0.log_lines)
+
+
+def test_files_are_told_apart_by_content_not_by_name(tmp_path):
+    # Every file renamed to something that says nothing; ranks are trailing numbers.
+    for rank in range(3):
+        shutil.copy(SLEEP / "hang" / f"fr_{rank}.json", tmp_path / f"a_{rank}")
+        shutil.copy(SLEEP / "hang" / f"stacks_{rank}.json", tmp_path / f"b_{rank}")
+        shutil.copy(SLEEP / f"rank{rank}.stderr.log", tmp_path / f"c_{rank}")
+    evidence = load_evidence([tmp_path])
+    assert [(e.fr is not None, bool(e.stacks), bool(e.log_lines)) for e in evidence] == [
+        (True, True, True),
+        (True, True, True),
+        (True, True, False),  # rank 2 was killed by the teardown: its stderr is empty
+    ]
+
+
+def test_stacks_without_a_rank_in_their_name_find_it_through_the_capture_s_pid(tmp_path):
+    shutil.copy(SLEEP / "hang" / "capture_2.json", tmp_path / "capture.json")
+    shutil.copy(SLEEP / "hang" / "stacks_2.json", tmp_path / "pyspy.json")
+    (evidence,) = load_evidence([tmp_path])
+    assert evidence.rank == 2 and evidence.stacks
+
+
+def test_only_the_trailing_number_is_the_rank():
+    assert trailing_rank("gpu-r3.local_rank_5") == 5
+    assert trailing_rank("node7_fr_dump_12.json") == 12
+    assert trailing_rank("stacks_3.json") == 3
+    assert trailing_rank("rank11.stdout.log") == 11
+    assert trailing_rank("nccl_trace_rank_") is None
+
+
+def test_one_combined_log_splits_by_torch_s_rank_prefix(tmp_path):
+    log = tmp_path / "job.log"
+    log.write_text(
+        "[rank0]: step 4\n"
+        "[rank1]:[E1203 ProcessGroupNCCL.cpp:1785] [PG ID 0 PG GUID 0(default_pg) Rank 1] "
+        "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, "
+        "NumelIn=4, NumelOut=4, Timeout(ms)=600000) ran for 600015 milliseconds\n"
+        "a line of nobody's\n"
+    )
+    evidence = load_evidence([log])
+    assert [(e.rank, len(e.log_lines)) for e in evidence] == [(0, 1), (1, 1)]
+
+
+def test_a_one_rank_trial_s_unnumbered_logs_are_rank_0_s(tmp_path):
+    (tmp_path / "stdout.log").write_text("hello\n")
+    (tmp_path / "stderr.log").write_text("RuntimeError: Connection reset by peer\n")
+    (evidence,) = load_evidence([tmp_path])
+    assert (evidence.rank, evidence.log_lines) == (
+        0,
+        ("RuntimeError: Connection reset by peer", "hello"),
+    )
+
+
+def test_only_the_end_of_a_long_log_is_read(tmp_path):
+    log = tmp_path / "rank4.stderr.log"
+    with open(log, "w") as f:
+        f.write("step line that says nothing\n" * ((LOG_TAIL_BYTES // 28) + 1000))
+        f.write("last enqueued NCCL work: 9, last completed NCCL work: 8.\n")
+    (evidence,) = load_evidence([log])
+    assert evidence.rank == 4
+    assert evidence.log_lines[-1].startswith("last enqueued NCCL work: 9")
+    assert sum(len(line) + 1 for line in evidence.log_lines) <= LOG_TAIL_BYTES
+
+
+def test_a_folder_passes_over_what_is_not_evidence(tmp_path):
+    shutil.copy(SLEEP / "hang" / "fr_0.json", tmp_path / "fr_0.json")
+    trace = tmp_path / "trace"
+    trace.mkdir()
+    (trace / "rank0.pt.trace.json.gz").write_bytes(gzip.compress(b'{"traceEvents": []}'))
+    (tmp_path / "recipe.json").write_text(json.dumps({"cells": []}))
+    (tmp_path / "blob.bin").write_bytes(bytes(range(256)))
+    deep = tmp_path / "a" / "b"
+    deep.mkdir(parents=True)
+    shutil.copy(SLEEP / "hang" / "fr_1.json", deep / "fr_1.json")  # two levels down: not looked at
+    (evidence,) = load_evidence([tmp_path])
+    assert (evidence.rank, evidence.files) == (0, ("fr_0.json",))
+
+
+def test_a_dump_without_a_rank_in_its_name_is_an_error(tmp_path):
+    shutil.copy(SLEEP / "hang" / "fr_0.json", tmp_path / "dump.json")
+    with pytest.raises(HangEvidenceError, match=r"^dump\.json: cannot tell whose dump this is"):
+        load_evidence([tmp_path])
+
+
+def test_nothing_to_go_on_is_an_error(tmp_path):
+    with pytest.raises(HangEvidenceError, match="no hang evidence"):
+        load_evidence([tmp_path])
+    with pytest.raises(HangEvidenceError, match="no such file or folder"):
+        load_evidence([tmp_path / "missing"])
+    (tmp_path / "x.json").write_text('{"cells": []}')
+    with pytest.raises(HangEvidenceError, match="neither a flight-recorder dump"):
+        load_evidence([tmp_path / "x.json"])
+
+
+def test_the_command_prints_the_incident_table(run_cli):
+    code, out, err = run_cli("hang", "analyze", HANG_DATA / "subgroup")
+    assert (code, err) == (ExitCode.OK, "")
+    lines = out.splitlines()
+    assert lines[0].startswith("hang: rank 3 (node ") and "never reached all_to_all #3" in lines[0]
+    table = lines[lines.index("") + 1 : lines.index("culprit frames") - 1]
+    assert table[0].split() == [
+        "group", "seq", "op", "sizes/dtypes", "waiting", "missing", "behind", "exited",
+        "no", "position", "kind", "culprits",
+    ]  # fmt: skip
+    assert table[1].split()[:3] == ["default_pg,", "ranks", "0-3"]
+    assert table[2].split() == [
+        "expert_parallel,", "ranks", "2,3", "3", "all_to_all", "[4]", "Float", "2", "3", "-",
+        "-", "-", "missing", "3",
+    ]  # fmt: skip
+    assert any(line.strip().startswith("rank 3  record.py:") for line in lines)
+
+
+def test_the_command_prints_the_report_as_json(run_cli):
+    code, out, _ = run_cli("hang", "analyze", HANG_DATA / "gil", "--json")
+    data = json.loads(out)
+    assert code == ExitCode.OK
+    assert (data["culprit_ranks"], data["op"], data["seq"], data["kind"]) == (
+        [1],
+        "all_reduce",
+        4,
+        "gil",
+    )
+    assert HangReport.from_dict(data).culprit_ranks == (1,)
+
+
+def test_the_world_size_counts_ranks_without_evidence(run_cli, tmp_path):
+    for rank in (0, 1):
+        shutil.copy(SLEEP / "hang" / f"fr_{rank}.json", tmp_path / f"fr_{rank}.json")
+    code, out, _ = run_cli("hang", "analyze", tmp_path, "--json", "--world-size", "3")
+    data = json.loads(out)
+    assert (data["kind"], data["culprit_ranks"], data["world_size"]) == ("no_dump", [2], 3)
+    code, _, err = run_cli("hang", "analyze", tmp_path, "--world-size", "0")
+    assert code == ExitCode.USAGE and err.startswith("Error: ")
