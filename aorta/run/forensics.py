@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from aorta import envvars
-from aorta.hang import RankEvidence, analyze
+from aorta.hang import MAX_DUMP_BYTES, HangEvidenceError, RankEvidence, analyze, parse_dump
 from aorta.recipe.schema import Forensics
 from aorta.run.hang import trial_processes
 from aorta.store.record import RankOutcome, TrialStatus
@@ -512,6 +512,23 @@ class Capture:
             by_rank[self.rank] = root if root in facts else (pythons[0] if pythons else root)
         return by_rank
 
+    def _from_nccl(
+        self, path: Path, rank: int, files: list[str], notes: list[str]
+    ) -> dict[str, Any] | None:
+        """NCCL's own dump (a pickle, read without running it) as ``fr_<rank>.json``, which a
+        bundle can carry and redact (a pickle it leaves out)."""
+        try:
+            with open(path, "rb") as fh:
+                data = fh.read(MAX_DUMP_BYTES + 1)
+            dump = parse_dump(data, name=str(path))
+        except (OSError, HangEvidenceError) as exc:
+            notes.append(f"NCCL's dump unreadable: {exc}")
+            return None
+        target = self.hang_dir / evidence_name("fr", rank)
+        atomic_write(target, json.dumps(dump, default=str))
+        files.append(f"{HANG_DIR}/{target.name}")
+        return _trim_dump(dump)
+
     def _write_rank(
         self,
         rank: int,
@@ -550,6 +567,8 @@ class Capture:
         nccl = self.hang_dir / f"{NCCL_DUMP_PREFIX}{rank}"
         if nccl.exists():
             files.append(f"{HANG_DIR}/{nccl.name}")
+            if fr is None:  # NCCL's watchdog dumped, the listener did not: its pickle as JSON
+                fr = self._from_nccl(nccl, rank, files, rank_notes)
         threads = stacks.get(pid)
         if threads is not None:
             target = self.hang_dir / evidence_name("stacks", rank)

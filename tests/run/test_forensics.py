@@ -238,3 +238,25 @@ def test_watchdog_lines_are_picked_from_a_log():
         "[Rank 3] last enqueued work: 4028, last completed work: 4026",
     ]
     assert watchdog_lines(lines) == lines[1:]
+
+
+def test_nccls_own_dump_becomes_the_ranks_json_dump(tmp_path):
+    # NCCL's watchdog wrote its pickle (TORCH_FR_DUMP_TEMP_FILE) and the rank answers no
+    # listener: the capture reads the pickle without running it, and keeps it as JSON.
+    pickled = Path(__file__).parents[1] / "data" / "hang" / "pickle" / "fr_trace_rank_0"
+    capture = _capture(tmp_path, py_spy="")
+    hang = tmp_path / "trial" / HANG_DIR
+    hang.mkdir(parents=True)
+    (hang / f"{NCCL_DUMP_PREFIX}0").write_bytes(pickled.read_bytes())
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True
+    )
+    try:
+        capture(proc.pid, "deadline")
+    finally:
+        proc.kill()
+        proc.wait()
+    (evidence,) = capture.evidence
+    assert evidence["fr"]["entries"], evidence["notes"]
+    dump = json.loads((hang / evidence_name("fr", 0)).read_text())
+    assert dump["entries"] and f"{HANG_DIR}/{NCCL_DUMP_PREFIX}0" in evidence["files"]
