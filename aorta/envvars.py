@@ -192,6 +192,8 @@ TRIAL_TOKEN = "AORTA_TRIAL_TOKEN"
 #: Set for a trial armed for hang forensics (:mod:`aorta.run.forensics`): the trial's token,
 #: which names the flight-recorder listener of each of its Python processes.
 FR_LISTEN = "AORTA_FR_LISTEN"
+#: ... and the folder its listeners write their dumps into (the trial's ``hang/``).
+FR_DIR = "AORTA_FR_DIR"
 
 ENGINE_PROVIDED: frozenset[str] = frozenset(
     {
@@ -206,6 +208,7 @@ ENGINE_PROVIDED: frozenset[str] = frozenset(
         SWEEP_TOKEN,
         TRIAL_TOKEN,
         FR_LISTEN,
+        FR_DIR,
     }
 )
 

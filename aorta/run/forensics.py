@@ -170,13 +170,14 @@ def _is_python(facts: Mapping[str, Any]) -> bool:
     return exe.startswith("python") or os.path.basename(first).startswith("python")
 
 
-def request_dump(name: str, path: Path, deadline: float, wait_s: float) -> dict[str, Any]:
+def request_dump(name: str, deadline: float, wait_s: float) -> dict[str, Any]:
     """Ask the listener ``name`` (``aorta-fr.<token>.<pid>``) to write its flight-recorder
-    dump to ``path`` before ``deadline`` (a ``time.monotonic()`` value, ``wait_s`` from now).
-    Returns its reply (``rank``, ``world_size``, ``bytes`` or ``error``) with ``listener``:
-    ``False`` when the process has none.
+    dump (into the trial's ``AORTA_FR_DIR``, as ``.fr.<token>.<pid>.json``) before
+    ``deadline`` (a ``time.monotonic()`` value, ``wait_s`` from now). Returns its reply
+    (``rank``, ``world_size``, ``bytes`` or ``error``) with ``listener``: ``False`` when the
+    process has none.
 
-    >>> request_dump("aorta-fr.none.1", Path("/nonexistent"), time.monotonic() + 1, 1)
+    >>> request_dump("aorta-fr.none.1", time.monotonic() + 1, 1)
     {'listener': False}
     """
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -186,7 +187,7 @@ def request_dump(name: str, path: Path, deadline: float, wait_s: float) -> dict[
             sock.connect("\0" + name)
         except OSError:
             return {"listener": False}
-        sock.sendall(json.dumps({"path": str(path)}).encode() + b"\n")
+        sock.sendall(b"dump\n")
         reply = b""
         while not reply.endswith(b"\n"):
             sock.settimeout(max(0.05, deadline - time.monotonic()))
@@ -337,12 +338,12 @@ class Capture:
             "TORCH_NCCL_DEBUG_INFO_PIPE_FILE": str(self._pipes / "pipe_rank_"),
         }
         env = {k: v for k, v in wanted.items() if k not in environ}
-        if "TORCH_FR_DUMP_TEMP_FILE" in env:
-            # NCCL writes there without creating the folder.
-            self.hang_dir.mkdir(parents=True, exist_ok=True)
+        # NCCL's dump and the listener's write there, neither creates the folder.
+        self.hang_dir.mkdir(parents=True, exist_ok=True)
         path = environ.get("PYTHONPATH", "")
         env["PYTHONPATH"] = str(SHIM_DIR) + (os.pathsep + path if path else "")
         env[envvars.FR_LISTEN] = self.token
+        env[envvars.FR_DIR] = str(self.hang_dir)
         return env
 
     def close(self) -> None:
@@ -419,11 +420,10 @@ class Capture:
         started = time.monotonic()
 
         def ask(pid: int) -> None:
-            path = self.hang_dir / f".fr.{self.token}.{pid}.json"
             replies[pid] = request_dump(
-                f"aorta-fr.{self.token}.{pid}", path, deadline, deadline - started
+                f"aorta-fr.{self.token}.{pid}", deadline, deadline - started
             )
-            replies[pid]["path"] = str(path)
+            replies[pid]["path"] = str(self.hang_dir / f".fr.{self.token}.{pid}.json")
 
         threads = [threading.Thread(target=ask, args=(pid,), daemon=True) for pid in facts]
         for t in threads:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -218,9 +219,7 @@ def test_a_process_that_never_imports_torch_distributed_has_no_listener(tmp_path
         )  # fmt: skip
         try:
             assert proc.stdout is not None and proc.stdout.readline().strip() == b"READY"
-            got = request_dump(
-                f"aorta-fr.{TOKEN}.{proc.pid}", tmp_path / "d.json", time.monotonic() + 5, 5
-            )
+            got = request_dump(f"aorta-fr.{TOKEN}.{proc.pid}", time.monotonic() + 5, 5)
         finally:
             proc.kill()
             proc.wait()
@@ -260,3 +259,43 @@ def test_nccls_own_dump_becomes_the_ranks_json_dump(tmp_path):
     assert evidence["fr"]["entries"], evidence["notes"]
     dump = json.loads((hang / evidence_name("fr", 0)).read_text())
     assert dump["entries"] and f"{HANG_DIR}/{NCCL_DUMP_PREFIX}0" in evidence["files"]
+
+
+_ANOTHER_USER = """
+import json, socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.settimeout(10)
+s.connect("\\0" + sys.argv[1])
+s.sendall(b'{"path": "/tmp/aorta-overwritten"}\\n')
+print(s.recv(4096).decode().strip())
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to ask as another user")
+def test_the_listener_answers_only_its_own_user_and_writes_only_into_the_trial(tmp_path):
+    # The socket's name is public (/proc/net/unix): another user who finds it must not make the
+    # rank write anything, anywhere; a request's path is never used.
+    capture = _capture(tmp_path)
+    proc = _start(tmp_path, _ONE_RANK, capture)
+    target = Path("/tmp/aorta-overwritten")
+    target.unlink(missing_ok=True)
+    try:
+        name = f"aorta-fr.{TOKEN}.{proc.pid}"
+        # A Python that user can run (this one may live under root's home).
+        other = shutil.which("python3", path="/usr/bin:/bin") or sys.executable
+        nobody = subprocess.run(
+            [other, "-c", _ANOTHER_USER, name], capture_output=True, text=True,
+            user=65534, group=65534, check=True, cwd="/",
+        )  # fmt: skip
+        assert "refused: another user asked" in nobody.stdout
+        mine = subprocess.run(
+            [sys.executable, "-c", _ANOTHER_USER, name], capture_output=True, text=True, check=True
+        )
+        assert json.loads(mine.stdout)["rank"] == 0
+    finally:
+        proc.kill()
+        proc.wait()
+        capture.close()
+    assert not target.exists()
+    assert (tmp_path / "trial" / HANG_DIR / f".fr.{TOKEN}.{proc.pid}.json").is_file()

@@ -7,10 +7,11 @@ imports this file as ``sitecustomize``. It costs such a process one entry in ``s
 only a process that imports ``torch.distributed`` starts a listener thread, bound to the
 abstract Unix socket ``aorta-fr.<token>.<pid>`` (no file; gone with the process).
 
-When a hang is detected, the engine connects and sends one JSON line, ``{"path": FILE}``; the
-thread writes PyTorch's flight-recorder dump (``_dump_fr_trace_json``: the collectives, without
-C++ stacks, which can hang a starved process) to ``FILE`` and answers one JSON line with its
-rank. A thread is needed because a rank stuck in a collective never returns to the eval loop,
+When a hang is detected, the engine connects and sends one line; the thread writes PyTorch's
+flight-recorder dump (``_dump_fr_trace_json``: the collectives, without C++ stacks, which can
+hang a starved process) to ``$AORTA_FR_DIR/.fr.<token>.<pid>.json`` and answers one JSON line
+with its rank. It answers only its own user (or root), and writes only there: the socket's name
+is visible to every user of the node. A thread is needed because a rank stuck in a collective never returns to the eval loop,
 so a signal handler would never run; the thread needs the GIL, so a rank that holds it in a C
 call does not answer — py-spy shows that one.
 
@@ -29,16 +30,29 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 
 def _answer(conn):
     import json
+    import socket
+    import struct
 
+    # Only this user (or root) may ask: an abstract socket has no file permissions, and its
+    # name is visible to every user of the node in /proc/net/unix.
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    _, uid, _ = struct.unpack("3i", creds)
+    if uid not in (0, os.getuid()):
+        conn.sendall(b'{"error": "refused: another user asked"}\n')
+        return
     request = b""
-    while not request.endswith(b"\n") and len(request) < 65536:
+    while not request.endswith(b"\n") and len(request) < 4096:
         chunk = conn.recv(4096)
         if not chunk:
             break
         request += chunk
-    path = json.loads(request or b"{}")["path"]
+    # The dump goes where the trial's environment says, named by this process: never where
+    # the request says (whoever can reach the socket cannot choose a file to overwrite).
+    folder = os.environ.get("AORTA_FR_DIR", "")
     reply: dict[str, object] = {"pid": os.getpid()}
     try:
+        if not folder:
+            raise RuntimeError("AORTA_FR_DIR is not set: nowhere to write")
         import torch.distributed as dist
         from torch._C import _distributed_c10d as c10d
 
@@ -46,7 +60,8 @@ def _answer(conn):
             reply["rank"] = dist.get_rank()
             reply["world_size"] = dist.get_world_size()
         data = c10d._dump_fr_trace_json(includeCollectives=True, onlyActive=False)
-        tmp = f"{path}.{os.getpid()}.tmp"
+        path = os.path.join(folder, f".fr.{_TOKEN}.{os.getpid()}.json")
+        tmp = f"{path}.tmp"
         with open(tmp, "wb") as fh:
             fh.write(data)
         os.replace(tmp, path)
