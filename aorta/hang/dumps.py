@@ -183,7 +183,7 @@ def _pickle(data: bytes, name: str) -> Any:
     # contents, persistent ids, memory): each is one located error, never a traceback.
     except Exception as exc:
         offset, problem = _locate(data)
-        detail = problem or f"{type(exc).__name__}: {exc}"
+        detail = problem or f"{type(exc).__name__}: {' '.join(str(exc).split())}"
         raise HangEvidenceError(f"{name}: byte {offset}: {detail}") from None
 
 
