@@ -13,6 +13,7 @@ The notebook API::
     ds = aorta.load_run(run, traces=True)   # + trace metrics, cell × trial × rank
     aorta.compare(ds, metric="exposed_comm_ms")
     aorta.report.html(run)                  # run/report/report.html: one self-contained page
+    aorta.hang.analyze(aorta.hang.load_evidence(["dumps/"]))  # who hung, and where
 
 Plugin authors (workloads, mitigations, environments) import from :mod:`aorta.plugins`.
 Heavy dependencies (torch, xarray, matplotlib) load on first use, so ``aorta --help`` and
@@ -43,6 +44,7 @@ __all__ = [
     "errors",
     "explain",
     "from_trials",
+    "hang",
     "load_recipe",
     "load_run",
     "load_runs",
@@ -72,12 +74,12 @@ _LAZY: dict[str, str] = {
     "StatsOptions": "aorta.matrix.options",
     "from_trials": "aorta.matrix.external",
 }
-_MODULES = frozenset({"errors", "plot", "report", "trace"})
+_MODULES = frozenset({"errors", "hang", "plot", "report", "trace"})
 
 if TYPE_CHECKING:
     # The same names for type checkers and editors; at run time they load on first access.
     # tests/layout/test_faces.py keeps this block and _LAZY in step.
-    from aorta import errors, plot, report, trace
+    from aorta import errors, hang, plot, report, trace
     from aorta.matrix.compare import compare, compare_runs
     from aorta.matrix.explain import explain
     from aorta.matrix.external import from_trials

@@ -9,8 +9,9 @@ from typing import Annotated
 import typer
 
 from aorta import envvars, hang
-from aorta.errors import ExitCode
+from aorta.errors import ExitCode, UsageError
 from aorta.hang.dumps import paused_gc
+from aorta.store.rundir import HANG_DIR, RunDir
 
 from ._options import Json
 
@@ -26,7 +27,8 @@ def analyze(
         typer.Argument(
             help="Flight-recorder dumps (JSON or pickle), py-spy JSON, capture files and logs, "
             "or folders of them: a folder of per-rank dumps (the rank is the trailing number "
-            "of each name, as PyTorch writes them) or a trial folder.",
+            "of each name, as PyTorch writes them), a trial folder, or a run directory (each "
+            "of its trials that left evidence).",
             show_default=False,
         ),
     ],
@@ -44,7 +46,10 @@ def analyze(
     ] = None,
 ) -> int:
     """Match the ranks' dumps, stacks and logs of one hang: the collective where they diverge,
-    who waits, who never came, and each culprit's frame."""
+    who waits, who never came, and each culprit's frame. A run directory: each of its trials
+    that left evidence, one after another."""
+    if len(paths) == 1 and RunDir(paths[0]).manifest_path.is_file():
+        return _run(RunDir(paths[0]), as_json=as_json, world_size=world_size)
     # The dumps are millions of acyclic objects: with the collector paused until they are
     # freed (when analyze returns), no collection ever walks them (~0.7 CPU-s for 64 ranks).
     with paused_gc():
@@ -53,4 +58,20 @@ def analyze(
         print(json.dumps(report.to_dict(), indent=2))
     else:
         print(hang.text(report))
+    return ExitCode.OK
+
+
+def _run(rd: RunDir, *, as_json: bool, world_size: int | None) -> int:
+    trials = sorted(p.parent for p in rd.cells_dir.glob(f"*/*/{HANG_DIR}") if p.is_dir())
+    if not trials:
+        raise UsageError(f"{rd.path}: no trial of this run left hang evidence ({HANG_DIR}/)")
+    found = []
+    for folder in trials:
+        with paused_gc():
+            report = hang.analyze(hang.load_evidence([folder]), world_size=world_size)
+        found.append((folder.relative_to(rd.path).as_posix(), report))
+    if as_json:
+        print(json.dumps({"trials": [{"trial": t, **r.to_dict()} for t, r in found]}, indent=2))
+    else:
+        print("\n\n".join(f"{t}\n{hang.text(r)}" for t, r in found))
     return ExitCode.OK

@@ -89,7 +89,9 @@ def _walk(folder: Path) -> Iterator[Path]:
         if depth_one.is_dir() and not depth_one.is_symlink():
             inner = sorted(depth_one.iterdir())
         for path in inner:
-            if path.is_file():
+            # Hidden files are half-written or left behind (a capture's temporaries), never
+            # a rank's evidence.
+            if path.is_file() and not path.name.startswith("."):
                 count += 1
                 if count > MAX_FILES:
                     raise HangEvidenceError(f"{folder}: more than {MAX_FILES} files to look at")

@@ -347,6 +347,12 @@ class Capture:
         return env
 
     def close(self) -> None:
+        """After the trial: remove what a listener wrote once nobody waited any more (a rank
+        that held the GIL answers when the kill frees it), the pipes' folder, and the
+        evidence folder if it stayed empty."""
+        for late in self.hang_dir.glob(f".fr.{self.token}.*"):
+            with contextlib.suppress(OSError):
+                late.unlink()
         if self._pipes is not None:
             shutil.rmtree(self._pipes, ignore_errors=True)
             self._pipes = None

@@ -163,3 +163,17 @@ def test_the_world_size_counts_ranks_without_evidence(run_cli, tmp_path):
     assert (data["kind"], data["culprit_ranks"], data["world_size"]) == ("no_dump", [2], 3)
     code, _, err = run_cli("hang", "analyze", tmp_path, "--world-size", "0")
     assert code == ExitCode.USAGE and err.startswith("Error: ")
+
+
+def test_hidden_files_are_never_evidence(tmp_path):
+    # A capture's temporaries (.fr.<token>.<pid>.json, written late by a rank the kill freed)
+    # would read as the evidence of a rank numbered like the pid.
+    import json
+
+    from aorta.hang import load_evidence
+
+    (tmp_path / "fr_0.json").write_text(
+        json.dumps({"entries": [], "pg_config": {}, "pg_status": {}})
+    )
+    (tmp_path / ".fr.tok.1670.json").write_text(json.dumps({"entries": [], "pg_config": {}}))
+    assert [e.rank for e in load_evidence([tmp_path])] == [0]

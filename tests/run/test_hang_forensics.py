@@ -158,6 +158,15 @@ def test_hang_analyze_says_the_same_offline(hung, capsys):
     assert report["culprit_ranks"] == [2] and report["kind"] == "mismatch"
 
 
+def test_hang_analyze_of_the_run_says_each_hung_trial(hung, capsys):
+    assert main(["hang", "analyze", str(hung), "--json"]) == ExitCode.OK
+    found = {t["trial"]: t for t in json.loads(capsys.readouterr().out)["trials"]}
+    for fault, (rank, kind, _op, _seq) in FAULTS.items():
+        got = found[f"cells/{fault}/trial_0000"]
+        assert (got["culprit_ranks"], got["kind"]) == ([rank], kind)
+    assert "cells/baseline/trial_0000" not in found
+
+
 def test_no_trial_process_is_left_running(hung):
     mark = f"AORTA_RUN_DIR={hung}".encode()
     left = []

@@ -33,6 +33,12 @@ def _answer(conn):
     import socket
     import struct
 
+    request = b""
+    while not request.endswith(b"\n") and len(request) < 4096:
+        chunk = conn.recv(4096)
+        if not chunk:
+            break
+        request += chunk
     # Only this user (or root) may ask: an abstract socket has no file permissions, and its
     # name is visible to every user of the node in /proc/net/unix.
     creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
@@ -40,12 +46,6 @@ def _answer(conn):
     if uid not in (0, os.getuid()):
         conn.sendall(b'{"error": "refused: another user asked"}\n')
         return
-    request = b""
-    while not request.endswith(b"\n") and len(request) < 4096:
-        chunk = conn.recv(4096)
-        if not chunk:
-            break
-        request += chunk
     # The dump goes where the trial's environment says, named by this process: never where
     # the request says (whoever can reach the socket cannot choose a file to overwrite).
     folder = os.environ.get("AORTA_FR_DIR", "")
