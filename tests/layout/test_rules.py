@@ -9,7 +9,11 @@ from __future__ import annotations
 import ast
 import fnmatch
 import json
+import os
 import re
+import shlex
+import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -382,6 +386,36 @@ def test_the_makefile_installs_the_cluster_extra_pyproject_declares():
     extras = tomllib.loads((root / "pyproject.toml").read_text())["project"]
     (line,) = re.findall(r"^CLUSTER_EXTRA \?= (.+)$", (root / "Makefile").read_text(), re.M)
     assert [line.strip()] == extras["optional-dependencies"]["cluster"]
+
+
+@pytest.mark.parametrize(
+    ("target", "args", "paths"),
+    [
+        ("test-fast", "", ["aorta", "tests"]),
+        ("test-fast", "tests/trace -x", ["tests/trace"]),
+        ("test-fast", "tests/trace/test_load.py::test_x", ["tests/trace/test_load.py::test_x"]),
+        ("test-fast", "-k load -m 'not docker'", ["aorta", "tests"]),
+        ("test", "", ["aorta", "tests", "notebooks"]),
+        ("test", "tests/layout aorta/recipe", ["tests/layout", "aorta/recipe"]),
+    ],
+)
+def test_a_path_in_pytest_args_replaces_the_targets_paths(target, args, paths):
+    """`make test-fast PYTEST_ARGS=tests/trace` runs the trace tests, not everything plus them;
+    options alone keep the default paths (what `make -n` would run, nothing started)."""
+    if shutil.which("make") is None:
+        pytest.skip("no make")
+    root = PACKAGE.parent
+    out = subprocess.run(
+        ["make", "-n", target, f"PYTEST_ARGS={args}"],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        timeout=60,
+        env={**os.environ, "MAKEFLAGS": ""},
+    ).stdout.splitlines()[-1]
+    words = shlex.split(out.split(" -m pytest ", 1)[1])
+    named = [w for w in words if w in {"aorta", "tests", "notebooks"} or "/" in w]
+    assert named == paths, out
 
 
 @pytest.mark.parametrize(
