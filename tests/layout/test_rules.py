@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from aorta.store import rundir
 
@@ -386,6 +387,30 @@ def test_the_makefile_installs_the_cluster_extra_pyproject_declares():
     extras = tomllib.loads((root / "pyproject.toml").read_text())["project"]
     (line,) = re.findall(r"^CLUSTER_EXTRA \?= (.+)$", (root / "Makefile").read_text(), re.M)
     assert [line.strip()] == extras["optional-dependencies"]["cluster"]
+
+
+def test_the_pre_commit_hooks_run_what_make_lint_runs():
+    """Each tool of `make lint` is a local pre-commit hook with the venv's binary (no network
+    at commit time), over the folders `make lint` gives it."""
+    root = PACKAGE.parent
+    hooks = {
+        h["id"]: h
+        for repo in yaml.safe_load((root / ".pre-commit-config.yaml").read_text())["repos"]
+        for h in repo["hooks"]
+        if repo["repo"] == "local"
+    }
+    lint = re.search(r"^lint: dev\n((?:\t.*\n)+)", (root / "Makefile").read_text(), re.M)
+    assert lint, "the Makefile's lint target moved"
+    for line in lint.group(1).split("\n"):
+        if not line.strip():
+            continue
+        words = line.replace("$(BIN)/", "").split()
+        tool = " ".join(w for w in words[:2] if not w.startswith("$("))
+        hook = {"ruff format": "ruff-format", "ruff check": "ruff-check", "mypy": "mypy"}[tool]
+        assert hooks[hook]["entry"].startswith(f".venv/bin/{tool}"), hooks[hook]
+        folders = [w for w in words[2:] if not w.startswith(("-", "$("))]
+        for folder in folders or ["aorta"]:  # mypy's files are pyproject's: aorta/
+            assert re.match(hooks[hook]["files"], f"{folder}/x.py"), (hook, folder)
 
 
 @pytest.mark.parametrize(
