@@ -430,14 +430,17 @@ def test_a_path_in_pytest_args_replaces_the_targets_paths(target, args, paths):
     if shutil.which("make") is None:
         pytest.skip("no make")
     root = PACKAGE.parent
-    out = subprocess.run(
-        ["make", "-n", target, f"PYTEST_ARGS={args}"],
+    # as from a shell, also when this test runs under `make test` (no MAKELEVEL, no -w lines)
+    env = {k: v for k, v in os.environ.items() if k not in {"MAKEFLAGS", "MFLAGS", "MAKELEVEL"}}
+    done = subprocess.run(
+        ["make", "-n", "--no-print-directory", target, f"PYTEST_ARGS={args}"],
         capture_output=True,
         text=True,
         cwd=root,
         timeout=60,
-        env={**os.environ, "MAKEFLAGS": ""},
-    ).stdout.splitlines()[-1]
+        env=env,
+    )
+    (out,) = [line for line in done.stdout.splitlines() if " -m pytest " in line]
     words = shlex.split(out.split(" -m pytest ", 1)[1])
     named = [w for w in words if w in {"aorta", "tests", "notebooks"} or "/" in w]
     assert named == paths, out
