@@ -61,18 +61,26 @@ $(STAMP): pyproject.toml Makefile
 	$(WARM) '$(WARM_TORCH)' & torch=$$!; $(WARM) '$(WARM_REST)' && wait $$torch
 	touch $(STAMP)
 
+# What the test targets collect. A path in PYTEST_ARGS (a word naming a file or folder, or
+# file::test) replaces them, so `make test-fast PYTEST_ARGS=tests/trace` runs the trace tests
+# alone; other words (-k, -x, -m "not docker") only add to the run.
+TEST_PATHS ?= aorta tests notebooks
+FAST_PATHS ?= aorta tests
+ARG_PATHS = $(foreach w,$(PYTEST_ARGS),$(if $(wildcard $(firstword $(subst ::, ,$(w)))),$(w)))
+paths = $(if $(strip $(ARG_PATHS)),,$(1))
+
 test: dev
-	$(PYTEST) -n $(XDIST) --dist loadfile --no-loadscope-reorder --doctest-modules --nbmake aorta tests notebooks --durations=15 $(PYTEST_ARGS)
+	$(PYTEST) -n $(XDIST) --dist loadfile --no-loadscope-reorder --doctest-modules --nbmake $(call paths,$(TEST_PATHS)) --durations=15 $(PYTEST_ARGS)
 
 # The edit loop (<= 2 min on 2 cores): unit, property and doctests. Everything that starts a
 # sweep process, sshd, Slurm, Docker, Chromium or torchrun is `slow`; no notebooks.
 test-fast: dev
-	$(PYTEST) -n $(FAST_XDIST) --doctest-modules aorta tests -m "not slow" $(PYTEST_ARGS)
+	$(PYTEST) -n $(FAST_XDIST) --doctest-modules $(call paths,$(FAST_PATHS)) -m "not slow" $(PYTEST_ARGS)
 
 # The slowest tests of a tier, to keep the edit loop honest: `make durations MARK="not slow"`.
 MARK ?= not slow
 durations: dev
-	$(PYTEST) --doctest-modules aorta tests -m "$(MARK)" -q --durations=25 $(PYTEST_ARGS)
+	$(PYTEST) --doctest-modules $(call paths,$(FAST_PATHS)) -m "$(MARK)" -q --durations=25 $(PYTEST_ARGS)
 
 # MYPY_ARGS: .ci/run passes --cache-dir=/dev/null (a fresh clone's cache is never read again;
 # writing it costs ~4 of mypy's ~25 CPU-s).

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from aorta.errors import AortaError, ExitCode, RecipeError, TraceError, TraceWarning, UsageError
 
+#: The one home of the version: pyproject.toml reads it (setuptools' dynamic ``attr``).
 __version__ = "0.1.0"
 
 __all__ = [

@@ -1,7 +1,10 @@
 """Every environment variable aorta reads or sets, in one place, and the one rule for which
 names and values may be set.
 
-Each CLI flag has an ``AORTA_*`` twin (typer's ``envvar=``); the variables aorta hands to a
+Each CLI flag has an ``AORTA_*`` twin, named here and given to the option that declares the
+flag (typer's ``envvar=``): the option is the one home of which flag a variable stands for, and
+the flags without a twin are listed, with the reason, in ``aorta.cli._options.NO_TWIN``
+(tests/cli/test_twins.py walks the command to hold both). The variables aorta hands to a
 workload are listed too, as are the launcher identity variables that a cell can never set.
 :func:`env_problems` is the only validator of a name/value pair: recipes, the mitigation
 registry, cluster files and launch specs all call it, so they accept and refuse the same things.
@@ -19,7 +22,6 @@ from typing import Any
 from aorta.errors import describe_value
 
 __all__ = [
-    "CLI_TWINS",
     "ENGINE_PROVIDED",
     "ENV_NAME_RE",
     "LAUNCHER_IDENTITY",
@@ -33,12 +35,16 @@ __all__ = [
     "value_problem",
 ]
 
-# --- twins of CLI flags -----------------------------------------------------------------------
+# --- twins of CLI flags (one variable, one meaning: flags that share one are the same option) ---
 RECIPE = "AORTA_RECIPE"
 OUTPUT = "AORTA_OUTPUT"
 TICKET = "AORTA_TICKET"
 TIMEOUT = "AORTA_TIMEOUT"
 MITIGATIONS_FILE = "AORTA_MITIGATIONS_FILE"
+#: `sweep run|resume|extend --strict`: exit 4 when a cell has failing or erroring trials.
+STRICT = "AORTA_STRICT"
+#: `recipe show --resolved`.
+RESOLVED = "AORTA_RESOLVED"
 ISOLATION = "AORTA_ISOLATION"
 VERBOSE = "AORTA_VERBOSE"
 BACKEND = "AORTA_BACKEND"
@@ -61,6 +67,9 @@ LAUNCH_SETUP_TIMEOUT = "AORTA_LAUNCH_SETUP_TIMEOUT"
 LAUNCH_RUN_TIMEOUT = "AORTA_LAUNCH_RUN_TIMEOUT"
 LAUNCH_COLLECT_TIMEOUT = "AORTA_LAUNCH_COLLECT_TIMEOUT"
 LAUNCH_OVERRIDE = "AORTA_LAUNCH_OVERRIDE"
+QUIET = "AORTA_QUIET"
+CONTAINER = "AORTA_CONTAINER"
+CVS_CONFIG = "AORTA_CVS_CONFIG"
 SLURM = "AORTA_SLURM"
 SLURM_NODES = "AORTA_SLURM_NODES"
 SLURM_PARTITION = "AORTA_SLURM_PARTITION"
@@ -69,11 +78,17 @@ SLURM_GPUS_PER_NODE = "AORTA_SLURM_GPUS_PER_NODE"
 SLURM_ACCOUNT = "AORTA_SLURM_ACCOUNT"
 SLURM_SBATCH_ARGS = "AORTA_SLURM_SBATCH_ARGS"
 SLURM_SRUN_RANKS = "AORTA_SLURM_SRUN_RANKS"
+SLURM_NO_WAIT = "AORTA_SLURM_NO_WAIT"
 TRACES = "AORTA_TRACES"
 RANKS = "AORTA_RANKS"
 TRACE_TOP = "AORTA_TRACE_TOP"
 TRACE_CACHE = "AORTA_TRACE_CACHE"
 TRACE_ALIGN = "AORTA_TRACE_ALIGN"
+#: `trace summarize --device`: the roofline's device.
+TRACE_DEVICE = "AORTA_TRACE_DEVICE"
+#: `trace diff --by` (its items: kernel, op, class, collective; not `compare --by`'s).
+TRACE_DIFF_BY = "AORTA_TRACE_DIFF_BY"
+TRACE_PER_STEP = "AORTA_TRACE_PER_STEP"
 # `aorta bundle`
 BUNDLE_OUTPUT = "AORTA_BUNDLE_OUTPUT"
 BUNDLE_MAX_SIZE = "AORTA_BUNDLE_MAX_SIZE"
@@ -98,76 +113,6 @@ EXPLAIN_BY = "AORTA_EXPLAIN_BY"
 SIGNATURE = "AORTA_SIGNATURE"
 # `aorta hang analyze --world-size N`
 HANG_WORLD_SIZE = "AORTA_HANG_WORLD_SIZE"
-
-CLI_TWINS: dict[str, str] = {
-    "--recipe": RECIPE,
-    "--output": OUTPUT,
-    "--ticket": TICKET,
-    "--timeout": TIMEOUT,
-    "--mitigations-file": MITIGATIONS_FILE,
-    "--isolation": ISOLATION,
-    "--verbose": VERBOSE,
-    "--backend": BACKEND,
-    "--cluster": CLUSTER,
-    "--nproc-per-node": NPROC_PER_NODE,
-    "--master-addr": MASTER_ADDR_OVERRIDE,
-    "--master-port": MASTER_PORT_OVERRIDE,
-    "--baseline": BASELINE,
-    "--alpha": ALPHA,
-    "--metric": METRIC,
-    "--fail-on-regression": FAIL_ON_REGRESSION,
-    "--stat": STAT,
-    # `aorta sweep extend`
-    "sweep extend --trials": EXTEND_TRIALS,
-    "sweep extend --cells": EXTEND_CELLS,
-    "--seed": BOOTSTRAP_SEED,
-    "--resamples": BOOTSTRAP_RESAMPLES,
-    "--json": JSON_OUTPUT,
-    # `aorta launch` (its --output shares AORTA_OUTPUT with `sweep run`: both name the root of
-    # the run directories on this machine)
-    "--setup-timeout": LAUNCH_SETUP_TIMEOUT,
-    "--run-timeout": LAUNCH_RUN_TIMEOUT,
-    "--collect-timeout": LAUNCH_COLLECT_TIMEOUT,
-    "--override": LAUNCH_OVERRIDE,
-    "--slurm": SLURM,
-    "--nodes": SLURM_NODES,
-    "--partition": SLURM_PARTITION,
-    "--time": SLURM_TIME,
-    "--gpus-per-node": SLURM_GPUS_PER_NODE,
-    "--account": SLURM_ACCOUNT,
-    "--sbatch-arg": SLURM_SBATCH_ARGS,
-    "--srun-ranks": SLURM_SRUN_RANKS,
-    "--traces": TRACES,
-    # `aorta trace summarize|merge`
-    "--top": TRACE_TOP,
-    "--cache": TRACE_CACHE,
-    "--align": TRACE_ALIGN,
-    "--workers": TRACE_WORKERS,
-    "--ranks": RANKS,
-    # `aorta compare --explain` (only compare's --by has a twin; `trace diff --by` has none)
-    "--explain": EXPLAIN,
-    "--by": EXPLAIN_BY,
-    "--signature": SIGNATURE,
-    # `aorta hang analyze`
-    "--world-size": HANG_WORLD_SIZE,
-    # `aorta bundle` (its --output, the folder the archive goes into, has the twin
-    # AORTA_BUNDLE_OUTPUT; --ticket shares AORTA_TICKET with `sweep run`)
-    "--max-size": BUNDLE_MAX_SIZE,
-    "--include-traces/--no-traces": BUNDLE_TRACES,
-    "--scrub-env-keys": SCRUB_ENV_KEYS,
-    "--scrub-paths": SCRUB_PATHS,
-    "--scrub-ip-addresses": SCRUB_IP_ADDRESSES,
-    "--review": REVIEW,
-    # `aorta sweep run` flag mode (--baseline shares AORTA_BASELINE with `compare`)
-    "--workload": WORKLOAD,
-    "--mitigation-axis": MITIGATION_AXIS,
-    "--environment-axis": ENVIRONMENT_AXIS,
-    "--trials": TRIALS,
-    "--steps": STEPS,
-    "--adaptive": ADAPTIVE,
-    # `aorta report`
-    "--html": HTML,
-}
 
 # --- what the engine hands to every trial -----------------------------------------------------
 RUN_DIR = "AORTA_RUN_DIR"

@@ -12,6 +12,7 @@ from typing import Any
 
 __all__ = [
     "AortaError",
+    "AortaWarning",
     "ExitCode",
     "HangEvidenceError",
     "IncompleteMatrix",
@@ -258,11 +259,17 @@ class HangEvidenceError(AortaError):
     one, and what is wrong."""
 
 
-class RecordWarning(UserWarning):
+class AortaWarning(UserWarning):
+    """The base of aorta's own warnings: something was left out and the work went on (the
+    message names what). The CLI prints each as one ``warning:`` line; the tests make them
+    errors unless a test expects one."""
+
+
+class RecordWarning(AortaWarning):
     """Trial records that could not be read (truncated, not a record) and were left out of a
     run's Dataset; the message names them. ``aorta sweep resume`` runs those trials again."""
 
 
-class TraceWarning(UserWarning):
+class TraceWarning(AortaWarning):
     """A trace that could not be used where one was expected (missing, unreadable); the
     message names the file. Loading goes on without it (its numbers are NaN)."""

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+from tests import parts
+
 # One OpenMP thread per torch process unless the caller says otherwise, set before anything
 # imports torch (the xdist workers and every process the tests start inherit it). The suite
 # runs six workers and their sweeps on two cores: torch's default of a thread per core had
@@ -99,6 +101,13 @@ def schedule_rank(nodeid: str) -> int:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: schedule_rank(item.nodeid))  # stable: same order within a file
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """A marker per real part the test starts (sshd, slurm, docker, chromium, torchrun), found
+    from the helpers it reaches (tests/parts.py): each item as it is collected, so `-m "not
+    docker"` (which deselects once all are) sees them."""
+    parts.mark([item])
 
 
 # On two cores `make test` is bound by CPU, which --durations (wall, stretched by whatever ran

@@ -16,7 +16,7 @@ from typing import Annotated, Any
 import typer
 
 from aorta import __version__
-from aorta.errors import AortaError, ExitCode, RecordWarning, TraceWarning
+from aorta.errors import AortaError, AortaWarning, ExitCode
 
 from . import bundle as _bundle
 from . import compare as _compare
@@ -84,7 +84,7 @@ def _error(message: str) -> None:
 
 def _show_warning(message: Any, category: type[Warning], *args: Any, **kwargs: Any) -> None:
     """aorta's own warnings (a trace or record left out) as one ``warning:`` line each."""
-    if issubclass(category, (TraceWarning, RecordWarning)):
+    if issubclass(category, AortaWarning):
         print(f"warning: {message}", file=sys.stderr)
     else:
         _default_showwarning(message, category, *args, **kwargs)
@@ -113,6 +113,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = typer.main.get_command(app)
     try:
         with warnings.catch_warnings():
+            # aorta's own warnings are this command's output, one line each, whatever filters
+            # the caller's Python runs with (pytest makes them errors elsewhere).
+            warnings.simplefilter("default", AortaWarning)
             warnings.showwarning = _show_warning
             rv = command.main(args=args, prog_name="aorta", standalone_mode=False)
     except AortaError as exc:

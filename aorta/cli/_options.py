@@ -1,4 +1,5 @@
-"""Options shared by several commands, each with its ``AORTA_*`` twin."""
+"""Options shared by several commands, each with its ``AORTA_*`` twin, and the flags that have
+none (:data:`NO_TWIN`)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,34 @@ Verbose = Annotated[
 Json = Annotated[
     bool, typer.Option("--json", envvar=envvars.JSON_OUTPUT, help="Print JSON instead of text.")
 ]
+Strict = Annotated[
+    bool,
+    typer.Option(
+        "--strict",
+        envvar=envvars.STRICT,
+        help="Exit 4 when any cell has failing or erroring trials.",
+    ),
+]
+
+#: The flags without an ``AORTA_*`` twin (``"<command> --flag"``), each with why: a variable is
+#: a setting that holds for every later command of a shell, and these are not settings. Every
+#: other flag of every command has one (``envvar=`` on its option); tests/cli/test_twins.py
+#: walks the command both ways. ``--help`` (``-h``) has none anywhere.
+NO_TWIN: dict[str, str] = {
+    "--version": "prints the version and exits: an action, not a setting",
+    "sweep run --dry-run": "left set, it would turn every later sweep into a plan that runs "
+    "nothing and exits 0 (a CI gate passing without a trial)",
+    "launch --dry-run": "as sweep run --dry-run: every later launch would start nothing",
+    "sweep run --resume": "names one run directory: every later sweep run would resume it "
+    "instead of starting a run (aorta sweep resume RUN says it in one word)",
+    "launch --attach": "names one Slurm job: every later launch would follow it instead of "
+    "submitting its own",
+    "launch --in-job": "hidden: written by aorta into its own sbatch script, not a user's flag",
+    "trace summarize --csv": "where this one summary's tables go: every later summary would "
+    "overwrite them",
+    "trace diff --csv": "this one diff's file: every later diff would overwrite it",
+    "trace merge --output": "this one merge's file: every later merge would overwrite it",
+}
 
 
 def traces_missing(runs: Sequence[Path]) -> list[str]:

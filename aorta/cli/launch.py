@@ -170,6 +170,7 @@ ContainerImage = Annotated[
     str | None,
     typer.Option(
         "--container",
+        envvar=envvars.CONTAINER,
         help="Run in a container of this image on every node (the cluster file's "
         "container: block, with this image; see docs/launch.md).",
     ),
@@ -178,6 +179,7 @@ CvsConfig = Annotated[
     Path | None,
     typer.Option(
         "--cvs-config",
+        envvar=envvars.CVS_CONFIG,
         help="A CVS Aorta config (cvs run --config_file): its multi_node: block, base_config, "
         "training_overrides and timeout_seconds as launch options (see docs/launch.md).",
         dir_okay=False,
@@ -186,7 +188,10 @@ CvsConfig = Annotated[
 Quiet = Annotated[
     bool,
     typer.Option(
-        "--quiet", "-q", help="Do not stream node output (each node's launch.log keeps it)."
+        "--quiet",
+        "-q",
+        envvar=envvars.QUIET,
+        help="Do not stream node output (each node's launch.log keeps it).",
     ),
 ]
 
@@ -239,7 +244,12 @@ SrunRanks = Annotated[
     ),
 ]
 NoWait = Annotated[
-    bool, typer.Option("--no-wait", help="Submit, print the job id and return (see --attach).")
+    bool,
+    typer.Option(
+        "--no-wait",
+        envvar=envvars.SLURM_NO_WAIT,
+        help="Submit, print the job id and return (see --attach).",
+    ),
 ]
 Attach = Annotated[
     str | None, typer.Option("--attach", help="Follow a job submitted with --no-wait.")
@@ -248,6 +258,7 @@ InJob = Annotated[Path | None, typer.Option("--in-job", hidden=True)]
 
 
 def launch(
+    ctx: typer.Context,
     command: Command = None,
     cluster: ClusterFile = Path("cluster.json"),
     recipe: RecipeFile = None,
@@ -328,6 +339,7 @@ def launch(
         named = {"partition": partition, "time": time, "gpus-per-node": gpus_per_node}
         named["account"] = account
         _refuse_control_characters(
+            ctx,
             {"--partition": partition, "--time": time, "--account": account, "--output": output},
             sbatch_arg or (),
         )
@@ -376,14 +388,18 @@ def _cvs_spec(
     return job.spec, run_timeout or job.run_timeout
 
 
-def _refuse_control_characters(named: dict[str, object], sbatch_args: Sequence[str]) -> None:
+def _refuse_control_characters(
+    ctx: typer.Context, named: dict[str, object], sbatch_args: Sequence[str]
+) -> None:
     """Each value goes into an ``#SBATCH`` line of ``aorta.sbatch``: refuse control characters,
-    naming the flag and its ``AORTA_*`` twin (a twin's value is where a stray newline hides)."""
+    naming the flag and its ``AORTA_*`` twin (a twin's value is where a stray newline hides),
+    as the option that declares the flag gives it."""
+    twins = {flag: p.envvar for p in ctx.command.params for flag in p.opts if p.envvar}
     given = [(flag, str(v)) for flag, v in named.items() if v is not None]
     given += [("--sbatch-arg", a) for a in sbatch_args]
     for flag, value in given:
         if problem := envvars.control_problem(value):
-            twin = envvars.CLI_TWINS.get(flag)
+            twin = twins.get(flag)
             name = f"{flag} (or {twin})" if twin else flag
             raise UsageError(f"{name} {value!r}: {problem}")
 

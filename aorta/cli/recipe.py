@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from aorta import envvars
 from aorta.errors import ExitCode, RecipeError
 from aorta.recipe.schema import load_recipe_pending_command
 
@@ -52,7 +53,9 @@ def show(
     resolved: Annotated[
         bool,
         typer.Option(
-            "--resolved", help="Every field explicit, as written to recipe.resolved.yaml."
+            "--resolved",
+            envvar=envvars.RESOLVED,
+            help="Every field explicit, as written to recipe.resolved.yaml.",
         ),
     ] = False,
 ) -> int:

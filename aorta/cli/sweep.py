@@ -14,7 +14,7 @@ from aorta.recipe.flags import recipe_from_flags, split_axis
 from aorta.recipe.schema import Recipe, load_recipe_pending_command
 from aorta.store.rundir import RunDir
 
-from ._options import Json, MitigationsFiles, Verbose
+from ._options import Json, MitigationsFiles, Strict, Verbose
 
 app = typer.Typer(
     help="Run a recipe's matrix of cells × trials (run, resume, extend, status).",
@@ -73,9 +73,7 @@ def run(
     mitigations_file: MitigationsFiles = None,
     verbose: Verbose = False,
     as_json: Json = False,
-    strict: Annotated[
-        bool, typer.Option("--strict", help="Exit 4 when any cell has failing or erroring trials.")
-    ] = False,
+    strict: Strict = False,
     backend: Annotated[
         str | None,
         typer.Option(
@@ -289,9 +287,7 @@ def resume(
     ],
     mitigations_file: MitigationsFiles = None,
     verbose: Verbose = False,
-    strict: Annotated[
-        bool, typer.Option("--strict", help="Exit 4 when any cell has failing or erroring trials.")
-    ] = False,
+    strict: Strict = False,
     as_json: Json = False,
 ) -> int:
     """Finish an interrupted run: run only its missing or unreadable trials."""
@@ -329,9 +325,7 @@ def extend(
     ] = None,
     mitigations_file: MitigationsFiles = None,
     verbose: Verbose = False,
-    strict: Annotated[
-        bool, typer.Option("--strict", help="Exit 4 when any cell has failing or erroring trials.")
-    ] = False,
+    strict: Strict = False,
 ) -> int:
     """Grow a finished run in place: more trials per cell, same run directory (resumable).
 

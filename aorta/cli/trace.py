@@ -100,6 +100,7 @@ def summarize(
         str | None,
         typer.Option(
             "--device",
+            envvar=envvars.TRACE_DEVICE,
             help="Roofline device: a name (H100, MI300X, ...) or a TraceLens arch JSON file; "
             "default: the trace's own GPU.",
         ),
@@ -134,11 +135,17 @@ def diff(
         Literal["kernel", "op", "class", "collective"],
         typer.Option(
             "--by",
+            envvar=envvars.TRACE_DIFF_BY,
             help="Items compared: kernels (normalised names), CPU ops, GPU classes, collectives.",
         ),
     ] = "kernel",
     per_step: Annotated[
-        bool, typer.Option("--per-step", help="Compare time per ProfilerStep, not totals.")
+        bool,
+        typer.Option(
+            "--per-step",
+            envvar=envvars.TRACE_PER_STEP,
+            help="Compare time per ProfilerStep, not totals.",
+        ),
     ] = False,
     top: Top = 15,
     as_json: Json = False,

@@ -297,11 +297,6 @@ def plan(
         )
         env, sources = merge_env(layers)
         config = {**recipe.workload_config, **spec.workload_config}
-        trials = spec.trials or recipe.trials
-        if recipe.stop_after is not None and recipe.stop_after.max_trials is not None:
-            trials = recipe.stop_after.max_trials
-        if recipe.is_adaptive:
-            trials = recipe.adaptive_settings.max_trials
         steps = spec.steps if spec.steps is not None else recipe.steps
         collect = tuple(spec.collect if spec.collect is not None else recipe.collect)
         payload = {
@@ -326,7 +321,7 @@ def plan(
                 env=MappingProxyType(env),
                 env_sources=MappingProxyType(sources),
                 workload_config=MappingProxyType(config),
-                trials=trials,
+                trials=recipe.planned_trials(spec),
                 steps=steps,
                 collect=collect,
                 path=ex.path,

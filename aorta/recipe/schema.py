@@ -649,6 +649,45 @@ class Recipe(_Strict):
         """The workload every cell runs (``command`` in probe mode)."""
         return self.workload or "command"
 
+    @property
+    def n_cells(self) -> int:
+        """How many cells :meth:`expand_cells` gives, counted without expanding them (the bound
+        on cells is checked before a huge axes product is built)."""
+        if self.mode == "probe":
+            return len(self.mitigation_axis or []) * len(self.diagnostic_axis or ["none"])
+        n = 0
+        if self.axes is not None:
+            n = len(self.axes.mitigations or [None]) * len(self.axes.environment or [None])
+            for values in self.axes.workload_config.values():
+                n *= len(values)
+        return len(self.cells) + n
+
+    @property
+    def trials_cap(self) -> tuple[str, int | None]:
+        """The field that sets how many trials every cell runs, and its value: ``adaptive``'s
+        ``max_trials`` on an adaptive run, else ``stop_after.max_trials`` (a flake hunt) when
+        set; else ``("trials", None)``: each cell runs its own ``trials`` or the recipe's."""
+        if self.is_adaptive:
+            return "adaptive.max_trials", self.adaptive_settings.max_trials
+        if self.stop_after is not None and self.stop_after.max_trials is not None:
+            return "stop_after.max_trials", self.stop_after.max_trials
+        return "trials", None
+
+    def planned_trials(self, spec: CellSpec) -> int:
+        """How many trials the cell ``spec`` runs at most: the one count of it, which the plan's
+        :attr:`~aorta.recipe.plan.Cell.trials` and the bound on the recipe's total both read.
+
+        >>> text = "trials: 3\\ncells: [{name: a, mitigations: [none]}, {name: b, mitigations: [none], trials: 7}]"
+        >>> r = load_recipe_text(text, command=["true"])
+        >>> [r.planned_trials(c) for c in r.cells], r.trials_cap
+        ([3, 7], ('trials', None))
+        >>> r = load_recipe_text(text + "\\nstop_after: {max_trials: 20}", command=["true"])
+        >>> [r.planned_trials(c) for c in r.cells], r.trials_cap
+        ([20, 20], ('stop_after.max_trials', 20))
+        """
+        cap = self.trials_cap[1]
+        return cap if cap is not None else spec.trials or self.trials
+
     def expand_cells(self) -> list[ExpandedCell]:
         """Every cell of the recipe, in order: explicit ``cells``, then ``axes``, or the probe axes."""
         out: list[ExpandedCell] = []
@@ -788,29 +827,6 @@ def _expand_axes(axes: Axes) -> list[ExpandedCell]:
 # cross-field checks: everything that needs more than one field
 
 
-def _count_cells(recipe: Recipe) -> int:
-    """How many cells :meth:`Recipe.expand_cells` gives, without expanding them."""
-    if recipe.mode == "probe":
-        return len(recipe.mitigation_axis or []) * len(recipe.diagnostic_axis or ["none"])
-    n = 0
-    if recipe.axes is not None:
-        axes = recipe.axes
-        n = len(axes.mitigations or [None]) * len(axes.environment or [None])
-        for values in axes.workload_config.values():
-            n *= len(values)
-    return len(recipe.cells) + n
-
-
-def _planned_trials(recipe: Recipe, spec: CellSpec) -> int:
-    # As aorta.plan counts them: stop_after.max_trials (or adaptive.max_trials) replaces
-    # every cell's trials.
-    if recipe.is_adaptive:
-        return recipe.adaptive_settings.max_trials
-    if recipe.stop_after is not None and recipe.stop_after.max_trials is not None:
-        return recipe.stop_after.max_trials
-    return spec.trials or recipe.trials
-
-
 _NO_COMMAND = (
     "a probe recipe runs a command in every trial and none was given: put it after "
     "'--', as in: aorta sweep run --recipe R -- cmd args… (or set command: [argv] in the recipe)"
@@ -844,7 +860,7 @@ def _cross_check(recipe: Recipe, command: list[str] | None) -> list[Problem]:
             add("cells", "a matrix recipe needs at least one cell (or an axes block)")
     if problems:
         return problems
-    n_cells = _count_cells(recipe)
+    n_cells = recipe.n_cells
     if n_cells > MAX_CELLS:
         where = {"probe": "mitigation_axis"}.get(recipe.mode, "axes" if recipe.axes else "cells")
         add(where, f"the recipe expands to {n_cells:,} cells, more than {MAX_CELLS:,}")
@@ -862,11 +878,10 @@ def _cross_check(recipe: Recipe, command: list[str] | None) -> list[Problem]:
             seen[cell.name] = cell.path
         if not CELL_NAME_RE.match(cell.name) or cell.name in RESERVED_CELL_NAMES:
             add(where, f"generated cell name {cell.name!r} is not valid")
-        total += _planned_trials(recipe, cell.spec)
+        total += recipe.planned_trials(cell.spec)
     if total > MAX_TOTAL_TRIALS:
-        hunting = recipe.stop_after is not None and recipe.stop_after.max_trials is not None
         add(
-            "stop_after.max_trials" if hunting else "trials",
+            recipe.trials_cap[0],
             f"the recipe plans {total:,} trials in all over {n_cells:,} cells, more than "
             f"{MAX_TOTAL_TRIALS:,}",
         )

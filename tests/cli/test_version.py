@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import subprocess
 import sys
 from pathlib import Path
@@ -29,3 +30,13 @@ def test_bare_aorta_shows_help_without_an_empty_error_line(run_cli):
     assert code == ExitCode.USAGE
     assert "--version" in out and "sweep" in out
     assert "Error" not in err
+
+
+def test_the_version_has_one_home():
+    """pyproject.toml reads the version from aorta/__init__.py (setuptools' dynamic ``attr``)
+    instead of writing it a second time; the installed metadata says the same."""
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads((Path(aorta.__file__).parents[1] / "pyproject.toml").read_text())
+    assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "aorta.__version__"}
+    assert importlib.metadata.version("aorta") == aorta.__version__

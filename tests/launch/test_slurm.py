@@ -138,14 +138,6 @@ def test_refused_before_anything_is_submitted(
     assert not Path("out").exists()
 
 
-def test_no_slurm_tools_is_a_usage_error(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    assert main(["launch", "--slurm", "--nodes", "1", "-r", "probe.yaml"]) == ExitCode.USAGE
-    assert "Slurm client tools not found on PATH: sbatch" in _one_error(capsys.readouterr().err)
-
-
 @pytest.mark.slow
 def test_dry_run_prints_the_script_and_submits_nothing(
     slurm: SlurmCluster, capsys: pytest.CaptureFixture[str]

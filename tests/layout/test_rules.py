@@ -9,11 +9,16 @@ from __future__ import annotations
 import ast
 import fnmatch
 import json
+import os
 import re
+import shlex
+import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from aorta.store import rundir
 
@@ -382,6 +387,63 @@ def test_the_makefile_installs_the_cluster_extra_pyproject_declares():
     extras = tomllib.loads((root / "pyproject.toml").read_text())["project"]
     (line,) = re.findall(r"^CLUSTER_EXTRA \?= (.+)$", (root / "Makefile").read_text(), re.M)
     assert [line.strip()] == extras["optional-dependencies"]["cluster"]
+
+
+def test_the_pre_commit_hooks_run_what_make_lint_runs():
+    """Each tool of `make lint` is a local pre-commit hook with the venv's binary (no network
+    at commit time), over the folders `make lint` gives it."""
+    root = PACKAGE.parent
+    hooks = {
+        h["id"]: h
+        for repo in yaml.safe_load((root / ".pre-commit-config.yaml").read_text())["repos"]
+        for h in repo["hooks"]
+        if repo["repo"] == "local"
+    }
+    lint = re.search(r"^lint: dev\n((?:\t.*\n)+)", (root / "Makefile").read_text(), re.M)
+    assert lint, "the Makefile's lint target moved"
+    for line in lint.group(1).split("\n"):
+        if not line.strip():
+            continue
+        words = line.replace("$(BIN)/", "").split()
+        tool = " ".join(w for w in words[:2] if not w.startswith("$("))
+        hook = {"ruff format": "ruff-format", "ruff check": "ruff-check", "mypy": "mypy"}[tool]
+        assert hooks[hook]["entry"].startswith(f".venv/bin/{tool}"), hooks[hook]
+        folders = [w for w in words[2:] if not w.startswith(("-", "$("))]
+        for folder in folders or ["aorta"]:  # mypy's files are pyproject's: aorta/
+            assert re.match(hooks[hook]["files"], f"{folder}/x.py"), (hook, folder)
+
+
+@pytest.mark.parametrize(
+    ("target", "args", "paths"),
+    [
+        ("test-fast", "", ["aorta", "tests"]),
+        ("test-fast", "tests/trace -x", ["tests/trace"]),
+        ("test-fast", "tests/trace/test_load.py::test_x", ["tests/trace/test_load.py::test_x"]),
+        ("test-fast", "-k load -m 'not docker'", ["aorta", "tests"]),
+        ("test", "", ["aorta", "tests", "notebooks"]),
+        ("test", "tests/layout aorta/recipe", ["tests/layout", "aorta/recipe"]),
+    ],
+)
+def test_a_path_in_pytest_args_replaces_the_targets_paths(target, args, paths):
+    """`make test-fast PYTEST_ARGS=tests/trace` runs the trace tests, not everything plus them;
+    options alone keep the default paths (what `make -n` would run, nothing started)."""
+    if shutil.which("make") is None:
+        pytest.skip("no make")
+    root = PACKAGE.parent
+    # as from a shell, also when this test runs under `make test` (no MAKELEVEL, no -w lines)
+    env = {k: v for k, v in os.environ.items() if k not in {"MAKEFLAGS", "MFLAGS", "MAKELEVEL"}}
+    done = subprocess.run(
+        ["make", "-n", "--no-print-directory", target, f"PYTEST_ARGS={args}"],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        timeout=60,
+        env=env,
+    )
+    (out,) = [line for line in done.stdout.splitlines() if " -m pytest " in line]
+    words = shlex.split(out.split(" -m pytest ", 1)[1])
+    named = [w for w in words if w in {"aorta", "tests", "notebooks"} or "/" in w]
+    assert named == paths, out
 
 
 @pytest.mark.parametrize(

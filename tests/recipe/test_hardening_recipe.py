@@ -77,6 +77,14 @@ def test_stop_after_max_trials_counts_toward_the_total():
     assert one(text).startswith("stop_after.max_trials: ")
 
 
+def test_adaptive_max_trials_counts_toward_the_total_and_is_named():
+    text = (
+        "workload: matmul\nadaptive: {max_trials: 1000000}\n"
+        f"axes: {{workload_config: {{m: {axis_of(11)}}}}}\n"
+    )
+    assert one(text).startswith("adaptive.max_trials: ")
+
+
 @pytest.mark.timeout(10)
 def test_axes_cartesian_product_is_bounded_before_it_is_expanded():
     # 10**12 cells: expanding them would never finish.

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from aorta.errors import RecipeError
 from aorta.recipe.plan import merge_env, plan
 from aorta.recipe.registry import Mitigation, Registry
-from aorta.recipe.schema import dump_recipe, load_recipe_text, recipe_from_data
+from aorta.recipe.schema import Recipe, dump_recipe, load_recipe_text, recipe_from_data
 
 MITIGATION_NAMES = ["none", "m_a", "m_b", "m_c", "m_d"]
 REGISTRY = Registry(
@@ -157,10 +157,30 @@ def test_cell_count_is_product_of_axis_sizes_and_trials_sum(data):
     expected = len(axes.get("mitigations", [None])) * len(axes.get("environment", [None]))
     expected *= math.prod(len(v) for v in axes["workload_config"].values())
     p = plan(r, registry=REGISTRY)
-    assert len(p.cells) == expected
+    assert len(p.cells) == r.n_cells == expected  # n_cells counts without expanding
     assert p.n_trials == sum(c.trials for c in p.cells) == expected * data["trials"]
     assert len({c.name for c in p.cells}) == expected
     assert r == load_recipe_text(dump_recipe(r))
+
+
+@settings(max_examples=100, suppress_health_check=[HealthCheck.too_slow])
+@given(matrix_recipes(), st.sampled_from([None, "stop_after", "adaptive"]), st.integers(5, 12))
+def test_the_plan_and_the_bound_on_the_total_count_the_same_trials(data, cap, n):
+    """A cell runs its own trials or the recipe's, unless stop_after.max_trials or adaptive's
+    max_trials caps every cell: the plan and the load-time bound read one count of it."""
+    if cap == "stop_after":
+        data = {**data, "stop_after": {"max_trials": n}}
+    elif cap == "adaptive":
+        data = {k: v for k, v in data.items() if k != "stop_after"} | {
+            "adaptive": {"max_trials": n}
+        }
+    r = recipe_from_data(data)
+    p = plan(r, registry=REGISTRY)
+    default = data.get("trials", Recipe.model_fields["trials"].default)
+    expected = [n if cap else c.get("trials", default) for c in data["cells"]]
+    assert [c.trials for c in p.cells] == [r.planned_trials(e.spec) for e in r.expand_cells()]
+    assert [c.trials for c in p.cells] == expected and p.n_trials == sum(expected)
+    assert r.n_cells == len(r.expand_cells()) == len(p.cells)
 
 
 def _shuffled(obj, rng):

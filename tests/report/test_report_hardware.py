@@ -8,7 +8,6 @@ a real profiled sweep (CPU: its traces hold no GPU kernels, which the section mu
 from __future__ import annotations
 
 import shutil
-import warnings
 
 import numpy as np
 import pandas as pd
@@ -119,7 +118,9 @@ def test_without_gpu_kernels_the_section_says_so_rather_than_nothing():
 
 
 @pytest.mark.slow
-def test_report_traces_of_a_cpu_profiled_sweep_says_no_roofline_applies(tmp_path, tmp_path_factory):
+def test_report_traces_of_a_cpu_profiled_sweep_says_no_roofline_applies(
+    tmp_path, tmp_path_factory, capsys
+):
     # The session's shared profiled sweep (FSDP and DDP cells, 2 trials, 2 ranks, on CPU).
     run = copy_without_caches(shared_profiled_sweep(tmp_path_factory), tmp_path / "run")
     code = aorta.cli.main(["report", str(run), "--traces", "--html", "--resamples", "300"])
@@ -146,10 +147,14 @@ def test_report_traces_of_a_cpu_profiled_sweep_says_no_roofline_applies(tmp_path
         for old in trace_dir.glob("rank*"):
             old.unlink()
         shutil.copy(DATA / name, trace_dir / "rank0.pt.trace.json.gz")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # rank 1's trace is missing, on purpose
-        code = aorta.cli.main(["report", str(gpu_run), "--traces", "--html", "--resamples", "300"])
+    capsys.readouterr()
+    code = aorta.cli.main(["report", str(gpu_run), "--traces", "--html", "--resamples", "300"])
     assert code == ExitCode.OK
+    # rank 1's trace is missing, on purpose: the command says so for each trial
+    err = capsys.readouterr().err.splitlines()
+    warned = {line.split("/gpu_run/", 1)[-1] for line in err if line.startswith("warning: ")}
+    missing = "trial_0000/trace/rank1.pt.trace.json.gz: no such file"
+    assert warned == {f"cells/{cell}/{missing}" for cell in ("fsdp", "ddp")}, err
     md = (gpu_run / "report" / "report.md").read_text().split("## Against the hardware", 1)[1]
     assert NO_GPU_TEXT not in md
     assert "`cells/fsdp/trial_0000/trace/rank0.pt.trace.json.gz` — H100, coverage" in md
