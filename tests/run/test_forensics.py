@@ -4,11 +4,14 @@ tests in tests/run/test_hang_forensics.py run the faults under torchrun)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -299,3 +302,49 @@ def test_the_listener_answers_only_its_own_user_and_writes_only_into_the_trial(t
         capture.close()
     assert not target.exists()
     assert (tmp_path / "trial" / HANG_DIR / f".fr.{TOKEN}.{proc.pid}.json").is_file()
+
+
+@pytest.mark.slow
+def test_a_sweep_stopped_by_sigterm_takes_its_trials_evidence_first(tmp_path):
+    # What a launcher's run deadline or Slurm's time limit does: SIGTERM, SIGKILL ~5 s later.
+    # The engine takes a quick look at the live trial before it stops it; the run is resumable.
+    from tests.processes import AORTA, torchrun_env
+
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(
+        "workload: tests.workloads_fixture:Sleeper\ntrial_isolation: process\n"
+        "timeout_per_trial: 600\nworkload_config: {seconds: 600}\n"
+        "cells: [{name: a, mitigations: [none]}]\n"
+    )
+    proc = subprocess.Popen(
+        [AORTA, "sweep", "run", "--recipe", str(recipe), "-o", str(tmp_path / "out")],
+        env=torchrun_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    phase = None
+    end = time.monotonic() + 120
+    while time.monotonic() < end and phase is None:
+        for scratch in Path(tempfile.gettempdir()).glob("aorta-trial-*/phase"):
+            with contextlib.suppress(OSError):
+                if scratch.read_text() == "run" and str(tmp_path) in _request_of(scratch):
+                    phase = scratch
+        time.sleep(0.1)
+    assert phase is not None, "the trial never started"
+    time.sleep(0.5)
+    start = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert time.monotonic() - start < 5.0, "the look held the stop back past a launcher's grace"
+    (hang,) = tmp_path.glob("out/*/*/*/cells/a/trial_0000/hang")
+    meta = json.loads((hang / evidence_name("capture", 0)).read_text())
+    assert meta["reason"] == "interrupted"
+    threads = json.loads((hang / evidence_name("stacks", 0)).read_text())
+    main = next(t for t in threads if t["thread_name"] == "MainThread")
+    assert any(f["name"] == "Sleeper.run" for f in main["frames"]), main["frames"]
+
+
+def _request_of(phase: Path) -> str:
+    try:
+        return (phase.parent / "request.json").read_text()
+    except OSError:
+        return ""
