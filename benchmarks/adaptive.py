@@ -10,7 +10,7 @@ cell's 40 trials are drawn once and both designs see them:
   ``min_trials`` 5 a decision after every round of one trial, a decided cell stops for good,
   the baseline runs while any cell does, ``max_trials`` 40. A cell that stopped at trial ``t``
   never sees its trials ``t`` … 39. Decisions come from
-  :func:`aorta.matrix.sequential.sequential_pair` on arrays (fast); on the first ``--checks``
+  :func:`aorta.matrix.sequential.sequential_cells` on arrays (fast); on the first ``--checks``
   matrices they are also made through ``aorta.from_trials`` + ``aorta.compare(ds,
   sequential=True)`` after every round, and the table says whether every decision matched.
 
@@ -36,7 +36,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import aorta
-from aorta.matrix.sequential import sequential_pair
+from aorta.matrix.sequential import CellTrials, sequential_cells
 from aorta.report.comparison import markdown_table
 
 WARMUP, STEPS, STEP_CV = 2, 20, 0.02
@@ -100,10 +100,10 @@ def fixed_verdicts(rows: list[dict], names: list[str]) -> pd.DataFrame:
 def _real_verdicts(rows: list[dict], names: list[str]) -> pd.DataFrame:
     """The real path: ``aorta.from_trials`` + ``aorta.compare(ds, sequential=True)``."""
     ds = aorta.from_trials(pd.DataFrame(rows), baseline=names[0], threshold=THRESHOLD, cells=names)
-    return aorta.compare(ds, sequential=True)[VERDICTS]
+    return aorta.compare(ds, sequential=True, max_trials=MAX_TRIALS)[VERDICTS]
 
 
-def _arrays(rows: list[dict], names: list[str]) -> dict[str, tuple[np.ndarray, ...]]:
+def _arrays(rows: list[dict], names: list[str]) -> dict[str, CellTrials]:
     n = max(r["trial"] for r in rows) + 1
     out = {c: (np.full(n, np.nan), np.zeros(n, bool), np.zeros(n, bool)) for c in names}
     for r in rows:
@@ -111,23 +111,21 @@ def _arrays(rows: list[dict], names: list[str]) -> dict[str, tuple[np.ndarray, .
         ran[r["trial"]] = True
         failed[r["trial"]] = r["status"] != "ok"
         vals[r["trial"]] = r["value"]
-    return out
+    return {c: CellTrials(*v) for c, v in out.items()}
 
 
 def _array_verdicts(rows: list[dict], names: list[str]) -> tuple[pd.DataFrame, dict[str, str]]:
-    """The same statistics on arrays, without building a Dataset per round; and each cell's
-    reason."""
+    """The same statistics on arrays (:func:`aorta.matrix.sequential.sequential_cells`, what
+    ``compare(sequential=True)`` calls), without building a Dataset per round; and each
+    cell's reason."""
     a = _arrays(rows, names)
-    bv, bf, br = a[names[0]]
+    found = sequential_cells(
+        {c: a[c] for c in names[1:]}, a[names[0]], threshold=THRESHOLD, max_trials=MAX_TRIALS
+    )
     out: dict[str, tuple] = {names[0]: ("baseline", "baseline", False)}
-    reasons = {}
-    for c in names[1:]:
-        v, f, r = a[c]
-        res = sequential_pair(
-            v, f, bv, bf, cell_ran=r, base_ran=br, threshold=THRESHOLD, family=len(names) - 1
-        )
+    for c, res in found.items():
         out[c] = (res.timing.difference, res.failures.verdict, res.decided)
-        reasons[c] = res.reason
+    reasons = {c: res.reason for c, res in found.items()}
     return pd.DataFrame.from_dict(out, orient="index", columns=VERDICTS), reasons
 
 

@@ -18,18 +18,22 @@ interleaved schedule runs them in the same round, so a drift of the machine hits
   (:func:`t_mixture_halfwidth`). No variance is plugged in, so small ``n`` needs no
   correction: the CS is simply wide. :func:`timing_sequence` intersects the intervals over
   time (still valid, and never widening), so a verdict once reached is never withdrawn.
-* **Failures** — only discordant pairs (one of the two failed) carry information; under
-  "same failure rate" each is on the cell's side with probability ½ (McNemar). The
-  Krichevsky–Trofimov mixture (Beta(½, ½)) of the binomial likelihood ratio on those pairs is
-  an e-process (:func:`discordant_log_e`); ``more`` / ``fewer`` when its running maximum
-  reaches ``K/α``. The rate difference gets a betting confidence sequence on the paired
-  differences (:func:`rate_difference_cs`, Waudby-Smith & Ramdas 2023, hedged capital with
-  the predictable plug-in bet) for "within ± margin".
-* **Futility** — a cell whose observed failure-rate difference is within ``± margin`` after
-  :data:`FUTILITY_TRIALS` pairs stops asking the failure question. Stopping for futility only
-  spends power: it never makes a false ``more`` / ``fewer`` more likely.
-* **Multiplicity** — Bonferroni over the ``K`` compared cells (each CS at ``α/K``), valid at
-  any stopping time.
+  Timing settles only on evidence: ``slower``/``faster`` or the sequence inside the band.
+* **Failures: two looks, α split between them** (Bonferroni over the looks). *Anytime*: the
+  safe test for 2×2 tables (Turner, Ly & Grünwald 2024) on every pair, two one-sided
+  e-processes (:func:`pair_log_e`), with :data:`ANYTIME_SHARE` of α. *The planned look* at
+  ``max_trials``: Boschloo's exact test on the first ``max_trials`` pairs, with the rest.
+  ``p = min(p_anytime / share, p_look / (1 - share))`` is a p-value valid at any stopping
+  time; ``more``/``fewer`` once Holm over the cells (:func:`sequential_cells`; Bonferroni in
+  :func:`sequential_pair`) rejects it.
+* **Within margin and futility** — the universal-inference e-process against "the rates
+  differ by ``δ`` or more" (:func:`difference_log_e`). At ``δ = margin`` and ``K/α`` it is a
+  claim, "failure rate within ± margin"; at ``δ =`` :func:`futility_difference` and
+  ``1/β`` (:data:`FUTILITY_LEVEL`) the cell stops asking without a claim: a cell whose rates
+  differ by that much is stopped as futile with probability at most ``β``. Nothing stops on
+  an observed difference.
+* **Multiplicity** — timing: Bonferroni over the ``K`` compared cells (each CS at ``α/K``);
+  failures: Holm over the cells' p-values; both valid at any stopping time.
 
 Examples
 --------
@@ -41,29 +45,36 @@ Examples
 >>> r.timing.difference, r.timing.band, r.failures.verdict, r.decided
 ('no difference detected', 'within band', 'not significant', True)
 >>> r.reason
-'within band after 5 trials; failures: observed difference within ±0.15 after 8 trials (futility)'
+'within band after 5 trials; failures: changes of ±0.3 or more ruled out at 80% after 11 trials (futility)'
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from aorta.matrix.boschloo import boschloo_p
 from aorta.matrix.stats import DEFAULT_ALPHA, Band, Difference, FailureVerdict
 
 __all__ = [
+    "ANYTIME_SHARE",
     "DEFAULT_FAILURE_MARGIN",
     "DEFAULT_G",
-    "FUTILITY_TRIALS",
+    "FUTILITY_LEVEL",
     "MIN_PAIRS",
+    "CellTrials",
     "FailureSequence",
     "SequentialResult",
     "TimingSequence",
-    "discordant_log_e",
+    "difference_log_e",
     "failure_sequence",
-    "rate_difference_cs",
+    "futility_difference",
+    "holm_failures",
+    "pair_log_e",
+    "sequential_cells",
     "sequential_pair",
     "t_mixture_halfwidth",
     "t_mixture_log_e",
@@ -73,12 +84,22 @@ __all__ = [
 #: Prior variance of the standardized effect (θ - θ₀)/σ in the timing mixture: tuned so the
 #: CS is tight around 5–15 pairs, where screens stop (benchmarks/adaptive.py).
 DEFAULT_G = 4.0
-#: Failure-rate difference within which a cell's failures are "not worth more trials".
+#: Failure-rate difference within which a cell's failures "do not matter" (``within margin``).
 DEFAULT_FAILURE_MARGIN = 0.15
-#: Pairs before the failure futility rule may stop a cell.
-FUTILITY_TRIALS = 8
 #: Fewest pairs for any timing interval (the t mixture needs two to see a spread).
 MIN_PAIRS = 2
+#: Share of α the anytime failure e-process spends when a look at ``max_trials`` is planned;
+#: the look gets the rest (Boschloo at 0.9 α keeps nearly all of the fixed design's power,
+#: the e-process stops the large changes early). Without a planned look it gets all of α.
+ANYTIME_SHARE = 0.1
+#: Futility: a cell whose failure rates differ by :func:`futility_difference` or more is
+#: stopped for futility with probability at most this (it spends power, not error rate).
+FUTILITY_LEVEL = 0.2
+#: Bisection steps for the likelihood's maximum on a line p_c - p_b = δ (interval ≤ 1:
+#: 2^-48 ≈ 4e-15 in the rate, far below what moves a log-likelihood).
+_BISECTIONS = 48
+#: Relative slack for comparing a p-value with its level (floating-point products).
+_TIE = 1e-12
 
 
 # --- timing ----------------------------------------------------------------------------------
@@ -231,55 +252,132 @@ def timing_sequence(
 # --- failures --------------------------------------------------------------------------------
 
 
-def discordant_log_e(cell_side: np.ndarray, total: np.ndarray) -> np.ndarray:
-    """Log e-value for "a discordant pair is on the cell's side with probability ½" after
-    ``total`` discordant pairs, ``cell_side`` of them cell-failed: the Krichevsky–Trofimov
-    (Beta(½, ½)) mixture against the fair coin.
+def pair_log_e(cell_failed: np.ndarray, base_failed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Logs of the two one-sided e-processes for "same failure rate" after each pair: against
+    "the cell fails no more often than the baseline" (``more``) and against "no less often"
+    (``fewer``).
 
-    >>> [round(float(x), 3) for x in discordant_log_e(np.array([0, 10, 5]), np.array([0, 10, 10]))]
-    [0.0, 5.195, -1.402]
+    The safe test for 2×2 tables (Turner, Ly & Grünwald 2024), one pair per block: before pair
+    ``i`` the rates are estimated from the pairs before it (Krichevsky–Trofimov, ``(s + ½) /
+    (i + 1)``), ``a`` for the cell and ``b`` for the baseline, and the pair's e-value is the
+    likelihood of its two outcomes under ``(a, b)`` over their likelihood under the common
+    rate ``(a + b) / 2``. Its expectation is at most 1 for every common rate (the reverse
+    information projection of ``(a, b)`` onto the null), and when ``a > b`` it grows with the
+    cell's failures and falls with the baseline's, so the product of the pairs where ``a > b``
+    is a test supermartingale whenever the cell fails no more often than the baseline — also
+    when the rate drifts from pair to pair, and when the two trials of a pair are positively
+    correlated (a shared bad round moves mass to the concordant outcomes, whose e-values are
+    below 1). ``fewer`` is the mirror image. Unlike the discordant-pairs sign test, every pair
+    counts: two passes lower the estimate of both rates.
+
+    >>> more, fewer = pair_log_e(np.array([1, 1, 1, 1, 0], bool), np.zeros(5, bool))
+    >>> [round(float(v), 3) for v in more], [float(v) for v in fewer]
+    ([0.0, 0.811, 1.833, 2.952, 1.93], [0.0, 0.0, 0.0, 0.0, 0.0])
+    """
+    x = np.asarray(cell_failed, dtype=float)
+    y = np.asarray(base_failed, dtype=float)
+    if x.size == 0:
+        return np.zeros(0), np.zeros(0)
+    k = np.arange(x.size, dtype=float)
+    a = (np.concatenate([[0.0], np.cumsum(x)[:-1]]) + 0.5) / (k + 1)
+    b = (np.concatenate([[0.0], np.cumsum(y)[:-1]]) + 0.5) / (k + 1)
+    m = (a + b) / 2
+    log_f = (
+        x * np.log(a)
+        + (1 - x) * np.log1p(-a)
+        + y * np.log(b)
+        + (1 - y) * np.log1p(-b)
+        - (x + y) * np.log(m)
+        - (2 - x - y) * np.log1p(-m)
+    )
+    return np.cumsum(np.where(a > b, log_f, 0.0)), np.cumsum(np.where(a < b, log_f, 0.0))
+
+
+def _xlogy(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """``x · log y`` with ``0 · log 0 = 0``."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(x == 0, 0.0, x * np.log(np.where(x == 0, 1.0, y)))
+
+
+def _log_lik(s: np.ndarray, n: np.ndarray, p: np.ndarray) -> np.ndarray:
+    return _xlogy(s, p) + _xlogy(n - s, 1 - p)
+
+
+def _line_log_sup(sc: np.ndarray, sb: np.ndarray, n: np.ndarray, delta: np.ndarray) -> np.ndarray:
+    """The log-likelihood's maximum over the line ``p_c = p_b + delta`` (``0 ≤ p_b ≤ 1 −
+    delta``) for ``sc`` cell and ``sb`` baseline failures in ``n`` pairs, elementwise (equal
+    shapes): the log-likelihood is concave along the line, so its slope is bisected."""
+    lo, hi = np.zeros(sc.shape), 1.0 - delta
+    tiny = np.finfo(float).tiny  # the midpoints are interior; this only guards underflow
+    for _ in range(_BISECTIONS):
+        p = (lo + hi) / 2
+        slope = (
+            sb / np.maximum(p, tiny)
+            - (n - sb) / (1 - p)
+            + sc / (p + delta)
+            - (n - sc) / np.maximum(1 - p - delta, tiny)
+        )
+        up = slope > 0
+        lo, hi = np.where(up, p, lo), np.where(up, hi, p)
+    p = (lo + hi) / 2
+    return _log_lik(sb, n, p) + _log_lik(sc, n, p + delta)
+
+
+def difference_log_e(
+    cell_failures: np.ndarray,
+    base_failures: np.ndarray,
+    pairs: np.ndarray,
+    *,
+    delta: float | np.ndarray,
+) -> np.ndarray:
+    """Log e-value against "the two failure rates differ by ``delta`` or more" (either way),
+    after ``pairs`` pairs with these failure counts (elementwise, broadcast with ``delta``:
+    e.g. every prefix of a sequence, at two differences).
+
+    Universal inference (Wasserman, Ramdas & Balakrishnan 2020): the likelihood of the data
+    under the Krichevsky–Trofimov mixture over a *common* rate — the sequential bet that the
+    rates are equal — over the largest likelihood any pair of rates at least ``delta`` apart
+    gives. For every such pair of rates the ratio is at most the mixture's likelihood ratio
+    against it, a test martingale, so by Ville's inequality ``P(ever ≥ 1/β) ≤ β`` whenever
+    the rates do differ by ``delta`` or more.
+
+    >>> z = np.zeros(3)
+    >>> [round(float(v), 2) for v in difference_log_e(z, z, np.array([5, 10, 20]), delta=0.3)]
+    [0.05, 1.49, 4.71]
     """
     from scipy.special import betaln
 
-    s = np.asarray(cell_side, dtype=float)
-    m = np.asarray(total, dtype=float)
-    return betaln(s + 0.5, m - s + 0.5) - betaln(0.5, 0.5) + m * math.log(2)
+    sc, sb, n, d = np.broadcast_arrays(
+        *(np.asarray(v, dtype=float) for v in (cell_failures, base_failures, pairs, delta))
+    )
+    safe = np.maximum(n, 1)
+    pc, pb = sc / safe, sb / safe
+    mle = _log_lik(sc, n, pc) + _log_lik(sb, n, pb)
+    # The best fit in the region {p_c - p_b ≥ δ} is the unrestricted one if it lies there,
+    # else on the region's edge (the log-likelihood is concave); the same for ≤ -δ. Both
+    # edges in one bisection.
+    edges = _line_log_sup(
+        np.concatenate([sc.ravel(), sb.ravel()]),
+        np.concatenate([sb.ravel(), sc.ravel()]),
+        np.concatenate([n.ravel(), n.ravel()]),
+        np.concatenate([d.ravel(), d.ravel()]),
+    ).reshape(2, *sc.shape)
+    more = np.where(pc - pb >= d, mle, edges[0])
+    fewer = np.where(pb - pc >= d, mle, edges[1])
+    s = sc + sb
+    mixture = betaln(s + 0.5, 2 * n - s + 0.5) - betaln(0.5, 0.5)
+    return mixture - np.maximum(more, fewer)
 
 
-def rate_difference_cs(
-    diffs: np.ndarray, *, alpha: float, grid: int = 201, c: float = 0.75
-) -> tuple[float, float]:
-    """Confidence sequence for the mean of paired failure differences ``diffs`` (each
-    ``cell_failed - baseline_failed`` ∈ {-1, 0, 1}) at level ``alpha``, after all of them
-    (running intersection): the betting CS of Waudby-Smith & Ramdas (2023) with hedged capital
-    and the predictable plug-in bet, on a grid of ``grid`` candidate means. ``(-1, 1)`` before
-    the first pair.
+def futility_difference(margin: float) -> float:
+    """The failure-rate change futility protects: twice the margin, or halfway from the
+    margin to 1 when that is less (a change that large is stopped as futile with probability
+    at most :data:`FUTILITY_LEVEL`).
 
-    >>> lo, hi = rate_difference_cs(np.zeros(200), alpha=0.05)
-    >>> -0.1 < lo < 0 < hi < 0.1
-    True
+    >>> futility_difference(0.15), futility_difference(0.6)
+    (0.3, 0.8)
     """
-    x = (np.asarray(diffs, dtype=float) + 1) / 2  # in [0, 1]
-    if x.size == 0:
-        return (-1.0, 1.0)
-    m = np.linspace(0, 1, grid)[1:-1]
-    t = np.arange(1, x.size + 1, dtype=float)
-    mu = (0.5 + np.cumsum(x)) / (t + 1)
-    prev_mu = np.concatenate([[0.5], mu[:-1]])
-    var = (0.25 + np.cumsum((x - prev_mu) ** 2)) / (t + 1)
-    prev_var = np.concatenate([[0.25], var[:-1]])
-    lam = np.sqrt(2 * math.log(2 / alpha) / (prev_var * t * np.log1p(t)))
-    lam_up = np.minimum(lam[:, None], c / m[None, :])
-    lam_dn = np.minimum(lam[:, None], c / (1 - m[None, :]))
-    dev = x[:, None] - m[None, :]
-    log_up = np.cumsum(np.log1p(lam_up * dev), axis=0)
-    log_dn = np.cumsum(np.log1p(-lam_dn * dev), axis=0)
-    log_k = np.logaddexp(log_up, log_dn) - math.log(2)
-    keep = np.max(log_k, axis=0) < math.log(1 / alpha)
-    if not keep.any():
-        mid = float(2 * mu[-1] - 1)
-        return (mid, mid)
-    return (float(2 * m[keep].min() - 1), float(2 * m[keep].max() - 1))
+    return min(2 * margin, (1 + margin) / 2)
 
 
 @dataclass(frozen=True)
@@ -287,17 +385,38 @@ class FailureSequence:
     """The failure question after ``n`` pairs that both ran (:func:`failure_sequence`)."""
 
     n: int
+    #: Failures of the cell and of the baseline over those pairs.
+    failed: int
+    base_failed: int
     #: Observed cell failure rate minus the baseline's, over the pairs.
     difference: float
-    #: CS for that difference at ``alpha / family``.
-    low: float
-    high: float
-    #: Anytime p for "same failure rate": ``1 / max_{s≤n} E_s`` (not adjusted).
+    #: P-value for "same failure rate", valid at any stopping time: the anytime e-process's
+    #: and the planned look's combined (Bonferroni over the two looks); not adjusted.
     p: float
+    #: ``p`` adjusted over the cells (Bonferroni; Holm after :func:`holm_failures`).
+    p_adj: float
+    #: The anytime e-process's p, ``2 / max_{s≤n} E_s`` (one-sided e-processes, both ways).
+    p_anytime: float
+    #: Boschloo's p at the planned look (NaN before it, or without one).
+    p_look: float
     verdict: FailureVerdict
-    #: ``more`` / ``fewer`` / ``within margin`` / ``futility``, or "" while unsettled.
+    #: ``more`` / ``fewer`` / ``within margin`` / ``futility``, or "" while open.
     how: str
+    #: For ``more``/``fewer``: which look found it, ``anytime`` or ``planned look``.
+    via: str
     settled_at: int | None
+    #: After each pair: ``p``, its direction (+1 more, -1 fewer), and whether the planned look
+    #: gave it (what Holm over the cells replays).
+    path: np.ndarray = field(default_factory=lambda: np.zeros(0), compare=False, repr=False)
+    side: np.ndarray = field(default_factory=lambda: np.zeros(0), compare=False, repr=False)
+    from_look: np.ndarray = field(
+        default_factory=lambda: np.zeros(0, bool), compare=False, repr=False
+    )
+
+
+def _first(mask: np.ndarray) -> int | None:
+    hit = np.flatnonzero(mask)
+    return int(hit[0]) if hit.size else None
 
 
 def failure_sequence(
@@ -307,48 +426,131 @@ def failure_sequence(
     alpha: float = DEFAULT_ALPHA,
     family: int = 1,
     margin: float = DEFAULT_FAILURE_MARGIN,
+    planned: bool = False,
+    look: int | None = None,
+    futility: float | None = FUTILITY_LEVEL,
 ) -> FailureSequence:
     """The failure verdict from paired outcomes (``True`` = the trial failed), in trial
     order, over the pairs where both trials ran.
 
-    ``more`` / ``fewer`` when the discordant-pair e-process (:func:`discordant_log_e`) has
-    reached ``family / alpha``; otherwise settled as ``within margin`` when the CS of the rate
-    difference lies in ``± margin``, or for ``futility`` at the first pair count ≥
-    :data:`FUTILITY_TRIALS` where the observed difference is within ``± margin``.
+    ``more`` / ``fewer`` once ``family · p ≤ alpha`` (Bonferroni over the cells), ``p`` the
+    two looks combined: the anytime e-processes (:func:`pair_log_e`) with
+    :data:`ANYTIME_SHARE` of ``alpha`` when a look is ``planned`` (all of it otherwise), and —
+    once it has happened — Boschloo's test on the first ``look`` pairs with the rest.
+    Otherwise settled as ``within margin`` when :func:`difference_log_e` at ``margin`` reaches
+    ``family / alpha``, or for ``futility`` when it reaches ``1 / futility`` at
+    :func:`futility_difference` (``futility=None``: never). A rejection wins over either.
 
     >>> f = failure_sequence(np.array([1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1] * 2, bool), np.zeros(30, bool))
-    >>> f.verdict, f.how, f.settled_at
-    ('more', 'more', 8)
+    >>> f.verdict, f.how, f.via, f.settled_at
+    ('more', 'more', 'anytime', 7)
     """
     fc = np.asarray(cell_failed, dtype=bool)
     fb = np.asarray(base_failed, dtype=bool)
     n = int(min(fc.size, fb.size))
     fc, fb = fc[:n], fb[:n]
+    if look is not None and not planned:
+        raise ValueError("a look at max_trials needs planned=True (its share of alpha)")
+    nan = math.nan
     if n == 0:
-        return FailureSequence(0, math.nan, -1.0, 1.0, math.nan, "no data", "", None)
-    plus = np.cumsum(fc & ~fb)
-    minus = np.cumsum(fb & ~fc)
-    log_e = discordant_log_e(plus, plus + minus)
-    crossed = np.flatnonzero(log_e >= math.log(max(family, 1) / alpha))
+        return FailureSequence(0, 0, 0, nan, nan, nan, nan, nan, "no data", "", "", None)
+    family = max(family, 1)
+    more, fewer = pair_log_e(fc, fb)
+    up, down = np.maximum.accumulate(more), np.maximum.accumulate(fewer)
+    p_any = np.minimum(1.0, 2 * np.exp(-np.maximum(up, down)))
+    share = ANYTIME_SHARE if planned else 1.0
+    path = np.minimum(1.0, p_any / share)
+    side = np.where(up >= down, 1, -1)
+    from_look = np.zeros(n, bool)
+    sc, sb = np.cumsum(fc), np.cumsum(fb)
+    p_look = nan
+    if look is not None and 0 < look <= n:
+        x, y = int(sc[look - 1]), int(sb[look - 1])
+        p_look = boschloo_p(x, look, y, look)
+        from_look = (np.arange(1, n + 1) >= look) & (p_look / (1 - share) < path)
+        path = np.where(from_look, min(1.0, p_look / (1 - share)), path)
+        side = np.where(from_look, 1 if x > y else -1, side)
     k = np.arange(1, n + 1)
-    observed = (plus - minus) / k
-    futile = np.flatnonzero((k >= FUTILITY_TRIALS) & (np.abs(observed) <= margin + 1e-12))
-    lo, hi = rate_difference_cs(fc.astype(float) - fb, alpha=alpha / max(family, 1))
-    p = float(min(1.0, math.exp(-max(0.0, float(np.max(log_e))))))
     verdict: FailureVerdict = "not significant"
-    how, at = "", None
-    if crossed.size:
-        first = int(crossed[0])
-        verdict = "more" if plus[first] > minus[first] else "fewer"
-        how, at = verdict, first + 1
-    elif -margin <= lo and hi <= margin:
-        how, at = "within margin", n
-    elif futile.size:
-        how, at = "futility", int(futile[0]) + 1
-    return FailureSequence(n, float(observed[-1]), lo, hi, p, verdict, how, at)
+    how, via, at = "", "", None
+    rejected = _first(path * family <= alpha * (1 + _TIE))
+    # "Within margin" (a claim, at family / alpha) and futility (a stop, at 1 / futility):
+    # the same e-process at two differences, computed together.
+    deltas = np.array([[margin], [futility_difference(margin)]])
+    log_e = difference_log_e(sc[None, :], sb[None, :], k[None, :], delta=deltas)
+    within = _first(log_e[0] >= math.log(family / alpha))
+    futile = None if futility is None else _first(log_e[1] >= math.log(1 / futility))
+    if rejected is not None:
+        verdict = "more" if side[rejected] > 0 else "fewer"
+        how, at = verdict, rejected + 1
+        via = "planned look" if from_look[rejected] else "anytime"
+    elif within is not None:
+        how, at = "within margin", within + 1
+    elif futile is not None:
+        how, at = "futility", futile + 1
+    return FailureSequence(
+        n=n,
+        failed=int(sc[-1]),
+        base_failed=int(sb[-1]),
+        difference=float((sc[-1] - sb[-1]) / n),
+        p=float(path[-1]),
+        p_adj=float(min(1.0, path[-1] * family)),
+        p_anytime=float(p_any[-1]),
+        p_look=p_look,
+        verdict=verdict,
+        how=how,
+        via=via,
+        settled_at=at,
+        path=path,
+        side=side,
+        from_look=from_look,
+    )
 
 
-# --- one cell ---------------------------------------------------------------------------------
+def holm_failures(seqs: Sequence[FailureSequence], *, alpha: float) -> list[FailureSequence]:
+    """The cells' failure verdicts with Holm's step-down over their ``p`` instead of
+    Bonferroni: valid at any stopping time because each ``p`` is, and monotone because each
+    ``p`` only falls as pairs come (a rejection stays). A cell's ``settled_at`` is the first
+    pair count at which Holm over every cell's ``p`` so far rejects it.
+
+    >>> a = failure_sequence(np.ones(12, bool), np.zeros(12, bool), family=2)
+    >>> b = failure_sequence(np.ones(6, bool), np.zeros(6, bool), family=2)
+    >>> [(s.verdict, s.settled_at) for s in holm_failures([a, b], alpha=0.05)]
+    [('more', 6), ('more', 6)]
+    """
+    k = len(seqs)
+    if k == 0:
+        return []
+    width = max(1, *(s.path.size for s in seqs))
+    paths = np.ones((k, width))
+    for i, s in enumerate(seqs):
+        if s.path.size:
+            paths[i, : s.path.size] = s.path
+            paths[i, s.path.size :] = s.path[-1]
+    order = np.argsort(paths, axis=0, kind="stable")
+    ranked = np.take_along_axis(paths, order, axis=0)
+    levels = alpha / (k - np.arange(k))[:, None]
+    passed = np.cumprod(ranked <= levels * (1 + _TIE), axis=0).astype(bool)
+    rejected = np.zeros_like(passed)
+    np.put_along_axis(rejected, order, passed, axis=0)
+    # Holm's adjusted p of the last column: max over the steps up to each one.
+    last = ranked[:, -1] * (k - np.arange(k))
+    adjusted = np.empty(k)
+    adjusted[order[:, -1]] = np.minimum(1.0, np.maximum.accumulate(last))
+    out = []
+    for i, s in enumerate(seqs):
+        s = replace(s, p_adj=float(adjusted[i]) if s.n else s.p_adj)
+        t = _first(rejected[i]) if s.n else None
+        if t is not None and s.how not in ("more", "fewer"):
+            j = min(t, s.path.size - 1)
+            verdict: FailureVerdict = "more" if s.side[j] > 0 else "fewer"
+            via = "planned look" if s.from_look[j] else "anytime"
+            s = replace(s, verdict=verdict, how=verdict, via=via, settled_at=j + 1)
+        out.append(s)
+    return out
+
+
+# --- one cell, and a matrix -------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -363,6 +565,22 @@ class SequentialResult:
     reason: str
 
 
+@dataclass(frozen=True)
+class CellTrials:
+    """One cell's trials, in trial order (index = trial): what :func:`sequential_cells`
+    pairs."""
+
+    #: The timing value (NaN when the trial has none).
+    values: np.ndarray
+    #: Did it fail?
+    failed: np.ndarray
+    #: Did it run (passed or failed; None: every trial)?
+    ran: np.ndarray | None = None
+    #: Has it a record (passed, failed or errored; None: ``ran``)? The planned look happens
+    #: once the cell and the baseline have a record of trial ``max_trials - 1``.
+    recorded: np.ndarray | None = None
+
+
 def _timing_words(t: TimingSequence) -> str:
     if t.settled_at is None:
         return ""
@@ -370,17 +588,92 @@ def _timing_words(t: TimingSequence) -> str:
     return f"{what} after {t.settled_at} trials"
 
 
-def _failure_words(f: FailureSequence, margin: float) -> str:
+def _failure_words(f: FailureSequence, margin: float, futility: float | None) -> str:
     if f.how in ("more", "fewer"):
-        return f"{f.how} failures after {f.settled_at} trials"
+        where = " (the planned look)" if f.via == "planned look" else ""
+        return f"{f.how} failures after {f.settled_at} trials{where}"
     if f.how == "within margin":
         return f"failure rate within ±{margin:g} after {f.settled_at} trials"
-    if f.how == "futility":
+    if f.how == "futility" and futility is not None:
         return (
-            f"failures: observed difference within ±{margin:g} after {f.settled_at} trials "
-            "(futility)"
+            f"failures: changes of ±{futility_difference(margin):g} or more ruled out at "
+            f"{1 - futility:.0%} after {f.settled_at} trials (futility)"
         )
     return ""
+
+
+def _result(
+    timing: TimingSequence, failures: FailureSequence, margin: float, futility: float | None
+) -> SequentialResult:
+    decided = timing.settled_at is not None and failures.settled_at is not None
+    words = [w for w in (_timing_words(timing), _failure_words(failures, margin, futility)) if w]
+    if not decided:
+        open_ = []
+        if timing.settled_at is None:
+            open_.append("timing")
+        if failures.settled_at is None:
+            open_.append("failures")
+        text = f"{' and '.join(open_)} open after {max(timing.n, failures.n)} trials"
+        if failures.settled_at is None and failures.n:
+            f = failures
+            text += f" ({f.failed}/{f.n} failed, baseline {f.base_failed}/{f.n})"
+        words.append(text)
+    return SequentialResult(timing, failures, decided, "; ".join(words))
+
+
+def _check(alpha: float, threshold: float, margin: float, futility: float | None) -> None:
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    if not threshold > 1:
+        raise ValueError(f"threshold must be > 1, got {threshold}")
+    if not 0 < margin < 1:
+        raise ValueError(f"failure_margin must be in (0, 1), got {margin}")
+    if futility is not None and not 0 < futility < 1:
+        raise ValueError(f"futility must be in (0, 1) or None, got {futility}")
+
+
+def _parts(
+    cell: CellTrials,
+    base: CellTrials,
+    *,
+    threshold: float,
+    alpha: float,
+    family: int,
+    margin: float,
+    max_trials: int | None,
+    futility: float | None,
+    g: float,
+) -> tuple[TimingSequence, FailureSequence]:
+    x = np.asarray(cell.values, dtype=float)
+    y = np.asarray(base.values, dtype=float)
+    n = min(x.size, y.size)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        d = np.log(x[:n]) - np.log(y[:n])
+    timing = timing_sequence(d, threshold=threshold, alpha=alpha, family=family, g=g)
+    fc = np.asarray(cell.failed, dtype=bool)
+    fb = np.asarray(base.failed, dtype=bool)
+    rc = np.ones(fc.size, bool) if cell.ran is None else np.asarray(cell.ran, dtype=bool)
+    rb = np.ones(fb.size, bool) if base.ran is None else np.asarray(base.ran, dtype=bool)
+    m = min(fc.size, fb.size, rc.size, rb.size)
+    both = rc[:m] & rb[:m]
+    look = None
+    if max_trials is not None:
+        seen_c = rc if cell.recorded is None else np.asarray(cell.recorded, dtype=bool)
+        seen_b = rb if base.recorded is None else np.asarray(base.recorded, dtype=bool)
+        at = max_trials - 1
+        if seen_c.size > at and seen_b.size > at and seen_c[at] and seen_b[at]:
+            look = int(both[:max_trials].sum())
+    failures = failure_sequence(
+        fc[:m][both],
+        fb[:m][both],
+        alpha=alpha,
+        family=family,
+        margin=margin,
+        planned=max_trials is not None,
+        look=look or None,
+        futility=futility,
+    )
+    return timing, failures
 
 
 def sequential_pair(
@@ -395,9 +688,14 @@ def sequential_pair(
     failure_margin: float = DEFAULT_FAILURE_MARGIN,
     cell_ran: np.ndarray | None = None,
     base_ran: np.ndarray | None = None,
+    max_trials: int | None = None,
+    cell_recorded: np.ndarray | None = None,
+    base_recorded: np.ndarray | None = None,
+    futility: float | None = FUTILITY_LEVEL,
     g: float = DEFAULT_G,
 ) -> SequentialResult:
-    """One cell against the baseline, trial ``k`` paired with trial ``k``.
+    """One cell against the baseline, trial ``k`` paired with trial ``k`` (Bonferroni over
+    ``family`` cells; :func:`sequential_cells` does every cell of a matrix, Holm on failures).
 
     Parameters
     ----------
@@ -413,47 +711,81 @@ def sequential_pair(
     alpha, family
         Level, and the number of cells compared (Bonferroni).
     failure_margin
-        The failure-rate difference that does not matter (``within margin``, futility).
+        The failure-rate difference that does not matter (``within margin``); futility
+        protects :func:`futility_difference` of it.
+    max_trials, cell_recorded, base_recorded
+        The planned look: Boschloo's test on the pairs of the first ``max_trials`` trials,
+        once both have a record (default ``*_ran``) of trial ``max_trials - 1``; ``None``: no
+        look planned, the anytime e-process gets all of ``alpha``. Fix it before looking.
+    futility
+        The futility rule's level β (None: no futility stop).
 
     Returns
     -------
     SequentialResult
         ``decided`` when timing is ``slower``/``faster`` or ``within band`` **and** failures
-        are ``more``/``fewer``, within the margin, or futile.
+        are ``more``/``fewer``, within the margin, or stopped for futility.
 
     Raises
     ------
     ValueError
-        ``alpha`` outside (0, 1), ``threshold`` ≤ 1, ``failure_margin`` outside (0, 1).
+        ``alpha`` outside (0, 1), ``threshold`` ≤ 1, ``failure_margin`` or ``futility``
+        outside (0, 1).
     """
-    if not 0 < alpha < 1:
-        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
-    if not threshold > 1:
-        raise ValueError(f"threshold must be > 1, got {threshold}")
-    if not 0 < failure_margin < 1:
-        raise ValueError(f"failure_margin must be in (0, 1), got {failure_margin}")
-    x = np.asarray(cell_values, dtype=float)
-    y = np.asarray(base_values, dtype=float)
-    n = min(x.size, y.size)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        d = np.log(x[:n]) - np.log(y[:n])
-    timing = timing_sequence(d, threshold=threshold, alpha=alpha, family=family, g=g)
-    fc = np.asarray(cell_failed, dtype=bool)
-    fb = np.asarray(base_failed, dtype=bool)
-    rc = np.ones(fc.size, bool) if cell_ran is None else np.asarray(cell_ran, dtype=bool)
-    rb = np.ones(fb.size, bool) if base_ran is None else np.asarray(base_ran, dtype=bool)
-    m = min(fc.size, fb.size, rc.size, rb.size)
-    both = rc[:m] & rb[:m]
-    failures = failure_sequence(
-        fc[:m][both], fb[:m][both], alpha=alpha, family=family, margin=failure_margin
+    _check(alpha, threshold, failure_margin, futility)
+    timing, failures = _parts(
+        CellTrials(cell_values, cell_failed, cell_ran, cell_recorded),
+        CellTrials(base_values, base_failed, base_ran, base_recorded),
+        threshold=threshold,
+        alpha=alpha,
+        family=family,
+        margin=failure_margin,
+        max_trials=max_trials,
+        futility=futility,
+        g=g,
     )
-    decided = timing.settled_at is not None and failures.settled_at is not None
-    words = [w for w in (_timing_words(timing), _failure_words(failures, failure_margin)) if w]
-    if not decided:
-        open_ = []
-        if timing.settled_at is None:
-            open_.append("timing")
-        if failures.settled_at is None:
-            open_.append("failures")
-        words.append(f"{' and '.join(open_)} undecided after {max(timing.n, failures.n)} trials")
-    return SequentialResult(timing, failures, decided, "; ".join(words))
+    return _result(timing, failures, failure_margin, futility)
+
+
+def sequential_cells(
+    cells: Mapping[str, CellTrials],
+    baseline: CellTrials,
+    *,
+    threshold: float,
+    alpha: float = DEFAULT_ALPHA,
+    failure_margin: float = DEFAULT_FAILURE_MARGIN,
+    max_trials: int | None = None,
+    futility: float | None = FUTILITY_LEVEL,
+    g: float = DEFAULT_G,
+) -> dict[str, SequentialResult]:
+    """Every cell against the baseline, as :func:`sequential_pair` with ``family`` the
+    number of cells, and Holm over the cells' failure p-values (:func:`holm_failures`) —
+    what :func:`aorta.compare` ``(sequential=True)`` and so an adaptive sweep decide on.
+
+    >>> ok = np.zeros(20, bool)
+    >>> base = CellTrials(np.full(20, 10.0), ok)
+    >>> cells = {"same": CellTrials(np.full(20, 10.0), ok), "flaky": CellTrials(np.full(20, 10.0), np.arange(20) % 2 == 0)}
+    >>> {c: r.failures.verdict for c, r in sequential_cells(cells, base, threshold=1.15).items()}
+    {'same': 'not significant', 'flaky': 'more'}
+    """
+    _check(alpha, threshold, failure_margin, futility)
+    family = max(len(cells), 1)
+    parts = {
+        c: _parts(
+            t,
+            baseline,
+            threshold=threshold,
+            alpha=alpha,
+            family=family,
+            margin=failure_margin,
+            max_trials=max_trials,
+            futility=futility,
+            g=g,
+        )
+        for c, t in cells.items()
+    }
+    failures = holm_failures([f for _, f in parts.values()], alpha=alpha)
+    return {
+        c: _result(t, f, failure_margin, futility)
+        for (c, (t, _)), f in zip(parts.items(), failures, strict=True)
+    }

@@ -215,6 +215,17 @@ def _failure_text(row: Any) -> str:
 # --- a whole comparison ----------------------------------------------------------------------
 
 
+def _failure_looks(stats: Mapping[str, Any]) -> str:
+    """The looks of an anytime-valid failure test, in words (``compare(sequential=True)``)."""
+    share = float(stats.get("anytime_share") or 1.0)
+    if stats.get("max_trials") is None:
+        return "e-process on the pairs (safe 2x2 test)"
+    return (
+        f"e-process on the pairs (safe 2x2 test, {share:.0%} of α) and Boschloo's test at "
+        f"{stats.get('max_trials')} trials ({1 - share:.0%} of α)"
+    )
+
+
 def statistics_line(stats: Mapping[str, Any]) -> str:
     """One markdown bullet saying how the statistics were computed ("" without statistics).
 
@@ -235,8 +246,10 @@ def statistics_line(stats: Mapping[str, Any]) -> str:
             f"slower/faster and band [{band[0]:.3g}, {band[1]:.3g}] on the "
             f"{float(stats.get('band_ci_level', level)):.2%} confidence sequence (Bonferroni over "
             f"{stats.get('family_size')} cells); p_adj = anytime p × cells; failures: "
-            "e-process on discordant pairs, settled as more/fewer, within "
-            f"±{stats.get('failure_margin')} or for futility"
+            f"{_failure_looks(stats)}, Holm over the cells; settled as more/fewer, within "
+            f"±{stats.get('failure_margin')}, or for futility (changes of "
+            f"±{stats.get('futility_difference')} or more ruled out at "
+            f"{1 - float(stats.get('futility_level') or 0):.0%})"
         )
     return (
         f"- statistics: trial value = {value}{units}, trials that ended {stats.get('trials')}; "
