@@ -1,7 +1,7 @@
 """Adaptive against fixed sweeps on the same simulated data: power per effect, false calls, trials.
 
 One simulated matrix is the baseline, 6 no-effect cells, a +10% slowdown and two failure-rate
-changes (0.05 → 0.5, 0.05 → 0.3), trial CV 3%, every cell's failure rate 0.05 otherwise. Each
+changes (0.05 → 0.5, 0.05 → 0.3), trial CV 3% (``--cv``), every cell's failure rate 0.05 otherwise. Each
 cell's 40 trials are drawn once and both designs see them:
 
 * **fixed**: ``aorta.from_trials`` + ``aorta.compare`` on all 40 trials of every cell
@@ -17,9 +17,13 @@ cell's 40 trials are drawn once and both designs see them:
 A trial's value is lognormal around its cell's level with the between-trial CV (2 warm-up
 steps, dropped, and 20 steps with a within-trial CV of 2%); a trial fails with its cell's
 rate. Rates are over ``--matrices`` matrices ± their binomial standard error; "adaptive −
-fixed" is the paired difference on the same matrices, ± its standard error.
+fixed" is the paired difference on the same matrices, ± its standard error. The last lines
+say where the adaptive trials went and how the effect cells' last question ended.
 
-    .venv/bin/python benchmarks/adaptive.py --matrices 200
+    .venv/bin/python benchmarks/adaptive.py                      # 200 matrices, ~4 min
+    .venv/bin/python benchmarks/adaptive.py --matrices 500       # docs/statistics.md's table
+    .venv/bin/python benchmarks/adaptive.py --cv 0.10            # noisy trials: the timing check
+    .venv/bin/python benchmarks/adaptive.py --futility 0.5       # the futility trade-off (0: none)
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import aorta
-from aorta.matrix.sequential import CellTrials, sequential_cells
+from aorta.matrix.sequential import FUTILITY_LEVEL, CellTrials, sequential_cells
 from aorta.report.comparison import markdown_table
 
 WARMUP, STEPS, STEP_CV = 2, 20, 0.02
@@ -114,13 +118,19 @@ def _arrays(rows: list[dict], names: list[str]) -> dict[str, CellTrials]:
     return {c: CellTrials(*v) for c, v in out.items()}
 
 
-def _array_verdicts(rows: list[dict], names: list[str]) -> tuple[pd.DataFrame, dict[str, str]]:
+def _array_verdicts(
+    rows: list[dict], names: list[str], futility: float | None = FUTILITY_LEVEL
+) -> tuple[pd.DataFrame, dict[str, str]]:
     """The same statistics on arrays (:func:`aorta.matrix.sequential.sequential_cells`, what
     ``compare(sequential=True)`` calls), without building a Dataset per round; and each
     cell's reason."""
     a = _arrays(rows, names)
     found = sequential_cells(
-        {c: a[c] for c in names[1:]}, a[names[0]], threshold=THRESHOLD, max_trials=MAX_TRIALS
+        {c: a[c] for c in names[1:]},
+        a[names[0]],
+        threshold=THRESHOLD,
+        max_trials=MAX_TRIALS,
+        futility=futility,
     )
     out: dict[str, tuple] = {names[0]: ("baseline", "baseline", False)}
     for c, res in found.items():
@@ -137,7 +147,13 @@ class Adaptive:
     disagree: int
 
 
-def adaptive_sweep(rows: list[dict], names: list[str], *, check: bool = False) -> Adaptive:
+def adaptive_sweep(
+    rows: list[dict],
+    names: list[str],
+    *,
+    check: bool = False,
+    futility: float | None = FUTILITY_LEVEL,
+) -> Adaptive:
     """Replay ``schedule: adaptive`` on a matrix's trials: trial ``t`` of a cell runs iff
     the decision at point ``t`` (from the trials before ``t``) left the cell running."""
     by_trial: dict[int, list[dict]] = {}
@@ -148,7 +164,7 @@ def adaptive_sweep(rows: list[dict], names: list[str], *, check: bool = False) -
     disagree = 0
     for t in range(MAX_TRIALS):
         if t >= MIN_TRIALS:
-            df, _ = _array_verdicts(seen, names)
+            df, _ = _array_verdicts(seen, names, futility)
             if check:
                 real = _real_verdicts(seen, names)
                 disagree += int(not real.iloc[1:].astype(str).equals(df.iloc[1:].astype(str)))
@@ -157,7 +173,7 @@ def adaptive_sweep(rows: list[dict], names: list[str], *, check: bool = False) -
                 break
             active.add(names[0])
         seen += [r for r in by_trial[t] if r["cell"] in active]
-    df, reasons = _array_verdicts(seen, names)
+    df, reasons = _array_verdicts(seen, names, futility)
     if check:
         real = _real_verdicts(seen, names)
         disagree += int(not real.iloc[1:].astype(str).equals(df.iloc[1:].astype(str)))
@@ -176,7 +192,14 @@ def _paired(a: np.ndarray, f: np.ndarray) -> str:
     return f"{np.mean(d) * 100:+.1f} ± {se * 100:.1f} pts"
 
 
-def run(matrices: int, seed: int, checks: int) -> tuple[pd.DataFrame, dict]:
+def run(
+    matrices: int,
+    seed: int,
+    checks: int,
+    *,
+    cv: float = 0.03,
+    futility: float | None = FUTILITY_LEVEL,
+) -> tuple[pd.DataFrame, dict]:
     """The table (fixed vs adaptive, one row per measure), and how the adaptive cells ended."""
     rng = np.random.default_rng(seed)
     names = [c.name for c in CELLS]
@@ -189,8 +212,8 @@ def run(matrices: int, seed: int, checks: int) -> tuple[pd.DataFrame, dict]:
     endings: dict[str, dict[str, int]] = {e[1]: {} for e in EFFECTS}
     disagree = 0
     for i in range(matrices):
-        rows = simulate(rng, CELLS, 0.03)
-        ad = adaptive_sweep(rows, names, check=i < checks)
+        rows = simulate(rng, CELLS, cv)
+        ad = adaptive_sweep(rows, names, check=i < checks, futility=futility)
         disagree += ad.disagree
         used[i] = sum(ad.trials.values()) / (MAX_TRIALS * len(names))
         for c in names:
@@ -250,9 +273,18 @@ def main(argv: list[str] | None = None) -> int:
         default=2,
         help="matrices also decided through from_trials + compare(sequential=True)",
     )
+    ap.add_argument("--cv", type=float, default=0.03, help="between-trial CV (default 0.03)")
+    ap.add_argument(
+        "--futility",
+        type=float,
+        default=FUTILITY_LEVEL,
+        help="the futility rule's level β (0: none); not the default: no real-path checks",
+    )
     args = ap.parse_args(argv)
+    futility = args.futility or None
+    checks = args.checks if futility == FUTILITY_LEVEL else 0
     t0 = time.perf_counter()
-    table, detail = run(args.matrices, args.seed, args.checks)
+    table, detail = run(args.matrices, args.seed, checks, cv=args.cv, futility=futility)
     print(markdown_table(list(table.columns), table.astype(str).values.tolist()))
     print()
     for key, value in detail.items():
@@ -262,8 +294,8 @@ def main(argv: list[str] | None = None) -> int:
             )
         print(f"- {key}: {value}")
     print(
-        f"\n{args.matrices} matrices, seed {args.seed}, {args.checks} checked through the real "
-        f"path, {time.perf_counter() - t0:.0f} s"
+        f"\n{args.matrices} matrices, seed {args.seed}, CV {args.cv:.0%}, futility level "
+        f"{futility}, {checks} checked through the real path, {time.perf_counter() - t0:.0f} s"
     )
     return 0
 

@@ -563,12 +563,15 @@ def _sequential(
         futility_difference=seq.futility_difference(margin),
         futility_level=seq.FUTILITY_LEVEL,
         anytime_share=seq.ANYTIME_SHARE if max_trials is not None else 1.0,
-        test="confidence sequence: scale-invariant normal mixture on paired log ratios",
+        test=(
+            "confidence sequence: scale-invariant normal mixture on paired log ratios"
+            + ("; Mann–Whitney at the planned look" if max_trials is not None else "")
+        ),
         failure_test=(
             "safe 2x2 e-process on the pairs (Turner, Ly & Grünwald)"
             + ("; Boschloo at the planned look" if max_trials is not None else "")
         ),
-        adjustment="Bonferroni (timing), Holm (failures)",
+        adjustment="Holm (slower/faster, failures); Bonferroni (band sequences)",
         resamples=0,
         min_trials=seq.MIN_PAIRS,
     )
@@ -591,8 +594,12 @@ def _sequential_row(
         band_ci_level=1 - alpha / family if t.n else nan,
         delta=delta,
         p=t.p,
-        p_method="anytime (t mixture)" if t.n else "",
-        p_adj=min(1.0, t.p * family) if t.n else nan,
+        p_method=(
+            "Mann–Whitney at max_trials" if t.via == "planned look" else "anytime (t mixture)"
+        )
+        if t.n
+        else "",
+        p_adj=t.p_adj if t.n else nan,
         failure_p=f.p,
         failure_p_adj=f.p_adj if f.n else nan,
         difference=t.difference,

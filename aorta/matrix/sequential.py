@@ -56,8 +56,26 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from aorta.matrix.bootstrap import data_stream
 from aorta.matrix.boschloo import boschloo_p
-from aorta.matrix.stats import DEFAULT_ALPHA, Band, Difference, FailureVerdict
+from aorta.matrix.eprocess import (
+    DEFAULT_G,
+    MIN_PAIRS,
+    difference_log_e,
+    pair_log_e,
+    running_cs,
+    t_mixture_halfwidth,
+    t_mixture_log_e,
+)
+from aorta.matrix.ranks import rankdata
+from aorta.matrix.stats import (
+    DEFAULT_ALPHA,
+    DEFAULT_SEED,
+    Band,
+    Difference,
+    FailureVerdict,
+    mann_whitney_test,
+)
 
 __all__ = [
     "ANYTIME_SHARE",
@@ -73,6 +91,7 @@ __all__ = [
     "failure_sequence",
     "futility_difference",
     "holm_failures",
+    "holm_timing",
     "pair_log_e",
     "sequential_cells",
     "sequential_pair",
@@ -81,13 +100,8 @@ __all__ = [
     "timing_sequence",
 ]
 
-#: Prior variance of the standardized effect (θ - θ₀)/σ in the timing mixture: tuned so the
-#: CS is tight around 5–15 pairs, where screens stop (benchmarks/adaptive.py).
-DEFAULT_G = 4.0
 #: Failure-rate difference within which a cell's failures "do not matter" (``within margin``).
 DEFAULT_FAILURE_MARGIN = 0.15
-#: Fewest pairs for any timing interval (the t mixture needs two to see a spread).
-MIN_PAIRS = 2
 #: Share of α the anytime failure e-process spends when a look at ``max_trials`` is planned;
 #: the look gets the rest (Boschloo at 0.9 α keeps nearly all of the fixed design's power,
 #: the e-process stops the large changes early). Without a planned look it gets all of α.
@@ -95,61 +109,11 @@ ANYTIME_SHARE = 0.1
 #: Futility: a cell whose failure rates differ by :func:`futility_difference` or more is
 #: stopped for futility with probability at most this (it spends power, not error rate).
 FUTILITY_LEVEL = 0.2
-#: Bisection steps for the likelihood's maximum on a line p_c - p_b = δ (interval ≤ 1:
-#: 2^-48 ≈ 4e-15 in the rate, far below what moves a log-likelihood).
-_BISECTIONS = 48
 #: Relative slack for comparing a p-value with its level (floating-point products).
 _TIE = 1e-12
 
 
 # --- timing ----------------------------------------------------------------------------------
-
-
-def t_mixture_log_e(mean: np.ndarray, sd: np.ndarray, n: np.ndarray, *, g: float = DEFAULT_G):
-    """Log of the scale-invariant normal-mixture e-value for "the mean is 0" after ``n``
-    Gaussian observations with sample ``mean`` and ``sd`` (ddof 1); ``n ≥ 2``.
-
-    ``E = r^(-1/2) · ((1 + t²/ν) / (1 + t²/(rν)))^((ν+1)/2)`` with ``t = mean·√n/sd``,
-    ``ν = n - 1``, ``r = 1 + n·g``. A test martingale under the null whatever the variance.
-
-    >>> round(float(t_mixture_log_e(np.array(0.0), np.array(1.0), np.array(10))), 3)
-    -1.857
-    >>> round(float(t_mixture_log_e(np.array(1.0), np.array(0.0), np.array(3))), 6) == round(math.log(13.0), 6)
-    True
-    """
-    mean, sd, n = np.broadcast_arrays(*(np.asarray(a, dtype=float) for a in (mean, sd, n)))
-    nu = n - 1
-    r = 1 + n * g
-    with np.errstate(divide="ignore", invalid="ignore"):
-        t2 = np.where(sd > 0, mean**2 * n / sd**2, np.where(mean == 0, 0.0, np.inf))
-        u = t2 / nu
-        body = np.where(
-            np.isinf(u), np.log(r), np.log1p(u) - np.log1p(np.where(np.isinf(u), 0, u) / r)
-        )
-    return -0.5 * np.log(r) + (nu + 1) / 2 * body
-
-
-def t_mixture_halfwidth(
-    sd: np.ndarray, n: np.ndarray, *, alpha: float, g: float = DEFAULT_G
-) -> np.ndarray:
-    """Half-width of the confidence sequence ``{θ₀ : E_n(θ₀) < 1/alpha}`` around the sample
-    mean (:func:`t_mixture_log_e`); ``inf`` while no ``θ₀`` can be rejected yet.
-
-    >>> [round(float(h), 3) for h in t_mixture_halfwidth(np.array([1.0, 1.0]), np.array([5, 20]), alpha=0.05)]
-    [2.396, 0.813]
-    >>> float(t_mixture_halfwidth(np.array(1.0), np.array(2), alpha=0.05))
-    inf
-    """
-    sd, n = np.broadcast_arrays(np.asarray(sd, dtype=float), np.asarray(n, dtype=float))
-    nu = n - 1
-    r = 1 + n * g
-    # E < 1/α  ⟺  (1+u)/(1+u/r) < A,  A = (√r/α)^(2/(ν+1)),  u = t²/ν.
-    log_a = (2 / (nu + 1)) * (0.5 * np.log(r) - math.log(alpha))
-    a = np.exp(log_a)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        u_max = (a - 1) / (1 - a / r)
-        half = sd / np.sqrt(n) * np.sqrt(nu * u_max)
-    return np.where(a < r, np.where(sd > 0, half, 0.0), np.inf)
 
 
 @dataclass(frozen=True)
@@ -162,29 +126,32 @@ class TimingSequence:
     #: Running intersection of the CSs for the log ratio at ``alpha`` (per cell) …
     low: float
     high: float
-    #: … and at ``alpha / family`` (what the verdicts use).
+    #: … and at ``alpha / family`` (what the band verdicts use).
     band_low: float
     band_high: float
-    #: Anytime p for "no difference": ``1 / max_{s≤n} E_s(0)`` (not adjusted).
+    #: P-value for "no difference", valid at any stopping time: the anytime ``1 / max_{s≤n}
+    #: E_s(0)`` and the planned look's Mann–Whitney p combined (Bonferroni over the two
+    #: looks); not adjusted.
     p: float
     difference: Difference
     band: Band
     #: Pairs after which timing was first settled (slower/faster or within band); None: not yet.
     settled_at: int | None
-
-
-def _running_cs(d: np.ndarray, *, alpha: float, g: float) -> tuple[np.ndarray, np.ndarray]:
-    n = np.arange(1, d.size + 1, dtype=float)
-    mean = np.cumsum(d) / n
-    with np.errstate(invalid="ignore", divide="ignore"):
-        ss = np.cumsum(d**2) - n * mean**2
-        sd = np.sqrt(np.maximum(ss, 0) / (n - 1))
-    half = np.full(d.size, np.inf)
-    ok = n >= MIN_PAIRS
-    half[ok] = t_mixture_halfwidth(sd[ok], n[ok], alpha=alpha, g=g)
-    lo = np.maximum.accumulate(mean - half)
-    hi = np.minimum.accumulate(mean + half)
-    return lo, hi
+    #: ``p`` adjusted over the cells (Bonferroni; Holm in :func:`sequential_cells`).
+    p_adj: float = math.nan
+    #: The anytime part alone, and the planned look's p (NaN before it, or without one).
+    p_anytime: float = math.nan
+    p_look: float = math.nan
+    #: For ``slower``/``faster``: which look found it, ``anytime`` or ``planned look``, and
+    #: after how many pairs.
+    via: str = ""
+    found_at: int | None = None
+    #: After each pair: ``p``, its direction (+1 slower, -1 faster), whether the look gave it.
+    path: np.ndarray = field(default_factory=lambda: np.zeros(0), compare=False, repr=False)
+    side: np.ndarray = field(default_factory=lambda: np.zeros(0), compare=False, repr=False)
+    from_look: np.ndarray = field(
+        default_factory=lambda: np.zeros(0, bool), compare=False, repr=False
+    )
 
 
 def timing_sequence(
@@ -194,47 +161,65 @@ def timing_sequence(
     alpha: float = DEFAULT_ALPHA,
     family: int = 1,
     g: float = DEFAULT_G,
+    planned: bool = False,
+    look: tuple[int, float, int] | None = None,
 ) -> TimingSequence:
     """The timing verdict from the paired log ratios ``log(cell_k / baseline_k)``, in trial
     order, valid whenever it is computed.
 
-    ``slower`` / ``faster`` once the CS at ``alpha / family`` excludes 0 (its running
-    intersection lies on one side); the band verdict is that CS against
-    ``[-log threshold, log threshold]``. Swapping cell and baseline (negating ``log_ratios``)
-    mirrors every answer.
+    ``slower`` / ``faster`` once ``family · p ≤ alpha`` (Bonferroni over the cells), ``p`` the
+    two looks combined: the anytime ``1 / max E(0)`` with :data:`ANYTIME_SHARE` of ``alpha``
+    when a look is ``planned`` (all of it otherwise) — without a look, exactly when the
+    sequence at ``alpha / family`` excludes 0 — and, once it has happened, the planned look
+    ``look = (pairs, p, side)``: from pair ``pairs`` on, Mann–Whitney's ``p`` (computed by the
+    caller on the trials up to ``max_trials``) with the rest, in direction ``side`` (+1
+    slower). The band verdict is the sequence at ``alpha / family`` against ``[-log
+    threshold, log threshold]``. Swapping cell and baseline mirrors every answer.
 
     >>> t = timing_sequence(np.log([1.1, 1.12, 1.09, 1.11, 1.1, 1.1]), threshold=1.05)
     >>> t.difference, t.band, t.settled_at
     ('slower', 'beyond band', 4)
     """
+    if look is not None and not planned:
+        raise ValueError("a look at max_trials needs planned=True (its share of alpha)")
     d = np.asarray(log_ratios, dtype=float)
     d = d[np.isfinite(d)]
     nan = math.nan
     if d.size == 0:
         return TimingSequence(0, nan, nan, nan, nan, nan, nan, "no data", "no data", None)
-    lo, hi = _running_cs(d, alpha=alpha, g=g)
-    blo, bhi = _running_cs(d, alpha=alpha / max(family, 1), g=g)
+    family = max(family, 1)
+    lo, hi = running_cs(d, alpha=alpha, g=g)
+    blo, bhi = running_cs(d, alpha=alpha / family, g=g)
     edge = math.log(threshold)
-    slower = blo > 0
-    faster = bhi < 0
-    inside = (blo >= -edge) & (bhi <= edge)
+    inside = (blo >= -edge) & (bhi <= edge) & (blo <= bhi)
     beyond = (blo > edge) | (bhi < -edge)
-    settled = np.flatnonzero((slower | faster | inside) & (blo <= bhi))
     n = np.arange(1, d.size + 1)
     mean = np.cumsum(d) / n
     with np.errstate(invalid="ignore", divide="ignore"):
         sd = np.sqrt(np.maximum(np.cumsum(d**2) - n * mean**2, 0) / np.maximum(n - 1, 1))
-    log_e = np.full(d.size, -np.inf)
+    log_e = np.zeros(d.size)
     ok = n >= MIN_PAIRS
-    log_e[ok] = t_mixture_log_e(mean[ok], sd[ok], n[ok], g=g)
-    p = float(min(1.0, math.exp(-max(0.0, float(np.max(log_e))))))
+    log_e[ok] = np.maximum(0.0, t_mixture_log_e(mean[ok], sd[ok], n[ok], g=g))
+    # The strongest evidence so far, and which side of 0 the mean was on when it came.
+    best = np.maximum.accumulate(log_e)
+    at = np.maximum.accumulate(np.where(log_e >= best, np.arange(d.size), 0))
+    p_any = np.exp(-best)
+    p_look = nan if look is None else look[1]
+    path, side, from_look = _two_looks(
+        p_any, np.where(mean[at] >= 0, 1, -1), planned=planned, look=look
+    )
+    rejected = path * family <= alpha * (1 + _TIE)
+    crossed = _first(rejected)
     last = d.size - 1
     difference: Difference = "no difference detected"
-    if blo[last] <= bhi[last]:
-        difference = "slower" if slower[last] else "faster" if faster[last] else difference
+    via = ""
+    if crossed is not None:
+        difference = "slower" if side[crossed] > 0 else "faster"
+        via = "planned look" if from_look[crossed] else "anytime"
     band: Band = "beyond band" if beyond[last] else "within band" if inside[last] else "undecided"
     if blo[last] > bhi[last]:  # the intervals stopped overlapping: the model does not hold
         band = "undecided"
+    settled = _first(inside | rejected)
     return TimingSequence(
         n=int(d.size),
         estimate=float(mean[last]),
@@ -242,131 +227,50 @@ def timing_sequence(
         high=float(hi[last]),
         band_low=float(blo[last]),
         band_high=float(bhi[last]),
-        p=p,
+        p=float(path[last]),
         difference=difference,
         band=band,
-        settled_at=int(settled[0]) + 1 if settled.size else None,
+        settled_at=None if settled is None else settled + 1,
+        p_adj=float(min(1.0, path[last] * family)),
+        p_anytime=float(p_any[last]),
+        p_look=p_look,
+        via=via,
+        found_at=None if crossed is None else crossed + 1,
+        path=path,
+        side=side,
+        from_look=from_look,
     )
+
+
+def _two_looks(
+    p_anytime: np.ndarray,
+    side: np.ndarray,
+    *,
+    planned: bool,
+    look: tuple[int, float, int] | None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """After each pair, the p-value of the two looks combined (Bonferroni over them): the
+    anytime p with :data:`ANYTIME_SHARE` of α when a look is ``planned`` (else all of it) and,
+    from pair ``look[0]`` on, the look's p ``look[1]`` with the rest; the direction of the one
+    that gives it (``look[2]`` for the look); and whether the look gives it."""
+    share = ANYTIME_SHARE if planned else 1.0
+    path = np.minimum(1.0, p_anytime / share)
+    from_look = np.zeros(path.size, bool)
+    if look is not None and not math.isnan(look[1]):
+        pairs, p_look, look_side = look
+        gives = min(1.0, p_look / (1 - share))
+        from_look = (np.arange(1, path.size + 1) >= max(pairs, 1)) & (gives < path)
+        path = np.where(from_look, gives, path)
+        side = np.where(from_look, 1 if look_side >= 0 else -1, side)
+    return path, side, from_look
+
+
+def _first(mask: np.ndarray) -> int | None:
+    hit = np.flatnonzero(mask)
+    return int(hit[0]) if hit.size else None
 
 
 # --- failures --------------------------------------------------------------------------------
-
-
-def pair_log_e(cell_failed: np.ndarray, base_failed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Logs of the two one-sided e-processes for "same failure rate" after each pair: against
-    "the cell fails no more often than the baseline" (``more``) and against "no less often"
-    (``fewer``).
-
-    The safe test for 2×2 tables (Turner, Ly & Grünwald 2024), one pair per block: before pair
-    ``i`` the rates are estimated from the pairs before it (Krichevsky–Trofimov, ``(s + ½) /
-    (i + 1)``), ``a`` for the cell and ``b`` for the baseline, and the pair's e-value is the
-    likelihood of its two outcomes under ``(a, b)`` over their likelihood under the common
-    rate ``(a + b) / 2``. Its expectation is at most 1 for every common rate (the reverse
-    information projection of ``(a, b)`` onto the null), and when ``a > b`` it grows with the
-    cell's failures and falls with the baseline's, so the product of the pairs where ``a > b``
-    is a test supermartingale whenever the cell fails no more often than the baseline — also
-    when the rate drifts from pair to pair, and when the two trials of a pair are positively
-    correlated (a shared bad round moves mass to the concordant outcomes, whose e-values are
-    below 1). ``fewer`` is the mirror image. Unlike the discordant-pairs sign test, every pair
-    counts: two passes lower the estimate of both rates.
-
-    >>> more, fewer = pair_log_e(np.array([1, 1, 1, 1, 0], bool), np.zeros(5, bool))
-    >>> [round(float(v), 3) for v in more], [float(v) for v in fewer]
-    ([0.0, 0.811, 1.833, 2.952, 1.93], [0.0, 0.0, 0.0, 0.0, 0.0])
-    """
-    x = np.asarray(cell_failed, dtype=float)
-    y = np.asarray(base_failed, dtype=float)
-    if x.size == 0:
-        return np.zeros(0), np.zeros(0)
-    k = np.arange(x.size, dtype=float)
-    a = (np.concatenate([[0.0], np.cumsum(x)[:-1]]) + 0.5) / (k + 1)
-    b = (np.concatenate([[0.0], np.cumsum(y)[:-1]]) + 0.5) / (k + 1)
-    m = (a + b) / 2
-    log_f = (
-        x * np.log(a)
-        + (1 - x) * np.log1p(-a)
-        + y * np.log(b)
-        + (1 - y) * np.log1p(-b)
-        - (x + y) * np.log(m)
-        - (2 - x - y) * np.log1p(-m)
-    )
-    return np.cumsum(np.where(a > b, log_f, 0.0)), np.cumsum(np.where(a < b, log_f, 0.0))
-
-
-def _xlogy(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """``x · log y`` with ``0 · log 0 = 0``."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(x == 0, 0.0, x * np.log(np.where(x == 0, 1.0, y)))
-
-
-def _log_lik(s: np.ndarray, n: np.ndarray, p: np.ndarray) -> np.ndarray:
-    return _xlogy(s, p) + _xlogy(n - s, 1 - p)
-
-
-def _line_log_sup(sc: np.ndarray, sb: np.ndarray, n: np.ndarray, delta: np.ndarray) -> np.ndarray:
-    """The log-likelihood's maximum over the line ``p_c = p_b + delta`` (``0 ≤ p_b ≤ 1 −
-    delta``) for ``sc`` cell and ``sb`` baseline failures in ``n`` pairs, elementwise (equal
-    shapes): the log-likelihood is concave along the line, so its slope is bisected."""
-    lo, hi = np.zeros(sc.shape), 1.0 - delta
-    tiny = np.finfo(float).tiny  # the midpoints are interior; this only guards underflow
-    for _ in range(_BISECTIONS):
-        p = (lo + hi) / 2
-        slope = (
-            sb / np.maximum(p, tiny)
-            - (n - sb) / (1 - p)
-            + sc / (p + delta)
-            - (n - sc) / np.maximum(1 - p - delta, tiny)
-        )
-        up = slope > 0
-        lo, hi = np.where(up, p, lo), np.where(up, hi, p)
-    p = (lo + hi) / 2
-    return _log_lik(sb, n, p) + _log_lik(sc, n, p + delta)
-
-
-def difference_log_e(
-    cell_failures: np.ndarray,
-    base_failures: np.ndarray,
-    pairs: np.ndarray,
-    *,
-    delta: float | np.ndarray,
-) -> np.ndarray:
-    """Log e-value against "the two failure rates differ by ``delta`` or more" (either way),
-    after ``pairs`` pairs with these failure counts (elementwise, broadcast with ``delta``:
-    e.g. every prefix of a sequence, at two differences).
-
-    Universal inference (Wasserman, Ramdas & Balakrishnan 2020): the likelihood of the data
-    under the Krichevsky–Trofimov mixture over a *common* rate — the sequential bet that the
-    rates are equal — over the largest likelihood any pair of rates at least ``delta`` apart
-    gives. For every such pair of rates the ratio is at most the mixture's likelihood ratio
-    against it, a test martingale, so by Ville's inequality ``P(ever ≥ 1/β) ≤ β`` whenever
-    the rates do differ by ``delta`` or more.
-
-    >>> z = np.zeros(3)
-    >>> [round(float(v), 2) for v in difference_log_e(z, z, np.array([5, 10, 20]), delta=0.3)]
-    [0.05, 1.49, 4.71]
-    """
-    from scipy.special import betaln
-
-    sc, sb, n, d = np.broadcast_arrays(
-        *(np.asarray(v, dtype=float) for v in (cell_failures, base_failures, pairs, delta))
-    )
-    safe = np.maximum(n, 1)
-    pc, pb = sc / safe, sb / safe
-    mle = _log_lik(sc, n, pc) + _log_lik(sb, n, pb)
-    # The best fit in the region {p_c - p_b ≥ δ} is the unrestricted one if it lies there,
-    # else on the region's edge (the log-likelihood is concave); the same for ≤ -δ. Both
-    # edges in one bisection.
-    edges = _line_log_sup(
-        np.concatenate([sc.ravel(), sb.ravel()]),
-        np.concatenate([sb.ravel(), sc.ravel()]),
-        np.concatenate([n.ravel(), n.ravel()]),
-        np.concatenate([d.ravel(), d.ravel()]),
-    ).reshape(2, *sc.shape)
-    more = np.where(pc - pb >= d, mle, edges[0])
-    fewer = np.where(pb - pc >= d, mle, edges[1])
-    s = sc + sb
-    mixture = betaln(s + 0.5, 2 * n - s + 0.5) - betaln(0.5, 0.5)
-    return mixture - np.maximum(more, fewer)
 
 
 def futility_difference(margin: float) -> float:
@@ -414,11 +318,6 @@ class FailureSequence:
     )
 
 
-def _first(mask: np.ndarray) -> int | None:
-    hit = np.flatnonzero(mask)
-    return int(hit[0]) if hit.size else None
-
-
 def failure_sequence(
     cell_failed: np.ndarray,
     base_failed: np.ndarray,
@@ -458,18 +357,15 @@ def failure_sequence(
     more, fewer = pair_log_e(fc, fb)
     up, down = np.maximum.accumulate(more), np.maximum.accumulate(fewer)
     p_any = np.minimum(1.0, 2 * np.exp(-np.maximum(up, down)))
-    share = ANYTIME_SHARE if planned else 1.0
-    path = np.minimum(1.0, p_any / share)
-    side = np.where(up >= down, 1, -1)
-    from_look = np.zeros(n, bool)
     sc, sb = np.cumsum(fc), np.cumsum(fb)
-    p_look = nan
+    p_look, boschloo = nan, None
     if look is not None and 0 < look <= n:
         x, y = int(sc[look - 1]), int(sb[look - 1])
         p_look = boschloo_p(x, look, y, look)
-        from_look = (np.arange(1, n + 1) >= look) & (p_look / (1 - share) < path)
-        path = np.where(from_look, min(1.0, p_look / (1 - share)), path)
-        side = np.where(from_look, 1 if x > y else -1, side)
+        boschloo = (look, p_look, 1 if x > y else -1)
+    path, side, from_look = _two_looks(
+        p_any, np.where(up >= down, 1, -1), planned=planned, look=boschloo
+    )
     k = np.arange(1, n + 1)
     verdict: FailureVerdict = "not significant"
     how, via, at = "", "", None
@@ -507,6 +403,30 @@ def failure_sequence(
     )
 
 
+def _holm(paths: Sequence[np.ndarray], alpha: float) -> tuple[list[int | None], np.ndarray]:
+    """Holm's step-down over the cells' p after each pair (each path held at its last value
+    once it ends): per cell the first pair index at which it is rejected (None: never), and
+    the Holm-adjusted p of the last values."""
+    k = len(paths)
+    width = max(1, *(p.size for p in paths))
+    grid = np.ones((k, width))
+    for i, p in enumerate(paths):
+        if p.size:
+            grid[i, : p.size] = p
+            grid[i, p.size :] = p[-1]
+    order = np.argsort(grid, axis=0, kind="stable")
+    ranked = np.take_along_axis(grid, order, axis=0)
+    levels = alpha / (k - np.arange(k))[:, None]
+    passed = np.cumprod(ranked <= levels * (1 + _TIE), axis=0).astype(bool)
+    rejected = np.zeros_like(passed)
+    np.put_along_axis(rejected, order, passed, axis=0)
+    adjusted = np.empty(k)
+    adjusted[order[:, -1]] = np.minimum(
+        1.0, np.maximum.accumulate(ranked[:, -1] * (k - np.arange(k)))
+    )
+    return [_first(r) for r in rejected], adjusted
+
+
 def holm_failures(seqs: Sequence[FailureSequence], *, alpha: float) -> list[FailureSequence]:
     """The cells' failure verdicts with Holm's step-down over their ``p`` instead of
     Bonferroni: valid at any stopping time because each ``p`` is, and monotone because each
@@ -518,34 +438,45 @@ def holm_failures(seqs: Sequence[FailureSequence], *, alpha: float) -> list[Fail
     >>> [(s.verdict, s.settled_at) for s in holm_failures([a, b], alpha=0.05)]
     [('more', 6), ('more', 6)]
     """
-    k = len(seqs)
-    if k == 0:
+    if not seqs:
         return []
-    width = max(1, *(s.path.size for s in seqs))
-    paths = np.ones((k, width))
-    for i, s in enumerate(seqs):
-        if s.path.size:
-            paths[i, : s.path.size] = s.path
-            paths[i, s.path.size :] = s.path[-1]
-    order = np.argsort(paths, axis=0, kind="stable")
-    ranked = np.take_along_axis(paths, order, axis=0)
-    levels = alpha / (k - np.arange(k))[:, None]
-    passed = np.cumprod(ranked <= levels * (1 + _TIE), axis=0).astype(bool)
-    rejected = np.zeros_like(passed)
-    np.put_along_axis(rejected, order, passed, axis=0)
-    # Holm's adjusted p of the last column: max over the steps up to each one.
-    last = ranked[:, -1] * (k - np.arange(k))
-    adjusted = np.empty(k)
-    adjusted[order[:, -1]] = np.minimum(1.0, np.maximum.accumulate(last))
+    first, adjusted = _holm([s.path for s in seqs], alpha)
     out = []
-    for i, s in enumerate(seqs):
-        s = replace(s, p_adj=float(adjusted[i]) if s.n else s.p_adj)
-        t = _first(rejected[i]) if s.n else None
-        if t is not None and s.how not in ("more", "fewer"):
-            j = min(t, s.path.size - 1)
+    for s, t, adj in zip(seqs, first, adjusted, strict=True):
+        if s.n:
+            s = replace(s, p_adj=float(adj))
+        if s.n and t is not None:
+            j = min(t, s.n - 1)
             verdict: FailureVerdict = "more" if s.side[j] > 0 else "fewer"
             via = "planned look" if s.from_look[j] else "anytime"
             s = replace(s, verdict=verdict, how=verdict, via=via, settled_at=j + 1)
+        out.append(s)
+    return out
+
+
+def holm_timing(seqs: Sequence[TimingSequence], *, alpha: float) -> list[TimingSequence]:
+    """The cells' ``slower``/``faster`` with Holm's step-down over their timing ``p``, as
+    :func:`holm_failures` does for failures (the band verdicts keep their Bonferroni
+    sequence).
+
+    >>> a = timing_sequence(np.log([1.2, 1.21, 1.19, 1.2, 1.2]), threshold=1.5, family=2)
+    >>> b = timing_sequence(np.log([1.2, 0.8, 1.3, 0.9, 1.0]), threshold=1.5, family=2)
+    >>> [t.difference for t in holm_timing([a, b], alpha=0.05)]
+    ['slower', 'no difference detected']
+    """
+    if not seqs:
+        return []
+    first, adjusted = _holm([s.path for s in seqs], alpha)
+    out = []
+    for s, t, adj in zip(seqs, first, adjusted, strict=True):
+        if s.n:
+            s = replace(s, p_adj=float(adj))
+        if s.n and t is not None:
+            j = min(t, s.n - 1)
+            difference: Difference = "slower" if s.side[j] > 0 else "faster"
+            via = "planned look" if s.from_look[j] else "anytime"
+            settled = j + 1 if s.settled_at is None else min(s.settled_at, j + 1)
+            s = replace(s, difference=difference, via=via, settled_at=settled, found_at=j + 1)
         out.append(s)
     return out
 
@@ -584,8 +515,10 @@ class CellTrials:
 def _timing_words(t: TimingSequence) -> str:
     if t.settled_at is None:
         return ""
-    what = t.difference if t.difference in ("slower", "faster") else t.band
-    return f"{what} after {t.settled_at} trials"
+    if t.difference in ("slower", "faster"):
+        where = " (the planned look)" if t.via == "planned look" else ""
+        return f"{t.difference} after {t.found_at} trials{where}"
+    return f"{t.band} after {t.settled_at} trials"
 
 
 def _failure_words(f: FailureSequence, margin: float, futility: float | None) -> str:
@@ -632,6 +565,34 @@ def _check(alpha: float, threshold: float, margin: float, futility: float | None
         raise ValueError(f"futility must be in (0, 1) or None, got {futility}")
 
 
+def _looked(cell: CellTrials, base: CellTrials, max_trials: int | None) -> bool:
+    """Whether the planned look has happened: both have a record of trial ``max_trials - 1``."""
+    if max_trials is None:
+        return False
+    at = max_trials - 1
+    seen = [
+        np.asarray(t.ran if t.recorded is None else t.recorded, dtype=bool)
+        if t.ran is not None or t.recorded is not None
+        else np.ones(np.asarray(t.failed).size, bool)
+        for t in (cell, base)
+    ]
+    return all(s.size > at and bool(s[at]) for s in seen)
+
+
+def _timing_look(x: np.ndarray, y: np.ndarray, d: np.ndarray, max_trials: int):
+    """The planned look at timing: Mann–Whitney (as the fixed design tests) on the cell's and
+    the baseline's trial values of the first ``max_trials`` trials, from the pair that ends
+    them on; its direction from the rank sum."""
+    xv, yv = x[:max_trials], y[:max_trials]
+    xv, yv = xv[np.isfinite(xv)], yv[np.isfinite(yv)]
+    if not (xv.size and yv.size):
+        return None
+    pooled = rankdata(np.concatenate([xv, yv]))
+    p, _ = mann_whitney_test(xv, yv, rng=data_stream(DEFAULT_SEED, pooled))
+    side = 1 if pooled[: xv.size].sum() >= xv.size * (xv.size + yv.size + 1) / 2 else -1
+    return int(np.isfinite(d[:max_trials]).sum()), float(p), side
+
+
 def _parts(
     cell: CellTrials,
     base: CellTrials,
@@ -649,20 +610,24 @@ def _parts(
     n = min(x.size, y.size)
     with np.errstate(divide="ignore", invalid="ignore"):
         d = np.log(x[:n]) - np.log(y[:n])
-    timing = timing_sequence(d, threshold=threshold, alpha=alpha, family=family, g=g)
+    looked = _looked(cell, base, max_trials)
+    timing = timing_sequence(
+        d,
+        threshold=threshold,
+        alpha=alpha,
+        family=family,
+        g=g,
+        planned=max_trials is not None,
+        look=_timing_look(x, y, d, max_trials) if looked and max_trials else None,
+    )
     fc = np.asarray(cell.failed, dtype=bool)
     fb = np.asarray(base.failed, dtype=bool)
     rc = np.ones(fc.size, bool) if cell.ran is None else np.asarray(cell.ran, dtype=bool)
     rb = np.ones(fb.size, bool) if base.ran is None else np.asarray(base.ran, dtype=bool)
     m = min(fc.size, fb.size, rc.size, rb.size)
     both = rc[:m] & rb[:m]
-    look = None
-    if max_trials is not None:
-        seen_c = rc if cell.recorded is None else np.asarray(cell.recorded, dtype=bool)
-        seen_b = rb if base.recorded is None else np.asarray(base.recorded, dtype=bool)
-        at = max_trials - 1
-        if seen_c.size > at and seen_b.size > at and seen_c[at] and seen_b[at]:
-            look = int(both[:max_trials].sum())
+    # The look covers the pairs of the first max_trials trials where both ran.
+    look = int(both[:max_trials].sum()) if looked else 0
     failures = failure_sequence(
         fc[:m][both],
         fb[:m][both],
@@ -784,8 +749,9 @@ def sequential_cells(
         )
         for c, t in cells.items()
     }
+    timing = holm_timing([t for t, _ in parts.values()], alpha=alpha)
     failures = holm_failures([f for _, f in parts.values()], alpha=alpha)
     return {
         c: _result(t, f, failure_margin, futility)
-        for (c, (t, _)), f in zip(parts.items(), failures, strict=True)
+        for c, t, f in zip(parts, timing, failures, strict=True)
     }

@@ -178,8 +178,9 @@ def test_compare_sequential_gives_the_verdict_columns_and_decided():
     assert df.loc["base", "reason"] == "baseline: every cell decided"
     assert (
         df.attrs["sequential"] is True
-        and df.attrs["adjustment"] == "Bonferroni (timing), Holm (failures)"
+        and df.attrs["adjustment"] == "Holm (slower/faster, failures); Bonferroni (band sequences)"
     )
+    # Holm over the 2 cells: the smaller p is doubled.
     assert df.loc["slow", "p_adj"] == pytest.approx(min(1.0, 2 * df.loc["slow", "p"]))
     with pytest.raises(ValueError, match="signature"):
         aorta.compare(ds, sequential=True, signature="hang")
@@ -193,3 +194,61 @@ def test_compare_sequential_is_the_same_whoever_is_called_what():
     cols = ["difference", "band", "failures_vs_baseline", "decided", "reason"]
     assert a.loc["same", cols].tolist() == b.loc["zzz", cols].tolist()
     assert a.loc["slow", cols].tolist() == b.loc["aaa", cols].tolist()
+
+
+def test_the_timing_test_keeps_its_level_with_the_planned_look():
+    # The anytime sequence (10% of alpha) and Mann–Whitney at max_trials (90%) together:
+    # no-effect cells, checked after every pair (the verdict after 20 pairs is the union of
+    # every earlier one: p only falls). alpha 0.2 to measure it.
+    rng = np.random.default_rng(12)
+    alpha, sims, false = 0.2, 300, 0
+    ok = np.zeros(20, bool)
+    for _ in range(sims):
+        sd = rng.uniform(0.01, 0.2)
+        cell, base = np.exp(sd * rng.standard_normal((2, 20)))
+        r = seq.sequential_pair(cell, ok, base, ok, threshold=1.15, alpha=alpha, max_trials=20)
+        false += r.timing.difference in ("slower", "faster")
+    assert false / sims <= alpha + 3 * math.sqrt(alpha * (1 - alpha) / sims)
+
+
+def test_a_noisy_slowdown_the_sequence_misses_is_found_at_the_planned_look():
+    # +10% at CV 10%: after 40 pairs the anytime sequence (at a tenth of alpha over 9 cells)
+    # has not excluded 1, the fixed-sample Mann–Whitney at max_trials does — as the fixed
+    # design would.
+    rng = np.random.default_rng(3)
+    base = np.exp(0.1 * rng.standard_normal(40))
+    cell = 1.1 * np.exp(0.1 * rng.standard_normal(40))
+    ok = np.zeros(40, bool)
+    kw = {"threshold": 1.15, "family": 9, "futility": None}
+    before = seq.sequential_pair(cell[:39], ok[:39], base[:39], ok[:39], max_trials=40, **kw)
+    assert before.timing.difference == "no difference detected"
+    r = seq.sequential_pair(cell, ok, base, ok, max_trials=40, **kw)
+    assert r.timing.difference == "slower" and r.timing.via == "planned look"
+    assert r.reason.startswith("slower after 40 trials (the planned look)")
+    assert r.timing.p == pytest.approx(r.timing.p_look / 0.9)
+    # Without a planned look the sequence has all of alpha, and it is still not enough.
+    assert seq.sequential_pair(cell, ok, base, ok, **kw).timing.difference != "slower"
+
+
+def test_a_difference_found_after_the_band_settled_says_when_it_was_found():
+    rng = np.random.default_rng(0)
+    base = 10 * np.exp(rng.normal(0, 0.01, 30))
+    cell = 10.3 * np.exp(rng.normal(0, 0.01, 30))
+    ok = np.zeros(30, bool)
+    t = seq.sequential_pair(cell, ok, base, ok, threshold=1.5, family=9).timing
+    assert t.band == "within band" and t.difference == "slower"
+    assert t.settled_at is not None and t.found_at is not None and t.settled_at <= t.found_at
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.floats(-0.2, 0.2), min_size=1, max_size=5), st.integers(0, 2**31 - 1))
+def test_holm_on_timing_finds_at_least_what_bonferroni_finds(shifts, seed):
+    rng = np.random.default_rng(seed)
+    seqs = [
+        seq.timing_sequence(s + 0.05 * rng.standard_normal(15), threshold=1.15, family=len(shifts))
+        for s in shifts
+    ]
+    for bonferroni, holm in zip(seqs, seq.holm_timing(seqs, alpha=0.05), strict=True):
+        assert holm.p_adj <= bonferroni.p_adj + 1e-12
+        if bonferroni.difference in ("slower", "faster"):
+            assert holm.difference == bonferroni.difference

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from aorta.matrix import sequential as seq
 from aorta.matrix.boschloo import boschloo_p
+from aorta.matrix.eprocess import log_lik
 
 rate = st.floats(0.0, 1.0, allow_nan=False)
 
@@ -133,9 +134,7 @@ def test_the_difference_e_value_divides_by_the_best_fit_of_the_region(n, data, d
     pb, pc = np.meshgrid(g, g, indexing="ij")
     region = np.abs(pc - pb) >= delta - 1e-12  # grid points on the edge count
     with np.errstate(divide="ignore", invalid="ignore"):
-        ll = seq._log_lik(np.array(sb), np.array(n), pb) + seq._log_lik(
-            np.array(sc), np.array(n), pc
-        )
+        ll = log_lik(np.array(sb), np.array(n), pb) + log_lik(np.array(sc), np.array(n), pc)
     from scipy.special import betaln
 
     mixture = betaln(sc + sb + 0.5, 2 * n - sc - sb + 0.5) - betaln(0.5, 0.5)
