@@ -32,8 +32,12 @@ interleaved schedule runs them in the same round, so a drift of the machine hits
   ``1/β`` (:data:`FUTILITY_LEVEL`) the cell stops asking without a claim: a cell whose rates
   differ by that much is stopped as futile with probability at most ``β``. Nothing stops on
   an observed difference.
-* **Multiplicity** — timing: Bonferroni over the ``K`` compared cells (each CS at ``α/K``);
-  failures: Holm over the cells' p-values; both valid at any stopping time.
+* **Timing's two looks** — ``slower``/``faster`` the same way: the sequence's anytime p
+  (``1 / max E(0)``) with :data:`ANYTIME_SHARE` of α and, at ``max_trials``, Mann–Whitney on
+  the first ``max_trials`` trials (the fixed design's test) with the rest.
+* **Multiplicity** — ``slower``/``faster`` and ``more``/``fewer``: Holm over the ``K``
+  compared cells' p-values; the band and margin sequences: Bonferroni (each at ``α/K``). All
+  valid at any stopping time.
 
 Examples
 --------
@@ -51,8 +55,9 @@ Examples
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 import numpy as np
 
@@ -427,6 +432,28 @@ def _holm(paths: Sequence[np.ndarray], alpha: float) -> tuple[list[int | None], 
     return [_first(r) for r in rejected], adjusted
 
 
+_Seq = TypeVar("_Seq", TimingSequence, FailureSequence)
+
+
+def _with_holm(
+    seqs: Sequence[_Seq], alpha: float, found: Callable[[_Seq, int, str], _Seq]
+) -> list[_Seq]:
+    """``seqs`` with Holm's adjusted p, and ``found(seq, j, via)`` applied to each that Holm
+    rejects: ``j`` the first pair index it does, ``via`` the look that gave the p then."""
+    if not seqs:
+        return []
+    first, adjusted = _holm([s.path for s in seqs], alpha)
+    out = []
+    for s, t, adj in zip(seqs, first, adjusted, strict=True):
+        if s.n:
+            s = replace(s, p_adj=float(adj))
+            if t is not None:
+                j = min(t, s.n - 1)
+                s = found(s, j, "planned look" if s.from_look[j] else "anytime")
+        out.append(s)
+    return out
+
+
 def holm_failures(seqs: Sequence[FailureSequence], *, alpha: float) -> list[FailureSequence]:
     """The cells' failure verdicts with Holm's step-down over their ``p`` instead of
     Bonferroni: valid at any stopping time because each ``p`` is, and monotone because each
@@ -438,20 +465,12 @@ def holm_failures(seqs: Sequence[FailureSequence], *, alpha: float) -> list[Fail
     >>> [(s.verdict, s.settled_at) for s in holm_failures([a, b], alpha=0.05)]
     [('more', 6), ('more', 6)]
     """
-    if not seqs:
-        return []
-    first, adjusted = _holm([s.path for s in seqs], alpha)
-    out = []
-    for s, t, adj in zip(seqs, first, adjusted, strict=True):
-        if s.n:
-            s = replace(s, p_adj=float(adj))
-        if s.n and t is not None:
-            j = min(t, s.n - 1)
-            verdict: FailureVerdict = "more" if s.side[j] > 0 else "fewer"
-            via = "planned look" if s.from_look[j] else "anytime"
-            s = replace(s, verdict=verdict, how=verdict, via=via, settled_at=j + 1)
-        out.append(s)
-    return out
+
+    def found(s: FailureSequence, j: int, via: str) -> FailureSequence:
+        verdict: FailureVerdict = "more" if s.side[j] > 0 else "fewer"
+        return replace(s, verdict=verdict, how=verdict, via=via, settled_at=j + 1)
+
+    return _with_holm(seqs, alpha, found)
 
 
 def holm_timing(seqs: Sequence[TimingSequence], *, alpha: float) -> list[TimingSequence]:
@@ -464,21 +483,13 @@ def holm_timing(seqs: Sequence[TimingSequence], *, alpha: float) -> list[TimingS
     >>> [t.difference for t in holm_timing([a, b], alpha=0.05)]
     ['slower', 'no difference detected']
     """
-    if not seqs:
-        return []
-    first, adjusted = _holm([s.path for s in seqs], alpha)
-    out = []
-    for s, t, adj in zip(seqs, first, adjusted, strict=True):
-        if s.n:
-            s = replace(s, p_adj=float(adj))
-        if s.n and t is not None:
-            j = min(t, s.n - 1)
-            difference: Difference = "slower" if s.side[j] > 0 else "faster"
-            via = "planned look" if s.from_look[j] else "anytime"
-            settled = j + 1 if s.settled_at is None else min(s.settled_at, j + 1)
-            s = replace(s, difference=difference, via=via, settled_at=settled, found_at=j + 1)
-        out.append(s)
-    return out
+
+    def found(s: TimingSequence, j: int, via: str) -> TimingSequence:
+        difference: Difference = "slower" if s.side[j] > 0 else "faster"
+        settled = j + 1 if s.settled_at is None else min(s.settled_at, j + 1)
+        return replace(s, difference=difference, via=via, settled_at=settled, found_at=j + 1)
+
+    return _with_holm(seqs, alpha, found)
 
 
 # --- one cell, and a matrix -------------------------------------------------------------------

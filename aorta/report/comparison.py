@@ -215,14 +215,15 @@ def _failure_text(row: Any) -> str:
 # --- a whole comparison ----------------------------------------------------------------------
 
 
-def _failure_looks(stats: Mapping[str, Any]) -> str:
-    """The looks of an anytime-valid failure test, in words (``compare(sequential=True)``)."""
+def _looks(stats: Mapping[str, Any], anytime: str, planned: str) -> str:
+    """An anytime-valid test's looks in words (``compare(sequential=True)``): the anytime
+    one, and the planned one at ``max_trials`` with the rest of α."""
     share = float(stats.get("anytime_share") or 1.0)
     if stats.get("max_trials") is None:
-        return "e-process on the pairs (safe 2x2 test)"
+        return anytime
     return (
-        f"e-process on the pairs (safe 2x2 test, {share:.0%} of α) and Boschloo's test at "
-        f"{stats.get('max_trials')} trials ({1 - share:.0%} of α)"
+        f"{anytime} with {share:.0%} of α and {planned} at {stats.get('max_trials')} trials "
+        f"with {1 - share:.0%}"
     )
 
 
@@ -243,10 +244,11 @@ def statistics_line(stats: Mapping[str, Any]) -> str:
             f"{stats.get('trials')}, trial k of a cell paired with trial k of the baseline; "
             f"ratio = geometric mean of the paired ratios, {level:.0%} confidence sequence "
             "(scale-invariant normal mixture on the log ratios); "
-            f"slower/faster and band [{band[0]:.3g}, {band[1]:.3g}] on the "
+            f"band [{band[0]:.3g}, {band[1]:.3g}] on the "
             f"{float(stats.get('band_ci_level', level)):.2%} confidence sequence (Bonferroni over "
-            f"{stats.get('family_size')} cells); p_adj = anytime p × cells; failures: "
-            f"{_failure_looks(stats)}, Holm over the cells; settled as more/fewer, within "
+            f"{stats.get('family_size')} cells); slower/faster: {_looks(stats, 'the sequence', 'Mann–Whitney')}, "
+            f"Holm over the cells; failures: {_looks(stats, 'an e-process on the pairs (safe 2x2 test)', 'Boschloo')}, "
+            "Holm over the cells; settled as more/fewer, within "
             f"±{stats.get('failure_margin')}, or for futility (changes of "
             f"±{stats.get('futility_difference')} or more ruled out at "
             f"{1 - float(stats.get('futility_level') or 0):.0%})"

@@ -56,10 +56,18 @@ def _sweep(root: Path, *args: str, env: dict[str, str] | None = None):
     )
 
 
-def _run(root: Path, out: str, env: dict[str, str] | None = None):
+def _run(
+    root: Path,
+    out: str,
+    env: dict[str, str] | None = None,
+    *,
+    recipe_text: str = RECIPE,
+    steps: str = STEPS,
+    ticket: str = "ADAPT",
+):
     recipe = root / "r.yaml"
-    recipe.write_text(RECIPE)
-    (root / "steps.py").write_text(STEPS)
+    recipe.write_text(recipe_text)
+    (root / "steps.py").write_text(steps)
     proc = _sweep(
         root,
         "run",
@@ -72,7 +80,7 @@ def _run(root: Path, out: str, env: dict[str, str] | None = None):
         str(root / "steps.py"),
         env=env,
     )
-    (run_dir,) = (root / out / "ADAPT" / "command").iterdir()
+    (run_dir,) = (root / out / ticket / "command").iterdir()
     return proc, run_dir
 
 
@@ -172,21 +180,10 @@ cells:
 
 @pytest.mark.slow
 def test_a_flaky_cell_with_a_lucky_start_is_called_more_failures_and_stops_early(tmp_path):
-    (tmp_path / "r.yaml").write_text(FLAKY_RECIPE)
-    (tmp_path / "steps.py").write_text(FLAKY_STEPS)
-    proc = _sweep(
-        tmp_path,
-        "run",
-        "--recipe",
-        str(tmp_path / "r.yaml"),
-        "-o",
-        str(tmp_path / "out"),
-        "--",
-        sys.executable,
-        str(tmp_path / "steps.py"),
+    proc, run_dir = _run(
+        tmp_path, "out", recipe_text=FLAKY_RECIPE, steps=FLAKY_STEPS, ticket="FLAKY"
     )
     assert proc.returncode == ExitCode.OK, proc.stderr
-    (run_dir,) = (tmp_path / "out" / "FLAKY" / "command").iterdir()
     doc = json.loads((run_dir / "matrix.json").read_text())
     flaky = doc["adaptive"]["flaky"]
     # Not stopped as futile after its lucky first 8 trials (the old rule did: 1/8 against
