@@ -735,7 +735,8 @@ def sequential_cells(
     g: float = DEFAULT_G,
 ) -> dict[str, SequentialResult]:
     """Every cell against the baseline, as :func:`sequential_pair` with ``family`` the
-    number of cells, and Holm over the cells' failure p-values (:func:`holm_failures`) —
+    number of cells, and Holm over the cells' timing and failure p-values
+    (:func:`holm_timing`, :func:`holm_failures`) —
     what :func:`aorta.compare` ``(sequential=True)`` and so an adaptive sweep decide on.
 
     >>> ok = np.zeros(20, bool)
