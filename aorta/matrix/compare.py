@@ -356,17 +356,18 @@ def compare(
         ``alpha / K``, Bonferroni over the K cells), ``p`` / ``failure_p`` are p-values valid
         at any stopping time (the confidence sequence's / an e-process on the pairs, and at
         ``max_trials`` Mann–Whitney's / Boschloo's test; ``p_adj`` / ``failure_p_adj`` Holm
-        over the cells), and the columns :data:`SEQUENTIAL_COLUMNS` say whether the cell is settled:
-        ``decided`` (bool), ``decided_after`` (trials), ``reason`` (words, naming the open
-        question).
+        over the cells), and the columns :data:`SEQUENTIAL_COLUMNS` say whether the cell is
+        settled: ``decided`` (bool), ``decided_after`` (trials), ``reason`` (words, naming
+        the open question).
     failure_margin
         With ``sequential``: the failure-rate difference that does not matter (default
         ``ds.attrs["failure_margin"]``, else 0.15).
     max_trials
         With ``sequential``: the planned looks — Mann–Whitney and Boschloo's test on the
         first ``max_trials`` trials, with 90% of ``alpha`` — once a cell and the baseline have
-        run that many trials (default ``ds.attrs["max_trials"]``, an adaptive run's cap; ``None``: no look,
-        the e-process gets all of ``alpha``). Fix it before looking at the data.
+        run that many trials (default ``ds.attrs["max_trials"]``, an adaptive run's cap;
+        ``None``: no look, the anytime tests get all of ``alpha``). Fix it before looking at
+        the data.
     **overrides
         Any field of ``options`` as a keyword (``alpha=0.01``, ``resamples=2000`` …),
         replacing its value.

@@ -239,6 +239,8 @@ def statistics_line(stats: Mapping[str, Any]) -> str:
     units = f" ({stats['units']})" if stats.get("units") else ""
     level = float(stats.get("ci_level", 0.95))
     if stats.get("sequential"):  # aorta.compare(sequential=True): an adaptive run's verdicts
+        timing_looks = _looks(stats, "the sequence", "Mann–Whitney")
+        failure_looks = _looks(stats, "an e-process on the pairs (safe 2x2 test)", "Boschloo")
         return (
             f"- statistics (anytime-valid): trial value = {value}{units}, trials that ended "
             f"{stats.get('trials')}, trial k of a cell paired with trial k of the baseline; "
@@ -246,9 +248,8 @@ def statistics_line(stats: Mapping[str, Any]) -> str:
             "(scale-invariant normal mixture on the log ratios); "
             f"band [{band[0]:.3g}, {band[1]:.3g}] on the "
             f"{float(stats.get('band_ci_level', level)):.2%} confidence sequence (Bonferroni over "
-            f"{stats.get('family_size')} cells); slower/faster: {_looks(stats, 'the sequence', 'Mann–Whitney')}, "
-            f"Holm over the cells; failures: {_looks(stats, 'an e-process on the pairs (safe 2x2 test)', 'Boschloo')}, "
-            "Holm over the cells; settled as more/fewer, within "
+            f"{stats.get('family_size')} cells); slower/faster: {timing_looks}, Holm over the "
+            f"cells; failures: {failure_looks}, Holm over the cells; settled as more/fewer, within "
             f"±{stats.get('failure_margin')}, or for futility (changes of "
             f"±{stats.get('futility_difference')} or more ruled out at "
             f"{1 - float(stats.get('futility_level') or 0):.0%})"
