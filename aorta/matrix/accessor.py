@@ -81,6 +81,7 @@ class AortaAccessor:
         signature: str | None = None,
         sequential: bool = False,
         failure_margin: float | None = None,
+        max_trials: int | None = None,
         **overrides: Unpack[StatsKeywords],
     ) -> pd.DataFrame:
         """Every cell against the baseline: :func:`aorta.compare`."""
@@ -92,6 +93,7 @@ class AortaAccessor:
             signature=signature,
             sequential=sequential,
             failure_margin=failure_margin,
+            max_trials=max_trials,
             **overrides,
         )
 

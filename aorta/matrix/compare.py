@@ -315,6 +315,7 @@ def compare(
     signature: str | None = None,
     sequential: bool = False,
     failure_margin: float | None = None,
+    max_trials: int | None = None,
     **overrides: Unpack[StatsKeywords],
 ) -> pd.DataFrame:
     """Every cell of a run against its baseline cell.
@@ -352,12 +353,21 @@ def compare(
         computed — after every trial or round of an adaptive sweep: trial ``k`` of a cell is
         paired with trial ``k`` of the baseline; ``ratio`` is the geometric mean of the paired
         ratios with its confidence sequence (``ratio_ci_*`` at ``alpha``, ``band_ci_*`` at
-        ``alpha / K``, Bonferroni over the K cells), ``p`` / ``failure_p`` are anytime
-        p-values (``p_adj`` = K·p), and the columns :data:`SEQUENTIAL_COLUMNS` say whether the
-        cell is settled: ``decided`` (bool), ``decided_after`` (trials), ``reason`` (words).
+        ``alpha / K``, Bonferroni over the K cells), ``p`` / ``failure_p`` are p-values valid
+        at any stopping time (the confidence sequence's / an e-process on the pairs, and at
+        ``max_trials`` Mann–Whitney's / Boschloo's test; ``p_adj`` / ``failure_p_adj`` Holm
+        over the cells), and the columns :data:`SEQUENTIAL_COLUMNS` say whether the cell is
+        settled: ``decided`` (bool), ``decided_after`` (trials), ``reason`` (words, naming
+        the open question).
     failure_margin
         With ``sequential``: the failure-rate difference that does not matter (default
         ``ds.attrs["failure_margin"]``, else 0.15).
+    max_trials
+        With ``sequential``: the planned looks — Mann–Whitney and Boschloo's test on the
+        first ``max_trials`` trials, with 90% of ``alpha`` — once a cell and the baseline have
+        run that many trials (default ``ds.attrs["max_trials"]``, an adaptive run's cap;
+        ``None``: no look, the anytime tests get all of ``alpha``). Fix it before looking at
+        the data.
     **overrides
         Any field of ``options`` as a keyword (``alpha=0.01``, ``resamples=2000`` …),
         replacing its value.
@@ -415,7 +425,7 @@ def compare(
 
     >>> s = compare(ds, sequential=True)
     >>> s.loc["slow", ["difference", "band", "reason"]].tolist()
-    ['slower', 'beyond band', 'slower after 4 trials; failures undecided after 5 trials']
+    ['slower', 'beyond band', 'slower after 4 trials; failures open after 5 trials (0/5 failed, baseline 0/5)']
     >>> bool(s.loc["slow", "decided"])
     False
     """
@@ -452,6 +462,7 @@ def compare(
             threshold=thr,
             alpha=opts.alpha,
             margin=margin,
+            max_trials=max_trials if max_trials is not None else ds.attrs.get("max_trials"),
             attrs=_attrs(opts, **described, resamples=0, family=len(others)),
         )
         df.attrs.update(drift(ds, values.sel(cell=baseline), alpha=opts.alpha))
@@ -498,58 +509,34 @@ def _sequential(
     threshold: float,
     alpha: float,
     margin: float,
+    max_trials: int | None,
     attrs: dict[str, Any],
 ) -> pd.DataFrame:
-    """The ``sequential=True`` comparison: per cell :func:`aorta.matrix.sequential.sequential_pair`
-    against the baseline, laid out as :func:`compare`'s frame plus :data:`SEQUENTIAL_COLUMNS`."""
+    """The ``sequential=True`` comparison: every cell against the baseline by
+    :func:`aorta.matrix.sequential.sequential_cells`, laid out as :func:`compare`'s frame plus
+    :data:`SEQUENTIAL_COLUMNS`."""
     outcome = outcomes(ds)[0].transpose("cell", "trial").values.astype(str)
     vals = values.transpose("cell", "trial").values.astype(float)
     failed, ran = outcome == "failed", np.isin(outcome, ["passed", "failed"])
-    family = max(len(rows) - 1, 1)
-    results: dict[int, stats.PairResult] = {}
-    extra: dict[int, tuple[bool, int | None, str]] = {}
-    nan = math.nan
-    for i in range(len(rows)):
-        if i == b:
-            continue
-        r = seq.sequential_pair(
-            vals[i],
-            failed[i],
-            vals[b],
-            failed[b],
-            cell_ran=ran[i],
-            base_ran=ran[b],
-            threshold=threshold,
-            alpha=alpha,
-            family=family,
-            failure_margin=margin,
+    recorded = np.isin(outcome, ["passed", "failed", "errored"])
+    trials = [seq.CellTrials(vals[i], failed[i], ran[i], recorded[i]) for i in range(len(rows))]
+    others = [i for i in range(len(rows)) if i != b]
+    family = max(len(others), 1)
+    found = seq.sequential_cells(
+        {str(i): trials[i] for i in others},
+        trials[b],
+        threshold=threshold,
+        alpha=alpha,
+        failure_margin=margin,
+        max_trials=max_trials,
+    )
+    by_index = {i: found[str(i)] for i in others}
+    results = {
+        i: _sequential_row(
+            r, delta=float(rows[i]["median"] - rows[b]["median"]), alpha=alpha, family=family
         )
-        t, f = r.timing, r.failures
-        after = None
-        if r.decided:
-            after = max(t.settled_at or 0, f.settled_at or 0)
-        extra[i] = (r.decided, after, r.reason)
-        results[i] = stats.PairResult(
-            ratio=math.exp(t.estimate) if t.n else nan,
-            ci_low=math.exp(t.low) if t.n else nan,
-            ci_high=math.exp(t.high) if t.n else nan,
-            band_ci_low=math.exp(t.band_low) if t.n else nan,
-            band_ci_high=math.exp(t.band_high) if t.n else nan,
-            band_ci_level=1 - alpha / family if t.n else nan,
-            delta=float(rows[i]["median"] - rows[b]["median"]),
-            p=t.p,
-            p_method="anytime (t mixture)" if t.n else "",
-            p_adj=min(1.0, t.p * family) if t.n else nan,
-            failure_p=f.p,
-            failure_p_adj=min(1.0, f.p * family) if f.n else nan,
-            difference=t.difference,
-            band=t.band,
-            failures_vs_baseline=f.verdict,
-            min_p=nan,
-            attainable=True,
-            trials_needed=None,
-            note="",
-        )
+        for i, r in by_index.items()
+    }
     df = _frame(
         rows,
         results,
@@ -557,27 +544,73 @@ def _sequential(
         baseline_index=b,
         time=_is_time(values),
     )
-    others = [v for i, v in extra.items() if i != b]
-    all_done = all(d for d, _, _ in others)
-    df["decided"] = [extra[i][0] if i in extra else all_done for i in range(len(rows))]
-    df["decided_after"] = pd.array(
-        [extra[i][1] if i in extra else None for i in range(len(rows))], dtype="Int64"
-    )
+    all_done = all(r.decided for r in by_index.values())
+    after = {
+        i: max(r.timing.settled_at or 0, r.failures.settled_at or 0) if r.decided else None
+        for i, r in by_index.items()
+    }
+    df["decided"] = [by_index[i].decided if i in by_index else all_done for i in range(len(rows))]
+    df["decided_after"] = pd.array([after.get(i) for i in range(len(rows))], dtype="Int64")
     df["reason"] = [
-        extra[i][2] if i in extra else ("baseline: every cell decided" if all_done else "baseline")
+        by_index[i].reason
+        if i in by_index
+        else ("baseline: every cell decided" if all_done else "baseline")
         for i in range(len(rows))
     ]
     attrs.update(
         sequential=True,
         failure_margin=margin,
-        test="confidence sequence: scale-invariant normal mixture on paired log ratios",
-        failure_test="e-process: KT mixture on discordant pairs; betting CS on the difference",
-        adjustment="Bonferroni",
+        max_trials=max_trials,
+        futility_difference=seq.futility_difference(margin),
+        futility_level=seq.FUTILITY_LEVEL,
+        anytime_share=seq.ANYTIME_SHARE if max_trials is not None else 1.0,
+        test=(
+            "confidence sequence: scale-invariant normal mixture on paired log ratios"
+            + ("; Mann–Whitney at the planned look" if max_trials is not None else "")
+        ),
+        failure_test=(
+            "safe 2x2 e-process on the pairs (Turner, Ly & Grünwald)"
+            + ("; Boschloo at the planned look" if max_trials is not None else "")
+        ),
+        adjustment="Holm (slower/faster, failures); Bonferroni (band sequences)",
         resamples=0,
-        min_trials=seq.FUTILITY_TRIALS,
+        min_trials=seq.MIN_PAIRS,
     )
     df.attrs = attrs
     return df
+
+
+def _sequential_row(
+    r: seq.SequentialResult, *, delta: float, alpha: float, family: int
+) -> stats.PairResult:
+    """One cell's anytime-valid answers in the columns of a fixed-n comparison."""
+    t, f = r.timing, r.failures
+    nan = math.nan
+    return stats.PairResult(
+        ratio=math.exp(t.estimate) if t.n else nan,
+        ci_low=math.exp(t.low) if t.n else nan,
+        ci_high=math.exp(t.high) if t.n else nan,
+        band_ci_low=math.exp(t.band_low) if t.n else nan,
+        band_ci_high=math.exp(t.band_high) if t.n else nan,
+        band_ci_level=1 - alpha / family if t.n else nan,
+        delta=delta,
+        p=t.p,
+        p_method=(
+            "Mann–Whitney at max_trials" if t.via == "planned look" else "anytime (t mixture)"
+        )
+        if t.n
+        else "",
+        p_adj=t.p_adj if t.n else nan,
+        failure_p=f.p,
+        failure_p_adj=f.p_adj if f.n else nan,
+        difference=t.difference,
+        band=t.band,
+        failures_vs_baseline=f.verdict,
+        min_p=nan,
+        attainable=True,
+        trials_needed=None,
+        note="",
+    )
 
 
 def compare_runs(

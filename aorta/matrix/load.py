@@ -63,6 +63,7 @@ def run_attrs(path: str | Path) -> dict[str, Any]:
         attrs["threshold"] = float(recipe.confound.threshold)
         if recipe.is_adaptive:
             attrs["failure_margin"] = recipe.adaptive_settings.failure_margin
+            attrs["max_trials"] = recipe.trials_cap[1]
     except (OSError, UsageError):
         try:
             matrix = json.loads(rd.matrix_json.read_text())

@@ -18,18 +18,26 @@ interleaved schedule runs them in the same round, so a drift of the machine hits
   (:func:`t_mixture_halfwidth`). No variance is plugged in, so small ``n`` needs no
   correction: the CS is simply wide. :func:`timing_sequence` intersects the intervals over
   time (still valid, and never widening), so a verdict once reached is never withdrawn.
-* **Failures** — only discordant pairs (one of the two failed) carry information; under
-  "same failure rate" each is on the cell's side with probability ½ (McNemar). The
-  Krichevsky–Trofimov mixture (Beta(½, ½)) of the binomial likelihood ratio on those pairs is
-  an e-process (:func:`discordant_log_e`); ``more`` / ``fewer`` when its running maximum
-  reaches ``K/α``. The rate difference gets a betting confidence sequence on the paired
-  differences (:func:`rate_difference_cs`, Waudby-Smith & Ramdas 2023, hedged capital with
-  the predictable plug-in bet) for "within ± margin".
-* **Futility** — a cell whose observed failure-rate difference is within ``± margin`` after
-  :data:`FUTILITY_TRIALS` pairs stops asking the failure question. Stopping for futility only
-  spends power: it never makes a false ``more`` / ``fewer`` more likely.
-* **Multiplicity** — Bonferroni over the ``K`` compared cells (each CS at ``α/K``), valid at
-  any stopping time.
+  Timing settles only on evidence: ``slower``/``faster`` or the sequence inside the band.
+* **Failures: two looks, α split between them** (Bonferroni over the looks). *Anytime*: the
+  safe test for 2×2 tables (Turner, Ly & Grünwald 2024) on every pair, two one-sided
+  e-processes (:func:`pair_log_e`), with :data:`ANYTIME_SHARE` of α. *The planned look* at
+  ``max_trials``: Boschloo's exact test on the first ``max_trials`` pairs, with the rest.
+  ``p = min(p_anytime / share, p_look / (1 - share))`` is a p-value valid at any stopping
+  time; ``more``/``fewer`` once Holm over the cells (:func:`sequential_cells`; Bonferroni in
+  :func:`sequential_pair`) rejects it.
+* **Within margin and futility** — the universal-inference e-process against "the rates
+  differ by ``δ`` or more" (:func:`difference_log_e`). At ``δ = margin`` and ``K/α`` it is a
+  claim, "failure rate within ± margin"; at ``δ =`` :func:`futility_difference` and
+  ``1/β`` (:data:`FUTILITY_LEVEL`) the cell stops asking without a claim: a cell whose rates
+  differ by that much is stopped as futile with probability at most ``β``. Nothing stops on
+  an observed difference.
+* **Timing's two looks** — ``slower``/``faster`` the same way: the sequence's anytime p
+  (``1 / max E(0)``) with :data:`ANYTIME_SHARE` of α and, at ``max_trials``, Mann–Whitney on
+  the first ``max_trials`` trials (the fixed design's test) with the rest.
+* **Multiplicity** — ``slower``/``faster`` and ``more``/``fewer``: Holm over the ``K``
+  compared cells' p-values; the band and margin sequences: Bonferroni (each at ``α/K``). All
+  valid at any stopping time.
 
 Examples
 --------
@@ -41,94 +49,76 @@ Examples
 >>> r.timing.difference, r.timing.band, r.failures.verdict, r.decided
 ('no difference detected', 'within band', 'not significant', True)
 >>> r.reason
-'within band after 5 trials; failures: observed difference within ±0.15 after 8 trials (futility)'
+'within band after 5 trials; failures: changes of ±0.3 or more ruled out at 80% after 11 trials (futility)'
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 import numpy as np
 
-from aorta.matrix.stats import DEFAULT_ALPHA, Band, Difference, FailureVerdict
+from aorta.matrix.bootstrap import data_stream
+from aorta.matrix.boschloo import boschloo_p
+from aorta.matrix.eprocess import (
+    DEFAULT_G,
+    MIN_PAIRS,
+    difference_log_e,
+    pair_log_e,
+    running_cs,
+    t_mixture_halfwidth,
+    t_mixture_log_e,
+)
+from aorta.matrix.ranks import rankdata
+from aorta.matrix.stats import (
+    DEFAULT_ALPHA,
+    DEFAULT_SEED,
+    Band,
+    Difference,
+    FailureVerdict,
+    mann_whitney_test,
+)
 
 __all__ = [
+    "ANYTIME_SHARE",
     "DEFAULT_FAILURE_MARGIN",
     "DEFAULT_G",
-    "FUTILITY_TRIALS",
+    "FUTILITY_LEVEL",
     "MIN_PAIRS",
+    "CellTrials",
     "FailureSequence",
     "SequentialResult",
     "TimingSequence",
-    "discordant_log_e",
+    "difference_log_e",
     "failure_sequence",
-    "rate_difference_cs",
+    "futility_difference",
+    "holm_failures",
+    "holm_timing",
+    "pair_log_e",
+    "sequential_cells",
     "sequential_pair",
     "t_mixture_halfwidth",
     "t_mixture_log_e",
     "timing_sequence",
 ]
 
-#: Prior variance of the standardized effect (θ - θ₀)/σ in the timing mixture: tuned so the
-#: CS is tight around 5–15 pairs, where screens stop (benchmarks/adaptive.py).
-DEFAULT_G = 4.0
-#: Failure-rate difference within which a cell's failures are "not worth more trials".
+#: Failure-rate difference within which a cell's failures "do not matter" (``within margin``).
 DEFAULT_FAILURE_MARGIN = 0.15
-#: Pairs before the failure futility rule may stop a cell.
-FUTILITY_TRIALS = 8
-#: Fewest pairs for any timing interval (the t mixture needs two to see a spread).
-MIN_PAIRS = 2
+#: Share of α the anytime failure e-process spends when a look at ``max_trials`` is planned;
+#: the look gets the rest (Boschloo at 0.9 α keeps nearly all of the fixed design's power,
+#: the e-process stops the large changes early). Without a planned look it gets all of α.
+ANYTIME_SHARE = 0.1
+#: Futility: a cell whose failure rates differ by :func:`futility_difference` or more is
+#: stopped for futility with probability at most this (it spends power, not error rate).
+FUTILITY_LEVEL = 0.2
+#: Relative slack for comparing a p-value with its level (floating-point products).
+_TIE = 1e-12
 
 
 # --- timing ----------------------------------------------------------------------------------
-
-
-def t_mixture_log_e(mean: np.ndarray, sd: np.ndarray, n: np.ndarray, *, g: float = DEFAULT_G):
-    """Log of the scale-invariant normal-mixture e-value for "the mean is 0" after ``n``
-    Gaussian observations with sample ``mean`` and ``sd`` (ddof 1); ``n ≥ 2``.
-
-    ``E = r^(-1/2) · ((1 + t²/ν) / (1 + t²/(rν)))^((ν+1)/2)`` with ``t = mean·√n/sd``,
-    ``ν = n - 1``, ``r = 1 + n·g``. A test martingale under the null whatever the variance.
-
-    >>> round(float(t_mixture_log_e(np.array(0.0), np.array(1.0), np.array(10))), 3)
-    -1.857
-    >>> round(float(t_mixture_log_e(np.array(1.0), np.array(0.0), np.array(3))), 6) == round(math.log(13.0), 6)
-    True
-    """
-    mean, sd, n = np.broadcast_arrays(*(np.asarray(a, dtype=float) for a in (mean, sd, n)))
-    nu = n - 1
-    r = 1 + n * g
-    with np.errstate(divide="ignore", invalid="ignore"):
-        t2 = np.where(sd > 0, mean**2 * n / sd**2, np.where(mean == 0, 0.0, np.inf))
-        u = t2 / nu
-        body = np.where(
-            np.isinf(u), np.log(r), np.log1p(u) - np.log1p(np.where(np.isinf(u), 0, u) / r)
-        )
-    return -0.5 * np.log(r) + (nu + 1) / 2 * body
-
-
-def t_mixture_halfwidth(
-    sd: np.ndarray, n: np.ndarray, *, alpha: float, g: float = DEFAULT_G
-) -> np.ndarray:
-    """Half-width of the confidence sequence ``{θ₀ : E_n(θ₀) < 1/alpha}`` around the sample
-    mean (:func:`t_mixture_log_e`); ``inf`` while no ``θ₀`` can be rejected yet.
-
-    >>> [round(float(h), 3) for h in t_mixture_halfwidth(np.array([1.0, 1.0]), np.array([5, 20]), alpha=0.05)]
-    [2.396, 0.813]
-    >>> float(t_mixture_halfwidth(np.array(1.0), np.array(2), alpha=0.05))
-    inf
-    """
-    sd, n = np.broadcast_arrays(np.asarray(sd, dtype=float), np.asarray(n, dtype=float))
-    nu = n - 1
-    r = 1 + n * g
-    # E < 1/α  ⟺  (1+u)/(1+u/r) < A,  A = (√r/α)^(2/(ν+1)),  u = t²/ν.
-    log_a = (2 / (nu + 1)) * (0.5 * np.log(r) - math.log(alpha))
-    a = np.exp(log_a)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        u_max = (a - 1) / (1 - a / r)
-        half = sd / np.sqrt(n) * np.sqrt(nu * u_max)
-    return np.where(a < r, np.where(sd > 0, half, 0.0), np.inf)
 
 
 @dataclass(frozen=True)
@@ -141,29 +131,32 @@ class TimingSequence:
     #: Running intersection of the CSs for the log ratio at ``alpha`` (per cell) …
     low: float
     high: float
-    #: … and at ``alpha / family`` (what the verdicts use).
+    #: … and at ``alpha / family`` (what the band verdicts use).
     band_low: float
     band_high: float
-    #: Anytime p for "no difference": ``1 / max_{s≤n} E_s(0)`` (not adjusted).
+    #: P-value for "no difference", valid at any stopping time: the anytime ``1 / max_{s≤n}
+    #: E_s(0)`` and the planned look's Mann–Whitney p combined (Bonferroni over the two
+    #: looks); not adjusted.
     p: float
     difference: Difference
     band: Band
     #: Pairs after which timing was first settled (slower/faster or within band); None: not yet.
     settled_at: int | None
-
-
-def _running_cs(d: np.ndarray, *, alpha: float, g: float) -> tuple[np.ndarray, np.ndarray]:
-    n = np.arange(1, d.size + 1, dtype=float)
-    mean = np.cumsum(d) / n
-    with np.errstate(invalid="ignore", divide="ignore"):
-        ss = np.cumsum(d**2) - n * mean**2
-        sd = np.sqrt(np.maximum(ss, 0) / (n - 1))
-    half = np.full(d.size, np.inf)
-    ok = n >= MIN_PAIRS
-    half[ok] = t_mixture_halfwidth(sd[ok], n[ok], alpha=alpha, g=g)
-    lo = np.maximum.accumulate(mean - half)
-    hi = np.minimum.accumulate(mean + half)
-    return lo, hi
+    #: ``p`` adjusted over the cells (Bonferroni; Holm in :func:`sequential_cells`).
+    p_adj: float = math.nan
+    #: The anytime part alone, and the planned look's p (NaN before it, or without one).
+    p_anytime: float = math.nan
+    p_look: float = math.nan
+    #: For ``slower``/``faster``: which look found it, ``anytime`` or ``planned look``, and
+    #: after how many pairs.
+    via: str = ""
+    found_at: int | None = None
+    #: After each pair: ``p``, its direction (+1 slower, -1 faster), whether the look gave it.
+    path: np.ndarray = field(default_factory=lambda: np.zeros(0), compare=False, repr=False)
+    side: np.ndarray = field(default_factory=lambda: np.zeros(0), compare=False, repr=False)
+    from_look: np.ndarray = field(
+        default_factory=lambda: np.zeros(0, bool), compare=False, repr=False
+    )
 
 
 def timing_sequence(
@@ -173,47 +166,65 @@ def timing_sequence(
     alpha: float = DEFAULT_ALPHA,
     family: int = 1,
     g: float = DEFAULT_G,
+    planned: bool = False,
+    look: tuple[int, float, int] | None = None,
 ) -> TimingSequence:
     """The timing verdict from the paired log ratios ``log(cell_k / baseline_k)``, in trial
     order, valid whenever it is computed.
 
-    ``slower`` / ``faster`` once the CS at ``alpha / family`` excludes 0 (its running
-    intersection lies on one side); the band verdict is that CS against
-    ``[-log threshold, log threshold]``. Swapping cell and baseline (negating ``log_ratios``)
-    mirrors every answer.
+    ``slower`` / ``faster`` once ``family · p ≤ alpha`` (Bonferroni over the cells), ``p`` the
+    two looks combined: the anytime ``1 / max E(0)`` with :data:`ANYTIME_SHARE` of ``alpha``
+    when a look is ``planned`` (all of it otherwise) — without a look, exactly when the
+    sequence at ``alpha / family`` excludes 0 — and, once it has happened, the planned look
+    ``look = (pairs, p, side)``: from pair ``pairs`` on, Mann–Whitney's ``p`` (computed by the
+    caller on the trials up to ``max_trials``) with the rest, in direction ``side`` (+1
+    slower). The band verdict is the sequence at ``alpha / family`` against ``[-log
+    threshold, log threshold]``. Swapping cell and baseline mirrors every answer.
 
     >>> t = timing_sequence(np.log([1.1, 1.12, 1.09, 1.11, 1.1, 1.1]), threshold=1.05)
     >>> t.difference, t.band, t.settled_at
     ('slower', 'beyond band', 4)
     """
+    if look is not None and not planned:
+        raise ValueError("a look at max_trials needs planned=True (its share of alpha)")
     d = np.asarray(log_ratios, dtype=float)
     d = d[np.isfinite(d)]
     nan = math.nan
     if d.size == 0:
         return TimingSequence(0, nan, nan, nan, nan, nan, nan, "no data", "no data", None)
-    lo, hi = _running_cs(d, alpha=alpha, g=g)
-    blo, bhi = _running_cs(d, alpha=alpha / max(family, 1), g=g)
+    family = max(family, 1)
+    lo, hi = running_cs(d, alpha=alpha, g=g)
+    blo, bhi = running_cs(d, alpha=alpha / family, g=g)
     edge = math.log(threshold)
-    slower = blo > 0
-    faster = bhi < 0
-    inside = (blo >= -edge) & (bhi <= edge)
+    inside = (blo >= -edge) & (bhi <= edge) & (blo <= bhi)
     beyond = (blo > edge) | (bhi < -edge)
-    settled = np.flatnonzero((slower | faster | inside) & (blo <= bhi))
     n = np.arange(1, d.size + 1)
     mean = np.cumsum(d) / n
     with np.errstate(invalid="ignore", divide="ignore"):
         sd = np.sqrt(np.maximum(np.cumsum(d**2) - n * mean**2, 0) / np.maximum(n - 1, 1))
-    log_e = np.full(d.size, -np.inf)
+    log_e = np.zeros(d.size)
     ok = n >= MIN_PAIRS
-    log_e[ok] = t_mixture_log_e(mean[ok], sd[ok], n[ok], g=g)
-    p = float(min(1.0, math.exp(-max(0.0, float(np.max(log_e))))))
+    log_e[ok] = np.maximum(0.0, t_mixture_log_e(mean[ok], sd[ok], n[ok], g=g))
+    # The strongest evidence so far, and which side of 0 the mean was on when it came.
+    best = np.maximum.accumulate(log_e)
+    at = np.maximum.accumulate(np.where(log_e >= best, np.arange(d.size), 0))
+    p_any = np.exp(-best)
+    p_look = nan if look is None else look[1]
+    path, side, from_look = _two_looks(
+        p_any, np.where(mean[at] >= 0, 1, -1), planned=planned, look=look
+    )
+    rejected = path * family <= alpha * (1 + _TIE)
+    crossed = _first(rejected)
     last = d.size - 1
     difference: Difference = "no difference detected"
-    if blo[last] <= bhi[last]:
-        difference = "slower" if slower[last] else "faster" if faster[last] else difference
+    via = ""
+    if crossed is not None:
+        difference = "slower" if side[crossed] > 0 else "faster"
+        via = "planned look" if from_look[crossed] else "anytime"
     band: Band = "beyond band" if beyond[last] else "within band" if inside[last] else "undecided"
     if blo[last] > bhi[last]:  # the intervals stopped overlapping: the model does not hold
         band = "undecided"
+    settled = _first(inside | rejected)
     return TimingSequence(
         n=int(d.size),
         estimate=float(mean[last]),
@@ -221,65 +232,61 @@ def timing_sequence(
         high=float(hi[last]),
         band_low=float(blo[last]),
         band_high=float(bhi[last]),
-        p=p,
+        p=float(path[last]),
         difference=difference,
         band=band,
-        settled_at=int(settled[0]) + 1 if settled.size else None,
+        settled_at=None if settled is None else settled + 1,
+        p_adj=float(min(1.0, path[last] * family)),
+        p_anytime=float(p_any[last]),
+        p_look=p_look,
+        via=via,
+        found_at=None if crossed is None else crossed + 1,
+        path=path,
+        side=side,
+        from_look=from_look,
     )
+
+
+def _two_looks(
+    p_anytime: np.ndarray,
+    side: np.ndarray,
+    *,
+    planned: bool,
+    look: tuple[int, float, int] | None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """After each pair, the p-value of the two looks combined (Bonferroni over them): the
+    anytime p with :data:`ANYTIME_SHARE` of α when a look is ``planned`` (else all of it) and,
+    from pair ``look[0]`` on, the look's p ``look[1]`` with the rest; the direction of the one
+    that gives it (``look[2]`` for the look); and whether the look gives it."""
+    share = ANYTIME_SHARE if planned else 1.0
+    path = np.minimum(1.0, p_anytime / share)
+    from_look = np.zeros(path.size, bool)
+    if look is not None and not math.isnan(look[1]):
+        pairs, p_look, look_side = look
+        gives = min(1.0, p_look / (1 - share))
+        from_look = (np.arange(1, path.size + 1) >= max(pairs, 1)) & (gives < path)
+        path = np.where(from_look, gives, path)
+        side = np.where(from_look, 1 if look_side >= 0 else -1, side)
+    return path, side, from_look
+
+
+def _first(mask: np.ndarray) -> int | None:
+    hit = np.flatnonzero(mask)
+    return int(hit[0]) if hit.size else None
 
 
 # --- failures --------------------------------------------------------------------------------
 
 
-def discordant_log_e(cell_side: np.ndarray, total: np.ndarray) -> np.ndarray:
-    """Log e-value for "a discordant pair is on the cell's side with probability ½" after
-    ``total`` discordant pairs, ``cell_side`` of them cell-failed: the Krichevsky–Trofimov
-    (Beta(½, ½)) mixture against the fair coin.
+def futility_difference(margin: float) -> float:
+    """The failure-rate change futility protects: twice the margin, or halfway from the
+    margin to 1 when that is less (a change that large is stopped as futile with probability
+    at most :data:`FUTILITY_LEVEL`).
 
-    >>> [round(float(x), 3) for x in discordant_log_e(np.array([0, 10, 5]), np.array([0, 10, 10]))]
-    [0.0, 5.195, -1.402]
+    >>> futility_difference(0.15), futility_difference(0.6)
+    (0.3, 0.8)
     """
-    from scipy.special import betaln
-
-    s = np.asarray(cell_side, dtype=float)
-    m = np.asarray(total, dtype=float)
-    return betaln(s + 0.5, m - s + 0.5) - betaln(0.5, 0.5) + m * math.log(2)
-
-
-def rate_difference_cs(
-    diffs: np.ndarray, *, alpha: float, grid: int = 201, c: float = 0.75
-) -> tuple[float, float]:
-    """Confidence sequence for the mean of paired failure differences ``diffs`` (each
-    ``cell_failed - baseline_failed`` ∈ {-1, 0, 1}) at level ``alpha``, after all of them
-    (running intersection): the betting CS of Waudby-Smith & Ramdas (2023) with hedged capital
-    and the predictable plug-in bet, on a grid of ``grid`` candidate means. ``(-1, 1)`` before
-    the first pair.
-
-    >>> lo, hi = rate_difference_cs(np.zeros(200), alpha=0.05)
-    >>> -0.1 < lo < 0 < hi < 0.1
-    True
-    """
-    x = (np.asarray(diffs, dtype=float) + 1) / 2  # in [0, 1]
-    if x.size == 0:
-        return (-1.0, 1.0)
-    m = np.linspace(0, 1, grid)[1:-1]
-    t = np.arange(1, x.size + 1, dtype=float)
-    mu = (0.5 + np.cumsum(x)) / (t + 1)
-    prev_mu = np.concatenate([[0.5], mu[:-1]])
-    var = (0.25 + np.cumsum((x - prev_mu) ** 2)) / (t + 1)
-    prev_var = np.concatenate([[0.25], var[:-1]])
-    lam = np.sqrt(2 * math.log(2 / alpha) / (prev_var * t * np.log1p(t)))
-    lam_up = np.minimum(lam[:, None], c / m[None, :])
-    lam_dn = np.minimum(lam[:, None], c / (1 - m[None, :]))
-    dev = x[:, None] - m[None, :]
-    log_up = np.cumsum(np.log1p(lam_up * dev), axis=0)
-    log_dn = np.cumsum(np.log1p(-lam_dn * dev), axis=0)
-    log_k = np.logaddexp(log_up, log_dn) - math.log(2)
-    keep = np.max(log_k, axis=0) < math.log(1 / alpha)
-    if not keep.any():
-        mid = float(2 * mu[-1] - 1)
-        return (mid, mid)
-    return (float(2 * m[keep].min() - 1), float(2 * m[keep].max() - 1))
+    return min(2 * margin, (1 + margin) / 2)
 
 
 @dataclass(frozen=True)
@@ -287,17 +294,33 @@ class FailureSequence:
     """The failure question after ``n`` pairs that both ran (:func:`failure_sequence`)."""
 
     n: int
+    #: Failures of the cell and of the baseline over those pairs.
+    failed: int
+    base_failed: int
     #: Observed cell failure rate minus the baseline's, over the pairs.
     difference: float
-    #: CS for that difference at ``alpha / family``.
-    low: float
-    high: float
-    #: Anytime p for "same failure rate": ``1 / max_{s≤n} E_s`` (not adjusted).
+    #: P-value for "same failure rate", valid at any stopping time: the anytime e-process's
+    #: and the planned look's combined (Bonferroni over the two looks); not adjusted.
     p: float
+    #: ``p`` adjusted over the cells (Bonferroni; Holm after :func:`holm_failures`).
+    p_adj: float
+    #: The anytime e-process's p, ``2 / max_{s≤n} E_s`` (one-sided e-processes, both ways).
+    p_anytime: float
+    #: Boschloo's p at the planned look (NaN before it, or without one).
+    p_look: float
     verdict: FailureVerdict
-    #: ``more`` / ``fewer`` / ``within margin`` / ``futility``, or "" while unsettled.
+    #: ``more`` / ``fewer`` / ``within margin`` / ``futility``, or "" while open.
     how: str
+    #: For ``more``/``fewer``: which look found it, ``anytime`` or ``planned look``.
+    via: str
     settled_at: int | None
+    #: After each pair: ``p``, its direction (+1 more, -1 fewer), and whether the planned look
+    #: gave it (what Holm over the cells replays).
+    path: np.ndarray = field(default_factory=lambda: np.zeros(0), compare=False, repr=False)
+    side: np.ndarray = field(default_factory=lambda: np.zeros(0), compare=False, repr=False)
+    from_look: np.ndarray = field(
+        default_factory=lambda: np.zeros(0, bool), compare=False, repr=False
+    )
 
 
 def failure_sequence(
@@ -307,48 +330,169 @@ def failure_sequence(
     alpha: float = DEFAULT_ALPHA,
     family: int = 1,
     margin: float = DEFAULT_FAILURE_MARGIN,
+    planned: bool = False,
+    look: int | None = None,
+    futility: float | None = FUTILITY_LEVEL,
 ) -> FailureSequence:
     """The failure verdict from paired outcomes (``True`` = the trial failed), in trial
     order, over the pairs where both trials ran.
 
-    ``more`` / ``fewer`` when the discordant-pair e-process (:func:`discordant_log_e`) has
-    reached ``family / alpha``; otherwise settled as ``within margin`` when the CS of the rate
-    difference lies in ``± margin``, or for ``futility`` at the first pair count ≥
-    :data:`FUTILITY_TRIALS` where the observed difference is within ``± margin``.
+    ``more`` / ``fewer`` once ``family · p ≤ alpha`` (Bonferroni over the cells), ``p`` the
+    two looks combined: the anytime e-processes (:func:`pair_log_e`) with
+    :data:`ANYTIME_SHARE` of ``alpha`` when a look is ``planned`` (all of it otherwise), and —
+    once it has happened — Boschloo's test on the first ``look`` pairs with the rest.
+    Otherwise settled as ``within margin`` when :func:`difference_log_e` at ``margin`` reaches
+    ``family / alpha``, or for ``futility`` when it reaches ``1 / futility`` at
+    :func:`futility_difference` (``futility=None``: never). A rejection wins over either.
 
     >>> f = failure_sequence(np.array([1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1] * 2, bool), np.zeros(30, bool))
-    >>> f.verdict, f.how, f.settled_at
-    ('more', 'more', 8)
+    >>> f.verdict, f.how, f.via, f.settled_at
+    ('more', 'more', 'anytime', 7)
     """
     fc = np.asarray(cell_failed, dtype=bool)
     fb = np.asarray(base_failed, dtype=bool)
     n = int(min(fc.size, fb.size))
     fc, fb = fc[:n], fb[:n]
+    if look is not None and not planned:
+        raise ValueError("a look at max_trials needs planned=True (its share of alpha)")
+    nan = math.nan
     if n == 0:
-        return FailureSequence(0, math.nan, -1.0, 1.0, math.nan, "no data", "", None)
-    plus = np.cumsum(fc & ~fb)
-    minus = np.cumsum(fb & ~fc)
-    log_e = discordant_log_e(plus, plus + minus)
-    crossed = np.flatnonzero(log_e >= math.log(max(family, 1) / alpha))
+        return FailureSequence(0, 0, 0, nan, nan, nan, nan, nan, "no data", "", "", None)
+    family = max(family, 1)
+    more, fewer = pair_log_e(fc, fb)
+    up, down = np.maximum.accumulate(more), np.maximum.accumulate(fewer)
+    p_any = np.minimum(1.0, 2 * np.exp(-np.maximum(up, down)))
+    sc, sb = np.cumsum(fc), np.cumsum(fb)
+    p_look, boschloo = nan, None
+    if look is not None and 0 < look <= n:
+        x, y = int(sc[look - 1]), int(sb[look - 1])
+        p_look = boschloo_p(x, look, y, look)
+        boschloo = (look, p_look, 1 if x > y else -1)
+    path, side, from_look = _two_looks(
+        p_any, np.where(up >= down, 1, -1), planned=planned, look=boschloo
+    )
     k = np.arange(1, n + 1)
-    observed = (plus - minus) / k
-    futile = np.flatnonzero((k >= FUTILITY_TRIALS) & (np.abs(observed) <= margin + 1e-12))
-    lo, hi = rate_difference_cs(fc.astype(float) - fb, alpha=alpha / max(family, 1))
-    p = float(min(1.0, math.exp(-max(0.0, float(np.max(log_e))))))
     verdict: FailureVerdict = "not significant"
-    how, at = "", None
-    if crossed.size:
-        first = int(crossed[0])
-        verdict = "more" if plus[first] > minus[first] else "fewer"
-        how, at = verdict, first + 1
-    elif -margin <= lo and hi <= margin:
-        how, at = "within margin", n
-    elif futile.size:
-        how, at = "futility", int(futile[0]) + 1
-    return FailureSequence(n, float(observed[-1]), lo, hi, p, verdict, how, at)
+    how, via, at = "", "", None
+    rejected = _first(path * family <= alpha * (1 + _TIE))
+    # "Within margin" (a claim, at family / alpha) and futility (a stop, at 1 / futility):
+    # the same e-process at two differences, computed together.
+    deltas = np.array([[margin], [futility_difference(margin)]])
+    log_e = difference_log_e(sc[None, :], sb[None, :], k[None, :], delta=deltas)
+    within = _first(log_e[0] >= math.log(family / alpha))
+    futile = None if futility is None else _first(log_e[1] >= math.log(1 / futility))
+    if rejected is not None:
+        verdict = "more" if side[rejected] > 0 else "fewer"
+        how, at = verdict, rejected + 1
+        via = "planned look" if from_look[rejected] else "anytime"
+    elif within is not None:
+        how, at = "within margin", within + 1
+    elif futile is not None:
+        how, at = "futility", futile + 1
+    return FailureSequence(
+        n=n,
+        failed=int(sc[-1]),
+        base_failed=int(sb[-1]),
+        difference=float((sc[-1] - sb[-1]) / n),
+        p=float(path[-1]),
+        p_adj=float(min(1.0, path[-1] * family)),
+        p_anytime=float(p_any[-1]),
+        p_look=p_look,
+        verdict=verdict,
+        how=how,
+        via=via,
+        settled_at=at,
+        path=path,
+        side=side,
+        from_look=from_look,
+    )
 
 
-# --- one cell ---------------------------------------------------------------------------------
+def _holm(paths: Sequence[np.ndarray], alpha: float) -> tuple[list[int | None], np.ndarray]:
+    """Holm's step-down over the cells' p after each pair (each path held at its last value
+    once it ends): per cell the first pair index at which it is rejected (None: never), and
+    the Holm-adjusted p of the last values."""
+    k = len(paths)
+    width = max(1, *(p.size for p in paths))
+    grid = np.ones((k, width))
+    for i, p in enumerate(paths):
+        if p.size:
+            grid[i, : p.size] = p
+            grid[i, p.size :] = p[-1]
+    order = np.argsort(grid, axis=0, kind="stable")
+    ranked = np.take_along_axis(grid, order, axis=0)
+    levels = alpha / (k - np.arange(k))[:, None]
+    passed = np.cumprod(ranked <= levels * (1 + _TIE), axis=0).astype(bool)
+    rejected = np.zeros_like(passed)
+    np.put_along_axis(rejected, order, passed, axis=0)
+    adjusted = np.empty(k)
+    adjusted[order[:, -1]] = np.minimum(
+        1.0, np.maximum.accumulate(ranked[:, -1] * (k - np.arange(k)))
+    )
+    return [_first(r) for r in rejected], adjusted
+
+
+_Seq = TypeVar("_Seq", TimingSequence, FailureSequence)
+
+
+def _with_holm(
+    seqs: Sequence[_Seq], alpha: float, found: Callable[[_Seq, int, str], _Seq]
+) -> list[_Seq]:
+    """``seqs`` with Holm's adjusted p, and ``found(seq, j, via)`` applied to each that Holm
+    rejects: ``j`` the first pair index it does, ``via`` the look that gave the p then."""
+    if not seqs:
+        return []
+    first, adjusted = _holm([s.path for s in seqs], alpha)
+    out = []
+    for s, t, adj in zip(seqs, first, adjusted, strict=True):
+        if s.n:
+            s = replace(s, p_adj=float(adj))
+            if t is not None:
+                j = min(t, s.n - 1)
+                s = found(s, j, "planned look" if s.from_look[j] else "anytime")
+        out.append(s)
+    return out
+
+
+def holm_failures(seqs: Sequence[FailureSequence], *, alpha: float) -> list[FailureSequence]:
+    """The cells' failure verdicts with Holm's step-down over their ``p`` instead of
+    Bonferroni: valid at any stopping time because each ``p`` is, and monotone because each
+    ``p`` only falls as pairs come (a rejection stays). A cell's ``settled_at`` is the first
+    pair count at which Holm over every cell's ``p`` so far rejects it.
+
+    >>> a = failure_sequence(np.ones(12, bool), np.zeros(12, bool), family=2)
+    >>> b = failure_sequence(np.ones(6, bool), np.zeros(6, bool), family=2)
+    >>> [(s.verdict, s.settled_at) for s in holm_failures([a, b], alpha=0.05)]
+    [('more', 6), ('more', 6)]
+    """
+
+    def found(s: FailureSequence, j: int, via: str) -> FailureSequence:
+        verdict: FailureVerdict = "more" if s.side[j] > 0 else "fewer"
+        return replace(s, verdict=verdict, how=verdict, via=via, settled_at=j + 1)
+
+    return _with_holm(seqs, alpha, found)
+
+
+def holm_timing(seqs: Sequence[TimingSequence], *, alpha: float) -> list[TimingSequence]:
+    """The cells' ``slower``/``faster`` with Holm's step-down over their timing ``p``, as
+    :func:`holm_failures` does for failures (the band verdicts keep their Bonferroni
+    sequence).
+
+    >>> a = timing_sequence(np.log([1.2, 1.21, 1.19, 1.2, 1.2]), threshold=1.5, family=2)
+    >>> b = timing_sequence(np.log([1.2, 0.8, 1.3, 0.9, 1.0]), threshold=1.5, family=2)
+    >>> [t.difference for t in holm_timing([a, b], alpha=0.05)]
+    ['slower', 'no difference detected']
+    """
+
+    def found(s: TimingSequence, j: int, via: str) -> TimingSequence:
+        difference: Difference = "slower" if s.side[j] > 0 else "faster"
+        settled = j + 1 if s.settled_at is None else min(s.settled_at, j + 1)
+        return replace(s, difference=difference, via=via, settled_at=settled, found_at=j + 1)
+
+    return _with_holm(seqs, alpha, found)
+
+
+# --- one cell, and a matrix -------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -363,24 +507,149 @@ class SequentialResult:
     reason: str
 
 
+@dataclass(frozen=True)
+class CellTrials:
+    """One cell's trials, in trial order (index = trial): what :func:`sequential_cells`
+    pairs."""
+
+    #: The timing value (NaN when the trial has none).
+    values: np.ndarray
+    #: Did it fail?
+    failed: np.ndarray
+    #: Did it run (passed or failed; None: every trial)?
+    ran: np.ndarray | None = None
+    #: Has it a record (passed, failed or errored; None: ``ran``)? The planned look happens
+    #: once the cell and the baseline have a record of trial ``max_trials - 1``.
+    recorded: np.ndarray | None = None
+
+
 def _timing_words(t: TimingSequence) -> str:
     if t.settled_at is None:
         return ""
-    what = t.difference if t.difference in ("slower", "faster") else t.band
-    return f"{what} after {t.settled_at} trials"
+    if t.difference in ("slower", "faster"):
+        where = " (the planned look)" if t.via == "planned look" else ""
+        return f"{t.difference} after {t.found_at} trials{where}"
+    return f"{t.band} after {t.settled_at} trials"
 
 
-def _failure_words(f: FailureSequence, margin: float) -> str:
+def _failure_words(f: FailureSequence, margin: float, futility: float | None) -> str:
     if f.how in ("more", "fewer"):
-        return f"{f.how} failures after {f.settled_at} trials"
+        where = " (the planned look)" if f.via == "planned look" else ""
+        return f"{f.how} failures after {f.settled_at} trials{where}"
     if f.how == "within margin":
         return f"failure rate within ±{margin:g} after {f.settled_at} trials"
-    if f.how == "futility":
+    if f.how == "futility" and futility is not None:
         return (
-            f"failures: observed difference within ±{margin:g} after {f.settled_at} trials "
-            "(futility)"
+            f"failures: changes of ±{futility_difference(margin):g} or more ruled out at "
+            f"{1 - futility:.0%} after {f.settled_at} trials (futility)"
         )
     return ""
+
+
+def _result(
+    timing: TimingSequence, failures: FailureSequence, margin: float, futility: float | None
+) -> SequentialResult:
+    decided = timing.settled_at is not None and failures.settled_at is not None
+    words = [w for w in (_timing_words(timing), _failure_words(failures, margin, futility)) if w]
+    if not decided:
+        open_ = []
+        if timing.settled_at is None:
+            open_.append("timing")
+        if failures.settled_at is None:
+            open_.append("failures")
+        text = f"{' and '.join(open_)} open after {max(timing.n, failures.n)} trials"
+        if failures.settled_at is None and failures.n:
+            f = failures
+            text += f" ({f.failed}/{f.n} failed, baseline {f.base_failed}/{f.n})"
+        words.append(text)
+    return SequentialResult(timing, failures, decided, "; ".join(words))
+
+
+def _check(alpha: float, threshold: float, margin: float, futility: float | None) -> None:
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    if not threshold > 1:
+        raise ValueError(f"threshold must be > 1, got {threshold}")
+    if not 0 < margin < 1:
+        raise ValueError(f"failure_margin must be in (0, 1), got {margin}")
+    if futility is not None and not 0 < futility < 1:
+        raise ValueError(f"futility must be in (0, 1) or None, got {futility}")
+
+
+def _looked(cell: CellTrials, base: CellTrials, max_trials: int | None) -> bool:
+    """Whether the planned look has happened: both have a record of trial ``max_trials - 1``."""
+    if max_trials is None:
+        return False
+    at = max_trials - 1
+    seen = [
+        np.asarray(t.ran if t.recorded is None else t.recorded, dtype=bool)
+        if t.ran is not None or t.recorded is not None
+        else np.ones(np.asarray(t.failed).size, bool)
+        for t in (cell, base)
+    ]
+    return all(s.size > at and bool(s[at]) for s in seen)
+
+
+def _timing_look(x: np.ndarray, y: np.ndarray, d: np.ndarray, max_trials: int):
+    """The planned look at timing: Mann–Whitney (as the fixed design tests) on the cell's and
+    the baseline's trial values of the first ``max_trials`` trials, from the pair that ends
+    them on; its direction from the rank sum."""
+    xv, yv = x[:max_trials], y[:max_trials]
+    xv, yv = xv[np.isfinite(xv)], yv[np.isfinite(yv)]
+    if not (xv.size and yv.size):
+        return None
+    pooled = rankdata(np.concatenate([xv, yv]))
+    p, _ = mann_whitney_test(xv, yv, rng=data_stream(DEFAULT_SEED, pooled))
+    side = 1 if pooled[: xv.size].sum() >= xv.size * (xv.size + yv.size + 1) / 2 else -1
+    return int(np.isfinite(d[:max_trials]).sum()), float(p), side
+
+
+def _parts(
+    cell: CellTrials,
+    base: CellTrials,
+    *,
+    threshold: float,
+    alpha: float,
+    family: int,
+    margin: float,
+    max_trials: int | None,
+    futility: float | None,
+    g: float,
+) -> tuple[TimingSequence, FailureSequence]:
+    x = np.asarray(cell.values, dtype=float)
+    y = np.asarray(base.values, dtype=float)
+    n = min(x.size, y.size)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        d = np.log(x[:n]) - np.log(y[:n])
+    looked = _looked(cell, base, max_trials)
+    timing = timing_sequence(
+        d,
+        threshold=threshold,
+        alpha=alpha,
+        family=family,
+        g=g,
+        planned=max_trials is not None,
+        look=_timing_look(x, y, d, max_trials) if looked and max_trials else None,
+    )
+    fc = np.asarray(cell.failed, dtype=bool)
+    fb = np.asarray(base.failed, dtype=bool)
+    rc = np.ones(fc.size, bool) if cell.ran is None else np.asarray(cell.ran, dtype=bool)
+    rb = np.ones(fb.size, bool) if base.ran is None else np.asarray(base.ran, dtype=bool)
+    m = min(fc.size, fb.size, rc.size, rb.size)
+    both = rc[:m] & rb[:m]
+    # The look covers the pairs of the first max_trials trials where both ran.
+    look = int(both[:max_trials].sum()) if looked else 0
+    failures = failure_sequence(
+        fc[:m][both],
+        fb[:m][both],
+        alpha=alpha,
+        family=family,
+        margin=margin,
+        planned=max_trials is not None,
+        look=look or None,
+        futility=futility,
+    )
+    return timing, failures
 
 
 def sequential_pair(
@@ -395,9 +664,14 @@ def sequential_pair(
     failure_margin: float = DEFAULT_FAILURE_MARGIN,
     cell_ran: np.ndarray | None = None,
     base_ran: np.ndarray | None = None,
+    max_trials: int | None = None,
+    cell_recorded: np.ndarray | None = None,
+    base_recorded: np.ndarray | None = None,
+    futility: float | None = FUTILITY_LEVEL,
     g: float = DEFAULT_G,
 ) -> SequentialResult:
-    """One cell against the baseline, trial ``k`` paired with trial ``k``.
+    """One cell against the baseline, trial ``k`` paired with trial ``k`` (Bonferroni over
+    ``family`` cells; :func:`sequential_cells` does every cell of a matrix, Holm on failures).
 
     Parameters
     ----------
@@ -413,47 +687,83 @@ def sequential_pair(
     alpha, family
         Level, and the number of cells compared (Bonferroni).
     failure_margin
-        The failure-rate difference that does not matter (``within margin``, futility).
+        The failure-rate difference that does not matter (``within margin``); futility
+        protects :func:`futility_difference` of it.
+    max_trials, cell_recorded, base_recorded
+        The planned look: Boschloo's test on the pairs of the first ``max_trials`` trials,
+        once both have a record (default ``*_ran``) of trial ``max_trials - 1``; ``None``: no
+        look planned, the anytime e-process gets all of ``alpha``. Fix it before looking.
+    futility
+        The futility rule's level β (None: no futility stop).
 
     Returns
     -------
     SequentialResult
         ``decided`` when timing is ``slower``/``faster`` or ``within band`` **and** failures
-        are ``more``/``fewer``, within the margin, or futile.
+        are ``more``/``fewer``, within the margin, or stopped for futility.
 
     Raises
     ------
     ValueError
-        ``alpha`` outside (0, 1), ``threshold`` ≤ 1, ``failure_margin`` outside (0, 1).
+        ``alpha`` outside (0, 1), ``threshold`` ≤ 1, ``failure_margin`` or ``futility``
+        outside (0, 1).
     """
-    if not 0 < alpha < 1:
-        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
-    if not threshold > 1:
-        raise ValueError(f"threshold must be > 1, got {threshold}")
-    if not 0 < failure_margin < 1:
-        raise ValueError(f"failure_margin must be in (0, 1), got {failure_margin}")
-    x = np.asarray(cell_values, dtype=float)
-    y = np.asarray(base_values, dtype=float)
-    n = min(x.size, y.size)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        d = np.log(x[:n]) - np.log(y[:n])
-    timing = timing_sequence(d, threshold=threshold, alpha=alpha, family=family, g=g)
-    fc = np.asarray(cell_failed, dtype=bool)
-    fb = np.asarray(base_failed, dtype=bool)
-    rc = np.ones(fc.size, bool) if cell_ran is None else np.asarray(cell_ran, dtype=bool)
-    rb = np.ones(fb.size, bool) if base_ran is None else np.asarray(base_ran, dtype=bool)
-    m = min(fc.size, fb.size, rc.size, rb.size)
-    both = rc[:m] & rb[:m]
-    failures = failure_sequence(
-        fc[:m][both], fb[:m][both], alpha=alpha, family=family, margin=failure_margin
+    _check(alpha, threshold, failure_margin, futility)
+    timing, failures = _parts(
+        CellTrials(cell_values, cell_failed, cell_ran, cell_recorded),
+        CellTrials(base_values, base_failed, base_ran, base_recorded),
+        threshold=threshold,
+        alpha=alpha,
+        family=family,
+        margin=failure_margin,
+        max_trials=max_trials,
+        futility=futility,
+        g=g,
     )
-    decided = timing.settled_at is not None and failures.settled_at is not None
-    words = [w for w in (_timing_words(timing), _failure_words(failures, failure_margin)) if w]
-    if not decided:
-        open_ = []
-        if timing.settled_at is None:
-            open_.append("timing")
-        if failures.settled_at is None:
-            open_.append("failures")
-        words.append(f"{' and '.join(open_)} undecided after {max(timing.n, failures.n)} trials")
-    return SequentialResult(timing, failures, decided, "; ".join(words))
+    return _result(timing, failures, failure_margin, futility)
+
+
+def sequential_cells(
+    cells: Mapping[str, CellTrials],
+    baseline: CellTrials,
+    *,
+    threshold: float,
+    alpha: float = DEFAULT_ALPHA,
+    failure_margin: float = DEFAULT_FAILURE_MARGIN,
+    max_trials: int | None = None,
+    futility: float | None = FUTILITY_LEVEL,
+    g: float = DEFAULT_G,
+) -> dict[str, SequentialResult]:
+    """Every cell against the baseline, as :func:`sequential_pair` with ``family`` the
+    number of cells, and Holm over the cells' timing and failure p-values
+    (:func:`holm_timing`, :func:`holm_failures`) —
+    what :func:`aorta.compare` ``(sequential=True)`` and so an adaptive sweep decide on.
+
+    >>> ok = np.zeros(20, bool)
+    >>> base = CellTrials(np.full(20, 10.0), ok)
+    >>> cells = {"same": CellTrials(np.full(20, 10.0), ok), "flaky": CellTrials(np.full(20, 10.0), np.arange(20) % 2 == 0)}
+    >>> {c: r.failures.verdict for c, r in sequential_cells(cells, base, threshold=1.15).items()}
+    {'same': 'not significant', 'flaky': 'more'}
+    """
+    _check(alpha, threshold, failure_margin, futility)
+    family = max(len(cells), 1)
+    parts = {
+        c: _parts(
+            t,
+            baseline,
+            threshold=threshold,
+            alpha=alpha,
+            family=family,
+            margin=failure_margin,
+            max_trials=max_trials,
+            futility=futility,
+            g=g,
+        )
+        for c, t in cells.items()
+    }
+    timing = holm_timing([t for t, _ in parts.values()], alpha=alpha)
+    failures = holm_failures([f for _, f in parts.values()], alpha=alpha)
+    return {
+        c: _result(t, f, failure_margin, futility)
+        for c, t, f in zip(parts, timing, failures, strict=True)
+    }

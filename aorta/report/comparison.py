@@ -215,6 +215,18 @@ def _failure_text(row: Any) -> str:
 # --- a whole comparison ----------------------------------------------------------------------
 
 
+def _looks(stats: Mapping[str, Any], anytime: str, planned: str) -> str:
+    """An anytime-valid test's looks in words (``compare(sequential=True)``): the anytime
+    one, and the planned one at ``max_trials`` with the rest of α."""
+    share = float(stats.get("anytime_share") or 1.0)
+    if stats.get("max_trials") is None:
+        return anytime
+    return (
+        f"{anytime} with {share:.0%} of α and {planned} at {stats.get('max_trials')} trials "
+        f"with {1 - share:.0%}"
+    )
+
+
 def statistics_line(stats: Mapping[str, Any]) -> str:
     """One markdown bullet saying how the statistics were computed ("" without statistics).
 
@@ -227,16 +239,20 @@ def statistics_line(stats: Mapping[str, Any]) -> str:
     units = f" ({stats['units']})" if stats.get("units") else ""
     level = float(stats.get("ci_level", 0.95))
     if stats.get("sequential"):  # aorta.compare(sequential=True): an adaptive run's verdicts
+        timing_looks = _looks(stats, "the sequence", "Mann–Whitney")
+        failure_looks = _looks(stats, "an e-process on the pairs (safe 2x2 test)", "Boschloo")
         return (
             f"- statistics (anytime-valid): trial value = {value}{units}, trials that ended "
             f"{stats.get('trials')}, trial k of a cell paired with trial k of the baseline; "
             f"ratio = geometric mean of the paired ratios, {level:.0%} confidence sequence "
             "(scale-invariant normal mixture on the log ratios); "
-            f"slower/faster and band [{band[0]:.3g}, {band[1]:.3g}] on the "
+            f"band [{band[0]:.3g}, {band[1]:.3g}] on the "
             f"{float(stats.get('band_ci_level', level)):.2%} confidence sequence (Bonferroni over "
-            f"{stats.get('family_size')} cells); p_adj = anytime p × cells; failures: "
-            "e-process on discordant pairs, settled as more/fewer, within "
-            f"±{stats.get('failure_margin')} or for futility"
+            f"{stats.get('family_size')} cells); slower/faster: {timing_looks}, Holm over the "
+            f"cells; failures: {failure_looks}, Holm over the cells; settled as more/fewer, within "
+            f"±{stats.get('failure_margin')}, or for futility (changes of "
+            f"±{stats.get('futility_difference')} or more ruled out at "
+            f"{1 - float(stats.get('futility_level') or 0):.0%})"
         )
     return (
         f"- statistics: trial value = {value}{units}, trials that ended {stats.get('trials')}; "

@@ -121,6 +121,7 @@ class AdaptiveSchedule:
             threshold=self.plan.threshold,
             sequential=True,
             failure_margin=self.settings.failure_margin,
+            max_trials=self.plan.recipe.trials_cap[1],
             metric=decision_metric(ds, baseline),
         )
         running = frozenset(c for c in before if c != baseline and not bool(df.loc[c, "decided"]))

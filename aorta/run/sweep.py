@@ -274,8 +274,13 @@ class _Sweep:
             "status": status,
             "schedule": self.plan.schedule,
             "extensions": self.rd.manifest().get("extensions") if self.writer else None,
+            # The adaptive verdicts' settings: the planned look is at the recipe's cap (an
+            # extension raises the cells' trials, not the look).
             **(
-                {"failure_margin": self.recipe.adaptive_settings.failure_margin}
+                {
+                    "failure_margin": self.recipe.adaptive_settings.failure_margin,
+                    "max_trials": self.recipe.trials_cap[1],
+                }
                 if self.plan.schedule == "adaptive"
                 else {}
             ),

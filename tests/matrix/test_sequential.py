@@ -41,27 +41,6 @@ def test_timing_cs_covers_the_truth_under_continuous_monitoring():
     assert rate <= alpha + 3 * math.sqrt(alpha * (1 - alpha) / sims)
 
 
-def test_failure_e_process_keeps_its_level_when_rates_are_equal():
-    rng = np.random.default_rng(3)
-    alpha, sims, false = 0.2, 300, 0
-    for _ in range(sims):
-        p = rng.uniform(0.05, 0.5)
-        f = seq.failure_sequence(rng.random(40) < p, rng.random(40) < p, alpha=alpha)
-        false += f.verdict in ("more", "fewer")
-    assert false / sims <= alpha + 3 * math.sqrt(alpha * (1 - alpha) / sims)
-
-
-def test_rate_difference_cs_covers_the_difference():
-    rng = np.random.default_rng(5)
-    alpha, sims, misses = 0.2, 150, 0
-    for _ in range(sims):
-        pc, pb = rng.uniform(0, 0.6, 2)
-        d = (rng.random(40) < pc).astype(float) - (rng.random(40) < pb)
-        lo, hi = seq.rate_difference_cs(d, alpha=alpha)
-        misses += not (lo <= pc - pb <= hi)
-    assert misses / sims <= alpha + 3 * math.sqrt(alpha * (1 - alpha) / sims)
-
-
 @settings(max_examples=60)
 @given(log_ratios)
 def test_timing_is_mirrored_when_cell_and_baseline_swap(d):
@@ -74,29 +53,37 @@ def test_timing_is_mirrored_when_cell_and_baseline_swap(d):
     assert b.p == pytest.approx(a.p)
 
 
-@settings(max_examples=60)
-@given(outcomes, outcomes)
-def test_failures_are_mirrored_when_cell_and_baseline_swap(fc, fb):
-    a = seq.failure_sequence(fc, fb, family=2)
-    b = seq.failure_sequence(fb, fc, family=2)
+@settings(max_examples=60, deadline=None)
+@given(outcomes, outcomes, st.sampled_from([None, 10, 40]))
+def test_failures_are_mirrored_when_cell_and_baseline_swap(fc, fb, look):
+    n = min(fc.size, fb.size)
+    look = None if look is None or look > n else look
+    kw = {"family": 2, "planned": look is not None, "look": look}
+    a = seq.failure_sequence(fc, fb, **kw)
+    b = seq.failure_sequence(fb, fc, **kw)
     mirror = {"more": "fewer", "fewer": "more"}
     assert b.verdict == mirror.get(a.verdict, a.verdict)
     assert b.how == mirror.get(a.how, a.how) and b.settled_at == a.settled_at
     assert b.difference == pytest.approx(-a.difference)
-    assert b.low == pytest.approx(-a.high) and b.high == pytest.approx(-a.low)
+    assert b.p == pytest.approx(a.p) and b.via == a.via
+    if a.n:
+        np.testing.assert_allclose(b.path, a.path)
 
 
-@settings(max_examples=40)
-@given(log_ratios, st.integers(0, 2**31 - 1))
-def test_decisions_are_never_withdrawn_as_trials_come(d, seed):
-    # Called after every trial, a verdict once reached stays: `decided` is safe to act on.
+@settings(max_examples=40, deadline=None)
+@given(log_ratios, st.integers(0, 2**31 - 1), st.sampled_from([None, 8, 20]))
+def test_decisions_are_never_withdrawn_as_trials_come(d, seed, max_trials):
+    # Called after every trial, a verdict once reached stays: `decided` is safe to act on —
+    # also across the planned look at max_trials.
     rng = np.random.default_rng(seed)
     fc, fb = rng.random(d.size) < 0.3, rng.random(d.size) < 0.1
     base = np.full(d.size, 10.0)
     cell = 10.0 * np.exp(d)
     before = None
+    kw = {"threshold": 1.1, "family": 2, "max_trials": max_trials}
     for n in range(2, d.size + 1):
-        r = seq.sequential_pair(cell[:n], fc[:n], base[:n], fb[:n], threshold=1.1, family=2)
+        r = seq.sequential_pair(cell[:n], fc[:n], base[:n], fb[:n], **kw)
+        assert np.all(np.diff(r.failures.path) <= 1e-15)  # the failure p only falls
         if before is not None and before.decided:
             assert r.decided
             if before.timing.difference in ("slower", "faster"):
@@ -104,6 +91,8 @@ def test_decisions_are_never_withdrawn_as_trials_come(d, seed):
             if before.failures.verdict in ("more", "fewer"):
                 assert r.failures.verdict == before.failures.verdict
             assert r.timing.settled_at == before.timing.settled_at
+        if before is not None:
+            assert r.failures.p <= before.failures.p + 1e-15
         before = r
 
 
@@ -132,7 +121,12 @@ def test_undecided_cells_say_what_is_open():
     cell = np.array([10.6, 9.8, 10.9, 9.7, 10.4])
     r = seq.sequential_pair(cell, np.zeros(5, bool), base, np.zeros(5, bool), threshold=1.02)
     assert not r.decided
-    assert r.reason.endswith("undecided after 5 trials")
+    assert r.reason == "timing and failures open after 5 trials (0/5 failed, baseline 0/5)"
+    # Timing settled, failures open: the cell keeps running, and the reason says so.
+    same = base * np.array([1.004, 0.997, 1.002, 0.999, 1.001])
+    r = seq.sequential_pair(same, np.zeros(5, bool), base, np.zeros(5, bool), threshold=1.5)
+    assert not r.decided and r.timing.band == "within band"
+    assert r.reason.endswith("; failures open after 5 trials (0/5 failed, baseline 0/5)")
 
 
 @pytest.mark.parametrize(
@@ -141,6 +135,7 @@ def test_undecided_cells_say_what_is_open():
         ({"alpha": 1.5}, "alpha must be in (0, 1)"),
         ({"threshold": 0.9}, "threshold must be > 1"),
         ({"failure_margin": 0.0}, "failure_margin must be in (0, 1)"),
+        ({"futility": 1.0}, "futility must be in (0, 1) or None"),
     ],
 )
 def test_bad_options_are_named(kw, message):
@@ -154,7 +149,7 @@ def _frame(seed: int = 0) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
     rows = []
     for cell, ratio, fail in (("base", 1.0, 0.0), ("same", 1.0, 0.0), ("slow", 1.3, 0.0)):
-        for t in range(10):
+        for t in range(12):  # 12: both failure-free cells are settled by futility at 11
             if rng.random() < fail:
                 rows.append(
                     {"cell": cell, "trial": t, "status": "workload_failed", "step_times_ms": []}
@@ -181,7 +176,11 @@ def test_compare_sequential_gives_the_verdict_columns_and_decided():
     assert df.loc["same", "failures_vs_baseline"] == "not significant"
     assert bool(df["decided"].all())
     assert df.loc["base", "reason"] == "baseline: every cell decided"
-    assert df.attrs["sequential"] is True and df.attrs["adjustment"] == "Bonferroni"
+    assert (
+        df.attrs["sequential"] is True
+        and df.attrs["adjustment"] == "Holm (slower/faster, failures); Bonferroni (band sequences)"
+    )
+    # Holm over the 2 cells: the smaller p is doubled.
     assert df.loc["slow", "p_adj"] == pytest.approx(min(1.0, 2 * df.loc["slow", "p"]))
     with pytest.raises(ValueError, match="signature"):
         aorta.compare(ds, sequential=True, signature="hang")
@@ -195,3 +194,61 @@ def test_compare_sequential_is_the_same_whoever_is_called_what():
     cols = ["difference", "band", "failures_vs_baseline", "decided", "reason"]
     assert a.loc["same", cols].tolist() == b.loc["zzz", cols].tolist()
     assert a.loc["slow", cols].tolist() == b.loc["aaa", cols].tolist()
+
+
+def test_the_timing_test_keeps_its_level_with_the_planned_look():
+    # The anytime sequence (10% of alpha) and Mann–Whitney at max_trials (90%) together:
+    # no-effect cells, checked after every pair (the verdict after 20 pairs is the union of
+    # every earlier one: p only falls). alpha 0.2 to measure it.
+    rng = np.random.default_rng(12)
+    alpha, sims, false = 0.2, 300, 0
+    ok = np.zeros(20, bool)
+    for _ in range(sims):
+        sd = rng.uniform(0.01, 0.2)
+        cell, base = np.exp(sd * rng.standard_normal((2, 20)))
+        r = seq.sequential_pair(cell, ok, base, ok, threshold=1.15, alpha=alpha, max_trials=20)
+        false += r.timing.difference in ("slower", "faster")
+    assert false / sims <= alpha + 3 * math.sqrt(alpha * (1 - alpha) / sims)
+
+
+def test_a_noisy_slowdown_the_sequence_misses_is_found_at_the_planned_look():
+    # +10% at CV 10%: after 40 pairs the anytime sequence (at a tenth of alpha over 9 cells)
+    # has not excluded 1, the fixed-sample Mann–Whitney at max_trials does — as the fixed
+    # design would.
+    rng = np.random.default_rng(3)
+    base = np.exp(0.1 * rng.standard_normal(40))
+    cell = 1.1 * np.exp(0.1 * rng.standard_normal(40))
+    ok = np.zeros(40, bool)
+    kw = {"threshold": 1.15, "family": 9, "futility": None}
+    before = seq.sequential_pair(cell[:39], ok[:39], base[:39], ok[:39], max_trials=40, **kw)
+    assert before.timing.difference == "no difference detected"
+    r = seq.sequential_pair(cell, ok, base, ok, max_trials=40, **kw)
+    assert r.timing.difference == "slower" and r.timing.via == "planned look"
+    assert r.reason.startswith("slower after 40 trials (the planned look)")
+    assert r.timing.p == pytest.approx(r.timing.p_look / 0.9)
+    # Without a planned look the sequence has all of alpha, and it is still not enough.
+    assert seq.sequential_pair(cell, ok, base, ok, **kw).timing.difference != "slower"
+
+
+def test_a_difference_found_after_the_band_settled_says_when_it_was_found():
+    rng = np.random.default_rng(0)
+    base = 10 * np.exp(rng.normal(0, 0.01, 30))
+    cell = 10.3 * np.exp(rng.normal(0, 0.01, 30))
+    ok = np.zeros(30, bool)
+    t = seq.sequential_pair(cell, ok, base, ok, threshold=1.5, family=9).timing
+    assert t.band == "within band" and t.difference == "slower"
+    assert t.settled_at is not None and t.found_at is not None and t.settled_at <= t.found_at
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.floats(-0.2, 0.2), min_size=1, max_size=5), st.integers(0, 2**31 - 1))
+def test_holm_on_timing_finds_at_least_what_bonferroni_finds(shifts, seed):
+    rng = np.random.default_rng(seed)
+    seqs = [
+        seq.timing_sequence(s + 0.05 * rng.standard_normal(15), threshold=1.15, family=len(shifts))
+        for s in shifts
+    ]
+    for bonferroni, holm in zip(seqs, seq.holm_timing(seqs, alpha=0.05), strict=True):
+        assert holm.p_adj <= bonferroni.p_adj + 1e-12
+        if bonferroni.difference in ("slower", "faster"):
+            assert holm.difference == bonferroni.difference
