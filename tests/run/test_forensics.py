@@ -145,8 +145,8 @@ def test_a_rank_holding_the_gil_answers_no_dump_but_py_spy_reads_it_in_bounded_t
     assert took < 1.0 + 20.0
 
 
-def test_without_py_spy_the_record_says_so(tmp_path):
-    capture = _capture(tmp_path, py_spy="")
+def _capture_a_sleeper(capture: Capture) -> None:
+    """Capture a Python that sleeps without aorta's listener (no torch.distributed)."""
     proc = subprocess.Popen(
         [sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True
     )
@@ -155,6 +155,11 @@ def test_without_py_spy_the_record_says_so(tmp_path):
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_without_py_spy_the_record_says_so(tmp_path):
+    capture = _capture(tmp_path, py_spy="")
+    _capture_a_sleeper(capture)
     (evidence,) = capture.evidence
     assert evidence["stacks"] is None
     assert any("py-spy is not installed" in n for n in evidence["notes"])
@@ -250,14 +255,7 @@ def test_nccls_own_dump_becomes_the_ranks_json_dump(tmp_path):
     hang = tmp_path / "trial" / HANG_DIR
     hang.mkdir(parents=True)
     (hang / f"{NCCL_DUMP_PREFIX}0").write_bytes(pickled.read_bytes())
-    proc = subprocess.Popen(
-        [sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True
-    )
-    try:
-        capture(proc.pid, "deadline")
-    finally:
-        proc.kill()
-        proc.wait()
+    _capture_a_sleeper(capture)
     (evidence,) = capture.evidence
     assert evidence["fr"]["entries"], evidence["notes"]
     dump = json.loads((hang / evidence_name("fr", 0)).read_text())
