@@ -80,7 +80,7 @@ def capture_times(ranks: list[int]) -> None:
             folder = Path(tmp)
             capture = Capture(
                 Forensics(), folder=folder / "trial", token=f"bench{n}", rank=0,
-                world_size=n, local_rank=0, host="bench", logs=[],
+                local_rank=0, host="bench", logs=[],
             )  # fmt: skip
             root = _trial(n, folder, capture)
             try:

@@ -292,7 +292,6 @@ class Capture:
         folder: Path,
         token: str,
         rank: int,
-        world_size: int,
         local_rank: int,
         host: str,
         logs: Sequence[Path],
@@ -307,7 +306,7 @@ class Capture:
         self.py_spy = py_spy if py_spy is not None else _py_spy()
         self.folder = Path(folder)
         self.token = token
-        self.rank, self.world_size, self.local_rank = rank, world_size, local_rank
+        self.rank, self.local_rank = rank, local_rank
         self.host = host
         self.logs = [Path(p) for p in logs]
         self.peers = peers

@@ -271,7 +271,6 @@ class TrialRunner:
             folder=art,
             token=token,
             rank=self.rank,
-            world_size=self.world_size,
             local_rank=self.local_rank,
             host=self.host,
             logs=[art / name for name in ctx.log_names],

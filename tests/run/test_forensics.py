@@ -32,7 +32,6 @@ def _capture(tmp_path: Path, **kw) -> Capture:
         folder=tmp_path / "trial",
         token=TOKEN,
         rank=0,
-        world_size=1,
         local_rank=0,
         host="node-a",
         logs=[tmp_path / "trial" / "stdout.log"],
@@ -294,12 +293,13 @@ def test_the_listener_answers_only_its_own_user_and_writes_only_into_the_trial(t
             [sys.executable, "-c", _ANOTHER_USER, name], capture_output=True, text=True, check=True
         )
         assert json.loads(mine.stdout)["rank"] == 0
+        # ... into the trial's folder, under the listener's own name
+        assert (tmp_path / "trial" / HANG_DIR / f".fr.{TOKEN}.{proc.pid}.json").is_file()
     finally:
         proc.kill()
         proc.wait()
         capture.close()
     assert not target.exists()
-    assert (tmp_path / "trial" / HANG_DIR / f".fr.{TOKEN}.{proc.pid}.json").is_file()
 
 
 @pytest.mark.slow
