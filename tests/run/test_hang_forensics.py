@@ -26,7 +26,6 @@ FAULTS = {
     "gil": (2, "gil", "all_reduce", 3),
     "extra": (2, "extra", "all_reduce", 5),
     "shape": (2, "mismatch", "all_reduce", 3),
-    "subgroup": (1, "missing", "all_reduce", 3),
 }
 #: Where each culprit is, by its stack (tests/hang_faults.py).
 FRAMES = {
@@ -34,16 +33,16 @@ FRAMES = {
     "gil": "in _stall_holding_the_gil",
     "extra": "in HangFault.run",
     "shape": "in _stall_in_python",
-    "subgroup": "in _stall_in_python",
 }
+# A divergence inside a sub-group (new_group) is held by the goldens recorded from real runs
+# (tests/data/hang/subgroup, tests/hang/test_goldens.py): one cell less here, ~12 CPU-s of CI.
 
 
 @pytest.fixture(scope="module")
 def hung(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("hangs")
     cells = "".join(
-        f"  - {{name: {f}, mitigations: [none], workload_config: {{fault: {f}"
-        f"{', rank: 1' if f == 'subgroup' else ''}}}}}\n"
+        f"  - {{name: {f}, mitigations: [none], workload_config: {{fault: {f}}}}}\n"
         for f in [*FAULTS, "die"]
     )
     recipe = root / "r.yaml"
@@ -107,8 +106,8 @@ def test_matrix_md_and_json_say_who_hung_and_where(hung):
     assert "rank 2 (node" in line and "held the GIL (no dump)" in line
     doc = json.loads((hung / "matrix.json").read_text())
     cells = {c["name"]: c for c in doc["cells"]}
-    (pattern,) = cells["subgroup"]["hangs"]["patterns"]
-    assert pattern["culprit_ranks"] == [1] and pattern["trials"] == [0]
+    (pattern,) = cells["extra"]["hangs"]["patterns"]
+    assert pattern["culprit_ranks"] == [2] and pattern["trials"] == [0]
     assert "hangs" not in cells["baseline"]
 
 
@@ -118,7 +117,7 @@ def test_load_run_groups_trials_by_culprit(hung):
         zip(ds.cell.values.tolist(), ds.hang_culprit.sel(trial=0).values.tolist(), strict=False)
     )
     assert culprits == {"baseline": "", "sleep": "2", "gil": "2", "extra": "2", "shape": "2",
-                        "subgroup": "1", "die": "2"}  # fmt: skip
+                        "die": "2"}  # fmt: skip
 
 
 def test_the_page_shows_the_incident_and_the_culprits_stack(hung, tmp_path):
