@@ -31,9 +31,9 @@ import msgspec
 
 from aorta.errors import TraceError
 
-from ._scan import ScanStats, scan_events
 from .collectives import clock_offsets
 from .loader import CacheMode, PathLike, load, trace_paths
+from .loader._scan import ScanStats, scan_events
 
 __all__ = ["MERGE_MARKER", "MergeReport", "is_merged_trace", "merge"]
 

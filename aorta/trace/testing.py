@@ -16,9 +16,9 @@ from typing import Any
 
 import msgspec
 
-from ._parse import parse_events
 from .classify import Rules
 from .loader import build_trace
+from .loader._parse import parse_events
 from .model import Trace
 
 __all__ = ["kineto_events", "kineto_json", "synthetic_trace"]

@@ -184,11 +184,22 @@ def test_architecture_table_lists_every_stage():
     assert on_disk == sorted(STAGES), "a stage folder was added or removed: update STAGES and docs"
 
 
+def _stage_modules(stage: str) -> set[str]:
+    """The modules of a stage folder as paths without ``.py``, its sub-folders' too
+    (``rundir``, ``page/kit``, ``loader/__init__``)."""
+    folder = PACKAGE / stage
+    return {p.relative_to(folder).with_suffix("").as_posix() for p in folder.rglob("*.py")}
+
+
+#: A module as the architecture page names it: ``rundir.py``, ``page/kit.py``.
+ARCHITECTURE_MODULE = re.compile(r"`([\w/]+)\.py`")
+
+
 @pytest.mark.parametrize("stage", STAGES)
 def test_architecture_names_only_modules_that_exist(stage):
     row = _architecture_rows()[stage]
-    named = set(re.findall(r"`(\w+)\.py`", row))
-    real = {p.stem for p in (PACKAGE / stage).glob("*.py")}
+    named = set(ARCHITECTURE_MODULE.findall(row))
+    real = _stage_modules(stage)
     assert named <= real, f"docs/architecture.md names missing modules in {stage}/: {named - real}"
 
 
@@ -199,8 +210,8 @@ LISTED_STAGES = ["launch", "run", "report", "matrix", "store", "recipe", "hang"]
 @pytest.mark.parametrize("stage", LISTED_STAGES)
 def test_architecture_names_every_module_of_listed_stages(stage):
     row = _architecture_rows()[stage]
-    named = set(re.findall(r"`(\w+)\.py`", row))
-    real = {p.stem for p in (PACKAGE / stage).glob("*.py")} - {"__init__"}
+    named = set(ARCHITECTURE_MODULE.findall(row))
+    real = {m for m in _stage_modules(stage) if m.rpartition("/")[2] != "__init__"}
     assert real <= named, f"docs/architecture.md's {stage}/ row does not name: {real - named}"
 
 
@@ -212,8 +223,9 @@ TOP_LEVEL = "top level"
 
 def _readme_layout() -> dict[str, set[str]]:
     """The README's layout table: folder (``run``, …, or ``top level``) → the module names
-    its row gives (backticked; ``html_*`` a glob; the faces ``aorta`` and ``aorta.plugins``
-    as modules of the top level)."""
+    its row gives (backticked; a sub-folder's as ``perf/args``, the folder's own ``__init__``
+    as ``perf``; ``x_*`` a glob; the faces ``aorta`` and ``aorta.plugins`` as modules of the
+    top level)."""
     rows: dict[str, set[str]] = {}
     lines = iter(README.read_text().splitlines())
     for line in lines:
@@ -225,14 +237,16 @@ def _readme_layout() -> dict[str, set[str]]:
             break
         _, folder, names = (c.strip() for c in line.strip().strip("|").split("|"))
         stage = m.group(1) if (m := re.fullmatch(r"`(\w+)/`", folder)) else folder
-        found = set(re.findall(r"`([\w.*]+)`", names))
+        found = set(re.findall(r"`([\w.*/]+)`", names))
         rows[stage] = {n.removeprefix("aorta.") for n in found if n != "aorta"}
     return rows
 
 
 def _modules_of(stage: str) -> set[str]:
-    folder = PACKAGE if stage == TOP_LEVEL else PACKAGE / stage
-    return {p.stem for p in folder.glob("*.py")} - {"__init__", "__main__"}
+    if stage == TOP_LEVEL:
+        return {p.stem for p in PACKAGE.glob("*.py")} - {"__init__", "__main__"}
+    # a sub-folder's __init__ is the folder (``perf``); the stage's own is no module of it
+    return {m.removesuffix("/__init__") for m in _stage_modules(stage)} - {"__init__"}
 
 
 def test_readme_layout_lists_every_stage_folder():
@@ -315,7 +329,7 @@ WRITING_FUNCTIONS = {
 #: Files in the pure stages that write by design, and why.
 WRITERS_BY_DESIGN = {
     # The parse cache beside each trace (what makes a second load fast); written atomically.
-    "trace/cache.py",
+    "trace/loader/cache.py",
     # ``aorta trace merge``: the merged trace is the output, streamed to disk as it is built.
     "trace/merge.py",
 }

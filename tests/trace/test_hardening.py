@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 import aorta.trace
 from aorta.errors import TraceError
-from aorta.trace import _scan
+from aorta.trace.loader import _scan
 from aorta.trace.merge import merge
 from aorta.trace.testing import kineto_json
 

@@ -13,7 +13,7 @@ import pytest
 
 import aorta.trace
 from aorta.errors import TraceError
-from aorta.trace.cache import cache_path
+from aorta.trace.loader.cache import cache_path
 from aorta.trace.testing import kineto_events, kineto_json
 from tests.trace_helpers import ALL_TRACES, DATA, shipped
 

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 import aorta.trace
-from aorta.trace._parallel import available_workers, event_ranges
+from aorta.trace.loader._parallel import available_workers, event_ranges
 from tests.trace_helpers import ALL_TRACES, DATA
 
 

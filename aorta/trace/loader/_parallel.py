@@ -5,7 +5,7 @@ boundaries (a ``}`` followed by ``,`` and ``{``, found near evenly spaced offset
 is read as an array of its own (``[`` + range + ``]``) by the same scanner and builder as a
 serial parse, in a worker process (the calling process takes the first, shorter range), and
 the parts are merged in file order by
-:func:`~aorta.trace._parse.merge_parts`, whose dictionaries grow in order of first occurrence —
+:func:`~aorta.trace.loader._parse.merge_parts`, whose dictionaries grow in order of first occurrence —
 so the result is the serial table, bit for bit.
 
 A boundary found inside a string or a nested object cannot decode (the range would start or

@@ -13,12 +13,12 @@ import pandas as pd
 
 from aorta.errors import TraceError
 
+from ..classify import Rules
+from ..model import RankInfo, Trace
 from ._parallel import PARALLEL_MIN_BYTES, available_workers, parse_file_parallel
 from ._parse import COMM_COLUMNS, COMM_INT_COLUMNS, RankTable, note_problem, parse_file
 from ._scan import BLOCK_SIZE
 from .cache import CACHE_SUFFIX, read_cache, write_cache
-from .classify import Rules
-from .model import RankInfo, Trace
 
 __all__ = ["TRACE_SUFFIXES", "load", "trace_files", "trace_paths"]
 
