@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from aorta.trace import devices
 from aorta.trace.perf import coverage
-from aorta.trace.perf_calls import union
-from aorta.trace.perf_model import op_model
+from aorta.trace.perf.calls import union
+from aorta.trace.perf.op_model import op_model
 from aorta.trace.testing import synthetic_trace
 
 BF16, F32 = "c10::BFloat16", "float"

@@ -18,8 +18,8 @@ import pandas as pd
 import pytest
 
 import aorta.trace as at
-from aorta.trace.perf_calls import strides_text
-from aorta.trace.perf_model import bpe, op_model
+from aorta.trace.perf.calls import strides_text
+from aorta.trace.perf.op_model import bpe, op_model
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "traces"
 GOLDEN = DATA / "tracelens_golden" / "perf"

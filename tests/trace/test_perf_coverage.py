@@ -11,7 +11,7 @@ import math
 import pytest
 
 from aorta.trace import devices
-from aorta.trace.perf_model import op_model
+from aorta.trace.perf.op_model import op_model
 from tests.trace_helpers import DATA, shipped
 
 LOOKUP = "fbgemm::split_embedding_codegen_lookup_rowwise_adagrad_function"

@@ -14,8 +14,8 @@ import pytest
 
 from aorta.cli import main
 from aorta.errors import ExitCode
-from aorta.trace.perf_libs import TRACELENS_UNMODELLED
-from aorta.trace.perf_model import modelled_ops, op_model
+from aorta.trace.perf.libs import TRACELENS_UNMODELLED
+from aorta.trace.perf.op_model import modelled_ops, op_model
 from aorta.trace.testing import synthetic_trace
 from tests.trace_helpers import DATA, shipped
 

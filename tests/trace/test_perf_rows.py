@@ -254,8 +254,8 @@ def test_tracelens_rows_of_a_real_qwen_trace_are_aorta_rows():
     model of each row's recorded arguments gives TraceLens's FLOPs and bytes, and the rows
     TraceLens keeps apart — the same ``mul`` on a permuted and a contiguous layout, 1,538 µs
     against 1,142 µs for 48 calls each — are apart here too (one row ``by="shape"``)."""
-    from aorta.trace.perf_calls import strides_text
-    from aorta.trace.perf_model import op_model
+    from aorta.trace.perf.calls import strides_text
+    from aorta.trace.perf.op_model import op_model
 
     rows = json.loads((DATA.parent / "tracelens" / "qwen_h100_binary_rows.json").read_text())
     keys = set()

@@ -99,7 +99,7 @@ class OpModel:
     ``typed`` and ``strided`` are the argument positions whose ``Input type`` and ``Input
     Strides`` are part of the op's row besides ``params`` (TraceLens's ``dtype_*`` and
     ``stride_*`` parameters: the tensors the model reads); ``dtypes`` holds the types at
-    ``typed`` (filled by :func:`~aorta.trace.perf_model.op_model`).
+    ``typed`` (filled by :func:`~aorta.trace.perf.op_model.op_model`).
     """
 
     family: str

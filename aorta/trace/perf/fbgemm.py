@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .perf_args import Args, OpModel, bpe, concrete_at, dims_at, ints, numel, type_at
+from .args import Args, OpModel, bpe, concrete_at, dims_at, ints, numel, type_at
 
 __all__ = ["FBGEMM_MODELS"]
 
@@ -78,7 +78,7 @@ def _lookup(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
 def _lookup_backward(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
     """The fused backward and row-wise Adagrad update of a lookup (its autograd ``CppNode``),
     with the forward call's arguments (``ctx["partner"]``, paired by
-    :mod:`aorta.trace.perf_context`): the node itself records only the gradient ``[B, total_D]``.
+    :mod:`aorta.trace.perf.context`): the node itself records only the gradient ``[B, total_D]``.
 
     fbgemm linearises and sorts the ``L`` lookups by table row, then accumulates, for each
     lookup, its bag's gradient row (``D`` values) into the row it looked up; a weighted lookup

@@ -7,7 +7,7 @@ entropy, and MoE token dispatch/combine — each in TraceLens's family (``GEMM``
 ``RoPE``, ``CrossEntropy``, ``MoE_comm``) with its formulas.
 
 Argument positions are each library's op schema, as TraceLens reads them; the library
-attention ops and apex's fused convolutions are in :mod:`aorta.trace.perf_model` with their
+attention ops and apex's fused convolutions are in :mod:`aorta.trace.perf.op_model` with their
 ATen relatives. No trace here holds these ops (they need the libraries and a GPU): the tests
 check each model on arguments laid out as its schema says.
 """
@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .perf_args import Args, OpModel, bpe, concrete_at, dims_at, flag, ints, numel, type_at
+from .args import Args, OpModel, bpe, concrete_at, dims_at, flag, ints, numel, type_at
 
 __all__ = ["LIBRARY_FAMILIES", "LIBRARY_MODELS", "TRACELENS_UNMODELLED"]
 

@@ -17,13 +17,13 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from . import links
-from .perf_context import partners
-from .perf_model import BACKWARD_FAMILIES, BACKWARD_OPS, OpModel, has_model, op_model
-from .perf_own import FOREACH
+from .. import links
+from .context import partners
+from .op_model import BACKWARD_FAMILIES, BACKWARD_OPS, OpModel, has_model, op_model
+from .own import FOREACH
 
 if TYPE_CHECKING:
-    from .model import Trace
+    from ..model import Trace
 
 __all__ = [
     "GROUP_COLUMNS",
@@ -105,7 +105,7 @@ def _models(
     of its backward work), and per model the first of its rows (a position in ``rows``);
     evaluated once per distinct (name, dims, types, concrete, training, ``list_dtype``: an
     index into ``_LIST_DTYPES`` per row, -1 for none; ``partner``: the event row completing the
-    op's arguments, :func:`~aorta.trace.perf_context.partners`; with ``strides`` also the
+    op's arguments, :func:`~aorta.trace.perf.context.partners`; with ``strides`` also the
     ``Input Strides``, so that all rows of a model share them)."""
     if rows.size == 0:
         return np.empty(0, np.int64), [], np.empty(0, np.int64)

@@ -3,11 +3,11 @@
 ``perf_ops`` is TraceLens's per-family sheets in one table (every modelled op, nested or not);
 ``perf_summary`` is its ``unified_perf_summary``: every GPU op counted once, under the outermost
 op that has a model, else under the op that launched it. The formulas are in
-:mod:`aorta.trace.perf_model`; the device peaks in :mod:`aorta.trace.devices`.
+:mod:`aorta.trace.perf.op_model`; the device peaks in :mod:`aorta.trace.devices`.
 
 Kernel time of one call is the *busy time* of every GPU op (kernels, copies, fills) launched
 from inside the op (the union of their intervals, as TraceLens does); the calls, their GPU
-work and their rows come from :mod:`aorta.trace.perf_calls`.
+work and their rows come from :mod:`aorta.trace.perf.calls`.
 """
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from .classify import GPU_CLASSES
-from .devices import Device, resolve_device
-from .perf_calls import Calls, Grouping, calls, grouped_columns
-from .perf_launchers import unmodelled_rows
-from .perf_model import precision
+from ..classify import GPU_CLASSES
+from ..devices import Device, resolve_device
+from .calls import Calls, Grouping, calls, grouped_columns
+from .launchers import unmodelled_rows
+from .op_model import precision
 
 if TYPE_CHECKING:
-    from .model import Trace
+    from ..model import Trace
 
 __all__ = [
     "PERF_COLUMNS",
@@ -217,7 +217,7 @@ def perf_summary(trace: Trace, *, device: Device = None, by: Grouping = "args") 
         (``"communication"`` when their GPU ops are NCCL/RCCL kernels). Every GPU op whose
         runtime call is in the trace is counted exactly once. The op that launched a GPU op is the
         innermost ``cpu_op`` around its runtime call on the call's thread
-        (:func:`~aorta.trace.perf_launchers.launching_ops`); a GPU op with none is a row of its
+        (:func:`~aorta.trace.perf.launchers.launching_ops`); a GPU op with none is a row of its
         own (``op`` = the GPU op's name). With a device
         (see :func:`perf_ops`) also the roofline columns. ``attrs["coverage"]`` is the share of
         GPU op time with a model (see :func:`coverage`); ``attrs["shapes_recorded"]`` is

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from . import links
-from .classify import GPU_CLASSES
+from .. import links
+from ..classify import GPU_CLASSES
 
 if TYPE_CHECKING:
-    from .model import Trace
+    from ..model import Trace
 
 __all__ = ["launching_ops", "unmodelled_rows"]
 

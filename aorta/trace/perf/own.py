@@ -1,6 +1,6 @@
 """Perf-model families of our own, for what TraceLens leaves as "other": memory-bound models
 from shapes (``Softmax``, ``Memory``, ``Pooling``). The ``Elementwise`` family reuses the
-TraceLens elementwise formulas (:mod:`aorta.trace.perf_model`).
+TraceLens elementwise formulas (:mod:`aorta.trace.perf.op_model`).
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .perf_args import Args, OpModel, bpe, concrete_at, dims_at, ints, numel, type_at
+from .args import Args, OpModel, bpe, concrete_at, dims_at, ints, numel, type_at
 
 __all__ = ["FOREACH", "OWN_MODELS", "foreach"]
 
@@ -77,7 +77,7 @@ def _memory(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
 
 def _joined_gradients(partner: tuple[Any, ...]) -> OpModel | None:
     """A cat whose list Kineto wrote as ``[]``, the work of a backward node that concatenates
-    its incoming gradients (:mod:`aorta.trace.perf_context`): it reads them and writes their
+    its incoming gradients (:mod:`aorta.trace.perf.context`): it reads them and writes their
     concatenation, as the node's ``Input Dims``/``Input type`` record them."""
     dims, types = partner[0], partner[1]
     tensors = _tensors(dims, types)

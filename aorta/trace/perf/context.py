@@ -31,10 +31,10 @@ from typing import TYPE_CHECKING
 import msgspec
 import numpy as np
 
-from . import links
+from .. import links
 
 if TYPE_CHECKING:
-    from .model import Trace
+    from ..model import Trace
 
 __all__ = ["CAT_OF_GRADIENTS", "PAIRED_FORWARD", "SEQUENCE_FORWARD", "partners"]
 

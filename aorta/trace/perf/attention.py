@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from .perf_args import Args, OpModel, bpe, concrete_at, dims_at, flag, ints, type_at
+from .args import Args, OpModel, bpe, concrete_at, dims_at, flag, ints, type_at
 
 __all__ = ["ATTENTION_MODELS", "FORWARD_ATTENTION"]
 

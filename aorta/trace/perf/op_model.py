@@ -6,11 +6,11 @@ TraceLens-compatible where TraceLens is right (its formulas, its family names: `
 ``BinaryElementwise``, ``Reduce_fwd``/``Reduce_bwd``, ``Normalization``), right where it is not
 (see ``docs/traces.md``, "Against the hardware"), and with families of its own for what
 TraceLens leaves out (``Elementwise`` here; ``Softmax``, ``Memory``, ``Pooling`` and
-upsampling in :mod:`aorta.trace.perf_own`, FBGEMM's embedding ops in
-:mod:`aorta.trace.perf_fbgemm`) — memory-bound models from shapes, so that nearly all kernel
-time has a model. Attention is in :mod:`aorta.trace.perf_attention`, the library ops of
-TraceLens's table in :mod:`aorta.trace.perf_libs`; the argument readers and :class:`OpModel`
-live in :mod:`aorta.trace.perf_args`.
+upsampling in :mod:`aorta.trace.perf.own`, FBGEMM's embedding ops in
+:mod:`aorta.trace.perf.fbgemm`) — memory-bound models from shapes, so that nearly all kernel
+time has a model. Attention is in :mod:`aorta.trace.perf.attention`, the library ops of
+TraceLens's table in :mod:`aorta.trace.perf.libs`; the argument readers and :class:`OpModel`
+live in :mod:`aorta.trace.perf.args`.
 
 :func:`op_model` is the one entry point: op name + parsed arguments → :class:`OpModel` or
 ``None`` (not modelled, or arguments it cannot read).
@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from .perf_args import (
+from .args import (
     Args,
     OpModel,
     bpe,
@@ -35,10 +35,10 @@ from .perf_args import (
     precision,
     type_at,
 )
-from .perf_attention import ATTENTION_MODELS, FORWARD_ATTENTION
-from .perf_fbgemm import FBGEMM_MODELS
-from .perf_libs import LIBRARY_FAMILIES, LIBRARY_MODELS
-from .perf_own import FOREACH, OWN_MODELS, foreach
+from .attention import ATTENTION_MODELS, FORWARD_ATTENTION
+from .fbgemm import FBGEMM_MODELS
+from .libs import LIBRARY_FAMILIES, LIBRARY_MODELS
+from .own import FOREACH, OWN_MODELS, foreach
 
 __all__ = [
     "BACKWARD_FAMILIES",
@@ -177,7 +177,7 @@ def _conv_bias(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
     """apex's fused ``ConvBias_``/``ConvBiasReLU_(x, weight, bias, stride, padding)`` (one
     int each, for every spatial dimension; no dilation, one group). Their backward nodes
     record nothing of the forward: their arguments are the forward call's, found by
-    ``Sequence number`` (:mod:`aorta.trace.perf_context`)."""
+    ``Sequence number`` (:mod:`aorta.trace.perf.context`)."""
     backward = op.endswith("_Backward")
     if backward:
         partner = ctx.get("partner")
@@ -614,7 +614,7 @@ def op_model(
         their type): a ``_foreach_*`` op has a model only with it.
     partner
         ``(Input Dims, Input type[, Concrete Inputs])`` of the event that records what the
-        op's own arguments do not (:func:`aorta.trace.perf_context.partners`: an fbgemm
+        op's own arguments do not (:func:`aorta.trace.perf.context.partners`: an fbgemm
         backward node's forward call, apex's ``ConvBias_`` for its backward, the backward node
         whose gradients a ``cat`` concatenates).
 
