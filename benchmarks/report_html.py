@@ -27,7 +27,7 @@ import numpy as np
 
 from aorta.matrix.dataset import build_dataset
 from aorta.matrix.summary import summarize
-from aorta.report.html_report import RUN_SECTIONS, html
+from aorta.report.page.write import RUN_SECTIONS, html
 from aorta.store.hostenv import snapshot
 from aorta.store.record import TrialRecord
 from aorta.store.rundir import RunDir, utc_now

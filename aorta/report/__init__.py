@@ -2,7 +2,7 @@
 
 ``aorta.report.html(run)`` writes a run's self-contained ``report.html`` and
 ``aorta.report.compare_html(run_a, run_b)`` the page comparing two runs
-(:mod:`aorta.report.html_report`); ``aorta.report.explain_text(run, cell)`` the text of
+(:mod:`aorta.report.page.write`); ``aorta.report.explain_text(run, cell)`` the text of
 ``aorta compare RUN --explain CELL`` (:mod:`aorta.report.explain`);
 ``aorta.report.run_findings(ds)`` the findings of a run (:mod:`aorta.report.findings`: failures
 and hangs first, then timing — what every page lists). They load on first use, so
@@ -29,8 +29,8 @@ _LAZY = {
     "finding_json": "aorta.report.findings",
     "findings_lines": "aorta.report.findings",
     "comparison_findings": "aorta.report.findings",
-    "html": "aorta.report.html_report",
-    "compare_html": "aorta.report.html_report",
+    "html": "aorta.report.page.write",
+    "compare_html": "aorta.report.page.write",
     "explain_text": "aorta.report.explain",
 }
 
@@ -42,7 +42,7 @@ if TYPE_CHECKING:  # the same names for type checkers; loaded on first access at
         findings_lines,
         run_findings,
     )
-    from aorta.report.html_report import compare_html, html
+    from aorta.report.page.write import compare_html, html
 
 
 def __getattr__(name: str) -> Any:

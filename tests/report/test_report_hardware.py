@@ -17,8 +17,8 @@ import xarray as xr
 import aorta.cli
 from aorta.errors import ExitCode
 from aorta.matrix.dataset import build_dataset
-from aorta.report.html_perf import hardware_html
-from aorta.report.html_report import html
+from aorta.report.page.hardware import hardware_html
+from aorta.report.page.write import html
 from aorta.report.perf import (
     NO_GPU_TEXT,
     cell_hardware,

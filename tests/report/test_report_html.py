@@ -21,7 +21,7 @@ import aorta
 import aorta.report
 from aorta.errors import ExitCode, UsageError
 from aorta.recipe.schema import load_recipe_text
-from aorta.report.html_kit import svg_markup
+from aorta.report.page.kit import svg_markup
 from aorta.run.sweep import sweep
 
 # A probe whose xnack cell is 1.5× slower and fails every odd trial with a log line on stderr;
@@ -300,8 +300,8 @@ def test_cross_node_differences_and_extra_hosts(run_copy):
 def test_waterfalls_and_custom_sections(run_copy):
     from matplotlib.figure import Figure
 
-    from aorta.report.html_kit import Section
-    from aorta.report.html_report import RUN_SECTIONS
+    from aorta.report.page.kit import Section
+    from aorta.report.page.write import RUN_SECTIONS
 
     fig = Figure()
     fig.add_subplot().bar(["base", "gemm", "comm"], [10, 2, 3])
@@ -363,7 +363,7 @@ def test_two_runs_usage_errors(runs, run_cli, args, message):
 def test_svg_markup_names_no_url_and_keeps_references():
     from matplotlib.figure import Figure
 
-    from aorta.report.html_kit import figure_markup
+    from aorta.report.page.kit import figure_markup
 
     fig = Figure()
     ax = fig.add_subplot()

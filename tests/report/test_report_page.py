@@ -22,8 +22,8 @@ import pytest
 
 import aorta.report
 from aorta.recipe.schema import load_recipe_text
-from aorta.report.html_report import read_run_files
-from aorta.report.html_sections import cell_anchor
+from aorta.report.page.sections import cell_anchor
+from aorta.report.page.write import read_run_files
 from aorta.run.sweep import sweep
 from aorta.store.rundir import RunDir
 

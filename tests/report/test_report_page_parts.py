@@ -14,12 +14,12 @@ from hypothesis import strategies as st
 
 from aorta.matrix.dataset import build_dataset
 from aorta.matrix.summary import summarize
-from aorta.report.html_details import clamped, trials_section
-from aorta.report.html_failures import failures_section
-from aorta.report.html_findings import findings_section, page_findings
-from aorta.report.html_kit import breakable, esc
-from aorta.report.html_report import read_run_files
-from aorta.report.html_sections import RunPage, matrix_section, parse_signature_line
+from aorta.report.page.details import clamped, trials_section
+from aorta.report.page.failures import failures_section
+from aorta.report.page.findings import findings_section, page_findings
+from aorta.report.page.kit import breakable, esc
+from aorta.report.page.sections import RunPage, matrix_section, parse_signature_line
+from aorta.report.page.write import read_run_files
 from aorta.store.record import TrialRecord
 from aorta.store.rundir import RunDir
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 import aorta
-from aorta.report.html_report import html
 from aorta.report.matrix import write_matrix
+from aorta.report.page.write import html
 from aorta.workloads.comm_wait import CommClock, straggler_delay
 from tests.processes import only_run_dir, torchrun
 

@@ -1,9 +1,9 @@
 """The sections of a run's ``report.html`` about its trials: traces, "where the time went",
 and every trial with its failure and links to its files (the Failures section is
-:mod:`aorta.report.html_failures`).
+:mod:`aorta.report.page.failures`).
 
-Pure functions of a :class:`~aorta.report.html_sections.RunPage`, like the sections of
-:mod:`aorta.report.html_sections`; see there for the extension points.
+Pure functions of a :class:`~aorta.report.page.sections.RunPage`, like the sections of
+:mod:`aorta.report.page.sections`; see there for the extension points.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from aorta.report.comparison import (
     ratio_text,
     verdict_text,
 )
-from aorta.report.html_kit import Cell, Section, breakable, esc, figure_block, table
-from aorta.report.html_sections import (
+from aorta.report.page.kit import Cell, Section, breakable, esc, figure_block, table
+from aorta.report.page.sections import (
     STATUS_LABELS,
     RunPage,
     number_or_none,

@@ -4,9 +4,9 @@ crashed or errored, grouped by failure.
 Per cell, one block per failure (its kind and signature): the signature, its hint, the line
 the signature matched with the lines around it (the first trial's), then that trial's other
 files (logs, collected files) collapsed, and the matched line of the cell's other trials.
-A pure function of a :class:`~aorta.report.html_sections.RunPage`; the excerpts are read by
-:func:`aorta.report.html_report.read_run_files`. Every text goes through
-:func:`~aorta.report.html_kit.esc`.
+A pure function of a :class:`~aorta.report.page.sections.RunPage`; the excerpts are read by
+:func:`aorta.report.page.write.read_run_files`. Every text goes through
+:func:`~aorta.report.page.kit.esc`.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aorta.matrix.signatures import signature_hints
-from aorta.report.html_kit import Section, esc
-from aorta.report.html_sections import (
+from aorta.report.page.kit import Section, esc
+from aorta.report.page.sections import (
     STATUS_LABELS,
     LogExcerpt,
     RunPage,
@@ -29,7 +29,7 @@ from aorta.report.html_sections import (
 __all__ = ["FAILURE_LABELS", "failure_label", "failures_section"]
 
 #: How a failed trial's kind is named (``outcome_of``'s kinds); an errored trial is named by
-#: its status (:data:`~aorta.report.html_sections.STATUS_LABELS`).
+#: its status (:data:`~aorta.report.page.sections.STATUS_LABELS`).
 FAILURE_LABELS: dict[str, str] = {"hang": "hang", "workload": "failed", "crash": "crash"}
 _OTHER_TRIALS = 12  # other trials' matched lines listed per failure
 _OWN_LOGS = ("/stderr.log", "/stdout.log")

@@ -5,9 +5,9 @@ This module is the file edge of the HTML report: it loads the run, computes the 
 (:func:`aorta.matrix.summary.summarize`) and the trace summary, reads what the page shows from
 the run directory (recipe, host snapshots, ``launch.json``'s cross-node differences, trial
 records, the tail of failed trials' logs), and writes the page atomically. The sections are
-pure functions in :mod:`aorta.report.html_sections` and :mod:`aorta.report.html_details`
+pure functions in :mod:`aorta.report.page.sections` and :mod:`aorta.report.page.details`
 (a run) and
-:mod:`aorta.report.html_compare` (two runs); the markup in :mod:`aorta.report.html_kit`.
+:mod:`aorta.report.page.two_runs` (two runs); the markup in :mod:`aorta.report.page.kit`.
 
 The page holds everything: figures inline as SVG (or PNG data), stylesheet and a small script
 that sorts and filters tables (the page reads the same without it); no URL to anything outside
@@ -38,17 +38,16 @@ from aorta.matrix.trace_summary import has_traces, trace_summary
 from aorta.plot.waterfall import waterfall as plot_waterfall
 from aorta.report.comparison import compare_datasets
 from aorta.report.explain import explain_changed
-from aorta.report.html_compare import RunSide, render_compare_page
-from aorta.report.html_details import (
+from aorta.report.page.details import (
     time_went_section,
     traces_section,
     trials_section,
 )
-from aorta.report.html_failures import failures_section
-from aorta.report.html_findings import findings_section
-from aorta.report.html_kit import FigureFormat, esc, page
-from aorta.report.html_perf import hardware_section
-from aorta.report.html_sections import (
+from aorta.report.page.failures import failures_section
+from aorta.report.page.findings import findings_section
+from aorta.report.page.hardware import hardware_section
+from aorta.report.page.kit import FigureFormat, esc, page
+from aorta.report.page.sections import (
     LogExcerpt,
     RunFiles,
     RunPage,
@@ -59,6 +58,7 @@ from aorta.report.html_sections import (
     parse_signature_line,
     run_section,
 )
+from aorta.report.page.two_runs import RunSide, render_compare_page
 from aorta.store.redact import redact_page
 from aorta.store.rundir import HANG_DIR, REPORT_HTML, RunDir, atomic_write, evidence_name
 

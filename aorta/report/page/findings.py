@@ -22,8 +22,8 @@ from typing import Literal
 from aorta.matrix.findings import Finding, findings
 from aorta.matrix.signatures import signature_counts, signature_hints
 from aorta.report.findings import finding_text
-from aorta.report.html_kit import Section, esc
-from aorta.report.html_sections import RunPage
+from aorta.report.page.kit import Section, esc
+from aorta.report.page.sections import RunPage
 
 __all__ = ["PageFinding", "finding_item", "findings_section", "page_findings"]
 
@@ -99,7 +99,7 @@ def page_findings(page: RunPage) -> list[PageFinding]:
 
 
 def finding_item(f: PageFinding) -> str:
-    """One finding as a list item (every text through :func:`~aorta.report.html_kit.esc`)."""
+    """One finding as a list item (every text through :func:`~aorta.report.page.kit.esc`)."""
     detail = f'<div class="fdetail">{esc(f.detail)}</div>' if f.detail else ""
     topic = f'<span class="topic">{esc(f.topic)}</span>'
     return f'<li class="finding {esc(f.tone)}">{topic}<div>{esc(f.text)}{detail}</div></li>'

@@ -1,11 +1,11 @@
 """The sections of a run's ``report.html``: pure functions of a :class:`RunPage`.
 
-Each builder takes the page's data and returns a :class:`~aorta.report.html_kit.Section`, or
+Each builder takes the page's data and returns a :class:`~aorta.report.page.kit.Section`, or
 ``None`` when its data does not exist (no trace metrics, no failed trial, ...), so a section
 appears exactly when there is something to show.
-:data:`aorta.report.html_report.RUN_SECTIONS` is the default order (with the sections of
-:mod:`aorta.report.html_findings`, :mod:`aorta.report.html_failures` and
-:mod:`aorta.report.html_details`); :func:`aorta.report.html` takes another sequence
+:data:`aorta.report.page.write.RUN_SECTIONS` is the default order (with the sections of
+:mod:`aorta.report.page.findings`, :mod:`aorta.report.page.failures` and
+:mod:`aorta.report.page.details`); :func:`aorta.report.html` takes another sequence
 (``sections=``), which is how a new section is added without touching this module.
 
 What the sections read beyond the Dataset and the matrix frame:
@@ -19,8 +19,8 @@ What the sections read beyond the Dataset and the matrix frame:
 * run order and drift: the Dataset's ``run_order`` and ``schedule``, and a comparison's
   ``drift`` / ``warnings`` attrs, are shown in the run section when present.
 
-Every text a section embeds goes through :func:`~aorta.report.html_kit.esc` (or
-:class:`~aorta.report.html_kit.Cell`, which calls it).
+Every text a section embeds goes through :func:`~aorta.report.page.kit.esc` (or
+:class:`~aorta.report.page.kit.Cell`, which calls it).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from aorta.report.comparison import (
     statistics_line,
     verdict_text,
 )
-from aorta.report.html_kit import (
+from aorta.report.page.kit import (
     Cell,
     FigureFormat,
     Section,
@@ -105,7 +105,7 @@ _FIGURE_MAX_CELLS = 40
 @dataclass(frozen=True)
 class RunFiles:
     """What a page shows from the run directory beyond the Dataset (read by
-    :mod:`aorta.report.html_report`; every field may be empty)."""
+    :mod:`aorta.report.page.write`; every field may be empty)."""
 
     #: The run directory.
     path: Path

@@ -14,8 +14,8 @@ import pandas as pd
 
 from aorta import plot
 from aorta.matrix.trace_summary import has_traces
-from aorta.report.html_kit import Cell, FigureFormat, Section, esc, figure_block, table
-from aorta.report.html_sections import RunPage, number_or_none
+from aorta.report.page.kit import Cell, FigureFormat, Section, esc, figure_block, table
+from aorta.report.page.sections import RunPage, number_or_none
 from aorta.report.perf import (
     NO_GPU_TEXT,
     CellHardware,

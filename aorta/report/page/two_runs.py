@@ -2,7 +2,7 @@
 
 :func:`render_compare_page` takes both runs (:class:`RunSide`) and the comparison frame (rows:
 the shared cells; ``median`` and the trial counts are run B's, ``baseline_median`` run A's) and
-returns the HTML text; :func:`aorta.report.html_report.compare_html` reads the runs and writes
+returns the HTML text; :func:`aorta.report.page.write.compare_html` reads the runs and writes
 the file.
 """
 
@@ -27,8 +27,8 @@ from aorta.report.comparison import (
     statistics_line,
     verdict_text,
 )
-from aorta.report.html_kit import Cell, FigureFormat, Section, esc, figure_block, page, table
-from aorta.report.html_sections import hosts_table, verdict_chip
+from aorta.report.page.kit import Cell, FigureFormat, Section, esc, figure_block, page, table
+from aorta.report.page.sections import hosts_table, verdict_chip
 from aorta.store.record import RAN
 from aorta.store.rundir import MATRIX_MD, REPORT_DIR, REPORT_HTML, RunDir
 
