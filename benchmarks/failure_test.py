@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/failure_test.py [--tables 300] [--seed 1] [--starts 3]
 
 * per call: ``aorta.matrix.boschloo.boschloo_p`` against ``scipy.stats.boschloo_exact`` on the
-  same random tables (1-60 trials a group), and ``aorta.matrix.ranks.kendall_tau_p`` against
+  same random tables (1-60 trials a group), and ``aorta.matrix.rank_tests.kendall_tau_p`` against
   ``scipy.stats.kendalltau`` (8-60 timed trials); with the largest relative difference;
 * per process: a fresh interpreter, aorta.matrix imported, that computes one p-value each way:
   CPU (user + system), alternated — what a sweep's rank 0 or an ``aorta report`` pays where failures differ.
@@ -23,7 +23,7 @@ import numpy as np
 from scipy import stats as sps
 
 from aorta.matrix.boschloo import boschloo_p
-from aorta.matrix.ranks import kendall_tau_p
+from aorta.matrix.rank_tests import kendall_tau_p
 
 # Both first import what every process that compares holds already (aorta.matrix: numpy,
 # pandas, xarray); the clock covers the p-values and what they import.
@@ -38,7 +38,7 @@ if {scipy}:
     kendalltau(np.arange(12.0), np.sin(np.arange(12.0))).pvalue
 else:
     from aorta.matrix.boschloo import boschloo_p
-    from aorta.matrix.ranks import kendall_tau_p
+    from aorta.matrix.rank_tests import kendall_tau_p
     boschloo_p(3, 10, 0, 10)
     kendall_tau_p(np.arange(12.0), np.sin(np.arange(12.0)))
 t = os.times()

@@ -122,7 +122,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 #: in a run (the worker's own, ``self_s``) is the machine's speed then. This machine's varies
 #: by ±30% from hour to hour, more than most changes to the suite, so two runs' times compare
 #: only scaled by it. They exercise code that changes little (recipe parsing): a file of the
-#: statistics left the set when matrix/ranks.py halved its CPU.
+#: statistics left the set when matrix/rank_tests.py halved its CPU.
 SPEED_REFERENCE = (
     "tests/recipe/test_recipe_properties.py",
     "tests/recipe/test_hardening_yaml.py",

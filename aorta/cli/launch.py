@@ -290,7 +290,7 @@ def launch(
     """Run a recipe's sweep on every node of a cluster (torchrun, rendezvous on the head) and
     gather the results into one run directory."""
     from aorta.launch import Deadlines, load_cluster
-    from aorta.recipe.launch import sweep_spec
+    from aorta.recipe.launch_spec import sweep_spec
 
     def load() -> Cluster:
         the_cluster = load_cluster(cluster)
@@ -377,8 +377,8 @@ def _cvs_spec(
     run_timeout: float | None,
     **options: Any,
 ) -> tuple[LaunchSpec, float | None]:
-    """:func:`aorta.recipe.launch.cvs_spec`, this command line's options winning."""
-    from aorta.recipe.launch import cvs_spec
+    """:func:`aorta.recipe.launch_spec.cvs_spec`, this command line's options winning."""
+    from aorta.recipe.launch_spec import cvs_spec
 
     if command:
         raise UsageError(f"--cvs-config {path} gives the training command: drop the one after '--'")
@@ -406,7 +406,7 @@ def _refuse_control_characters(
 
 def _dry_run(cluster: Cluster, spec: LaunchSpec, *, deadlines: Deadlines) -> int:
     from aorta.launch import dry_run
-    from aorta.report.launch import dry_run_lines
+    from aorta.report.launch_text import dry_run_lines
 
     report = dry_run(cluster, spec, deadlines=deadlines)
     print("\n".join(dry_run_lines(report)))

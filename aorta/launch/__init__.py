@@ -1,7 +1,7 @@
 """Multi-node launch: one ``cluster.json``, torchrun on every node, one run directory.
 
 The cluster file is read in :mod:`aorta.recipe.cluster`, what runs (:class:`LaunchSpec`: a
-recipe's sweep, a CVS config's job) in :mod:`aorta.recipe.launch`; their names are re-exported
+recipe's sweep, a CVS config's job) in :mod:`aorta.recipe.launch_spec`; their names are re-exported
 here. From pure to effectful: :mod:`~.command` (each node's quoted command line),
 :mod:`~.outcome` (per-node outcomes, the cross-node :func:`env_diff`), :mod:`~.backend` (the one
 lifecycle every backend goes through, and its per-node result map; the folders it gathers
@@ -24,10 +24,10 @@ from aorta.recipe.cluster import (  # the cluster file, read with the other inpu
     parse_hostfile,
     parse_nproc,
 )
-from aorta.recipe.launch import LaunchSpec, NodePath, sweep_spec  # what runs: an input too
+from aorta.recipe.launch_spec import LaunchSpec, NodePath, sweep_spec  # what runs: an input too
 
-from .command import NodeCommand, run_command
 from .launcher import dry_run, launch, new_run_id
+from .node_command import NodeCommand, run_command
 from .outcome import Deadlines, LaunchFailed, LaunchResult, NodeOutcome, env_diff
 from .ssh import RemoteError, SshSession, ssh_sessions
 

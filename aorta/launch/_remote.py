@@ -69,7 +69,7 @@ def setup(req):
     return out
 
 
-WATCHDOG_MARK = b"AORTA_LAUNCH_WATCHDOG=1"  # aorta.launch.command.WATCHDOG_MARK
+WATCHDOG_MARK = b"AORTA_LAUNCH_WATCHDOG=1"  # aorta.launch.node_command.WATCHDOG_MARK
 
 
 def proctree(req):

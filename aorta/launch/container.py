@@ -41,7 +41,7 @@ from typing import Any
 import aorta
 from aorta.recipe.cluster import Container, Node
 
-from .command import LAUNCH_DIR
+from .node_command import LAUNCH_DIR
 from .ssh import ExecResult, NodeSession, RemoteError
 
 __all__ = ["ContainerSession", "aorta_requirements", "run_argv", "ship_aorta"]

@@ -20,13 +20,14 @@ from pathlib import Path
 from typing import IO, Any
 
 from aorta.recipe.cluster import Cluster, Node
-from aorta.recipe.launch import LaunchSpec
-from aorta.report.launch import describe_kill, last_words
+from aorta.recipe.launch_spec import LaunchSpec
+from aorta.report.launch_text import describe_kill, last_words
 from aorta.store.gather import node_folder, node_log, staging_dir
 from aorta.store.rundir import HOST_ENV, atomic_write
 
 from .backend import EventSink, LineSink, TimedOut, daemon, drive, ignore, run_parallel, why
-from .command import (
+from .container import ContainerSession, aorta_requirements
+from .node_command import (
     STARTED_MARKER,
     NodeCommand,
     env_file_command,
@@ -37,7 +38,6 @@ from .command import (
     run_command,
     setup_command,
 )
-from .container import ContainerSession, aorta_requirements
 from .outcome import Deadlines, LaunchResult, NodeOutcome, env_diff
 from .ssh import ExecResult, NodeSession, RemoteError, Unreachable, ssh_sessions
 
@@ -219,7 +219,7 @@ class SshLaunch:
 
     def stop(self, name: str, ndir: str, **head: str | None) -> dict[str, Any]:
         """Stop everything this run started on one node, over a fresh connection; return the
-        helper's report (``head``: see :func:`~aorta.launch.command.kill_command`)."""
+        helper's report (``head``: see :func:`~aorta.launch.node_command.kill_command`)."""
         session, d = self.live[name], self.deadlines
         cmd, stdin = kill_command(
             session.node, run_id=self.run_id, node_dir=ndir, grace=d.kill_grace, **head

@@ -25,7 +25,7 @@ from typing import Any, Literal
 from aorta.envvars import LAUNCH_PROVIDED
 from aorta.errors import AortaError
 from aorta.recipe.cluster import Node
-from aorta.report.launch import describe_outcome, summarize_outcomes
+from aorta.report.launch_text import describe_outcome, summarize_outcomes
 from aorta.store.hostenv import diff_snapshots
 
 __all__ = [
@@ -109,7 +109,7 @@ class LaunchResult:
     timings: dict[str, float] = field(default_factory=dict)
     #: Keys whose values differ across nodes: ``{"packages.torch": {"node0": "2.4", ...}}``.
     skew: dict[str, dict[str, Any]] = field(default_factory=dict)
-    #: Each node's :class:`~aorta.launch.command.NodeCommand` (Slurm: its ``describe()`` text).
+    #: Each node's :class:`~aorta.launch.node_command.NodeCommand` (Slurm: its ``describe()`` text).
     commands: dict[str, Any] = field(default_factory=dict)
     interrupted: bool = False
 
@@ -167,5 +167,5 @@ LAUNCH_KEYS = frozenset(f"env.{name}" for name in LAUNCH_PROVIDED)
 def env_diff(snapshots: Mapping[str, Mapping[str, Any] | None]) -> dict[str, dict[str, Any]]:
     """Where the nodes' environment snapshots (versions, drivers, NCCL/RCCL variables) differ,
     the launcher's own variables aside (:func:`aorta.store.hostenv.diff_snapshots`):
-    ``{"torch.version": {node: value}}`` (:func:`aorta.report.launch.format_skew` prints it)."""
+    ``{"torch.version": {node: value}}``, printed by :func:`aorta.report.launch_text.format_skew`."""
     return diff_snapshots(snapshots, ignore=LAUNCH_KEYS)

@@ -31,8 +31,8 @@ from typing import Any
 from aorta import envvars
 from aorta.errors import AortaError, UsageError
 from aorta.recipe.cluster import Cluster, Node, check_slurm_partition, check_slurm_time
-from aorta.recipe.launch import LaunchSpec, NodePath
-from aorta.report.launch import sbatch_script
+from aorta.recipe.launch_spec import LaunchSpec, NodePath
+from aorta.report.launch_text import sbatch_script
 from aorta.store.gather import node_folder, node_log, slurm_node_dir, staging_dir, staging_run_id
 from aorta.store.rundir import (
     COMBINED_TRACES,
@@ -46,7 +46,7 @@ from aorta.store.rundir import (
 from aorta.store.secrets import redact_env
 
 from .backend import EventSink, LineSink, drive, ignore
-from .command import ENV_FILE, env_script, node_env, run_command
+from .node_command import ENV_FILE, env_script, node_env, run_command
 from .outcome import LaunchResult, NodeOutcome
 
 __all__ = ["FINAL_STATES", "SlurmJob", "check_request", "run_in_job"]

@@ -26,7 +26,7 @@ from fabric import Config, Connection
 
 from aorta.errors import AortaError
 from aorta.recipe.cluster import Cluster, Node
-from aorta.report.launch import cause_lines
+from aorta.report.launch_text import cause_lines
 from aorta.store.rundir import COMBINED_TRACES
 
 __all__ = [

@@ -2,7 +2,7 @@
 statistics, comparisons against the baseline, the per-cell summary, trace metrics per
 cell × trial × rank, and the ``ds.aorta`` accessor.
 
-Modules, bottom to top: :mod:`~aorta.matrix.ranks` and :mod:`~aorta.matrix.stats`
+Modules, bottom to top: :mod:`~aorta.matrix.rank_tests` and :mod:`~aorta.matrix.stats`
 (numbers), :mod:`~aorta.matrix.select` (which trials count, one value per trial), :mod:`~aorta.matrix.dataset` (records → Dataset,
 netCDF), :mod:`~aorta.matrix.trace_metrics`, :mod:`~aorta.matrix.load` (run directories),
 :mod:`~aorta.matrix.options` (the statistics options, :class:`StatsOptions`),

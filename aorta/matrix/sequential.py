@@ -72,7 +72,7 @@ from aorta.matrix.eprocess import (
     t_mixture_halfwidth,
     t_mixture_log_e,
 )
-from aorta.matrix.ranks import rankdata
+from aorta.matrix.rank_tests import rankdata
 from aorta.matrix.stats import (
     DEFAULT_ALPHA,
     DEFAULT_SEED,

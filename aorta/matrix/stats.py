@@ -58,7 +58,7 @@ from aorta.matrix.bootstrap import (
     percentile_interval,
 )
 from aorta.matrix.boschloo import boschloo_p
-from aorta.matrix.ranks import (
+from aorta.matrix.rank_tests import (
     kendall_tau_p,
     mann_whitney_asymptotic_p,
     mann_whitney_exact_p,

@@ -23,7 +23,7 @@ with its bootstrap CI, Holm-adjusted p, verdict) plus the columns upstream AORTA
   others wait for across the cell's ok trials, or none (:func:`aorta.matrix.stragglers.stragglers`).
 
 The statistics use each trial's median post-warm-up step time, or its wall clock when the
-baseline has no per-step times. :mod:`aorta.report.matrix` renders the frame as ``matrix.md``
+baseline has no per-step times. :mod:`aorta.report.matrix_files` renders the frame as ``matrix.md``
 and ``matrix.json``.
 """
 

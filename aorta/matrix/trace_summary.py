@@ -2,7 +2,7 @@
 communication changed against the baseline.
 
 Pure functions of a Dataset with trace metrics (``aorta.load_run(run, traces=True)``):
-:func:`trace_summary` gives one row per cell (:mod:`aorta.report.matrix` renders it as the
+:func:`trace_summary` gives one row per cell (:mod:`aorta.report.matrix_files` renders it as the
 ``## Traces`` section of ``matrix.md`` and the ``traces`` entry of ``matrix.json``).
 """
 

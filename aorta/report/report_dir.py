@@ -10,7 +10,7 @@ exposed-communication verdict), two more figures, a traces section in ``report.m
 "Against the hardware" section (:mod:`aorta.report.perf`: ``hardware.csv``, a
 ``roofline_<cell>.png`` per cell), and
 the run's ``matrix.md`` / ``matrix.json`` rewritten with their traces section
-(:func:`aorta.report.matrix.write_matrix`).
+(:func:`aorta.report.matrix_files.write_matrix`).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from aorta.report.comparison import (
 )
 from aorta.report.explain import explain_changed, time_went_markdown
 from aorta.report.findings import findings_markdown
-from aorta.report.matrix import trace_markdown, write_matrix
+from aorta.report.matrix_files import trace_markdown, write_matrix
 from aorta.report.perf import hardware_report
 from aorta.store.redact import Redactor
 from aorta.store.rundir import MATRIX_JSON, MATRIX_MD, atomic_write

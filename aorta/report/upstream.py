@@ -1,7 +1,7 @@
 """Upstream AORTA's ``matrix.json`` keys, beside aorta's own: scripts written for upstream
 read aorta's file unchanged.
 
-:func:`with_upstream_keys` adds to the document :func:`aorta.report.matrix.matrix_json`
+:func:`with_upstream_keys` adds to the document :func:`aorta.report.matrix_files.matrix_json`
 builds (nothing of aorta's is removed):
 
 * top level — ``baseline_cell``, ``trials_per_cell``, ``steps_per_trial``, ``run_timestamp``,

@@ -36,7 +36,7 @@ from aorta.matrix.dataset import build_dataset
 from aorta.matrix.load import write_results
 from aorta.recipe.plan import Cell, TrialKey
 from aorta.recipe.schema import Recipe, dump_recipe, load_recipe_text
-from aorta.report.matrix import write_matrix
+from aorta.report.matrix_files import write_matrix
 from aorta.report.progress import ProgressMode, Reporter, check_progress, choose_reporter
 from aorta.run import forensics, procs
 from aorta.run.adaptive import AdaptiveSchedule

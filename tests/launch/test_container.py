@@ -28,7 +28,7 @@ import pytest
 from aorta.cli import main
 from aorta.errors import ExitCode
 from aorta.launch import Cluster, LaunchSpec, dry_run, launch
-from aorta.report.launch import dry_run_lines
+from aorta.report.launch_text import dry_run_lines
 from tests.docker_daemon import (
     IMAGE,
     DockerDaemon,

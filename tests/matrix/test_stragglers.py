@@ -18,7 +18,7 @@ from aorta.matrix.findings import findings
 from aorta.matrix.stragglers import STRAGGLER_COLUMNS, stragglers, trial_stragglers
 from aorta.matrix.summary import summarize
 from aorta.report.findings import finding_json, finding_text, findings_markdown
-from aorta.report.matrix import matrix_json, matrix_markdown
+from aorta.report.matrix_files import matrix_json, matrix_markdown
 from aorta.store.record import RankOutcome, TrialRecord
 
 STEP = 40.0  # ms: every trial's recorded step

@@ -226,7 +226,7 @@ def test_analyse_trial_is_a_function_of_the_files(traced_run):
 def test_trace_summary_section_and_figures(run_copy):
     from matplotlib.figure import Figure
 
-    from aorta.report.matrix import trace_markdown, write_matrix
+    from aorta.report.matrix_files import trace_markdown, write_matrix
 
     ds = aorta.load_run(run_copy, traces=True)
     summary = ds.aorta.trace_summary()

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from aorta.launch import Cluster, run_command
 from aorta.recipe.cvs import CvsConfigError, cvs_job, load_cvs_config, probe_recipe
-from aorta.recipe.launch import sweep_spec
+from aorta.recipe.launch_spec import sweep_spec
 
 #: The block of CVS's own sample config (cvs/input/config_file/aorta/aorta_benchmark.yaml).
 CVS_YAML = """\

@@ -10,7 +10,12 @@ import pytest
 from aorta.matrix.load import load_run
 from aorta.matrix.summary import summarize
 from aorta.report.comparison import ms_text, p_text, percent_text
-from aorta.report.matrix import failure_signatures, matrix_header, matrix_json, matrix_markdown
+from aorta.report.matrix_files import (
+    failure_signatures,
+    matrix_header,
+    matrix_json,
+    matrix_markdown,
+)
 from tests.conftest import DATA
 from tests.triage_records import triage_dataset
 

@@ -14,7 +14,7 @@ import pytest
 
 from aorta.matrix.load import load_run
 from aorta.matrix.summary import summarize
-from aorta.report.matrix import matrix_header, matrix_json, matrix_markdown
+from aorta.report.matrix_files import matrix_header, matrix_json, matrix_markdown
 from tests.conftest import DATA
 
 RUN = DATA / "golden_run"

@@ -20,7 +20,7 @@ from aorta.recipe.plan import plan
 from aorta.recipe.registry import Registry
 from aorta.recipe.schema import load_recipe_text
 from aorta.report.findings import finding_text
-from aorta.report.matrix import matrix_markdown
+from aorta.report.matrix_files import matrix_markdown
 from aorta.report.progress import LineReporter
 from aorta.run.adaptive import AdaptiveSchedule
 from aorta.run.extend import record_extension

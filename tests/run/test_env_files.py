@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 from aorta.errors import ExitCode
-from aorta.launch.command import env_script
+from aorta.launch.node_command import env_script
 from aorta.workloads.command import write_env_file
 
 

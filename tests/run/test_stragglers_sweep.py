@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import aorta
-from aorta.report.matrix import write_matrix
+from aorta.report.matrix_files import write_matrix
 from aorta.report.page.write import html
 from aorta.workloads.comm_wait import CommClock, straggler_delay
 from tests.processes import only_run_dir, torchrun

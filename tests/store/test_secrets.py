@@ -18,9 +18,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import aorta
-from aorta.launch.command import setup_command
+from aorta.launch.node_command import setup_command
 from aorta.recipe.cluster import Cluster
-from aorta.recipe.launch import LaunchSpec
+from aorta.recipe.launch_spec import LaunchSpec
 from aorta.store.redact import Redactor
 from aorta.store.secrets import redact_env
 

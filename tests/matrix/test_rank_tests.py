@@ -1,4 +1,4 @@
-"""aorta.matrix.ranks against scipy.stats, whose values it replaces without its import."""
+"""aorta.matrix.rank_tests against scipy.stats, whose values it replaces without its import."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats as sps
 
-from aorta.matrix import boschloo, ranks
+from aorta.matrix import boschloo, rank_tests
 
 # Few distinct values, so that ties are common; or many, so that they are rare.
 VALUES = st.one_of(
@@ -27,12 +27,12 @@ VALUES = st.one_of(
 def test_ranks_and_p_values_are_scipys(xs, ys):
     x, y = np.array(xs), np.array(ys)
     both = np.concatenate([x, y])
-    np.testing.assert_array_equal(ranks.rankdata(both), sps.rankdata(both))
-    assert ranks.mann_whitney_asymptotic_p(x, y) == pytest.approx(
+    np.testing.assert_array_equal(rank_tests.rankdata(both), sps.rankdata(both))
+    assert rank_tests.mann_whitney_asymptotic_p(x, y) == pytest.approx(
         sps.mannwhitneyu(x, y, method="asymptotic").pvalue, rel=1e-12, abs=1e-300
     )
     if np.unique(both).size == both.size:
-        assert ranks.mann_whitney_exact_p(x, y) == pytest.approx(
+        assert rank_tests.mann_whitney_exact_p(x, y) == pytest.approx(
             sps.mannwhitneyu(x, y, method="exact").pvalue, rel=1e-12
         )
 
@@ -42,12 +42,12 @@ def test_the_exact_counts_are_every_split_counted(n, m):
     counts = [0] * (n * m + 1)
     for chosen in itertools.combinations(range(n + m), n):
         counts[sum(chosen) - n * (n - 1) // 2] += 1
-    assert ranks._u_counts(n, m) == tuple(counts)
+    assert rank_tests._u_counts(n, m) == tuple(counts)
 
 
 def test_the_exact_tail_keeps_its_precision_where_floats_would_not():
     # 50 vs 50, wholly apart: 2 / C(100, 50), far below float64's epsilon of the total.
-    p = ranks.mann_whitney_exact_p(np.arange(50.0), np.arange(50.0) + 100)
+    p = rank_tests.mann_whitney_exact_p(np.arange(50.0), np.arange(50.0) + 100)
     assert p == 2 / math.comb(100, 50)
     assert p == pytest.approx(
         sps.mannwhitneyu(np.arange(50.0), np.arange(50.0) + 100, method="exact").pvalue,
@@ -57,10 +57,10 @@ def test_the_exact_tail_keeps_its_precision_where_floats_would_not():
 
 def test_nan_gives_nan_as_scipy_does():
     x, y = np.array([1.0, np.nan]), np.array([2.0, 3.0])
-    assert np.isnan(ranks.rankdata(np.concatenate([x, y]))).all()
-    assert math.isnan(ranks.mann_whitney_exact_p(x, y))
-    assert math.isnan(ranks.mann_whitney_asymptotic_p(x, y))
-    assert math.isnan(ranks.kendall_tau_p(np.arange(6.0), np.array([1, 2, np.nan, 4, 5, 6.0])))
+    assert np.isnan(rank_tests.rankdata(np.concatenate([x, y]))).all()
+    assert math.isnan(rank_tests.mann_whitney_exact_p(x, y))
+    assert math.isnan(rank_tests.mann_whitney_asymptotic_p(x, y))
+    assert math.isnan(rank_tests.kendall_tau_p(np.arange(6.0), np.array([1, 2, np.nan, 4, 5, 6.0])))
 
 
 def test_comparing_cells_does_not_import_scipy_stats():
@@ -99,7 +99,7 @@ ORDERED = st.integers(2, 45).flatmap(
 def test_kendall_p_is_scipys(pair):
     order, values = (np.array(v, dtype=float) for v in pair)
     expected = sps.kendalltau(order, values).pvalue
-    got = ranks.kendall_tau_p(order, values)
+    got = rank_tests.kendall_tau_p(order, values)
     if math.isnan(expected):
         assert math.isnan(got)
     else:
@@ -111,12 +111,12 @@ def test_kendall_exact_and_asymptotic_branches():
     for n in (33, 34):
         order = np.arange(float(n))
         values = np.sin(order)
-        assert ranks.kendall_tau_p(order, values) == pytest.approx(
+        assert rank_tests.kendall_tau_p(order, values) == pytest.approx(
             sps.kendalltau(order, values).pvalue, rel=1e-12
         )
     values = np.arange(60.0)
     values[[10, 11]] = values[[11, 10]]
-    assert ranks.kendall_tau_p(np.arange(60.0), values) == pytest.approx(
+    assert rank_tests.kendall_tau_p(np.arange(60.0), values) == pytest.approx(
         sps.kendalltau(np.arange(60.0), values).pvalue, rel=1e-12
     )
 

@@ -1,6 +1,6 @@
 """What runs on each node, as text (pure, no SSH): every value that reaches a remote shell is
 quoted here and nowhere else; environment values travel in :data:`ENV_FILE`, never in argv.
-What runs is a :class:`~aorta.recipe.launch.LaunchSpec`, validated with the other inputs.
+What runs is a :class:`~aorta.recipe.launch_spec.LaunchSpec`, validated with the other inputs.
 
 >>> from aorta.recipe.cluster import Cluster
 >>> cluster = Cluster.from_dict({"node_dict": {"10.0.0.1": {}, "10.0.0.2": {}}})
@@ -27,7 +27,7 @@ from importlib import resources
 
 from aorta import envvars
 from aorta.recipe.cluster import Cluster, Node
-from aorta.recipe.launch import LaunchSpec, NodePath
+from aorta.recipe.launch_spec import LaunchSpec, NodePath
 from aorta.store.secrets import redact_env
 
 __all__ = [

@@ -2,7 +2,7 @@
 environment, the files shipped with it; validated like every other input): a recipe's sweep
 (:func:`sweep_spec`), or the training job of a CVS config (:func:`cvs_spec`, read by
 :mod:`aorta.recipe.cvs`) swept the same way. Every backend of :mod:`aorta.launch` launches what
-these build; each node's command line is :mod:`aorta.launch.command`'s.
+these build; each node's command line is :mod:`aorta.launch.node_command`'s.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ _FILE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 @dataclass(frozen=True)
 class NodePath:
     """An argument naming a file in the node's per-run folder
-    (:func:`aorta.launch.command.node_dir`)."""
+    (:func:`aorta.launch.node_command.node_dir`)."""
 
     relative: str
 
