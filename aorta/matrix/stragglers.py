@@ -6,7 +6,7 @@ ended ok, each rank ``r`` gets its wait per step ``w_r`` from the best source th
 
 - ``traces`` (``aorta.load_run(run, traces=True)``): ``straggler_wait_ms`` /
   ``profiled_steps``, the time it waited at matched collectives for the last rank to start
-  (:func:`aorta.trace.collective_skew`), with ``last_to_enter_pct`` beside it;
+  (:func:`aorta.trace.collectives.collective_skew`), with ``last_to_enter_pct`` beside it;
 - ``workload``: ``comm_wait_ms``, the workload's own clock of its time in collectives per
   step (``race``, ``training``: :mod:`aorta.workloads.comm_wait`).
 
