@@ -1,8 +1,8 @@
 """Multi-node launch: one ``cluster.json``, torchrun on every node, one run directory.
 
 The cluster file is read in :mod:`aorta.recipe.cluster`, what runs (:class:`LaunchSpec`: a
-recipe's sweep, a CVS config's job) in :mod:`aorta.recipe.launch_spec`; their names are re-exported
-here. From pure to effectful: :mod:`~.command` (each node's quoted command line),
+recipe's sweep, a CVS config's job) in :mod:`aorta.recipe.launch_spec`; their names are
+re-exported here. From pure to effectful: :mod:`~.node_command` (each node's command line),
 :mod:`~.outcome` (per-node outcomes, the cross-node :func:`env_diff`), :mod:`~.backend` (the one
 lifecycle every backend goes through, and its per-node result map; the folders it gathers
 into, ``combined_traces/node_<rank>/``, are :mod:`aorta.store.gather`'s), :mod:`~.ssh`

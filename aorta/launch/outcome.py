@@ -166,6 +166,6 @@ LAUNCH_KEYS = frozenset(f"env.{name}" for name in LAUNCH_PROVIDED)
 
 def env_diff(snapshots: Mapping[str, Mapping[str, Any] | None]) -> dict[str, dict[str, Any]]:
     """Where the nodes' environment snapshots (versions, drivers, NCCL/RCCL variables) differ,
-    the launcher's own variables aside (:func:`aorta.store.hostenv.diff_snapshots`):
-    ``{"torch.version": {node: value}}``, printed by :func:`aorta.report.launch_text.format_skew`."""
+    the launcher's own variables aside (:func:`aorta.store.hostenv.diff_snapshots`), as
+    ``{"torch.version": {node: value}}`` for :func:`aorta.report.launch_text.format_skew`."""
     return diff_snapshots(snapshots, ignore=LAUNCH_KEYS)

@@ -4,9 +4,8 @@ The ``traceEvents`` array of a plain (not gzip) file is cut into byte ranges at 
 boundaries (a ``}`` followed by ``,`` and ``{``, found near evenly spaced offsets); each range
 is read as an array of its own (``[`` + range + ``]``) by the same scanner and builder as a
 serial parse, in a worker process (the calling process takes the first, shorter range), and
-the parts are merged in file order by
-:func:`~aorta.trace.loader._parse.merge_parts`, whose dictionaries grow in order of first occurrence —
-so the result is the serial table, bit for bit.
+the parts are merged in file order by :func:`~aorta.trace.loader._parse.merge_parts`, whose
+dictionaries grow in order of first occurrence — so the result is the serial table, bit for bit.
 
 A boundary found inside a string or a nested object cannot decode (the range would start or
 end inside a value), so a wrong cut is an error in a worker, never a wrong table; on any error

@@ -1,9 +1,9 @@
 """A parsed trace kept beside its file (``<file>.aorta-cache``), keyed by size and mtime.
 
 The cache is an uncompressed ``.npz``-format archive (numpy's own zip of ``.npy`` arrays, no
-pickle): the columns of a :class:`~aorta.trace.loader._parse.RankTable` plus one JSON document for its
-dictionaries and metadata. It is written atomically (a temporary file, then ``os.replace``);
-a directory that cannot be written is not an error — the load reports ``not written: <why>``.
+pickle): the columns of a :class:`~aorta.trace.loader._parse.RankTable` plus one JSON document for
+its dictionaries and metadata. It is written atomically (a temporary file, then ``os.replace``); a
+directory that cannot be written is not an error — the load reports ``not written: <why>``.
 """
 
 from __future__ import annotations
