@@ -88,10 +88,8 @@ def _matmul_shape(a: list[int], b: list[int]) -> tuple[float, float, float, floa
         return _NAN_SHAPE
     batch_a, batch_b = a2[:-2], b2[:-2]
     width = max(len(batch_a), len(batch_b))
-    batch_a, batch_b = (
-        [1] * (width - len(batch_a)) + batch_a,
-        [1] * (width - len(batch_b)) + batch_b,
-    )
+    batch_a = [1] * (width - len(batch_a)) + batch_a
+    batch_b = [1] * (width - len(batch_b)) + batch_b
     if any(x != y and 1 not in (x, y) for x, y in zip(batch_a, batch_b, strict=True)):
         return _NAN_SHAPE
     batch = _prod([max(x, y) for x, y in zip(batch_a, batch_b, strict=True)])

@@ -72,7 +72,10 @@ class _Remap:
         pids: dict[tuple[int, Any], int],
         tids: dict[tuple[int, Any, Any], int],
     ) -> None:
-        self.rank, self.shift_us, self.pids, self.tids = rank, shift_us, pids, tids
+        self.rank = rank
+        self.shift_us = shift_us
+        self.pids = pids
+        self.tids = tids
         self.named: set[int] = set()
 
     def pid(self, pid: Any) -> int:

@@ -319,10 +319,8 @@ class Trace:
         labels: tuple[str, ...],
     ) -> np.ndarray:
         """Classify ``rows`` by (name, cat) with one rules lookup per unique pair."""
-        names, cats = (
-            self.column("name")[rows].astype(np.int64),
-            self.column("cat")[rows].astype(np.int64),
-        )
+        names = self.column("name")[rows].astype(np.int64)
+        cats = self.column("cat")[rows].astype(np.int64)
         pair = names * (len(self.categories("cat")) + 1) + cats
         codes, uniques = pd.factorize(pair)
         name_list, cat_list = self.categories("name"), self.categories("cat")
@@ -388,12 +386,10 @@ class Trace:
     @cached_property
     def runtime_op(self) -> np.ndarray:
         """For :attr:`runtime_rows`: the event row of the CPU op with the same External id, or -1."""
-        rank, ext, ops, rt = (
-            self.column("rank"),
-            self.column("external_id"),
-            self.op_rows,
-            self.runtime_rows,
-        )
+        rank = self.column("rank")
+        ext = self.column("external_id")
+        ops = self.op_rows
+        rt = self.runtime_rows
         pos = links.lookup(rank[rt], ext[rt], rank[ops], ext[ops])
         return np.where(pos >= 0, ops[np.maximum(pos, 0)], -1) if ops.size else np.full(rt.size, -1)
 

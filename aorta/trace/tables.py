@@ -37,7 +37,9 @@ def launched_gpu_time(trace: Trace, rows: np.ndarray) -> tuple[np.ndarray, np.nd
     """
     gpu, rt = trace.gpu_ops, trace.runtime_rows
     n = rows.size
-    gpu_ns, count, longest = np.zeros(n, np.int64), np.zeros(n, np.int64), np.full(n, -1, np.int64)
+    gpu_ns = np.zeros(n, np.int64)
+    count = np.zeros(n, np.int64)
+    longest = np.full(n, -1, np.int64)
     linked = gpu.linked
     if n == 0 or rt.size == 0 or not linked.any():
         return gpu_ns, count, longest
@@ -48,13 +50,15 @@ def launched_gpu_time(trace: Trace, rows: np.ndarray) -> tuple[np.ndarray, np.nd
     per_rt_n = np.bincount(launch_idx, minlength=rt.size)
     best, best_dur = np.full(rt.size, -1, np.int64), np.full(rt.size, -1, np.int64)
     by_dur = np.lexsort((dur, launch_idx))  # the last op of each runtime call is its longest
-    best[launch_idx[by_dur]], best_dur[launch_idx[by_dur]] = gpu.row[linked][by_dur], dur[by_dur]
+    best[launch_idx[by_dur]] = gpu.row[linked][by_dur]
+    best_dur[launch_idx[by_dur]] = dur[by_dur]
     ts = trace.column("ts")
     group, rt_group = links.thread_groups(trace, rows, rt)
     order, lo, hi = links.contained_ranges(
         group, ts[rows], ts[rows] + trace.column("dur")[rows], rt_group, ts[rt]
     )
-    cum_ns, cum_n = np.r_[0, np.cumsum(per_rt_ns[order])], np.r_[0, np.cumsum(per_rt_n[order])]
+    cum_ns = np.r_[0, np.cumsum(per_rt_ns[order])]
+    cum_n = np.r_[0, np.cumsum(per_rt_n[order])]
     gpu_ns, count = cum_ns[hi] - cum_ns[lo], cum_n[hi] - cum_n[lo]
     longest = links.segment_argmax(best_dur[order], lo, hi, best[order])
     return gpu_ns, count, longest

@@ -187,13 +187,13 @@ def idle_causes(trace: Trace, *, kernel_wait_us: float = 10.0) -> pd.DataFrame:
         empty.attrs["note"] = "no GPU events"
         return empty
     order = np.lexsort((ops.ts, ops.stream, ops.device, ops.rank))
-    rank, device, stream = ops.rank[order], ops.device[order], ops.stream[order]
-    ts, end, launch_ts, linked = (
-        ops.ts[order],
-        ops.end[order],
-        ops.launch_ts[order],
-        ops.linked[order],
-    )
+    rank = ops.rank[order]
+    device = ops.device[order]
+    stream = ops.stream[order]
+    ts = ops.ts[order]
+    end = ops.end[order]
+    launch_ts = ops.launch_ts[order]
+    linked = ops.linked[order]
     same = np.r_[
         False, (rank[1:] == rank[:-1]) & (device[1:] == device[:-1]) & (stream[1:] == stream[:-1])
     ]

@@ -285,14 +285,12 @@ class _Builder:
     def __init__(self, *, python_functions: bool) -> None:
         self.python_functions = python_functions
         self.parts: dict[str, list[np.ndarray]] = {key: [] for key in COLUMNS}
-        self.cats, self.names, self.dims, self.types, self.concrete, self.strides = (
-            _Dictionary(),
-            _Dictionary(),
-            _Dictionary(),
-            _Dictionary(),
-            _Dictionary(),
-            _Dictionary(),
-        )
+        self.cats = _Dictionary()
+        self.names = _Dictionary()
+        self.dims = _Dictionary()
+        self.types = _Dictionary()
+        self.concrete = _Dictionary()
+        self.strides = _Dictionary()
         self.labels: dict[str, int] = {}
         self.comms: list[dict[str, Any]] = []
         self.meta_events: list[dict[str, Any]] = []

@@ -124,11 +124,9 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-_INT, _INT_LIST, _BOOL = (
-    re.compile(r"-?\d+"),
-    re.compile(r"[\[\]\d,\s-]*"),
-    re.compile(r"True|False"),
-)
+_INT = re.compile(r"-?\d+")
+_INT_LIST = re.compile(r"[\[\]\d,\s-]*")
+_BOOL = re.compile(r"True|False")
 Args = tuple[list[Any], list[Any], list[str]]  # dims, types, concrete
 
 

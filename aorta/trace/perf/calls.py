@@ -429,7 +429,8 @@ class _Groups:
     """The output rows: one per distinct key, assigned to calls model by model."""
 
     def __init__(self, trace: Trace, by: Grouping) -> None:
-        self.trace, self.by = trace, by
+        self.trace = trace
+        self.by = by
         self.table: dict[tuple, int] = {}
         self.records: list[tuple] = []
 

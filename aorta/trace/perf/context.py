@@ -55,7 +55,8 @@ CAT_OF_GRADIENTS: frozenset[str] = frozenset(
 )
 _CAT = "aten::cat"
 # the lookup's schema: D_offsets (T + 1 entries) and offsets (B·T + 1 entries)
-_D_OFFSETS, _OFFSETS = 6, 12
+_D_OFFSETS = 6
+_OFFSETS = 12
 
 
 def partners(trace: Trace, rows: np.ndarray) -> np.ndarray:
