@@ -277,7 +277,8 @@ def _build(tp: Any, value: Any, path: str) -> Any:
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         if not isinstance(value, Mapping):
             raise ValueError(f"{path}: must be a mapping")
-        hints, kwargs = _hints(tp), {}
+        hints = _hints(tp)
+        kwargs = {}
         for f in dataclasses.fields(tp):
             if f.name in value:
                 kwargs[f.name] = _build(hints[f.name], value[f.name], f"{path}.{f.name}")

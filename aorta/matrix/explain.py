@@ -268,7 +268,8 @@ def _group(
     wanted = list(range(world_size)) if ranks == "mean" else [int(ranks)]
     for trial in keep:
         result = results.get((name, trial)) or {}
-        steps, tables = result.get("steps") or {}, (result.get("items") or {}).get(by) or {}
+        steps = result.get("steps") or {}
+        tables = (result.get("items") or {}).get(by) or {}
         lacking = [r for r in wanted if str(r) not in steps]
         if lacking:
             notes.append(

@@ -152,7 +152,8 @@ def summarize(
         confound_tag(df.iloc[i], base, is_baseline=i == b, threshold=thr)[0]
         for i in range(len(cells))
     ]
-    df["p95_ratio"], df["stalls"] = np.nan, False
+    df["p95_ratio"] = np.nan
+    df["stalls"] = False
     if metric == "step_time_ms":
         tail = compare(ds, baseline, options=opts, threshold=thr, stat="p95", sequential=sequential)
         df["p95_ratio"] = tail["ratio"]

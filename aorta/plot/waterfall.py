@@ -61,8 +61,11 @@ def waterfall(explained: pd.DataFrame, *, top: int = 8, ax: Any = None) -> Figur
     shown = explained.head(top)
     rest = explained.iloc[top:]
     labels = [str(explained.attrs["baseline"])]
-    starts, heights, lows, highs, colors = [0.0], [step["baseline"]], [np.nan], [np.nan], []
-    colors.append(PALETTE["grey"])
+    starts = [0.0]
+    heights = [step["baseline"]]
+    lows = [np.nan]
+    highs = [np.nan]
+    colors = [PALETTE["grey"]]
     level = step["baseline"]
     # (label, delta, CI low, CI high, colour: None for the sign's colour)
     deltas: list[tuple[str, float, float, float, str | None]] = [

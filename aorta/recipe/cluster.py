@@ -430,7 +430,8 @@ class Cluster:
             top = _ClusterFile.model_validate(data, context={"check_files": check_files})
             problems: list[Problem] = []
         except ValidationError as exc:
-            top, problems = _ClusterFile.model_construct(), validation_problems(exc)
+            top = _ClusterFile.model_construct()
+            problems = validation_problems(exc)
         nodes = _nodes(data.get("node_dict"), top, problems)
         head = _head_index(top.head_node_dict, nodes, problems)
         warnings = [f"unknown key {k!r} ignored" for k in top.model_extra or {} if k[:1] != "_"]

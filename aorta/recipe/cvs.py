@@ -193,14 +193,13 @@ def cvs_job(
             Problem(mode[0], f"must be auto or torchrun, got {describe_value(mode[1])}")
         )
 
-    raw, before = data.get("aorta_path"), len(problems)
+    raw = data.get("aorta_path")
+    before = len(problems)
     if isinstance(raw, str):  # placeholders first: CVS's {paths.x} stands for an absolute path
         raw = _resolve("aorta_path", raw, user, problems)
     root = _aorta_path(raw, problems) if len(problems) == before else None
-    script, config = (
-        text("train_script", "train.py"),
-        text("base_config", "config/distributed.yaml"),
-    )
+    script = text("train_script", "train.py")
+    config = text("base_config", "config/distributed.yaml")
     where, extra_train = get("extra_train_args", [])
     train_args = _strings(where, extra_train, problems)
     for i, arg in enumerate(train_args):

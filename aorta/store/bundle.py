@@ -327,7 +327,8 @@ def _entry(
 ) -> BundleEntry:
     """Scan one file that is to go in: redaction count, or why it cannot go in (its redacted
     bytes kept in ``plan.spool`` for the write)."""
-    name, source = plan.names[rel], (rel if plan.names[rel] != rel else None)
+    name = plan.names[rel]
+    source = rel if name != rel else None
     packed = next((s for s in COMPRESSED if path.name.lower().endswith(s)), None)
     suffix = path.suffix.lower()
 

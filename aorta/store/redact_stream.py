@@ -199,12 +199,18 @@ class _Frame:
     __slots__ = ("flag", "key", "kind", "state")
 
     def __init__(self, kind: str) -> None:
-        self.kind, self.state, self.key, self.flag = kind, "first", "", False
+        self.kind = kind
+        self.state = "first"
+        self.key = ""
+        self.flag = False
 
 
 def _json(chunks: Iterator[str], write: Callable[[str], None], r: Redactor) -> int:
     """JSON token by token; :class:`_NotJson` as soon as it is not JSON."""
-    scan, buf, pos, eof = _JsonScan(r), "", 0, False
+    scan = _JsonScan(r)
+    buf = ""
+    pos = 0
+    eof = False
     chunks = iter(chunks)
     while True:
         parts, end = [], pos

@@ -336,7 +336,8 @@ def read_run_files(rd: RunDir, ds: xr.Dataset) -> RunFiles:
 
 
 #: Culprits whose stacks a page shows per hung trial, and frames per stack.
-_CULPRITS_SHOWN, _FRAMES_SHOWN = 4, 40
+_CULPRITS_SHOWN = 4
+_FRAMES_SHOWN = 40
 
 
 def _culprit_stacks(
