@@ -214,7 +214,8 @@ def _mean_steps(ds: xr.Dataset) -> tuple[list[float], list[StepSource]]:
     return means, sources
 
 
-def _num(v: Any) -> float | None:
+def finite_or_none(v: Any) -> float | None:
+    """``v`` as a finite float, else ``None`` (a missing or non-numeric value, NaN, inf)."""
     try:
         f = float(v)
     except (TypeError, ValueError):
@@ -246,7 +247,7 @@ def confound_tag(
     ('n/a', None)
     """
     ran = int(row["n_ok"]) + int(row["n_failed"])
-    mean, base_mean = _num(row["mean_step_ms"]), _num(base["mean_step_ms"])
+    mean, base_mean = finite_or_none(row["mean_step_ms"]), finite_or_none(base["mean_step_ms"])
     ratio = None
     if mean is not None and base_mean and row["step_source"] == base["step_source"]:
         ratio = mean / base_mean
@@ -263,7 +264,7 @@ def confound_tag(
         return "n/a", ratio
     if ratio > threshold:
         return f"speed (+{round((ratio - 1) * 100)}%)", ratio
-    rate, base_rate = _num(row["failure_rate"]), _num(base["failure_rate"])
+    rate, base_rate = finite_or_none(row["failure_rate"]), finite_or_none(base["failure_rate"])
     if rate is not None and base_rate is not None and rate < base_rate:
         return "-", ratio
     return "no effect", ratio

@@ -32,7 +32,7 @@ import xarray as xr
 
 from aorta.matrix.dataset import MISSING
 from aorta.matrix.select import DEFAULT_THRESHOLD, outcomes
-from aorta.matrix.summary import confound_tag
+from aorta.matrix.summary import confound_tag, finite_or_none
 from aorta.store.record import TrialStatus
 from aorta.store.rundir import trial_relpath
 from aorta.store.secrets import redact_env
@@ -49,14 +49,6 @@ UNRELIABLE_ERROR_RATE = 0.10
 #: Upstream's ``confound`` tags (``speed (+N%)`` carries the percentage).
 CONFOUND_VOCABULARY = ("(baseline)", "-", "no effect", "speed (+N%)", "n/a", "did_not_run", "error")
 _PERCENTILES = (50, 90, 99)
-
-
-def _num(v: Any) -> float | None:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
 
 
 def upstream_confound(
@@ -143,7 +135,7 @@ def _cell_keys(
         "passed_count": int(row["n_ok"]),
         "failed_count": int(row["n_failed"]),
         "error_count": errors,
-        "mean_step_time_ms": _num(row["mean_step_ms"]),
+        "mean_step_time_ms": finite_or_none(row["mean_step_ms"]),
         **_spread(samples),
         "step_times_ms": samples,
         "step_time_source": source,

@@ -186,37 +186,30 @@ def idle_causes(trace: Trace, *, kernel_wait_us: float = 10.0) -> pd.DataFrame:
         empty = pd.DataFrame({c: [] for c in columns})
         empty.attrs["note"] = "no GPU events"
         return empty
-    order = np.lexsort((ops.ts, ops.stream, ops.device, ops.rank))
-    rank = ops.rank[order]
-    device = ops.device[order]
-    stream = ops.stream[order]
-    ts = ops.ts[order]
-    end = ops.end[order]
-    launch_ts = ops.launch_ts[order]
-    linked = ops.linked[order]
-    same = np.r_[
-        False, (rank[1:] == rank[:-1]) & (device[1:] == device[:-1]) & (stream[1:] == stream[:-1])
-    ]
+    ops = ops.take(np.lexsort((ops.ts, ops.stream, ops.device, ops.rank)))
+    stream = np.stack([ops.rank, ops.device, ops.stream])
+    same = np.r_[False, (stream[:, 1:] == stream[:, :-1]).all(axis=0)]  # as the op before
+    end = ops.end
     group_start = np.flatnonzero(~same)
     # the latest end so far within the stream (ops on a stream may nest when traces are odd)
     prev_end = np.empty_like(end)
     for a, b in zip(group_start, np.r_[group_start[1:], end.size], strict=True):
         prev_end[a:b] = np.maximum.accumulate(end[a:b])
     before = np.r_[0, prev_end[:-1]]
-    gap = np.where(same, np.maximum(ts - before, 0), 0)
-    host = same & linked & (launch_ts > before) & (gap > 0)
-    kernel = same & ~host & linked & (gap > 0) & (gap < kernel_wait_us * 1000)
+    gap = np.where(same, np.maximum(ops.ts - before, 0), 0)
+    host = same & ops.linked & (ops.launch_ts > before) & (gap > 0)
+    kernel = same & ~host & ops.linked & (gap > 0) & (gap < kernel_wait_us * 1000)
     other = same & (gap > 0) & ~host & ~kernel
     frame = pd.DataFrame(
         {
-            "rank": rank,
-            "device": device,
-            "stream": stream,
+            "rank": ops.rank,
+            "device": ops.device,
+            "stream": ops.stream,
             "host_wait": np.where(host, gap, 0),
             "kernel_wait": np.where(kernel, gap, 0),
             "other": np.where(other, gap, 0),
             "gaps": (gap > 0).astype(np.int64),
-            "ts": ts,
+            "ts": ops.ts,
             "end": end,
         }
     )
