@@ -77,9 +77,7 @@ def _options(*, text: Literal["bytes", "str"], capture: bool, max_mem: int) -> r
 
 def _big_repeat(pattern: str) -> str | None:
     """The first ``{n}``/``{n,m}`` count over :data:`MAX_REPEAT` outside classes and escapes."""
-    i = 0
-    in_class = False
-    n = len(pattern)
+    i, in_class, n = 0, False, len(pattern)
     while i < n:
         c = pattern[i]
         if c == "\\":

@@ -207,10 +207,7 @@ class _Frame:
 
 def _json(chunks: Iterator[str], write: Callable[[str], None], r: Redactor) -> int:
     """JSON token by token; :class:`_NotJson` as soon as it is not JSON."""
-    scan = _JsonScan(r)
-    buf = ""
-    pos = 0
-    eof = False
+    scan, buf, pos, eof = _JsonScan(r), "", 0, False
     chunks = iter(chunks)
     while True:
         parts, end = [], pos
