@@ -7,6 +7,7 @@ here with the file and line instead of drifting silently.
 from __future__ import annotations
 
 import ast
+import collections
 import fnmatch
 import json
 import os
@@ -262,6 +263,53 @@ def test_readme_layout_names_every_module_and_only_modules(stage):
     unnamed = {m for m in real if not any(fnmatch.fnmatch(m, n) for n in named)}
     assert not missing, f"README.md's {stage} row names modules that do not exist: {missing}"
     assert not unnamed, f"README.md's {stage} row does not name: {unnamed}"
+
+
+# --- module names ----------------------------------------------------------------------------
+
+#: Module names used in more than one folder, each for the same concept at its own stage; any
+#: other reuse fails, so that a name says its room (``matrix/rank_tests.py``, the rank
+#: statistics, is not a second ``ranks.py`` beside ``run/ranks.py``, torchrun's ranks).
+SHARED_NAMES = {
+    "bundle": "cli: the command; report: the listing; store: plan and write",
+    "compare": "cli: the command; matrix: the comparison",
+    "explain": "matrix: where the time went; report: its words",
+    "findings": "matrix: the typed findings; report: as lines and JSON; report/page: its section",
+    "hang": "cli: `aorta hang`; run: a hang detected while a trial runs",
+    "load": "hang, matrix: the stage's files read into its model",
+    "model": "hang, trace: the stage's data model",
+    "signatures": "run: matched on a trial's logs; matrix: counted per cell",
+    "summary": "matrix: the result per cell; trace: a trace's tables at once",
+    "sweep": "cli: the command; run: the loop",
+    "trace": "cli: `aorta trace`; plot: a trace's figures",
+}
+
+
+def _reused_names() -> dict[str, list[str]]:
+    by_name = collections.defaultdict(list)
+    for path in modules():
+        if path.stem not in {"__init__", "__main__"}:
+            by_name[path.stem].append(path.relative_to(PACKAGE).as_posix())
+    return {name: files for name, files in by_name.items() if len(files) > 1}
+
+
+def test_a_module_name_is_reused_only_for_the_same_concept():
+    reused = _reused_names()
+    unlisted = {name: files for name, files in reused.items() if name not in SHARED_NAMES}
+    assert not unlisted, f"one name, two meanings? rename, or say why in SHARED_NAMES: {unlisted}"
+    assert set(SHARED_NAMES) <= set(reused), f"no longer shared: {set(SHARED_NAMES) - set(reused)}"
+
+
+def test_no_module_family_outside_a_folder():
+    """Three modules of one folder named ``x``, ``x_a``, ``x_b`` are a folder in disguise
+    (``trace/perf/``, ``trace/loader/``, ``report/page/``)."""
+    families = collections.Counter()
+    for path in modules():
+        if path.stem not in {"__init__", "__main__"}:
+            prefix = path.stem.lstrip("_").split("_")[0]
+            families[path.parent.relative_to(PACKAGE).as_posix(), prefix] += 1
+    big = {f"{folder}/{prefix}*": n for (folder, prefix), n in families.items() if n >= 3}
+    assert not big, f"make each family a folder of its stage: {big}"
 
 
 # --- tests the docs cite ----------------------------------------------------------------------
