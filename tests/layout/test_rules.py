@@ -225,8 +225,8 @@ TOP_LEVEL = "top level"
 def _readme_layout() -> dict[str, set[str]]:
     """The README's layout table: folder (``run``, …, or ``top level``) → the module names
     its row gives (backticked; a sub-folder's as ``perf/args``, the folder's own ``__init__``
-    as ``perf``; ``x_*`` a glob; the faces ``aorta`` and ``aorta.plugins`` as modules of the
-    top level)."""
+    as ``perf``, all of a folder as ``frshim/``; ``x_*`` a glob; the faces ``aorta`` and
+    ``aorta.plugins`` as modules of the top level)."""
     rows: dict[str, set[str]] = {}
     lines = iter(README.read_text().splitlines())
     for line in lines:
@@ -239,6 +239,7 @@ def _readme_layout() -> dict[str, set[str]]:
         _, folder, names = (c.strip() for c in line.strip().strip("|").split("|"))
         stage = m.group(1) if (m := re.fullmatch(r"`(\w+)/`", folder)) else folder
         found = set(re.findall(r"`([\w.*/]+)`", names))
+        found = {f"{n}*" if n.endswith("/") else n for n in found}
         rows[stage] = {n.removeprefix("aorta.") for n in found if n != "aorta"}
     return rows
 

@@ -429,8 +429,7 @@ class _Groups:
     """The output rows: one per distinct key, assigned to calls model by model."""
 
     def __init__(self, trace: Trace, by: Grouping) -> None:
-        self.trace = trace
-        self.by = by
+        self.trace, self.by = trace, by
         self.table: dict[tuple, int] = {}
         self.records: list[tuple] = []
 
