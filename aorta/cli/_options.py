@@ -12,6 +12,28 @@ import typer
 from aorta import envvars
 from aorta.run.profiler import no_traces_hint
 
+Command = Annotated[
+    list[str] | None,
+    typer.Argument(
+        help="Probe mode: the command every trial runs, after '--'.", show_default=False
+    ),
+]
+RecipeFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--recipe", "-r", envvar=envvars.RECIPE, help="The recipe to sweep.", dir_okay=False
+    ),
+]
+Output = Annotated[
+    Path,
+    typer.Option(
+        "--output", "-o", envvar=envvars.OUTPUT, help="Root of the run directories (here)."
+    ),
+]
+Ticket = Annotated[
+    str | None,
+    typer.Option("--ticket", envvar=envvars.TICKET, help="Override the recipe's ticket."),
+]
 MitigationsFiles = Annotated[
     list[Path] | None,
     typer.Option(

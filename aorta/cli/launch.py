@@ -15,6 +15,8 @@ import typer
 from aorta import envvars
 from aorta.errors import AortaError, ExitCode, UsageError
 
+from ._options import Command, Output, RecipeFile, Ticket
+
 if TYPE_CHECKING:
     from aorta.launch import Cluster, Deadlines, LaunchSpec, Node
     from aorta.recipe.cluster import NprocPerNode as Nproc
@@ -66,14 +68,8 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-# -- options (each with its AORTA_* twin) -------------------------------------------------------
+# -- options (each with its AORTA_* twin; those a sweep shares are in _options) ----------------
 
-Command = Annotated[
-    list[str] | None,
-    typer.Argument(
-        help="Probe mode: the command every trial runs, after '--'.", show_default=False
-    ),
-]
 ClusterFile = Annotated[
     Path,
     typer.Option(
@@ -82,12 +78,6 @@ ClusterFile = Annotated[
         envvar=envvars.CLUSTER,
         help="cluster.json (CVS format) or a hostfile.",
         dir_okay=False,
-    ),
-]
-RecipeFile = Annotated[
-    Path | None,
-    typer.Option(
-        "--recipe", "-r", envvar=envvars.RECIPE, help="The recipe to sweep.", dir_okay=False
     ),
 ]
 NprocPerNode = Annotated[
@@ -103,14 +93,6 @@ DryRun = Annotated[
     typer.Option(
         "--dry-run", help="Check every node and print each node's command; start nothing."
     ),
-]
-Output = Annotated[
-    Path,
-    typer.Option("--output", "-o", envvar=envvars.OUTPUT, help="Root of the run directories here."),
-]
-Ticket = Annotated[
-    str | None,
-    typer.Option("--ticket", envvar=envvars.TICKET, help="Override the recipe's ticket."),
 ]
 MasterAddr = Annotated[
     str | None,
