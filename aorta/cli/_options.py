@@ -5,12 +5,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from typer.models import OptionInfo
 
 from aorta import envvars
 from aorta.run.profiler import no_traces_hint
+
+
+def option(flags: str, twin: str | None, help: str, **typer_options: Any) -> OptionInfo:
+    """A flag as every command declares it: its names (``"--output -o"``), its ``AORTA_*``
+    twin (``None``: a flag of :data:`NO_TWIN`), its help, and typer's other keywords
+    (``min=``, ``dir_okay=``, ``rich_help_panel=`` …)."""
+    info: OptionInfo = typer.Option(*flags.split(), envvar=twin, help=help, **typer_options)
+    return info
+
 
 Command = Annotated[
     list[str] | None,
@@ -20,45 +30,33 @@ Command = Annotated[
 ]
 RecipeFile = Annotated[
     Path | None,
-    typer.Option(
-        "--recipe", "-r", envvar=envvars.RECIPE, help="The recipe to sweep.", dir_okay=False
-    ),
+    option("--recipe -r", envvars.RECIPE, "The recipe to sweep.", dir_okay=False),
 ]
 Output = Annotated[
     Path,
-    typer.Option(
-        "--output", "-o", envvar=envvars.OUTPUT, help="Root of the run directories (here)."
-    ),
+    option("--output -o", envvars.OUTPUT, "Root of the run directories (here)."),
 ]
 Ticket = Annotated[
     str | None,
-    typer.Option("--ticket", envvar=envvars.TICKET, help="Override the recipe's ticket."),
+    option("--ticket", envvars.TICKET, "Override the recipe's ticket."),
 ]
 MitigationsFiles = Annotated[
     list[Path] | None,
-    typer.Option(
+    option(
         "--mitigations-file",
-        envvar=envvars.MITIGATIONS_FILE,
-        help="Extra mitigations/environments (YAML or JSON); repeatable.",
+        envvars.MITIGATIONS_FILE,
+        "Extra mitigations/environments (YAML or JSON); repeatable.",
         dir_okay=False,
     ),
 ]
 Verbose = Annotated[
     bool,
-    typer.Option(
-        "--verbose", "-v", envvar=envvars.VERBOSE, help="Stream per-trial lines to stderr."
-    ),
+    option("--verbose -v", envvars.VERBOSE, "Stream per-trial lines to stderr."),
 ]
-Json = Annotated[
-    bool, typer.Option("--json", envvar=envvars.JSON_OUTPUT, help="Print JSON instead of text.")
-]
+Json = Annotated[bool, option("--json", envvars.JSON_OUTPUT, "Print JSON instead of text.")]
 Strict = Annotated[
     bool,
-    typer.Option(
-        "--strict",
-        envvar=envvars.STRICT,
-        help="Exit 4 when any cell has failing or erroring trials.",
-    ),
+    option("--strict", envvars.STRICT, "Exit 4 when any cell has failing or erroring trials."),
 ]
 
 #: The flags without an ``AORTA_*`` twin (``"<command> --flag"``), each with why: a variable is

@@ -14,7 +14,7 @@ from aorta import envvars
 from aorta import report as pages  # light: explain_text loads on first use
 from aorta.errors import ExitCode, UsageError
 
-from ._options import Json, traces_missing
+from ._options import Json, option, traces_missing
 
 if TYPE_CHECKING:
     from aorta.matrix.options import StatsOptions
@@ -25,70 +25,68 @@ if TYPE_CHECKING:
 
 Baseline = Annotated[
     str | None,
-    typer.Option(
+    option(
         "--baseline",
-        envvar=envvars.BASELINE,
-        help="The reference cell (default: the recipe's baseline). One run only.",
+        envvars.BASELINE,
+        "The reference cell (default: the recipe's baseline). One run only.",
     ),
 ]
 Alpha = Annotated[
     float | None,
-    typer.Option(
+    option(
         "--alpha",
-        envvar=envvars.ALPHA,
+        envvars.ALPHA,
+        "Significance level; CIs are at 1 - alpha.",
         min=0.0,
         max=1.0,
-        help="Significance level; CIs are at 1 - alpha.",
         show_default="0.05",
     ),
 ]
 Metric = Annotated[
     str,
-    typer.Option(
+    option(
         "--metric",
-        envvar=envvars.METRIC,
-        help="step_time_ms (median of post-warm-up steps per trial), wall_clock_s, elapsed_s, or a workload metric.",
+        envvars.METRIC,
+        "step_time_ms (median of post-warm-up steps per trial), wall_clock_s, elapsed_s, or a workload metric.",
     ),
 ]
 Traces = Annotated[
     bool,
-    typer.Option(
+    option(
         "--traces",
-        envvar=envvars.TRACES,
-        help="Analyse the runs' profiler traces, so --metric can be a trace metric (exposed_comm_ms, idle_ms, gemm_tflops, busbw_all_reduce_gbps, ...).",
+        envvars.TRACES,
+        "Analyse the runs' profiler traces, so --metric can be a trace metric (exposed_comm_ms, idle_ms, gemm_tflops, busbw_all_reduce_gbps, ...).",
     ),
 ]
 Ranks = Annotated[
     str | None,
-    typer.Option(
+    option(
         "--ranks",
-        envvar=envvars.RANKS,
-        help="A trace metric's value per trial: worst (max for times, min for rates), max, min, mean, median, or a rank number.",
+        envvars.RANKS,
+        "A trace metric's value per trial: worst (max for times, min for rates), max, min, mean, median, or a rank number.",
         show_default="worst",
     ),
 ]
 Seed = Annotated[
     int | None,
-    typer.Option(
-        "--seed", envvar=envvars.BOOTSTRAP_SEED, help="Seed of the bootstrap.", show_default="0"
-    ),
+    option("--seed", envvars.BOOTSTRAP_SEED, "Seed of the bootstrap.", show_default="0"),
 ]
 Resamples = Annotated[
     int | None,
-    typer.Option(
+    option(
         "--resamples",
-        envvar=envvars.BOOTSTRAP_RESAMPLES,
+        envvars.BOOTSTRAP_RESAMPLES,
+        "Bootstrap resamples.",
         min=1,
-        help="Bootstrap resamples.",
         show_default="10000",
     ),
 ]
 Stat = Annotated[
     Literal["median", "mean", "p95"] | None,
-    typer.Option(
+    option(
         "--stat",
-        envvar=envvars.STAT,
-        help="For step_time_ms: each trial's median (default), mean or p95 (stalls) of its post-warm-up steps.",
+        envvars.STAT,
+        "For step_time_ms: each trial's median (default), mean or p95 (stalls) of its post-warm-up steps.",
         show_default="median",
     ),
 ]
@@ -128,10 +126,10 @@ def compare(
     metric: Metric = "step_time_ms",
     fail_on_regression: Annotated[
         bool,
-        typer.Option(
+        option(
             "--fail-on-regression",
-            envvar=envvars.FAIL_ON_REGRESSION,
-            help="Exit 4 when a cell is slower and beyond the band: the whole CI of its ratio above the threshold (a CI regression gate).",
+            envvars.FAIL_ON_REGRESSION,
+            "Exit 4 when a cell is slower and beyond the band: the whole CI of its ratio above the threshold (a CI regression gate).",
         ),
     ] = False,
     stat: Stat = None,
@@ -141,28 +139,28 @@ def compare(
     ranks: Ranks = None,
     explain: Annotated[
         str | None,
-        typer.Option(
+        option(
             "--explain",
-            envvar=envvars.EXPLAIN,
+            envvars.EXPLAIN,
+            "Where CELL's step time went against the baseline: per kernel/op/class from the trial traces, with bootstrap CIs and the residual. One run.",
             metavar="CELL",
-            help="Where CELL's step time went against the baseline: per kernel/op/class from the trial traces, with bootstrap CIs and the residual. One run.",
         ),
     ] = None,
     by: Annotated[
         Literal["kernel", "op", "class"],
-        typer.Option(
+        option(
             "--by",
-            envvar=envvars.EXPLAIN_BY,
-            help="With --explain: GPU kernels, host ops (self time; CPU-only runs), or classes.",
+            envvars.EXPLAIN_BY,
+            "With --explain: GPU kernels, host ops (self time; CPU-only runs), or classes.",
         ),
     ] = "kernel",
     signature: Annotated[
         str | None,
-        typer.Option(
+        option(
             "--signature",
-            envvar=envvars.SIGNATURE,
+            envvars.SIGNATURE,
+            "Count trials with this failure signature (nccl_error, hang, out_of_memory, custom:<id> ...) as the failure event: is it more or less frequent than in the baseline? One run.",
             metavar="NAME",
-            help="Count trials with this failure signature (nccl_error, hang, out_of_memory, custom:<id> ...) as the failure event: is it more or less frequent than in the baseline? One run.",
         ),
     ] = None,
     as_json: Json = False,

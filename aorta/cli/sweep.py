@@ -15,7 +15,17 @@ from aorta.recipe.schema import Recipe, load_recipe_pending_command
 from aorta.run.options import IsolationChoice, RunOptions
 from aorta.store.rundir import RunDir
 
-from ._options import Command, Json, MitigationsFiles, Output, RecipeFile, Strict, Ticket, Verbose
+from ._options import (
+    Command,
+    Json,
+    MitigationsFiles,
+    Output,
+    RecipeFile,
+    Strict,
+    Ticket,
+    Verbose,
+    option,
+)
 
 app = typer.Typer(
     help="Run a recipe's matrix of cells × trials (run, resume, extend, status).",
@@ -25,102 +35,95 @@ app = typer.Typer(
 
 # -- options (each with its AORTA_* twin; those a launch shares are in _options) -------------
 
-DryRun = Annotated[
-    bool, typer.Option("--dry-run", help="Print the plan and check it; run nothing.")
-]
+DryRun = Annotated[bool, option("--dry-run", None, "Print the plan and check it; run nothing.")]
 Timeout = Annotated[
     float | None,
-    typer.Option(
+    option(
         "--timeout",
-        envvar=envvars.TIMEOUT,
-        help="Deadline per trial in seconds (overrides the recipe).",
+        envvars.TIMEOUT,
+        "Deadline per trial in seconds (overrides the recipe).",
         min=0.001,
     ),
 ]
 Isolation = Annotated[
     IsolationChoice | None,
-    typer.Option(
-        "--isolation", envvar=envvars.ISOLATION, help="Override the recipe's trial_isolation."
-    ),
+    option("--isolation", envvars.ISOLATION, "Override the recipe's trial_isolation."),
 ]
 Resume = Annotated[
     Path | None,
-    typer.Option(
-        "--resume", help="Resume this run directory instead of starting a new one.", file_okay=False
+    option(
+        "--resume",
+        None,
+        "Resume this run directory instead of starting a new one.",
+        file_okay=False,
     ),
 ]
 Backend = Annotated[
     str | None,
-    typer.Option(
-        "--backend", envvar=envvars.BACKEND, help="torch.distributed backend: auto, gloo or nccl."
-    ),
+    option("--backend", envvars.BACKEND, "torch.distributed backend: auto, gloo or nccl."),
 ]
 
 # -- flag mode: a recipe from the command line (aorta.recipe.flags) -----------------------------
 FLAG_MODE = "Flag mode"
 Workload = Annotated[
     str | None,
-    typer.Option(
+    option(
         "--workload",
-        envvar=envvars.WORKLOAD,
-        help="Flag mode (no --recipe): the workload every cell runs.",
+        envvars.WORKLOAD,
+        "Flag mode (no --recipe): the workload every cell runs.",
         rich_help_panel=FLAG_MODE,
     ),
 ]
 MitigationAxis = Annotated[
     list[str] | None,
-    typer.Option(
+    option(
         "--mitigation-axis",
-        envvar=envvars.MITIGATION_AXIS,
-        help="Flag mode: mitigations, comma-separated (a+b stacks two); include none.",
+        envvars.MITIGATION_AXIS,
+        "Flag mode: mitigations, comma-separated (a+b stacks two); include none.",
         rich_help_panel=FLAG_MODE,
     ),
 ]
 EnvironmentAxis = Annotated[
     list[str] | None,
-    typer.Option(
+    option(
         "--environment-axis",
-        envvar=envvars.ENVIRONMENT_AXIS,
-        help="Flag mode: environments, comma-separated: local, a registered name or "
+        envvars.ENVIRONMENT_AXIS,
+        "Flag mode: environments, comma-separated: local, a registered name or "
         "image:<ref> (default local).",
         rich_help_panel=FLAG_MODE,
     ),
 ]
 Trials = Annotated[
     int | None,
-    typer.Option(
+    option(
         "--trials",
-        envvar=envvars.TRIALS,
-        help="Flag mode: trials per cell (default 1).",
+        envvars.TRIALS,
+        "Flag mode: trials per cell (default 1).",
         min=1,
         rich_help_panel=FLAG_MODE,
     ),
 ]
 Steps = Annotated[
     int | None,
-    typer.Option(
-        "--steps",
-        envvar=envvars.STEPS,
-        help="Flag mode: steps per trial.",
-        min=1,
-        rich_help_panel=FLAG_MODE,
+    option(
+        "--steps", envvars.STEPS, "Flag mode: steps per trial.", min=1, rich_help_panel=FLAG_MODE
     ),
 ]
 FlagBaseline = Annotated[
     str | None,
-    typer.Option(
+    option(
         "--baseline",
-        envvar=envvars.BASELINE,
-        help="Flag mode: the baseline cell (<mitigation>-<environment>).",
+        envvars.BASELINE,
+        "Flag mode: the baseline cell (<mitigation>-<environment>).",
         rich_help_panel=FLAG_MODE,
     ),
 ]
 Adaptive = Annotated[
     bool,
-    typer.Option(
+    option(
         "--adaptive",
-        envvar=envvars.ADAPTIVE,
-        help="Flag mode: schedule: adaptive — stop each cell once its verdict is settled "
+        envvars.ADAPTIVE,
+        "Flag mode: schedule: adaptive — stop each cell once its verdict is settled "
         "(--trials is then the most per cell, ≥ 5; default 30).",
         rich_help_panel=FLAG_MODE,
     ),
@@ -316,20 +319,16 @@ def extend(
     ],
     trials: Annotated[
         int,
-        typer.Option(
+        option(
             "--trials",
-            envvar=envvars.EXTEND_TRIALS,
+            envvars.EXTEND_TRIALS,
+            "The trial count per cell to grow to (above the current).",
             min=1,
-            help="The trial count per cell to grow to (above the current).",
         ),
     ],
     cells: Annotated[
         list[str] | None,
-        typer.Option(
-            "--cells",
-            envvar=envvars.EXTEND_CELLS,
-            help="Only these cells (repeat, or comma-separate).",
-        ),
+        option("--cells", envvars.EXTEND_CELLS, "Only these cells (repeat, or comma-separate)."),
     ] = None,
     mitigations_file: MitigationsFiles = None,
     verbose: Verbose = False,
