@@ -13,8 +13,18 @@ from aorta import envvars
 from aorta import report as pages  # light: its html and compare_html load on first use
 from aorta.errors import ExitCode, UsageError
 
-from ._options import option, traces_missing
-from .compare import Alpha, Baseline, Metric, Ranks, Resamples, Seed, Traces, stats_flags
+from ._options import (
+    Alpha,
+    Baseline,
+    Metric,
+    Ranks,
+    Resamples,
+    Seed,
+    Traces,
+    option,
+    stats_flags,
+    traces_missing,
+)
 
 Html = Annotated[
     bool,
