@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from types import ModuleType
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import typer
 
@@ -27,7 +27,7 @@ def _api() -> ModuleType:
     return aorta.trace
 
 
-def _device(text: str | None) -> str | dict | None:
+def _device(text: str | None) -> str | dict[str, Any] | None:
     """``--device``: None, a known device name, or a TraceLens arch JSON file (read here)."""
     if text is None:
         return None
