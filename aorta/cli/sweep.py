@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from typer.models import OptionInfo
 
 from aorta import envvars
 from aorta.errors import ExitCode, UsageError
@@ -64,68 +65,48 @@ Backend = Annotated[
 ]
 
 # -- flag mode: a recipe from the command line (aorta.recipe.flags) -----------------------------
-FLAG_MODE = "Flag mode"
+
+
+def _flag_mode(flags: str, twin: str, help: str, **typer_options: Any) -> OptionInfo:
+    """An option of flag mode: in its own help panel, its help saying so."""
+    return option(flags, twin, f"Flag mode: {help}", rich_help_panel="Flag mode", **typer_options)
+
+
 Workload = Annotated[
     str | None,
-    option(
-        "--workload",
-        envvars.WORKLOAD,
-        "Flag mode (no --recipe): the workload every cell runs.",
-        rich_help_panel=FLAG_MODE,
-    ),
+    _flag_mode("--workload", envvars.WORKLOAD, "the workload every cell runs (no --recipe)."),
 ]
 MitigationAxis = Annotated[
     list[str] | None,
-    option(
+    _flag_mode(
         "--mitigation-axis",
         envvars.MITIGATION_AXIS,
-        "Flag mode: mitigations, comma-separated (a+b stacks two); include none.",
-        rich_help_panel=FLAG_MODE,
+        "mitigations, comma-separated (a+b stacks two); include none.",
     ),
 ]
 EnvironmentAxis = Annotated[
     list[str] | None,
-    option(
+    _flag_mode(
         "--environment-axis",
         envvars.ENVIRONMENT_AXIS,
-        "Flag mode: environments, comma-separated: local, a registered name or "
-        "image:<ref> (default local).",
-        rich_help_panel=FLAG_MODE,
+        "environments, comma-separated: local, a registered name or image:<ref> (default local).",
     ),
 ]
 Trials = Annotated[
-    int | None,
-    option(
-        "--trials",
-        envvars.TRIALS,
-        "Flag mode: trials per cell (default 1).",
-        min=1,
-        rich_help_panel=FLAG_MODE,
-    ),
+    int | None, _flag_mode("--trials", envvars.TRIALS, "trials per cell (default 1).", min=1)
 ]
-Steps = Annotated[
-    int | None,
-    option(
-        "--steps", envvars.STEPS, "Flag mode: steps per trial.", min=1, rich_help_panel=FLAG_MODE
-    ),
-]
+Steps = Annotated[int | None, _flag_mode("--steps", envvars.STEPS, "steps per trial.", min=1)]
 FlagBaseline = Annotated[
     str | None,
-    option(
-        "--baseline",
-        envvars.BASELINE,
-        "Flag mode: the baseline cell (<mitigation>-<environment>).",
-        rich_help_panel=FLAG_MODE,
-    ),
+    _flag_mode("--baseline", envvars.BASELINE, "the baseline cell (<mitigation>-<environment>)."),
 ]
 Adaptive = Annotated[
     bool,
-    option(
+    _flag_mode(
         "--adaptive",
         envvars.ADAPTIVE,
-        "Flag mode: schedule: adaptive — stop each cell once its verdict is settled "
+        "schedule: adaptive — stop each cell once its verdict is settled "
         "(--trials is then the most per cell, ≥ 5; default 30).",
-        rich_help_panel=FLAG_MODE,
     ),
 ]
 

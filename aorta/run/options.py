@@ -1,12 +1,9 @@
 """The options of a sweep: one frozen value, its defaults defined here once.
 
-:class:`RunOptions` says how a sweep runs a recipe — the command line's overrides of the
-recipe, where the run directory goes, how progress shows, which interpreter, backend and
-extra workloads its trials get. :func:`aorta.sweep` takes one as ``options=`` and keeps its
-keywords (``output=``, ``progress=`` …) as overrides of it (:func:`run_options`); the planner
-(:func:`aorta.run.prepare.prepare`) and the sweep loop read the same value, and ``aorta sweep
-run`` builds one from its flags. What run a sweep acts on — the recipe, ``resume=``,
-``extend_to=`` — is not an option: it is :func:`aorta.sweep`'s own argument.
+:func:`aorta.sweep` takes one as ``options=``, its keywords (``output=``, ``progress=`` …)
+overriding it (:func:`run_options`); the planner (:func:`aorta.run.prepare.prepare`) and the
+loop read the same value; ``aorta sweep run`` builds one from its flags. What a sweep acts on
+— the recipe, ``resume=``, ``extend_to=`` — is :func:`aorta.sweep`'s own argument, not an option.
 """
 
 from __future__ import annotations
@@ -32,29 +29,27 @@ IsolationChoice = Literal["auto", "in_process", "process"]
 
 @dataclass(frozen=True, kw_only=True)
 class RunOptions:
-    """How a sweep runs: what :func:`aorta.sweep`, its planner, its loop and ``aorta sweep
-    run`` share.
+    """How a sweep runs: the recipe's overrides, where the run goes, how progress shows, the
+    trials' interpreter, backend and extra workloads.
 
-    Frozen: build one, pass it along, derive another with :func:`dataclasses.replace` or
-    :func:`run_options`. Nothing is checked here; :func:`aorta.sweep` refuses an unknown
-    ``progress`` with a :class:`~aorta.errors.UsageError` and a bad override of the recipe
-    with a :class:`~aorta.errors.RecipeError`, before anything runs.
+    Frozen: derive another with :func:`dataclasses.replace` or :func:`run_options`. Nothing is
+    checked here; :func:`aorta.sweep` refuses a bad ``progress`` (``UsageError``) or override
+    of the recipe (``RecipeError``) before anything runs.
 
     Parameters
     ----------
     command
-        Probe mode: the argv every trial runs (the recipe's ``command``; ``aorta sweep run --
-        ARGV``). Default ``None``: the recipe's.
+        Probe mode: the argv every trial runs (``aorta sweep run -- ARGV``; default the
+        recipe's ``command``).
     output
-        Root of the run directories (``<output>/<ticket>/<workload>/<time>``); default
-        ``triage_results``. A resumed run stays where it is.
+        Root of the run directories, ``<output>/<ticket>/<workload>/<time>`` (default
+        ``triage_results``; a resumed run stays where it is).
     ticket, timeout_s, isolation
         Override the recipe's ``ticket``, ``timeout_per_trial`` and ``trial_isolation``
-        (``auto``, ``in_process``, ``process``), written into ``recipe.resolved.yaml`` so the
-        run reproduces. Default ``None``: the recipe's.
+        (``auto``, ``in_process``, ``process``) in ``recipe.resolved.yaml`` (default ``None``).
     mitigations_files
         Sidecar files with more mitigations and environments (default none; a resumed run
-        reads the ones it was started with).
+        reads its own).
     progress
         ``auto`` (default: rich on a terminal, tqdm in Jupyter, lines otherwise), ``lines``,
         ``rich``, ``tqdm``, ``none`` (nothing), or a :class:`~aorta.report.progress.Reporter`.
@@ -66,8 +61,8 @@ class RunOptions:
         ``gloo``, ``nccl`` or ``auto`` for distributed workloads (default ``None``:
         ``AORTA_BACKEND``, else ``nccl`` with a GPU, ``gloo`` without).
     workloads
-        Extra workload classes by name, beside the registered ones (a notebook's own
-        workload; process-isolated workers import it by its module path). Default ``None``.
+        Extra workload classes by name beside the registered ones (a notebook's own; workers
+        import it by its module path). Default ``None``.
 
     See Also
     --------
@@ -122,22 +117,11 @@ def run_options(
     options: RunOptions | None = None, /, **overrides: Unpack[RunKeywords]
 ) -> RunOptions:
     """``options`` (default :class:`RunOptions`'s defaults) with each keyword replacing its
-    field: how :func:`aorta.sweep`'s ``output=``, ``progress=`` … combine with its
-    ``options=`` (``ticket=None`` too: the recipe's ticket).
+    field, ``None`` too (``ticket=None``: the recipe's): how :func:`aorta.sweep`'s keywords
+    combine with its ``options=``. A keyword that is no field raises ``TypeError``.
 
-    Raises ``TypeError`` for a keyword that is not a field.
-
-    Examples
-    --------
-    >>> run_options(progress="none").progress
+    >>> run_options(RunOptions(ticket="T-1"), progress="none").progress
     'none'
-    >>> o = run_options(RunOptions(ticket="T-1", verbose=True), ticket=None)
-    >>> o.ticket, o.verbose
-    (None, True)
-    >>> run_options(ouput="runs")  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    ...
-    TypeError: unexpected keyword argument 'ouput' (the run options are backend, command, ...)
     """
     base = options if options is not None else RunOptions()
     return with_keywords(base, overrides, what="the run options")

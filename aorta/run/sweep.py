@@ -121,20 +121,14 @@ class SweepResult:
     @property
     def failing(self) -> list[str]:
         """Cells with failing trials."""
-        return (
-            []
-            if self.summaries.empty
-            else self.summaries.index[self.summaries.n_failed > 0].tolist()
-        )
+        df = self.summaries
+        return [] if df.empty else df.index[df.n_failed > 0].tolist()
 
     @property
     def erroring(self) -> list[str]:
         """Cells with erroring trials (setup, infrastructure, timeout)."""
-        return (
-            []
-            if self.summaries.empty
-            else self.summaries.index[self.summaries.n_errors > 0].tolist()
-        )
+        df = self.summaries
+        return [] if df.empty else df.index[df.n_errors > 0].tolist()
 
 
 def _exit_code(df: pd.DataFrame, baseline: str) -> ExitCode:
