@@ -6,6 +6,8 @@ The notebook API::
     recipe = aorta.load_recipe("recipes/cpu-smoke.yaml")
     plan = aorta.plan(recipe)
     result = aorta.sweep(recipe)
+    opts = aorta.RunOptions(output="runs", progress="none")  # the run options, one frozen value
+    result = aorta.sweep(recipe, options=opts)  # (or aorta.sweep(recipe, output="runs", ...))
     ds = aorta.load_run(result.run_dir)     # xarray Dataset, cell × trial (× step)
     aorta.compare(ds)                       # pandas DataFrame: ratio [CI], p_adj, verdict
     opts = aorta.StatsOptions(alpha=0.01)   # the statistics options, one frozen value
@@ -34,6 +36,7 @@ __all__ = [
     "AortaError",
     "ExitCode",
     "RecipeError",
+    "RunOptions",
     "StatsOptions",
     "TraceError",
     "TraceWarning",
@@ -73,6 +76,7 @@ _LAZY: dict[str, str] = {
     "compare_runs": "aorta.matrix.compare",
     "explain": "aorta.matrix.explain",
     "StatsOptions": "aorta.matrix.options",
+    "RunOptions": "aorta.run.options",
     "from_trials": "aorta.matrix.external",
 }
 _MODULES = frozenset({"errors", "hang", "plot", "report", "trace"})
@@ -89,6 +93,7 @@ if TYPE_CHECKING:
     from aorta.matrix.trace_metrics import load_tracelens
     from aorta.recipe.plan import plan
     from aorta.recipe.schema import dump_recipe, load_recipe
+    from aorta.run.options import RunOptions
     from aorta.run.sweep import sweep
 
 

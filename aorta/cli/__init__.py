@@ -28,6 +28,7 @@ from . import report as _report
 from . import sweep as _sweep
 from . import trace as _trace
 from . import workloads as _workloads
+from ._options import option
 
 __all__ = ["app", "entry", "main"]
 
@@ -51,10 +52,10 @@ def _print_version(value: bool) -> None:
 def _root(
     version: Annotated[
         bool,
-        typer.Option(
-            "--version",
-            "-V",
-            help="Print aorta's version and exit.",
+        option(
+            "--version -V",
+            None,
+            "Print aorta's version and exit.",
             callback=_print_version,
             is_eager=True,
         ),

@@ -1,43 +1,162 @@
-"""Options shared by several commands, each with its ``AORTA_*`` twin, and the flags that have
+"""Options shared by several commands — the sweep's (sweep run, launch), the statistics flags
+(compare, report), the output ones —, each with its ``AORTA_*`` twin, and the flags that have
 none (:data:`NO_TWIN`)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
+from typer.models import OptionInfo
 
+import aorta
 from aorta import envvars
 from aorta.run.profiler import no_traces_hint
 
+if TYPE_CHECKING:
+    from aorta.matrix.options import StatsOptions
+
+
+def option(flags: str, twin: str | None, help: str, **typer_options: Any) -> OptionInfo:
+    """A flag as every command declares it: its names (``"--output -o"``), its ``AORTA_*``
+    twin (``None``: a flag of :data:`NO_TWIN`), its help, and typer's other keywords
+    (``min=``, ``dir_okay=``, ``rich_help_panel=`` …)."""
+    info: OptionInfo = typer.Option(*flags.split(), envvar=twin, help=help, **typer_options)
+    return info
+
+
+Command = Annotated[
+    list[str] | None,
+    typer.Argument(
+        help="Probe mode: the command every trial runs, after '--'.", show_default=False
+    ),
+]
+RecipeFile = Annotated[
+    Path | None,
+    option("--recipe -r", envvars.RECIPE, "The recipe to sweep.", dir_okay=False),
+]
+Output = Annotated[
+    Path,
+    option("--output -o", envvars.OUTPUT, "Root of the run directories (here)."),
+]
+Ticket = Annotated[
+    str | None,
+    option("--ticket", envvars.TICKET, "Override the recipe's ticket."),
+]
 MitigationsFiles = Annotated[
     list[Path] | None,
-    typer.Option(
+    option(
         "--mitigations-file",
-        envvar=envvars.MITIGATIONS_FILE,
-        help="Extra mitigations/environments (YAML or JSON); repeatable.",
+        envvars.MITIGATIONS_FILE,
+        "Extra mitigations/environments (YAML or JSON); repeatable.",
         dir_okay=False,
     ),
 ]
 Verbose = Annotated[
     bool,
-    typer.Option(
-        "--verbose", "-v", envvar=envvars.VERBOSE, help="Stream per-trial lines to stderr."
-    ),
+    option("--verbose -v", envvars.VERBOSE, "Stream per-trial lines to stderr."),
 ]
-Json = Annotated[
-    bool, typer.Option("--json", envvar=envvars.JSON_OUTPUT, help="Print JSON instead of text.")
-]
+Json = Annotated[bool, option("--json", envvars.JSON_OUTPUT, "Print JSON instead of text.")]
 Strict = Annotated[
     bool,
-    typer.Option(
-        "--strict",
-        envvar=envvars.STRICT,
-        help="Exit 4 when any cell has failing or erroring trials.",
+    option("--strict", envvars.STRICT, "Exit 4 when any cell has failing or erroring trials."),
+]
+
+# -- the statistics flags of compare and report ----------------------------------------------
+# The statistics flags default to None, "not given": the defaults are StatsOptions' (one
+# place; importing it here would load the matrix stage for `aorta --help`). The shown
+# defaults are its values, held equal by tests/cli/test_stats_flags.py.
+
+Baseline = Annotated[
+    str | None,
+    option(
+        "--baseline",
+        envvars.BASELINE,
+        "The reference cell (default: the recipe's baseline). One run only.",
     ),
 ]
+Alpha = Annotated[
+    float | None,
+    option(
+        "--alpha",
+        envvars.ALPHA,
+        "Significance level; CIs are at 1 - alpha.",
+        min=0.0,
+        max=1.0,
+        show_default="0.05",
+    ),
+]
+Metric = Annotated[
+    str,
+    option(
+        "--metric",
+        envvars.METRIC,
+        "step_time_ms (median of post-warm-up steps per trial), wall_clock_s, elapsed_s, or a workload metric.",
+    ),
+]
+Traces = Annotated[
+    bool,
+    option(
+        "--traces",
+        envvars.TRACES,
+        "Analyse the runs' profiler traces, so --metric can be a trace metric (exposed_comm_ms, idle_ms, gemm_tflops, busbw_all_reduce_gbps, ...).",
+    ),
+]
+Ranks = Annotated[
+    str | None,
+    option(
+        "--ranks",
+        envvars.RANKS,
+        "A trace metric's value per trial: worst (max for times, min for rates), max, min, mean, median, or a rank number.",
+        show_default="worst",
+    ),
+]
+Seed = Annotated[
+    int | None,
+    option("--seed", envvars.BOOTSTRAP_SEED, "Seed of the bootstrap.", show_default="0"),
+]
+Resamples = Annotated[
+    int | None,
+    option(
+        "--resamples",
+        envvars.BOOTSTRAP_RESAMPLES,
+        "Bootstrap resamples.",
+        min=1,
+        show_default="10000",
+    ),
+]
+Stat = Annotated[
+    Literal["median", "mean", "p95"] | None,
+    option(
+        "--stat",
+        envvars.STAT,
+        "For step_time_ms: each trial's median (default), mean or p95 (stalls) of its post-warm-up steps.",
+        show_default="median",
+    ),
+]
+
+
+def rank_reduction(text: str) -> str | int:
+    """``--ranks`` as :func:`aorta.compare` takes it: a rank number or a reduction's name."""
+    return int(text) if text.strip().isdigit() else text.strip()
+
+
+def stats_flags(
+    *,
+    alpha: float | None,
+    seed: int | None,
+    resamples: int | None,
+    ranks: str | None,
+    stat: str | None = None,
+) -> StatsOptions:
+    """The one :class:`~aorta.matrix.options.StatsOptions` of a command's statistics flags:
+    each flag given replaces its default (``aorta.StatsOptions`` loads on first use)."""
+    flags: dict[str, Any] = {"alpha": alpha, "seed": seed, "resamples": resamples, "stat": stat}
+    flags["ranks"] = None if ranks is None else rank_reduction(ranks)
+    return aorta.StatsOptions(**{k: v for k, v in flags.items() if v is not None})
+
 
 #: The flags without an ``AORTA_*`` twin (``"<command> --flag"``), each with why: a variable is
 #: a setting that holds for every later command of a shell, and these are not settings. Every

@@ -14,7 +14,7 @@ from aorta.report.bundle import format_review
 from aorta.store.bundle import plan_bundle, write_bundle
 from aorta.store.rundir import BUNDLE_MANIFEST
 
-from ._options import Json
+from ._options import Json, option
 
 
 def bundle(
@@ -24,70 +24,69 @@ def bundle(
     ],
     ticket: Annotated[
         str | None,
-        typer.Option(
+        option(
             "--ticket",
-            envvar=envvars.TICKET,
-            help="Names the bundle <ticket>-<UTC>.tar.gz (default: the run's ticket).",
+            envvars.TICKET,
+            "Names the bundle <ticket>-<UTC>.tar.gz (default: the run's ticket).",
         ),
     ] = None,
     review: Annotated[
         bool,
-        typer.Option(
+        option(
             "--review",
-            envvar=envvars.REVIEW,
-            help="List what would go in (files, sizes, redaction counts); write nothing.",
+            envvars.REVIEW,
+            "List what would go in (files, sizes, redaction counts); write nothing.",
         ),
     ] = False,
     output: Annotated[
         Path,
-        typer.Option(
-            "--output",
-            "-o",
-            envvar=envvars.BUNDLE_OUTPUT,
-            help="Folder the archive is written into.",
+        option(
+            "--output -o",
+            envvars.BUNDLE_OUTPUT,
+            "Folder the archive is written into.",
             file_okay=False,
         ),
     ] = Path("."),
     max_size: Annotated[
         str,
-        typer.Option(
+        option(
             "--max-size",
-            envvar=envvars.BUNDLE_MAX_SIZE,
-            help="Cap on logs, traces and other trial artifacts (e.g. 512M, 2G); records, "
+            envvars.BUNDLE_MAX_SIZE,
+            "Cap on logs, traces and other trial artifacts (e.g. 512M, 2G); records, "
             "matrix, recipe, snapshots and report always go in.",
         ),
     ] = "512M",
     traces: Annotated[
         bool,
-        typer.Option(
+        option(
             "--include-traces/--no-traces",
-            envvar=envvars.BUNDLE_TRACES,
-            help="Include profiler traces (within --max-size).",
+            envvars.BUNDLE_TRACES,
+            "Include profiler traces (within --max-size).",
         ),
     ] = True,
     scrub_env_keys: Annotated[
         list[str] | None,
-        typer.Option(
+        option(
             "--scrub-env-keys",
-            envvar=envvars.SCRUB_ENV_KEYS,
-            help="More variable-name globs to redact, on top of the recipe's; repeatable.",
+            envvars.SCRUB_ENV_KEYS,
+            "More variable-name globs to redact, on top of the recipe's; repeatable.",
         ),
     ] = None,
     scrub_paths: Annotated[
         bool | None,
-        typer.Option(
+        option(
             "--scrub-paths/--no-scrub-paths",
-            envvar=envvars.SCRUB_PATHS,
-            help="Replace the home folder with ~ (default: as the recipe's redaction says).",
+            envvars.SCRUB_PATHS,
+            "Replace the home folder with ~ (default: as the recipe's redaction says).",
             show_default=False,
         ),
     ] = None,
     scrub_ip_addresses: Annotated[
         bool | None,
-        typer.Option(
+        option(
             "--scrub-ip-addresses/--no-scrub-ip-addresses",
-            envvar=envvars.SCRUB_IP_ADDRESSES,
-            help="Replace IPv4 addresses with <ip> (default: as the recipe's redaction says).",
+            envvars.SCRUB_IP_ADDRESSES,
+            "Replace IPv4 addresses with <ip> (default: as the recipe's redaction says).",
             show_default=False,
         ),
     ] = None,

@@ -5,113 +5,31 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
-import aorta
 from aorta import envvars
 from aorta import report as pages  # light: explain_text loads on first use
 from aorta.errors import ExitCode, UsageError
 
-from ._options import Json, traces_missing
+from ._options import (
+    Alpha,
+    Baseline,
+    Json,
+    Metric,
+    Ranks,
+    Resamples,
+    Seed,
+    Stat,
+    Traces,
+    option,
+    stats_flags,
+    traces_missing,
+)
 
 if TYPE_CHECKING:
     from aorta.matrix.options import StatsOptions
-
-# The statistics flags default to None, "not given": the defaults are StatsOptions' (one
-# place; importing it here would load the matrix stage for `aorta --help`). The shown
-# defaults are its values, held equal by tests/cli/test_compare.py.
-
-Baseline = Annotated[
-    str | None,
-    typer.Option(
-        "--baseline",
-        envvar=envvars.BASELINE,
-        help="The reference cell (default: the recipe's baseline). One run only.",
-    ),
-]
-Alpha = Annotated[
-    float | None,
-    typer.Option(
-        "--alpha",
-        envvar=envvars.ALPHA,
-        min=0.0,
-        max=1.0,
-        help="Significance level; CIs are at 1 - alpha.",
-        show_default="0.05",
-    ),
-]
-Metric = Annotated[
-    str,
-    typer.Option(
-        "--metric",
-        envvar=envvars.METRIC,
-        help="step_time_ms (median of post-warm-up steps per trial), wall_clock_s, elapsed_s, or a workload metric.",
-    ),
-]
-Traces = Annotated[
-    bool,
-    typer.Option(
-        "--traces",
-        envvar=envvars.TRACES,
-        help="Analyse the runs' profiler traces, so --metric can be a trace metric (exposed_comm_ms, idle_ms, gemm_tflops, busbw_all_reduce_gbps, ...).",
-    ),
-]
-Ranks = Annotated[
-    str | None,
-    typer.Option(
-        "--ranks",
-        envvar=envvars.RANKS,
-        help="A trace metric's value per trial: worst (max for times, min for rates), max, min, mean, median, or a rank number.",
-        show_default="worst",
-    ),
-]
-Seed = Annotated[
-    int | None,
-    typer.Option(
-        "--seed", envvar=envvars.BOOTSTRAP_SEED, help="Seed of the bootstrap.", show_default="0"
-    ),
-]
-Resamples = Annotated[
-    int | None,
-    typer.Option(
-        "--resamples",
-        envvar=envvars.BOOTSTRAP_RESAMPLES,
-        min=1,
-        help="Bootstrap resamples.",
-        show_default="10000",
-    ),
-]
-Stat = Annotated[
-    Literal["median", "mean", "p95"] | None,
-    typer.Option(
-        "--stat",
-        envvar=envvars.STAT,
-        help="For step_time_ms: each trial's median (default), mean or p95 (stalls) of its post-warm-up steps.",
-        show_default="median",
-    ),
-]
-
-
-def rank_reduction(text: str) -> str | int:
-    """``--ranks`` as :func:`aorta.compare` takes it: a rank number or a reduction's name."""
-    return int(text) if text.strip().isdigit() else text.strip()
-
-
-def stats_flags(
-    *,
-    alpha: float | None,
-    seed: int | None,
-    resamples: int | None,
-    ranks: str | None,
-    stat: str | None = None,
-) -> StatsOptions:
-    """The one :class:`~aorta.matrix.options.StatsOptions` of a command's statistics flags:
-    each flag given replaces its default (``aorta.StatsOptions`` loads on first use)."""
-    flags: dict[str, Any] = {"alpha": alpha, "seed": seed, "resamples": resamples, "stat": stat}
-    flags["ranks"] = None if ranks is None else rank_reduction(ranks)
-    return aorta.StatsOptions(**{k: v for k, v in flags.items() if v is not None})
 
 
 def compare(
@@ -128,10 +46,10 @@ def compare(
     metric: Metric = "step_time_ms",
     fail_on_regression: Annotated[
         bool,
-        typer.Option(
+        option(
             "--fail-on-regression",
-            envvar=envvars.FAIL_ON_REGRESSION,
-            help="Exit 4 when a cell is slower and beyond the band: the whole CI of its ratio above the threshold (a CI regression gate).",
+            envvars.FAIL_ON_REGRESSION,
+            "Exit 4 when a cell is slower and beyond the band: the whole CI of its ratio above the threshold (a CI regression gate).",
         ),
     ] = False,
     stat: Stat = None,
@@ -141,28 +59,28 @@ def compare(
     ranks: Ranks = None,
     explain: Annotated[
         str | None,
-        typer.Option(
+        option(
             "--explain",
-            envvar=envvars.EXPLAIN,
+            envvars.EXPLAIN,
+            "Where CELL's step time went against the baseline: per kernel/op/class from the trial traces, with bootstrap CIs and the residual. One run.",
             metavar="CELL",
-            help="Where CELL's step time went against the baseline: per kernel/op/class from the trial traces, with bootstrap CIs and the residual. One run.",
         ),
     ] = None,
     by: Annotated[
         Literal["kernel", "op", "class"],
-        typer.Option(
+        option(
             "--by",
-            envvar=envvars.EXPLAIN_BY,
-            help="With --explain: GPU kernels, host ops (self time; CPU-only runs), or classes.",
+            envvars.EXPLAIN_BY,
+            "With --explain: GPU kernels, host ops (self time; CPU-only runs), or classes.",
         ),
     ] = "kernel",
     signature: Annotated[
         str | None,
-        typer.Option(
+        option(
             "--signature",
-            envvar=envvars.SIGNATURE,
+            envvars.SIGNATURE,
+            "Count trials with this failure signature (nccl_error, hang, out_of_memory, custom:<id> ...) as the failure event: is it more or less frequent than in the baseline? One run.",
             metavar="NAME",
-            help="Count trials with this failure signature (nccl_error, hang, out_of_memory, custom:<id> ...) as the failure event: is it more or less frequent than in the baseline? One run.",
         ),
     ] = None,
     as_json: Json = False,

@@ -13,7 +13,7 @@ from aorta.errors import ExitCode, UsageError
 from aorta.hang.dumps import paused_gc
 from aorta.store.rundir import HANG_DIR, RunDir
 
-from ._options import Json
+from ._options import Json, option
 
 app = typer.Typer(
     help="Hang forensics: who the other ranks wait for, and where.", no_args_is_help=True
@@ -35,12 +35,12 @@ def analyze(
     as_json: Json = False,
     world_size: Annotated[
         int | None,
-        typer.Option(
+        option(
             "--world-size",
-            envvar=envvars.HANG_WORLD_SIZE,
-            min=1,
-            help="The job's number of ranks (default: one more than the highest rank seen); "
+            envvars.HANG_WORLD_SIZE,
+            "The job's number of ranks (default: one more than the highest rank seen); "
             "ranks without evidence count as such.",
+            min=1,
             show_default=False,
         ),
     ] = None,

@@ -15,6 +15,8 @@ import typer
 from aorta import envvars
 from aorta.errors import AortaError, ExitCode, UsageError
 
+from ._options import Command, Output, RecipeFile, Ticket, option
+
 if TYPE_CHECKING:
     from aorta.launch import Cluster, Deadlines, LaunchSpec, Node
     from aorta.recipe.cluster import NprocPerNode as Nproc
@@ -66,194 +68,143 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-# -- options (each with its AORTA_* twin) -------------------------------------------------------
+# -- options (each with its AORTA_* twin; those a sweep shares are in _options) ----------------
 
-Command = Annotated[
-    list[str] | None,
-    typer.Argument(
-        help="Probe mode: the command every trial runs, after '--'.", show_default=False
-    ),
-]
 ClusterFile = Annotated[
     Path,
-    typer.Option(
-        "--cluster",
-        "-c",
-        envvar=envvars.CLUSTER,
-        help="cluster.json (CVS format) or a hostfile.",
-        dir_okay=False,
-    ),
-]
-RecipeFile = Annotated[
-    Path | None,
-    typer.Option(
-        "--recipe", "-r", envvar=envvars.RECIPE, help="The recipe to sweep.", dir_okay=False
+    option(
+        "--cluster -c", envvars.CLUSTER, "cluster.json (CVS format) or a hostfile.", dir_okay=False
     ),
 ]
 NprocPerNode = Annotated[
     str | None,
-    typer.Option(
+    option(
         "--nproc-per-node",
-        envvar=envvars.NPROC_PER_NODE,
-        help="Processes per node: N, 'gpu' or 'auto' (default: the cluster's nproc_per_node/slots, else 1).",
+        envvars.NPROC_PER_NODE,
+        "Processes per node: N, 'gpu' or 'auto' (default: the cluster's nproc_per_node/slots, else 1).",
     ),
 ]
 DryRun = Annotated[
     bool,
-    typer.Option(
-        "--dry-run", help="Check every node and print each node's command; start nothing."
-    ),
-]
-Output = Annotated[
-    Path,
-    typer.Option("--output", "-o", envvar=envvars.OUTPUT, help="Root of the run directories here."),
-]
-Ticket = Annotated[
-    str | None,
-    typer.Option("--ticket", envvar=envvars.TICKET, help="Override the recipe's ticket."),
+    option("--dry-run", None, "Check every node and print each node's command; start nothing."),
 ]
 MasterAddr = Annotated[
     str | None,
-    typer.Option(
+    option(
         "--master-addr",
-        envvar=envvars.MASTER_ADDR_OVERRIDE,
-        help="Rendezvous address (default: the head's vpc_ip).",
+        envvars.MASTER_ADDR_OVERRIDE,
+        "Rendezvous address (default: the head's vpc_ip).",
     ),
 ]
 MasterPort = Annotated[
     int | None,
-    typer.Option(
+    option(
         "--master-port",
-        envvar=envvars.MASTER_PORT_OVERRIDE,
-        help="Rendezvous port (default: a free port on the head).",
+        envvars.MASTER_PORT_OVERRIDE,
+        "Rendezvous port (default: a free port on the head).",
         min=1,
         max=65535,
     ),
 ]
 Override = Annotated[
     list[str] | None,
-    typer.Option(
+    option(
         "--override",
-        envvar=envvars.LAUNCH_OVERRIDE,
-        help="KEY=VALUE for the training command; repeatable, passed as one group.",
+        envvars.LAUNCH_OVERRIDE,
+        "KEY=VALUE for the training command; repeatable, passed as one group.",
     ),
 ]
 SetupTimeout = Annotated[
     float,
-    typer.Option(
-        "--setup-timeout",
-        envvar=envvars.LAUNCH_SETUP_TIMEOUT,
-        help="Seconds to set every node up.",
-        min=1,
-    ),
+    option("--setup-timeout", envvars.LAUNCH_SETUP_TIMEOUT, "Seconds to set every node up.", min=1),
 ]
 RunTimeout = Annotated[
     float | None,
-    typer.Option(
+    option(
         "--run-timeout",
-        envvar=envvars.LAUNCH_RUN_TIMEOUT,
-        help="Seconds the run may take (default: the CVS config's timeout_seconds, else 24 h).",
+        envvars.LAUNCH_RUN_TIMEOUT,
+        "Seconds the run may take (default: the CVS config's timeout_seconds, else 24 h).",
         min=1,
         show_default=False,
     ),
 ]
 CollectTimeout = Annotated[
     float,
-    typer.Option(
-        "--collect-timeout",
-        envvar=envvars.LAUNCH_COLLECT_TIMEOUT,
-        help="Seconds to pull artifacts.",
-        min=1,
+    option(
+        "--collect-timeout", envvars.LAUNCH_COLLECT_TIMEOUT, "Seconds to pull artifacts.", min=1
     ),
 ]
 ContainerImage = Annotated[
     str | None,
-    typer.Option(
+    option(
         "--container",
-        envvar=envvars.CONTAINER,
-        help="Run in a container of this image on every node (the cluster file's "
+        envvars.CONTAINER,
+        "Run in a container of this image on every node (the cluster file's "
         "container: block, with this image; see docs/launch.md).",
     ),
 ]
 CvsConfig = Annotated[
     Path | None,
-    typer.Option(
+    option(
         "--cvs-config",
-        envvar=envvars.CVS_CONFIG,
-        help="A CVS Aorta config (cvs run --config_file): its multi_node: block, base_config, "
+        envvars.CVS_CONFIG,
+        "A CVS Aorta config (cvs run --config_file): its multi_node: block, base_config, "
         "training_overrides and timeout_seconds as launch options (see docs/launch.md).",
         dir_okay=False,
     ),
 ]
 Quiet = Annotated[
     bool,
-    typer.Option(
-        "--quiet",
-        "-q",
-        envvar=envvars.QUIET,
-        help="Do not stream node output (each node's launch.log keeps it).",
+    option(
+        "--quiet -q", envvars.QUIET, "Do not stream node output (each node's launch.log keeps it)."
     ),
 ]
 
 # -- Slurm (see docs/launch.md, "Slurm") ---------------------------------------------------------
 Slurm = Annotated[
     bool,
-    typer.Option(
+    option(
         "--slurm",
-        envvar=envvars.SLURM,
-        help="Launch through Slurm: srun inside an allocation, else sbatch (needs --nodes).",
+        envvars.SLURM,
+        "Launch through Slurm: srun inside an allocation, else sbatch (needs --nodes).",
     ),
 ]
 Nodes = Annotated[
     int | None,
-    typer.Option(
-        "--nodes", envvar=envvars.SLURM_NODES, help="Nodes to sbatch (login node).", min=1
-    ),
+    option("--nodes", envvars.SLURM_NODES, "Nodes to sbatch (login node).", min=1),
 ]
 Partition = Annotated[
     str | None,
-    typer.Option("--partition", envvar=envvars.SLURM_PARTITION, help="Slurm partition."),
+    option("--partition", envvars.SLURM_PARTITION, "Slurm partition."),
 ]
 TimeLimit = Annotated[
     str | None,
-    typer.Option(
-        "--time", envvar=envvars.SLURM_TIME, help="Job time limit (MM, HH:MM:SS, D-HH:MM, ...)."
-    ),
+    option("--time", envvars.SLURM_TIME, "Job time limit (MM, HH:MM:SS, D-HH:MM, ...)."),
 ]
 GpusPerNode = Annotated[
     int | None,
-    typer.Option(
-        "--gpus-per-node", envvar=envvars.SLURM_GPUS_PER_NODE, min=0, help="GPUs per node."
-    ),
+    option("--gpus-per-node", envvars.SLURM_GPUS_PER_NODE, "GPUs per node.", min=0),
 ]
-Account = Annotated[
-    str | None, typer.Option("--account", envvar=envvars.SLURM_ACCOUNT, help="Slurm account.")
-]
+Account = Annotated[str | None, option("--account", envvars.SLURM_ACCOUNT, "Slurm account.")]
 SbatchArg = Annotated[
     list[str] | None,
-    typer.Option(
-        "--sbatch-arg", envvar=envvars.SLURM_SBATCH_ARGS, help="Extra sbatch option; repeatable."
-    ),
+    option("--sbatch-arg", envvars.SLURM_SBATCH_ARGS, "Extra sbatch option; repeatable."),
 ]
 SrunRanks = Annotated[
     bool,
-    typer.Option(
+    option(
         "--srun-ranks",
-        envvar=envvars.SLURM_SRUN_RANKS,
-        help="One srun task per rank (no torchrun): RANK etc. from SLURM_PROCID.",
+        envvars.SLURM_SRUN_RANKS,
+        "One srun task per rank (no torchrun): RANK etc. from SLURM_PROCID.",
     ),
 ]
 NoWait = Annotated[
     bool,
-    typer.Option(
-        "--no-wait",
-        envvar=envvars.SLURM_NO_WAIT,
-        help="Submit, print the job id and return (see --attach).",
+    option(
+        "--no-wait", envvars.SLURM_NO_WAIT, "Submit, print the job id and return (see --attach)."
     ),
 ]
-Attach = Annotated[
-    str | None, typer.Option("--attach", help="Follow a job submitted with --no-wait.")
-]
+Attach = Annotated[str | None, option("--attach", None, "Follow a job submitted with --no-wait.")]
 InJob = Annotated[Path | None, typer.Option("--in-job", hidden=True)]
 
 

@@ -12,7 +12,7 @@ from aorta import envvars
 from aorta.errors import ExitCode, RecipeError
 from aorta.recipe.schema import load_recipe_pending_command
 
-from ._options import MitigationsFiles
+from ._options import MitigationsFiles, option
 
 app = typer.Typer(help="Check and print recipes.", no_args_is_help=True)
 
@@ -52,10 +52,10 @@ def show(
     file: RecipeFile,
     resolved: Annotated[
         bool,
-        typer.Option(
+        option(
             "--resolved",
-            envvar=envvars.RESOLVED,
-            help="Every field explicit, as written to recipe.resolved.yaml.",
+            envvars.RESOLVED,
+            "Every field explicit, as written to recipe.resolved.yaml.",
         ),
     ] = False,
 ) -> int:

@@ -13,15 +13,25 @@ from aorta import envvars
 from aorta import report as pages  # light: its html and compare_html load on first use
 from aorta.errors import ExitCode, UsageError
 
-from ._options import traces_missing
-from .compare import Alpha, Baseline, Metric, Ranks, Resamples, Seed, Traces, stats_flags
+from ._options import (
+    Alpha,
+    Baseline,
+    Metric,
+    Ranks,
+    Resamples,
+    Seed,
+    Traces,
+    option,
+    stats_flags,
+    traces_missing,
+)
 
 Html = Annotated[
     bool,
-    typer.Option(
+    option(
         "--html",
-        envvar=envvars.HTML,
-        help="Also write report/report.html: one self-contained page (figures inline, no network). With two runs: the page comparing B with A.",
+        envvars.HTML,
+        "Also write report/report.html: one self-contained page (figures inline, no network). With two runs: the page comparing B with A.",
     ),
 ]
 

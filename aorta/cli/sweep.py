@@ -4,17 +4,29 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import typer
+from typer.models import OptionInfo
 
 from aorta import envvars
 from aorta.errors import ExitCode, UsageError
 from aorta.recipe.flags import recipe_from_flags, split_axis
 from aorta.recipe.schema import Recipe, load_recipe_pending_command
+from aorta.run.options import IsolationChoice, RunOptions
 from aorta.store.rundir import RunDir
 
-from ._options import Json, MitigationsFiles, Strict, Verbose
+from ._options import (
+    Command,
+    Json,
+    MitigationsFiles,
+    Output,
+    RecipeFile,
+    Strict,
+    Ticket,
+    Verbose,
+    option,
+)
 
 app = typer.Typer(
     help="Run a recipe's matrix of cells × trials (run, resume, extend, status).",
@@ -22,133 +34,105 @@ app = typer.Typer(
 )
 
 
+# -- options (each with its AORTA_* twin; those a launch shares are in _options) -------------
+
+DryRun = Annotated[bool, option("--dry-run", None, "Print the plan and check it; run nothing.")]
+Timeout = Annotated[
+    float | None,
+    option(
+        "--timeout",
+        envvars.TIMEOUT,
+        "Deadline per trial in seconds (overrides the recipe).",
+        min=0.001,
+    ),
+]
+Isolation = Annotated[
+    IsolationChoice | None,
+    option("--isolation", envvars.ISOLATION, "Override the recipe's trial_isolation."),
+]
+Resume = Annotated[
+    Path | None,
+    option(
+        "--resume",
+        None,
+        "Resume this run directory instead of starting a new one.",
+        file_okay=False,
+    ),
+]
+Backend = Annotated[
+    str | None,
+    option("--backend", envvars.BACKEND, "torch.distributed backend: auto, gloo or nccl."),
+]
+
+# -- flag mode: a recipe from the command line (aorta.recipe.flags) -----------------------------
+
+
+def _flag_mode(flags: str, twin: str, help: str, **typer_options: Any) -> OptionInfo:
+    """An option of flag mode: in its own help panel, its help saying so."""
+    return option(flags, twin, f"Flag mode: {help}", rich_help_panel="Flag mode", **typer_options)
+
+
+Workload = Annotated[
+    str | None,
+    _flag_mode("--workload", envvars.WORKLOAD, "the workload every cell runs (no --recipe)."),
+]
+MitigationAxis = Annotated[
+    list[str] | None,
+    _flag_mode(
+        "--mitigation-axis",
+        envvars.MITIGATION_AXIS,
+        "mitigations, comma-separated (a+b stacks two); include none.",
+    ),
+]
+EnvironmentAxis = Annotated[
+    list[str] | None,
+    _flag_mode(
+        "--environment-axis",
+        envvars.ENVIRONMENT_AXIS,
+        "environments, comma-separated: local, a registered name or image:<ref> (default local).",
+    ),
+]
+Trials = Annotated[
+    int | None, _flag_mode("--trials", envvars.TRIALS, "trials per cell (default 1).", min=1)
+]
+Steps = Annotated[int | None, _flag_mode("--steps", envvars.STEPS, "steps per trial.", min=1)]
+FlagBaseline = Annotated[
+    str | None,
+    _flag_mode("--baseline", envvars.BASELINE, "the baseline cell (<mitigation>-<environment>)."),
+]
+Adaptive = Annotated[
+    bool,
+    _flag_mode(
+        "--adaptive",
+        envvars.ADAPTIVE,
+        "schedule: adaptive — stop each cell once its verdict is settled "
+        "(--trials is then the most per cell, ≥ 5; default 30).",
+    ),
+]
+
+
 @app.command(context_settings={"allow_interspersed_args": False})
 def run(
-    command: Annotated[
-        list[str] | None,
-        typer.Argument(
-            help="Probe mode: the command to run in every trial, after '--'.", show_default=False
-        ),
-    ] = None,
-    recipe: Annotated[
-        Path | None,
-        typer.Option(
-            "--recipe", "-r", envvar=envvars.RECIPE, help="The recipe file.", dir_okay=False
-        ),
-    ] = None,
-    dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Print the plan and check it; run nothing.")
-    ] = False,
-    output: Annotated[
-        Path,
-        typer.Option("--output", "-o", envvar=envvars.OUTPUT, help="Root of the run directories."),
-    ] = Path("triage_results"),
-    ticket: Annotated[
-        str | None,
-        typer.Option("--ticket", envvar=envvars.TICKET, help="Override the recipe's ticket."),
-    ] = None,
-    timeout: Annotated[
-        float | None,
-        typer.Option(
-            "--timeout",
-            envvar=envvars.TIMEOUT,
-            help="Deadline per trial in seconds (overrides the recipe).",
-            min=0.001,
-        ),
-    ] = None,
-    isolation: Annotated[
-        Literal["auto", "in_process", "process"] | None,
-        typer.Option(
-            "--isolation", envvar=envvars.ISOLATION, help="Override the recipe's trial_isolation."
-        ),
-    ] = None,
-    resume: Annotated[
-        Path | None,
-        typer.Option(
-            "--resume",
-            help="Resume this run directory instead of starting a new one.",
-            file_okay=False,
-        ),
-    ] = None,
+    command: Command = None,
+    recipe: RecipeFile = None,
+    dry_run: DryRun = False,
+    output: Output = Path("triage_results"),
+    ticket: Ticket = None,
+    timeout: Timeout = None,
+    isolation: Isolation = None,
+    resume: Resume = None,
     mitigations_file: MitigationsFiles = None,
     verbose: Verbose = False,
     as_json: Json = False,
     strict: Strict = False,
-    backend: Annotated[
-        str | None,
-        typer.Option(
-            "--backend",
-            envvar=envvars.BACKEND,
-            help="torch.distributed backend: auto, gloo or nccl.",
-        ),
-    ] = None,
-    workload: Annotated[
-        str | None,
-        typer.Option(
-            "--workload",
-            envvar=envvars.WORKLOAD,
-            help="Flag mode (no --recipe): the workload every cell runs.",
-            rich_help_panel="Flag mode",
-        ),
-    ] = None,
-    mitigation_axis: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--mitigation-axis",
-            envvar=envvars.MITIGATION_AXIS,
-            help="Flag mode: mitigations, comma-separated (a+b stacks two); include none.",
-            rich_help_panel="Flag mode",
-        ),
-    ] = None,
-    environment_axis: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--environment-axis",
-            envvar=envvars.ENVIRONMENT_AXIS,
-            help="Flag mode: environments, comma-separated: local, a registered name or "
-            "image:<ref> (default local).",
-            rich_help_panel="Flag mode",
-        ),
-    ] = None,
-    trials: Annotated[
-        int | None,
-        typer.Option(
-            "--trials",
-            envvar=envvars.TRIALS,
-            help="Flag mode: trials per cell (default 1).",
-            min=1,
-            rich_help_panel="Flag mode",
-        ),
-    ] = None,
-    steps: Annotated[
-        int | None,
-        typer.Option(
-            "--steps",
-            envvar=envvars.STEPS,
-            help="Flag mode: steps per trial.",
-            min=1,
-            rich_help_panel="Flag mode",
-        ),
-    ] = None,
-    baseline: Annotated[
-        str | None,
-        typer.Option(
-            "--baseline",
-            envvar=envvars.BASELINE,
-            help="Flag mode: the baseline cell (<mitigation>-<environment>).",
-            rich_help_panel="Flag mode",
-        ),
-    ] = None,
-    adaptive: Annotated[
-        bool,
-        typer.Option(
-            "--adaptive",
-            envvar=envvars.ADAPTIVE,
-            help="Flag mode: schedule: adaptive — stop each cell once its verdict is settled "
-            "(--trials is then the most per cell, ≥ 5; default 30).",
-            rich_help_panel="Flag mode",
-        ),
-    ] = False,
+    backend: Backend = None,
+    workload: Workload = None,
+    mitigation_axis: MitigationAxis = None,
+    environment_axis: EnvironmentAxis = None,
+    trials: Trials = None,
+    steps: Steps = None,
+    baseline: FlagBaseline = None,
+    adaptive: Adaptive = False,
 ) -> int:
     """Run every cell × trial of a recipe (or print the plan with --dry-run).
 
@@ -156,71 +140,76 @@ def run(
     --environment-axis, --trials and --steps. Under torchrun, run the same command on every
     rank: only rank 0 writes and reports.
     """
-    from aorta.report import console
-    from aorta.run import prepare as preparing
-
-    flags = {
-        "--workload": workload,
-        "--mitigation-axis": mitigation_axis,
-        "--environment-axis": environment_axis,
-        "--trials": trials,
-        "--steps": steps,
-        "--baseline": baseline,
-        "--adaptive": adaptive or None,
-    }
-    given = [name for name, value in flags.items() if value not in (None, [])]
-    if given and (recipe is not None or resume is not None):
-        raise UsageError(
-            f"{', '.join(given)} build a recipe (flag mode): give them without --recipe/--resume"
-        )
-    source: Path | Recipe | None = recipe  # the file, or flag mode's recipe
-    if given:
-        source = _flag_recipe(
-            workload=workload,
-            mitigation_axis=mitigation_axis,
-            environment_axis=environment_axis,
-            trials=trials,
-            steps=steps,
-            baseline=baseline,
-            ticket=ticket,
-            command=command or None,
-            adaptive=adaptive,
-        )
-    if source is None and resume is None:
-        raise UsageError("give --recipe FILE (or --resume RUN_DIR)")
-    if not dry_run:
-        return _run(
-            source,
-            strict=strict,
-            as_json=as_json,
+    return _sweep_or_plan(
+        recipe,
+        resume=resume,
+        dry_run=dry_run,
+        strict=strict,
+        as_json=as_json,
+        flags={
+            "workload": workload,
+            "mitigation_axis": mitigation_axis,
+            "environment_axis": environment_axis,
+            "trials": trials,
+            "steps": steps,
+            "baseline": baseline,
+            "adaptive": adaptive or None,
+        },
+        options=RunOptions(
             command=command or None,
             output=output,
-            resume=resume,
             ticket=ticket,
             timeout_s=timeout,
             isolation=isolation,
             mitigations_files=mitigations_file or (),
             verbose=verbose,
             backend=backend,
-        )
+        ),
+    )
+
+
+def _sweep_or_plan(
+    recipe: Path | None,
+    *,
+    resume: Path | None,
+    dry_run: bool,
+    strict: bool,
+    as_json: bool,
+    flags: dict[str, Any],
+    options: RunOptions,
+) -> int:
+    """``aorta sweep run``: the recipe from its file or from ``flags`` (flag mode, those not
+    ``None``), then the sweep or, with ``dry_run``, its plan."""
+    given = {name: value for name, value in flags.items() if value not in (None, [])}
+    if given and (recipe is not None or resume is not None):
+        names = ", ".join(f"--{name.replace('_', '-')}" for name in given)
+        raise UsageError(f"{names} build a recipe (flag mode): give them without --recipe/--resume")
+    source: Path | Recipe | None = recipe  # the file, or flag mode's recipe
+    if given:
+        source = _flag_recipe(ticket=options.ticket, command=options.command, **flags)
+    if source is None and resume is None:
+        raise UsageError("give --recipe FILE (or --resume RUN_DIR)")
+    if not dry_run:
+        return _run(source, resume=resume, options=options, strict=strict, as_json=as_json)
     if source is None:
         raise UsageError(
             "--dry-run needs --recipe or flag mode (a resumed run's plan is in its recipe.resolved.yaml)"
         )
+    return _plan(source, options=options, as_json=as_json)
+
+
+def _plan(source: Path | Recipe, *, options: RunOptions, as_json: bool) -> int:
+    """``--dry-run``: the plan as text or JSON, with what the run would warn about."""
+    from aorta.report import console
+    from aorta.run import prepare as preparing
+
     # A probe recipe's plan can be shown before its command is known (it comes after '--').
     shown, pending = (
         (source, False)
         if isinstance(source, Recipe)
-        else load_recipe_pending_command(source, command=command or None)
+        else load_recipe_pending_command(source, command=list(options.command or ()) or None)
     )
-    prepared = preparing.prepare(
-        shown,
-        command=command or None,
-        ticket=ticket,
-        timeout_s=timeout,
-        isolation=isolation,
-        mitigations_files=mitigations_file or (),
-    )
+    prepared = preparing.prepare(shown, options=options)
     warnings = prepared.warnings
     if as_json:
         # The text plan says so in its command line; JSON's command is null, with the reason.
@@ -241,6 +230,7 @@ def _flag_recipe(
     mitigation_axis: list[str] | None,
     environment_axis: list[str] | None,
     trials: int | None,
+    adaptive: bool | None,
     **options: Any,
 ) -> Recipe:
     """Flag mode: the recipe the axes describe (:func:`aorta.recipe.flags.recipe_from_flags`)."""
@@ -248,6 +238,7 @@ def _flag_recipe(
         mitigation_axis=split_axis(mitigation_axis),
         environment_axis=split_axis(environment_axis) or ["local"],
         trials=trials or 1,
+        adaptive=bool(adaptive),
         **options,
     )
 
@@ -255,19 +246,21 @@ def _flag_recipe(
 def _run(
     recipe: Path | Recipe | None,
     *,
+    options: RunOptions,
     strict: bool,
     as_json: bool = False,
+    resume: Path | None = None,
     extend: tuple[int, list[str] | None] | None = None,
-    **options: Any,
 ) -> int:
     """Run the sweep (``options`` are :func:`aorta.sweep`'s), print the summary (or, with
     ``as_json``, the summary as JSON), map the code."""
     from aorta.report import console
     from aorta.run import sweep as engine
 
-    if extend is not None:
-        options.update(extend_to=extend[0], extend_cells=extend[1])
-    result = engine.sweep(recipe, **options)
+    extend_to, extend_cells = extend if extend is not None else (None, None)
+    result = engine.sweep(
+        recipe, resume=resume, extend_to=extend_to, extend_cells=extend_cells, options=options
+    )
     code = result.exit_code  # on every rank: what rank 0 decided
     if code == ExitCode.OK and strict and result.has_findings:
         code = ExitCode.GATE
@@ -293,11 +286,10 @@ def resume(
     """Finish an interrupted run: run only its missing or unreadable trials."""
     return _run(
         None,
+        resume=run_dir,
+        options=RunOptions(mitigations_files=mitigations_file or (), verbose=verbose),
         strict=strict,
         as_json=as_json,
-        resume=run_dir,
-        mitigations_files=mitigations_file or (),
-        verbose=verbose,
     )
 
 
@@ -308,20 +300,16 @@ def extend(
     ],
     trials: Annotated[
         int,
-        typer.Option(
+        option(
             "--trials",
-            envvar=envvars.EXTEND_TRIALS,
+            envvars.EXTEND_TRIALS,
+            "The trial count per cell to grow to (above the current).",
             min=1,
-            help="The trial count per cell to grow to (above the current).",
         ),
     ],
     cells: Annotated[
         list[str] | None,
-        typer.Option(
-            "--cells",
-            envvar=envvars.EXTEND_CELLS,
-            help="Only these cells (repeat, or comma-separate).",
-        ),
+        option("--cells", envvars.EXTEND_CELLS, "Only these cells (repeat, or comma-separate)."),
     ] = None,
     mitigations_file: MitigationsFiles = None,
     verbose: Verbose = False,
@@ -337,11 +325,10 @@ def extend(
     chosen = [c.strip() for item in cells or [] for c in item.split(",") if c.strip()]
     return _run(
         None,
-        strict=strict,
-        extend=(trials, chosen or None),
         resume=run_dir,
-        mitigations_files=mitigations_file or (),
-        verbose=verbose,
+        extend=(trials, chosen or None),
+        options=RunOptions(mitigations_files=mitigations_file or (), verbose=verbose),
+        strict=strict,
     )
 
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from types import ModuleType
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import typer
 
 from aorta import envvars
 from aorta.errors import ExitCode, UsageError
 
-from ._options import Json
+from ._options import Json, option
 
 app = typer.Typer(
     help="Analyse torch.profiler (Kineto) traces: tables, differences, merging ranks.",
@@ -27,7 +27,7 @@ def _api() -> ModuleType:
     return aorta.trace
 
 
-def _device(text: str | None) -> str | dict | None:
+def _device(text: str | None) -> str | dict[str, Any] | None:
     """``--device``: None, a known device name, or a TraceLens arch JSON file (read here)."""
     if text is None:
         return None
@@ -58,29 +58,29 @@ Paths = Annotated[
 ]
 Cache = Annotated[
     Literal["use", "refresh", "off"],
-    typer.Option(
+    option(
         "--cache",
-        envvar=envvars.TRACE_CACHE,
-        help="Parse cache beside each trace: use it, rebuild it, or neither.",
+        envvars.TRACE_CACHE,
+        "Parse cache beside each trace: use it, rebuild it, or neither.",
     ),
 ]
 Workers = Annotated[
     int | None,
-    typer.Option(
+    option(
         "--workers",
-        envvar=envvars.TRACE_WORKERS,
+        envvars.TRACE_WORKERS,
+        "Processes decoding one large uncompressed trace (default: the usable CPUs).",
         min=1,
-        help="Processes decoding one large uncompressed trace (default: the usable CPUs).",
         show_default=False,
     ),
 ]
 Top = Annotated[
     int,
-    typer.Option(
+    option(
         "--top",
-        envvar=envvars.TRACE_TOP,
+        envvars.TRACE_TOP,
+        "Rows kept in the kernel, op and GEMM tables (diff: items shown).",
         min=1,
-        help="Rows kept in the kernel, op and GEMM tables (diff: items shown).",
     ),
 ]
 
@@ -91,17 +91,17 @@ def summarize(
     as_json: Json = False,
     csv: Annotated[
         Path | None,
-        typer.Option("--csv", help="Write every table as DIR/<table>.csv.", file_okay=False),
+        option("--csv", None, "Write every table as DIR/<table>.csv.", file_okay=False),
     ] = None,
     top: Top = 15,
     cache: Cache = "use",
     workers: Workers = None,
     device: Annotated[
         str | None,
-        typer.Option(
+        option(
             "--device",
-            envvar=envvars.TRACE_DEVICE,
-            help="Roofline device: a name (H100, MI300X, ...) or a TraceLens arch JSON file; "
+            envvars.TRACE_DEVICE,
+            "Roofline device: a name (H100, MI300X, ...) or a TraceLens arch JSON file; "
             "default: the trace's own GPU.",
         ),
     ] = None,
@@ -133,25 +133,21 @@ def diff(
     b: Annotated[Path, typer.Argument(help="Trace B: a file or a directory of rank files.")],
     by: Annotated[
         Literal["kernel", "op", "class", "collective"],
-        typer.Option(
+        option(
             "--by",
-            envvar=envvars.TRACE_DIFF_BY,
-            help="Items compared: kernels (normalised names), CPU ops, GPU classes, collectives.",
+            envvars.TRACE_DIFF_BY,
+            "Items compared: kernels (normalised names), CPU ops, GPU classes, collectives.",
         ),
     ] = "kernel",
     per_step: Annotated[
         bool,
-        typer.Option(
-            "--per-step",
-            envvar=envvars.TRACE_PER_STEP,
-            help="Compare time per ProfilerStep, not totals.",
-        ),
+        option("--per-step", envvars.TRACE_PER_STEP, "Compare time per ProfilerStep, not totals."),
     ] = False,
     top: Top = 15,
     as_json: Json = False,
     csv: Annotated[
         Path | None,
-        typer.Option("--csv", help="Write every item to this CSV file.", dir_okay=False),
+        option("--csv", None, "Write every item to this CSV file.", dir_okay=False),
     ] = None,
     cache: Cache = "use",
     workers: Workers = None,
@@ -177,16 +173,14 @@ def merge(
     paths: Paths,
     output: Annotated[
         Path,
-        typer.Option(
-            "--output", "-o", help="The merged trace (.json or .json.gz).", dir_okay=False
-        ),
+        option("--output -o", None, "The merged trace (.json or .json.gz).", dir_okay=False),
     ],
     align: Annotated[
         Literal["base-time", "collective-end", "none"],
-        typer.Option(
+        option(
             "--align",
-            envvar=envvars.TRACE_ALIGN,
-            help="Clock alignment: baseTimeNanoseconds, then optionally collective end times.",
+            envvars.TRACE_ALIGN,
+            "Clock alignment: baseTimeNanoseconds, then optionally collective end times.",
         ),
     ] = "base-time",
     cache: Cache = "use",

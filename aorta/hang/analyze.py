@@ -38,7 +38,7 @@ from .model import (
     Variant,
     rank_list,
 )
-from .recorder import RankRecorder, read_recorder, scalar_text
+from .recorder import GroupView, RankRecorder, read_recorder, scalar_text
 from .stacks import Frame, frame_text, position, read_stacks, user_frame
 from .stacks import Position as StackPosition
 from .watchdog import Signal, read_log
@@ -70,7 +70,7 @@ class _Rank:
 class _Group:
     name: str
     desc: str = ""
-    views: dict[int, Any] = field(default_factory=dict)  # rank → GroupView
+    views: dict[int, GroupView] = field(default_factory=dict)
     logged: dict[int, tuple[int, int]] = field(default_factory=dict)  # rank → (enq, done)
     timeout_op: str | None = None
     config: dict[tuple[int, ...], int] = field(default_factory=dict)  # ranks → how many say so

@@ -9,23 +9,27 @@ line on stdout. Sent as source: standard library only, nothing from aorta (maybe
   none is left (:mod:`aorta.run.proctree`, its source in the request); given the head's folder, say whether this node shares the head's disk.
 """
 
+from __future__ import annotations
+
 import binascii
+import functools
 import importlib.util
 import json
 import os
 import socket
 import sys
 import types
+from typing import Any
 
 
-def snapshot(req, env):
+def snapshot(req: dict[str, Any], env: dict[str, str]) -> object:
     for name in ("secrets", "hostenv"):  # hostenv imports aorta.store.secrets: the one shipped
         module = sys.modules["aorta.store." + name] = types.ModuleType("aorta.store." + name)
         exec(compile(req[name], f"aorta/store/{name}.py", "exec"), module.__dict__)
     return module.snapshot(env=env, scrub_keys=req.get("scrub_env_keys", []))
 
 
-def _read(path, limit=4096):
+def _read(path: str, limit: int = 4096) -> str | None:
     try:
         with open(path, "rb") as fh:
             return fh.read(limit).decode("utf-8", "replace").strip()
@@ -33,17 +37,18 @@ def _read(path, limit=4096):
         return None
 
 
-def _installed(module):
+def _installed(module: str) -> bool:
     try:
         return importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):
         return False
 
 
-def setup(req):
+def setup(req: dict[str, Any]) -> dict[str, Any]:
     node_dir = os.path.abspath(os.path.expanduser(req["node_dir"]))
     missing = [m for m in req.get("requires", []) if not _installed(m)]
-    out = {"node_dir": node_dir, "port": None, "missing": missing, "created": False}
+    out: dict[str, Any] = {"node_dir": node_dir, "port": None, "missing": missing, "created": False}
+    out["workdir"] = os.path.abspath(os.path.expanduser(req.get("workdir") or "."))
     if not req.get("dry_run"):
         os.makedirs(os.path.join(node_dir, "out"), exist_ok=True)
         out["created"] = True
@@ -57,9 +62,6 @@ def setup(req):
             # What the run's watchdog hands to `helper.py kill` if the orchestrator goes away.
             with open(os.path.join(node_dir, "kill.json"), "w") as fh:
                 json.dump(dict(req["kill"], node_dir=node_dir), fh)
-    workdir = req.get("workdir") or "."
-    out["workdir"] = os.path.abspath(os.path.expanduser(workdir))
-    if not req.get("dry_run"):
         os.makedirs(out["workdir"], exist_ok=True)
     if req.get("probe_port"):
         with socket.socket() as s:
@@ -72,40 +74,37 @@ def setup(req):
 WATCHDOG_MARK = b"AORTA_LAUNCH_WATCHDOG=1"  # aorta.launch.node_command.WATCHDOG_MARK
 
 
-def proctree(req):
+def proctree(req: dict[str, Any]) -> dict[str, Any]:
     # aorta/run/proctree.py, shipped as source like the snapshot: find by marker, signal, reap.
-    scope = {"__name__": "aorta_proctree"}  # type: dict
+    scope: dict[str, Any] = {"__name__": "aorta_proctree"}
     exec(compile(req["proctree"], "aorta/run/proctree.py", "exec"), scope)
     return scope
 
 
-def kill(req):
+def kill(req: dict[str, Any]) -> dict[str, Any]:
     node_dir = os.path.abspath(os.path.expanduser(req["node_dir"]))
     if os.path.isdir(node_dir):
         with open(os.path.join(node_dir, "cancel"), "w") as fh:
             fh.write(f"{os.getpid()}\n")
         if os.path.exists(os.path.join(node_dir, "env.sh")):  # no run read (and removed) it
             os.remove(os.path.join(node_dir, "env.sh"))
-    text = _read(os.path.join(node_dir, "pid"))
-    session = int(text) if text and text.isdigit() else 0
+    session = int(pid) if (pid := _read(os.path.join(node_dir, "pid"))) and pid.isdigit() else 0
     marks = [f"{k}={v}".encode() for k, v in sorted(req["match"].items())]
     spare = {os.getpid(), os.getppid()}
     tree = proctree(req)
-
-    def targets():  # the pid file's session, and every process carrying this run's identity
-        return tree["find"](marks, session=session, spare=spare, unless=WATCHDOG_MARK)
-
-    # settle: a wrapper that was just starting has had time to show up
-    report = tree["stop"](targets, grace_s=float(req.get("grace", 5.0)), settle=3)
-    head = req.get("head_dir")
-    if head:
+    # the pid file's session and every process of this run; settle: for a wrapper just starting
+    targets = functools.partial(
+        tree["find"], marks, session=session, spare=spare, unless=WATCHDOG_MARK
+    )
+    report: dict[str, Any] = tree["stop"](targets, grace_s=float(req.get("grace", 5.0)), settle=3)
+    if head := req.get("head_dir"):
         token = _read(os.path.join(head, "head.token"))
         report["shares_head"] = token is not None and token == req.get("head_token")
         report["head_out"] = os.path.isdir(os.path.join(head, "out"))
     return report
 
 
-def main(argv):
+def main(argv: list[str]) -> None:
     request = json.loads(sys.stdin.read() or "{}")
     result = {"setup": setup, "kill": kill}[argv[0]](request)
     try:

@@ -227,7 +227,8 @@ class SshLaunch:
         result = session.exec(cmd, stdin=stdin, timeout=d.kill_grace + d.teardown, fresh=True)
         if result.exit_code != 0:
             raise RemoteError(result.cause)
-        return json.loads(result.stdout.strip().rsplit("\n", 1)[-1])
+        report: dict[str, Any] = json.loads(result.stdout.strip().rsplit("\n", 1)[-1])
+        return report
 
     def node_commands(self, port: int) -> dict[str, NodeCommand]:
         """Each ready node's command, with the rendezvous on ``port``."""

@@ -368,7 +368,7 @@ class SlurmJob:
     def _tail(self) -> None:
         """Every new whole line of each node's log (and of the batch script's own output)."""
         out = self.staging / f"slurm-{self.job_id}.out"  # the batch script's own lines: events
-        sinks = {out: lambda text: self.emit(text.removeprefix("launch: "))}
+        sinks: dict[Path, EventSink] = {out: lambda t: self.emit(t.removeprefix("launch: "))}
         for k, host in enumerate(_note(self.staging).get("hosts", ())):
             sinks[node_log(self.staging, k)] = partial(self.on_line, Node(k, host))
         for path, sink in sinks.items():

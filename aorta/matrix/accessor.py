@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import xarray as xr
 
@@ -45,6 +45,7 @@ from aorta.store.netcdf import write_netcdf
 
 if TYPE_CHECKING:
     import pandas as pd
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
     from typing_extensions import Unpack
 
@@ -55,13 +56,14 @@ __all__ = ["AortaAccessor"]
 
 def _plot() -> ModuleType:
     """:mod:`aorta.plot`, imported on the first figure: the one upward edge of the matrix
-    (as xarray's own ``.plot``), and matplotlib stays unloaded until then."""
+    (as xarray's own ``.plot``), and matplotlib stays unloaded until then. A module imported
+    here is untyped to mypy: the methods say what its functions return (``cast``)."""
     import aorta.plot
 
     return aorta.plot
 
 
-@xr.register_dataset_accessor("aorta")
+@xr.register_dataset_accessor("aorta")  # type: ignore[no-untyped-call]  # xarray: unannotated
 class AortaAccessor:
     """The ``aorta`` accessor of a run's Dataset (dims ``cell`` and ``trial``).
 
@@ -122,21 +124,23 @@ class AortaAccessor:
 
     def plot_steps(self, baseline: str | None = None, **kwargs: Any) -> Figure:
         """Per-cell trial values with the baseline band: :func:`aorta.plot.step_distributions`."""
-        return _plot().step_distributions(self._ds, baseline, **kwargs)
+        return cast("Figure", _plot().step_distributions(self._ds, baseline, **kwargs))
 
     def plot_series(self, **kwargs: Any) -> Figure:
         """Step time per step, one line per trial: :func:`aorta.plot.step_series`."""
-        return _plot().step_series(self._ds, **kwargs)
+        return cast("Figure", _plot().step_series(self._ds, **kwargs))
 
     def plot_failures(
-        self, baseline: str | None = None, *, ax: Any = None, **kwargs: Any
+        self, baseline: str | None = None, *, ax: Axes | None = None, **kwargs: Any
     ) -> Figure:
         """Failure rates with Wilson intervals: :func:`aorta.plot.failure_rates`."""
-        return _plot().failure_rates(self.compare(baseline, **kwargs), ax=ax)
+        return cast("Figure", _plot().failure_rates(self.compare(baseline, **kwargs), ax=ax))
 
-    def plot_forest(self, baseline: str | None = None, *, ax: Any = None, **kwargs: Any) -> Figure:
+    def plot_forest(
+        self, baseline: str | None = None, *, ax: Axes | None = None, **kwargs: Any
+    ) -> Figure:
         """Ratios to the baseline with their CIs: :func:`aorta.plot.ratio_forest`."""
-        return _plot().ratio_forest(self.compare(baseline, **kwargs), ax=ax)
+        return cast("Figure", _plot().ratio_forest(self.compare(baseline, **kwargs), ax=ax))
 
     def trace_summary(self, baseline: str | None = None, **kwargs: Any) -> pd.DataFrame:
         """Per cell: time breakdown medians and the exposed-comm verdict:
@@ -150,11 +154,11 @@ class AortaAccessor:
 
     def plot_time_breakdown(self, **kwargs: Any) -> Figure:
         """Stacked time breakdown per cell: :func:`aorta.plot.time_breakdown`."""
-        return _plot().time_breakdown(self._ds, **kwargs)
+        return cast("Figure", _plot().time_breakdown(self._ds, **kwargs))
 
     def plot_exposed_comm(self, **kwargs: Any) -> Figure:
         """Exposed communication against step time: :func:`aorta.plot.exposed_comm_vs_step`."""
-        return _plot().exposed_comm_vs_step(self._ds, **kwargs)
+        return cast("Figure", _plot().exposed_comm_vs_step(self._ds, **kwargs))
 
     def explain(self, cell: str, baseline: str | None = None, **kwargs: Any) -> pd.DataFrame:
         """Where ``cell``'s step time went against the baseline: :func:`aorta.explain` (needs
@@ -162,7 +166,15 @@ class AortaAccessor:
         return explain(self._ds, cell, baseline, **kwargs)
 
     def plot_waterfall(
-        self, cell: str, baseline: str | None = None, *, top: int = 8, ax: Any = None, **kwargs: Any
+        self,
+        cell: str,
+        baseline: str | None = None,
+        *,
+        top: int = 8,
+        ax: Axes | None = None,
+        **kwargs: Any,
     ) -> Figure:
         """The decomposition of :meth:`explain` as a waterfall: :func:`aorta.plot.waterfall`."""
-        return _plot().waterfall(self.explain(cell, baseline, **kwargs), top=top, ax=ax)
+        return cast(
+            "Figure", _plot().waterfall(self.explain(cell, baseline, **kwargs), top=top, ax=ax)
+        )

@@ -94,7 +94,8 @@ def _order_statistic_medians(
     u_hi = u_lo if hi == lo else u_lo + (1.0 - u_lo) * rng.beta(1, n - hi, size=resamples)
     j_lo = np.minimum((u_lo * n).astype(np.int64), n - 1)
     j_hi = np.minimum((u_hi * n).astype(np.int64), n - 1)
-    return (x[j_lo] + x[j_hi]) / 2
+    medians: np.ndarray = (x[j_lo] + x[j_hi]) / 2
+    return medians
 
 
 def percentile_interval(samples: np.ndarray, *, alpha: float) -> tuple[float, float]:

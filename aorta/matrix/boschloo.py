@@ -95,7 +95,8 @@ def _one_sided(x: int, n: int, y: int, m: int) -> float:
         top = terms.max(axis=1)
         safe = np.where(np.isfinite(top), top, 0.0)  # a π where no table of the region can occur
         with np.errstate(divide="ignore"):
-            return top + np.log(np.exp(terms - safe[:, None]).sum(axis=1))
+            at_pi: np.ndarray = top + np.log(np.exp(terms - safe[:, None]).sum(axis=1))
+        return at_pi
 
     grid = np.linspace(0.0, 1.0, GRID_POINTS)
     values = log_p(grid)
@@ -132,7 +133,8 @@ def _log_comb(n: int) -> np.ndarray:
     """log C(n, k) for k = 0..n."""
     k = np.arange(n + 1)
     lg = np.array([math.lgamma(i + 1.0) for i in range(n + 1)])
-    return math.lgamma(n + 1.0) - lg[k] - lg[n - k]
+    log_c: np.ndarray = math.lgamma(n + 1.0) - lg[k] - lg[n - k]
+    return log_c
 
 
 @functools.lru_cache(maxsize=16)  # the cells of a matrix mostly share their trial counts

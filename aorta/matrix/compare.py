@@ -114,7 +114,8 @@ def _signature_events(ds: xr.Dataset, signature: str) -> np.ndarray:
         raise ValueError(
             "this run's Dataset has no 'signature' variable (recorded before signatures)"
         )
-    return (ds.signature.transpose("cell", "trial").values.astype(str) == signature).sum(axis=1)
+    matched: np.ndarray = ds.signature.transpose("cell", "trial").values.astype(str) == signature
+    return np.asarray(matched.sum(axis=1))
 
 
 def _cell_rows(

@@ -323,7 +323,7 @@ def build_dataset(
     n_trials = max([*(r.trial + 1 for r in records), 1])
     data, dim_coords = _trial_variables(records, names, n_trials)
     coords = {**dim_coords, **_cell_coords(cells, names, planned)}
-    ds = xr.Dataset(
+    ds: xr.Dataset = xr.Dataset(
         {k: (*v, _VAR_ATTRS[k]) for k, v in data.items()},
         coords={k: (*v, _COORD_ATTRS[k]) for k, v in coords.items()},
     )

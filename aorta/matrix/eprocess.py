@@ -169,7 +169,8 @@ def log_lik(s: np.ndarray, n: np.ndarray, p: np.ndarray) -> np.ndarray:
     >>> round(float(log_lik(np.array(1), np.array(4), np.array(0.25))), 4)
     -2.2493
     """
-    return _xlogy(s, p) + _xlogy(n - s, 1 - p)
+    ll: np.ndarray = _xlogy(s, p) + _xlogy(n - s, 1 - p)
+    return ll
 
 
 def _line_log_sup(sc: np.ndarray, sb: np.ndarray, n: np.ndarray, delta: np.ndarray) -> np.ndarray:
@@ -189,7 +190,8 @@ def _line_log_sup(sc: np.ndarray, sb: np.ndarray, n: np.ndarray, delta: np.ndarr
         up = slope > 0
         lo, hi = np.where(up, p, lo), np.where(up, hi, p)
     p = (lo + hi) / 2
-    return log_lik(sb, n, p) + log_lik(sc, n, p + delta)
+    sup: np.ndarray = log_lik(sb, n, p) + log_lik(sc, n, p + delta)
+    return sup
 
 
 def difference_log_e(
@@ -235,4 +237,5 @@ def difference_log_e(
     fewer = np.where(pb - pc >= d, mle, edges[1])
     s = sc + sb
     mixture = betaln(s + 0.5, 2 * n - s + 0.5) - betaln(0.5, 0.5)
-    return mixture - np.maximum(more, fewer)
+    log_e: np.ndarray = mixture - np.maximum(more, fewer)
+    return log_e

@@ -87,7 +87,8 @@ def _resampled_means(x: np.ndarray, *, resamples: int, rng: np.random.Generator)
     idx = rng.integers(0, n, size=(resamples, n))
     flat = (np.arange(resamples)[:, None] * n + idx).ravel()
     weights = np.bincount(flat, minlength=resamples * n).reshape(resamples, n)
-    return weights @ x / n
+    means: np.ndarray = weights @ x / n
+    return means
 
 
 def _matrix(group: TrialItems, names: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:

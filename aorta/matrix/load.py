@@ -275,7 +275,7 @@ def stack_runs(
     for ds in datasets:
         per_run["started_at"].append(str(ds.attrs.get("started_at", "")))
         per_run["run_status"].append(str(ds.attrs.get("status", "")))
-    out = xr.concat(
+    out: xr.Dataset = xr.concat(
         aligned,
         dim=dim,
         data_vars="all",

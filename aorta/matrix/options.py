@@ -10,10 +10,10 @@ keywords (``alpha=``, ``resamples=`` …) as overrides of it (:func:`stats_optio
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypedDict
 
+from aorta.keywords import with_keywords
 from aorta.matrix import stats
 
 if TYPE_CHECKING:
@@ -84,9 +84,6 @@ class StatsOptions:
     resamples: int = stats.DEFAULT_RESAMPLES
 
 
-_FIELDS = frozenset(f.name for f in dataclasses.fields(StatsOptions))
-
-
 class StatsKeywords(TypedDict, total=False):
     """The fields of :class:`StatsOptions` as keywords (``**overrides`` of the public
     functions); ``None`` leaves the options' value."""
@@ -121,12 +118,5 @@ def stats_options(
     ...
     TypeError: unexpected keyword argument 'alpah' (the statistics options are alpha, ranks, ...)
     """
-    unknown = sorted(set(overrides) - _FIELDS)
-    if unknown:
-        raise TypeError(
-            f"unexpected keyword argument {unknown[0]!r} (the statistics options are "
-            f"{', '.join(sorted(_FIELDS))})"
-        )
     base = options if options is not None else StatsOptions()
-    given = {k: v for k, v in overrides.items() if v is not None}
-    return dataclasses.replace(base, **given) if given else base  # type: ignore[arg-type]
+    return with_keywords(base, overrides, what="the statistics options", none_leaves=True)

@@ -155,7 +155,7 @@ def reduce_ranks(ds: xr.Dataset, metric: str, ranks: RankReduction = "worst") ->
     if isinstance(how, int | np.integer) and not isinstance(how, bool):
         if int(how) not in ds["rank"].values.tolist():
             raise ValueError(f"no rank {how} in the Dataset (ranks {ds['rank'].values.tolist()})")
-        out = da.sel(rank=int(how), drop=True)
+        out: xr.DataArray = da.sel(rank=int(how), drop=True)
     elif how in ("max", "min", "mean", "median"):
         out = getattr(da, str(how))("rank", skipna=True, keep_attrs=True)
     else:
@@ -221,7 +221,7 @@ def trial_values(
         raise ValueError(f"stat must be 'median', 'mean' or 'p95', got {stat!r}")
     if metric == "step_time_ms":
         values = stats.trial_stat(ds.step_time_ms.values, ds.warmup_steps.values, stat=stat)
-        da = ds.status.copy(data=values)
+        da: xr.DataArray = ds.status.copy(data=values)
         da.attrs = {
             "long_name": f"{stat} post-warm-up step time",
             "units": "ms",
@@ -243,7 +243,8 @@ def trial_values(
         keep = ds.status != "missing"
     else:
         raise ValueError(f"trials must be 'ok', 'ran' or 'all', got {trials!r}")
-    return da.where(keep)
+    kept: xr.DataArray = da.where(keep)  # xarray types where() as Any
+    return kept
 
 
 def _unknown_metric(ds: xr.Dataset, metric: str, per_trial: set[str]) -> str:

@@ -590,7 +590,9 @@ def _looked(cell: CellTrials, base: CellTrials, max_trials: int | None) -> bool:
     return all(s.size > at and bool(s[at]) for s in seen)
 
 
-def _timing_look(x: np.ndarray, y: np.ndarray, d: np.ndarray, max_trials: int):
+def _timing_look(
+    x: np.ndarray, y: np.ndarray, d: np.ndarray, max_trials: int
+) -> tuple[int, float, int] | None:
     """The planned look at timing: Mann–Whitney (as the fixed design tests) on the cell's and
     the baseline's trial values of the first ``max_trials`` trials, from the pair that ends
     them on; its direction from the rank sum."""

@@ -365,7 +365,8 @@ def trial_stat(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows: trials without steps
         if stat == "mean":
-            return np.nanmean(masked, axis=-1)
+            means: np.ndarray = np.nanmean(masked, axis=-1)
+            return means
         if stat == "p95":
             return np.nanpercentile(masked, 95, axis=-1)
     raise ValueError(f"stat must be 'median', 'mean' or 'p95', got {stat!r}")
@@ -495,7 +496,7 @@ class Group:
 
     def finite(self) -> np.ndarray:
         v = np.asarray(self.values, dtype=float)
-        return v[np.isfinite(v)]
+        return np.asarray(v[np.isfinite(v)])
 
     @property
     def nonfinite(self) -> int:
@@ -565,7 +566,8 @@ def _pair_ratios(x: np.ndarray, y: np.ndarray, *, seed: int, resamples: int) -> 
     bx = bootstrap_medians(x, resamples=resamples, rng=data_stream(seed, rx, 1 if same else 0))
     by = bootstrap_medians(y, resamples=resamples, rng=data_stream(seed, ry))
     with np.errstate(divide="ignore", invalid="ignore"):
-        return bx / by
+        ratios: np.ndarray = bx / by
+    return ratios
 
 
 @dataclass(frozen=True)

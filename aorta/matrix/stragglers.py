@@ -83,7 +83,8 @@ def _per_rank(ds: xr.Dataset, name: str) -> np.ndarray | None:
     """``ds[name]`` as a cell × trial × rank float array (None when absent or shaped otherwise)."""
     if name not in ds or set(ds[name].dims) != _DIMS:
         return None
-    return ds[name].transpose("cell", "trial", "rank").values.astype(float)
+    values: np.ndarray = ds[name].transpose("cell", "trial", "rank").values.astype(float)
+    return values
 
 
 def _waits(ds: xr.Dataset, source: StragglerSource) -> tuple[np.ndarray, np.ndarray] | None:

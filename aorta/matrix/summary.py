@@ -273,9 +273,8 @@ def confound_tag(
 def _not_run(ds: xr.Dataset, status: np.ndarray) -> np.ndarray:
     """Per cell, trials not run: one ``did_not_run`` record stands for a cell's whole unrun
     remainder (its ``info`` ``not_run`` says how many); older runs wrote one per trial."""
-    skipped = status == TrialStatus.DID_NOT_RUN.value
-    if "info" not in ds or "not_run" not in ds.info_key.values.tolist():
-        return skipped.sum(axis=1)
-    counts = ds["info"].sel(info_key="not_run").transpose("cell", "trial").values.astype(str)
-    per = np.where(skipped, [[int(c) if c.isdigit() else 1 for c in row] for row in counts], 0)
-    return per.sum(axis=1)
+    per: np.ndarray = status == TrialStatus.DID_NOT_RUN.value  # a record stands for one trial
+    if "info" in ds and "not_run" in ds.info_key.values.tolist():
+        counts = ds["info"].sel(info_key="not_run").transpose("cell", "trial").values.astype(str)
+        per = np.where(per, [[int(c) if c.isdigit() else 1 for c in row] for row in counts], 0)
+    return np.asarray(per.sum(axis=1))

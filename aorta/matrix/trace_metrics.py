@@ -679,7 +679,7 @@ def load_tracelens(
         for cell, trial in results
     ]
     attrs = {"baseline": baseline or cells[0], "threshold": threshold, "source": "tracelens"}
-    ds = build_dataset([{"name": c} for c in cells], records, attrs=attrs)
+    ds: xr.Dataset = build_dataset([{"name": c} for c in cells], records, attrs=attrs)
     n_ranks = 1 + max(rank for _, _, rank in entries)
     ds = ds.assign(trace_variables(ds, results, n_ranks=n_ranks))
     ds = ds.assign_coords(rank=("rank", np.arange(n_ranks, dtype=np.int64), {"long_name": "rank"}))

@@ -32,6 +32,7 @@ from .style import PALETTE, aorta_style, new_axes
 if TYPE_CHECKING:
     import pandas as pd
     import xarray as xr
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
 __all__ = ["VERDICT_COLORS", "failure_rates", "ratio_forest", "step_distributions", "step_series"]
@@ -58,7 +59,7 @@ def _label(da: xr.DataArray) -> str:
     return f"{name} [{units}]" if units else str(name)
 
 
-def _cell_axis(ax: Any, cells: Sequence[str]) -> np.ndarray:
+def _cell_axis(ax: Axes, cells: Sequence[str]) -> np.ndarray:
     y = np.arange(len(cells))[::-1].astype(float)
     ax.set_yticks(y, labels=list(cells))
     ax.set_ylim(-0.6, len(cells) - 0.4)
@@ -73,7 +74,7 @@ def step_distributions(
     metric: str = "step_time_ms",
     trials: TrialSelection = "ran",
     threshold: float | None = None,
-    ax: Any = None,
+    ax: Axes | None = None,
 ) -> Figure:
     """One point per trial for each cell, the cell's median as a bar, and the baseline's band.
 
@@ -132,7 +133,7 @@ def step_distributions(
     return fig
 
 
-def failure_rates(comparison: pd.DataFrame, *, ax: Any = None) -> Figure:
+def failure_rates(comparison: pd.DataFrame, *, ax: Axes | None = None) -> Figure:
     """Each cell's failure rate with its Wilson interval (from :func:`aorta.compare`).
 
     Cells with significantly more failures than the baseline are vermillion, fewer green;
@@ -193,7 +194,7 @@ def failure_rates(comparison: pd.DataFrame, *, ax: Any = None) -> Figure:
     return fig
 
 
-def ratio_forest(comparison: pd.DataFrame, *, ax: Any = None) -> Figure:
+def ratio_forest(comparison: pd.DataFrame, *, ax: Axes | None = None) -> Figure:
     """Each cell's ratio to the baseline with its bootstrap CI, on a log scale.
 
     The shaded band is ``[1/threshold, threshold]``; colours are the verdicts
@@ -253,7 +254,7 @@ def step_series(
     *,
     cells: Sequence[str] | None = None,
     trials: Sequence[int] | None = None,
-    ax: Any = None,
+    ax: Axes | None = None,
 ) -> Figure:
     """Step time against step, one line per trial, one colour per cell; warm-up shaded.
 
@@ -300,7 +301,7 @@ def step_series(
     return fig
 
 
-def _dedupe_legend(ax: Any, *, outside: bool = False) -> None:
+def _dedupe_legend(ax: Axes, *, outside: bool = False) -> None:
     handles, labels = ax.get_legend_handles_labels()
     seen: dict[str, Any] = {}
     for h, lab in zip(handles, labels, strict=True):

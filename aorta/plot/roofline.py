@@ -18,6 +18,7 @@ from .style import PALETTE, aorta_style, new_axes
 
 if TYPE_CHECKING:
     import pandas as pd
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
 __all__ = ["FAMILY_COLORS", "roofline"]
@@ -41,7 +42,9 @@ FAMILY_COLORS: dict[str, str] = {
 }
 
 
-def _device(table: pd.DataFrame, device: str | Mapping[str, Any] | None) -> Mapping | None:
+def _device(
+    table: pd.DataFrame, device: str | Mapping[str, Any] | None
+) -> Mapping[str, Any] | None:
     if isinstance(device, Mapping):
         return device
     name = device if isinstance(device, str) else table.attrs.get("device")
@@ -58,7 +61,7 @@ def roofline(
     *,
     device: str | Mapping[str, Any] | None = None,
     min_share: float = 0.0,
-    ax: Any = None,
+    ax: Axes | None = None,
 ) -> Figure:
     """Achieved TFLOP/s against FLOP/byte per op and shape, under the device's roofs.
 
@@ -131,7 +134,7 @@ def roofline(
     return fig
 
 
-def _ceilings(ax: Any, spec: Mapping[str, Any], data: pd.DataFrame, lo: float, hi: float) -> None:
+def _ceilings(ax: Axes, spec: Mapping[str, Any], data: pd.DataFrame, lo: float, hi: float) -> None:
     """The HBM roof (TB/s × intensity) and the compute roofs of the precisions in ``data``."""
     peaks = spec.get("max_achievable_tflops", {}) or {}
     bandwidth = float(spec.get("mem_bw_gbps") or 0) / 1e3  # TB/s

@@ -7,6 +7,8 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
     from matplotlib.typing import RcKeyType
 
 __all__ = ["PALETTE", "aorta_style", "new_axes"]
@@ -61,10 +63,13 @@ def aorta_style() -> Iterator[None]:
         yield
 
 
-def new_axes(ax: Any = None, *, figsize: tuple[float, float] = (6.4, 4.0)) -> tuple[Any, Any]:
-    """``(fig, ax)``: the given axes and its figure, or a new figure (never pyplot state)."""
-    if ax is not None:
-        return ax.figure, ax
+def new_axes(
+    ax: Axes | None = None, *, figsize: tuple[float, float] = (6.4, 4.0)
+) -> tuple[Figure, Axes]:
+    """``(fig, ax)``: the given axes and the figure it is drawn in (a subfigure's root, the
+    one that saves), or a new figure (never pyplot state)."""
+    if ax is not None and (root := ax.get_figure(root=True)) is not None:
+        return root, ax
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=figsize, layout="constrained")

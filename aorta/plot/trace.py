@@ -8,7 +8,7 @@ touches pyplot state.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
@@ -18,6 +18,7 @@ from .style import PALETTE, aorta_style, new_axes
 
 if TYPE_CHECKING:
     import pandas as pd
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
     from aorta.trace import Trace
@@ -40,7 +41,7 @@ _PARTS = (
 )
 
 
-def _empty(ax: Any, message: str) -> None:
+def _empty(ax: Axes, message: str) -> None:
     ax.text(
         0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes, color=PALETTE["grey"]
     )
@@ -48,7 +49,7 @@ def _empty(ax: Any, message: str) -> None:
     ax.set_yticks([])
 
 
-def gpu_breakdown(table: pd.DataFrame, *, ax: Any = None) -> Figure:
+def gpu_breakdown(table: pd.DataFrame, *, ax: Axes | None = None) -> Figure:
     """Stacked bars of computation / exposed comm / exposed memcpy / idle per rank (or device).
 
     Parameters
@@ -95,7 +96,7 @@ def timeline(
     start_ns: int | None = None,
     end_ns: int | None = None,
     ranks: list[int] | None = None,
-    ax: Any = None,
+    ax: Axes | None = None,
 ) -> Figure:
     """GPU ops of each (rank, device, stream) as bars coloured by class, within a time window.
 
@@ -158,7 +159,7 @@ def timeline(
     return fig
 
 
-def gemm_tflops(table: pd.DataFrame, *, ax: Any = None) -> Figure:
+def gemm_tflops(table: pd.DataFrame, *, ax: Axes | None = None) -> Figure:
     """Achieved TFLOP/s against FLOPs per call, one point per GEMM shape, coloured by family.
 
     Parameters
@@ -200,7 +201,7 @@ def gemm_tflops(table: pd.DataFrame, *, ax: Any = None) -> Figure:
 
 
 def collective_bandwidth(
-    table: pd.DataFrame, *, kind: Literal["busbw", "algbw"] = "busbw", ax: Any = None
+    table: pd.DataFrame, *, kind: Literal["busbw", "algbw"] = "busbw", ax: Axes | None = None
 ) -> Figure:
     """Bus (or algorithm) bandwidth against message size, one point per call, by collective.
 
@@ -243,7 +244,7 @@ def collective_bandwidth(
 
 
 def straggler_heatmap(
-    table: pd.DataFrame, *, value: Literal["lateness", "wait"] = "lateness", ax: Any = None
+    table: pd.DataFrame, *, value: Literal["lateness", "wait"] = "lateness", ax: Axes | None = None
 ) -> Figure:
     """Ranks × matched collectives, coloured by how late each rank arrived (or how long it waited).
 

@@ -25,7 +25,7 @@ Examples
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -35,6 +35,7 @@ from .style import PALETTE, aorta_style, new_axes
 
 if TYPE_CHECKING:
     import xarray as xr
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
 __all__ = ["BREAKDOWN_COLORS", "exposed_comm_vs_step", "time_breakdown"]
@@ -70,7 +71,7 @@ def time_breakdown(
     *,
     ranks: RankReduction = "mean",
     trials: TrialSelection = "ok",
-    ax: Any = None,
+    ax: Axes | None = None,
 ) -> Figure:
     """Stacked bars, one per cell: median computation, exposed comm, exposed memcpy and idle
     time over the cell's trials, each with a whisker spanning its interquartile range.
@@ -125,7 +126,7 @@ def exposed_comm_vs_step(
     ranks: RankReduction = "worst",
     trials: TrialSelection = "ok",
     per_step: bool = True,
-    ax: Any = None,
+    ax: Axes | None = None,
 ) -> Figure:
     """Exposed communication against step time, one point per trial, one colour per cell.
 

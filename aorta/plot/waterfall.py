@@ -21,7 +21,7 @@ Examples
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -31,6 +31,7 @@ from .style import PALETTE, aorta_style, new_axes
 
 if TYPE_CHECKING:
     import pandas as pd
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
 __all__ = ["waterfall"]
@@ -40,7 +41,7 @@ def _short(name: str, width: int = 28) -> str:
     return name if len(name) <= width else name[: width - 1] + "…"
 
 
-def waterfall(explained: pd.DataFrame, *, top: int = 8, ax: Any = None) -> Figure:
+def waterfall(explained: pd.DataFrame, *, top: int = 8, ax: Axes | None = None) -> Figure:
     """Draw the decomposition of :func:`aorta.explain` as a waterfall.
 
     Parameters

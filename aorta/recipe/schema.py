@@ -835,7 +835,10 @@ _NO_COMMAND = (
 
 def _cross_check(recipe: Recipe, command: list[str] | None) -> list[Problem]:
     problems: list[Problem] = []
-    add = lambda path, msg: problems.append(Problem(path, msg))  # noqa: E731
+
+    def add(path: str, msg: str) -> None:
+        problems.append(Problem(path, msg))
+
     if recipe.mode == "probe":
         if not recipe.mitigation_axis:
             add("mitigation_axis", "probe mode needs a non-empty mitigation_axis")

@@ -66,7 +66,7 @@ def marked_processes(name: str, value: str) -> list[int]:
 def _set_subreaper(on: bool) -> bool:
     with contextlib.suppress(Exception):
         libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(_PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) == 0
+        return int(libc.prctl(_PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0)) == 0
     return False
 
 

@@ -8,15 +8,15 @@ start of a sweep, new or resumed. Nothing is written; the recipe and the run dir
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from aorta.errors import UsageError
 from aorta.recipe.plan import Plan, plan
 from aorta.recipe.registry import Registry
 from aorta.recipe.schema import Recipe, dump_recipe, load_recipe, recipe_from_data
+from aorta.run.options import RunOptions
 from aorta.run.ranks import DistEnv
 from aorta.run.workload import (
     Isolation,
@@ -48,39 +48,40 @@ class Prepared:
 def prepare(
     recipe: Recipe | str | Path,
     *,
-    command: Sequence[str] | None = None,
-    ticket: str | None = None,
-    timeout_s: float | None = None,
-    isolation: str | None = None,
-    mitigations_files: Sequence[str | Path] = (),
+    options: RunOptions | None = None,
     registry: Registry | None = None,
     catalog: WorkloadCatalog | None = None,
 ) -> Prepared:
-    """Load (if needed), apply command-line overrides, plan, and resolve the workload.
+    """Load (if needed), apply the command line's overrides, plan, and resolve the workload.
 
-    Overrides are written into the recipe so ``recipe.resolved.yaml`` reproduces the run:
-    ``ticket``, ``timeout_s`` (sets ``timeout_per_trial``), ``isolation`` (sets
-    ``trial_isolation``) and ``command`` (the argv after ``--``).
+    The overrides of ``options`` (:class:`~aorta.run.options.RunOptions`) are written into
+    the recipe so ``recipe.resolved.yaml`` reproduces the run: ``ticket``, ``timeout_s`` (sets
+    ``timeout_per_trial``), ``isolation`` (sets ``trial_isolation``) and ``command`` (the
+    argv after ``--``); its ``mitigations_files`` extend the registry, its ``workloads`` the
+    catalog (when none is given).
 
     Raises :class:`~aorta.errors.RecipeError` / :class:`~aorta.errors.UsageError` for a bad
     recipe, an unknown mitigation, or an isolation the workload cannot run under.
     """
+    opts = options or RunOptions()
+    command = list(opts.command) if opts.command else None
     if not isinstance(recipe, Recipe):
-        recipe = load_recipe(recipe, command=list(command) if command else None)
+        recipe = load_recipe(recipe, command=command)
     elif command:
-        recipe = recipe_from_data(recipe.model_dump(mode="json"), command=list(command))
+        recipe = recipe_from_data(recipe.model_dump(mode="json"), command=command)
     updates: dict[str, object] = {}
-    if ticket is not None:
-        updates["ticket"] = ticket
-    if timeout_s is not None:
-        updates["timeout_per_trial"] = float(timeout_s)
-    if isolation is not None:
-        updates["trial_isolation"] = isolation
+    if opts.ticket is not None:
+        updates["ticket"] = opts.ticket
+    if opts.timeout_s is not None:
+        updates["timeout_per_trial"] = float(opts.timeout_s)
+    if opts.isolation is not None:
+        updates["trial_isolation"] = opts.isolation
     if updates:
         recipe = recipe_from_data({**recipe.model_dump(mode="json"), **updates})
-    registry = registry or Registry.load(files=mitigations_files)
+    files = [str(f) for f in opts.mitigations_files]
+    registry = registry or Registry.load(files=files)
     the_plan = plan(recipe, registry=registry)
-    catalog = catalog or WorkloadCatalog()
+    catalog = catalog or WorkloadCatalog(extra=opts.workloads)
     warnings: list[str] = []
     workload: type[Workload] | None = None
     level: Isolation | None = None
@@ -99,9 +100,7 @@ def prepare(
                 f"workload {workload.name!r} cannot run in docker environments ({', '.join(docker)}); "
                 "those cells will fail with infrastructure_failed — run aorta inside the image instead"
             )
-    return Prepared(
-        the_plan, registry, catalog, workload, level, warnings, [str(f) for f in mitigations_files]
-    )
+    return Prepared(the_plan, registry, catalog, workload, level, warnings, files)
 
 
 def _collector_warnings(the_plan: Plan, workload: type[Workload]) -> list[str]:
@@ -121,10 +120,8 @@ def prepare_run(
     recipe: Recipe | str | Path | None,
     *,
     resume: str | Path | None,
-    command: Sequence[str] | None,
-    mitigations_files: Sequence[str | Path],
+    options: RunOptions,
     catalog: WorkloadCatalog,
-    **overrides: Any,
 ) -> tuple[Prepared, RunDir | None]:
     """What rank 0 runs: a new run's prepared recipe (``resume`` None), or the recipe a run
     to resume was started with — refusing a different recipe or command — with the trial
@@ -132,15 +129,10 @@ def prepare_run(
     if resume is None:
         if recipe is None:
             raise UsageError("give a recipe (or resume=RUN_DIR)")
-        return prepare(
-            recipe,
-            command=command,
-            mitigations_files=mitigations_files,
-            catalog=catalog,
-            **overrides,
-        ), None
+        return prepare(recipe, options=options, catalog=catalog), None
     rd = RunDir.open(resume)
     resolved = rd.recipe_path
+    command = options.command
     if command and recipe is None:
         recorded = load_recipe(resolved).command
         if list(command) != (recorded or []):
@@ -159,8 +151,8 @@ def prepare_run(
                 f"--recipe differs from the recipe {rd.path} was started with; resume without --recipe"
             )
     manifest = rd.manifest()
-    files = mitigations_files or manifest.get("mitigations_files", [])
-    prepared = prepare(resolved, mitigations_files=files, catalog=catalog)
+    files = options.mitigations_files or manifest.get("mitigations_files", [])
+    prepared = prepare(resolved, options=RunOptions(mitigations_files=files), catalog=catalog)
     return with_trials(prepared, manifest.get("trials_override") or {}), rd
 
 

@@ -181,7 +181,7 @@ class StoreCoordinator:
             )
         if port is None:
             raise UsageError(unset)
-        from torch.distributed import TCPStore
+        from torch.distributed import TCPStore  # type: ignore[attr-defined]  # re-exported, no __all__
 
         if env.agent_store:
             self.store = TCPStore(
@@ -338,7 +338,8 @@ def trial_endpoint(
             return {"addr": env.master_addr or "127.0.0.1", "port": free_port()}
         return {"addr": env.master_addr, "port": env.port_base + 1 + seq % 999}
 
-    return coord.share(f"trial/{seq}/endpoint", pick, timeout_s=timeout_s)
+    endpoint: dict[str, Any] = coord.share(f"trial/{seq}/endpoint", pick, timeout_s=timeout_s)
+    return endpoint
 
 
 def trial_env(endpoint: dict[str, Any]) -> dict[str, str]:

@@ -17,16 +17,17 @@ is written atomically; after each cell (sequential) or round (interleaved)
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import hashlib
 import math
 import os
 import socket
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -37,10 +38,11 @@ from aorta.matrix.load import write_results
 from aorta.recipe.plan import Cell, TrialKey
 from aorta.recipe.schema import Recipe, dump_recipe, load_recipe_text
 from aorta.report.matrix_files import write_matrix
-from aorta.report.progress import ProgressMode, Reporter, check_progress, choose_reporter
+from aorta.report.progress import Reporter, check_progress, choose_reporter
 from aorta.run import forensics, procs
 from aorta.run.adaptive import AdaptiveSchedule
 from aorta.run.extend import record_extension
+from aorta.run.options import RunKeywords, RunOptions, run_options
 from aorta.run.orphans import OrphanGuard
 from aorta.run.prepare import Prepared, check_world_size, prepare, prepare_run, with_trials
 from aorta.run.ranks import (
@@ -54,15 +56,15 @@ from aorta.run.ranks import (
     trial_env,
 )
 from aorta.run.runner import TrialRunner
-from aorta.run.workload import (
-    Workload,
-    WorkloadCatalog,
-)
+from aorta.run.workload import WorkloadCatalog
 from aorta.store.hostenv import snapshot
 from aorta.store.record import RankOutcome, TrialRecord, TrialStatus, merge_ranks
 from aorta.store.redact import Redactor, harvest_secrets, record_secrets
 from aorta.store.retention import retain_trial
 from aorta.store.rundir import RunDir, utc_now
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["Interrupted", "SweepResult", "sweep"]
 
@@ -119,20 +121,14 @@ class SweepResult:
     @property
     def failing(self) -> list[str]:
         """Cells with failing trials."""
-        return (
-            []
-            if self.summaries.empty
-            else self.summaries.index[self.summaries.n_failed > 0].tolist()
-        )
+        df = self.summaries
+        return [] if df.empty else df.index[df.n_failed > 0].tolist()
 
     @property
     def erroring(self) -> list[str]:
         """Cells with erroring trials (setup, infrastructure, timeout)."""
-        return (
-            []
-            if self.summaries.empty
-            else self.summaries.index[self.summaries.n_errors > 0].tolist()
-        )
+        df = self.summaries
+        return [] if df.empty else df.index[df.n_errors > 0].tolist()
 
 
 def _exit_code(df: pd.DataFrame, baseline: str) -> ExitCode:
@@ -613,20 +609,11 @@ class _Sweep:
 def sweep(
     recipe: Recipe | str | Path | None = None,
     *,
-    command: Sequence[str] | None = None,
-    output: str | Path = "triage_results",
     resume: str | Path | None = None,
-    ticket: str | None = None,
-    timeout_s: float | None = None,
-    isolation: str | None = None,
-    mitigations_files: Sequence[str | Path] = (),
-    progress: ProgressMode | Reporter = "auto",
-    verbose: bool = False,
-    python: str | None = None,
-    workloads: Mapping[str, type[Workload]] | None = None,
-    backend: str | None = None,
     extend_to: int | None = None,
     extend_cells: Sequence[str] | None = None,
+    options: RunOptions | None = None,
+    **overrides: Unpack[RunKeywords],
 ) -> SweepResult:
     """Run every cell × trial of ``recipe`` and write the run directory.
 
@@ -634,36 +621,21 @@ def sweep(
     ----------
     recipe
         A :class:`~aorta.recipe.schema.Recipe` or a recipe file. Omit it with ``resume``.
-    command
-        Probe mode: the argv to run in every trial.
-    output
-        Root of the run directories (``<output>/<ticket>/<workload>/<time>``).
     resume
         An existing run directory: run only its missing or unreadable trials, with the recipe
         it recorded (``recipe.resolved.yaml``).
-    ticket, timeout_s, isolation
-        Override the recipe's ``ticket``, ``timeout_per_trial`` and ``trial_isolation``.
-    mitigations_files
-        Sidecar files with more mitigations and environments.
-    progress
-        ``auto`` (rich on a terminal, tqdm in Jupyter, lines otherwise), ``lines``,
-        ``rich``, ``tqdm``, ``none`` (nothing), or a :class:`~aorta.report.progress.Reporter`;
-        anything else raises :class:`~aorta.errors.UsageError` before anything runs.
-    verbose
-        One progress line per trial.
-    python
-        The interpreter for process-isolated workers (default: this one).
-    backend
-        ``gloo``, ``nccl`` or ``auto`` for distributed workloads (default ``AORTA_BACKEND``, else
-        ``nccl`` with a GPU, ``gloo`` without).
-    workloads
-        Extra workload classes by name, beside the registered ones (a notebook's own
-        workload; process-isolated workers import it by its module path).
     extend_to, extend_cells
         With ``resume``: grow the run in place — ``extend_cells`` (default: all) to
         ``extend_to`` trials — recorded in the manifest (``aorta sweep extend``;
         :mod:`aorta.run.extend`). Adding trials after seeing results is optional stopping
         (docs/statistics.md).
+    options
+        How the sweep runs (:class:`~aorta.run.options.RunOptions`: ``command``, ``output``,
+        ``ticket``, ``timeout_s``, ``isolation``, ``mitigations_files``, ``progress``,
+        ``verbose``, ``python``, ``backend``, ``workloads``; default its defaults).
+    **overrides
+        Any field of ``options`` as a keyword (``output="runs"``, ``progress="none"`` …),
+        replacing its value.
 
     Returns
     -------
@@ -673,7 +645,9 @@ def sweep(
     Raises
     ------
     RecipeError, UsageError
-        Before anything runs.
+        Before anything runs (an unknown ``progress`` too).
+    TypeError
+        A keyword that is no field of :class:`~aorta.run.options.RunOptions`.
     Interrupted
         Ctrl-C or SIGTERM: children were reaped and the run directory can be resumed.
 
@@ -685,33 +659,28 @@ def sweep(
     >>> result = sweep(r, output=tempfile.mkdtemp(), progress="none")
     >>> int(result.summaries.loc["base", "n_ok"]), result.exit_code.name
     (1, 'OK')
+
+    The options as one value (:class:`~aorta.run.options.RunOptions`), a keyword overriding
+    a field:
+
+    >>> from aorta.run.options import RunOptions
+    >>> quiet = RunOptions(output=tempfile.mkdtemp(), progress="none")
+    >>> sweep(r, options=quiet, ticket="T-1").run_dir.parent.parent.name
+    'T-1'
     """
-    check_progress(progress)  # before anything is written: a typo is not a silent default
+    opts = run_options(options, **overrides)
+    check_progress(opts.progress)  # before anything is written: a typo is not a silent default
     dist = DistEnv.from_environ()
     if extend_to is not None:
         if resume is None:
             raise UsageError("extend_to needs resume=RUN_DIR: the run to grow")
         if dist.rank == 0:
             record_extension(resume, trials=extend_to, cells=extend_cells)
+    if dist.rank != 0:
+        opts = dataclasses.replace(opts, progress="none")  # only rank 0 reports
     coord = coordinator_for(dist)
     try:
-        return _sweep(
-            dist,
-            coord,
-            recipe,
-            command=command,
-            output=output,
-            resume=resume,
-            ticket=ticket,
-            timeout_s=timeout_s,
-            isolation=isolation,
-            mitigations_files=mitigations_files,
-            progress=progress if dist.rank == 0 else "none",
-            verbose=verbose,
-            python=python,
-            backend=backend,
-            catalog=WorkloadCatalog(extra=workloads),
-        )
+        return _sweep(dist, coord, recipe, resume=resume, options=opts)
     finally:
         coord.close()
 
@@ -721,35 +690,17 @@ def _sweep(
     coord: LocalCoordinator | StoreCoordinator,
     recipe: Recipe | str | Path | None,
     *,
-    command: Sequence[str] | None,
-    output: str | Path,
     resume: str | Path | None,
-    ticket: str | None,
-    timeout_s: float | None,
-    isolation: str | None,
-    mitigations_files: Sequence[str | Path],
-    progress: ProgressMode | Reporter,
-    verbose: bool,
-    python: str | None,
-    backend: str | None,
-    catalog: WorkloadCatalog,
+    options: RunOptions,
 ) -> SweepResult:
     wait_s = 600.0  # for rank 0 to load the recipe and create the run directory
     rd: RunDir | None = None
+    catalog = WorkloadCatalog(extra=options.workloads)
     # 1. Rank 0 reads the recipe (or the run being resumed); the others take its resolved
     #    text, so every rank runs the same plan even if their files differ.
     if dist.rank == 0:
         try:
-            prepared, rd = prepare_run(
-                recipe,
-                resume=resume,
-                command=command,
-                mitigations_files=mitigations_files,
-                catalog=catalog,
-                ticket=ticket,
-                timeout_s=timeout_s,
-                isolation=isolation,
-            )
+            prepared, rd = prepare_run(recipe, resume=resume, options=options, catalog=catalog)
             check_world_size(prepared, dist, recipe)
         except AortaError as exc:
             failure = {"error": str(exc), "usage": isinstance(exc, UsageError)}
@@ -767,11 +718,9 @@ def _sweep(
         setup = coord.share("setup", dict, timeout_s=wait_s)
         if "error" in setup:
             raise (UsageError if setup["usage"] else AortaError)(f"rank 0: {setup['error']}")
-        prepared = prepare(
-            load_recipe_text(setup["recipe"]),
-            mitigations_files=mitigations_files,
-            catalog=catalog,
-        )
+        # The recipe is rank 0's resolved one: its overrides are in it already.
+        files = RunOptions(mitigations_files=options.mitigations_files)
+        prepared = prepare(load_recipe_text(setup["recipe"]), options=files, catalog=catalog)
         prepared = with_trials(prepared, setup.get("trials") or {})
         mine = {c.name: c.cell_id for c in prepared.plan.cells}
         if mine != setup["cell_ids"]:
@@ -791,7 +740,7 @@ def _sweep(
         if dist.rank == 0:
             if rd is None:
                 rd = RunDir.create(
-                    output,
+                    options.output,
                     ticket=prepared.plan.recipe.ticket,
                     workload=prepared.plan.workload,
                     name=os.environ.get(envvars.RUN_ID) or None,
@@ -808,11 +757,11 @@ def _sweep(
         engine = _Sweep(
             prepared,
             rd,
-            choose_reporter(progress, verbose=verbose),
+            choose_reporter(options.progress, verbose=options.verbose),
             coord=coord,
             dist=dist,
-            python=python,
-            backend=_backend_for(prepared, dist, backend),
+            python=options.python,
+            backend=_backend_for(prepared, dist, options.backend),
         )
         engine.runner.keep_pids = guard.pids
         if dist.rank == 0:

@@ -60,7 +60,7 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def _load(ref: dict) -> type:
+def _load(ref: dict[str, str]) -> type:
     import importlib
 
     if ref.get("sys_path") and ref["sys_path"] not in sys.path:

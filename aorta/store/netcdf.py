@@ -62,7 +62,7 @@ def read_netcdf(path: str | Path) -> xr.Dataset:
         with xr.open_dataset(
             path, engine="h5netcdf", decode_times=False, decode_timedelta=False
         ) as opened:
-            ds = opened.load()
+            ds: xr.Dataset = opened.load()
     except (OSError, ValueError) as exc:
         raise UsageError(f"{path}: not a readable netCDF file ({exc})") from None
     text = {

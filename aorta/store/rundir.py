@@ -574,9 +574,10 @@ def _holder(path: Path) -> str:
 
 def _read_lock(path: Path) -> dict[str, Any] | None:
     try:
-        return json.loads(path.read_text())
+        holder = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
+    return holder if isinstance(holder, dict) else None
 
 
 def _safe(part: str) -> str:

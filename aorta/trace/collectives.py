@@ -126,7 +126,7 @@ def bus_factor(collective: str, n: float) -> float:
 
 def _group_sizes(trace: Trace, frame: pd.DataFrame) -> np.ndarray:
     """Group size per call: its args, else the process group's size in pg_config, else world."""
-    size = frame["group_size"].to_numpy(dtype=float, copy=True)
+    size: np.ndarray = frame["group_size"].to_numpy(dtype=float, copy=True)
     for i in np.flatnonzero(~(size > 0)):
         info = trace.info(int(frame["rank"].iat[i]))
         pg = {str(c.get("pg_name")): c.get("pg_size") for c in info.pg_config}.get(

@@ -28,7 +28,8 @@ Device = str | Mapping[str, Any] | Literal[False] | None
 def _table() -> dict[str, dict[str, Any]]:
     # beside this module (a plain read: importlib.resources costs ~1 ms more on first use)
     text = Path(__file__).with_name("devices.json").read_text(encoding="utf-8")
-    return json.loads(text)["devices"]
+    devices: dict[str, dict[str, Any]] = json.loads(text)["devices"]
+    return devices
 
 
 def device_names() -> list[str]:

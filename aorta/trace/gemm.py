@@ -119,7 +119,8 @@ def _leaf(trace: Trace, rows: np.ndarray, names: list[str]) -> np.ndarray:
     ts, end = trace.column("ts")[rows], trace.column("ts")[rows] + trace.column("dur")[rows]
     (group,) = links.thread_groups(trace, rows)
     _, lo, hi = links.contained_ranges(group, ts, end, group, ts)
-    return ((hi - lo) <= 1) | ~np.isin(names, list(_LEAF_ONLY))
+    leaf: np.ndarray = ((hi - lo) <= 1) | ~np.isin(names, list(_LEAF_ONLY))
+    return leaf
 
 
 def gemms(trace: Trace, *, by: Literal["shape", "call"] = "shape") -> pd.DataFrame:

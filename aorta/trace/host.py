@@ -54,7 +54,8 @@ def communication_rows(trace: Trace) -> np.ndarray:
     >>> communication_rows(t).tolist()
     [1]
     """
-    return trace.op_rows[trace.host_cls == _COMM]
+    rows: np.ndarray = trace.op_rows[trace.host_cls == _COMM]
+    return rows
 
 
 def compute_rows(trace: Trace) -> np.ndarray:
@@ -70,10 +71,10 @@ def compute_rows(trace: Trace) -> np.ndarray:
     """
     rows, cls = trace.op_rows, trace.host_cls
     comm, compute = rows[cls == _COMM], rows[cls == _COMPUTE]
-    if comm.size == 0 or compute.size == 0:
-        return compute
-    comm_key, compute_key = links.thread_groups(trace, comm, compute)
-    return compute[~np.isin(compute_key, comm_key)]
+    if comm.size and compute.size:
+        comm_key, compute_key = links.thread_groups(trace, comm, compute)
+        compute = compute[~np.isin(compute_key, comm_key)]
+    return np.asarray(compute)
 
 
 def host_timeline(trace: Trace) -> pd.DataFrame:

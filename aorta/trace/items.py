@@ -70,13 +70,18 @@ def self_times(trace: Trace, rows: np.ndarray) -> np.ndarray:
             parent = stack[-1]
             nested[parent] += min(end_l[i], end_l[parent]) - ts_l[i]
         stack.append(i)
-    return np.maximum(dur - nested, 0)
+    own: np.ndarray = np.maximum(dur - nested, 0)
+    return own
 
 
-def _windows(trace: Trace) -> dict[int, tuple[int, int, int, float]]:
+#: Per rank with steps: (first step start, last step end, number of steps, mean step ns).
+Windows = dict[int, tuple[int, int, int, float]]
+
+
+def _windows(trace: Trace) -> Windows:
     """Per rank with steps: (first step start, last step end, number of steps, mean step ns)."""
     rows = trace.find(cats=["user_annotation", "cpu_op"], names=STEP_NAME.match)
-    out: dict[int, tuple[int, int, int, float]] = {}
+    out: Windows = {}
     if rows.size == 0:
         return out
     rank, ts, dur = (trace.column(c)[rows] for c in ("rank", "ts", "dur"))
@@ -87,14 +92,14 @@ def _windows(trace: Trace) -> dict[int, tuple[int, int, int, float]]:
     return out
 
 
-def _inside(rank: np.ndarray, when: np.ndarray, windows: dict) -> np.ndarray:
+def _inside(rank: np.ndarray, when: np.ndarray, windows: Windows) -> np.ndarray:
     keep = np.zeros(rank.size, dtype=bool)
     for r, (start, stop, _, _) in windows.items():
         keep |= (rank == r) & (when >= start) & (when < stop)
     return keep
 
 
-def _host_items(trace: Trace, windows: dict) -> pd.DataFrame:
+def _host_items(trace: Trace, windows: Windows) -> pd.DataFrame:
     rows = trace.op_rows
     names = np.asarray(trace.categories("name"), dtype=object)
     codes = trace.column("name")[rows]
@@ -115,7 +120,7 @@ def _host_items(trace: Trace, windows: dict) -> pd.DataFrame:
 
 
 def _gpu_items(
-    trace: Trace, windows: dict, name_rules: Sequence[tuple[str, object]]
+    trace: Trace, windows: Windows, name_rules: Sequence[tuple[str, object]]
 ) -> pd.DataFrame:
     gpu = trace.gpu_ops
     when = np.where(gpu.linked, gpu.launch_ts, gpu.ts)

@@ -24,7 +24,8 @@ _SHIFT = 1 << 44  # ids below 2**44 and ranks below 2**19 pack into one int64
 def _pack(rank: np.ndarray, key: np.ndarray) -> np.ndarray | None:
     if key.size and (key.max() >= _SHIFT or key.min() < 0):
         return None
-    return rank.astype(np.int64) * _SHIFT + key
+    packed: np.ndarray = rank.astype(np.int64) * _SHIFT + key
+    return packed
 
 
 def lookup(

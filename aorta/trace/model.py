@@ -270,11 +270,12 @@ class Trace:
             return self._codes[name]
         col = self._events[name]
         if isinstance(col.dtype, pd.CategoricalDtype):
-            codes = col.cat.codes.to_numpy()
+            codes: np.ndarray = col.cat.codes.to_numpy()
             codes.flags.writeable = False  # shared by every caller
             self._codes[name] = codes
             return codes
-        return col.to_numpy()
+        values: np.ndarray = col.to_numpy()
+        return values
 
     def categories(self, name: str) -> list[str]:
         """The unique values of a categorical column, indexed by :meth:`column` codes (one list

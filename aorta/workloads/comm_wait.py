@@ -72,7 +72,7 @@ class CommClock:
             return self._pool.pop()
         import torch
 
-        return torch.cuda.Event(enable_timing=True)
+        return torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]  # torch: unannotated __new__
 
     def start(self) -> None:
         """A collective (or a wait for one) begins; a second call before :meth:`stop` moves

@@ -9,7 +9,7 @@ import pytest
 import typer.main
 
 from aorta.cli import app
-from aorta.cli.compare import stats_flags
+from aorta.cli._options import stats_flags
 from aorta.matrix.options import StatsOptions
 
 FLAGS = {"alpha": "--alpha", "seed": "--seed", "resamples": "--resamples", "ranks": "--ranks"}

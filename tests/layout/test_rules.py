@@ -279,6 +279,7 @@ SHARED_NAMES = {
     "hang": "cli: `aorta hang`; run: a hang detected while a trial runs",
     "load": "hang, matrix: the stage's files read into its model",
     "model": "hang, trace: the stage's data model",
+    "options": "matrix: the statistics options; run: the run options (each stage's one frozen value)",
     "signatures": "run: matched on a trial's logs; matrix: counted per cell",
     "summary": "matrix: the result per cell; trace: a trace's tables at once",
     "sweep": "cli: the command; run: the loop",

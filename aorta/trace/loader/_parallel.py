@@ -24,7 +24,7 @@ import threading
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from aorta.errors import TraceError
 
@@ -82,7 +82,7 @@ def event_ranges(
     return list(zip(edges[::2], edges[1::2], strict=True))
 
 
-def _boundary(fh, guess: int, end: int) -> tuple[int, int] | None:
+def _boundary(fh: BinaryIO, guess: int, end: int) -> tuple[int, int] | None:
     """``(just after the "}", at the "{")`` of the first event boundary at or after ``guess``."""
     window = _WINDOW
     while guess < end:
@@ -100,7 +100,7 @@ def _boundary(fh, guess: int, end: int) -> tuple[int, int] | None:
 
 def _parse_range(
     path: Path, lo: int, hi: int, *, last: bool, bare: bool, python_functions: bool, block_size: int
-) -> tuple[Part, dict]:
+) -> tuple[Part, dict[str, Any]]:
     """The :class:`Part` of the events in ``[lo, hi)`` and, for the last range of an object,
     the top-level keys after the array."""
     stats = ScanStats()

@@ -231,7 +231,8 @@ def _us_to_ns(us: np.ndarray) -> np.ndarray:
     """Kineto microseconds (floats with fractional ns) → int64 ns, rounded, exact for big ts."""
     us = np.nan_to_num(us, nan=0.0, posinf=0.0, neginf=0.0)  # an event without "ts": 0
     whole = np.floor(us)
-    return whole.astype(np.int64) * 1000 + np.rint((us - whole) * 1000.0).astype(np.int64)
+    ns: np.ndarray = whole.astype(np.int64) * 1000 + np.rint((us - whole) * 1000.0).astype(np.int64)
+    return ns
 
 
 class _Dictionary:
@@ -528,7 +529,8 @@ def _recode(codes: np.ndarray, values: list[Any], index: dict[Any, int]) -> np.n
     )
     if np.array_equal(remap, np.arange(len(values), dtype=np.int32)):
         return codes
-    return np.append(remap, np.int32(-1))[codes]
+    remapped: np.ndarray = np.append(remap, np.int32(-1))[codes]
+    return remapped
 
 
 def _comm(row: int, a: _Args) -> dict[str, Any]:

@@ -132,13 +132,8 @@ Args = tuple[list[Any], list[Any], list[str]]  # dims, types, concrete
 
 def dims_at(dims: list[Any], i: int) -> list[int] | None:
     """``Input Dims[i]`` when it is a tensor shape (a list of ints), else None."""
-    if (
-        0 <= i < len(dims)
-        and isinstance(dims[i], list)
-        and all(isinstance(x, int) for x in dims[i])
-    ):
-        return dims[i]
-    return None
+    shape = dims[i] if 0 <= i < len(dims) else None
+    return shape if isinstance(shape, list) and all(isinstance(x, int) for x in shape) else None
 
 
 def type_at(types: list[Any], i: int) -> str:

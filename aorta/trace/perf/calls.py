@@ -293,7 +293,7 @@ def busy(trace: Trace, work: Work) -> np.ndarray:
     summed[0] = 0
     np.subtract(end, start, out=summed[1:])
     np.cumsum(summed, out=summed)
-    out = summed[work.hi] - summed[work.lo]
+    out: np.ndarray = summed[work.hi] - summed[work.lo]
     # the GPU ops that start before the one listed before them ends (few): an event whose range
     # holds one of them past its first op has overlapping intervals
     late = np.flatnonzero(start[1:] < end[:-1]) + 1
@@ -407,6 +407,8 @@ def _may_link(trace: Trace, capable: np.ndarray, evaluate: np.ndarray) -> np.nda
 
 #: The columns of a group record (one output row): what identifies it, then its unit.
 GROUP_COLUMNS = ("op", "family", "shape", "dtype", "dtypes", "strides", "flops", "bytes", "unit")
+#: One group's values, in the order of :data:`GROUP_COLUMNS`.
+Record = tuple[object, ...]
 
 
 @dataclass
@@ -416,7 +418,7 @@ class Calls:
     rows: np.ndarray  # event rows (the evaluate_function for backward work)
     group: np.ndarray  # index into ``records``
     kernel_ns: np.ndarray  # busy time of the GPU ops each call launched
-    records: list[tuple]  # per group: the values of GROUP_COLUMNS
+    records: list[Record]  # per group: the values of GROUP_COLUMNS
     work: Work  # each call's GPU ops
 
     @property
@@ -430,8 +432,8 @@ class _Groups:
 
     def __init__(self, trace: Trace, by: Grouping) -> None:
         self.trace, self.by = trace, by
-        self.table: dict[tuple, int] = {}
-        self.records: list[tuple] = []
+        self.table: dict[tuple[object, ...], int] = {}
+        self.records: list[Record] = []
 
     def assign(
         self, rows: np.ndarray, ids: np.ndarray, models: list[OpModel | None], first: np.ndarray
@@ -469,7 +471,8 @@ class _Groups:
                 self.table[key] = len(self.records)
                 self.records.append((*key, m.unit))
             mapping[i] = self.table[key]
-        return mapping[ids]
+        groups: np.ndarray = mapping[ids]
+        return groups
 
 
 def strides_text(strides: Any, positions: tuple[int, ...]) -> str:
@@ -543,7 +546,7 @@ def calls(trace: Trace, *, by: Grouping = "args") -> Calls:
     )
 
 
-def group_columns(records: list[tuple]) -> dict[str, np.ndarray]:
+def group_columns(records: list[Record]) -> dict[str, np.ndarray]:
     """The records' columns as arrays (numbers inferred as pandas would: int64 when all are
     integers, else float64; text as object)."""
     if not records:
@@ -560,7 +563,7 @@ def group_columns(records: list[tuple]) -> dict[str, np.ndarray]:
 
 
 def grouped_columns(
-    records: list[tuple], group: np.ndarray, kernel_ns: np.ndarray
+    records: list[Record], group: np.ndarray, kernel_ns: np.ndarray
 ) -> dict[str, np.ndarray]:
     """Per group with calls: the group's columns (:func:`group_columns`), ``count`` (calls),
     summed ``kernel_us``, achieved ``tflops``/``tbps`` (over the calls that ran GPU work) and

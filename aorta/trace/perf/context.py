@@ -26,7 +26,7 @@ Two cases, each a rule about which event records what the op's arguments do not:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import numpy as np
@@ -188,7 +188,7 @@ def _unrecorded_codes(trace: Trace) -> list[int]:
     ]
 
 
-def _dims(trace: Trace, row: int) -> list:
+def _dims(trace: Trace, row: int) -> list[Any]:
     code = int(trace.column("input_dims")[row])
     if code < 0:
         return []

@@ -90,16 +90,15 @@ def _gemm(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
 
 
 # -- convolution --------------------------------------------------------------------------------
-def _conv_out(x: list[int], w: list[int], stride, pad, dil, transposed, out_pad) -> list[int]:
-    spatial = len(x) - 2
-    stride, pad, dil = (
-        (v * spatial if len(v) == 1 else v) for v in (stride, pad, dil)
+def _conv_out(c: _Conv) -> list[int]:
+    x, w, spatial = c.x, c.w, len(c.x) - 2
+    stride, pad, dil, out_pad = (
+        (v * spatial if len(v) == 1 else v) for v in (c.stride, c.pad, c.dil, c.out_pad)
     )  # a 1-element list applies to every dimension
-    out_pad = out_pad * spatial if len(out_pad) == 1 else out_pad
-    out = [x[0], w[1] * 1 if transposed else w[0]]
+    out = [x[0], w[1] * 1 if c.transposed else w[0]]
     for d in range(spatial):
         k = w[2 + d]
-        if transposed:
+        if c.transposed:
             out.append((x[2 + d] - 1) * stride[d] - 2 * pad[d] + dil[d] * (k - 1) + out_pad[d] + 1)
         else:
             out.append((x[2 + d] + 2 * pad[d] - dil[d] * (k - 1) - 1) // stride[d] + 1)
@@ -147,7 +146,7 @@ def _conv_model(
     x, w = c.x, c.w
     if len(x) < 3 or len(w) != len(x):
         return None
-    out = _conv_out(x, w, c.stride, c.pad, c.dil, c.transposed, c.out_pad)
+    out = _conv_out(c)
     if c.transposed:
         out[1] = w[1] * c.groups
     size = bpe(type_at(types, pos[0]))
@@ -322,13 +321,17 @@ def _reduce(op: str, args: Args, ctx: dict[str, Any]) -> OpModel | None:
 
 
 # -- normalisation ------------------------------------------------------------------------------
-def _norm_fwd(n: int, c: float, affine: bool, bias: bool, training: bool, s: int):
+def _norm_fwd(
+    n: int, c: float, affine: bool, bias: bool, training: bool, s: int
+) -> tuple[float, float]:
     flops = 6 * c + 2 * n + (3 * n if training else 0)
     tensors = 2 + (1 if affine else 0) + (1 if affine and bias else 0) + (2 if training else 0)
     return flops, 2 * n * s + tensors * c * s
 
 
-def _norm_bwd(n: int, c: float, affine: bool, bias: bool, training: bool, mask0: bool, s: int):
+def _norm_bwd(
+    n: int, c: float, affine: bool, bias: bool, training: bool, mask0: bool, s: int
+) -> tuple[float, float]:
     per = n / c
     flops = c * ((0 if training else 3) + 4 * per + (5 * per if mask0 and training else 0))
     if not mask0:
