@@ -78,7 +78,7 @@ def parse_ranks(value: object) -> tuple[int, ...] | None:
         if not (text.startswith("[") and text.endswith("]")):
             return None
         parts = [p.strip() for p in text[1:-1].split(",") if p.strip()]
-        if not all(p.isdigit() for p in parts):
+        if not all(_decimal(p) for p in parts):
             return None
         ranks = [int(p) for p in parts]
     elif isinstance(value, list | tuple):
@@ -149,9 +149,16 @@ def _int(value: object) -> int | None:
         return None
     if isinstance(value, int):
         return value
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+    if isinstance(value, str) and _decimal(value.strip().lstrip("-")):
         return int(value)
     return None
+
+
+def _decimal(text: str) -> bool:
+    """Whether ``int(text)`` reads ``text``: decimal digits only (``str.isdigit`` also passes
+    superscripts such as ``'²'``, which ``int`` refuses) and not so many that ``int`` refuses
+    them (Python's 4,300-digit limit) — a hostile dump's field must not end in a traceback."""
+    return text.isdecimal() and len(text) <= 18
 
 
 def _done(entry: Mapping[str, Any]) -> bool:

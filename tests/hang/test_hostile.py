@@ -215,3 +215,20 @@ def test_a_broken_dump_inside_a_folder_is_an_error_too(tmp_path, run_cli):
     code, _, err = run_cli("hang", "analyze", tmp_path)
     assert code == ExitCode.ERROR
     assert err.strip() == "Error: fr_1.json: byte 900: truncated JSON (unexpected end of data)"
+
+
+@pytest.mark.parametrize("field", ["²", "1²", "9" * 5000, "[0, ²]"])
+def test_a_number_int_refuses_is_no_number_to_the_analysis(field):
+    # hypothesis found '²': str.isdigit passes it, int() raises (a traceback from aorta hang
+    # analyze); 5,000 digits trip int()'s digit limit the same way.
+    from aorta.hang import RankEvidence, analyze
+
+    dump = {
+        "entries": [{"collective_seq_id": field, "pg_id": field, "process_group": [field, "x"],
+                     "profiling_name": "gloo:all_reduce", "input_sizes": [[4]],
+                     "input_dtypes": ["Float"], "state": "scheduled", "retired": False}],
+        "pg_config": {"": {"name": field, "desc": "", "ranks": field}},
+        "pg_status": {field: {"last_enqueued_collective": field, "last_completed_collective": field}},
+    }  # fmt: skip
+    report = analyze([RankEvidence(rank=0, fr=dump), RankEvidence(rank=1, fr=dump)])
+    assert report.summary
