@@ -29,6 +29,8 @@ __all__ = [
 
 #: Seconds between SIGTERM and SIGKILL.
 DEFAULT_GRACE_S = 5.0
+# An exception this close to the deadline is the trial's own alarm firing first (see last_look).
+ALARM_SLACK_S = 0.1
 
 _live: dict[int, subprocess.Popen[Any]] = {}
 _lock = threading.Lock()
@@ -180,8 +182,10 @@ def run_with_deadline(
         last_look("deadline")
         kill_group(proc, grace_s=grace_s)
     except BaseException:
-        # Ctrl-C while waiting: take the child down with us.
-        last_look("interrupted")
+        # Ctrl-C while waiting: take the child down with us. An in-process trial's own alarm
+        # (SIGALRM at the same deadline) lands here too, and is a deadline, not a stop.
+        late = deadline is not None and time.monotonic() >= deadline - ALARM_SLACK_S
+        last_look("deadline" if late else "interrupted")
         kill_group(proc, grace_s=min(grace_s, 2.0))
         raise
     else:

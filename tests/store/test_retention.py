@@ -62,6 +62,7 @@ def test_every_record_is_kept(pruned_run):
 @pytest.mark.slow
 def test_each_outcome_is_pruned_to_its_level(pruned_run):
     rd = RunDir(pruned_run.run_dir)
+    records = {(r.cell, r.trial): r for r in rd.trial_records()}
     for trial in (0, 1):
         # on_pass: log — the logs stay whole, the trace and the collected file go.
         passed = rd.artifact_dir("passes", trial)
@@ -71,12 +72,17 @@ def test_each_outcome_is_pruned_to_its_level(pruned_run):
         # a hung trial's evidence (what its record's forensics name).
         for cell in ("fails", "hangs"):
             failed = rd.artifact_dir(cell, trial)
-            evidence = ["hang/capture_0.json", "hang/stacks_0.json"] if cell == "hangs" else []
+            forensics = records[(cell, trial)].forensics or {}
+            evidence = sorted(f for e in forensics.get("evidence", []) for f in e["files"])
+            # `exec sleep` is no Python process: a capture, no stacks and no dump.
+            assert evidence == (["hang/capture_0.json"] if cell == "hangs" else [])
             assert _files(failed) == [*evidence, "stderr.log", "stdout.log"]
+            if cell == "hangs":  # the trial's own alarm is its deadline, not an interrupt
+                capture = json.loads((failed / "hang/capture_0.json").read_text())
+                assert capture["reason"] == "deadline"
             tail = (failed / "stdout.log").read_bytes()
             assert len(tail) <= SUMMARY_TAIL_BYTES + 200
             assert tail.startswith(b"[aorta retain: summary") and tail.endswith(b"the last line\n")
-    records = {(r.cell, r.trial): r for r in rd.trial_records()}
     assert records[("passes", 0)].info["retained"] == "log"
     assert set(records[("passes", 1)].artifacts.values()) == {
         "cells/passes/trial_0001/stdout.log",
