@@ -55,6 +55,7 @@ LONG_FILES_FIRST = (
     "tests/launch/test_container.py",
     "tests/run/test_distributed_ranks.py",
     "tests/run/test_distributed.py",
+    "tests/run/test_hang_forensics.py",
     "tests/report/test_report_html.py",
     "tests/run/test_resume.py",
     "tests/launch/test_slurm.py",
@@ -86,6 +87,11 @@ LONG_FILES_FIRST = (
     "tests/run/test_orphans.py",
     "tests/recipe/test_hardening_yaml.py",
     "tests/store/test_rundir_lock.py",
+    "tests/store/test_bundle_bounds.py",
+    "tests/store/test_bundle_forensics.py",
+    "tests/matrix/test_rank_tests.py",
+    "tests/trace/test_diff.py",
+    "tests/launch/test_cvs_launch.py",
     "notebooks/01_*.ipynb",
 )
 
