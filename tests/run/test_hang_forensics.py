@@ -47,7 +47,7 @@ def hung(tmp_path_factory) -> Path:
     )
     recipe = root / "r.yaml"
     recipe.write_text(
-        "workload: tests.hang_faults:HangFault\ntimeout_per_trial: 300\nhang_after: 2\n"
+        "workload: tests.hang_faults:HangFault\ntimeout_per_trial: 300\nhang_after: 6\n"
         "workload_config: {rank: 2, at: 3, collectives: 4}\n"
         f"cells:\n  - {{name: baseline, mitigations: [none], workload_config: {{fault: none}}}}\n{cells}"
     )
