@@ -98,7 +98,10 @@ def test_a_stuck_rank_gives_its_dump_stacks_and_log_lines_before_the_kill(tmp_pa
     hang = tmp_path / "trial" / HANG_DIR
     dump = json.loads((hang / evidence_name("fr", 0)).read_text())
     assert [e["collective_seq_id"] for e in dump["entries"]] == [1, 2, 3]
-    assert dump["pg_status"]["0"]["last_completed_collective"] == "3"
+    # gloo's completion mark races the dump even after the rank saw it (CI, twice): the third
+    # is enqueued for sure, completed one way or the other.
+    assert dump["pg_status"]["0"]["last_enqueued_collective"] == "3"
+    assert dump["pg_status"]["0"]["last_completed_collective"] in ("2", "3")
     threads = json.loads((hang / evidence_name("stacks", 0)).read_text())
     main = next(t for t in threads if t["thread_name"] == "MainThread")
     assert main["frames"][0]["name"] == "wait_here"
