@@ -20,10 +20,10 @@ rate. Rates are over ``--matrices`` matrices ± their binomial standard error; "
 fixed" is the paired difference on the same matrices, ± its standard error. The last lines
 say where the adaptive trials went and how the effect cells' last question ended.
 
-    .venv/bin/python benchmarks/adaptive.py                      # 200 matrices, ~4 min
+    .venv/bin/python benchmarks/adaptive.py                      # 200 matrices, ~2 min
     .venv/bin/python benchmarks/adaptive.py --matrices 500       # docs/statistics.md's table
     .venv/bin/python benchmarks/adaptive.py --cv 0.10            # noisy trials: the timing check
-    .venv/bin/python benchmarks/adaptive.py --futility 0.5       # the futility trade-off (0: none)
+    .venv/bin/python benchmarks/adaptive.py --futility 0.2       # the futility trade-off (0: none)
 """
 
 from __future__ import annotations

@@ -46,6 +46,7 @@ MAX_PEAKS = 4
 TIE_TOLERANCE = 1e-13
 
 
+@functools.lru_cache(maxsize=4096)  # adaptive sweeps ask the same small tables every round
 def boschloo_p(failures_a: int, ran_a: int, failures_b: int, ran_b: int) -> float:
     """Two-sided Boschloo p-value of ``failures_a`` of ``ran_a`` against ``failures_b`` of
     ``ran_b``, as ``scipy.stats.boschloo_exact([[fa, fb], [ra - fa, rb - fb]])`` defines it.

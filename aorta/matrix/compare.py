@@ -565,13 +565,16 @@ def _sequential(
         futility_difference=seq.futility_difference(margin),
         futility_level=seq.FUTILITY_LEVEL,
         anytime_share=seq.ANYTIME_SHARE if max_trials is not None else 1.0,
+        failure_anytime_share=seq.FAILURE_ANYTIME_SHARE if max_trials is not None else 1.0,
+        failure_looks=[list(x) for x in seq.failure_looks(max_trials)] if max_trials else [],
+        futility_min_pairs=seq.FUTILITY_MIN_PAIRS,
         test=(
             "confidence sequence: scale-invariant normal mixture on paired log ratios"
             + ("; Mann–Whitney at the planned look" if max_trials is not None else "")
         ),
         failure_test=(
             "safe 2x2 e-process on the pairs (Turner, Ly & Grünwald)"
-            + ("; Boschloo at the planned look" if max_trials is not None else "")
+            + ("; Boschloo at the interim and planned looks" if max_trials is not None else "")
         ),
         adjustment="Holm (slower/faster, failures); Bonferroni (band sequences)",
         resamples=0,

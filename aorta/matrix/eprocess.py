@@ -200,14 +200,15 @@ def difference_log_e(
     pairs: np.ndarray,
     *,
     delta: float | np.ndarray,
+    prior: tuple[float, float] = (0.5, 0.5),
 ) -> np.ndarray:
     """Log e-value against "the two failure rates differ by ``delta`` or more" (either way),
     after ``pairs`` pairs with these failure counts (elementwise, broadcast with ``delta``:
     e.g. every prefix of a sequence, at two differences).
 
     Universal inference (Wasserman, Ramdas & Balakrishnan 2020): the likelihood of the data
-    under the Krichevsky–Trofimov mixture over a *common* rate — the sequential bet that the
-    rates are equal — over the largest likelihood any pair of rates at least ``delta`` apart
+    under a Beta``(prior)`` mixture over a *common* rate (Krichevsky–Trofimov's ``(½, ½)`` by
+    default) — the sequential bet that the rates are equal — over the largest likelihood any pair of rates at least ``delta`` apart
     gives. For every such pair of rates the ratio is at most the mixture's likelihood ratio
     against it, a test martingale, so by Ville's inequality ``P(ever ≥ 1/β) ≤ β`` whenever
     the rates do differ by ``delta`` or more.
@@ -236,6 +237,7 @@ def difference_log_e(
     more = np.where(pc - pb >= d, mle, edges[0])
     fewer = np.where(pb - pc >= d, mle, edges[1])
     s = sc + sb
-    mixture = betaln(s + 0.5, 2 * n - s + 0.5) - betaln(0.5, 0.5)
+    a, b = prior
+    mixture = betaln(s + a, 2 * n - s + b) - betaln(a, b)
     log_e: np.ndarray = mixture - np.maximum(more, fewer)
     return log_e

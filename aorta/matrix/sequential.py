@@ -49,7 +49,7 @@ Examples
 >>> r.timing.difference, r.timing.band, r.failures.verdict, r.decided
 ('no difference detected', 'within band', 'not significant', True)
 >>> r.reason
-'within band after 5 trials; failures: changes of ±0.3 or more ruled out at 80% after 11 trials (futility)'
+'within band after 5 trials; failures: changes of ±0.3 or more ruled out at 50% after 8 trials (futility)'
 """
 
 from __future__ import annotations
@@ -86,13 +86,18 @@ __all__ = [
     "ANYTIME_SHARE",
     "DEFAULT_FAILURE_MARGIN",
     "DEFAULT_G",
+    "FAILURE_ANYTIME_SHARE",
+    "FAILURE_INTERIM_LOOKS",
+    "FAILURE_PRIOR",
     "FUTILITY_LEVEL",
+    "FUTILITY_MIN_PAIRS",
     "MIN_PAIRS",
     "CellTrials",
     "FailureSequence",
     "SequentialResult",
     "TimingSequence",
     "difference_log_e",
+    "failure_looks",
     "failure_sequence",
     "futility_difference",
     "holm_failures",
@@ -107,13 +112,26 @@ __all__ = [
 
 #: Failure-rate difference within which a cell's failures "do not matter" (``within margin``).
 DEFAULT_FAILURE_MARGIN = 0.15
-#: Share of α the anytime failure e-process spends when a look at ``max_trials`` is planned;
-#: the look gets the rest (Boschloo at 0.9 α keeps nearly all of the fixed design's power,
-#: the e-process stops the large changes early). Without a planned look it gets all of α.
+#: Timing: share of α the anytime sequence spends when a look at ``max_trials`` is planned;
+#: Mann–Whitney at the look gets the rest. Without a planned look it gets all of α.
 ANYTIME_SHARE = 0.1
+#: Failures, when a look at ``max_trials`` is planned: the anytime e-process's share of α …
+FAILURE_ANYTIME_SHARE = 0.02
+#: … and the interim looks, ``(fraction of max_trials, share of α)``: Boschloo's test on the
+#: pairs of the first ``fraction · max_trials`` trials. Large changes are found here, 12 trials
+#: before the planned look, which keeps the rest, 0.9 α: nearly all of the fixed design's power.
+FAILURE_INTERIM_LOOKS: tuple[tuple[float, float], ...] = ((0.7, 0.08),)
 #: Futility: a cell whose failure rates differ by :func:`futility_difference` or more is
-#: stopped for futility with probability at most this (it spends power, not error rate).
-FUTILITY_LEVEL = 0.2
+#: stopped for futility with probability at most this (it spends power, not error rate; the
+#: measured loss is far below it, docs/statistics.md).
+FUTILITY_LEVEL = 0.5
+#: No futility stop before this many pairs: a cell failing 30% of the time passes 8 in a row
+#: 5.8% of the time; before that a clean streak cannot tell it from a 5% cell.
+FUTILITY_MIN_PAIRS = 8
+#: The Beta prior over the common failure rate in the futility and margin e-processes: rare
+#: failures (mean 1/11) are what most cells of a triage matrix show; any prior keeps the
+#: guarantee, this one reaches it with ~1 pair fewer per cell than Jeffreys' (benchmarks/adaptive.py).
+FAILURE_PRIOR = (0.5, 5.0)
 #: Relative slack for comparing a p-value with its level (floating-point products).
 _TIE = 1e-12
 
@@ -151,12 +169,11 @@ class TimingSequence:
     #: after how many pairs.
     via: str = ""
     found_at: int | None = None
-    #: After each pair: ``p``, its direction (+1 slower, -1 faster), whether the look gave it.
+    #: After each pair: ``p``, its direction (+1 slower, -1 faster), and the look that gave it
+    #: (``anytime`` or ``planned look``).
     path: np.ndarray = field(default_factory=lambda: np.zeros(0), compare=False, repr=False)
     side: np.ndarray = field(default_factory=lambda: np.zeros(0), compare=False, repr=False)
-    from_look: np.ndarray = field(
-        default_factory=lambda: np.zeros(0, bool), compare=False, repr=False
-    )
+    by: np.ndarray = field(default_factory=lambda: np.zeros(0, object), compare=False, repr=False)
 
 
 def timing_sequence(
@@ -210,8 +227,11 @@ def timing_sequence(
     at = np.maximum.accumulate(np.where(log_e >= best, np.arange(d.size), 0))
     p_any = np.exp(-best)
     p_look = nan if look is None else look[1]
-    path, side, from_look = _two_looks(
-        p_any, np.where(mean[at] >= 0, 1, -1), planned=planned, look=look
+    path, side, by = _looks(
+        p_any,
+        np.where(mean[at] >= 0, 1, -1),
+        share=ANYTIME_SHARE if planned else 1.0,
+        looks=[] if look is None else [("planned look", (*look, 1 - ANYTIME_SHARE))],
     )
     rejected = path * family <= alpha * (1 + _TIE)
     crossed = _first(rejected)
@@ -220,11 +240,14 @@ def timing_sequence(
     via = ""
     if crossed is not None:
         difference = "slower" if side[crossed] > 0 else "faster"
-        via = "planned look" if from_look[crossed] else "anytime"
+        via = str(by[crossed])
     band: Band = "beyond band" if beyond[last] else "within band" if inside[last] else "undecided"
     if blo[last] > bhi[last]:  # the intervals stopped overlapping: the model does not hold
         band = "undecided"
-    settled = _first(inside | rejected)
+    # A cell whose sequence already excludes 0 differs: it runs on until the test says which
+    # way (or the planned look), rather than stopping as "within band" without the verdict.
+    holds_zero = (lo <= 0) & (hi >= 0)
+    settled = _first((inside & holds_zero) | rejected)
     return TimingSequence(
         n=int(d.size),
         estimate=float(mean[last]),
@@ -243,31 +266,45 @@ def timing_sequence(
         found_at=None if crossed is None else crossed + 1,
         path=path,
         side=side,
-        from_look=from_look,
+        by=by,
     )
 
 
-def _two_looks(
-    p_anytime: np.ndarray,
-    side: np.ndarray,
-    *,
-    planned: bool,
-    look: tuple[int, float, int] | None,
+#: A look: from pair ``pairs`` on, its p-value ``p``, direction ``side`` (+1: slower / more)
+#: and share of α.
+_Look = tuple[int, float, int, float]
+
+
+def _looks(
+    p_anytime: np.ndarray, side: np.ndarray, *, share: float, looks: Sequence[tuple[str, _Look]]
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """After each pair, the p-value of the two looks combined (Bonferroni over them): the
-    anytime p with :data:`ANYTIME_SHARE` of α when a look is ``planned`` (else all of it) and,
-    from pair ``look[0]`` on, the look's p ``look[1]`` with the rest; the direction of the one
-    that gives it (``look[2]`` for the look); and whether the look gives it."""
-    share = ANYTIME_SHARE if planned else 1.0
+    """After each pair, the p-value of the looks combined (Bonferroni over them): the anytime
+    p with ``share`` of α and, from each named look's pair on, its p with its share; the
+    direction of the one that gives it, and its name (``anytime`` or the look's)."""
     path = np.minimum(1.0, p_anytime / share)
-    from_look = np.zeros(path.size, bool)
-    if look is not None and not math.isnan(look[1]):
-        pairs, p_look, look_side = look
-        gives = min(1.0, p_look / (1 - share))
-        from_look = (np.arange(1, path.size + 1) >= max(pairs, 1)) & (gives < path)
-        path = np.where(from_look, gives, path)
-        side = np.where(from_look, 1 if look_side >= 0 else -1, side)
-    return path, side, from_look
+    by = np.full(path.size, "anytime", dtype=object)
+    for name, (pairs, p_look, look_side, part) in looks:
+        if math.isnan(p_look):
+            continue
+        gives = min(1.0, p_look / part)
+        hit = (np.arange(1, path.size + 1) >= max(pairs, 1)) & (gives < path)
+        path = np.where(hit, gives, path)
+        side = np.where(hit, 1 if look_side >= 0 else -1, side)
+        by = np.where(hit, name, by)
+    return path, side, by
+
+
+def failure_looks(max_trials: int) -> list[tuple[int, float]]:
+    """The failure question's looks for a cap of ``max_trials``: ``(trials, share of α)``,
+    the interim looks (:data:`FAILURE_INTERIM_LOOKS`) and then the planned one, which gets
+    what they and the anytime e-process (:data:`FAILURE_ANYTIME_SHARE`) leave.
+
+    >>> failure_looks(40)
+    [(28, 0.08), (40, 0.9)]
+    """
+    interim = [(int(max_trials * f), part) for f, part in FAILURE_INTERIM_LOOKS]
+    rest = 1.0 - FAILURE_ANYTIME_SHARE - sum(part for _, part in interim)
+    return [*interim, (max_trials, round(rest, 12))]
 
 
 def _first(mask: np.ndarray) -> int | None:
@@ -314,13 +351,11 @@ class FailureSequence:
     #: For ``more``/``fewer``: which look found it, ``anytime`` or ``planned look``.
     via: str
     settled_at: int | None
-    #: After each pair: ``p``, its direction (+1 more, -1 fewer), and whether the planned look
-    #: gave it (what Holm over the cells replays).
+    #: After each pair: ``p``, its direction (+1 more, -1 fewer), and the look that gave it
+    #: (``anytime``, ``interim look`` or ``planned look``): what Holm over the cells replays.
     path: np.ndarray = field(default_factory=lambda: np.zeros(0), compare=False, repr=False)
     side: np.ndarray = field(default_factory=lambda: np.zeros(0), compare=False, repr=False)
-    from_look: np.ndarray = field(
-        default_factory=lambda: np.zeros(0, bool), compare=False, repr=False
-    )
+    by: np.ndarray = field(default_factory=lambda: np.zeros(0, object), compare=False, repr=False)
 
 
 def failure_sequence(
@@ -333,6 +368,7 @@ def failure_sequence(
     planned: bool = False,
     look: int | None = None,
     futility: float | None = FUTILITY_LEVEL,
+    interim: Sequence[int | None] = (),
 ) -> FailureSequence:
     """The failure verdict from paired outcomes (``True`` = the trial failed), in trial
     order, over the pairs where both trials ran.
@@ -363,13 +399,26 @@ def failure_sequence(
     up, down = np.maximum.accumulate(more), np.maximum.accumulate(fewer)
     p_any = np.minimum(1.0, 2 * np.exp(-np.maximum(up, down)))
     sc, sb = np.cumsum(fc), np.cumsum(fb)
-    p_look, boschloo = nan, None
-    if look is not None and 0 < look <= n:
-        x, y = int(sc[look - 1]), int(sb[look - 1])
-        p_look = boschloo_p(x, look, y, look)
-        boschloo = (look, p_look, 1 if x > y else -1)
-    path, side, from_look = _two_looks(
-        p_any, np.where(up >= down, 1, -1), planned=planned, look=boschloo
+
+    def boschloo(pairs: int | None) -> tuple[int, float, int] | None:
+        if pairs is None or not 0 < pairs <= n:
+            return None
+        x, y = int(sc[pairs - 1]), int(sb[pairs - 1])
+        return pairs, boschloo_p(x, pairs, y, pairs), 1 if x > y else -1
+
+    looks: list[tuple[str, _Look]] = []
+    for (_, part), pairs in zip(FAILURE_INTERIM_LOOKS, interim, strict=False):
+        if (found := boschloo(pairs)) is not None:
+            looks.append(("interim look", (*found, part)))
+    final = boschloo(look)
+    p_look = nan if final is None else final[1]
+    if final is not None:
+        looks.append(("planned look", (*final, failure_looks(final[0])[-1][1])))
+    path, side, by = _looks(
+        p_any,
+        np.where(up >= down, 1, -1),
+        share=FAILURE_ANYTIME_SHARE if planned else 1.0,
+        looks=looks,
     )
     k = np.arange(1, n + 1)
     verdict: FailureVerdict = "not significant"
@@ -378,13 +427,17 @@ def failure_sequence(
     # "Within margin" (a claim, at family / alpha) and futility (a stop, at 1 / futility):
     # the same e-process at two differences, computed together.
     deltas = np.array([[margin], [futility_difference(margin)]])
-    log_e = difference_log_e(sc[None, :], sb[None, :], k[None, :], delta=deltas)
+    log_e = difference_log_e(
+        sc[None, :], sb[None, :], k[None, :], delta=deltas, prior=FAILURE_PRIOR
+    )
     within = _first(log_e[0] >= math.log(family / alpha))
-    futile = None if futility is None else _first(log_e[1] >= math.log(1 / futility))
+    futile = None
+    if futility is not None:
+        futile = _first((log_e[1] >= math.log(1 / futility)) & (k >= FUTILITY_MIN_PAIRS))
     if rejected is not None:
         verdict = "more" if side[rejected] > 0 else "fewer"
         how, at = verdict, rejected + 1
-        via = "planned look" if from_look[rejected] else "anytime"
+        via = str(by[rejected])
     elif within is not None:
         how, at = "within margin", within + 1
     elif futile is not None:
@@ -404,7 +457,7 @@ def failure_sequence(
         settled_at=at,
         path=path,
         side=side,
-        from_look=from_look,
+        by=by,
     )
 
 
@@ -449,7 +502,7 @@ def _with_holm(
             s = replace(s, p_adj=float(adj))
             if t is not None:
                 j = min(t, s.n - 1)
-                s = found(s, j, "planned look" if s.from_look[j] else "anytime")
+                s = found(s, j, str(s.by[j]))
         out.append(s)
     return out
 
@@ -641,6 +694,11 @@ def _parts(
     both = rc[:m] & rb[:m]
     # The look covers the pairs of the first max_trials trials where both ran.
     look = int(both[:max_trials].sum()) if looked else 0
+    # Each interim look likewise, once both have a record of its last trial.
+    interim = [
+        int(both[:at].sum()) if _looked(cell, base, at) else None
+        for at, _ in (failure_looks(max_trials)[:-1] if max_trials else [])
+    ]
     failures = failure_sequence(
         fc[:m][both],
         fb[:m][both],
@@ -650,6 +708,7 @@ def _parts(
         planned=max_trials is not None,
         look=look or None,
         futility=futility,
+        interim=interim,
     )
     return timing, failures
 

@@ -215,16 +215,20 @@ def _failure_text(row: Any) -> str:
 # --- a whole comparison ----------------------------------------------------------------------
 
 
-def _looks(stats: Mapping[str, Any], anytime: str, planned: str) -> str:
+def _looks(stats: Mapping[str, Any], anytime: str, planned: str, *, failures: bool = False) -> str:
     """An anytime-valid test's looks in words (``compare(sequential=True)``): the anytime
-    one, and the planned one at ``max_trials`` with the rest of α."""
-    share = float(stats.get("anytime_share") or 1.0)
-    if stats.get("max_trials") is None:
+    one, and the planned ones (the failures' interim looks, the look at ``max_trials``), each
+    with its share of α."""
+    key = "failure_anytime_share" if failures else "anytime_share"
+    share = float(stats.get(key) or stats.get("anytime_share") or 1.0)
+    cap = stats.get("max_trials")
+    if cap is None:
         return anytime
-    return (
-        f"{anytime} with {share:.0%} of α and {planned} at {stats.get('max_trials')} trials "
-        f"with {1 - share:.0%}"
-    )
+    looks = stats.get("failure_looks") if failures else None
+    if not looks:
+        looks = [[cap, 1 - share]]
+    at = " and ".join(f"at {int(t)} trials with {float(part):.0%}" for t, part in looks)
+    return f"{anytime} with {share:.0%} of α and {planned} {at}"
 
 
 def statistics_line(stats: Mapping[str, Any]) -> str:
@@ -240,7 +244,9 @@ def statistics_line(stats: Mapping[str, Any]) -> str:
     level = float(stats.get("ci_level", 0.95))
     if stats.get("sequential"):  # aorta.compare(sequential=True): an adaptive run's verdicts
         timing_looks = _looks(stats, "the sequence", "Mann–Whitney")
-        failure_looks = _looks(stats, "an e-process on the pairs (safe 2x2 test)", "Boschloo")
+        failure_looks = _looks(
+            stats, "an e-process on the pairs (safe 2x2 test)", "Boschloo", failures=True
+        )
         return (
             f"- statistics (anytime-valid): trial value = {value}{units}, trials that ended "
             f"{stats.get('trials')}, trial k of a cell paired with trial k of the baseline; "
@@ -252,7 +258,8 @@ def statistics_line(stats: Mapping[str, Any]) -> str:
             f"cells; failures: {failure_looks}, Holm over the cells; settled as more/fewer, within "
             f"±{stats.get('failure_margin')}, or for futility (changes of "
             f"±{stats.get('futility_difference')} or more ruled out at "
-            f"{1 - float(stats.get('futility_level') or 0):.0%})"
+            f"{1 - float(stats.get('futility_level') or 0):.0%}, not before "
+            f"{stats.get('futility_min_pairs')} pairs)"
         )
     return (
         f"- statistics: trial value = {value}{units}, trials that ended {stats.get('trials')}; "

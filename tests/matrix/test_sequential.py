@@ -252,3 +252,20 @@ def test_holm_on_timing_finds_at_least_what_bonferroni_finds(shifts, seed):
         assert holm.p_adj <= bonferroni.p_adj + 1e-12
         if bonferroni.difference in ("slower", "faster"):
             assert holm.difference == bonferroni.difference
+
+
+def test_a_cell_the_sequence_shows_to_differ_does_not_stop_within_band():
+    # Issue 36's check of the timing question: an 8% slowdown lies inside a 15% band, and the
+    # band sequence (at alpha / K) put it there after 6 pairs while the cell's own sequence
+    # already excluded 0 — it stopped "within band" before the test said "slower" (the +10%
+    # cell lost 5 points of power that way). Now it runs on until the test says so.
+    rng = np.random.default_rng(0)
+    d = np.log(1.08) + rng.normal(0, 0.03, 40)
+    six = seq.timing_sequence(d[:6], threshold=1.15, family=9, planned=True)
+    assert six.band == "within band" and six.low > 0 and six.difference != "slower"
+    assert six.settled_at is None
+    whole = seq.timing_sequence(d, threshold=1.15, family=9, planned=True)
+    assert whole.difference == "slower" and whole.settled_at == whole.found_at
+    # A cell whose sequence holds 0 settles within band as before.
+    same = seq.timing_sequence(rng.normal(0, 0.03, 40), threshold=1.15, family=9, planned=True)
+    assert same.band == "within band" and same.settled_at is not None
