@@ -566,7 +566,9 @@ def _sequential(
         futility_level=seq.FUTILITY_LEVEL,
         anytime_share=seq.ANYTIME_SHARE if max_trials is not None else 1.0,
         failure_anytime_share=seq.FAILURE_ANYTIME_SHARE if max_trials is not None else 1.0,
-        failure_looks=[list(x) for x in seq.failure_looks(max_trials)] if max_trials else [],
+        failure_looks=(
+            [list(x) for x in seq.failure_looks(max_trials)] if max_trials is not None else []
+        ),
         futility_min_pairs=seq.FUTILITY_MIN_PAIRS,
         test=(
             "confidence sequence: scale-invariant normal mixture on paired log ratios"

@@ -208,8 +208,8 @@ def difference_log_e(
 
     Universal inference (Wasserman, Ramdas & Balakrishnan 2020): the likelihood of the data
     under a Beta``(prior)`` mixture over a *common* rate (Krichevsky–Trofimov's ``(½, ½)`` by
-    default) — the sequential bet that the rates are equal — over the largest likelihood any pair of rates at least ``delta`` apart
-    gives. For every such pair of rates the ratio is at most the mixture's likelihood ratio
+    default) — the sequential bet that the rates are equal — over the largest likelihood any
+    pair of rates at least ``delta`` apart gives. For every such pair of rates the ratio is at most the mixture's likelihood ratio
     against it, a test martingale, so by Ville's inequality ``P(ever ≥ 1/β) ≤ β`` whenever
     the rates do differ by ``delta`` or more.
 

@@ -130,7 +130,7 @@ FUTILITY_LEVEL = 0.5
 FUTILITY_MIN_PAIRS = 8
 #: The Beta prior over the common failure rate in the futility and margin e-processes: rare
 #: failures (mean 1/11) are what most cells of a triage matrix show; any prior keeps the
-#: guarantee, this one reaches it with ~1 pair fewer per cell than Jeffreys' (benchmarks/adaptive.py).
+#: guarantee, this one reaches it ~1 pair sooner per cell than Jeffreys' (benchmarks/adaptive.py).
 FAILURE_PRIOR = (0.5, 5.0)
 #: Relative slack for comparing a p-value with its level (floating-point products).
 _TIE = 1e-12
@@ -303,8 +303,12 @@ def failure_looks(max_trials: int) -> list[tuple[int, float]]:
     [(28, 0.08), (40, 0.9)]
     """
     interim = [(int(max_trials * f), part) for f, part in FAILURE_INTERIM_LOOKS]
-    rest = 1.0 - FAILURE_ANYTIME_SHARE - sum(part for _, part in interim)
-    return [*interim, (max_trials, round(rest, 12))]
+    return [*interim, (max_trials, _planned_failure_share())]
+
+
+def _planned_failure_share() -> float:
+    """What the anytime e-process and the interim looks leave of α to the planned look."""
+    return round(1.0 - FAILURE_ANYTIME_SHARE - sum(part for _, part in FAILURE_INTERIM_LOOKS), 12)
 
 
 def _first(mask: np.ndarray) -> int | None:
@@ -348,7 +352,8 @@ class FailureSequence:
     verdict: FailureVerdict
     #: ``more`` / ``fewer`` / ``within margin`` / ``futility``, or "" while open.
     how: str
-    #: For ``more``/``fewer``: which look found it, ``anytime`` or ``planned look``.
+    #: For ``more``/``fewer``: which look found it, ``anytime``, ``interim look`` or
+    #: ``planned look``.
     via: str
     settled_at: int | None
     #: After each pair: ``p``, its direction (+1 more, -1 fewer), and the look that gave it
@@ -374,12 +379,15 @@ def failure_sequence(
     order, over the pairs where both trials ran.
 
     ``more`` / ``fewer`` once ``family · p ≤ alpha`` (Bonferroni over the cells), ``p`` the
-    two looks combined: the anytime e-processes (:func:`pair_log_e`) with
-    :data:`ANYTIME_SHARE` of ``alpha`` when a look is ``planned`` (all of it otherwise), and —
-    once it has happened — Boschloo's test on the first ``look`` pairs with the rest.
-    Otherwise settled as ``within margin`` when :func:`difference_log_e` at ``margin`` reaches
-    ``family / alpha``, or for ``futility`` when it reaches ``1 / futility`` at
-    :func:`futility_difference` (``futility=None``: never). A rejection wins over either.
+    looks combined: the anytime e-processes (:func:`pair_log_e`) with
+    :data:`FAILURE_ANYTIME_SHARE` of ``alpha`` when a look is ``planned`` (all of it
+    otherwise) and — once each has happened — Boschloo's test on the first ``interim[i]``
+    pairs with the share :data:`FAILURE_INTERIM_LOOKS` gives it, and on the first ``look``
+    pairs with the rest (:func:`failure_looks`). Otherwise settled as ``within margin`` when
+    :func:`difference_log_e` (prior :data:`FAILURE_PRIOR`) at ``margin`` reaches ``family /
+    alpha``, or for ``futility`` when it reaches ``1 / futility`` at
+    :func:`futility_difference`, not before :data:`FUTILITY_MIN_PAIRS` pairs
+    (``futility=None``: never). A rejection wins over either.
 
     >>> f = failure_sequence(np.array([1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1] * 2, bool), np.zeros(30, bool))
     >>> f.verdict, f.how, f.via, f.settled_at
@@ -413,7 +421,7 @@ def failure_sequence(
     final = boschloo(look)
     p_look = nan if final is None else final[1]
     if final is not None:
-        looks.append(("planned look", (*final, failure_looks(final[0])[-1][1])))
+        looks.append(("planned look", (*final, _planned_failure_share())))
     path, side, by = _looks(
         p_any,
         np.where(up >= down, 1, -1),
@@ -580,14 +588,14 @@ def _timing_words(t: TimingSequence) -> str:
     if t.settled_at is None:
         return ""
     if t.difference in ("slower", "faster"):
-        where = " (the planned look)" if t.via == "planned look" else ""
+        where = f" (the {t.via})" if t.via != "anytime" else ""
         return f"{t.difference} after {t.found_at} trials{where}"
     return f"{t.band} after {t.settled_at} trials"
 
 
 def _failure_words(f: FailureSequence, margin: float, futility: float | None) -> str:
     if f.how in ("more", "fewer"):
-        where = " (the planned look)" if f.via == "planned look" else ""
+        where = f" (the {f.via})" if f.via != "anytime" else ""
         return f"{f.how} failures after {f.settled_at} trials{where}"
     if f.how == "within margin":
         return f"failure rate within ±{margin:g} after {f.settled_at} trials"

@@ -220,6 +220,7 @@ def _looks(stats: Mapping[str, Any], anytime: str, planned: str, *, failures: bo
     one, and the planned ones (the failures' interim looks, the look at ``max_trials``), each
     with its share of α."""
     key = "failure_anytime_share" if failures else "anytime_share"
+    # Runs judged before the failures had their own split stored one share for both.
     share = float(stats.get(key) or stats.get("anytime_share") or 1.0)
     cap = stats.get("max_trials")
     if cap is None:
