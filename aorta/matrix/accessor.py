@@ -1,8 +1,9 @@
 """``ds.aorta``: the common calls on a run's Dataset, registered once.
 
 Each method is one line calling :mod:`aorta.matrix.compare`, :mod:`aorta.matrix.dataset` or
-:mod:`aorta.plot`, so a notebook and the CLI go through the same code. The class is
-registered once, when :mod:`aorta.matrix` is imported.
+the figures module :mod:`aorta.plot` registers (:func:`register_figures`), so a notebook and the
+CLI go through the same code. The class is registered once, when :mod:`aorta.matrix` is
+imported.
 
 Examples
 --------
@@ -22,6 +23,7 @@ ValueError: an aorta Dataset needs a 'cell' dimension; this one has []
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, cast
@@ -51,16 +53,33 @@ if TYPE_CHECKING:
 
     from aorta.matrix.options import StatsKeywords
 
-__all__ = ["AortaAccessor"]
+__all__ = ["FIGURES_MODULE", "AortaAccessor", "register_figures"]
+
+
+#: The module that draws the accessor's figures, as pandas' plotting backend: named here and
+#: imported by name on the first figure, so matplotlib stays unloaded until then and the matrix
+#: never imports the plot stage above it. The module registers itself
+#: (:func:`register_figures`) when imported; a notebook may register another one.
+FIGURES_MODULE = "aorta.plot"
+_figures: ModuleType | None = None
+
+
+def register_figures(module: ModuleType) -> None:
+    """Make ``module`` the one whose functions draw ``ds.aorta.plot_*`` (``step_distributions``,
+    ``step_series``, ``failure_rates``, ``ratio_forest``, ``time_breakdown``,
+    ``exposed_comm_vs_step``, ``waterfall``); :mod:`aorta.plot` calls it on import."""
+    global _figures
+    _figures = module
 
 
 def _plot() -> ModuleType:
-    """:mod:`aorta.plot`, imported on the first figure: the one upward edge of the matrix
-    (as xarray's own ``.plot``), and matplotlib stays unloaded until then. A module imported
-    here is untyped to mypy: the methods say what its functions return (``cast``)."""
-    import aorta.plot
-
-    return aorta.plot
+    """The registered figures module, importing :data:`FIGURES_MODULE` on first use. A module
+    found at run time is untyped to mypy: the methods say what its functions return (``cast``)."""
+    if _figures is None:
+        importlib.import_module(FIGURES_MODULE)
+    if _figures is None:
+        raise RuntimeError(f"{FIGURES_MODULE} did not register its figures (register_figures)")
+    return _figures
 
 
 @xr.register_dataset_accessor("aorta")  # type: ignore[no-untyped-call]  # xarray: unannotated

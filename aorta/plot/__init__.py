@@ -20,6 +20,10 @@ Single traces (:mod:`aorta.plot.trace`): :func:`gpu_breakdown` (per rank),
 
 from __future__ import annotations
 
+import sys
+
+from aorta.matrix.accessor import register_figures
+
 from .matrix import VERDICT_COLORS, failure_rates, ratio_forest, step_distributions, step_series
 from .roofline import FAMILY_COLORS, roofline
 from .style import PALETTE, aorta_style
@@ -47,3 +51,6 @@ __all__ = [
     "timeline",
     "waterfall",
 ]
+
+# ds.aorta.plot_* draw with this package's functions (the matrix stage never imports it).
+register_figures(sys.modules[__name__])

@@ -68,9 +68,6 @@ from aorta.recipe.limits import (
 from aorta.recipe.yamldoc import parse_yaml
 from aorta.regex import RegexError, compile_regex
 
-# The one upward import of recipe/: constants only (store/rundir.py owns every run file name).
-from aorta.store.rundir import MATRIX_JSON, MATRIX_MD
-
 __all__ = [
     "KNOWN_COLLECTORS",
     "Axes",
@@ -95,8 +92,10 @@ __all__ = [
 
 SCHEMA_VERSION = 1
 CELL_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
-#: A cell may not take a name of the run directory's matrix files (nor ``.``/``..``).
-RESERVED_CELL_NAMES = frozenset({MATRIX_MD, MATRIX_JSON, ".", ".."})
+#: Names a cell may not take: its folder is ``cells/<name>``, where these would not be a folder
+#: of its own. (The run's files — matrix.md, … — sit beside ``cells/``, not in it, so a cell may
+#: share their names.)
+RESERVED_CELL_NAMES = frozenset({".", ".."})
 RESERVED_CONFIG_KEYS = frozenset({"steps"})
 RESERVED_CONFIG_PREFIX = "_aorta_"
 #: Collectors a recipe may ask for, with the options each accepts.

@@ -27,7 +27,7 @@ REGISTRY = Registry(
 )
 
 names = st.from_regex(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,12}", fullmatch=True).filter(
-    lambda s: s not in {"matrix.md", "matrix.json", ".", ".."}
+    lambda s: s not in {".", ".."}
 )
 env_names = st.from_regex(r"[A-Z_][A-Z0-9_]{0,10}", fullmatch=True).filter(
     lambda s: (
