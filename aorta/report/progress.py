@@ -1,8 +1,9 @@
-"""Progress of a sweep: rich on a terminal, tqdm in Jupyter, plain lines otherwise.
+"""Progress of a sweep: one bar, rich's, on a terminal and in Jupyter; plain lines otherwise.
 
 The engine calls a :class:`Reporter`; it never prints itself. :func:`choose_reporter`
 picks one: plain lines when the stream is not a terminal or ``CI`` is set, rich on a
-terminal (``NO_COLOR`` honoured), ``tqdm.auto`` inside a Jupyter kernel.
+terminal (``NO_COLOR`` honoured) and inside a Jupyter kernel (a live widget through
+ipywidgets; a kernel without ipywidgets gets the plain lines, which it shows as they come).
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from aorta.text import printable
 
 __all__ = ["LineReporter", "NullReporter", "Reporter", "check_progress", "choose_reporter"]
 
-ProgressMode = Literal["auto", "rich", "tqdm", "lines", "none"]
+ProgressMode = Literal["auto", "rich", "lines", "none", "tqdm"]
 PROGRESS_MODES: tuple[str, ...] = get_args(ProgressMode)
+#: Modes kept so that scripts written for them still run: ``tqdm`` is the rich bar now.
+_OLD_MODES = {"tqdm": "rich"}
 
 
 def _trial_line(cell: str, trial: int, record: TrialRecord) -> str:
@@ -187,40 +190,6 @@ class RichReporter(Reporter):
         self.progress.stop()
 
 
-class TqdmReporter(Reporter):
-    """tqdm.auto: a widget in Jupyter, a text bar elsewhere."""
-
-    def __init__(self, *, verbose: bool = False) -> None:
-        self.verbose = verbose
-        self._bar: Any = None
-
-    def bound(self, total: int) -> None:
-        if self._bar is not None:
-            self._bar.total = total
-            self._bar.refresh()
-
-    def start(self, *, run_dir: str, total: int, done: int, cells: int) -> None:
-        from tqdm.auto import tqdm
-
-        self._bar = tqdm(total=total, initial=done, desc="sweep", unit="trial")
-
-    def trial_started(self, cell: str, trial: int) -> None:
-        self._bar.set_description(f"{cell} #{trial}", refresh=False)
-
-    def trial_done(self, cell: str, trial: int, record: TrialRecord) -> None:
-        self._bar.update(1)
-        if self.verbose:
-            self._bar.write(_trial_line(cell, trial, record))
-
-    def message(self, text: str) -> None:
-        if self._bar is not None:
-            self._bar.write(printable(text))
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.close()
-
-
 def _in_jupyter() -> bool:
     # A running kernel, not merely an imported ipykernel module (a test runner or a library
     # may import it in a plain process, which then drew tqdm bars into a log).
@@ -229,12 +198,19 @@ def _in_jupyter() -> bool:
     return shell is not None and hasattr(shell, "kernel") and not sys.stderr.isatty()
 
 
+def _has_widgets() -> bool:
+    """Whether rich can draw a live bar in this kernel (it does so through ipywidgets)."""
+    import importlib.util
+
+    return importlib.util.find_spec("ipywidgets") is not None
+
+
 def check_progress(mode: object) -> None:
     """Refuse what is neither a progress mode nor a :class:`Reporter`, naming the choices.
 
     >>> check_progress("none"); check_progress("off")
     Traceback (most recent call last):
-    aorta.errors.UsageError: progress='off': not a progress mode; choose one of auto, rich, tqdm, lines, none (none shows nothing), or pass a Reporter
+    aorta.errors.UsageError: progress='off': not a progress mode; choose one of auto, rich, lines, none, tqdm (none shows nothing), or pass a Reporter
     """
     if isinstance(mode, Reporter) or (isinstance(mode, str) and mode in PROGRESS_MODES):
         return
@@ -253,17 +229,16 @@ def choose_reporter(
     if isinstance(mode, Reporter):
         return mode
     stream = stream or sys.stderr
+    mode = _OLD_MODES.get(mode, mode)
     if mode == "auto":
         if _in_jupyter():
-            mode = "tqdm"
+            mode = "rich" if _has_widgets() else "lines"
         elif os.environ.get("CI") or not getattr(stream, "isatty", lambda: False)():
             mode = "lines"
         else:
             mode = "rich"
     if mode == "none":
         return NullReporter()
-    if mode == "tqdm":
-        return TqdmReporter(verbose=verbose)
     if mode == "rich":
         return RichReporter(stream, verbose=verbose)
     return LineReporter(stream, verbose=verbose)

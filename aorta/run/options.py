@@ -51,8 +51,9 @@ class RunOptions:
         Sidecar files with more mitigations and environments (default none; a resumed run
         reads its own).
     progress
-        ``auto`` (default: rich on a terminal, tqdm in Jupyter, lines otherwise), ``lines``,
-        ``rich``, ``tqdm``, ``none`` (nothing), or a :class:`~aorta.report.progress.Reporter`.
+        ``auto`` (default: rich on a terminal and in Jupyter, lines otherwise), ``lines``,
+        ``rich``, ``none`` (nothing), or a :class:`~aorta.report.progress.Reporter`; ``tqdm``,
+        an older mode, is the rich bar.
     verbose
         One progress line per trial (default ``False``).
     python

@@ -58,7 +58,7 @@ def test_progress_none_prints_nothing(tmp_path, capsys):
 
 
 def test_an_imported_ipykernel_is_not_a_running_kernel():
-    # nbmake imports ipykernel into pytest's own process; progress then drew tqdm bars into
+    # nbmake imports ipykernel into pytest's own process; progress then drew bars into
     # the logs of the tests that ran after it on the same worker.
     import io
 
@@ -66,4 +66,21 @@ def test_an_imported_ipykernel_is_not_a_running_kernel():
 
     from aorta.report.progress import LineReporter, choose_reporter
 
+    assert isinstance(choose_reporter("auto", stream=io.StringIO()), LineReporter)
+
+
+def test_one_bar_rich_in_a_terminal_and_in_jupyter(monkeypatch):
+    """One progress implementation (rich): a kernel gets rich's live widget where ipywidgets is
+    installed, plain lines where it is not (rich draws nothing live without it); ``tqdm``, an
+    older mode, is the rich bar. The kernel is faked: no Jupyter server runs in this test."""
+    import io
+
+    from aorta.report import progress
+    from aorta.report.progress import LineReporter, RichReporter, choose_reporter
+
+    assert isinstance(choose_reporter("tqdm", stream=io.StringIO()), RichReporter)
+    monkeypatch.setattr(progress, "_in_jupyter", lambda: True)
+    monkeypatch.setattr(progress, "_has_widgets", lambda: True)
+    assert isinstance(choose_reporter("auto", stream=io.StringIO()), RichReporter)
+    monkeypatch.setattr(progress, "_has_widgets", lambda: False)
     assert isinstance(choose_reporter("auto", stream=io.StringIO()), LineReporter)
