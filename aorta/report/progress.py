@@ -21,7 +21,7 @@ __all__ = ["LineReporter", "NullReporter", "Reporter", "check_progress", "choose
 ProgressMode = Literal["auto", "rich", "lines", "none", "tqdm"]
 PROGRESS_MODES: tuple[str, ...] = get_args(ProgressMode)
 #: Modes kept so that scripts written for them still run: ``tqdm`` is the rich bar now.
-_OLD_MODES = {"tqdm": "rich"}
+_OLD_MODES: dict[str, ProgressMode] = {"tqdm": "rich"}
 
 
 def _trial_line(cell: str, trial: int, record: TrialRecord) -> str:
