@@ -296,7 +296,7 @@ def runs(draw):
 
 
 @settings(
-    max_examples=20,  # 30 took 62 s beside the torchrun tests; the examples are the shapes
+    max_examples=30,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

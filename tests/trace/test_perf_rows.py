@@ -160,7 +160,7 @@ def _host_and_gpu_ops(draw: st.DrawFn) -> list[tuple]:
     return ops
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(_host_and_gpu_ops())
 def test_perf_summary_counts_every_gpu_op_exactly_once(ops):
     trace = synthetic_trace(ops)
@@ -222,7 +222,7 @@ def test_summarize_says_a_trace_has_no_shapes(capsys):
     assert "0.0%" not in out[out.index("== against_the_hardware") :]
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(
     st.lists(
         st.tuples(
