@@ -387,35 +387,22 @@ def explain(
         d.attrs["step"], d.attrs["residual"]     # the whole step's change, and what is left
         aorta.plot.waterfall(d)
     """
-    if by not in EXPLAIN_BY:
-        raise ValueError(f"by must be one of {', '.join(EXPLAIN_BY)}, not {by!r}")
-    if ranks != "mean" and (isinstance(ranks, bool) or not isinstance(ranks, int)):
-        raise ValueError(f"ranks must be 'mean' or a rank number, not {ranks!r}")
+    _check_choices(by, ranks)
     opts = stats_options(options, trials=trials, alpha=alpha, resamples=resamples, seed=seed)
     ds, run_dir = _dataset(source)
-    base = str(baseline or ds.attrs.get("baseline") or ds.cell.values[0])
-    names = [str(c) for c in ds.cell.values.tolist()]
-    for name in (cell, base):
-        if name not in names:
-            raise ValueError(f"no cell {name!r} in the run; cells: {', '.join(names)}")
+    base = _cells_of(ds, cell, baseline)
     results, problems, notes, world_size = trial_results(
         ds, run_dir, cache=trace_cache, workers=trace_workers, executor=executor
     )
     if ranks != "mean" and not 0 <= int(ranks) < world_size:
         raise ValueError(f"ranks={ranks}: the run has ranks 0..{world_size - 1}")
-    allowed = ("ok",) if opts.trials == "ok" else tuple(RAN)
     notes = [*problems, *notes]
-    groups = {}
-    for name in dict.fromkeys((base, cell)):
-        status = ds.status.sel(cell=name).values.tolist()
-        keep = [
-            int(t) for t, s in zip(ds.trial.values.tolist(), status, strict=True) if s in allowed
-        ]
-        groups[name] = _group(
-            name, results, keep, by=by, ranks=ranks, world_size=world_size, notes=notes
+    groups = {
+        name: _cell_group(
+            ds, name, results, opts, by=by, ranks=ranks, world_size=world_size, notes=notes
         )
-        if len(groups[name].step) < 2:
-            notes.append(f"{name}: {len(groups[name].step)} trial(s) with traces, no CI")
+        for name in dict.fromkeys((base, cell))
+    }
     out = decompose(groups[base], groups[cell], options=opts)
     medians = trial_values(ds, trials=opts.trials) if "step_time_ms" in ds else None
     out.attrs |= {
@@ -430,6 +417,46 @@ def explain(
     if out.empty:
         out.attrs["notes"].append(f"no {by} items in the traces" + _hint(by))
     return out
+
+
+def _check_choices(by: object, ranks: object) -> None:
+    """Refuse a ``by`` or ``ranks`` that :func:`explain` does not offer."""
+    if by not in EXPLAIN_BY:
+        raise ValueError(f"by must be one of {', '.join(EXPLAIN_BY)}, not {by!r}")
+    if ranks != "mean" and (isinstance(ranks, bool) or not isinstance(ranks, int)):
+        raise ValueError(f"ranks must be 'mean' or a rank number, not {ranks!r}")
+
+
+def _cells_of(ds: xr.Dataset, cell: str, baseline: str | None) -> str:
+    """The baseline's name (the run's unless given), once both cells are known to the run."""
+    base = str(baseline or ds.attrs.get("baseline") or ds.cell.values[0])
+    names = [str(c) for c in ds.cell.values.tolist()]
+    for name in (cell, base):
+        if name not in names:
+            raise ValueError(f"no cell {name!r} in the run; cells: {', '.join(names)}")
+    return base
+
+
+def _cell_group(
+    ds: xr.Dataset,
+    name: str,
+    results: Mapping[tuple[str, int], Mapping[str, Any]],
+    opts: StatsOptions,
+    *,
+    by: str,
+    ranks: RankReduction,
+    world_size: int,
+    notes: list[str],
+) -> TrialItems:
+    """One cell's items per trial, from the trials the options keep (``ok``, or every trial
+    that ran); a cell with fewer than two such trials gets a note (no CI)."""
+    allowed = ("ok",) if opts.trials == "ok" else tuple(RAN)
+    status = ds.status.sel(cell=name).values.tolist()
+    keep = [int(t) for t, s in zip(ds.trial.values.tolist(), status, strict=True) if s in allowed]
+    group = _group(name, results, keep, by=by, ranks=ranks, world_size=world_size, notes=notes)
+    if len(group.step) < 2:
+        notes.append(f"{name}: {len(group.step)} trial(s) with traces, no CI")
+    return group
 
 
 def _median(values: xr.DataArray | None, cell: str) -> float:
