@@ -221,10 +221,23 @@ def device_faults(
     for inc in incidents:
         found = {}
         if inc.kind not in ("p2p", "none") and inc.positions:
-            moved = {r for r, names in pending.items() if names - {inc.name}}
+            moved = {p.rank for p in inc.positions if pending.get(p.rank, set()) - {inc.name}}
             at = inc.diverged_at if inc.mismatch else None
             found = stalled(inc.positions, failed=failed, moved_on=moved, mismatch_at=at)
         out.append(_as_device(inc, found, seen) if found else inc)
+    idle = unlaunched(seen)
+    for i, inc in enumerate(out):
+        if inc.kind in ("stuck", "missing", "behind", "cycle") and inc.seq is not None:
+            mine = sorted(
+                r for r, (name, seq) in idle.items() if name == inc.name and seq == inc.seq
+            )
+            started = [
+                r
+                for r in inc.waiting
+                if r not in idle and _state(seen, r, inc.name, inc.seq) == "started"
+            ]
+            if mine and started:
+                out[i] = _as_unlaunched(inc, mine, started, seen)
     held, waits = _held(out)
     for i, inc in enumerate(out):
         if inc.kind == "stuck" and inc.name not in waits and inc.seq is not None:
@@ -236,6 +249,80 @@ def device_faults(
         for inc in out
     ]
     return out, held
+
+
+def unlaunched(seen: Mapping[int, Seen]) -> dict[int, tuple[str, int]]:
+    """Ranks whose device is at a collective it never launched: the first collective the rank
+    has not finished (in the order it issued them, across its groups) is still ``scheduled``
+    and none of its collectives is ``started`` — its device is busy elsewhere (a kernel that
+    never retires) or dead. Rank → (group name, sequence number). gloo, whose entries never
+    leave ``scheduled``, gives none: its peers never start either.
+
+    >>> from aorta.hang.recorder import read_recorder
+    >>> def rank(*states):
+    ...     fr = {"entries": [{"collective_seq_id": s, "state": st, "process_group": ["1", "tp"],
+    ...           "record_id": s} for s, st in enumerate(states, 1)]}
+    ...     return Seen(read_recorder(fr).groups, (), (), False)
+    >>> unlaunched({0: rank("completed", "started"), 1: rank("completed", "scheduled")})
+    {1: ('1', 2)}
+    """
+    out: dict[int, tuple[str, int]] = {}
+    for rank, r in seen.items():
+        first: tuple[int, str, int, str] | None = None
+        for name, view in r.views.items():
+            for seq in range(view.completed + 1, view.enqueued + 1):
+                entries = view.ops.get(seq)
+                if not entries:
+                    continue
+                state = scalar_text(entries[-1].get("state"))
+                if state == "started":
+                    first = None
+                    break
+                order = number(entries[-1].get("record_id"))
+                key = (order if order is not None else seq, name, seq, state)
+                if state == "scheduled" and (first is None or key < first):
+                    first = key
+            else:
+                continue
+            break
+        if first is not None:
+            out[rank] = (first[1], first[2])
+    return out
+
+
+def _state(seen: Mapping[int, Seen], rank: int, name: str, seq: int) -> str:
+    view = _view(seen, rank, name)
+    entries = view.ops.get(seq) if view is not None else None
+    return scalar_text(entries[-1].get("state")) if entries else ""
+
+
+def _as_unlaunched(
+    inc: GroupIncident, culprits: Sequence[int], started: Sequence[int], seen: Mapping[int, Seen]
+) -> GroupIncident:
+    """``inc`` as a ``device`` incident whose culprits never launched the collective that
+    ``started`` ranks launched and wait in."""
+    proof = []
+    for rank in culprits:
+        view = _view(seen, rank, inc.name)
+        status = ""
+        if view is not None:
+            status = f"; last enqueued #{view.enqueued}, started #{view.started}, completed #{view.completed}"
+        proof.append(
+            f"rank {rank}: #{inc.seq} still scheduled, the first collective its device had not "
+            f"finished, and none of its collectives started{status}"
+        )
+        proof += [f"rank {rank}: {line}" for line in (seen[rank].lines if rank in seen else ())]
+    waits = "waits" if len(started) == 1 else "wait"
+    proof.append(f"{_ranks(started)} started #{inc.seq} and {waits} in it")
+    lines = [line for r in culprits if r in seen for line in seen[r].lines]
+    return replace(
+        inc,
+        kind="device",
+        waiting=tuple(started),
+        culprits=tuple(culprits),
+        evidence=tuple(proof),
+        device_line=lines[0] if lines else None,
+    )
 
 
 def _held(incidents: Sequence[GroupIncident]) -> tuple[dict[int, set[int]], dict[str, set[int]]]:
@@ -255,7 +342,10 @@ def _held(incidents: Sequence[GroupIncident]) -> tuple[dict[int, set[int]], dict
         for inc in incidents:
             if inc.kind in ("device", "none"):
                 continue
+            # Whom the group waits for: its culprits; else its members that are device
+            # culprits; else (everyone waits) its waiters, when each waits on one elsewhere.
             blame = set(inc.culprits) or {r for r in inc.ranks if r in device}
+            blame = blame or set(inc.waiting)
             if not blame or not blame <= held.keys():
                 continue
             on = set().union(*(held[b] for b in blame))

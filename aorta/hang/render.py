@@ -160,19 +160,25 @@ def _device(
     parts = []
     for inc in faulted:
         who = _who(inc.culprits, [host.get(r) for r in inc.culprits])
-        verb = "never finished" if inc.completed else "entered and never finished"
-        peers = (
-            f" while {_words(inc.completed)} completed it"
-            if inc.completed
-            else f" ({_ranks(inc.waiting, 'wait')} in it too)"
-        )
+        if inc.completed:
+            verb, peers = "never finished", f" while {_words(inc.completed)} completed it"
+        elif not set(inc.culprits) & set(inc.waiting):
+            verb = "never launched"
+            peers = f" while {_ranks(inc.waiting, 'wait')} in it (its device is busy or dead)"
+        else:
+            others = [r for r in inc.waiting if r not in inc.culprits]
+            verb = "entered and never finished"
+            peers = f" ({_ranks(others, 'wait')} in it too)" if others else ""
         clause = f"{who} {verb} {_coll(inc)}{_label(inc)}{peers}"
-        if len(faulted) == 1:
-            mine = [i for i in waiting if set(i.waits_on) & set(inc.culprits)]
-            if mine:
-                its = "its" if len(inc.culprits) == 1 else "their"
-                n = len(mine)
-                clause += f"; {its} other {n} group{'s' if n != 1 else ''} wait{'s' if n == 1 else ''} on {'it' if len(inc.culprits) == 1 else 'them'}"
+        if len(faulted) == 1 and waiting:
+            # Its own other groups, then every group that waits on it through them.
+            mine = [i for i in waiting if set(i.ranks) & set(inc.culprits)]
+            it = "it" if len(inc.culprits) == 1 else "them"
+            its = "its" if len(inc.culprits) == 1 else "their"
+            n = len(mine)
+            clause += f"; {its} other {n} group{'s' if n != 1 else ''} wait{'s' if n == 1 else ''} on {it}"
+            if len(waiting) > n:
+                clause += f" ({len(waiting)} groups in all)"
         fault = "a device fault" if len(inc.culprits) == 1 else "device faults"
         clause += f" — {fault}: {printable(inc.device_line)}" if inc.device_line else f" — {fault}?"
         parts.append(clause)

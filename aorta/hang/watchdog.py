@@ -65,7 +65,7 @@ _WORDS = ("WorkNCCL", "ork: ", "peer", "Timed out", "expected size")
 _NCCL_OPS = {
     "ALLREDUCE": "all_reduce",
     "ALLGATHER": "all_gather",
-    "_ALLGATHER_BASE": "_allgather_base",
+    "_ALLGATHER_BASE": "_all_gather_base",
     "ALLGATHER_COALESCED": "allgather_coalesced",
     "REDUCE_SCATTER": "reduce_scatter",
     "_REDUCE_SCATTER_BASE": "_reduce_scatter_base",
