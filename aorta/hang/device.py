@@ -54,8 +54,11 @@ _DEVICE = re.compile(
     r"|GPU (?:hang|reset) (?:detected|occurred)|Memory access fault by GPU",
     re.IGNORECASE,
 )
+#: What goes before a log line's message: ``[rank5]:``, ``[E1206 19:01:52.304 x.cpp:12]``,
+#: ``[PG ID 3 PG GUID 21(dp) Rank 1]``, dmesg's ``[Sat Dec  6 19:01:51 2026]``.
+_PREFIX = re.compile(r"^(?:\s*\[[^\]]{0,200}\]:?)+\s*")
 #: A device line kept for the report is shortened to this many characters.
-_SHOWN = 200
+_SHOWN = 160
 #: Device lines kept per rank (the first is the cause; the rest follow from it).
 _KEEP = 3
 
@@ -66,15 +69,15 @@ def device_lines(lines: Iterable[str]) -> tuple[str, ...]:
 
     >>> device_lines(["step 4 loss 0.1",
     ...     "[rank5]: RuntimeError: CUDA error: an illegal memory access was encountered",
-    ...     "NVRM: Xid (PCI:0000:3b:00): 79, pid=4242, GPU has fallen off the bus."])
-    ('[rank5]: RuntimeError: CUDA error: an illegal memory access was encountered', \
-'NVRM: Xid (PCI:0000:3b:00): 79, pid=4242, GPU has fallen off the bus.')
+    ...     "[Sat Dec  6 19:01:51 2026] NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus."])
+    ('RuntimeError: CUDA error: an illegal memory access was encountered', \
+'NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.')
     """
     out: list[str] = []
     for line in lines:
         text = line[:MAX_LINE]
         if _DEVICE.search(text):
-            shown = " ".join(text.split())
+            shown = " ".join(_PREFIX.sub("", text).split())
             out.append(shown if len(shown) <= _SHOWN else shown[: _SHOWN - 1] + "…")
             if len(out) == _KEEP:
                 break
