@@ -583,7 +583,7 @@ def _analyze(evidence: Sequence[RankEvidence], world_size: int | None) -> HangRe
         fallback = _stack_only(ranks)
         incidents = [fallback] if fallback else incidents
     seen = {
-        rank: Seen(r.recorder.groups if r.recorder else {}, r.signals, r.device, bool(r.failed))
+        rank: Seen(r.recorder.groups if r.recorder else {}, r.signals, r.device)
         for rank, r in ranks.items()
     }
     incidents, held = device_faults(incidents, seen)

@@ -118,16 +118,15 @@ def _time(value: object) -> int | None:
 def stalled(
     positions: Sequence[Position],
     *,
-    failed: Collection[int] = (),
     moved_on: Collection[int] = (),
     mismatch_at: int | None = None,
 ) -> dict[int, tuple[int, tuple[int, ...]]]:
     """The ranks of one group whose collective stays incomplete at a sequence number a peer
     completed: rank → (that sequence number, the peers that completed it).
 
-    A peer counts when its completion is not a failure (``failed``: gloo retires a collective
-    that lost its peer) and it went on — a later collective in this group, or it waits in
-    another (``moved_on``). Where the ranks' entries disagree at that number
+    A peer counts when it went on — a later collective in this group, or it waits in another
+    (``moved_on``): a gloo rank whose collective failed retires it too, but goes nowhere after
+    (its logs' later timeouts are not such a failure: they came after the dump). Where the ranks' entries disagree at that number
     (``mismatch_at``), the one that finished is the odd one, not its peers: no stall.
 
     >>> ps = [Position(4, 1209, 1208, "dump"), Position(5, 1207, 1206, "dump")]
@@ -137,15 +136,14 @@ def stalled(
     ({}, {})
     """
     out: dict[int, tuple[int, tuple[int, ...]]] = {}
+    top = max((q.completed for q in positions), default=0)
     for p in positions:
-        if p.enqueued <= p.completed:
-            continue
+        if p.enqueued <= p.completed or p.completed >= top:
+            continue  # finished, or nobody completed more than it did (everyone waits)
         seq = p.completed + 1
         if mismatch_at is not None and mismatch_at <= seq:
             continue
-        done = [
-            q for q in positions if q.rank != p.rank and q.completed >= seq and q.rank not in failed
-        ]
+        done = [q for q in positions if q.rank != p.rank and q.completed >= seq]
         if any(q.enqueued > seq or q.rank in moved_on for q in done):
             out[p.rank] = (seq, tuple(sorted(q.rank for q in done)))
     return out
@@ -198,12 +196,11 @@ def suspects(
 @dataclass(frozen=True)
 class Seen:
     """What the device rule reads of one rank: its dump's groups by name, its watchdog
-    lines, its device lines, and whether its logs say a collective failed (gloo)."""
+    lines and its device lines."""
 
     views: Mapping[str, GroupView]
     signals: Sequence[Signal]
     lines: tuple[str, ...]
-    failed: bool
 
 
 def device_faults(
@@ -219,14 +216,13 @@ def device_faults(
         for p in inc.positions:
             if p.enqueued > p.completed:
                 pending.setdefault(p.rank, set()).add(inc.name)
-    failed = {rank for rank, r in seen.items() if r.failed}
     out = []
     for inc in incidents:
         found = {}
         if inc.kind not in ("p2p", "none") and inc.positions:
             moved = {p.rank for p in inc.positions if pending.get(p.rank, set()) - {inc.name}}
             at = inc.diverged_at if inc.mismatch else None
-            found = stalled(inc.positions, failed=failed, moved_on=moved, mismatch_at=at)
+            found = stalled(inc.positions, moved_on=moved, mismatch_at=at)
         out.append(_as_device(inc, found, seen) if found else inc)
     idle = unlaunched(seen)
     for i, inc in enumerate(out):
@@ -265,7 +261,7 @@ def unlaunched(seen: Mapping[int, Seen]) -> dict[int, tuple[str, int]]:
     >>> def rank(*states):
     ...     fr = {"entries": [{"collective_seq_id": s, "state": st, "process_group": ["1", "tp"],
     ...           "record_id": s} for s, st in enumerate(states, 1)]}
-    ...     return Seen(read_recorder(fr).groups, (), (), False)
+    ...     return Seen(read_recorder(fr).groups, (), ())
     >>> unlaunched({0: rank("completed", "started"), 1: rank("completed", "scheduled")})
     {1: ('1', 2)}
     """

@@ -302,67 +302,78 @@ def job_dumps(
 ) -> dict[int, dict[str, Any]]:
     """Every rank's NCCL dump of a :func:`simulate`\\ d job (``strings``: entry fields as
     strings, as NCCL's pickles write them)."""
-    out = {}
+    return {r: rank_dump(groups, sim, r, strings=strings) for r in sim["ops"]}
+
+
+def rank_dump(
+    groups: dict[str, tuple[str, tuple[int, ...]]],
+    sim: dict[str, Any],
+    r: int,
+    *,
+    strings: bool = False,
+    keep: int | None = None,
+) -> dict[str, Any]:
+    """One rank's NCCL dump of a simulated job; ``keep``: the ring buffer's size
+    (the last ``keep`` entries; ``pg_status`` still counts every collective)."""
     t0 = 1_796_277_354_628_426_347
-    for r, prog in sim["ops"].items():
-        local = {}
-        for name, (_, ranks) in groups.items():
-            if r in ranks:
-                local[name] = len(local)
-        entries, status = [], {}
-        for i in range(sim["enq"][r]):
-            name, op, sizes, dtype = prog[i]
-            seq, st = sim["seqs"][r][i], sim["state"][r][i]
-            e = entry(
-                seq,
-                name=name,
-                desc=groups[name][0],
-                pg_id=local[name],
-                op=op,
-                sizes=sizes,
-                dtypes=(dtype,) * len(sizes),
-                state=st,
-                backend="nccl",
-                record_id=i,
-            )
-            e["frames"] = []
-            e["timeout_ms"] = TIMEOUT_MS
-            e["time_created_ns"] = t0 + 1_000_000 * i
-            began, ended = sim["start"][r].get(i), sim["end"][r].get(i)
-            e["time_discovered_started_ns"] = t0 + 10**9 * began if began else None
-            e["time_discovered_completed_ns"] = t0 + 10**9 * ended if ended else None
-            enq, started, done = status.get(local[name], (0, 0, 0))
-            status[local[name]] = (
-                max(enq, seq),
-                max(started, seq) if st != "scheduled" else started,
-                max(done, seq) if st == "completed" else done,
-            )
-            if strings:
-                for key in STRING_FIELDS:
-                    e[key] = str(e[key])
-            entries.append(e)
-        for i, e in enumerate(entries):
-            e["record_id"] = str(i) if strings else i
-        out[r] = {
-            "version": "2.10",
-            "comm_lib_version": "2.21.5",
-            "nccl_comm_state": {},
-            "pg_config": {
-                name: {"name": name, "desc": desc, "ranks": str(list(ranks))}
-                for name, (desc, ranks) in groups.items()
-                if r in ranks
-            },
-            "pg_status": {
-                str(pg): {
-                    "last_enqueued_collective": enq,
-                    "last_started_collective": started,
-                    "last_completed_collective": done,
-                }
-                for pg, (enq, started, done) in status.items()
-            },
-            "entries": entries,
-        }
-    return out
+    prog = sim["ops"][r]
+    local = {}
+    for name, (_, ranks) in groups.items():
+        if r in ranks:
+            local[name] = len(local)
+    entries, status = [], {}
+    for i in range(sim["enq"][r]):
+        name, op, sizes, dtype = prog[i]
+        seq, st = sim["seqs"][r][i], sim["state"][r][i]
+        e = entry(
+            seq,
+            name=name,
+            desc=groups[name][0],
+            pg_id=local[name],
+            op=op,
+            sizes=sizes,
+            dtypes=(dtype,) * len(sizes),
+            state=st,
+            backend="nccl",
+            record_id=i,
+        )
+        e["frames"] = []
+        e["timeout_ms"] = TIMEOUT_MS
+        e["time_created_ns"] = t0 + 1_000_000 * i
+        began, ended = sim["start"][r].get(i), sim["end"][r].get(i)
+        e["time_discovered_started_ns"] = t0 + 10**9 * began if began else None
+        e["time_discovered_completed_ns"] = t0 + 10**9 * ended if ended else None
+        enq, started, done = status.get(local[name], (0, 0, 0))
+        status[local[name]] = (
+            max(enq, seq),
+            max(started, seq) if st != "scheduled" else started,
+            max(done, seq) if st == "completed" else done,
+        )
+        if strings:
+            for key in STRING_FIELDS:
+                e[key] = str(e[key])
+        entries.append(e)
+    if keep is not None:
+        entries = entries[-keep:]
+    return {
+        "version": "2.10",
+        "comm_lib_version": "2.21.5",
+        "nccl_comm_state": {},
+        "pg_config": {
+            name: {"name": name, "desc": desc, "ranks": str(list(ranks))}
+            for name, (desc, ranks) in groups.items()
+            if r in ranks
+        },
+        "pg_status": {
+            str(pg): {
+                "last_enqueued_collective": enq,
+                "last_started_collective": started,
+                "last_completed_collective": done,
+            }
+            for pg, (enq, started, done) in status.items()
+        },
+        "entries": entries,
+    }
 
 
 def watchdog_lines(
