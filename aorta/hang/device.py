@@ -269,10 +269,10 @@ def unlaunched(seen: Mapping[int, Seen]) -> dict[int, tuple[str, int]]:
     for rank, r in seen.items():
         first: tuple[int, str, int, str] | None = None
         for name, view in r.views.items():
-            for seq in range(view.completed + 1, view.enqueued + 1):
-                entries = view.ops.get(seq)
-                if not entries:
-                    continue
+            # The entries it holds past its last completed one (never a range of numbers a
+            # dump's pg_status may make huge).
+            for seq in sorted(s for s in view.ops if s > view.completed):
+                entries = view.ops[seq]
                 state = scalar_text(entries[-1].get("state"))
                 if state == "started":
                     first = None

@@ -54,16 +54,7 @@ DUMP_WAIT_S = 5.0
 HOLD_S = 90
 
 #: fault → number of ranks.
-FAULTS = {
-    "sleep": 3,
-    "gil": 3,
-    "extra": 3,
-    "mismatch": 4,
-    "exit": 3,
-    "subgroup": 4,
-    "device": 4,
-    "device2": 4,
-}
+FAULTS = {"sleep": 3, "gil": 3, "extra": 3, "mismatch": 4, "exit": 3, "subgroup": 4}
 
 
 # --- the ranks' side ------------------------------------------------------------------------
@@ -92,14 +83,6 @@ def _dump_thread(ctl: Path, hang: Path, rank: int, *, pickles: Path | None) -> N
         )
         (pickles / f"fr_trace_rank_{rank}").write_bytes(blob)
     (ctl / f"dumped_{rank}").touch()
-
-
-def _dump_json(hang: Path, rank: int) -> None:
-    import torch
-
-    data = torch._C._distributed_c10d._dump_fr_trace_json(includeCollectives=True, onlyActive=False)
-    (hang / f".fr_{rank}.tmp").write_bytes(data)
-    (hang / f".fr_{rank}.tmp").rename(hang / f"fr_{rank}.json")
 
 
 def train_step(t, group=None) -> None:
@@ -218,6 +201,14 @@ def dispatch(x, group) -> None:
     dist.all_to_all_single(torch.empty_like(x), x, group=group)
 
 
+def _dump_json(hang: Path, rank: int) -> None:
+    import torch
+
+    data = torch._C._distributed_c10d._dump_fr_trace_json(includeCollectives=True, onlyActive=False)
+    (hang / f".fr_{rank}.tmp").write_bytes(data)
+    (hang / f".fr_{rank}.tmp").rename(hang / f"fr_{rank}.json")
+
+
 def _stopped(pid: int) -> bool:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -295,6 +286,11 @@ def _fault_device2(rank: int, ctl: Path, t) -> None:
     tensor-parallel group [0, 1] and rank 2 in [2, 3], both in ``broadcast`` #3; ranks 0 and
     3 complete it and wait in their data-parallel ``all_reduce`` #3."""
     _device_steps(rank, ctl, t, {1: 0, 2: 3})
+
+
+#: The device faults' recordings (their code comes last, so the lines the goldens' frames
+#: name above stay where they were recorded).
+FAULTS |= {"device": 4, "device2": 4}
 
 
 def worker(fault: str) -> None:
