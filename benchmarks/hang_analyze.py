@@ -2,6 +2,7 @@
 the peers that read the same dumps in the same run.
 
     .venv/bin/python benchmarks/hang_analyze.py [--ranks 64] [--entries 2000] [--repeat 3]
+    .venv/bin/python benchmarks/hang_analyze.py --device 64,1024 [--entries 2000]
 
 The dumps are built from an entry of a recorded gloo dump (``tests/data/hang/sleep``), in
 torch 2.13's JSON shape (``tests/hang/synth.py``): 2,000 entries per rank (the default
@@ -24,6 +25,16 @@ default group's ``all_reduce`` #1001. Rows (CPU seconds of this process, best of
   On the dumps as gloo writes them it stops with ``KeyError`` (its ``pg_config`` is keyed by
   ``''``: recorded below); it runs once ``pg_config`` is rewritten keyed by group name with
   each group's ranks, as NCCL writes it.
+
+``--device R1,R2``: a device fault at each of those job sizes instead — a TP × PP × DP × EP
+job simulated to 2,000 entries per rank (``tests/hang/synth.py``'s ``simulate``: rank 5's
+device dies in tensor-parallel ``_all_gather_base`` near the end, its peers complete it and
+go on until everything waits on it), one NCCL pickle per rank with the fields as strings,
+as NCCL writes them. Each size is timed as the command a user runs, ``aorta hang analyze
+FOLDER --json`` in a fresh process: its CPU seconds (user + system) and peak RSS
+(``wait4``; the interpreter and its imports included), and ``load_evidence`` + ``analyze``
+in this process (CPU seconds, as the rows above), best of ``--repeat``; the answer's
+culprits are checked.
 """
 
 from __future__ import annotations
@@ -36,6 +47,7 @@ import json
 import logging
 import os
 import pickle
+import subprocess
 import sys
 import tempfile
 import time
@@ -134,12 +146,72 @@ def _command(folder: str) -> object:
         return analyze(load_evidence([folder]))
 
 
+#: Job layouts by size: (tp, pp, dp, ep).
+LAYOUTS = {16: (2, 2, 4, 2), 64: (4, 2, 8, 4), 256: (8, 2, 16, 8), 1024: (8, 4, 32, 8)}
+FAULTED = 5
+
+
+def device_folder(ranks: int, entries: int, folder: Path) -> int:
+    """Write a device-faulted job's per-rank NCCL pickles into ``folder``; their bytes."""
+    groups = synth.layout(*LAYOUTS[ranks])
+    per_step = len(synth._program(FAULTED, groups, 1)) - 1  # without the first barrier
+    steps = entries // per_step + 2
+    at = synth.fault_index(groups, FAULTED, steps - 2, "tp", steps=steps)
+    sim = synth.simulate(groups, steps=steps, faults={FAULTED: at})
+    assert sim["faulted"] == [FAULTED], sim["faulted"]
+    size = 0
+    for rank in range(ranks):
+        dump = synth.rank_dump(groups, sim, rank, strings=True, keep=entries)
+        blob = pickle.dumps(dump, protocol=4)
+        Path(folder, f"nccl_trace_rank_{rank}").write_bytes(blob)
+        size += len(blob)
+    return size
+
+
+def command_cost(folder: Path) -> tuple[float, float, dict]:
+    """``aorta hang analyze FOLDER --json`` in a fresh process: CPU s, peak RSS MiB, report."""
+    aorta = str(Path(sys.executable).parent / "aorta")
+    with tempfile.TemporaryFile() as out:
+        proc = subprocess.Popen([aorta, "hang", "analyze", str(folder), "--json"], stdout=out)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        assert proc.returncode == 0, proc.returncode
+        out.seek(0)
+        report = json.loads(out.read())
+    return usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, report
+
+
+def device_rows(sizes: list[int], entries: int, repeat: int) -> None:
+    print(f"device fault, {entries} entries per rank; load {os.getloadavg()[0]:.2f}\n")
+    print(
+        "| ranks | pickles MiB | load + analyze CPU s | the command's CPU s | peak RSS MiB |\n"
+        "|---:|---:|---:|---:|---:|"
+    )
+    answers = []
+    for ranks in sizes:
+        with tempfile.TemporaryDirectory() as folder:
+            size = device_folder(ranks, entries, Path(folder))
+            runs = [command_cost(Path(folder)) for _ in range(repeat)]
+            inside = cpu(lambda: _command(folder), repeat)
+        cpu_s = min(r[0] for r in runs)
+        rss = min(r[1] for r in runs)
+        report = runs[0][2]
+        assert report["culprit_ranks"] == [FAULTED], report["summary"]
+        print(f"| {ranks} | {size / 2**20:.0f} | {inside:.2f} | {cpu_s:.2f} | {rss:.0f} |")
+        answers.append(f"{ranks} ranks: {report['summary']}")
+    print("\n" + "\n".join(answers))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ranks", type=int, default=64)
     parser.add_argument("--entries", type=int, default=2000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--device", help="job sizes of a device fault (of 16, 64, 256, 1024)")
     args = parser.parse_args()
+    if args.device:
+        device_rows([int(x) for x in args.device.split(",")], args.entries, args.repeat)
+        return
     dumps = build(args.ranks, args.entries)
     blobs = [orjson.dumps(d) for d in dumps]
     pickles = [pickle.dumps(d, protocol=2) for d in dumps]

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from . import render
+from .device import Seen, device_faults, device_lines
 from .dumps import paused_gc
 from .model import (
     CulpritFrame,
@@ -64,6 +65,7 @@ class _Rank:
     stack: StackPosition | None
     signals: list[Signal]
     failed: str | None  # what its logs say failed (gloo), if anything
+    device: tuple[str, ...] = ()  # its device lines (device.device_lines)
 
 
 @dataclass
@@ -123,6 +125,7 @@ def _read_rank(rank: int, items: Sequence[RankEvidence]) -> _Rank:
         stack=position(threads, pid=pid) if threads else None,
         signals=signals,
         failed=failed,
+        device=device_lines(lines),
     )
 
 
@@ -579,7 +582,19 @@ def _analyze(evidence: Sequence[RankEvidence], world_size: int | None) -> HangRe
     if not any(inc.kind != "none" for inc in incidents):
         fallback = _stack_only(ranks)
         incidents = [fallback] if fallback else incidents
+    seen = {
+        rank: Seen(r.recorder.groups if r.recorder else {}, r.signals, r.device)
+        for rank, r in ranks.items()
+    }
+    incidents, held = device_faults(incidents, seen)
     roots, primary, cycle = _resolve(incidents, ranks)
+    faulted = [inc for inc in incidents if inc.kind == "device"]
+    if faulted:
+        # A device culprit is a root whatever else it waits in; ranks that wait on one are not.
+        first = tuple(sorted({c for inc in faulted for c in inc.culprits}))
+        roots = first + tuple(r for r in roots if r not in held and r not in first)
+        primary, cycle = faulted[0], False
+        incidents = faulted + [inc for inc in incidents if inc.kind != "device"]
     frames = tuple(
         f
         for rank in roots

@@ -37,8 +37,11 @@ SCHEMA = 1
 #: ``exited``: a rank the others wait for had exited; ``gil``/``no_dump``: a rank answered no
 #: dump (holding the GIL, or for an unknown reason) while the others wait; ``p2p``: a send or
 #: recv whose peer never posted its side; ``stuck``: every rank entered and waits (none is
-#: missing); ``cycle``: ranks wait for each other across groups; ``none``: no divergence.
+#: missing); ``cycle``: ranks wait for each other across groups; ``device``: a rank's
+#: collective stays incomplete at a sequence number its peers completed (its device stopped);
+#: ``none``: no divergence.
 Kind = Literal[
+    "device",
     "missing",
     "behind",
     "extra",
@@ -163,6 +166,14 @@ class GroupIncident:
     diverged_at: int | None = None
     positions: tuple[Position, ...] = ()
     notes: tuple[str, ...] = ()
+    #: ``device``: what proves it (the peers' positions, the culprit's entry, its watchdog
+    #: and device lines), and the culprits' first device line (``None``: none in the logs).
+    evidence: tuple[str, ...] = ()
+    device_line: str | None = None
+    #: The ``device`` culprits this group waits on (directly or through a rank that does).
+    waits_on: tuple[int, ...] = ()
+    #: ``stuck`` (everyone waits): the waiters whose evidence sets them apart, with why.
+    suspects: tuple[tuple[int, str], ...] = ()
 
     @property
     def label(self) -> str:

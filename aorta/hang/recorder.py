@@ -17,11 +17,14 @@ What real dumps do that this copes with:
 - A wrapped buffer starts after sequence 1: positions come from ``pg_status``, comparisons
   only from the sequence numbers every rank still holds.
 - JSON dumps write numbers in ``pg_status`` as strings, pickles as integers; JSON writes
-  ``0`` for an unset time, pickles ``None``.
+  ``0`` for an unset time, pickles ``None``. NCCL's own pickles write most entry fields as
+  strings too (``'31'``, ``'None'``, ``'False'``, ``"[[1024, 8]]"``, ``"['Float']"``): both
+  spellings are read.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +34,8 @@ __all__ = [
     "GroupView",
     "P2POp",
     "RankRecorder",
+    "flag",
+    "number",
     "op_name",
     "parse_ranks",
     "read_recorder",
@@ -114,6 +119,8 @@ class GroupView:
     #: Last collective sequence number enqueued / completed (0: none).
     enqueued: int = 0
     completed: int = 0
+    #: ``pg_status``' last started collective (NCCL; -1: not given, as gloo writes it).
+    started: int = -1
     #: The collective entries by sequence number (several for a coalesced op), and what
     #: must agree across ranks at each (:func:`signature`).
     ops: dict[int, list[Mapping[str, Any]]] = field(default_factory=dict)
@@ -144,6 +151,16 @@ class RankRecorder:
     notes: list[str]
 
 
+def number(value: object) -> int | None:
+    """A whole-number field as an ``int``, whether the dump wrote ``31`` or ``'31'``;
+    ``None`` for ``'None'``, a bool, or a number too long to be one.
+
+    >>> number(31), number("31"), number("-1"), number("None"), number(False), number("9" * 40)
+    (31, 31, -1, None, None, None)
+    """
+    return _int(value)
+
+
 def _int(value: object) -> int | None:
     if isinstance(value, bool):
         return None
@@ -162,11 +179,48 @@ def _decimal(text: str) -> bool:
 
 
 def _done(entry: Mapping[str, Any]) -> bool:
-    # gloo never leaves "scheduled"; a retired entry finished (or failed) either way.
-    return entry.get("state") == "completed" or entry.get("retired") is True
+    # gloo never leaves "scheduled"; a retired entry finished (or failed) either way. NCCL's
+    # pickles write the flag as the string "True".
+    return entry.get("state") == "completed" or entry.get("retired") in (True, "True")
+
+
+def flag(value: object) -> bool:
+    """A dump's boolean field, as ``True`` or as the string NCCL's pickles write.
+
+    >>> flag(True), flag("True"), flag("False"), flag(None), flag(1)
+    (True, True, False, False, False)
+    """
+    return value is True or value == "True"
+
+
+#: A list of sizes as NCCL's pickles write it: ``"[[1024, 8], [4]]"`` (longer is not read).
+_MAX_SIZES_TEXT = 4096
+_SIZE_LIST = re.compile(r"\[([0-9,\s]*)\]")
+_QUOTED = re.compile(r"'([^']{0,64})'|\"([^\"]{0,64})\"")
+
+
+@functools.lru_cache(maxsize=512)
+def _sizes_text(text: str) -> tuple[tuple[int, ...], ...]:
+    inner = text.strip()
+    if len(inner) > _MAX_SIZES_TEXT or not (inner.startswith("[") and inner.endswith("]")):
+        return ()
+    out = []
+    for m in _SIZE_LIST.finditer(inner[1:-1]):
+        parts = [p.strip() for p in m.group(1).split(",") if p.strip()]
+        out.append(tuple(int(p) for p in parts if _decimal(p)))
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=512)
+def _dtypes_text(text: str) -> tuple[str, ...]:
+    if len(text) > _MAX_SIZES_TEXT:
+        return ()
+    return tuple(a or b for a, b in _QUOTED.findall(text))
 
 
 def _sizes(value: object) -> tuple[tuple[int, ...], ...]:
+    if type(value) is str:
+        return _sizes_text(value)
     if type(value) not in (list, tuple):
         return ()
     out = []
@@ -181,6 +235,8 @@ def _sizes(value: object) -> tuple[tuple[int, ...], ...]:
 
 
 def _dtypes(value: object) -> tuple[str, ...]:
+    if type(value) is str:
+        return _dtypes_text(value)
     if not isinstance(value, list | tuple):
         return ()
     return tuple(d for d in value if isinstance(d, str))
@@ -233,7 +289,7 @@ def read_recorder(fr: Mapping[str, Any]) -> RankRecorder:
             seen.add((pg_id, name))
             pg_names[str(pg_id)] = name
             view.pg_ids.add(str(pg_id))
-        if entry.get("is_p2p") is True:
+        if flag(entry.get("is_p2p")):
             if not _done(entry):
                 _add_p2p(view, entry)
             continue
@@ -300,6 +356,9 @@ def _apply_status(
         view = groups[name]
         view.enqueued = max(view.enqueued, enq)
         view.completed = max(view.completed, done)
+        started = _int(fields.get("last_started_collective"))
+        if started is not None:
+            view.started = max(view.started, started)
     return unnamed
 
 

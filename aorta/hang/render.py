@@ -139,10 +139,67 @@ def _headline(kind: Kind, inc: GroupIncident, who: str, frames: Sequence[Culprit
             f"{who} never started {coll}{label} (still scheduled) while "
             f"{_ranks(started, 'wait')} in it: every rank entered it"
         )
-    return (
+    line = (
         f"every rank of {inc.label} entered {coll} and waits; none is missing or disagrees "
         "(the transport, a device or the library?)"
     )
+    if inc.suspects:
+        shown = "; ".join(f"rank {r}: {why}" for r, why in inc.suspects[:3])
+        line += f" — suspects, most telling first: {shown}"
+    return line
+
+
+def _device(
+    culprits: Sequence[int], hosts: Sequence[str | None], shown: Sequence[GroupIncident]
+) -> str:
+    """The ``device`` summary: each stalled rank, what it never finished and who did, and
+    the groups that wait on them."""
+    host = dict(zip(culprits, hosts, strict=True))
+    faulted = [i for i in shown if i.kind == "device"]
+    waiting = [i for i in shown if i.kind != "device" and i.waits_on]
+    parts = []
+    for inc in faulted:
+        who = _who(inc.culprits, [host.get(r) for r in inc.culprits])
+        if inc.completed:
+            verb, peers = "never finished", f" while {_words(inc.completed)} completed it"
+        elif not set(inc.culprits) & set(inc.waiting):
+            verb = "never launched"
+            peers = f" while {_ranks(inc.waiting, 'wait')} in it (its device is busy or dead)"
+        else:
+            others = [r for r in inc.waiting if r not in inc.culprits]
+            verb = "entered and never finished"
+            peers = f" ({_ranks(others, 'wait')} in it too)" if others else ""
+        clause = f"{who} {verb} {_coll(inc)}{_label(inc)}{peers}"
+        if len(faulted) == 1 and waiting:
+            # Its own other groups, then every group that waits on it through them.
+            mine = [i for i in waiting if set(i.ranks) & set(inc.culprits)]
+            it = "it" if len(inc.culprits) == 1 else "them"
+            its = "its" if len(inc.culprits) == 1 else "their"
+            n = len(mine)
+            clause += f"; {its} other {n} group{'s' if n != 1 else ''} wait{'s' if n == 1 else ''} on {it}"
+            if len(waiting) > n:
+                clause += f" ({len(waiting)} groups in all)"
+        fault = "a device fault" if len(inc.culprits) == 1 else "device faults"
+        clause += f" — {fault}: {printable(inc.device_line)}" if inc.device_line else f" — {fault}?"
+        parts.append(clause)
+    line = "; ".join(parts)
+    if len(faulted) > 1 and waiting:
+        on = sorted({r for i in waiting for r in i.waits_on})
+        n = len(waiting)
+        line += f"; {_waiting_groups(n, on)}"
+    return line
+
+
+def _waiting_groups(n: int, on: Sequence[int]) -> str:
+    """``28 groups wait on ranks 5, 11``.
+
+    >>> _waiting_groups(28, [5, 11]), _waiting_groups(1, [5])
+    ('28 groups wait on ranks 5, 11', '1 group waits on rank 5')
+    """
+    who = f"rank {on[0]}" if len(on) == 1 else f"ranks {', '.join(str(r) for r in on)}"
+    if len(on) > 4:
+        who = f"ranks {rank_list(on)}"
+    return f"{n} group{'s' if n != 1 else ''} wait{'s' if n == 1 else ''} on {who}"
 
 
 def summary(
@@ -159,6 +216,8 @@ def summary(
     if primary is None:
         return f"no divergence found in the evidence of {ranks} rank{'s' if ranks != 1 else ''}"
     who = _who(culprits, hosts) if culprits else ""
+    if kind == "device":
+        return _device(culprits, hosts, shown)
     if kind == "cycle":
         parts = [f"{_ranks(i.waiting, 'wait')} in {_coll(i)}{_label(i)}" for i in shown[:3]]
         return (
@@ -213,13 +272,27 @@ def text(report: HangReport) -> str:
     hang: no divergence found
     """
     lines = [f"hang: {printable(report.summary)}"]
+    device = any(inc.kind == "device" for inc in report.groups)
+    # Groups that merely wait on a device culprit are one line, not one row each.
+    rows = [inc for inc in report.groups if not (device and inc.waits_on and inc.kind != "device")]
+    collapsed = [inc for inc in report.groups if inc not in rows]
     if report.groups:
         head = ["group", "seq", "op", "sizes/dtypes", "waiting", "missing", "behind"]
         head += ["exited", "no position", "kind", "culprits"]
-        lines += ["", *_table([head, *(_row(inc) for inc in report.groups)])]
+        lines += ["", *_table([head, *(_row(inc) for inc in rows)])]
+        if collapsed:
+            on = sorted({r for inc in collapsed for r in inc.waits_on})
+            lines.append(f"({_waiting_groups(len(collapsed), on)})")
         for inc in report.groups:
             for v in inc.mismatch:
                 lines.append(f"  {inc.label} #{inc.diverged_at}: {_variant(v)}")
+        for inc in report.groups:
+            if inc.evidence:
+                lines += ["", f"device evidence, {inc.label} #{inc.seq}"]
+                lines += [f"  {printable(e)}" for e in inc.evidence]
+            if inc.suspects:
+                lines += ["", f"suspects, {inc.label} #{inc.seq} (most telling first)"]
+                lines += [f"  rank {r}: {printable(why)}" for r, why in inc.suspects]
     if report.frames:
         lines += ["", "culprit frames"]
         for f in report.frames:

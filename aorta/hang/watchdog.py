@@ -48,6 +48,7 @@ _OLD_RANK = re.compile(r"\[Rank (\d{1,7})\]")
 _TIMEOUT = re.compile(
     r"WorkNCCL\(SeqNum=(\d+), OpType=(\w+)(?:, NumelIn=(-?\d+), NumelOut=(-?\d+))?"
 )
+_RAN_FOR = re.compile(r"ran for (\d{1,15}) milliseconds")
 _POSITION = re.compile(
     r"[Ll]ast enqueued (?:NCCL )?work: (-?\d+), last completed (?:NCCL )?work: (-?\d+)"
 )
@@ -64,7 +65,7 @@ _WORDS = ("WorkNCCL", "ork: ", "peer", "Timed out", "expected size")
 _NCCL_OPS = {
     "ALLREDUCE": "all_reduce",
     "ALLGATHER": "all_gather",
-    "_ALLGATHER_BASE": "_allgather_base",
+    "_ALLGATHER_BASE": "_all_gather_base",
     "ALLGATHER_COALESCED": "allgather_coalesced",
     "REDUCE_SCATTER": "reduce_scatter",
     "_REDUCE_SCATTER_BASE": "_reduce_scatter_base",
@@ -110,6 +111,8 @@ class Signal:
     completed: int | None = None
     #: What the line says, shortened (for the report's notes).
     text: str = ""
+    #: How long the timed-out collective had run (``ran for N milliseconds``).
+    ran_ms: int | None = None
 
 
 def rank_prefix(line: str) -> int | None:
@@ -139,8 +142,18 @@ def _signal(line: str) -> Signal | None:
     if m := _TIMEOUT.search(line):
         numel = int(m.group(3)) if m.group(3) is not None else None
         op = nccl_op(m.group(2))
+        ran = _RAN_FOR.search(line)
         return Signal(
-            "timeout", rank, group, desc, group_rank, int(m.group(1)), op, numel, text=text
+            "timeout",
+            rank,
+            group,
+            desc,
+            group_rank,
+            int(m.group(1)),
+            op,
+            numel,
+            text=text,
+            ran_ms=int(ran.group(1)) if ran else None,
         )
     if m := _POSITION.search(line):
         enq, done = int(m.group(1)), int(m.group(2))

@@ -75,6 +75,7 @@ class HangIncidents:
 
 #: How each kind of incident reads: the words before the collective, and after it.
 _VERBS = {
+    "device": ("never finished", " its peers completed (a device fault?)"),
     "missing": ("never reached", ""),
     "behind": ("was behind when the others waited in", ""),
     "extra": ("issued an extra", " the others never did"),

@@ -263,9 +263,11 @@ def test_nccl_ranks_all_in_the_collective_one_never_started():
     ev = [RankEvidence(r, fr=nccl(5, 4, started=True)) for r in (0, 1, 2)]
     ev.append(RankEvidence(3, fr=nccl(5, 4, started=False)))
     report = analyze(ev)
-    assert (report.kind, report.culprit_ranks) == ("stuck", (3,))
-    assert report.summary.startswith(
-        "rank 3 never started all_reduce #5 (default_pg, ranks 0-3) (still scheduled)"
+    # Its device never launched the collective the others started: a device culprit.
+    assert (report.kind, report.culprit_ranks) == ("device", (3,))
+    assert report.summary == (
+        "rank 3 never launched all_reduce #5 (default_pg, ranks 0-3) while ranks 0-2 wait in it "
+        "(its device is busy or dead) — a device fault?"
     )
 
 

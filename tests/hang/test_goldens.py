@@ -159,7 +159,43 @@ def test_dumps_named_as_pytorch_names_them_give_the_same_answer(tmp_path):
     assert report.frames == ()  # dumps only: no stacks, JSON dumps hold no stack traces
 
 
-@pytest.mark.parametrize("fault", ["sleep", "gil", "extra", "mismatch", "exit", "subgroup"])
+def test_a_stopped_rank_whose_peer_completed_its_collective_is_a_device_culprit():
+    # Rank 1 issued tensor-parallel broadcast #3 and stopped; rank 0 completed it and went
+    # on to wait in the default group, rank 3 waits for rank 1 in data-parallel #3.
+    report = report_of("device")
+    assert (report.kind, report.culprit_ranks, report.op, report.seq) == (
+        "device",
+        (1,),
+        "broadcast",
+        3,
+    )
+    assert (report.process_group, report.group_ranks) == ("tensor_parallel", (0, 1))
+    first, *rest = report.groups
+    assert (first.culprits, first.completed) == ((1,), (0,))
+    assert first.evidence[0].startswith("rank 1: #3 still scheduled")
+    assert {g.desc for g in rest} == {"default_pg", "data_parallel"}
+    assert all(g.waits_on == (1,) for g in rest)
+    assert report.summary.startswith("rank 1 (node ")
+    assert report.summary.endswith(
+        "never finished broadcast #3 (tensor_parallel, ranks 0,1) while rank 0 completed it; "
+        "its other 2 groups wait on it — a device fault?"
+    )
+
+
+def test_two_stopped_ranks_in_different_groups_are_both_named():
+    report = report_of("device2")
+    assert (report.kind, report.culprit_ranks) == ("device", (1, 2))
+    faulted = [(g.label, g.culprits, g.completed) for g in report.groups if g.kind == "device"]
+    assert faulted == [
+        ("tensor_parallel, ranks 0,1", (1,), (0,)),
+        ("tensor_parallel, ranks 2,3", (2,), (3,)),
+    ]
+    assert report.summary.endswith("— a device fault?; 2 groups wait on ranks 1, 2")
+
+
+@pytest.mark.parametrize(
+    "fault", ["sleep", "gil", "extra", "mismatch", "exit", "subgroup", "device", "device2"]
+)
 def test_every_golden_report_survives_json(fault):
     report = report_of(fault)
     assert HangReport.from_dict(json.loads(json.dumps(report.to_dict()))) == report

@@ -24,7 +24,7 @@ capture files, then lets gloo's own timeout end the run (its error lines are in 
 kills it.
 
 The faults (what really happens with gloo on torch 2.13 is in each docstring):
-``sleep``, ``gil``, ``extra``, ``mismatch``, ``exit``, ``subgroup``.
+``sleep``, ``gil``, ``extra``, ``mismatch``, ``exit``, ``subgroup``, ``device``, ``device2``.
 """
 
 from __future__ import annotations
@@ -74,9 +74,9 @@ def _dump_thread(ctl: Path, hang: Path, rank: int, *, pickles: Path | None) -> N
     c10d = torch._C._distributed_c10d
     while not (ctl / "go").exists():
         time.sleep(0.02)
-    data = c10d._dump_fr_trace_json(includeCollectives=True, onlyActive=False)
-    (hang / f".fr_{rank}.tmp").write_bytes(data)
-    (hang / f".fr_{rank}.tmp").rename(hang / f"fr_{rank}.json")
+    if (ctl / f"dumped_{rank}").exists():
+        return  # a stopped rank's dump was taken before it stopped
+    _dump_json(hang, rank)
     if pickles is not None:
         blob = c10d._dump_fr_trace(
             includeCollectives=True, includeStackTraces=True, onlyActive=False
@@ -201,6 +201,98 @@ def dispatch(x, group) -> None:
     dist.all_to_all_single(torch.empty_like(x), x, group=group)
 
 
+def _dump_json(hang: Path, rank: int) -> None:
+    import torch
+
+    data = torch._C._distributed_c10d._dump_fr_trace_json(includeCollectives=True, onlyActive=False)
+    (hang / f".fr_{rank}.tmp").write_bytes(data)
+    (hang / f".fr_{rank}.tmp").rename(hang / f"fr_{rank}.json")
+
+
+def _stopped(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] in ("T", "t")
+
+
+def _parallel_groups():
+    """``device``/``device2``: tensor-parallel groups [0, 1], [2, 3] and data-parallel groups
+    [0, 2], [1, 3] (every rank creates every group, in the same order)."""
+    import torch.distributed as dist
+
+    tp = [dist.new_group(r, group_desc="tensor_parallel") for r in ([0, 1], [2, 3])]
+    dp = [dist.new_group(r, group_desc="data_parallel") for r in ([0, 2], [1, 3])]
+    return tp, dp
+
+
+def device_fault(ctl: Path, rank: int, work) -> None:
+    """A faulted device's stand-in: the rank issued its collective (``work``, queued on
+    gloo's worker) and stops for good before it can finish — SIGSTOP, the way a rank whose
+    GPU died keeps its process but never completes a collective again. A stopped process
+    answers no dump, so it takes its own first: its flight recorder says exactly what it
+    would say later (the entry ``scheduled``, not retired), and nothing changes once it is
+    stopped. Its peers send it their part only once it has stopped."""
+    _dump_json(Path(os.environ["HANG_OUT"]) / "hang", rank)
+    (ctl / f"dumped_{rank}").touch()
+    _marker(ctl, rank, stopped=True)
+    os.kill(os.getpid(), signal.SIGSTOP)
+    work.wait()  # never returns: the driver kills the stopped rank
+
+
+def _wait_stopped(ctl: Path, rank: int) -> None:
+    """Wait until ``rank`` has stopped (the driver's marker names its pid)."""
+    marker = ctl / f"stuck_{rank}"
+    while not (marker.exists() and _stopped(json.loads(marker.read_text())["pid"])):
+        time.sleep(0.05)
+
+
+def _device_steps(rank: int, ctl: Path, t, faulted: dict[int, int]) -> None:
+    """Two steps of tensor-parallel ``broadcast`` (from the group's other rank to the faulted
+    one), data-parallel ``all_reduce`` and default ``all_reduce``; in the third, each faulted
+    rank (→ the rank that broadcasts to it) stops after issuing its ``broadcast``."""
+    import torch
+    import torch.distributed as dist
+
+    tp, dp = _parallel_groups()
+    mine_tp, mine_dp = tp[rank // 2], dp[rank % 2]
+    peer = rank ^ 1
+    src = next((s for f, s in faulted.items() if rank in (f, s)), min(rank, peer))
+    x = torch.arange(4.0)
+    for step in range(1, 4):
+        if step == 3 and rank in faulted:
+            work = dist.broadcast(x, src=src, group=mine_tp, async_op=True)
+            device_fault(ctl, rank, work)
+        if step == 3 and peer in faulted:
+            _wait_stopped(ctl, peer)  # its part goes to a rank that has stopped
+        dist.broadcast(x, src=src, group=mine_tp)
+        if step == 3:
+            _marker(ctl, rank)  # the next collective that needs a stopped rank blocks
+        dist.all_reduce(x, group=mine_dp)
+        train_step(t)
+
+
+def _fault_device(rank: int, ctl: Path, t) -> None:
+    """Fault ``device``: rank 1's "device" faults in tensor-parallel ``broadcast`` #3 (see
+    :func:`device_fault`): rank 0 completes it, goes on, and waits in the default group's
+    ``all_reduce``; rank 3 waits in data-parallel ``all_reduce`` #3 for rank 1, rank 2 in the
+    default group."""
+    _device_steps(rank, ctl, t, {1: 0})
+
+
+def _fault_device2(rank: int, ctl: Path, t) -> None:
+    """Fault ``device2``: two independent faults in different groups — rank 1 in
+    tensor-parallel group [0, 1] and rank 2 in [2, 3], both in ``broadcast`` #3; ranks 0 and
+    3 complete it and wait in their data-parallel ``all_reduce`` #3."""
+    _device_steps(rank, ctl, t, {1: 0, 2: 3})
+
+
+#: The device faults' recordings (their code comes last, so the lines the goldens' frames
+#: name above stay where they were recorded).
+FAULTS |= {"device": 4, "device2": 4}
+
+
 def worker(fault: str) -> None:
     """One rank of a recording: logs to its own files, three steps, then the fault."""
     import torch
@@ -224,7 +316,7 @@ def worker(fault: str) -> None:
         daemon=True,
     ).start()
     t = torch.ones(4)
-    if fault != "subgroup":
+    if fault not in ("subgroup",):
         for _ in range(3):
             train_step(t)
     print(f"rank {rank}: fault {fault}", flush=True)
@@ -287,7 +379,12 @@ def record(fault: str, *, torchrun: str, into: Path = HERE, quick: bool = False)
             pid, notes = info[rank]["pid"], []
             exited = info[rank].get("exited")
             files = []
-            if exited is None and alive(pid):
+            if info[rank].get("stopped"):
+                # A stopped process answers nothing: its dump was taken right before it
+                # stopped, and py-spy would wait on it.
+                files.append(f"hang/fr_{rank}.json")
+                notes.append("stopped (SIGSTOP) before the capture: no stacks")
+            elif exited is None and alive(pid):
                 # py-spy runs once the dump thread is done (its own frames are not the story);
                 # the pickles with stack traces of ``sleep`` take longer than a JSON dump.
                 _wait((ctl / f"dumped_{rank}").exists, DUMP_WAIT_S * (3 if fault == "sleep" else 1))
@@ -315,6 +412,11 @@ def record(fault: str, *, torchrun: str, into: Path = HERE, quick: bool = False)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=1 if quick else GLOO_TIMEOUT_S + 20)
     finally:
+        for rank in range(nproc):
+            marker = ctl / f"stuck_{rank}"
+            if marker.exists() and json.loads(marker.read_text()).get("stopped"):
+                with contextlib.suppress(OSError):
+                    os.kill(json.loads(marker.read_text())["pid"], signal.SIGKILL)
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)
             try:
