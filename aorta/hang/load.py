@@ -47,8 +47,8 @@ from aorta.errors import HangEvidenceError
 from .dumps import (
     DUMP_KEYS,
     MAX_DUMP_BYTES,
-    Cost,
     MAX_PICKLE_BYTES,
+    Cost,
     dump_kind,
     parse_dump,
     paused_gc,
