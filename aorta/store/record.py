@@ -37,8 +37,8 @@ __all__ = [
     "RankOutcome",
     "TrialRecord",
     "TrialStatus",
-    "readable_forensics",
     "outcome_of",
+    "readable_forensics",
     "worst_status",
 ]
 
