@@ -113,6 +113,8 @@ EXPLAIN_BY = "AORTA_EXPLAIN_BY"
 SIGNATURE = "AORTA_SIGNATURE"
 # `aorta hang analyze --world-size N`
 HANG_WORLD_SIZE = "AORTA_HANG_WORLD_SIZE"
+# `aorta hang analyze --max-memory GIB`
+HANG_MAX_MEMORY = "AORTA_HANG_MAX_MEMORY"
 
 # --- what the engine hands to every trial -----------------------------------------------------
 RUN_DIR = "AORTA_RUN_DIR"

@@ -253,10 +253,11 @@ class TraceError(AortaError):
     """A trace file that cannot be read; the message names the file and the byte offset."""
 
 
-class HangEvidenceError(AortaError):
+class HangEvidenceError(UsageError):
     """A hang's evidence file that cannot be read safely (a truncated or oversized dump, a
-    pickle that names a global); the message names the file, the byte offset when there is
-    one, and what is wrong."""
+    pickle that names a global, a rank number no job has, more than the analysis may hold);
+    the message names the file or folder, the byte offset when there is one, and what is
+    wrong. Bad input, so :attr:`ExitCode.USAGE`: nothing was analysed."""
 
 
 class AortaWarning(UserWarning):

@@ -11,6 +11,8 @@ import typer
 from aorta import envvars, hang
 from aorta.errors import ExitCode, UsageError
 from aorta.hang.dumps import paused_gc
+from aorta.hang.load import MAX_MEMORY
+from aorta.hang.model import MAX_RANK
 from aorta.store.rundir import HANG_DIR, RunDir
 
 from ._options import Json, option
@@ -41,19 +43,33 @@ def analyze(
             "The job's number of ranks (default: one more than the highest rank seen); "
             "ranks without evidence count as such.",
             min=1,
+            max=MAX_RANK + 1,
             show_default=False,
         ),
     ] = None,
+    max_memory: Annotated[
+        float,
+        option(
+            "--max-memory",
+            envvars.HANG_MAX_MEMORY,
+            "GiB the evidence may take in memory: each file is charged the most it can take "
+            "before it is read, and a folder that needs more is refused, naming the file.",
+            min=0.001,
+            max=2**20,
+        ),
+    ] = MAX_MEMORY / 2**30,
 ) -> int:
     """Match the ranks' dumps, stacks and logs of one hang: the collective where they diverge,
     who waits, who never came, and each culprit's frame. A run directory: each of its trials
     that left evidence, one after another."""
+    budget = int(max_memory * 2**30)
     if len(paths) == 1 and RunDir(paths[0]).manifest_path.is_file():
-        return _run(RunDir(paths[0]), as_json=as_json, world_size=world_size)
+        return _run(RunDir(paths[0]), as_json=as_json, world_size=world_size, budget=budget)
     # The dumps are millions of acyclic objects: with the collector paused until they are
     # freed (when analyze returns), no collection ever walks them (~0.7 CPU-s for 64 ranks).
     with paused_gc():
-        report = hang.analyze(hang.load_evidence(paths), world_size=world_size)
+        evidence = hang.load_evidence(paths, max_memory=budget)
+        report = hang.analyze(evidence, world_size=world_size)
     if as_json:
         print(json.dumps(report.to_dict(), indent=2))
     else:
@@ -61,14 +77,15 @@ def analyze(
     return ExitCode.OK
 
 
-def _run(rd: RunDir, *, as_json: bool, world_size: int | None) -> int:
+def _run(rd: RunDir, *, as_json: bool, world_size: int | None, budget: int) -> int:
     trials = sorted(p.parent for p in rd.cells_dir.glob(f"*/*/{HANG_DIR}") if p.is_dir())
     if not trials:
         raise UsageError(f"{rd.path}: no trial of this run left hang evidence ({HANG_DIR}/)")
     found = []
     for folder in trials:
         with paused_gc():
-            report = hang.analyze(hang.load_evidence([folder]), world_size=world_size)
+            evidence = hang.load_evidence([folder], max_memory=budget)
+            report = hang.analyze(evidence, world_size=world_size)
         found.append((folder.relative_to(rd.path).as_posix(), report))
     if as_json:
         print(json.dumps({"trials": [{"trial": t, **r.to_dict()} for t, r in found]}, indent=2))

@@ -29,6 +29,7 @@ from . import render
 from .device import Seen, device_faults, device_lines
 from .dumps import paused_gc
 from .model import (
+    MAX_RANK,
     CulpritFrame,
     EvidenceItem,
     GroupIncident,
@@ -566,6 +567,8 @@ def analyze(evidence: Sequence[RankEvidence], *, world_size: int | None = None) 
     >>> print(report.summary)
     rank 2 (node gpu-r3) never reached all_reduce #4 (default_pg, ranks 0-2); ranks 0,1 wait in it
     """
+    if world_size is not None and not 1 <= world_size <= MAX_RANK + 1:
+        raise ValueError(f"world_size {world_size}: must be from 1 to {MAX_RANK + 1}")
     with paused_gc():  # ~100,000 acyclic objects per 2,000-entry dump: no cycles to find
         return _analyze(evidence, world_size)
 

@@ -36,16 +36,27 @@ import io
 import pickle
 import pickletools
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
 from aorta.errors import HangEvidenceError
 
-__all__ = ["MAX_DUMP_BYTES", "dump_kind", "parse_dump", "paused_gc"]
+__all__ = [
+    "MAX_DUMP_BYTES",
+    "MAX_PICKLE_BYTES",
+    "Cost",
+    "dump_kind",
+    "parse_dump",
+    "paused_gc",
+    "read_cost",
+]
 
 #: The largest dump read (256 MiB): 2,000 NCCL entries with stack traces are a few MiB.
 MAX_DUMP_BYTES = 256 * 2**20
+#: The largest pickled dump read (32 MiB): a pickle of one-byte opcodes that each make an
+#: empty dict takes 72 times its size in memory (JSON at most 24 times).
+MAX_PICKLE_BYTES = 32 * 2**20
 #: The keys that make a mapping a flight-recorder dump (any one of them).
 DUMP_KEYS = frozenset({"entries", "pg_config", "pg_status"})
 
@@ -155,6 +166,62 @@ unicodestring1, but only 15 remain)
     if not isinstance(entries, list | tuple) or not all(isinstance(e, dict) for e in entries):
         raise HangEvidenceError(f"{name}: entries: must be a list of mappings")
     return dump
+
+
+class Cost(NamedTuple):
+    """What reading a file takes in memory at most (bytes): while it is read (``peak``) and
+    once it is read (``held``: the parsed dump, or a log's lines)."""
+
+    peak: int
+    held: int
+
+
+def read_cost(data: bytes, kind: str) -> Cost:
+    """An upper bound of the memory ``data`` takes when read: parsed as a ``"json"`` or
+    ``"pickle"`` dump, or split into the lines of a ``"text"`` log.
+
+    Counted, not parsed (``bytes.count``: ~1 ms a MiB): every byte that can start an object
+    is charged the most that object takes (an empty dict is 64 bytes, one more reference 8;
+    a character up to 4 bytes once a string holds one beyond ASCII), and orjson's scratch
+    (13 times the JSON) while it parses. No file, however hostile, takes more than its
+    cost (``tests/hang/test_bounds.py`` measures both with ``tracemalloc``); a real dump
+    takes a third (pickle) to a sixth (JSON) of what it is charged.
+
+    >>> read_cost(b'{"entries": []}', "json")
+    Cost(peak=487, held=247)
+    >>> read_cost(b"\\x80\\x04}" * 10, "pickle"), read_cost(b"a\\nbc\\n", "text")
+    (Cost(peak=1520, held=1520), Cost(peak=143, held=133))
+    """
+    wide = 1 if data.isascii() else 4  # bytes a character of a string takes
+    if kind == "pickle":
+        # Any opcode pushes at most one reference (8 bytes, or a memo slot; 16 while the list
+        # holding it grows) and makes at most an object of ~60 bytes plus its payload: 24 per
+        # byte. The one-byte opcodes that make a container (}, ], tuples of 1 to 3, an empty
+        # set) or open one (MARK), and the short strings' two-byte ones, cost more.
+        ops = (b"}", b"]", b"\x85", b"\x86", b"\x87", b"\x8f")
+        held = (
+            24 * len(data)
+            + 80 * sum(data.count(op) for op in ops)
+            + 56 * data.count(b"(")
+            + 48 * (data.count(b"\x8c") + data.count(b"U"))
+        )
+        return Cost(held, held)
+    if kind == "json":
+        # Each value follows a comma, a colon or a bracket (8 bytes of reference, an int or a
+        # float of up to 32); a string has two quotes (a header of ~50).
+        values = data.count(b",") + data.count(b":")
+        held = (
+            wide * len(data)
+            + 72 * data.count(b"{")
+            + 64 * data.count(b"[")
+            + 40 * values
+            + 28 * data.count(b'"')
+        )
+        return Cost(held + 16 * len(data), held)
+    # A log's lines: each a string (~50 bytes of header and a reference) of its characters;
+    # the whole text is decoded once before it is split.
+    held = wide * len(data) + 64 * data.count(b"\n")
+    return Cost(held + (wide + 1) * len(data), held)
 
 
 def _size(n: int) -> str:

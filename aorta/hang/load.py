@@ -13,7 +13,8 @@ subfolders one level down — a trial folder's ``hang/`` — never through a lin
 
 A file's rank is the trailing number of its name once the extensions are off
 (``nccl_trace_rank_3`` → 3, ``rank3.stderr.log`` → 3, ``gpu-r3.local_rank_5`` → 5: only the
-*trailing* number), a capture's own ``rank`` field, for stacks the rank of the capture with
+*trailing* number, and none above :data:`~aorta.hang.model.MAX_RANK`: ``train-1733500000.log``
+names no rank), a capture's own ``rank`` field, for stacks the rank of the capture with
 the same pid, and for log lines torch's ``[rankN]:`` prefix. A log without any (a one-rank
 trial's ``stdout.log``) is rank 0's when no other rank is in sight.
 
@@ -21,13 +22,20 @@ In a folder, files that are none of these (a profiler trace, a recipe, binary da
 passed over; a file named on the command line must be evidence. A dump that cannot be read
 (truncated, too large, a pickle naming a global) is an error either way: one
 :class:`~aorta.errors.HangEvidenceError` naming it.
+
+Memory is bounded as a whole, not only per file: before a file is read it is charged an
+upper bound of what it takes in memory (:func:`~aorta.hang.dumps.read_cost`, up to 72 times
+a hostile pickle's size), each dump's entries what the analysis adds per entry
+(:data:`ENTRY_COST`), and once the charges pass ``max_memory`` (:data:`MAX_MEMORY`) the
+file that would pass it is not read: one error names it, the folder and the limit.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -36,16 +44,30 @@ import orjson
 
 from aorta.errors import HangEvidenceError
 
-from .dumps import DUMP_KEYS, MAX_DUMP_BYTES, dump_kind, parse_dump, paused_gc
-from .model import RankEvidence
+from .dumps import (
+    DUMP_KEYS,
+    MAX_DUMP_BYTES,
+    MAX_PICKLE_BYTES,
+    Cost,
+    dump_kind,
+    parse_dump,
+    paused_gc,
+    read_cost,
+)
+from .model import MAX_RANK, RankEvidence
 from .watchdog import rank_prefix
 
-__all__ = ["LOG_TAIL_BYTES", "MAX_FILES", "load_evidence"]
+__all__ = ["ENTRY_COST", "LOG_TAIL_BYTES", "MAX_FILES", "MAX_MEMORY", "load_evidence"]
 
 #: The end of a log that is read (watchdog lines come last; a training log may be GBs).
 LOG_TAIL_BYTES = 4 * 2**20
 #: Files looked at under one folder.
 MAX_FILES = 4096
+#: What one analysis' evidence may take in memory by default (bytes; see the module's
+#: docstring): 1,024 ranks' pickled 2,000-entry dumps fit, with room.
+MAX_MEMORY = 8 * 2**30
+#: What the analysis holds per dump entry beyond the parsed dump (its views, signatures).
+ENTRY_COST = 400
 #: The largest py-spy or capture JSON read.
 MAX_SMALL_JSON = 64 * 2**20
 #: Bytes read to tell what a file is.
@@ -56,6 +78,8 @@ _TRAILING = re.compile(r"(\d+)$")
 _CAPTURE_KEYS = {"pid", "host", "notes", "exited"}
 
 Kind = Literal["dump", "stacks", "capture", "log"]
+#: Charges a cost (bytes) to the budget, saying what it is for (refused: an error).
+_Charge = Callable[[Cost, str], None]
 
 
 @dataclass
@@ -72,14 +96,40 @@ def trailing_rank(name: str) -> int | None:
     """The rank a file name ends with, once its extensions are off.
 
     >>> [trailing_rank(n) for n in ("nccl_trace_rank_3", "rank3.stderr.log", "fr_dump_12.json",
-    ...                              "gpu-r3.local_rank_5", "stdout.log")]
-    [3, 3, 12, 5, None]
+    ...                              "gpu-r3.local_rank_5", "stdout.log", "rank1000000000.log")]
+    [3, 3, 12, 5, None, None]
     """
     stem = name
     while (suffix := Path(stem).suffix.lower()) in _EXTENSIONS:
         stem = stem[: -len(suffix)]
     m = _TRAILING.search(stem)
-    return int(m.group(1)) if m else None
+    # A longer number is no rank (and int() may refuse it: a name may be 4,096 bytes).
+    rank = int(m.group(1)) if m and len(m.group(1)) <= 12 else None
+    return rank if rank is not None and rank <= MAX_RANK else None
+
+
+def _size(n: float) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
+
+
+@dataclass
+class _Budget:
+    """What the evidence read so far may take in memory, charged before each file is read."""
+
+    limit: int
+    used: int = 0
+
+    def charge(self, where: str, shown: str, cost: Cost, what: str) -> None:
+        """Take ``cost`` (its peak must fit in what is left; its ``held`` part stays)."""
+        if self.used + cost.peak > self.limit:
+            inside = f"{where}: " if where != shown else ""
+            raise HangEvidenceError(
+                f"{inside}{shown}: {what} may take up to {_size(cost.peak)} in memory, which "
+                f"would bring this analysis to {_size(self.used + cost.peak)}, above its limit "
+                f"of {_size(self.limit)}; not read (analyze fewer ranks at once, or raise "
+                "--max-memory)"
+            )
+        self.used += cost.held
 
 
 def _walk(folder: Path) -> Iterator[Path]:
@@ -113,11 +163,12 @@ def _read(path: Path, limit: int, shown: str) -> bytes:
     return data
 
 
-def _tail(path: Path) -> list[str]:
+def _tail(path: Path, charge: _Charge) -> list[str]:
     with open(path, "rb") as f:
         size = f.seek(0, os.SEEK_END)
         f.seek(max(0, size - LOG_TAIL_BYTES))
         data = f.read(LOG_TAIL_BYTES)
+    charge(read_cost(data, "text"), f"the last {_size(len(data))} of a log")
     lines = data.decode("utf-8", errors="replace").splitlines()
     return lines[1:] if size > LOG_TAIL_BYTES else lines  # the first may be cut
 
@@ -132,10 +183,11 @@ def _is_text(head: bytes) -> bool:
     return True
 
 
-def _json_or_none(path: Path, shown: str) -> Any:
+def _json_or_none(path: Path, shown: str, charge: _Charge) -> Any:
     """The file as JSON; ``None`` when its first line already is not JSON (a log whose lines
     start with ``[rank0]:``); an error for JSON that breaks later or nests too deep."""
     data = _read(path, MAX_SMALL_JSON, shown)
+    charge(read_cost(data, "json"), f"{_size(len(data))} of JSON")
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError as exc:
@@ -158,13 +210,29 @@ def _is_capture(value: Any) -> bool:
     return (
         isinstance(rank, int)
         and not isinstance(rank, bool)
-        and rank >= 0
+        and 0 <= rank <= MAX_RANK
         and bool(_CAPTURE_KEYS & set(value))
         and not (DUMP_KEYS & set(value))
     )
 
 
-def _classify(path: Path, shown: str, *, named: bool) -> _File | None:
+def _dump(path: Path, shown: str, kind: str | None, charge: _Charge) -> dict[str, Any]:
+    """A dump, read within the per-kind size limit and charged to the budget (its bytes,
+    what they become, and what the analysis adds per entry) before it is parsed."""
+    limit = MAX_PICKLE_BYTES if kind == "pickle" else MAX_DUMP_BYTES
+    data = _read(path, limit, shown)
+    what = f"a {_size(len(data))} {'pickle' if kind == 'pickle' else 'JSON'} dump"
+    cost = read_cost(data, kind or "json")
+    charge(Cost(len(data) + cost.peak, cost.held), what)
+    dump = parse_dump(data, name=shown)
+    del data
+    entries = dump.get("entries") or ()
+    n = len(entries)
+    charge(Cost(ENTRY_COST * n, ENTRY_COST * n), f"the analysis of {n:,} entries")
+    return dump
+
+
+def _classify(path: Path, shown: str, *, named: bool, charge: _Charge) -> _File | None:
     """What ``path`` is (``None``: not evidence, in a folder); errors for broken evidence."""
     if not path.is_file():
         raise HangEvidenceError(f"{shown}: not a regular file")
@@ -177,12 +245,10 @@ def _classify(path: Path, shown: str, *, named: bool) -> _File | None:
         kind == "json" and any(f'"{k}"'.encode() in head for k in (*DUMP_KEYS, "collective_seq_id"))
     )
     if looks_like_dump:
-        return _File(
-            "dump", path, shown, rank, parse_dump(_read(path, MAX_DUMP_BYTES, shown), name=shown)
-        )
+        return _File("dump", path, shown, rank, _dump(path, shown, kind, charge))
     if stripped[:1] in (b"{", b"[") and path.stat().st_size <= MAX_SMALL_JSON:
         # py-spy or capture JSON; a log whose lines start with "[rank0]:" is not JSON.
-        value = _json_or_none(path, shown)
+        value = _json_or_none(path, shown, charge)
         if _is_stacks(value):
             return _File("stacks", path, shown, rank, value)
         if _is_capture(value):
@@ -195,7 +261,7 @@ def _classify(path: Path, shown: str, *, named: bool) -> _File | None:
                 )
             return None
     if _is_text(head):
-        return _File("log", path, shown, rank, lines=_tail(path))
+        return _File("log", path, shown, rank, lines=_tail(path, charge))
     if named:
         raise HangEvidenceError(
             f"{shown}: byte 0: neither a flight-recorder dump (JSON or pickle), py-spy JSON, "
@@ -204,7 +270,7 @@ def _classify(path: Path, shown: str, *, named: bool) -> _File | None:
     return None
 
 
-def _files(paths: Sequence[str | Path]) -> list[_File]:
+def _files(paths: Sequence[str | Path], budget: _Budget) -> list[_File]:
     found: list[_File] = []
     for given in paths:
         root = Path(given)
@@ -212,11 +278,14 @@ def _files(paths: Sequence[str | Path]) -> list[_File]:
             raise HangEvidenceError(f"{given}: no such file or folder")
         if root.is_dir():
             for path in _walk(root):
-                item = _classify(path, path.relative_to(root).as_posix(), named=False)
+                shown = path.relative_to(root).as_posix()
+                charge = functools.partial(budget.charge, str(given), shown)
+                item = _classify(path, shown, named=False, charge=charge)
                 if item is not None:
                     found.append(item)
         else:
-            item = _classify(root, str(given), named=True)
+            charge = functools.partial(budget.charge, str(given), str(given))
+            item = _classify(root, str(given), named=True, charge=charge)
             if item is not None:
                 found.append(item)
     return found
@@ -308,7 +377,9 @@ def _evidence(rank: int, a: _Acc) -> RankEvidence:
     )
 
 
-def load_evidence(paths: Sequence[str | Path]) -> list[RankEvidence]:
+def load_evidence(
+    paths: Sequence[str | Path], *, max_memory: int = MAX_MEMORY
+) -> list[RankEvidence]:
     """The hang evidence in ``paths`` (files or folders), one :class:`RankEvidence` per rank.
 
     Parameters
@@ -317,6 +388,9 @@ def load_evidence(paths: Sequence[str | Path]) -> list[RankEvidence]:
         Files, or folders of them (looked into one level of subfolders deep): per-rank
         flight-recorder dumps as PyTorch writes them, py-spy JSON, capture files, logs; or an
         aorta trial folder (its ``hang/`` and its rank logs).
+    max_memory
+        What the evidence may take in memory, in bytes (each file charged an upper bound
+        before it is read; see the module's docstring).
 
     Returns
     -------
@@ -328,7 +402,7 @@ def load_evidence(paths: Sequence[str | Path]) -> list[RankEvidence]:
     HangEvidenceError
         A path does not exist; a file named is not evidence; a dump is truncated, too
         large, or a pickle naming a global; a dump or stacks file has no rank; nothing in
-        ``paths`` is evidence.
+        ``paths`` is evidence; reading the next file would pass ``max_memory``.
 
     Examples
     --------
@@ -340,7 +414,7 @@ def load_evidence(paths: Sequence[str | Path]) -> list[RankEvidence]:
     [(1, True, ('nccl_trace_rank_1', 'rank1.stderr.log'))]
     """
     with paused_gc():  # the dumps already read would be traversed at every collection
-        files = sorted(_files(paths), key=lambda f: f.shown)
+        files = sorted(_files(paths, _Budget(max_memory)), key=lambda f: f.shown)
     acc = _gather(files)
     if not acc:
         where = ", ".join(str(p) for p in paths)

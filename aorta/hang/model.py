@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 __all__ = [
+    "MAX_RANK",
     "SCHEMA",
     "CulpritFrame",
     "EvidenceItem",
@@ -29,6 +30,12 @@ __all__ = [
 
 #: Version of :meth:`HangReport.to_dict`'s layout (a record written by a later one says so).
 SCHEMA = 1
+
+#: The highest rank the analysis takes (jobs of up to 131,072 ranks). Every rank is a number
+#: read from untrusted input (a file's name, a dump's ``pg_config``, a log's ``[rankN]:``) and
+#: the report lists each rank up to the highest, so a larger one is no rank: a file named
+#: ``rank1000000000.log`` must not size a list of a billion.
+MAX_RANK = 2**17 - 1
 
 #: What kind of divergence a group (or the whole incident) shows:
 #: ``missing`` ranks never entered the collective the others wait in; ``behind`` ranks are
@@ -103,6 +110,19 @@ class RankEvidence:
     exited: int | None = None
     #: The evidence files (relative to the trial folder), for the record.
     files: Sequence[str] = ()
+
+    def __post_init__(self) -> None:
+        """Refuse a rank no job has (see :data:`MAX_RANK`).
+
+        >>> RankEvidence(rank=MAX_RANK + 1)
+        Traceback (most recent call last):
+        ...
+        ValueError: rank 131072: must be a whole number from 0 to 131071
+        """
+        rank = self.rank
+        if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank <= MAX_RANK:
+            shown = f"{rank}" if isinstance(rank, int) and rank.bit_length() < 64 else "?"
+            raise ValueError(f"rank {shown}: must be a whole number from 0 to {MAX_RANK}")
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .model import MAX_RANK
+
 __all__ = [
     "GroupView",
     "P2POp",
@@ -44,7 +46,10 @@ __all__ = [
 ]
 
 #: ``nccl:send 1->2`` and ``nccl:recv 3<-0``: a point-to-point op and its group-local peers.
-_P2P = re.compile(r"(send|recv) (\d+)(->|<-)(\d+)")
+_P2P = re.compile(r"(send|recv) (\d{1,9})(->|<-)(\d{1,9})\b")
+#: The largest magnitude a dump's number may have (a signed 64-bit value, as torch writes):
+#: a larger one is no number (``str`` of a 5,000-digit int raises, and none is real).
+_MAX_INT = 2**63
 
 
 def scalar_text(value: object, default: str = "") -> str:
@@ -53,10 +58,12 @@ def scalar_text(value: object, default: str = "") -> str:
 
     >>> scalar_text("nccl:send 0->1"), scalar_text(3), scalar_text([[1]] * 2, "?")
     ('nccl:send 0->1', '3', '?')
+    >>> scalar_text(10**5000, "?")  # str() of it raises: an absurd number is no text
+    '?'
     """
     if isinstance(value, str):
         return value
-    if isinstance(value, int | float) and not isinstance(value, bool):
+    if isinstance(value, float) or (_bounded(value) and not isinstance(value, bool)):
         return str(value)
     return default
 
@@ -73,10 +80,13 @@ def op_name(profiling_name: object) -> str:
 
 def parse_ranks(value: object) -> tuple[int, ...] | None:
     """``pg_config``'s ``ranks`` (a list, or the string ``"[0, 1]"`` gloo writes) as a tuple;
-    ``None`` when it is empty or not a list of whole numbers.
+    ``None`` when it is empty or not a list of whole numbers from 0 to
+    :data:`~aorta.hang.model.MAX_RANK` (a larger rank would size the report's list of ranks).
 
     >>> parse_ranks("[0, 1, 2]"), parse_ranks([3, 1]), parse_ranks("[]"), parse_ranks("x")
     ((0, 1, 2), (1, 3), None, None)
+    >>> parse_ranks("[0, 1000000000]"), parse_ranks([0, 10**5000])
+    (None, None)
     """
     if isinstance(value, str):
         text = value.strip()
@@ -87,10 +97,12 @@ def parse_ranks(value: object) -> tuple[int, ...] | None:
             return None
         ranks = [int(p) for p in parts]
     elif isinstance(value, list | tuple):
-        if not all(isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in value):
+        if not all(isinstance(r, int) and not isinstance(r, bool) for r in value):
             return None
         ranks = list(value)
     else:
+        return None
+    if not all(0 <= r <= MAX_RANK for r in ranks):
         return None
     return tuple(sorted(set(ranks))) or None
 
@@ -165,10 +177,15 @@ def _int(value: object) -> int | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
-        return value
+        return value if _bounded(value) else None
     if isinstance(value, str) and _decimal(value.strip().lstrip("-")):
         return int(value)
     return None
+
+
+def _bounded(value: object) -> bool:
+    """Whether ``value`` is an int a dump could mean (a pickle holds ints of any size)."""
+    return isinstance(value, int) and -_MAX_INT <= value < _MAX_INT
 
 
 def _decimal(text: str) -> bool:
@@ -227,9 +244,9 @@ def _sizes(value: object) -> tuple[tuple[int, ...], ...]:
     for s in value:  # type: ignore[attr-defined]
         if type(s) in (list, tuple):
             dims = tuple(s)
-            # The usual case in one pass; a container among the dims is left out.
-            if not all(type(d) is int for d in dims):
-                dims = tuple(d for d in dims if type(d) is int)
+            # The usual case in one pass; a container (or an absurd int) is left out.
+            if not all(type(d) is int and -_MAX_INT <= d < _MAX_INT for d in dims):
+                dims = tuple(d for d in dims if type(d) is int and -_MAX_INT <= d < _MAX_INT)
             out.append(dims)
     return tuple(out)
 
@@ -273,7 +290,7 @@ def read_recorder(fr: Mapping[str, Any]) -> RankRecorder:
     # Thousands of entries: the common forms take the short paths (a few names, ids, ops).
     for entry in entries if isinstance(entries, list | tuple) else ():
         seq = entry.get("collective_seq_id")
-        if type(seq) is not int and (seq := _int(seq)) is None:
+        if (type(seq) is not int or not -_MAX_INT <= seq < _MAX_INT) and (seq := _int(seq)) is None:
             bad += 1
             continue
         pg = entry.get("process_group")
@@ -285,7 +302,7 @@ def read_recorder(fr: Mapping[str, Any]) -> RankRecorder:
         if view is None:
             view = groups[name] = GroupView(name=name, desc=desc)
         pg_id = entry.get("pg_id")
-        if type(pg_id) in (int, str) and (pg_id, name) not in seen:
+        if (type(pg_id) is str or _bounded(pg_id)) and (pg_id, name) not in seen:
             seen.add((pg_id, name))
             pg_names[str(pg_id)] = name
             view.pg_ids.add(str(pg_id))

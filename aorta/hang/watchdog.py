@@ -35,6 +35,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
+from .model import MAX_RANK
+
 __all__ = ["MAX_LINE", "Signal", "SignalKind", "nccl_op", "rank_prefix", "read_log"]
 
 #: Characters of a log line looked at (a watchdog line is under 400).
@@ -43,14 +45,18 @@ MAX_LINE = 2000
 SignalKind = Literal["timeout", "position", "failed"]
 
 _RANK_PREFIX = re.compile(r"^\[rank(\d{1,7})\]:")
-_PG = re.compile(r"\[PG ID (\d+) PG GUID ([^\s()\]]+)(?:\(([^()\]]*)\))? Rank (\d+)\]")
+# Numbers are at most 18 digits (a signed 64-bit value): a longer one is no number, and
+# the line is no evidence (int() of 5,000 digits raises; a log line is up to MAX_LINE).
+_PG = re.compile(r"\[PG ID (\d{1,18}) PG GUID ([^\s()\]]+)(?:\(([^()\]]*)\))? Rank (\d{1,18})\]")
 _OLD_RANK = re.compile(r"\[Rank (\d{1,7})\]")
 _TIMEOUT = re.compile(
-    r"WorkNCCL\(SeqNum=(\d+), OpType=(\w+)(?:, NumelIn=(-?\d+), NumelOut=(-?\d+))?"
+    r"WorkNCCL\(SeqNum=(\d{1,18}), OpType=(\w+)"
+    r"(?:, NumelIn=(-?\d{1,18}), NumelOut=(-?\d{1,18}))?"
 )
 _RAN_FOR = re.compile(r"ran for (\d{1,15}) milliseconds")
 _POSITION = re.compile(
-    r"[Ll]ast enqueued (?:NCCL )?work: (-?\d+), last completed (?:NCCL )?work: (-?\d+)"
+    r"[Ll]ast enqueued (?:NCCL )?work: (-?\d{1,18}), "
+    r"last completed (?:NCCL )?work: (-?\d{1,18})\b"
 )
 _GLOO_FAILED = re.compile(
     r"(Timed out waiting \d+ms for (?:recv|send) operation to complete"
@@ -116,13 +122,15 @@ class Signal:
 
 
 def rank_prefix(line: str) -> int | None:
-    """The global rank of a ``[rankN]:`` line (torch's prefix), else ``None``.
+    """The global rank of a ``[rankN]:`` line (torch's prefix), else ``None`` (also for a
+    rank above :data:`~aorta.hang.model.MAX_RANK`: no job has it).
 
-    >>> rank_prefix("[rank12]: Traceback"), rank_prefix("plain")
-    (12, None)
+    >>> rank_prefix("[rank12]: Traceback"), rank_prefix("plain"), rank_prefix("[rank9999999]: x")
+    (12, None, None)
     """
     m = _RANK_PREFIX.match(line)
-    return int(m.group(1)) if m else None
+    rank = int(m.group(1)) if m else None
+    return rank if rank is not None and rank <= MAX_RANK else None
 
 
 def _where(line: str) -> tuple[int | None, str | None, str | None, int | None]:

@@ -167,14 +167,26 @@ class Plan:
         >>> [(k.cell.name, k.trial) for k in plan(r, registry=Registry.load(entry_points=False)).order()]
         [('a', 0), ('b', 0), ('b', 1), ('a', 1)]
         """
+        return list(self.iter_order())
+
+    def iter_order(self) -> Iterator[TrialKey]:
+        """:meth:`order`, one trial at a time: an adaptive sweep whose cells all stopped
+        early leaves the rest of a million-trial schedule unbuilt.
+
+        >>> from aorta.recipe.schema import load_recipe_text
+        >>> from aorta.recipe.registry import Registry
+        >>> r = load_recipe_text("{trials: 1000000, cells: [{name: a, mitigations: [none]}]}",
+        ...                      command=["true"])
+        >>> next(plan(r, registry=Registry.load(entry_points=False)).iter_order()).trial
+        0
+        """
         if self.schedule == "sequential":
-            return list(self.trials())
-        out: list[TrialKey] = []
+            yield from self.trials()
+            return
         for r in range(max((c.trials for c in self.cells), default=0)):
             round_cells = [c for c in self.cells if c.trials > r]
             random.Random(f"aorta-schedule/{self.seed}/{r}").shuffle(round_cells)
-            out += [TrialKey(c, r) for c in round_cells]
-        return out
+            yield from (TrialKey(c, r) for c in round_cells)
 
     def with_trials(self, trials: Mapping[str, int]) -> Plan:
         """The plan with some cells' trial counts raised (``aorta sweep extend``); counts below

@@ -78,6 +78,15 @@ class AdaptiveSchedule:
         self._active: dict[int, frozenset[str]] = {}
         #: Every stop decided so far, in order.
         self.stops: list[Stop] = []
+        #: The last decision point decided (each call goes on from it: a million-trial cap
+        #: costs one step per round, not one per round per trial).
+        self._frontier: int | None = None
+
+    @property
+    def settled(self) -> bool:
+        """Every cell stopped, the baseline too: no trial of the schedule runs any more (the
+        sweep ends there instead of walking the rest of ``max_trials``)."""
+        return self._frontier is not None and not self._active[self._frontier]
 
     def point(self, trial: int) -> int | None:
         """The decision point whose round holds ``trial`` (None: before ``min_trials``)."""
@@ -96,15 +105,20 @@ class AdaptiveSchedule:
         target = self.point(trial)
         if target is None:
             return everyone, []
+        if self._frontier is not None and (target <= self._frontier or self.settled):
+            # Decided already; once every cell stopped, every later point is empty too.
+            return self._active.get(target, frozenset()), []
         new: list[Stop] = []
-        point = self.settings.min_trials
-        before = everyone
+        if self._frontier is None:
+            point, before = self.settings.min_trials, everyone
+        else:
+            point, before = self._frontier + self.settings.round, self._active[self._frontier]
         while True:
-            if point not in self._active:
-                self._active[point], stops = self._decide(point, before)
-                new += stops
+            self._active[point], stops = self._decide(point, before)
+            self._frontier = point
+            new += stops
             before = self._active[point]
-            if point >= target:
+            if point >= target or not before:
                 break
             point += self.settings.round
         self.stops += new
@@ -134,9 +148,14 @@ class AdaptiveSchedule:
         trials of the cells stopped so far (``recorded``: the (cell, trial) pairs with a
         record)."""
         stopped = {s.cell: s.point for s in self.stops}
-        return sum(
+        planned = {c.name: c.trials for c in self.plan.cells}
+        # O(cells + records): a cell's trials before its stop, and those recorded after it.
+        after = sum(
             1
+            for cell, t in recorded
+            if cell in stopped and stopped[cell] <= t < planned.get(cell, 0)
+        )
+        return after + sum(
+            min(c.trials, stopped[c.name]) if c.name in stopped else c.trials
             for c in self.plan.cells
-            for t in range(c.trials)
-            if c.name not in stopped or t < stopped[c.name] or (c.name, t) in recorded
         )

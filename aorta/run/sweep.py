@@ -371,7 +371,9 @@ class _Sweep:
         if (key.cell.name, key.trial) in self.records:
             return "done"
         if self.adaptive is not None and not self._running(key):
-            return "stopped"
+            # Every cell stopped: the rest of the schedule is not walked (max_trials may be
+            # a million), on every rank, as each takes rank 0's decision.
+            return "settled" if self.adaptive.settled else "stopped"
         stop = self.plan.stop_after
         if stop is not None:
             events = self._events.get(key.cell.name, 0)
@@ -511,12 +513,18 @@ class _Sweep:
         )
         for warning in self.p.warnings:
             self.reporter.message(f"warning: {warning}")
-        order = self.plan.order()
+        order = self.plan.iter_order()  # built as it goes: an adaptive sweep may stop early
         sequential = self.plan.schedule == "sequential"
         try:
-            for seq, key in enumerate(order):
-                self._one(seq, key)
-                nxt = order[seq + 1] if seq + 1 < len(order) else None
+            nxt = next(order, None)
+            seq = -1
+            while nxt is not None:
+                key, seq = nxt, seq + 1
+                if self._one(seq, key) == "settled":
+                    for cell in self.plan.cells:
+                        self.reporter.cell_done(cell.name)
+                    break
+                nxt = next(order, None)
                 if key.trial == key.cell.trials - 1:
                     self.reporter.cell_done(key.cell.name)
                 # Rewrite the matrix after each cell (sequential) or each round (interleaved);
@@ -588,13 +596,14 @@ class _Sweep:
             shared=shared,
         )
 
-    def _one(self, seq: int, key: TrialKey) -> None:
-        """Trial ``seq`` of the schedule: rank 0 decides, every rank runs its part."""
-        decision = self.coord.share(
+    def _one(self, seq: int, key: TrialKey) -> str:
+        """Trial ``seq`` of the schedule: rank 0 decides, every rank runs its part; the
+        decision (:meth:`_decide`)."""
+        decision: str = self.coord.share(
             f"trial/{seq}/decision", lambda: self._decide(key), timeout_s=self.wait_s
         )
-        if decision in ("done", "stopped"):
-            return
+        if decision in ("done", "stopped", "settled"):
+            return decision
         if decision.startswith("skip:"):
             record = self._skip(key, decision[len("skip:") :]) if self.writer else None
         else:
@@ -604,6 +613,7 @@ class _Sweep:
             record = self._keep(record)
             self.reporter.trial_done(key.cell.name, key.trial, record)
             self._say_new_warnings(record)
+        return decision
 
 
 def sweep(

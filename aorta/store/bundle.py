@@ -61,7 +61,14 @@ from typing import IO, Any, Literal
 from aorta.errors import UsageError
 from aorta.recipe.limits import name_bytes_problem
 from aorta.store.redact import Redactor
-from aorta.store.redact_stream import COMPRESSED, MAX_JSON_DEPTH, TooBig, TooDeep, redact_file
+from aorta.store.redact_stream import (
+    MAX_JSON_DEPTH,
+    TooBig,
+    TooDeep,
+    Unscannable,
+    redact_file,
+    sniff,
+)
 from aorta.store.rundir import (
     BUNDLE_MANIFEST,
     CELLS,
@@ -329,7 +336,6 @@ def _entry(
     bytes kept in ``plan.spool`` for the write)."""
     name = plan.names[rel]
     source = rel if name != rel else None
-    packed = next((s for s in COMPRESSED if path.name.lower().endswith(s)), None)
     suffix = path.suffix.lower()
 
     def entry(included: bool, redactions: int | None, note: str | None) -> BundleEntry:
@@ -338,10 +344,18 @@ def _entry(
 
     if suffix in _IMAGE_SUFFIXES and _is_image(path):
         return entry(True, None, "image, not scanned")
-    inner = Path(path.name[: -len(packed)]).suffix.lower() if packed else ""
-    packed_text = packed is not None and inner in _TEXT_SUFFIXES
-    if not packed_text and not _is_text(path, suffix):
-        return entry(False, None, "binary file: it cannot be scanned")
+    # By content, not name: gzip bytes named .log are decompressed, UTF-16 text decoded.
+    try:
+        found = sniff(path)
+    except Unscannable as exc:
+        return entry(False, None, str(exc))
+    except _UNREADABLE as exc:
+        return entry(False, None, f"unreadable ({''.join(path.suffixes[-2:]).lower()}): {exc}")
+    plain = not found.layers and found.encoding == "utf-8"
+    if (plain and not _is_text(path, suffix)) or (not plain and b"\0" in _decoded(found)):
+        what = "binary file" if not found.layers else "compressed binary data"
+        return entry(False, None, f"{what}: it cannot be scanned")
+    packed = bool(found.layers)
     try:
         stat = path.stat()
         kept, n = _spool(path, plan.redactor, limit)
@@ -353,10 +367,24 @@ def _entry(
         return entry(
             False, None, f"nested deeper than {MAX_JSON_DEPTH} levels: it cannot be scanned"
         )
+    except Unscannable as exc:
+        return entry(False, None, str(exc))
     except _UNREADABLE as exc:
         return entry(False, None, f"unreadable ({''.join(path.suffixes[-2:]).lower()}): {exc}")
     plan.spool[rel] = (kept, stat.st_size, stat.st_mtime_ns)
-    return entry(True, n, "decompressed, scanned, recompressed" if packed else None)
+    return entry(True, n, found.note)
+
+
+def _decoded(found: Any) -> bytes:
+    """The head of a file's content as UTF-8 (to tell text from binary data), whatever its
+    encoding; a character cut at the head's end is dropped."""
+    head = found.head[len(found.bom) :]
+    if found.encoding != "utf-8":
+        unit = 4 if "32" in found.encoding else 2
+        head = head[: len(head) // unit * unit]
+        text: str = head.decode(found.encoding, "replace")
+        return text.encode("utf-8")
+    return bytes(head)
 
 
 # --- the plan and the archive ------------------------------------------------------------------

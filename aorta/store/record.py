@@ -15,10 +15,14 @@ from __future__ import annotations
 
 import enum
 import math
+import warnings
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+
+from aorta.errors import AortaWarning
+from aorta.hang.model import HangReport
 
 __all__ = [
     "ERRORED",
@@ -34,6 +38,7 @@ __all__ = [
     "TrialRecord",
     "TrialStatus",
     "outcome_of",
+    "readable_forensics",
     "worst_status",
 ]
 
@@ -245,6 +250,17 @@ class TrialRecord(_Result):
     #: culprits' frames, the evidence files. ``None`` when nothing was captured.
     forensics: dict[str, Any] | None = None
 
+    @field_validator("forensics", mode="before")
+    @classmethod
+    def _forensics(cls, value: Any, info: ValidationInfo) -> Any:
+        # A record whose forensics no reader can take loads without them: the trial's
+        # outcome still counts, and a report or a resume never breaks on it again.
+        forensics, problem = readable_forensics(value)
+        if problem is not None:
+            where = f"{info.data.get('cell', '?')} trial {info.data.get('trial', '?')}"
+            warnings.warn(AortaWarning(f"{where}: {problem}"), stacklevel=2)
+        return forensics
+
     @property
     def outcome(self) -> Outcome:
         """``passed``, ``failed``, ``errored`` or ``did_not_run`` (:func:`outcome_of`)."""
@@ -267,6 +283,30 @@ class TrialRecord(_Result):
 
     def to_json(self) -> bytes:
         return self.model_dump_json(indent=1).encode()
+
+
+def readable_forensics(value: object) -> tuple[dict[str, Any] | None, str | None]:
+    """A trial record's ``forensics`` as every reader takes it: ``(value, None)`` when it is
+    ``None`` or reads as a :class:`~aorta.hang.HangReport`; ``(None, why)`` when it does not
+    (a hand-edited record, another version's layout), and the record is read without it.
+
+    >>> readable_forensics(None), readable_forensics({"summary": "s", "kind": "none"})[1]
+    ((None, None), None)
+    >>> readable_forensics({"summary": "s", "kind": "none", "culprit_ranks": 5})
+    (None, 'its forensics are left out: report.culprit_ranks: must be a list')
+    >>> readable_forensics("x")
+    (None, 'its forensics are left out: a string, not a mapping')
+    """
+    if value is None:
+        return None, None
+    if not isinstance(value, dict):
+        kind = "a string" if isinstance(value, str) else f"a {type(value).__name__}"
+        return None, f"its forensics are left out: {kind}, not a mapping"
+    try:
+        HangReport.from_dict(value)
+    except (ValueError, TypeError) as exc:
+        return None, f"its forensics are left out: {' '.join(str(exc).split())[:200]}"
+    return value, None
 
 
 def merge_ranks(outcomes: Sequence[RankOutcome | None], world_size: int) -> dict[str, Any]:

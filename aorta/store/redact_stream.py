@@ -12,6 +12,13 @@ once it decompresses past the caller's ``limit``: :class:`TooBig`).
 A ``.json`` file that is not JSON (JSON lines, a truncated dump) is redacted as text instead;
 one nested deeper than :data:`MAX_JSON_DEPTH` raises :class:`TooDeep` (the bundle leaves it out).
 
+What a file holds is told by its bytes, not its name (:func:`sniff`): gzip, bzip2 or xz data
+is decompressed whatever it is called (gzip bytes in a ``.log``; gzip inside gzip, up to
+:data:`MAX_LAYERS` deep) and compressed again alike; UTF-16 and UTF-32 text (a byte-order
+mark, or every other byte NUL) is decoded, redacted and written back in its encoding. What
+cannot be scanned (zip, zstd, 7z or lz4 data; deeper nesting; UTF-16 that does not decode)
+raises :class:`Unscannable`, whose message says why (the bundle leaves it out with it).
+
 >>> import io, tempfile, pathlib
 >>> from aorta.store.redact import Redactor
 >>> path = pathlib.Path(tempfile.mkdtemp()) / "fr_0.json"
@@ -27,20 +34,32 @@ from __future__ import annotations
 
 import bz2
 import codecs
+import contextlib
 import functools
 import gzip
+import io
 import itertools
 import json
 import lzma
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 from aorta.store.redact import DELIMITERS, Redactor, yaml_counted
 from aorta.store.secrets import REDACTED, SECRET_FLAG
 
-__all__ = ["COMPRESSED", "MAX_JSON_DEPTH", "TooBig", "TooDeep", "redact_file"]
+__all__ = [
+    "COMPRESSED",
+    "MAX_JSON_DEPTH",
+    "MAX_LAYERS",
+    "Sniffed",
+    "TooBig",
+    "TooDeep",
+    "Unscannable",
+    "redact_file",
+    "sniff",
+]
 
 #: JSON nested deeper than this is not scanned (a hostile artifact must not exhaust memory or
 #: the stack): :class:`TooDeep`.
@@ -73,6 +92,124 @@ class TooDeep(Exception):
     """JSON nested deeper than :data:`MAX_JSON_DEPTH`."""
 
 
+class Unscannable(Exception):
+    """Content whose text cannot be reached (an archive, a compressor aorta cannot read,
+    compression nested past :data:`MAX_LAYERS`, broken UTF-16); the message says which."""
+
+
+#: Compression inside compression decompressed at most this deep (a file is one layer).
+MAX_LAYERS = 3
+#: Compressed data by its first bytes: what is decompressed, and what is refused.
+_MAGIC = ((b"\x1f\x8b", ".gz"), (b"BZh", ".bz2"), (b"\xfd7zXZ\x00", ".xz"))
+_OPAQUE = (
+    (b"PK\x03\x04", "zip"),
+    (b"(\xb5/\xfd", "zstd"),
+    (b"7z\xbc\xaf\x27\x1c", "7z"),
+    (b"\x04\x22\x4d\x18", "lz4"),
+)
+#: Byte-order marks, longest first (UTF-32's starts as UTF-16's does).
+_BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32-le"),
+    (codecs.BOM_UTF32_BE, "utf-32-be"),
+    (codecs.BOM_UTF16_LE, "utf-16-le"),
+    (codecs.BOM_UTF16_BE, "utf-16-be"),
+)
+_HEAD = 4096
+
+
+class Sniffed(NamedTuple):
+    """What a file holds: its compression layers, outermost first (``(".gz", ".gz")``: gzip
+    inside gzip), its text encoding and byte-order mark, and the first bytes of its content."""
+
+    layers: tuple[str, ...]
+    encoding: str
+    bom: bytes
+    head: bytes
+
+    @property
+    def note(self) -> str | None:
+        """How it went in, for the bundle's manifest (``None``: plain UTF-8)."""
+        parts = []
+        if self.layers:
+            names = " inside ".join(reversed([_NAMES[x] for x in self.layers]))
+            parts.append(f"{names}: decompressed, scanned, recompressed")
+        if self.encoding != "utf-8":
+            parts.append(f"{self.encoding.upper().removesuffix('-LE').removesuffix('-BE')} text")
+        return "; ".join(parts) or None
+
+
+_NAMES = {".gz": "gzip", ".bz2": "bzip2", ".xz": "xz"}
+
+
+def _open_layer(src: IO[bytes], packed: str) -> IO[bytes]:
+    inner: IO[bytes]
+    if packed == ".gz":
+        inner = gzip.GzipFile(fileobj=src, mode="rb")
+    elif packed == ".bz2":
+        inner = bz2.BZ2File(src, "rb")
+    else:
+        inner = lzma.LZMAFile(src, "rb")
+    return io.BufferedReader(inner)  # type: ignore[arg-type]
+
+
+def _layer_of(head: bytes) -> str | None:
+    found = next((packed for magic, packed in _MAGIC if head.startswith(magic)), None)
+    if found is None and (opaque := next((n for m, n in _OPAQUE if head.startswith(m)), None)):
+        raise Unscannable(f"{opaque} data: it cannot be scanned")
+    return found
+
+
+def _encoding_of(head: bytes) -> tuple[str, bytes]:
+    """The text encoding of content starting ``head``, and its byte-order mark."""
+    for bom, name in _BOMS:
+        if head.startswith(bom):
+            return name, bom
+    pairs = len(head) // 2
+    if pairs >= 8 and head.count(0) >= pairs * 9 // 10:
+        # ASCII as UTF-16 without a mark: every other byte is NUL.
+        # (NUL padding, a run of zeros, is not: the other bytes must not be NUL either.)
+        even, odd = head[0 : 2 * pairs : 2].count(0), head[1 : 2 * pairs : 2].count(0)
+        if odd >= pairs * 9 // 10 and even <= pairs // 10:
+            return "utf-16-le", b""
+        if even >= pairs * 9 // 10 and odd <= pairs // 10:
+            return "utf-16-be", b""
+    return "utf-8", b""
+
+
+@contextlib.contextmanager
+def _content(path: Path) -> Iterator[tuple[IO[bytes], Sniffed]]:
+    """``path``'s content, decompressed through every layer its bytes show, and what it is."""
+    with contextlib.ExitStack() as stack:
+        src: IO[bytes] = stack.enter_context(open(path, "rb"))  # noqa: SIM115
+        layers: list[str] = []
+        while (packed := _layer_of(src.peek(_HEAD)[:_HEAD])) is not None:  # type: ignore[attr-defined]
+            if len(layers) == MAX_LAYERS:
+                raise Unscannable(
+                    f"compressed more than {MAX_LAYERS} levels deep: it cannot be scanned"
+                )
+            layers.append(packed)
+            src = stack.enter_context(_open_layer(src, packed))
+        head = src.peek(_HEAD)[:_HEAD]  # type: ignore[attr-defined]
+        encoding, bom = _encoding_of(head)
+        if bom:
+            src.read(len(bom))
+        yield src, Sniffed(tuple(layers), encoding, bom, head)
+
+
+def sniff(path: Path) -> Sniffed:
+    """What ``path`` holds, by its bytes (:class:`Sniffed`); :class:`Unscannable` for what
+    cannot be scanned, and what reading raises (``OSError``, a broken stream).
+
+    >>> import gzip, pathlib, tempfile
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "rank0.log"
+    >>> _ = path.write_bytes(gzip.compress(gzip.compress("tok=x\\n".encode("utf-16"))))
+    >>> sniff(path).layers, sniff(path).encoding, sniff(path).note
+    (('.gz', '.gz'), 'utf-16-le', 'gzip inside gzip: decompressed, scanned, recompressed; UTF-16 text')
+    """
+    with _content(path) as (_src, found):
+        return found
+
+
 class _NotJson(Exception):
     pass
 
@@ -86,50 +223,53 @@ def _suffixes(name: str) -> tuple[str | None, str]:
 
 
 def redact_file(path: Path, out: IO[bytes], redactor: Redactor, *, limit: int) -> int:
-    """Write ``path`` redacted to ``out`` (compressed again as it was) and return how many
-    things were masked. Raises :class:`TooBig` past ``limit`` bytes of (decompressed) content,
-    :class:`TooDeep`, and what reading raises (``OSError``, ``EOFError``, a bad archive)."""
-    packed, inner = _suffixes(path.name)
+    """Write ``path`` redacted to ``out`` (compressed again and encoded as it was: see
+    :func:`sniff`) and return how many things were masked. Raises :class:`TooBig` past
+    ``limit`` bytes of (decompressed) content, :class:`TooDeep`, :class:`Unscannable`, and
+    what reading raises (``OSError``, ``EOFError``, a bad archive)."""
+    _packed, inner = _suffixes(path.name)
     if inner == ".json":
         start = out.tell()
         try:
-            return _through(path, out, packed, limit, lambda c, w: _json(c, w, redactor))
+            return _through(path, out, limit, lambda c, w: _json(c, w, redactor))
         except _NotJson:  # JSON lines, a truncated dump: its text is redacted instead
             out.seek(start)
             out.truncate()
     if inner in _WHOLE:
-        return _through(path, out, packed, limit, lambda c, w: _whole(c, w, inner, redactor))
-    return _through(path, out, packed, limit, lambda c, w: _text(c, w, redactor.text_counted))
+        return _through(path, out, limit, lambda c, w: _whole(c, w, inner, redactor))
+    return _through(path, out, limit, lambda c, w: _text(c, w, redactor.text_counted))
 
 
 def _through(
     path: Path,
     out: IO[bytes],
-    packed: str | None,
     limit: int,
     body: Callable[[Iterator[str], Callable[[str], None]], int],
 ) -> int:
     """Decode ``path`` (decompressed) into ``body``'s chunks, encode what it writes to ``out``
-    (compressed alike); the round trip keeps stray non-UTF-8 bytes as they were."""
-    opener = COMPRESSED[packed] if packed else open
-    with opener(path, "rb") as src:
+    (compressed and encoded alike); the round trip keeps stray bytes as they were."""
+    with _content(path) as (src, found), contextlib.ExitStack() as sinks:
         sink: Any = out
-        if packed == ".gz":
-            sink = gzip.GzipFile(fileobj=out, mode="wb", compresslevel=6, mtime=0)
-        elif packed:
-            sink = {".bz2": bz2.BZ2File, ".xz": lzma.LZMAFile}[packed](out, "wb")
+        for packed in found.layers:  # outermost first: each wraps the one outside it
+            if packed == ".gz":
+                sink = gzip.GzipFile(fileobj=sink, mode="wb", compresslevel=6, mtime=0)
+            else:
+                sink = {".bz2": bz2.BZ2File, ".xz": lzma.LZMAFile}[packed](sink, "wb")
+            sinks.callback(sink.close)  # the compressors' trailers, innermost first
+        errors = "surrogateescape" if found.encoding == "utf-8" else "surrogatepass"
+        sink.write(found.bom)
         try:
-            n = body(
-                _chunks(src, limit), lambda t: sink.write(t.encode("utf-8", "surrogateescape"))
+            return body(
+                _chunks(src, limit, found.encoding),
+                lambda t: sink.write(t.encode(found.encoding, errors)),
             )
-        finally:
-            if sink is not out:
-                sink.close()  # the compressor's trailer; ``out`` stays open
-    return n
+        except UnicodeDecodeError as exc:
+            raise Unscannable(f"not {found.encoding.upper()} text ({exc.reason})") from None
 
 
-def _chunks(src: IO[bytes], limit: int) -> Iterator[str]:
-    decode = codecs.getincrementaldecoder("utf-8")("surrogateescape").decode
+def _chunks(src: IO[bytes], limit: int, encoding: str = "utf-8") -> Iterator[str]:
+    errors = "surrogateescape" if encoding == "utf-8" else "surrogatepass"
+    decode = codecs.getincrementaldecoder(encoding)(errors).decode
     read = 0
     while data := src.read(_READ):
         read += len(data)

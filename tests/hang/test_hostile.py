@@ -201,7 +201,7 @@ def test_the_command_prints_one_error_line_and_no_traceback(tmp_path, run_cli, n
     path = tmp_path / name
     path.write_bytes(_evil(tmp_path, 4) if data is None else data)
     code, out, err = run_cli("hang", "analyze", path)
-    assert code == ExitCode.ERROR
+    assert code == ExitCode.USAGE  # bad input, as docs/hangs.md says
     assert out == ""
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"Error: {path}: ") and expect in lines[0]
@@ -213,7 +213,7 @@ def test_a_broken_dump_inside_a_folder_is_an_error_too(tmp_path, run_cli):
     (tmp_path / "fr_0.json").write_bytes(GOOD_JSON)
     (tmp_path / "fr_1.json").write_bytes(GOOD_JSON[:900])
     code, _, err = run_cli("hang", "analyze", tmp_path)
-    assert code == ExitCode.ERROR
+    assert code == ExitCode.USAGE
     assert err.strip() == "Error: fr_1.json: byte 900: truncated JSON (unexpected end of data)"
 
 

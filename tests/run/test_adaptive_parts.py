@@ -197,3 +197,29 @@ def test_extending_only_decided_cells_of_an_adaptive_run_is_refused(tmp_path):
     with pytest.raises(UsageError, match="would run nothing"):
         record_extension(done.path, trials=20, cells=None)
     assert json.loads(done.manifest_path.read_text())["status"] == "complete"
+
+
+def test_once_every_cell_stopped_no_later_trial_decides_anything():
+    """max_trials may be a million: after every cell stopped, each later trial's answer costs
+    nothing (it cost a walk over every decision point before it: O(max_trials²) CPU)."""
+    text = RECIPE.replace("max_trials: 3000", "max_trials: 1000000")
+    p = plan(load_recipe_text(text, command=["true"]), registry=Registry.load(entry_points=False))
+    records = [r for r in _records(12) if r.cell != "flaky"]
+    cells = [c for c in _cells(1_000_000) if c["name"] != "flaky"]
+    header = {"baseline": "base", "threshold": 1.15, "schedule": "adaptive"}
+    looked: list[int] = []
+
+    def dataset(point):
+        looked.append(point)
+        return build_dataset(cells, [r for r in records if r.trial < point], attrs=header)
+
+    schedule = AdaptiveSchedule(p, dataset=dataset)
+    for trial in range(13):
+        schedule.active(trial)
+    assert schedule.settled and schedule.active(12) == (frozenset(), [])
+    points = list(looked)
+    assert points == sorted(set(points)) and points[-1] <= 12  # each point once, in order
+    for trial in range(13, 1_000_000, 997):
+        assert schedule.active(trial) == (frozenset(), [])
+    assert looked == points  # nothing more was decided
+    assert schedule.bound({(r.cell, r.trial) for r in records}) == len(records)

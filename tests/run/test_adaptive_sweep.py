@@ -200,3 +200,32 @@ def test_a_flaky_cell_with_a_lucky_start_is_called_more_failures_and_stops_early
     assert df.loc["flaky", "failures_vs_baseline"] == "more"
     assert df.loc["flaky", "reason"] == flaky["reason"]
     assert df.attrs["max_trials"] == 40
+
+
+def test_a_million_trial_cap_ends_when_the_cells_stop(tmp_path):
+    """After every cell stopped, the sweep ends: it walked the rest of max_trials, deciding
+    every earlier point again for each trial (max_trials 32,000: 141 s of CPU for nothing)."""
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(
+        "ticket: CAP\nschedule: adaptive\nadaptive: {min_trials: 5, max_trials: 1000000}\n"
+        "cells: [{name: base, mitigations: [none]}, {name: same, mitigations: [none]}]\n"
+    )
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc = subprocess.run(
+        [AORTA, "sweep", "run", "--recipe", str(recipe), "-o", str(tmp_path / "out"), "--", "true"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    assert proc.returncode == ExitCode.OK, proc.stderr
+    (run_dir,) = (tmp_path / "out" / "CAP" / "command").iterdir()
+    matrix = json.loads((run_dir / "matrix.json").read_text())
+    assert matrix["adaptive"]["same"]["decided"] is True
+    ran = len(list((run_dir / "cells").glob("*/trial_*.json")))
+    assert ran < 10_000  # the cells stopped long before their cap
+    # Generous (both cores busy): each trial is a fork of `true`; the walk was O(max_trials²).
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    assert cpu < 60 + 0.5 * ran, (cpu, ran)

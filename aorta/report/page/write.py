@@ -59,6 +59,7 @@ from aorta.report.page.sections import (
     run_section,
 )
 from aorta.report.page.two_runs import RunSide, render_compare_page
+from aorta.store.record import readable_forensics
 from aorta.store.redact import redact_page
 from aorta.store.rundir import HANG_DIR, REPORT_HTML, RunDir, atomic_write, evidence_name
 
@@ -317,6 +318,10 @@ def read_run_files(rd: RunDir, ds: xr.Dataset) -> RunFiles:
             rec = _read_json(rd.trial_path(cell, t))
             if not isinstance(rec, dict):
                 continue
+            # Forensics no reader can take are left out (load_run warned of them already).
+            forensics, problem = readable_forensics(rec.get("forensics"))
+            if problem is not None:
+                rec = {**rec, "forensics": forensics}
             records[(cell, t)] = rec
             key = (status[i, j], str(rec.get("signature") or rec.get("error") or ""))
             if is_failed_status(status[i, j]) and key not in seen and len(seen) < _GROUPS_READ:
