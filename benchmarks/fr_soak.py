@@ -90,8 +90,12 @@ def main() -> None:
             got = soak(args.ranks, args.trials, armed=armed)
             rows.append(got)
             print(json.dumps(got), flush=True)
-    print(f"\n{args.ranks} ranks of one node × {args.trials} trials of `true`, {args.runs} run(s) each:\n")
-    print("| forensics | complete sweeps | records (ok) | hang/ left | aorta-* left in the temp folder | ms per trial |")
+    print(
+        f"\n{args.ranks} ranks of one node × {args.trials} trials of `true`, {args.runs} run(s) each:\n"
+    )
+    print(
+        "| forensics | complete sweeps | records (ok) | hang/ left | aorta-* left in the temp folder | ms per trial |"
+    )
     print("|---|---:|---:|---:|---:|---:|")
     per = {}
     for armed in (True, False):

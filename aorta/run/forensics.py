@@ -249,7 +249,10 @@ def request_dump(name: str, deadline: float, wait_s: float) -> dict[str, Any]:
                 break
             reply += chunk
         if len(reply) > MAX_REPLY_BYTES:
-            return {"listener": True, "error": f"the listener's reply passed {MAX_REPLY_BYTES} bytes"}
+            return {
+                "listener": True,
+                "error": f"the listener's reply passed {MAX_REPLY_BYTES} bytes",
+            }
         return {"listener": True, **checked_reply(json.loads(reply or b"{}"))}
     except TimeoutError:
         return {
@@ -645,7 +648,9 @@ class Capture:
         threads = stacks.get(pid)
         if threads is not None:
             with contextlib.suppress(OSError):
-                files.append(self.dir.write(evidence_name("stacks", rank), json.dumps(threads, indent=1)))
+                files.append(
+                    self.dir.write(evidence_name("stacks", rank), json.dumps(threads, indent=1))
+                )
         elif pid in notes:
             rank_notes.append(notes[pid])
         others = [

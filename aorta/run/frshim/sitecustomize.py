@@ -2,7 +2,7 @@
 
 A trial armed for hang forensics (``aorta/run/forensics.py``) has this folder first on its
 ``PYTHONPATH`` and ``AORTA_FR_LISTEN=<trial token>`` in its environment, so every Python
-process it starts — aorta's own worker, or the ranks a probe command's ``torchrun`` starts —
+process it starts -- aorta's own worker, or the ranks a probe command's ``torchrun`` starts --
 imports this file as ``sitecustomize``. It costs such a process one entry in ``sys.meta_path``;
 only a process that imports ``torch.distributed`` starts a listener thread, bound to the
 abstract Unix socket ``aorta-fr.<token>.<pid>`` (no file; gone with the process).
@@ -16,10 +16,10 @@ connection is refused and closed at once. Each accepted connection of this user 
 served by a thread of its own with a short read deadline, so a client that connects and says
 nothing holds up nobody. It writes only there. A thread is needed because a rank stuck in a
 collective never returns to the eval loop, so a signal handler would never run; the thread
-needs the GIL, so a rank that holds it in a C call does not answer — py-spy shows that one.
+needs the GIL, so a rank that holds it in a C call does not answer -- py-spy shows that one.
 
 Another ``sitecustomize`` further on ``sys.path`` (a distribution's, a site's) still runs: this
-one executes it after itself — once, even when this folder (or another aorta's) appears on the
+one executes it after itself -- once, even when this folder (or another aorta's) appears on the
 path several times. Written for every Python a trial may start: Python 2.7 and 3.x parse it;
 before 3.8 (no PyTorch with a flight recorder runs there) it only chains.
 """
