@@ -169,13 +169,17 @@ def _chain(seen):
     aorta shim that already ran: a path listing this folder twice would recurse)."""
     rest = [p for p in sys.path if os.path.realpath(os.path.abspath(p or os.curdir)) not in seen]
     if sys.version_info >= (3, 5):
+        # importlib.machinery only: importlib.util would import contextlib, warnings and
+        # collections into every process a trial starts (~5 ms each), for module_from_spec.
         import importlib.machinery
-        import importlib.util
 
         spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
         if spec is None or spec.loader is None:
             return
-        module = importlib.util.module_from_spec(spec)
+        module = type(sys)(spec.name)
+        module.__spec__, module.__loader__ = spec, spec.loader
+        module.__file__ = spec.origin
+        module.__cached__ = getattr(spec, "cached", None)
         sys.modules[__name__] = module
         spec.loader.exec_module(module)
         return
