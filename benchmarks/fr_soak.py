@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -100,8 +101,7 @@ def main() -> None:
     per = {}
     for armed in (True, False):
         mine = [r for r in rows if r["armed"] is armed]
-        ms = sorted(float(r["per_trial_ms"]) for r in mine)  # type: ignore[arg-type]
-        per[armed] = ms[len(ms) // 2]
+        per[armed] = statistics.median(float(r["per_trial_ms"]) for r in mine)  # type: ignore[arg-type]
         print(
             f"| {'armed' if armed else 'flight recorder off'} "
             f"| {sum(r['rc'] == 0 for r in mine)}/{len(mine)} "
@@ -110,7 +110,8 @@ def main() -> None:
             f"| {sum(len(r['tmp_left']) for r in mine)} "  # type: ignore[arg-type]
             f"| {per[armed]:.1f} |"
         )
-    print(f"\narmed / off, median ms per trial: {per[True] / per[False]:.3f}")
+    print(f"\narmed / off, median ms per trial: {per[True] / per[False]:.3f} "
+          f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)")  # fmt: skip
     failed = [r for r in rows if r["rc"] != 0 or r["records"] != args.trials or r["tmp_left"]]
     if failed:
         print(f"FAILED: {failed}")

@@ -622,6 +622,8 @@ class Capture:
         raw = reply.get("name")
         if raw is not None and "bytes" in reply and self.dir.is_file(raw):
             target = evidence_name("fr", rank)
+            if reply.get("error"):  # a field of the reply left out (checked_reply)
+                rank_notes.append(reply["error"])
             with contextlib.suppress(OSError):
                 files.append(self.dir.rename(raw, target))
                 data = self.dir.read(target, MAX_DUMP_BYTES)
