@@ -126,6 +126,19 @@ def test_stale_pipes_folders_of_gone_processes_are_cleared_and_no_other(tmp_path
     assert live.is_dir() and elsewhere.is_dir() and young.is_dir() and (target / "keep").exists()
 
 
+def test_a_sweep_starts_by_clearing_what_gone_sweeps_left(tmp_path, monkeypatch):
+    import tempfile
+
+    from aorta.run.orphans import OrphanGuard
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    ns = pipes_prefix()[len("aorta-fr-") :].split(".")[0]
+    stale = tmp_path / f"aorta-fr-{ns}.{_dead_pid()}-xyz"
+    stale.mkdir()
+    with OrphanGuard():
+        assert not stale.exists()
+
+
 _KILLED = """
 import os, signal, sys
 from aorta.run.hangfiles import make_pipes_folder
