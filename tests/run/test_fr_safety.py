@@ -473,3 +473,28 @@ def test_readers_find_the_evidence_in_either_layout(tmp_path, layout):
     )
     rel = (trial / layout.format(r=1) / "capture_1.json").relative_to(tmp_path).as_posix()
     assert _kind(rel) == "core"  # a bundle always carries it
+
+
+@pytest.mark.slow
+def test_a_capture_that_fails_says_so_and_never_blames_enabled_false(tmp_path, monkeypatch):
+    from aorta.recipe.schema import load_recipe_text
+    from aorta.run import forensics
+    from aorta.run.sweep import sweep
+    from aorta.store.rundir import RunDir
+
+    def broken(self, *args, **kwargs):
+        raise RuntimeError("a bug in the capture")
+
+    monkeypatch.setattr(forensics.Capture, "_take", broken)
+    recipe = load_recipe_text(
+        "trials: 1\ntimeout_per_trial: 60\nhang_after: 1\ncells: [{name: a, mitigations: [none]}]\n",
+        command=["sh", "-c", "exec sleep 60"],
+    )
+    result = sweep(recipe, output=tmp_path, progress="none")
+    (record,) = RunDir(result.run_dir).trial_records()
+    assert record.status.value == "timeout" and record.forensics is None
+    assert "the capture found nothing to read" in (record.signature_hint or "")
+    assert "enabled: false" not in (record.signature_hint or "")
+    assert any(
+        "the capture failed: RuntimeError: a bug in the capture" in w for w in record.warnings
+    )
