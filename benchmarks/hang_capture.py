@@ -16,6 +16,11 @@
 3. **Arming a healthy trial.** A 2-rank torchrun sweep of the race workload (gloo, CPU) with
    two cells, interleaved: the default (armed) and the recorder off; ``aorta.compare`` gives
    the step-time ratio with its CI.
+4. **Arming's fixed cost per trial** (issue 44): what a rank spends arming and cleaning one
+   trial (its own ``hang/rank<N>/`` folder, the pipes' temp folder, both removed again), median
+   of ``--rounds``, and what the listener shim adds to the start of each of the trial's Python
+   processes (``python -c pass`` with and without it, alternated); both against a trial's steps
+   of the race workload (3.).
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from pathlib import Path
 
 from aorta import envvars
 from aorta.recipe.schema import Forensics
-from aorta.run.forensics import Capture
+from aorta.run.forensics import SHIM_DIR, Capture
 
 RANK = """
 import os, time
@@ -186,6 +191,40 @@ def arming_cost(trials: int, steps: int) -> float:
     return step_ms
 
 
+def files_cost(rounds: int) -> float:
+    """ms a rank spends arming and closing one trial (folders and the pipes folder), median."""
+    times = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in range(rounds):
+            capture = Capture(Forensics(), folder=Path(tmp) / f"trial_{n:04d}", token=f"t{n}",
+                              rank=0, local_rank=0, host="h", logs=[])  # fmt: skip
+            start = time.perf_counter()
+            capture.arming_env(os.environ)
+            capture.close()
+            times.append(time.perf_counter() - start)
+    ms = 1000 * statistics.median(times)
+    print(f"arming and closing one trial on a rank (folders + pipes folder, median of {rounds}): "
+          f"{ms:.3f} ms")  # fmt: skip
+    return ms
+
+
+def shim_cost(runs: int) -> float:
+    """ms the listener shim adds to a Python process's start (``-c pass``), median, alternated."""
+    times: dict[bool, list[float]] = {True: [], False: []}
+    for _ in range(runs):
+        for shim in (True, False):
+            env = {**os.environ}
+            if shim:
+                env.update({"PYTHONPATH": str(SHIM_DIR), envvars.FR_LISTEN: "bench"})
+            start = time.perf_counter()
+            subprocess.run([sys.executable, "-c", "pass"], env=env, check=True)
+            times[shim].append(time.perf_counter() - start)
+    on, off = (1000 * statistics.median(times[k]) for k in (True, False))
+    print(f"a Python process's start with the shim {on:.2f} ms, without {off:.2f} ms "
+          f"(median of {runs}): {on - off:+.2f} ms")  # fmt: skip
+    return on - off
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ranks", default="1,4,16")
@@ -193,9 +232,13 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--skip-arming", action="store_true")
+    parser.add_argument("--skip-capture", action="store_true")
+    parser.add_argument("--rounds", type=int, default=200, help="trials armed and closed (4.)")
     args = parser.parse_args()
-    capture_times([int(n) for n in args.ranks.split(",")])
+    if not args.skip_capture:
+        capture_times([int(n) for n in args.ranks.split(",")])
     per_op = recorder_cost(args.runs)
+    per_trial_ms = files_cost(args.rounds) + max(0.0, shim_cost(4 * args.runs))
     if not args.skip_arming:
         step_ms = arming_cost(args.trials, args.steps)
         # race fsdp: an all_gather and a reduce_scatter per layer, and the stop flag's all_reduce
@@ -203,6 +246,10 @@ def main() -> None:
         print(f"  the recorder's cost per collective x {ops} collectives per step: "
               f"{max(per_op, 0) * ops / 1000:.4f} ms, {max(per_op, 0) * ops / 10 / step_ms:.3f}% "
               "of a step (0 where the difference is below the noise)")  # fmt: skip
+        # one worker process per rank and trial loads the shim
+        print(f"  arming's fixed cost per trial: {per_trial_ms:.2f} ms, "
+              f"{100 * per_trial_ms / (args.steps * step_ms):.3f}% of a trial's {args.steps} "
+              f"steps")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -81,6 +81,7 @@ LONG_FILES_FIRST = (
     "tests/report/test_report_page.py",
     "tests/recipe/test_recipe_properties.py",
     "tests/run/test_hang_activity.py",
+    "tests/run/test_fr_safety.py",
     "tests/hang/test_live.py",
     "tests/matrix/test_stats_properties.py",
     "tests/matrix/test_trace_matrix.py",

@@ -1,7 +1,8 @@
 """A user's hang evidence from files and folders, classified by content.
 
 What :func:`load_evidence` takes (a file named, or any file in a folder named, and in its
-subfolders one level down — a trial folder's ``hang/`` — never through a link to a folder):
+subfolders one level down — a trial folder's ``hang/``, with each rank's ``hang/rank<N>/`` in
+it — never through a link to a folder):
 
 - a flight-recorder dump, JSON or pickle (a mapping with ``entries``, ``pg_config`` or
   ``pg_status``), however it is named: PyTorch's ``nccl_trace_rank_3``, ``fr_dump_3.json``,
@@ -76,6 +77,8 @@ _SNIFF = 4096
 _EXTENSIONS = {".json", ".pkl", ".pickle", ".log", ".txt", ".out", ".err", ".stdout", ".stderr"}
 _TRAILING = re.compile(r"(\d+)$")
 _CAPTURE_KEYS = {"pid", "host", "notes", "exited"}
+#: A rank's own evidence folder inside ``hang/`` (``aorta.store.rundir.evidence_rank_dir``).
+_RANK_DIR = re.compile(r"rank\d+")
 
 Kind = Literal["dump", "stacks", "capture", "log"]
 #: Charges a cost (bytes) to the budget, saying what it is for (refused: an error).
@@ -132,12 +135,24 @@ class _Budget:
         self.used += cost.held
 
 
+def _inner(folder: Path) -> list[Path]:
+    """A folder's entries, with those of each rank's own subfolder (``hang/rank3/``) in their
+    place: how a trial's evidence is laid out since its ranks stopped sharing ``hang/``."""
+    out: list[Path] = []
+    for path in sorted(folder.iterdir()):
+        if _RANK_DIR.fullmatch(path.name) and path.is_dir() and not path.is_symlink():
+            out.extend(sorted(path.iterdir()))
+        else:
+            out.append(path)
+    return out
+
+
 def _walk(folder: Path) -> Iterator[Path]:
     count = 0
-    for depth_one in sorted(folder.iterdir()):
+    for depth_one in _inner(folder):
         inner = [depth_one]
         if depth_one.is_dir() and not depth_one.is_symlink():
-            inner = sorted(depth_one.iterdir())
+            inner = _inner(depth_one)
         for path in inner:
             # Hidden files are half-written or left behind (a capture's temporaries), never
             # a rank's evidence.

@@ -18,10 +18,16 @@ interrupted, and before any process is signalled, for every process of the trial
 3. the last lines of the rank's logs (the watchdog's lines among them).
 
 Each step has its own deadline, so a capture holds a kill back by at most ``CAPTURE_BOUND_S``
-(15 s). The files go into the trial's ``hang/`` folder per rank (``fr_<rank>.json``,
-``stacks_<rank>.json``, ``capture_<rank>.json``); :attr:`Capture.evidence` holds the same,
-trimmed to a few kB a rank, for the record: it travels to rank 0 with the rank's outcome,
-where :func:`aorta.hang.analyze` says who stopped where.
+(15 s). The files go into this aorta rank's own folder of the trial, ``hang/rank<N>/``
+(:class:`aorta.run.hangfiles.EvidenceDir`: ``fr_<rank>.json``, ``stacks_<rank>.json``,
+``capture_<rank>.json``), which no other rank of the node creates, renames or removes;
+:attr:`Capture.evidence` holds the same, trimmed to a few kB a rank, for the record: it travels
+to rank 0 with the rank's outcome, where :func:`aorta.hang.analyze` says who stopped where.
+
+Nothing a trial (or another user) can reach is trusted: a listener's reply is checked to come
+from the process asked (``SO_PEERCRED``) and each of its fields is type-checked (a bad one is
+left out with a note, never the end of the capture); folders are opened without following a
+link and files read only when regular (a FIFO named like a log is passed over, not waited on).
 """
 
 from __future__ import annotations
@@ -33,9 +39,9 @@ import os
 import re
 import shutil
 import socket
+import struct
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -46,14 +52,9 @@ from aorta import envvars
 from aorta.hang import MAX_DUMP_BYTES, HangEvidenceError, RankEvidence, analyze, parse_dump
 from aorta.recipe.schema import Forensics
 from aorta.run.hang import trial_processes
+from aorta.run.hangfiles import EvidenceDir, make_pipes_folder, read_regular
 from aorta.store.record import RankOutcome, TrialStatus
-from aorta.store.rundir import (
-    HANG_DIR,
-    NCCL_DUMP_PREFIX,
-    atomic_write,
-    evidence_name,
-    gpu_evidence_name,
-)
+from aorta.store.rundir import NCCL_DUMP_PREFIX, evidence_name, gpu_evidence_name
 
 __all__ = [
     "CAPTURE_BOUND_S",
@@ -85,6 +86,10 @@ MAX_PROCESSES = 64
 KEEP_ENTRIES, KEEP_THREADS, KEEP_FRAMES, KEEP_LINES, LINE_CHARS = 64, 16, 40, 40, 400
 #: The end of each log read for its last lines and watchdog lines.
 LOG_TAIL_BYTES = 1 << 20
+#: The longest reply a listener may send.
+MAX_REPLY_BYTES = 64 * 1024
+#: A listener reply's numeric fields, and the smallest value each may take.
+_REPLY_INTS = {"rank": 0, "world_size": 1, "bytes": 0, "pid": 1}
 
 _WATCHDOG = re.compile(
     r"watchdog|WorkNCCL\(|WorkGloo|last enqueued|last completed|collective operation timeout"
@@ -119,16 +124,12 @@ def watchdog_lines(lines: Sequence[str]) -> list[str]:
 
 
 def _tail_lines(path: Path, *, limit: int = LOG_TAIL_BYTES) -> list[str]:
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - limit))
-            data = fh.read(limit)
-    except OSError:
+    """The last lines of a log: a regular file only, never through a link, never a FIFO."""
+    data = read_regular(path, limit, tail=True)
+    if data is None:
         return []
     lines = data.decode(errors="replace").splitlines()
-    return lines[1:] if size > limit and lines else lines
+    return lines[1:] if len(data) >= limit and lines else lines
 
 
 def _clip(line: str) -> str:
@@ -170,16 +171,61 @@ def _is_python(facts: Mapping[str, Any]) -> bool:
     return exe.startswith("python") or os.path.basename(first).startswith("python")
 
 
+def checked_reply(got: Any) -> dict[str, Any]:
+    """A listener's reply with only the fields it may have, each of its type (a number where
+    a number belongs, within bounds); whatever else it said is left out and named in
+    ``error``, so a bad reply costs its own fields, never the capture.
+
+    >>> checked_reply({"rank": 3, "world_size": 8, "bytes": 10})
+    {'rank': 3, 'world_size': 8, 'bytes': 10}
+    >>> checked_reply({"rank": "x", "bytes": 5})["error"]
+    "the listener's reply had an invalid rank (left out)"
+    """
+    if not isinstance(got, dict):
+        return {"error": f"the listener's reply is not a JSON object ({type(got).__name__})"}
+    out: dict[str, Any] = {}
+    bad = []
+    for key, low in _REPLY_INTS.items():
+        value = got.get(key)
+        if value is None:
+            continue
+        if isinstance(value, int) and not isinstance(value, bool) and low <= value < 2**31:
+            out[key] = value
+        else:
+            bad.append(key)
+    notes = []
+    error = got.get("error")
+    if isinstance(error, str):
+        notes.append(_clip(error))
+    elif error is not None:
+        bad.append("error")
+    if bad:
+        notes.append(f"the listener's reply had an invalid {', '.join(bad)} (left out)")
+    if notes:
+        out["error"] = "; ".join(notes)
+    return out
+
+
+def _peer(sock: socket.socket) -> tuple[int, int]:
+    """(pid, uid) of the process that holds the other end of a connected Unix socket."""
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    pid, uid, _ = struct.unpack("3i", creds)
+    return pid, uid
+
+
 def request_dump(name: str, deadline: float, wait_s: float) -> dict[str, Any]:
     """Ask the listener ``name`` (``aorta-fr.<token>.<pid>``) to write its flight-recorder
     dump (into the trial's ``AORTA_FR_DIR``, as ``.fr.<token>.<pid>.json``) before
     ``deadline`` (a ``time.monotonic()`` value, ``wait_s`` from now). Returns its reply
-    (``rank``, ``world_size``, ``bytes`` or ``error``) with ``listener``: ``False`` when the
-    process has none.
+    (``rank``, ``world_size``, ``bytes`` or ``error``: :func:`checked_reply`) with
+    ``listener``: ``False`` when the process has none — or when the socket of that name is
+    held by another process (``SO_PEERCRED``: anyone may bind an abstract name first), which is
+    then not asked.
 
     >>> request_dump("aorta-fr.none.1", time.monotonic() + 1, 1)
     {'listener': False}
     """
+    expected = name.rsplit(".", 1)[-1]
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.settimeout(max(0.05, deadline - time.monotonic()))
@@ -187,16 +233,27 @@ def request_dump(name: str, deadline: float, wait_s: float) -> dict[str, Any]:
             sock.connect("\0" + name)
         except OSError:
             return {"listener": False}
+        pid, uid = _peer(sock)
+        if (expected.isdigit() and pid != int(expected)) or uid not in (0, os.getuid()):
+            return {
+                "listener": False,
+                "error": f"the listener's name is held by another process (pid {pid}, uid "
+                f"{uid}): not asked",
+            }
         sock.sendall(b"dump\n")
         reply = b""
-        while not reply.endswith(b"\n"):
+        while not reply.endswith(b"\n") and len(reply) <= MAX_REPLY_BYTES:
             sock.settimeout(max(0.05, deadline - time.monotonic()))
             chunk = sock.recv(4096)
             if not chunk:
                 break
             reply += chunk
-        got = json.loads(reply or b"{}")
-        return {"listener": True, **(got if isinstance(got, dict) else {})}
+        if len(reply) > MAX_REPLY_BYTES:
+            return {
+                "listener": True,
+                "error": f"the listener's reply passed {MAX_REPLY_BYTES} bytes",
+            }
+        return {"listener": True, **checked_reply(json.loads(reply or b"{}"))}
     except TimeoutError:
         return {
             "listener": True,
@@ -310,8 +367,12 @@ class Capture:
         self.host = host
         self.logs = [Path(p) for p in logs]
         self.peers = peers
+        #: This rank's own evidence folder in the trial (``hang/rank<N>/``).
+        self.dir = EvidenceDir(self.folder, rank)
         #: What the record keeps, one dict per rank (:class:`aorta.hang.RankEvidence`'s fields).
         self.evidence: list[dict[str, Any]] = []
+        #: Why the capture took nothing, when it ran and something went wrong.
+        self.failure: str | None = None
         #: Why the capture ran (``hang``, ``deadline``, ``stopped``, ``interrupted``), once it did.
         self.reason: str | None = None
         #: Seconds the capture took.
@@ -321,7 +382,8 @@ class Capture:
 
     @property
     def hang_dir(self) -> Path:
-        return self.folder / HANG_DIR
+        """This rank's evidence folder (``<trial>/hang/rank<N>/``)."""
+        return self.dir.path
 
     def arming_env(self, environ: Mapping[str, str]) -> dict[str, str]:
         """The variables that arm the trial, given the environment it would run with: none
@@ -329,7 +391,7 @@ class Capture:
         o = self.options
         if not (o.enabled and o.flight_recorder):
             return {}
-        self._pipes = Path(tempfile.mkdtemp(prefix="aorta-fr-"))
+        self._pipes = make_pipes_folder()
         wanted = {
             "TORCH_FR_BUFFER_SIZE": str(o.buffer_size),
             "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
@@ -337,26 +399,29 @@ class Capture:
             "TORCH_NCCL_DEBUG_INFO_PIPE_FILE": str(self._pipes / "pipe_rank_"),
         }
         env = {k: v for k, v in wanted.items() if k not in environ}
-        # NCCL's dump and the listener's write there, neither creates the folder.
-        self.hang_dir.mkdir(parents=True, exist_ok=True)
-        path = environ.get("PYTHONPATH", "")
-        env["PYTHONPATH"] = str(SHIM_DIR) + (os.pathsep + path if path else "")
+        # NCCL's dump and the listener's write there, neither creates the folder. A trial
+        # folder the sweep cannot write (a link a former trial left) arms nothing on disk.
+        with contextlib.suppress(OSError):
+            self.dir.make()
+        rest = [p for p in environ.get("PYTHONPATH", "").split(os.pathsep) if p != str(SHIM_DIR)]
+        env["PYTHONPATH"] = os.pathsep.join([str(SHIM_DIR), *(p for p in rest if p)])
         env[envvars.FR_LISTEN] = self.token
         env[envvars.FR_DIR] = str(self.hang_dir)
         return env
 
     def close(self) -> None:
-        """After the trial: remove what a listener wrote once nobody waited any more (a rank
-        that held the GIL answers when the kill frees it), the pipes' folder, and the
-        evidence folder if it stayed empty."""
-        for late in self.hang_dir.glob(f".fr.{self.token}.*"):
-            with contextlib.suppress(OSError):
-                late.unlink()
+        """After the trial: remove the pipes' folder, what a listener wrote once nobody
+        waited any more (a rank that held the GIL answers when the kill frees it), and this
+        rank's evidence folder — then ``hang/`` — if it stayed empty. Each step on its own:
+        none can fail the others or the trial (another rank may have removed ``hang/``)."""
         if self._pipes is not None:
             shutil.rmtree(self._pipes, ignore_errors=True)
             self._pipes = None
         with contextlib.suppress(OSError):
-            self.hang_dir.rmdir()  # armed for NCCL's dump, which never came
+            for late in self.dir.names():
+                if late.startswith(f".fr.{self.token}."):
+                    self.dir.unlink(late)
+        self.dir.remove_if_empty()  # armed for NCCL's dump, which never came
 
     def __call__(self, root: int, reason: str) -> None:
         """Take the evidence of ``root``'s trial (``reason``: why it is about to be killed)."""
@@ -375,6 +440,8 @@ class Capture:
                 self.peers.announce(reason)
         try:
             self._take(root, reason, dump_s, stacks_s)
+        except Exception as exc:  # never the kill's delay's end: say why nothing came
+            self.failure = f"the capture failed: {type(exc).__name__}: {_clip(str(exc))}"
         finally:
             self.seconds = time.monotonic() - start
             if self.peers is not None and not quick:
@@ -390,7 +457,8 @@ class Capture:
         marker = f"{envvars.TRIAL_TOKEN}={self.token}"
         pids = list(trial_processes(root, marker=marker))
         facts = {pid: _proc_facts(pid) for pid in pids}
-        self.hang_dir.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(OSError):  # a link in the way: said by each write's note
+            self.dir.make()
         replies = self._dumps(facts, time.monotonic() + dump_s)
         pythons = [p for p in pids if replies.get(p, {}).get("listener") or _is_python(facts[p])][
             :MAX_PROCESSES
@@ -406,7 +474,7 @@ class Capture:
             self._write_rank(rank, pid, reason, facts, replies, stacks, notes, marks + tail, pids)
         for reply in replies.values():  # dumps of processes that are no rank
             with contextlib.suppress(OSError):
-                Path(reply["path"]).unlink()
+                self.dir.unlink(reply["name"])
 
     def _dumps(
         self, facts: Mapping[int, dict[str, Any]], deadline: float
@@ -416,7 +484,7 @@ class Capture:
         if self._pipes is not None:  # NCCL's own trigger: one byte into each rank's pipe
             for pipe in self._pipes.glob("pipe_rank_*"):
                 with contextlib.suppress(OSError):
-                    fd = os.open(pipe, os.O_WRONLY | os.O_NONBLOCK)
+                    fd = os.open(pipe, os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
                     try:
                         os.write(fd, b"1")
                     finally:
@@ -425,10 +493,8 @@ class Capture:
         started = time.monotonic()
 
         def ask(pid: int) -> None:
-            replies[pid] = request_dump(
-                f"aorta-fr.{self.token}.{pid}", deadline, deadline - started
-            )
-            replies[pid]["path"] = str(self.hang_dir / f".fr.{self.token}.{pid}.json")
+            got = request_dump(f"aorta-fr.{self.token}.{pid}", deadline, deadline - started)
+            replies[pid] = {**got, "name": f".fr.{self.token}.{pid}.json"}
 
         threads = [threading.Thread(target=ask, args=(pid,), daemon=True) for pid in facts]
         for t in threads:
@@ -494,7 +560,8 @@ class Capture:
             else:
                 body = out if code == 0 else f"(exit {code}: {err.strip()[:200]})"
             parts.append(f"$ {tool}\n{body.rstrip()}\n")
-        atomic_write(self.hang_dir / gpu_evidence_name(self.host), "\n".join(parts))
+        with contextlib.suppress(OSError):
+            self.dir.write(gpu_evidence_name(self.host), "\n".join(parts))
 
     def _assign(
         self,
@@ -507,8 +574,8 @@ class Capture:
         the topmost carrying ``RANK``, else the trial's first process for this rank."""
         by_rank: dict[int, int] = {}
         for pid in pythons:
-            if "rank" in replies.get(pid, {}):
-                by_rank.setdefault(int(replies[pid]["rank"]), pid)
+            if isinstance(replies.get(pid, {}).get("rank"), int):  # checked_reply's
+                by_rank.setdefault(replies[pid]["rank"], pid)
         for pid in pythons:  # in tree order: parents first
             r = facts[pid].get("rank")
             if r is not None and r not in by_rank:
@@ -518,20 +585,22 @@ class Capture:
         return by_rank
 
     def _from_nccl(
-        self, path: Path, rank: int, files: list[str], notes: list[str]
+        self, name: str, rank: int, files: list[str], notes: list[str]
     ) -> dict[str, Any] | None:
         """NCCL's own dump (a pickle, read without running it) as ``fr_<rank>.json``, which a
         bundle can carry and redact (a pickle it leaves out)."""
+        data = self.dir.read(name, MAX_DUMP_BYTES)
+        if data is None:
+            notes.append(f"NCCL's dump unreadable: {name} is not a regular file within "
+                         f"{MAX_DUMP_BYTES >> 20} MiB")  # fmt: skip
+            return None
         try:
-            with open(path, "rb") as fh:
-                data = fh.read(MAX_DUMP_BYTES + 1)
-            dump = parse_dump(data, name=str(path))
-        except (OSError, HangEvidenceError) as exc:
+            dump = parse_dump(data, name=str(self.hang_dir / name))
+        except HangEvidenceError as exc:
             notes.append(f"NCCL's dump unreadable: {exc}")
             return None
-        target = self.hang_dir / evidence_name("fr", rank)
-        atomic_write(target, json.dumps(dump, default=str))
-        files.append(f"{HANG_DIR}/{target.name}")
+        with contextlib.suppress(OSError):
+            files.append(self.dir.write(evidence_name("fr", rank), json.dumps(dump, default=str)))
         return _trim_dump(dump)
 
     def _write_rank(
@@ -546,17 +615,21 @@ class Capture:
         log_lines: list[str],
         pids: Sequence[int],
     ) -> None:
-        files, rank_notes = [], []
+        files: list[str] = []
+        rank_notes: list[str] = []
         fr: dict[str, Any] | None = None
         reply = replies.get(pid, {})
-        raw = Path(reply["path"]) if "path" in reply else None
-        if raw is not None and raw.exists() and "bytes" in reply:
-            target = self.hang_dir / evidence_name("fr", rank)
-            raw.replace(target)
-            files.append(f"{HANG_DIR}/{target.name}")
-            with contextlib.suppress(OSError, ValueError):
-                got = json.loads(target.read_bytes())
-                fr = _trim_dump(got) if isinstance(got, dict) else None
+        raw = reply.get("name")
+        if raw is not None and "bytes" in reply and self.dir.is_file(raw):
+            target = evidence_name("fr", rank)
+            if reply.get("error"):  # a field of the reply left out (checked_reply)
+                rank_notes.append(reply["error"])
+            with contextlib.suppress(OSError):
+                files.append(self.dir.rename(raw, target))
+                data = self.dir.read(target, MAX_DUMP_BYTES)
+                with contextlib.suppress(ValueError, RecursionError):
+                    got = json.loads(data) if data is not None else None
+                    fr = _trim_dump(got) if isinstance(got, dict) else None
         elif self.options.flight_recorder:
             rank_notes.append(
                 "the process exited during the capture: no flight-recorder dump"
@@ -569,16 +642,17 @@ class Capture:
                     else "no flight-recorder dump"
                 )
             )
-        nccl = self.hang_dir / f"{NCCL_DUMP_PREFIX}{rank}"
-        if nccl.exists():
-            files.append(f"{HANG_DIR}/{nccl.name}")
+        nccl = f"{NCCL_DUMP_PREFIX}{rank}"
+        if self.dir.is_file(nccl):
+            files.append(self.dir.relative(nccl))
             if fr is None:  # NCCL's watchdog dumped, the listener did not: its pickle as JSON
                 fr = self._from_nccl(nccl, rank, files, rank_notes)
         threads = stacks.get(pid)
         if threads is not None:
-            target = self.hang_dir / evidence_name("stacks", rank)
-            atomic_write(target, json.dumps(threads, indent=1))
-            files.append(f"{HANG_DIR}/{target.name}")
+            with contextlib.suppress(OSError):
+                files.append(
+                    self.dir.write(evidence_name("stacks", rank), json.dumps(threads, indent=1))
+                )
         elif pid in notes:
             rank_notes.append(notes[pid])
         others = [
@@ -608,9 +682,13 @@ class Capture:
         }
         capture.pop("fr")
         capture.pop("stacks")
-        target = self.hang_dir / evidence_name("capture", rank)
-        files.append(f"{HANG_DIR}/{target.name}")
-        atomic_write(target, json.dumps(capture, indent=1, default=str))
+        name = evidence_name("capture", rank)
+        files.append(self.dir.relative(name))
+        try:
+            self.dir.write(name, json.dumps(capture, indent=1, default=str))
+        except OSError as exc:
+            files.pop()
+            rank_notes.append(f"no evidence written to disk: {_clip(str(exc))}")
         self.evidence.append(evidence)
 
 

@@ -10,6 +10,9 @@ starts with variables it inherits, and looking for the marks:
   started per sweep and holding a pipe from it, wakes when the pipe closes — whenever and
   however the sweep ends, ``kill -9`` included — and kills every process still carrying the
   sweep's token.
+  The guard also removes the hang forensics' pipes folders this sweep's process made
+  (:func:`aorta.run.hangfiles.pipes_prefix`), and entering a guard removes those of processes
+  that are gone (:func:`aorta.run.hangfiles.clear_stale_pipes`).
 * ``AORTA_TRIAL_TOKEN`` — set in one trial's overlay. While a sweep runs it is a *child
   subreaper* (``PR_SET_CHILD_SUBREAPER``), so a trial's orphans (a ``setsid`` daemon whose
   parent exited) become its children; after the trial, :func:`reap_trial` kills and reaps the
@@ -34,6 +37,7 @@ from types import TracebackType
 
 from aorta import envvars
 from aorta.run import proctree
+from aorta.run.hangfiles import clear_stale_pipes, pipes_prefix
 
 __all__ = ["OrphanGuard", "marked_processes", "new_token", "reap_trial", "scratch_prefix"]
 
@@ -104,6 +108,8 @@ class OrphanGuard:
         self._subreaper = False
 
     def __enter__(self) -> OrphanGuard:
+        # What sweeps that died without their guard (an OOM kill of the whole job) left.
+        clear_stale_pipes()
         entry = f"{envvars.SWEEP_TOKEN}={self.token}"
         # The guard itself must not carry the token (it would be its own target).
         env = {k: v for k, v in os.environ.items() if k != envvars.SWEEP_TOKEN}
@@ -119,6 +125,8 @@ class OrphanGuard:
                     entry,
                     str(self.grace_s),
                     os.path.join(tempfile.gettempdir(), scratch_prefix(self.token) + "*"),
+                    # the hang forensics' pipes folders of this process's trials
+                    os.path.join(tempfile.gettempdir(), pipes_prefix() + "*"),
                 ],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL,

@@ -292,6 +292,8 @@ class TrialRunner:
         wall = time.monotonic() - t0
         if self.recipe.collect_paths:
             outcome.warnings.extend(self._collect_paths(overlay, art))
+        if capture.failure:
+            outcome.warnings.append(capture.failure)
         found = self._classify(outcome, ctx, art, wall, captured=bool(capture.evidence))
         try:
             artifacts = self._artifacts(art, outcome.warnings)
@@ -339,8 +341,13 @@ class TrialRunner:
                     "no output and no CPU use: the record's forensics say who the other ranks "
                     "waited for and where (every rank's flight recorder and stacks, in hang/)"
                     if captured
-                    else "no output and no CPU use, and no evidence taken (forensics: "
-                    "enabled: false): attach py-spy dump or gdb to a hung run to see where it waits"
+                    else "no output and no CPU use, and no evidence taken ("
+                    + (
+                        "the capture found nothing to read: see the record's warnings"
+                        if self.recipe.forensics.enabled
+                        else "forensics: enabled: false"
+                    )
+                    + "): attach py-spy dump or gdb to a hung run to see where it waits"
                 ),
                 "signature_line": outcome.error,
             }

@@ -79,6 +79,7 @@ from aorta.store.rundir import (
     TRACE_DIR,
     RunDir,
     _safe,
+    is_evidence_rank_dir,
     utc_now,
 )
 
@@ -229,7 +230,8 @@ def _kind(rel: str) -> Kind:
         return "core"
     if len(parts) == 3:  # cells/<cell>/cell.json, cells/<cell>/trial_0007.json
         return "core"
-    if parts[-2] == HANG_DIR and parts[-1].endswith(".json"):  # a hung trial's evidence, small
+    in_hang = parts[-2] == HANG_DIR or (parts[-3] == HANG_DIR and is_evidence_rank_dir(parts[-2]))
+    if in_hang and parts[-1].endswith(".json"):  # a hung trial's evidence (hang/rank<N>/), small
         return "core"
     if TRACE_DIR in parts[2:-1] or ".pt.trace." in parts[-1]:
         return "trace"

@@ -82,8 +82,8 @@ def _prune(folder: Path, level: str) -> None:
         return
     evidence = folder / HANG_DIR
     for root, dirs, files in os.walk(folder, topdown=False):
-        if Path(root) == evidence:
-            continue
+        if Path(root) == evidence or evidence in Path(root).parents:
+            continue  # hang/ and each rank's hang/rank<N>/
         for name in files:
             path = Path(root) / name
             if not name.endswith(_LOG_SUFFIX) or path.is_symlink():
@@ -94,6 +94,8 @@ def _prune(folder: Path, level: str) -> None:
             sub = Path(root) / name
             if sub.is_symlink():
                 sub.unlink(missing_ok=True)
+            elif sub == evidence or evidence in sub.parents:
+                continue
             else:
                 with contextlib.suppress(OSError):
                     sub.rmdir()  # only folders left empty

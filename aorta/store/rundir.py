@@ -50,7 +50,10 @@ __all__ = [
     "RunLocked",
     "atomic_write",
     "evidence_name",
+    "evidence_rank_dir",
+    "find_evidence",
     "gpu_evidence_name",
+    "is_evidence_rank_dir",
     "trace_file_name",
     "trial_file_name",
     "trial_relpath",
@@ -100,7 +103,9 @@ SBATCH_SCRIPT = "aorta.sbatch"
 SLURM_DIR = "slurm"
 #: A hung trial's evidence, inside its artifact folder (:mod:`aorta.run.forensics`): per rank
 #: the flight-recorder dump, the Python stacks and what the capture saw (:func:`evidence_name`);
-#: per host the GPU tools' answers and the kernel log's GPU lines.
+#: per host the GPU tools' answers and the kernel log's GPU lines. Each aorta rank writes only
+#: into its own subfolder (:func:`evidence_rank_dir`: ``hang/rank3/``), so ranks of one node
+#: never remove or rename what another uses; runs before that wrote into ``hang/`` itself.
 HANG_DIR = "hang"
 EVIDENCE_KINDS = ("fr", "stacks", "capture")
 #: Where PyTorch's own dump-on-timeout (NCCL's watchdog) writes, one file per rank
@@ -127,6 +132,52 @@ def evidence_name(kind: Literal["fr", "stacks", "capture"], rank: int) -> str:
     ('fr_3.json', 'stacks_0.json')
     """
     return f"{kind}_{rank}.json"
+
+
+def evidence_rank_dir(rank: int) -> str:
+    """The subfolder of a trial's ``hang/`` that aorta rank ``rank`` owns (it alone creates,
+    writes and removes it).
+
+    >>> evidence_rank_dir(3)
+    'rank3'
+    """
+    return f"rank{int(rank)}"
+
+
+def is_evidence_rank_dir(name: str) -> bool:
+    """Whether ``name`` is a rank's subfolder of ``hang/`` (:func:`evidence_rank_dir`).
+
+    >>> is_evidence_rank_dir("rank12"), is_evidence_rank_dir("rank"), is_evidence_rank_dir("x3")
+    (True, False, False)
+    """
+    return name.startswith("rank") and name[4:].isascii() and name[4:].isdigit()
+
+
+def find_evidence(trial_dir: Path, name: str, *, rank: int | None = None) -> Path | None:
+    """The evidence file ``name`` (``stacks_3.json``) of a trial folder, wherever a rank put
+    it: in ``hang/rank<rank>/`` first, then ``hang/`` itself (runs before per-rank folders),
+    then any rank's subfolder (one aorta rank may capture a whole job's ranks). Links are
+    never followed; ``None`` when there is none.
+
+    >>> find_evidence(Path("/nonexistent-aorta-trial"), "stacks_0.json", rank=0) is None
+    True
+    """
+    hang = Path(trial_dir) / HANG_DIR
+    if not hang.is_dir() or hang.is_symlink():
+        return None
+    first = [hang / evidence_rank_dir(rank) / name] if rank is not None else []
+    try:
+        subs = sorted(
+            e.name
+            for e in os.scandir(hang)
+            if is_evidence_rank_dir(e.name) and e.is_dir(follow_symlinks=False)
+        )
+    except OSError:
+        subs = []
+    for path in [*first, hang / name, *(hang / sub / name for sub in subs)]:
+        if path.is_file() and not path.is_symlink() and not path.parent.is_symlink():
+            return path
+    return None
 
 
 def gpu_evidence_name(host: str) -> str:

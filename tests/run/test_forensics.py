@@ -21,9 +21,11 @@ import pytest
 from aorta import envvars
 from aorta.recipe.schema import Forensics
 from aorta.run.forensics import SHIM_DIR, Capture, request_dump, watchdog_lines
-from aorta.store.rundir import HANG_DIR, NCCL_DUMP_PREFIX, evidence_name
+from aorta.store.rundir import HANG_DIR, NCCL_DUMP_PREFIX, evidence_name, evidence_rank_dir
 
 TOKEN = "tok-test"
+#: Rank 0's own evidence folder, relative to the trial folder.
+RANK0 = f"{HANG_DIR}/{evidence_rank_dir(0)}"
 
 
 def _capture(tmp_path: Path, **kw) -> Capture:
@@ -89,7 +91,7 @@ def test_a_stuck_rank_gives_its_dump_stacks_and_log_lines_before_the_kill(tmp_pa
         proc.kill()
         proc.wait()
         capture.close()
-    hang = tmp_path / "trial" / HANG_DIR
+    hang = tmp_path / "trial" / RANK0
     dump = json.loads((hang / evidence_name("fr", 0)).read_text())
     assert [e["collective_seq_id"] for e in dump["entries"]] == [1, 2, 3]
     # gloo's completion mark races the dump even after the rank saw it (CI, twice): the third
@@ -107,7 +109,7 @@ def test_a_stuck_rank_gives_its_dump_stacks_and_log_lines_before_the_kill(tmp_pa
     assert evidence["fr"]["entries"][-1]["collective_seq_id"] == 3
     assert any("Watchdog caught" in line for line in evidence["log_lines"])
     assert sorted(evidence["files"]) == sorted(
-        f"{HANG_DIR}/{evidence_name(k, 0)}" for k in ("fr", "stacks", "capture")
+        f"{RANK0}/{evidence_name(k, 0)}" for k in ("fr", "stacks", "capture")
     )
     assert capture.reason == "hang" and took < 10, took
     # A second call (the same trial killed for another reason) takes nothing more.
@@ -175,8 +177,8 @@ def test_arming_leaves_the_recipes_own_choices_and_puts_the_listener_first(tmp_p
         assert "TORCH_FR_BUFFER_SIZE" not in env  # the recipe turned the recorder off: it stays off
         assert env["PYTHONPATH"] == f"{SHIM_DIR}{os.pathsep}/mine"
         assert env[envvars.FR_LISTEN] == TOKEN
-        assert env["TORCH_FR_DUMP_TEMP_FILE"].endswith(f"{HANG_DIR}/{NCCL_DUMP_PREFIX}")
-        assert (tmp_path / "trial" / HANG_DIR).is_dir()  # NCCL writes there without creating it
+        assert env["TORCH_FR_DUMP_TEMP_FILE"].endswith(f"{RANK0}/{NCCL_DUMP_PREFIX}")
+        assert (tmp_path / "trial" / RANK0).is_dir()  # NCCL writes there without creating it
     finally:
         capture.close()
     assert not (tmp_path / "trial" / HANG_DIR).exists()  # nothing came: no empty folder left
@@ -254,14 +256,14 @@ def test_nccls_own_dump_becomes_the_ranks_json_dump(tmp_path):
     # listener: the capture reads the pickle without running it, and keeps it as JSON.
     pickled = Path(__file__).parents[1] / "data" / "hang" / "pickle" / "fr_trace_rank_0"
     capture = _capture(tmp_path, py_spy="")
-    hang = tmp_path / "trial" / HANG_DIR
+    hang = tmp_path / "trial" / RANK0
     hang.mkdir(parents=True)
     (hang / f"{NCCL_DUMP_PREFIX}0").write_bytes(pickled.read_bytes())
     _capture_a_sleeper(capture)
     (evidence,) = capture.evidence
     assert evidence["fr"]["entries"], evidence["notes"]
     dump = json.loads((hang / evidence_name("fr", 0)).read_text())
-    assert dump["entries"] and f"{HANG_DIR}/{NCCL_DUMP_PREFIX}0" in evidence["files"]
+    assert dump["entries"] and f"{RANK0}/{NCCL_DUMP_PREFIX}0" in evidence["files"]
 
 
 _ANOTHER_USER = """
@@ -297,7 +299,7 @@ def test_the_listener_answers_only_its_own_user_and_writes_only_into_the_trial(t
         )
         assert json.loads(mine.stdout)["rank"] == 0
         # ... into the trial's folder, under the listener's own name
-        assert (tmp_path / "trial" / HANG_DIR / f".fr.{TOKEN}.{proc.pid}.json").is_file()
+        assert (tmp_path / "trial" / RANK0 / f".fr.{TOKEN}.{proc.pid}.json").is_file()
     finally:
         proc.kill()
         proc.wait()
@@ -335,7 +337,7 @@ def test_a_sweep_stopped_by_sigterm_takes_its_trials_evidence_first(tmp_path):
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
-    (hang,) = tmp_path.glob("out/*/*/*/cells/a/trial_0000/hang")
+    (hang,) = tmp_path.glob(f"out/*/*/*/cells/a/trial_0000/{RANK0}")
     meta = json.loads((hang / evidence_name("capture", 0)).read_text())
     assert meta["reason"] == "interrupted"
     # The evidence is on disk inside the grace; the rest of the stop (the matrix, the

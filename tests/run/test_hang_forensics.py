@@ -78,8 +78,10 @@ def test_the_record_names_the_rank_the_collective_and_the_line(hung, fault):
     files = {e["rank"]: e["files"] for e in f["evidence"]}
     done = {r["rank"] for r in rec["ranks"] if r["status"] == "ok"}
     for r in sorted(set(range(4)) - done):
-        for name in (f"hang/fr_{r}.json", f"hang/stacks_{r}.json", f"hang/capture_{r}.json"):
-            if not (fault == "gil" and r == rank and name.startswith("hang/fr")):
+        # Each rank in its own folder (hang/rank<r>/): no rank removes what another uses.
+        names = (f"fr_{r}.json", f"stacks_{r}.json", f"capture_{r}.json")
+        for name in (f"hang/rank{r}/{n}" for n in names):
+            if not (fault == "gil" and r == rank and "/fr_" in name):
                 assert name in files[r], files
                 assert (hung / "cells" / fault / "trial_0000" / name).is_file()
     assert rec["signature_hint"].startswith("no output and no CPU use: the record's forensics")
@@ -147,7 +149,9 @@ def test_the_bundle_carries_the_evidence(hung, tmp_path):
     with tarfile.open(archive) as tar:
         names = tar.getnames()
     for kind in ("fr", "stacks", "capture"):
-        assert any(n.endswith(f"cells/sleep/trial_0000/hang/{kind}_2.json") for n in names), names
+        assert any(n.endswith(f"cells/sleep/trial_0000/hang/rank2/{kind}_2.json") for n in names), (
+            names
+        )
 
 
 def test_hang_analyze_says_the_same_offline(hung, capsys):

@@ -75,10 +75,10 @@ def test_each_outcome_is_pruned_to_its_level(pruned_run):
             forensics = records[(cell, trial)].forensics or {}
             evidence = sorted(f for e in forensics.get("evidence", []) for f in e["files"])
             # `exec sleep` is no Python process: a capture, no stacks and no dump.
-            assert evidence == (["hang/capture_0.json"] if cell == "hangs" else [])
+            assert evidence == (["hang/rank0/capture_0.json"] if cell == "hangs" else [])
             assert _files(failed) == [*evidence, "stderr.log", "stdout.log"]
             if cell == "hangs":  # the trial's own alarm is its deadline, not an interrupt
-                capture = json.loads((failed / "hang/capture_0.json").read_text())
+                capture = json.loads((failed / "hang/rank0/capture_0.json").read_text())
                 assert capture["reason"] == "deadline"
             tail = (failed / "stdout.log").read_bytes()
             assert len(tail) <= SUMMARY_TAIL_BYTES + 200

@@ -61,7 +61,7 @@ from aorta.report.page.sections import (
 from aorta.report.page.two_runs import RunSide, render_compare_page
 from aorta.store.record import readable_forensics
 from aorta.store.redact import redact_page
-from aorta.store.rundir import HANG_DIR, REPORT_HTML, RunDir, atomic_write, evidence_name
+from aorta.store.rundir import REPORT_HTML, RunDir, atomic_write, evidence_name, find_evidence
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -348,13 +348,16 @@ _FRAMES_SHOWN = 40
 def _culprit_stacks(
     rd: RunDir, cell: str, trial: int, forensics: Mapping[str, Any]
 ) -> dict[int, tuple[str, tuple[str, ...]]]:
-    """The main thread's frames of each culprit of a hung trial, from its ``hang/`` folder."""
+    """The main thread's frames of each culprit of a hung trial, from its ``hang/`` folder
+    (each rank's ``hang/rank<N>/``, or ``hang/`` itself in older runs)."""
     out: dict[int, tuple[str, tuple[str, ...]]] = {}
-    folder = rd.artifact_dir(cell, trial) / HANG_DIR
+    folder = rd.artifact_dir(cell, trial)
     for rank in list(forensics.get("culprit_ranks") or [])[:_CULPRITS_SHOWN]:
         if not isinstance(rank, int):
             continue
-        path = folder / evidence_name("stacks", rank)
+        path = find_evidence(folder, evidence_name("stacks", rank), rank=rank)
+        if path is None:
+            continue
         threads = _read_json(path)
         if not isinstance(threads, list):
             continue
