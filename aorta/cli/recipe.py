@@ -28,21 +28,24 @@ def validate(
     ] = None,
     mitigations_file: MitigationsFiles = None,
 ) -> int:
-    """Check a recipe against the schema and the mitigation registry; list every problem."""
-    import aorta.recipe as recipes
+    """Check a recipe: its structure, the names it uses (mitigations, environments, the
+    workload) and what a run would refuse (isolation, config keys); list every problem."""
+    from aorta.run.prepare import validate_recipe
 
-    note = ""
-    try:
-        # A probe recipe gets its command at run time: check the rest, and say so.
-        recipe, pending = load_recipe_pending_command(file, command=command or None)
-        if pending:
-            note = "; probe recipe: give the command after '--' when you run it"
-        p = recipes.plan(recipe, registry=recipes.Registry.load(files=mitigations_file or ()))
-    except RecipeError as exc:
-        source = exc.source or str(file)
-        for problem in exc.problems:
-            print(f"Error: {source}: {problem}", file=sys.stderr)
+    found = validate_recipe(file, command=command or None, mitigations_files=mitigations_file or ())
+    for problem in found.problems:
+        print(f"Error: {file}: {problem}", file=sys.stderr)
+    if found.problems:
         return ExitCode.USAGE
+    for warning in found.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    p = found.plan
+    assert p is not None
+    note = (
+        "; probe recipe: give the command after '--' when you run it"
+        if found.pending_command
+        else ""
+    )
     print(f"{file}: OK — {len(p.cells)} cells, {p.n_trials} trials, baseline {p.baseline!r}{note}")
     return ExitCode.OK
 
