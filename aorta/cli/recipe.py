@@ -9,10 +9,10 @@ from typing import Annotated
 import typer
 
 from aorta import envvars
-from aorta.errors import ExitCode, RecipeError
+from aorta.errors import ExitCode
 from aorta.recipe.schema import load_recipe_pending_command
 
-from ._options import MitigationsFiles, option
+from ._options import MitigationsFiles, option, redact_secrets_of
 
 app = typer.Typer(help="Check and print recipes.", no_args_is_help=True)
 
@@ -32,6 +32,7 @@ def validate(
     workload) and what a run would refuse (isolation, config keys); list every problem."""
     from aorta.run.prepare import validate_recipe
 
+    redact_secrets_of(file, *(mitigations_file or ()))
     found = validate_recipe(file, command=command or None, mitigations_files=mitigations_file or ())
     for problem in found.problems:
         print(f"Error: {file}: {problem}", file=sys.stderr)
@@ -66,6 +67,7 @@ def show(
     after '--' when it runs)."""
     import aorta.recipe as recipes
 
+    redact_secrets_of(file)
     recipe, pending = load_recipe_pending_command(file)
     if pending:
         from aorta.report.console import COMMAND_PENDING
