@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -378,6 +379,6 @@ def status(
         f"{rd.path}: {state}{why} — {info['recorded']}/{info['n_trials']} trials recorded ({done})"
     )
     if state == "interrupted":
-        line += f" — resume with: aorta sweep resume {rd.path}"
+        line += f" — resume with: {rd.command(f'sweep resume {shlex.quote(str(rd.path))}')}"
     print(line)
     return ExitCode.OK
