@@ -25,6 +25,7 @@ __all__ = [
     "FAILURE_KINDS",
     "OUTCOMES",
     "RAN",
+    "RECORD_KEYS",
     "RECORD_SCHEMA_VERSION",
     "UPSTREAM_ALIASES",
     "UPSTREAM_NAMES",
@@ -267,6 +268,11 @@ class TrialRecord(_Result):
 
     def to_json(self) -> bytes:
         return self.model_dump_json(indent=1).encode()
+
+
+#: Every field name of a trial record and of its ranks' outcomes: the keys aorta itself writes
+#: (redaction never masks one, or the record could not be read back).
+RECORD_KEYS = frozenset(TrialRecord.model_fields) | frozenset(RankOutcome.model_fields)
 
 
 def merge_ranks(outcomes: Sequence[RankOutcome | None], world_size: int) -> dict[str, Any]:
