@@ -303,10 +303,10 @@ class _JsonScan:
         if first != '"':
             self.value_done(None)  # a number, true, false, null (NaN as Python's json reads)
             return token
-        if frame is not None and frame.kind == "{" and frame.key in OWN_VALUES:
-            if _plain(token) in OWN_VALUES[frame.key]:
-                self.value_done(token)
-                return token
+        own = OWN_VALUES.get(frame.key) if frame is not None and frame.kind == "{" else None
+        if own is not None and _plain(token) in own:
+            self.value_done(token)
+            return token
         whole = frame is not None and (
             (frame.kind == "{" and self.redactor.is_secret_name(frame.key))
             or (frame.kind == "[" and frame.flag)
