@@ -275,7 +275,8 @@ class RunDir:
                 path.mkdir()
             except FileExistsError:
                 raise UsageError(
-                    f"{path} exists already: resume it with `aorta sweep resume {path}`"
+                    f"{path} exists already: resume it with "
+                    f"`{RunDir(path).command(f'sweep resume {shlex.quote(str(path))}')}`"
                 ) from None
             (path / CELLS).mkdir()
             return cls(path)
