@@ -56,7 +56,7 @@ def redacted_output() -> Iterator[None]:
 
     token = _PRINTING.set(Redactor.for_run(env=os.environ).printing())
     out, err = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = _Redacting(out), _Redacting(err)  # type: ignore[assignment]
+    sys.stdout, sys.stderr = _Redacting(out), _Redacting(err)
     try:
         yield
     finally:

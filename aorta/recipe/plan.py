@@ -501,8 +501,8 @@ def _raw_name_problems(data: Any, registry: Registry) -> Iterator[Problem]:
     if isinstance(axes, Mapping):
         stacks = axes.get("mitigations")
         for i, stack in enumerate(stacks if isinstance(stacks, list) else []):
-            for path, name in names(f"axes.mitigations[{i}]", stack):
-                yield from check("m", path.split("][")[0] + ("]" if "][" in path else ""), name)
+            for _, name in names(f"axes.mitigations[{i}]", stack):  # a stack is one path
+                yield from check("m", f"axes.mitigations[{i}]", name)
         for path, name in names("axes.environment", axes.get("environment")):
             yield from check("e", path, name)
     for key in ("mitigation_axis", "diagnostic_axis"):

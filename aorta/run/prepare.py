@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -131,7 +131,7 @@ def validate_recipe(
     path: str | Path,
     *,
     command: list[str] | None = None,
-    mitigations_files: tuple[str, ...] | list[str] = (),
+    mitigations_files: Sequence[str | Path] = (),
     catalog: WorkloadCatalog | None = None,
 ) -> Validation:
     """Every problem of a recipe file in one pass: its structure, the names it uses
