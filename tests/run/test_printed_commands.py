@@ -108,6 +108,7 @@ def _wait_for(predicate, timeout: float) -> None:
     raise AssertionError(f"not within {timeout} s")
 
 
+@pytest.mark.slow
 def test_the_resume_hint_of_a_killed_torchrun_run_resumes_it(tmp_path: Path, run_cli) -> None:
     recipe = tmp_path / "r.yaml"
     recipe.write_text(RECIPE)
