@@ -14,6 +14,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from aorta.errors import ExitCode
 from aorta.report.findings import finding_text
 from aorta.run.ranks import DistEnv, launcher_of
