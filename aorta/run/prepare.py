@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +28,7 @@ from aorta.run.workload import (
     WorkloadCatalog,
     resolve_isolation,
 )
-from aorta.store.rundir import RunDir
+from aorta.store.rundir import RunDir, aorta_command
 
 __all__ = [
     "Prepared",
@@ -292,8 +293,12 @@ def check_world_size(prepared: Prepared, dist: DistEnv, recipe: object) -> None:
     cls = prepared.workload
     if cls is None or cls.launch_mode != "distributed" or dist.world_size >= cls.min_world_size:
         return
-    where = recipe if isinstance(recipe, str | Path) else "RECIPE"
+    where = shlex.quote(str(recipe)) if isinstance(recipe, str | Path) else "RECIPE"
+    line = aorta_command(
+        f"sweep run --recipe {where}",
+        {"kind": "torchrun", "nnodes": 1, "nproc_per_node": cls.min_world_size},
+    )
     raise UsageError(
         f"workload {cls.name!r} needs at least {cls.min_world_size} ranks, WORLD_SIZE is {dist.world_size}; "
-        f"run it under torchrun: torchrun --nproc-per-node={cls.min_world_size} $(command -v aorta) sweep run --recipe {where}"
+        f"run it under torchrun: {line}"
     )
