@@ -11,6 +11,10 @@ blanks (a passphrase; results: docs/performance.md, "Redaction").
 peer in the same run, the same bundle with the scan's redacted bytes dropped before the write
 (each file redacted twice, as before the bundle kept them).
 
+``--console``: instead, what the ``aorta`` command prints (every line through its redacting
+stdout, ``aorta.cli._options.redacted_output``, knowing the secrets of a recipe) against its
+peer in the same run, the same lines printed to the same buffer without it.
+
 ``--trace PATH``: instead, a gzipped trace redacted as a bundle does it
 (``aorta.store.redact_stream.redact_file``: token by token, keys too, recompressed on the fly)
 against its peer in the same run, the data walk bundles did before (``json.loads``,
@@ -64,6 +68,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--bundle", action="store_true", help="time aorta bundle (plan + write)")
     ap.add_argument("--trace", type=Path, help="time the redaction of this gzipped trace")
+    ap.add_argument("--console", action="store_true", help="time the command's printed lines")
     args = ap.parse_args()
     if args.trace:
         trace(args.trace, args.repeat)
@@ -75,6 +80,9 @@ def main() -> None:
     mb = len(text) / 1e6
     if args.bundle:
         bundle(text, mb, args.repeat)
+        return
+    if args.console:
+        console(text, mb, secrets, args.repeat)
         return
     run = Redactor(scrub_paths=True, scrub_ips=True).with_values(secrets)
 
@@ -99,6 +107,53 @@ def main() -> None:
     print(
         f"run redaction also knowing a passphrase: {mb / t_pass:.1f} MB/s "
         f"({t_pass / t_run:.2f}x the run's time)"
+    )
+
+
+def console(text: str, mb: float, secrets: list[str], repeat: int) -> None:
+    """``text`` printed as the CLI prints it, redacted: line by line (the worst case, a fixed
+    cost per write) against plain prints, and as one text (how the summaries and tables are
+    printed) against the same redactor's ``text`` on it (what the files get)."""
+    import contextlib
+    import sys
+
+    from aorta.cli._options import redact_secrets_of, redacted_output
+
+    lines = text.splitlines()
+    known = Redactor().with_values(secrets)
+
+    def printed(redacted: bool, whole: bool) -> float:
+        buf = io.StringIO()
+        quiet = redacted_output() if redacted else contextlib.nullcontext()
+        with contextlib.redirect_stdout(buf), quiet:
+            if redacted:
+                redact_secrets_of(known)
+            t0 = time.perf_counter()
+            for chunk in [text] if whole else lines:
+                print(chunk)
+            sys.stdout.flush()
+            took = time.perf_counter() - t0
+        assert not redacted or not any(s in buf.getvalue() for s in secrets)
+        return took
+
+    def direct() -> float:
+        t0 = time.perf_counter()
+        known.printing().text(text)
+        return time.perf_counter() - t0
+
+    def median(fn, *a: bool) -> float:
+        return statistics.median(fn(*a) for _ in range(repeat))
+
+    print(f"printed: {mb:.1f} MB, {len(lines):,} lines, {len(secrets)} known secrets")
+    red, raw = median(printed, True, False), median(printed, False, False)
+    print(
+        f"line by line: redacting stdout {mb / red:.2f} MB/s ({len(lines) / red:,.0f} lines/s); "
+        f"peer, plain print {mb / raw:.1f} MB/s; ratio (time) {red / raw:.0f}x"
+    )
+    red, peer = median(printed, True, True), median(direct)
+    print(
+        f"as one text: redacting stdout {mb / red:.2f} MB/s; peer, Redactor.text on it "
+        f"{mb / peer:.2f} MB/s; ratio (time) {red / peer:.2f}x"
     )
 
 

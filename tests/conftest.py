@@ -58,6 +58,7 @@ LONG_FILES_FIRST = (
     "tests/run/test_hang_forensics.py",
     "tests/report/test_report_html.py",
     "tests/run/test_resume.py",
+    "tests/run/test_printed_commands.py",
     "tests/launch/test_slurm.py",
     "tests/matrix/test_verdicts.py",
     "notebooks/03_*.ipynb",

@@ -28,7 +28,7 @@ from . import report as _report
 from . import sweep as _sweep
 from . import trace as _trace
 from . import workloads as _workloads
-from ._options import option
+from ._options import option, redacted_output
 
 __all__ = ["app", "entry", "main"]
 
@@ -109,7 +109,15 @@ _ClickException = _click_error("ClickException")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``aorta`` command with ``argv`` (default ``sys.argv[1:]``); return the exit code."""
+    """Run the ``aorta`` command with ``argv`` (default ``sys.argv[1:]``); return the exit code.
+
+    Everything it prints is redacted as the run's files are (secret names, credential shapes,
+    the secrets of the recipes, cluster files and runs it reads)."""
+    with redacted_output():
+        return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     command = typer.main.get_command(app)
     try:

@@ -4,9 +4,13 @@ none (:data:`NO_TWIN`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import contextvars
+import os
+import sys
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import IO, TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 from typer.models import OptionInfo
@@ -17,6 +21,68 @@ from aorta.run.profiler import no_traces_hint
 
 if TYPE_CHECKING:
     from aorta.matrix.options import StatsOptions
+    from aorta.store.redact import Redactor
+
+#: What this command's output is redacted with: the secrets of the files and runs it read.
+_PRINTING: contextvars.ContextVar[Redactor | None] = contextvars.ContextVar(
+    "aorta_printing", default=None
+)
+
+
+class _Redacting:
+    """A text stream whose every write is redacted first (each write whole: ``print``
+    writes its text in one call, so a secret is never cut between two)."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        redactor = _PRINTING.get()
+        if redactor is not None and text.strip():
+            text = redactor.text(text)
+        return self._stream.write(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def redacted_output() -> Iterator[None]:
+    """Everything the command prints (stdout, stderr: results, warnings, errors) redacted
+    with the run's rules — secret names and credential shapes, the secrets of this shell's
+    environment, and those of every recipe, cluster file and run the command reads
+    (:func:`redact_secrets_of`)."""
+    from aorta.store.redact import Redactor
+
+    token = _PRINTING.set(Redactor.for_run(env=os.environ).printing())
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _Redacting(out), _Redacting(err)
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = out, err
+        _PRINTING.reset(token)
+
+
+def redact_secrets_of(*sources: Path | str | Redactor | None) -> None:
+    """Redact this command's output with the secrets of these recipe or cluster files, run
+    directories or redactors too (``None`` is skipped)."""
+    from aorta.store.redact import Redactor
+
+    current = _PRINTING.get()
+    if current is None:
+        return
+    for source in sources:
+        if source is None:
+            continue
+        if isinstance(source, Redactor):
+            more = source
+        elif Path(source).is_dir():
+            more = Redactor.of_run(source, env={})
+        else:
+            more = Redactor.of_file(source)
+        current = current.joined(more.printing())
+    _PRINTING.set(current)
 
 
 def option(flags: str, twin: str | None, help: str, **typer_options: Any) -> OptionInfo:

@@ -15,7 +15,7 @@ import typer
 from aorta import envvars
 from aorta.errors import AortaError, ExitCode, UsageError
 
-from ._options import Command, Output, RecipeFile, Ticket, option
+from ._options import Command, Output, RecipeFile, Ticket, option, redact_secrets_of
 
 if TYPE_CHECKING:
     from aorta.launch import Cluster, Deadlines, LaunchSpec, Node
@@ -36,14 +36,19 @@ def _nproc(value: str | None) -> Nproc | None:
 class _Printer:
     """Prints node lines (stdout, ``[node1 host] ...``) and launch events (stderr) from many threads."""
 
-    def __init__(self, *, quiet: bool) -> None:
+    def __init__(self, *, quiet: bool, output: Path | None = None) -> None:
         self.quiet = quiet
+        self.output = output
         self.lock = threading.Lock()
 
     def line(self, node: Node, text: str) -> None:
         if self.quiet:
             return
         with self.lock:
+            if self.output is not None:  # the node's paths as the login node will have them
+                from aorta.report.launch_text import on_login_node
+
+                text = on_login_node(text, str(self.output))
             print(f"[{node.label}] {text}", flush=True)
 
     def event(self, text: str) -> None:
@@ -247,7 +252,8 @@ def launch(
         the_cluster = load_cluster(cluster)
         return the_cluster if container is None else the_cluster.with_image(container)
 
-    printer = _Printer(quiet=quiet)
+    redact_secrets_of(cluster if cluster.is_file() else None, recipe, cvs_config)
+    printer = _Printer(quiet=quiet, output=output)
     if slurm and in_job is not None:
         from aorta.launch.slurm import run_in_job
 

@@ -9,10 +9,10 @@ from typing import Annotated
 import typer
 
 from aorta import envvars
-from aorta.errors import ExitCode, RecipeError
+from aorta.errors import ExitCode
 from aorta.recipe.schema import load_recipe_pending_command
 
-from ._options import MitigationsFiles, option
+from ._options import MitigationsFiles, option, redact_secrets_of
 
 app = typer.Typer(help="Check and print recipes.", no_args_is_help=True)
 
@@ -28,21 +28,25 @@ def validate(
     ] = None,
     mitigations_file: MitigationsFiles = None,
 ) -> int:
-    """Check a recipe against the schema and the mitigation registry; list every problem."""
-    import aorta.recipe as recipes
+    """Check a recipe: its structure, the names it uses (mitigations, environments, the
+    workload) and what a run would refuse (isolation, config keys); list every problem."""
+    from aorta.run.prepare import validate_recipe
 
-    note = ""
-    try:
-        # A probe recipe gets its command at run time: check the rest, and say so.
-        recipe, pending = load_recipe_pending_command(file, command=command or None)
-        if pending:
-            note = "; probe recipe: give the command after '--' when you run it"
-        p = recipes.plan(recipe, registry=recipes.Registry.load(files=mitigations_file or ()))
-    except RecipeError as exc:
-        source = exc.source or str(file)
-        for problem in exc.problems:
-            print(f"Error: {source}: {problem}", file=sys.stderr)
+    redact_secrets_of(file, *(mitigations_file or ()))
+    found = validate_recipe(file, command=command or None, mitigations_files=mitigations_file or ())
+    for problem in found.problems:
+        print(f"Error: {file}: {problem}", file=sys.stderr)
+    if found.problems:
         return ExitCode.USAGE
+    for warning in found.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    p = found.plan
+    assert p is not None
+    note = (
+        "; probe recipe: give the command after '--' when you run it"
+        if found.pending_command
+        else ""
+    )
     print(f"{file}: OK — {len(p.cells)} cells, {p.n_trials} trials, baseline {p.baseline!r}{note}")
     return ExitCode.OK
 
@@ -63,6 +67,7 @@ def show(
     after '--' when it runs)."""
     import aorta.recipe as recipes
 
+    redact_secrets_of(file)
     recipe, pending = load_recipe_pending_command(file)
     if pending:
         from aorta.report.console import COMMAND_PENDING

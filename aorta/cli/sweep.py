@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -26,6 +27,7 @@ from ._options import (
     Ticket,
     Verbose,
     option,
+    redact_secrets_of,
 )
 
 app = typer.Typer(
@@ -180,6 +182,7 @@ def _sweep_or_plan(
 ) -> int:
     """``aorta sweep run``: the recipe from its file or from ``flags`` (flag mode, those not
     ``None``), then the sweep or, with ``dry_run``, its plan."""
+    redact_secrets_of(recipe, resume, *options.mitigations_files)
     given = {name: value for name, value in flags.items() if value not in (None, [])}
     if given and (recipe is not None or resume is not None):
         names = ", ".join(f"--{name.replace('_', '-')}" for name in given)
@@ -257,6 +260,7 @@ def _run(
     from aorta.report import console
     from aorta.run import sweep as engine
 
+    redact_secrets_of(resume)
     extend_to, extend_cells = extend if extend is not None else (None, None)
     result = engine.sweep(
         recipe, resume=resume, extend_to=extend_to, extend_cells=extend_cells, options=options
@@ -266,6 +270,7 @@ def _run(
         code = ExitCode.GATE
     if result.rank != 0:
         return code
+    redact_secrets_of(result.run_dir)  # the secrets its trials saw (secret_hashes.json)
     if as_json:
         print(json.dumps(console.summary_to_dict(result, exit_code=code), indent=2))
     else:
@@ -343,6 +348,7 @@ def status(
     shows as ``interrupted``, with the command that resumes it.
     """
     rd = RunDir.open(run_dir)
+    redact_secrets_of(rd.path)
     manifest = rd.manifest()
     state, owner = rd.live_status()
     counts: dict[str, int] = {}
@@ -373,6 +379,6 @@ def status(
         f"{rd.path}: {state}{why} — {info['recorded']}/{info['n_trials']} trials recorded ({done})"
     )
     if state == "interrupted":
-        line += f" — resume with: aorta sweep resume {rd.path}"
+        line += f" — resume with: {rd.command(f'sweep resume {shlex.quote(str(rd.path))}')}"
     print(line)
     return ExitCode.OK

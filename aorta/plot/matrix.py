@@ -128,6 +128,17 @@ def step_distributions(
                 ax.plot(
                     [np.nanmedian(row)] * 2, [yi - 0.35, yi + 0.35], color=PALETTE["black"], lw=2
                 )
+            else:  # nothing to draw: say why, instead of a blank row
+                ax.text(
+                    0.5,
+                    yi,
+                    _no_steps(status[i]),
+                    transform=ax.get_yaxis_transform(),
+                    ha="center",
+                    va="center",
+                    color=PALETTE["vermillion"],
+                    fontsize="small",
+                )
         ax.set_xlabel(f"{_label(values)}".replace(" [", " per trial [", 1))
         _dedupe_legend(ax, outside=True)
     return fig
@@ -249,6 +260,26 @@ def ratio_forest(comparison: pd.DataFrame, *, ax: Axes | None = None) -> Figure:
     return fig
 
 
+def _no_steps(statuses: np.ndarray) -> str:
+    """What a cell without one completed step shows in its row.
+
+    >>> _no_steps(np.array(["timeout", "timeout"])), _no_steps(np.array(["workload_failed"]))
+    ('hung — no completed steps', 'failed — no completed steps')
+    >>> _no_steps(np.array(["did_not_run", ""]))
+    'no completed steps'
+    """
+    seen = {str(s) for s in statuses.tolist()}
+    if TrialStatus.TIMEOUT.value in seen:
+        return "hung — no completed steps"
+    if seen & {TrialStatus.WORKLOAD_FAILED.value, TrialStatus.SETUP_FAILED.value}:
+        return "failed — no completed steps"
+    return "no completed steps"
+
+
+#: Cells drawn into one panel of :func:`step_series`; more get one small panel each.
+SERIES_CELLS_PER_PANEL = 4
+
+
 def step_series(
     ds: xr.Dataset,
     *,
@@ -258,8 +289,12 @@ def step_series(
 ) -> Figure:
     """Step time against step, one line per trial, one colour per cell; warm-up shaded.
 
-    ``cells`` and ``trials`` pick a subset (default: all). Raises ``KeyError`` for an unknown
-    cell or trial.
+    ``cells`` and ``trials`` pick a subset (default: all). Up to
+    :data:`SERIES_CELLS_PER_PANEL` cells share one panel; more (and no ``ax``) get one small
+    panel each, on shared axes, with the baseline's median step time dashed in every panel for
+    reference — the lines of many cells in one panel cannot be told apart. At most
+    :data:`SERIES_MAX_PANELS` panels; the figure says how many cells it left out. Raises
+    ``KeyError`` for an unknown cell or trial.
 
     Examples
     --------
@@ -279,25 +314,79 @@ def step_series(
         sel = sel.sel(cell=list(cells))
     if trials is not None:
         sel = sel.sel(trial=list(trials))
-    warm = ds.warmup_steps.sel(cell=sel.cell, trial=sel.trial)
-    colors = [
-        PALETTE[k] for k in ("blue", "orange", "green", "vermillion", "sky", "purple", "black")
-    ]
+    names = [str(c) for c in sel.cell.values.tolist()]
+    if ax is not None or len(names) <= SERIES_CELLS_PER_PANEL:
+        with aorta_style():
+            fig, ax = new_axes(ax)
+            _series_panel(ax, ds, sel, names, colors=_SERIES_COLORS)
+            ax.set_xlabel("step")
+            ax.set_ylabel(_label(ds.step_time_ms))
+            _dedupe_legend(ax)
+        return fig
+    return _series_facets(ds, sel, names)
+
+
+_SERIES_COLORS = [
+    PALETTE[k] for k in ("blue", "orange", "green", "vermillion", "sky", "purple", "black")
+]
+#: The most panels :func:`step_series` draws (one per cell).
+SERIES_MAX_PANELS = 24
+
+
+def _series_panel(
+    ax: Axes, ds: xr.Dataset, sel: xr.DataArray, names: Sequence[str], *, colors: Sequence[str]
+) -> None:
+    """The trials of ``names`` as lines in ``ax``, the warm-up shaded."""
+    warm = ds.warmup_steps.sel(cell=list(names), trial=sel.trial)
+    w = int(warm.max()) if warm.size else 0
+    if w > 0:
+        ax.axvspan(-0.5, w - 0.5, color=PALETTE["grey"], alpha=0.15, lw=0, label="warm-up")
+    steps = sel.step.values
+    for k, cell in enumerate(names):
+        for t in sel.trial.values.tolist():
+            line = sel.sel(cell=cell, trial=t).values
+            if np.isfinite(line).any():
+                ax.plot(steps, line, color=colors[k % len(colors)], lw=0.8, alpha=0.6, label=cell)
+
+
+def _series_facets(ds: xr.Dataset, sel: xr.DataArray, names: Sequence[str]) -> Figure:
+    """One small panel per cell (shared axes), the baseline's median dashed in each."""
+    from matplotlib.figure import Figure
+
+    shown, left = list(names[:SERIES_MAX_PANELS]), len(names) - SERIES_MAX_PANELS
+    cols = min(4, len(shown))
+    rows = math.ceil(len(shown) / cols)
+    baseline = ds.attrs.get("baseline")
+    reference = None
+    if baseline in ds.cell.values.tolist():
+        base = ds.step_time_ms.sel(cell=baseline)
+        if np.isfinite(base.values).any():
+            reference = base.median("trial", skipna=True)
     with aorta_style():
-        fig, ax = new_axes(ax)
-        w = int(warm.max()) if warm.size else 0
-        if w > 0:
-            ax.axvspan(-0.5, w - 0.5, color=PALETTE["grey"], alpha=0.15, lw=0, label="warm-up")
-        steps = sel.step.values
-        for k, cell in enumerate(sel.cell.values.tolist()):
-            color = colors[k % len(colors)]
-            for t in sel.trial.values.tolist():
-                line = sel.sel(cell=cell, trial=t).values
-                if np.isfinite(line).any():
-                    ax.plot(steps, line, color=color, lw=0.8, alpha=0.6, label=str(cell))
-        ax.set_xlabel("step")
-        ax.set_ylabel(_label(ds.step_time_ms))
-        _dedupe_legend(ax)
+        fig = Figure(figsize=(2.6 * cols, 0.6 + 1.9 * rows), layout="constrained")
+        axes = fig.subplots(rows, cols, sharex=True, sharey=True, squeeze=False).ravel()
+        for k, (ax, cell) in enumerate(zip(axes, shown, strict=False)):
+            color = PALETTE["black"] if cell == baseline else _SERIES_COLORS[k % 6]
+            _series_panel(ax, ds, sel, [cell], colors=[color])
+            if reference is not None and cell != baseline:
+                ax.plot(reference.step.values, reference.values, color=PALETTE["grey"], lw=1,
+                        ls="--", label=f"{baseline} (median)")  # fmt: skip
+            if not np.isfinite(sel.sel(cell=cell).values).any():
+                status = ds.status.sel(cell=cell).values
+                ax.text(0.5, 0.5, _no_steps(status), transform=ax.transAxes, ha="center",
+                        va="center", color=PALETTE["vermillion"], fontsize="small")  # fmt: skip
+            ax.set_title(cell, fontsize="small")
+        for ax in axes[len(shown) :]:
+            ax.set_visible(False)
+        fig.supxlabel("step")
+        fig.supylabel(_label(ds.step_time_ms))
+        notes = [f"dashed: {baseline}'s median step time"] if reference is not None else []
+        if left > 0:
+            notes.append(
+                f"first {len(shown)} of {len(names)} cells (step_series(ds, cells=[…]) for the rest)"
+            )
+        if notes:
+            fig.suptitle("; ".join(notes), fontsize="small")
     return fig
 
 

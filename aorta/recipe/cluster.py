@@ -334,6 +334,83 @@ def _container(raw: Any, problems: list[Problem]) -> Container | None:
     return None
 
 
+#: CVS's ``runtime.args`` (docker) that aorta's block holds under its own names.
+_CVS_LISTS = {"volumes": "mounts", "devices": "devices", "group_add": "groups"}
+#: CVS's list arguments aorta passes to ``docker run`` as they are (one flag per item).
+_CVS_FLAGS = {"cap_add": "--cap-add", "security_opt": "--security-opt", "ulimit": "--ulimit"}
+
+
+def _cvs_container(raw: Any, problems: list[Problem], warnings: list[str]) -> Any:
+    """CVS's orchestrator-style container block (``enabled``, ``launch``, ``image``, ``name``,
+    ``runtime: {name, args}``) as aorta's: ``enabled: false`` runs natively; ``launch: true``
+    starts the container and keeps it (``lifetime: persistent``), ``false`` uses the one
+    running (``no_launch``); docker's ``args`` become mounts, devices, groups, ``privileged``
+    and ``run_args``. aorta's own block, or anything else, is returned as it is.
+
+    >>> w: list[str] = []
+    >>> _cvs_container({"enabled": True, "launch": False, "image": "rocm/cvs", "name": "c1",
+    ...     "runtime": {"name": "docker", "args": {"network": "host", "privileged": True,
+    ...                 "volumes": ["/data:/data"], "cap_add": ["SYS_PTRACE"]}}}, [], w)
+    {'image': 'rocm/cvs', 'name': 'c1', 'lifetime': 'no_launch', 'runtime': 'docker', 'privileged': True, 'mounts': ['/data:/data'], 'run_args': ['--cap-add=SYS_PTRACE']}
+    """
+    runtime = raw.get("runtime") if isinstance(raw, Mapping) else None
+    if not isinstance(raw, Mapping) or not (
+        "enabled" in raw or "launch" in raw or isinstance(runtime, Mapping)
+    ):
+        return raw
+    if raw.get("enabled") is False:
+        warnings.append("container.enabled: false: the block is not used, the nodes run natively")
+        return None
+    # CVS's templates comment every key with a "_..._comment" beside it.
+    skip = ("enabled", "launch", "runtime")
+    out: dict[str, Any] = {k: v for k, v in raw.items() if k not in skip and k[:1] != "_"}
+    if "launch" in raw:
+        out["lifetime"] = "persistent" if raw["launch"] else "no_launch"
+    if not isinstance(runtime, Mapping):
+        if runtime is not None:
+            out["runtime"] = runtime
+        return out
+    name = runtime.get("name", "docker")
+    if name != "docker":
+        why = f"aorta runs containers with docker, not {describe_value(name)}"
+        problems.append(Problem("container.runtime.name", why))
+    out["runtime"] = "docker"
+    args = runtime.get("args") or {}
+    if not isinstance(args, Mapping):
+        problems.append(
+            Problem("container.runtime.args", f"must be an object, got {describe_value(args)}")
+        )
+        return out
+    run_args: list[str] = []
+    for key, value in args.items():
+        at = f"container.runtime.args.{key}"
+        if key in ("network", "ipc"):
+            if value != "host":
+                problems.append(
+                    Problem(
+                        at,
+                        f"aorta runs every container with --{key} host (the ranks meet over the host's), got {describe_value(value)}",
+                    )
+                )
+        elif key == "privileged":
+            out["privileged"] = value
+        elif key in _CVS_LISTS or key in _CVS_FLAGS:
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                problems.append(
+                    Problem(at, f"must be a list of strings, got {describe_value(value)}")
+                )
+            elif key in _CVS_LISTS:
+                out[_CVS_LISTS[key]] = list(value)
+            else:
+                run_args += [f"{_CVS_FLAGS[key]}={v}" for v in value]
+        elif not str(key).startswith("_"):
+            known = ", ".join(["network", "ipc", "privileged", *_CVS_LISTS, *_CVS_FLAGS])
+            problems.append(Problem(at, f"not a docker argument aorta knows (known: {known})"))
+    if run_args:
+        out["run_args"] = [*out.get("run_args", []), *run_args]
+    return out
+
+
 # -- the cluster ----------------------------------------------------------------------------
 
 
@@ -445,7 +522,8 @@ class Cluster:
             why = "container needs a container block (the image every node runs in, as in CVS)"
             problems.append(Problem("orchestrator", f"{why}: add one, or use baremetal"))
         else:
-            container = _container(data.get("container"), problems)
+            block = _cvs_container(data.get("container"), problems, warnings)
+            container = _container(block, problems)
         if problems:
             raise ClusterError(problems, source=source)
         nodes.insert(0, nodes.pop(head))

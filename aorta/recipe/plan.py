@@ -29,19 +29,41 @@ Examples
 
 from __future__ import annotations
 
+import ast
+import copy
 import dataclasses
 import hashlib
 import random
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from aorta.errors import Problem, RecipeError
-from aorta.recipe.registry import Environment, Registry
-from aorta.recipe.schema import Collector, Recipe, StopAfter, canonical_json
+from pydantic import ValidationError
 
-__all__ = ["DEFAULT_TIMEOUT_S", "Cell", "Plan", "TrialKey", "merge_env", "plan", "schedule_for"]
+from aorta.errors import Problem, RecipeError
+from aorta.recipe.limits import MAX_CELLS
+from aorta.recipe.registry import Environment, Registry
+from aorta.recipe.schema import (
+    Collector,
+    Recipe,
+    StopAfter,
+    canonical_json,
+    is_missing_command,
+    recipe_from_data,
+)
+
+__all__ = [
+    "DEFAULT_TIMEOUT_S",
+    "Cell",
+    "Plan",
+    "TrialKey",
+    "merge_env",
+    "plan",
+    "recipe_problems",
+    "schedule_for",
+]
 
 #: Deadline of a trial when neither the recipe nor the command line gives one.
 DEFAULT_TIMEOUT_S = 3600.0
@@ -360,3 +382,141 @@ def plan(
         schedule=schedule_for(recipe, tuple(cells)),
         seed=recipe.seed,
     )
+
+
+def recipe_problems(
+    data: Any, *, registry: Registry, command: list[str] | None = None
+) -> tuple[Plan | None, list[Problem], bool]:
+    """Every problem of a parsed recipe at once: its structure, its cross-field rules and the
+    names it uses (mitigations, environments) — what ``aorta recipe validate`` lists, where
+    loading stops at the first stage that fails.
+
+    Returns ``(plan, problems, pending)``: the plan when there is no problem, each problem with
+    its path, and whether a probe recipe's command is still to come (given after ``--`` when it
+    runs; not a problem). Names are checked in the raw document too when its structure is
+    wrong, so an unknown mitigation shows beside a misspelt key.
+
+    >>> reg = Registry.load(entry_points=False)
+    >>> data = {"workload": "matmul", "trails": 3,
+    ...         "cells": [{"name": "a", "mitigations": ["none"]}, {"name": "b", "mitigations": ["tf32_of"]}]}
+    >>> _, problems, _ = recipe_problems(data, registry=reg)
+    >>> [str(p)[:30] for p in problems]
+    ["unknown key 'trails'; did you ", 'cells[1].mitigations[0]: unkno']
+    """
+    problems: list[Problem] = []
+    recipe: Recipe | None = None
+    doc = data
+    for _ in range(_MAX_ROUNDS):
+        try:
+            recipe = recipe_from_data(doc, command=command)
+            break
+        except RecipeError as exc:
+            new = [p for p in exc.problems if p not in problems]
+            problems += new
+            # An unknown key stops its model's validation: drop it and look at the rest.
+            doc = _without_unknown_keys(doc, new)
+            if doc is None:
+                doc = data
+                break
+    pending = any(is_missing_command(p) for p in problems)
+    problems = [p for p in problems if not is_missing_command(p)]
+    model = recipe or _model_or_none(doc, command=command or (["<pending>"] if pending else None))
+    if model is not None:
+        if model.n_cells <= MAX_CELLS:
+            try:
+                the_plan = plan(model, registry=registry)
+            except RecipeError as exc:
+                problems += [p for p in exc.problems if p not in problems]
+            else:
+                if not problems:
+                    return the_plan, [], pending
+    else:
+        reported = [p.path for p in problems]
+        problems += [
+            p
+            for p in _raw_name_problems(doc, registry)
+            if not any(p.path == r or p.path.startswith(r + "[") for r in reported)
+        ]
+    return None, problems, pending
+
+
+#: Rounds of dropping unknown keys and validating again (one per nesting level is plenty).
+_MAX_ROUNDS = 8
+_UNKNOWN_KEY = re.compile(r"^unknown key (.+?)(?:; did you mean .*)? \(allowed: ")
+_PATH_PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
+
+
+def _without_unknown_keys(doc: Any, problems: list[Problem]) -> Any:
+    """``doc`` without the unknown keys ``problems`` name (a copy), or ``None`` when they name
+    none (or one cannot be found)."""
+    drops = []
+    for p in problems:
+        m = _UNKNOWN_KEY.match(p.message)
+        if m is None:
+            continue
+        try:
+            key = ast.literal_eval(m.group(1))
+        except (ValueError, SyntaxError):
+            return None
+        drops.append((p.path, key))
+    if not drops:
+        return None
+    doc = copy.deepcopy(doc)
+    for path, key in drops:
+        node = doc
+        for name, index in _PATH_PART.findall(path):
+            try:
+                node = node[int(index)] if index else node[name]
+            except (KeyError, IndexError, TypeError):
+                return None
+        if not isinstance(node, dict) or key not in node:
+            return None
+        del node[key]
+    return doc
+
+
+def _model_or_none(data: Any, *, command: list[str] | None) -> Recipe | None:
+    """The recipe's model when its fields validate, whatever its cross-field problems."""
+    try:
+        recipe = Recipe.model_validate(data)
+    except (ValidationError, TypeError, ValueError):
+        return None
+    return recipe.model_copy(update={"command": list(command)}) if command else recipe
+
+
+def _raw_name_problems(data: Any, registry: Registry) -> Iterator[Problem]:
+    """The mitigation and environment names of a document whose structure did not validate."""
+    if not isinstance(data, Mapping):
+        return
+
+    def names(path: str, value: Any) -> Iterator[tuple[str, str]]:
+        items = [value] if isinstance(value, str) else value if isinstance(value, list) else []
+        for k, name in enumerate(items):
+            if isinstance(name, str) and name:
+                yield (f"{path}[{k}]" if not isinstance(value, str) else path), name
+
+    def check(kind: str, path: str, name: str) -> Iterator[Problem]:
+        try:
+            (registry.mitigation if kind == "m" else registry.environment)(name, path=path)
+        except RecipeError as exc:
+            yield from exc.problems
+
+    cells = data.get("cells")
+    for i, cell in enumerate(cells if isinstance(cells, list) else []):
+        if not isinstance(cell, Mapping):
+            continue
+        for path, name in names(f"cells[{i}].mitigations", cell.get("mitigations")):
+            yield from check("m", path, name)
+        if isinstance(cell.get("environment"), str) and cell["environment"]:
+            yield from check("e", f"cells[{i}].environment", cell["environment"])
+    axes = data.get("axes")
+    if isinstance(axes, Mapping):
+        stacks = axes.get("mitigations")
+        for i, stack in enumerate(stacks if isinstance(stacks, list) else []):
+            for _, name in names(f"axes.mitigations[{i}]", stack):  # a stack is one path
+                yield from check("m", f"axes.mitigations[{i}]", name)
+        for path, name in names("axes.environment", axes.get("environment")):
+            yield from check("e", path, name)
+    for key in ("mitigation_axis", "diagnostic_axis"):
+        for path, name in names(key, data.get(key)):
+            yield from check("m", path, name)

@@ -84,6 +84,7 @@ __all__ = [
     "RetainLevel",
     "StopAfter",
     "dump_recipe",
+    "is_missing_command",
     "load_recipe",
     "load_recipe_pending_command",
     "load_recipe_text",
@@ -832,6 +833,15 @@ _NO_COMMAND = (
 )
 
 
+def is_missing_command(problem: Problem) -> bool:
+    """Whether ``problem`` is only a probe recipe's command still to come (after ``--``).
+
+    >>> is_missing_command(Problem("command", _NO_COMMAND)), is_missing_command(Problem("cells", "x"))
+    (True, False)
+    """
+    return problem.path == "command" and problem.message == _NO_COMMAND
+
+
 def _cross_check(recipe: Recipe, command: list[str] | None) -> list[Problem]:
     problems: list[Problem] = []
 
@@ -1023,9 +1033,7 @@ def load_recipe_pending_command(
     try:
         return load_recipe(path, command=command), False
     except RecipeError as exc:
-        only_missing = bool(exc.problems) and all(
-            p.path == "command" and p.message == _NO_COMMAND for p in exc.problems
-        )
+        only_missing = bool(exc.problems) and all(is_missing_command(p) for p in exc.problems)
         if command or not only_missing:
             raise
     recipe = load_recipe(path, command=["<pending>"])

@@ -19,6 +19,7 @@ from aorta.report.comparison import comparison_json, verdict_text
 from aorta.report.findings import SCREEN_LINES_TEXT, finding_json, findings_lines
 from aorta.store.record import TrialRecord, TrialStatus
 from aorta.store.rundir import trial_file_name, trial_relpath
+from aorta.text import printable
 
 __all__ = ["format_plan", "format_summary", "plan_to_dict", "summary_to_dict"]
 
@@ -137,7 +138,11 @@ def _cell_problems(
         where += trial_file_name(first_bad.trial)
     lines = [f"  {cell}: {'; '.join(parts)} → {where}"]
     if first_bad is not None and first_bad.error:
-        lines.append(f"    {first_bad.error[:200]}")
+        lines.append(f"    {printable(first_bad.error[:200])}")
+    if first_bad is not None and first_bad.signature_line:
+        # What the job said, not only how it ended ("the command exited 1").
+        said = printable(first_bad.signature_line[:200])
+        lines.append(f"    {first_bad.signature or 'signature'}: {said}")
     return lines
 
 

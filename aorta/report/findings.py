@@ -33,6 +33,7 @@ from aorta.matrix.options import StatsOptions
 from aorta.matrix.signatures import signature_counts
 from aorta.matrix.summary import summarize
 from aorta.report.comparison import ms_text, p_text, plain, verdict_text
+from aorta.store.rundir import RunDir, aorta_command
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -124,10 +125,11 @@ def _signatures(f: Finding, style: Style) -> str:
 def _extend(f: Finding, run: str | Path | None, trials: int, style: Style) -> str:
     """The command that grows the run to ``trials`` per cell, the finding's two cells only."""
     cells = ",".join(c for c in (f.baseline, f.cell) if c)
-    cmd = f"aorta sweep extend {shlex.quote(str(run or 'RUN'))} --trials {trials}"
+    cmd = f"sweep extend {shlex.quote(str(run or 'RUN'))} --trials {trials}"
     if cells:
         cmd += f" --cells {shlex.quote(cells)}"
-    return _code(cmd, style)
+    # As the run was launched: a distributed run grows only under its launcher (torchrun …).
+    return _code(RunDir(run).command(cmd) if run else aorta_command(cmd), style)
 
 
 def _raise_cap(f: Finding, run: str | Path | None, style: Style) -> str:
@@ -146,7 +148,7 @@ def _next_step(f: Finding, run: str | Path | None, style: Style) -> str:
         return "; no trial count up to 200 per cell would decide at these rates"
     more = f.trials_to_decide - max(f.ran, f.baseline_ran)
     return (
-        f": about {more} more trials per cell would decide: "
+        f": about {more} more {'trial' if more == 1 else 'trials'} per cell would decide: "
         f"{_extend(f, run, f.trials_to_decide, style)}"
     )
 

@@ -32,7 +32,9 @@ __all__ = [
     "dry_run_lines",
     "format_skew",
     "last_words",
+    "on_login_node",
     "sbatch_script",
+    "shorten",
     "summarize_outcomes",
     "version_rows",
 ]
@@ -158,8 +160,38 @@ def dry_run_lines(report: LaunchResult) -> list[str]:
             lines += ["  env:", *(f"    {k}={v}" for k, v in redact_env(cmd.env).items())]
             lines += [f"  unset: {' '.join(cmd.unset)}", *(f"  {c}" for c in cmd.container)]
             lines.append(f"  command: {cmd.describe().splitlines()[-1]}")
-            lines.append(f"  remote line: {cmd.remote}")
+            lines.append(f"  remote line: {shorten(cmd.remote)}")
     return lines + format_skew(report.skew)
+
+
+#: A node's per-launch folder as its sweep prints it: ``<workdir>/.aorta-launch/<run id>/node_<k>/``
+#: (``aorta.launch.node_command.node_dir``), whose ``out/`` is the node's output root.
+_NODE_OUT = re.compile(r"(?:[^\s'\"`]*/)?\.aorta-launch/[^/\s'\"`]+/node_\d+/out(?=/|\s|$)")
+
+
+def on_login_node(text: str, output: str) -> str:
+    """A node's output line with the paths under the node's own output root (where its sweep
+    wrote) shown where they are once the launch has gathered them on the login node: under
+    ``output``, the launch's output folder. A command a node prints (``aorta sweep resume
+    RUN``) then names the run directory the user has.
+
+    >>> on_login_node("resume with: aorta sweep resume /home/u/.aorta-launch/r1/node_0/out/T/w/2026", "runs")
+    'resume with: aorta sweep resume runs/T/w/2026'
+    """
+    return _NODE_OUT.sub(lambda _: output.rstrip("/") or "/", text)
+
+
+def shorten(line: str, *, most: int = 240) -> str:
+    """A long line as its head and tail around how much was left out (a dry-run's remote
+    line is kilobytes of quoted bootstrap).
+
+    >>> shorten("x" * 1000, most=40)
+    'xxxxxxxxxxxxxxxxxxxxxxxxxx … (+961 characters) … xxxxxxxxxxxxx'
+    """
+    if len(line) <= most:
+        return line
+    head, tail = most * 2 // 3, most // 3
+    return f"{line[:head]} … (+{len(line) - head - tail} characters) … {line[-tail:]}"
 
 
 def sbatch_script(options: Sequence[str], step: Sequence[str], *, run_id: str, cwd: str) -> str:

@@ -19,6 +19,7 @@ could run nothing.
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -72,7 +73,7 @@ def _record(rd: RunDir, *, trials: int, cells: Sequence[str] | None) -> None:
         raise UsageError(
             f"--trials {trials} does not add trials: the cells already plan "
             f"{max(planned.values())} (an interrupted extension finishes with: "
-            f"aorta sweep resume {rd.path})"
+            f"{rd.command(f'sweep resume {shlex.quote(str(rd.path))}')})"
         )
     override.update({name: max(trials, n) for name, n in planned.items()})
     extensions = [

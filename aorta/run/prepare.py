@@ -7,15 +7,18 @@ start of a sweep, new or resumed. Nothing is written; the recipe and the run dir
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Mapping
+import shlex
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from aorta.errors import UsageError
-from aorta.recipe.plan import Plan, plan
+from aorta.errors import AortaError, Problem, RecipeError, UsageError
+from aorta.recipe.plan import Plan, plan, recipe_problems
 from aorta.recipe.registry import Registry
 from aorta.recipe.schema import Recipe, dump_recipe, load_recipe, recipe_from_data
+from aorta.recipe.yamldoc import parse_yaml
 from aorta.run.options import RunOptions
 from aorta.run.ranks import DistEnv
 from aorta.run.workload import (
@@ -25,9 +28,17 @@ from aorta.run.workload import (
     WorkloadCatalog,
     resolve_isolation,
 )
-from aorta.store.rundir import RunDir
+from aorta.store.rundir import RunDir, aorta_command
 
-__all__ = ["Prepared", "check_world_size", "prepare", "prepare_run", "with_trials"]
+__all__ = [
+    "Prepared",
+    "Validation",
+    "check_world_size",
+    "prepare",
+    "prepare_run",
+    "validate_recipe",
+    "with_trials",
+]
 
 
 @dataclass
@@ -103,6 +114,117 @@ def prepare(
     return Prepared(the_plan, registry, catalog, workload, level, warnings, files)
 
 
+@dataclass(frozen=True)
+class Validation:
+    """What ``aorta recipe validate`` finds in one pass (:func:`validate_recipe`)."""
+
+    #: Every problem, each with its path in the recipe; empty when the recipe would run.
+    problems: list[Problem]
+    #: The plan, when there is no problem.
+    plan: Plan | None = None
+    #: A probe recipe whose command comes after ``--`` when it runs.
+    pending_command: bool = False
+    #: What the run would warn about (a collector the workload does not drive, …).
+    warnings: list[str] = field(default_factory=list)
+
+
+def validate_recipe(
+    path: str | Path,
+    *,
+    command: list[str] | None = None,
+    mitigations_files: Sequence[str | Path] = (),
+    catalog: WorkloadCatalog | None = None,
+) -> Validation:
+    """Every problem of a recipe file in one pass: its structure, the names it uses
+    (mitigations, environments, the workload) and what a run would refuse that the recipe
+    alone tells — an isolation the workload cannot run under, ``workload_config`` keys the
+    workload does not read (``straggler_rank`` on a single-process workload) — each with its
+    path. A file that cannot be read or parsed is one problem.
+
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "r.yaml"
+    >>> _ = p.write_text("workload: race\\ntrial_isolation: in_process\\ncells: [{name: a, mitigations: [none]}]\\n")
+    >>> [str(x) for x in validate_recipe(p).problems]  # doctest: +ELLIPSIS
+    ["trial_isolation: workload 'race' requires 'process' isolation, the recipe asks for 'in_process'"]
+    """
+    path = Path(path)
+    try:
+        data = parse_yaml(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return Validation([Problem("", "no such file")])
+    except (OSError, UnicodeDecodeError) as exc:
+        return Validation([Problem("", f"cannot read: {exc}")])
+    except RecipeError as exc:
+        return Validation(list(exc.problems))
+    try:
+        registry = Registry.load(files=[str(f) for f in mitigations_files])
+    except RecipeError as exc:
+        return Validation(list(exc.problems))
+    the_plan, problems, pending = recipe_problems(data, registry=registry, command=command)
+    problems += _workload_problems(data, catalog or WorkloadCatalog(), problems)
+    if problems:
+        return Validation(problems, pending_command=pending)
+    assert the_plan is not None
+    warnings: list[str] = []
+    with contextlib.suppress(AortaError):
+        cls = (catalog or WorkloadCatalog()).get(the_plan.workload)
+        warnings = _collector_warnings(the_plan, cls)
+    return Validation([], the_plan, pending, warnings)
+
+
+def _workload_problems(
+    data: object, catalog: WorkloadCatalog, found: list[Problem]
+) -> list[Problem]:
+    """The workload's name, isolation and config keys, read from the raw document (so they
+    show whatever else is wrong)."""
+    if not isinstance(data, Mapping):
+        return []
+    name = data.get("workload")
+    if name is None and (data.get("mode") == "probe" or data.get("command") is not None):
+        name = "command"
+    if not isinstance(name, str) or any(p.path == "workload" for p in found):
+        return []
+    try:
+        cls = catalog.get(name)
+    except UnknownWorkload as exc:
+        return [Problem("workload", str(exc))]
+    except AortaError as exc:
+        return [Problem("workload", str(exc))]
+    out: list[Problem] = []
+    isolation = data.get("trial_isolation", "auto")
+    if isinstance(isolation, str) and not any(p.path == "trial_isolation" for p in found):
+        try:
+            resolve_isolation(isolation, cls)
+        except UsageError as exc:
+            out.append(Problem("trial_isolation", str(exc).removeprefix("trial_isolation: ")))
+    if cls.config_keys is None:
+        return out
+    configs = [("workload_config", data.get("workload_config"))]
+    cells = data.get("cells")
+    for i, cell in enumerate(cells if isinstance(cells, list) else []):
+        if isinstance(cell, Mapping):
+            configs.append((f"cells[{i}].workload_config", cell.get("workload_config")))
+    axes = data.get("axes")
+    if isinstance(axes, Mapping):
+        configs.append(("axes.workload_config", axes.get("workload_config")))
+    for where, config in configs:
+        for key in config if isinstance(config, Mapping) else {}:
+            if isinstance(key, str) and key not in cls.config_keys:
+                reads = ", ".join(sorted(cls.config_keys)) or "none"
+                extra = (
+                    f"; {key} is read by distributed workloads only"
+                    if key.startswith("straggler_") and cls.launch_mode != "distributed"
+                    else ""
+                )
+                out.append(
+                    Problem(
+                        f"{where}.{key}",
+                        f"workload {name!r} does not read {key!r} (it reads: {reads}){extra}",
+                    )
+                )
+    return out
+
+
 def _collector_warnings(the_plan: Plan, workload: type[Workload]) -> list[str]:
     """A collector the recipe asks for that the workload does not drive is never silent."""
     if workload.collectors is None:
@@ -171,8 +293,12 @@ def check_world_size(prepared: Prepared, dist: DistEnv, recipe: object) -> None:
     cls = prepared.workload
     if cls is None or cls.launch_mode != "distributed" or dist.world_size >= cls.min_world_size:
         return
-    where = recipe if isinstance(recipe, str | Path) else "RECIPE"
+    where = shlex.quote(str(recipe)) if isinstance(recipe, str | Path) else "RECIPE"
+    line = aorta_command(
+        f"sweep run --recipe {where}",
+        {"kind": "torchrun", "nnodes": 1, "nproc_per_node": cls.min_world_size},
+    )
     raise UsageError(
         f"workload {cls.name!r} needs at least {cls.min_world_size} ranks, WORLD_SIZE is {dist.world_size}; "
-        f"run it under torchrun: torchrun --nproc-per-node={cls.min_world_size} $(command -v aorta) sweep run --recipe {where}"
+        f"run it under torchrun: {line}"
     )

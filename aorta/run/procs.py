@@ -20,6 +20,8 @@ from typing import IO, Any
 
 __all__ = [
     "Finished",
+    "TrialDeadline",
+    "TrialHang",
     "kill_group",
     "reap_all",
     "run_with_deadline",
@@ -29,8 +31,20 @@ __all__ = [
 
 #: Seconds between SIGTERM and SIGKILL.
 DEFAULT_GRACE_S = 5.0
-# An exception this close to the deadline is the trial's own alarm firing first (see last_look).
-ALARM_SLACK_S = 0.1
+
+
+class TrialDeadline(BaseException):
+    """The trial's deadline passed (a BaseException so ``except Exception`` cannot swallow it).
+
+    An in-process trial's alarm raises it in the main thread, possibly while
+    :func:`run_with_deadline` waits on a child: its type, not the clock, tells that wait it is
+    the deadline and not a Ctrl-C."""
+
+
+class TrialHang(TrialDeadline):
+    """The trial hung (silent and idle for the recipe's ``hang_after``) and was killed; the
+    message says what was watched. Recorded as ``timeout`` with ``failure_kind`` ``hang``."""
+
 
 _live: dict[int, subprocess.Popen[Any]] = {}
 _lock = threading.Lock()
@@ -181,11 +195,10 @@ def run_with_deadline(
         timed_out = True
         last_look("deadline")
         kill_group(proc, grace_s=grace_s)
-    except BaseException:
+    except BaseException as exc:
         # Ctrl-C while waiting: take the child down with us. An in-process trial's own alarm
-        # (SIGALRM at the same deadline) lands here too, and is a deadline, not a stop.
-        late = deadline is not None and time.monotonic() >= deadline - ALARM_SLACK_S
-        last_look("deadline" if late else "interrupted")
+        # (TrialDeadline, from SIGALRM) lands here too, and is a deadline, not a stop.
+        last_look("deadline" if isinstance(exc, TrialDeadline) else "interrupted")
         kill_group(proc, grace_s=min(grace_s, 2.0))
         raise
     else:

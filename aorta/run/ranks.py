@@ -29,7 +29,7 @@ import json
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -46,6 +46,7 @@ __all__ = [
     "choose_backend",
     "coordinator_for",
     "init_process_group",
+    "launcher_of",
     "trial_env",
 ]
 
@@ -103,6 +104,42 @@ class DistEnv:
             job_id=job,
             port_base=number(envvars.TRIAL_MASTER_PORT_BASE, None),
         )
+
+
+def launcher_of(dist: DistEnv, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """How this job's ranks were started, as the manifest records it (``launcher``) for the
+    commands aorta prints to resume or grow the run (:func:`aorta.store.rundir.aorta_command`):
+    ``none`` (one process), ``torchrun`` (nodes, processes per node, the rendezvous endpoint
+    across nodes), ``srun`` (nodes, tasks per node, the trial port base) or ``other``.
+
+    >>> launcher_of(DistEnv())
+    {'kind': 'none'}
+    >>> env = {"TORCHELASTIC_RUN_ID": "x", "LOCAL_WORLD_SIZE": "2"}
+    >>> launcher_of(DistEnv(rank=0, world_size=2), env)
+    {'kind': 'torchrun', 'nnodes': 1, 'nproc_per_node': 2}
+    """
+    env = os.environ if environ is None else environ
+    if not dist.distributed:
+        return {"kind": "none"}
+    raw_local = env.get("LOCAL_WORLD_SIZE", "")
+    local = int(raw_local) if raw_local.isdigit() else 0
+    if "TORCHELASTIC_RUN_ID" in env:
+        nproc = local or dist.world_size
+        nnodes = max(1, dist.world_size // nproc)
+        out: dict[str, Any] = {"kind": "torchrun", "nnodes": nnodes, "nproc_per_node": nproc}
+        if nnodes > 1:
+            out["rdzv_endpoint"] = f"{dist.master_addr or 'HEAD'}:{dist.master_port or 29500}"
+        return out
+    if "SLURM_JOB_ID" in env:
+        raw = env.get("SLURM_NNODES", "1")
+        nodes = int(raw) if raw.isdigit() and int(raw) > 0 else 1
+        return {
+            "kind": "srun",
+            "nodes": nodes,
+            "ntasks_per_node": max(1, dist.world_size // nodes),
+            "port_base": dist.port_base,
+        }
+    return {"kind": "other", "world_size": dist.world_size}
 
 
 def choose_backend(requested: str | None = None) -> str:

@@ -22,6 +22,7 @@ import errno
 import hashlib
 import math
 import os
+import shlex
 import socket
 import time
 from collections.abc import Callable, Sequence
@@ -52,6 +53,7 @@ from aorta.run.ranks import (
     TrialPeers,
     choose_backend,
     coordinator_for,
+    launcher_of,
     trial_endpoint,
     trial_env,
 )
@@ -61,7 +63,7 @@ from aorta.store.hostenv import snapshot
 from aorta.store.record import RankOutcome, TrialRecord, TrialStatus, merge_ranks
 from aorta.store.redact import Redactor, harvest_secrets, record_secrets
 from aorta.store.retention import retain_trial
-from aorta.store.rundir import RunDir, utc_now
+from aorta.store.rundir import RunDir, aorta_command, utc_now
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -182,6 +184,8 @@ class _Sweep:
         self.reporter = reporter
         self.coord = coord
         self.dist = dist
+        #: How the ranks were started: the commands printed to resume the run repeat it.
+        self.launcher = launcher_of(dist)
         self.records: dict[tuple[str, int], TrialRecord] = {}
         #: Per cell, how many recorded trials count as a stop_after event (kept as records come).
         self._events: dict[str, int] = {}
@@ -331,6 +335,7 @@ class _Sweep:
             "aorta_version": __version__,
             "isolation": self.p.isolation,
             "world_size": self.dist.world_size,
+            "launcher": self.launcher,
             "n_cells": len(self.plan.cells),
             "n_trials": self.plan.n_trials,
             "schedule": self.plan.schedule,
@@ -493,10 +498,15 @@ class _Sweep:
                 self.rd.update_manifest(status="interrupted", finished_at=utc_now())
         self.reporter.message(
             f"aorta: {key.cell.name} trial {key.trial} is stuck past its deadline in native code; recorded as timeout. "
-            f"Resume with: aorta sweep resume {self.rd.path}  (trial_isolation: process survives such hangs)"
+            f"Resume with: {self._again('resume')}  (trial_isolation: process survives such hangs)"
         )
         procs.reap_all()
         os._exit(int(ExitCode.INTERRUPTED))
+
+    def _again(self, verb: str) -> str:
+        """``aorta sweep <verb> RUN`` as this run was launched (under torchrun: the torchrun
+        line; :func:`~aorta.store.rundir.aorta_command`)."""
+        return aorta_command(f"sweep {verb} {shlex.quote(str(self.rd.path))}", self.launcher)
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -540,7 +550,7 @@ class _Sweep:
                 self.rd.update_manifest(status="interrupted", finished_at=utc_now())
             self.reporter.close()
             raise Interrupted(
-                f"interrupted; resume with: aorta sweep resume {self.rd.path}", self.rd.path
+                f"interrupted; resume with: {self._again('resume')}", self.rd.path
             ) from None
         except Exception as exc:
             # Whatever stopped the loop (a full disk, a bug in handling a trial's files), the
@@ -554,13 +564,13 @@ class _Sweep:
             if isinstance(exc, OSError) and exc.errno in _NO_SPACE:
                 raise AortaError(
                     f"{exc.filename or self.rd.path}: {os.strerror(exc.errno or 0)}; the run "
-                    f"stopped and is resumable once there is space: aorta sweep resume {self.rd.path}"
+                    f"stopped and is resumable once there is space: {self._again('resume')}"
                 ) from None
             if isinstance(exc, AortaError):
                 raise
             raise AortaError(
                 f"the sweep stopped on an unexpected error ({type(exc).__name__}: {exc}); the "
-                f"run is resumable: aorta sweep resume {self.rd.path}"
+                f"run is resumable: {self._again('resume')}"
             ) from exc
         if self.writer:
             self.rd.update_manifest(status="complete", finished_at=utc_now())

@@ -35,13 +35,12 @@ from aorta.run import procs
 from aorta.run.forensics import Capture
 from aorta.run.hang import GpuProbe, HangWatch
 from aorta.run.orphans import scratch_prefix
+from aorta.run.procs import TrialDeadline, TrialHang
 from aorta.run.workload import TrialContext, Workload, WorkloadResult
 from aorta.store.record import TrialStatus
 
 __all__ = [
     "Outcome",
-    "TrialDeadline",
-    "TrialHang",
     "context_from_dict",
     "context_to_dict",
     "env_overlay",
@@ -49,15 +48,6 @@ __all__ = [
     "run_in_process",
     "run_in_worker",
 ]
-
-
-class TrialDeadline(BaseException):
-    """The trial's deadline passed (a BaseException so ``except Exception`` cannot swallow it)."""
-
-
-class TrialHang(TrialDeadline):
-    """The trial hung (silent and idle for the recipe's ``hang_after``) and was killed; the
-    message says what was watched. Recorded as ``timeout`` with ``failure_kind`` ``hang``."""
 
 
 @dataclass

@@ -29,6 +29,7 @@ __all__ = [
     "FAILURE_KINDS",
     "OUTCOMES",
     "RAN",
+    "RECORD_KEYS",
     "RECORD_SCHEMA_VERSION",
     "UPSTREAM_ALIASES",
     "UPSTREAM_NAMES",
@@ -307,6 +308,11 @@ def readable_forensics(value: object) -> tuple[dict[str, Any] | None, str | None
     except (ValueError, TypeError) as exc:
         return None, f"its forensics are left out: {' '.join(str(exc).split())[:200]}"
     return value, None
+
+
+#: Every field name of a trial record and of its ranks' outcomes: the keys aorta itself writes
+#: (redaction never masks one, or the record could not be read back).
+RECORD_KEYS = frozenset(TrialRecord.model_fields) | frozenset(RankOutcome.model_fields)
 
 
 def merge_ranks(outcomes: Sequence[RankOutcome | None], world_size: int) -> dict[str, Any]:

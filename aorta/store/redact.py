@@ -488,6 +488,31 @@ class Redactor:
             (known,),
         )
 
+    @classmethod
+    def of_file(cls, path: str | Path) -> Redactor:
+        """The secrets a file the user wrote holds — a recipe's ``extra_env`` and argv, a
+        cluster file's ``env_vars`` —, for what aorta prints about it: values under secret
+        names (the recipe's ``scrub_env_keys`` too), after secret argv flags, and credential
+        shapes. An unreadable file gives the name and shape rules alone.
+
+        >>> import tempfile, pathlib
+        >>> p = pathlib.Path(tempfile.mkdtemp()) / "r.yaml"
+        >>> _ = p.write_text("extra_env: {HF_TOKEN: hf_s3cretVALUE99}\n")
+        >>> Redactor.of_file(p).text("logged in as hf_s3cretVALUE99")
+        'logged in as <redacted>'
+        """
+        data = _load_any(Path(path))
+        block = data.get("redaction") if isinstance(data, Mapping) else None
+        block = block if isinstance(block, Mapping) else {}
+        raw = block.get("scrub_env_keys")
+        keys = tuple(str(k) for k in raw if isinstance(k, str)) if isinstance(raw, list) else ()
+        return cls(keys).with_values(harvest_secrets(scrub_keys=keys, data=[data]))
+
+    def printing(self) -> Redactor:
+        """This redactor for what aorta prints on a terminal: secrets, shapes and secret
+        names, but home folders and IP addresses kept (a printed command must still run)."""
+        return replace(self, scrub_paths=False, scrub_ips=False)
+
     def with_values(self, values: Iterable[str]) -> Redactor:
         """This redactor also looking for ``values`` (hashed in memory, never kept)."""
         values = list(values)

@@ -46,6 +46,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any, NamedTuple
 
+from aorta.store.record import RECORD_KEYS, TrialStatus
 from aorta.store.redact import DELIMITERS, Redactor, yaml_counted
 from aorta.store.secrets import REDACTED, SECRET_FLAG
 
@@ -336,13 +337,28 @@ class _Frame:
     """One open object or array: where the scan is in it, the last key, whether the last item
     was a secret argv flag."""
 
-    __slots__ = ("flag", "key", "kind", "state")
+    __slots__ = ("flag", "key", "kind", "masked", "state")
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
         self.state = "first"
         self.key = ""
         self.flag = False
+        #: The keys of this object that redaction changed, as written (made unique).
+        self.masked: set[str] | None = None
+
+
+#: Keys aorta writes itself — a trial record's fields, a manifest's —: never masked, even
+#: when a secret is the same word, so the redacted record still loads.
+OWN_KEYS = RECORD_KEYS | frozenset(
+    {
+        "aorta_version", "cells", "extensions", "launcher", "mitigations_files", "n_cells",
+        "n_trials", "pid", "recipe_sha256", "resumed_at", "schedule", "trials_override",
+    }
+)  # fmt: skip
+#: Values of aorta's own vocabulary under its own keys, kept as written (a status masked
+#: inside, ``<redacted>_failed``, would make the record unreadable).
+OWN_VALUES = {"status": frozenset(s.value for s in TrialStatus)}
 
 
 def _json(chunks: Iterator[str], write: Callable[[str], None], r: Redactor) -> int:
@@ -398,7 +414,10 @@ class _JsonScan:
         elif frame.kind == "{":
             if frame.state in ("first", "key") and first == '"':
                 frame.key, frame.state = _plain(token), "colon"
-                return self.scrub(token, whole=False)
+                if frame.key in OWN_KEYS:
+                    return token
+                out = self.scrub(token, whole=False)
+                return token if out is token else _unique_key(frame, out)
             at_value = frame.state == "value"
         else:
             at_value = frame.state in ("first", "value")
@@ -423,6 +442,10 @@ class _JsonScan:
             raise _NotJson
         if first != '"':
             self.value_done(None)  # a number, true, false, null (NaN as Python's json reads)
+            return token
+        own = OWN_VALUES.get(frame.key) if frame is not None and frame.kind == "{" else None
+        if own is not None and _plain(token) in own:
+            self.value_done(token)
             return token
         whole = frame is not None and (
             (frame.kind == "{" and self.redactor.is_secret_name(frame.key))
@@ -457,6 +480,27 @@ class _JsonScan:
         clean, n = hit
         self.count += n
         return raw if not n else json.dumps(clean, ensure_ascii=False)
+
+
+def _unique_key(frame: _Frame, token: str) -> str:
+    """A masked key made unique in its object: two keys that redact to the same text would
+    otherwise be one key twice (JSON readers keep only the last).
+
+    >>> f = _Frame("{")
+    >>> _unique_key(f, '"<redacted>"'), _unique_key(f, '"<redacted>"'), _unique_key(f, '"<redacted>"')
+    ('"<redacted>"', '"<redacted> (2)"', '"<redacted> (3)"')
+    """
+    seen = frame.masked if frame.masked is not None else set()
+    frame.masked = seen
+    text = _plain(token)
+    if text not in seen:
+        seen.add(text)
+        return token
+    n = 2
+    while f"{text} ({n})" in seen:
+        n += 1
+    seen.add(f"{text} ({n})")
+    return json.dumps(f"{text} ({n})", ensure_ascii=False)
 
 
 def _plain(token: str) -> str:

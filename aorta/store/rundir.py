@@ -35,6 +35,7 @@ import errno
 import fcntl
 import json
 import os
+import shlex
 import socket
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -48,6 +49,7 @@ from aorta.store.record import TrialRecord
 __all__ = [
     "RunDir",
     "RunLocked",
+    "aorta_command",
     "atomic_write",
     "evidence_name",
     "evidence_rank_dir",
@@ -61,6 +63,51 @@ __all__ = [
 ]
 
 NO_TICKET = "_no_ticket_"
+
+
+def aorta_command(args: str, launcher: Mapping[str, Any] | None = None) -> str:
+    """The line that runs ``aorta <args>`` as the run it acts on was started: alone, or under
+    the same launcher (``launcher``, as the manifest records it) — a distributed run resumes
+    and grows only with all its ranks.
+
+    >>> aorta_command("sweep resume runs/r")
+    'aorta sweep resume runs/r'
+    >>> aorta_command("sweep resume runs/r", {"kind": "torchrun", "nnodes": 1, "nproc_per_node": 2})
+    'torchrun --standalone --nproc-per-node=2 $(command -v aorta) sweep resume runs/r'
+    >>> print(aorta_command("sweep resume r", {"kind": "torchrun", "nnodes": 2,
+    ...       "nproc_per_node": 8, "rdzv_endpoint": "head:29500"}))
+    torchrun --nnodes=2 --nproc-per-node=8 --rdzv-backend=c10d --rdzv-endpoint=head:29500 $(command -v aorta) sweep resume r  # on every node
+    """
+    info: Mapping[str, Any] = launcher or {}
+    kind = info.get("kind")
+    if kind == "torchrun":
+        nproc = int(info.get("nproc_per_node") or 1)
+        nnodes = int(info.get("nnodes") or 1)
+        if nnodes <= 1:
+            return f"torchrun --standalone --nproc-per-node={nproc} $(command -v aorta) {args}"
+        endpoint = shlex.quote(str(info.get("rdzv_endpoint") or "HEAD:29500"))
+        return (
+            f"torchrun --nnodes={nnodes} --nproc-per-node={nproc} --rdzv-backend=c10d "
+            f"--rdzv-endpoint={endpoint} $(command -v aorta) {args}  # on every node"
+        )
+    if kind == "srun":
+        nodes = int(info.get("nodes") or 1)
+        tasks = int(info.get("ntasks_per_node") or 1)
+        base = int(info.get("port_base") or 30000)
+        inner = (
+            "RANK=$SLURM_PROCID WORLD_SIZE=$SLURM_NTASKS LOCAL_RANK=$SLURM_LOCALID "
+            "MASTER_ADDR=$(scontrol show hostnames $SLURM_NODELIST | head -1) MASTER_PORT=29500 "
+            f"aorta {args}"
+        )
+        return (
+            f"AORTA_TRIAL_MASTER_PORT_BASE={base} srun --kill-on-bad-exit=1 --nodes={nodes} "
+            f"--ntasks-per-node={tasks} bash -c {shlex.quote(inner)}"
+        )
+    if kind == "other":
+        return f"aorta {args}  # on every rank, under the launcher that started the run"
+    return f"aorta {args}"
+
+
 # Every file name of the run directory, here and nowhere else.
 MANIFEST = "manifest.json"
 LOCK = "run.lock"
@@ -279,7 +326,8 @@ class RunDir:
                 path.mkdir()
             except FileExistsError:
                 raise UsageError(
-                    f"{path} exists already: resume it with `aorta sweep resume {path}`"
+                    f"{path} exists already: resume it with "
+                    f"`{RunDir(path).command(f'sweep resume {shlex.quote(str(path))}')}`"
                 ) from None
             (path / CELLS).mkdir()
             return cls(path)
@@ -418,6 +466,20 @@ class RunDir:
         return path
 
     # -- reads ---------------------------------------------------------------------------------
+
+    def command(self, args: str) -> str:
+        """:func:`aorta_command` for this run: ``args`` run as the run was launched (its
+        manifest's ``launcher``; alone when it has none or cannot be read).
+
+        >>> import tempfile
+        >>> RunDir(tempfile.mkdtemp()).command("sweep status .")
+        'aorta sweep status .'
+        """
+        try:
+            launcher = json.loads((self.path / MANIFEST).read_text()).get("launcher")
+        except (OSError, ValueError, AttributeError):
+            launcher = None
+        return aorta_command(args, launcher if isinstance(launcher, Mapping) else None)
 
     def manifest(self) -> dict[str, Any]:
         try:

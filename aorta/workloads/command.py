@@ -21,7 +21,7 @@ from aorta import envvars
 from aorta.regex import Regex, compile_regex
 from aorta.run import forensics, procs
 from aorta.run.hang import GpuProbe, HangWatch
-from aorta.run.trial import TrialDeadline, TrialHang
+from aorta.run.procs import TrialDeadline, TrialHang
 from aorta.run.workload import FailureDetail, Workload, WorkloadResult
 from aorta.store.rundir import TRACE_DIR
 

@@ -202,3 +202,65 @@ def test_env_and_mitigations_list(run_cli, write):
     assert code == ExitCode.OK
     assert any(line.split()[:3] == ["xnack", "amd", "HSA_XNACK=1"] for line in out.splitlines())
     assert any(line.startswith("site_fix") for line in out.splitlines())
+
+
+def test_validate_reports_every_stage_in_one_pass(run_cli, write):
+    """Structure (unknown keys at two depths, a bad count, a string for a list), names (a
+    mitigation, an environment) and what the run would refuse (race in process, a key only
+    distributed workloads read) — all in one pass, each with its path."""
+    path = write(
+        "bad.yaml",
+        "workload: race\n"
+        "trial_isolation: in_process\n"
+        "trails: 3\n"
+        "confound: {threshhold: 1.2}\n"
+        "cells:\n"
+        "  - {name: base, mitigations: [none], colour: red}\n"
+        "  - {name: x, mitigations: [xnak], trials: 0}\n"
+        "  - {name: y, mitigations: tf32_off}\n"
+        "  - {name: z, mitigations: [none], environment: rocm9, workload_config: {bogus: 1}}\n",
+    )
+    code, out, err = run_cli("recipe", "validate", path)
+    assert code == ExitCode.USAGE and out == ""
+    lines = err.splitlines()
+    assert all(line.startswith(f"Error: {path}: ") for line in lines)
+    paths_and_words = [line.removeprefix(f"Error: {path}: ")[:90] for line in lines]
+    expected = [
+        "unknown key 'trails'",
+        "confound: unknown key 'threshhold'",
+        "cells[0]: unknown key 'colour'",
+        "cells[1].trials: must be ≥ 1",
+        "cells[2].mitigations: must be a non-empty list of names, got 'tf32_off'",
+        "cells[1].mitigations[0]: unknown mitigation 'xnak'",
+        "cells[3].environment: unknown environment 'rocm9'",
+        "trial_isolation: workload 'race' requires 'process' isolation",
+        "cells[3].workload_config.bogus: workload 'race' does not read 'bogus'",
+    ]
+    for want in expected:
+        assert any(got.startswith(want) for got in paths_and_words), (want, lines)
+    assert len(lines) == len(expected), lines
+
+
+def test_validate_names_a_single_process_workloads_distributed_key(run_cli, write):
+    path = write(
+        "m.yaml",
+        "workload: matmul\nworkload_config: {straggler_rank: 1}\n"
+        "cells: [{name: a, mitigations: [none]}]\n",
+    )
+    code, _, err = run_cli("recipe", "validate", path)
+    assert code == ExitCode.USAGE
+    assert err.startswith(f"Error: {path}: workload_config.straggler_rank: workload 'matmul'")
+    assert "read by distributed workloads only" in err
+
+
+def test_validate_refuses_what_the_run_refuses(run_cli, write):
+    """Whatever validate passes, the dry-run accepts; what the run refuses, validate does."""
+    path = write(
+        "r.yaml",
+        "workload: race\ntrial_isolation: in_process\ncells: [{name: a, mitigations: [none]}]\n",
+    )
+    assert run_cli("recipe", "validate", path)[0] == ExitCode.USAGE
+    assert run_cli("sweep", "run", "--recipe", path, "--dry-run")[0] == ExitCode.USAGE
+    path.write_text("workload: race\ncells: [{name: a, mitigations: [none]}]\n")
+    assert run_cli("recipe", "validate", path)[0] == ExitCode.OK
+    assert run_cli("sweep", "run", "--recipe", path, "--dry-run")[0] == ExitCode.OK

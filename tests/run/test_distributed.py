@@ -186,5 +186,5 @@ def test_distributed_workload_refused_below_min_world_size(tmp_path, run_cli):
     )
     assert code == ExitCode.USAGE
     assert "workload 'race' needs at least 2 ranks, WORLD_SIZE is 1" in err
-    assert "torchrun --nproc-per-node=2 $(command -v aorta) sweep run --recipe" in err
+    assert "torchrun --standalone --nproc-per-node=2 $(command -v aorta) sweep run --recipe" in err
     assert not any(tmp_path.iterdir())

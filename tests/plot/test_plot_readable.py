@@ -1,0 +1,92 @@
+"""Figures a reader can read (#45.7): many cells' step series get a panel each instead of one
+tangle, and a cell without a completed step says why in its row or panel instead of staying
+blank (a hung cell: "hung — no completed steps")."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from aorta.matrix.dataset import build_dataset
+from aorta.plot.matrix import (
+    SERIES_CELLS_PER_PANEL,
+    SERIES_MAX_PANELS,
+    step_distributions,
+    step_series,
+)
+from aorta.store.record import TrialRecord
+
+HUNG = "hangs"
+
+
+def _ds(n_cells: int, *, hung: bool = True):
+    rng = np.random.default_rng(1)
+    cells = ["baseline", *(f"m{i}" for i in range(n_cells - 1 - hung)), *([HUNG] if hung else [])]
+    recs = []
+    for ci, cell in enumerate(cells):
+        for t in range(3):
+            if cell == HUNG:
+                recs.append(
+                    TrialRecord(cell=cell, cell_id="", trial=t, status="timeout", passed=False)
+                )
+            else:
+                steps = list(5 + ci * 0.2 + rng.normal(0, 0.1, 8))
+                recs.append(
+                    TrialRecord(
+                        cell=cell,
+                        cell_id="",
+                        trial=t,
+                        status="ok",
+                        passed=True,
+                        step_times_ms=steps,
+                    )
+                )
+    return build_dataset(
+        [{"name": c, "trials": 3} for c in cells],
+        recs,
+        attrs={"baseline": "baseline", "threshold": 1.15},
+    )
+
+
+def _texts(fig) -> list[str]:
+    return [t.get_text() for ax in fig.axes for t in ax.texts]
+
+
+def test_many_cells_get_a_panel_each_with_the_baseline_for_reference() -> None:
+    ds = _ds(11)
+    fig = step_series(ds)
+    shown = [ax for ax in fig.axes if ax.get_visible()]
+    assert [ax.get_title() for ax in shown] == [str(c) for c in ds.cell.values]
+    for ax in shown:
+        solid = {line.get_color() for line in ax.get_lines() if line.get_linestyle() == "-"}
+        assert len(solid) <= 1  # one cell per panel
+    assert "baseline's median" in fig.get_suptitle()
+    assert "hung — no completed steps" in _texts(fig)
+
+
+def test_few_cells_share_a_panel_and_a_given_axes_is_drawn_into() -> None:
+    few = step_series(_ds(SERIES_CELLS_PER_PANEL, hung=False))
+    assert len(few.axes) == 1
+    from matplotlib.figure import Figure
+
+    ax = Figure().add_subplot()
+    assert step_series(_ds(11), ax=ax).axes == [ax]
+
+
+def test_past_the_panel_bound_the_figure_says_what_it_left_out() -> None:
+    n = SERIES_MAX_PANELS + 3
+    fig = step_series(_ds(n, hung=False))
+    assert sum(ax.get_visible() for ax in fig.axes) == SERIES_MAX_PANELS
+    assert f"first {SERIES_MAX_PANELS} of {n} cells" in fig.get_suptitle()
+
+
+@pytest.mark.parametrize(
+    ("status", "said"),
+    [("timeout", "hung — no completed steps"), ("workload_failed", "failed — no completed steps")],
+)
+def test_plot_steps_says_why_a_row_is_empty(status: str, said: str) -> None:
+    ds = _ds(3)
+    ds["status"] = ds.status.where(ds.cell != HUNG, status)
+    fig = step_distributions(ds)
+    assert _texts(fig) == [said]
+    assert ds.aorta.plot_steps().axes[0].texts[0].get_text() == said
