@@ -7,6 +7,7 @@ write the files, real archives are read back."""
 from __future__ import annotations
 
 import bz2
+import contextlib
 import functools
 import gzip
 import io
@@ -72,10 +73,8 @@ def _texts(data: bytes, depth: int = 0) -> list[str]:
         return out
     xz = functools.partial(lzma.decompress, format=lzma.FORMAT_XZ)
     for opener in (gzip.decompress, bz2.decompress, xz):
-        try:
+        with contextlib.suppress(Exception):  # not that compression
             out += _texts(opener(data), depth + 1)
-        except Exception:  # noqa: BLE001 - not that compression
-            pass
     if data.startswith(b"PK"):
         with zipfile.ZipFile(io.BytesIO(data)) as z:
             out += [t for n in z.namelist() for t in _texts(z.read(n), depth + 1)]
@@ -131,7 +130,9 @@ def test_no_secret_leaves_in_any_encoding_or_compression(leaky_run, tmp_path, ru
     assert notes["plain.log"] is None
     # Refused, each with why.
     assert left["zipped.log"] == "zip data: it cannot be scanned"
-    assert left["deep.log"] == f"compressed more than {MAX_LAYERS} levels deep: it cannot be scanned"
+    assert (
+        left["deep.log"] == f"compressed more than {MAX_LAYERS} levels deep: it cannot be scanned"
+    )
     assert left["bomb.log"].startswith("decompresses past the size cap (4,194,304 bytes)")
     assert left["binary.log.gz"] == "compressed binary data: it cannot be scanned"
     assert not {"bomb.log", "zipped.log", "deep.log", "binary.log.gz"} & set(by_name)
