@@ -131,7 +131,9 @@ class Sniffed(NamedTuple):
     def note(self) -> str | None:
         """How it went in, for the bundle's manifest (``None``: plain UTF-8)."""
         parts = []
-        if self.layers:
+        if len(self.layers) == 1:
+            parts.append("decompressed, scanned, recompressed")
+        elif self.layers:
             names = " inside ".join(reversed([_NAMES[x] for x in self.layers]))
             parts.append(f"{names}: decompressed, scanned, recompressed")
         if self.encoding != "utf-8":
@@ -143,14 +145,14 @@ _NAMES = {".gz": "gzip", ".bz2": "bzip2", ".xz": "xz"}
 
 
 def _open_layer(src: IO[bytes], packed: str) -> IO[bytes]:
-    inner: IO[bytes]
+    inner: Any
     if packed == ".gz":
         inner = gzip.GzipFile(fileobj=src, mode="rb")
     elif packed == ".bz2":
         inner = bz2.BZ2File(src, "rb")
     else:
-        inner = lzma.LZMAFile(src, "rb")
-    return io.BufferedReader(inner)  # type: ignore[arg-type]
+        inner = lzma.LZMAFile(src, "rb")  # noqa: SIM115 - closed by the caller's stack
+    return io.BufferedReader(inner)
 
 
 def _layer_of(head: bytes) -> str | None:
@@ -181,7 +183,7 @@ def _encoding_of(head: bytes) -> tuple[str, bytes]:
 def _content(path: Path) -> Iterator[tuple[IO[bytes], Sniffed]]:
     """``path``'s content, decompressed through every layer its bytes show, and what it is."""
     with contextlib.ExitStack() as stack:
-        src: IO[bytes] = stack.enter_context(open(path, "rb"))  # noqa: SIM115
+        src: IO[bytes] = stack.enter_context(open(path, "rb"))
         layers: list[str] = []
         while (packed := _layer_of(src.peek(_HEAD)[:_HEAD])) is not None:  # type: ignore[attr-defined]
             if len(layers) == MAX_LAYERS:
