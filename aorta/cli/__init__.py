@@ -21,6 +21,7 @@ from aorta.errors import AortaError, AortaWarning, ExitCode
 from . import bundle as _bundle
 from . import compare as _compare
 from . import hang as _hang
+from . import history as _history
 from . import info as _info
 from . import launch as _launch
 from . import recipe as _recipe
@@ -74,6 +75,7 @@ app.command("env")(_info.env)
 app.command("compare")(_compare.compare)
 app.command("report")(_report.report)
 app.command("bundle")(_bundle.bundle)
+app.command("history")(_history.history)
 app.command("launch", context_settings=_launch.CONTEXT)(_launch.launch)
 
 
