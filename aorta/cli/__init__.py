@@ -18,6 +18,7 @@ import typer
 from aorta import __version__
 from aorta.errors import AortaError, AortaWarning, ExitCode
 
+from . import bisect as _bisect
 from . import bundle as _bundle
 from . import compare as _compare
 from . import hang as _hang
@@ -76,6 +77,7 @@ app.command("compare")(_compare.compare)
 app.command("report")(_report.report)
 app.command("bundle")(_bundle.bundle)
 app.command("history")(_history.history)
+app.command("bisect")(_bisect.bisect)
 app.command("launch", context_settings=_launch.CONTEXT)(_launch.launch)
 
 
