@@ -37,16 +37,20 @@ from aorta.store.rundir import HOST_ENV, HOST_ENV_DIR, MANIFEST, RESULTS, RunDir
 
 __all__ = [
     "BLESSED",
+    "HISTORY_HTML",
     "RunInfo",
     "bless",
     "blessed_run",
     "find_runs",
     "read_results",
     "run_snapshots",
+    "series_folders",
 ]
 
 #: The blessed run of a series, in the series folder (``<ticket>/<workload>/``).
 BLESSED = "aorta_blessed.json"
+#: The page ``aorta history --html`` writes into its first folder.
+HISTORY_HTML = "history.html"
 #: Folders a run directory holds that never hold another run (not walked into).
 _INSIDE_RUN = {"cells", "report", "combined_traces", HOST_ENV_DIR, "environments"}
 
