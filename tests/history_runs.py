@@ -20,7 +20,9 @@ from aorta.store.rundir import RunDir
 START = dt.datetime(2026, 1, 1, 2, 0, tzinfo=dt.timezone.utc)
 
 
-def snapshot(torch: str = "2.12.0", env: Mapping[str, str] | None = None, host: str = "gpu-01") -> dict[str, Any]:
+def snapshot(
+    torch: str = "2.12.0", env: Mapping[str, str] | None = None, host: str = "gpu-01"
+) -> dict[str, Any]:
     """A host snapshot of the shape :func:`aorta.store.hostenv.snapshot` writes."""
     return {
         "taken_at": "",
@@ -49,7 +51,9 @@ def write_night(
     """One complete run of ``cells`` × ``trials``: cell ``c``'s step times around
     ``level(night, c)`` ms (2% noise per trial), a trial failing with ``fail(night, c)``."""
     rng = np.random.default_rng(seed * 100_003 + night)
-    rd = RunDir.create(root, ticket="NIGHTLY", workload="training", now=START + dt.timedelta(days=night))
+    rd = RunDir.create(
+        root, ticket="NIGHTLY", workload="training", now=START + dt.timedelta(days=night)
+    )
     names = [f"cell{c:02d}" for c in range(cells)]
     records = []
     for c, name in enumerate(names):
@@ -69,6 +73,10 @@ def write_night(
                 "recipe_sha256": "ab" * 32, "started_at": started}  # fmt: skip
     rd.update_manifest(**manifest)
     rd.write_json(rd.host_env_path, dict(snap or snapshot()))
-    ds = build_dataset([{"name": n, "trials": trials, "index": i} for i, n in enumerate(names)], records, attrs=manifest)
+    ds = build_dataset(
+        [{"name": n, "trials": trials, "index": i} for i, n in enumerate(names)],
+        records,
+        attrs=manifest,
+    )
     write_netcdf(ds, rd.results_path)
     return rd.path

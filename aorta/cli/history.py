@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
 import typer
 
@@ -41,7 +41,7 @@ def history(
         ),
     ] = False,
     metric: Annotated[
-        Literal["step_time_ms", "wall_clock_s"],
+        str,
         option(
             "--metric",
             envvars.METRIC,
@@ -55,9 +55,15 @@ def history(
     changes between the runs on either side, and a regression gate on the newest run."""
     if roots and roots[0] == "bless":
         return _bless(roots[1:])
+    from aorta.matrix.history import HistoryMetric
     from aorta.matrix.series import analyze
 
-    found = analyze(roots, metric=metric, alpha=0.05 if alpha is None else alpha)
+    if metric not in ("step_time_ms", "wall_clock_s"):
+        raise UsageError(
+            f"--metric: aorta history reads step_time_ms or wall_clock_s, got {metric!r}"
+        )
+    chosen: HistoryMetric = "wall_clock_s" if metric == "wall_clock_s" else "step_time_ms"
+    found = analyze(roots, metric=chosen, alpha=0.05 if alpha is None else alpha)
     doc = found.to_json()
     if html:
         from aorta.report.page.history import write_history_html

@@ -101,7 +101,7 @@ def _run_arrays(
         }
     outcome = data["outcome"]
     passed = outcome == _PASSED
-    source = metric
+    source: str = metric
     if metric == "step_time_ms":
         values = trial_medians(data["step_time_ms"], data["warmup_steps"])
         if not np.isfinite(values[passed]).any():
@@ -212,7 +212,7 @@ def _per_run(ds: xr.Dataset, alpha: float) -> xr.Dataset:
     for idx in zip(*np.nonzero(n_ran > 0), strict=True):
         flo[idx], fhi[idx] = wilson_interval(int(n_failed[idx]), int(n_ran[idx]), alpha=alpha)
     dims = ("run", "cell")
-    return ds.assign(
+    out: xr.Dataset = ds.assign(
         median=(dims, median),
         median_low=(dims, low),
         median_high=(dims, high),
@@ -223,6 +223,7 @@ def _per_run(ds: xr.Dataset, alpha: float) -> xr.Dataset:
         failure_low=(dims, flo),
         failure_high=(dims, fhi),
     )
+    return out
 
 
 def series_runs(ds: xr.Dataset) -> dict[str, dict[str, list[int]]]:
@@ -467,7 +468,9 @@ def gate(
             if cuts and start < len(rows) - 0:
                 prev = cuts[-2] if len(cuts) > 1 else 0
                 earlier = rows[max(prev, start - WINDOW) : start]
-                plans.append((s, cell, "previous segment", names[earlier[-1]], th, rows[start:], earlier))
+                plans.append(
+                    (s, cell, "previous segment", names[earlier[-1]], th, rows[start:], earlier)
+                )
             before = rows[max(start, len(rows) - 1 - WINDOW) : len(rows) - 1]
             if before:
                 plans.append((s, cell, "previous runs", names[before[-1]], th, rows[-1:], before))

@@ -33,7 +33,7 @@ from aorta.matrix.stats import DEFAULT_ALPHA
 from aorta.store.history import blessed_run, run_snapshots
 from aorta.store.hostenv import environment_changes
 
-__all__ = ["History", "analyze"]
+__all__ = ["History", "analyze", "history"]
 
 
 @dataclass(frozen=True)
@@ -206,3 +206,7 @@ def analyze(
             blessed[s] = str(found)
     findings = gate(ds, with_env, blessed=blessed, alpha=alpha, thresholds=thresholds)
     return History(ds, with_env, findings, thresholds, blessed, alpha)
+
+
+#: The notebook face's name (``aorta.history(roots)``) for :func:`analyze`.
+history = analyze

@@ -42,6 +42,7 @@ def _values(xs: Sequence[float | None]) -> np.ndarray:
 
 def _short(changes: Mapping[str, Any], limit: int = 2) -> str:
     keys = [k for k in changes if k != "nodes"]
+
     def word(v: Any) -> str:
         return "unset" if v is None else str(v)
 
@@ -67,7 +68,9 @@ def series_figure(
         top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=[3, 1.4])
         med = _values(entry["median"])
         lo, hi = (_values(v) for v in entry["median_ci"])
-        err = np.vstack([np.where(np.isfinite(lo), med - lo, 0), np.where(np.isfinite(hi), hi - med, 0)])
+        err = np.vstack(
+            [np.where(np.isfinite(lo), med - lo, 0), np.where(np.isfinite(hi), hi - med, 0)]
+        )
         top.errorbar(x, med, yerr=err, fmt="o", ms=3.5, lw=1, color=PALETTE["blue"], capsize=2)
         top.set_ylabel(metric)
         rate = _values(entry["failure_rate"])
@@ -97,5 +100,7 @@ def series_figure(
                 bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "none", "alpha": 0.85},
             )
         step = max(1, len(runs) // 20)
-        bottom.set_xticks(x[::step], [runs[i] for i in x[::step]], rotation=60, ha="right", fontsize="x-small")
+        bottom.set_xticks(
+            x[::step], [runs[i] for i in x[::step]], rotation=60, ha="right", fontsize="x-small"
+        )
     return fig

@@ -32,9 +32,7 @@ def environment_words(changes: Mapping[str, Any], *, limit: int = SHOWN_CHANGES)
     >>> environment_words({"env.NCCL_ALGO": [None, "Ring"], "nodes": {"n1": {"kernel": ["5", "6"]}}})
     'env.NCCL_ALGO unset → Ring; n1: kernel 5 → 6'
     """
-    parts = [
-        f"{k} {_value(v[0])} → {_value(v[1])}" for k, v in changes.items() if k != "nodes"
-    ]
+    parts = [f"{k} {_value(v[0])} → {_value(v[1])}" for k, v in changes.items() if k != "nodes"]
     for node, diff in (changes.get("nodes") or {}).items():
         parts += [f"{node}: {k} {_value(v[0])} → {_value(v[1])}" for k, v in diff.items()]
     more = f"; … and {len(parts) - limit} more" if len(parts) > limit else ""

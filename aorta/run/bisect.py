@@ -62,7 +62,9 @@ class BisectPlan:
         if self.bad < 0:
             object.__setattr__(self, "bad", len(self.values) - 1)
         if not 0 <= self.good < self.bad < len(self.values):
-            raise ValueError(f"need 0 ≤ good < bad < {len(self.values)}, got {self.good}, {self.bad}")
+            raise ValueError(
+                f"need 0 ≤ good < bad < {len(self.values)}, got {self.good}, {self.bad}"
+            )
 
     @property
     def done(self) -> bool:
@@ -258,7 +260,9 @@ def bisect(
         step_r = step_recipe(recipe, index)
         result = sweep(step_r, options=opts)
         baseline, cell = (c.name for c in step_r.cells)
-        step = dataclasses.replace(_verdict(result.run_dir, baseline, cell), value=plan.values[index])
+        step = dataclasses.replace(
+            _verdict(result.run_dir, baseline, cell), value=plan.values[index]
+        )
         steps.append(step)
         record = result.run_dir / BISECT_JSON
         info = {"variable": recipe.bisect.variable, "step": len(steps), "value": step.value}

@@ -313,7 +313,7 @@ def environment_changes(
     else:
         pairs = {
             str(b if b == a else f"{b}→{a}"): (before[b], after[a])
-            for b, a in zip(sorted(before), sorted(after))
+            for b, a in zip(sorted(before), sorted(after))  # noqa: B905 - Python 3.8 on the nodes
         }
     per_node: dict[str, dict[str, list[Any]]] = {}
     for name, (b, a) in pairs.items():
@@ -328,7 +328,9 @@ def environment_changes(
     shared = {
         k: next(iter(per_node.values()))[k]
         for k in sorted(keys)
-        if all(repr(d.get(k)) == repr(next(iter(per_node.values())).get(k)) for d in per_node.values())
+        if all(
+            repr(d.get(k)) == repr(next(iter(per_node.values())).get(k)) for d in per_node.values()
+        )
     }
     out: dict[str, Any] = dict(shared)
     if len(per_node) > 1:

@@ -31,11 +31,15 @@ bisect: {variable: PROBE_BUILD, values: [b0, b1, b2, b3, b4, b5]}
 """
 
 
-def test_bisect_finds_the_first_bad_value(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_bisect_finds_the_first_bad_value(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     recipe = tmp_path / "bisect.yaml"
     recipe.write_text(RECIPE)
     out = tmp_path / "out"
-    code = main(["bisect", "--recipe", str(recipe), "-o", str(out), "--json", "--", "python3", "-c", PROBE])
+    code = main(
+        ["bisect", "--recipe", str(recipe), "-o", str(out), "--json", "--", "python3", "-c", PROBE]
+    )
     captured = capsys.readouterr()
     doc = json.loads(captured.out)
     assert code == ExitCode.OK, doc
@@ -52,7 +56,12 @@ def test_bisect_finds_the_first_bad_value(tmp_path: Path, capsys: pytest.Capture
         run = Path(step["run_dir"])
         assert (run / "matrix.md").is_file()
         manifest = json.loads((run / "manifest.json").read_text())
-        assert manifest["bisect"] == {"variable": "PROBE_BUILD", "step": i, "value": step["value"], "verdict": step["verdict"]}
+        assert manifest["bisect"] == {
+            "variable": "PROBE_BUILD",
+            "step": i,
+            "value": step["value"],
+            "verdict": step["verdict"],
+        }
     record = json.loads(Path(doc["record"]).read_text())
     assert record["first_bad"] == "b3" and len(record["steps"]) == 2
     assert "step: PROBE_BUILD=b3: bad" in captured.err

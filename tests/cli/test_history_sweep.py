@@ -77,7 +77,12 @@ def test_nightly_history(
     assert {f["against"] for f in doc["gate"]["findings"] if f["tripped"]} == {"previous segment"}
     series = doc["series"][0]
     assert series["runs"] == [str(n) for n in nights]
-    assert all(lo <= m <= hi for lo, m, hi in zip(*series["median_ci"][:1], series["median"], series["median_ci"][1]))
+    assert all(
+        lo <= m <= hi
+        for lo, m, hi in zip(
+            *series["median_ci"][:1], series["median"], series["median_ci"][1], strict=True
+        )
+    )
 
     # Bless the last night: the slower level is now the reference, and the text says so.
     capsys.readouterr()

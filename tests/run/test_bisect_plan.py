@@ -23,7 +23,9 @@ def test_every_position_of_the_first_bad_value(first_bad: int) -> None:
     while not plan.done:
         tried.append(plan.next)
         plan = plan.after("bad" if plan.next >= first_bad else "good")
-    assert plan.first_bad == VALUES[first_bad] and plan.range == VALUES[first_bad - 1 : first_bad + 1]
+    assert (
+        plan.first_bad == VALUES[first_bad] and plan.range == VALUES[first_bad - 1 : first_bad + 1]
+    )
     assert len(tried) <= math.ceil(math.log2(15)) and len(set(tried)) == len(tried)
     assert 0 not in tried and 15 not in tried  # the ends are known: never run
 
@@ -63,7 +65,9 @@ def test_step_recipe() -> None:
     assert tried.extra_env["TORCH_WHEEL"] == "/wheels/2.13 rc1.whl"
     assert tried.name == "try01-wheels_2.13_rc1.whl" and step.bisect is None
     with pytest.raises(UsageError, match="no bisect"):
-        step_recipe(load_recipe_text("cells: [{name: b, mitigations: [none]}]", command=["true"]), 1)
+        step_recipe(
+            load_recipe_text("cells: [{name: b, mitigations: [none]}]", command=["true"]), 1
+        )
 
 
 @pytest.mark.parametrize(
@@ -77,4 +81,6 @@ def test_step_recipe() -> None:
 )
 def test_bad_bisect_blocks(block: str, message: str) -> None:
     with pytest.raises(RecipeError, match=message):
-        load_recipe_text(f"cells: [{{name: b, mitigations: [none]}}]\nbisect: {block}", command=["true"])
+        load_recipe_text(
+            f"cells: [{{name: b, mitigations: [none]}}]\nbisect: {block}", command=["true"]
+        )

@@ -58,7 +58,15 @@ def _changes_table(changes: list[dict[str, Any]]) -> str:
                 Cell(environment_words(c["environment_changes"], limit=12) or "none recorded"),
             ]
         )
-    head = ["cell", "change", "size", "last run before", "first run after", "p", "environment changes"]
+    head = [
+        "cell",
+        "change",
+        "size",
+        "last run before",
+        "first run after",
+        "p",
+        "environment changes",
+    ]
     return table(head, rows)
 
 
@@ -86,7 +94,9 @@ def history_page(history: History) -> str:
     sections = []
     for i, entry in enumerate(doc["series"]):
         mine = [
-            c for c in doc["change_points"] if c["series"] == entry["series"] and c["cell"] == entry["cell"]
+            c
+            for c in doc["change_points"]
+            if c["series"] == entry["series"] and c["cell"] == entry["cell"]
         ]
         fig = series_figure(entry, mine, metric=doc["metric"])
         caption = (
@@ -104,7 +114,8 @@ def history_page(history: History) -> str:
     findings = doc["gate"]["findings"]
     verdict = "REGRESSION" if doc["gate"]["regressed"] else "no regression"
     gate_body = (
-        f"<p>The newest run of each series: <strong>{esc(verdict)}</strong>.</p>" + _gate_table(findings)
+        f"<p>The newest run of each series: <strong>{esc(verdict)}</strong>.</p>"
+        + _gate_table(findings)
         if findings
         else "<p>Nothing to compare the newest runs with.</p>"
     )
