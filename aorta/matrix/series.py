@@ -47,6 +47,8 @@ class History:
     thresholds: dict[str, float]
     blessed: dict[str, str]
     alpha: float
+    #: Each run's environment changes against the run before it in its series.
+    run_changes: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
     @property
     def regressed(self) -> list[GateFinding]:
@@ -54,7 +56,8 @@ class History:
         return [f for f in self.findings if f.tripped]
 
     def runs(self) -> list[dict[str, Any]]:
-        """One entry per run: path, series, start, status, recipe hash."""
+        """One entry per run: path, series, start, status, recipe hash, and the environment
+        changes against the run before it in its series (``{}`` for the first)."""
         ds = self.ds
         return [
             {
@@ -63,6 +66,7 @@ class History:
                 "started_at": str(ds.started_at.values[i]),
                 "status": str(ds.run_status.values[i]),
                 "recipe_sha256": str(ds.recipe_sha256.values[i]),
+                "environment_changes": self.run_changes.get(str(r), {}),
             }
             for i, r in enumerate(ds.run.values)
         ]
@@ -189,23 +193,27 @@ def analyze(
     ds = load_history(roots, metric=metric, alpha=alpha)
     thresholds = _thresholds(ds)
     changes = detect(ds, alpha=alpha, thresholds=thresholds, resamples=resamples, seed=seed)
-    cache: dict[str, dict[str, dict[str, Any]]] = {}
+    run_changes: dict[str, dict[str, Any]] = {}
+    series = ds.series.values.astype(str)
+    names = ds.run.values.astype(str)
+    for s in dict.fromkeys(series):
+        previous = None
+        for run in names[series == s]:
+            now = _snapshots(run)
+            run_changes[run] = {} if previous is None else environment_changes(previous, now)
+            previous = now
     with_env = []
     for c in changes:
-        for run in (c.before, c.after):
-            if run not in cache:
-                cache[run] = _snapshots(run)
-        diff = environment_changes(cache[c.before], cache[c.after])
+        diff = environment_changes(_snapshots(c.before), _snapshots(c.after))
         with_env.append(dataclasses.replace(c, environment_changes=diff))
     blessed: dict[str, str] = {}
-    series = ds.series.values.astype(str)
     for s in dict.fromkeys(series):
         newest = Path(str(ds.run.values[np.flatnonzero(series == s)[-1]]))
         found = blessed_run(newest.parent)
         if found is not None:
             blessed[s] = str(found)
     findings = gate(ds, with_env, blessed=blessed, alpha=alpha, thresholds=thresholds)
-    return History(ds, with_env, findings, thresholds, blessed, alpha)
+    return History(ds, with_env, findings, thresholds, blessed, alpha, run_changes)
 
 
 #: The notebook face's name (``aorta.history(roots)``) for :func:`analyze`.

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from aorta.errors import UsageError
-from aorta.store.rundir import HOST_ENV, HOST_ENV_DIR, MANIFEST, RESULTS, RunDir, utc_now
+from aorta.store.rundir import COMBINED_TRACES, HOST_ENV, HOST_ENV_DIR, MANIFEST, RESULTS, RunDir, utc_now
 
 __all__ = [
     "BLESSED",
@@ -136,10 +136,21 @@ def read_results(path: str | Path) -> dict[str, np.ndarray] | None:
 
 
 def run_snapshots(path: str | Path) -> dict[str, dict[str, Any]]:
-    """The run's environment snapshots by host: ``host_env.json`` (the head) and
-    ``host_env/<host>.json`` (the other nodes); unreadable ones are left out."""
+    """The run's environment snapshots by node: a launch's per-node snapshots
+    (``combined_traces/node_<k>/host_env.json``, as ``node_<k>``) when it has them, else
+    ``host_env.json`` (the head) and ``host_env/<host>.json`` (the other hosts) by host name;
+    unreadable ones are left out."""
     rd = RunDir(path)
     out: dict[str, dict[str, Any]] = {}
+    for file in sorted((rd.path / COMBINED_TRACES).glob(f"node_*/{HOST_ENV}")):
+        try:
+            snap = json.loads(file.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(snap, dict):
+            out[file.parent.name] = snap
+    if out:
+        return out
     for file in [rd.host_env_path, *sorted((rd.path / HOST_ENV_DIR).glob("*.json"))]:
         try:
             snap = json.loads(file.read_text())

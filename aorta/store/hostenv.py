@@ -281,8 +281,13 @@ def _diff_flat(
 
 #: Snapshot keys that differ between two runs of the same thing by design (dotted, flattened).
 PER_RUN_KEYS = frozenset(
-    {"env.AORTA_RUN_ID", "env.AORTA_RUN_DIR", "env.MASTER_PORT", "env.AORTA_LAUNCH_ID"}
-)
+    f"env.{name}"
+    for name in (
+        "AORTA_RUN_ID", "AORTA_RUN_DIR", "AORTA_LAUNCH_OUTPUT", "AORTA_SWEEP_TOKEN",
+        "AORTA_TRIAL_TOKEN", "AORTA_MASTER_PORT", "AORTA_TRIAL_MASTER_PORT_BASE", "MASTER_PORT",
+        "AORTA_FR_LISTEN", "AORTA_FR_DIR", "AORTA_ENV_FILE",
+    )
+)  # fmt: skip
 
 
 def environment_changes(
