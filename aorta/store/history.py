@@ -33,7 +33,15 @@ from typing import Any
 import numpy as np
 
 from aorta.errors import UsageError
-from aorta.store.rundir import COMBINED_TRACES, HOST_ENV, HOST_ENV_DIR, MANIFEST, RESULTS, RunDir, utc_now
+from aorta.store.rundir import (
+    COMBINED_TRACES,
+    HOST_ENV,
+    HOST_ENV_DIR,
+    MANIFEST,
+    RESULTS,
+    RunDir,
+    utc_now,
+)
 
 __all__ = [
     "BLESSED",

@@ -14,7 +14,8 @@ from aorta.matrix.changepoints import min_p, permutation_p, segment, split_stati
 from aorta.matrix.history import detect, gate, median_interval
 
 
-@settings(max_examples=12)
+@pytest.mark.slow
+@settings(max_examples=8)
 @given(
     runs=st.integers(8, 60),
     trials=st.integers(3, 40),
@@ -27,13 +28,13 @@ def test_no_change_point_on_exchangeable_runs_beyond_the_level(
     # Runs with their own offset (another node, a busy night) but no change in time: the
     # chance of any change point is at most the level, whatever the trials per run.
     rng = np.random.default_rng(seed)
-    level, series = 0.1, 300
+    level, series = 0.1, 200
     alarms = 0
     for i in range(series):
         offsets = rng.normal(0, run_sd, runs)
         values = [rng.lognormal(0, 0.05, trials) * 100 + o for o in offsets]
         alarms += bool(segment(values, level=level, seed=i, resamples=999))
-    # Binomial(300, 0.1): mean 30, sd 5.2; four sd above the bound is a real excess.
+    # Binomial(200, 0.1): mean 20, sd 4.2; four sd above the bound is a real excess.
     assert alarms <= level * series + 4 * np.sqrt(series * level * (1 - level))
 
 
