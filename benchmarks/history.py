@@ -116,7 +116,6 @@ BISECT_PROBE = (
 )
 SETTINGS = """
 step_time_regex: 'step time: ([0-9.]+) ms'
-confound: {threshold: 1.3}
 adaptive: {min_trials: 5, max_trials: 20}
 """
 
@@ -130,6 +129,7 @@ def bisect(args: argparse.Namespace) -> None:
         recipe = Path(tmp) / "bisect.yaml"
         recipe.write_text(
             SETTINGS
+            + "confound: {threshold: 1.3}\n"
             + "cells: [{name: base, mitigations: [none]}]\n"
             + f"bisect: {{variable: PROBE_BUILD, values: [{', '.join(values)}]}}\n"
         )

@@ -295,9 +295,16 @@ def _num(x: float) -> float | None:
 
 
 def _window(ds: xr.Dataset, rows: Sequence[int], cell: str) -> Group:
-    values = ds.value.sel(cell=cell).values[list(rows)].ravel()
-    failed = ds.failed.sel(cell=cell).values[list(rows)].ravel()
+    j = _cell_index(ds, cell)
+    values = ds.value.values[list(rows), j].ravel()
+    failed = ds.failed.values[list(rows), j].ravel()
     return Group(cell, values, failures=int(np.sum(failed == 1)), ran=int(np.sum(failed >= 0)))
+
+
+def _cell_index(ds: xr.Dataset, cell: str) -> int:
+    # Positional, not .sel: a history has hundreds of windows and xarray's label lookup
+    # costs more than the numbers.
+    return int(np.flatnonzero(ds.cell.values == cell)[0])
 
 
 def _series_threshold(thresholds: Mapping[str, float], series: str) -> float:
@@ -335,8 +342,9 @@ def detect(
     for s, cell, rows in runs:
         if len(rows) < 2:
             continue
-        value = ds.value.sel(cell=cell).values[rows]
-        failed = ds.failed.sel(cell=cell).values[rows]
+        j = _cell_index(ds, cell)
+        value = ds.value.values[rows, j]
+        failed = ds.failed.values[rows, j]
         per_metric = {
             "step_time": [v[np.isfinite(v)] for v in value],
             "failure_rate": [f[f >= 0].astype(float) for f in failed],

@@ -139,7 +139,11 @@ def read_results(path: str | Path) -> dict[str, np.ndarray] | None:
     except (OSError, KeyError, ValueError):
         return None
     for name in ("cell", "outcome"):
-        out[name] = np.char.decode(out[name].astype(bytes), "utf-8").astype(str)
+        # A few distinct words per file: decode those, not every element.
+        raw = out[name]
+        words, inverse = np.unique(raw.astype(bytes), return_inverse=True)
+        decoded = np.array([w.decode("utf-8", "replace") for w in words], dtype=str)
+        out[name] = decoded[inverse].reshape(raw.shape)
     return out
 
 
