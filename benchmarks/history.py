@@ -1,7 +1,7 @@
 """``aorta history`` over a year of nightly runs, and ``aorta bisect``'s trials against a sweep
 of every value.
 
-    .venv/bin/python benchmarks/history.py history [--runs 365] [--cells 20] [--trials 40] [--peer-runs 40]
+    .venv/bin/python benchmarks/history.py history [--runs 365] [--cells 20] [--trials 40] [--peer-runs 40] [--keep DIR]
     .venv/bin/python benchmarks/history.py bisect [--values 16] [--first-bad 11]
 
 **history**: ``--runs`` complete run directories (``results.nc`` from real trial records,
@@ -85,9 +85,10 @@ print(json.dumps({{"peer_s": peer, "ours_s": ours, "n": len(runs)}}))
 
 def history(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp) / "nightly"
+        root = Path(args.keep or tmp) / "nightly"
         start = time.perf_counter()
-        _write(root, args.runs, args.cells, args.trials)
+        if not root.is_dir():
+            _write(root, args.runs, args.cells, args.trials)
         print(
             f"wrote {args.runs} runs × {args.cells} cells × {args.trials} trials in {time.perf_counter() - start:.0f} s (not timed)"
         )
@@ -203,6 +204,7 @@ def main() -> int:
     h.add_argument("--cells", type=int, default=20)
     h.add_argument("--trials", type=int, default=40)
     h.add_argument("--peer-runs", type=int, default=40)
+    h.add_argument("--keep", help="write the runs here and keep them (reused when present)")
     b = sub.add_parser("bisect")
     b.add_argument("--values", type=int, default=16)
     b.add_argument("--first-bad", type=int, default=11)

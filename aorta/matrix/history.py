@@ -41,6 +41,7 @@ __all__ = [
     "GateFinding",
     "HistoryMetric",
     "detect",
+    "family_level",
     "gate",
     "load_history",
     "median_interval",
@@ -311,6 +312,19 @@ def _series_threshold(thresholds: Mapping[str, float], series: str) -> float:
     return float(thresholds.get(series, 1.15))
 
 
+def family_level(ds: xr.Dataset, alpha: float) -> float:
+    """The level of each change-point test of a history: ``alpha / m``, m the series × cells
+    with two runs or more × 2 metrics (Bonferroni: any false alarm at most ``alpha``).
+
+    >>> ds = xr.Dataset({"failed": (("run", "cell", "trial"), np.zeros((3, 2, 1), dtype=np.int8))},
+    ...                 coords={"cell": ["a", "b"], "series": ("run", ["s", "s", "s"])})
+    >>> family_level(ds, 0.05)
+    0.0125
+    """
+    tested = sum(len(rows) > 1 for cells in series_runs(ds).values() for rows in cells.values())
+    return alpha / max(2 * tested, 1)
+
+
 def detect(
     ds: xr.Dataset,
     *,
@@ -335,8 +349,7 @@ def detect(
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
     thresholds = thresholds or {}
     runs = [(s, c, rows) for s, cells in series_runs(ds).items() for c, rows in cells.items()]
-    family = max(2 * sum(1 for *_, rows in runs if len(rows) > 1), 1)
-    level = alpha / family
+    level = family_level(ds, alpha)
     names = ds.run.values.astype(str)
     found: list[ChangePoint] = []
     for s, cell, rows in runs:
@@ -473,7 +486,7 @@ def gate(
             )
             start = cuts[-1] if cuts else 0
             th = _series_threshold(thresholds, s)
-            if cuts and start < len(rows) - 0:
+            if cuts:
                 prev = cuts[-2] if len(cuts) > 1 else 0
                 earlier = rows[max(prev, start - WINDOW) : start]
                 plans.append(

@@ -25,6 +25,7 @@ from aorta.matrix.history import (
     GateFinding,
     HistoryMetric,
     detect,
+    family_level,
     gate,
     load_history,
     series_runs,
@@ -96,7 +97,7 @@ class History:
 
     def to_json(self) -> dict[str, Any]:
         """``{"runs": [...], "series": [...], "change_points": [...], "gate": {...}}``."""
-        level = self.change_points[0].level if self.change_points else None
+        level = family_level(self.ds, self.alpha)
         return {
             "metric": str(self.ds.attrs.get("metric")),
             "alpha": self.alpha,
