@@ -54,6 +54,10 @@ WINDOW = 5
 _PASSED, _FAILED = "passed", "failed"
 
 
+#: The variables of ``results.nc`` each metric reads (beside ``cell`` and ``outcome``).
+_WANTED = {"step_time_ms": ("step_time_ms", "warmup_steps"), "wall_clock_s": ("wall_clock_s",)}
+
+
 @functools.lru_cache(maxsize=4096)
 def _median_ranks(n: int, alpha: float) -> tuple[int, int] | None:
     # Distribution-free CI of a median: order statistics (l, n-1-l), 0-based, with
@@ -88,7 +92,8 @@ def _run_arrays(
     info: RunInfo, metric: HistoryMetric
 ) -> tuple[list[str], np.ndarray, np.ndarray, str]:
     """A run's cells, trial values (cell × trial) and outcomes, and the metric it gave."""
-    data = read_results(info.path)
+    wanted = ("cell", "outcome", *_WANTED[metric])
+    data = read_results(info.path, variables=wanted)
     if data is None:
         from aorta.matrix.load import load_run
 
@@ -106,6 +111,8 @@ def _run_arrays(
     if metric == "step_time_ms":
         values = trial_medians(data["step_time_ms"], data["warmup_steps"])
         if not np.isfinite(values[passed]).any():
+            if "wall_clock_s" not in data:  # read only when the run has no step times
+                data.update(read_results(info.path, variables=("wall_clock_s",)) or {})
             values, source = data["wall_clock_s"] * 1000.0, "wall_clock_ms"
     else:
         values = np.asarray(data["wall_clock_s"], dtype=float)
@@ -330,7 +337,7 @@ def detect(
     *,
     alpha: float = DEFAULT_ALPHA,
     thresholds: Mapping[str, float] | None = None,
-    resamples: int = DEFAULT_RESAMPLES,
+    resamples: int | None = None,
     seed: int = 0,
 ) -> list[ChangePoint]:
     """The change points of every series × cell × metric (step time, failure rate) of a
@@ -350,6 +357,9 @@ def detect(
     thresholds = thresholds or {}
     runs = [(s, c, rows) for s, cells in series_runs(ds).items() for c, rows in cells.items()]
     level = family_level(ds, alpha)
+    # Enough permutations that the smallest p is a quarter of the level (most tests stop
+    # after one batch: only a real change draws them all).
+    resamples = resamples or max(DEFAULT_RESAMPLES, math.ceil(4 / level))
     names = ds.run.values.astype(str)
     found: list[ChangePoint] = []
     for s, cell, rows in runs:
@@ -464,7 +474,8 @@ def gate(
     thresholds: Mapping[str, float] | None = None,
 ) -> list[GateFinding]:
     """The newest run of each series × cell against its references: the segment before the
-    last change point (the newest segment's trials against it), the runs just before the newest
+    last change point (the newest segment's latest runs, up to :data:`WINDOW`, against as many
+    before the change), the runs just before the newest
     (up to :data:`WINDOW`, on the day a change happens, before it can be a change point), and
     the series' ``blessed`` run (``{series: run path}``). One family: Holm across every
     comparison, band CIs Bonferroni-adjusted (:func:`aorta.matrix.stats.compare_groups`).
@@ -489,9 +500,8 @@ def gate(
             if cuts:
                 prev = cuts[-2] if len(cuts) > 1 else 0
                 earlier = rows[max(prev, start - WINDOW) : start]
-                plans.append(
-                    (s, cell, "previous segment", names[earlier[-1]], th, rows[start:], earlier)
-                )
+                latest = rows[start:][-WINDOW:]  # the newest segment's latest runs
+                plans.append((s, cell, "previous segment", names[earlier[-1]], th, latest, earlier))
             before = rows[max(start, len(rows) - 1 - WINDOW) : len(rows) - 1]
             if before:
                 plans.append((s, cell, "previous runs", names[before[-1]], th, rows[-1:], before))

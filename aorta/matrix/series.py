@@ -19,7 +19,6 @@ import numpy as np
 import xarray as xr
 
 from aorta.errors import UsageError
-from aorta.matrix.changepoints import DEFAULT_RESAMPLES
 from aorta.matrix.history import (
     ChangePoint,
     GateFinding,
@@ -154,7 +153,7 @@ def analyze(
     *,
     metric: HistoryMetric = "step_time_ms",
     alpha: float = DEFAULT_ALPHA,
-    resamples: int = DEFAULT_RESAMPLES,
+    resamples: int | None = None,
     seed: int = 0,
 ) -> History:
     """Load every run under ``roots``, find each series' change points and what changed in
@@ -170,7 +169,8 @@ def analyze(
     alpha
         The history's false-alarm bound (change points) and the gate's level.
     resamples, seed
-        Run-order permutations per test at most, and their seed.
+        Run-order permutations per test at most (default: 4,999, or more where the level
+        needs them to reach a quarter of it), and their seed.
 
     Raises
     ------

@@ -124,10 +124,13 @@ def _info(path: Path) -> RunInfo | None:
 _VARIABLES = ("cell", "step_time_ms", "warmup_steps", "wall_clock_s", "outcome")
 
 
-def read_results(path: str | Path) -> dict[str, np.ndarray] | None:
-    """The variables of a run's ``results.nc`` a history needs (``cell``, ``step_time_ms``,
-    ``warmup_steps``, ``wall_clock_s``, ``outcome``; text as ``str`` arrays), read with h5py;
-    ``None`` when the run has no readable ``results.nc`` of that shape."""
+def read_results(
+    path: str | Path, *, variables: Sequence[str] = _VARIABLES
+) -> dict[str, np.ndarray] | None:
+    """``variables`` of a run's ``results.nc`` (default those a history needs: ``cell``,
+    ``step_time_ms``, ``warmup_steps``, ``wall_clock_s``, ``outcome``; text as ``str``
+    arrays), read with h5py; ``None`` when the run has no readable ``results.nc`` holding
+    them."""
     import h5py
 
     nc = Path(path) / RESULTS
@@ -135,10 +138,10 @@ def read_results(path: str | Path) -> dict[str, np.ndarray] | None:
         return None
     try:
         with h5py.File(nc, "r") as fh:
-            out = {name: fh[name][...] for name in _VARIABLES}
+            out = {name: fh[name][...] for name in variables}
     except (OSError, KeyError, ValueError):
         return None
-    for name in ("cell", "outcome"):
+    for name in ("cell", "outcome") if set(variables) >= {"cell", "outcome"} else ():
         # A few distinct words per file: decode those, not every element.
         raw = out[name]
         words, inverse = np.unique(raw.astype(bytes), return_inverse=True)
