@@ -59,13 +59,16 @@ def _timed(code: str) -> dict[str, float]:
 
 ANALYZE = """
 import json, resource, sys, time
-import aorta
+t0, c0 = time.perf_counter(), time.process_time()
+import aorta.matrix.series, h5py  # what the command imports before it reads anything
+imports = (time.perf_counter() - t0, time.process_time() - c0)
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-start = time.perf_counter()
-h = aorta.history([{root!r}])
-seconds = time.perf_counter() - start
+start, cpu = time.perf_counter(), time.process_time()
+h = aorta.matrix.series.analyze([{root!r}])
+seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
 doc = h.to_json()
-print(json.dumps({{"seconds": seconds, "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+print(json.dumps({{"seconds": seconds, "cpu": cpu, "imports": imports,
+    "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     "rss_before_mib": before, "runs": len(doc["runs"]), "series": len(doc["series"]),
     "changes": [(c["cell"], c["metric"], c["after"][-19:], sorted(c["environment_changes"])) for c in doc["change_points"]],
     "regressed": doc["gate"]["regressed"]}}))
@@ -73,13 +76,17 @@ print(json.dumps({{"seconds": seconds, "peak_mib": resource.getrusage(resource.R
 
 PEER = """
 import json, time
-from pathlib import Path
 import aorta
 from aorta.store.history import find_runs
 runs = [r.path for r in find_runs([{root!r}])][:{n}]
-start = time.perf_counter(); [aorta.load_run(r) for r in runs]; peer = time.perf_counter() - start
-start = time.perf_counter(); aorta.load_history(runs); ours = time.perf_counter() - start
-print(json.dumps({{"peer_s": peer, "ours_s": ours, "n": len(runs)}}))
+aorta.load_history(runs[:1]); aorta.load_run(runs[0])  # imports and first-call costs, both
+start, cpu = time.perf_counter(), time.process_time()
+[aorta.load_run(r) for r in runs]
+peer, peer_cpu = time.perf_counter() - start, time.process_time() - cpu
+start, cpu = time.perf_counter(), time.process_time()
+aorta.load_history(runs)
+ours, ours_cpu = time.perf_counter() - start, time.process_time() - cpu
+print(json.dumps({{"peer_s": peer, "ours_s": ours, "peer_cpu": peer_cpu, "ours_cpu": ours_cpu, "n": len(runs)}}))
 """
 
 
@@ -94,7 +101,9 @@ def history(args: argparse.Namespace) -> None:
         )
         got = _timed(ANALYZE.format(root=str(root)))
         print(
-            f"aorta.history: {got['seconds']:.2f} s, peak RSS {got['peak_mib']:.0f} MiB (after imports {got['rss_before_mib']:.0f} MiB)"
+            f"aorta.history: {got['seconds']:.2f} s wall, {got['cpu']:.2f} s CPU, peak RSS "
+            f"{got['peak_mib']:.0f} MiB (after imports {got['rss_before_mib']:.0f} MiB); imports "
+            f"before it {got['imports'][0]:.2f} s wall, {got['imports'][1]:.2f} s CPU"
         )
         print(
             f"  {got['runs']} runs, {got['series']} series × cells, regressed: {got['regressed']}"
@@ -103,9 +112,11 @@ def history(args: argparse.Namespace) -> None:
             print(f"  change point: {c}")
         peer = _timed(PEER.format(root=str(root), n=args.peer_runs))
         print(
-            f"reading {peer['n']:.0f} runs: aorta.load_history {peer['ours_s']:.2f} s, "
-            f"aorta.load_run each (peer) {peer['peer_s']:.2f} s — ×{peer['peer_s'] / peer['ours_s']:.1f}"
+            f"reading {peer['n']:.0f} runs: aorta.load_history {peer['ours_s']:.2f} s wall "
+            f"({peer['ours_cpu']:.2f} s CPU), aorta.load_run each (peer) {peer['peer_s']:.2f} s "
+            f"({peer['peer_cpu']:.2f} s CPU) — ×{peer['peer_cpu'] / peer['ours_cpu']:.1f} in CPU"
         )
+        print(f"load average: {Path('/proc/loadavg').read_text().split()[:3]}")
 
 
 BISECT_PROBE = (
