@@ -16,6 +16,8 @@ The notebook API::
     aorta.compare(ds, metric="exposed_comm_ms")
     aorta.report.html(run)                  # run/report/report.html: one self-contained page
     aorta.hang.analyze(aorta.hang.load_evidence(["dumps/"]))  # who hung, and where
+    hist = aorta.load_history(["triage_results"])  # run × cell × trial across every run found
+    aorta.history(["triage_results"]).change_points  # when each cell changed, what changed with it
 
 Plugin authors (workloads, mitigations, environments) import from :mod:`aorta.plugins`.
 Heavy dependencies (torch, xarray, matplotlib) load on first use, so ``aorta --help`` and
@@ -49,6 +51,8 @@ __all__ = [
     "explain",
     "from_trials",
     "hang",
+    "history",
+    "load_history",
     "load_recipe",
     "load_run",
     "load_runs",
@@ -78,6 +82,8 @@ _LAZY: dict[str, str] = {
     "StatsOptions": "aorta.matrix.options",
     "RunOptions": "aorta.run.options",
     "from_trials": "aorta.matrix.external",
+    "load_history": "aorta.matrix.history",
+    "history": "aorta.matrix.series",
 }
 _MODULES = frozenset({"errors", "hang", "plot", "report", "trace"})
 
@@ -88,8 +94,10 @@ if TYPE_CHECKING:
     from aorta.matrix.compare import compare, compare_runs
     from aorta.matrix.explain import explain
     from aorta.matrix.external import from_trials
+    from aorta.matrix.history import load_history
     from aorta.matrix.load import load_run, load_runs, load_trials
     from aorta.matrix.options import StatsOptions
+    from aorta.matrix.series import history
     from aorta.matrix.trace_metrics import load_tracelens
     from aorta.recipe.plan import plan
     from aorta.recipe.schema import dump_recipe, load_recipe

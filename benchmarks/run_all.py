@@ -37,6 +37,8 @@ FULL: list[list[str]] = [
     ["failure_test.py", "--tables", "600", "--starts", "5"],
     ["profiled_trial.py", "--runs", "9"],
     ["comm_wait.py", "--runs", "20", "--steps", "40"],
+    ["history.py", "history", "--runs", "365", "--cells", "20", "--trials", "40"],
+    ["history.py", "bisect", "--values", "16", "--first-bad", "11"],
 ]
 
 

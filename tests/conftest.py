@@ -70,9 +70,13 @@ LONG_FILES_FIRST = (
     "tests/run/test_engine.py",
     "tests/launch/test_cli.py",
     "tests/launch/test_ssh.py",
+    "tests/launch/test_history_nodes.py",
+    "tests/cli/test_history_sweep.py",
     # then the middling ones (20-50 s beside the others): left to collection order they ran
     # last, and tests/trace/test_hardening.py alone set the last 30 s of a CI run
     "tests/run/test_adaptive_sweep.py",
+    "tests/cli/test_bisect_sweep.py",
+    "tests/report/test_history_page.py",
     "tests/cli/test_compare.py",
     "tests/matrix/test_dataset.py",
     "tests/trace/test_hardening.py",

@@ -18,9 +18,11 @@ import typer
 from aorta import __version__
 from aorta.errors import AortaError, AortaWarning, ExitCode
 
+from . import bisect as _bisect
 from . import bundle as _bundle
 from . import compare as _compare
 from . import hang as _hang
+from . import history as _history
 from . import info as _info
 from . import launch as _launch
 from . import recipe as _recipe
@@ -74,6 +76,8 @@ app.command("env")(_info.env)
 app.command("compare")(_compare.compare)
 app.command("report")(_report.report)
 app.command("bundle")(_bundle.bundle)
+app.command("history")(_history.history)
+app.command("bisect")(_bisect.bisect)
 app.command("launch", context_settings=_launch.CONTEXT)(_launch.launch)
 
 

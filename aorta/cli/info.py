@@ -32,6 +32,13 @@ def env(as_json: Json = False) -> int:
             print(f"gpu       {vendor}: {line}")
     if not snap["gpus"]:
         print("gpu       none found (nvidia-smi / rocm-smi)")
+    print(f"kernel    {snap['kernel']}")
+    box = snap["container"]
+    if box["in_container"]:
+        print(
+            f"container {box['id'] or '(id unknown)'}  image {box['image'] or '(digest unknown)'}"
+        )
+    print(f"packages  {len(snap['distributions'])} Python distributions (--json lists them)")
     print(f"git       {snap['git_commit'] or '-'}")
     for key, value in snap["env"].items():
         print(f"env       {key}={value}")

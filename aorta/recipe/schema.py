@@ -71,6 +71,7 @@ from aorta.regex import RegexError, compile_regex
 __all__ = [
     "KNOWN_COLLECTORS",
     "Axes",
+    "Bisect",
     "CellSpec",
     "Collector",
     "Confound",
@@ -250,6 +251,27 @@ class Adaptive(_Strict):
                 f"max_trials ({self.max_trials}) must be ≥ min_trials ({self.min_trials})",
             )
         return self
+
+
+class Bisect(_Strict):
+    """``aorta bisect``: an ordered list of values of one variable, the first known good and
+    the last known bad; each step runs the midpoint against the first (docs/history.md)."""
+
+    #: The environment variable every trial gets, ``NAME=value``.
+    variable: EnvName
+    #: The values in order: ``values[0]`` good, ``values[-1]`` bad, at least 3, distinct.
+    values: list[EnvValue] = Field(min_length=3, max_length=4096)
+
+    @field_validator("values", mode="before")
+    @classmethod
+    def _texts(cls, v: Any) -> Any:
+        if not isinstance(v, list):
+            raise _fail("bisect", f"values must be a list, got {describe_value(v)}")
+        out = [str(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else x for x in v]
+        dup = sorted({str(x) for x in out if out.count(x) > 1})
+        if dup:
+            raise _fail("bisect", f"values must be distinct, repeated: {', '.join(dup)}")
+        return out
 
 
 class Forensics(_Strict):
@@ -530,6 +552,8 @@ class Recipe(_Strict):
     schedule: Literal["interleaved", "sequential", "adaptive"] | None = None
     #: Settings of ``schedule: adaptive`` (defaults when omitted).
     adaptive: Adaptive | None = None
+    #: ``aorta bisect``'s variable and its ordered values (ignored by ``aorta sweep``).
+    bisect: Bisect | None = None
     #: The run's seed: the interleaved schedule's shuffles.
     seed: int = Field(0, ge=0, le=2**31 - 1)
     cells: list[CellSpec] = Field(default_factory=list)

@@ -41,7 +41,14 @@ from typing import Any, Iterable, Mapping  # noqa: UP035 - Python 3.8 on the nod
 
 from aorta.store.secrets import redact_env
 
-__all__ = ["PER_HOST_KEYS", "RELEVANT_PREFIXES", "diff_snapshots", "snapshot"]
+__all__ = [
+    "PER_HOST_KEYS",
+    "PER_RUN_KEYS",
+    "RELEVANT_PREFIXES",
+    "diff_snapshots",
+    "environment_changes",
+    "snapshot",
+]
 
 #: Variables worth keeping in a snapshot: the stacks a triage touches.
 RELEVANT_PREFIXES = (
@@ -139,9 +146,51 @@ def _drivers() -> dict[str, Any]:
     }
 
 
+def _distributions() -> dict[str, str]:
+    # Installed Python distributions with their versions, from the names of their metadata
+    # folders (``name-1.2.dist-info``) on sys.path: a listing per folder, not a parse of every
+    # METADATA file (importlib.metadata's way costs ~90 ms for a hundred distributions).
+    found: dict[str, str] = {}
+    for entry in sys.path:
+        for path in _listdir(entry or "."):
+            name = os.path.basename(path)
+            for suffix in (".dist-info", ".egg-info"):
+                dist, _, version = name[: -len(suffix)].partition("-")
+                if name.endswith(suffix) and version:
+                    key = dist.lower().replace("_", "-").replace(".", "-")
+                    found.setdefault(key, version.split("-")[0])
+    return dict(sorted(found.items()))
+
+
+def _container() -> dict[str, Any]:
+    # Whether this process runs in a container, its id from the cgroup, and the image digest
+    # when the launcher (or the image's author) put it in the environment: a container cannot
+    # see its own image's digest.
+    ident = None
+    for line in (_read("/proc/self/cgroup") or "").splitlines():
+        tail = line.rsplit("/", 1)[-1]
+        tail = tail[len("docker-") :] if tail.startswith("docker-") else tail
+        tail = tail[: -len(".scope")] if tail.endswith(".scope") else tail
+        if len(tail) == 64 and all(c in "0123456789abcdef" for c in tail):
+            ident = tail
+    in_container = os.path.exists("/.dockerenv") or os.path.exists("/run/.containerenv")
+    image = os.environ.get("AORTA_IMAGE_DIGEST") or os.environ.get("IMAGE_DIGEST")
+    return {"in_container": in_container or ident is not None, "id": ident, "image": image}
+
+
+def _firmware() -> dict[str, Any]:
+    # AMD GPUs' VBIOS from sysfs (NVIDIA's comes with nvidia-smi's query in _gpus).
+    versions = [
+        _read(os.path.join(card, "device", "vbios_version"))
+        for card in _listdir("/sys/class/drm", "card")
+        if "-" not in os.path.basename(card)
+    ]
+    return {"amdgpu_vbios": sorted({v for v in versions if v}) or None}
+
+
 def _gpus() -> dict[str, Any]:
     gpus: dict[str, Any] = {}
-    query = "--query-gpu=index,name,driver_version,memory.total"
+    query = "--query-gpu=index,name,driver_version,memory.total,vbios_version"
     nvidia = _run(["nvidia-smi", query, "--format=csv,noheader"])
     if nvidia:
         gpus["nvidia"] = [line.strip() for line in nvidia.splitlines() if line.strip()]
@@ -160,8 +209,10 @@ def snapshot(
     cwd: Path | None = None,
 ) -> dict[str, Any]:
     """This host's facts (one schema everywhere): Python, aorta and torch with the build's
-    CUDA/HIP, NCCL/RCCL libraries, GPU drivers and devices, tools the launch uses, the git commit
-    of ``cwd`` when it is a checkout, and the relevant variables of ``env`` (redacted)."""
+    CUDA/HIP, NCCL/RCCL libraries, GPU drivers, firmware and devices, the kernel, the container
+    (id, and the image digest when ``AORTA_IMAGE_DIGEST`` names it), every installed Python
+    distribution with its version, tools the launch uses, the git commit of ``cwd`` when it is
+    a checkout, and the relevant variables of ``env`` (redacted)."""
     env = os.environ if env is None else env
     relevant = {k: v for k, v in sorted(env.items()) if k.startswith(RELEVANT_PREFIXES)}
     torch, torch_root = _torch()
@@ -170,6 +221,7 @@ def snapshot(
         "taken_at": now.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z",
         "host": socket.gethostname(),
         "platform": platform.platform(),
+        "kernel": platform.release(),
         "machine": platform.machine(),
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
@@ -179,6 +231,9 @@ def snapshot(
         "libraries": _libraries(torch_root),
         "drivers": _drivers(),
         "gpus": _gpus(),
+        "firmware": _firmware(),
+        "container": _container(),
+        "distributions": _distributions(),
         "tools": {name: shutil.which(name) is not None for name in ("setsid", "tar")},
         "git_commit": _run(["git", "-C", str(cwd or Path.cwd()), "rev-parse", "HEAD"], 3.0),
         "env": redact_env(
@@ -210,9 +265,82 @@ def diff_snapshots(
     flat = {name: _flatten(s) for name, s in snapshots.items() if s}
     if len(flat) < 2:
         return {}
+    return _diff_flat(flat, ignore)
+
+
+def _diff_flat(
+    flat: Mapping[str, Mapping[str, Any]], ignore: Iterable[str]
+) -> dict[str, dict[str, Any]]:
     skew: dict[str, dict[str, Any]] = {}
     for key in sorted(set().union(*flat.values()) - PER_HOST_KEYS - set(ignore)):
         values = {name: f.get(key, "(unset)") for name, f in flat.items()}
         if len({repr(v) for v in values.values()}) > 1:
             skew[key] = values
     return skew
+
+
+#: Snapshot keys that differ between two runs of the same thing by design (dotted, flattened).
+PER_RUN_KEYS = frozenset(
+    f"env.{name}"
+    for name in (
+        "AORTA_RUN_ID", "AORTA_RUN_DIR", "AORTA_LAUNCH_OUTPUT", "AORTA_SWEEP_TOKEN",
+        "AORTA_TRIAL_TOKEN", "AORTA_MASTER_PORT", "AORTA_TRIAL_MASTER_PORT_BASE", "MASTER_PORT",
+        "AORTA_FR_LISTEN", "AORTA_FR_DIR", "AORTA_ENV_FILE",
+    )
+)  # fmt: skip
+
+
+def environment_changes(
+    before: Mapping[str, Mapping[str, Any] | None],
+    after: Mapping[str, Mapping[str, Any] | None],
+    *,
+    ignore: Iterable[str] = (),
+) -> dict[str, Any]:
+    """What changed between two runs' environments, node by node: ``{"torch.version":
+    ["2.12.0", "2.13.0"], "env.NCCL_ALGO": [None, "Ring"]}`` (``None``: unset).
+
+    ``before`` and ``after`` map a node's name to its snapshot (a single-host run: one
+    entry). Nodes are paired by name, else by position in name order; a key that changed the
+    same way on every pair is given once, and the pairs whose changes differ are added under
+    ``"nodes": {name: {key: [before, after]}}``. The same rule as :func:`diff_snapshots`
+    (one diff for nodes and for runs), without :data:`PER_HOST_KEYS` and
+    :data:`PER_RUN_KEYS`.
+
+    >>> environment_changes({"a": {"torch": {"version": "2.12"}, "env": {}}},
+    ...                     {"a": {"torch": {"version": "2.13"}, "env": {"NCCL_ALGO": "Ring"}}})
+    {'env.NCCL_ALGO': [None, 'Ring'], 'torch.version': ['2.12', '2.13']}
+    """
+    skip = set(ignore) | PER_RUN_KEYS
+    pairs: dict[str, tuple[Mapping[str, Any] | None, Mapping[str, Any] | None]] = {}
+    common = sorted(set(before) & set(after))
+    if common:
+        pairs = {n: (before[n], after[n]) for n in common}
+    else:
+        pairs = {
+            str(b if b == a else f"{b}→{a}"): (before[b], after[a])
+            for b, a in zip(sorted(before), sorted(after))  # noqa: B905 - Python 3.8 on the nodes
+        }
+    per_node: dict[str, dict[str, list[Any]]] = {}
+    for name, (b, a) in pairs.items():
+        diff = _diff_flat({"0": _flatten(b or {}), "1": _flatten(a or {})}, skip)
+        per_node[name] = {
+            k: [None if v["0"] == "(unset)" else v["0"], None if v["1"] == "(unset)" else v["1"]]
+            for k, v in diff.items()
+        }
+    if not per_node:
+        return {}
+    keys = set().union(*per_node.values())
+    shared = {
+        k: next(iter(per_node.values()))[k]
+        for k in sorted(keys)
+        if all(
+            repr(d.get(k)) == repr(next(iter(per_node.values())).get(k)) for d in per_node.values()
+        )
+    }
+    out: dict[str, Any] = dict(shared)
+    if len(per_node) > 1:
+        rest = {n: {k: v for k, v in d.items() if k not in shared} for n, d in per_node.items()}
+        rest = {n: d for n, d in rest.items() if d}
+        if rest:
+            out["nodes"] = rest
+    return out

@@ -158,6 +158,8 @@ EVIDENCE_KINDS = ("fr", "stacks", "capture")
 #: Where PyTorch's own dump-on-timeout (NCCL's watchdog) writes, one file per rank
 #: (``TORCH_FR_DUMP_TEMP_FILE`` + rank), inside the trial's evidence folder.
 NCCL_DUMP_PREFIX = "nccl_trace_rank_"
+#: ``aorta bisect``'s record of the search so far, in each step's run directory.
+BISECT_JSON = "bisect.json"
 RunStatus = Literal["running", "complete", "interrupted"]
 
 

@@ -235,11 +235,14 @@ def test_readme_names_every_stage_and_links_the_map():
 #: other reuse fails, so that a name says its room (``matrix/rank_tests.py``, the rank
 #: statistics, is not a second ``ranks.py`` beside ``run/ranks.py``, torchrun's ranks).
 SHARED_NAMES = {
+    "bisect": "cli: the command; run: the plan and its sweeps",
     "bundle": "cli: the command; report: the listing; store: plan and write",
     "compare": "cli: the command; matrix: the comparison",
     "explain": "matrix: where the time went; report: its words",
     "findings": "matrix: the typed findings; report: as lines and JSON; report/page: its section",
     "hang": "cli: `aorta hang`; run: a hang detected while a trial runs",
+    "history": "across runs — cli: the command; store: the runs' files; matrix: Dataset, change "
+    "points, gate; plot: a series' figure; report: its text; report/page: its page",
     "load": "hang, matrix: the stage's files read into its model",
     "model": "hang, trace: the stage's data model",
     "options": "matrix: the statistics options; run: the run options (each stage's one frozen value)",

@@ -1,0 +1,188 @@
+"""Change points of a series of runs, pure: where did a cell's level change, with a bounded
+false-alarm rate (``aorta history``; docs/statistics.md, "Change points across runs").
+
+The unit of exchange is the **run**, the evidence is the **trials**. A series is a list of runs
+in time order, each a set of trial values (step times, or 0/1 for failed). All trials of the
+series are ranked together (mid-ranks); at every split ``k`` (runs ``< k`` against runs
+``≥ k``) the rank sum of the earlier side is standardised by its permutation variance — the
+Mann–Whitney statistic of the split — and the series' statistic is the largest over the
+splits (:func:`split_statistics`). Its null distribution comes from permuting the **order of
+the runs** (each run's trials stay together, :func:`permutation_p`): the test is exact under
+the hypothesis that the runs are exchangeable, so run-to-run noise that has nothing to do with
+time (another node, a busy night) raises no alarm, however many trials each run has.
+
+Binary segmentation (:func:`segment`) tests the whole series at ``level``; if the split is
+significant it is a change point and both sides are tested again, at the same level. Under
+"nothing changed" the first test is the only one that can report, so **the probability of any
+change point in a series of N exchangeable runs is at most ``level``**, whatever N;
+:func:`aorta.matrix.history.detect` uses ``level = alpha / m`` for m series × metrics, so a whole
+history's false-alarm rate is at most ``alpha``. p-values come from seeded permutations, drawn
+in batches and stopped early once a p is clearly large (Besag & Clifford's sequential p, still
+valid).
+
+The price of exchangeable runs: a change is a change point once enough runs sit on each side
+for their arrangement to be rare — ``2 / C(N, k)`` is the smallest p with ``k`` runs after the
+change — about 4 runs on the new level in a month of nightlies at ``alpha = 0.05``. The gate
+(:func:`aorta.matrix.history.gate`) does not wait: it compares the newest run's trials with
+the runs before it.
+
+Examples
+--------
+>>> import numpy as np
+>>> rng = np.random.default_rng(1)
+>>> runs = [rng.normal(100 if i < 12 else 110, 1, 20) for i in range(20)]
+>>> segment(runs, level=0.05, seed=0)
+[(12, 0.0...)]
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from aorta.matrix.rank_tests import rankdata
+
+__all__ = [
+    "DEFAULT_RESAMPLES",
+    "MAX_CHANGES",
+    "min_p",
+    "permutation_p",
+    "segment",
+    "split_statistics",
+]
+
+#: Run-order permutations per test at most (fewer when the p is clearly large).
+DEFAULT_RESAMPLES = 4_999
+#: Change points per series at most (binary segmentation stops there).
+MAX_CHANGES = 16
+#: Permutations per batch, and the hits after which a test stops early.
+_BATCH = 250
+_HITS = 25
+
+
+def _prepare(runs: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, float, float, int]:
+    values = [np.asarray(r, dtype=float) for r in runs]
+    values = [v[np.isfinite(v)] for v in values]
+    counts = np.array([v.size for v in values], dtype=float)
+    total = int(counts.sum())
+    if total < 2:
+        return np.zeros(len(values)), counts, 0.0, 0.0, total
+    ranks = rankdata(np.concatenate(values))
+    sums = np.add.reduceat(ranks, np.r_[0, np.cumsum(counts)[:-1]].astype(int))
+    sums = np.where(counts > 0, sums, 0.0)
+    centre = (total + 1) / 2
+    spread = float(np.sum((ranks - centre) ** 2))
+    return sums, counts, centre, spread, total
+
+
+def _max_stat(
+    sums: np.ndarray, counts: np.ndarray, centre: float, spread: float, total: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The largest standardised split statistic of each row (and where), rows of runs in
+    some order: ``sums`` and ``counts`` are ``(B, J)``."""
+    cs = np.cumsum(sums, axis=-1)[..., :-1]
+    cn = np.cumsum(counts, axis=-1)[..., :-1]
+    var = cn * (total - cn) * spread / (total * (total - 1))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        stat = np.where(var > 0, np.abs(cs - cn * centre) / np.sqrt(var), 0.0)
+    return stat.max(axis=-1), stat.argmax(axis=-1) + 1
+
+
+def split_statistics(runs: Sequence[np.ndarray]) -> np.ndarray:
+    """The standardised rank-sum statistic of every split ``k = 1 … J-1`` of the runs (runs
+    ``< k`` against ``≥ k``): ``|S_k - n_k (N+1)/2| / sd``; 0 where a side has no trial or no
+    trial differs.
+
+    >>> split_statistics([np.array([1.0, 2.0]), np.array([3.0, 4.0])]).round(3).tolist()
+    [1.549]
+    """
+    sums, counts, centre, spread, total = _prepare(runs)
+    if len(runs) < 2:
+        return np.zeros(0)
+    if spread == 0:
+        return np.zeros(len(runs) - 1)
+    cs = np.cumsum(sums)[:-1]
+    cn = np.cumsum(counts)[:-1]
+    var = cn * (total - cn) * spread / (total * (total - 1))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(var > 0, np.abs(cs - cn * centre) / np.sqrt(var), 0.0)
+
+
+def permutation_p(
+    runs: Sequence[np.ndarray],
+    *,
+    resamples: int = DEFAULT_RESAMPLES,
+    seed: int = 0,
+) -> tuple[float, int]:
+    """``(p, k)``: the run-order permutation p of the largest split statistic, and the split
+    ``k`` where it lies (the first run of the later side). ``(1.0, 0)`` for fewer than two
+    runs with trials, or when no trial differs.
+
+    Permutations are drawn in batches from ``seed``; once 25 reach the observed statistic the
+    test stops with Besag & Clifford's ``p = hits / drawn``, else ``p = (hits + 1) /
+    (drawn + 1)``.
+
+    >>> permutation_p([np.full(5, 1.0)] * 3 + [np.full(5, 2.0)] * 3, seed=0)
+    (0.1..., 3)
+    """
+    sums, counts, centre, spread, total = _prepare(runs)
+    if np.count_nonzero(counts) < 2 or spread == 0:
+        return 1.0, 0
+    observed, where = _max_stat(sums, counts, centre, spread, total)
+    obs = float(observed) * (1 - 1e-9)
+    rng = np.random.default_rng(seed)
+    order = np.arange(len(runs))
+    hits = drawn = 0
+    while drawn < resamples:
+        batch = min(_BATCH, resamples - drawn)
+        perm = rng.permuted(np.broadcast_to(order, (batch, order.size)), axis=1)
+        stats, _ = _max_stat(sums[perm], counts[perm], centre, spread, total)
+        hits += int(np.sum(stats >= obs))
+        drawn += batch
+        if hits >= _HITS:
+            return hits / drawn, int(where)
+    return (hits + 1) / (drawn + 1), int(where)
+
+
+def min_p(runs_before: int, runs_after: int) -> float:
+    """The smallest p a split of ``runs_before`` against ``runs_after`` runs can get under
+    run-order permutation: ``2 / C(N, k)`` (the split and its mirror), at most 1.
+
+    >>> round(min_p(20, 3), 5), round(min_p(20, 1), 3)
+    (0.00113, 0.095)
+    """
+    n = runs_before + runs_after
+    return min(1.0, 2 / math.comb(n, runs_after)) if n else 1.0
+
+
+def segment(
+    runs: Sequence[np.ndarray],
+    *,
+    level: float,
+    resamples: int = DEFAULT_RESAMPLES,
+    seed: int = 0,
+    max_changes: int = MAX_CHANGES,
+) -> list[tuple[int, float]]:
+    """Binary segmentation of a series of runs: ``[(k, p), …]`` sorted by ``k``, each ``k`` the
+    first run of a new level and ``p`` its test's permutation p (``≤ level``).
+
+    Raises ``ValueError`` for ``level`` outside (0, 1).
+
+    >>> segment([np.full(4, 1.0)] * 8, level=0.05)
+    []
+    """
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    found: list[tuple[int, float]] = []
+    todo = [(0, len(runs))]
+    while todo and len(found) < max_changes:
+        start, end = todo.pop(0)
+        if end - start < 2:
+            continue
+        p, k = permutation_p(runs[start:end], resamples=resamples, seed=seed + start)
+        if k and p <= level:
+            found.append((start + k, p))
+            todo += [(start, start + k), (start + k, end)]
+    return sorted(found)

@@ -1,0 +1,135 @@
+"""Change points across runs: the false-alarm bound on exchangeable runs (run-to-run noise
+included), the exact location of a step the method promises to find, failures as well as
+times, and the gate's references — on synthetic series, where the truth is known."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import xarray as xr
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from aorta.matrix.changepoints import min_p, permutation_p, segment, split_statistics
+from aorta.matrix.history import detect, gate, median_interval
+
+
+@pytest.mark.slow
+@settings(max_examples=8)
+@given(
+    runs=st.integers(8, 60),
+    trials=st.integers(3, 40),
+    run_sd=st.floats(0.0, 5.0),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_no_change_point_on_exchangeable_runs_beyond_the_level(
+    runs: int, trials: int, run_sd: float, seed: int
+) -> None:
+    # Runs with their own offset (another node, a busy night) but no change in time: the
+    # chance of any change point is at most the level, whatever the trials per run.
+    rng = np.random.default_rng(seed)
+    level, series = 0.1, 200
+    alarms = 0
+    for i in range(series):
+        offsets = rng.normal(0, run_sd, runs)
+        values = [rng.lognormal(0, 0.05, trials) * 100 + o for o in offsets]
+        alarms += bool(segment(values, level=level, seed=i, resamples=999))
+    # Binomial(200, 0.1): mean 20, sd 4.2; four sd above the bound is a real excess.
+    assert alarms <= level * series + 4 * np.sqrt(series * level * (1 - level))
+
+
+@settings(max_examples=40)
+@given(
+    data=st.data(),
+    runs=st.integers(10, 60),
+    trials=st.integers(3, 40),
+    spread=st.floats(0.0, 0.04),
+    step=st.floats(1.1, 3.0),
+    slower=st.booleans(),
+)
+def test_a_step_beyond_the_trials_spread_is_found_exactly(
+    data: st.DataObject, runs: int, trials: int, spread: float, step: float, slower: bool
+) -> None:
+    # The promise (docs/statistics.md): every trial after the change beyond every trial before
+    # it, at least 5 runs on each side → a change point exactly at the first changed run.
+    at = data.draw(st.integers(5, runs - 5), label="first changed run")
+    rng = np.random.default_rng(runs * 1000 + at)
+    level = step if slower else 1 / step
+    values = [
+        100 * (level if i >= at else 1.0) * (1 + rng.uniform(-spread, spread, trials))
+        for i in range(runs)
+    ]
+    assert int(np.argmax(split_statistics(values))) + 1 == at
+    found = dict(segment(values, level=0.05, seed=0))
+    assert at in found and found[at] <= min_p(at, runs - at) * 3 + 0.01
+
+
+def test_the_smallest_p_needs_runs_on_both_sides() -> None:
+    # One run on a new level is an outlier as far as exchangeable runs go: p ≥ 2/N.
+    values = [np.full(10, 1.0)] * 19 + [np.full(10, 2.0)]
+    p, where = permutation_p(values, seed=0)
+    assert where == 19 and p >= 0.09
+    assert min_p(19, 1) == pytest.approx(0.1)
+
+
+def test_nothing_to_test() -> None:
+    assert permutation_p([np.ones(3)] * 5) == (1.0, 0)
+    assert permutation_p([np.array([1.0, 2.0])]) == (1.0, 0)
+    assert segment([], level=0.05) == []
+    with pytest.raises(ValueError, match="level"):
+        segment([np.ones(2)], level=1.5)
+
+
+def test_median_interval_covers_the_median() -> None:
+    rng = np.random.default_rng(0)
+    hits = sum(
+        lo <= 0 <= hi for lo, hi in (median_interval(rng.normal(0, 1, 15)) for _ in range(2000))
+    )
+    assert hits / 2000 >= 0.94
+
+
+def _history(values: np.ndarray, failed: np.ndarray, series: list[str] | None = None) -> xr.Dataset:
+    n = values.shape[0]
+    series = series or ["T/w"] * n
+    ds = xr.Dataset(
+        {
+            "value": (("run", "cell", "trial"), values),
+            "failed": (("run", "cell", "trial"), failed),
+        },
+        coords={
+            "run": [f"/runs/{s}/r{i:03d}" for i, s in enumerate(series)],
+            "cell": ["base"],
+            "series": ("run", series),
+        },
+    )
+    return ds
+
+
+def test_failure_rate_change_and_gate() -> None:
+    # 12 nights at 0/20 failures, then 8 at 10/20: more_failures at night 12; the newest
+    # segment fails more than the previous one, so the gate trips.
+    failed = np.zeros((20, 1, 20), dtype=np.int8)
+    failed[12:, 0, :10] = 1
+    values = np.where(failed == 0, 100.0, np.nan) + np.arange(20)[None, None, :] * 0.01
+    ds = _history(values, failed)
+    changes = detect(ds, alpha=0.05)
+    (c,) = [c for c in changes if c.metric == "failure_rate"]
+    assert (c.before, c.after, c.direction) == ("/runs/T/w/r011", "/runs/T/w/r012", "more_failures")
+    assert c.to_dict()["failure_rates"] == [0.0, 0.5]
+    found = gate(ds, changes, alpha=0.05)
+    assert any(f.tripped and f.against == "previous segment" for f in found)
+
+
+def test_gate_is_quiet_on_quiet_nights_and_trips_on_the_night() -> None:
+    rng = np.random.default_rng(3)
+    values = 100 + rng.normal(0, 1, (15, 1, 20)) + rng.normal(0, 0.5, (15, 1, 1))
+    failed = np.zeros(values.shape, dtype=np.int8)
+    ds = _history(values, failed)
+    assert detect(ds) == [] and not any(f.tripped for f in gate(ds, []))
+    values[-1] *= 1.3
+    ds = _history(values, failed)
+    found = gate(ds, detect(ds))
+    assert [f.against for f in found if f.tripped] == ["previous runs"]
+    # Blessed: the newest against the blessed run as well.
+    found = gate(ds, [], blessed={"T/w": "/runs/T/w/r003"})
+    assert {f.against for f in found if f.tripped} == {"previous runs", "blessed"}
