@@ -42,6 +42,7 @@ from aorta.matrix.compare import compare
 from aorta.matrix.hangs import hang_incidents
 from aorta.matrix.options import StatsOptions, stats_options
 from aorta.matrix.select import band_threshold, check_dims, outcomes, trial_values
+from aorta.matrix.rank_causes import with_rank_causes
 from aorta.matrix.stragglers import with_stragglers
 from aorta.store.record import TrialStatus
 
@@ -166,7 +167,7 @@ def summarize(
     # Who hung, and where: the cell's commonest incident over its hung trials, in one line.
     incidents = hang_incidents(ds)
     df["hang_incident"] = [incidents[c].line() if c in incidents else "" for c in cells]
-    return with_stragglers(df, ds, threshold=thr)
+    return with_rank_causes(with_stragglers(df, ds, threshold=thr), ds)
 
 
 def _per_trial_ms(ds: xr.Dataset) -> dict[StepSource, np.ndarray]:

@@ -106,6 +106,9 @@ EVIDENCE_KINDS = ("fr", "stacks", "capture")
 #: Where PyTorch's own dump-on-timeout (NCCL's watchdog) writes, one file per rank
 #: (``TORCH_FR_DUMP_TEMP_FILE`` + rank), inside the trial's evidence folder.
 NCCL_DUMP_PREFIX = "nccl_trace_rank_"
+#: Where a trial's numerics locator (``check_numerics``) writes its findings while the trial
+#: runs, inside its artifact folder; read into the record and removed (:mod:`aorta.run.numerics`).
+NUMERICS_DIR = ".numerics"
 RunStatus = Literal["running", "complete", "interrupted"]
 
 

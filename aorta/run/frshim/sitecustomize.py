@@ -132,4 +132,6 @@ if _TOKEN and os.name == "posix":
         _listen()
     else:
         sys.meta_path.insert(0, _WhenDistributedLoads)
+if os.environ.get("AORTA_NUMERICS_DIR"):  # check_numerics: the numerics locator, beside this
+    import aorta_numerics  # noqa: F401
 _chain()
