@@ -56,8 +56,16 @@ MAX_LINE_CHARS = 4096
 #: The end of each log read for OOM lines, and its beginning (a huge log is not read whole).
 TAIL_BYTES, HEAD_BYTES = 8 << 20, 1 << 20
 
-_UNITS = {"bytes": 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
-_SIZE = r"(\d+(?:\.\d+)?) ?(bytes|B|KiB|MiB|GiB|TiB)"
+_UNITS = {
+    "bytes": 1,
+    "B": 1,
+    "KiB": 1 << 10,
+    "MiB": 1 << 20,
+    "GiB": 1 << 30,
+    "TiB": 1 << 40,
+    "PiB": 1 << 50,
+}
+_SIZE = r"(\d+(?:\.\d+)?) ?(bytes|B|KiB|MiB|GiB|TiB|PiB)"
 _PREFIX = re.compile(r"^\s*(?:\[(?:rank|default)(\d+)\]:|(\d+): )")
 _MARKERS = (
     "out of memory",
