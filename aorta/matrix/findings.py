@@ -73,6 +73,7 @@ FindingKind = Literal[
     "signature",
     "oom",
     "numerics",
+    "memory",
     "no_timing",
     "timing",
     "stalls",
@@ -540,14 +541,14 @@ def _rank_cause_findings(df: pd.DataFrame, *, baseline: str) -> list[Finding]:
     trials with it (``count``) of those that ran; the baseline's too (a failing baseline is
     the usual triage case)."""
     out: list[Finding] = []
-    for kind in ("oom", "numerics"):
+    for kind in ("oom", "numerics", "memory"):
         if f"{kind}_incident" not in df.columns:
             continue
         for cell, r in df.iterrows():
             line = str(r.get(f"{kind}_incident") or "")
             if not line:
                 continue
-            ran = _int(r.get("n_ok")) + _int(r.get("n_failed"))
+            ran = _int(r.get("n_ok")) + _int(r.get("n_failed"))  # memory: trials with traces
             out.append(
                 Finding(
                     kind=kind,  # type: ignore[arg-type]

@@ -44,9 +44,11 @@ import pandas as pd
 import xarray as xr
 
 __all__ = [
+    "MemoryOutlier",
     "NumericsIncidents",
     "OomIncidents",
     "format_bytes",
+    "memory_outliers",
     "numerics_incidents",
     "oom_incidents",
     "with_rank_causes",
@@ -267,9 +269,87 @@ def numerics_incidents(ds: xr.Dataset) -> dict[str, NumericsIncidents]:
     return out
 
 
+@dataclass(frozen=True)
+class MemoryOutlier:
+    """A cell whose rank ``rank`` had the largest peak of a memory metric (``metric``) by at
+    least the band in ``count`` of its ``of`` trials with traces: ``excess_pct`` (median over
+    those trials) above the other ranks' median, ``peak_bytes`` its median peak."""
+
+    cell: str
+    metric: str
+    rank: int
+    count: int
+    of: int
+    excess_pct: float
+    peak_bytes: float
+    others_bytes: float
+
+    def line(self) -> str:
+        what = "allocated" if self.metric == "peak_allocated_bytes" else "reserved"
+        return (
+            f"rank {self.rank}'s peak {what} is {self.excess_pct:.0f}% above the other ranks' "
+            f"median in {self.count}/{self.of} trials ({format_bytes(self.peak_bytes)} against "
+            f"{format_bytes(self.others_bytes)}; traces' [memory] events)"
+        )
+
+
+def memory_outliers(
+    ds: xr.Dataset, *, metric: str = "peak_allocated_bytes", band: float = 0.10
+) -> dict[str, MemoryOutlier]:
+    """Per cell, the rank whose peak memory (``metric``: ``peak_allocated_bytes`` or
+    ``peak_reserved_bytes``, from ``load_run(traces=True)``) stood ``band`` or more above the
+    other ranks' median in a strict majority of its trials with a peak on every rank (as
+    :mod:`aorta.matrix.stragglers` names a rank).
+
+    >>> import numpy as np, xarray as xr
+    >>> peaks = np.array([[[1.0, 1.0, 1.2, 1.0]] * 3]) * 2**30
+    >>> ds = xr.Dataset({"peak_allocated_bytes": (("cell", "trial", "rank"), peaks)},
+    ...                 coords={"cell": ["a"], "trial": [0, 1, 2], "rank": [0, 1, 2, 3]})
+    >>> print(memory_outliers(ds)["a"].line())
+    rank 2's peak allocated is 20% above the other ranks' median in 3/3 trials (1.20 GiB against 1.00 GiB; traces' [memory] events)
+    """
+    if metric not in ds or "rank" not in ds[metric].dims:
+        return {}
+    values = ds[metric].transpose("cell", "trial", "rank").values.astype(float)
+    out: dict[str, MemoryOutlier] = {}
+    for i, cell in enumerate(str(c) for c in ds.cell.values.tolist()):
+        tops: list[tuple[int, float, float, float]] = []
+        seen = 0
+        for row in values[i]:
+            if row.size < 2 or not np.isfinite(row).all() or row.max() <= 0:
+                continue
+            seen += 1
+            top = np.flatnonzero(row == row.max())
+            if len(top) != 1:
+                continue
+            rank = int(top[0])
+            others = float(np.median(np.delete(row, rank)))
+            if others > 0 and row[rank] / others - 1 >= band:
+                tops.append((rank, row[rank] / others - 1, float(row[rank]), others))
+        if not tops:
+            continue
+        counts = Counter(t[0] for t in tops)
+        rank, n = min(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+        if 2 * n <= seen:
+            continue
+        mine = [t for t in tops if t[0] == rank]
+        out[cell] = MemoryOutlier(
+            cell,
+            metric,
+            rank,
+            n,
+            seen,
+            float(np.median([t[1] for t in mine]) * 100),
+            float(np.median([t[2] for t in mine])),
+            float(np.median([t[3] for t in mine])),
+        )
+    return out
+
+
 def with_rank_causes(df: pd.DataFrame, ds: xr.Dataset) -> pd.DataFrame:
-    """``df`` (a frame indexed by cell) with ``oom_incident`` / ``oom_rank`` and
-    ``numerics_incident`` / ``numerics_rank`` (``""`` / -1 where none), what makes
+    """``df`` (a frame indexed by cell) with ``oom_incident`` / ``oom_rank`` / ``oom_trials``,
+    the same for ``numerics`` and ``memory`` (:func:`memory_outliers`; ``""`` / -1 / 0 where
+    none), what makes
     :func:`aorta.matrix.findings.findings` list them; keeps ``df.attrs``."""
     ooms, nums = oom_incidents(ds), numerics_incidents(ds)
     out = df.copy()
@@ -280,5 +360,9 @@ def with_rank_causes(df: pd.DataFrame, ds: xr.Dataset) -> pd.DataFrame:
     out["numerics_incident"] = [nums[c].line() if c in nums else "" for c in cells]
     out["numerics_rank"] = [nums[c].rank if c in nums else -1 for c in cells]
     out["numerics_trials"] = [nums[c].count if c in nums else 0 for c in cells]
+    mem = memory_outliers(ds)
+    out["memory_incident"] = [mem[c].line() if c in mem else "" for c in cells]
+    out["memory_rank"] = [mem[c].rank if c in mem else -1 for c in cells]
+    out["memory_trials"] = [mem[c].count if c in mem else 0 for c in cells]
     out.attrs = dict(df.attrs)
     return out

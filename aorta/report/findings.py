@@ -231,7 +231,7 @@ def finding_text(f: Finding, *, run: str | Path | None = None, style: Style = "m
     if f.kind == "straggler":
         return straggler_text(f, style=style)
     cell = _code(f.cell, style)
-    if f.kind in ("oom", "numerics"):  # the line of aorta.matrix.rank_causes
+    if f.kind in ("oom", "numerics", "memory"):  # the line of aorta.matrix.rank_causes
         return f"{cell}: {f.reason if style == 'markdown' else f.reason.replace('`', '')}"
     if f.kind == "no_timing":
         return f"{cell}: no step time — {f.reason}: a killed or failed trial's clock is not a step time"

@@ -84,7 +84,7 @@ def _topic(f: Finding) -> tuple[Topic, Literal["bad", "good", "neutral"]]:
         return "screen", "neutral"
     if f.kind == "straggler":
         return "straggler", "bad"
-    if f.kind == "oom":
+    if f.kind in ("oom", "memory"):
         return "memory", "bad"
     if f.kind == "numerics":
         return "numerics", "bad"
@@ -100,7 +100,7 @@ def _hint(f: Finding, hints: Mapping[str, str]) -> str:
         return hints.get(f.subject, "")
     if f.kind == "straggler":
         return _STRAGGLER_HINT
-    if f.kind == "oom":
+    if f.kind in ("oom", "memory"):
         return _OOM_HINT
     if f.kind == "numerics":
         return _NUMERICS_HINT
