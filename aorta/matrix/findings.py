@@ -551,7 +551,7 @@ def _rank_cause_findings(df: pd.DataFrame, *, baseline: str) -> list[Finding]:
             ran = _int(r.get("n_ok")) + _int(r.get("n_failed"))  # memory: trials with traces
             out.append(
                 Finding(
-                    kind=kind,  # type: ignore[arg-type]
+                    kind=kind,
                     cell=str(cell),
                     subject=kind,
                     count=_int(r.get(f"{kind}_trials")),

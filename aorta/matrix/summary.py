@@ -41,8 +41,8 @@ import xarray as xr
 from aorta.matrix.compare import compare
 from aorta.matrix.hangs import hang_incidents
 from aorta.matrix.options import StatsOptions, stats_options
-from aorta.matrix.select import band_threshold, check_dims, outcomes, trial_values
 from aorta.matrix.rank_causes import with_rank_causes
+from aorta.matrix.select import band_threshold, check_dims, outcomes, trial_values
 from aorta.matrix.stragglers import with_stragglers
 from aorta.store.record import TrialStatus
 

@@ -318,14 +318,23 @@ def _memory(report: Any, ax: Axes) -> None:
     gib = float(1 << 30)
     for name, t in timelines.items():
         x = (t["ts_us"].to_numpy() - t0) / 1e6
-        (line,) = ax.step(x, t["allocated"].to_numpy() / gib, where="post", label=f"{name} allocated")
-        ax.step(x, t["reserved"].to_numpy() / gib, where="post", linestyle="--",
-                color=line.get_color(), label=f"{name} reserved")
+        (line,) = ax.step(
+            x, t["allocated"].to_numpy() / gib, where="post", label=f"{name} allocated"
+        )
+        ax.step(
+            x,
+            t["reserved"].to_numpy() / gib,
+            where="post",
+            linestyle="--",
+            color=line.get_color(),
+            label=f"{name} reserved",
+        )
         at = int(t["allocated"].to_numpy().argmax())
         ax.plot([x[at]], [t["allocated"].iloc[at] / gib], marker="o", color=line.get_color())
     for i, (_, start) in enumerate(report.steps):
-        ax.axvline((start - t0) / 1e6, color="0.6", linewidth=0.8,
-                   label="step start" if i == 0 else None)
+        ax.axvline(
+            (start - t0) / 1e6, color="0.6", linewidth=0.8, label="step start" if i == 0 else None
+        )
     ax.set_xlabel("seconds from the first allocation")
     ax.set_ylabel("GiB")
     ax.set_title("memory over time")

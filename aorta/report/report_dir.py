@@ -29,8 +29,8 @@ from aorta.matrix.dataset import trials_frame
 from aorta.matrix.findings import findings
 from aorta.matrix.load import load_run
 from aorta.matrix.options import StatsOptions, stats_options
-from aorta.matrix.signatures import signature_counts
 from aorta.matrix.rank_causes import with_rank_causes
+from aorta.matrix.signatures import signature_counts
 from aorta.matrix.stragglers import with_stragglers
 from aorta.matrix.trace_summary import has_traces, trace_summary
 from aorta.report.comparison import (

@@ -84,11 +84,20 @@ _UNALLOCATED = re.compile(_SIZE + " is reserved by PyTorch but unallocated")
 #: PyTorch ≤ 2.0: ``(GPU 0; 15.78 GiB total capacity; 14.56 GiB already allocated; 3.44 MiB
 #: free; 14.69 GiB reserved in total by PyTorch)``.
 _OLD = re.compile(
-    r"\((GPU \d+); " + _SIZE + r" total capacity; " + _SIZE + r" already allocated; "
-    + _SIZE + r" free; " + _SIZE + r" reserved in total by PyTorch"
+    r"\((GPU \d+); "
+    + _SIZE
+    + r" total capacity; "
+    + _SIZE
+    + r" already allocated; "
+    + _SIZE
+    + r" free; "
+    + _SIZE
+    + r" reserved in total by PyTorch"
 )
 _CPU = re.compile(r"DefaultCPUAllocator: can't allocate memory: you tried to allocate (\d+) bytes")
-_NCCL = re.compile(r"Failed to (?:CUDA|HIP) calloc (?:async )?(\d+) bytes|Cuda failure '?out of memory")
+_NCCL = re.compile(
+    r"Failed to (?:CUDA|HIP) calloc (?:async )?(\d+) bytes|Cuda failure '?out of memory"
+)
 _BLAS = re.compile(r"\b(?:CU|HIP|ROC)BLAS(?:LT)?_STATUS_ALLOC_FAILED")
 _RUNTIME = re.compile(
     r"hipErrorOutOfMemory|cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY"
@@ -164,7 +173,7 @@ def parse_oom(line: str, *, rank: int | None = None) -> OomEvent | None:
     else:
         return None
     body = text[prefix.end() :].strip() if prefix is not None else text.strip()
-    return OomEvent(rank=rank, line=printable(body)[:500], **fields)  # type: ignore[arg-type]
+    return OomEvent(rank=rank, line=printable(body)[:500], **fields)
 
 
 def _lines(path: Path) -> Iterable[str]:
@@ -172,10 +181,14 @@ def _lines(path: Path) -> Iterable[str]:
     try:
         size = path.stat().st_size
         with open(path, "rb") as fh:
-            spans = [(0, size)] if size <= HEAD_BYTES + TAIL_BYTES else [
-                (0, HEAD_BYTES),
-                (size - TAIL_BYTES, TAIL_BYTES),
-            ]
+            spans = (
+                [(0, size)]
+                if size <= HEAD_BYTES + TAIL_BYTES
+                else [
+                    (0, HEAD_BYTES),
+                    (size - TAIL_BYTES, TAIL_BYTES),
+                ]
+            )
             for start, length in spans:
                 fh.seek(start)
                 data = fh.read(length)
@@ -187,9 +200,7 @@ def _lines(path: Path) -> Iterable[str]:
         return
 
 
-def scan_oom(
-    paths: Sequence[str | Path], *, rank: int, text: Sequence[str] = ()
-) -> list[OomEvent]:
+def scan_oom(paths: Sequence[str | Path], *, rank: int, text: Sequence[str] = ()) -> list[OomEvent]:
     """Each rank's OOM in a trial's ``paths`` (and ``text``, such as the trial's error).
 
     Per rank the first line with figures (``requested_bytes``) wins, else the first OOM line;

@@ -347,7 +347,9 @@ class TrialRunner:
                 outcome.result.failure_count = max(1, outcome.result.failure_count)
         found = got.record_fields()
         if failed:  # who ran out of memory, asking how much, with how much free
-            ooms = scan_oom([art / err_name, art / out_name], rank=self.rank, text=[outcome.error or ""])
+            ooms = scan_oom(
+                [art / err_name, art / out_name], rank=self.rank, text=[outcome.error or ""]
+            )
             if ooms:
                 found["oom"] = ooms
         if outcome.failure_kind == "hang" and not found:

@@ -48,7 +48,14 @@ __all__ = [
 ]
 
 #: c10's ``DeviceType`` numbers as ``[memory]`` events carry them (HIP builds report CUDA).
-DEVICE_TYPES: dict[int, str] = {0: "cpu", 1: "cuda", 6: "hip", 12: "xpu", 13: "mps", 20: "privateuse1"}
+DEVICE_TYPES: dict[int, str] = {
+    0: "cpu",
+    1: "cuda",
+    6: "hip",
+    12: "xpu",
+    13: "mps",
+    20: "privateuse1",
+}
 #: The columns of :attr:`MemoryReport.devices`.
 MEMORY_COLUMNS = (
     "device",
@@ -145,10 +152,7 @@ class MemoryReport:
         rows = []
         for row in self.devices.to_dict("records"):
             rows.append(
-                {
-                    k: (None if isinstance(v, float) and math.isnan(v) else v)
-                    for k, v in row.items()
-                }
+                {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
             )
         return {"file": self.path, "devices": rows, "steps": len(self.steps)}
 

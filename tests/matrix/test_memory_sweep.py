@@ -64,7 +64,14 @@ def test_load_run_has_each_ranks_peak(run):
     for trial in (0, 1):
         for cell in ("baseline", "hog"):
             for rank in (0, 1):
-                path = run / "cells" / cell / f"trial_{trial:04d}" / "trace" / f"rank{rank}.pt.trace.json.gz"
+                path = (
+                    run
+                    / "cells"
+                    / cell
+                    / f"trial_{trial:04d}"
+                    / "trace"
+                    / f"rank{rank}.pt.trace.json.gz"
+                )
                 assert peaks.sel(cell=cell, trial=trial, rank=rank) == _plain_peak(path)
         hog = peaks.sel(cell="hog", trial=trial)
         assert float(hog.sel(rank=1) - hog.sel(rank=0)) >= EXTRA
@@ -75,7 +82,5 @@ def test_compare_and_the_finding_name_the_rank(run):
     df = aorta.compare(ds, metric="peak_allocated_bytes")
     assert df.loc["hog", "ratio"] > 1.5  # the worst rank's peak, against the baseline's
     lines = [finding_text(f, style="text") for f in run_findings(ds) if f.kind == "memory"]
-    assert len(lines) == 1 and lines[0].startswith(
-        "hog: rank 1's peak allocated is"
-    ), lines
+    assert len(lines) == 1 and lines[0].startswith("hog: rank 1's peak allocated is"), lines
     assert "above the other ranks' median in 2/2 trials" in lines[0]

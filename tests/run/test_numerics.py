@@ -33,7 +33,9 @@ def _model() -> nn.Module:
     return nn.Sequential(Block(), Block(), nn.Linear(4, 1))
 
 
-def _steps(model: nn.Module, n: int, *, blow_at: int | None = None, x: torch.Tensor | None = None) -> None:
+def _steps(
+    model: nn.Module, n: int, *, blow_at: int | None = None, x: torch.Tensor | None = None
+) -> None:
     x = torch.rand(2, 4) if x is None else x
     loss_fn = nn.MSELoss()
     for step in range(n):
@@ -59,7 +61,12 @@ def test_a_layer_fed_nan_says_its_inputs_were_not_finite(tmp_path):
     with numerics.armed(tmp_path / "n", rank=0):
         _steps(_model(), 2, x=x)
     [found] = numerics.collect(tmp_path / "n")
-    assert (found.step, found.module, found.kind, found.inputs_finite) == (0, "0.proj", "nan", False)
+    assert (found.step, found.module, found.kind, found.inputs_finite) == (
+        0,
+        "0.proj",
+        "nan",
+        False,
+    )
 
 
 def test_a_finite_model_finds_nothing_and_the_hooks_go(tmp_path):
@@ -104,7 +111,12 @@ def test_a_fresh_process_is_armed_by_its_environment(tmp_path, with_listener):
     assert out.returncode == 0 and "done" in out.stdout, out.stderr
     [path] = folder.glob("nonfinite.5.*.json")
     found = json.loads(path.read_text())
-    assert (found["step"], found["module"], found["cls"], found["kind"]) == (2, "2", "Linear", "nan")
+    assert (found["step"], found["module"], found["cls"], found["kind"]) == (
+        2,
+        "2",
+        "Linear",
+        "nan",
+    )
     assert found["inputs_finite"] is True
 
 

@@ -49,7 +49,11 @@ def test_pytorch_before_2_1_words_it_in_parentheses():
         ("misc/alloc.h:71 NCCL WARN Failed to CUDA calloc 4194304 bytes", "nccl", 4194304),
         ("rccl: NCCL WARN Failed to HIP calloc async 1024 bytes", "nccl", 1024),
         ("NCCL WARN Cuda failure 'out of memory'", "nccl", None),
-        ("RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`", "blas", None),
+        (
+            "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
+            "blas",
+            None,
+        ),
         ("HIPBLAS_STATUS_ALLOC_FAILED", "blas", None),
         ("RuntimeError: HIP error: hipErrorOutOfMemory", "runtime", None),
         ("RuntimeError: CUDA error: out of memory", "runtime", None),
@@ -95,7 +99,9 @@ def test_sizes_survive_pytorchs_formatting(n):
     text = format_bytes(n)
     number, unit = text.split(" ")
     got = parse_size(number, unit)
-    step = {"bytes": 1, "KiB": 1 << 10, "MiB": MIB, "GiB": GIB, "TiB": 1 << 40, "PiB": 1 << 50}[unit]
+    step = {"bytes": 1, "KiB": 1 << 10, "MiB": MIB, "GiB": GIB, "TiB": 1 << 40, "PiB": 1 << 50}[
+        unit
+    ]
     assert abs(got - n) <= step * 0.005 + 1
     line = f"CUDA out of memory. Tried to allocate {text}. GPU 0 has a total capacity of {text} of which 0 bytes is free."
     e = parse_oom(line)

@@ -99,7 +99,9 @@ def test_matrix_md_opens_with_the_rank_and_figures(run):
         "1.20 GiB free of 79.15 GiB; 2.11 GiB reserved but unallocated — fragmentation: try "
         "expandable_segments)" in findings
     )
-    assert "`cpu_oom`: out of memory on rank 1 in 2/2 trials (tried to allocate 1.00 PiB)" in findings
+    assert (
+        "`cpu_oom`: out of memory on rank 1 in 2/2 trials (tried to allocate 1.00 PiB)" in findings
+    )
     assert (
         "`nonfinite`: rank 1's first non-finite output at step 3 in `layers.1.proj` (Linear), "
         "inf, inputs finite, in 2/2 trials" in findings

@@ -18,7 +18,11 @@ from aorta.errors import ExitCode
 from aorta.trace.memory import memory_peaks, memory_report, report_from_events
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "traces"
-TRACES = ["h100_bert_small.json.gz", "mi300_bert_small.json.gz", "mi300_normalization_layers.json.gz"]
+TRACES = [
+    "h100_bert_small.json.gz",
+    "mi300_bert_small.json.gz",
+    "mi300_normalization_layers.json.gz",
+]
 
 
 def _plain(path: Path) -> dict[tuple[int, int], dict[str, int]]:
@@ -49,9 +53,16 @@ def test_every_device_matches_a_plain_reading(name):
     by_type = {"cpu": 0, "cuda": 1, "hip": 6}
     for row in report.devices.to_dict("records"):
         p = plain[(by_type[row["device_type"]], row["device_id"])]
-        assert (row["events"], row["allocations"], row["frees"]) == (p["n"], p["allocs"], p["frees"])
+        assert (row["events"], row["allocations"], row["frees"]) == (
+            p["n"],
+            p["allocs"],
+            p["frees"],
+        )
         assert row["allocated_bytes"] == p["alloc"]
-        assert (row["peak_allocated_bytes"], row["peak_reserved_bytes"]) == (p["peak_a"], p["peak_r"])
+        assert (row["peak_allocated_bytes"], row["peak_reserved_bytes"]) == (
+            p["peak_a"],
+            p["peak_r"],
+        )
 
 
 def test_the_op_at_the_peak_and_its_step():
@@ -87,8 +98,19 @@ def test_bad_input_is_one_line(tmp_path, capsys):
 @given(st.lists(st.tuples(st.integers(-(1 << 20), 1 << 20), st.integers(0, 1 << 40)), max_size=40))
 def test_peaks_are_the_maxima_of_the_totals(rows):
     events = [
-        {"ph": "i", "name": "[memory]", "ts": i, "tid": 1, "args": {"Bytes": b,
-         "Total Allocated": t, "Total Reserved": t + 1, "Device Type": 1, "Device Id": 0}}
+        {
+            "ph": "i",
+            "name": "[memory]",
+            "ts": i,
+            "tid": 1,
+            "args": {
+                "Bytes": b,
+                "Total Allocated": t,
+                "Total Reserved": t + 1,
+                "Device Type": 1,
+                "Device Id": 0,
+            },
+        }
         for i, (b, t) in enumerate(rows)
     ]
     report = report_from_events(events)

@@ -26,6 +26,7 @@ tuples, lists and dicts.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -42,9 +43,9 @@ def _tensors(obj, out, depth=0):
     if len(out) >= MAX_TENSORS or depth > 4:
         return out
     if isinstance(obj, torch.Tensor):
-        if obj.is_floating_point() or obj.is_complex():
-            if obj.numel() and not obj.is_meta:
-                out.append(obj.detach())
+        floating = obj.is_floating_point() or obj.is_complex()
+        if floating and obj.numel() and not obj.is_meta:
+            out.append(obj.detach())
     elif isinstance(obj, (list, tuple)):
         for item in obj:
             _tensors(item, out, depth + 1)
@@ -95,10 +96,8 @@ class Locator:
     def post(self, module, args, output):
         self.depth = max(0, self.depth - 1)
         if self.found is None:
-            try:
+            with contextlib.suppress(Exception):  # never break the user's forward
                 self._check(module, args, output)
-            except Exception:  # never break the user's forward
-                pass
         if self.depth == 0 and self.pending:
             pending, self.pending = self.pending, []
             if self.found is None:
@@ -121,7 +120,7 @@ class Locator:
         import torch
 
         flags = torch.stack([p[1] for p in pending]).cpu().tolist()  # one sync per root forward
-        for ok, (module, _flag, outs, ins) in zip(flags, pending):
+        for ok, (module, _flag, outs, ins) in zip(flags, pending):  # noqa: B905 - any Python 3 (a trial's own interpreter)
             if not ok:
                 self._found(module, _kind(outs), _finite(ins))
                 return
@@ -199,10 +198,8 @@ class _WhenModulesLoad:
 
         def exec_module(module):
             run(module)
-            try:
+            with contextlib.suppress(Exception):  # the user's import must not fail for it
                 install(module, os.environ[ENV_DIR])
-            except Exception:
-                pass
 
         spec.loader.exec_module = exec_module
         return spec
