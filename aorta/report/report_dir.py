@@ -124,7 +124,7 @@ def write_report(
         "",
         findings_markdown(
             findings(
-                with_rank_causes(with_stragglers(df, ds, threshold=opts.threshold), ds),
+                with_stragglers(with_rank_causes(df, ds), ds, threshold=opts.threshold),
                 signature_counts(ds),
             ),
             run=run_dir,
