@@ -7,7 +7,9 @@ is imported, a global forward pre-hook and forward hook are registered
 (``register_module_forward_pre_hook`` / ``register_module_forward_hook``), which cost nothing
 until a module runs.
 
-Per module call the output's floating tensors are checked (``isfinite(...).all()``). On the
+Per module call the output's floating tensors are checked by one reduction each (their sum,
+in float32 at least: a NaN or an Inf anywhere makes it non-finite; a finite sum that
+overflows is ruled out by the exact ``isfinite(...).all()``, run only then). On the
 CPU each check is answered at once; on a device the checks of one root forward (a forward
 entered with no other module running) are kept as device flags and read back together when
 it ends: one device sync per step, not one per module. The first module, in the order the
@@ -43,8 +45,7 @@ def _tensors(obj, out, depth=0):
     if len(out) >= MAX_TENSORS or depth > 4:
         return out
     if isinstance(obj, torch.Tensor):
-        floating = obj.is_floating_point() or obj.is_complex()
-        if floating and obj.numel() and not obj.is_meta:
+        if obj.is_floating_point() and obj.numel() and not obj.is_meta:
             out.append(obj.detach())
     elif isinstance(obj, (list, tuple)):
         for item in obj:
@@ -67,6 +68,20 @@ def _finite(tensors):
     return all(bool(torch.isfinite(t).all()) for t in tensors)
 
 
+def _sum(t):
+    """One reduction, no allocation: non-finite when ``t`` holds a NaN or Inf (or when a
+    finite sum overflows, which :func:`_finite` then rules out), summed in float32 at least."""
+    import torch
+
+    return t.sum(dtype=torch.float32) if t.dtype in (torch.float16, torch.bfloat16) else t.sum()
+
+
+def _quick_finite(tensors):
+    import math
+
+    return all(math.isfinite(float(_sum(t))) for t in tensors)
+
+
 class Locator:
     """The hooks' state on one process; :meth:`remove` takes the hooks out."""
 
@@ -81,6 +96,9 @@ class Locator:
         self.pending = []
         self.found = None
         self.handles = []
+        #: The output last checked: a container returning its last child's output (a
+        #: Sequential, a block ending in its activation) is not checked twice.
+        self.last = None
 
     # -- hooks --------------------------------------------------------------------------------
 
@@ -95,9 +113,15 @@ class Locator:
 
     def post(self, module, args, output):
         self.depth = max(0, self.depth - 1)
-        if self.found is None:
+        seen = (output, getattr(output, "_version", None))  # an in-place change is new
+        if self.last is not None and output is self.last[0] and seen[1] == self.last[1]:
+            pass
+        elif self.found is None:
+            self.last = seen
             with contextlib.suppress(Exception):  # never break the user's forward
                 self._check(module, args, output)
+        if self.depth == 0:
+            self.last = None  # nothing kept alive past the root forward
         if self.depth == 0 and self.pending:
             pending, self.pending = self.pending, []
             if self.found is None:
@@ -110,10 +134,10 @@ class Locator:
         if not outs:
             return
         if all(t.device.type == "cpu" for t in outs):
-            if not _finite(outs):
+            if not _quick_finite(outs) and not _finite(outs):
                 self._found(module, _kind(outs), _finite(_tensors(args, [])))
             return
-        flag = torch.stack([torch.isfinite(t).all() for t in outs]).all()
+        flag = torch.isfinite(torch.stack([_sum(t).float() for t in outs])).all()
         self.pending.append((module, flag, outs, _tensors(args, [])))
 
     def _resolve(self, pending):
@@ -121,7 +145,7 @@ class Locator:
 
         flags = torch.stack([p[1] for p in pending]).cpu().tolist()  # one sync per root forward
         for ok, (module, _flag, outs, ins) in zip(flags, pending):  # noqa: B905 - any Python 3 (a trial's own interpreter)
-            if not ok:
+            if not ok and not _finite(outs):  # a finite sum that overflowed is no finding
                 self._found(module, _kind(outs), _finite(ins))
                 return
 
