@@ -4,8 +4,10 @@ armed rank gets) against the same workload unarmed, alternated run by run in one
 
     .venv/bin/python benchmarks/check_numerics.py --runs 7 --steps 30 --dims 128,512
 
-Per model size, the median of each run's median post-warm-up step time, armed and not, their
-ratio, and the cost per module call (the difference over the module calls of a step). The
+Per model size: each run's CPU time per step (the process's CPU seconds over the run's steps:
+on a shared machine the wall clock mostly measures the other tenants; torch runs one
+thread), armed and not, runs alternated; the median of the pairs' ratios with their range,
+and the cost per module call (the medians' difference over the module calls of a step). The
 locator finds nothing here (the model stays finite), so every module call pays its check —
 the steady-state cost; after a finding the hooks are removed.
 """
@@ -18,6 +20,7 @@ import json
 import os
 import statistics
 import tempfile
+import time
 from pathlib import Path
 
 
@@ -47,13 +50,15 @@ def _run(dim: int, steps: int, armed: bool, folder: Path) -> tuple[float, int]:
     guard = numerics.armed(folder / "n", rank=0) if armed else contextlib.nullcontext()
     try:
         with guard:
+            c0 = time.process_time()
             result = workload.run()
+            cpu = time.process_time() - c0
     finally:
         workload.cleanup()
         if counter is not None:
             counter.remove()
-    times = result.step_times_ms[result.warmup_steps :]
-    return statistics.median(times), calls[0] // max(1, len(result.step_times_ms))
+    n = max(1, len(result.step_times_ms))
+    return cpu * 1000.0 / n, calls[0] // n
 
 
 def main() -> None:
@@ -78,12 +83,14 @@ def main() -> None:
                 (on if armed else off).append(value)
                 per_step = max(per_step, calls)
             a, b = statistics.median(on), statistics.median(off)
+            ratios = sorted(x / y for x, y in zip(on, off, strict=True))
             rows.append(
                 {
                     "model_dim": dim,
                     "off_ms": b,
                     "armed_ms": a,
-                    "ratio": a / b,
+                    "ratio": statistics.median(ratios),
+                    "ratio_range": [ratios[0], ratios[-1]],
                     "module_calls_per_step": per_step,
                     "us_per_call": (a - b) * 1000 / per_step if per_step else float("nan"),
                     "runs": args.runs,
@@ -91,12 +98,17 @@ def main() -> None:
                 }
             )
     torch.distributed.destroy_process_group()
-    print("| model_dim | off, median step | armed | ratio | module calls / step | µs per call |")
+    print(
+        "| model_dim | off: CPU ms / step | armed | ratio, median of pairs [range] "
+        "| module calls / step | µs per call |"
+    )
     print("|---:|---:|---:|---:|---:|---:|")
     for r in rows:
+        lo, hi = r["ratio_range"]
         print(
-            f"| {r['model_dim']} | {r['off_ms']:.3f} ms | {r['armed_ms']:.3f} ms | "
-            f"{r['ratio']:.3f} | {r['module_calls_per_step']} | {r['us_per_call']:.1f} |"
+            f"| {r['model_dim']} | {r['off_ms']:.2f} | {r['armed_ms']:.2f} | "
+            f"{r['ratio']:.3f} [{lo:.3f}, {hi:.3f}] | {r['module_calls_per_step']} | "
+            f"{r['us_per_call']:.1f} |"
         )
     if args.out:
         args.out.write_text(json.dumps(rows, indent=1))

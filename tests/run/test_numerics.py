@@ -125,3 +125,31 @@ def test_arming_puts_the_shim_first_once(tmp_path):
     assert env["PYTHONPATH"].split(os.pathsep) == [str(numerics.HOOK_FILE.parent), "/a"]
     again = numerics.arming_env(tmp_path / "n", env)
     assert "PYTHONPATH" not in again and Path(again["AORTA_NUMERICS_DIR"]).is_dir()
+
+
+@pytest.mark.slow  # a sweep
+def test_check_numerics_flag_arms_an_in_process_trial(tmp_path):
+    from aorta.cli import main
+    from aorta.errors import ExitCode
+    from tests.processes import only_run_dir
+
+    argv = ["sweep", "run", "--workload", "tests.numerics_fault:InfAt", "--mitigation-axis"]
+    argv += ["none", "--check-numerics", "-o", str(tmp_path / "out")]
+    assert main(argv) == ExitCode.OK
+    run = only_run_dir(tmp_path / "out")
+    assert "check_numerics: true" in (run / "recipe.resolved.yaml").read_text()
+    [record] = list(run.glob("cells/*/trial_0000.json"))
+    [found] = json.loads(record.read_text())["numerics"]
+    assert (found["step"], found["module"], found["cls"], found["kind"]) == (
+        2,
+        "layers.0",
+        "Linear",
+        "inf",
+    )
+    assert (
+        "first non-finite output at step 2 in `layers.0` (Linear)"
+        in (run / "matrix.md").read_text()
+    )
+    from torch.nn.modules import module as nn_module
+
+    assert not nn_module._global_forward_hooks  # the trial's hooks left with it

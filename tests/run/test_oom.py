@@ -106,3 +106,20 @@ def test_sizes_survive_pytorchs_formatting(n):
     line = f"CUDA out of memory. Tried to allocate {text}. GPU 0 has a total capacity of {text} of which 0 bytes is free."
     e = parse_oom(line)
     assert e is not None and e.requested_bytes == got and e.free_bytes == 0
+
+
+def test_a_records_oom_lines_leave_the_run_redacted():
+    from aorta.store.record import RankOutcome, TrialRecord
+    from aorta.store.redact import Redactor
+
+    secret = "hf_abcdefghijklmnopqrstuvwxyz123456"
+    line = f"RuntimeError: CUDA out of memory (token {secret})"
+    e = parse_oom(line, rank=1)
+    assert e is not None and secret in e.line
+    rank = RankOutcome(rank=1, status="workload_failed", passed=False, oom=[e])
+    rec = TrialRecord(
+        cell="a", cell_id="", trial=0, status="workload_failed", passed=False, oom=[e], ranks=[rank]
+    )
+    clean = Redactor().with_values([secret]).record(rec)
+    assert secret not in clean.model_dump_json()
+    assert clean.oom[0].kind == "runtime" and clean.ranks[0].oom[0].rank == 1
