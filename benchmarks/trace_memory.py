@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from trace_load import ROOT, generate  # noqa: E402
+from trace_load import ROOT, generate
 
 SOURCE = ROOT / "tests" / "data" / "traces" / "h100_bert_small.json.gz"
 CHILD = """
