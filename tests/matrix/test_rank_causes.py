@@ -36,7 +36,7 @@ def test_figures_that_differ_across_trials_read_as_ranges_and_other_ranks_are_na
             passed=False,
             world_size=4,
             oom=events,
-        )  # fmt: skip
+        )
         for t, events in enumerate([[oom(2, 1)], [oom(2, 3)], [oom(2, 2), oom(0, 1)], []])
     ]
     line = oom_incidents(_ds("c", recs))["c"].line()
