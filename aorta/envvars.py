@@ -48,6 +48,8 @@ RESOLVED = "AORTA_RESOLVED"
 ISOLATION = "AORTA_ISOLATION"
 VERBOSE = "AORTA_VERBOSE"
 BACKEND = "AORTA_BACKEND"
+#: `sweep run --check-numerics`: the recipe's ``check_numerics`` (docs/memory.md).
+CHECK_NUMERICS = "AORTA_CHECK_NUMERICS"
 CLUSTER = "AORTA_CLUSTER"
 NPROC_PER_NODE = "AORTA_NPROC_PER_NODE"
 MASTER_ADDR_OVERRIDE = "AORTA_MASTER_ADDR"
@@ -141,6 +143,9 @@ TRIAL_TOKEN = "AORTA_TRIAL_TOKEN"
 FR_LISTEN = "AORTA_FR_LISTEN"
 #: ... and the folder its listeners write their dumps into (the trial's ``hang/``).
 FR_DIR = "AORTA_FR_DIR"
+#: Set for a trial run with ``check_numerics``: where its numerics locator writes its findings
+#: (:mod:`aorta.run.numerics`).
+NUMERICS_DIR = "AORTA_NUMERICS_DIR"
 
 ENGINE_PROVIDED: frozenset[str] = frozenset(
     {
@@ -156,6 +161,7 @@ ENGINE_PROVIDED: frozenset[str] = frozenset(
         TRIAL_TOKEN,
         FR_LISTEN,
         FR_DIR,
+        NUMERICS_DIR,
     }
 )
 

@@ -56,6 +56,8 @@ LONG_FILES_FIRST = (
     "tests/run/test_distributed_ranks.py",
     "tests/run/test_distributed.py",
     "tests/run/test_hang_forensics.py",
+    "tests/run/test_rank_causes_sweep.py",
+    "tests/matrix/test_memory_sweep.py",
     "tests/report/test_report_html.py",
     "tests/run/test_resume.py",
     "tests/run/test_printed_commands.py",

@@ -242,6 +242,7 @@ NO_TWIN: dict[str, str] = {
     "overwrite them",
     "trace diff --csv": "this one diff's file: every later diff would overwrite it",
     "trace merge --output": "this one merge's file: every later merge would overwrite it",
+    "trace memory --plot": "this one trace's figure: every later plot would overwrite it",
 }
 
 

@@ -65,6 +65,14 @@ Backend = Annotated[
     str | None,
     option("--backend", envvars.BACKEND, "torch.distributed backend: auto, gloo or nccl."),
 ]
+CheckNumerics = Annotated[
+    bool,
+    option(
+        "--check-numerics",
+        envvars.CHECK_NUMERICS,
+        "Name each rank's first module whose output is NaN/Inf (the recipe's check_numerics).",
+    ),
+]
 
 # -- flag mode: a recipe from the command line (aorta.recipe.flags) -----------------------------
 
@@ -135,6 +143,7 @@ def run(
     steps: Steps = None,
     baseline: FlagBaseline = None,
     adaptive: Adaptive = False,
+    check_numerics: CheckNumerics = False,
 ) -> int:
     """Run every cell × trial of a recipe (or print the plan with --dry-run).
 
@@ -166,6 +175,7 @@ def run(
             mitigations_files=mitigations_file or (),
             verbose=verbose,
             backend=backend,
+            check_numerics=check_numerics or None,
         ),
     )
 

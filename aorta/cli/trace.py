@@ -1,4 +1,4 @@
-"""``aorta trace summarize|diff|merge``."""
+"""``aorta trace summarize|diff|memory|merge``."""
 
 from __future__ import annotations
 
@@ -166,6 +166,61 @@ def diff(
     else:
         print(api.summary.diff_text(table, top=top))
     return ExitCode.OK
+
+
+@app.command()
+def memory(
+    path: Annotated[Path, typer.Argument(help="One rank's trace file (.json / .json.gz).")],
+    as_json: Json = False,
+    plot: Annotated[
+        Path | None,
+        option(
+            "--plot",
+            None,
+            "Write allocated and reserved memory over time (steps marked) to this PNG.",
+            dir_okay=False,
+        ),
+    ] = None,
+) -> int:
+    """Memory per device from the trace's [memory] events (profile_memory=True): peaks
+    allocated and reserved, allocations and frees, the op running at the peak."""
+    from aorta.trace.memory import memory_report
+
+    if not path.is_file():
+        raise UsageError(f"{path}: not a trace file (one rank's .json or .json.gz)")
+    report = memory_report(path)
+    if plot is not None:
+        from aorta.plot.trace import memory_timeline
+
+        memory_timeline(report).savefig(plot, dpi=120)
+    if as_json:
+        print(json.dumps(report.to_json(), indent=2))
+    else:
+        print(_memory_text(report))
+    if plot is not None and not as_json:
+        print(f"wrote {plot}")
+    return ExitCode.OK
+
+
+def _memory_text(report: Any) -> str:
+    if report.devices.empty:
+        return (
+            f"{report.path}: no [memory] events — profile with "
+            "torch.profiler.profile(profile_memory=True) to record allocations"
+        )
+    from aorta.matrix.rank_causes import format_bytes
+
+    lines = [f"{report.path}: {len(report.steps)} profiled step(s)"]
+    for row in report.devices.to_dict("records"):
+        at = f" during {row['peak_step']}" if row["peak_step"] else ""
+        lines.append(
+            f"  {row['device']}: peak allocated {format_bytes(row['peak_allocated_bytes'])}, "
+            f"peak reserved {format_bytes(row['peak_reserved_bytes'])}; "
+            f"{row['allocations']} allocations ({format_bytes(row['allocated_bytes'])}), "
+            f"{row['frees']} frees ({format_bytes(row['freed_bytes'])}); "
+            f"peak in {row['peak_stack'] or 'no op'}{at}"
+        )
+    return "\n".join(lines)
 
 
 @app.command()

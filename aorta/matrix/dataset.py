@@ -30,6 +30,10 @@ variable                  dims                        meaning
                                                       ``"2,3"``; :mod:`aorta.hang`), ``""`` if none
 ``forensics``             cell, trial                 who hung and where, as JSON: ``summary``,
                                                       ``kind``, ``culprit_ranks``, ``op``, ``seq``…
+``oom``                   cell, trial                 each rank's out-of-memory figures, as JSON
+                                                      (``world_size``, ``events``); ``""`` if none
+``numerics``              cell, trial                 each rank's first non-finite module output,
+                                                      as JSON (as ``oom``); ``""`` if none
 ``seed``                  cell, trial                 the trial's seed (-1 where missing)
 ``metrics``               cell, trial, metric         workload metrics (NaN where absent)
 ``info``                  cell, trial, info_key       workload facts as text
@@ -74,6 +78,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import xarray as xr
+from pydantic import BaseModel
 
 from aorta.matrix.select import reduce_ranks, trial_values
 from aorta.store.record import TrialRecord
@@ -169,6 +174,16 @@ _VAR_ATTRS: dict[str, dict[str, str]] = {
         "long_name": "hang forensics",
         "description": "who hung and where, as JSON (the record's forensics without its "
         "per-group detail); '' where nothing was captured",
+    },
+    "oom": {
+        "long_name": "out of memory per rank",
+        "description": "JSON: world_size and each rank's OOM figures in bytes (aorta.run.oom); "
+        "'' where no rank ran out",
+    },
+    "numerics": {
+        "long_name": "first non-finite output per rank",
+        "description": "JSON: world_size and each rank's first module whose output was NaN/Inf "
+        "(check_numerics); '' where none was found",
     },
     "seed": {"long_name": "trial seed", "description": "-1 where the trial has no record"},
     "metrics": {"long_name": "workload metric"},
@@ -349,6 +364,14 @@ def build_dataset(
 _INCIDENT_KEYS = ("summary", "kind", "culprit_ranks", "culprit_hosts", "op", "seq", "process_group")
 
 
+def _per_rank_json(world_size: int, events: Sequence[BaseModel]) -> str:
+    """A trial's per-rank events as the Dataset keeps them; ``""`` when there are none."""
+    if not events:
+        return ""
+    payload = {"world_size": world_size, "events": [e.model_dump() for e in events]}
+    return _text(json.dumps(payload, default=str))
+
+
 def _incident(forensics: Mapping[str, Any]) -> dict[str, Any]:
     out = {k: forensics.get(k) for k in _INCIDENT_KEYS}
     frames = forensics.get("frames") or []
@@ -386,6 +409,8 @@ def _trial_variables(
     signature = text_array([""] * size, shape)
     culprit = text_array([""] * size, shape)
     incident = text_array([""] * size, shape)
+    oom = text_array([""] * size, shape)
+    nonfinite = text_array([""] * size, shape)
     passed = np.zeros(shape, dtype=bool)
     seed = np.full(shape, -1, dtype=np.int64)
     metrics = np.full((*shape, len(metric_names)), np.nan)
@@ -410,6 +435,8 @@ def _trial_variables(
         if rec.forensics:
             culprit[i, j] = ",".join(str(r) for r in rec.forensics.get("culprit_ranks") or ())
             incident[i, j] = _text(json.dumps(_incident(rec.forensics), default=str))
+        oom[i, j] = _per_rank_json(rec.world_size, rec.oom)
+        nonfinite[i, j] = _per_rank_json(rec.world_size, rec.numerics)
         passed[i, j] = rec.passed
         seed[i, j] = rec.seed
         for k, v in rec.metrics.items():
@@ -433,6 +460,8 @@ def _trial_variables(
         "signature": (ct, signature),
         "hang_culprit": (ct, culprit),
         "forensics": (ct, incident),
+        "oom": (ct, oom),
+        "numerics": (ct, nonfinite),
         "seed": (ct, seed),
         "metrics": ((*ct, "metric"), metrics),
         "info": ((*ct, "info_key"), info),

@@ -68,7 +68,17 @@ __all__ = [
 FAILURE_KINDS: tuple[str, ...] = ("hang", "crash", "workload")
 #: What a finding is about (the order :func:`findings` lists them in).
 FindingKind = Literal[
-    "failures", "failure_kind", "signature", "no_timing", "timing", "stalls", "straggler", "screen"
+    "failures",
+    "failure_kind",
+    "signature",
+    "oom",
+    "numerics",
+    "memory",
+    "no_timing",
+    "timing",
+    "stalls",
+    "straggler",
+    "screen",
 ]
 _ORDER = {k: i for i, k in enumerate(FindingKind.__args__)}  # type: ignore[attr-defined]
 #: Trials per cell :func:`trials_to_decide` looks up to.
@@ -525,6 +535,35 @@ def _screen_findings(df: pd.DataFrame, *, baseline: str) -> list[Finding]:
     return sorted(out, key=lambda f: -effect(f))
 
 
+def _rank_cause_findings(df: pd.DataFrame, *, baseline: str) -> list[Finding]:
+    """An ``oom`` and a ``numerics`` finding per cell whose frame names one
+    (:func:`aorta.matrix.rank_causes.with_rank_causes`): the line in ``reason``, the rank,
+    trials with it (``count``) of those that ran; the baseline's too (a failing baseline is
+    the usual triage case)."""
+    out: list[Finding] = []
+    for kind in ("oom", "numerics", "memory"):
+        if f"{kind}_incident" not in df.columns:
+            continue
+        for cell, r in df.iterrows():
+            line = str(r.get(f"{kind}_incident") or "")
+            if not line:
+                continue
+            ran = _int(r.get("n_ok")) + _int(r.get("n_failed"))  # memory: trials with traces
+            out.append(
+                Finding(
+                    kind=kind,
+                    cell=str(cell),
+                    subject=kind,
+                    count=_int(r.get(f"{kind}_trials")),
+                    ran=ran,
+                    baseline=baseline,
+                    reason=line,
+                    rank=_int(r.get(f"{kind}_rank")),
+                )
+            )
+    return out
+
+
 def _straggler_findings(df: pd.DataFrame, *, baseline: str) -> list[Finding]:
     """A finding per cell whose ``straggler_rank`` names a rank (the frame's straggler
     columns; none when it has none)."""
@@ -605,6 +644,7 @@ def findings(
             if f.kind == "failures"
         ]
     failures.sort(key=lambda f: (not f.significant, _ORDER[f.kind]))
+    failures += _rank_cause_findings(df, baseline=baseline)
     timing = _timing_findings(df, threshold=threshold, baseline=baseline, sequential=sequential)
     if "trials_needed" in df and is_screen(df):
         timing = [f for f in timing if f.kind == "no_timing"]

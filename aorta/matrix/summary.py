@@ -19,6 +19,8 @@ with its bootstrap CI, Holm-adjusted p, verdict) plus the columns upstream AORTA
 * ``p95_ratio`` and ``stalls``: the same comparison on each trial's 95th-percentile step time;
   ``stalls`` is True when that one is ``slower`` with a ratio beyond the band's threshold while
   the median's ``band`` is not ``beyond band`` — a few steps stall, the typical one does not;
+* ``oom_*``, ``numerics_*`` and ``memory_*`` (:func:`aorta.matrix.rank_causes.with_rank_causes`):
+  the rank that ran out of memory, went non-finite first or peaked above the others, in a line;
 * the ``straggler_*`` columns (:data:`aorta.matrix.stragglers.STRAGGLER_COLUMNS`): the rank the
   others wait for across the cell's ok trials, or none (:func:`aorta.matrix.stragglers.stragglers`).
 
@@ -41,6 +43,7 @@ import xarray as xr
 from aorta.matrix.compare import compare
 from aorta.matrix.hangs import hang_incidents
 from aorta.matrix.options import StatsOptions, stats_options
+from aorta.matrix.rank_causes import with_rank_causes
 from aorta.matrix.select import band_threshold, check_dims, outcomes, trial_values
 from aorta.matrix.stragglers import with_stragglers
 from aorta.store.record import TrialStatus
@@ -97,7 +100,8 @@ def summarize(
     -------
     pandas.DataFrame
         Index ``cell``; the columns of :func:`aorta.compare`, then :data:`MATRIX_COLUMNS`,
-        then :data:`~aorta.matrix.stragglers.STRAGGLER_COLUMNS`.
+        then the per-rank causes' (:func:`aorta.matrix.rank_causes.with_rank_causes`), then
+        :data:`~aorta.matrix.stragglers.STRAGGLER_COLUMNS`.
         ``attrs``: the comparison's (metric, alpha, band, seed, resamples, family size).
 
     Raises
@@ -166,7 +170,7 @@ def summarize(
     # Who hung, and where: the cell's commonest incident over its hung trials, in one line.
     incidents = hang_incidents(ds)
     df["hang_incident"] = [incidents[c].line() if c in incidents else "" for c in cells]
-    return with_stragglers(df, ds, threshold=thr)
+    return with_stragglers(with_rank_causes(df, ds), ds, threshold=thr)
 
 
 def _per_trial_ms(ds: xr.Dataset) -> dict[StepSource, np.ndarray]:

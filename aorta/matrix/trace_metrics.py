@@ -61,6 +61,7 @@ from aorta.store.metrics_cache import read_cached, write_cached
 from aorta.store.record import RAN, TrialRecord, TrialStatus
 from aorta.store.rundir import CELL_JSON, RunDir, trace_file_name
 from aorta.trace.items import ITEMS_BY, step_items
+from aorta.trace.memory import memory_peaks, memory_report
 from aorta.trace.metrics import BUSBW, METRICS, PERF, rank_metrics
 from aorta.trace.tracelens import read_tracelens
 
@@ -81,7 +82,8 @@ __all__ = [
 #: 3: the perf-model metrics (``perf_coverage``, ``tflops_<family>``, ``pct_roofline_<family>``).
 #: 4: ``last_to_enter_pct`` (who entered each matched collective last).
 #: 5: the perf model's op times count fills (memsets) and rows group by strides and types.
-TRACE_METRICS_VERSION = 5
+#: 6: ``peak_allocated_bytes`` / ``peak_reserved_bytes`` from the ``[memory]`` events.
+TRACE_METRICS_VERSION = 6
 _RANK_FILE = re.compile(r"^rank(\d+)(?:\.pt\.trace)?\.json(?:\.gz)?$")
 _NO_TRACE_STATUSES = ("missing", "did_not_run")
 CacheMode = Literal["use", "refresh", "off"]
@@ -158,7 +160,8 @@ def analyse_trial(files: Mapping[int, str | Path], *, cache: CacheMode = "use") 
         for rank, path in paths.items():
             if rank in bad:
                 continue
-            row = table.loc[by_path.get(str(path), rank)]
+            row = table.loc[by_path.get(str(path), rank)].to_dict()
+            row |= _memory(path)
             ranks[str(rank)] = {"file": path.name} | {
                 k: (v if isinstance(v, str) else None if math.isnan(v) else float(v))
                 for k, v in row.items()
@@ -169,6 +172,14 @@ def analyse_trial(files: Mapping[int, str | Path], *, cache: CacheMode = "use") 
         else {}
     )
     return {"ranks": ranks, "problems": problems} | _items_payload(trace, good)
+
+
+def _memory(path: Path) -> dict[str, float]:
+    """The rank's memory peaks (:func:`aorta.trace.memory.memory_peaks`); NaN where unreadable."""
+    try:
+        return memory_peaks(memory_report(path))
+    except TraceError:
+        return {"peak_allocated_bytes": math.nan, "peak_reserved_bytes": math.nan}
 
 
 def _items_payload(trace: Any, ranks: Mapping[int, int]) -> dict[str, Any]:

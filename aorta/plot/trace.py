@@ -8,7 +8,7 @@ touches pyplot state.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -23,7 +23,14 @@ if TYPE_CHECKING:
 
     from aorta.trace import Trace
 
-__all__ = ["collective_bandwidth", "gemm_tflops", "gpu_breakdown", "straggler_heatmap", "timeline"]
+__all__ = [
+    "collective_bandwidth",
+    "gemm_tflops",
+    "gpu_breakdown",
+    "memory_timeline",
+    "straggler_heatmap",
+    "timeline",
+]
 
 #: Colours of the GPU op classes and breakdown parts.
 CLASS_COLORS: dict[str, str] = {
@@ -281,3 +288,54 @@ def straggler_heatmap(
         fig.colorbar(image, ax=ax, label=f"{value} (µs)")
         ax.set_title("Straggler heatmap")
     return fig
+
+
+def memory_timeline(report: Any, *, ax: Axes | None = None) -> Figure:
+    """Allocated (solid) and reserved (dashed) memory over time per device of a
+    :class:`aorta.trace.memory.MemoryReport`, in GiB against seconds from the first event,
+    the steps' starts as vertical lines and each device's allocated peak marked.
+
+    >>> from aorta.trace.memory import report_from_events
+    >>> ev = [{"ph": "i", "name": "[memory]", "ts": t, "tid": 1, "args": {"Bytes": 1,
+    ...        "Total Allocated": t, "Total Reserved": 9, "Device Type": 1, "Device Id": 0}}
+    ...       for t in range(5)]
+    >>> fig = memory_timeline(report_from_events(ev))
+    >>> fig.axes[0].get_ylabel()
+    'GiB'
+    """
+    with aorta_style():
+        fig, ax = new_axes(ax)
+        _memory(report, ax)
+    return fig
+
+
+def _memory(report: Any, ax: Axes) -> None:
+    timelines = dict(report.timelines)
+    if not timelines:
+        _empty(ax, "no [memory] events (profile with profile_memory=True)")
+        return
+    t0 = min(float(t["ts_us"].iloc[0]) for t in timelines.values())
+    gib = float(1 << 30)
+    for name, t in timelines.items():
+        x = (t["ts_us"].to_numpy() - t0) / 1e6
+        (line,) = ax.step(
+            x, t["allocated"].to_numpy() / gib, where="post", label=f"{name} allocated"
+        )
+        ax.step(
+            x,
+            t["reserved"].to_numpy() / gib,
+            where="post",
+            linestyle="--",
+            color=line.get_color(),
+            label=f"{name} reserved",
+        )
+        at = int(t["allocated"].to_numpy().argmax())
+        ax.plot([x[at]], [t["allocated"].iloc[at] / gib], marker="o", color=line.get_color())
+    for i, (_, start) in enumerate(report.steps):
+        ax.axvline(
+            (start - t0) / 1e6, color="0.6", linewidth=0.8, label="step start" if i == 0 else None
+        )
+    ax.set_xlabel("seconds from the first allocation")
+    ax.set_ylabel("GiB")
+    ax.set_title("memory over time")
+    ax.legend(fontsize=8, loc="best")

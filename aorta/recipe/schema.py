@@ -573,6 +573,9 @@ class Recipe(_Strict):
     hang_after: float | None = Field(None, gt=0, le=MAX_TIMEOUT_S)
     #: What a stuck trial's capture takes before the kill (docs/hangs.md).
     forensics: Forensics = Field(default_factory=Forensics)
+    #: Arm every Python rank with the numerics locator: per rank, the first module whose
+    #: forward output is NaN/Inf (docs/memory.md). Off by default: it costs a check per module.
+    check_numerics: bool = False
     custom_patterns: list[CustomPattern] = Field(default_factory=list)
 
     _count = field_validator("trials", "steps", mode="before")(_check_count)

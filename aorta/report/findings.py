@@ -30,6 +30,7 @@ from aorta.matrix import stats
 from aorta.matrix.findings import Finding, findings
 from aorta.matrix.load import load_run
 from aorta.matrix.options import StatsOptions
+from aorta.matrix.rank_causes import with_rank_causes
 from aorta.matrix.signatures import signature_counts
 from aorta.matrix.summary import summarize
 from aorta.report.comparison import ms_text, p_text, plain, verdict_text
@@ -87,7 +88,9 @@ def comparison_findings(df: pd.DataFrame, runs: Sequence[str | Path]) -> list[Fi
     (unless the frame already counts one signature, ``attrs["signature"]``)."""
     signatures = None
     if len(runs) == 1 and not df.attrs.get("signature"):
-        signatures = signature_counts(load_run(runs[0]))
+        ds = load_run(runs[0])
+        signatures = signature_counts(ds)
+        df = with_rank_causes(df, ds)  # which rank ran out of memory, or went non-finite
     return findings(df, signatures)
 
 
@@ -230,6 +233,8 @@ def finding_text(f: Finding, *, run: str | Path | None = None, style: Style = "m
     if f.kind == "straggler":
         return straggler_text(f, style=style)
     cell = _code(f.cell, style)
+    if f.kind in ("oom", "numerics", "memory"):  # the line of aorta.matrix.rank_causes
+        return f"{cell}: {f.reason if style == 'markdown' else f.reason.replace('`', '')}"
     if f.kind == "no_timing":
         return f"{cell}: no step time — {f.reason}: a killed or failed trial's clock is not a step time"
     if f.kind == "stalls":

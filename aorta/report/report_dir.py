@@ -29,6 +29,7 @@ from aorta.matrix.dataset import trials_frame
 from aorta.matrix.findings import findings
 from aorta.matrix.load import load_run
 from aorta.matrix.options import StatsOptions, stats_options
+from aorta.matrix.rank_causes import with_rank_causes
 from aorta.matrix.signatures import signature_counts
 from aorta.matrix.stragglers import with_stragglers
 from aorta.matrix.trace_summary import has_traces, trace_summary
@@ -122,7 +123,10 @@ def write_report(
         statistics_line(df.attrs),
         "",
         findings_markdown(
-            findings(with_stragglers(df, ds, threshold=opts.threshold), signature_counts(ds)),
+            findings(
+                with_stragglers(with_rank_causes(df, ds), ds, threshold=opts.threshold),
+                signature_counts(ds),
+            ),
             run=run_dir,
             alpha=df.attrs.get("alpha"),
         ),

@@ -64,6 +64,9 @@ class RunOptions:
     workloads
         Extra workload classes by name beside the registered ones (a notebook's own; workers
         import it by its module path). Default ``None``.
+    check_numerics
+        ``True`` arms every Python rank with the numerics locator (the recipe's
+        ``check_numerics``; docs/memory.md). Default ``None``: the recipe's.
 
     See Also
     --------
@@ -96,6 +99,9 @@ class RunOptions:
     python: str | None = None
     backend: str | None = None
     workloads: Mapping[str, type[Workload]] | None = None
+    #: Arm the numerics locator (``True`` sets the recipe's ``check_numerics``; ``None``: the
+    #: recipe's).
+    check_numerics: bool | None = None
 
 
 class RunKeywords(TypedDict, total=False):
@@ -112,6 +118,7 @@ class RunKeywords(TypedDict, total=False):
     python: str | None
     backend: str | None
     workloads: Mapping[str, type[Workload]] | None
+    check_numerics: bool | None
 
 
 def run_options(

@@ -87,6 +87,8 @@ def prepare(
         updates["timeout_per_trial"] = float(opts.timeout_s)
     if opts.isolation is not None:
         updates["trial_isolation"] = opts.isolation
+    if opts.check_numerics is not None:
+        updates["check_numerics"] = opts.check_numerics
     if updates:
         recipe = recipe_from_data({**recipe.model_dump(mode="json"), **updates})
     files = [str(f) for f in opts.mitigations_files]

@@ -21,12 +21,13 @@ from typing import Any
 
 from aorta import envvars
 from aorta.recipe.plan import Plan, TrialKey
-from aorta.run import forensics, orphans
+from aorta.run import forensics, numerics, orphans
+from aorta.run.oom import scan_oom
 from aorta.run.signatures import SignatureLibrary, classify
 from aorta.run.trial import Outcome, Watchdog, run_in_process, run_in_worker, workload_ref
 from aorta.run.workload import Isolation, TrialContext, Workload
 from aorta.store.record import RankOutcome, TrialStatus
-from aorta.store.rundir import RunDir
+from aorta.store.rundir import NUMERICS_DIR, RunDir
 
 __all__ = ["TrialRunner"]
 
@@ -278,11 +279,17 @@ class TrialRunner:
         )
         if key.cell.environment.kind != "docker":  # the listener's folder is on this host only
             overlay.update(capture.arming_env({**os.environ, **overlay}))
+        checked = self.recipe.check_numerics and key.cell.environment.kind != "docker"
+        found_dir = art / NUMERICS_DIR
+        if checked:
+            overlay.update(numerics.arming_env(found_dir, {**os.environ, **overlay}))
         t0 = time.monotonic()
         try:
-            outcome = self._execute(key, ctx, overlay, abort, capture)
+            with self._numerics(found_dir, enabled=checked):
+                outcome = self._execute(key, ctx, overlay, abort, capture)
         finally:
             capture.close()
+        nonfinite = numerics.collect(found_dir) if checked else []
         left = orphans.reap_trial(token, ignore=self.keep_pids)
         if left:
             outcome.warnings.append(
@@ -303,7 +310,15 @@ class TrialRunner:
         ranked = self.rank_outcome(outcome, wall=wall, artifacts=artifacts)
         if capture.evidence:
             found = {**found, "evidence": capture.evidence}
+        if nonfinite:
+            found = {**found, "numerics": nonfinite}
         return ranked.model_copy(update=found) if found else ranked
+
+    def _numerics(self, folder: Path, *, enabled: bool) -> contextlib.AbstractContextManager[None]:
+        """An in-process trial's numerics locator (a worker's loads it from the shim)."""
+        if not enabled or self.isolation == "process":
+            return contextlib.nullcontext()
+        return numerics.armed(folder, rank=self.rank)
 
     def _classify(
         self, outcome: Outcome, ctx: TrialContext, art: Path, wall: float, *, captured: bool
@@ -333,6 +348,12 @@ class TrialRunner:
                 outcome.result.passed = False
                 outcome.result.failure_count = max(1, outcome.result.failure_count)
         found = got.record_fields()
+        if failed:  # who ran out of memory, asking how much, with how much free
+            ooms = scan_oom(
+                [art / err_name, art / out_name], rank=self.rank, text=[outcome.error or ""]
+            )
+            if ooms:
+                found["oom"] = ooms
         if outcome.failure_kind == "hang" and not found:
             found = {
                 "signature": "hang",

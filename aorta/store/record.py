@@ -34,6 +34,8 @@ __all__ = [
     "UPSTREAM_ALIASES",
     "UPSTREAM_NAMES",
     "FailureKind",
+    "NonFinite",
+    "OomEvent",
     "Outcome",
     "RankOutcome",
     "TrialRecord",
@@ -174,6 +176,48 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
+class OomEvent(_Model):
+    """One rank's out-of-memory, as its log said it (:mod:`aorta.run.oom`): sizes in bytes,
+    ``None`` where the message gives none.
+
+    >>> OomEvent(rank=3, kind="cuda", requested_bytes=2 << 30).reserved_unallocated_bytes is None
+    True
+    """
+
+    rank: int | None = None
+    #: ``cuda``, ``hip``, ``xpu`` (the caching allocator), ``cpu``, ``blas``, ``nccl``, ``runtime``.
+    kind: str = "runtime"
+    requested_bytes: int | None = None
+    free_bytes: int | None = None
+    total_bytes: int | None = None
+    #: Memory in tensors (``is allocated by PyTorch``).
+    allocated_bytes: int | None = None
+    #: Cached by the allocator but in no tensor (fragmentation's share).
+    reserved_unallocated_bytes: int | None = None
+    #: What the process (all of it, PyTorch's and not) held on the device.
+    process_in_use_bytes: int | None = None
+    device: str | None = None
+    line: str = ""
+
+
+class NonFinite(_Model):
+    """One rank's first module whose forward output was not finite (:mod:`aorta.run.numerics`):
+    the ``step`` (the root module's forward count, from 0), the module's qualified ``module``
+    name and ``cls``, ``kind`` (``nan`` or ``inf``), and whether its inputs were finite (if
+    they were, this module produced the value; if not, it was fed one).
+
+    >>> NonFinite(rank=1, step=3, module="layers.2.proj", cls="Linear", kind="inf").inputs_finite
+    True
+    """
+
+    rank: int | None = None
+    step: int = 0
+    module: str = ""
+    cls: str = ""
+    kind: str = "nan"
+    inputs_finite: bool = True
+
+
 class _Result(_Model):
     """What a trial produced — the fields a rank's outcome and the merged record share."""
 
@@ -209,6 +253,10 @@ class _Result(_Model):
     signature_tier: int | None = None
     signature_hint: str | None = None
     signature_line: str | None = None
+    #: Each rank's out-of-memory line, parsed (:mod:`aorta.run.oom`); one per rank at most.
+    oom: list[OomEvent] = Field(default_factory=list)
+    #: Each rank's first non-finite module output (``check_numerics``); one per rank at most.
+    numerics: list[NonFinite] = Field(default_factory=list)
 
     _metrics = field_validator("metrics", mode="before")(
         classmethod(lambda cls, v: _finite_or_none(v or {}))
@@ -384,6 +432,16 @@ def merge_ranks(outcomes: Sequence[RankOutcome | None], world_size: int) -> dict
         "artifacts": artifacts,
         "world_size": world_size,
         "ranks": [] if single else [r.model_copy(update={"evidence": []}) for r in ranks],
+        "oom": [
+            e if e.rank is not None else e.model_copy(update={"rank": r.rank})
+            for r in ranks
+            for e in r.oom
+        ],
+        "numerics": [
+            e if e.rank is not None else e.model_copy(update={"rank": r.rank})
+            for r in ranks
+            for e in r.numerics
+        ],
         "signature": sig.signature if sig else None,
         "signature_tier": sig.signature_tier if sig else None,
         "signature_hint": sig.signature_hint if sig else None,

@@ -721,8 +721,8 @@ class Redactor:
 
     def record(self, record: TrialRecord) -> TrialRecord:
         """A copy of ``record`` whose free text (errors, hints, warnings, info, failure details,
-        the signature's matching line, each rank's too) is scrubbed; numbers and statuses are
-        untouched."""
+        the signature's matching line, the OOM lines, each rank's too) is scrubbed; numbers
+        and statuses are untouched."""
         fields = ("error", "hint", "signature_line", "signature_hint")
 
         def scrub(part: Any) -> dict[str, Any]:
@@ -732,6 +732,8 @@ class Redactor:
             update["warnings"] = [self.text(w) for w in part.warnings]
             update["info"] = {k: self.text(v) for k, v in part.info.items()}
             update["failure_details"] = self.data(part.failure_details)
+            # Each rank's OOM line is a log line like the signature's.
+            update["oom"] = [e.model_copy(update={"line": self.text(e.line)}) for e in part.oom]
             return update
 
         ranks = [r.model_copy(update=scrub(r)) for r in record.ranks]

@@ -160,6 +160,9 @@ EVIDENCE_KINDS = ("fr", "stacks", "capture")
 NCCL_DUMP_PREFIX = "nccl_trace_rank_"
 #: ``aorta bisect``'s record of the search so far, in each step's run directory.
 BISECT_JSON = "bisect.json"
+#: Where a trial's numerics locator (``check_numerics``) writes its findings while the trial
+#: runs, inside its artifact folder; read into the record and removed (:mod:`aorta.run.numerics`).
+NUMERICS_DIR = ".numerics"
 RunStatus = Literal["running", "complete", "interrupted"]
 
 

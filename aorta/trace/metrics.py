@@ -41,6 +41,10 @@ METRICS: dict[str, tuple[str, str, str]] = {
     "last_to_enter_pct": ("share of matched collectives it entered last", "%", "higher"),
     "profiled_steps": ("profiled steps", "", "higher"),
     "perf_coverage": ("share of GPU kernel time with a perf model", "%", "lower"),
+    # From the trace's [memory] events (profile_memory=True), read by aorta.trace.memory: the
+    # loaded Trace keeps no instant events, so aorta.matrix.trace_metrics fills these per file.
+    "peak_allocated_bytes": ("peak memory allocated (accelerator, else CPU)", "bytes", "higher"),
+    "peak_reserved_bytes": ("peak memory reserved (accelerator, else CPU)", "bytes", "higher"),
 }
 #: The per-collective bus bandwidth metrics are named ``busbw_<collective>_gbps``.
 BUSBW = re.compile(r"^busbw_(?P<collective>[a-z_]+)_gbps$")

@@ -28,11 +28,32 @@ from aorta.report.page.sections import RunPage
 __all__ = ["PageFinding", "finding_item", "findings_section", "page_findings"]
 
 #: What a finding is about (its label on the page).
-Topic = Literal["hang", "failures", "fix", "undecided", "timing", "straggler", "no data", "screen"]
+Topic = Literal[
+    "hang",
+    "failures",
+    "memory",
+    "numerics",
+    "fix",
+    "undecided",
+    "timing",
+    "straggler",
+    "no data",
+    "screen",
+]
 _HANG_HINT = "the trials hit their deadline or went silent: py-spy dump (or gdb) on a rerun shows where they wait"
 _STRAGGLER_HINT = (
     "every collective waits for the slowest rank: look at that rank's host — its GPU's clocks "
     "and temperature, its input pipeline, its network link — or rerun with the rank's node swapped"
+)
+
+_OOM_HINT = (
+    "see docs/memory.md: with reserved-but-unallocated memory, PYTORCH_CUDA_ALLOC_CONF / "
+    "PYTORCH_HIP_ALLOC_CONF=expandable_segments:True; else a smaller micro-batch or activation "
+    "checkpointing; `aorta trace memory` on that rank's trace shows what peaked"
+)
+_NUMERICS_HINT = (
+    "see docs/memory.md: run that layer in fp32 (bf16/fp16 overflow), check the loss scale, "
+    "and compare with the tf32_off / fp32 cells"
 )
 
 
@@ -63,6 +84,10 @@ def _topic(f: Finding) -> tuple[Topic, Literal["bad", "good", "neutral"]]:
         return "screen", "neutral"
     if f.kind == "straggler":
         return "straggler", "bad"
+    if f.kind in ("oom", "memory"):
+        return "memory", "bad"
+    if f.kind == "numerics":
+        return "numerics", "bad"
     direction = f.direction or str(f.row.get("difference", ""))
     tone = {"slower": "bad", "faster": "good"}.get(direction, "neutral")
     return "timing", "bad" if f.kind == "stalls" else tone  # type: ignore[return-value]
@@ -75,6 +100,10 @@ def _hint(f: Finding, hints: Mapping[str, str]) -> str:
         return hints.get(f.subject, "")
     if f.kind == "straggler":
         return _STRAGGLER_HINT
+    if f.kind in ("oom", "memory"):
+        return _OOM_HINT
+    if f.kind == "numerics":
+        return _NUMERICS_HINT
     sigs = f.baseline_signatures if f.direction == "fewer" else f.signatures
     if f.kind == "failures" and f.kinds.get("hang") and f.direction == "more":
         return hints.get("hang", _HANG_HINT)

@@ -207,6 +207,8 @@ def _main():
             _listen()
         else:
             sys.meta_path.insert(0, _WhenDistributedLoads)
+    if first and os.environ.get("AORTA_NUMERICS_DIR") and sys.version_info >= (3, 8):
+        import aorta_numerics  # noqa: F401  # check_numerics: the numerics locator, beside this
     _chain(seen)
 
 
