@@ -21,7 +21,6 @@ from typing import IO, Any
 
 from aorta.recipe.cluster import Cluster, Node
 from aorta.recipe.launch_spec import LaunchSpec
-from aorta.report.launch_text import describe_kill, last_words
 from aorta.store.gather import node_folder, node_log, staging_dir
 from aorta.store.rundir import HOST_ENV, atomic_write
 
@@ -41,7 +40,15 @@ from .node_command import (
 from .outcome import Deadlines, LaunchResult, NodeOutcome, env_diff
 from .ssh import ExecResult, NodeSession, RemoteError, Unreachable, ssh_sessions
 
-__all__ = ["ContainerLaunch", "SshLaunch", "dry_run", "launch", "new_run_id"]
+__all__ = [
+    "ContainerLaunch",
+    "SshLaunch",
+    "describe_kill",
+    "dry_run",
+    "last_words",
+    "launch",
+    "new_run_id",
+]
 
 SessionFactory = Callable[[Cluster], Mapping[str, NodeSession]]
 
@@ -58,6 +65,35 @@ def new_run_id(now: _dt.datetime | None = None) -> str:
     """
     stamp = (now or _dt.datetime.now(_dt.timezone.utc)).strftime("%Y-%m-%dT%H-%M-%S")
     return f"{stamp}-{secrets.token_hex(3)}"
+
+
+def describe_kill(report: Mapping[str, Any], before: str = "") -> str:
+    """What a node's teardown found, from the node helper's ``kill`` report."""
+    if report.get("fallback"):
+        return "the node's Python could not run the cleanup: killed the pid file's session only"
+    if report.get("left"):
+        return f"{len(report['left'])} process(es) still running after SIGKILL: {report['left']}"
+    n = int(report.get("terminated", 0))
+    now = f"stopped {n} leftover process(es)" if n else "nothing left"
+    return f"{before}; {now}" if before else now
+
+
+def last_words(text: str) -> str:
+    """The line of a failed node's output most likely to say why.
+
+    torchrun ends a failure with its own traceback and a ``ChildFailedError`` box; the line
+    before that traceback (the worker's last words) says more. Lines without a letter or digit
+    (``=====``) never do.
+
+    >>> last_words("loss nan\\nTraceback (most recent call last):\\n  torch.distributed.elastic ...\\n===")
+    'loss nan'
+    """
+    lines = [line.strip() for line in text.splitlines() if any(c.isalnum() for c in line)]
+    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call")]
+    tail = lines[starts[-1] :] if starts and starts[-1] > 0 else []
+    if any("torch" in line and "distributed" in line for line in tail):
+        lines = lines[: starts[-1]]
+    return lines[-1] if lines else ""
 
 
 @dataclass

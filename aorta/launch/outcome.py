@@ -17,7 +17,7 @@ Examples
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -25,7 +25,6 @@ from typing import Any, Literal
 from aorta.envvars import LAUNCH_PROVIDED
 from aorta.errors import AortaError
 from aorta.recipe.cluster import Node
-from aorta.report.launch_text import describe_outcome, summarize_outcomes
 from aorta.store.hostenv import diff_snapshots
 
 __all__ = [
@@ -35,7 +34,9 @@ __all__ = [
     "NodeOutcome",
     "NodeStatus",
     "RunStatus",
+    "describe_outcome",
     "env_diff",
+    "summarize_outcomes",
 ]
 
 #: ``ok`` exited 0 · ``failed`` exited non-zero on its own · ``timeout`` still running (or still
@@ -49,6 +50,30 @@ NodeStatus = Literal[
 #: node hit a deadline (and none failed) · ``interrupted`` the user stopped the launch.
 RunStatus = Literal["complete", "failed", "timeout", "interrupted"]
 _BAD: tuple[str, ...] = ("failed", "unreachable", "setup_failed")
+
+
+_VERBS = {
+    "ok": "finished",
+    "stopped": "was stopped",
+    "not_started": "was not started",
+    "interrupted": "was interrupted",
+}
+
+
+def describe_outcome(outcome: NodeOutcome) -> str:
+    """``node1 10.0.0.2 exited with code 1 (...)``: one node, one line, for error messages."""
+    verb = _VERBS.get(outcome.status)
+    what = verb if verb and not outcome.message else (outcome.message or outcome.status)
+    if outcome.status == "stopped" and outcome.message:
+        what = f"was stopped ({outcome.message})"
+    return f"{outcome.node.label} {what}"
+
+
+def summarize_outcomes(culprits: Iterable[NodeOutcome], others: Iterable[NodeOutcome]) -> str:
+    """The nodes that caused a launch's status first, then the ones stopped because of them."""
+    parts = [describe_outcome(o) for o in culprits]
+    parts += [describe_outcome(o) for o in others if o.status in ("stopped", "not_started")]
+    return "; ".join(parts)
 
 
 @dataclass(frozen=True)

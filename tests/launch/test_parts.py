@@ -28,6 +28,7 @@ from aorta.launch import (
     run_command,
 )
 from aorta.launch.backend import TimedOut, run_parallel
+from aorta.launch.launcher import last_words
 from aorta.launch.node_command import (
     ENV_FILE,
     STARTED_MARKER,
@@ -35,8 +36,9 @@ from aorta.launch.node_command import (
     kill_command,
     setup_command,
 )
+from aorta.launch.ssh import cause_lines
 from aorta.recipe.launch_spec import sweep_spec
-from aorta.report.launch_text import cause_lines, format_skew, last_words, version_rows
+from aorta.report.launch_text import format_skew, version_rows
 from aorta.store.gather import finalize, is_artifact, node_folder, staging_dir
 from tests.launch_fixtures import local_sessions
 from tests.sshd import REPO, VENV_PYTHON, processes_with_env, wait_gone
