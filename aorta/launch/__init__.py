@@ -24,11 +24,17 @@ from aorta.recipe.cluster import (  # the cluster file, read with the other inpu
     parse_hostfile,
     parse_nproc,
 )
-from aorta.recipe.launch_spec import LaunchSpec, NodePath, sweep_spec  # what runs: an input too
+from aorta.recipe.launch_spec import (  # what runs, and how: inputs too
+    LaunchOptions,
+    LaunchSpec,
+    NodePath,
+    sweep_spec,
+)
 
-from .launcher import dry_run, launch, new_run_id
+from .backend import new_run_id
+from .launcher import dry_run, launch, run
 from .node_command import NodeCommand, run_command
-from .outcome import Deadlines, LaunchFailed, LaunchResult, NodeOutcome, env_diff
+from .outcome import Deadlines, Launched, LaunchFailed, LaunchResult, NodeOutcome, env_diff
 from .ssh import RemoteError, SshSession, ssh_sessions
 
 __all__ = [
@@ -37,8 +43,10 @@ __all__ = [
     "Container",
     "Deadlines",
     "LaunchFailed",
+    "LaunchOptions",
     "LaunchResult",
     "LaunchSpec",
+    "Launched",
     "Node",
     "NodeCommand",
     "NodeOutcome",
@@ -52,6 +60,7 @@ __all__ = [
     "new_run_id",
     "parse_hostfile",
     "parse_nproc",
+    "run",
     "run_command",
     "ssh_sessions",
     "sweep_spec",

@@ -17,7 +17,7 @@ Examples
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -31,12 +31,11 @@ __all__ = [
     "Deadlines",
     "LaunchFailed",
     "LaunchResult",
+    "Launched",
     "NodeOutcome",
     "NodeStatus",
     "RunStatus",
-    "describe_outcome",
     "env_diff",
-    "summarize_outcomes",
 ]
 
 #: ``ok`` exited 0 · ``failed`` exited non-zero on its own · ``timeout`` still running (or still
@@ -50,30 +49,9 @@ NodeStatus = Literal[
 #: node hit a deadline (and none failed) · ``interrupted`` the user stopped the launch.
 RunStatus = Literal["complete", "failed", "timeout", "interrupted"]
 _BAD: tuple[str, ...] = ("failed", "unreachable", "setup_failed")
-
-
-_VERBS = {
-    "ok": "finished",
-    "stopped": "was stopped",
-    "not_started": "was not started",
-    "interrupted": "was interrupted",
-}
-
-
-def describe_outcome(outcome: NodeOutcome) -> str:
-    """``node1 10.0.0.2 exited with code 1 (...)``: one node, one line, for error messages."""
-    verb = _VERBS.get(outcome.status)
-    what = verb if verb and not outcome.message else (outcome.message or outcome.status)
-    if outcome.status == "stopped" and outcome.message:
-        what = f"was stopped ({outcome.message})"
-    return f"{outcome.node.label} {what}"
-
-
-def summarize_outcomes(culprits: Iterable[NodeOutcome], others: Iterable[NodeOutcome]) -> str:
-    """The nodes that caused a launch's status first, then the ones stopped because of them."""
-    parts = [describe_outcome(o) for o in culprits]
-    parts += [describe_outcome(o) for o in others if o.status in ("stopped", "not_started")]
-    return "; ".join(parts)
+_STOPPED = ("stopped", "not_started")  # named after the nodes that caused a launch's status
+_VERBS = {"ok": "finished", "stopped": "was stopped", "not_started": "was not started"}
+_VERBS["interrupted"] = "was interrupted"
 
 
 @dataclass(frozen=True)
@@ -108,7 +86,11 @@ class NodeOutcome:
 
     def describe(self) -> str:
         """``node1 10.0.0.2 exited with code 1 (...)`` — one line for error messages."""
-        return describe_outcome(self)
+        verb = _VERBS.get(self.status)
+        what = verb if verb and not self.message else (self.message or self.status)
+        if self.status == "stopped" and self.message:
+            what = f"was stopped ({self.message})"
+        return f"{self.node.label} {what}"
 
     def to_dict(self) -> dict[str, Any]:
         node = {"node": self.node.name, "address": self.node.address, "rank": self.node.rank}
@@ -158,8 +140,9 @@ class LaunchResult:
 
     def summary(self) -> str:
         """One line naming the failed nodes first, then the ones stopped because of them."""
-        text = summarize_outcomes(self.culprits(), self.outcomes.values())
-        return text or f"{len(self.outcomes)} node(s) finished"
+        parts = [o.describe() for o in self.culprits()]
+        parts += [o.describe() for o in self.outcomes.values() if o.status in _STOPPED]
+        return "; ".join(parts) or f"{len(self.outcomes)} node(s) finished"
 
     def to_dict(self) -> dict[str, Any]:
         keep = ("run_id", "status", "master_addr", "master_port", "timings")
@@ -173,6 +156,17 @@ class LaunchResult:
             "run_dir": run_dir,
             "commands": commands,  # secret values redacted
         }
+
+
+@dataclass(frozen=True)
+class Launched:
+    """What :func:`~aorta.launch.run` did: a launch's ``result`` (a dry run's too: nothing
+    started), else ``text`` for the user (a Slurm dry run's batch script, the id of a job
+    submitted without waiting) or the exit code of a batch job's step."""
+
+    result: LaunchResult | None = None
+    text: str = ""
+    exit_code: int = 0
 
 
 class LaunchFailed(AortaError):

@@ -5,7 +5,8 @@
 (:mod:`aorta.report.page.write`); ``aorta.report.explain_text(run, cell)`` the text of
 ``aorta compare RUN --explain CELL`` (:mod:`aorta.report.explain`);
 ``aorta.report.run_findings(ds)`` the findings of a run (:mod:`aorta.report.findings`: failures
-and hangs first, then timing — what every page lists). They load on first use, so
+and hangs first, then timing — what every page lists); ``aorta.report.dry_run_lines(result)``
+the table of ``aorta launch --dry-run`` (:mod:`aorta.report.launch_text`). They load on first use, so
 importing this package stays cheap.
 """
 
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 __all__ = [
     "compare_html",
     "comparison_findings",
+    "dry_run_lines",
     "explain_text",
     "finding_json",
     "findings_lines",
@@ -32,6 +34,7 @@ _LAZY = {
     "html": "aorta.report.page.write",
     "compare_html": "aorta.report.page.write",
     "explain_text": "aorta.report.explain",
+    "dry_run_lines": "aorta.report.launch_text",
 }
 
 if TYPE_CHECKING:  # the same names for type checkers; loaded on first access at run time
@@ -42,6 +45,7 @@ if TYPE_CHECKING:  # the same names for type checkers; loaded on first access at
         findings_lines,
         run_findings,
     )
+    from aorta.report.launch_text import dry_run_lines
     from aorta.report.page.write import compare_html, html
 
 
