@@ -8,7 +8,8 @@ lifecycle every backend goes through, and its per-node result map; the folders i
 into, ``combined_traces/node_<rank>/``, are :mod:`aorta.store.gather`'s), :mod:`~.ssh`
 (Fabric, the one transport), :mod:`~.container` (each node's part in a docker container: the
 cluster file's ``container:`` block), :mod:`~.launcher` (the SSH backends; :func:`launch`,
-:func:`dry_run`) and :mod:`~.slurm` (the Slurm backend).
+:func:`dry_run`; :func:`run`, the one entry point, which picks the backend from a frozen
+:class:`LaunchOptions`) and :mod:`~.slurm` (the Slurm backend).
 
 >>> c = Cluster.from_dict({"node_dict": {"gpu-1": {"vpc_ip": "10.0.0.1"}, "gpu-2": {}}})
 >>> c.head.label, c.master_addr()

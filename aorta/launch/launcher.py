@@ -2,7 +2,8 @@
 each node's part with the node's own Python, :class:`ContainerLaunch` inside a container per
 node. ``launch`` drives one (setup, start, wait, teardown, gathering — whatever fails, each wait
 bounded by a :class:`~aorta.launch.outcome.Deadlines` field); ``dry_run`` runs its setup checks
-only. The first node to exit non-zero gets the others stopped (kill-on-bad-exit).
+only. The first node to exit non-zero gets the others stopped (kill-on-bad-exit). ``run`` is
+``aorta launch``'s one entry point: it picks Slurm or one of these from a ``LaunchOptions``.
 """
 
 from __future__ import annotations
