@@ -208,3 +208,83 @@ def test_the_direction_check_sees_each_kind_of_import(tmp_path, files, expected)
         (package / name).parent.joinpath("__init__.py").touch()
     order = ["run", "matrix", TOP]
     assert set(upward_imports(package, order)) == expected
+
+
+#: What a workload may import of aorta: the plugin author's face, and its own package's helpers.
+WORKLOAD_FACE = ("aorta.plugins", "aorta.workloads")
+
+
+def workload_reaches(root: Path) -> dict[str, str]:
+    """Every import of aorta by a module of ``root/workloads/`` — at module level or in a
+    function, not under ``TYPE_CHECKING`` — that is neither :mod:`aorta.plugins` nor another
+    workload module: ``"file:line" → imported``. Built-in workloads are written as a
+    third-party one is, through the face (docs/workloads.md)."""
+    mods = _modules(root)
+    found: dict[str, str] = {}
+    for module, path in sorted(mods.items()):
+        if not module.startswith("aorta.workloads"):
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        guarded = {
+            id(n)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+            for n in ast.walk(node)
+        }
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.Import, ast.ImportFrom)) or id(node) in guarded:
+                continue
+            for target in _targets(module, path, node, mods):
+                if target != "aorta" and not target.startswith(WORKLOAD_FACE):
+                    rel = path.relative_to(root.parent).as_posix()
+                    found[f"{rel}:{node.lineno}"] = target
+            if isinstance(node, ast.ImportFrom) and node.module == "aorta" and not node.level:
+                for alias in node.names:  # `from aorta import errors`: a module past the face
+                    rel = path.relative_to(root.parent).as_posix()
+                    found[f"{rel}:{node.lineno}"] = f"aorta.{alias.name}"
+    return found
+
+
+def test_workloads_import_only_the_plugin_face():
+    found = workload_reaches(PACKAGE)
+    assert not found, (
+        "a built-in workload imports aorta past aorta.plugins (export what it needs there, so a "
+        f"third-party workload can do the same): {found}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("source", "reaches"),
+    [
+        ("from aorta.plugins import Workload\n", set()),
+        ("from aorta.workloads.helper import x\n", set()),
+        ("from .helper import x\n", set()),
+        ("from aorta.run.ranks import init_process_group\n", {"aorta.run.ranks"}),
+        ("import aorta.run.ranks\n", {"aorta.run.ranks"}),
+        ("from aorta import envvars\n", {"aorta.envvars"}),
+        ("from ..run import ranks\n", {"aorta.run.ranks"}),
+        ("def f():\n    from aorta.store import rundir\n", {"aorta.store.rundir"}),
+        (
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from aorta.run.ranks import X\n",
+            set(),
+        ),
+    ],
+)
+def test_the_workload_check_sees_each_kind_of_import(tmp_path, source, reaches):
+    package = tmp_path / "aorta"
+    files = {
+        "__init__.py": "",
+        "plugins.py": "",
+        "envvars.py": "",
+        "run/__init__.py": "",
+        "run/ranks.py": "",
+        "store/__init__.py": "",
+        "store/rundir.py": "",
+        "workloads/__init__.py": "",
+        "workloads/helper.py": "x = 1\n",
+        "workloads/mine.py": source,
+    }
+    for name, text in files.items():
+        (package / name).parent.mkdir(parents=True, exist_ok=True)
+        (package / name).write_text(text)
+    assert set(workload_reaches(package).values()) == reaches
