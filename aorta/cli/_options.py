@@ -13,10 +13,10 @@ from typer.models import OptionInfo
 
 import aorta
 from aorta import envvars
-from aorta.run.profiler import no_traces_hint
+from aorta.run import no_traces_hint
 
 if TYPE_CHECKING:
-    from aorta.matrix.options import StatsOptions
+    from aorta import StatsOptions
 
 
 def option(flags: str, twin: str | None, help: str, **typer_options: Any) -> OptionInfo:

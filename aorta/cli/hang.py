@@ -10,8 +10,8 @@ import typer
 
 from aorta import envvars, hang
 from aorta.errors import ExitCode, UsageError
-from aorta.hang.dumps import paused_gc
-from aorta.store.rundir import HANG_DIR, RunDir
+from aorta.hang import paused_gc
+from aorta.store import HANG_DIR, RunDir
 
 from ._options import Json, option
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from aorta.errors import HangEvidenceError
 
 from .analyze import analyze
-from .dumps import MAX_DUMP_BYTES, parse_dump
+from .dumps import MAX_DUMP_BYTES, parse_dump, paused_gc
 from .load import load_evidence
 from .model import CulpritFrame, EvidenceItem, GroupIncident, HangReport, RankEvidence, Variant
 from .render import text
@@ -31,5 +31,6 @@ __all__ = [
     "analyze",
     "load_evidence",
     "parse_dump",
+    "paused_gc",
     "text",
 ]
