@@ -288,3 +288,76 @@ def test_the_workload_check_sees_each_kind_of_import(tmp_path, source, reaches):
         (package / name).parent.mkdir(parents=True, exist_ok=True)
         (package / name).write_text(text)
     assert set(workload_reaches(package).values()) == reaches
+
+
+#: Modules the CLI may import past their package's face, each named after a function of its own
+#: that a face attribute would shadow once the module loads (the comment at the import says so).
+CLI_PAST_THE_FACE = {"aorta.run.prepare", "aorta.trace.summary"}
+
+
+def cli_reaches(root: Path) -> dict[str, str]:
+    """Every import by a module of ``root/cli/`` (module level or in a function, not under
+    ``TYPE_CHECKING``) of a module inside another package, past the package's face:
+    ``"file:line" → imported``. ``aorta``, ``aorta.<package>`` and the top-level modules are
+    faces; :data:`CLI_PAST_THE_FACE` are the documented exceptions."""
+    mods = _modules(root)
+    found: dict[str, str] = {}
+    for module, path in sorted(mods.items()):
+        if not module.startswith("aorta.cli"):
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        guarded = {
+            id(n)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+            for n in ast.walk(node)
+        }
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.Import, ast.ImportFrom)) or id(node) in guarded:
+                continue
+            for target in _targets(module, path, node, mods):
+                parts = target.split(".")
+                past = len(parts) > 2 and parts[1] != "cli"
+                if past and target not in CLI_PAST_THE_FACE:
+                    found[f"{path.relative_to(root.parent).as_posix()}:{node.lineno}"] = target
+    return found
+
+
+def test_the_cli_imports_package_faces():
+    found = cli_reaches(PACKAGE)
+    assert not found, (
+        "the CLI imports a package's module, not its face (export the name from the package; "
+        f"where a face would be wrong, add it to CLI_PAST_THE_FACE and say why there): {found}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("source", "reaches"),
+    [
+        ("from aorta.launch import run\n", set()),
+        ("from aorta import envvars\n", set()),
+        ("from ._options import option\n", set()),
+        ("from aorta.launch.slurm import SlurmJob\n", {"aorta.launch.slurm"}),
+        ("from aorta.launch import slurm\n", {"aorta.launch.slurm"}),
+        ("def f():\n    import aorta.launch.slurm\n", {"aorta.launch.slurm"}),
+        (
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from aorta.launch.slurm import X\n",
+            set(),
+        ),
+    ],
+)
+def test_the_cli_check_sees_each_kind_of_import(tmp_path, source, reaches):
+    package = tmp_path / "aorta"
+    files = {
+        "__init__.py": "",
+        "envvars.py": "",
+        "launch/__init__.py": "",
+        "launch/slurm.py": "",
+        "cli/__init__.py": "",
+        "cli/_options.py": "",
+        "cli/mine.py": source,
+    }
+    for name, text in files.items():
+        (package / name).parent.mkdir(parents=True, exist_ok=True)
+        (package / name).write_text(text)
+    assert set(cli_reaches(package).values()) == reaches
