@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aorta.run.workload import Workload, WorkloadResult
+from aorta.plugins import Workload, WorkloadResult
 
 
 class Noop(Workload):

@@ -1,5 +1,5 @@
 """What each rank's compute / collective split costs a step: the workloads with their
-:class:`~aorta.workloads.comm_wait.CommClock` against the same workloads with a clock that
+:class:`~aorta.run.comm_wait.CommClock` against the same workloads with a clock that
 does nothing.
 
     .venv/bin/python benchmarks/comm_wait.py [--runs 8] [--steps 30]
@@ -112,7 +112,7 @@ def _one_run(name: str, config: dict, steps: int, rank: int, clock: type, folder
 def _rank(rank: int, port: int, runs: int, steps: int, out: str) -> None:
     import torch
 
-    from aorta.workloads.comm_wait import CommClock
+    from aorta.plugins import CommClock
 
     torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="lo")
@@ -163,7 +163,7 @@ def hook_us(blocks: int = 10, n: int = 300) -> float:
 
 def clock_pair_us(n: int = 1_000_000) -> float:
     """One start/stop pair of the CPU clock, in µs."""
-    from aorta.workloads.comm_wait import CommClock
+    from aorta.plugins import CommClock
 
     clock = CommClock(cuda=False)
     t0 = time.perf_counter()

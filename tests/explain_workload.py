@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import time
 
-from aorta.run.profiler import StepProfiler
-from aorta.run.ranks import destroy_process_group, init_process_group
-from aorta.run.workload import Workload, WorkloadResult
+from aorta.plugins import (
+    StepProfiler,
+    Workload,
+    WorkloadResult,
+    destroy_process_group,
+    init_process_group,
+)
 
 
 class InjectedSleep(Workload):

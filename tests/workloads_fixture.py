@@ -6,7 +6,7 @@ import os
 import signal
 import time
 
-from aorta.run.workload import FailureDetail, Workload, WorkloadResult
+from aorta.plugins import FailureDetail, Workload, WorkloadResult
 
 
 class EnvProbe(Workload):

@@ -17,10 +17,10 @@ from typer.models import OptionInfo
 
 import aorta
 from aorta import envvars
-from aorta.run.profiler import no_traces_hint
+from aorta.run import no_traces_hint
 
 if TYPE_CHECKING:
-    from aorta.matrix.options import StatsOptions
+    from aorta import StatsOptions
     from aorta.store.redact import Redactor
 
 #: What this command's output is redacted with: the secrets of the files and runs it read.

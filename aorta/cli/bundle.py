@@ -10,9 +10,8 @@ import typer
 
 from aorta import envvars
 from aorta.errors import ExitCode
-from aorta.report.bundle import format_review
-from aorta.store.bundle import plan_bundle, write_bundle
-from aorta.store.rundir import BUNDLE_MANIFEST
+from aorta.report import format_review
+from aorta.store import BUNDLE_MANIFEST, plan_bundle, write_bundle
 
 from ._options import Json, option
 

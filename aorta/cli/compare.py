@@ -29,7 +29,7 @@ from ._options import (
 )
 
 if TYPE_CHECKING:
-    from aorta.matrix.options import StatsOptions
+    from aorta import StatsOptions
 
 
 def compare(
@@ -94,8 +94,8 @@ def compare(
     options = stats_flags(alpha=alpha, seed=seed, resamples=resamples, ranks=ranks, stat=stat)
     if explain is not None:
         return _explain(runs, explain, baseline=baseline, by=by, options=options, as_json=as_json)
-    from aorta.matrix.compare import gate_regressions
-    from aorta.report.comparison import (
+    from aorta.matrix import gate_regressions
+    from aorta.report import (
         compare_paths,
         comparison_json,
         comparison_table,

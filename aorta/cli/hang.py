@@ -10,10 +10,8 @@ import typer
 
 from aorta import envvars, hang
 from aorta.errors import ExitCode, UsageError
-from aorta.hang.dumps import paused_gc
-from aorta.hang.load import MAX_MEMORY
-from aorta.hang.model import MAX_RANK
-from aorta.store.rundir import HANG_DIR, RunDir
+from aorta.hang import MAX_MEMORY, MAX_RANK, paused_gc
+from aorta.store import HANG_DIR, RunDir
 
 from ._options import Json, option
 

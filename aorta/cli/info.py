@@ -16,7 +16,7 @@ mitigations_app = typer.Typer(help="The mitigation registry.", no_args_is_help=T
 
 def env(as_json: Json = False) -> int:
     """Show this host's environment snapshot (what host_env.json records), secrets redacted."""
-    from aorta.store.hostenv import snapshot
+    from aorta.store import snapshot
 
     snap = snapshot()
     if as_json:
@@ -48,7 +48,7 @@ def env(as_json: Json = False) -> int:
 @mitigations_app.command("list")
 def list_mitigations(mitigations_file: MitigationsFiles = None, as_json: Json = False) -> int:
     """List the mitigations and environments a recipe can name."""
-    from aorta.recipe.registry import Registry
+    from aorta.recipe import Registry
 
     reg = Registry.load(files=mitigations_file or ())
     rows: list[dict[str, Any]] = [

@@ -6,9 +6,9 @@ import contextlib
 import signal
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -18,19 +18,9 @@ from aorta.errors import AortaError, ExitCode, UsageError
 from ._options import Command, Output, RecipeFile, Ticket, option, redact_secrets_of
 
 if TYPE_CHECKING:
-    from aorta.launch import Cluster, Deadlines, LaunchSpec, Node
-    from aorta.recipe.cluster import NprocPerNode as Nproc
+    from aorta.launch import LaunchResult, Node
 
 CONTEXT = {"allow_interspersed_args": False}
-
-
-def _nproc(value: str | None) -> Nproc | None:
-    from aorta.launch import parse_nproc
-
-    try:
-        return None if value is None else parse_nproc(value)
-    except ValueError as exc:
-        raise UsageError(f"--nproc-per-node: {exc}") from None
 
 
 class _Printer:
@@ -46,7 +36,7 @@ class _Printer:
             return
         with self.lock:
             if self.output is not None:  # the node's paths as the login node will have them
-                from aorta.report.launch_text import on_login_node
+                from aorta.report import on_login_node
 
                 text = on_login_node(text, str(self.output))
             print(f"[{node.label}] {text}", flush=True)
@@ -245,108 +235,56 @@ def launch(
 ) -> int:
     """Run a recipe's sweep on every node of a cluster (torchrun, rendezvous on the head) and
     gather the results into one run directory."""
-    from aorta.launch import Deadlines, load_cluster
-    from aorta.recipe.launch_spec import sweep_spec
-
-    def load() -> Cluster:
-        the_cluster = load_cluster(cluster)
-        return the_cluster if container is None else the_cluster.with_image(container)
+    from aorta.launch import LaunchOptions, run
 
     redact_secrets_of(cluster if cluster.is_file() else None, recipe, cvs_config)
-    printer = _Printer(quiet=quiet, output=output)
-    if slurm and in_job is not None:
-        from aorta.launch.slurm import run_in_job
-
-        return run_in_job(in_job, printer.event)
-    # The CVS config's train_script runs with the cluster's interpreter: read the cluster first.
-    the_cluster = None if slurm or cvs_config is None else load()
-    spec: LaunchSpec | None
-    if cvs_config is not None:
-        spec, run_timeout = _cvs_spec(
-            cvs_config,
-            the_cluster,
-            recipe=recipe,
-            command=command or (),
-            overrides=override or (),
-            nproc_per_node=_nproc(nproc_per_node),
-            master_addr=master_addr,
-            master_port=master_port,
-            ticket=ticket,
-            run_timeout=run_timeout,
-            printer=printer,
-        )
-    elif recipe is None and not (slurm and attach):
-        raise UsageError("give --recipe FILE (the recipe every node sweeps)")
-    else:
-        spec = None
-        if recipe is not None:
-            spec = sweep_spec(
-                recipe,
-                command=command or (),
-                overrides=override or (),
-                nproc_per_node=_nproc(nproc_per_node),
-                master_addr=master_addr,
-                master_port=master_port,
-                ticket=ticket,
-            )
-    run_timeout = run_timeout or 24 * 3600.0
-    if slurm and container is not None:
-        raise UsageError("--container runs over SSH (the cluster file's nodes), not with --slurm")
     if slurm:
-        named = {"partition": partition, "time": time, "gpus-per-node": gpus_per_node}
-        named["account"] = account
-        _refuse_control_characters(
-            ctx,
-            {"--partition": partition, "--time": time, "--account": account, "--output": output},
-            sbatch_arg or (),
-        )
-        options = [f"--{k}={v}" for k, v in named.items() if v is not None]
-        return _slurm_launch(
-            spec if attach is None else None,
-            nodes=nodes,
-            partition=partition,
-            time_limit=time,
-            options=[*options, *(sbatch_arg or ())],
-            output=output,
-            srun_ranks=srun_ranks,
-            dry_run=dry_run,
-            no_wait=no_wait,
-            attach=attach,
-            run_timeout=run_timeout,
-            printer=printer,
-        )
-    assert spec is not None
-    the_cluster = the_cluster or load()
-    for warning in the_cluster.warnings:
-        printer.event(f"warning: {cluster}: {warning}")
-    deadlines = Deadlines(setup=setup_timeout, run=run_timeout, collect=collect_timeout)
-    if dry_run:
-        return _dry_run(the_cluster, spec, deadlines=deadlines)
-    return _launch(the_cluster, spec, output=output, deadlines=deadlines, printer=printer)
-
-
-def _cvs_spec(
-    path: Path,
-    cluster: Cluster | None,
-    *,
-    command: Sequence[str],
-    printer: _Printer,
-    run_timeout: float | None,
-    **options: Any,
-) -> tuple[LaunchSpec, float | None]:
-    """:func:`aorta.recipe.launch_spec.cvs_spec`, this command line's options winning."""
-    from aorta.recipe.launch_spec import cvs_spec
-
-    if command:
-        raise UsageError(f"--cvs-config {path} gives the training command: drop the one after '--'")
-    job = cvs_spec(path, cluster, **options)
-    for warning in job.warnings:
-        printer.event(f"warning: {path}: {warning}")
-    return job.spec, run_timeout or job.run_timeout
+        named = {"--partition": partition, "--time": time, "--account": account, "--output": output}
+        _refuse_control_characters(ctx, named, sbatch_arg or ())
+    options = LaunchOptions(
+        cluster=cluster,
+        recipe=recipe,
+        command=command or (),
+        overrides=override or (),
+        ticket=ticket,
+        cvs_config=cvs_config,
+        nproc_per_node=nproc_per_node,
+        master_addr=master_addr,
+        master_port=master_port,
+        output=output,
+        dry_run=dry_run,
+        setup_timeout=setup_timeout,
+        run_timeout=run_timeout,
+        collect_timeout=collect_timeout,
+        container=container,
+        slurm=slurm,
+        nodes=nodes,
+        partition=partition,
+        time_limit=time,
+        gpus_per_node=gpus_per_node,
+        account=account,
+        sbatch_args=sbatch_arg or (),
+        srun_ranks=srun_ranks,
+        no_wait=no_wait,
+        attach=attach,
+        in_job=in_job,
+    )
+    printer = _Printer(quiet=quiet, output=output)
+    # SIGTERM (a scheduler's or CI job's timeout) tears the nodes down like Ctrl-C; a batch
+    # job's own step (--in-job) keeps the default: srun's, in its session, stops with the job.
+    with _sigterm_as_interrupt() if in_job is None else contextlib.nullcontext():
+        launched = run(options, on_line=printer.line, on_event=printer.event)
+    if launched.result is None:  # a batch step's exit code, a Slurm dry run's script, a job id
+        print(launched.text, end="")
+        return launched.exit_code
+    if dry_run and not slurm:
+        return _dry_run(launched.result)
+    print(f"Wrote results of {len(launched.result.outcomes)} node(s) to {launched.result.run_dir}")
+    return ExitCode.OK
 
 
 def _refuse_control_characters(
-    ctx: typer.Context, named: dict[str, object], sbatch_args: Sequence[str]
+    ctx: typer.Context, named: Mapping[str, object], sbatch_args: Sequence[str]
 ) -> None:
     """Each value goes into an ``#SBATCH`` line of ``aorta.sbatch``: refuse control characters,
     naming the flag and its ``AORTA_*`` twin (a twin's value is where a stray newline hides),
@@ -361,77 +299,11 @@ def _refuse_control_characters(
             raise UsageError(f"{name} {value!r}: {problem}")
 
 
-def _dry_run(cluster: Cluster, spec: LaunchSpec, *, deadlines: Deadlines) -> int:
-    from aorta.launch import dry_run
-    from aorta.report.launch_text import dry_run_lines
+def _dry_run(report: LaunchResult) -> int:
+    from aorta.report import dry_run_lines
 
-    report = dry_run(cluster, spec, deadlines=deadlines)
     print("\n".join(dry_run_lines(report)))
     if report.status != "complete":
         bad = [o.describe() for o in report.outcomes.values() if o.status != "ok"]
         raise AortaError(f"dry run: {len(bad)} node(s) not ready: {'; '.join(bad)}")
-    return ExitCode.OK
-
-
-def _launch(
-    cluster: Cluster, spec: LaunchSpec, *, output: Path, deadlines: Deadlines, printer: _Printer
-) -> int:
-    from aorta.launch import launch
-
-    # A failed node raises LaunchFailed (exit code ERROR) after teardown and collection.
-    with _sigterm_as_interrupt():
-        result = launch(
-            cluster,
-            spec,
-            output=output,
-            deadlines=deadlines,
-            on_line=printer.line,
-            on_event=printer.event,
-        )
-    print(f"Wrote results of {len(result.outcomes)} node(s) to {result.run_dir}")
-    return ExitCode.OK
-
-
-def _slurm_launch(
-    spec: LaunchSpec | None,
-    *,
-    nodes: int | None,
-    partition: str | None,
-    time_limit: str | None,
-    options: Sequence[str],
-    output: Path,
-    srun_ranks: bool,
-    dry_run: bool,
-    no_wait: bool,
-    attach: str | None,
-    run_timeout: float,
-    printer: _Printer,
-) -> int:
-    """``--attach``: follow that job; inside an allocation: the srun step from here; else
-    submit the batch job (``--dry-run``: print its script) and follow it (not ``--no-wait``)."""
-    from aorta.launch import new_run_id
-    from aorta.launch.slurm import SlurmJob, check_request
-    from aorta.store.rundir import SBATCH_SCRIPT
-
-    if spec is None:
-        job = SlurmJob.attach(str(attach), output=output)
-    else:
-        if srun_ranks and not isinstance(spec.nproc_per_node or 1, int):
-            raise UsageError("--srun-ranks needs a number for --nproc-per-node")
-        if nodes is None and dry_run:
-            raise UsageError("--dry-run with --slurm shows the sbatch script: give --nodes")
-        check_request(nodes=nodes, partition=partition, time_limit=time_limit, dry_run=dry_run)
-        job = SlurmJob(output, new_run_id(), srun_ranks=srun_ranks, spec=spec, nodes=nodes)
-        if nodes is not None and dry_run:
-            print(job.script(spec, nodes=nodes, options=options), end="")
-            return ExitCode.OK
-    with _sigterm_as_interrupt():
-        if spec is not None and nodes is not None:
-            job.submit(spec, nodes=nodes, options=options)
-            printer.event(f"submitted job {job.job_id} (script {job.staging / SBATCH_SCRIPT})")
-            if no_wait:
-                print(job.job_id)
-                return ExitCode.OK
-        result = job.follow(on_line=printer.line, emit=printer.event, timeout=run_timeout)
-    print(f"Wrote results of {len(result.outcomes)} node(s) to {result.run_dir}")
     return ExitCode.OK

@@ -10,7 +10,7 @@ import typer
 
 from aorta import envvars
 from aorta.errors import ExitCode
-from aorta.recipe.schema import load_recipe_pending_command
+from aorta.recipe import load_recipe_pending_command
 
 from ._options import MitigationsFiles, option, redact_secrets_of
 
@@ -70,7 +70,7 @@ def show(
     redact_secrets_of(file)
     recipe, pending = load_recipe_pending_command(file)
     if pending:
-        from aorta.report.console import COMMAND_PENDING
+        from aorta.report import COMMAND_PENDING
 
         print(f"# command: {COMMAND_PENDING}")
     sys.stdout.write(recipes.dump_recipe(recipe, explicit=resolved))

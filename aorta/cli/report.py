@@ -58,7 +58,7 @@ def report(
     """Write the comparison (CSV, JSON), the trials (CSV), PNG figures and report.md into
     RUN/report/; with --traces also the trace metrics, and their section in RUN/matrix.md;
     with --html also report.html. Two runs with --html: RUN_B/report/compare_<A>.html."""
-    from aorta.report.report_dir import write_report
+    from aorta.report import write_report
 
     if traces:  # the report is still worth writing: say why it has no trace section
         for hint in traces_missing(runs):

@@ -12,10 +12,9 @@ from typer.models import OptionInfo
 
 from aorta import envvars
 from aorta.errors import ExitCode, UsageError
-from aorta.recipe.flags import recipe_from_flags, split_axis
-from aorta.recipe.schema import Recipe, load_recipe_pending_command
-from aorta.run.options import IsolationChoice, RunOptions
-from aorta.store.rundir import RunDir
+from aorta.recipe import Recipe, load_recipe_pending_command, recipe_from_flags, split_axis
+from aorta.run import IsolationChoice, RunOptions
+from aorta.store import RunDir
 
 from ._options import (
     Command,
@@ -213,7 +212,10 @@ def _sweep_or_plan(
 
 def _plan(source: Path | Recipe, *, options: RunOptions, as_json: bool) -> int:
     """``--dry-run``: the plan as text or JSON, with what the run would warn about."""
-    from aorta.report import console
+    from aorta.report import COMMAND_PENDING, format_plan, plan_to_dict
+
+    # Not the face: aorta.run.prepare is a module named after its function, which an attribute
+    # of aorta.run would shadow once the module loads (and vice versa).
     from aorta.run import prepare as preparing
 
     # A probe recipe's plan can be shown before its command is known (it comes after '--').
@@ -226,15 +228,15 @@ def _plan(source: Path | Recipe, *, options: RunOptions, as_json: bool) -> int:
     warnings = prepared.warnings
     if as_json:
         # The text plan says so in its command line; JSON's command is null, with the reason.
-        notes = [*warnings, *([f"command: {console.COMMAND_PENDING}"] if pending else [])]
+        notes = [*warnings, *([f"command: {COMMAND_PENDING}"] if pending else [])]
         print(
             json.dumps(
-                console.plan_to_dict(prepared.plan, isolation=prepared.isolation, warnings=notes),
+                plan_to_dict(prepared.plan, isolation=prepared.isolation, warnings=notes),
                 indent=2,
             )
         )
     else:
-        print(console.format_plan(prepared.plan, isolation=prepared.isolation, warnings=warnings))
+        print(format_plan(prepared.plan, isolation=prepared.isolation, warnings=warnings))
     return ExitCode.OK
 
 
@@ -267,12 +269,12 @@ def _run(
 ) -> int:
     """Run the sweep (``options`` are :func:`aorta.sweep`'s), print the summary (or, with
     ``as_json``, the summary as JSON), map the code."""
-    from aorta.report import console
-    from aorta.run import sweep as engine
+    from aorta import sweep
+    from aorta.report import format_summary, summary_to_dict
 
     redact_secrets_of(resume)
     extend_to, extend_cells = extend if extend is not None else (None, None)
-    result = engine.sweep(
+    result = sweep(
         recipe, resume=resume, extend_to=extend_to, extend_cells=extend_cells, options=options
     )
     code = result.exit_code  # on every rank: what rank 0 decided
@@ -282,9 +284,9 @@ def _run(
         return code
     redact_secrets_of(result.run_dir)  # the secrets its trials saw (secret_hashes.json)
     if as_json:
-        print(json.dumps(console.summary_to_dict(result, exit_code=code), indent=2))
+        print(json.dumps(summary_to_dict(result, exit_code=code), indent=2))
     else:
-        print(console.format_summary(result))
+        print(format_summary(result))
     return code
 
 

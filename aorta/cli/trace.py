@@ -21,7 +21,9 @@ app = typer.Typer(
 
 
 def _api() -> ModuleType:
-    """``aorta.trace`` (with its summaries): imported when a command runs, not for ``--help``."""
+    """``aorta.trace`` (with its summaries): imported when a command runs, not for ``--help``.
+    Its modules ``summary`` and ``devices``, not names of the face: ``summary`` is named after
+    its function, which a face attribute would shadow once the module loads."""
     import aorta.trace.summary
 
     return aorta.trace

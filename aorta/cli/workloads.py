@@ -16,7 +16,7 @@ app = typer.Typer(help="Workload plugins.", no_args_is_help=True)
 @app.command("list")
 def list_(as_json: Json = False) -> int:
     """List the registered workloads (entry-point group ``aorta.workloads``)."""
-    from aorta.run.workload import WorkloadCatalog
+    from aorta.run import WorkloadCatalog
 
     rows = WorkloadCatalog().describe()
     if as_json:

@@ -14,13 +14,23 @@ from __future__ import annotations
 from aorta.errors import HangEvidenceError
 
 from .analyze import analyze
-from .dumps import MAX_DUMP_BYTES, parse_dump
-from .load import load_evidence
-from .model import CulpritFrame, EvidenceItem, GroupIncident, HangReport, RankEvidence, Variant
+from .dumps import MAX_DUMP_BYTES, parse_dump, paused_gc
+from .load import MAX_MEMORY, load_evidence
+from .model import (
+    MAX_RANK,
+    CulpritFrame,
+    EvidenceItem,
+    GroupIncident,
+    HangReport,
+    RankEvidence,
+    Variant,
+)
 from .render import text
 
 __all__ = [
     "MAX_DUMP_BYTES",
+    "MAX_MEMORY",
+    "MAX_RANK",
     "CulpritFrame",
     "EvidenceItem",
     "GroupIncident",
@@ -31,5 +41,6 @@ __all__ = [
     "analyze",
     "load_evidence",
     "parse_dump",
+    "paused_gc",
     "text",
 ]

@@ -8,7 +8,8 @@ lifecycle every backend goes through, and its per-node result map; the folders i
 into, ``combined_traces/node_<rank>/``, are :mod:`aorta.store.gather`'s), :mod:`~.ssh`
 (Fabric, the one transport), :mod:`~.container` (each node's part in a docker container: the
 cluster file's ``container:`` block), :mod:`~.launcher` (the SSH backends; :func:`launch`,
-:func:`dry_run`) and :mod:`~.slurm` (the Slurm backend).
+:func:`dry_run`; :func:`run`, the one entry point, which picks the backend from a frozen
+:class:`LaunchOptions`) and :mod:`~.slurm` (the Slurm backend).
 
 >>> c = Cluster.from_dict({"node_dict": {"gpu-1": {"vpc_ip": "10.0.0.1"}, "gpu-2": {}}})
 >>> c.head.label, c.master_addr()
@@ -24,11 +25,17 @@ from aorta.recipe.cluster import (  # the cluster file, read with the other inpu
     parse_hostfile,
     parse_nproc,
 )
-from aorta.recipe.launch_spec import LaunchSpec, NodePath, sweep_spec  # what runs: an input too
+from aorta.recipe.launch_spec import (  # what runs, and how: inputs too
+    LaunchOptions,
+    LaunchSpec,
+    NodePath,
+    sweep_spec,
+)
 
-from .launcher import dry_run, launch, new_run_id
+from .backend import new_run_id
+from .launcher import dry_run, launch, run
 from .node_command import NodeCommand, run_command
-from .outcome import Deadlines, LaunchFailed, LaunchResult, NodeOutcome, env_diff
+from .outcome import Deadlines, Launched, LaunchFailed, LaunchResult, NodeOutcome, env_diff
 from .ssh import RemoteError, SshSession, ssh_sessions
 
 __all__ = [
@@ -37,8 +44,10 @@ __all__ = [
     "Container",
     "Deadlines",
     "LaunchFailed",
+    "LaunchOptions",
     "LaunchResult",
     "LaunchSpec",
+    "Launched",
     "Node",
     "NodeCommand",
     "NodeOutcome",
@@ -52,6 +61,7 @@ __all__ = [
     "new_run_id",
     "parse_hostfile",
     "parse_nproc",
+    "run",
     "run_command",
     "ssh_sessions",
     "sweep_spec",

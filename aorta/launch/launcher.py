@@ -2,12 +2,12 @@
 each node's part with the node's own Python, :class:`ContainerLaunch` inside a container per
 node. ``launch`` drives one (setup, start, wait, teardown, gathering — whatever fails, each wait
 bounded by a :class:`~aorta.launch.outcome.Deadlines` field); ``dry_run`` runs its setup checks
-only. The first node to exit non-zero gets the others stopped (kill-on-bad-exit).
+only. The first node to exit non-zero gets the others stopped (kill-on-bad-exit). ``run`` is
+``aorta launch``'s one entry point: it picks Slurm or one of these from a ``LaunchOptions``.
 """
 
 from __future__ import annotations
 
-import datetime as _dt
 import functools
 import json
 import queue
@@ -19,13 +19,23 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
-from aorta.recipe.cluster import Cluster, Node
-from aorta.recipe.launch_spec import LaunchSpec
-from aorta.report.launch_text import describe_kill, last_words
+from aorta.errors import UsageError
+from aorta.recipe.cluster import Cluster, Node, load_cluster
+from aorta.recipe.launch_spec import LaunchOptions, LaunchSpec, launch_job
 from aorta.store.gather import node_folder, node_log, staging_dir
 from aorta.store.rundir import HOST_ENV, atomic_write
 
-from .backend import EventSink, LineSink, TimedOut, daemon, drive, ignore, run_parallel, why
+from .backend import (
+    EventSink,
+    LineSink,
+    TimedOut,
+    daemon,
+    drive,
+    ignore,
+    new_run_id,
+    run_parallel,
+    why,
+)
 from .container import ContainerSession, aorta_requirements
 from .node_command import (
     STARTED_MARKER,
@@ -38,10 +48,19 @@ from .node_command import (
     run_command,
     setup_command,
 )
-from .outcome import Deadlines, LaunchResult, NodeOutcome, env_diff
+from .outcome import Deadlines, Launched, LaunchResult, NodeOutcome, env_diff
+from .slurm import run_in_job, run_slurm
 from .ssh import ExecResult, NodeSession, RemoteError, Unreachable, ssh_sessions
 
-__all__ = ["ContainerLaunch", "SshLaunch", "dry_run", "launch", "new_run_id"]
+__all__ = [
+    "ContainerLaunch",
+    "SshLaunch",
+    "describe_kill",
+    "dry_run",
+    "last_words",
+    "launch",
+    "run",
+]
 
 SessionFactory = Callable[[Cluster], Mapping[str, NodeSession]]
 
@@ -50,14 +69,33 @@ class SetupFailed(RemoteError):
     """A node was reached but is not ready (its Python, torch or aorta is missing, ...)."""
 
 
-def new_run_id(now: _dt.datetime | None = None) -> str:
-    """``2026-11-30T05-12-33-a1b2c3``: UTC time plus 24 random bits (also ``AORTA_RUN_ID``).
+def describe_kill(report: Mapping[str, Any], before: str = "") -> str:
+    """What a node's teardown found, from the node helper's ``kill`` report."""
+    if report.get("fallback"):
+        return "the node's Python could not run the cleanup: killed the pid file's session only"
+    if report.get("left"):
+        return f"{len(report['left'])} process(es) still running after SIGKILL: {report['left']}"
+    n = int(report.get("terminated", 0))
+    now = f"stopped {n} leftover process(es)" if n else "nothing left"
+    return f"{before}; {now}" if before else now
 
-    >>> new_run_id(_dt.datetime(2026, 1, 2, 3, 4, 5))[:20]
-    '2026-01-02T03-04-05-'
+
+def last_words(text: str) -> str:
+    """The line of a failed node's output most likely to say why.
+
+    torchrun ends a failure with its own traceback and a ``ChildFailedError`` box; the line
+    before that traceback (the worker's last words) says more. Lines without a letter or digit
+    (``=====``) never do.
+
+    >>> last_words("loss nan\\nTraceback (most recent call last):\\n  torch.distributed.elastic ...\\n===")
+    'loss nan'
     """
-    stamp = (now or _dt.datetime.now(_dt.timezone.utc)).strftime("%Y-%m-%dT%H-%M-%S")
-    return f"{stamp}-{secrets.token_hex(3)}"
+    lines = [line.strip() for line in text.splitlines() if any(c.isalnum() for c in line)]
+    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call")]
+    tail = lines[starts[-1] :] if starts and starts[-1] > 0 else []
+    if any("torch" in line and "distributed" in line for line in tail):
+        lines = lines[: starts[-1]]
+    return lines[-1] if lines else ""
 
 
 @dataclass
@@ -560,3 +598,51 @@ def dry_run(
     result.master_port = spec.master_port or (head.port if head else None)
     result.commands.update(state.node_commands(result.master_port) if result.master_port else {})
     return result
+
+
+def run(
+    options: LaunchOptions, *, on_line: LineSink | None = None, on_event: EventSink | None = None
+) -> Launched:
+    """The one entry point of ``aorta launch``: what ``options`` runs (:func:`launch_job`), on
+    the backend they pick — Slurm (``slurm``), else SSH on the cluster file's nodes (in a
+    container per node when the file or ``container`` names an image) — or only checked
+    (``dry_run``). ``on_line``/``on_event``: as :func:`launch`'s. Raises ``UsageError`` for bad
+    options, :class:`LaunchFailed` when a node did not finish.
+
+    >>> import tempfile
+    >>> run(LaunchOptions(cluster=tempfile.mktemp()))
+    Traceback (most recent call last):
+    ...
+    aorta.errors.UsageError: give --recipe FILE (the recipe every node sweeps)
+    """
+    emit, o = on_event or ignore, options
+    if o.slurm and o.in_job is not None:
+        return Launched(exit_code=run_in_job(Path(o.in_job), emit))
+    # A CVS config's train_script runs with the cluster's interpreter: read the cluster first.
+    cluster = None if o.slurm or o.cvs_config is None else _cluster(o)
+    job = launch_job(o, cluster)
+    for warning in job.warnings if job else ():
+        emit(f"warning: {o.cvs_config}: {warning}")
+    run_s = o.run_timeout or (job.run_timeout if job else None) or 24 * 3600.0
+    if o.slurm and o.container is not None:
+        raise UsageError("--container runs over SSH (the cluster file's nodes), not with --slurm")
+    if o.slurm:
+        spec = job.spec if job and o.attach is None else None
+        o = replace(o, run_timeout=run_s)
+        return run_slurm(spec, o, on_line=on_line or ignore, emit=emit)
+    assert job is not None
+    cluster = cluster or _cluster(o)
+    for warning in cluster.warnings:
+        emit(f"warning: {o.cluster}: {warning}")
+    deadlines = Deadlines(setup=o.setup_timeout, run=run_s, collect=o.collect_timeout)
+    if o.dry_run:
+        return Launched(dry_run(cluster, job.spec, deadlines=deadlines))
+    result = launch(
+        cluster, job.spec, output=o.output, deadlines=deadlines, on_line=on_line, on_event=on_event
+    )
+    return Launched(result)
+
+
+def _cluster(options: LaunchOptions) -> Cluster:
+    cluster = load_cluster(options.cluster)
+    return cluster if options.container is None else cluster.with_image(options.container)

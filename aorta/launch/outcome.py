@@ -25,13 +25,13 @@ from typing import Any, Literal
 from aorta.envvars import LAUNCH_PROVIDED
 from aorta.errors import AortaError
 from aorta.recipe.cluster import Node
-from aorta.report.launch_text import describe_outcome, summarize_outcomes
 from aorta.store.hostenv import diff_snapshots
 
 __all__ = [
     "Deadlines",
     "LaunchFailed",
     "LaunchResult",
+    "Launched",
     "NodeOutcome",
     "NodeStatus",
     "RunStatus",
@@ -49,6 +49,9 @@ NodeStatus = Literal[
 #: node hit a deadline (and none failed) · ``interrupted`` the user stopped the launch.
 RunStatus = Literal["complete", "failed", "timeout", "interrupted"]
 _BAD: tuple[str, ...] = ("failed", "unreachable", "setup_failed")
+_STOPPED = ("stopped", "not_started")  # named after the nodes that caused a launch's status
+_VERBS = {"ok": "finished", "stopped": "was stopped", "not_started": "was not started"}
+_VERBS["interrupted"] = "was interrupted"
 
 
 @dataclass(frozen=True)
@@ -83,7 +86,11 @@ class NodeOutcome:
 
     def describe(self) -> str:
         """``node1 10.0.0.2 exited with code 1 (...)`` — one line for error messages."""
-        return describe_outcome(self)
+        verb = _VERBS.get(self.status)
+        what = verb if verb and not self.message else (self.message or self.status)
+        if self.status == "stopped" and self.message:
+            what = f"was stopped ({self.message})"
+        return f"{self.node.label} {what}"
 
     def to_dict(self) -> dict[str, Any]:
         node = {"node": self.node.name, "address": self.node.address, "rank": self.node.rank}
@@ -133,8 +140,9 @@ class LaunchResult:
 
     def summary(self) -> str:
         """One line naming the failed nodes first, then the ones stopped because of them."""
-        text = summarize_outcomes(self.culprits(), self.outcomes.values())
-        return text or f"{len(self.outcomes)} node(s) finished"
+        parts = [o.describe() for o in self.culprits()]
+        parts += [o.describe() for o in self.outcomes.values() if o.status in _STOPPED]
+        return "; ".join(parts) or f"{len(self.outcomes)} node(s) finished"
 
     def to_dict(self) -> dict[str, Any]:
         keep = ("run_id", "status", "master_addr", "master_port", "timings")
@@ -148,6 +156,17 @@ class LaunchResult:
             "run_dir": run_dir,
             "commands": commands,  # secret values redacted
         }
+
+
+@dataclass(frozen=True)
+class Launched:
+    """What :func:`~aorta.launch.run` did: a launch's ``result`` (a dry run's too: nothing
+    started), else ``text`` for the user (a Slurm dry run's batch script, the id of a job
+    submitted without waiting) or the exit code of a batch job's step."""
+
+    result: LaunchResult | None = None
+    text: str = ""
+    exit_code: int = 0
 
 
 class LaunchFailed(AortaError):

@@ -31,8 +31,7 @@ from typing import Any
 from aorta import envvars
 from aorta.errors import AortaError, UsageError
 from aorta.recipe.cluster import Cluster, Node, check_slurm_partition, check_slurm_time
-from aorta.recipe.launch_spec import LaunchSpec, NodePath
-from aorta.report.launch_text import sbatch_script
+from aorta.recipe.launch_spec import LaunchOptions, LaunchSpec, NodePath
 from aorta.store.gather import node_folder, node_log, slurm_node_dir, staging_dir, staging_run_id
 from aorta.store.rundir import (
     COMBINED_TRACES,
@@ -45,11 +44,11 @@ from aorta.store.rundir import (
 )
 from aorta.store.secrets import redact_env
 
-from .backend import EventSink, LineSink, drive, ignore
+from .backend import EventSink, LineSink, drive, ignore, new_run_id
 from .node_command import ENV_FILE, env_script, node_env, run_command
-from .outcome import LaunchResult, NodeOutcome
+from .outcome import Launched, LaunchResult, NodeOutcome
 
-__all__ = ["FINAL_STATES", "SlurmJob", "check_request", "run_in_job"]
+__all__ = ["FINAL_STATES", "SlurmJob", "check_request", "run_in_job", "run_slurm", "sbatch_script"]
 
 #: Job states after which nothing of the job runs any more.
 FINAL_STATES = frozenset(
@@ -86,6 +85,37 @@ def check_request(
         raise UsageError("--slurm outside an allocation needs --nodes K (or run in salloc)")
     if nodes:
         check_slurm_partition(nodes, partition, _slurm("sinfo", "-h", "-o", "%P %D"))
+
+
+def sbatch_script(options: Sequence[str], step: Sequence[str], *, run_id: str, cwd: str) -> str:
+    """The batch script ``aorta launch --slurm`` submits (and ``--dry-run`` prints): ``#SBATCH``
+    options, then ``step`` run from ``cwd``. It carries no environment values. An option with a
+    control character is refused (:class:`~aorta.errors.UsageError`): a line break would end
+    its ``#SBATCH`` line and make the rest a shell line.
+
+    >>> print(sbatch_script(["--nodes=2"], ["python", "-m", "aorta"], run_id="r1", cwd="/w"), end="")
+    #!/bin/bash
+    #SBATCH --nodes=2
+    # aorta launch --slurm, run r1: one srun step runs every node's command
+    # (slurm/node_<k>/run.sh); the spec is in slurm.json, the environment in slurm/node_<k>/env.sh.
+    cd /w || exit 1
+    exec python -m aorta
+    """
+    for option in options:  # one #SBATCH line each: a line break would start a shell line
+        if problem := envvars.control_problem(option):
+            raise UsageError(f"sbatch option {option!r}: {problem}")
+    return "\n".join(
+        [
+            "#!/bin/bash",
+            *(f"#SBATCH {shlex.quote(o)}" for o in options),
+            f"# aorta launch --slurm, run {run_id}: one srun step runs every node's command",
+            "# (slurm/node_<k>/run.sh); the spec is in slurm.json, the environment in"
+            " slurm/node_<k>/env.sh.",
+            f"cd {shlex.quote(cwd)} || exit 1",
+            f"exec {shlex.join(step)}",
+            "",
+        ]
+    )
 
 
 def _note(staging: Path, **fields: Any) -> dict[str, Any]:
@@ -168,6 +198,34 @@ def run_in_job(staging: Path, emit: EventSink) -> int:
     code = _start_step(staging, emit).wait()
     _drop_env(staging)
     return code
+
+
+def run_slurm(
+    spec: LaunchSpec | None, options: LaunchOptions, *, on_line: LineSink, emit: EventSink
+) -> Launched:
+    """``attach``: follow that job; inside an allocation: the srun step from here; else submit
+    the batch job (``dry_run``: its script, as text) and follow it (not ``no_wait``)."""
+    output, nodes, dry = Path(options.output), options.nodes, options.dry_run
+    if spec is None:
+        job = SlurmJob.attach(str(options.attach), output=output)
+    else:
+        if options.srun_ranks and not isinstance(spec.nproc_per_node or 1, int):
+            raise UsageError("--srun-ranks needs a number for --nproc-per-node")
+        if nodes is None and dry:
+            raise UsageError("--dry-run with --slurm shows the sbatch script: give --nodes")
+        check_request(
+            nodes=nodes, partition=options.partition, time_limit=options.time_limit, dry_run=dry
+        )
+        job = SlurmJob(output, new_run_id(), srun_ranks=options.srun_ranks, spec=spec, nodes=nodes)
+        if nodes is not None and dry:
+            return Launched(text=job.script(spec, nodes=nodes, options=options.sbatch_options()))
+    if spec is not None and nodes is not None:
+        job.submit(spec, nodes=nodes, options=options.sbatch_options())
+        emit(f"submitted job {job.job_id} (script {job.staging / SBATCH_SCRIPT})")
+        if options.no_wait:
+            return Launched(text=f"{job.job_id}\n")
+    timeout = options.run_timeout or 24 * 3600.0
+    return Launched(job.follow(on_line=on_line, emit=emit, timeout=timeout))
 
 
 class SlurmJob:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import math
+import re
 import shlex
 import socket
 import tarfile
@@ -26,8 +27,8 @@ from fabric import Config, Connection
 
 from aorta.errors import AortaError
 from aorta.recipe.cluster import Cluster, Node
-from aorta.report.launch_text import cause_lines
 from aorta.store.rundir import COMBINED_TRACES
+from aorta.store.secrets import redact_secret_shapes
 
 __all__ = [
     "ExecResult",
@@ -35,9 +36,35 @@ __all__ = [
     "RemoteError",
     "RemoteTimeout",
     "SshSession",
+    "cause_lines",
     "connection",
     "ssh_sessions",
 ]
+
+
+#: A line of a failed command's output that says why (docker's ``Error response from daemon``,
+#: ``No such file``, a Python exception), not what to do next (``Run 'docker run --help'``).
+_CAUSE = re.compile(
+    r"(?i)error|fatal|fail|denied|refused|cannot|can't|could not|unable|no such|not found"
+    r"|invalid|unknown|permission|exception|killed|timed? ?out|no space|missing"
+)
+
+
+def cause_lines(text: str, *, most: int = 3, width: int = 200) -> str:
+    """The lines of a failed command's output that say why, for a one-line message: the last
+    ``most`` lines that look like a cause, else the last line; each cut to ``width``
+    characters, joined with `` | ``, credential shapes masked (``""``: no output).
+
+    >>> cause_lines("docker: Error response from daemon: no such device --password pw1.\\n"
+    ...             "Run 'docker run --help' for more information")
+    'docker: Error response from daemon: no such device --password <redacted>'
+    >>> cause_lines("step 1\\nstep 2"), cause_lines("")
+    ('step 2', '')
+    """
+    lines = [s for s in map(str.strip, text.splitlines()) if s]
+    picked = [s for s in lines if _CAUSE.search(s)][-most:] or lines[-1:]
+    cut = [s if len(s) <= width else s[: width - 1] + "…" for s in picked]
+    return redact_secret_shapes(" | ".join(cut))
 
 
 class RemoteError(AortaError):

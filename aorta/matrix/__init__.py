@@ -12,6 +12,7 @@ netCDF), :mod:`~aorta.matrix.trace_metrics`, :mod:`~aorta.matrix.load` (run dire
 """
 
 from aorta.matrix.accessor import AortaAccessor
+from aorta.matrix.compare import gate_regressions
 from aorta.matrix.options import StatsOptions
 
-__all__ = ["AortaAccessor", "StatsOptions"]
+__all__ = ["AortaAccessor", "StatsOptions", "gate_regressions"]

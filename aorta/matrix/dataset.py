@@ -101,7 +101,7 @@ DATASET_VERSION = 1
 MISSING = "missing"
 
 #: The workload metrics each rank of a distributed trial reports for itself
-#: (:mod:`aorta.workloads.comm_wait`) that the Dataset keeps per rank, dims cell × trial ×
+#: (:mod:`aorta.run.comm_wait`) that the Dataset keeps per rank, dims cell × trial ×
 #: rank — ``metrics`` holds rank 0's, as for every metric — with their attributes.
 RANK_METRICS: dict[str, dict[str, str]] = {
     "compute_ms": {

@@ -8,7 +8,7 @@ ended ok, each rank ``r`` gets its wait per step ``w_r`` from the best source th
   ``profiled_steps``, the time it waited at matched collectives for the last rank to start
   (:func:`aorta.trace.collectives.collective_skew`), with ``last_to_enter_pct`` beside it;
 - ``workload``: ``comm_wait_ms``, the workload's own clock of its time in collectives per
-  step (``race``, ``training``: :mod:`aorta.workloads.comm_wait`).
+  step (``race``, ``training``: :mod:`aorta.run.comm_wait`).
 
 A trial's **excess** of rank ``r`` is ``median over the other ranks of w − w_r``: how long per
 step the others wait for it. The trial's straggler is the rank with the largest excess when it

@@ -9,9 +9,16 @@ cluster file (where a launch runs, :mod:`~aorta.recipe.cluster`) and a CVS confi
 (['base'], 'base')
 """
 
+from aorta.recipe.flags import recipe_from_flags, split_axis
 from aorta.recipe.plan import Cell, Plan, plan
 from aorta.recipe.registry import Environment, Mitigation, Registry
-from aorta.recipe.schema import Recipe, dump_recipe, load_recipe, load_recipe_text
+from aorta.recipe.schema import (
+    Recipe,
+    dump_recipe,
+    load_recipe,
+    load_recipe_pending_command,
+    load_recipe_text,
+)
 
 __all__ = [
     "Cell",
@@ -22,6 +29,9 @@ __all__ = [
     "Registry",
     "dump_recipe",
     "load_recipe",
+    "load_recipe_pending_command",
     "load_recipe_text",
     "plan",
+    "recipe_from_flags",
+    "split_axis",
 ]

@@ -2,7 +2,9 @@
 environment, the files shipped with it; validated like every other input): a recipe's sweep
 (:func:`sweep_spec`), or the training job of a CVS config (:func:`cvs_spec`, read by
 :mod:`aorta.recipe.cvs`) swept the same way. Every backend of :mod:`aorta.launch` launches what
-these build; each node's command line is :mod:`aorta.launch.node_command`'s.
+these build; each node's command line is :mod:`aorta.launch.node_command`'s. How a launch runs
+is one frozen :class:`LaunchOptions` (``aorta launch``'s flags); :func:`launch_job` reads what
+it runs from them.
 """
 
 from __future__ import annotations
@@ -16,10 +18,18 @@ from pathlib import Path
 from aorta import envvars
 from aorta.errors import UsageError
 from aorta.recipe import cvs
-from aorta.recipe.cluster import Cluster, NprocPerNode
+from aorta.recipe.cluster import Cluster, NprocPerNode, parse_nproc
 from aorta.recipe.schema import scrub_env_keys_of
 
-__all__ = ["CvsLaunch", "LaunchSpec", "NodePath", "cvs_spec", "sweep_spec"]
+__all__ = [
+    "CvsLaunch",
+    "LaunchOptions",
+    "LaunchSpec",
+    "NodePath",
+    "cvs_spec",
+    "launch_job",
+    "sweep_spec",
+]
 
 _FILE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 
@@ -120,8 +130,8 @@ def sweep_spec(
 
 @dataclass(frozen=True)
 class CvsLaunch:
-    """What :func:`cvs_spec` read: the spec, the run deadline (``None``: not set there), and
-    what the user should be told (never fatal)."""
+    """What :func:`cvs_spec` (or :func:`launch_job`) read: the spec, the run deadline (``None``:
+    not set there), and what the user should be told (never fatal)."""
 
     spec: LaunchSpec
     run_timeout: float | None
@@ -162,3 +172,130 @@ def cvs_spec(
     )
     spec = replace(spec, env={**spec.env, **job.env})
     return CvsLaunch(spec, job.run_timeout, job.warnings)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LaunchOptions:
+    """How a launch runs (``aorta launch``'s flags): what to run, where the results go, the
+    deadlines, and the backend — over SSH on the cluster file's nodes (in a container with
+    ``container``), or through Slurm (``slurm``). :func:`aorta.launch.run` takes one.
+
+    Frozen: derive another with :func:`dataclasses.replace`. Nothing is checked here; a bad
+    value is refused (:class:`~aorta.errors.UsageError`) before anything starts.
+
+    Parameters
+    ----------
+    cluster
+        The cluster file (CVS ``cluster.json`` or a hostfile; default ``cluster.json``).
+    recipe, command, overrides, ticket
+        The recipe every node sweeps, the training command after ``--``, its ``KEY=VALUE``
+        overrides, the ticket (default none; :func:`sweep_spec`).
+    cvs_config
+        A CVS Aorta config whose training job runs instead (:func:`cvs_spec`; default none).
+    nproc_per_node, master_addr, master_port
+        Processes per node (``N``, ``"gpu"``, ``"auto"``) and the rendezvous (default: the
+        cluster's, the head's address, a free port on the head).
+    output
+        Root of the run directories (default ``triage_results``).
+    dry_run
+        Check every node and build its command (Slurm: the batch script); start nothing.
+    setup_timeout, run_timeout, collect_timeout
+        Seconds for setup, the run (default: the CVS config's, else 24 h) and gathering.
+    container
+        An image to run each node's part in (the cluster file's ``container:`` block).
+    slurm, nodes, partition, time_limit, gpus_per_node, account, sbatch_args
+        Launch through Slurm: srun inside an allocation, else sbatch ``nodes`` nodes with these
+        ``#SBATCH`` options.
+    srun_ranks, no_wait, attach, in_job
+        One srun task per rank (no torchrun); submit and return; follow the job ``attach``
+        submitted earlier; run the batch job's step from the staging folder ``in_job``.
+
+    Examples
+    --------
+    >>> opts = LaunchOptions(recipe="probe.yaml", slurm=True, nodes=2, partition="gpu")
+    >>> opts.sbatch_options()
+    ['--partition=gpu']
+    >>> opts.output, opts.dry_run
+    ('triage_results', False)
+    """
+
+    cluster: str | Path = "cluster.json"
+    recipe: str | Path | None = None
+    command: Sequence[str] = ()
+    overrides: Sequence[str] = ()
+    ticket: str | None = None
+    cvs_config: str | Path | None = None
+    nproc_per_node: str | int | None = None
+    master_addr: str | None = None
+    master_port: int | None = None
+    output: str | Path = "triage_results"
+    dry_run: bool = False
+    setup_timeout: float = 120.0
+    run_timeout: float | None = None
+    collect_timeout: float = 600.0
+    container: str | None = None
+    slurm: bool = False
+    nodes: int | None = None
+    partition: str | None = None
+    time_limit: str | None = None
+    gpus_per_node: int | None = None
+    account: str | None = None
+    sbatch_args: Sequence[str] = ()
+    srun_ranks: bool = False
+    no_wait: bool = False
+    attach: str | None = None
+    in_job: str | Path | None = None
+
+    def sbatch_options(self) -> list[str]:
+        """The ``#SBATCH`` options: partition, time, GPUs per node, account, then ``sbatch_args``."""
+        named: dict[str, object] = {"partition": self.partition, "time": self.time_limit}
+        named |= {"gpus-per-node": self.gpus_per_node, "account": self.account}
+        return [*(f"--{k}={v}" for k, v in named.items() if v is not None), *self.sbatch_args]
+
+
+def launch_job(options: LaunchOptions, cluster: Cluster | None) -> CvsLaunch | None:
+    """What ``options`` runs: the CVS config's job (``cluster``: the nodes it runs on, when
+    known), else the recipe's sweep; ``None`` for a Slurm job followed with ``attach`` and no
+    recipe. Raises :class:`~aorta.errors.UsageError` for a missing recipe or a bad option.
+
+    >>> launch_job(LaunchOptions(slurm=True, attach="42"), None) is None
+    True
+    """
+    o = options
+    if o.cvs_config is not None:
+        nproc = _nproc(o.nproc_per_node)
+        if o.command:
+            raise UsageError(
+                f"--cvs-config {o.cvs_config} gives the training command: drop the one after '--'"
+            )
+        return cvs_spec(
+            o.cvs_config,
+            cluster,
+            recipe=o.recipe,
+            overrides=o.overrides,
+            nproc_per_node=nproc,
+            master_addr=o.master_addr,
+            master_port=o.master_port,
+            ticket=o.ticket,
+        )
+    if o.recipe is None and not (o.slurm and o.attach):
+        raise UsageError("give --recipe FILE (the recipe every node sweeps)")
+    if o.recipe is None:
+        return None
+    spec = sweep_spec(
+        o.recipe,
+        command=o.command,
+        overrides=o.overrides,
+        nproc_per_node=_nproc(o.nproc_per_node),
+        master_addr=o.master_addr,
+        master_port=o.master_port,
+        ticket=o.ticket,
+    )
+    return CvsLaunch(spec, None, ())
+
+
+def _nproc(value: str | int | None) -> NprocPerNode | None:
+    try:
+        return None if value is None else parse_nproc(value)
+    except ValueError as exc:
+        raise UsageError(f"--nproc-per-node: {exc}") from None

@@ -17,13 +17,23 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from aorta import envvars
-from aorta.regex import Regex, compile_regex
-from aorta.run import forensics, procs
-from aorta.run.hang import GpuProbe, HangWatch
-from aorta.run.procs import TrialDeadline, TrialHang
-from aorta.run.workload import FailureDetail, Workload, WorkloadResult
-from aorta.store.rundir import TRACE_DIR
+from aorta.plugins import (
+    TRACE_DIR,
+    FailureDetail,
+    GpuProbe,
+    HangWatch,
+    Regex,
+    TrialDeadline,
+    TrialHang,
+    Workload,
+    WorkloadResult,
+    active_capture,
+    compile_regex,
+    envvars,
+    kill_group,
+    run_with_deadline,
+    spawn,
+)
 
 #: The private file ``env_passthrough_mode: file`` writes the overlay to (``AORTA_ENV_FILE``).
 PROBE_ENV_FILE = "probe.env"
@@ -212,7 +222,7 @@ class CommandWorkload(Workload):
         # Starting the process is the setup: a command that cannot start is not a failure of
         # the thing being probed (exit codes 127/126 are recorded all the same).
         try:
-            self._proc: subprocess.Popen[Any] = procs.spawn(
+            self._proc: subprocess.Popen[Any] = spawn(
                 argv,
                 env=env,
                 cwd=self.config.get("cwd"),
@@ -244,13 +254,13 @@ class CommandWorkload(Workload):
         )
 
     def run(self) -> WorkloadResult:
-        finished = procs.run_with_deadline(
+        finished = run_with_deadline(
             self._proc,
             deadline=self.context.deadline,
             kill_tree_on_exit=not self.context.isolated,
             stop_when=self._hang_watch(),
             # An isolated command's evidence is taken from outside, with its worker's.
-            before_kill=None if self.context.isolated else forensics.active(),
+            before_kill=None if self.context.isolated else active_capture(),
         )
         for fh in self._logs:
             fh.flush()
@@ -290,7 +300,7 @@ class CommandWorkload(Workload):
     def cleanup(self) -> None:
         proc = getattr(self, "_proc", None)
         if proc is not None and proc.poll() is None:
-            procs.kill_group(proc, grace_s=2.0)
+            kill_group(proc, grace_s=2.0)
         for fh in getattr(self, "_logs", []):
             fh.close()
         for path in getattr(self, "_written", []):

@@ -18,9 +18,14 @@ import math
 import statistics
 import time
 
-from aorta.run.profiler import StepProfiler
-from aorta.run.ranks import destroy_process_group, init_process_group
-from aorta.run.workload import FailureDetail, Workload, WorkloadResult
+from aorta.plugins import (
+    FailureDetail,
+    StepProfiler,
+    Workload,
+    WorkloadResult,
+    destroy_process_group,
+    init_process_group,
+)
 
 _DTYPES = ("float32", "float64", "bfloat16", "float16")
 

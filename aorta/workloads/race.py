@@ -35,9 +35,9 @@ Config (upstream AORTA's keys are accepted; unknown keys are recorded as warning
     corrupt one received element on one rank — proves the detector works.
 ``straggler_rank``, ``straggler_ms``
     Fault injection: that rank sleeps that long in every iteration, outside its collectives —
-    a slow rank, to prove the straggler finding (:mod:`aorta.workloads.comm_wait`).
+    a slow rank, to prove the straggler finding (:mod:`aorta.run.comm_wait`).
 
-Each rank also records its own split of the iteration (:class:`~aorta.workloads.comm_wait.CommClock`
+Each rank also records its own split of the iteration (:class:`~aorta.run.comm_wait.CommClock`
 around every collective call): ``comm_wait_ms`` and ``compute_ms``, means per iteration.
 """
 
@@ -47,10 +47,17 @@ import math
 import time
 from typing import Any
 
-from aorta.run.profiler import StepProfiler
-from aorta.run.ranks import destroy_process_group, init_process_group
-from aorta.run.workload import FailureDetail, Workload, WorkloadResult
-from aorta.workloads.comm_wait import STRAGGLER_KEYS, CommClock, straggler_delay
+from aorta.plugins import (
+    STRAGGLER_KEYS,
+    CommClock,
+    FailureDetail,
+    StepProfiler,
+    Workload,
+    WorkloadResult,
+    destroy_process_group,
+    init_process_group,
+    straggler_delay,
+)
 
 _DTYPES = {"float32": 2**24, "bfloat16": 2**8, "float16": 2**11}
 _MODES = ("fsdp", "ddp", "default")

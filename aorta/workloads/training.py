@@ -6,7 +6,7 @@ Config: ``mode`` (``ddp`` or ``fsdp``), ``model_dim`` (128), ``num_layers`` (4),
 trial at that step. FSDP uses ``torch.distributed.fsdp.fully_shard`` (one unit per layer).
 
 With more than one rank, each rank records its own split of the step
-(:class:`~aorta.workloads.comm_wait.CommClock`): ``comm_wait_ms`` and ``compute_ms``, means per
+(:class:`~aorta.run.comm_wait.CommClock`): ``comm_wait_ms`` and ``compute_ms``, means per
 step. The collectives run inside DDP and FSDP, so the clock brackets the spans in which the
 step waits for them: ``ddp``, from the last gradient's accumulation (post-accumulate-grad
 hooks) to the end of ``backward()`` — the gradient all_reduce; ``fsdp``, each unit's
@@ -23,10 +23,17 @@ import math
 import time
 from typing import Any
 
-from aorta.run.profiler import StepProfiler
-from aorta.run.ranks import destroy_process_group, init_process_group
-from aorta.run.workload import FailureDetail, Workload, WorkloadResult
-from aorta.workloads.comm_wait import STRAGGLER_KEYS, CommClock, straggler_delay
+from aorta.plugins import (
+    STRAGGLER_KEYS,
+    CommClock,
+    FailureDetail,
+    StepProfiler,
+    Workload,
+    WorkloadResult,
+    destroy_process_group,
+    init_process_group,
+    straggler_delay,
+)
 
 
 class TrainingWorkload(Workload):

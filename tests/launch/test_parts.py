@@ -20,14 +20,17 @@ from aorta.launch import (
     Cluster,
     Deadlines,
     LaunchFailed,
+    LaunchOptions,
     LaunchSpec,
     NodePath,
     dry_run,
     env_diff,
     launch,
+    run,
     run_command,
 )
 from aorta.launch.backend import TimedOut, run_parallel
+from aorta.launch.launcher import last_words
 from aorta.launch.node_command import (
     ENV_FILE,
     STARTED_MARKER,
@@ -35,8 +38,9 @@ from aorta.launch.node_command import (
     kill_command,
     setup_command,
 )
-from aorta.recipe.launch_spec import sweep_spec
-from aorta.report.launch_text import cause_lines, format_skew, last_words, version_rows
+from aorta.launch.ssh import cause_lines
+from aorta.recipe.launch_spec import launch_job, sweep_spec
+from aorta.report.launch_text import format_skew, version_rows
 from aorta.store.gather import finalize, is_artifact, node_folder, staging_dir
 from tests.launch_fixtures import local_sessions
 from tests.sshd import REPO, VENV_PYTHON, processes_with_env, wait_gone
@@ -223,6 +227,34 @@ def test_sweep_spec(tmp_path: Path) -> None:
         sweep_spec(recipe, overrides=["lr=1"])
     with pytest.raises(UsageError, match="cannot read the recipe"):
         sweep_spec(tmp_path / "missing.yaml")
+
+
+def test_launch_job_reads_what_the_options_run(tmp_path: Path) -> None:
+    recipe = tmp_path / "r.yml"
+    recipe.write_text("workload: matmul\n")
+    job = launch_job(LaunchOptions(recipe=recipe, nproc_per_node="2", ticket="T-9"), None)
+    assert job is not None and job.run_timeout is None and job.warnings == ()
+    assert job.spec == sweep_spec(recipe, nproc_per_node=2, ticket="T-9")
+    with pytest.raises(UsageError, match="--nproc-per-node: must be a whole number"):
+        launch_job(LaunchOptions(recipe=recipe, nproc_per_node="many"), None)
+    with pytest.raises(UsageError, match="give --recipe FILE"):
+        launch_job(LaunchOptions(slurm=True), None)
+
+
+def test_the_entry_point_runs_ssh_from_the_cluster_file(tmp_path: Path) -> None:
+    """No ``slurm``: the cluster file's nodes over SSH; a dry run's result comes back (a node
+    refusing connections is in it, not raised), the file's warnings go to ``on_event``."""
+    recipe, cluster = tmp_path / "r.yml", tmp_path / "cluster.json"
+    recipe.write_text("workload: matmul\n")
+    nodes = {"node_dict": {"127.0.0.1": {"port": 1}}, "connect_timeout": 2, "colour": "red"}
+    cluster.write_text(json.dumps(nodes))
+    events: list[str] = []
+    opts = LaunchOptions(cluster=cluster, recipe=recipe, dry_run=True, setup_timeout=30)
+    launched = run(opts, on_event=events.append)
+    assert launched.result is not None and launched.text == ""
+    assert launched.result.status == "failed" and not launched.result.commands
+    assert launched.result.outcomes["node0"].status == "unreachable"
+    assert events == [f"warning: {cluster}: unknown key 'colour' ignored"]
 
 
 @pytest.mark.slow

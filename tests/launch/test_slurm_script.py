@@ -7,13 +7,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from aorta.cli import main
 from aorta.errors import ExitCode, UsageError
-from aorta.launch import LaunchSpec
+from aorta.launch import LaunchOptions, LaunchSpec, run
 from aorta.launch.slurm import SlurmJob
 
 PROBE = "schema_version: 1\nmode: probe\nticket: SLURM\ntrials: 1\nmitigation_axis: [none]\n"
@@ -50,6 +51,21 @@ def test_dry_run_prints_the_script_without_slurm(capsys: pytest.CaptureFixture[s
     assert "#SBATCH --account=team-a" in lines and "#SBATCH --exclusive" in lines
     assert "-m aorta launch --slurm --in-job" in lines[-1]
     assert not Path("out").exists()  # nothing staged, nothing submitted
+
+
+def test_the_entry_point_picks_slurm_from_the_options_and_returns_the_script() -> None:
+    """The Python face of the same dry run: one frozen LaunchOptions, one call, text back."""
+    events: list[str] = []
+    opts = LaunchOptions(recipe="probe.yaml", output="out", slurm=True, nodes=2, dry_run=True)
+    opts = replace(opts, time_limit="0:30", sbatch_args=("--exclusive",))
+    launched = run(opts, on_event=events.append)
+    assert launched.result is None and launched.exit_code == 0 and not events
+    lines = launched.text.splitlines()
+    assert lines[0] == "#!/bin/bash" and "#SBATCH --nodes=2" in lines
+    assert lines.index("#SBATCH --time=0:30") < lines.index("#SBATCH --exclusive")
+    assert "-m aorta launch --slurm --in-job" in lines[-1] and not Path("out").exists()
+    with pytest.raises(UsageError, match="runs over SSH"):
+        run(replace(opts, container="img:1"))
 
 
 def test_dry_run_still_checks_what_needs_no_slurm(capsys: pytest.CaptureFixture[str]) -> None:

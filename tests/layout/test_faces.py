@@ -9,8 +9,10 @@ import pytest
 
 import aorta
 import aorta.report
+import aorta.run
+import aorta.store
 
-LAZY_FACES = [aorta, aorta.report]
+LAZY_FACES = [aorta, aorta.report, aorta.run, aorta.store]
 
 
 def _type_checking_names(module) -> set[str]:

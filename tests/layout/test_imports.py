@@ -212,3 +212,156 @@ def test_the_direction_check_sees_each_kind_of_import(tmp_path, files, expected)
         (package / name).parent.joinpath("__init__.py").touch()
     order = ["run", "matrix", TOP]
     assert set(upward_imports(package, order)) == expected
+
+
+#: What a workload may import of aorta: the plugin author's face, and its own package's helpers.
+WORKLOAD_FACE = ("aorta.plugins", "aorta.workloads")
+
+
+def workload_reaches(root: Path) -> dict[str, str]:
+    """Every import of aorta by a module of ``root/workloads/`` — at module level or in a
+    function, not under ``TYPE_CHECKING`` — that is neither :mod:`aorta.plugins` nor another
+    workload module: ``"file:line" → imported``. Built-in workloads are written as a
+    third-party one is, through the face (docs/workloads.md)."""
+    mods = _modules(root)
+    found: dict[str, str] = {}
+    for module, path in sorted(mods.items()):
+        if not module.startswith("aorta.workloads"):
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        guarded = {
+            id(n)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+            for n in ast.walk(node)
+        }
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.Import, ast.ImportFrom)) or id(node) in guarded:
+                continue
+            for target in _targets(module, path, node, mods):
+                if target != "aorta" and not target.startswith(WORKLOAD_FACE):
+                    rel = path.relative_to(root.parent).as_posix()
+                    found[f"{rel}:{node.lineno}"] = target
+            if isinstance(node, ast.ImportFrom) and node.module == "aorta" and not node.level:
+                for alias in node.names:  # `from aorta import errors`: a module past the face
+                    rel = path.relative_to(root.parent).as_posix()
+                    found[f"{rel}:{node.lineno}"] = f"aorta.{alias.name}"
+    return found
+
+
+def test_workloads_import_only_the_plugin_face():
+    found = workload_reaches(PACKAGE)
+    assert not found, (
+        "a built-in workload imports aorta past aorta.plugins (export what it needs there, so a "
+        f"third-party workload can do the same): {found}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("source", "reaches"),
+    [
+        ("from aorta.plugins import Workload\n", set()),
+        ("from aorta.workloads.helper import x\n", set()),
+        ("from .helper import x\n", set()),
+        ("from aorta.run.ranks import init_process_group\n", {"aorta.run.ranks"}),
+        ("import aorta.run.ranks\n", {"aorta.run.ranks"}),
+        ("from aorta import envvars\n", {"aorta.envvars"}),
+        ("from ..run import ranks\n", {"aorta.run.ranks"}),
+        ("def f():\n    from aorta.store import rundir\n", {"aorta.store.rundir"}),
+        (
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from aorta.run.ranks import X\n",
+            set(),
+        ),
+    ],
+)
+def test_the_workload_check_sees_each_kind_of_import(tmp_path, source, reaches):
+    package = tmp_path / "aorta"
+    files = {
+        "__init__.py": "",
+        "plugins.py": "",
+        "envvars.py": "",
+        "run/__init__.py": "",
+        "run/ranks.py": "",
+        "store/__init__.py": "",
+        "store/rundir.py": "",
+        "workloads/__init__.py": "",
+        "workloads/helper.py": "x = 1\n",
+        "workloads/mine.py": source,
+    }
+    for name, text in files.items():
+        (package / name).parent.mkdir(parents=True, exist_ok=True)
+        (package / name).write_text(text)
+    assert set(workload_reaches(package).values()) == reaches
+
+
+#: Modules the CLI may import past their package's face, each named after a function of its own
+#: that a face attribute would shadow once the module loads (the comment at the import says so).
+CLI_PAST_THE_FACE = {"aorta.run.prepare", "aorta.trace.summary"}
+
+
+def cli_reaches(root: Path) -> dict[str, str]:
+    """Every import by a module of ``root/cli/`` (module level or in a function, not under
+    ``TYPE_CHECKING``) of a module inside another package, past the package's face:
+    ``"file:line" → imported``. ``aorta``, ``aorta.<package>`` and the top-level modules are
+    faces; :data:`CLI_PAST_THE_FACE` are the documented exceptions."""
+    mods = _modules(root)
+    found: dict[str, str] = {}
+    for module, path in sorted(mods.items()):
+        if not module.startswith("aorta.cli"):
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        guarded = {
+            id(n)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+            for n in ast.walk(node)
+        }
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.Import, ast.ImportFrom)) or id(node) in guarded:
+                continue
+            for target in _targets(module, path, node, mods):
+                parts = target.split(".")
+                past = len(parts) > 2 and parts[1] != "cli"
+                if past and target not in CLI_PAST_THE_FACE:
+                    found[f"{path.relative_to(root.parent).as_posix()}:{node.lineno}"] = target
+    return found
+
+
+def test_the_cli_imports_package_faces():
+    found = cli_reaches(PACKAGE)
+    assert not found, (
+        "the CLI imports a package's module, not its face (export the name from the package; "
+        f"where a face would be wrong, add it to CLI_PAST_THE_FACE and say why there): {found}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("source", "reaches"),
+    [
+        ("from aorta.launch import run\n", set()),
+        ("from aorta import envvars\n", set()),
+        ("from ._options import option\n", set()),
+        ("from aorta.launch.slurm import SlurmJob\n", {"aorta.launch.slurm"}),
+        ("from aorta.launch import slurm\n", {"aorta.launch.slurm"}),
+        ("def f():\n    import aorta.launch.slurm\n", {"aorta.launch.slurm"}),
+        (
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from aorta.launch.slurm import X\n",
+            set(),
+        ),
+    ],
+)
+def test_the_cli_check_sees_each_kind_of_import(tmp_path, source, reaches):
+    package = tmp_path / "aorta"
+    files = {
+        "__init__.py": "",
+        "envvars.py": "",
+        "launch/__init__.py": "",
+        "launch/slurm.py": "",
+        "cli/__init__.py": "",
+        "cli/_options.py": "",
+        "cli/mine.py": source,
+    }
+    for name, text in files.items():
+        (package / name).parent.mkdir(parents=True, exist_ok=True)
+        (package / name).write_text(text)
+    assert set(cli_reaches(package).values()) == reaches

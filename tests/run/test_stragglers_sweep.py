@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 import aorta
+from aorta.plugins import CommClock, straggler_delay
 from aorta.report.matrix_files import write_matrix
 from aorta.report.page.write import html
-from aorta.workloads.comm_wait import CommClock, straggler_delay
 from tests.processes import only_run_dir, torchrun
 
 # 4 trials x 2 ranks, tiny collectives: the 25 ms sleep is most of each iteration, so the other
