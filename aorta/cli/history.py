@@ -55,8 +55,8 @@ def history(
     changes between the runs on either side, and a regression gate on the newest run."""
     if roots and roots[0] == "bless":
         return _bless(roots[1:])
-    from aorta.matrix.history import HistoryMetric
-    from aorta.matrix.series import analyze
+    from aorta.matrix import HistoryMetric
+    from aorta.matrix import analyze_history as analyze
 
     if metric not in ("step_time_ms", "wall_clock_s"):
         raise UsageError(
@@ -66,13 +66,13 @@ def history(
     found = analyze(roots, metric=chosen, alpha=0.05 if alpha is None else alpha)
     doc = found.to_json()
     if html:
-        from aorta.report.page.history import write_history_html
+        from aorta.report import write_history_html
 
         doc["html"] = str(write_history_html(found, Path(roots[0])))
     if as_json:
         print(json.dumps(doc, indent=2, ensure_ascii=False))
     else:
-        from aorta.report.history import history_text
+        from aorta.report import history_text
 
         print(history_text(doc))
         if html:
@@ -85,7 +85,7 @@ def history(
 def _bless(runs: list[str]) -> int:
     if len(runs) != 1:
         raise UsageError("aorta history bless takes one run directory")
-    from aorta.store.history import bless
+    from aorta.store import bless
 
     path = bless(runs[0])
     print(f"blessed {Path(runs[0]).absolute().name}: {path}")

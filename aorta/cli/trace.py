@@ -186,13 +186,13 @@ def memory(
 ) -> int:
     """Memory per device from the trace's [memory] events (profile_memory=True): peaks
     allocated and reserved, allocations and frees, the op running at the peak."""
-    from aorta.trace.memory import memory_report
+    from aorta.trace import memory_report
 
     if not path.is_file():
         raise UsageError(f"{path}: not a trace file (one rank's .json or .json.gz)")
     report = memory_report(path)
     if plot is not None:
-        from aorta.plot.trace import memory_timeline
+        from aorta.plot import memory_timeline
 
         memory_timeline(report).savefig(plot, dpi=120)
     if as_json:
@@ -210,7 +210,7 @@ def _memory_text(report: Any) -> str:
             f"{report.path}: no [memory] events — profile with "
             "torch.profiler.profile(profile_memory=True) to record allocations"
         )
-    from aorta.matrix.rank_causes import format_bytes
+    from aorta.matrix import format_bytes
 
     lines = [f"{report.path}: {len(report.steps)} profiled step(s)"]
     for row in report.devices.to_dict("records"):

@@ -13,6 +13,16 @@ netCDF), :mod:`~aorta.matrix.trace_metrics`, :mod:`~aorta.matrix.load` (run dire
 
 from aorta.matrix.accessor import AortaAccessor
 from aorta.matrix.compare import gate_regressions
+from aorta.matrix.history import HistoryMetric
 from aorta.matrix.options import StatsOptions
+from aorta.matrix.rank_causes import format_bytes
+from aorta.matrix.series import analyze as analyze_history
 
-__all__ = ["AortaAccessor", "StatsOptions", "gate_regressions"]
+__all__ = [
+    "AortaAccessor",
+    "HistoryMetric",
+    "StatsOptions",
+    "analyze_history",
+    "format_bytes",
+    "gate_regressions",
+]

@@ -27,7 +27,14 @@ from aorta.matrix.accessor import register_figures
 from .matrix import VERDICT_COLORS, failure_rates, ratio_forest, step_distributions, step_series
 from .roofline import FAMILY_COLORS, roofline
 from .style import PALETTE, aorta_style
-from .trace import collective_bandwidth, gemm_tflops, gpu_breakdown, straggler_heatmap, timeline
+from .trace import (
+    collective_bandwidth,
+    gemm_tflops,
+    gpu_breakdown,
+    memory_timeline,
+    straggler_heatmap,
+    timeline,
+)
 from .trace_matrix import BREAKDOWN_COLORS, exposed_comm_vs_step, time_breakdown
 from .waterfall import waterfall
 
@@ -42,6 +49,7 @@ __all__ = [
     "failure_rates",
     "gemm_tflops",
     "gpu_breakdown",
+    "memory_timeline",
     "ratio_forest",
     "roofline",
     "step_distributions",

@@ -32,12 +32,14 @@ __all__ = [
     "format_plan",
     "format_review",
     "format_summary",
+    "history_text",
     "html",
     "on_login_node",
     "plan_to_dict",
     "run_findings",
     "statistics_line",
     "summary_to_dict",
+    "write_history_html",
     "write_report",
 ]
 
@@ -62,6 +64,8 @@ _LAZY = {
     "statistics_line": "aorta.report.comparison",
     "write_report": "aorta.report.report_dir",
     "format_review": "aorta.report.bundle",
+    "write_history_html": "aorta.report.page.history",
+    "history_text": "aorta.report.history",
 }
 
 if TYPE_CHECKING:  # the same names for type checkers; loaded on first access at run time
@@ -86,7 +90,9 @@ if TYPE_CHECKING:  # the same names for type checkers; loaded on first access at
         findings_lines,
         run_findings,
     )
+    from aorta.report.history import history_text
     from aorta.report.launch_text import dry_run_lines, on_login_node
+    from aorta.report.page.history import write_history_html
     from aorta.report.page.write import compare_html, html
     from aorta.report.report_dir import write_report
 

@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING, Any
 __all__ = [
     "BUNDLE_MANIFEST",
     "HANG_DIR",
+    "Redactor",
     "RunDir",
+    "bless",
     "plan_bundle",
     "snapshot",
     "write_bundle",
@@ -27,11 +29,15 @@ _LAZY = {
     "plan_bundle": "aorta.store.bundle",
     "write_bundle": "aorta.store.bundle",
     "snapshot": "aorta.store.hostenv",
+    "Redactor": "aorta.store.redact",
+    "bless": "aorta.store.history",
 }
 
 if TYPE_CHECKING:  # the same names for type checkers; loaded on first access at run time
     from aorta.store.bundle import plan_bundle, write_bundle
+    from aorta.store.history import bless
     from aorta.store.hostenv import snapshot
+    from aorta.store.redact import Redactor
     from aorta.store.rundir import BUNDLE_MANIFEST, HANG_DIR, RunDir
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from .classify import GPU_CLASSES, Rule, Rules, default_rules
 from .diff import diff, normalize_kernel_name
 from .loader import load, trace_files
+from .memory import memory_report
 from .merge import MergeReport, merge
 from .model import GpuOps, RankInfo, Trace
 from .tracelens import TraceLensReport, read_tracelens
@@ -28,6 +29,7 @@ __all__ = [
     "default_rules",
     "diff",
     "load",
+    "memory_report",
     "merge",
     "normalize_kernel_name",
     "read_tracelens",
