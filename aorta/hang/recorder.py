@@ -198,7 +198,10 @@ def _decimal(text: str) -> bool:
 def _done(entry: Mapping[str, Any]) -> bool:
     # gloo never leaves "scheduled"; a retired entry finished (or failed) either way. NCCL's
     # pickles write the flag as the string "True".
-    return entry.get("state") == "completed" or entry.get("retired") in (True, "True")
+    if entry.get("state") == "completed":
+        return True
+    retired = entry.get("retired")
+    return retired is True or (type(retired) is str and retired == "True")
 
 
 def flag(value: object) -> bool:
@@ -306,7 +309,8 @@ def read_recorder(fr: Mapping[str, Any]) -> RankRecorder:
             seen.add((pg_id, name))
             pg_names[str(pg_id)] = name
             view.pg_ids.add(str(pg_id))
-        if flag(entry.get("is_p2p")):
+        p2p = entry.get("is_p2p")
+        if p2p is True or (type(p2p) is str and p2p == "True"):  # flag(), inline: per entry
             if not _done(entry):
                 _add_p2p(view, entry)
             continue
