@@ -289,7 +289,7 @@ class TrialRunner:
                 f"killed {left} process(es) the trial left running outside its process group "
                 "(setsid or a daemon)"
             )
-        wall = time.monotonic() - t0
+        wall = _wall_clock(outcome, time.monotonic() - t0)
         if self.recipe.collect_paths:
             outcome.warnings.extend(self._collect_paths(overlay, art))
         found = self._classify(outcome, ctx, art, wall, captured=bool(capture.evidence))
@@ -382,3 +382,18 @@ class TrialRunner:
             artifacts=artifacts or {},
             **fields,
         )
+
+
+def _wall_clock(outcome: Outcome, engine_s: float) -> float:
+    """A trial's ``wall_clock_s``: its own process's start-to-exit time — the command's
+    (``command`` workload), else the worker's (isolation ``process``) — each timed by the
+    kernel's exit notice (:func:`aorta.run.procs.wait_exit`); in process, the engine's clock
+    around the trial (``engine_s``).
+
+    >>> _wall_clock(Outcome(TrialStatus.OK), 0.5)
+    0.5
+    """
+    res = outcome.result
+    if res is not None and res.wall_clock_s is not None:
+        return res.wall_clock_s
+    return outcome.wall_s if outcome.wall_s is not None else engine_s

@@ -465,7 +465,11 @@ class _Sweep:
             [o for o in outcomes if o is not None], self.dist.world_size
         )
         order, self._next_order = self._next_order, self._next_order + 1
-        return self._record(key, merged, started, time.monotonic() - t0, order)
+        # The trial's clock is its processes' own (the slowest rank's), not this loop's, which
+        # adds the gather and the rendezvous (aorta.run.runner._wall_clock).
+        walls = [o.wall_clock_s for o in outcomes if o is not None and o.wall_clock_s is not None]
+        wall = max(walls) if walls else time.monotonic() - t0
+        return self._record(key, merged, started, wall, order)
 
     def _say_new_warnings(self, record: TrialRecord) -> None:
         # Loud once (unknown config keys, cleanup errors…), recorded in every record.
