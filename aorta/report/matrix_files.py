@@ -49,7 +49,8 @@ from aorta.report.comparison import (
 from aorta.report.findings import finding_json, findings_markdown
 from aorta.report.upstream import with_upstream_keys
 from aorta.store.redact import Redactor
-from aorta.store.rundir import MATRIX_JSON, MATRIX_MD, RunDir
+from aorta.store.record import TrialRecord
+from aorta.store.rundir import MATRIX_JSON, MATRIX_MD, WARMUP_TRIAL, RunDir, trial_relpath
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -67,6 +68,7 @@ __all__ = [
     "signature_markdown",
     "trace_json",
     "trace_markdown",
+    "warmup_json",
     "write_matrix",
 ]
 
@@ -139,6 +141,7 @@ def write_matrix(
     summary = summarize(ds, options=opts)
     traces = trace_summary(ds, options=opts) if has_traces(ds) else None
     header = matrix_header(ds, run_dir=rd.path, status=status)
+    header["warmup"] = [warmup_json(rec) for rec in rd.warmup_records()]
     sigs = failure_signatures(ds)
     redactor = Redactor.of_run(rd)  # what leaves the run is redacted with its knowledge
     data = matrix_json(summary, ds, header=header, traces=traces, signatures=sigs)
@@ -174,6 +177,23 @@ def matrix_header(
 
 
 # --- matrix.json -----------------------------------------------------------------------------
+
+
+def warmup_json(record: TrialRecord) -> dict[str, Any]:
+    """What the matrix files say of a discarded warm-up trial: its cell, status, clock and
+    record (``cells/<cell>/warmup.json``).
+
+    >>> from aorta.store.record import TrialRecord, TrialStatus
+    >>> rec = TrialRecord(cell="b", cell_id="x", trial=-1, status=TrialStatus.OK, passed=True, wall_clock_s=0.5)
+    >>> warmup_json(rec)["record"]
+    'cells/b/warmup.json'
+    """
+    return {
+        "cell": record.cell,
+        "status": record.status.value,
+        "wall_clock_s": _finite(record.wall_clock_s),
+        "record": trial_relpath(record.cell, WARMUP_TRIAL),
+    }
 
 
 def _finite(v: Any) -> float | None:
@@ -474,6 +494,14 @@ def _run_lines(header: Mapping[str, Any], attrs: Mapping[str, Any]) -> list[str]
     lines = []
     if header.get("schedule"):
         lines.append(f"- schedule: {header['schedule']}")
+    for w in header.get("warmup") or []:
+        wall = w.get("wall_clock_s")
+        lines.append(
+            f"- warm-up: one trial of `{w['cell']}` ran first and was discarded — not in any "
+            f"count or statistic ({w['status']}"
+            + (f", {wall:.3f} s" if isinstance(wall, float) else "")
+            + f"): `{w['record']}`"
+        )
     for ext in header.get("extensions") or []:
         cells = ", ".join(ext.get("cells") or []) or "all cells"
         # An adaptive run's verdicts are anytime-valid: raising its cap after looking is

@@ -61,7 +61,7 @@ from aorta.store.hostenv import snapshot
 from aorta.store.record import RankOutcome, TrialRecord, TrialStatus, merge_ranks
 from aorta.store.redact import Redactor, harvest_secrets, record_secrets
 from aorta.store.retention import retain_trial
-from aorta.store.rundir import RunDir, utc_now
+from aorta.store.rundir import WARMUP_TRIAL, RunDir, utc_now
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -464,7 +464,9 @@ class _Sweep:
         merged["forensics"] = forensics.incident(
             [o for o in outcomes if o is not None], self.dist.world_size
         )
-        order, self._next_order = self._next_order, self._next_order + 1
+        order: int | None = None
+        if key.trial != WARMUP_TRIAL:  # the warm-up is not in the run's order
+            order, self._next_order = self._next_order, self._next_order + 1
         # The trial's clock is its processes' own (the slowest rank's), not this loop's, which
         # adds the gather and the rendezvous (aorta.run.runner._wall_clock).
         walls = [o.wall_clock_s for o in outcomes if o is not None and o.wall_clock_s is not None]
@@ -518,6 +520,7 @@ class _Sweep:
         order = self.plan.order()
         sequential = self.plan.schedule == "sequential"
         try:
+            self._warmup(done)
             for seq, key in enumerate(order):
                 self._one(seq, key)
                 nxt = order[seq + 1] if seq + 1 < len(order) else None
@@ -591,6 +594,28 @@ class _Sweep:
             rank=self.dist.rank,
             shared=shared,
         )
+
+    def _warmup(self, done: dict[tuple[str, int], TrialRecord]) -> None:
+        """With ``warmup`` (the default), one trial of the baseline runs before the schedule's
+        first and is discarded: written as ``warmup.json``, never a ``trial_*`` the statistics
+        read, and without a ``run_order``. A resumed run with trials left warms up again."""
+        if not self.recipe.warmup:
+            return
+        left = self.coord.share(
+            "warmup/decision",
+            lambda: len(done) < self.plan.n_trials,
+            timeout_s=self.wait_s,
+        )
+        if not left:
+            return
+        if self.writer:
+            self.rd.drop_warmup()
+        key = TrialKey(self.plan.cell(self.plan.baseline), WARMUP_TRIAL)
+        record = self.run_trial(WARMUP_TRIAL, key)
+        if record is not None:
+            record = self.redactor.record(record)
+            record = retain_trial(self.rd, record, self.recipe.retain)
+            self.rd.write_trial(record)
 
     def _one(self, seq: int, key: TrialKey) -> None:
         """Trial ``seq`` of the schedule: rank 0 decides, every rank runs its part."""
