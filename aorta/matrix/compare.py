@@ -231,8 +231,11 @@ def _frame(
             row.update(
                 delta=res.delta,
                 ratio=res.ratio,
-                ratio_ci_low=res.ci_low,
-                ratio_ci_high=res.ci_high,
+                # The interval every output shows is the one the band verdict was judged on
+                # (1 - alpha / m): one interval, one level (attrs ci_level), never a 95% CI
+                # beside a verdict read from a 97.5% one.
+                ratio_ci_low=res.band_ci_low,
+                ratio_ci_high=res.band_ci_high,
                 band_ci_low=res.band_ci_low,
                 band_ci_high=res.band_ci_high,
                 band_ci_level=res.band_ci_level,
@@ -274,6 +277,7 @@ def _attrs(
     alpha, stat = opts.alpha, opts.stat
     level = alpha / max(family, 1)
     judged = [v for v in band_levels or [] if math.isfinite(v)]
+    band_level = judged[0] if judged else 1 - alpha / max(family, 1)
     value = f"{stat} of post-warm-up steps" if metric == "step_time_ms" else f"{metric} per trial"
     if "ranks" in values.attrs:
         value += f", {values.attrs['ranks']}"
@@ -284,7 +288,10 @@ def _attrs(
         "trials": opts.trials,
         "baseline": baseline,
         "alpha": alpha,
-        "ci_level": 1 - alpha,
+        # The level of the one interval shown (ratio_ci_*), which is the band's.
+        "ci_level": band_level,
+        # The failure rates' Wilson intervals stay at 1 - alpha.
+        "failure_ci_level": 1 - alpha,
         "threshold": threshold,
         "band": [1 / threshold, threshold],
         "seed": opts.seed,
@@ -296,7 +303,7 @@ def _attrs(
         ),
         "failure_test": "Boschloo's exact test, two-sided",
         "adjustment": "Holm",
-        "band_ci_level": judged[0] if judged else 1 - alpha / max(family, 1),
+        "band_ci_level": band_level,
         "min_timed": stats.MIN_TIMED,
         "family_size": family,
         "min_trials": stats.trials_for_level(level),

@@ -37,6 +37,7 @@ from aorta.matrix.trace_summary import BREAKDOWN_PARTS, has_traces, trace_summar
 from aorta.report.comparison import (
     comparison_json,
     failures_text,
+    level_text,
     markdown_table,
     ms_text,
     p_text,
@@ -48,8 +49,8 @@ from aorta.report.comparison import (
 )
 from aorta.report.findings import finding_json, findings_markdown
 from aorta.report.upstream import with_upstream_keys
-from aorta.store.redact import Redactor
 from aorta.store.record import TrialRecord
+from aorta.store.redact import Redactor
 from aorta.store.rundir import MATRIX_JSON, MATRIX_MD, WARMUP_TRIAL, RunDir, trial_relpath
 
 if TYPE_CHECKING:
@@ -267,6 +268,7 @@ def _cell_json(
         "mean_step_ms": _finite(row["mean_step_ms"]),
         "step_source": str(row["step_source"]),
         "confound": str(row["confound"]),
+        "confound_text": str(row.get("confound_text", row["confound"])),
         "statuses": statuses,
         "trials": trials,
         "n_timed": int(row["n_timed"]),
@@ -580,7 +582,13 @@ def matrix_markdown(
         lines.append(statistics_line(attrs))
     threshold = float(attrs.get("threshold") or header.get("threshold") or DEFAULT_THRESHOLD)
     head = ["cell", "mitigations", "env", "trials", "failure rate", "failures", "errors"]
-    head += ["mean step (ms)", "step source", "confound", f"ratio [{level:.0%} CI]", "p_adj"]
+    head += [
+        "mean step (ms)",
+        "step source",
+        "confound",
+        f"ratio [{level_text(level)} CI]",
+        "p_adj",
+    ]
     head.append("verdict")
     if signed:
         head.append("top failure")
@@ -595,7 +603,7 @@ def matrix_markdown(
             str(int(r["n_errors"])),
             _mean_step_text(r),
             str(r["step_source"]),
-            str(r["confound"]),
+            str(r.get("confound_text", r["confound"])),
             ratio_text(r),
             p_text(r["p_adj"]),
             _verdict_cell(r, threshold),
@@ -637,7 +645,7 @@ def trace_markdown(summary: pd.DataFrame) -> str:
     level = float(attrs.get("ci_level", 0.95))
     which = str(attrs.get("trial_value", "")).partition(", ")[2] or "per trial"
     head = ["cell", "traced trials", "source", "computation", "exposed comm", "idle"]
-    head += [f"exposed comm ratio [{level:.0%} CI]", "p_adj", "verdict"]
+    head += [f"exposed comm ratio [{level_text(level)} CI]", "p_adj", "verdict"]
     body = [
         [
             str(cell),

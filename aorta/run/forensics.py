@@ -619,7 +619,6 @@ class Capture:
         self.evidence.append(evidence)
 
 
-
 def _sizes(paths: Sequence[Path]) -> dict[str, int]:
     """Each existing file's size now, by path."""
     out = {}
@@ -627,6 +626,7 @@ def _sizes(paths: Sequence[Path]) -> dict[str, int]:
         with contextlib.suppress(OSError):
             out[str(p)] = p.stat().st_size
     return out
+
 
 _ACTIVE: contextvars.ContextVar[Capture | None] = contextvars.ContextVar(
     "aorta_capture", default=None

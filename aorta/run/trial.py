@@ -471,9 +471,7 @@ def _worker_outcome(
             main_work_started=phase == "run",
         )
     code = finished.returncode
-    how = (
-        f"killed by {_signal_name(code)}" if code is not None and code < 0 else f"exited {code}"
-    )
+    how = f"killed by {_signal_name(code)}" if code is not None and code < 0 else f"exited {code}"
     tail = _tail(stderr)
     detail = f"{how}" + (f" — {tail}" if tail else "")
     status = {"run": TrialStatus.WORKLOAD_FAILED, "setup": TrialStatus.SETUP_FAILED}.get(

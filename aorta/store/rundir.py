@@ -47,9 +47,9 @@ from aorta.errors import AortaError, UsageError
 from aorta.store.record import TrialRecord
 
 __all__ = [
+    "WARMUP_TRIAL",
     "RunDir",
     "RunLocked",
-    "WARMUP_TRIAL",
     "atomic_write",
     "evidence_name",
     "gpu_evidence_name",

@@ -20,6 +20,7 @@ import numpy as np
 from aorta import plot
 from aorta.report.comparison import (
     is_missing,
+    level_text,
     ms_text,
     p_text,
     percent_text,
@@ -122,7 +123,7 @@ def _cells_section(a: RunSide, b: RunSide, df: pd.DataFrame) -> Section:
         Cell("B failures", cls="num"),
         Cell(f"A median{u}", cls="num"),
         Cell(f"B median{u}", cls="num"),
-        Cell(f"B / A [{level:.0%} CI]", cls="num"),
+        Cell(f"B / A [{level_text(level)} CI]", cls="num"),
         Cell("p_adj", cls="num"),
         "verdict",
     ]
