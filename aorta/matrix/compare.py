@@ -17,6 +17,7 @@ import pandas as pd
 from aorta.errors import IncompleteMatrix
 from aorta.matrix import sequential as seq
 from aorta.matrix import stats
+from aorta.matrix.hangs import hang_incidents
 from aorta.matrix.options import StatsOptions, stats_options
 from aorta.matrix.select import band_threshold, check_dims, outcomes, trial_values
 
@@ -84,6 +85,9 @@ COLUMNS: tuple[str, ...] = (
     "band",
     "trials_needed",
     "note",
+    # Who hung and where, over the cell's hung trials (aorta.matrix.hangs): in the frame, so
+    # matrix.md, `aorta compare`, the report and the console read one line, computed once.
+    "hang_incident",
 )
 
 #: The columns :func:`compare` adds with ``sequential=True``.
@@ -474,7 +478,7 @@ def compare(
             attrs=_attrs(opts, **described, resamples=0, family=len(others)),
         )
         df.attrs.update(drift(ds, values.sel(cell=baseline), alpha=opts.alpha))
-        return df
+        return _with_hangs(df, ds)
     results = _compare_groups(groups, [(i, b) for i in others], thr, opts)
     by_index = dict(zip(others, results, strict=True))
     family = sum(1 for r in results if not math.isnan(r.p))
@@ -491,6 +495,14 @@ def compare(
     df.attrs.update(drift(ds, values.sel(cell=baseline), alpha=opts.alpha))
     if signature is not None:
         df.attrs["signature"] = signature
+    return _with_hangs(df, ds)
+
+
+def _with_hangs(df: pd.DataFrame, ds: xr.Dataset) -> pd.DataFrame:
+    """``df`` with each cell's ``hang_incident`` (``""`` where it did not hang or nothing was
+    captured): :func:`aorta.matrix.hangs.hang_incidents` of ``ds``, the cells' run."""
+    incidents = hang_incidents(ds)
+    df["hang_incident"] = [incidents[c].line() if c in incidents else "" for c in df.index]
     return df
 
 
@@ -694,7 +706,7 @@ def compare_runs(
         baseline="run A (same cell)",
         band_levels=[r.band_ci_level for r in results],
     )
-    return df
+    return _with_hangs(df, b_sel)
 
 
 def drift(

@@ -39,7 +39,6 @@ import pandas as pd
 import xarray as xr
 
 from aorta.matrix.compare import compare
-from aorta.matrix.hangs import hang_incidents
 from aorta.matrix.options import StatsOptions, stats_options
 from aorta.matrix.select import band_threshold, check_dims, outcomes, trial_values
 from aorta.matrix.stragglers import with_stragglers
@@ -75,7 +74,6 @@ MATRIX_COLUMNS: tuple[str, ...] = (
     "confound_text",
     "p95_ratio",
     "stalls",
-    "hang_incident",
 )
 
 
@@ -156,7 +154,9 @@ def summarize(
     assert baseline is not None  # compare() refused a baseline that is not one of the cells
     b = cells.index(baseline)
     base = df.iloc[b]
-    tags = [confound_tag(df.iloc[i], base, is_baseline=i == b, threshold=thr) for i in range(len(cells))]
+    tags = [
+        confound_tag(df.iloc[i], base, is_baseline=i == b, threshold=thr) for i in range(len(cells))
+    ]
     df["confound"] = [tag for tag, _ in tags]
     df["confound_text"] = [confound_text(tag, ratio, threshold=thr) for tag, ratio in tags]
     df["p95_ratio"] = np.nan
@@ -170,9 +170,7 @@ def summarize(
             & (df["band"] != "beyond band")
             & (df["difference"] != "baseline")
         )
-    # Who hung, and where: the cell's commonest incident over its hung trials, in one line.
-    incidents = hang_incidents(ds)
-    df["hang_incident"] = [incidents[c].line() if c in incidents else "" for c in cells]
+    # Who hung, and where (the cell's commonest incident, one line): compare's hang_incident.
     return with_stragglers(df, ds, threshold=thr)
 
 
