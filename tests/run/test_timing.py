@@ -12,6 +12,7 @@ import pytest
 from aorta.recipe.schema import load_recipe_text
 from aorta.run import procs
 from aorta.run.sweep import sweep
+from aorta.store.rundir import WARMUP_TRIAL, RunDir
 
 
 def test_wait_exit_wakes_at_the_exit_not_at_a_poll():
@@ -62,3 +63,17 @@ def test_an_a_a_sweep_of_a_short_command_is_timed_below_a_millisecond(tmp_path: 
     # The command's own time, which the workload also reports as its elapsed time.
     for r in result.records:
         assert r.elapsed_sec == pytest.approx(r.wall_clock_s)
+    # The discarded warm-up ran first, as the baseline's warmup.json: not a trial_*.json,
+    # not in the run's order, and named in matrix.md.
+    rd = RunDir(result.run_dir)
+    (warm,) = rd.warmup_records()
+    assert warm.cell == "a" and warm.trial == WARMUP_TRIAL and warm.run_order is None
+    assert sorted(r.run_order for r in result.records) == list(range(12))
+    assert len(list(rd.trial_records())) == 12
+    assert (
+        "warm-up: one trial of `a` ran first and was discarded"
+        in (result.run_dir / "matrix.md").read_text()
+    )
+    assert warm.started_at is not None and min(r.started_at or "" for r in result.records) > (
+        warm.started_at
+    )
