@@ -598,8 +598,9 @@ class _Sweep:
     def _warmup(self, done: dict[tuple[str, int], TrialRecord]) -> None:
         """With ``warmup`` (the default), one trial of the baseline runs before the schedule's
         first and is discarded: written as ``warmup.json``, never a ``trial_*`` the statistics
-        read, and without a ``run_order``. A resumed run with trials left warms up again."""
-        if not self.recipe.warmup:
+        read, and without a ``run_order``. A resumed run with trials left warms up again. A
+        run of one cell has no other cell for a cold first trial to bias: no warm-up."""
+        if not self.recipe.warmup or len(self.plan.cells) < 2:
             return
         left = self.coord.share(
             "warmup/decision",
