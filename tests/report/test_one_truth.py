@@ -127,3 +127,15 @@ def test_every_output_says_the_same_about_each_cell(run, run_cli):
     assert slow["verdict"] in page and CULPRIT in page and "nan_inf_loss" in page
     assert f"{slow['ratio']:.3g} [{lo:.3g}, {hi:.3g}]" in page and f"ratio [{pct} CI]" in page
     assert row["confound"] in page and "no effect" not in page
+
+
+def test_the_two_run_page_names_the_culprit_compare_does(run, run_cli, tmp_path):
+    b = Path(shutil.copytree(run, tmp_path / "b"))
+    code, out, _ = run_cli("compare", run, b, "--json")
+    assert code == 0
+    (flaky,) = [c for c in json.loads(out)["cells"] if c["cell"] == "flaky"]
+    assert CULPRIT in flaky["hang_incident"]
+    code, _, err = run_cli("report", run, b, "--html")
+    assert code == 0, err
+    (page,) = (b / "report").glob("compare_*.html")
+    assert flaky["hang_incident"] in _plain(page.read_text())

@@ -146,6 +146,12 @@ def _cells_section(a: RunSide, b: RunSide, df: pd.DataFrame) -> Section:
         f'<p class="stats">{esc(statistics_line(df.attrs).removeprefix("- "))}</p>',
         table(head, rows, filterable=len(rows) > 8),
     ]
+    # Who hung in B, and where: the comparison frame's own line, as matrix.md and compare say it.
+    incidents = df["hang_incident"] if "hang_incident" in df.columns else {}
+    hung = [(str(c), str(v)) for c, v in dict(incidents).items() if v]
+    if hung:
+        items = "".join(f"<li><code>{esc(c)}</code>: {esc(v)}</li>" for c, v in hung)
+        body.append(f'<p class="note">Hangs in B (taken before the kill):</p><ul>{items}</ul>')
     return Section("cells", "Cells", "\n".join(body))
 
 
