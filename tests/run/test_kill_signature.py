@@ -51,7 +51,8 @@ def test_a_hung_trial_is_a_hang_not_the_traceback_it_printed_when_killed(tmp_pat
 
 
 @pytest.mark.slow
-def test_a_trial_killed_at_its_deadline_is_signed_deadline(tmp_path):
-    record = _one(tmp_path, "timeout_per_trial: 3\n", "in_process")
+@pytest.mark.parametrize("isolation", ["in_process", "process"])
+def test_a_trial_killed_at_its_deadline_is_signed_deadline(tmp_path, isolation):
+    record = _one(tmp_path, "timeout_per_trial: 3\n", isolation)
     assert record.status.value == "timeout"
     assert record.signature == "deadline", record.signature_line
