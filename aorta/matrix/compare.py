@@ -17,6 +17,7 @@ import pandas as pd
 from aorta.errors import IncompleteMatrix
 from aorta.matrix import sequential as seq
 from aorta.matrix import stats
+from aorta.matrix.hangs import hang_incidents
 from aorta.matrix.options import StatsOptions, stats_options
 from aorta.matrix.select import band_threshold, check_dims, outcomes, trial_values
 
@@ -84,6 +85,9 @@ COLUMNS: tuple[str, ...] = (
     "band",
     "trials_needed",
     "note",
+    # Who hung and where, over the cell's hung trials (aorta.matrix.hangs): in the frame, so
+    # matrix.md, `aorta compare`, the report and the console read one line, computed once.
+    "hang_incident",
 )
 
 #: The columns :func:`compare` adds with ``sequential=True``.
@@ -231,8 +235,11 @@ def _frame(
             row.update(
                 delta=res.delta,
                 ratio=res.ratio,
-                ratio_ci_low=res.ci_low,
-                ratio_ci_high=res.ci_high,
+                # The interval every output shows is the one the band verdict was judged on
+                # (1 - alpha / m): one interval, one level (attrs ci_level), never a 95% CI
+                # beside a verdict read from a 97.5% one.
+                ratio_ci_low=res.band_ci_low,
+                ratio_ci_high=res.band_ci_high,
                 band_ci_low=res.band_ci_low,
                 band_ci_high=res.band_ci_high,
                 band_ci_level=res.band_ci_level,
@@ -274,6 +281,7 @@ def _attrs(
     alpha, stat = opts.alpha, opts.stat
     level = alpha / max(family, 1)
     judged = [v for v in band_levels or [] if math.isfinite(v)]
+    band_level = judged[0] if judged else 1 - alpha / max(family, 1)
     value = f"{stat} of post-warm-up steps" if metric == "step_time_ms" else f"{metric} per trial"
     if "ranks" in values.attrs:
         value += f", {values.attrs['ranks']}"
@@ -284,7 +292,10 @@ def _attrs(
         "trials": opts.trials,
         "baseline": baseline,
         "alpha": alpha,
-        "ci_level": 1 - alpha,
+        # The level of the one interval shown (ratio_ci_*), which is the band's.
+        "ci_level": band_level,
+        # The failure rates' Wilson intervals stay at 1 - alpha.
+        "failure_ci_level": 1 - alpha,
         "threshold": threshold,
         "band": [1 / threshold, threshold],
         "seed": opts.seed,
@@ -296,7 +307,7 @@ def _attrs(
         ),
         "failure_test": "Boschloo's exact test, two-sided",
         "adjustment": "Holm",
-        "band_ci_level": judged[0] if judged else 1 - alpha / max(family, 1),
+        "band_ci_level": band_level,
         "min_timed": stats.MIN_TIMED,
         "family_size": family,
         "min_trials": stats.trials_for_level(level),
@@ -467,7 +478,7 @@ def compare(
             attrs=_attrs(opts, **described, resamples=0, family=len(others)),
         )
         df.attrs.update(drift(ds, values.sel(cell=baseline), alpha=opts.alpha))
-        return df
+        return _with_hangs(df, ds)
     results = _compare_groups(groups, [(i, b) for i in others], thr, opts)
     by_index = dict(zip(others, results, strict=True))
     family = sum(1 for r in results if not math.isnan(r.p))
@@ -484,6 +495,14 @@ def compare(
     df.attrs.update(drift(ds, values.sel(cell=baseline), alpha=opts.alpha))
     if signature is not None:
         df.attrs["signature"] = signature
+    return _with_hangs(df, ds)
+
+
+def _with_hangs(df: pd.DataFrame, ds: xr.Dataset) -> pd.DataFrame:
+    """``df`` with each cell's ``hang_incident`` (``""`` where it did not hang or nothing was
+    captured): :func:`aorta.matrix.hangs.hang_incidents` of ``ds``, the cells' run."""
+    incidents = hang_incidents(ds)
+    df["hang_incident"] = [incidents[c].line() if c in incidents else "" for c in df.index]
     return df
 
 
@@ -687,7 +706,7 @@ def compare_runs(
         baseline="run A (same cell)",
         band_levels=[r.band_ci_level for r in results],
     )
-    return df
+    return _with_hangs(df, b_sel)
 
 
 def drift(

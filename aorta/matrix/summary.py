@@ -41,7 +41,6 @@ import pandas as pd
 import xarray as xr
 
 from aorta.matrix.compare import compare
-from aorta.matrix.hangs import hang_incidents
 from aorta.matrix.options import StatsOptions, stats_options
 from aorta.matrix.rank_causes import with_rank_causes
 from aorta.matrix.select import band_threshold, check_dims, outcomes, trial_values
@@ -53,7 +52,14 @@ if TYPE_CHECKING:
 
     from aorta.matrix.options import StatsKeywords
 
-__all__ = ["MATRIX_COLUMNS", "STEP_SOURCES", "StepSource", "confound_tag", "summarize"]
+__all__ = [
+    "MATRIX_COLUMNS",
+    "STEP_SOURCES",
+    "StepSource",
+    "confound_tag",
+    "confound_text",
+    "summarize",
+]
 
 #: Where a cell's mean step comes from (``missing``: no source every ok trial has;
 #: ``no_ok_trial``: no trial of the cell ended ok).
@@ -68,9 +74,9 @@ MATRIX_COLUMNS: tuple[str, ...] = (
     "mean_step_ms",
     "step_source",
     "confound",
+    "confound_text",
     "p95_ratio",
     "stalls",
-    "hang_incident",
 )
 
 
@@ -152,10 +158,11 @@ def summarize(
     assert baseline is not None  # compare() refused a baseline that is not one of the cells
     b = cells.index(baseline)
     base = df.iloc[b]
-    df["confound"] = [
-        confound_tag(df.iloc[i], base, is_baseline=i == b, threshold=thr)[0]
-        for i in range(len(cells))
+    tags = [
+        confound_tag(df.iloc[i], base, is_baseline=i == b, threshold=thr) for i in range(len(cells))
     ]
+    df["confound"] = [tag for tag, _ in tags]
+    df["confound_text"] = [confound_text(tag, ratio, threshold=thr) for tag, ratio in tags]
     df["p95_ratio"] = np.nan
     df["stalls"] = False
     if metric == "step_time_ms":
@@ -167,9 +174,7 @@ def summarize(
             & (df["band"] != "beyond band")
             & (df["difference"] != "baseline")
         )
-    # Who hung, and where: the cell's commonest incident over its hung trials, in one line.
-    incidents = hang_incidents(ds)
-    df["hang_incident"] = [incidents[c].line() if c in incidents else "" for c in cells]
+    # Who hung, and where (the cell's commonest incident, one line): compare's hang_incident.
     return with_stragglers(with_rank_causes(df, ds), ds, threshold=thr)
 
 
@@ -230,31 +235,29 @@ def finite_or_none(v: Any) -> float | None:
 def confound_tag(
     row: Mapping[str, Any], base: Mapping[str, Any], *, is_baseline: bool, threshold: float
 ) -> tuple[str, float | None]:
-    """Upstream AORTA's ``confound`` tag of a cell against the baseline, and the ratio of
-    their mean steps (both from trials that ended ok: ``mean_step_ms``).
+    """Upstream AORTA's ``confound`` tag of a cell against the baseline, and the ratio it
+    read: the comparison's own ``ratio`` (cell median / baseline median over the trials that
+    ended ok), the one statistic the verdict uses too — not a ratio of means beside it.
 
     ``(baseline)`` for the baseline; ``did_not_run`` when none of the cell's trials ran and
-    they were not run; ``error`` when none ran and they errored; ``n/a`` when either cell has
-    no mean step (no trial ended ok), their step sources differ, or the times are not per step
-    (a wall-clock ratio is mostly setup); ``speed (+N%)`` when the ratio of mean steps exceeds
+    they were not run; ``error`` when none ran and they errored; ``n/a`` when there is no
+    ratio (no trial ended ok in either), the step sources differ, or the times are not per
+    step (a wall-clock ratio is mostly setup); ``speed (+N%)`` when the ratio exceeds
     ``threshold``; else ``-`` when the cell fails less often than the baseline, and
-    ``no effect`` when it does not.
+    ``no effect`` when it does not (upstream's words: :func:`confound_text` says what they mean).
 
-    >>> base = {"n_ok": 4, "n_failed": 4, "n_errors": 0, "did_not_run": 0, "mean_step_ms": 10.0,
+    >>> base = {"n_ok": 4, "n_failed": 4, "n_errors": 0, "did_not_run": 0, "ratio": 1.0,
     ...         "step_source": "per_step", "failure_rate": 0.5}
-    >>> confound_tag({**base, "mean_step_ms": 12.0}, base, is_baseline=False, threshold=1.15)
+    >>> confound_tag({**base, "ratio": 1.2}, base, is_baseline=False, threshold=1.15)
     ('speed (+20%)', 1.2)
     >>> confound_tag({**base, "n_failed": 0, "failure_rate": 0.0}, base, is_baseline=False, threshold=1.15)
     ('-', 1.0)
-    >>> confound_tag({**base, "n_ok": 0, "mean_step_ms": float("nan"), "step_source": "no_ok_trial"},
+    >>> confound_tag({**base, "n_ok": 0, "ratio": float("nan"), "step_source": "no_ok_trial"},
     ...              base, is_baseline=False, threshold=1.15)
     ('n/a', None)
     """
     ran = int(row["n_ok"]) + int(row["n_failed"])
-    mean, base_mean = finite_or_none(row["mean_step_ms"]), finite_or_none(base["mean_step_ms"])
-    ratio = None
-    if mean is not None and base_mean and row["step_source"] == base["step_source"]:
-        ratio = mean / base_mean
+    ratio = finite_or_none(row["ratio"]) if row["step_source"] == base["step_source"] else None
     if is_baseline:
         return "(baseline)", None
     if ran == 0:
@@ -272,6 +275,25 @@ def confound_tag(
     if rate is not None and base_rate is not None and rate < base_rate:
         return "-", ratio
     return "no effect", ratio
+
+
+def confound_text(tag: str, ratio: float | None, *, threshold: float) -> str:
+    """What a :func:`confound_tag` means, as ``matrix.md``, the console and the report show
+    it: where the cell's median ratio stands against the confound line — never "no effect",
+    which beside a "slower +14%" verdict reads as a contradiction (the line is a threshold,
+    not a test).
+
+    >>> confound_text("no effect", 1.14, threshold=1.15)
+    'below the 1.15 confound line, ×1.14'
+    >>> confound_text("speed (+29%)", 1.29, threshold=1.15)
+    'above the 1.15 confound line, ×1.29'
+    >>> confound_text("n/a", None, threshold=1.15)
+    'n/a'
+    """
+    if ratio is None or tag in ("(baseline)", "n/a", "error", "did_not_run"):
+        return tag
+    side = "above" if tag.startswith("speed") else "below"
+    return f"{side} the {threshold:g} confound line, ×{ratio:.3g}"
 
 
 def _not_run(ds: xr.Dataset, status: np.ndarray) -> np.ndarray:

@@ -199,8 +199,10 @@ def failure_rates(comparison: pd.DataFrame, *, ax: Axes | None = None) -> Figure
             )
         ax.set_xlim(-0.02, 1.1)
         ax.xaxis.set_major_formatter(_percent())
-        level = comparison.attrs.get("ci_level", 0.95)
-        ax.set_xlabel(f"failure rate (failed / passed + failed), {level:.0%} Wilson CI")
+        level = comparison.attrs.get("failure_ci_level", 0.95)
+        ax.set_xlabel(
+            f"failure rate (failed / passed + failed), {float(level) * 100:.4g}% Wilson CI"
+        )
         _dedupe_legend(ax, outside=True)
     return fig
 
@@ -255,7 +257,9 @@ def ratio_forest(comparison: pd.DataFrame, *, ax: Axes | None = None) -> Figure:
             ax.xaxis.set_minor_formatter(_blank())
         level = comparison.attrs.get("ci_level", 0.95)
         units = comparison.attrs.get("metric", "value")
-        ax.set_xlabel(f"ratio of medians to the baseline ({units}), {level:.0%} bootstrap CI")
+        ax.set_xlabel(
+            f"ratio of medians to the baseline ({units}), {float(level) * 100:.4g}% bootstrap CI"
+        )
         _dedupe_legend(ax, outside=True)
     return fig
 

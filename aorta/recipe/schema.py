@@ -556,6 +556,11 @@ class Recipe(_Strict):
     bisect: Bisect | None = None
     #: The run's seed: the interleaved schedule's shuffles.
     seed: int = Field(0, ge=0, le=2**31 - 1)
+    #: Run one trial of the baseline first and discard it (``cells/<baseline>/warmup.json``):
+    #: a cold first trial (page cache, imports, the GPU waking up) would bias whichever cell
+    #: ran first. Not counted in any statistic; matrix.md says it ran. Runs of one cell have
+    #: nothing to bias and skip it.
+    warmup: bool = True
     cells: list[CellSpec] = Field(default_factory=list)
     axes: Axes | None = None
     # probe mode

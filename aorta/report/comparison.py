@@ -40,6 +40,7 @@ __all__ = [
     "comparison_table",
     "failures_text",
     "is_missing",
+    "level_text",
     "markdown_table",
     "ms_text",
     "number_text",
@@ -91,6 +92,15 @@ def ms_text(v: Any) -> str:
     if is_missing(v):
         return "—"
     return f"{v:.3g}" if abs(v) < 100 else f"{v:.0f}"
+
+
+def level_text(level: Any) -> str:
+    """A confidence level as people write it: ``95%``, ``97.5%``, ``98.75%``.
+
+    >>> level_text(0.95), level_text(0.975), level_text(1 - 0.05 / 4)
+    ('95%', '97.5%', '98.75%')
+    """
+    return f"{float(level) * 100:.4g}%"
 
 
 def percent_text(v: Any) -> str:
@@ -264,11 +274,12 @@ def statistics_line(stats: Mapping[str, Any]) -> str:
         )
     return (
         f"- statistics: trial value = {value}{units}, trials that ended {stats.get('trials')}; "
-        f"ratio = cell median / baseline median, {level:.0%} bootstrap CI "
-        f"({stats.get('resamples')} resamples, seed {stats.get('seed')}); "
+        f"ratio = cell median / baseline median, {level_text(level)} bootstrap CI "
+        f"({stats.get('resamples')} resamples, seed {stats.get('seed')}; 1 − α/m over the "
+        "cells with a CI: every interval shown is this one); "
         f"p_adj = Mann–Whitney, Holm over {stats.get('family_size')} cells; "
         f"slower/faster at α = {stats.get('alpha')}; band [{band[0]:.3g}, {band[1]:.3g}] judged "
-        f"on the {float(stats.get('band_ci_level', level)):.2%} CI, from "
+        f"on that CI, from "
         f"{stats.get('min_timed')} timed trials per group; "
         f"below {stats.get('min_trials')} trials per cell no test can reach significance; "
         "failures (workload, hang, crash): Boschloo's exact test, Holm-adjusted"

@@ -37,6 +37,7 @@ from aorta.matrix.trace_summary import BREAKDOWN_PARTS, has_traces, trace_summar
 from aorta.report.comparison import (
     comparison_json,
     failures_text,
+    level_text,
     markdown_table,
     ms_text,
     p_text,
@@ -48,8 +49,9 @@ from aorta.report.comparison import (
 )
 from aorta.report.findings import finding_json, findings_markdown
 from aorta.report.upstream import with_upstream_keys
+from aorta.store.record import TrialRecord
 from aorta.store.redact import Redactor
-from aorta.store.rundir import MATRIX_JSON, MATRIX_MD, RunDir
+from aorta.store.rundir import MATRIX_JSON, MATRIX_MD, WARMUP_TRIAL, RunDir, trial_relpath
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -67,6 +69,7 @@ __all__ = [
     "signature_markdown",
     "trace_json",
     "trace_markdown",
+    "warmup_json",
     "write_matrix",
 ]
 
@@ -139,6 +142,7 @@ def write_matrix(
     summary = summarize(ds, options=opts)
     traces = trace_summary(ds, options=opts) if has_traces(ds) else None
     header = matrix_header(ds, run_dir=rd.path, status=status)
+    header["warmup"] = [warmup_json(rec) for rec in rd.warmup_records()]
     sigs = failure_signatures(ds)
     redactor = Redactor.of_run(rd)  # what leaves the run is redacted with its knowledge
     data = matrix_json(summary, ds, header=header, traces=traces, signatures=sigs)
@@ -174,6 +178,23 @@ def matrix_header(
 
 
 # --- matrix.json -----------------------------------------------------------------------------
+
+
+def warmup_json(record: TrialRecord) -> dict[str, Any]:
+    """What the matrix files say of a discarded warm-up trial: its cell, status, clock and
+    record (``cells/<cell>/warmup.json``).
+
+    >>> from aorta.store.record import TrialRecord, TrialStatus
+    >>> rec = TrialRecord(cell="b", cell_id="x", trial=-1, status=TrialStatus.OK, passed=True, wall_clock_s=0.5)
+    >>> warmup_json(rec)["record"]
+    'cells/b/warmup.json'
+    """
+    return {
+        "cell": record.cell,
+        "status": record.status.value,
+        "wall_clock_s": _finite(record.wall_clock_s),
+        "record": trial_relpath(record.cell, WARMUP_TRIAL),
+    }
 
 
 def _finite(v: Any) -> float | None:
@@ -247,6 +268,7 @@ def _cell_json(
         "mean_step_ms": _finite(row["mean_step_ms"]),
         "step_source": str(row["step_source"]),
         "confound": str(row["confound"]),
+        "confound_text": str(row.get("confound_text", row["confound"])),
         "statuses": statuses,
         "trials": trials,
         "n_timed": int(row["n_timed"]),
@@ -474,6 +496,14 @@ def _run_lines(header: Mapping[str, Any], attrs: Mapping[str, Any]) -> list[str]
     lines = []
     if header.get("schedule"):
         lines.append(f"- schedule: {header['schedule']}")
+    for w in header.get("warmup") or []:
+        wall = w.get("wall_clock_s")
+        lines.append(
+            f"- warm-up: one trial of `{w['cell']}` ran first and was discarded — not in any "
+            f"count or statistic ({w['status']}"
+            + (f", {wall:.3f} s" if isinstance(wall, float) else "")
+            + f"): `{w['record']}`"
+        )
     for ext in header.get("extensions") or []:
         cells = ", ".join(ext.get("cells") or []) or "all cells"
         # An adaptive run's verdicts are anytime-valid: raising its cap after looking is
@@ -552,7 +582,13 @@ def matrix_markdown(
         lines.append(statistics_line(attrs))
     threshold = float(attrs.get("threshold") or header.get("threshold") or DEFAULT_THRESHOLD)
     head = ["cell", "mitigations", "env", "trials", "failure rate", "failures", "errors"]
-    head += ["mean step (ms)", "step source", "confound", f"ratio [{level:.0%} CI]", "p_adj"]
+    head += [
+        "mean step (ms)",
+        "step source",
+        "confound",
+        f"ratio [{level_text(level)} CI]",
+        "p_adj",
+    ]
     head.append("verdict")
     if signed:
         head.append("top failure")
@@ -567,7 +603,7 @@ def matrix_markdown(
             str(int(r["n_errors"])),
             _mean_step_text(r),
             str(r["step_source"]),
-            str(r["confound"]),
+            str(r.get("confound_text", r["confound"])),
             ratio_text(r),
             p_text(r["p_adj"]),
             _verdict_cell(r, threshold),
@@ -609,7 +645,7 @@ def trace_markdown(summary: pd.DataFrame) -> str:
     level = float(attrs.get("ci_level", 0.95))
     which = str(attrs.get("trial_value", "")).partition(", ")[2] or "per trial"
     head = ["cell", "traced trials", "source", "computation", "exposed comm", "idle"]
-    head += [f"exposed comm ratio [{level:.0%} CI]", "p_adj", "verdict"]
+    head += [f"exposed comm ratio [{level_text(level)} CI]", "p_adj", "verdict"]
     body = [
         [
             str(cell),

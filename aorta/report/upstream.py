@@ -10,7 +10,8 @@ builds (nothing of aorta's is removed):
   matrix's mean step) with ``std/min/max/p50/p90/p99_step_time_ms`` over ``step_times_ms``
   (every step of the trials that ran, warm-up included, as upstream; the per-trial values when
   the source is not ``per_step``), ``step_time_source``, ``step_time_ratio`` (cell mean /
-  baseline mean), ``mean_wall_clock_sec``, ``exit_status_counts`` (statuses as upstream names
+  baseline mean, as upstream defines it; shown by no aorta output, whose ratio and confound
+  are both the median's), ``mean_wall_clock_sec``, ``exit_status_counts`` (statuses as upstream names
   them: ``workload_setup_failed``), ``resolved_env_vars`` (the cell's overlay, redacted),
   ``error_rate`` (errors / recorded trials), ``unreliable`` (error rate ≥
   :data:`UNRELIABLE_ERROR_RATE`), ``trial_paths`` — and ``confound`` in upstream's vocabulary
@@ -57,12 +58,20 @@ def upstream_confound(
     """Upstream's ``confound`` tag and the step-time ratio: the matrix's own
     (:func:`aorta.matrix.summary.confound_tag`), so ``matrix.md`` and ``matrix.json`` agree.
 
-    >>> base = {"n_ok": 4, "n_failed": 4, "n_errors": 0, "did_not_run": 0, "mean_step_ms": 10.0,
+    >>> base = {"n_ok": 4, "n_failed": 4, "n_errors": 0, "did_not_run": 0, "ratio": 1.0,
     ...         "step_source": "per_step", "failure_rate": 0.5}
-    >>> upstream_confound({**base, "mean_step_ms": 12.0}, base, is_baseline=False, threshold=1.15)
+    >>> upstream_confound({**base, "ratio": 1.2}, base, is_baseline=False, threshold=1.15)
     ('speed (+20%)', 1.2)
     """
     return confound_tag(row, base, is_baseline=is_baseline, threshold=threshold)
+
+
+def _mean_ratio(row: Mapping[str, Any], base: Mapping[str, Any]) -> float | None:
+    """Upstream's ``step_time_ratio``: the cell's mean step over the baseline's, same source."""
+    mean, base_mean = finite_or_none(row["mean_step_ms"]), finite_or_none(base["mean_step_ms"])
+    if mean is None or not base_mean or row["step_source"] != base["step_source"]:
+        return None
+    return mean / base_mean
 
 
 def _step_times(ds: xr.Dataset, cell: str, source: str) -> list[float]:
@@ -129,7 +138,8 @@ def _cell_keys(
     wall = wall[np.isfinite(wall)]
     errors = int(row["n_errors"])
     error_rate = errors / len(status) if status else None
-    confound, ratio = upstream_confound(row, base, is_baseline=is_baseline, threshold=threshold)
+    confound, _ = upstream_confound(row, base, is_baseline=is_baseline, threshold=threshold)
+    ratio = _mean_ratio(row, base) if not is_baseline else None
     trials = ds.trial.values[ds.status.sel(cell=cell).values.astype(str) != MISSING]
     return {
         "passed_count": int(row["n_ok"]),

@@ -377,6 +377,9 @@ class Capture:
         self.reason: str | None = None
         #: Seconds the capture took.
         self.seconds: float | None = None
+        #: Each log's size when aorta decided to kill the trial (first call, forensics on or
+        #: off): what the job printed after aorta's signal is not its cause (signatures).
+        self.log_sizes: dict[str, int] | None = None
         self._pipes: Path | None = None
         self._lock = threading.Lock()
 
@@ -426,6 +429,8 @@ class Capture:
     def __call__(self, root: int, reason: str) -> None:
         """Take the evidence of ``root``'s trial (``reason``: why it is about to be killed)."""
         with self._lock:
+            if self.log_sizes is None:
+                self.log_sizes = _sizes(self.logs)
             if self.reason is not None or not self.options.enabled:
                 return
             self.reason = reason
@@ -690,6 +695,15 @@ class Capture:
             files.pop()
             rank_notes.append(f"no evidence written to disk: {_clip(str(exc))}")
         self.evidence.append(evidence)
+
+
+def _sizes(paths: Sequence[Path]) -> dict[str, int]:
+    """Each existing file's size now, by path."""
+    out = {}
+    for p in paths:
+        with contextlib.suppress(OSError):
+            out[str(p)] = p.stat().st_size
+    return out
 
 
 _ACTIVE: contextvars.ContextVar[Capture | None] = contextvars.ContextVar(

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import subprocess
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -27,6 +29,7 @@ __all__ = [
     "run_with_deadline",
     "sigterm_as_interrupt",
     "spawn",
+    "wait_exit",
 ]
 
 #: Seconds between SIGTERM and SIGKILL.
@@ -48,6 +51,8 @@ class TrialHang(TrialDeadline):
 
 _live: dict[int, subprocess.Popen[Any]] = {}
 _lock = threading.Lock()
+#: When each child was started (``time.monotonic()`` just before the fork): its wall clock's zero.
+_started: weakref.WeakKeyDictionary[subprocess.Popen[Any], float] = weakref.WeakKeyDictionary()
 
 
 def spawn(
@@ -61,6 +66,7 @@ def spawn(
     new_session: bool = True,
 ) -> subprocess.Popen[Any]:
     """Start ``argv`` (no shell) in its own session and remember its process group."""
+    t0 = time.monotonic()
     proc = subprocess.Popen(
         list(argv),
         env=dict(env) if env is not None else None,
@@ -71,6 +77,7 @@ def spawn(
         start_new_session=new_session,
         close_fds=True,
     )
+    _started[proc] = t0
     if new_session:
         with _lock:
             _live[proc.pid] = proc
@@ -123,6 +130,71 @@ def kill_group(proc: subprocess.Popen[Any], *, grace_s: float = DEFAULT_GRACE_S)
     _forget(proc)
 
 
+def _pidfd(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):  # not Linux ≥ 5.3, or the pid is already gone
+        return None
+
+
+def wait_exit(proc: subprocess.Popen[Any], timeout: float | None) -> float | None:
+    """Wait up to ``timeout`` seconds (``None``: for ever) for ``proc`` to exit, and return
+    the ``time.monotonic()`` at which it did — within microseconds, not at the next poll.
+
+    ``Popen.wait(timeout=...)`` sleeps in steps of up to 50 ms, so a trial timed with it
+    is quantised to the poll; here the kernel wakes us: a pidfd that becomes readable when
+    the process exits (Linux), else a thread blocked in ``waitpid``. Returns ``None`` if the
+    process still runs at the timeout.
+
+    >>> import subprocess, sys, time
+    >>> p = spawn([sys.executable, "-c", "pass"])
+    >>> t = wait_exit(p, 30.0)
+    >>> t is not None and p.returncode == 0 and t <= time.monotonic()
+    True
+    """
+    if proc.returncode is not None:
+        return time.monotonic()
+    fd = _pidfd(proc.pid)
+    if fd is not None:
+        try:
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)
+            ready = poller.poll(None if timeout is None else max(0.0, timeout) * 1000.0)
+            at = time.monotonic()
+        finally:
+            os.close(fd)
+        if not ready:
+            return None
+        proc.wait()  # exited: reaps at once
+        return at
+    with _lock:
+        waiter = _waiters.get(proc)
+        if waiter is None:  # one thread per child, however many times we wait on it
+            waiter = _waiters[proc] = _Waiter(proc)
+    return waiter.wait(timeout)
+
+
+class _Waiter:
+    """A thread blocked in ``waitpid`` for one child: the exit time without pidfd."""
+
+    def __init__(self, proc: subprocess.Popen[Any]) -> None:
+        self.done = threading.Event()
+        self.at = 0.0
+        threading.Thread(target=self._reap, args=(proc,), daemon=True).start()
+
+    def _reap(self, proc: subprocess.Popen[Any]) -> None:
+        with contextlib.suppress(Exception):
+            proc.wait()
+        self.at = time.monotonic()
+        self.done.set()
+
+    def wait(self, timeout: float | None) -> float | None:
+        return self.at if self.done.wait(timeout) else None
+
+
+_waiters: weakref.WeakKeyDictionary[subprocess.Popen[Any], _Waiter] = weakref.WeakKeyDictionary()
+
+
 class Finished:
     """How a child ended: ``returncode`` (negative = signal), whether the deadline hit, and
     the reason it was stopped early (``stopped``), if it was."""
@@ -168,9 +240,10 @@ def run_with_deadline(
             with contextlib.suppress(BaseException):
                 before_kill(proc.pid, why)
 
-    start = time.monotonic()
+    start = _started.get(proc, time.monotonic())
     timed_out = False
     stopped: str | None = None
+    exited: float | None = None
     try:
         while True:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -179,18 +252,18 @@ def run_with_deadline(
                 if stop_when is None
                 else (poll_s if remaining is None else min(poll_s, remaining))
             )
-            try:
-                proc.wait(timeout=wait)
-                break
-            except subprocess.TimeoutExpired:
+            exited = wait_exit(proc, wait)
+            if exited is None:
                 if deadline is not None and time.monotonic() >= deadline:
-                    raise
+                    raise subprocess.TimeoutExpired(proc.args, wait or 0.0)
                 reason = stop_when() if stop_when is not None else None
                 if reason:
                     stopped = reason
                     last_look("stopped")
                     kill_group(proc, grace_s=min(grace_s, 2.0))
                     break
+            else:
+                break
     except subprocess.TimeoutExpired:
         timed_out = True
         last_look("deadline")
@@ -205,7 +278,9 @@ def run_with_deadline(
         if kill_tree_on_exit and _group_alive(proc.pid):
             kill_group(proc, grace_s=min(grace_s, 1.0))
         _forget(proc)
-    return Finished(proc.returncode, timed_out, time.monotonic() - start, stopped)
+    # The child's own start-to-exit time when it exited by itself; a killed child's runs to now.
+    end = exited if exited is not None else time.monotonic()
+    return Finished(proc.returncode, timed_out, end - start, stopped)
 
 
 def reap_all(*, grace_s: float = 2.0) -> int:

@@ -296,12 +296,14 @@ class TrialRunner:
                 f"killed {left} process(es) the trial left running outside its process group "
                 "(setsid or a daemon)"
             )
-        wall = time.monotonic() - t0
+        wall = _wall_clock(outcome, time.monotonic() - t0)
         if self.recipe.collect_paths:
             outcome.warnings.extend(self._collect_paths(overlay, art))
         if capture.failure:
             outcome.warnings.append(capture.failure)
-        found = self._classify(outcome, ctx, art, wall, captured=bool(capture.evidence))
+        found = self._classify(
+            outcome, ctx, art, wall, captured=bool(capture.evidence), until=capture.log_sizes
+        )
         try:
             artifacts = self._artifacts(art, outcome.warnings)
         except OSError as exc:  # the folder changed under us: the record still gets written
@@ -321,10 +323,22 @@ class TrialRunner:
         return numerics.armed(folder, rank=self.rank)
 
     def _classify(
-        self, outcome: Outcome, ctx: TrialContext, art: Path, wall: float, *, captured: bool
+        self,
+        outcome: Outcome,
+        ctx: TrialContext,
+        art: Path,
+        wall: float,
+        *,
+        captured: bool,
+        until: dict[str, int] | None = None,
     ) -> dict[str, Any]:
         """Match the trial's captured output against the failure signatures (a failed trial
-        always; a passing one only against the recipe's patterns, which may fail it)."""
+        always; a passing one only against the recipe's patterns, which may fail it).
+
+        A trial aorta killed (``until``: each log's size at the kill) is matched on what it
+        printed before the signal — torchrun's ``SignalException`` after aorta's SIGTERM is
+        not the cause —, and with no match there its signature is why aorta killed it:
+        ``hang`` or ``deadline`` (:func:`_kill_signature`)."""
         failed = outcome.status is not TrialStatus.OK
         if outcome.stopped_by_peer:
             return {}  # the peer holds the cause; this rank's output shows only the stop
@@ -337,6 +351,7 @@ class TrialRunner:
             error=outcome.error,
             facts={"exit_code": outcome.exit_code, "walltime_sec": wall},
             skipped=skipped,
+            until=until,
         )
         outcome.warnings += got.warnings + [f"signature scan of a large log: {s}" for s in skipped]
         if got.info and outcome.result is not None:
@@ -348,30 +363,16 @@ class TrialRunner:
                 outcome.result.passed = False
                 outcome.result.failure_count = max(1, outcome.result.failure_count)
         found = got.record_fields()
+        if not found and outcome.status is TrialStatus.TIMEOUT:
+            found = _kill_signature(
+                outcome, captured=captured, forensics=self.recipe.forensics.enabled
+            )
         if failed:  # who ran out of memory, asking how much, with how much free
             ooms = scan_oom(
                 [art / err_name, art / out_name], rank=self.rank, text=[outcome.error or ""]
             )
             if ooms:
                 found["oom"] = ooms
-        if outcome.failure_kind == "hang" and not found:
-            found = {
-                "signature": "hang",
-                "signature_tier": 8,
-                "signature_hint": (
-                    "no output and no CPU use: the record's forensics say who the other ranks "
-                    "waited for and where (every rank's flight recorder and stacks, in hang/)"
-                    if captured
-                    else "no output and no CPU use, and no evidence taken ("
-                    + (
-                        "the capture found nothing to read: see the record's warnings"
-                        if self.recipe.forensics.enabled
-                        else "forensics: enabled: false"
-                    )
-                    + "): attach py-spy dump or gdb to a hung run to see where it waits"
-                ),
-                "signature_line": outcome.error,
-            }
         return found
 
     def rank_outcome(
@@ -410,3 +411,59 @@ class TrialRunner:
             artifacts=artifacts or {},
             **fields,
         )
+
+
+def _wall_clock(outcome: Outcome, engine_s: float) -> float:
+    """A trial's ``wall_clock_s``: its own process's start-to-exit time — the command's
+    (``command`` workload), else the worker's (isolation ``process``) — each timed by the
+    kernel's exit notice (:func:`aorta.run.procs.wait_exit`); in process, the engine's clock
+    around the trial (``engine_s``).
+
+    >>> _wall_clock(Outcome(TrialStatus.OK), 0.5)
+    0.5
+    """
+    res = outcome.result
+    if res is not None and res.wall_clock_s is not None:
+        return res.wall_clock_s
+    return outcome.wall_s if outcome.wall_s is not None else engine_s
+
+
+def _kill_signature(outcome: Outcome, *, captured: bool, forensics: bool = True) -> dict[str, Any]:
+    """The signature of a trial aorta killed whose output before the kill names no cause:
+    why aorta killed it — ``hang`` (no output and no CPU use) or ``deadline`` (the trial's
+    ``timeout_per_trial`` passed). ``forensics``: whether the recipe armed the capture (the
+    hint says why no evidence was taken).
+
+    >>> _kill_signature(Outcome(TrialStatus.TIMEOUT, error="deadline passed"), captured=False)["signature"]
+    'deadline'
+    """
+    if outcome.failure_kind == "hang":
+        hint = (
+            "no output and no CPU use: the record's forensics say who the other ranks "
+            "waited for and where (every rank's flight recorder and stacks, in hang/)"
+            if captured
+            else "no output and no CPU use, and no evidence taken ("
+            + (
+                "the capture found nothing to read: see the record's warnings"
+                if forensics
+                else "forensics: enabled: false"
+            )
+            + "): attach py-spy dump or gdb to a hung run to see where it waits"
+        )
+        return {
+            "signature": "hang",
+            "signature_tier": 8,
+            "signature_hint": hint,
+            "signature_line": outcome.error,
+        }
+    return {
+        "signature": "deadline",
+        "signature_tier": 8,
+        "signature_hint": "aorta killed the trial at its deadline (timeout_per_trial); "
+        + (
+            "the record's forensics say where each rank was"
+            if captured
+            else "raise timeout_per_trial if it was still working"
+        ),
+        "signature_line": outcome.error,
+    }

@@ -391,6 +391,7 @@ class SignatureLibrary:
         max_bytes: int | None = MAX_SCAN_BYTES,
         skipped: list[str] | None = None,
         problems: list[str] | None = None,
+        until: Mapping[str, int] | None = None,
     ) -> list[SignatureMatch]:
         """Each signature's first match in ``text`` (lines such as the trial's error), then in
         ``paths`` in order (missing files are skipped); sorted by tier, then position.
@@ -402,6 +403,8 @@ class SignatureLibrary:
         bounded by ``block_bytes`` and :data:`MAX_LINE_BYTES` either way. Line numbers past a
         skipped middle are counted from the end of the head (``skipped`` says so).
         ``problems`` receives a line per ``condition`` that hit a bound (counted as false).
+        ``until`` (path → bytes) ends a file's scan there: what a killed trial printed after
+        aorta's signal stays in its log but is not its cause.
         """
         sigs = [s for s in self.signatures if only is None or only(s)]
         scanner = _Scanner(sigs, {"exit_code": None, "walltime_sec": None, **(facts or {})})
@@ -416,10 +419,12 @@ class SignatureLibrary:
                 continue
             try:
                 size = path.stat().st_size
-                spans: list[tuple[int, int | None]] = [(0, None)]
+                if until is not None and str(path) in until:
+                    size = min(size, until[str(path)])
+                spans: list[tuple[int, int | None]] = [(0, size)]
                 if max_bytes is not None and size > max_bytes:
                     head = max_bytes // 4
-                    spans = [(0, head), (size - (max_bytes - head), None)]
+                    spans = [(0, head), (size - (max_bytes - head), size)]
                     if skipped is not None:
                         skipped.append(
                             f"{path.name}: {size:,} bytes; scanned the first {head:,} and the "
@@ -523,11 +528,14 @@ def classify(
     error: str | None = None,
     facts: Mapping[str, Any] | None = None,
     skipped: list[str] | None = None,
+    until: Mapping[str, int] | None = None,
 ) -> TrialClassification:
     """Match one trial's captured output (``logs``, and its ``error`` text).
 
     A failed trial is matched against every signature. A passing one only against the
     recipe's (``source == "recipe"``): nothing is read when the recipe has none.
+    ``until`` (path → bytes): where each log stood when aorta signalled a killed trial;
+    later lines are not read (:meth:`SignatureLibrary.scan`).
     """
     recipe_only = not failed
     only = (lambda s: s.source == "recipe") if recipe_only else None
@@ -541,6 +549,7 @@ def classify(
         only=only,
         skipped=skipped,
         problems=problems,
+        until=until,
     )
     out = TrialClassification(top=top_match(matches), warnings=problems)
     for m in matches:

@@ -63,7 +63,7 @@ from aorta.store.hostenv import snapshot
 from aorta.store.record import RankOutcome, TrialRecord, TrialStatus, merge_ranks
 from aorta.store.redact import Redactor, harvest_secrets, record_secrets
 from aorta.store.retention import retain_trial
-from aorta.store.rundir import RunDir, aorta_command, utc_now
+from aorta.store.rundir import WARMUP_TRIAL, RunDir, aorta_command, utc_now
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -471,8 +471,14 @@ class _Sweep:
         merged["forensics"] = forensics.incident(
             [o for o in outcomes if o is not None], self.dist.world_size
         )
-        order, self._next_order = self._next_order, self._next_order + 1
-        return self._record(key, merged, started, time.monotonic() - t0, order)
+        order: int | None = None
+        if key.trial != WARMUP_TRIAL:  # the warm-up is not in the run's order
+            order, self._next_order = self._next_order, self._next_order + 1
+        # The trial's clock is its processes' own (the slowest rank's), not this loop's, which
+        # adds the gather and the rendezvous (aorta.run.runner._wall_clock).
+        walls = [o.wall_clock_s for o in outcomes if o is not None and o.wall_clock_s is not None]
+        wall = max(walls) if walls else time.monotonic() - t0
+        return self._record(key, merged, started, wall, order)
 
     def _say_new_warnings(self, record: TrialRecord) -> None:
         # Loud once (unknown config keys, cleanup errors…), recorded in every record.
@@ -526,6 +532,7 @@ class _Sweep:
         order = self.plan.iter_order()  # built as it goes: an adaptive sweep may stop early
         sequential = self.plan.schedule == "sequential"
         try:
+            self._warmup(done)
             nxt = next(order, None)
             seq = -1
             while nxt is not None:
@@ -605,6 +612,29 @@ class _Sweep:
             rank=self.dist.rank,
             shared=shared,
         )
+
+    def _warmup(self, done: dict[tuple[str, int], TrialRecord]) -> None:
+        """With ``warmup`` (the default), one trial of the baseline runs before the schedule's
+        first and is discarded: written as ``warmup.json``, never a ``trial_*`` the statistics
+        read, and without a ``run_order``. A resumed run with trials left warms up again. A
+        run of one cell has no other cell for a cold first trial to bias: no warm-up."""
+        if not self.recipe.warmup or len(self.plan.cells) < 2:
+            return
+        left = self.coord.share(
+            "warmup/decision",
+            lambda: len(done) < self.plan.n_trials,
+            timeout_s=self.wait_s,
+        )
+        if not left:
+            return
+        if self.writer:
+            self.rd.drop_warmup()
+        key = TrialKey(self.plan.cell(self.plan.baseline), WARMUP_TRIAL)
+        record = self.run_trial(WARMUP_TRIAL, key)
+        if record is not None:
+            record = self.redactor.record(record)
+            record = retain_trial(self.rd, record, self.recipe.retain)
+            self.rd.write_trial(record)
 
     def _one(self, seq: int, key: TrialKey) -> str:
         """Trial ``seq`` of the schedule: rank 0 decides, every rank runs its part; the

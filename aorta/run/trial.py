@@ -65,6 +65,8 @@ class Outcome:
     stopped_by_peer: bool = False
     #: ``hang`` when the trial was killed as hung (status ``timeout``).
     failure_kind: str | None = None
+    #: The trial's worker process, start to exit (isolation ``process``); not serialised.
+    wall_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -414,53 +416,65 @@ def run_in_worker(
                 written = Outcome(
                     TrialStatus.INFRASTRUCTURE_FAILED, error=f"unreadable worker result: {exc}"
                 )
-        if finished.stopped and not stop_status and (written is None or written.result is None):
-            return Outcome(
-                TrialStatus.TIMEOUT,
-                error=f"hang during {phase or 'start'}(): {finished.stopped}",
-                main_work_started=phase == "run",
-                failure_kind="hang",
-            )
-        if finished.stopped and (written is None or written.result is None):
-            # A peer's trial died and this worker was stopped for it: the peer's status is the
-            # cause, whatever the worker wrote on its way out.
-            return Outcome(
-                stop_status[0] if stop_status else TrialStatus.INFRASTRUCTURE_FAILED,
-                error=f"stopped during {phase or 'start'}(): {finished.stopped}",
-                main_work_started=phase == "run",
-                stopped_by_peer=True,
-            )
-        if written is not None:
-            if finished.timed_out and written.status is TrialStatus.OK:
-                # The result landed, then the worker hung on the way out (atexit, a thread).
-                written.warnings.append("the worker had to be killed after writing its result")
-            return written
-        if finished.timed_out:
-            where = f"during {phase}()" if phase else "while the worker started"
-            return Outcome(
-                TrialStatus.TIMEOUT,
-                error=f"deadline passed {where}; the worker's process group was killed",
-                main_work_started=phase == "run",
-            )
-        code = finished.returncode
-        how = (
-            f"killed by {_signal_name(code)}" if code is not None and code < 0 else f"exited {code}"
-        )
-        tail = _tail(art / logs[1])
-        detail = f"{how}" + (f" — {tail}" if tail else "")
-        status = {"run": TrialStatus.WORKLOAD_FAILED, "setup": TrialStatus.SETUP_FAILED}.get(
-            phase, TrialStatus.INFRASTRUCTURE_FAILED
-        )
-        where = f"during {phase}()" if phase else "before the workload started"
-        return Outcome(
-            status,
-            error=f"the worker crashed {where}: {detail}",
-            hint="see stderr.log in the trial folder",
-            main_work_started=phase == "run",
-            exit_code=code,
-        )
+        outcome = _worker_outcome(finished, phase, written, stop_status, art / logs[1])
+        outcome.wall_s = finished.wall_s
+        return outcome
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _worker_outcome(
+    finished: procs.Finished,
+    phase: str,
+    written: Outcome | None,
+    stop_status: list[TrialStatus],
+    stderr: Path,
+) -> Outcome:
+    """What a worker's trial came to: its own result, or why it has none (hang, a peer's
+    stop, the deadline, a crash)."""
+    if finished.stopped and not stop_status and (written is None or written.result is None):
+        return Outcome(
+            TrialStatus.TIMEOUT,
+            error=f"hang during {phase or 'start'}(): {finished.stopped}",
+            main_work_started=phase == "run",
+            failure_kind="hang",
+        )
+    if finished.stopped and (written is None or written.result is None):
+        # A peer's trial died and this worker was stopped for it: the peer's status is the
+        # cause, whatever the worker wrote on its way out.
+        return Outcome(
+            stop_status[0] if stop_status else TrialStatus.INFRASTRUCTURE_FAILED,
+            error=f"stopped during {phase or 'start'}(): {finished.stopped}",
+            main_work_started=phase == "run",
+            stopped_by_peer=True,
+        )
+    if written is not None:
+        if finished.timed_out and written.status is TrialStatus.OK:
+            # The result landed, then the worker hung on the way out (atexit, a thread).
+            written.warnings.append("the worker had to be killed after writing its result")
+        return written
+    if finished.timed_out:
+        where = f"during {phase}()" if phase else "while the worker started"
+        return Outcome(
+            TrialStatus.TIMEOUT,
+            error=f"deadline passed {where}; the worker's process group was killed",
+            main_work_started=phase == "run",
+        )
+    code = finished.returncode
+    how = f"killed by {_signal_name(code)}" if code is not None and code < 0 else f"exited {code}"
+    tail = _tail(stderr)
+    detail = f"{how}" + (f" — {tail}" if tail else "")
+    status = {"run": TrialStatus.WORKLOAD_FAILED, "setup": TrialStatus.SETUP_FAILED}.get(
+        phase, TrialStatus.INFRASTRUCTURE_FAILED
+    )
+    where = f"during {phase}()" if phase else "before the workload started"
+    return Outcome(
+        status,
+        error=f"the worker crashed {where}: {detail}",
+        hint="see stderr.log in the trial folder",
+        main_work_started=phase == "run",
+        exit_code=code,
+    )
 
 
 def _tail(path: Path, limit: int = 300) -> str:

@@ -94,6 +94,9 @@ class WorkloadResult:
     artifacts: dict[str, str] = field(default_factory=dict)
     #: For the ``command`` workload: the process's exit code (negative: killed by that signal).
     exit_code: int | None = None
+    #: The trial's own process, start to exit, when the workload ran one (``command``): the
+    #: record's ``wall_clock_s``, timed by the kernel's exit notice, not by a poll.
+    wall_clock_s: float | None = None
 
     def __post_init__(self) -> None:
         if not self.passed and self.failure_count == 0:

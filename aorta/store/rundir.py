@@ -36,6 +36,7 @@ import fcntl
 import json
 import os
 import shlex
+import shutil
 import socket
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -47,6 +48,7 @@ from aorta.errors import AortaError, UsageError
 from aorta.store.record import TrialRecord
 
 __all__ = [
+    "WARMUP_TRIAL",
     "RunDir",
     "RunLocked",
     "aorta_command",
@@ -241,14 +243,20 @@ def gpu_evidence_name(host: str) -> str:
     return f"gpu_{host}.txt"
 
 
+#: The trial number of a run's discarded warm-up trial (``recipe.warmup``): its record is
+#: ``warmup.json`` beside the cell's trials, which no reader of ``trial_*.json`` counts.
+WARMUP_TRIAL = -1
+
+
 def trial_file_name(trial: int, *, record: bool = True) -> str:
     """A trial's record (``trial_0007.json``) or, with ``record=False``, its artifact folder
-    (``trial_0007``), inside its cell's folder.
+    (``trial_0007``), inside its cell's folder; the warm-up trial's are ``warmup(.json)``.
 
-    >>> trial_file_name(7), trial_file_name(7, record=False)
-    ('trial_0007.json', 'trial_0007')
+    >>> trial_file_name(7), trial_file_name(7, record=False), trial_file_name(WARMUP_TRIAL)
+    ('trial_0007.json', 'trial_0007', 'warmup.json')
     """
-    return f"trial_{trial:04d}{'.json' if record else ''}"
+    stem = "warmup" if trial == WARMUP_TRIAL else f"trial_{trial:04d}"
+    return f"{stem}{'.json' if record else ''}"
 
 
 def trial_relpath(cell: str, trial: int | None = None) -> str:
@@ -432,6 +440,24 @@ class RunDir:
                 art.rename(dest)
                 return dest
         raise AortaError(f"{art}: too many earlier attempts")
+
+    def drop_warmup(self) -> None:
+        """Remove an earlier warm-up's record and folder (a resumed run warms up again)."""
+        for rec in self.warmup_records():
+            self.trial_path(rec.cell, WARMUP_TRIAL).unlink(missing_ok=True)
+            shutil.rmtree(self.artifact_dir(rec.cell, WARMUP_TRIAL), ignore_errors=True)
+
+    def warmup_records(self) -> list[TrialRecord]:
+        """The run's discarded warm-up trial(s): ``cells/<cell>/warmup.json`` (none in a run
+        of an aorta before warm-ups, or with ``warmup: false``)."""
+        cells = self.cells_dir
+        out = []
+        for f in sorted(cells.glob(f"*/{trial_file_name(WARMUP_TRIAL)}")) if cells.is_dir() else []:
+            try:
+                out.append(TrialRecord.model_validate_json(f.read_bytes()))
+            except (OSError, ValidationError, ValueError):
+                continue
+        return out
 
     def trace_dir(self, cell: str, trial: int) -> Path:
         """The trial's profiler traces (one :func:`trace_file_name` per rank)."""

@@ -5,7 +5,10 @@ round-trips through ``aorta.load_run`` and aorta's writer with nothing lost.
 One deliberate difference from upstream: the step-time keys (``mean_step_time_ms``, the spread,
 ``step_times_ms``, ``step_time_ratio`` and the ``speed (+N%)`` confound) come from the trials
 that ended ok only — upstream used every trial that ran, so a hang's wall clock until the kill
-counted as a step time. The fixture holds aorta's values for those keys."""
+counted as a step time. The fixture holds aorta's values for those keys. A second: the
+``speed (+N%)`` confound reads the comparison's median ratio (``ratio``), as the verdict
+does — upstream read the ratio of means (still its ``step_time_ratio``) — so one cell's
+tag says +50% (median 1.5) where upstream's said +41% (issue 45: one statistic)."""
 
 from __future__ import annotations
 

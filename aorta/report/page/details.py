@@ -14,6 +14,7 @@ from aorta import plot
 from aorta.matrix.select import trial_values
 from aorta.report.comparison import (
     is_missing,
+    level_text,
     ms_text,
     number_text,
     p_text,
@@ -44,7 +45,10 @@ def traces_section(page: RunPage) -> Section | None:
     head: list[str | Cell] = ["cell", Cell("traced", cls="num"), "source"]
     parts = ("computation_ms", "exposed_comm_ms", "idle_ms")
     head += [Cell(f"{p[:-3].replace('_', ' ')} (ms)", cls="num") for p in parts]
-    head += [Cell(f"exposed comm ratio [{level:.0%} CI]", cls="num"), Cell("p_adj", cls="num")]
+    head += [
+        Cell(f"exposed comm ratio [{level_text(level)} CI]", cls="num"),
+        Cell("p_adj", cls="num"),
+    ]
     head.append("verdict")
     rows = []
     for cell, row in ts.iterrows():

@@ -41,6 +41,7 @@ from aorta.matrix.select import DEFAULT_THRESHOLD, trial_values
 from aorta.matrix.signatures import signature_counts, top_signatures
 from aorta.report.comparison import (
     is_missing,
+    level_text,
     ms_text,
     p_text,
     percent_text,
@@ -448,10 +449,10 @@ def _matrix_head(df: pd.DataFrame, kinds: list[str], envs: int) -> list[str | Ce
     return [
         "cell",
         Cell("trials", title="outcomes of the trials recorded"),
-        Cell(f"failure rate [{level:.0%} CI]", cls="num"),
+        Cell(f"failure rate [{level_text(df.attrs.get('failure_ci_level', 0.95))} CI]", cls="num"),
         Cell("top failure", cls="topfail", title="the signature that named most failures"),
         Cell(f"median [IQR]{f' ({units})' if units else ''}", cls="num"),
-        Cell(f"ratio [{level:.0%} CI]", cls="num"),
+        Cell(f"ratio [{level_text(level)} CI]", cls="num"),
         Cell("verdict", cls="verdictcell"),
         Cell("mitigations", cls="sec"),
         *([Cell("env", cls="sec")] if envs > 1 else []),
@@ -501,7 +502,7 @@ def _matrix_row(
         ),
         Cell(markup=scale.bar(row), sort=number_or_none(row["ratio"]), cls="bar sec"),
         Cell(p_text(row["p_adj"]), sort=number_or_none(row["p_adj"]), cls="num sec"),
-        Cell(str(row["confound"] or ""), cls="sec"),
+        Cell(str(row.get("confound_text", row["confound"]) or ""), cls="sec"),
     ]
 
 

@@ -20,6 +20,7 @@ import numpy as np
 from aorta import plot
 from aorta.report.comparison import (
     is_missing,
+    level_text,
     ms_text,
     p_text,
     percent_text,
@@ -122,7 +123,7 @@ def _cells_section(a: RunSide, b: RunSide, df: pd.DataFrame) -> Section:
         Cell("B failures", cls="num"),
         Cell(f"A median{u}", cls="num"),
         Cell(f"B median{u}", cls="num"),
-        Cell(f"B / A [{level:.0%} CI]", cls="num"),
+        Cell(f"B / A [{level_text(level)} CI]", cls="num"),
         Cell("p_adj", cls="num"),
         "verdict",
     ]
@@ -145,6 +146,12 @@ def _cells_section(a: RunSide, b: RunSide, df: pd.DataFrame) -> Section:
         f'<p class="stats">{esc(statistics_line(df.attrs).removeprefix("- "))}</p>',
         table(head, rows, filterable=len(rows) > 8),
     ]
+    # Who hung in B, and where: the comparison frame's own line, as matrix.md and compare say it.
+    incidents = df["hang_incident"] if "hang_incident" in df.columns else {}
+    hung = [(str(c), str(v)) for c, v in dict(incidents).items() if v]
+    if hung:
+        items = "".join(f"<li><code>{esc(c)}</code>: {esc(v)}</li>" for c, v in hung)
+        body.append(f'<p class="note">Hangs in B (taken before the kill):</p><ul>{items}</ul>')
     return Section("cells", "Cells", "\n".join(body))
 
 
