@@ -8,7 +8,8 @@ pickle. A pickle is a program: :func:`parse_dump` runs it with an unpickler whos
 :class:`~aorta.errors.HangEvidenceError` naming the file, the byte offset and the problem.
 
 Bounds: a dump is at most :data:`MAX_DUMP_BYTES` (callers check the size before reading);
-JSON may nest at most 1,024 levels (orjson's limit). A pickle's shared references stay
+JSON may nest as deep as Python's recursion limit allows (msgspec's decoder counts its
+levels against it: some 990 levels at the top of a program; a dump nests six). A pickle's shared references stay
 shared: nothing in aorta walks a dump whole — the analysis reads only the fields it knows,
 each checked for its type before use — so a small pickle that would expand to a huge tree
 costs nothing (and is never expanded: do not ``json.dumps`` a dump from an untrusted source).
@@ -35,10 +36,12 @@ import gc
 import io
 import pickle
 import pickletools
+import re
+import sys
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
-import orjson
+import msgspec
 
 from aorta.errors import HangEvidenceError
 
@@ -46,6 +49,8 @@ __all__ = [
     "MAX_DUMP_BYTES",
     "MAX_PICKLE_BYTES",
     "Cost",
+    "JSONProblem",
+    "decode_json",
     "dump_kind",
     "parse_dump",
     "paused_gc",
@@ -60,6 +65,8 @@ MAX_PICKLE_BYTES = 32 * 2**20
 #: The keys that make a mapping a flight-recorder dump (any one of them).
 DUMP_KEYS = frozenset({"entries", "pg_config", "pg_status"})
 
+#: One decoder for every dump (msgspec reuses its key cache across calls).
+_DECODER = msgspec.json.Decoder()
 _GLOBAL_OPS = frozenset({"GLOBAL", "STACK_GLOBAL", "INST", "EXT1", "EXT2", "EXT4"})
 #: Opcodes that call something or ask the loader for an object: a dump has none of them.
 _CALL_OPS = frozenset({"REDUCE", "BUILD", "NEWOBJ", "NEWOBJ_EX", "OBJ", "PERSID", "BINPERSID"})
@@ -182,13 +189,14 @@ def read_cost(data: bytes, kind: str) -> Cost:
 
     Counted, not parsed (``bytes.count``: ~1 ms a MiB): every byte that can start an object
     is charged the most that object takes (an empty dict is 64 bytes, one more reference 8;
-    a character up to 4 bytes once a string holds one beyond ASCII), and orjson's scratch
-    (13 times the JSON) while it parses. No file, however hostile, takes more than its
-    cost (``tests/hang/test_bounds.py`` measures both with ``tracemalloc``); a real dump
-    takes a third (pickle) to a sixth (JSON) of what it is charged.
+    a character up to 4 bytes once a string holds one beyond ASCII), and the decoder's
+    scratch while it parses (twice the JSON: msgspec builds objects straight from the bytes,
+    unescaping a string into a buffer of at most its size). No file,
+    however hostile, takes more than its cost (``tests/hang/test_bounds.py`` measures both
+    with ``tracemalloc``); a real dump takes about a third of what it is charged.
 
     >>> read_cost(b'{"entries": []}', "json")
-    Cost(peak=487, held=247)
+    Cost(peak=277, held=247)
     >>> read_cost(b"\\x80\\x04}" * 10, "pickle"), read_cost(b"a\\nbc\\n", "text")
     (Cost(peak=1520, held=1520), Cost(peak=143, held=133))
     """
@@ -217,7 +225,7 @@ def read_cost(data: bytes, kind: str) -> Cost:
             + 40 * values
             + 28 * data.count(b'"')
         )
-        return Cost(held + 16 * len(data), held)
+        return Cost(held + 2 * len(data), held)
     # A log's lines: each a string (~50 bytes of header and a reference) of its characters;
     # the whole text is decoded once before it is split.
     held = wide * len(data) + 64 * data.count(b"\n")
@@ -228,13 +236,71 @@ def _size(n: int) -> str:
     return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
 
 
+class JSONProblem(ValueError):
+    """Why bytes are not JSON: where (``pos``, a byte offset; ``None`` where the decoder does
+    not say, as for a number out of range) and what (``problem``); ``deep`` for nesting past
+    the recursion limit (a bracket bomb), ``truncated`` for data that ends early."""
+
+    def __init__(
+        self, pos: int | None, problem: str, *, deep: bool = False, truncated: bool = False
+    ) -> None:
+        super().__init__(problem)
+        self.pos, self.problem, self.deep, self.truncated = pos, problem, deep, truncated
+
+
+_AT_BYTE = re.compile(r"^(?:JSON is malformed: )?(.*?)(?: \(byte (\d+)\))?$", re.DOTALL)
+
+
+def decode_json(data: bytes) -> Any:
+    """``data`` as JSON (msgspec's decoder), or one :class:`JSONProblem` saying where and why.
+
+    >>> decode_json(b'{"entries": [1, 2]}')
+    {'entries': [1, 2]}
+    >>> try:
+    ...     decode_json(b'{"entries": [1, 2')
+    ... except JSONProblem as exc:
+    ...     exc.pos, exc.problem, exc.truncated
+    (17, 'unexpected end of data', True)
+    >>> try:
+    ...     decode_json(b"[" * 100_000)
+    ... except JSONProblem as exc:
+    ...     exc.deep
+    True
+    """
+    try:
+        return _DECODER.decode(data)
+    except RecursionError:
+        # msgspec counts its levels against Python's recursion limit: a bracket bomb stops
+        # here, after a few hundred microseconds, instead of exhausting the C stack.
+        limit = sys.getrecursionlimit()
+        problem = f"nests deeper than the depth limit, Python's recursion limit of {limit}"
+        raise JSONProblem(None, problem, deep=True) from None
+    except msgspec.ValidationError as exc:  # a number out of range: valid syntax, no offset
+        raise JSONProblem(None, " ".join(str(exc).split())) from None
+    except msgspec.DecodeError as exc:
+        text = " ".join(str(exc).split())
+        if text == "Input data was truncated":
+            raise JSONProblem(len(data), "unexpected end of data", truncated=True) from None
+        if "UTF-8" in text:
+            try:
+                data.decode("utf-8")
+            except UnicodeDecodeError as bad:
+                raise JSONProblem(bad.start, "invalid UTF-8") from None
+        m = _AT_BYTE.match(text)
+        assert m is not None  # the pattern matches any text
+        # msgspec puts trailing characters at the end of the data, not where they start.
+        pos = int(m.group(2)) if m.group(2) and m.group(1) != "trailing characters" else None
+        raise JSONProblem(pos, m.group(1)) from None
+
+
 def _json(data: bytes, name: str) -> Any:
     try:
-        # orjson refuses nesting deeper than 1024 levels, so a bracket bomb is an error.
-        return orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
-        where = "truncated JSON" if exc.pos >= len(data.rstrip()) else "invalid JSON"
-        raise HangEvidenceError(f"{name}: byte {exc.pos}: {where} ({exc.msg})") from None
+        return decode_json(data)
+    except JSONProblem as exc:
+        if exc.pos is None:
+            raise HangEvidenceError(f"{name}: invalid JSON ({exc.problem})") from None
+        where = "truncated JSON" if exc.truncated else "invalid JSON"
+        raise HangEvidenceError(f"{name}: byte {exc.pos}: {where} ({exc.problem})") from None
 
 
 def _pickle(data: bytes, name: str) -> Any:

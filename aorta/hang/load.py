@@ -41,8 +41,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import orjson
-
 from aorta.errors import HangEvidenceError
 
 from .dumps import (
@@ -50,6 +48,8 @@ from .dumps import (
     MAX_DUMP_BYTES,
     MAX_PICKLE_BYTES,
     Cost,
+    JSONProblem,
+    decode_json,
     dump_kind,
     parse_dump,
     paused_gc,
@@ -204,12 +204,14 @@ def _json_or_none(path: Path, shown: str, charge: _Charge) -> Any:
     data = _read(path, MAX_SMALL_JSON, shown)
     charge(read_cost(data, "json"), f"{_size(len(data))} of JSON")
     try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
+        return decode_json(data)
+    except JSONProblem as exc:
         first_line = data.find(b"\n")
-        if "depth" not in exc.msg and (first_line == -1 or exc.pos <= first_line):
+        if exc.deep:
+            raise HangEvidenceError(f"{shown}: invalid JSON ({exc.problem})") from None
+        if exc.pos is None or first_line == -1 or exc.pos <= first_line:
             return None
-        raise HangEvidenceError(f"{shown}: byte {exc.pos}: invalid JSON ({exc.msg})") from None
+        raise HangEvidenceError(f"{shown}: byte {exc.pos}: invalid JSON ({exc.problem})") from None
 
 
 def _is_stacks(value: Any) -> bool:

@@ -9,14 +9,14 @@ import json
 import pickle
 import tracemalloc
 
-import orjson
+import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from aorta.errors import ExitCode, HangEvidenceError
 from aorta.hang import RankEvidence, analyze, load_evidence, text
-from aorta.hang.dumps import MAX_PICKLE_BYTES, read_cost
+from aorta.hang.dumps import MAX_PICKLE_BYTES, decode_json, read_cost
 from aorta.hang.model import MAX_RANK
 from aorta.hang.watchdog import read_log
 from tests.hang import synth
@@ -34,7 +34,7 @@ def _dumps(n: int = 2, *, stuck: int = 1) -> list[dict]:
 
 def test_a_log_named_with_a_billion_is_no_rank(tmp_path, run_cli):
     for r, d in enumerate(_dumps()):
-        (tmp_path / f"nccl_trace_rank_{r}").write_bytes(orjson.dumps(d))
+        (tmp_path / f"nccl_trace_rank_{r}").write_bytes(msgspec.json.encode(d))
     (tmp_path / "rank1000000000.log").write_text("[rank1]: step 3\n")
     (tmp_path / "train-1733500000.log").write_text("loss 0.1\n")
     evidence = load_evidence([tmp_path])
@@ -49,7 +49,7 @@ def test_a_log_named_with_a_billion_is_no_rank(tmp_path, run_cli):
 
 def test_a_dump_named_with_a_billion_cannot_say_whose_it_is(tmp_path, run_cli):
     path = tmp_path / "nccl_trace_rank_1000000000"
-    path.write_bytes(orjson.dumps(_dumps()[0]))
+    path.write_bytes(msgspec.json.encode(_dumps()[0]))
     code, out, err = run_cli("hang", "analyze", path)
     assert code == ExitCode.USAGE and out == ""
     assert err.startswith(f"Error: {path}: cannot tell whose dump this is") and err.count("\n") == 1
@@ -197,7 +197,7 @@ _HOSTILE = {
 def test_no_file_takes_more_than_its_cost(name):
     data = _HOSTILE[name]
     kind = name.split(":")[0]
-    peak, held = _measure(pickle.loads if kind == "pickle" else orjson.loads, data)
+    peak, held = _measure(pickle.loads if kind == "pickle" else decode_json, data)
     cost = read_cost(data, kind)
     assert peak <= cost.peak + 4096 and held <= cost.held + 4096, (peak, held, cost)
 
@@ -213,8 +213,11 @@ _JSONABLE = st.recursive(
 @given(value=_JSONABLE, protocol=st.integers(2, 5))
 @settings(max_examples=150, deadline=None)
 def test_the_cost_bounds_any_parse(value, protocol):
-    for kind, data in (("json", orjson.dumps(value)), ("pickle", pickle.dumps(value, protocol))):
-        peak, held = _measure(pickle.loads if kind == "pickle" else orjson.loads, data)
+    for kind, data in (
+        ("json", msgspec.json.encode(value)),
+        ("pickle", pickle.dumps(value, protocol)),
+    ):
+        peak, held = _measure(pickle.loads if kind == "pickle" else decode_json, data)
         cost = read_cost(data, kind)
         assert peak <= cost.peak + 4096 and held <= cost.held + 4096
 
@@ -251,7 +254,7 @@ def test_a_folder_that_needs_more_than_the_limit_is_refused_naming_the_file(tmp_
 def test_the_entries_of_the_analysis_are_charged_too(tmp_path, monkeypatch):
     dumps = [synth.dump(synth.run(2000, 2000), gloo_ranks=range(2)) for _ in range(2)]
     for r, d in enumerate(dumps):
-        (tmp_path / f"fr_{r}.json").write_bytes(orjson.dumps(d))
+        (tmp_path / f"fr_{r}.json").write_bytes(msgspec.json.encode(d))
     assert len(load_evidence([tmp_path])) == 2
     monkeypatch.setattr("aorta.hang.load.ENTRY_COST", 2**23)  # 8 MiB an entry: 16 GiB a dump
     with pytest.raises(HangEvidenceError, match=r"fr_0\.json: the analysis of 2,000 entries"):
