@@ -17,7 +17,9 @@ A file's rank is the trailing number of its name once the extensions are off
 *trailing* number, and none above :data:`~aorta.hang.model.MAX_RANK`: ``train-1733500000.log``
 names no rank), a capture's own ``rank`` field, for stacks the rank of the capture with
 the same pid, and for log lines torch's ``[rankN]:`` prefix. A log without any (a one-rank
-trial's ``stdout.log``) is rank 0's when no other rank is in sight.
+trial's ``stdout.log``) is rank 0's when no other rank is in sight. A node's GPU evidence
+(``gpu_<host>.txt``, kept in its first rank's folder) is no rank's: a host named ``gpu-r3``
+names no rank 3, and the node's lines (an Xid naming a PCI bus) say no rank's device failed.
 
 In a folder, files that are none of these (a profiler trace, a recipe, binary data) are
 passed over; a file named on the command line must be evidence. A dump that cannot be read
@@ -79,6 +81,9 @@ _TRAILING = re.compile(r"(\d+)$")
 _CAPTURE_KEYS = {"pid", "host", "notes", "exited"}
 #: A rank's own evidence folder inside ``hang/`` (``aorta.store.rundir.evidence_rank_dir``).
 _RANK_DIR = re.compile(r"rank\d+")
+#: A node's GPU evidence (``aorta.store.rundir.gpu_evidence_name``: ``gpu_<host>.txt``): the
+#: number a host name ends with (``gpu-r3``) is no rank, and its lines are no rank's.
+_NODE_FILE = re.compile(r"gpu_.+\.txt")
 
 Kind = Literal["dump", "stacks", "capture", "log"]
 #: Charges a cost (bytes) to the budget, saying what it is for (refused: an error).
@@ -93,6 +98,7 @@ class _File:
     rank: int | None
     data: Any = None
     lines: list[str] = field(default_factory=list)
+    node: bool = False  # a node's file (``gpu_<host>.txt``): no rank's, whatever its name
 
 
 def trailing_rank(name: str) -> int | None:
@@ -278,6 +284,8 @@ def _classify(path: Path, shown: str, *, named: bool, charge: _Charge) -> _File 
                 )
             return None
     if _is_text(head):
+        if _NODE_FILE.fullmatch(path.name):
+            return _File("log", path, shown, None, lines=_tail(path, charge), node=True)
         return _File("log", path, shown, rank, lines=_tail(path, charge))
     if named:
         raise HangEvidenceError(
@@ -310,7 +318,7 @@ def _files(paths: Sequence[str | Path], budget: _Budget) -> list[_File]:
 
 def _log_lines(item: _File, known: set[int]) -> dict[int, list[str]]:
     """A log's lines by rank: its name's rank, else torch's ``[rankN]:`` prefixes, else rank
-    0 when no other rank is in sight (a one-rank trial's log)."""
+    0 when no other rank is in sight (a one-rank trial's log; never a node's file)."""
     if item.rank is not None:
         return {item.rank: item.lines}
     out: dict[int, list[str]] = {}
@@ -321,7 +329,7 @@ def _log_lines(item: _File, known: set[int]) -> dict[int, list[str]]:
             plain.append(line)
         else:
             out.setdefault(rank, []).append(line)
-    if plain and not out and known <= {0}:
+    if plain and not out and known <= {0} and not item.node:
         out[0] = plain
     return out
 

@@ -177,3 +177,27 @@ def test_hidden_files_are_never_evidence(tmp_path):
     )
     (tmp_path / ".fr.tok.1670.json").write_text(json.dumps({"entries": [], "pg_config": {}}))
     assert [e.rank for e in load_evidence([tmp_path])] == [0]
+
+
+def test_a_node_s_gpu_file_is_no_rank_s_even_from_a_host_named_with_a_number(tmp_path):
+    # The capture writes the node's GPU evidence as hang/rank<N>/gpu_<host>.txt; a host named
+    # gpu-r2 once made it rank 2's log, and its Xid line made rank 2's device the culprit.
+    from aorta.hang import analyze
+
+    trial = tmp_path / "trial"
+    shutil.copytree(SLEEP, trial)
+    before = analyze(load_evidence([trial]))
+    xid = "[Sat Dec  6 19:01:51 2026] NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus."
+    node = trial / "hang" / "rank0" / "gpu_gpu-r2.txt"
+    node.parent.mkdir()
+    node.write_text(f"== nvidia-smi ==\nGPU 0: NVIDIA H100\n== dmesg ==\n{xid}\n")
+    evidence = load_evidence([trial])
+    assert [e.rank for e in evidence] == [0, 1, 2]
+    assert not any("gpu_gpu-r2.txt" in f for e in evidence for f in e.files)
+    assert not any(xid in line for e in evidence for line in e.log_lines)
+    after = analyze(evidence)
+    assert (after.culprit_ranks, after.summary) == (before.culprit_ranks, before.summary)
+    # The same line in a file named for the rank is that rank's evidence, as before.
+    (trial / "dmesg_rank2.log").write_text(xid + "\n")
+    (two,) = [e for e in load_evidence([trial]) if e.rank == 2]
+    assert "dmesg_rank2.log" in two.files and xid in two.log_lines
