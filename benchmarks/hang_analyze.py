@@ -14,10 +14,10 @@ default group's ``all_reduce`` #1001. Rows (CPU seconds of this process, best of
 
 * ``analyze``: :func:`aorta.hang.analyze` on the parsed dumps (what the capture hands it);
 * ``load + analyze``: ``aorta hang analyze``'s path: :func:`load_evidence` on a folder of the
-  64 JSON files (read, classified, parsed with orjson), then ``analyze``, with the cyclic
+  64 JSON files (read, classified, parsed with msgspec), then ``analyze``, with the cyclic
   collector paused until the dumps are freed, as the command runs them;
-* ``json.loads``: the standard library parsing the same 64 files' bytes (a peer for the
-  parse);
+* ``json.loads`` / ``msgspec.json.decode``: the standard library and msgspec parsing the
+  same 64 files' bytes (peers for the parse);
 * ``parse_dump (pickle)`` / ``pickle.loads``: the same dumps pickled, read by aorta's
   unpickler that refuses every global and by plain ``pickle.loads`` (what torch's analyzer
   uses);
@@ -54,7 +54,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import orjson
+import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -213,7 +213,7 @@ def main() -> None:
         device_rows([int(x) for x in args.device.split(",")], args.entries, args.repeat)
         return
     dumps = build(args.ranks, args.entries)
-    blobs = [orjson.dumps(d) for d in dumps]
+    blobs = [msgspec.json.encode(d) for d in dumps]
     pickles = [pickle.dumps(d, protocol=2) for d in dumps]
     evidence = [RankEvidence(r, fr=d) for r, d in enumerate(dumps)]
     report = analyze(evidence)
@@ -228,7 +228,10 @@ def main() -> None:
         ("json.loads (same bytes)", cpu(lambda: [json.loads(b) for b in blobs], args.repeat))
     )
     rows.append(
-        ("orjson.loads (same bytes)", cpu(lambda: [orjson.loads(b) for b in blobs], args.repeat))
+        (
+            "msgspec.json.decode (same bytes)",
+            cpu(lambda: [msgspec.json.decode(b) for b in blobs], args.repeat),
+        )
     )
     rows.append(
         (

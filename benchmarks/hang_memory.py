@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-import orjson
+import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -66,7 +66,7 @@ def main() -> None:
         dumps = build(args.ranks, 2000)
         charged = 0
         for r, d in enumerate(dumps):
-            data = orjson.dumps(d)
+            data = msgspec.json.encode(d)
             (real / f"fr_{r}.json").write_bytes(data)
             charged += read_cost(data, "json").held + 400 * len(d["entries"])
         total = sum(p.stat().st_size for p in real.iterdir()) / 2**20

@@ -104,12 +104,12 @@ def generate(source: Path, target: Path, size_mb: float, *, indent: bool = False
     Compact JSON (one event per line), or with ``indent`` the way Kineto writes it: one key
     per line, nested objects indented by two spaces.
     """
-    import orjson
+    import msgspec
 
     raw = (
         gzip.decompress(source.read_bytes()) if source.name.endswith(".gz") else source.read_bytes()
     )
-    doc = orjson.loads(raw)
+    doc = msgspec.json.decode(raw)
     events = doc.pop("traceEvents")
     complete = [e for e in events if e.get("ph") == "X" and isinstance(e.get("ts"), int | float)]
     span = (
@@ -140,7 +140,7 @@ def generate(source: Path, target: Path, size_mb: float, *, indent: bool = False
             out.write(blob)
             written += len(blob)
             copies += 1
-        out.write(b"\n], " + orjson.dumps(doc)[1:])
+        out.write(b"\n], " + msgspec.json.encode(doc)[1:])
     return {
         "source": str(source.relative_to(ROOT) if source.is_relative_to(ROOT) else source),
         "copies": copies,
@@ -149,11 +149,11 @@ def generate(source: Path, target: Path, size_mb: float, *, indent: bool = False
 
 
 def _dumps(event: dict, indent: bool) -> bytes:
-    import orjson
+    import msgspec
 
     if not indent:
-        return orjson.dumps(event)
-    text = orjson.dumps(event, option=orjson.OPT_INDENT_2)
+        return msgspec.json.encode(event)
+    text = msgspec.json.format(msgspec.json.encode(event), indent=2)
     return b"\n".join(b"    " + line for line in text.split(b"\n"))
 
 

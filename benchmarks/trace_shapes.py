@@ -10,7 +10,7 @@ interleaved so that a busy machine disturbs all alike:
 - **serial**: ``aorta.trace.load(path, cache="off", workers=1)`` + ``gpu_timeline()``, pinned
   to one core;
 - **parallel**: the same with ``workers=N`` on N cores (``--workers``, default 2);
-- **peer**: ``orjson.loads`` of the whole file on one core — decoding every byte into Python
+- **peer**: ``msgspec.json.decode`` of the whole file on one core — decoding every byte into Python
   objects and nothing else, the floor a Python-object parser cannot beat.
 
 On a machine shared with other work, wall time understates what idle cores give, so the
@@ -72,10 +72,10 @@ print(json.dumps({"load_s": t1 - t0, "analysis_s": t2 - t1, "cpu_s": c2 - c0, "m
 PEER = """
 import json, sys, time
 PEAK
-import orjson
+import msgspec
 t0, c0 = time.perf_counter(), time.process_time()
 with open(sys.argv[1], "rb") as fh:
-    doc = orjson.loads(fh.read())
+    doc = msgspec.json.decode(fh.read())
 n = len(doc["traceEvents"])
 t1, c1 = time.perf_counter(), time.process_time()
 print(json.dumps({"load_s": t1 - t0, "analysis_s": 0.0, "cpu_s": c1 - c0, "maxrss": peak_rss(),
@@ -192,7 +192,7 @@ def markdown(rows: list[dict], workers: int) -> str:
     lines = [
         f"| shape | format | MB | events kept | serial MB/s best (median) | serial MB/s of CPU time "
         f"| {workers} workers MB/s best (median) | speed-up median (best) | peak RSS / file serial "
-        f"| ... {workers} workers (PSS) | peer `orjson.loads` MB/s best | critical-path speed-up (CPU) |",
+        f"| ... {workers} workers (PSS) | peer `msgspec.json.decode` MB/s best | critical-path speed-up (CPU) |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
