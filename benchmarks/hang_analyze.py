@@ -3,6 +3,7 @@ the peers that read the same dumps in the same run.
 
     .venv/bin/python benchmarks/hang_analyze.py [--ranks 64] [--entries 2000] [--repeat 3]
     .venv/bin/python benchmarks/hang_analyze.py --device 64,1024 [--entries 2000]
+    .venv/bin/python benchmarks/hang_analyze.py --decoders   # msgspec against orjson
 
 The dumps are built from an entry of a recorded gloo dump (``tests/data/hang/sleep``), in
 torch 2.13's JSON shape (``tests/hang/synth.py``): 2,000 entries per rank (the default
@@ -202,13 +203,50 @@ def device_rows(sizes: list[int], entries: int, repeat: int) -> None:
     print("\n" + "\n".join(answers))
 
 
+def _parse_all(decode: Callable[[bytes], object], blobs: list[bytes]) -> list[object]:
+    with paused_gc():
+        return [decode(b) for b in blobs]
+
+
+def decoder_rows(ranks: int, entries: int, repeat: int) -> None:
+    """``load_evidence`` + ``analyze`` with msgspec (aorta's decoder) and orjson swapped in,
+    interleaved in one process on one folder (orjson is no dependency: install it to run)."""
+    import orjson  # only this comparison needs it
+
+    from aorta.hang import dumps as module
+
+    blobs = [msgspec.json.encode(d) for d in build(ranks, entries)]
+    print(
+        f"{ranks} JSON dumps, {sum(map(len, blobs)) / 2**20:.0f} MiB; load {os.getloadavg()[0]:.1f}"
+    )
+    ours = module._DECODER
+    swapped = type("Orjson", (), {"decode": staticmethod(orjson.loads)})
+    best: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as folder:
+        for r, blob in enumerate(blobs):
+            Path(folder, f"fr_{r}.json").write_bytes(blob)
+        for _ in range(repeat):
+            for name, decoder in (("orjson", swapped), ("msgspec", ours)):
+                module._DECODER = decoder  # type: ignore[assignment]
+                took = cpu(lambda: _command(folder), 1)
+                best[name] = min(best.get(name, took), took)
+    module._DECODER = ours
+    for name, decode in (("orjson", orjson.loads), ("msgspec", msgspec.json.Decoder().decode)):
+        parse = cpu(lambda d=decode: _parse_all(d, blobs), repeat)  # type: ignore[misc]
+        print(f"| {name} | load + analyze CPU s {best[name]:.2f} | parse alone {parse:.2f} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ranks", type=int, default=64)
     parser.add_argument("--entries", type=int, default=2000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--device", help="job sizes of a device fault (of 16, 64, 256, 1024)")
+    parser.add_argument("--decoders", action="store_true", help="msgspec against orjson")
     args = parser.parse_args()
+    if args.decoders:
+        decoder_rows(args.ranks, args.entries, args.repeat)
+        return
     if args.device:
         device_rows([int(x) for x in args.device.split(",")], args.entries, args.repeat)
         return
