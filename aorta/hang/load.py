@@ -66,9 +66,23 @@ __all__ = ["ENTRY_COST", "LOG_TAIL_BYTES", "MAX_FILES", "MAX_MEMORY", "load_evid
 LOG_TAIL_BYTES = 4 * 2**20
 #: Files looked at under one folder.
 MAX_FILES = 4096
+
+
+def _default_max_memory() -> int:
+    """Three quarters of this machine's memory, and at least 8 GiB: a charge is an upper bound
+    (a real dump takes a third to a sixth of it), so an analysis within it never takes the
+    machine; a fixed 8 GiB refused a real 1,024-rank folder (478 MiB of pickles, charged
+    ~14.8 GiB, 3.6 GiB at its peak)."""
+    try:
+        physical = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # a platform without these names
+        physical = 0
+    return max(8 * 2**30, physical * 3 // 4)
+
+
 #: What one analysis' evidence may take in memory by default (bytes; see the module's
-#: docstring): 1,024 ranks' pickled 2,000-entry dumps fit, with room.
-MAX_MEMORY = 8 * 2**30
+#: docstring): three quarters of the machine's memory, at least 8 GiB.
+MAX_MEMORY = _default_max_memory()
 #: What the analysis holds per dump entry beyond the parsed dump (its views, signatures).
 ENTRY_COST = 400
 #: The largest py-spy or capture JSON read.
