@@ -215,21 +215,11 @@ def timing_sequence(
     edge = math.log(threshold)
     inside = (blo >= -edge) & (bhi <= edge) & (blo <= bhi)
     beyond = (blo > edge) | (bhi < -edge)
-    n = np.arange(1, d.size + 1)
-    mean = np.cumsum(d) / n
-    with np.errstate(invalid="ignore", divide="ignore"):
-        sd = np.sqrt(np.maximum(np.cumsum(d**2) - n * mean**2, 0) / np.maximum(n - 1, 1))
-    log_e = np.zeros(d.size)
-    ok = n >= MIN_PAIRS
-    log_e[ok] = np.maximum(0.0, t_mixture_log_e(mean[ok], sd[ok], n[ok], g=g))
-    # The strongest evidence so far, and which side of 0 the mean was on when it came.
-    best = np.maximum.accumulate(log_e)
-    at = np.maximum.accumulate(np.where(log_e >= best, np.arange(d.size), 0))
-    p_any = np.exp(-best)
+    mean, p_any, toward = _anytime_t(d, g=g)
     p_look = nan if look is None else look[1]
     path, side, by = _looks(
         p_any,
-        np.where(mean[at] >= 0, 1, -1),
+        toward,
         share=ANYTIME_SHARE if planned else 1.0,
         looks=[] if look is None else [("planned look", (*look, 1 - ANYTIME_SHARE))],
     )
@@ -268,6 +258,21 @@ def timing_sequence(
         side=side,
         by=by,
     )
+
+
+def _anytime_t(d: np.ndarray, *, g: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The running mean of ``d``, the t-mixture e-process's anytime p, and the side of 0 (±1)
+    the mean was on when the strongest evidence so far came."""
+    n = np.arange(1, d.size + 1)
+    mean = np.cumsum(d) / n
+    with np.errstate(invalid="ignore", divide="ignore"):
+        sd = np.sqrt(np.maximum(np.cumsum(d**2) - n * mean**2, 0) / np.maximum(n - 1, 1))
+    log_e = np.zeros(d.size)
+    ok = n >= MIN_PAIRS
+    log_e[ok] = np.maximum(0.0, t_mixture_log_e(mean[ok], sd[ok], n[ok], g=g))
+    best = np.maximum.accumulate(log_e)
+    at = np.maximum.accumulate(np.where(log_e >= best, np.arange(d.size), 0))
+    return mean, np.exp(-best), np.where(mean[at] >= 0, 1, -1)
 
 
 #: A look: from pair ``pairs`` on, its p-value ``p``, direction ``side`` (+1: slower / more)
