@@ -443,59 +443,91 @@ def compare(
     """
     check_dims(ds)
     cells = [str(c) for c in ds.cell.values.tolist()]
-    baseline = baseline if baseline is not None else ds.attrs.get("baseline")
-    if baseline not in cells:
-        raise ValueError(
-            f"baseline cell {baseline!r} is not in the run (cells: {', '.join(cells)})"
-        )
+    b = _baseline_index(cells, baseline if baseline is not None else ds.attrs.get("baseline"))
     opts = stats_options(options, **overrides)
     thr = band_threshold(ds, opts.threshold)
     values = _values(ds, metric, opts)
     rows, groups = _cell_rows(ds, values, alpha=opts.alpha, signature=signature)
-    b = cells.index(baseline)
-    others = [i for i in range(len(cells)) if i != b]
     # What both kinds of comparison say about their inputs in the frame's attrs.
-    described: dict[str, Any] = dict(metric=metric, threshold=thr, baseline=baseline, values=values)
+    described: dict[str, Any] = dict(metric=metric, threshold=thr, baseline=cells[b], values=values)
     if sequential:
         if signature is not None:
             raise ValueError(
                 "sequential=True does not take a signature (failures of any kind count)"
             )
-        margin = float(
-            failure_margin
-            if failure_margin is not None
-            else ds.attrs.get("failure_margin", seq.DEFAULT_FAILURE_MARGIN)
+        df = _compare_sequential(
+            ds, rows, b, opts, described, failure_margin=failure_margin, max_trials=max_trials
         )
-        df = _sequential(
-            ds,
-            values,
-            rows,
-            b,
-            threshold=thr,
-            alpha=opts.alpha,
-            margin=margin,
-            max_trials=max_trials if max_trials is not None else ds.attrs.get("max_trials"),
-            attrs=_attrs(opts, **described, resamples=0, family=len(others)),
-        )
-        df.attrs.update(drift(ds, values.sel(cell=baseline), alpha=opts.alpha))
-        return _with_hangs(df, ds)
-    results = _compare_groups(groups, [(i, b) for i in others], thr, opts)
-    by_index = dict(zip(others, results, strict=True))
-    family = sum(1 for r in results if not math.isnan(r.p))
-    df = _frame(
-        rows,
-        by_index,
-        dict.fromkeys(range(len(cells)), rows[b]),
-        baseline_index=b,
-        time=_is_time(values),
-    )
-    df.attrs = _attrs(
-        opts, **described, family=family, band_levels=[r.band_ci_level for r in results]
-    )
-    df.attrs.update(drift(ds, values.sel(cell=baseline), alpha=opts.alpha))
+    else:
+        df = _compare_fixed(rows, groups, b, opts, described)
+    df.attrs.update(drift(ds, values.sel(cell=cells[b]), alpha=opts.alpha))
     if signature is not None:
         df.attrs["signature"] = signature
     return _with_hangs(df, ds)
+
+
+def _baseline_index(cells: list[str], baseline: str | None) -> int:
+    """The baseline's position among ``cells``; a cell the run lacks is a ValueError."""
+    if baseline not in cells:
+        raise ValueError(
+            f"baseline cell {baseline!r} is not in the run (cells: {', '.join(cells)})"
+        )
+    return cells.index(baseline)
+
+
+def _compare_sequential(
+    ds: xr.Dataset,
+    rows: list[dict[str, Any]],
+    b: int,
+    opts: StatsOptions,
+    described: dict[str, Any],
+    *,
+    failure_margin: float | None,
+    max_trials: int | None,
+) -> pd.DataFrame:
+    """The ``sequential=True`` frame, its failure margin and planned looks resolved."""
+    margin = float(
+        failure_margin
+        if failure_margin is not None
+        else ds.attrs.get("failure_margin", seq.DEFAULT_FAILURE_MARGIN)
+    )
+    return _sequential(
+        ds,
+        described["values"],
+        rows,
+        b,
+        threshold=described["threshold"],
+        alpha=opts.alpha,
+        margin=margin,
+        max_trials=max_trials if max_trials is not None else ds.attrs.get("max_trials"),
+        attrs=_attrs(opts, **described, resamples=0, family=len(rows) - 1),
+    )
+
+
+def _compare_fixed(
+    rows: list[dict[str, Any]],
+    groups: list[stats.Group],
+    b: int,
+    opts: StatsOptions,
+    described: dict[str, Any],
+) -> pd.DataFrame:
+    """The fixed-sample frame: each cell's tests against the baseline, Holm over the family."""
+    others = [i for i in range(len(rows)) if i != b]
+    results = _compare_groups(groups, [(i, b) for i in others], described["threshold"], opts)
+    df = _frame(
+        rows,
+        dict(zip(others, results, strict=True)),
+        dict.fromkeys(range(len(rows)), rows[b]),
+        baseline_index=b,
+        time=_is_time(described["values"]),
+    )
+    df.attrs = _attrs(
+        opts,
+        **described,
+        family=sum(1 for r in results if not math.isnan(r.p)),
+        band_levels=[r.band_ci_level for r in results],
+    )
+    return df
 
 
 def _with_hangs(df: pd.DataFrame, ds: xr.Dataset) -> pd.DataFrame:

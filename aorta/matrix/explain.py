@@ -129,22 +129,10 @@ def decompose(
     >>> d.attrs["step"]["delta"], d.attrs["residual"]["delta"]
     (5.0, 0.0)
     """
-    classes: dict[str, str] = {}
-    seen: dict[str, set[str]] = {}
-    for label, group in (("baseline", baseline), ("cell", cell)):
-        for trial in group.step:
-            for name, (cls, _, _) in group.items.get(trial, {}).items():
-                classes.setdefault(name, cls)
-                seen.setdefault(name, set()).add(label)
+    classes, seen = _catalogue(baseline, cell)
     names = sorted(classes)
     k = len(names)
-    sides = {}
-    for label, group in (("baseline", baseline), ("cell", cell)):
-        times, calls = _matrix(group, names)
-        step = np.array([group.step[t] for t in sorted(group.step)], dtype=float)
-        # columns: the items, the step, the residual (step − Σ items)
-        full = np.column_stack([times, step, step - times.sum(axis=1)]) if step.size else None
-        sides[label] = (full, calls)
+    sides = {"baseline": _side(baseline, names), "cell": _side(cell, names)}
     mean = {
         label: full.mean(axis=0) if full is not None else np.full(k + 2, np.nan)
         for label, (full, _) in sides.items()
@@ -158,27 +146,48 @@ def decompose(
         opts=opts,
         width=k + 2,
     )
-    step_delta = float(delta[k])
-    # A step change within rounding of the step times is no change: dividing by it gave shares
-    # of -1.8e16 to two groups whose mean steps differ in the last bit only.
-    scale = max(abs(float(mean["baseline"][k])), abs(float(mean["cell"][k])))
-    if abs(step_delta) <= 16 * np.finfo(float).eps * scale:
-        step_delta = 0.0
-    with np.errstate(over="ignore"):  # beyond a float (subnormal steps): inf says so
-        share = delta[:k] / step_delta if step_delta else np.zeros(k)
+    # Each measure over the items, then the step and the residual (k + 2 columns).
+    cols = {
+        "baseline": mean["baseline"],
+        "cell": mean["cell"],
+        "delta": delta,
+        "ci_low": low,
+        "ci_high": high,
+    }
     mean_calls = {
         label: c.mean(axis=0) if c.shape[0] else np.full(k, np.nan)
         for label, (_, c) in sides.items()
     }
+    out = _table(names, classes, seen, cols, _shares(delta, mean, k), mean_calls)
+    out.attrs = {
+        "cell": cell.name,
+        "baseline": baseline.name,
+        "units": dict.fromkeys(("baseline", "cell", "delta", "ci_low", "ci_high"), "ms"),
+        "n": {"baseline": len(baseline.step), "cell": len(cell.step)},
+        "alpha": opts.alpha,
+        "resamples": opts.resamples,
+        "seed": opts.seed,
+        "step": _term(cols, k, "mean profiled step (ProfilerStep#N), ms"),
+        "residual": _term(cols, k + 1, "step − Σ items: time no item explains"),
+    }
+    return out
+
+
+def _table(
+    names: list[str],
+    classes: Mapping[str, str],
+    seen: Mapping[str, set[str]],
+    cols: Mapping[str, np.ndarray],
+    share: np.ndarray,
+    mean_calls: Mapping[str, np.ndarray],
+) -> pd.DataFrame:
+    """The items' rows, the largest change first (ties by name)."""
+    k = len(names)
     out = pd.DataFrame(
         {
             "item": pd.Series(names, dtype=object),
             "class": pd.Series([classes[n] for n in names], dtype=object),
-            "baseline": mean["baseline"][:k],
-            "cell": mean["cell"][:k],
-            "delta": delta[:k],
-            "ci_low": low[:k],
-            "ci_high": high[:k],
+            **{key: col[:k] for key, col in cols.items()},
             "share": share,
             "calls_baseline": mean_calls["baseline"],
             "calls_cell": mean_calls["cell"],
@@ -190,30 +199,47 @@ def decompose(
         columns=list(_COLUMNS),
     )
     order = np.lexsort((out["item"].to_numpy(), -np.abs(out["delta"].to_numpy())))
-    out = out.iloc[order].reset_index(drop=True)
+    return out.iloc[order].reset_index(drop=True)
 
-    def term(j: int, what: str) -> dict[str, float]:
-        return {
-            "baseline": float(mean["baseline"][j]),
-            "cell": float(mean["cell"][j]),
-            "delta": float(delta[j]),
-            "ci_low": float(low[j]),
-            "ci_high": float(high[j]),
-            "what": what,  # type: ignore[dict-item]
-        }
 
-    out.attrs = {
-        "cell": cell.name,
-        "baseline": baseline.name,
-        "units": dict.fromkeys(("baseline", "cell", "delta", "ci_low", "ci_high"), "ms"),
-        "n": {"baseline": len(baseline.step), "cell": len(cell.step)},
-        "alpha": opts.alpha,
-        "resamples": opts.resamples,
-        "seed": opts.seed,
-        "step": term(k, "mean profiled step (ProfilerStep#N), ms"),
-        "residual": term(k + 1, "step − Σ items: time no item explains"),
-    }
-    return out
+def _term(cols: Mapping[str, np.ndarray], j: int, what: str) -> dict[str, Any]:
+    """Column ``j`` (the step or the residual) of every measure, with what it is."""
+    return {**{key: float(col[j]) for key, col in cols.items()}, "what": what}
+
+
+def _catalogue(
+    baseline: TrialItems, cell: TrialItems
+) -> tuple[dict[str, str], dict[str, set[str]]]:
+    """Every item either side timed: its class, and the sides (``baseline``/``cell``) it is on."""
+    classes: dict[str, str] = {}
+    seen: dict[str, set[str]] = {}
+    for label, group in (("baseline", baseline), ("cell", cell)):
+        for trial in group.step:
+            for name, (cls, _, _) in group.items.get(trial, {}).items():
+                classes.setdefault(name, cls)
+                seen.setdefault(name, set()).add(label)
+    return classes, seen
+
+
+def _side(group: TrialItems, names: Sequence[str]) -> tuple[np.ndarray | None, np.ndarray]:
+    """One side's trials × (the items, the step, the residual step − Σ items), and its calls."""
+    times, calls = _matrix(group, names)
+    step = np.array([group.step[t] for t in sorted(group.step)], dtype=float)
+    full = np.column_stack([times, step, step - times.sum(axis=1)]) if step.size else None
+    return full, calls
+
+
+def _shares(delta: np.ndarray, mean: Mapping[str, np.ndarray], k: int) -> np.ndarray:
+    """Each item's share of the step's change (0 when the step did not change)."""
+    step_delta = float(delta[k])
+    # A step change within rounding of the step times is no change: dividing by it gave shares
+    # of -1.8e16 to two groups whose mean steps differ in the last bit only.
+    scale = max(abs(float(mean["baseline"][k])), abs(float(mean["cell"][k])))
+    if abs(step_delta) <= 16 * np.finfo(float).eps * scale:
+        step_delta = 0.0
+    with np.errstate(over="ignore"):  # beyond a float (subnormal steps): inf says so
+        share: np.ndarray = delta[:k] / step_delta if step_delta else np.zeros(k)
+    return share
 
 
 def _intervals(

@@ -116,6 +116,21 @@ def from_trials(
     >>> int(row.n_ok), int(row.n_failed), int(row.n_failed_hang), row.difference, row.band
     (6, 1, 1, 'slower', 'beyond band')
     """
+    df = _trial_table(df, warmup_steps)
+    records = _records(df, warmup_steps)
+    names = _cell_names(records, cells, baseline)
+    chosen = set(names)
+    records = [r for r in records if r.cell in chosen]
+    attrs = {"baseline": baseline, "threshold": float(threshold), "source": "from_trials"}
+    if _sparse(records):
+        records = _renumbered(records)
+        attrs["trial_ids"] = "renumbered"
+    counts = {n: 1 + max((r.trial for r in records if r.cell == n), default=-1) for n in names}
+    return build_dataset([{"name": n, "trials": counts[n]} for n in names], records, attrs=attrs)
+
+
+def _trial_table(df: pd.DataFrame, warmup_steps: int) -> pd.DataFrame:
+    """The table checked for its columns, one row per trial (a per-step table gathered)."""
     if warmup_steps < 0:
         raise ValueError(f"warmup_steps must be ≥ 0, got {warmup_steps}")
     for column in ("cell", "trial", "status"):
@@ -124,12 +139,17 @@ def from_trials(
                 f"from_trials needs a {column!r} column; the table has {list(df.columns)}"
             )
     if "step" in df.columns:
-        df = _per_step_rows(df)
-    elif "step_times_ms" not in df.columns:
+        return _per_step_rows(df)
+    if "step_times_ms" not in df.columns:
         raise ValueError(
             "from_trials needs a 'step_times_ms' column (a list per trial) or one row per step "
             "with 'step' and 'step_time_ms'"
         )
+    return df
+
+
+def _records(df: pd.DataFrame, warmup_steps: int) -> list[TrialRecord]:
+    """A trial record per row; an unknown status, a negative or repeated trial is a ValueError."""
     records, seen = [], set()
     for row in df.to_dict("records"):
         status = str(row["status"])
@@ -158,6 +178,13 @@ def from_trials(
                 error=None if not row.get("error") else str(row["error"]),
             )
         )
+    return records
+
+
+def _cell_names(
+    records: Sequence[TrialRecord], cells: Sequence[str] | None, baseline: str
+) -> list[str]:
+    """The Dataset's cells, in order: ``cells`` or those of the table, the baseline among them."""
     present = list(dict.fromkeys(r.cell for r in records))
     names = list(dict.fromkeys(str(c) for c in cells)) if cells is not None else present
     absent = [n for n in names if n not in present]
@@ -169,14 +196,7 @@ def from_trials(
         raise ValueError(
             f"baseline cell {baseline!r} is not in the table (cells: {', '.join(names)})"
         )
-    chosen = set(names)
-    records = [r for r in records if r.cell in chosen]
-    attrs = {"baseline": baseline, "threshold": float(threshold), "source": "from_trials"}
-    if _sparse(records):
-        records = _renumbered(records)
-        attrs["trial_ids"] = "renumbered"
-    counts = {n: 1 + max((r.trial for r in records if r.cell == n), default=-1) for n in names}
-    return build_dataset([{"name": n, "trials": counts[n]} for n in names], records, attrs=attrs)
+    return names
 
 
 def _sparse(records: Sequence[TrialRecord]) -> bool:

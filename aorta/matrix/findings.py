@@ -324,13 +324,44 @@ def _failure_findings(
     baseline: str,
     sequential: bool = False,
 ) -> list[Finding]:
+    """The failure findings: each cell's overall failure count against the baseline's, then a
+    kind or signature whose rate changed where the overall count does not show it."""
     base = df.loc[baseline] if baseline in df.index else None
     rows = {str(c): r for c, r in df.iterrows() if r["difference"] != "baseline"}
     base_sigs = _signature_map(signatures, baseline) if base is not None else {}
+    overall, p_overall, extra = _overall_failures(rows, base, signatures, base_sigs, sequential)
+    out = _event_findings(
+        "failures",
+        "failures",
+        overall,
+        p_overall,
+        alpha=alpha,
+        baseline=baseline,
+        extra=extra,
+        project=not sequential,  # a fixed-n projection does not fit an anytime-valid run
+    )
+    subjects = _failure_subjects(rows, base, overall, signatures, base_sigs)
+    out += _subject_findings(out, subjects, extra, alpha=alpha, baseline=baseline)
+    # A cell's significant kind or signature says more than its undecided overall count.
+    sharp = {f.cell for f in out if f.significant and f.kind != "failures"}
+    return [f for f in out if f.significant or f.kind != "failures" or f.cell not in sharp]
+
+
+#: Per cell: (failed, ran) here, then (failed, ran) in the baseline.
+_Events = dict[str, tuple[int, int, int, int]]
+
+
+def _overall_failures(
+    rows: Mapping[str, pd.Series],
+    base: pd.Series | None,
+    signatures: pd.DataFrame | None,
+    base_sigs: Mapping[str, int],
+    sequential: bool,
+) -> tuple[_Events, dict[str, float], dict[str, dict[str, Any]]]:
+    """Each cell's failure counts beside the baseline's, its adjusted p, and what its line says."""
     extra: dict[str, dict[str, Any]] = {}
     p_overall: dict[str, float] = {}
-    # Per cell: (failed, ran) here, then (failed, ran) in the baseline.
-    overall: dict[str, tuple[int, int, int, int]] = {}
+    overall: _Events = {}
     for cell, r in rows.items():
         b = _base_counts(r, base)
         ran = _int(r["n_ok"]) + _int(r["n_failed"])
@@ -344,21 +375,18 @@ def _failure_findings(
             **_adaptive(r, sequential),
             "hang": str(r.get("hang_incident") or "") if _int(r.get("n_failed_hang")) else "",
         }
-    out = _event_findings(
-        "failures",
-        "failures",
-        overall,
-        p_overall,
-        alpha=alpha,
-        baseline=baseline,
-        extra=extra,
-        project=not sequential,  # a fixed-n projection does not fit an anytime-valid run
-    )
-    told = {f.cell: {(f.count, f.baseline_count)} for f in out}
-    settled = {f.cell for f in out if f.significant}
-    # A kind or signature whose rate changed significantly where the overall count does not
-    # show it (4 workload failures became 4 hangs).
-    subjects: list[tuple[FindingKind, str, dict[str, tuple[int, int, int, int]]]] = []
+    return overall, p_overall, extra
+
+
+def _failure_subjects(
+    rows: Mapping[str, pd.Series],
+    base: pd.Series | None,
+    overall: _Events,
+    signatures: pd.DataFrame | None,
+    base_sigs: Mapping[str, int],
+) -> list[tuple[FindingKind, str, _Events]]:
+    """Every failure kind, then every signature, with its counts per cell beside the baseline's."""
+    subjects: list[tuple[FindingKind, str, _Events]] = []
     for kind in FAILURE_KINDS:
         events = {}
         for cell, r in rows.items():
@@ -378,6 +406,22 @@ def _failure_findings(
             for cell in rows
         }
         subjects.append(("signature", name, events))
+    return subjects
+
+
+def _subject_findings(
+    overall: list[Finding],
+    subjects: list[tuple[FindingKind, str, _Events]],
+    extra: dict[str, dict[str, Any]],
+    *,
+    alpha: float,
+    baseline: str,
+) -> list[Finding]:
+    """A kind or signature whose rate changed significantly where the overall count does not
+    show it (4 workload failures became 4 hangs), for cells whose overall rate did not."""
+    told = {f.cell: {(f.count, f.baseline_count)} for f in overall}
+    settled = {f.cell for f in overall if f.significant}
+    out: list[Finding] = []
     for kind, subject, events in subjects:
         shown = {
             c: e
@@ -404,9 +448,7 @@ def _failure_findings(
             if f.significant and f.cell not in settled:
                 out.append(f)
                 told.setdefault(f.cell, set()).add((f.count, f.baseline_count))
-    # A cell's significant kind or signature says more than its undecided overall count.
-    sharp = {f.cell for f in out if f.significant and f.kind != "failures"}
-    return [f for f in out if f.significant or f.kind != "failures" or f.cell not in sharp]
+    return out
 
 
 def undecided_reason(row: Mapping[str, Any], threshold: float | None = None) -> str:

@@ -215,21 +215,11 @@ def timing_sequence(
     edge = math.log(threshold)
     inside = (blo >= -edge) & (bhi <= edge) & (blo <= bhi)
     beyond = (blo > edge) | (bhi < -edge)
-    n = np.arange(1, d.size + 1)
-    mean = np.cumsum(d) / n
-    with np.errstate(invalid="ignore", divide="ignore"):
-        sd = np.sqrt(np.maximum(np.cumsum(d**2) - n * mean**2, 0) / np.maximum(n - 1, 1))
-    log_e = np.zeros(d.size)
-    ok = n >= MIN_PAIRS
-    log_e[ok] = np.maximum(0.0, t_mixture_log_e(mean[ok], sd[ok], n[ok], g=g))
-    # The strongest evidence so far, and which side of 0 the mean was on when it came.
-    best = np.maximum.accumulate(log_e)
-    at = np.maximum.accumulate(np.where(log_e >= best, np.arange(d.size), 0))
-    p_any = np.exp(-best)
+    mean, p_any, toward = _anytime_t(d, g=g)
     p_look = nan if look is None else look[1]
     path, side, by = _looks(
         p_any,
-        np.where(mean[at] >= 0, 1, -1),
+        toward,
         share=ANYTIME_SHARE if planned else 1.0,
         looks=[] if look is None else [("planned look", (*look, 1 - ANYTIME_SHARE))],
     )
@@ -268,6 +258,21 @@ def timing_sequence(
         side=side,
         by=by,
     )
+
+
+def _anytime_t(d: np.ndarray, *, g: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The running mean of ``d``, the t-mixture e-process's anytime p, and the side of 0 (±1)
+    the mean was on when the strongest evidence so far came."""
+    n = np.arange(1, d.size + 1)
+    mean = np.cumsum(d) / n
+    with np.errstate(invalid="ignore", divide="ignore"):
+        sd = np.sqrt(np.maximum(np.cumsum(d**2) - n * mean**2, 0) / np.maximum(n - 1, 1))
+    log_e = np.zeros(d.size)
+    ok = n >= MIN_PAIRS
+    log_e[ok] = np.maximum(0.0, t_mixture_log_e(mean[ok], sd[ok], n[ok], g=g))
+    best = np.maximum.accumulate(log_e)
+    at = np.maximum.accumulate(np.where(log_e >= best, np.arange(d.size), 0))
+    return mean, np.exp(-best), np.where(mean[at] >= 0, 1, -1)
 
 
 #: A look: from pair ``pairs`` on, its p-value ``p``, direction ``side`` (+1: slower / more)
@@ -407,49 +412,16 @@ def failure_sequence(
     up, down = np.maximum.accumulate(more), np.maximum.accumulate(fewer)
     p_any = np.minimum(1.0, 2 * np.exp(-np.maximum(up, down)))
     sc, sb = np.cumsum(fc), np.cumsum(fb)
-
-    def boschloo(pairs: int | None) -> tuple[int, float, int] | None:
-        if pairs is None or not 0 < pairs <= n:
-            return None
-        x, y = int(sc[pairs - 1]), int(sb[pairs - 1])
-        return pairs, boschloo_p(x, pairs, y, pairs), 1 if x > y else -1
-
-    looks: list[tuple[str, _Look]] = []
-    for (_, part), pairs in zip(FAILURE_INTERIM_LOOKS, interim, strict=False):
-        if (found := boschloo(pairs)) is not None:
-            looks.append(("interim look", (*found, part)))
-    final = boschloo(look)
-    p_look = nan if final is None else final[1]
-    if final is not None:
-        looks.append(("planned look", (*final, _planned_failure_share())))
+    looks, p_look = _failure_looks(sc, sb, interim=interim, look=look)
     path, side, by = _looks(
         p_any,
         np.where(up >= down, 1, -1),
         share=FAILURE_ANYTIME_SHARE if planned else 1.0,
         looks=looks,
     )
-    k = np.arange(1, n + 1)
-    verdict: FailureVerdict = "not significant"
-    how, via, at = "", "", None
-    rejected = _first(path * family <= alpha * (1 + _TIE))
-    # "Within margin" (a claim, at family / alpha) and futility (a stop, at 1 / futility):
-    # the same e-process at two differences, computed together.
-    deltas = np.array([[margin], [futility_difference(margin)]])
-    log_e = difference_log_e(
-        sc[None, :], sb[None, :], k[None, :], delta=deltas, prior=FAILURE_PRIOR
+    verdict, how, via, at = _failure_settled(
+        path, side, by, sc, sb, alpha=alpha, family=family, margin=margin, futility=futility
     )
-    within = _first(log_e[0] >= math.log(family / alpha))
-    futile = None
-    if futility is not None:
-        futile = _first((log_e[1] >= math.log(1 / futility)) & (k >= FUTILITY_MIN_PAIRS))
-    if rejected is not None:
-        verdict = "more" if side[rejected] > 0 else "fewer"
-        how, at = verdict, rejected + 1
-        via = str(by[rejected])
-    elif within is not None:
-        how, at = "within margin", within + 1
-    elif futile is not None:
-        how, at = "futility", futile + 1
     return FailureSequence(
         n=n,
         failed=int(sc[-1]),
@@ -467,6 +439,63 @@ def failure_sequence(
         side=side,
         by=by,
     )
+
+
+def _failure_looks(
+    sc: np.ndarray, sb: np.ndarray, *, interim: Sequence[int | None], look: int | None
+) -> tuple[list[tuple[str, _Look]], float]:
+    """Boschloo's test at the interim looks and the planned one, and the planned one's p."""
+    n = sc.size
+
+    def boschloo(pairs: int | None) -> tuple[int, float, int] | None:
+        if pairs is None or not 0 < pairs <= n:
+            return None
+        x, y = int(sc[pairs - 1]), int(sb[pairs - 1])
+        return pairs, boschloo_p(x, pairs, y, pairs), 1 if x > y else -1
+
+    looks: list[tuple[str, _Look]] = []
+    for (_, part), pairs in zip(FAILURE_INTERIM_LOOKS, interim, strict=False):
+        if (found := boschloo(pairs)) is not None:
+            looks.append(("interim look", (*found, part)))
+    final = boschloo(look)
+    if final is not None:
+        looks.append(("planned look", (*final, _planned_failure_share())))
+    return looks, math.nan if final is None else final[1]
+
+
+def _failure_settled(
+    path: np.ndarray,
+    side: np.ndarray,
+    by: np.ndarray,
+    sc: np.ndarray,
+    sb: np.ndarray,
+    *,
+    alpha: float,
+    family: int,
+    margin: float,
+    futility: float | None,
+) -> tuple[FailureVerdict, str, str, int | None]:
+    """Whether and how the failure question settled: a difference, within margin, futility."""
+    k = np.arange(1, sc.size + 1)
+    rejected = _first(path * family <= alpha * (1 + _TIE))
+    # "Within margin" (a claim, at family / alpha) and futility (a stop, at 1 / futility):
+    # the same e-process at two differences, computed together.
+    deltas = np.array([[margin], [futility_difference(margin)]])
+    log_e = difference_log_e(
+        sc[None, :], sb[None, :], k[None, :], delta=deltas, prior=FAILURE_PRIOR
+    )
+    within = _first(log_e[0] >= math.log(family / alpha))
+    futile = None
+    if futility is not None:
+        futile = _first((log_e[1] >= math.log(1 / futility)) & (k >= FUTILITY_MIN_PAIRS))
+    if rejected is not None:
+        verdict: FailureVerdict = "more" if side[rejected] > 0 else "fewer"
+        return verdict, verdict, str(by[rejected]), rejected + 1
+    if within is not None:
+        return "not significant", "within margin", "", within + 1
+    if futile is not None:
+        return "not significant", "futility", "", futile + 1
+    return "not significant", "", "", None
 
 
 def _holm(paths: Sequence[np.ndarray], alpha: float) -> tuple[list[int | None], np.ndarray]:

@@ -678,12 +678,7 @@ def compare_groups(
 
     Raises ``ValueError`` for ``alpha`` outside (0, 1), ``threshold`` ≤ 1 or ``resamples`` < 1.
     """
-    if not 0 < alpha < 1:
-        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
-    if not threshold > 1:
-        raise ValueError(f"threshold must be > 1, got {threshold}")
-    if resamples < 1:
-        raise ValueError(f"resamples must be ≥ 1, got {resamples}")
+    _check_family(alpha=alpha, threshold=threshold, resamples=resamples)
     values = [g.finite() for g in groups]
     band_family = max(
         sum(1 for c, r in pairs if values[c].size >= MIN_TIMED and values[r].size >= MIN_TIMED), 1
@@ -704,59 +699,94 @@ def compare_groups(
     p_adj = holm([x.p for x in raw])
     f_adj = holm([x.fp for x in raw])
     family = max(int(np.sum(~np.isnan([x.p for x in raw]))), 1)
-    level = alpha / family
-    needed = trials_for_level(level)
-    out = []
-    for (c, r), x, pa, fa in zip(pairs, raw, p_adj, f_adj, strict=True):
-        n = (values[c].size, values[r].size)
-        min_p = attainable_p(*n)
-        attainable = min_p < level
-        if not n[0] or not n[1]:
-            difference: Difference = "no data"
-            band: Band = "no data"
-        else:
-            significant = pa < alpha and x.direction != 0
-            difference = (
-                ("slower" if x.direction > 0 else "faster")
-                if significant
-                else "no difference detected"
-            )
-            band = band_verdict(*x.band_ci, threshold=threshold)
-        out.append(
-            PairResult(
-                ratio=x.ratio,
-                ci_low=x.ci[0],
-                ci_high=x.ci[1],
-                band_ci_low=x.band_ci[0],
-                band_ci_high=x.band_ci[1],
-                band_ci_level=(
-                    1 - alpha / band_family if math.isfinite(x.band_ci[0]) else math.nan
-                ),
-                delta=x.delta,
-                p=x.p,
-                p_method=x.method,
-                p_adj=float(pa),
-                failure_p=x.fp,
-                failure_p_adj=float(fa),
-                difference=difference,
-                band=band,
-                failures_vs_baseline=_failure_verdict(groups[c], groups[r], float(fa), alpha),
-                min_p=min_p,
-                attainable=attainable,
-                trials_needed=needed if n[0] and n[1] and not attainable else None,
-                note=_notes(
-                    x,
-                    n=n,
-                    nonfinite=(groups[c].nonfinite, groups[r].nonfinite),
-                    negative=(groups[c].negative, groups[r].negative),
-                    attainable=attainable,
-                    min_p=min_p,
-                    level=level,
-                    family=family,
-                    needed=needed,
-                    alpha=alpha,
-                    band=band,
-                ),
-            )
+    fam = _Family(
+        alpha=alpha,
+        threshold=threshold,
+        band_family=band_family,
+        family=family,
+        level=alpha / family,
+        needed=trials_for_level(alpha / family),
+    )
+    return [
+        _pair_result(groups[c], groups[r], (values[c].size, values[r].size), x, pa, fa, fam)
+        for (c, r), x, pa, fa in zip(pairs, raw, p_adj, f_adj, strict=True)
+    ]
+
+
+def _check_family(*, alpha: float, threshold: float, resamples: int) -> None:
+    """Raise ``ValueError`` for ``alpha`` outside (0, 1), ``threshold`` ≤ 1, ``resamples`` < 1."""
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    if not threshold > 1:
+        raise ValueError(f"threshold must be > 1, got {threshold}")
+    if resamples < 1:
+        raise ValueError(f"resamples must be ≥ 1, got {resamples}")
+
+
+@dataclass(frozen=True)
+class _Family:
+    """The levels every pair of one :func:`compare_groups` call is judged at."""
+
+    alpha: float
+    threshold: float
+    band_family: int  # pairs with a ratio: band CIs at 1 - alpha / band_family
+    family: int  # pairs with a p-value
+    level: float  # alpha / family: what one p must reach
+    needed: int  # trials per cell at which the exact test can reach ``level``
+
+
+def _pair_result(
+    cell: Group,
+    ref: Group,
+    n: tuple[int, int],
+    x: _Raw,
+    pa: float,
+    fa: float,
+    fam: _Family,
+) -> PairResult:
+    """One pair's verdicts, intervals and note from its raw statistics and Holm-adjusted p's."""
+    alpha = fam.alpha
+    min_p = attainable_p(*n)
+    attainable = min_p < fam.level
+    if not n[0] or not n[1]:
+        difference: Difference = "no data"
+        band: Band = "no data"
+    else:
+        significant = pa < alpha and x.direction != 0
+        difference = (
+            ("slower" if x.direction > 0 else "faster") if significant else "no difference detected"
         )
-    return out
+        band = band_verdict(*x.band_ci, threshold=fam.threshold)
+    return PairResult(
+        ratio=x.ratio,
+        ci_low=x.ci[0],
+        ci_high=x.ci[1],
+        band_ci_low=x.band_ci[0],
+        band_ci_high=x.band_ci[1],
+        band_ci_level=(1 - alpha / fam.band_family if math.isfinite(x.band_ci[0]) else math.nan),
+        delta=x.delta,
+        p=x.p,
+        p_method=x.method,
+        p_adj=float(pa),
+        failure_p=x.fp,
+        failure_p_adj=float(fa),
+        difference=difference,
+        band=band,
+        failures_vs_baseline=_failure_verdict(cell, ref, float(fa), alpha),
+        min_p=min_p,
+        attainable=attainable,
+        trials_needed=fam.needed if n[0] and n[1] and not attainable else None,
+        note=_notes(
+            x,
+            n=n,
+            nonfinite=(cell.nonfinite, ref.nonfinite),
+            negative=(cell.negative, ref.negative),
+            attainable=attainable,
+            min_p=min_p,
+            level=fam.level,
+            family=fam.family,
+            needed=fam.needed,
+            alpha=alpha,
+            band=band,
+        ),
+    )

@@ -47,6 +47,7 @@ from aorta.recipe.limits import MAX_CELLS
 from aorta.recipe.registry import Environment, Registry
 from aorta.recipe.schema import (
     Collector,
+    ExpandedCell,
     Recipe,
     StopAfter,
     canonical_json,
@@ -287,101 +288,119 @@ def plan(
     if registry is None:
         registry = Registry.load()
     problems: list[Problem] = []
-    cells: list[Cell] = []
-    for index, ex in enumerate(recipe.expand_cells()):
-        spec = ex.spec
-        try:
-            environment = registry.environment(spec.environment, path=ex.environment_path)
-        except RecipeError as exc:
-            problems.extend(exc.problems)
-            continue
-        layers: list[tuple[str, Mapping[str, str]]] = [
-            (f"environment:{environment.name}", environment.env)
-        ]
-        owner: dict[str, tuple[str, str, str]] = {}  # var -> (mitigation, value, path)
-        bad = False
-        for name, mpath in zip(spec.mitigations, ex.mitigation_paths, strict=True):
-            try:
-                mit = registry.mitigation(name, path=mpath)
-            except RecipeError as exc:
-                problems.extend(exc.problems)
-                bad = True
-                continue
-            for var, value in mit.env.items():
-                prior = owner.get(var)
-                if prior is not None and prior[1] != value:
-                    problems.append(
-                        Problem(
-                            mpath,
-                            f"{name!r} sets {var}={value!r} but {prior[0]!r} sets {var}={prior[1]!r}; "
-                            f"stack only one, or override deliberately with extra_env",
-                        )
-                    )
-                    bad = True
-                owner.setdefault(var, (name, value, mpath))
-            layers.append((f"mitigation:{name}", mit.env))
-        if bad:
-            continue
-        layers.append(("recipe extra_env", recipe.extra_env))
-        layers.append(
-            (
-                f"{ex.path} extra_env" if ex.path.startswith("cells[") else "cell extra_env",
-                spec.extra_env,
-            )
-        )
-        env, sources = merge_env(layers)
-        config = {**recipe.workload_config, **spec.workload_config}
-        steps = spec.steps if spec.steps is not None else recipe.steps
-        collect = tuple(spec.collect if spec.collect is not None else recipe.collect)
-        payload = {
-            "name": spec.name,
-            "workload": recipe.workload_name,
-            "mitigations": list(spec.mitigations),
-            "environment": environment.to_dict(),
-            "env": env,
-            "workload_config": config,
-            "steps": steps,
-            "collect": [c.model_dump(mode="json") for c in collect],
-            "command": recipe.command,
-        }
-        cells.append(
-            Cell(
-                name=spec.name,
-                cell_id=_cell_id(payload),
-                index=index,
-                workload=recipe.workload_name,
-                mitigations=tuple(spec.mitigations),
-                environment=environment,
-                env=MappingProxyType(env),
-                env_sources=MappingProxyType(sources),
-                workload_config=MappingProxyType(config),
-                trials=recipe.planned_trials(spec),
-                steps=steps,
-                collect=collect,
-                path=ex.path,
-                full_name=ex.full_name,
-            )
-        )
+    cells = [
+        cell
+        for index, ex in enumerate(recipe.expand_cells())
+        if (cell := _resolve_cell(recipe, ex, index, registry, problems)) is not None
+    ]
     if problems:
         raise RecipeError(problems)
-    if recipe.timeout_per_trial is not None:
-        deadline = float(recipe.timeout_per_trial)
-    elif timeout_s is not None:
-        deadline = float(timeout_s)
-    else:
-        deadline = DEFAULT_TIMEOUT_S
     return Plan(
         recipe=recipe,
         cells=tuple(cells),
         baseline=recipe.baseline_cell(),
         threshold=recipe.confound.threshold,
-        timeout_s=deadline,
+        timeout_s=_deadline(recipe, timeout_s),
         isolation=recipe.trial_isolation,
         stop_after=recipe.stop_after,
         command=tuple(recipe.command) if recipe.command else None,
         schedule=schedule_for(recipe, tuple(cells)),
         seed=recipe.seed,
     )
+
+
+def _resolve_cell(
+    recipe: Recipe, ex: ExpandedCell, index: int, registry: Registry, problems: list[Problem]
+) -> Cell | None:
+    """One expanded cell resolved against the registry (``None``: its problems noted)."""
+    spec = ex.spec
+    try:
+        environment = registry.environment(spec.environment, path=ex.environment_path)
+    except RecipeError as exc:
+        problems.extend(exc.problems)
+        return None
+    layers = _mitigation_layers(ex, registry, problems)
+    if layers is None:
+        return None
+    layers.insert(0, (f"environment:{environment.name}", environment.env))
+    layers.append(("recipe extra_env", recipe.extra_env))
+    layers.append(
+        (
+            f"{ex.path} extra_env" if ex.path.startswith("cells[") else "cell extra_env",
+            spec.extra_env,
+        )
+    )
+    env, sources = merge_env(layers)
+    config = {**recipe.workload_config, **spec.workload_config}
+    steps = spec.steps if spec.steps is not None else recipe.steps
+    collect = tuple(spec.collect if spec.collect is not None else recipe.collect)
+    payload = {
+        "name": spec.name,
+        "workload": recipe.workload_name,
+        "mitigations": list(spec.mitigations),
+        "environment": environment.to_dict(),
+        "env": env,
+        "workload_config": config,
+        "steps": steps,
+        "collect": [c.model_dump(mode="json") for c in collect],
+        "command": recipe.command,
+    }
+    return Cell(
+        name=spec.name,
+        cell_id=_cell_id(payload),
+        index=index,
+        workload=recipe.workload_name,
+        mitigations=tuple(spec.mitigations),
+        environment=environment,
+        env=MappingProxyType(env),
+        env_sources=MappingProxyType(sources),
+        workload_config=MappingProxyType(config),
+        trials=recipe.planned_trials(spec),
+        steps=steps,
+        collect=collect,
+        path=ex.path,
+        full_name=ex.full_name,
+    )
+
+
+def _mitigation_layers(
+    ex: ExpandedCell, registry: Registry, problems: list[Problem]
+) -> list[tuple[str, Mapping[str, str]]] | None:
+    """The cell's mitigations' env layers, in order (``None``: an unknown or clashing one,
+    noted in ``problems``)."""
+    layers: list[tuple[str, Mapping[str, str]]] = []
+    owner: dict[str, tuple[str, str, str]] = {}  # var -> (mitigation, value, path)
+    bad = False
+    for name, mpath in zip(ex.spec.mitigations, ex.mitigation_paths, strict=True):
+        try:
+            mit = registry.mitigation(name, path=mpath)
+        except RecipeError as exc:
+            problems.extend(exc.problems)
+            bad = True
+            continue
+        for var, value in mit.env.items():
+            prior = owner.get(var)
+            if prior is not None and prior[1] != value:
+                problems.append(
+                    Problem(
+                        mpath,
+                        f"{name!r} sets {var}={value!r} but {prior[0]!r} sets {var}={prior[1]!r}; "
+                        f"stack only one, or override deliberately with extra_env",
+                    )
+                )
+                bad = True
+            owner.setdefault(var, (name, value, mpath))
+        layers.append((f"mitigation:{name}", mit.env))
+    return None if bad else layers
+
+
+def _deadline(recipe: Recipe, timeout_s: float | None) -> float:
+    """The per-trial deadline: the recipe's, else ``timeout_s``, else the default."""
+    if recipe.timeout_per_trial is not None:
+        return float(recipe.timeout_per_trial)
+    if timeout_s is not None:
+        return float(timeout_s)
+    return DEFAULT_TIMEOUT_S
 
 
 def recipe_problems(

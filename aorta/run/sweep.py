@@ -517,6 +517,30 @@ class _Sweep:
     # -- the loop ----------------------------------------------------------------------------
 
     def run(self, done: dict[tuple[str, int], TrialRecord]) -> SweepResult:
+        """The sweep: announce it, run the schedule, then settle the run's outcome."""
+        self._begin(done)
+        try:
+            self._warmup(done)
+            self._schedule()
+            rows = self.write_matrix("complete")
+        except KeyboardInterrupt:
+            self._leave_resumable()
+            raise Interrupted(
+                f"interrupted; resume with: {self._again('resume')}", self.rd.path
+            ) from None
+        except AortaError:
+            self._leave_resumable(matrix=False)
+            raise
+        except Exception as exc:
+            # Whatever stopped the loop (a full disk, a bug in handling a trial's files), the
+            # run is left resumable: `interrupted`, never `running` with no sweep behind it.
+            self._leave_resumable(matrix=False)
+            full = isinstance(exc, OSError) and exc.errno in _NO_SPACE
+            raise self._unexpected(exc) from (None if full else exc)
+        return self._finish(rows)
+
+    def _begin(self, done: dict[tuple[str, int], TrialRecord]) -> None:
+        """Take in the trials already done and tell the reporter what the sweep will run."""
         for record in done.values():
             self._remember(record)
         if self.adaptive is not None:  # cells stop early: the total is a bound, said before start
@@ -529,56 +553,56 @@ class _Sweep:
         )
         for warning in self.p.warnings:
             self.reporter.message(f"warning: {warning}")
+
+    def _schedule(self) -> None:
+        """Run the schedule's trials in order, rewriting the matrix after each cell or round."""
         order = self.plan.iter_order()  # built as it goes: an adaptive sweep may stop early
         sequential = self.plan.schedule == "sequential"
-        try:
-            self._warmup(done)
+        nxt = next(order, None)
+        seq = -1
+        while nxt is not None:
+            key, seq = nxt, seq + 1
+            if self._one(seq, key) == "settled":
+                for cell in self.plan.cells:
+                    self.reporter.cell_done(cell.name)
+                return
             nxt = next(order, None)
-            seq = -1
-            while nxt is not None:
-                key, seq = nxt, seq + 1
-                if self._one(seq, key) == "settled":
-                    for cell in self.plan.cells:
-                        self.reporter.cell_done(cell.name)
-                    break
-                nxt = next(order, None)
-                if key.trial == key.cell.trials - 1:
-                    self.reporter.cell_done(key.cell.name)
-                # Rewrite the matrix after each cell (sequential) or each round (interleaved);
-                # after the last, the complete one follows.
-                group = key.cell.name if sequential else key.trial
-                if nxt is not None and group != (nxt.cell.name if sequential else nxt.trial):
-                    self.write_matrix_running()
-            rows = self.write_matrix("complete")
-        except KeyboardInterrupt:
-            procs.reap_all()
-            if self.writer:
+            if key.trial == key.cell.trials - 1:
+                self.reporter.cell_done(key.cell.name)
+            # Rewrite the matrix after each cell (sequential) or each round (interleaved);
+            # after the last, the complete one follows.
+            group = key.cell.name if sequential else key.trial
+            if nxt is not None and group != (nxt.cell.name if sequential else nxt.trial):
+                self.write_matrix_running()
+
+    def _leave_resumable(self, *, matrix: bool = True) -> None:
+        """Leave a stopped run resumable: processes reaped, marked ``interrupted``, reporter closed
+        (``matrix``: with the matrix so far; without, the manifest rewritten in place, best effort)."""
+        procs.reap_all()
+        if self.writer:
+            if matrix:
                 self.write_matrix("interrupted")
                 self.rd.update_manifest(status="interrupted", finished_at=utc_now())
-            self.reporter.close()
-            raise Interrupted(
-                f"interrupted; resume with: {self._again('resume')}", self.rd.path
-            ) from None
-        except Exception as exc:
-            # Whatever stopped the loop (a full disk, a bug in handling a trial's files), the
-            # run is left resumable: `interrupted`, never `running` with no sweep behind it.
-            procs.reap_all()
-            if self.writer:
+            else:
                 # The manifest is rewritten in place (a temporary copy may not fit any more).
                 with contextlib.suppress(Exception):
                     self.rd.update_manifest(status="interrupted", finished_at=utc_now())
-            self.reporter.close()
-            if isinstance(exc, OSError) and exc.errno in _NO_SPACE:
-                raise AortaError(
-                    f"{exc.filename or self.rd.path}: {os.strerror(exc.errno or 0)}; the run "
-                    f"stopped and is resumable once there is space: {self._again('resume')}"
-                ) from None
-            if isinstance(exc, AortaError):
-                raise
-            raise AortaError(
-                f"the sweep stopped on an unexpected error ({type(exc).__name__}: {exc}); the "
-                f"run is resumable: {self._again('resume')}"
-            ) from exc
+        self.reporter.close()
+
+    def _unexpected(self, exc: Exception) -> AortaError:
+        """The one line to stop with when ``exc`` stopped the loop: the run is resumable."""
+        if isinstance(exc, OSError) and exc.errno in _NO_SPACE:
+            return AortaError(
+                f"{exc.filename or self.rd.path}: {os.strerror(exc.errno or 0)}; the run "
+                f"stopped and is resumable once there is space: {self._again('resume')}"
+            )
+        return AortaError(
+            f"the sweep stopped on an unexpected error ({type(exc).__name__}: {exc}); the "
+            f"run is resumable: {self._again('resume')}"
+        )
+
+    def _finish(self, rows: pd.DataFrame) -> SweepResult:
+        """Mark the run complete, agree its exit code across ranks, write results.nc."""
         if self.writer:
             self.rd.update_manifest(status="complete", finished_at=utc_now())
         # Every rank exits like rank 0, so torchrun, srun and `aorta launch` see one answer.

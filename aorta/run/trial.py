@@ -305,6 +305,7 @@ def context_from_dict(d: Mapping[str, Any]) -> TrialContext:
 
 #: File where the worker notes the phase it entered (``setup``, ``run``).
 PHASE_FILE = "phase"
+_RESULT_FILE = "result.json"
 
 
 def _signal_name(code: int) -> str:
@@ -344,83 +345,123 @@ def run_in_worker(
     the trial takes that status on this rank too. ``capture`` takes the trial's evidence
     before its processes are killed (a hang, the deadline, a peer's stop, an interrupt).
     """
-    stop_status: list[TrialStatus] = []
-    hang: list[HangWatch] = []
-
-    def stop_when() -> str | None:
-        got = abort() if abort is not None else None
-        if got is None:
-            return hang[0]() if hang else None
-        stop_status.append(got[0])
-        return got[1]
-
-    def before_kill(pid: int, why: str) -> None:
-        if capture is not None:
-            # stop_when stopped it: for a peer (stop_status), else because it hung.
-            capture(pid, ("stopped" if stop_status else "hang") if why == "stopped" else why)
-
+    stop = _WorkerStop(abort, capture)
     scratch = Path(tempfile.mkdtemp(prefix=scratch_prefix()))
     try:
-        request = scratch / "request.json"
-        result_path = scratch / "result.json"
-        request.write_text(
-            json.dumps(
-                {
-                    "workload": workload,
-                    "config": dict(config),
-                    "context": context_to_dict(ctx),
-                    "result_path": str(result_path),
-                    "phase_path": str(scratch / PHASE_FILE),
-                },
-                default=str,
-            )
-        )
+        request = _write_request(scratch, workload, config, ctx)
         art = ctx.artifact_dir or scratch
         art.mkdir(parents=True, exist_ok=True)
-        with open(art / logs[0], "ab") as out, open(art / logs[1], "ab") as err:
-            proc = procs.spawn(
-                [python or sys.executable, "-m", "aorta.run.worker", str(request)],
-                env=env,
-                stdout=out,
-                stderr=err,
-            )
-            if ctx.hang_after:
-                logs_at = [art / logs[0], art / logs[1]]
-                token = env.get(envvars.TRIAL_TOKEN)
-                hang.append(
-                    HangWatch(
-                        proc.pid,
-                        logs_at,
-                        hang_after=ctx.hang_after,
-                        folders=[art],
-                        marker=f"{envvars.TRIAL_TOKEN}={token}" if token else None,
-                        gpu=GpuProbe(),
-                    )
-                )
-            finished = procs.run_with_deadline(
-                proc,
-                deadline=ctx.deadline,
-                grace_s=grace_s,
-                stop_when=stop_when if abort or hang else None,
-                before_kill=before_kill if capture is not None else None,
-            )
-        try:
-            phase = (scratch / PHASE_FILE).read_text().strip()
-        except OSError:
-            phase = ""
-        written: Outcome | None = None
-        if result_path.exists():
-            try:
-                written = Outcome.from_dict(json.loads(result_path.read_text()))
-            except (ValueError, KeyError) as exc:
-                written = Outcome(
-                    TrialStatus.INFRASTRUCTURE_FAILED, error=f"unreadable worker result: {exc}"
-                )
-        outcome = _worker_outcome(finished, phase, written, stop_status, art / logs[1])
+        finished = _run_worker(
+            [python or sys.executable, "-m", "aorta.run.worker", str(request)],
+            ctx,
+            env=env,
+            art=art,
+            logs=logs,
+            grace_s=grace_s,
+            stop=stop,
+        )
+        phase, written = _worker_left(scratch)
+        outcome = _worker_outcome(finished, phase, written, stop.stop_status, art / logs[1])
         outcome.wall_s = finished.wall_s
         return outcome
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+@dataclass
+class _WorkerStop:
+    """Why a running worker is stopped early (a peer's stop via ``abort``, or its hang watch)
+    and the evidence ``capture`` takes before the kill."""
+
+    abort: Callable[[], tuple[TrialStatus, str] | None] | None
+    capture: Capture | None
+    stop_status: list[TrialStatus] = field(default_factory=list)
+    hang: HangWatch | None = None
+
+    def stop_when(self) -> str | None:
+        """The reason to stop the worker now (a peer's first, then a hang), else ``None``."""
+        got = self.abort() if self.abort is not None else None
+        if got is None:
+            return self.hang() if self.hang is not None else None
+        self.stop_status.append(got[0])
+        return got[1]
+
+    def before_kill(self, pid: int, why: str) -> None:
+        """Take the trial's evidence before its processes are killed."""
+        if self.capture is not None:
+            # stop_when stopped it: for a peer (stop_status), else because it hung.
+            self.capture(
+                pid, ("stopped" if self.stop_status else "hang") if why == "stopped" else why
+            )
+
+
+def _write_request(
+    scratch: Path, workload: Mapping[str, str], config: Mapping[str, Any], ctx: TrialContext
+) -> Path:
+    """Write the worker's request (what to run, and where to leave its result and phase)."""
+    request = scratch / "request.json"
+    request.write_text(
+        json.dumps(
+            {
+                "workload": workload,
+                "config": dict(config),
+                "context": context_to_dict(ctx),
+                "result_path": str(scratch / _RESULT_FILE),
+                "phase_path": str(scratch / PHASE_FILE),
+            },
+            default=str,
+        )
+    )
+    return request
+
+
+def _run_worker(
+    argv: list[str],
+    ctx: TrialContext,
+    *,
+    env: Mapping[str, str],
+    art: Path,
+    logs: tuple[str, str],
+    grace_s: float,
+    stop: _WorkerStop,
+) -> procs.Finished:
+    """Start the worker, its output appended to ``logs`` in ``art``; wait for its end or stop."""
+    with open(art / logs[0], "ab") as out, open(art / logs[1], "ab") as err:
+        proc = procs.spawn(argv, env=env, stdout=out, stderr=err)
+        if ctx.hang_after:
+            token = env.get(envvars.TRIAL_TOKEN)
+            stop.hang = HangWatch(
+                proc.pid,
+                [art / logs[0], art / logs[1]],
+                hang_after=ctx.hang_after,
+                folders=[art],
+                marker=f"{envvars.TRIAL_TOKEN}={token}" if token else None,
+                gpu=GpuProbe(),
+            )
+        return procs.run_with_deadline(
+            proc,
+            deadline=ctx.deadline,
+            grace_s=grace_s,
+            stop_when=stop.stop_when if stop.abort or stop.hang is not None else None,
+            before_kill=stop.before_kill if stop.capture is not None else None,
+        )
+
+
+def _worker_left(scratch: Path) -> tuple[str, Outcome | None]:
+    """What the worker left in ``scratch``: the phase it reached and its result, if written."""
+    try:
+        phase = (scratch / PHASE_FILE).read_text().strip()
+    except OSError:
+        phase = ""
+    result_path = scratch / _RESULT_FILE
+    if not result_path.exists():
+        return phase, None
+    try:
+        return phase, Outcome.from_dict(json.loads(result_path.read_text()))
+    except (ValueError, KeyError) as exc:
+        return phase, Outcome(
+            TrialStatus.INFRASTRUCTURE_FAILED, error=f"unreadable worker result: {exc}"
+        )
 
 
 def _worker_outcome(

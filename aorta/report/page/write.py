@@ -194,6 +194,33 @@ def html(
     >>> text.startswith("<!DOCTYPE html>"), text.count("<figure"), "http" in text
     (True, 4, False)
     """
+    ds, rd = _open_source(source, run_dir=run_dir, output=output, traces=traces)
+    opts = stats_options(options, **overrides)
+    summary, tsum = _statistics(ds, summary, baseline=baseline, metric=metric, opts=opts)
+    out = Path(output) if output is not None else rd.report_dir / REPORT_HTML  # type: ignore[union-attr]
+    run_page = RunPage(
+        ds=ds,
+        summary=summary,
+        traces=tsum,
+        files=read_run_files(rd, ds) if rd is not None else None,
+        link_prefix=_link_prefix(rd, out),
+        fmt=figure_format,
+        ranks=opts.ranks,
+        waterfalls=dict(waterfalls if waterfalls is not None else _waterfalls(ds, summary, opts)),
+    )
+    text = render_run_page(run_page, sections=RUN_SECTIONS if sections is None else sections)
+    _write_page(out, text, rd)
+    return out
+
+
+def _open_source(
+    source: xr.Dataset | str | Path,
+    *,
+    run_dir: str | Path | None,
+    output: str | Path | None,
+    traces: bool,
+) -> tuple[xr.Dataset, RunDir | None]:
+    """The run's Dataset and its directory (``None``: a Dataset given without one)."""
     root: Path | None
     if isinstance(source, xr.Dataset):
         ds = source
@@ -204,33 +231,39 @@ def html(
         ds = load_run(path, traces=traces)
     if root is None and output is None:
         raise UsageError("a Dataset without its run directory needs output= (where to write)")
-    rd = RunDir.open(root) if root is not None else None
-    opts = stats_options(options, **overrides)
+    return ds, RunDir.open(root) if root is not None else None
+
+
+def _statistics(
+    ds: xr.Dataset,
+    summary: pd.DataFrame | None,
+    *,
+    baseline: str | None,
+    metric: str | None,
+    opts: StatsOptions,
+) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """The matrix (``summary`` when given) and trace summary; a bad request as UsageError."""
     try:
         if summary is None:
             summary = _matrix(ds, baseline, metric, opts)
         tsum = trace_summary(ds, baseline, options=opts) if has_traces(ds) else None
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    out = Path(output) if output is not None else rd.report_dir / REPORT_HTML  # type: ignore[union-attr]
-    prefix = None
-    if rd is not None:
-        prefix = Path(os.path.relpath(rd.path.resolve(), out.parent.resolve())).as_posix()
-    run_page = RunPage(
-        ds=ds,
-        summary=summary,
-        traces=tsum,
-        files=read_run_files(rd, ds) if rd is not None else None,
-        link_prefix=prefix,
-        fmt=figure_format,
-        ranks=opts.ranks,
-        waterfalls=dict(waterfalls if waterfalls is not None else _waterfalls(ds, summary, opts)),
-    )
-    text = render_run_page(run_page, sections=RUN_SECTIONS if sections is None else sections)
+    return summary, tsum
+
+
+def _link_prefix(rd: RunDir | None, out: Path) -> str | None:
+    """The relative path from the page's folder to the run directory, for the page's links."""
+    if rd is None:
+        return None
+    return Path(os.path.relpath(rd.path.resolve(), out.parent.resolve())).as_posix()
+
+
+def _write_page(out: Path, text: str, rd: RunDir | None) -> None:
+    """Write the page to ``out`` atomically, with the run's secrets redacted."""
     text = redact_page(text, *([rd] if rd is not None else []))
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(out, text)
-    return out
 
 
 def _waterfalls(ds: xr.Dataset, summary: pd.DataFrame, opts: StatsOptions) -> dict[str, Figure]:
