@@ -18,10 +18,10 @@ from typer.models import OptionInfo
 import aorta
 from aorta import envvars
 from aorta.run import no_traces_hint
+from aorta.store import Redactor  # loaded with the CLI anyway (store.bundle, aorta bundle)
 
 if TYPE_CHECKING:
     from aorta import StatsOptions
-    from aorta.store import Redactor
 
 #: What this command's output is redacted with: the secrets of the files and runs it read.
 _PRINTING: contextvars.ContextVar[Redactor | None] = contextvars.ContextVar(
@@ -52,8 +52,6 @@ def redacted_output() -> Iterator[None]:
     with the run's rules — secret names and credential shapes, the secrets of this shell's
     environment, and those of every recipe, cluster file and run the command reads
     (:func:`redact_secrets_of`)."""
-    from aorta.store import Redactor
-
     token = _PRINTING.set(Redactor.for_run(env=os.environ).printing())
     out, err = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = _Redacting(out), _Redacting(err)
@@ -67,8 +65,6 @@ def redacted_output() -> Iterator[None]:
 def redact_secrets_of(*sources: Path | str | Redactor | None) -> None:
     """Redact this command's output with the secrets of these recipe or cluster files, run
     directories or redactors too (``None`` is skipped)."""
-    from aorta.store import Redactor
-
     current = _PRINTING.get()
     if current is None:
         return

@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 
 from aorta.errors import ExitCode, UsageError
+from aorta.recipe import load_recipe
+from aorta.run import RunOptions
 
 from ._options import Command, Json, Output, RecipeFile, Verbose
 
@@ -23,9 +25,6 @@ def bisect(
     (v0 good, vN bad; each trial gets NAME=value): each step runs the midpoint against v0 under
     the adaptive engine, stopping as soon as settled. Exit 0 with the first bad value, 3 when a
     step stayed undecided at its cap (the range still open is named)."""
-    from aorta.recipe import load_recipe
-    from aorta.run import RunOptions
-
     # aorta.run.bisect past the face: a face name `bisect` would be shadowed by the module
     from aorta.run.bisect import Step
     from aorta.run.bisect import bisect as run_bisect

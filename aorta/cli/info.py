@@ -8,6 +8,7 @@ from typing import Any
 import typer
 
 from aorta.errors import ExitCode
+from aorta.recipe import Registry
 
 from ._options import Json, MitigationsFiles
 
@@ -48,8 +49,6 @@ def env(as_json: Json = False) -> int:
 @mitigations_app.command("list")
 def list_mitigations(mitigations_file: MitigationsFiles = None, as_json: Json = False) -> int:
     """List the mitigations and environments a recipe can name."""
-    from aorta.recipe import Registry
-
     reg = Registry.load(files=mitigations_file or ())
     rows: list[dict[str, Any]] = [
         {

@@ -10,7 +10,7 @@ import typer
 
 from aorta import envvars
 from aorta.errors import ExitCode
-from aorta.recipe import load_recipe_pending_command
+from aorta.recipe import dump_recipe, load_recipe_pending_command
 
 from ._options import MitigationsFiles, option, redact_secrets_of
 
@@ -65,13 +65,11 @@ def show(
 ) -> int:
     """Print a recipe as aorta reads it (a probe recipe without its command too: that comes
     after '--' when it runs)."""
-    import aorta.recipe as recipes
-
     redact_secrets_of(file)
     recipe, pending = load_recipe_pending_command(file)
     if pending:
         from aorta.report import COMMAND_PENDING
 
         print(f"# command: {COMMAND_PENDING}")
-    sys.stdout.write(recipes.dump_recipe(recipe, explicit=resolved))
+    sys.stdout.write(dump_recipe(recipe, explicit=resolved))
     return ExitCode.OK

@@ -7,6 +7,7 @@ import json
 import typer
 
 from aorta.errors import ExitCode
+from aorta.run import WorkloadCatalog
 
 from ._options import Json
 
@@ -16,8 +17,6 @@ app = typer.Typer(help="Workload plugins.", no_args_is_help=True)
 @app.command("list")
 def list_(as_json: Json = False) -> int:
     """List the registered workloads (entry-point group ``aorta.workloads``)."""
-    from aorta.run import WorkloadCatalog
-
     rows = WorkloadCatalog().describe()
     if as_json:
         print(json.dumps(rows, indent=2))

@@ -1,15 +1,6 @@
-"""Multi-node launch: one ``cluster.json``, torchrun on every node, one run directory.
-
-The cluster file is read in :mod:`aorta.recipe.cluster`, what runs (:class:`LaunchSpec`: a
-recipe's sweep, a CVS config's job) in :mod:`aorta.recipe.launch_spec`; their names are
-re-exported here. From pure to effectful: :mod:`~.node_command` (each node's command line),
-:mod:`~.outcome` (per-node outcomes, the cross-node :func:`env_diff`), :mod:`~.backend` (the one
-lifecycle every backend goes through, and its per-node result map; the folders it gathers
-into, ``combined_traces/node_<rank>/``, are :mod:`aorta.store.gather`'s), :mod:`~.ssh`
-(Fabric, the one transport), :mod:`~.container` (each node's part in a docker container: the
-cluster file's ``container:`` block), :mod:`~.launcher` (the SSH backends; :func:`launch`,
-:func:`dry_run`; :func:`run`, the one entry point, which picks the backend from a frozen
-:class:`LaunchOptions`) and :mod:`~.slurm` (the Slurm backend).
+"""Multi-node launch: one ``cluster.json``, torchrun on every node, one run directory
+(docs/launch.md; its modules: docs/architecture.md). :func:`run` is the one entry point; the
+cluster file and what runs (:class:`LaunchSpec`) are read in :mod:`aorta.recipe`, re-exported.
 
 >>> c = Cluster.from_dict({"node_dict": {"gpu-1": {"vpc_ip": "10.0.0.1"}, "gpu-2": {}}})
 >>> c.head.label, c.master_addr()

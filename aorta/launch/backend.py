@@ -1,14 +1,7 @@
-"""The one lifecycle of every launch backend — SSH on the nodes' own Python, SSH into a
-container per node (:mod:`~aorta.launch.launcher`), a Slurm job (:mod:`~aorta.launch.slurm`) —
-and the per-node result map its fan-out phases return.
-
-:func:`drive` runs a :class:`Backend` through ``setup → start → wait → teardown → gather``,
-whatever fails: teardown and gathering run once setup was attempted (teardown first: its kill
-report says which nodes share the head's disk, which decides what gathering pulls). Then, once
-for every backend: the staging folder gets its final name, the nodes' secret values are known
-to the run (``secret_hashes.json``, hashes only), the timings derived from the phases and the
-outcomes are written with ``launch.json``. A node that did not end ``ok`` raises
-:class:`~aorta.launch.outcome.LaunchFailed`.
+"""The one lifecycle of every launch backend (SSH: :mod:`~aorta.launch.launcher`, Slurm:
+:mod:`~aorta.launch.slurm`), :func:`drive` — ``setup → start → wait → teardown → gather``
+whatever fails (teardown first: its kill report says which nodes share the head's disk), then
+one record (docs/launch.md, "What happens") — and the per-node map its fan-outs return.
 
 >>> import threading
 >>> def work(key: str, cancel: threading.Event) -> int:

@@ -1,17 +1,8 @@
-"""Launch inside a container on every node, as CVS does: per node, over the node's SSH session
-and the docker CLI there, a probe (docker answers, the image is there, ``/dev/kfd``,
-``nvidia-smi``), the container started or found (:data:`~aorta.recipe.cluster.Lifetime`), this
-aorta shipped into the run's folder; then every command of the launch — the node helper, the
-run, the kill — goes through ``docker exec``; teardown gives the run's files back to the login
-user and removes a ``per_run`` container.
-
-The node's workdir is mounted at the same path, so the per-run folder is one folder for the
-host's ``tar`` (gathering) and the container's processes. aorta travels as its source tree plus
-a ``dist-info`` (its entry points: the built-in workloads) in ``<run folder>/aorta-src``, first on
-``PYTHONPATH``: what ``pip install --no-deps --target`` of a wheel would lay out, without pip,
-a build step or a package index on the node, written nowhere inside the image (a persistent
-container serves runs of different aorta versions). The image needs Python, torch and aorta's
-dependencies; setup names what it lacks.
+"""Launch inside a container on every node, as CVS does (docs/launch.md, "Containers"): per
+node, over its SSH session and the docker CLI there, a probe, the container started or found,
+this aorta shipped into the run's folder (its source tree and a ``dist-info``, first on
+``PYTHONPATH``, nothing written into the image); then every command goes through ``docker
+exec``; teardown gives the run's files back and removes a ``per_run`` container.
 
 >>> from aorta.recipe.cluster import Container
 >>> c = Container(image="rocm/pytorch:latest", env={"HF_TOKEN": "s3cret"})
@@ -126,13 +117,9 @@ def aorta_requirements() -> tuple[str, ...]:
 
 
 class ContainerSession:
-    """One node's :class:`~aorta.launch.ssh.NodeSession` whose commands run in its container.
-
-    :meth:`prepare` (the launch's setup) probes the node and starts, reuses or finds the
-    container; :meth:`exec` then wraps every command in ``docker exec`` (in a dry run: a
-    throwaway ``docker run --rm``, which also proves the image runs); :meth:`teardown` stops
-    this run's processes in it, gives the run's files back and removes a ``per_run`` one.
-    """
+    """One node's :class:`~aorta.launch.ssh.NodeSession` whose commands run in its container:
+    :meth:`prepare`, then :meth:`exec` through ``docker exec`` (a dry run: a throwaway ``docker
+    run --rm``, which proves the image runs), then :meth:`teardown`."""
 
     def __init__(self, inner: NodeSession, spec: Container, run_id: str) -> None:
         self.inner, self.spec, self.run_id = inner, spec, run_id

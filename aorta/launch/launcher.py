@@ -1,6 +1,6 @@
-"""The SSH backends of :func:`~aorta.launch.backend.drive`'s lifecycle: :class:`SshLaunch` runs
-each node's part with the node's own Python, :class:`ContainerLaunch` inside a container per
-node. ``launch`` drives one (setup, start, wait, teardown, gathering — whatever fails, each wait
+"""The SSH backend of :func:`~aorta.launch.backend.drive`'s lifecycle: :class:`SshLaunch` runs
+each node's part with the node's own Python, or inside a container per node (the cluster's
+``container:`` block, :class:`~aorta.launch.container.ContainerSession`). ``launch`` drives it (setup, start, wait, teardown, gathering — whatever fails, each wait
 bounded by a :class:`~aorta.launch.outcome.Deadlines` field); ``dry_run`` runs its setup checks
 only. The first node to exit non-zero gets the others stopped (kill-on-bad-exit). ``run`` is
 ``aorta launch``'s one entry point: it picks Slurm or one of these from a ``LaunchOptions``.
@@ -53,7 +53,6 @@ from .slurm import run_in_job, run_slurm
 from .ssh import ExecResult, NodeSession, RemoteError, Unreachable, ssh_sessions
 
 __all__ = [
-    "ContainerLaunch",
     "SshLaunch",
     "describe_kill",
     "dry_run",
@@ -67,6 +66,11 @@ SessionFactory = Callable[[Cluster], Mapping[str, NodeSession]]
 
 class SetupFailed(RemoteError):
     """A node was reached but is not ready (its Python, torch or aorta is missing, ...)."""
+
+
+def _reply(result: ExecResult) -> dict[str, Any]:  # the node helper's JSON line, its last
+    reply: dict[str, Any] = json.loads(result.stdout.strip().rsplit("\n", 1)[-1])
+    return reply
 
 
 def describe_kill(report: Mapping[str, Any], before: str = "") -> str:
@@ -114,7 +118,7 @@ def _parse_setup(node: Node, result: ExecResult) -> SetupReport:
     if result.exit_code != 0:
         raise SetupFailed(f"setup failed: {result.cause}")
     try:
-        data = json.loads(result.stdout.strip().rsplit("\n", 1)[-1])  # the helper's reply
+        data = _reply(result)
     except ValueError:
         raise SetupFailed(f"setup printed no report: {result.cause!r}") from None
     if data.get("missing"):
@@ -124,8 +128,11 @@ def _parse_setup(node: Node, result: ExecResult) -> SetupReport:
 
 class SshLaunch:
     """The SSH backend (a :class:`~aorta.launch.backend.Backend`): each node's own Python runs
-    the node helper and the program, over its session. With an ``output``, node logs and
-    snapshots go to the staging folder :func:`~aorta.launch.backend.drive` names."""
+    the node helper and the program, over its session — with a ``container:`` block, through
+    the node's :class:`~aorta.launch.container.ContainerSession` (setup probes the node and
+    starts or finds the container first; teardown gives the run's files back and removes a
+    ``per_run`` one). With an ``output``, node logs and snapshots go to the staging folder
+    :func:`~aorta.launch.backend.drive` names."""
 
     def __init__(
         self,
@@ -155,7 +162,9 @@ class SshLaunch:
                 self.logs[out.node.name] = open(out.log, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
         self.log_lock = threading.Lock()
         self.head_token = secrets.token_hex(8)
-        self.live = self._sessions(dict(sessions(cluster)))
+        live, box = dict(sessions(cluster)), cluster.container
+        self.boxes = {n: ContainerSession(s, box, run_id) for n, s in live.items()} if box else {}
+        self.live: dict[str, NodeSession] = {**live, **self.boxes}
         self.reports: dict[str, SetupReport] = {}
         self.found: dict[str, dict[str, Any]] = {}  # teardown's report per node
         self.events: queue.Queue[tuple[str, str, Any]] = queue.Queue()
@@ -165,36 +174,21 @@ class SshLaunch:
     def now(self) -> float:
         return time.monotonic() - self.t0
 
-    # -- where a container launch differs (ContainerLaunch) ------------------------------------
-
-    def _sessions(self, live: dict[str, NodeSession]) -> dict[str, NodeSession]:
-        return live
-
     def _prepare(self, name: str, cancel: threading.Event) -> LaunchSpec:
-        """Setup's first step on a node; the spec its setup checks."""
-        return self.spec
-
-    def _where(self, name: str) -> str:  # what a setup failure adds
-        return ""
-
-    def _adopt(self, name: str, report: SetupReport) -> None:
-        pass
-
-    def _run_env(self, name: str, env: dict[str, str]) -> dict[str, str]:
-        return env
-
-    def _entered(self, name: str) -> tuple[str, ...]:  # NodeCommand.container
-        return ()
-
-    def _stop_node(self, name: str, stop: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-        return stop()
-
-    def _teardown_time(self) -> float:
-        return self.deadlines.kill_grace + self.deadlines.teardown + 5.0
+        """Setup's first step on a node (a container's: probe, start or find, ship aorta); the
+        spec its setup checks (in a container, aorta's dependencies too, not aorta itself in a
+        dry run's throwaway one)."""
+        if name not in self.boxes:
+            return self.spec
+        self.boxes[name].prepare(timeout=self.deadlines.setup, cancel=cancel, dry_run=self.dry)
+        needs = [m for m in self.spec.requires if not (self.dry and m == "aorta")]
+        extra = aorta_requirements() if "aorta" in self.spec.requires else ()
+        return replace(self.spec, requires=tuple(dict.fromkeys([*needs, *extra])))
 
     def environments(self) -> list[Mapping[str, str]]:
-        """The cluster's ``env_vars`` (each node's) and the spec's environment."""
-        return [*(n.env_vars for n in self.cluster.nodes), self.spec.env]
+        """The cluster's ``env_vars`` (each node's), the spec's environment, the container's."""
+        box = [self.cluster.container.env] if self.cluster.container else []
+        return [*(n.env_vars for n in self.cluster.nodes), self.spec.env, *box]
 
     def record(self) -> dict[str, Any]:
         return {}
@@ -227,7 +221,7 @@ class SshLaunch:
 
     def _setup_one(self, name: str, cancel: threading.Event) -> SetupReport:
         """Setup (a container's first), then — unless a dry run — the node's 0600 env file."""
-        session, d = self.live[name], self.deadlines
+        session, d, box = self.live[name], self.deadlines, self.boxes.get(name)
         node, head = session.node, session.node.rank == 0
         cmd, stdin = setup_command(
             node,
@@ -241,8 +235,9 @@ class SshLaunch:
         try:
             report = _parse_setup(node, result)
         except SetupFailed as exc:
-            raise SetupFailed(f"{exc}{self._where(name)}") from None
-        self._adopt(name, report)
+            raise SetupFailed(f"{exc} (in image {box.spec.image})" if box else str(exc)) from None
+        if box:
+            report.snapshot["container"] = box.snapshot()
         if self.dry:
             return report
         if cancel.is_set():  # a straggler: the launch gave up on this node, undo what setup made
@@ -250,7 +245,8 @@ class SshLaunch:
             return report
         env = node_env(node, self.spec, run_id=self.run_id, node_dir=report.node_dir)
         line = env_file_command(report.node_dir)
-        written = session.exec(line, stdin=env_script(self._run_env(name, env)), timeout=d.setup)
+        env = box.run_env(env) if box else env
+        written = session.exec(line, stdin=env_script(env), timeout=d.setup)
         if written.exit_code != 0:
             raise SetupFailed(f"cannot write the environment file: {written.cause}")
         return report
@@ -265,8 +261,7 @@ class SshLaunch:
         result = session.exec(cmd, stdin=stdin, timeout=d.kill_grace + d.teardown, fresh=True)
         if result.exit_code != 0:
             raise RemoteError(result.cause)
-        report: dict[str, Any] = json.loads(result.stdout.strip().rsplit("\n", 1)[-1])
-        return report
+        return _reply(result)
 
     def node_commands(self, port: int) -> dict[str, NodeCommand]:
         """Each ready node's command, with the rendezvous on ``port``."""
@@ -282,7 +277,7 @@ class SshLaunch:
                     master_addr=str(self.result.master_addr),
                     master_port=port,
                 ),
-                container=self._entered(name),
+                container=tuple(self.boxes[name].describe()) if name in self.boxes else (),
             )
             for name, report in self.reports.items()
         }
@@ -419,20 +414,20 @@ class SshLaunch:
     def teardown(self) -> None:
         """Stop what this run left on every node where setup was attempted; each report says
         whether the node shares the head's disk and sees its output path (``kill_command``)."""
-        head = self.reports.get(self.cluster.head.name)
+        d, head = self.deadlines, self.reports.get(self.cluster.head.name)
         where = {"head_dir": head.node_dir, "head_token": self.head_token} if head else {}
-        dirs = {
-            n.name: self.reports[n.name].node_dir
-            if n.name in self.reports
-            else node_dir(n, self.run_id)
-            for n in self.cluster.nodes
-            if self.outcomes[n.name].status != "unreachable"
-        }
+        tried = [n for n in self.cluster.nodes if self.outcomes[n.name].status != "unreachable"]
+        made = {name: report.node_dir for name, report in self.reports.items()}
+        dirs = {n.name: made.get(n.name) or node_dir(n, self.run_id) for n in tried}
 
         def one(name: str, cancel: threading.Event) -> dict[str, Any]:
-            return self._stop_node(name, functools.partial(self.stop, name, dirs[name], **where))
+            stop = functools.partial(self.stop, name, dirs[name], **where)
+            box = self.boxes.get(name)
+            return box.teardown(stop, timeout=d.teardown, wait=d.setup) if box else stop()
 
-        results = run_parallel(dirs, one, timeout=self._teardown_time(), name="aorta-teardown")
+        more = d.setup + 2 * d.teardown if self.boxes else 0.0  # `docker run` in flight, `rm`
+        timeout = d.kill_grace + d.teardown + 5.0 + more
+        results = run_parallel(dirs, one, timeout=timeout, name="aorta-teardown")
         for name, exc in results.failed.items():
             self.outcomes[name].teardown = f"teardown failed: {why(exc)}: processes may be left"
         self.found = results.succeeded
@@ -469,54 +464,6 @@ class SshLaunch:
             self.outcomes[name].collected = how
 
 
-class ContainerLaunch(SshLaunch):
-    """The SSH backend with each node's part in a container (the cluster's ``container:``
-    block; :class:`~aorta.launch.container.ContainerSession`): setup probes the node and starts
-    or finds the container first, every command runs through ``docker exec``, teardown gives
-    the run's files back and removes a ``per_run`` container."""
-
-    def _sessions(self, live: dict[str, NodeSession]) -> dict[str, NodeSession]:
-        spec = self.cluster.container
-        assert spec is not None
-        self.boxes = {n: ContainerSession(s, spec, self.run_id) for n, s in live.items()}
-        return dict(self.boxes)
-
-    def _prepare(self, name: str, cancel: threading.Event) -> LaunchSpec:
-        self.boxes[name].prepare(timeout=self.deadlines.setup, cancel=cancel, dry_run=self.dry)
-        # aorta is shipped (not in a dry run's throwaway container); its dependencies not
-        needs = [m for m in self.spec.requires if not (self.dry and m == "aorta")]
-        extra = aorta_requirements() if "aorta" in self.spec.requires else ()
-        return replace(self.spec, requires=tuple(dict.fromkeys([*needs, *extra])))
-
-    def _where(self, name: str) -> str:
-        return f" (in image {self.boxes[name].spec.image})"
-
-    def _adopt(self, name: str, report: SetupReport) -> None:
-        report.snapshot["container"] = self.boxes[name].snapshot()
-
-    def _run_env(self, name: str, env: dict[str, str]) -> dict[str, str]:
-        return self.boxes[name].run_env(env)
-
-    def _entered(self, name: str) -> tuple[str, ...]:
-        return tuple(self.boxes[name].describe())
-
-    def _stop_node(self, name: str, stop: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-        d = self.deadlines
-        return self.boxes[name].teardown(stop, timeout=d.teardown, wait=d.setup)
-
-    def _teardown_time(self) -> float:  # a `docker run` in flight, then `rm`
-        return super()._teardown_time() + self.deadlines.setup + 2 * self.deadlines.teardown
-
-    def environments(self) -> list[Mapping[str, str]]:
-        """The nodes' and the spec's, and the container's ``env``."""
-        assert self.cluster.container is not None
-        return [*super().environments(), self.cluster.container.env]
-
-
-def _backend(cluster: Cluster, spec: LaunchSpec, **options: Any) -> SshLaunch:
-    return (ContainerLaunch if cluster.container else SshLaunch)(cluster, spec, **options)
-
-
 def launch(
     cluster: Cluster,
     spec: LaunchSpec,
@@ -549,7 +496,7 @@ def launch(
     True
     """
     emit = on_event or ignore
-    backend = _backend(
+    backend = SshLaunch(
         cluster,
         spec,
         deadlines=deadlines,
@@ -580,7 +527,7 @@ def dry_run(
     >>> "connection refused" in report.outcomes["node0"].message
     True
     """
-    state = _backend(
+    state = SshLaunch(
         cluster,
         spec,
         deadlines=deadlines,

@@ -1,13 +1,7 @@
-"""The Slurm backend: one ``srun --kill-on-bad-exit=1`` step runs torchrun (with ``srun_ranks``,
-each rank) on every node of an allocation; from a login node, a batch job runs that step.
-
-A :class:`SlurmJob` first fills ``<staging>/slurm/node_<k>/`` (shipped files; ``env.sh``, 0600,
-removed when the step ends) and ``slurm.json`` (the spec, secret values redacted). In the
-allocation, the step's launcher probes a rendezvous port, writes each node's ``run.sh`` and
-starts the step: each task writes ``started.<task>`` and ``exit.<task>`` beside it, its output
-goes to ``combined_traces/node_<k>/launch.log``. :meth:`SlurmJob.follow` turns those and the
-job's state into per-node outcomes and the run directory. The staging folder must be on a
-shared file system.
+"""The Slurm backend (docs/launch.md, "Slurm"): one ``srun --kill-on-bad-exit=1`` step runs
+torchrun (with ``srun_ranks``, each rank) on every node of an allocation; from a login node, a
+batch job runs that step. Each task writes ``started.<task>`` and ``exit.<task>`` beside its
+``run.sh``: :meth:`SlurmJob.follow` turns them and the job's state into per-node outcomes.
 """
 
 from __future__ import annotations
@@ -229,14 +223,9 @@ def run_slurm(
 
 
 class SlurmJob:
-    """One launch through Slurm, known by its staging folder under ``output``; building one is
-    free. A :class:`~aorta.launch.backend.Backend`: :meth:`setup` fills every node's folder;
-    :meth:`start` runs the srun step from here inside an allocation, else sbatches a job that
-    runs it (:meth:`submit` does both; :meth:`attach` finds a job submitted earlier: set up and
-    started already); :meth:`wait` streams the queue state and every node's output to the end
-    (Ctrl-C or SIGTERM stops the step, ``scancel`` a job, first); :meth:`follow` drives it all.
-    ``spec``, ``nodes``, ``options``: what to run, on how many nodes (``None``: the
-    allocation's), with which ``#SBATCH`` options."""
+    """One launch through Slurm (a :class:`~aorta.launch.backend.Backend`), known by its staging
+    folder under ``output``; building one is free. ``spec``, ``nodes``, ``options``: what to
+    run, on how many nodes (``None``: the allocation's), with which ``#SBATCH`` options."""
 
     def __init__(
         self,

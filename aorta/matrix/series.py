@@ -32,6 +32,7 @@ from aorta.matrix.history import (
 from aorta.matrix.stats import DEFAULT_ALPHA
 from aorta.store.history import blessed_run, run_snapshots
 from aorta.store.hostenv import environment_changes
+from aorta.store.rundir import RunDir
 
 __all__ = ["History", "analyze", "history"]
 
@@ -135,8 +136,6 @@ def _thresholds(ds: xr.Dataset) -> dict[str, float]:
 
 
 def _snapshots(run: str) -> dict[str, dict[str, Any]]:
-    from aorta.store.rundir import RunDir
-
     snaps = run_snapshots(run)
     try:
         sha = RunDir.open(run).manifest().get("recipe_sha256")

@@ -139,10 +139,36 @@ def cvs_job(
     """
     problems: list[Problem] = []
     warnings: list[str] = []
-    user = user or getpass.getuser()
     if not isinstance(data, Mapping):
         raise CvsConfigError(f"must be an object, got {describe_value(data)}", source=source)
-    block = data.get("multi_node", {})
+    f = _Fields(data, _block(data, problems, warnings), user or getpass.getuser(), problems)
+    _check_mode(f)
+    command = _train_command(f, python)
+    options = _rendezvous(f)
+    timeout = _run_timeout(f)
+    _check_collect(f, warnings)
+    overrides = _overrides(*f.get("training_overrides", {}), problems)
+    env = _env(*f.get("extra_env", {}), problems)
+    if problems:
+        raise CvsConfigError(problems, source=source)
+    return CvsJob(
+        command=command,
+        overrides=overrides,
+        env=env,
+        nproc_per_node=options["nproc_per_node"],
+        master_addr=options["master_addr"],
+        master_port=options["master_port"],
+        run_timeout=timeout,
+        warnings=tuple(warnings),
+    )
+
+
+def _block(
+    data: Mapping[str, Any], problems: list[Problem], warnings: list[str]
+) -> Mapping[str, Any]:
+    """The ``multi_node:`` block (``{}`` when missing or not an object); its unknown keys are
+    problems, top-level keys aorta does not read are warnings."""
+    block: Mapping[str, Any] | None = data.get("multi_node", {})
     if block is None:
         block = {}
     if not isinstance(block, Mapping):
@@ -156,51 +182,68 @@ def cvs_job(
         if key not in TOP_KEYS and not str(key).startswith("_"):
             hint = _HINTS.get(str(key), "")
             warnings.append(f"{key}: not read by aorta launch (ignored){hint}")
+    return block
 
-    def get(key: str, default: Any = None) -> tuple[str, Any]:
+
+@dataclass
+class _Fields:
+    """A CVS config's fields where CVS reads them (the block; :data:`SHARED_KEYS` at the top
+    level too, not both), each as ``(where, value)``; every problem lands in ``problems``."""
+
+    data: Mapping[str, Any]
+    block: Mapping[str, Any]
+    user: str
+    problems: list[Problem]
+
+    def get(self, key: str, default: Any = None) -> tuple[str, Any]:
+        block, data = self.block, self.data
         if key in SHARED_KEYS and key in block and key in data:
-            problems.append(Problem(f"multi_node.{key}", f"is also given at the top level ({key})"))
+            why = f"is also given at the top level ({key})"
+            self.problems.append(Problem(f"multi_node.{key}", why))
         if key in block:
             return f"multi_node.{key}", block[key]
         if key in SHARED_KEYS and key in data:
             return key, data[key]
         return f"multi_node.{key}", default
 
-    def text(key: str, default: str | None) -> str | None:
-        where, value = get(key, default)
+    def text(self, key: str, default: str | None) -> str | None:
+        where, value = self.get(key, default)
         if value is None or (isinstance(value, str) and value.strip()):
-            return _resolve(where, value, user, problems)
-        problems.append(Problem(where, f"must be a non-empty string, got {describe_value(value)}"))
+            return _resolve(where, value, self.user, self.problems)
+        why = f"must be a non-empty string, got {describe_value(value)}"
+        self.problems.append(Problem(where, why))
         return None
 
-    def count(where: str, value: Any, lo: int, hi: int) -> int | None:
+    def count(self, where: str, value: Any, lo: int, hi: int) -> int | None:
         if value is None or (type(value) is int and lo <= value <= hi):
             return value
-        problems.append(
-            Problem(where, f"must be a whole number from {lo} to {hi}, got {describe_value(value)}")
-        )
+        why = f"must be a whole number from {lo} to {hi}, got {describe_value(value)}"
+        self.problems.append(Problem(where, why))
         return None
 
-    mode = get("master_launch_mode", "auto")
-    if mode[1] == "script":
+
+def _check_mode(f: _Fields) -> None:
+    where, mode = f.get("master_launch_mode", "auto")
+    if mode == "script":
         why = (
             "'script' (CVS's experiment_script path) is not supported: aorta runs train_script "
             "under torchrun on every node, also on one node; use auto or torchrun"
         )
-        problems.append(Problem(mode[0], why))
-    elif mode[1] not in LAUNCH_MODES:
-        problems.append(
-            Problem(mode[0], f"must be auto or torchrun, got {describe_value(mode[1])}")
-        )
+        f.problems.append(Problem(where, why))
+    elif mode not in LAUNCH_MODES:
+        f.problems.append(Problem(where, f"must be auto or torchrun, got {describe_value(mode)}"))
 
-    raw = data.get("aorta_path")
+
+def _train_command(f: _Fields, python: str) -> tuple[str, ...]:
+    """``python <aorta_path>/<train_script> --config <base_config> <extra_train_args>``."""
+    problems, raw = f.problems, f.data.get("aorta_path")
     before = len(problems)
     if isinstance(raw, str):  # placeholders first: CVS's {paths.x} stands for an absolute path
-        raw = _resolve("aorta_path", raw, user, problems)
+        raw = _resolve("aorta_path", raw, f.user, problems)
     root = _aorta_path(raw, problems) if len(problems) == before else None
-    script = text("train_script", "train.py")
-    config = text("base_config", "config/distributed.yaml")
-    where, extra_train = get("extra_train_args", [])
+    script = f.text("train_script", "train.py")
+    config = f.text("base_config", "config/distributed.yaml")
+    where, extra_train = f.get("extra_train_args", [])
     train_args = _strings(where, extra_train, problems)
     for i, arg in enumerate(train_args):
         flag = arg.partition("=")[0]  # argparse takes "--ov" for "--override", "--" ends options
@@ -208,46 +251,40 @@ def cvs_job(
             why = f"{arg!r} would split the override group: put overrides in training_overrides"
             problems.append(Problem(f"{where}[{i}]", why))
     command = (python, _under(root, script or ""), "--config", _under(root, config or ""))
+    return (*command, *train_args)
 
-    nproc = count(*get("nproc_per_node"), 0, 4096) or count(
-        "gpus_per_node", data.get("gpus_per_node"), 1, 4096
+
+def _rendezvous(f: _Fields) -> dict[str, Any]:
+    """``nproc_per_node``, ``master_addr``, ``master_port``: the block's, then
+    ``extra_torchrun_args``'."""
+    nproc = f.count(*f.get("nproc_per_node"), 0, 4096) or f.count(
+        "gpus_per_node", f.data.get("gpus_per_node"), 1, 4096
     )
-    port = count(*get("master_port"), 0, 65535) or None
-    addr = text("master_addr", None) if get("master_addr")[1] != "" else None
+    port = f.count(*f.get("master_port"), 0, 65535) or None
+    addr = f.text("master_addr", None) if f.get("master_addr")[1] != "" else None
     options: dict[str, Any] = {"nproc_per_node": nproc, "master_addr": addr, "master_port": port}
-    where, torchrun = get("extra_torchrun_args", [])
-    _torchrun_options(where, _strings(where, torchrun, problems), options, problems)
+    where, torchrun = f.get("extra_torchrun_args", [])
+    _torchrun_options(where, _strings(where, torchrun, f.problems), options, f.problems)
+    return options
 
-    timeout = get("timeout_seconds")
-    if timeout[1] is not None and (
-        isinstance(timeout[1], bool) or not isinstance(timeout[1], int | float) or timeout[1] <= 0
-    ):
-        problems.append(
-            Problem(
-                timeout[0], f"must be a number of seconds > 0, got {describe_value(timeout[1])}"
-            )
-        )
-        timeout = (timeout[0], None)
-    where, collect = get("collect_traces", True)
+
+def _run_timeout(f: _Fields) -> float | None:
+    where, timeout = f.get("timeout_seconds")
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+        why = f"must be a number of seconds > 0, got {describe_value(timeout)}"
+        f.problems.append(Problem(where, why))
+        return None
+    return float(timeout)
+
+
+def _check_collect(f: _Fields, warnings: list[str]) -> None:
+    where, collect = f.get("collect_traces", True)
     if collect is False:
         warnings.append(f"{where}: false: aorta always gathers every node's traces")
     elif collect is not True:
-        problems.append(Problem(where, f"must be true or false, got {describe_value(collect)}"))
-
-    overrides = _overrides(*get("training_overrides", {}), problems)
-    env = _env(*get("extra_env", {}), problems)
-    if problems:
-        raise CvsConfigError(problems, source=source)
-    return CvsJob(
-        command=(*command, *train_args),
-        overrides=overrides,
-        env=env,
-        nproc_per_node=options["nproc_per_node"],
-        master_addr=options["master_addr"],
-        master_port=options["master_port"],
-        run_timeout=float(timeout[1]) if timeout[1] is not None else None,
-        warnings=tuple(warnings),
-    )
+        f.problems.append(Problem(where, f"must be true or false, got {describe_value(collect)}"))
 
 
 def _aorta_path(value: Any, problems: list[Problem]) -> str | None:

@@ -33,8 +33,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 from aorta.errors import UsageError
+from aorta.matrix.compare import compare
+from aorta.matrix.load import load_run
 from aorta.recipe.schema import Recipe, recipe_from_data, recipe_to_data
+from aorta.run.adaptive import decision_metric
 from aorta.run.options import RunOptions
+from aorta.run.sweep import sweep
 from aorta.store.rundir import BISECT_JSON, RunDir, atomic_write, utc_now
 
 __all__ = ["BisectPlan", "BisectResult", "Step", "Verdict", "bisect", "step_recipe"]
@@ -192,10 +196,6 @@ def step_recipe(recipe: Recipe, index: int) -> Recipe:
 
 
 def _verdict(run_dir: Path, baseline: str, cell: str) -> Step:
-    from aorta.matrix.compare import compare
-    from aorta.matrix.load import load_run
-    from aorta.run.adaptive import decision_metric
-
     ds = load_run(run_dir, source="records")
     df = compare(ds, metric=decision_metric(ds, baseline), sequential=True, baseline=baseline)
     row = df.loc[cell]
@@ -246,8 +246,6 @@ def bisect(
     Interrupted
         Ctrl-C: the finished steps are in ``bisect.json``.
     """
-    from aorta.run.sweep import sweep
-
     if recipe.bisect is None:
         raise UsageError("the recipe has no bisect: {variable: NAME, values: [...]} block")
     opts = options or RunOptions()
@@ -289,8 +287,6 @@ def bisect(
 
 def _step_trials(step: Step) -> int:
     # Both cells of a step run the same rounds (the baseline runs while the other does).
-    from aorta.matrix.load import load_run
-
     ds = load_run(step.run_dir, source="records")
     outcome = ds.outcome.values
     return int(((outcome != "missing") & (outcome != "did_not_run")).sum())
