@@ -497,7 +497,7 @@ class Redactor:
 
         >>> import tempfile, pathlib
         >>> p = pathlib.Path(tempfile.mkdtemp()) / "r.yaml"
-        >>> _ = p.write_text("extra_env: {HF_TOKEN: hf_s3cretVALUE99}\n")
+        >>> _ = p.write_text("extra_env: {HF_TOKEN: hf_s3cretVALUE99}")
         >>> Redactor.of_file(p).text("logged in as hf_s3cretVALUE99")
         'logged in as <redacted>'
         """
