@@ -258,4 +258,4 @@ def test_the_entries_of_the_analysis_are_charged_too(tmp_path, monkeypatch):
     assert len(load_evidence([tmp_path])) == 2
     monkeypatch.setattr("aorta.hang.load.ENTRY_COST", 2**23)  # 8 MiB an entry: 16 GiB a dump
     with pytest.raises(HangEvidenceError, match=r"fr_0\.json: the analysis of 2,000 entries"):
-        load_evidence([tmp_path])
+        load_evidence([tmp_path], max_memory=8 * 2**30)  # the default follows the machine
