@@ -36,7 +36,9 @@ def test_a_keyword_replaces_its_field_none_too():
 
 def test_a_misspelt_keyword_runs_nothing(tmp_path):
     recipe = load_recipe_text(PROBE, command=["true"])
-    with pytest.raises(TypeError, match=r"'outptu' \(the run options are backend, check_numerics, command"):
+    with pytest.raises(
+        TypeError, match=r"'outptu' \(the run options are backend, check_numerics, command"
+    ):
         aorta.sweep(recipe, options=RunOptions(output=tmp_path), outptu=tmp_path / "x")
     assert not list(tmp_path.iterdir())
 
