@@ -202,19 +202,36 @@ def test_a_flaky_cell_with_a_lucky_start_is_called_more_failures_and_stops_early
     assert df.attrs["max_trials"] == 40
 
 
+STEADY = ("sh", "-c", "echo step 10.0 ms; echo step 10.0 ms")
+
+
 def test_a_million_trial_cap_ends_when_the_cells_stop(tmp_path):
     """After every cell stopped, the sweep ends: it walked the rest of max_trials, deciding
     every earlier point again for each trial (max_trials 32,000: 141 s of CPU for nothing)."""
     recipe = tmp_path / "r.yaml"
+    # Steady step times, so the cells settle within a few dozen trials: timed as `true`'s fork
+    # and exit, "same" took 1,100 trials to be within band, which took over 600 s with ~20
+    # processes on 2 cores (the cap's walk is what this tests, not how noisy a fork is).
     recipe.write_text(
         "ticket: CAP\nschedule: adaptive\nadaptive: {min_trials: 5, max_trials: 1000000}\n"
+        "step_time_regex: 'step ([0-9.]+) ms'\n"
         "cells: [{name: base, mitigations: [none]}, {name: same, mitigations: [none]}]\n"
     )
     import resource
 
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.run(
-        [AORTA, "sweep", "run", "--recipe", str(recipe), "-o", str(tmp_path / "out"), "--", "true"],
+        [
+            AORTA,
+            "sweep",
+            "run",
+            "--recipe",
+            str(recipe),
+            "-o",
+            str(tmp_path / "out"),
+            "--",
+            *STEADY,
+        ],
         capture_output=True,
         text=True,
         timeout=600,
@@ -226,6 +243,6 @@ def test_a_million_trial_cap_ends_when_the_cells_stop(tmp_path):
     assert matrix["adaptive"]["same"]["decided"] is True
     ran = len(list((run_dir / "cells").glob("*/trial_*.json")))
     assert ran < 10_000  # the cells stopped long before their cap
-    # Generous (both cores busy): each trial is a fork of `true`; the walk was O(max_trials²).
+    # Generous (both cores busy): each trial is a fork of `sh`; the walk was O(max_trials²).
     cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     assert cpu < 60 + 0.5 * ran, (cpu, ran)
