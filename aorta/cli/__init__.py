@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any
 
 import typer
@@ -87,12 +87,25 @@ def _error(message: str) -> None:
     print(f"Error: {first}", file=sys.stderr)
 
 
-def _show_warning(message: Any, category: type[Warning], *args: Any, **kwargs: Any) -> None:
-    """aorta's own warnings (a trace or record left out) as one ``warning:`` line each."""
-    if issubclass(category, AortaWarning):
-        print(f"warning: {message}", file=sys.stderr)
-    else:
-        _default_showwarning(message, category, *args, **kwargs)
+def _warning_lines() -> Callable[..., None]:
+    """A ``warnings.showwarning`` for one command: aorta's own warnings (a trace or record
+    left out) as one ``warning:`` line each, every line once.
+
+    Once by its text, not by Python's rule (once per place in the code): a command reads a
+    run's records several times (``sweep resume``: what is done, then the matrix), and any
+    ``catch_warnings`` on the way — numpy's, xarray's, ours — clears what Python remembers,
+    so the same record's warning came back at each read.
+    """
+    said: set[str] = set()
+
+    def show(message: Any, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+        if not issubclass(category, AortaWarning):
+            _default_showwarning(message, category, *args, **kwargs)
+        elif (line := f"warning: {message}") not in said:
+            said.add(line)
+            print(line, file=sys.stderr)
+
+    return show
 
 
 _default_showwarning = warnings.showwarning
@@ -128,8 +141,8 @@ def _main(argv: Sequence[str] | None) -> int:
         with warnings.catch_warnings():
             # aorta's own warnings are this command's output, one line each, whatever filters
             # the caller's Python runs with (pytest makes them errors elsewhere).
-            warnings.simplefilter("default", AortaWarning)
-            warnings.showwarning = _show_warning
+            warnings.simplefilter("always", AortaWarning)  # _warning_lines says each once
+            warnings.showwarning = _warning_lines()
             rv = command.main(args=args, prog_name="aorta", standalone_mode=False)
     except AortaError as exc:
         _error(str(exc))

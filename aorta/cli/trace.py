@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Annotated, Any, Literal
@@ -10,7 +12,7 @@ from typing import Annotated, Any, Literal
 import typer
 
 from aorta import envvars
-from aorta.errors import ExitCode, UsageError
+from aorta.errors import ExitCode, TraceError, UsageError
 
 from ._options import Json, option
 
@@ -49,6 +51,16 @@ def _device(text: str | None) -> str | dict[str, Any] | None:
     except ValueError as exc:
         raise UsageError(f"--device: {exc}") from None
     return text
+
+
+@contextlib.contextmanager
+def _writing(path: Path) -> Iterator[None]:
+    """An output the user named (``--csv``, ``--plot``) that cannot be written: one
+    ``Error: <path>: cannot write: …`` line, as ``trace merge`` says it, not a traceback."""
+    try:
+        yield
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot write: {exc.strerror or exc}") from None
 
 
 Paths = Annotated[
@@ -116,9 +128,10 @@ def summarize(
     trace = api.load(paths, cache=cache, workers=workers)
     tables = api.summary.summary(trace, top=top, device=_device(device))
     if csv is not None:
-        csv.mkdir(parents=True, exist_ok=True)
-        for name, frame in tables.items():
-            frame.to_csv(csv / f"{name}.csv", index=False)
+        with _writing(csv):
+            csv.mkdir(parents=True, exist_ok=True)
+            for name, frame in tables.items():
+                frame.to_csv(csv / f"{name}.csv", index=False)
         print(f"wrote {len(tables)} tables to {csv}/")
     elif as_json:
         print(json.dumps(api.summary.summary_json(trace, tables), indent=2))
@@ -161,7 +174,9 @@ def diff(
     sides = [api.load(p, cache=cache, workers=workers) for p in (a, b)]
     table = api.diff(*sides, by=by, per_step=per_step)
     if csv is not None:
-        table.assign(raw_names=["; ".join(n) for n in table["raw_names"]]).to_csv(csv, index=False)
+        with _writing(csv):
+            rows = table.assign(raw_names=["; ".join(n) for n in table["raw_names"]])
+            rows.to_csv(csv, index=False)
         print(f"wrote {len(table)} rows to {csv}")
     elif as_json:
         print(json.dumps(api.summary.diff_json(table, top=top), indent=2))
@@ -188,13 +203,14 @@ def memory(
     allocated and reserved, allocations and frees, the op running at the peak."""
     from aorta.trace import memory_report
 
-    if not path.is_file():
-        raise UsageError(f"{path}: not a trace file (one rank's .json or .json.gz)")
-    report = memory_report(path)
+    if path.is_dir():  # the other trace commands take a folder of ranks; this one, one rank
+        raise UsageError(f"{path}: a folder: give one rank's trace file (.json or .json.gz)")
+    report = memory_report(path)  # a missing or unreadable file: TraceError, as they say it
     if plot is not None:
         from aorta.plot import memory_timeline
 
-        memory_timeline(report).savefig(plot, dpi=120)
+        with _writing(plot):
+            memory_timeline(report).savefig(plot, dpi=120)
     if as_json:
         print(json.dumps(report.to_json(), indent=2))
     else:

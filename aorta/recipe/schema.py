@@ -552,7 +552,7 @@ class Recipe(_Strict):
     schedule: Literal["interleaved", "sequential", "adaptive"] | None = None
     #: Settings of ``schedule: adaptive`` (defaults when omitted).
     adaptive: Adaptive | None = None
-    #: ``aorta bisect``'s variable and its ordered values (ignored by ``aorta sweep``).
+    #: ``aorta bisect``'s variable and its ordered values (``aorta sweep`` warns it ignores them).
     bisect: Bisect | None = None
     #: The run's seed: the interleaved schedule's shuffles.
     seed: int = Field(0, ge=0, le=2**31 - 1)

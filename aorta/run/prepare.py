@@ -95,7 +95,7 @@ def prepare(
     registry = registry or Registry.load(files=files)
     the_plan = plan(recipe, registry=registry)
     catalog = catalog or WorkloadCatalog(extra=opts.workloads)
-    warnings: list[str] = []
+    warnings: list[str] = [_bisect_note(recipe)] if recipe.bisect is not None else []
     workload: type[Workload] | None = None
     level: Isolation | None = None
     try:
@@ -225,6 +225,18 @@ def _workload_problems(
                     )
                 )
     return out
+
+
+def _bisect_note(recipe: Recipe) -> str:
+    """A sweep of a recipe with a ``bisect`` block runs its cells as written: the search is
+    ``aorta bisect``'s (whose steps' recipes have no such block), and a user who gave the
+    recipe to ``aorta sweep run`` hears so rather than wait for a search that never starts."""
+    assert recipe.bisect is not None
+    return (
+        f"bisect: ignored by a sweep, which runs the cells as written; "
+        f"'aorta bisect --recipe FILE' searches the {len(recipe.bisect.values)} values "
+        f"of {recipe.bisect.variable}"
+    )
 
 
 def _collector_warnings(the_plan: Plan, workload: type[Workload]) -> list[str]:

@@ -45,6 +45,7 @@ Examples
 
 from __future__ import annotations
 
+import fnmatch
 import functools
 import hashlib
 import html as _html
@@ -78,6 +79,7 @@ from aorta.store.secrets import (
 __all__ = [
     "DELIMITERS",
     "MIN_SECRET_LEN",
+    "OWN_NAMES",
     "Redactor",
     "SecretHashes",
     "harvest_secrets",
@@ -130,8 +132,18 @@ def _union(spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
     return out
 
 
+#: A recipe's own fields that the name rule would take for secrets (``PASS``: a password's
+#: abbreviation) but whose values are aorta's vocabulary — ``required_for_pass: false``,
+#: ``retain.on_pass: summary``. Masked, ``recipe show --resolved`` printed ``<redacted>`` for
+#: them, a bundled ``recipe.resolved.yaml`` no longer loaded, and ``summary`` became a known
+#: secret. A user's ``scrub_env_keys`` glob still names them.
+OWN_NAMES = frozenset({"on_pass", "required_for_pass"})
+
+
 @functools.lru_cache(maxsize=4096)
 def _secret_name(name: str, keys: tuple[str, ...]) -> bool:
+    if name in OWN_NAMES:
+        return any(fnmatch.fnmatchcase(name, glob) for glob in keys)
     return is_secret_name(name, keys)
 
 

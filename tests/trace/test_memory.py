@@ -89,10 +89,38 @@ def test_a_trace_without_memory_events_says_how_to_get_them(capsys):
     assert "profile_memory=True" in capsys.readouterr().out
 
 
-def test_bad_input_is_one_line(tmp_path, capsys):
-    assert main(["trace", "memory", str(tmp_path / "nope.json")]) == ExitCode.USAGE
+def _one_error_line(capsys, *words: str) -> str:
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "not a trace file" in err[0]
+    assert len(err) == 1 and err[0].startswith("Error: ") and "Traceback" not in err[0], err
+    assert all(w in err[0] for w in words), err
+    return err[0]
+
+
+def test_bad_input_is_one_line(tmp_path, capsys):
+    # A file that is not a trace, or none: one line naming it, ExitCode.ERROR as every trace
+    # command says it (docs/traces.md); a folder is a usage mistake (this command takes one rank).
+    missing, text = tmp_path / "nope.json", tmp_path / "notes.json"
+    text.write_text("not a trace\n")
+    assert main(["trace", "memory", str(missing)]) == ExitCode.ERROR
+    _one_error_line(capsys, str(missing))
+    for command in ("memory", "summarize"):
+        assert main(["trace", command, str(text)]) == ExitCode.ERROR
+        _one_error_line(capsys, f"{text}: not a JSON object")
+    assert main(["trace", "memory", str(tmp_path)]) == ExitCode.USAGE
+    _one_error_line(capsys, f"{tmp_path}: a folder")
+
+
+def test_an_output_that_cannot_be_written_is_one_line(tmp_path, capsys):
+    # --plot, --csv into a folder that is not there: a traceback before (merge said it already).
+    trace, nowhere = DATA / "cpu_only_gloo.pt.trace.json.gz", tmp_path / "not" / "here"
+    for argv in (
+        ["memory", str(trace), "--plot", str(nowhere / "m.png")],
+        ["summarize", str(trace), "--csv", str(tmp_path / "file" / "tables")],
+        ["diff", str(trace), str(trace), "--csv", str(nowhere / "d.csv")],
+    ):
+        (tmp_path / "file").write_text("a file where --csv wants a folder")
+        assert main(["trace", *argv]) == ExitCode.ERROR, argv
+        _one_error_line(capsys, "cannot write")
 
 
 @given(st.lists(st.tuples(st.integers(-(1 << 20), 1 << 20), st.integers(0, 1 << 40)), max_size=40))
