@@ -14,11 +14,9 @@ one record (docs/launch.md, "What happens") — and the per-node map its fan-out
 from __future__ import annotations
 
 import contextlib
-import datetime as _dt
 import functools
 import json
 import queue
-import secrets
 import threading
 import time
 from collections.abc import Callable, Hashable, Iterable, Mapping
@@ -33,7 +31,7 @@ from aorta.store.rundir import LAUNCH_JSON, RunDir, atomic_write
 
 from .outcome import LaunchFailed, LaunchResult
 
-__all__ = ["Backend", "NodeResults", "TimedOut", "drive", "new_run_id", "run_parallel", "why"]
+__all__ = ["Backend", "NodeResults", "TimedOut", "drive", "run_parallel", "why"]
 
 K = TypeVar("K", bound=Hashable)
 #: Where a backend sends its progress lines, and every node's output lines.
@@ -60,16 +58,6 @@ class NodeResults(dict[K, Any], Generic[K]):
     @property
     def failed(self) -> dict[K, BaseException]:
         return {k: v for k, v in self.items() if isinstance(v, BaseException)}
-
-
-def new_run_id(now: _dt.datetime | None = None) -> str:
-    """``2026-11-30T05-12-33-a1b2c3``: UTC time plus 24 random bits (also ``AORTA_RUN_ID``).
-
-    >>> new_run_id(_dt.datetime(2026, 1, 2, 3, 4, 5))[:20]
-    '2026-01-02T03-04-05-'
-    """
-    stamp = (now or _dt.datetime.now(_dt.timezone.utc)).strftime("%Y-%m-%dT%H-%M-%S")
-    return f"{stamp}-{secrets.token_hex(3)}"
 
 
 def why(exc: BaseException) -> str:
