@@ -20,12 +20,13 @@ from pathlib import Path
 from typing import IO, Any
 
 from aorta.errors import UsageError
+from aorta.fanout import TimedOut, daemon, run_parallel
 from aorta.recipe.cluster import Cluster, Node, load_cluster
 from aorta.recipe.launch_spec import Deadlines, LaunchOptions, LaunchSpec, launch_job
 from aorta.store.gather import new_run_id, node_folder, node_log, staging_dir
 from aorta.store.rundir import HOST_ENV, atomic_write
 
-from .backend import EventSink, LineSink, TimedOut, daemon, drive, ignore, run_parallel, why
+from .backend import EventSink, LineSink, drive, ignore, why
 from .container import ContainerSession, aorta_requirements
 from .node_command import (
     STARTED_MARKER,
@@ -129,13 +130,14 @@ class SshLaunch:
         spec: LaunchSpec,
         *,
         deadlines: Deadlines,
-        sessions: SessionFactory,
-        run_id: str,
+        sessions: SessionFactory | None = None,
+        run_id: str | None = None,
         output: Path | None = None,
         on_line: LineSink = ignore,
         emit: EventSink = ignore,
         dry_run: bool = False,
     ) -> None:
+        run_id = run_id or new_run_id()
         self.cluster, self.spec, self.deadlines, self.run_id = cluster, spec, deadlines, run_id
         self.on_line, self.emit, self.dry, self.t0 = on_line, emit, dry_run, time.monotonic()
         addr = cluster.master_addr(spec.master_addr)
@@ -151,7 +153,7 @@ class SshLaunch:
                 self.logs[out.node.name] = open(out.log, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
         self.log_lock = threading.Lock()
         self.head_token = secrets.token_hex(8)
-        live, box = dict(sessions(cluster)), cluster.container
+        live, box = dict((sessions or ssh_sessions)(cluster)), cluster.container
         self.boxes = {n: ContainerSession(s, box, run_id) for n, s in live.items()} if box else {}
         self.live: dict[str, NodeSession] = {**live, **self.boxes}
         self.reports: dict[str, SetupReport] = {}
@@ -490,8 +492,8 @@ def launch(
         cluster,
         spec,
         deadlines=deadlines,
-        sessions=sessions or ssh_sessions,
-        run_id=run_id or new_run_id(),
+        sessions=sessions,
+        run_id=run_id,
         output=Path(output),
         on_line=on_line or ignore,
         emit=emit,
@@ -517,14 +519,7 @@ def dry_run(
     >>> "connection refused" in report.outcomes["node0"].message
     True
     """
-    state = SshLaunch(
-        cluster,
-        spec,
-        deadlines=deadlines,
-        sessions=sessions or ssh_sessions,
-        run_id=new_run_id(),
-        dry_run=True,
-    )
+    state = SshLaunch(cluster, spec, deadlines=deadlines, sessions=sessions, dry_run=True)
     try:
         state.setup()
     finally:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from aorta.errors import UsageError
+from aorta.fanout import TimedOut, run_parallel
 from aorta.launch import (
     Cluster,
     Deadlines,
@@ -29,7 +30,6 @@ from aorta.launch import (
     run,
     run_command,
 )
-from aorta.launch.backend import TimedOut, run_parallel
 from aorta.launch.launcher import last_words
 from aorta.launch.node_command import (
     ENV_FILE,
