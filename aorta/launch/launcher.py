@@ -19,7 +19,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
-from aorta.errors import UsageError
 from aorta.fanout import TimedOut, daemon, run_parallel
 from aorta.recipe.cluster import Cluster, Node, load_cluster
 from aorta.recipe.launch_spec import Deadlines, LaunchOptions, LaunchSpec, launch_job
@@ -554,8 +553,6 @@ def run(
     for warning in job.warnings if job else ():
         emit(f"warning: {o.cvs_config}: {warning}")
     run_s = o.run_timeout or (job.run_timeout if job else None) or Deadlines.run
-    if o.slurm and o.container is not None:
-        raise UsageError("--container runs over SSH (the cluster file's nodes), not with --slurm")
     if o.slurm:
         spec = job.spec if job and o.attach is None else None
         o = replace(o, run_timeout=run_s)

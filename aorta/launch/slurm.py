@@ -212,8 +212,6 @@ def run_slurm(
     else:
         if options.srun_ranks and not isinstance(spec.nproc_per_node or 1, int):
             raise UsageError("--srun-ranks needs a number for --nproc-per-node")
-        if nodes is None and dry:
-            raise UsageError("--dry-run with --slurm shows the sbatch script: give --nodes")
         check_request(
             nodes=nodes, partition=options.partition, time_limit=options.time_limit, dry_run=dry
         )

@@ -275,6 +275,10 @@ def launch_job(options: LaunchOptions, cluster: Cluster | None) -> CvsLaunch | N
     True
     """
     o = options
+    if o.slurm and o.container is not None:
+        raise UsageError("--container runs over SSH (the cluster file's nodes), not with --slurm")
+    if o.slurm and o.dry_run and o.nodes is None and o.attach is None:
+        raise UsageError("--dry-run with --slurm shows the sbatch script: give --nodes")
     if o.cvs_config is not None:
         nproc = _nproc(o.nproc_per_node)
         if o.command:

@@ -239,6 +239,12 @@ def test_launch_job_reads_what_the_options_run(tmp_path: Path) -> None:
         launch_job(LaunchOptions(recipe=recipe, nproc_per_node="many"), None)
     with pytest.raises(UsageError, match="give --recipe FILE"):
         launch_job(LaunchOptions(slurm=True), None)
+    # Options that cannot go together are refused before any file is read.
+    with pytest.raises(UsageError, match="--container runs over SSH"):
+        launch_job(LaunchOptions(recipe=recipe, slurm=True, container="img:1"), None)
+    with pytest.raises(UsageError, match="--dry-run with --slurm shows the sbatch script"):
+        launch_job(LaunchOptions(recipe=tmp_path / "missing.yml", slurm=True, dry_run=True), None)
+    assert launch_job(LaunchOptions(slurm=True, dry_run=True, attach="42"), None) is None
 
 
 def test_the_entry_point_runs_ssh_from_the_cluster_file(tmp_path: Path) -> None:
