@@ -219,13 +219,18 @@ def test_the_package_root_imports_only_the_bottom_stage():
     ],
 )
 def test_the_direction_check_sees_each_kind_of_import(tmp_path, files, expected):
-    package = tmp_path / "aorta"
+    order = ["run", "matrix", TOP]
+    assert set(upward_imports(_package(tmp_path, files), order)) == expected
+
+
+def _package(root: Path, files: dict[str, str]) -> Path:
+    """A package ``aorta`` under ``root`` holding ``files`` (path → text), each folder a package."""
+    package = root / "aorta"
     for name, text in {"__init__.py": "", **files}.items():
         (package / name).parent.mkdir(parents=True, exist_ok=True)
         (package / name).write_text(text)
         (package / name).parent.joinpath("__init__.py").touch()
-    order = ["run", "matrix", TOP]
-    assert set(upward_imports(package, order)) == expected
+    return package
 
 
 #: What a workload may import of aorta: the plugin author's face, and its own package's helpers.
@@ -274,23 +279,15 @@ def test_workloads_import_only_the_plugin_face():
     ],
 )
 def test_the_workload_check_sees_each_kind_of_import(tmp_path, source, reaches):
-    package = tmp_path / "aorta"
     files = {
-        "__init__.py": "",
         "plugins.py": "",
         "envvars.py": "",
-        "run/__init__.py": "",
         "run/ranks.py": "",
-        "store/__init__.py": "",
         "store/rundir.py": "",
-        "workloads/__init__.py": "",
         "workloads/helper.py": "x = 1\n",
         "workloads/mine.py": source,
     }
-    for name, text in files.items():
-        (package / name).parent.mkdir(parents=True, exist_ok=True)
-        (package / name).write_text(text)
-    assert set(workload_reaches(package).values()) == reaches
+    assert set(workload_reaches(_package(tmp_path, files)).values()) == reaches
 
 
 #: Modules the CLI may import past their package's face, each named after a function of its own
@@ -337,17 +334,5 @@ def test_the_cli_imports_package_faces():
     ],
 )
 def test_the_cli_check_sees_each_kind_of_import(tmp_path, source, reaches):
-    package = tmp_path / "aorta"
-    files = {
-        "__init__.py": "",
-        "envvars.py": "",
-        "launch/__init__.py": "",
-        "launch/slurm.py": "",
-        "cli/__init__.py": "",
-        "cli/_options.py": "",
-        "cli/mine.py": source,
-    }
-    for name, text in files.items():
-        (package / name).parent.mkdir(parents=True, exist_ok=True)
-        (package / name).write_text(text)
-    assert set(cli_reaches(package).values()) == reaches
+    files = {"envvars.py": "", "launch/slurm.py": "", "cli/_options.py": "", "cli/mine.py": source}
+    assert set(cli_reaches(_package(tmp_path, files)).values()) == reaches
