@@ -26,10 +26,10 @@ Heavy dependencies (torch, xarray, matplotlib) load on first use, so ``aorta --h
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from aorta.errors import AortaError, ExitCode, RecipeError, TraceError, TraceWarning, UsageError
+from aorta.lazy import lazy_names
 
 #: The one home of the version: pyproject.toml reads it (setuptools' dynamic ``attr``).
 __version__ = "0.1.0"
@@ -105,16 +105,4 @@ if TYPE_CHECKING:
     from aorta.run.sweep import sweep
 
 
-def __getattr__(name: str) -> Any:
-    if name in _MODULES:
-        value = importlib.import_module(f"aorta.{name}")
-    elif name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-    else:
-        raise AttributeError(f"module 'aorta' has no attribute {name!r}")
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_names(globals(), _LAZY, modules=_MODULES)

@@ -1,10 +1,13 @@
-"""Text from outside aorta (a trial's logs) made safe to show.
+"""Text from outside aorta (a trial's logs, a failed command's output) made safe and short to
+show.
 
 A log line may hold ANSI escape sequences, carriage returns, backspaces or Unicode bidi
 overrides: echoed as they are, they recolour or clear the terminal, move the cursor over
 aorta's own lines, or make a line read differently from what it holds. :func:`printable`
 writes each such character as a visible escape; everything aorta quotes from a log (the
 signature line, ``warn`` patterns, the console's trial lines) goes through it.
+:func:`cause_lines` keeps the few lines of a failed command's output that say why, for a
+one-line message.
 
 Examples
 --------
@@ -18,7 +21,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["printable"]
+__all__ = ["cause_lines", "printable"]
 
 #: C0 controls but the tab, DEL, C1 controls, and the bidi marks, embeddings, overrides and
 #: isolates (U+061C, U+200E–F, U+202A–E, U+2066–9).
@@ -48,3 +51,28 @@ def printable(text: str) -> str:
     '\\\\x1b]0;owned\\\\x07title'
     """
     return text.translate(_ESCAPES) if _FIND(text) else text
+
+
+#: A line of a failed command's output that says why (docker's ``Error response from daemon``,
+#: ``No such file``, a Python exception), not what to do next (``Run 'docker run --help'``).
+_CAUSE = re.compile(
+    r"(?i)error|fatal|fail|denied|refused|cannot|can't|could not|unable|no such|not found"
+    r"|invalid|unknown|permission|exception|killed|timed? ?out|no space|missing"
+)
+
+
+def cause_lines(text: str, *, most: int = 3, width: int = 200) -> str:
+    """The lines of a failed command's output that say why, for a one-line message: the last
+    ``most`` lines that look like a cause, else the last line; each cut to ``width``
+    characters, joined with `` | `` (``""``: no output). Secrets are the caller's to mask.
+
+    >>> cause_lines("docker: Error response from daemon: no such device\\n"
+    ...             "Run 'docker run --help' for more information")
+    'docker: Error response from daemon: no such device'
+    >>> cause_lines("step 1\\nstep 2"), cause_lines("")
+    ('step 2', '')
+    """
+    lines = [s for s in map(str.strip, text.splitlines()) if s]
+    picked = [s for s in lines if _CAUSE.search(s)][-most:] or lines[-1:]
+    cut = [s if len(s) <= width else s[: width - 1] + "…" for s in picked]
+    return " | ".join(cut)

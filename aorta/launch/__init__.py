@@ -17,16 +17,17 @@ from aorta.recipe.cluster import (  # the cluster file, read with the other inpu
     parse_nproc,
 )
 from aorta.recipe.launch_spec import (  # what runs, and how: inputs too
+    Deadlines,
     LaunchOptions,
     LaunchSpec,
     NodePath,
     sweep_spec,
 )
+from aorta.store.gather import new_run_id  # a launch's run id names its run directory
 
-from .backend import new_run_id
 from .launcher import dry_run, launch, run
 from .node_command import NodeCommand, run_command
-from .outcome import Deadlines, Launched, LaunchFailed, LaunchResult, NodeOutcome, env_diff
+from .outcome import Launched, LaunchFailed, LaunchResult, NodeOutcome, env_diff
 from .ssh import RemoteError, SshSession, ssh_sessions
 
 __all__ = [

@@ -1,29 +1,19 @@
 """The one lifecycle of every launch backend (SSH: :mod:`~aorta.launch.launcher`, Slurm:
 :mod:`~aorta.launch.slurm`), :func:`drive` — ``setup → start → wait → teardown → gather``
 whatever fails (teardown first: its kill report says which nodes share the head's disk), then
-one record (docs/launch.md, "What happens") — and the per-node map its fan-outs return.
+one record (docs/launch.md, "What happens"). Its fan-outs over the nodes are
+:func:`aorta.fanout.run_parallel`'s, one result or exception per node.
 
->>> import threading
->>> def work(key: str, cancel: threading.Event) -> int:
-...     return 1 // (key == "a")
->>> results = run_parallel(["a", "b"], work, timeout=5)
->>> results.succeeded, type(results.failed["b"]).__name__
-({'a': 1}, 'ZeroDivisionError')
+>>> why(TimeoutError("read timed out")), why(AortaError("node0 10.0.0.1: connection refused"))
+('TimeoutError: read timed out', 'node0 10.0.0.1: connection refused')
 """
 
 from __future__ import annotations
 
-import contextlib
-import datetime as _dt
-import functools
 import json
-import queue
-import secrets
-import threading
-import time
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Protocol
 
 from aorta.errors import AortaError
 from aorta.recipe.cluster import Node
@@ -33,9 +23,8 @@ from aorta.store.rundir import LAUNCH_JSON, RunDir, atomic_write
 
 from .outcome import LaunchFailed, LaunchResult
 
-__all__ = ["Backend", "NodeResults", "TimedOut", "drive", "new_run_id", "run_parallel", "why"]
+__all__ = ["Backend", "drive", "why"]
 
-K = TypeVar("K", bound=Hashable)
 #: Where a backend sends its progress lines, and every node's output lines.
 EventSink = Callable[[str], None]
 LineSink = Callable[[Node, str], None]
@@ -45,81 +34,9 @@ def ignore(*_args: object) -> None:
     """The sink that drops what it gets."""
 
 
-class TimedOut(AortaError):
-    """What :func:`run_parallel` holds for a call that had not returned at its deadline."""
-
-
-class NodeResults(dict[K, Any], Generic[K]):
-    """``{key: value or the exception it raised}``, like Fabric's ``GroupResult``: one per-node
-    result type for every fan-out phase (setup, teardown, gathering)."""
-
-    @property
-    def succeeded(self) -> dict[K, Any]:
-        return {k: v for k, v in self.items() if not isinstance(v, BaseException)}
-
-    @property
-    def failed(self) -> dict[K, BaseException]:
-        return {k: v for k, v in self.items() if isinstance(v, BaseException)}
-
-
-def new_run_id(now: _dt.datetime | None = None) -> str:
-    """``2026-11-30T05-12-33-a1b2c3``: UTC time plus 24 random bits (also ``AORTA_RUN_ID``).
-
-    >>> new_run_id(_dt.datetime(2026, 1, 2, 3, 4, 5))[:20]
-    '2026-01-02T03-04-05-'
-    """
-    stamp = (now or _dt.datetime.now(_dt.timezone.utc)).strftime("%Y-%m-%dT%H-%M-%S")
-    return f"{stamp}-{secrets.token_hex(3)}"
-
-
 def why(exc: BaseException) -> str:
     """One line for a node's failure: aorta's own message, else the exception's type too."""
     return str(exc) if isinstance(exc, AortaError) else f"{type(exc).__name__}: {exc}"
-
-
-def daemon(target: Callable[[], None], name: str) -> None:
-    threading.Thread(target=target, name=name, daemon=True).start()
-
-
-def run_parallel(
-    keys: Iterable[K],
-    fn: Callable[[K, threading.Event], Any],
-    *,
-    timeout: float,
-    name: str = "aorta",
-) -> NodeResults[K]:
-    """``fn(key, cancel)`` for every key at once, each in a daemon thread (``concurrent.futures``
-    would join one stuck in a read at exit); a call still running after ``timeout`` seconds is
-    :class:`TimedOut`, and its ``cancel`` event is set. A Ctrl-C caught in a thread is raised."""
-    keys = list(keys)
-    cancel = threading.Event()
-    results: queue.Queue[tuple[K, Any]] = queue.Queue()
-
-    def runner(key: K) -> None:
-        try:
-            results.put((key, fn(key, cancel)))
-        except BaseException as exc:
-            results.put((key, exc))
-
-    for i, key in enumerate(keys):
-        daemon(functools.partial(runner, key), f"{name}-{i}")
-    got: dict[K, Any] = {}
-    deadline = time.monotonic() + timeout
-    try:
-        while len(got) < len(keys) and (left := deadline - time.monotonic()) > 0:
-            with contextlib.suppress(queue.Empty):
-                key, value = results.get(timeout=left)
-                got[key] = value
-    finally:
-        if len(got) < len(keys):
-            cancel.set()
-    what = name.removeprefix("aorta-")
-    late = TimedOut(f"{what} not finished after {timeout:g} s")
-    out = NodeResults({key: got.get(key, late) for key in keys})
-    for exc in out.failed.values():
-        if isinstance(exc, KeyboardInterrupt):
-            raise exc
-    return out
 
 
 class Backend(Protocol):

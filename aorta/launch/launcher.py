@@ -1,7 +1,7 @@
 """The SSH backend of :func:`~aorta.launch.backend.drive`'s lifecycle: :class:`SshLaunch` runs
 each node's part with the node's own Python, or inside a container per node (the cluster's
 ``container:`` block, :class:`~aorta.launch.container.ContainerSession`). ``launch`` drives it (setup, start, wait, teardown, gathering — whatever fails, each wait
-bounded by a :class:`~aorta.launch.outcome.Deadlines` field); ``dry_run`` runs its setup checks
+bounded by a :class:`~aorta.recipe.launch_spec.Deadlines` field); ``dry_run`` runs its setup checks
 only. The first node to exit non-zero gets the others stopped (kill-on-bad-exit). ``run`` is
 ``aorta launch``'s one entry point: it picks Slurm or one of these from a ``LaunchOptions``.
 """
@@ -19,27 +19,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
-from aorta.errors import UsageError
+from aorta.fanout import TimedOut, daemon, run_parallel
 from aorta.recipe.cluster import Cluster, Node, load_cluster
-from aorta.recipe.launch_spec import LaunchOptions, LaunchSpec, launch_job
-from aorta.store.gather import node_folder, node_log, staging_dir
+from aorta.recipe.launch_spec import Deadlines, LaunchOptions, LaunchSpec, launch_job
+from aorta.store.gather import new_run_id, node_folder, node_log, staging_dir
 from aorta.store.rundir import HOST_ENV, atomic_write
 
-from .backend import (
-    EventSink,
-    LineSink,
-    TimedOut,
-    daemon,
-    drive,
-    ignore,
-    new_run_id,
-    run_parallel,
-    why,
-)
+from .backend import EventSink, LineSink, drive, ignore, why
 from .container import ContainerSession, aorta_requirements
 from .node_command import (
     STARTED_MARKER,
-    NodeCommand,
     env_file_command,
     env_script,
     kill_command,
@@ -48,7 +37,7 @@ from .node_command import (
     run_command,
     setup_command,
 )
-from .outcome import Deadlines, Launched, LaunchResult, NodeOutcome, env_diff
+from .outcome import Launched, LaunchResult, NodeOutcome, env_diff
 from .slurm import run_in_job, run_slurm
 from .ssh import ExecResult, NodeSession, RemoteError, Unreachable, ssh_sessions
 
@@ -140,13 +129,14 @@ class SshLaunch:
         spec: LaunchSpec,
         *,
         deadlines: Deadlines,
-        sessions: SessionFactory,
-        run_id: str,
+        sessions: SessionFactory | None = None,
+        run_id: str | None = None,
         output: Path | None = None,
         on_line: LineSink = ignore,
         emit: EventSink = ignore,
         dry_run: bool = False,
     ) -> None:
+        run_id = run_id or new_run_id()
         self.cluster, self.spec, self.deadlines, self.run_id = cluster, spec, deadlines, run_id
         self.on_line, self.emit, self.dry, self.t0 = on_line, emit, dry_run, time.monotonic()
         addr = cluster.master_addr(spec.master_addr)
@@ -162,7 +152,7 @@ class SshLaunch:
                 self.logs[out.node.name] = open(out.log, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
         self.log_lock = threading.Lock()
         self.head_token = secrets.token_hex(8)
-        live, box = dict(sessions(cluster)), cluster.container
+        live, box = dict((sessions or ssh_sessions)(cluster)), cluster.container
         self.boxes = {n: ContainerSession(s, box, run_id) for n, s in live.items()} if box else {}
         self.live: dict[str, NodeSession] = {**live, **self.boxes}
         self.reports: dict[str, SetupReport] = {}
@@ -263,32 +253,33 @@ class SshLaunch:
             raise RemoteError(result.cause)
         return _reply(result)
 
-    def node_commands(self, port: int) -> dict[str, NodeCommand]:
-        """Each ready node's command, with the rendezvous on ``port``."""
-        return {
-            name: replace(
-                run_command(
-                    self.cluster,
-                    self.live[name].node,
-                    self.spec,
-                    run_id=self.run_id,
-                    node_dir=report.node_dir,
-                    cwd=report.workdir,
-                    master_addr=str(self.result.master_addr),
-                    master_port=port,
-                ),
-                container=tuple(self.boxes[name].describe()) if name in self.boxes else (),
+    def plan(self) -> None:
+        """The rendezvous port — the spec's, else the one setup found free on the head — and
+        each ready node's command (none when the head was not reached: no port)."""
+        head = self.reports.get(self.cluster.head.name)
+        port = self.result.master_port = self.spec.master_port or (head.port if head else None)
+        if port is None:
+            return
+        for name, report in self.reports.items():
+            command = run_command(
+                self.cluster,
+                self.live[name].node,
+                self.spec,
+                run_id=self.run_id,
+                node_dir=report.node_dir,
+                cwd=report.workdir,
+                master_addr=str(self.result.master_addr),
+                master_port=port,
             )
-            for name, report in self.reports.items()
-        }
+            box = tuple(self.boxes[name].describe()) if name in self.boxes else ()
+            self.commands[name] = replace(command, container=box)
 
     # -- start, wait --------------------------------------------------------------------------
 
     def start(self) -> None:
         """Start every node's command, each streamed by a thread of its own."""
         result = self.result
-        result.master_port = self.spec.master_port or self.reports[self.cluster.head.name].port
-        self.commands.update(self.node_commands(int(result.master_port or 0)))
+        self.plan()
         self.emit(
             f"setup done in {result.timings['setup']:.2f} s; rendezvous "
             f"{result.master_addr}:{result.master_port}; starting {len(self.commands)} node(s)"
@@ -500,8 +491,8 @@ def launch(
         cluster,
         spec,
         deadlines=deadlines,
-        sessions=sessions or ssh_sessions,
-        run_id=run_id or new_run_id(),
+        sessions=sessions,
+        run_id=run_id,
         output=Path(output),
         on_line=on_line or ignore,
         emit=emit,
@@ -527,24 +518,15 @@ def dry_run(
     >>> "connection refused" in report.outcomes["node0"].message
     True
     """
-    state = SshLaunch(
-        cluster,
-        spec,
-        deadlines=deadlines,
-        sessions=sessions or ssh_sessions,
-        run_id=new_run_id(),
-        dry_run=True,
-    )
+    state = SshLaunch(cluster, spec, deadlines=deadlines, sessions=sessions, dry_run=True)
     try:
         state.setup()
     finally:
         state.close()
     for name in state.reports:
         state.outcomes[name].status = "ok"
-    head, result = state.reports.get(cluster.head.name), state.result
-    result.master_port = spec.master_port or (head.port if head else None)
-    result.commands.update(state.node_commands(result.master_port) if result.master_port else {})
-    return result
+    state.plan()
+    return state.result
 
 
 def run(
@@ -570,9 +552,7 @@ def run(
     job = launch_job(o, cluster)
     for warning in job.warnings if job else ():
         emit(f"warning: {o.cvs_config}: {warning}")
-    run_s = o.run_timeout or (job.run_timeout if job else None) or 24 * 3600.0
-    if o.slurm and o.container is not None:
-        raise UsageError("--container runs over SSH (the cluster file's nodes), not with --slurm")
+    run_s = o.run_timeout or (job.run_timeout if job else None) or Deadlines.run
     if o.slurm:
         spec = job.spec if job and o.attach is None else None
         o = replace(o, run_timeout=run_s)

@@ -28,7 +28,6 @@ from aorta.recipe.cluster import Node
 from aorta.store.hostenv import diff_snapshots
 
 __all__ = [
-    "Deadlines",
     "LaunchFailed",
     "LaunchResult",
     "Launched",
@@ -52,17 +51,6 @@ _BAD: tuple[str, ...] = ("failed", "unreachable", "setup_failed")
 _STOPPED = ("stopped", "not_started")  # named after the nodes that caused a launch's status
 _VERBS = {"ok": "finished", "stopped": "was stopped", "not_started": "was not started"}
 _VERBS["interrupted"] = "was interrupted"
-
-
-@dataclass(frozen=True)
-class Deadlines:
-    """Seconds allowed for each phase; every wait of a launch is bounded by one of these."""
-
-    setup: float = 120.0  # connect, per-run folder, snapshot, port: all nodes together
-    run: float = 24 * 3600.0  # from the first start to the last exit
-    collect: float = 600.0  # pulling every node's artifacts
-    kill_grace: float = 5.0  # SIGTERM → SIGKILL on a node being stopped
-    teardown: float = 30.0  # stopping every node (connect + kill), after the grace
 
 
 @dataclass

@@ -25,8 +25,15 @@ from typing import Any
 from aorta import envvars
 from aorta.errors import AortaError, UsageError
 from aorta.recipe.cluster import Cluster, Node, check_slurm_partition, check_slurm_time
-from aorta.recipe.launch_spec import LaunchOptions, LaunchSpec, NodePath
-from aorta.store.gather import node_folder, node_log, slurm_node_dir, staging_dir, staging_run_id
+from aorta.recipe.launch_spec import Deadlines, LaunchOptions, LaunchSpec, NodePath
+from aorta.store.gather import (
+    new_run_id,
+    node_folder,
+    node_log,
+    slurm_node_dir,
+    staging_dir,
+    staging_run_id,
+)
 from aorta.store.rundir import (
     COMBINED_TRACES,
     LAUNCH_LOG,
@@ -38,7 +45,7 @@ from aorta.store.rundir import (
 )
 from aorta.store.secrets import redact_env
 
-from .backend import EventSink, LineSink, drive, ignore, new_run_id
+from .backend import EventSink, LineSink, drive, ignore
 from .node_command import ENV_FILE, env_script, node_env, run_command
 from .outcome import Launched, LaunchResult, NodeOutcome
 
@@ -205,8 +212,6 @@ def run_slurm(
     else:
         if options.srun_ranks and not isinstance(spec.nproc_per_node or 1, int):
             raise UsageError("--srun-ranks needs a number for --nproc-per-node")
-        if nodes is None and dry:
-            raise UsageError("--dry-run with --slurm shows the sbatch script: give --nodes")
         check_request(
             nodes=nodes, partition=options.partition, time_limit=options.time_limit, dry_run=dry
         )
@@ -218,7 +223,7 @@ def run_slurm(
         emit(f"submitted job {job.job_id} (script {job.staging / SBATCH_SCRIPT})")
         if options.no_wait:
             return Launched(text=f"{job.job_id}\n")
-    timeout = options.run_timeout or 24 * 3600.0
+    timeout = options.run_timeout or Deadlines.run
     return Launched(job.follow(on_line=on_line, emit=emit, timeout=timeout))
 
 
@@ -250,7 +255,7 @@ class SlurmJob:
         self.result = LaunchResult(run_id, {})
         self.on_line: LineSink = ignore
         self.emit: EventSink = ignore
-        self.timeout, self.poll = 24 * 3600.0, 1.0
+        self.timeout, self.poll = Deadlines.run, 1.0
 
     @classmethod
     def attach(cls, job_id: str, *, output: Path) -> SlurmJob:

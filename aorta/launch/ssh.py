@@ -12,7 +12,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import math
-import re
 import shlex
 import socket
 import tarfile
@@ -29,6 +28,7 @@ from aorta.errors import AortaError
 from aorta.recipe.cluster import Cluster, Node
 from aorta.store.rundir import COMBINED_TRACES
 from aorta.store.secrets import redact_secret_shapes
+from aorta.text import cause_lines
 
 __all__ = [
     "ExecResult",
@@ -36,35 +36,9 @@ __all__ = [
     "RemoteError",
     "RemoteTimeout",
     "SshSession",
-    "cause_lines",
     "connection",
     "ssh_sessions",
 ]
-
-
-#: A line of a failed command's output that says why (docker's ``Error response from daemon``,
-#: ``No such file``, a Python exception), not what to do next (``Run 'docker run --help'``).
-_CAUSE = re.compile(
-    r"(?i)error|fatal|fail|denied|refused|cannot|can't|could not|unable|no such|not found"
-    r"|invalid|unknown|permission|exception|killed|timed? ?out|no space|missing"
-)
-
-
-def cause_lines(text: str, *, most: int = 3, width: int = 200) -> str:
-    """The lines of a failed command's output that say why, for a one-line message: the last
-    ``most`` lines that look like a cause, else the last line; each cut to ``width``
-    characters, joined with `` | ``, credential shapes masked (``""``: no output).
-
-    >>> cause_lines("docker: Error response from daemon: no such device --password pw1.\\n"
-    ...             "Run 'docker run --help' for more information")
-    'docker: Error response from daemon: no such device --password <redacted>'
-    >>> cause_lines("step 1\\nstep 2"), cause_lines("")
-    ('step 2', '')
-    """
-    lines = [s for s in map(str.strip, text.splitlines()) if s]
-    picked = [s for s in lines if _CAUSE.search(s)][-most:] or lines[-1:]
-    cut = [s if len(s) <= width else s[: width - 1] + "…" for s in picked]
-    return redact_secret_shapes(" | ".join(cut))
 
 
 class RemoteError(AortaError):
@@ -81,14 +55,19 @@ class RemoteTimeout(RemoteError):
 
 @dataclass(frozen=True)
 class ExecResult:
-    """How a remote command ended; ``stdout`` (stderr merged in) holds its last 40 lines."""
+    """How a remote command ended; ``stdout`` (stderr merged in) holds its last 40 lines.
+
+    >>> ExecResult(125, "docker: Error response from daemon: no such device --password pw1.\\n"
+    ...            "Run 'docker run --help' for more information").cause
+    'docker: Error response from daemon: no such device --password <redacted>'
+    """
 
     exit_code: int
     stdout: str
 
     @property
-    def cause(self) -> str:  # for a message: the lines that say why (bounded, redacted)
-        return cause_lines(self.stdout) or f"exit code {self.exit_code}"
+    def cause(self) -> str:  # for a message: the lines that say why, credential shapes masked
+        return redact_secret_shapes(cause_lines(self.stdout)) or f"exit code {self.exit_code}"
 
 
 def connection(cluster: Cluster, node: Node, config: Config | None = None) -> Connection:

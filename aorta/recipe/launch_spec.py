@@ -23,6 +23,7 @@ from aorta.recipe.schema import scrub_env_keys_of
 
 __all__ = [
     "CvsLaunch",
+    "Deadlines",
     "LaunchOptions",
     "LaunchSpec",
     "NodePath",
@@ -174,6 +175,18 @@ def cvs_spec(
     return CvsLaunch(spec, job.run_timeout, job.warnings)
 
 
+@dataclass(frozen=True)
+class Deadlines:
+    """Seconds allowed for each phase; every wait of a launch is bounded by one of these (the
+    defaults of :class:`LaunchOptions`' timeouts)."""
+
+    setup: float = 120.0  # connect, per-run folder, snapshot, port: all nodes together
+    run: float = 24 * 3600.0  # from the first start to the last exit
+    collect: float = 600.0  # pulling every node's artifacts
+    kill_grace: float = 5.0  # SIGTERM → SIGKILL on a node being stopped
+    teardown: float = 30.0  # stopping every node (connect + kill), after the grace
+
+
 @dataclass(frozen=True, kw_only=True)
 class LaunchOptions:
     """How a launch runs (``aorta launch``'s flags): what to run, where the results go, the
@@ -230,9 +243,9 @@ class LaunchOptions:
     master_port: int | None = None
     output: str | Path = "triage_results"
     dry_run: bool = False
-    setup_timeout: float = 120.0
+    setup_timeout: float = Deadlines.setup
     run_timeout: float | None = None
-    collect_timeout: float = 600.0
+    collect_timeout: float = Deadlines.collect
     container: str | None = None
     slurm: bool = False
     nodes: int | None = None
@@ -262,6 +275,10 @@ def launch_job(options: LaunchOptions, cluster: Cluster | None) -> CvsLaunch | N
     True
     """
     o = options
+    if o.slurm and o.container is not None:
+        raise UsageError("--container runs over SSH (the cluster file's nodes), not with --slurm")
+    if o.slurm and o.dry_run and o.nodes is None and o.attach is None:
+        raise UsageError("--dry-run with --slurm shows the sbatch script: give --nodes")
     if o.cvs_config is not None:
         nproc = _nproc(o.nproc_per_node)
         if o.command:

@@ -208,6 +208,24 @@ def _name_problem(name: Any, what: str) -> str | None:
     return None
 
 
+def _refuse_bad_name(name: Any, what: str, where: str) -> None:
+    if problem := _name_problem(name, what):
+        raise RecipeError([Problem(where, problem)])
+
+
+def _refuse_unknown_keys(spec: Mapping[str, Any], allowed: tuple[str, ...], where: str) -> None:
+    if extra := set(spec) - set(allowed):
+        message = f"unknown key(s) {sorted(extra)} (allowed: {', '.join(allowed)})"
+        raise RecipeError([Problem(where, message)])
+
+
+def _provided(obj: Any, kind: type) -> Any:
+    """What a plugin or sidecar provides: what a callable returns; one object as a list of it."""
+    if callable(obj) and not isinstance(obj, Mapping):
+        obj = obj()
+    return [obj] if isinstance(obj, kind) else obj
+
+
 def _check_env_mapping(env: Any, where: str) -> dict[str, str]:
     if not isinstance(env, Mapping):
         raise RecipeError([Problem(where, "env must be a mapping of NAME: 'value'")])
@@ -219,28 +237,14 @@ def _check_env_mapping(env: Any, where: str) -> dict[str, str]:
 
 def _mitigations_from(obj: Any, source: str) -> list[Mitigation]:
     """Accept what a plugin or sidecar provides: Mitigation objects, or name → env / spec."""
-    if callable(obj) and not isinstance(obj, Mapping):
-        obj = obj()
-    if isinstance(obj, Mitigation):
-        obj = [obj]
+    obj = _provided(obj, Mitigation)
     out = []
     if isinstance(obj, Mapping):
         for name, spec in obj.items():
             where = f"{source}: mitigations.{name}"
-            problem = _name_problem(name, "mitigation")
-            if problem:
-                raise RecipeError([Problem(where, problem)])
+            _refuse_bad_name(name, "mitigation", where)
             if isinstance(spec, Mapping) and "env" in spec:
-                extra = set(spec) - {"env", "description", "vendor"}
-                if extra:
-                    raise RecipeError(
-                        [
-                            Problem(
-                                where,
-                                f"unknown key(s) {sorted(extra)} (allowed: env, description, vendor)",
-                            )
-                        ]
-                    )
+                _refuse_unknown_keys(spec, ("env", "description", "vendor"), where)
                 env = _check_env_mapping(spec["env"], f"{where}.env")
                 out.append(
                     Mitigation(
@@ -268,29 +272,15 @@ def _mitigations_from(obj: Any, source: str) -> list[Mitigation]:
 
 
 def _environments_from(obj: Any, source: str) -> list[Environment]:
-    if callable(obj) and not isinstance(obj, Mapping):
-        obj = obj()
-    if isinstance(obj, Environment):
-        obj = [obj]
+    obj = _provided(obj, Environment)
     out = []
     if isinstance(obj, Mapping):
         for name, spec in obj.items():
             where = f"{source}: environments.{name}"
-            problem = _name_problem(name, "environment")
-            if problem:
-                raise RecipeError([Problem(where, problem)])
+            _refuse_bad_name(name, "environment", where)
             if not isinstance(spec, Mapping):
                 raise RecipeError([Problem(where, "must be a mapping with 'docker' and/or 'env'")])
-            extra = set(spec) - {"docker", "env", "description"}
-            if extra:
-                raise RecipeError(
-                    [
-                        Problem(
-                            where,
-                            f"unknown key(s) {sorted(extra)} (allowed: docker, env, description)",
-                        )
-                    ]
-                )
+            _refuse_unknown_keys(spec, ("docker", "env", "description"), where)
             image = spec.get("docker")
             if image is not None:
                 problem = image_ref_problem(image)
@@ -313,9 +303,7 @@ def _environments_from(obj: Any, source: str) -> list[Environment]:
                 raise RecipeError(
                     [Problem(source, f"expected Environment objects, got {type(item).__name__}")]
                 )
-            problem = _name_problem(item.name, "environment")
-            if problem:
-                raise RecipeError([Problem(f"{source}: environments.{item.name}", problem)])
+            _refuse_bad_name(item.name, "environment", f"{source}: environments.{item.name}")
             if item.kind == "docker":
                 problem = image_ref_problem(item.image or "")  # a docker one without an image
                 if problem:

@@ -15,8 +15,9 @@ importing this package stays cheap.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from aorta.lazy import lazy_names
 
 __all__ = [
     "COMMAND_PENDING",
@@ -97,13 +98,4 @@ if TYPE_CHECKING:  # the same names for type checkers; loaded on first access at
     from aorta.report.report_dir import write_report
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'aorta.report' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_names(globals(), _LAZY)

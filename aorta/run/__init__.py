@@ -9,8 +9,9 @@ The names the CLI uses load on first use (the package stays cheap to import): th
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from aorta.lazy import lazy_names
 
 __all__ = [
     "IsolationChoice",
@@ -32,13 +33,4 @@ if TYPE_CHECKING:  # the same names for type checkers; loaded on first access at
     from aorta.run.workload import WorkloadCatalog
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'aorta.run' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_names(globals(), _LAZY)

@@ -8,8 +8,9 @@ The names the CLI and notebooks use load on first use (the package stays cheap t
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from aorta.lazy import lazy_names
 
 __all__ = [
     "BUNDLE_MANIFEST",
@@ -41,13 +42,4 @@ if TYPE_CHECKING:  # the same names for type checkers; loaded on first access at
     from aorta.store.rundir import BUNDLE_MANIFEST, HANG_DIR, RunDir
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'aorta.store' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_names(globals(), _LAZY)

@@ -13,7 +13,9 @@ logs stay under ``node_0``), else ``<output>/_launch_/<run id>``.
 from __future__ import annotations
 
 import contextlib
+import datetime as _dt
 import os
+import secrets
 import shutil
 from pathlib import Path
 
@@ -31,12 +33,24 @@ from aorta.store.rundir import (
 __all__ = [
     "finalize",
     "is_artifact",
+    "new_run_id",
     "node_folder",
     "node_log",
     "slurm_node_dir",
     "staging_dir",
     "staging_run_id",
 ]
+
+
+def new_run_id(now: _dt.datetime | None = None) -> str:
+    """``2026-11-30T05-12-33-a1b2c3``: UTC time plus 24 random bits — a launch's staging
+    folder, its ``_launch_`` run directory and every node's ``AORTA_RUN_ID``.
+
+    >>> new_run_id(_dt.datetime(2026, 1, 2, 3, 4, 5))[:20]
+    '2026-01-02T03-04-05-'
+    """
+    stamp = (now or _dt.datetime.now(_dt.timezone.utc)).strftime("%Y-%m-%dT%H-%M-%S")
+    return f"{stamp}-{secrets.token_hex(3)}"
 
 
 def staging_dir(output: str | Path, run_id: str) -> Path:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from aorta.errors import UsageError
+from aorta.fanout import TimedOut, run_parallel
 from aorta.launch import (
     Cluster,
     Deadlines,
@@ -29,7 +30,6 @@ from aorta.launch import (
     run,
     run_command,
 )
-from aorta.launch.backend import TimedOut, run_parallel
 from aorta.launch.launcher import last_words
 from aorta.launch.node_command import (
     ENV_FILE,
@@ -38,10 +38,11 @@ from aorta.launch.node_command import (
     kill_command,
     setup_command,
 )
-from aorta.launch.ssh import cause_lines
+from aorta.launch.ssh import ExecResult
 from aorta.recipe.launch_spec import launch_job, sweep_spec
 from aorta.report.launch_text import format_skew, version_rows
 from aorta.store.gather import finalize, is_artifact, node_folder, staging_dir
+from aorta.text import cause_lines
 from tests.launch_fixtures import local_sessions
 from tests.sshd import REPO, VENV_PYTHON, processes_with_env, wait_gone
 
@@ -239,6 +240,12 @@ def test_launch_job_reads_what_the_options_run(tmp_path: Path) -> None:
         launch_job(LaunchOptions(recipe=recipe, nproc_per_node="many"), None)
     with pytest.raises(UsageError, match="give --recipe FILE"):
         launch_job(LaunchOptions(slurm=True), None)
+    # Options that cannot go together are refused before any file is read.
+    with pytest.raises(UsageError, match="--container runs over SSH"):
+        launch_job(LaunchOptions(recipe=recipe, slurm=True, container="img:1"), None)
+    with pytest.raises(UsageError, match="--dry-run with --slurm shows the sbatch script"):
+        launch_job(LaunchOptions(recipe=tmp_path / "missing.yml", slurm=True, dry_run=True), None)
+    assert launch_job(LaunchOptions(slurm=True, dry_run=True, attach="42"), None) is None
 
 
 def test_the_entry_point_runs_ssh_from_the_cluster_file(tmp_path: Path) -> None:
@@ -516,7 +523,8 @@ def test_the_lines_carrying_the_cause_are_kept_bounded_and_redacted() -> None:
     assert [k[:9] for k in kept] == ["error 97:", "error 98:", "error 99:"]
     assert all(len(k) <= 200 for k in kept)
     leaked = "fatal: could not read Password for 'https://u:Hunter2pw@git.example'"
-    assert "Hunter2pw" not in cause_lines(leaked) and "<redacted>" in cause_lines(leaked)
+    cause = ExecResult(128, leaked).cause  # what a message carries: credential shapes masked
+    assert "Hunter2pw" not in cause and "<redacted>" in cause
     assert cause_lines("step 1\nstep 2\n\n") == "step 2"  # nothing says why: the last line
 
 

@@ -90,6 +90,20 @@ def _targets(module: str, path: Path, node: ast.Import | ast.ImportFrom, mods) -
         yield f"{base}.{alias.name}" if f"{base}.{alias.name}" in mods else base
 
 
+def _imports_in(
+    root: Path, package: str
+) -> Iterator[tuple[str, ast.Import | ast.ImportFrom, list[str]]]:
+    """Each import that runs in a module of ``package`` (at module level or in a function, not
+    under ``TYPE_CHECKING``): ``("file:line", the import, the aorta modules it reads)``."""
+    mods = _modules(root)
+    for module, path in sorted(mods.items()):
+        if module.startswith(package):
+            tree = ast.parse(path.read_text(), str(path))
+            for node in _module_level_imports(tree, functions=True):
+                where = f"{path.relative_to(root.parent).as_posix()}:{node.lineno}"
+                yield where, node, list(_targets(module, path, node, mods))
+
+
 def upward_imports(root: Path, order: list[str]) -> dict[tuple[str, str], str]:
     """Every module-level import of a module under ``root`` (the package folder) from a stage
     above its own: ``(importer, imported) → "file:line"``. An import of ``aorta.plugins`` counts
@@ -205,13 +219,18 @@ def test_the_package_root_imports_only_the_bottom_stage():
     ],
 )
 def test_the_direction_check_sees_each_kind_of_import(tmp_path, files, expected):
-    package = tmp_path / "aorta"
+    order = ["run", "matrix", TOP]
+    assert set(upward_imports(_package(tmp_path, files), order)) == expected
+
+
+def _package(root: Path, files: dict[str, str]) -> Path:
+    """A package ``aorta`` under ``root`` holding ``files`` (path → text), each folder a package."""
+    package = root / "aorta"
     for name, text in {"__init__.py": "", **files}.items():
         (package / name).parent.mkdir(parents=True, exist_ok=True)
         (package / name).write_text(text)
         (package / name).parent.joinpath("__init__.py").touch()
-    order = ["run", "matrix", TOP]
-    assert set(upward_imports(package, order)) == expected
+    return package
 
 
 #: What a workload may import of aorta: the plugin author's face, and its own package's helpers.
@@ -223,29 +242,14 @@ def workload_reaches(root: Path) -> dict[str, str]:
     function, not under ``TYPE_CHECKING`` — that is neither :mod:`aorta.plugins` nor another
     workload module: ``"file:line" → imported``. Built-in workloads are written as a
     third-party one is, through the face (docs/workloads.md)."""
-    mods = _modules(root)
     found: dict[str, str] = {}
-    for module, path in sorted(mods.items()):
-        if not module.startswith("aorta.workloads"):
-            continue
-        tree = ast.parse(path.read_text(), str(path))
-        guarded = {
-            id(n)
-            for node in ast.walk(tree)
-            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-            for n in ast.walk(node)
-        }
-        for node in ast.walk(tree):
-            if not isinstance(node, (ast.Import, ast.ImportFrom)) or id(node) in guarded:
-                continue
-            for target in _targets(module, path, node, mods):
-                if target != "aorta" and not target.startswith(WORKLOAD_FACE):
-                    rel = path.relative_to(root.parent).as_posix()
-                    found[f"{rel}:{node.lineno}"] = target
-            if isinstance(node, ast.ImportFrom) and node.module == "aorta" and not node.level:
-                for alias in node.names:  # `from aorta import errors`: a module past the face
-                    rel = path.relative_to(root.parent).as_posix()
-                    found[f"{rel}:{node.lineno}"] = f"aorta.{alias.name}"
+    for where, node, targets in _imports_in(root, "aorta.workloads"):
+        for target in targets:
+            if target != "aorta" and not target.startswith(WORKLOAD_FACE):
+                found[where] = target
+        if isinstance(node, ast.ImportFrom) and node.module == "aorta" and not node.level:
+            for alias in node.names:  # `from aorta import errors`: a module past the face
+                found[where] = f"aorta.{alias.name}"
     return found
 
 
@@ -275,23 +279,15 @@ def test_workloads_import_only_the_plugin_face():
     ],
 )
 def test_the_workload_check_sees_each_kind_of_import(tmp_path, source, reaches):
-    package = tmp_path / "aorta"
     files = {
-        "__init__.py": "",
         "plugins.py": "",
         "envvars.py": "",
-        "run/__init__.py": "",
         "run/ranks.py": "",
-        "store/__init__.py": "",
         "store/rundir.py": "",
-        "workloads/__init__.py": "",
         "workloads/helper.py": "x = 1\n",
         "workloads/mine.py": source,
     }
-    for name, text in files.items():
-        (package / name).parent.mkdir(parents=True, exist_ok=True)
-        (package / name).write_text(text)
-    assert set(workload_reaches(package).values()) == reaches
+    assert set(workload_reaches(_package(tmp_path, files)).values()) == reaches
 
 
 #: Modules the CLI may import past their package's face, each named after a function of its own
@@ -304,26 +300,13 @@ def cli_reaches(root: Path) -> dict[str, str]:
     ``TYPE_CHECKING``) of a module inside another package, past the package's face:
     ``"file:line" → imported``. ``aorta``, ``aorta.<package>`` and the top-level modules are
     faces; :data:`CLI_PAST_THE_FACE` are the documented exceptions."""
-    mods = _modules(root)
     found: dict[str, str] = {}
-    for module, path in sorted(mods.items()):
-        if not module.startswith("aorta.cli"):
-            continue
-        tree = ast.parse(path.read_text(), str(path))
-        guarded = {
-            id(n)
-            for node in ast.walk(tree)
-            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-            for n in ast.walk(node)
-        }
-        for node in ast.walk(tree):
-            if not isinstance(node, (ast.Import, ast.ImportFrom)) or id(node) in guarded:
-                continue
-            for target in _targets(module, path, node, mods):
-                parts = target.split(".")
-                past = len(parts) > 2 and parts[1] != "cli"
-                if past and target not in CLI_PAST_THE_FACE:
-                    found[f"{path.relative_to(root.parent).as_posix()}:{node.lineno}"] = target
+    for where, _, targets in _imports_in(root, "aorta.cli"):
+        for target in targets:
+            parts = target.split(".")
+            past = len(parts) > 2 and parts[1] != "cli"
+            if past and target not in CLI_PAST_THE_FACE:
+                found[where] = target
     return found
 
 
@@ -351,17 +334,5 @@ def test_the_cli_imports_package_faces():
     ],
 )
 def test_the_cli_check_sees_each_kind_of_import(tmp_path, source, reaches):
-    package = tmp_path / "aorta"
-    files = {
-        "__init__.py": "",
-        "envvars.py": "",
-        "launch/__init__.py": "",
-        "launch/slurm.py": "",
-        "cli/__init__.py": "",
-        "cli/_options.py": "",
-        "cli/mine.py": source,
-    }
-    for name, text in files.items():
-        (package / name).parent.mkdir(parents=True, exist_ok=True)
-        (package / name).write_text(text)
-    assert set(cli_reaches(package).values()) == reaches
+    files = {"envvars.py": "", "launch/slurm.py": "", "cli/_options.py": "", "cli/mine.py": source}
+    assert set(cli_reaches(_package(tmp_path, files)).values()) == reaches

@@ -48,6 +48,14 @@ def _aorta(*args: str, env: dict[str, str] | None = None, **kw) -> subprocess.Co
     )
 
 
+def _start_sweep(recipe: Path, output: Path, script: str) -> subprocess.Popen[str]:
+    """``aorta sweep run`` in the background, each trial running ``bash -c script``."""
+    argv = ["sweep", "run", "--recipe", str(recipe), "-o", str(output), "--", "bash", "-c", script]
+    return subprocess.Popen(
+        [AORTA, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
 def _comparable(run_dir: Path) -> list[dict]:
     cells = json.loads((run_dir / "matrix.json").read_text())["cells"]
     keep = (
@@ -181,24 +189,7 @@ def test_ctrl_c_reaps_children_and_leaves_the_run_resumable(tmp_path):
     recipe.write_text("mode: probe\nticket: RESUME\nmitigation_axis: [none, xnack]\n")
     pids = tmp_path / "pids"
     script = f'echo $$ >> {pids}; if [ -z "$DONE" ]; then sleep 1000 & echo $! >> {pids}; wait; fi'
-    proc = subprocess.Popen(
-        [
-            AORTA,
-            "sweep",
-            "run",
-            "--recipe",
-            str(recipe),
-            "-o",
-            str(tmp_path / "run"),
-            "--",
-            "bash",
-            "-c",
-            script,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = _start_sweep(recipe, tmp_path / "run", script)
     deadline = time.monotonic() + 60
     while (not pids.exists() or len(pids.read_text().split()) < 2) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -222,24 +213,7 @@ def test_sigterm_stops_like_ctrl_c(tmp_path):
     recipe = tmp_path / "r.yaml"
     recipe.write_text("mode: probe\nticket: RESUME\nmitigation_axis: [none]\n")
     marker = tmp_path / "started"
-    proc = subprocess.Popen(
-        [
-            AORTA,
-            "sweep",
-            "run",
-            "--recipe",
-            str(recipe),
-            "-o",
-            str(tmp_path / "run"),
-            "--",
-            "bash",
-            "-c",
-            f"touch {marker}; sleep 1000",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = _start_sweep(recipe, tmp_path / "run", f"touch {marker}; sleep 1000")
     deadline = time.monotonic() + 60
     while not marker.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
