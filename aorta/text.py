@@ -64,15 +64,19 @@ _CAUSE = re.compile(
 def cause_lines(text: str, *, most: int = 3, width: int = 200) -> str:
     """The lines of a failed command's output that say why, for a one-line message: the last
     ``most`` lines that look like a cause, else the last line; each cut to ``width``
-    characters, joined with `` | `` (``""``: no output). Secrets are the caller's to mask.
+    characters, joined with `` | `` (``""``: no output). Control characters are escaped
+    (:func:`printable`): a remote command's colours or cursor moves never reach the terminal
+    that prints the message. Secrets are the caller's to mask.
 
     >>> cause_lines("docker: Error response from daemon: no such device\\n"
     ...             "Run 'docker run --help' for more information")
     'docker: Error response from daemon: no such device'
     >>> cause_lines("step 1\\nstep 2"), cause_lines("")
     ('step 2', '')
+    >>> cause_lines("\\x1b[31mError: no such image\\x1b[0m")
+    '\\\\x1b[31mError: no such image\\\\x1b[0m'
     """
     lines = [s for s in map(str.strip, text.splitlines()) if s]
     picked = [s for s in lines if _CAUSE.search(s)][-most:] or lines[-1:]
-    cut = [s if len(s) <= width else s[: width - 1] + "…" for s in picked]
+    cut = [printable(s if len(s) <= width else s[: width - 1] + "…") for s in picked]
     return " | ".join(cut)
