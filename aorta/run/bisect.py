@@ -53,6 +53,7 @@ from aorta.matrix.compare import compare
 from aorta.matrix.dataset import build_dataset
 from aorta.matrix.load import load_run
 from aorta.matrix.sequential import FUTILITY_MIN_PAIRS
+from aorta.matrix.stats import DEFAULT_ALPHA
 from aorta.recipe.schema import Adaptive, Recipe, recipe_from_data, recipe_to_data
 from aorta.run.adaptive import decision_metric
 from aorta.run.options import RunOptions
@@ -295,8 +296,19 @@ def _regressed(row: pd.Series) -> bool:
     return bool(row["failures_vs_baseline"] == "more" or slow)
 
 
-def _verdict_of(row: pd.Series) -> Verdict:
-    return "bad" if _regressed(row) else "good" if bool(row["decided"]) else "undecided"
+def _better(row: pd.Series) -> bool:
+    """Fails less, or faster beyond the band: the midpoint is not at the bad value's level."""
+    fast = row["difference"] == "faster" and row["band"] == "beyond band"
+    return bool(row["failures_vs_baseline"] == "fewer" or fast)
+
+
+def _verdict_of(row: pd.Series, vs_bad: pd.Series | None = None) -> Verdict:
+    """``bad`` when worse than the first value; ``good`` when settled against it, or better
+    than the last value (one change in the list: not at the bad level is before it)."""
+    if _regressed(row):
+        return "bad"
+    good = bool(row["decided"]) or (vs_bad is not None and _better(vs_bad))
+    return "good" if good else "undecided"
 
 
 def _comparison(row: pd.Series, against: str) -> Comparison:
@@ -320,13 +332,16 @@ def _cap(recipe: Recipe) -> int:
     return cap
 
 
-def _sequential(ds: Any, baseline: str, cell: str, recipe: Recipe) -> pd.Series:
+def _sequential(
+    ds: Any, baseline: str, cell: str, recipe: Recipe, *, alpha: float = DEFAULT_ALPHA
+) -> pd.Series:
     """``cell`` against ``baseline`` as an adaptive sweep decides (:mod:`aorta.run.adaptive`)."""
     pair = ds.sel(cell=[baseline, cell])
     settings = recipe.adaptive_settings
     df = compare(
         pair,
         baseline,
+        alpha=alpha,
         threshold=recipe.confound.threshold,
         sequential=True,
         failure_margin=settings.failure_margin,
@@ -337,23 +352,34 @@ def _sequential(ds: Any, baseline: str, cell: str, recipe: Recipe) -> pd.Series:
 
 
 def _step(
-    ds: Any, row: pd.Series, cell: str, value: str, run_dir: Path, vs_bad: Comparison | None
+    ds: Any,
+    row: pd.Series,
+    cell: str,
+    value: str,
+    run_dir: Path,
+    vs_bad: tuple[pd.Series, str] | None = None,
 ) -> Step:
+    """The step of ``cell`` from its row against the first value and, with ``vs_bad``, its
+    row against the last value and that value."""
     outcome = ds.outcome.sel(cell=cell).values
     reason = str(row["reason"])
-    if vs_bad is not None and _regressed(row) and vs_bad.difference == "faster":
-        # Worse than the first value and better than the last: more than one change?
-        reason += f"; faster than {vs_bad.against} (×{vs_bad.ratio:.3g}): a step between the two"
+    bad_row, last = vs_bad if vs_bad is not None else (None, "")
+    verdict = _verdict_of(row, bad_row)
+    if bad_row is not None and _better(bad_row):
+        if verdict == "bad":  # worse than the first value and better than the last
+            reason += f"; better than {last} ({bad_row['reason']}): a change between the two"
+        elif not bool(row["decided"]):
+            reason = f"against {last}: {bad_row['reason']}"
     return Step(
         value=value,
-        verdict=_verdict_of(row),
+        verdict=verdict,
         ratio=_num(row["ratio"]),
         ci=(_num(row["ratio_ci_low"]), _num(row["ratio_ci_high"])),
         failures=int((outcome == "failed").sum()),
         trials=int(((outcome == "passed") | (outcome == "failed")).sum()),
         run_dir=str(run_dir),
         reason=reason,
-        vs_bad=vs_bad,
+        vs_bad=None if bad_row is None else _comparison(bad_row, last),
     )
 
 
@@ -361,9 +387,10 @@ def _remeasured(recipe: Recipe, run_dir: Path, names: list[str], value: str, las
     """A ``remeasure`` step's verdict from its own run of ``[good, bad, try]``."""
     good, bad, cell = names
     ds = load_run(run_dir, source="records")
-    row = _sequential(ds, good, cell, recipe)
-    vs_bad = _comparison(_sequential(ds, bad, cell, recipe), last)
-    return _step(ds, row, cell, value, run_dir, vs_bad)
+    half = DEFAULT_ALPHA / 2  # two ways to call a step good: each at half the level
+    row = _sequential(ds, good, cell, recipe, alpha=half)
+    vs_bad = _sequential(ds, bad, cell, recipe, alpha=half)
+    return _step(ds, row, cell, value, run_dir, (vs_bad, last))
 
 
 # --- the endpoints, measured once --------------------------------------------------------------
@@ -382,9 +409,15 @@ class _Runs:
     made: list[Path] = dataclasses.field(default_factory=list)
 
     @property
-    def last(self) -> int:
+    def values(self) -> list[str]:
+        """The bisect's values, in order."""
         assert self.recipe.bisect is not None
-        return len(self.recipe.bisect.values) - 1
+        return list(self.recipe.bisect.values)
+
+    @property
+    def last(self) -> int:
+        """The index of the last value (known bad)."""
+        return len(self.values) - 1
 
     def measure(self, run: Path | None, picks: list[int], trials: int) -> Path:
         """``run`` (new when ``None``, of the values ``picks``) with ``picks`` grown to at
@@ -449,29 +482,36 @@ def _pool_target(have: int, need: int, cap: int) -> int:
     return have if have >= need else min(max(need, math.ceil(have * 1.5)), cap)
 
 
-def _settle(
-    runs: _Runs, index: int, pool: Path | None, *, against: int
-) -> tuple[Any, pd.Series, Path, Path]:
-    """Measure ``values[index]`` until settled against ``values[against]`` (the endpoints'
-    run ``pool``, grown to as many trials as the value has; ``pool=None``: the endpoints
-    themselves, in one new run). Returns the Dataset, the row, the value's run and the pool."""
+def _settle(runs: _Runs, index: int, pool: Path | None) -> tuple[Step, Path, Path]:
+    """Measure ``values[index]`` until settled: against the first value and the last (the
+    endpoints' run ``pool``, grown to as many trials as the value has), or, with
+    ``pool=None``, the last value against the first in one new run (step 0). Returns the
+    step, the value's run and the pool."""
     settings, cap = runs.recipe.adaptive_settings, _cap(runs.recipe)
-    last = runs.last
+    values, last = runs.values, runs.last
     n, run = settings.min_trials, None
     while True:
         if pool is None:  # step 0: both endpoints in one interleaved run
             run = runs.measure(run, [0, last], n)
-            where = {0: run, last: run}
+            ds = runs.dataset({0: run, last: run})
+            row = _sequential(ds, runs.cell(0), runs.cell(last), runs.recipe)
+            if _regressed(row) or bool(row["decided"]) or n >= cap:
+                step = _step(ds, row, runs.cell(last), values[last], run)
+                return dataclasses.replace(step, endpoints=True), run, run
         else:
-            # The midpoint's new trials first, then v0's pool up to as many (only v0 decides).
+            # The midpoint's new trials first, then the endpoints' pool up to as many.
             run = runs.measure(run, [index], n)
-            have = runs.planned[(pool, 0)]
-            pool = runs.measure(pool, [0], _pool_target(have, n, cap))
-            where = {0: pool, last: pool, index: run}
-        ds = runs.dataset(where)
-        row = _sequential(ds, runs.cell(against), runs.cell(index), runs.recipe)
-        if _regressed(row) or bool(row["decided"]) or n >= cap:
-            return ds, row, run, pool if pool is not None else run
+            have = min(runs.planned[(pool, 0)], runs.planned[(pool, last)])
+            pool = runs.measure(pool, [0, last], _pool_target(have, n, cap))
+            ds = runs.dataset({0: pool, last: pool, index: run})
+            # Two ways to call a step good (settled against v0, better than vN): each at
+            # half the level, so that a wrong "good" stays as rare as a fixed test's.
+            half = DEFAULT_ALPHA / 2
+            row = _sequential(ds, runs.cell(0), runs.cell(index), runs.recipe, alpha=half)
+            vs_bad = _sequential(ds, runs.cell(last), runs.cell(index), runs.recipe, alpha=half)
+            if _verdict_of(row, vs_bad) != "undecided" or n >= cap:
+                step = _step(ds, row, runs.cell(index), values[index], run, (vs_bad, values[last]))
+                return step, run, pool
         n = _looks(settings, n, cap)
 
 
@@ -520,10 +560,7 @@ def bisect(
     pool: Path | None = None
     record: Path | None = None
     if not remeasure:
-        ds, row, pool, _ = _settle(runs, runs.last, None, against=0)
-        endpoints = dataclasses.replace(
-            _step(ds, row, runs.cell(runs.last), plan.values[-1], pool, None), endpoints=True
-        )
+        endpoints, pool, _ = _settle(runs, runs.last, None)
         record = pool / BISECT_JSON
         RunDir(pool).update_manifest(
             bisect={**info, "step": 0, "value": endpoints.value, "verdict": endpoints.verdict}
@@ -539,11 +576,7 @@ def bisect(
             names = [c.name for c in step_r.cells]
             step = _remeasured(recipe, run_dir, names, plan.values[index], plan.values[-1])
         else:
-            ds, row, run_dir, pool = _settle(runs, index, pool, against=0)
-            vs_bad = _comparison(
-                _sequential(ds, runs.cell(runs.last), runs.cell(index), recipe), plan.values[-1]
-            )
-            step = _step(ds, row, runs.cell(index), plan.values[index], run_dir, vs_bad)
+            step, run_dir, pool = _settle(runs, index, pool)
         steps.append(step)
         record = run_dir / BISECT_JSON
         RunDir(run_dir).update_manifest(

@@ -27,7 +27,7 @@ RECIPE = """
 ticket: BISECT
 step_time_regex: 'step time: ([0-9.]+) ms'
 confound: {threshold: 1.3}
-adaptive: {min_trials: 5, max_trials: 20}
+adaptive: {min_trials: 5, max_trials: 30}
 cells: [{name: base, mitigations: [none]}]
 bisect: {variable: PROBE_BUILD, values: [b0, b1, b2, b3, b4, b5]}
 """
@@ -55,7 +55,8 @@ def test_bisect_finds_the_first_bad_value(
     ends = doc["endpoints"]
     assert (ends["value"], ends["verdict"]) == ("b5", "bad") and ends["ratio"] > 1.5
     assert doc["steps"][0]["vs_bad"]["difference"] == "faster"
-    assert doc["steps"][1]["vs_bad"]["band"] == "within band"
+    # b3 runs as slowly as b5 (the step stops once b3 is bad, perhaps before that settles).
+    assert 0.75 < doc["steps"][1]["vs_bad"]["ratio"] < 1.33
     runs = [Path(ends["run_dir"]), *(Path(s["run_dir"]) for s in doc["steps"])]
     assert [sorted(p.name for p in (r / "cells").iterdir()) for r in runs] == [
         ["bad05-b5", "good00-b0"],
@@ -90,7 +91,7 @@ def test_remeasure_runs_the_endpoints_beside_every_step(
     doc = json.loads(capsys.readouterr().out)
     (step,) = doc["steps"]
     assert (doc["first_bad"], doc["endpoints"], doc["remeasure"]) == ("b3", None, True)
-    assert step["verdict"] == "bad" and step["vs_bad"]["band"] == "within band"
+    assert step["verdict"] == "bad" and 0.75 < step["vs_bad"]["ratio"] < 1.33
     cells = sorted(p.name for p in (Path(step["run_dir"]) / "cells").iterdir())
     assert cells == ["bad02-b5", "good00-b0", "try01-b3"]
 
