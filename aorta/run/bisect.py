@@ -15,9 +15,11 @@ trial ``k``, as :mod:`aorta.matrix.sequential` pairs them): it looks after ``min
 trials and every ``round`` after, and stops as soon as it is settled — anytime-valid, so the
 looks cost no error rate. When a step needs more pairs than ``v0`` has, the endpoints' run
 grows in place and every later step reuses the larger pool. The midpoint is *bad* when it fails
-more than ``v0`` or is slower beyond the band, *good* when settled otherwise, *undecided* when
-still open at ``max_trials``: the search stops there and names the range still open. Each step
-also compares the midpoint with ``vN`` (ratio, CI, verdict: reported, not decided on).
+more than ``v0`` or is slower beyond the band; *good* when settled against ``v0`` otherwise, or
+when it fails less than ``vN`` or is faster beyond the band (one change in the list: a value
+not at the bad level comes before it) — each of the two at half the level, so a wrong *good*
+stays as rare as one test's; *undecided* when still open at ``max_trials``: the search stops
+there and names the range still open.
 
 The price of reuse: a midpoint's trials are paired with trials of ``v0`` run earlier, not in the
 same rounds, so a machine that drifts between the steps shows as a difference. ``remeasure``
@@ -52,7 +54,6 @@ from aorta.errors import UsageError
 from aorta.matrix.compare import compare
 from aorta.matrix.dataset import build_dataset
 from aorta.matrix.load import load_run
-from aorta.matrix.sequential import FUTILITY_MIN_PAIRS
 from aorta.matrix.stats import DEFAULT_ALPHA
 from aorta.recipe.schema import Adaptive, Recipe, recipe_from_data, recipe_to_data
 from aorta.run.adaptive import decision_metric
@@ -302,12 +303,17 @@ def _better(row: pd.Series) -> bool:
     return bool(row["failures_vs_baseline"] == "fewer" or fast)
 
 
-def _verdict_of(row: pd.Series, vs_bad: pd.Series | None = None) -> Verdict:
-    """``bad`` when worse than the first value; ``good`` when settled against it, or better
-    than the last value (one change in the list: not at the bad level is before it)."""
+def _verdict_of(
+    row: pd.Series, vs_bad: pd.Series | None = None, settled: pd.Series | None = None
+) -> Verdict:
+    """``bad`` when ``row`` (against the first value) is worse; ``good`` when ``settled`` (the
+    same at the level of a ``good`` verdict; default ``row``) is decided, or ``vs_bad``
+    (against the last value) is better: with one change in the list, a value not at the bad
+    level comes before it."""
     if _regressed(row):
         return "bad"
-    good = bool(row["decided"]) or (vs_bad is not None and _better(vs_bad))
+    decided = bool((row if settled is None else settled)["decided"])
+    good = decided or (vs_bad is not None and _better(vs_bad))
     return "good" if good else "undecided"
 
 
@@ -358,17 +364,19 @@ def _step(
     value: str,
     run_dir: Path,
     vs_bad: tuple[pd.Series, str] | None = None,
+    settled: pd.Series | None = None,
 ) -> Step:
-    """The step of ``cell`` from its row against the first value and, with ``vs_bad``, its
-    row against the last value and that value."""
+    """The step of ``cell`` from its row against the first value (``settled``: the same at
+    a ``good`` verdict's level) and, with ``vs_bad``, its row against the last value and
+    that value."""
     outcome = ds.outcome.sel(cell=cell).values
-    reason = str(row["reason"])
     bad_row, last = vs_bad if vs_bad is not None else (None, "")
-    verdict = _verdict_of(row, bad_row)
+    verdict = _verdict_of(row, bad_row, settled)
+    reason = str(row["reason"] if verdict == "bad" or settled is None else settled["reason"])
     if bad_row is not None and _better(bad_row):
         if verdict == "bad":  # worse than the first value and better than the last
             reason += f"; better than {last} ({bad_row['reason']}): a change between the two"
-        elif not bool(row["decided"]):
+        elif not bool((row if settled is None else settled)["decided"]):
             reason = f"against {last}: {bad_row['reason']}"
     return Step(
         value=value,
@@ -383,14 +391,26 @@ def _step(
     )
 
 
+def _rows(
+    ds: Any, good: str, bad: str, cell: str, recipe: Recipe
+) -> tuple[pd.Series, pd.Series, pd.Series]:
+    """``cell`` against ``good`` at the level (is it bad?), against ``good`` and against
+    ``bad`` at half the level each: there are two ways to call a step good (settled against the
+    first value, better than the last), so a wrong *good* stays as rare as one test's."""
+    half = DEFAULT_ALPHA / 2
+    return (
+        _sequential(ds, good, cell, recipe),
+        _sequential(ds, good, cell, recipe, alpha=half),
+        _sequential(ds, bad, cell, recipe, alpha=half),
+    )
+
+
 def _remeasured(recipe: Recipe, run_dir: Path, names: list[str], value: str, last: str) -> Step:
     """A ``remeasure`` step's verdict from its own run of ``[good, bad, try]``."""
     good, bad, cell = names
     ds = load_run(run_dir, source="records")
-    half = DEFAULT_ALPHA / 2  # two ways to call a step good: each at half the level
-    row = _sequential(ds, good, cell, recipe, alpha=half)
-    vs_bad = _sequential(ds, bad, cell, recipe, alpha=half)
-    return _step(ds, row, cell, value, run_dir, (vs_bad, last))
+    row, settled, vs_bad = _rows(ds, good, bad, cell, recipe)
+    return _step(ds, row, cell, value, run_dir, (vs_bad, last), settled)
 
 
 # --- the endpoints, measured once --------------------------------------------------------------
@@ -462,16 +482,14 @@ class _Runs:
 
 
 def _looks(settings: Adaptive, trials: int, cap: int) -> int:
-    """The next look after ``trials``: ``round`` more, at least a quarter more, and not
-    before FUTILITY_MIN_PAIRS.
+    """The next look after ``trials``: ``round`` more, and at least a fifth more.
 
     Each look grows a run in place, and a sweep's start costs about a second: looking after
-    every trial of a long step spends more on starts than on trials. No step is decided
-    ``good`` before FUTILITY_MIN_PAIRS pairs unless failures differ (futility needs them), so
-    earlier looks could only catch a late ``bad``. Looking less often keeps the verdicts valid
-    (anytime-valid: any stopping rule); the price is a few trials past the one that settled.
+    every trial of a long step spends more on starts than on trials. Looking less often keeps
+    the verdicts valid (anytime-valid: any stopping rule); the price is a few trials past the
+    one that settled (5, 6, 8, 10, 12, 15, 18, 22 … with ``round: 1``).
     """
-    nxt = max(trials + settings.round, FUTILITY_MIN_PAIRS, math.ceil(trials * 1.25))
+    nxt = max(trials + settings.round, math.ceil(trials * 1.2))
     return min(nxt, cap)
 
 
@@ -504,13 +522,10 @@ def _settle(runs: _Runs, index: int, pool: Path | None) -> tuple[Step, Path, Pat
             have = min(runs.planned[(pool, 0)], runs.planned[(pool, last)])
             pool = runs.measure(pool, [0, last], _pool_target(have, n, cap))
             ds = runs.dataset({0: pool, last: pool, index: run})
-            # Two ways to call a step good (settled against v0, better than vN): each at
-            # half the level, so that a wrong "good" stays as rare as a fixed test's.
-            half = DEFAULT_ALPHA / 2
-            row = _sequential(ds, runs.cell(0), runs.cell(index), runs.recipe, alpha=half)
-            vs_bad = _sequential(ds, runs.cell(last), runs.cell(index), runs.recipe, alpha=half)
-            if _verdict_of(row, vs_bad) != "undecided" or n >= cap:
-                step = _step(ds, row, runs.cell(index), values[index], run, (vs_bad, values[last]))
+            cells = (runs.cell(0), runs.cell(last), runs.cell(index))
+            row, settled, vs_bad = _rows(ds, *cells, runs.recipe)
+            if _verdict_of(row, vs_bad, settled) != "undecided" or n >= cap:
+                step = _step(ds, row, cells[2], values[index], run, (vs_bad, values[last]), settled)
                 return step, run, pool
         n = _looks(settings, n, cap)
 
