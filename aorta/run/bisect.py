@@ -16,8 +16,8 @@ trials and every ``round`` after, and stops as soon as it is settled — anytime
 looks cost no error rate. When a step needs more pairs than ``v0`` has, the endpoints' run
 grows in place and every later step reuses the larger pool. The midpoint is *bad* when it fails
 more than ``v0`` or is slower beyond the band; *good* when settled against ``v0`` otherwise, or
-when it fails less than ``vN`` or is faster beyond the band (one change in the list: a value
-not at the bad level comes before it) — each of the two at half the level, so a wrong *good*
+when it is better than ``vN`` on what made ``vN`` bad in step 0 — fails less, or is faster
+beyond the band (one change in the list: a value not at the bad level comes before it) — each of the two at half the level, so a wrong *good*
 stays as rare as one test's; *undecided* when still open at ``max_trials``: the search stops
 there and names the range still open.
 
@@ -297,14 +297,31 @@ def _regressed(row: pd.Series) -> bool:
     return bool(row["failures_vs_baseline"] == "more" or slow)
 
 
-def _better(row: pd.Series) -> bool:
-    """Fails less, or faster beyond the band: the midpoint is not at the bad value's level."""
+#: What made the last value bad against the first (step 0): ``timing``, ``failures``.
+Hunted = frozenset[str]
+BOTH: Hunted = frozenset({"timing", "failures"})
+
+
+def _hunted(row: pd.Series) -> Hunted:
+    """What the last value's row against the first says is worse about it."""
+    slow = row["difference"] == "slower" and row["band"] == "beyond band"
+    more = row["failures_vs_baseline"] == "more"
+    return frozenset({*(["timing"] if slow else []), *(["failures"] if more else [])}) or BOTH
+
+
+def _better(row: pd.Series, hunted: Hunted = BOTH) -> bool:
+    """Better than the last value on what made it bad (``hunted``): fails less, or faster
+    beyond the band — the midpoint is not at the bad value's level."""
     fast = row["difference"] == "faster" and row["band"] == "beyond band"
-    return bool(row["failures_vs_baseline"] == "fewer" or fast)
+    fewer = row["failures_vs_baseline"] == "fewer"
+    return bool(("failures" in hunted and fewer) or ("timing" in hunted and fast))
 
 
 def _verdict_of(
-    row: pd.Series, vs_bad: pd.Series | None = None, settled: pd.Series | None = None
+    row: pd.Series,
+    vs_bad: pd.Series | None = None,
+    settled: pd.Series | None = None,
+    hunted: Hunted = BOTH,
 ) -> Verdict:
     """``bad`` when ``row`` (against the first value) is worse; ``good`` when ``settled`` (the
     same at the level of a ``good`` verdict; default ``row``) is decided, or ``vs_bad``
@@ -313,7 +330,7 @@ def _verdict_of(
     if _regressed(row):
         return "bad"
     decided = bool((row if settled is None else settled)["decided"])
-    good = decided or (vs_bad is not None and _better(vs_bad))
+    good = decided or (vs_bad is not None and _better(vs_bad, hunted))
     return "good" if good else "undecided"
 
 
@@ -365,15 +382,16 @@ def _step(
     run_dir: Path,
     vs_bad: tuple[pd.Series, str] | None = None,
     settled: pd.Series | None = None,
+    hunted: Hunted = BOTH,
 ) -> Step:
     """The step of ``cell`` from its row against the first value (``settled``: the same at
     a ``good`` verdict's level) and, with ``vs_bad``, its row against the last value and
     that value."""
     outcome = ds.outcome.sel(cell=cell).values
     bad_row, last = vs_bad if vs_bad is not None else (None, "")
-    verdict = _verdict_of(row, bad_row, settled)
+    verdict = _verdict_of(row, bad_row, settled, hunted)
     reason = str(row["reason"] if verdict == "bad" or settled is None else settled["reason"])
-    if bad_row is not None and _better(bad_row):
+    if bad_row is not None and _better(bad_row, hunted):
         if verdict == "bad":  # worse than the first value and better than the last
             reason += f"; better than {last} ({bad_row['reason']}): a change between the two"
         elif not bool((row if settled is None else settled)["decided"]):
@@ -410,7 +428,8 @@ def _remeasured(recipe: Recipe, run_dir: Path, names: list[str], value: str, las
     good, bad, cell = names
     ds = load_run(run_dir, source="records")
     row, settled, vs_bad = _rows(ds, good, bad, cell, recipe)
-    return _step(ds, row, cell, value, run_dir, (vs_bad, last), settled)
+    hunted = _hunted(_sequential(ds, good, bad, recipe))
+    return _step(ds, row, cell, value, run_dir, (vs_bad, last), settled, hunted)
 
 
 # --- the endpoints, measured once --------------------------------------------------------------
@@ -524,8 +543,12 @@ def _settle(runs: _Runs, index: int, pool: Path | None) -> tuple[Step, Path, Pat
             ds = runs.dataset({0: pool, last: pool, index: run})
             cells = (runs.cell(0), runs.cell(last), runs.cell(index))
             row, settled, vs_bad = _rows(ds, *cells, runs.recipe)
-            if _verdict_of(row, vs_bad, settled) != "undecided" or n >= cap:
-                step = _step(ds, row, cells[2], values[index], run, (vs_bad, values[last]), settled)
+            # Better than the last value counts on what made it bad only (its timing, its
+            # failures): a midpoint faster than a value that fails more may fail as much.
+            hunted = _hunted(_sequential(ds, cells[0], cells[1], runs.recipe))
+            if _verdict_of(row, vs_bad, settled, hunted) != "undecided" or n >= cap:
+                versus = (vs_bad, values[last])
+                step = _step(ds, row, cells[2], values[index], run, versus, settled, hunted)
                 return step, run, pool
         n = _looks(settings, n, cap)
 
