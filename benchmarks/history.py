@@ -2,7 +2,8 @@
 of every value.
 
     .venv/bin/python benchmarks/history.py history [--runs 365] [--cells 20] [--trials 40] [--peer-runs 40] [--keep DIR]
-    .venv/bin/python benchmarks/history.py bisect [--values 16] [--first-bad 11]
+    .venv/bin/python benchmarks/history.py bisect [--values 16] [--first-bad 11] [--remeasure]
+    .venv/bin/python benchmarks/history.py bisect-vs --other OTHER/aorta/run/bisect.py [--values 6] [--first-bad 3] [--rounds 3]
 
 **history**: ``--runs`` complete run directories (``results.nc`` from real trial records,
 manifest, ``host_env.json``) written under a temporary folder (not timed), one night each;
@@ -15,9 +16,16 @@ runs, :func:`aorta.load_run` on each (xarray opens ``results.nc``), on ``--peer-
 against the same runs read by :func:`aorta.load_history`.
 
 **bisect**: a probe whose step time doubles from ``--first-bad`` on; ``aorta bisect`` over
-``--values`` values, against one adaptive sweep of every value as a cell against the first
-(the same engine and stopping rule, every value screened), and the fixed design's count
-(every value × ``max_trials``).
+``--values`` values (the endpoints measured once and reused; ``--remeasure``: both again beside
+every midpoint), against one adaptive sweep of every value as a cell against the first (the
+same engine and stopping rule, every value screened), and the fixed design's count (every
+value × ``max_trials``).
+
+**bisect-vs**: this checkout's :func:`aorta.run.bisect.bisect` against another version of the
+module (``--other``: its file, say a checkout of ``main``, imported under another name beside
+this aorta), alternated ``--rounds`` times in one process on the probe of
+``tests/cli/test_bisect_sweep.py`` (15 → 40 ms from ``--first-bad``); each round's wall time,
+CPU seconds (this process and its children) and trials, one JSON line each.
 """
 
 from __future__ import annotations
@@ -159,6 +167,7 @@ def bisect(args: argparse.Namespace) -> None:
                     "-o",
                     tmp,
                     "--json",
+                    *(["--remeasure"] if args.remeasure else []),
                     "--",
                     "python3",
                     "-c",
@@ -207,6 +216,44 @@ def bisect(args: argparse.Namespace) -> None:
         )
 
 
+def bisect_vs(args: argparse.Namespace) -> None:
+    import importlib.util
+    import resource
+
+    import aorta.run.bisect as ours
+    from aorta.recipe.schema import load_recipe_text
+    from aorta.run.options import RunOptions
+    from tests.cli.test_bisect_sweep import PROBE, RECIPE
+
+    spec = importlib.util.spec_from_file_location("other_bisect", args.other)
+    assert spec is not None and spec.loader is not None
+    other = importlib.util.module_from_spec(spec)
+    sys.modules["other_bisect"] = other  # dataclasses look their module up by name
+    spec.loader.exec_module(other)
+
+    def cpu() -> float:
+        own, kids = (
+            resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+        )
+        return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+    values = ", ".join(f"b{i}" for i in range(args.values))
+    probe = PROBE.replace(">= 3", f">= {args.first_bad}")
+    text = RECIPE.replace("[b0, b1, b2, b3, b4, b5]", f"[{values}]")
+    recipe = load_recipe_text(text, command=["python3", "-c", probe])
+    for i in range(args.rounds):
+        for who, run in (("other", other.bisect), ("this", ours.bisect)):
+            with tempfile.TemporaryDirectory() as tmp:
+                start, used = time.perf_counter(), cpu()
+                r = run(recipe, options=RunOptions(output=tmp, progress="none"))
+                print(json.dumps({
+                    "who": who, "round": i, "wall_s": round(time.perf_counter() - start, 1),
+                    "cpu_s": round(cpu() - used, 1), "trials": r.trials, "first_bad": r.first_bad,
+                    "steps": [(s.value, s.verdict, s.trials) for s in r.steps],
+                    "load1": Path("/proc/loadavg").read_text().split()[0],
+                }), flush=True)  # fmt: skip
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="what", required=True)
@@ -219,8 +266,14 @@ def main() -> int:
     b = sub.add_parser("bisect")
     b.add_argument("--values", type=int, default=16)
     b.add_argument("--first-bad", type=int, default=11)
+    b.add_argument("--remeasure", action="store_true", help="aorta bisect --remeasure")
+    v = sub.add_parser("bisect-vs")
+    v.add_argument("--other", required=True, help="another version's aorta/run/bisect.py")
+    v.add_argument("--values", type=int, default=6)
+    v.add_argument("--first-bad", type=int, default=3)
+    v.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    (history if args.what == "history" else bisect)(args)
+    {"history": history, "bisect": bisect, "bisect-vs": bisect_vs}[args.what](args)
     return 0
 
 

@@ -6,6 +6,7 @@ nights with a known change."""
 from __future__ import annotations
 
 import datetime as dt
+import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ import numpy as np
 from aorta.matrix.dataset import build_dataset
 from aorta.store.netcdf import write_netcdf
 from aorta.store.record import TrialRecord
-from aorta.store.rundir import RunDir
+from aorta.store.rundir import RunDir, trace_file_name
 
 START = dt.datetime(2026, 1, 1, 2, 0, tzinfo=dt.timezone.utc)
 
@@ -47,9 +48,12 @@ def write_night(
     snap: Mapping[str, Any] | None = None,
     steps: int = 4,
     seed: int = 0,
+    trace: Path | None = None,
 ) -> Path:
     """One complete run of ``cells`` × ``trials``: cell ``c``'s step times around
-    ``level(night, c)`` ms (2% noise per trial), a trial failing with ``fail(night, c)``."""
+    ``level(night, c)`` ms (2% noise per trial), a trial failing with ``fail(night, c)``;
+    with ``trace``, a copy of that real profiler trace as rank 0's of every trial that passed
+    (where a sweep with ``collect: [torch_profiler]`` leaves it)."""
     rng = np.random.default_rng(seed * 100_003 + night)
     rd = RunDir.create(
         root, ticket="NIGHTLY", workload="training", now=START + dt.timedelta(days=night)
@@ -73,6 +77,12 @@ def write_night(
                 "recipe_sha256": "ab" * 32, "started_at": started}  # fmt: skip
     rd.update_manifest(**manifest)
     rd.write_json(rd.host_env_path, dict(snap or snapshot()))
+    if trace is not None:
+        for record in records:
+            if record.passed:
+                folder = rd.trace_dir(record.cell, record.trial)
+                folder.mkdir(parents=True, exist_ok=True)
+                shutil.copy(trace, folder / trace_file_name(0))
     ds = build_dataset(
         [{"name": n, "trials": trials, "index": i} for i, n in enumerate(names)],
         records,

@@ -1,6 +1,12 @@
 """Many runs as data: the ``run × cell × trial`` Dataset of a history (:func:`load_history`),
 its change points (:func:`detect`) and the regression gate (:func:`gate`).
 
+The metric of a history is each trial's step time (or wall clock), or a trace metric of the
+runs that recorded ``torch.profiler`` traces (:func:`trace_metric_names`): each trial's value
+of the worst rank, read from the trials' metrics caches (:mod:`aorta.matrix.trace_metrics`),
+so the drift of the GPU's busy share or of exposed communication across nights has the same
+change points and gate as step time.
+
 Finding the runs and reading their files is :mod:`aorta.store.history`'s; the statistics are
 :mod:`aorta.matrix.changepoints` (where a series changed) and
 :func:`aorta.matrix.stats.compare_groups` (by how much, and the gate), as for one run.
@@ -33,22 +39,37 @@ import xarray as xr
 from aorta.errors import UsageError
 from aorta.matrix.changepoints import DEFAULT_RESAMPLES, segment
 from aorta.matrix.dataset import text_array
+from aorta.matrix.load import load_run
 from aorta.matrix.stats import DEFAULT_ALPHA, Group, compare_groups, trial_medians, wilson_interval
+from aorta.matrix.trace_metrics import trial_results
 from aorta.store.history import RunInfo, find_runs, read_results
+from aorta.trace.metrics import BUSBW, METRICS, PERF
 
 __all__ = [
     "ChangePoint",
     "GateFinding",
     "HistoryMetric",
+    "check_metric",
     "detect",
     "family_level",
     "gate",
     "load_history",
     "median_interval",
     "series_runs",
+    "trace_metric_names",
+    "worse_when",
 ]
 
-HistoryMetric = Literal["step_time_ms", "wall_clock_s"]
+#: ``step_time_ms``, ``wall_clock_s`` or a trace metric (:func:`trace_metric_names`).
+HistoryMetric = str
+#: The metrics every run has (the others come from its traces).
+RUN_METRICS = ("step_time_ms", "wall_clock_s")
+#: Trace metrics a history derives per rank from the trace metrics: what each is, and which
+#: way is worse.
+DERIVED_TRACE_METRICS: dict[str, tuple[str, str]] = {
+    "busy_pct": ("GPU (or host) busy share of the profiled span, %: busy_ms / total_ms", "lower"),
+    "trace_step_ms": ("mean ProfilerStep duration in the trace, ms", "higher"),
+}
 #: Runs on each side of a change whose trials give its ratio and CI (and the gate's window).
 WINDOW = 5
 _PASSED, _FAILED = "passed", "failed"
@@ -88,15 +109,107 @@ def median_interval(values: np.ndarray, *, alpha: float = DEFAULT_ALPHA) -> tupl
     return (math.nan, math.nan) if ranks is None else (float(x[ranks[0]]), float(x[ranks[1]]))
 
 
+def trace_metric_names() -> list[str]:
+    """The trace metrics a history takes by name (beside the patterns ``busbw_<collective>_gbps``,
+    ``tflops_<family>`` and ``pct_roofline_<family>``).
+
+    >>> [m for m in trace_metric_names() if m.startswith(("busy", "exposed_comm", "trace_step"))]
+    ['exposed_comm_ms', 'busy_ms', 'busy_pct', 'trace_step_ms']
+    """
+    return [*METRICS, *DERIVED_TRACE_METRICS]
+
+
+def worse_when(metric: str) -> Literal["higher", "lower"]:
+    """Which way ``metric`` gets worse: ``higher`` for times, ``lower`` for rates and shares.
+
+    >>> worse_when("step_time_ms"), worse_when("busy_pct"), worse_when("busbw_all_reduce_gbps")
+    ('higher', 'lower', 'lower')
+    """
+    if metric in DERIVED_TRACE_METRICS:
+        return "lower" if DERIVED_TRACE_METRICS[metric][1] == "lower" else "higher"
+    if metric in METRICS:
+        return "lower" if METRICS[metric][2] == "lower" else "higher"
+    return "lower" if BUSBW.match(metric) or PERF.match(metric) else "higher"
+
+
+def check_metric(metric: str) -> None:
+    """Raise ``UsageError`` unless a history can read ``metric``.
+
+    >>> check_metric("exposed_comm_ms")
+    >>> try:
+    ...     check_metric("gemm_tlfops")
+    ... except UsageError as exc:
+    ...     print(str(exc).split("(")[0], str(exc).split("got ")[1])
+    --metric: a history reads step_time_ms, wall_clock_s or a trace metric  'gemm_tlfops'
+    """
+    if metric in RUN_METRICS or metric in trace_metric_names():
+        return
+    if BUSBW.match(metric) or PERF.match(metric):
+        return
+    names = ", ".join(trace_metric_names())
+    raise UsageError(
+        f"--metric: a history reads step_time_ms, wall_clock_s or a trace metric ({names}, "
+        f"busbw_<collective>_gbps, tflops_<family>, pct_roofline_<family>), got {metric!r}"
+    )
+
+
+def _rank_value(metric: str, values: Mapping[str, Any], step: Mapping[str, Any]) -> float:
+    if metric == "busy_pct":
+        busy, total = values.get("busy_ms"), values.get("total_ms")
+        return 100.0 * busy / total if busy is not None and total else math.nan
+    if metric == "trace_step_ms":
+        us = step.get("step_us")
+        return float(us) / 1000.0 if us is not None and step.get("steps") else math.nan
+    value = values.get(metric)
+    return float(value) if value is not None else math.nan
+
+
+def _trials(info: RunInfo) -> xr.Dataset:
+    """The run's cells × trials with each trial's ``status`` and ``outcome``: what finding its
+    traces needs, from ``results.nc`` by h5py when it has one (opening it as a Dataset costs
+    ~10× more), else from the records."""
+    data = read_results(info.path, variables=("cell", "trial", "status", "outcome"))
+    if data is None:
+        return load_run(info.path, source="records")
+    dims = ("cell", "trial")
+    return xr.Dataset(
+        {"status": (dims, data["status"]), "outcome": (dims, data["outcome"])},
+        coords={"cell": data["cell"], "trial": data["trial"]},
+    )
+
+
+def _trace_arrays(info: RunInfo, metric: str) -> tuple[list[str], np.ndarray, np.ndarray, str]:
+    """A run's trace metric per cell × trial: the worst rank's, NaN where a rank's trace is
+    unreadable (the rank left out could be the one that matters) or the run has none."""
+    ds = _trials(info)
+    cells = [str(c) for c in ds.cell.values.tolist()]
+    trials = [int(t) for t in ds.trial.values.tolist()]
+    values = np.full((len(cells), len(trials)), np.nan)
+    results, *_ = trial_results(ds, info.path)
+    worst = np.nanmax if worse_when(metric) == "higher" else np.nanmin
+    for (cell, trial), doc in results.items():
+        ranks = doc.get("ranks") or {}
+        if not ranks or any(m.get("source") == "unreadable" for m in ranks.values()):
+            continue
+        steps = doc.get("steps") or {}
+        got = [_rank_value(metric, m, steps.get(r) or {}) for r, m in ranks.items()]
+        finite = [v for v in got if math.isfinite(v)]
+        if finite:
+            values[cells.index(cell), trials.index(trial)] = worst(finite)
+    outcome = ds.outcome.transpose("cell", "trial").values.astype(str)
+    source = "trace" if np.isfinite(values).any() else "no trace"
+    return cells, np.where(outcome == _PASSED, values, np.nan), outcome, source
+
+
 def _run_arrays(
     info: RunInfo, metric: HistoryMetric
 ) -> tuple[list[str], np.ndarray, np.ndarray, str]:
     """A run's cells, trial values (cell × trial) and outcomes, and the metric it gave."""
+    if metric not in RUN_METRICS:
+        return _trace_arrays(info, metric)
     wanted = ("cell", "outcome", *_WANTED[metric])
     data = read_results(info.path, variables=wanted)
     if data is None:
-        from aorta.matrix.load import load_run
-
         ds = load_run(info.path, source="records")
         data = {
             "cell": ds.cell.values.astype(str),
@@ -136,8 +249,11 @@ def load_history(
         artifact store), or run directories.
     metric
         ``step_time_ms`` (each trial's median post-warm-up step; a run whose trials have no
-        step times gives its wall clock in ms, named in ``metric_source``) or
-        ``wall_clock_s``.
+        step times gives its wall clock in ms, named in ``metric_source``),
+        ``wall_clock_s``, or a trace metric (:func:`trace_metric_names`: ``busy_pct``,
+        ``exposed_comm_ms``, ``total_comm_ms``, ``trace_step_ms`` …) of the runs that
+        recorded profiler traces — each trial's worst rank; ``metric_source`` is ``trace``,
+        or ``no trace`` for a run without (its values NaN).
     alpha
         The per-run CIs are at ``1 - alpha``.
 
@@ -155,13 +271,15 @@ def load_history(
     Raises
     ------
     UsageError
-        A root that does not exist, or no run directory under ``roots``.
+        A root that does not exist, no run directory under ``roots``, or a metric a
+        history cannot read (:func:`check_metric`).
 
     See Also
     --------
     detect : the change points of each series.
     gate : whether the newest run of each series regressed.
     """
+    check_metric(metric)
     runs = find_runs(roots)
     if not runs:
         raise UsageError(f"no aorta run directory under {', '.join(map(str, roots))}")
@@ -260,7 +378,8 @@ class ChangePoint:
     metric: Literal["step_time", "failure_rate"]
     before: str
     after: str
-    #: ``slower`` / ``faster`` / ``more_failures`` / ``fewer_failures``.
+    #: ``slower`` / ``faster`` (``higher`` / ``lower`` for a trace metric) /
+    #: ``more_failures`` / ``fewer_failures``.
     direction: str
     #: The permutation p of the split, and the level it passed (``alpha / m``).
     p: float
@@ -274,6 +393,8 @@ class ChangePoint:
     #: Run positions (in the Dataset) of the two runs around the change.
     positions: tuple[int, int] = (0, 0)
     environment_changes: dict[str, Any] = field(default_factory=dict)
+    #: Whether the change made things worse (slower, more failures, a lower busy share …).
+    worse: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form ``aorta history --json`` prints."""
@@ -285,6 +406,7 @@ class ChangePoint:
             "before": self.before,
             "after": self.after,
             "direction": self.direction,
+            "worse": self.worse,
             "p": self.p,
             "level": self.level,
         }
@@ -300,6 +422,19 @@ class ChangePoint:
 
 def _num(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None
+
+
+def _words(metric: str, difference: str) -> str:
+    """A comparison's ``slower``/``faster`` (the ratio above / below 1) in the metric's own
+    words: a trace metric is ``higher`` or ``lower``."""
+    if metric in RUN_METRICS:
+        return difference
+    return {"slower": "higher", "faster": "lower"}.get(difference, difference)
+
+
+def _worse(metric: str, difference: str) -> bool:
+    """Whether ``difference`` (``slower``: the ratio above 1) is the metric getting worse."""
+    return difference == ("slower" if worse_when(metric) == "higher" else "faster")
 
 
 def _window(ds: xr.Dataset, rows: Sequence[int], cell: str) -> Group:
@@ -361,6 +496,7 @@ def detect(
     # after one batch: only a real change draws them all).
     resamples = resamples or max(DEFAULT_RESAMPLES, math.ceil(4 / level))
     names = ds.run.values.astype(str)
+    name = str(ds.attrs.get("metric", "step_time_ms"))
     found: list[ChangePoint] = []
     for s, cell, rows in runs:
         if len(rows) < 2:
@@ -382,7 +518,7 @@ def detect(
                 found.append(
                     _change(
                         s, cell, metric, (rows[k - 1], rows[k]), names, p, level, before, after,
-                        threshold=_series_threshold(thresholds, s), alpha=alpha,
+                        threshold=_series_threshold(thresholds, s), alpha=alpha, name=name,
                     )
                 )  # fmt: skip
     return found
@@ -401,6 +537,7 @@ def _change(
     *,
     threshold: float,
     alpha: float,
+    name: str = "step_time_ms",
 ) -> ChangePoint:
     (row,) = compare_groups(
         [after, before], [(0, 1)], threshold=threshold, alpha=alpha, resamples=2_000
@@ -408,11 +545,13 @@ def _change(
     failures = ((before.failures, before.ran), (after.failures, after.ran))
     if metric == "step_time":
         med_a, med_b = np.nanmedian(after.finite()), np.nanmedian(before.finite())
-        direction = "slower" if med_a > med_b else "faster"
+        higher = "slower" if med_a > med_b else "faster"
+        direction, worse = _words(name, higher), _worse(name, higher)
     else:
         rate_a = after.failures / max(after.ran, 1)
         rate_b = before.failures / max(before.ran, 1)
         direction = "more_failures" if rate_a > rate_b else "fewer_failures"
+        worse = rate_a > rate_b
     return ChangePoint(
         series=series,
         cell=cell,
@@ -427,6 +566,7 @@ def _change(
         band=row.band,
         failures=failures,
         positions=positions,
+        worse=worse,
     )
 
 
@@ -480,9 +620,11 @@ def gate(
     the series' ``blessed`` run (``{series: run path}``). One family: Holm across every
     comparison, band CIs Bonferroni-adjusted (:func:`aorta.matrix.stats.compare_groups`).
 
-    A finding trips when the newest run is ``slower`` *and* ``beyond band``, or fails more
+    A finding trips when the newest run is ``slower`` *and* ``beyond band`` (for a trace
+    metric: ``higher`` or ``lower``, whichever is worse, :func:`worse_when`), or fails more
     (Boschloo, adjusted) — what ``--fail-on-regression`` exits 4 on.
     """
+    name = str(ds.attrs.get("metric", "step_time_ms"))
     blessed = blessed or {}
     thresholds = thresholds or {}
     names = ds.run.values.astype(str)
@@ -520,7 +662,7 @@ def gate(
     results = _compare_by_threshold(groups, pairs, [p[4] for p in plans], alpha)
     out = []
     for (s, cell, against, ref, _, now, _r), row in zip(plans, results, strict=True):
-        slower = row.difference == "slower" and row.band == "beyond band"
+        slower = _worse(name, row.difference) and row.band == "beyond band"
         out.append(
             GateFinding(
                 series=s,
@@ -530,7 +672,7 @@ def gate(
                 reference=str(ref),
                 ratio=row.ratio,
                 ci=(row.ci_low, row.ci_high),
-                difference=row.difference,
+                difference=_words(name, row.difference),
                 band=row.band,
                 failures=row.failures_vs_baseline,
                 tripped=slower or row.failures_vs_baseline == "more",

@@ -36,6 +36,14 @@ _CHANGE_COLORS = {
 }
 
 
+def _change_color(change: Mapping[str, Any]) -> str:
+    """Vermillion for a change for the worse, green for the better: a trace metric's
+    ``higher``/``lower`` by its ``worse`` flag, older JSON (no flag) by its direction."""
+    if "worse" in change and change["direction"] not in _CHANGE_COLORS:
+        return PALETTE["vermillion"] if change["worse"] else PALETTE["green"]
+    return _CHANGE_COLORS.get(change["direction"], PALETTE["grey"])
+
+
 def _values(xs: Sequence[float | None]) -> np.ndarray:
     return np.array([np.nan if x is None else x for x in xs], dtype=float)
 
@@ -83,7 +91,7 @@ def series_figure(
             if c["after"] not in position:
                 continue
             at = position[c["after"]] - 0.5
-            color = _CHANGE_COLORS.get(c["direction"], PALETTE["grey"])
+            color = _change_color(c)
             for ax in (top, bottom):
                 ax.axvline(at, color=color, lw=1.4, ls="--")
             label = c["direction"].replace("_", " ")

@@ -4,9 +4,9 @@ the environment around it, then the gate's answer for the newest run of each ser
 Examples
 --------
 >>> change_line({"cell": "base", "metric": "step_time", "direction": "slower", "ratio": 1.2,
-...     "ci": [1.15, 1.25], "before": "/r/a", "after": "/r/b", "p": 0.001,
+...     "ci": [1.15, 1.25], "band": "beyond band", "before": "/r/a", "after": "/r/b", "p": 0.001,
 ...     "environment_changes": {"torch.version": ["2.12.0", "2.13.0"]}})
-'base: slower ×1.2 [1.15, 1.25] between a and b (p = 0.001) — torch.version 2.12.0 → 2.13.0'
+'base: slower ×1.2 [1.15, 1.25] beyond band between a and b (p = 0.001) — torch.version 2.12.0 → 2.13.0'
 """
 
 from __future__ import annotations
@@ -45,6 +45,9 @@ def change_line(c: Mapping[str, Any]) -> str:
         lo, hi = c.get("ci") or [None, None]
         ci = f" [{lo:.3g}, {hi:.3g}]" if lo is not None and hi is not None else ""
         size = f"×{c['ratio']:.3g}{ci}" if c.get("ratio") is not None else ""
+        # The band decides the gate: a significant change inside it never trips it, and a
+        # reader hunting a small regression must see that the band hid it.
+        size += f" {c['band']}" if c.get("band") else ""
     else:
         rb, ra = c.get("failure_rates") or [None, None]
         size = f"{_rate(rb)} → {_rate(ra)} failed"
@@ -82,7 +85,9 @@ def history_text(doc: Mapping[str, Any]) -> str:
     elif tripped:
         lines.append(f"Gate: REGRESSION in {len(tripped)} comparison(s):")
     else:
-        lines.append("Gate: the newest run of each series is no worse than its references.")
+        bands = sorted({s["threshold"] for s in series if s.get("threshold")})
+        band = f" beyond the band (×{', ×'.join(f'{b:g}' for b in bands)})" if bands else ""
+        lines.append(f"Gate: the newest run of each series is no worse than its references{band}.")
     for f in tripped:
         ratio = f"×{f['ratio']:.3g}" if f["ratio"] is not None else ""
         lines.append(

@@ -1,19 +1,34 @@
-"""``aorta bisect``: the first bad value of an ordered list, each step an adaptive A/B sweep.
+"""``aorta bisect``: the first bad value of an ordered list, each step an adaptive A/B test.
 
 The recipe's ``bisect: {variable: NAME, values: [v0, …, vN]}`` lists the values in order,
 ``v0`` known good and ``vN`` known bad; every trial gets ``NAME=value`` in its environment (so
 the job can pick a container image, a venv or a library build from it). The search is
 :class:`BisectPlan`, pure: the range still open, the next value to try, the range after a
-verdict. Each step is one sweep (:func:`aorta.run.sweep.sweep`) of two cells — the recipe's
-first cell with ``NAME=v0`` (the baseline) and with ``NAME=v_mid`` — under ``schedule:
-adaptive``: it stops as soon as both questions are settled, anytime-valid
-(:mod:`aorta.matrix.sequential`). The midpoint is *bad* when it fails more than ``v0`` or is
-slower beyond the band, *good* when it is settled otherwise, and *undecided* when it is still
-open at ``max_trials``: the search stops there and names the range still open.
+verdict.
 
-Every step is an ordinary run directory (records, ``matrix.md``, ``aorta report``) whose
-manifest says which step it was (``bisect``) and whose ``bisect.json`` holds the search up to
-it: the last step's is the answer.
+**The endpoints are measured once.** The first run (step 0) measures ``v0`` and ``vN`` — the
+recipe's first cell with ``NAME=v0`` and ``NAME=vN``, interleaved — until ``vN`` is settled
+against ``v0``: a bisect whose last value is not measurably worse than its first has nothing to
+find, and says so instead of naming ``vN``. Each later step is a run of the midpoint alone,
+compared with the endpoints' trials already measured (midpoint trial ``k`` paired with ``v0``'s
+trial ``k``, as :mod:`aorta.matrix.sequential` pairs them): it looks after ``min_trials``
+trials and every ``round`` after, and stops as soon as it is settled — anytime-valid, so the
+looks cost no error rate. When a step needs more pairs than ``v0`` has, the endpoints' run
+grows in place and every later step reuses the larger pool. The midpoint is *bad* when it fails
+more than ``v0`` or is slower beyond the band; *good* when settled against ``v0`` otherwise, or
+when it is better than ``vN`` on what made ``vN`` bad in step 0 — fails less, or is faster
+beyond the band (one change in the list: a value not at the bad level comes before it) — each of the two at half the level, so a wrong *good*
+stays as rare as one test's; *undecided* when still open at ``max_trials``: the search stops
+there and names the range still open.
+
+The price of reuse: a midpoint's trials are paired with trials of ``v0`` run earlier, not in the
+same rounds, so a machine that drifts between the steps shows as a difference. ``remeasure``
+(``aorta bisect --remeasure``) runs ``v0`` and ``vN`` again beside every midpoint, in one
+adaptive sweep per step (:func:`step_recipe`), as bisect did before the endpoints were reused.
+
+Every run is an ordinary run directory (records, ``matrix.md``, ``aorta report``) whose
+manifest says which step it was (``bisect``; step 0: the endpoints) and whose ``bisect.json``
+holds the search up to it: the last step's is the answer.
 
 Examples
 --------
@@ -26,22 +41,36 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import pandas as pd
+
 from aorta.errors import UsageError
 from aorta.matrix.compare import compare
+from aorta.matrix.dataset import build_dataset
 from aorta.matrix.load import load_run
-from aorta.recipe.schema import Recipe, recipe_from_data, recipe_to_data
+from aorta.matrix.stats import DEFAULT_ALPHA
+from aorta.recipe.schema import Adaptive, Recipe, recipe_from_data, recipe_to_data
 from aorta.run.adaptive import decision_metric
 from aorta.run.options import RunOptions
 from aorta.run.sweep import sweep
+from aorta.store.record import TrialRecord, TrialStatus
 from aorta.store.rundir import BISECT_JSON, RunDir, atomic_write, utc_now
 
-__all__ = ["BisectPlan", "BisectResult", "Step", "Verdict", "bisect", "step_recipe"]
+__all__ = [
+    "BisectPlan",
+    "BisectResult",
+    "Comparison",
+    "Step",
+    "Verdict",
+    "bisect",
+    "step_recipe",
+]
 
 Verdict = Literal["good", "bad", "undecided"]
 
@@ -102,9 +131,39 @@ class BisectPlan:
 
 
 @dataclass(frozen=True)
+class Comparison:
+    """The midpoint against one endpoint: the ratio of its step times (or wall clock) to the
+    endpoint's with the CI, the timing and failure verdicts, and the pairs they rest on."""
+
+    against: str
+    ratio: float | None
+    ci: tuple[float | None, float | None]
+    difference: str
+    band: str
+    failures: str
+    decided: bool
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form (a step's ``vs_bad``)."""
+        return {
+            "against": self.against,
+            "ratio": self.ratio,
+            "ci": list(self.ci),
+            "difference": self.difference,
+            "band": self.band,
+            "failures": self.failures,
+            "decided": self.decided,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
 class Step:
     """One step: the value tried, its verdict against ``values[0]``, the ratio with its CI,
-    the failures and trials of the value's cell, and the run directory."""
+    the failures and trials of the value's cell, the run directory; ``vs_bad``: the same value
+    against the last value (``None`` where the step had no trials of it); ``endpoints``: whether
+    this was step 0, the last value against the first."""
 
     value: str
     verdict: Verdict
@@ -114,6 +173,8 @@ class Step:
     trials: int
     run_dir: str
     reason: str
+    vs_bad: Comparison | None = None
+    endpoints: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (``aorta bisect --json``'s ``steps``)."""
@@ -126,13 +187,15 @@ class Step:
             "trials": self.trials,
             "run_dir": self.run_dir,
             "reason": self.reason,
+            "vs_bad": None if self.vs_bad is None else self.vs_bad.to_dict(),
         }
 
 
 @dataclass(frozen=True)
 class BisectResult:
-    """The search's answer: the first bad value (``None`` when a step stayed undecided), the
-    last good, every step and the trials they cost in all."""
+    """The search's answer: the first bad value (``None`` when a step stayed undecided, or the
+    last value was not worse than the first), the last good, the endpoints' check (step 0;
+    ``None`` with ``remeasure``), every step and the trials they cost in all."""
 
     variable: str
     values: tuple[str, ...]
@@ -142,10 +205,12 @@ class BisectResult:
     steps: list[Step]
     trials: int
     record: Path
+    endpoints: Step | None = None
+    remeasure: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        """``{"first_bad", "last_good", "trials", "steps": [...]}`` plus the variable, the
-        values and, when undecided, the range still open."""
+        """``{"first_bad", "last_good", "trials", "endpoints", "steps": [...]}`` plus the
+        variable, the values, ``remeasure`` and, when undecided, the range still open."""
         return {
             "variable": self.variable,
             "values": list(self.values),
@@ -153,6 +218,8 @@ class BisectResult:
             "last_good": self.last_good,
             "open_range": None if self.first_bad else list(self.open_range),
             "trials": self.trials,
+            "remeasure": self.remeasure,
+            "endpoints": None if self.endpoints is None else self.endpoints.to_dict(),
             "steps": [s.to_dict() for s in self.steps],
             "record": str(self.record),
         }
@@ -163,9 +230,41 @@ def _cell_name(prefix: str, index: int, value: str) -> str:
     return f"{prefix}{index:02d}-{text}"
 
 
-def step_recipe(recipe: Recipe, index: int) -> Recipe:
-    """The recipe of the step that tries ``values[index]``: the recipe's first cell twice,
-    with ``NAME=values[0]`` (the baseline) and ``NAME=values[index]``, adaptive.
+def _cells_recipe(
+    recipe: Recipe, picks: list[tuple[str, int]], *, trials: int | None = None
+) -> Recipe:
+    """The recipe's first cell once per ``(prefix, index)`` with ``NAME=values[index]``, the
+    first the baseline: adaptive (``trials=None``), else ``trials`` each, interleaved."""
+    if recipe.bisect is None:
+        raise UsageError("the recipe has no bisect: {variable: NAME, values: [...]} block")
+    spec = recipe.expand_cells()[0].spec
+    var, values = recipe.bisect.variable, recipe.bisect.values
+    data = recipe_to_data(recipe)
+    template = {k: v for k, v in spec.model_dump(exclude_none=True).items() if k != "name"}
+    cells = []
+    for prefix, i in picks:
+        env = {**template.get("extra_env", {}), var: values[i]}
+        cells.append({**template, "name": _cell_name(prefix, i, values[i]), "extra_env": env})
+    for key in ("bisect", "axes", "mitigation_axis", "diagnostic_axis", "stop_after", "trials"):
+        data.pop(key, None)
+    data.update(mode="matrix", workload=recipe.workload_name, cells=cells)
+    if trials is None:
+        data["schedule"] = "adaptive"
+    else:
+        # The recipe's adaptive settings are the step's stopping rule, applied here, not by
+        # the sweep: each look grows this run in place (aorta.run.extend).
+        data.pop("adaptive", None)
+        data.update(schedule="interleaved", trials=trials)
+    data["confound"] = {**data.get("confound", {}), "baseline_cell": cells[0]["name"]}
+    for cell in cells:
+        cell.pop("trials", None)
+    return recipe_from_data(data)
+
+
+def step_recipe(recipe: Recipe, index: int, *, bad: bool = False) -> Recipe:
+    """The recipe of a ``remeasure`` step that tries ``values[index]``: the recipe's first cell
+    with ``NAME=values[0]`` (the baseline) and ``NAME=values[index]`` (and, with ``bad``,
+    ``NAME=values[-1]`` between them), adaptive.
 
     Raises ``UsageError`` when the recipe has no ``bisect`` block.
 
@@ -175,49 +274,286 @@ def step_recipe(recipe: Recipe, index: int) -> Recipe:
     >>> s = step_recipe(r, 1)
     >>> [(c.name, c.extra_env) for c in s.cells], s.is_adaptive
     ([('good00-a', {'TORCH_BUILD': 'a'}), ('try01-b', {'TORCH_BUILD': 'b'})], True)
+    >>> [c.name for c in step_recipe(r, 1, bad=True).cells]
+    ['good00-a', 'bad02-c', 'try01-b']
     """
     if recipe.bisect is None:
         raise UsageError("the recipe has no bisect: {variable: NAME, values: [...]} block")
-    spec = recipe.expand_cells()[0].spec
-    var, values = recipe.bisect.variable, recipe.bisect.values
-    data = recipe_to_data(recipe)
-    template = {k: v for k, v in spec.model_dump(exclude_none=True).items() if k != "name"}
-    cells = []
-    for prefix, i in (("good", 0), ("try", index)):
-        env = {**template.get("extra_env", {}), var: values[i]}
-        cells.append({**template, "name": _cell_name(prefix, i, values[i]), "extra_env": env})
-    for key in ("bisect", "axes", "mitigation_axis", "diagnostic_axis", "stop_after", "trials"):
-        data.pop(key, None)
-    data.update(mode="matrix", workload=recipe.workload_name, cells=cells, schedule="adaptive")
-    data["confound"] = {**data.get("confound", {}), "baseline_cell": cells[0]["name"]}
-    for cell in cells:
-        cell.pop("trials", None)
-    return recipe_from_data(data)
+    last = len(recipe.bisect.values) - 1
+    picks = [("good", 0), *([("bad", last)] if bad else []), ("try", index)]
+    return _cells_recipe(recipe, picks)
 
 
-def _verdict(run_dir: Path, baseline: str, cell: str) -> Step:
-    ds = load_run(run_dir, source="records")
-    df = compare(ds, metric=decision_metric(ds, baseline), sequential=True, baseline=baseline)
-    row = df.loc[cell]
-    more = row["failures_vs_baseline"] == "more"
+# --- the verdicts ----------------------------------------------------------------------------
+
+
+def _num(x: Any) -> float | None:
+    return float(x) if x is not None and x == x else None
+
+
+def _regressed(row: pd.Series) -> bool:
+    """Fails more, or slower beyond the band: a verdict never withdrawn (anytime-valid)."""
     slow = row["difference"] == "slower" and row["band"] == "beyond band"
-    verdict: Verdict = "bad" if more or slow else "good" if bool(row["decided"]) else "undecided"
-    outcome = ds.outcome.sel(cell=cell).values
-    ran = int(((outcome == "passed") | (outcome == "failed")).sum())
+    return bool(row["failures_vs_baseline"] == "more" or slow)
 
-    def num(x: Any) -> float | None:
-        return float(x) if x == x and x is not None else None
 
-    return Step(
-        value="",
-        verdict=verdict,
-        ratio=num(row["ratio"]),
-        ci=(num(row["ratio_ci_low"]), num(row["ratio_ci_high"])),
-        failures=int((outcome == "failed").sum()),
-        trials=ran,
-        run_dir=str(run_dir),
+#: What made the last value bad against the first (step 0): ``timing``, ``failures``.
+Hunted = frozenset[str]
+BOTH: Hunted = frozenset({"timing", "failures"})
+
+
+def _hunted(row: pd.Series) -> Hunted:
+    """What the last value's row against the first says is worse about it."""
+    slow = row["difference"] == "slower" and row["band"] == "beyond band"
+    more = row["failures_vs_baseline"] == "more"
+    return frozenset({*(["timing"] if slow else []), *(["failures"] if more else [])}) or BOTH
+
+
+def _better(row: pd.Series, hunted: Hunted = BOTH) -> bool:
+    """Better than the last value on what made it bad (``hunted``): fails less, or faster
+    beyond the band — the midpoint is not at the bad value's level."""
+    fast = row["difference"] == "faster" and row["band"] == "beyond band"
+    fewer = row["failures_vs_baseline"] == "fewer"
+    return bool(("failures" in hunted and fewer) or ("timing" in hunted and fast))
+
+
+def _verdict_of(
+    row: pd.Series,
+    vs_bad: pd.Series | None = None,
+    settled: pd.Series | None = None,
+    hunted: Hunted = BOTH,
+) -> Verdict:
+    """``bad`` when ``row`` (against the first value) is worse; ``good`` when ``settled`` (the
+    same at the level of a ``good`` verdict; default ``row``) is decided, or ``vs_bad``
+    (against the last value) is better: with one change in the list, a value not at the bad
+    level comes before it."""
+    if _regressed(row):
+        return "bad"
+    decided = bool((row if settled is None else settled)["decided"])
+    good = decided or (vs_bad is not None and _better(vs_bad, hunted))
+    return "good" if good else "undecided"
+
+
+def _comparison(row: pd.Series, against: str) -> Comparison:
+    return Comparison(
+        against=against,
+        ratio=_num(row["ratio"]),
+        ci=(_num(row["ratio_ci_low"]), _num(row["ratio_ci_high"])),
+        difference=str(row["difference"]),
+        band=str(row["band"]),
+        failures=str(row["failures_vs_baseline"]),
+        decided=bool(row["decided"]),
         reason=str(row["reason"]),
     )
+
+
+def _cap(recipe: Recipe) -> int:
+    """The most trials a value runs in one step: the cap of the recipe's adaptive rule (as a
+    step of it plans, :meth:`~aorta.recipe.schema.Recipe.trials_cap`)."""
+    cap = step_recipe(recipe, 1).trials_cap[1]
+    assert cap is not None  # a step recipe is adaptive
+    return cap
+
+
+def _sequential(
+    ds: Any, baseline: str, cell: str, recipe: Recipe, *, alpha: float = DEFAULT_ALPHA
+) -> pd.Series:
+    """``cell`` against ``baseline`` as an adaptive sweep decides (:mod:`aorta.run.adaptive`)."""
+    pair = ds.sel(cell=[baseline, cell])
+    settings = recipe.adaptive_settings
+    df = compare(
+        pair,
+        baseline,
+        alpha=alpha,
+        threshold=recipe.confound.threshold,
+        sequential=True,
+        failure_margin=settings.failure_margin,
+        max_trials=_cap(recipe),
+        metric=decision_metric(pair, baseline),
+    )
+    return df.loc[cell]
+
+
+def _step(
+    ds: Any,
+    row: pd.Series,
+    cell: str,
+    value: str,
+    run_dir: Path,
+    vs_bad: tuple[pd.Series, str] | None = None,
+    settled: pd.Series | None = None,
+    hunted: Hunted = BOTH,
+) -> Step:
+    """The step of ``cell`` from its row against the first value (``settled``: the same at
+    a ``good`` verdict's level) and, with ``vs_bad``, its row against the last value and
+    that value."""
+    outcome = ds.outcome.sel(cell=cell).values
+    bad_row, last = vs_bad if vs_bad is not None else (None, "")
+    verdict = _verdict_of(row, bad_row, settled, hunted)
+    reason = str(row["reason"] if verdict == "bad" or settled is None else settled["reason"])
+    if bad_row is not None and _better(bad_row, hunted):
+        if verdict == "bad":  # worse than the first value and better than the last
+            reason += f"; better than {last} ({bad_row['reason']}): a change between the two"
+        elif not bool((row if settled is None else settled)["decided"]):
+            reason = f"against {last}: {bad_row['reason']}"
+    return Step(
+        value=value,
+        verdict=verdict,
+        ratio=_num(row["ratio"]),
+        ci=(_num(row["ratio_ci_low"]), _num(row["ratio_ci_high"])),
+        failures=int((outcome == "failed").sum()),
+        trials=int(((outcome == "passed") | (outcome == "failed")).sum()),
+        run_dir=str(run_dir),
+        reason=reason,
+        vs_bad=None if bad_row is None else _comparison(bad_row, last),
+    )
+
+
+def _rows(
+    ds: Any, good: str, bad: str, cell: str, recipe: Recipe
+) -> tuple[pd.Series, pd.Series, pd.Series]:
+    """``cell`` against ``good`` at the level (is it bad?), against ``good`` and against
+    ``bad`` at half the level each: there are two ways to call a step good (settled against the
+    first value, better than the last), so a wrong *good* stays as rare as one test's."""
+    half = DEFAULT_ALPHA / 2
+    return (
+        _sequential(ds, good, cell, recipe),
+        _sequential(ds, good, cell, recipe, alpha=half),
+        _sequential(ds, bad, cell, recipe, alpha=half),
+    )
+
+
+def _remeasured(recipe: Recipe, run_dir: Path, names: list[str], value: str, last: str) -> Step:
+    """A ``remeasure`` step's verdict from its own run of ``[good, bad, try]``."""
+    good, bad, cell = names
+    ds = load_run(run_dir, source="records")
+    row, settled, vs_bad = _rows(ds, good, bad, cell, recipe)
+    hunted = _hunted(_sequential(ds, good, bad, recipe))
+    return _step(ds, row, cell, value, run_dir, (vs_bad, last), settled, hunted)
+
+
+# --- the endpoints, measured once --------------------------------------------------------------
+
+
+@dataclass
+class _Runs:
+    """The runs a reusing bisect measures: the endpoints' (grown on demand) and each step's;
+    ``planned``: each run's trials per cell, as extended so far."""
+
+    recipe: Recipe
+    options: RunOptions
+    #: Trials planned so far per (run, value index).
+    planned: dict[tuple[Path, int], int] = dataclasses.field(default_factory=dict)
+    #: Every run made, in order.
+    made: list[Path] = dataclasses.field(default_factory=list)
+
+    @property
+    def values(self) -> list[str]:
+        """The bisect's values, in order."""
+        assert self.recipe.bisect is not None
+        return list(self.recipe.bisect.values)
+
+    @property
+    def last(self) -> int:
+        """The index of the last value (known bad)."""
+        return len(self.values) - 1
+
+    def measure(self, run: Path | None, picks: list[int], trials: int) -> Path:
+        """``run`` (new when ``None``, of the values ``picks``) with ``picks`` grown to at
+        least ``trials`` trials each."""
+        if run is None:
+            pairs = [(self._prefix(i), i) for i in picks]
+            made = _cells_recipe(self.recipe, pairs, trials=trials)
+            run = sweep(made, options=self.options).run_dir
+            self.made.append(run)
+        else:
+            short = [i for i in picks if self.planned[(run, i)] < trials]
+            if short:
+                cells = [self.cell(i) for i in short]
+                sweep(resume=run, extend_to=trials, extend_cells=cells, options=self.options)
+        for i in picks:
+            self.planned[(run, i)] = max(trials, self.planned.get((run, i), 0))
+        return run
+
+    def _prefix(self, index: int) -> str:
+        return "good" if index == 0 else "bad" if index == self.last else "try"
+
+    def cell(self, index: int) -> str:
+        """The cell that runs ``values[index]``."""
+        assert self.recipe.bisect is not None
+        return _cell_name(self._prefix(index), index, self.recipe.bisect.values[index])
+
+    def trials(self) -> int:
+        """The trials run (a record each; warm-ups are not trials) in every run so far."""
+        return sum(
+            int(r.status != TrialStatus.DID_NOT_RUN)
+            for run in self.made
+            for r in RunDir(run).trial_records()
+        )
+
+    def dataset(self, runs: dict[int, Path]) -> Any:
+        """The trials of each value (``{index: its run}``) as one Dataset, a cell per value."""
+        wanted = {self.cell(i): run for i, run in runs.items()}
+        records: list[TrialRecord] = []
+        for run in dict.fromkeys(wanted.values()):
+            records += [r for r in RunDir(run).trial_records() if wanted.get(r.cell) == run]
+        return build_dataset([{"name": c} for c in wanted], records)
+
+
+def _looks(settings: Adaptive, trials: int, cap: int) -> int:
+    """The next look after ``trials``: ``round`` more, and at least a fifth more.
+
+    Each look grows a run in place, and a sweep's start costs about a second: looking after
+    every trial of a long step spends more on starts than on trials. Looking less often keeps
+    the verdicts valid (anytime-valid: any stopping rule); the price is a few trials past the
+    one that settled (5, 6, 8, 10, 12, 15, 18, 22 … with ``round: 1``).
+    """
+    nxt = max(trials + settings.round, math.ceil(trials * 1.2))
+    return min(nxt, cap)
+
+
+def _pool_target(have: int, need: int, cap: int) -> int:
+    """How far to grow v0's pool when a step needs ``need`` pairs and it has ``have``: half as
+    many again at least, so that a long search grows it a few times, not once per look (each
+    growth is a sweep's start and a warm-up trial); later steps reuse what it grew to."""
+    return have if have >= need else min(max(need, math.ceil(have * 1.5)), cap)
+
+
+def _settle(runs: _Runs, index: int, pool: Path | None) -> tuple[Step, Path, Path]:
+    """Measure ``values[index]`` until settled: against the first value and the last (the
+    endpoints' run ``pool``, grown to as many trials as the value has), or, with
+    ``pool=None``, the last value against the first in one new run (step 0). Returns the
+    step, the value's run and the pool."""
+    settings, cap = runs.recipe.adaptive_settings, _cap(runs.recipe)
+    values, last = runs.values, runs.last
+    n, run = settings.min_trials, None
+    while True:
+        if pool is None:  # step 0: both endpoints in one interleaved run
+            run = runs.measure(run, [0, last], n)
+            ds = runs.dataset({0: run, last: run})
+            row = _sequential(ds, runs.cell(0), runs.cell(last), runs.recipe)
+            if _regressed(row) or bool(row["decided"]) or n >= cap:
+                step = _step(ds, row, runs.cell(last), values[last], run)
+                return dataclasses.replace(step, endpoints=True), run, run
+        else:
+            # The midpoint's new trials first, then the endpoints' pool up to as many.
+            run = runs.measure(run, [index], n)
+            have = min(runs.planned[(pool, 0)], runs.planned[(pool, last)])
+            pool = runs.measure(pool, [0, last], _pool_target(have, n, cap))
+            ds = runs.dataset({0: pool, last: pool, index: run})
+            cells = (runs.cell(0), runs.cell(last), runs.cell(index))
+            row, settled, vs_bad = _rows(ds, *cells, runs.recipe)
+            # Better than the last value counts on what made it bad only (its timing, its
+            # failures): a midpoint faster than a value that fails more may fail as much.
+            hunted = _hunted(_sequential(ds, cells[0], cells[1], runs.recipe))
+            if _verdict_of(row, vs_bad, settled, hunted) != "undecided" or n >= cap:
+                versus = (vs_bad, values[last])
+                step = _step(ds, row, cells[2], values[index], run, versus, settled, hunted)
+                return step, run, pool
+        n = _looks(settings, n, cap)
+
+
+# --- the search --------------------------------------------------------------------------------
 
 
 def bisect(
@@ -225,6 +561,7 @@ def bisect(
     *,
     options: RunOptions | None = None,
     on_step: Callable[[Step], None] | None = None,
+    remeasure: bool = False,
 ) -> BisectResult:
     """Find the first bad value of ``recipe.bisect`` (see the module docstring).
 
@@ -237,7 +574,10 @@ def bisect(
         How each step's sweep runs (:class:`~aorta.run.options.RunOptions`); the step runs go
         under ``options.output`` like any run.
     on_step
-        Called after each step (progress).
+        Called after each step (progress), the endpoints' check (``Step.endpoints``) first.
+    remeasure
+        Run the first and last values again beside every midpoint (one adaptive sweep per
+        step) instead of reusing the endpoints' trials measured once.
 
     Raises
     ------
@@ -249,51 +589,67 @@ def bisect(
     if recipe.bisect is None:
         raise UsageError("the recipe has no bisect: {variable: NAME, values: [...]} block")
     opts = options or RunOptions()
+    runs = _Runs(recipe, opts)
     plan = BisectPlan(tuple(recipe.bisect.values))
     steps: list[Step] = []
-    record: Path | None = None
     started = utc_now()
-    while not plan.done:
-        index = plan.next
-        step_r = step_recipe(recipe, index)
-        result = sweep(step_r, options=opts)
-        baseline, cell = (c.name for c in step_r.cells)
-        step = dataclasses.replace(
-            _verdict(result.run_dir, baseline, cell), value=plan.values[index]
+    info = {"variable": recipe.bisect.variable}
+    endpoints: Step | None = None
+    pool: Path | None = None
+    record: Path | None = None
+    if not remeasure:
+        endpoints, pool, _ = _settle(runs, runs.last, None)
+        record = pool / BISECT_JSON
+        RunDir(pool).update_manifest(
+            bisect={**info, "step": 0, "value": endpoints.value, "verdict": endpoints.verdict}
         )
+        if on_step is not None:
+            on_step(endpoints)
+    while not plan.done and (endpoints is None or endpoints.verdict == "bad"):
+        index = plan.next
+        if pool is None:
+            step_r = step_recipe(recipe, index, bad=True)
+            run_dir = sweep(step_r, options=opts).run_dir
+            runs.made.append(run_dir)
+            names = [c.name for c in step_r.cells]
+            step = _remeasured(recipe, run_dir, names, plan.values[index], plan.values[-1])
+        else:
+            step, run_dir, pool = _settle(runs, index, pool)
         steps.append(step)
-        record = result.run_dir / BISECT_JSON
-        info = {"variable": recipe.bisect.variable, "step": len(steps), "value": step.value}
-        RunDir(result.run_dir).update_manifest(bisect={**info, "verdict": step.verdict})
+        record = run_dir / BISECT_JSON
+        RunDir(run_dir).update_manifest(
+            bisect={**info, "step": len(steps), "value": step.value, "verdict": step.verdict}
+        )
         if on_step is not None:
             on_step(step)
         if step.verdict == "undecided":
             break
         plan = plan.after(step.verdict)
-        _write_record(record, recipe, plan, steps, started)
-    assert record is not None  # at least one step: the schema asks for 3 values
-    _write_record(record, recipe, plan, steps, started)
+        _write_record(record, recipe, plan, steps, started, endpoints)
+    assert record is not None  # the endpoints' run, or at least one step: ≥ 3 values
+    _write_record(record, recipe, plan, steps, started, endpoints)
+    found = endpoints is None or endpoints.verdict == "bad"
     return BisectResult(
         variable=recipe.bisect.variable,
         values=plan.values,
-        first_bad=plan.first_bad,
+        first_bad=plan.first_bad if found else None,
         last_good=plan.range[0],
         open_range=plan.range,
         steps=steps,
-        trials=sum(_step_trials(s) for s in steps),
+        trials=runs.trials(),
         record=record,
+        endpoints=endpoints,
+        remeasure=remeasure,
     )
 
 
-def _step_trials(step: Step) -> int:
-    # Both cells of a step run the same rounds (the baseline runs while the other does).
-    ds = load_run(step.run_dir, source="records")
-    outcome = ds.outcome.values
-    return int(((outcome != "missing") & (outcome != "did_not_run")).sum())
-
-
 def _write_record(
-    path: Path, recipe: Recipe, plan: BisectPlan, steps: list[Step], started: str
+    path: Path,
+    recipe: Recipe,
+    plan: BisectPlan,
+    steps: list[Step],
+    started: str,
+    endpoints: Step | None,
 ) -> None:
     assert recipe.bisect is not None
     doc = {
@@ -302,6 +658,7 @@ def _write_record(
         "started_at": started,
         "range": list(plan.range),
         "first_bad": plan.first_bad,
+        "endpoints": None if endpoints is None else endpoints.to_dict(),
         "steps": [s.to_dict() for s in steps],
     }
     atomic_write(path, json.dumps(doc, indent=1) + "\n")

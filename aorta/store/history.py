@@ -128,9 +128,9 @@ def read_results(
     path: str | Path, *, variables: Sequence[str] = _VARIABLES
 ) -> dict[str, np.ndarray] | None:
     """``variables`` of a run's ``results.nc`` (default those a history needs: ``cell``,
-    ``step_time_ms``, ``warmup_steps``, ``wall_clock_s``, ``outcome``; text as ``str``
-    arrays), read with h5py; ``None`` when the run has no readable ``results.nc`` holding
-    them."""
+    ``step_time_ms``, ``warmup_steps``, ``wall_clock_s``, ``outcome``; text, such as
+    ``status``, as ``str`` arrays), read with h5py; ``None`` when the run has no readable
+    ``results.nc`` holding them."""
     import h5py
 
     nc = Path(path) / RESULTS
@@ -141,8 +141,9 @@ def read_results(
             out = {name: fh[name][...] for name in variables}
     except (OSError, KeyError, ValueError):
         return None
-    for name in ("cell", "outcome") if set(variables) >= {"cell", "outcome"} else ():
-        # A few distinct words per file: decode those, not every element.
+    for name in [n for n, v in out.items() if v.dtype.kind in "OS"]:
+        # Text (cell, outcome, status): a few distinct words per file: decode those, not
+        # every element.
         raw = out[name]
         words, inverse = np.unique(raw.astype(bytes), return_inverse=True)
         decoded = np.array([w.decode("utf-8", "replace") for w in words], dtype=str)

@@ -1,6 +1,8 @@
-"""`aorta bisect` for real: a probe whose step time doubles from one value of a variable on,
-each step an adaptive sweep; the first bad value is found, the steps are run directories with
-their records, matrix.md and bisect.json, and the JSON has the promised shape."""
+"""`aorta bisect` for real: a probe whose step time doubles from one value of a variable on.
+The endpoints are measured once (step 0), each step runs the midpoint alone against them; the
+first bad value is found, the steps are run directories with their records, matrix.md and
+bisect.json, and the JSON has the promised shape. `--remeasure` runs both endpoints beside
+every midpoint; a last value no worse than the first is said to leave nothing to bisect."""
 
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ RECIPE = """
 ticket: BISECT
 step_time_regex: 'step time: ([0-9.]+) ms'
 confound: {threshold: 1.3}
-adaptive: {min_trials: 5, max_trials: 20}
+adaptive: {min_trials: 5, max_trials: 30}
 cells: [{name: base, mitigations: [none]}]
 bisect: {variable: PROBE_BUILD, values: [b0, b1, b2, b3, b4, b5]}
 """
@@ -48,12 +50,22 @@ def test_bisect_finds_the_first_bad_value(
     bad = doc["steps"][1]
     assert bad["ratio"] > 1.5 and bad["ci"][0] > 1.3 and bad["failures"] == 0
     assert set(doc["steps"][0]) >= {"value", "verdict", "ratio", "ci", "failures", "trials"}
+    # The endpoints were measured once, in their own run (step 0); each step ran the midpoint
+    # alone, compared with them: v0 for the verdict, the last value beside it.
+    ends = doc["endpoints"]
+    assert (ends["value"], ends["verdict"]) == ("b5", "bad") and ends["ratio"] > 1.5
+    assert doc["steps"][0]["vs_bad"]["difference"] == "faster"
+    # b3 runs as slowly as b5 (the step stops once b3 is bad, perhaps before that settles).
+    assert 0.75 < doc["steps"][1]["vs_bad"]["ratio"] < 1.33
+    runs = [Path(ends["run_dir"]), *(Path(s["run_dir"]) for s in doc["steps"])]
+    assert [sorted(p.name for p in (r / "cells").iterdir()) for r in runs] == [
+        ["bad05-b5", "good00-b0"],
+        ["try02-b2"],
+        ["try03-b3"],
+    ]
     # Each step is a run: its records, matrix.md and, in its manifest, which step it was.
-    assert doc["trials"] == sum(
-        len(list((Path(s["run_dir"]) / "cells").glob("*/trial_*.json"))) for s in doc["steps"]
-    )
-    for i, step in enumerate(doc["steps"], 1):
-        run = Path(step["run_dir"])
+    assert doc["trials"] == sum(len(list((r / "cells").glob("*/trial_*.json"))) for r in runs)
+    for i, (run, step) in enumerate(zip(runs, [ends, *doc["steps"]], strict=True)):
         assert (run / "matrix.md").is_file()
         manifest = json.loads((run / "manifest.json").read_text())
         assert manifest["bisect"] == {
@@ -64,7 +76,35 @@ def test_bisect_finds_the_first_bad_value(
         }
     record = json.loads(Path(doc["record"]).read_text())
     assert record["first_bad"] == "b3" and len(record["steps"]) == 2
+    assert record["endpoints"]["verdict"] == "bad"
+    assert "endpoints: PROBE_BUILD=b5 against b0: bad" in captured.err
     assert "step: PROBE_BUILD=b3: bad" in captured.err
+
+
+def test_remeasure_runs_the_endpoints_beside_every_step(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    recipe = tmp_path / "bisect.yaml"
+    recipe.write_text(RECIPE.replace("[b0, b1, b2, b3, b4, b5]", "[b0, b3, b5]"))
+    args = ["bisect", "--recipe", str(recipe), "-o", str(tmp_path), "--json", "--remeasure"]
+    assert main([*args, "--", "python3", "-c", PROBE]) == ExitCode.OK
+    doc = json.loads(capsys.readouterr().out)
+    (step,) = doc["steps"]
+    assert (doc["first_bad"], doc["endpoints"], doc["remeasure"]) == ("b3", None, True)
+    assert step["verdict"] == "bad" and 0.75 < step["vs_bad"]["ratio"] < 1.33
+    cells = sorted(p.name for p in (Path(step["run_dir"]) / "cells").iterdir())
+    assert cells == ["bad02-b5", "good00-b0", "try01-b3"]
+
+
+def test_nothing_to_bisect(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Every value runs at the same speed: the last is not worse than the first, and bisect
+    # says so instead of naming it the first bad value.
+    recipe = tmp_path / "bisect.yaml"
+    recipe.write_text(RECIPE.replace("[b0, b1, b2, b3, b4, b5]", "[b0, b1, b2]"))
+    args = ["bisect", "--recipe", str(recipe), "-o", str(tmp_path)]
+    assert main([*args, "--", "python3", "-c", PROBE]) == ExitCode.INCOMPLETE
+    out = capsys.readouterr().out
+    assert "nothing to bisect: PROBE_BUILD=b2 is not measurably worse than b0" in out
 
 
 def test_bisect_usage(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

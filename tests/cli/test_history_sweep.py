@@ -104,8 +104,8 @@ def test_history_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert "no aorta run directory" in capsys.readouterr().err
     assert main(["history", "bless", str(tmp_path)]) == ExitCode.USAGE
     assert "not an aorta run directory" in capsys.readouterr().err
-    assert main(["history", str(tmp_path), "--metric", "gemm_tflops"]) == ExitCode.USAGE
-    assert "reads step_time_ms or wall_clock_s" in capsys.readouterr().err
+    assert main(["history", str(tmp_path), "--metric", "gemm_tlfops"]) == ExitCode.USAGE
+    assert "reads step_time_ms, wall_clock_s or a trace metric" in capsys.readouterr().err
     # A broken run among good ones is skipped, not a traceback.
     (tmp_path / "T" / "w" / "broken").mkdir(parents=True)
     (tmp_path / "T" / "w" / "broken" / "manifest.json").write_text("{not json")
