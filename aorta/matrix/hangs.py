@@ -2,9 +2,10 @@
 the kill) aggregated over the cell's trials (pure).
 
 Reads the Dataset's ``hang_*`` variables (cell × trial: each trial's
-:class:`~aorta.hang.HangReport` fields, ``hang_kind`` ``""`` where nothing was captured). Trials whose incidents name the same culprit ranks, kind, collective and group,
-and the same culprit frame, are one *pattern*; a cell's :class:`HangIncidents` lists its
-patterns, the most frequent first, and says the first in one line ("in 7/8 hung trials rank 5
+:class:`~aorta.hang.HangReport` fields; ``hang_kind`` ``""`` where nothing was captured).
+Each hung trial is a :class:`HangPattern` of one trial; trials whose incidents name the same
+culprit ranks, kind, collective and group, and the same culprit frame, are one *pattern*; a
+cell's :class:`HangIncidents` lists its patterns, the most frequent first, and says the first in one line ("in 7/8 hung trials rank 5
 (node gpu-r3) never reached all_to_all #4027 (ep_group, ranks 0-7) — at moe.py:212 in
 dispatch"), which the findings append to the cell's hang finding.
 
@@ -27,7 +28,7 @@ in 2/3 hung trials rank 2 (node gpu-r3) never reached all_reduce #5 (default_pg,
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import xarray as xr
@@ -124,81 +125,60 @@ def pattern_text(p: HangPattern) -> str:
     return text
 
 
-@dataclass(frozen=True)
-class _Incident:
-    """One hung trial's incident, as the Dataset's ``hang_*`` variables hold it."""
-
-    trial: int
-    kind: str
-    culprit_ranks: tuple[int, ...]
-    culprit_hosts: tuple[str, ...]
-    op: str | None
-    seq: int | None
-    process_group: str | None
-    where: str | None
-    summary: str
-
-    def key(self) -> tuple[Any, ...]:
-        return (self.kind, self.culprit_ranks, self.culprit_hosts, self.op, self.process_group,
-                self.where)  # fmt: skip
+def _key(p: HangPattern) -> tuple[Any, ...]:
+    return (p.kind, p.culprit_ranks, p.culprit_hosts, p.op, p.process_group, p.where)
 
 
-def _patterns(incidents: Sequence[_Incident]) -> tuple[HangPattern, ...]:
-    groups: dict[tuple[Any, ...], list[_Incident]] = {}
-    for inc in incidents:
-        groups.setdefault(inc.key(), []).append(inc)
+def _patterns(found: Sequence[HangPattern]) -> tuple[HangPattern, ...]:
+    """Trials' patterns (one trial each) merged where they agree, the most frequent first."""
+    groups: dict[tuple[Any, ...], list[HangPattern]] = {}
+    for p in found:
+        groups.setdefault(_key(p), []).append(p)
     out = []
-    for (kind, culprits, hosts, op, group, where), items in groups.items():
-        seqs = [i.seq for i in items if i.seq is not None]
+    for items in groups.values():
+        seqs = [s for p in items if p.seq is not None for s in p.seq]
         out.append(
-            HangPattern(
-                kind=kind,
-                culprit_ranks=culprits,
-                culprit_hosts=hosts,
-                op=op,
-                process_group=group,
-                where=where,
-                trials=tuple(i.trial for i in items),
+            replace(
+                items[0],
+                trials=tuple(t for p in items for t in p.trials),
                 seq=(min(seqs), max(seqs)) if seqs else None,
-                summary=items[0].summary,
             )
         )
     return tuple(sorted(out, key=lambda p: (-len(p.trials), p.trials)))
 
 
-def _incidents(ds: xr.Dataset, trials: Sequence[int]) -> list[list[_Incident | None]]:
-    """Per cell, per trial: its incident (``None``: nothing was captured)."""
+def _trial_patterns(ds: xr.Dataset) -> list[list[HangPattern | None]]:
+    """Per cell, per trial: its incident as a pattern of one trial (``None``: nothing was
+    captured), read from the ``hang_*`` variables."""
     ct = ("cell", "trial")
 
     def text(name: str) -> Any:
-        return ds[name].transpose(*ct).values.astype(str)
+        return ds[f"hang_{name}"].transpose(*ct).values.astype(str)
 
-    kind, op, group, frame, summary = (
-        text(f"hang_{k}") for k in ("kind", "op", "group", "frame", "summary")
-    )
+    kind, op, group, frame, summary = (text(k) for k in ("kind", "op", "group", "frame", "summary"))
     seq = ds.hang_seq.transpose(*ct).values
     ranks = ds.hang_culprit_ranks.transpose(*ct, "culprit").values
     hosts = ds.hang_culprit_hosts.transpose(*ct, "culprit").values.astype(str)
-    out: list[list[_Incident | None]] = []
+    trials = [int(t) for t in ds.trial.values.tolist()]
+    out: list[list[HangPattern | None]] = []
     for i in range(kind.shape[0]):
-        row: list[_Incident | None] = []
+        row: list[HangPattern | None] = []
         for j, t in enumerate(trials):
-            if not kind[i, j]:
-                row.append(None)
-                continue
             n = int((ranks[i, j] >= 0).sum())
             row.append(
-                _Incident(
-                    trial=t,
+                HangPattern(
                     kind=str(kind[i, j]),
                     culprit_ranks=tuple(int(r) for r in ranks[i, j, :n]),
                     culprit_hosts=tuple(str(h) for h in hosts[i, j, :n] if h),
                     op=str(op[i, j]) or None,
-                    seq=int(seq[i, j]) if seq[i, j] >= 0 else None,
                     process_group=str(group[i, j]) or None,
                     where=str(frame[i, j]) or None,
+                    trials=(t,),
+                    seq=(int(seq[i, j]),) * 2 if seq[i, j] >= 0 else None,
                     summary=str(summary[i, j]),
                 )
+                if kind[i, j]
+                else None
             )
         out.append(row)
     return out
@@ -211,11 +191,11 @@ def hang_incidents(ds: xr.Dataset) -> dict[str, HangIncidents]:
     cells = [str(c) for c in ds.cell.values.tolist()]
     trials = [int(t) for t in ds.trial.values.tolist()]
     status = ds.status.transpose("cell", "trial").values.astype(str)
-    incidents = _incidents(ds, trials)
+    per_trial = _trial_patterns(ds)
     out: dict[str, HangIncidents] = {}
     for i, cell in enumerate(cells):
         hung = [j for j in range(len(trials)) if status[i, j] == "timeout"]
-        found = [inc for j in hung if (inc := incidents[i][j]) is not None]
+        found = [p for j in hung if (p := per_trial[i][j]) is not None]
         if hung:
             out[cell] = HangIncidents(cell, len(hung), len(found), _patterns(found))
     return out
