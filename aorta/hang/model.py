@@ -328,7 +328,14 @@ class HangReport:
 
 class ForensicsError(ValueError):
     """A hang report that does not read as a :class:`HangReport`: each problem with its path
-    (``report.culprit_ranks: must be a list, got integer 5``), the first one first."""
+    (``report.culprit_ranks: must be a list, got integer 5``), the first one first.
+
+    >>> try:
+    ...     HangReport.from_dict({"summary": 7})
+    ... except ForensicsError as exc:
+    ...     exc.problems
+    ('report.summary: must be a string, got integer 7', 'report.kind: required key is missing')
+    """
 
     def __init__(self, problems: Sequence[str]) -> None:
         self.problems = tuple(problems)
