@@ -169,6 +169,7 @@ _PLAIN_MESSAGES = {
     "float_type": "must be a number, got {got}",
     "bool_type": "must be true or false, got {got}",
     "list_type": "must be a list, got {got}",
+    "tuple_type": "must be a list, got {got}",
     "dict_type": "must be a mapping, got {got}",
     "model_type": "must be a mapping, got {got}",
     "finite_number": "must be a finite number, got {got}",

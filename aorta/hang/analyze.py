@@ -64,6 +64,7 @@ class _Rank:
     kinds: tuple[str, ...]
     recorder: RankRecorder | None
     stack: StackPosition | None
+    stack_file: str | None  # the file its stacks came from, when the evidence says
     signals: list[Signal]
     failed: str | None  # what its logs say failed (gloo), if anything
     device: tuple[str, ...] = ()  # its device lines (device.device_lines)
@@ -124,6 +125,7 @@ def _read_rank(rank: int, items: Sequence[RankEvidence]) -> _Rank:
         kinds=kinds,
         recorder=recorder,
         stack=position(threads, pid=pid) if threads else None,
+        stack_file=_first(item.stacks_file for item in items if item.stacks),
         signals=signals,
         failed=failed,
         device=device_lines(lines),
@@ -432,7 +434,10 @@ def _line(value: object) -> int:
 def _frame(r: _Rank, group: str | None) -> CulpritFrame | None:
     s = r.stack
     if s is not None and s.where is not None:
-        return CulpritFrame(r.rank, s.where, "stacks", s.thread, s.owns_gil, s.in_collective)
+        # The frames go with it: a page shows them from the record, never from the files.
+        return CulpritFrame(
+            r.rank, s.where, "stacks", s.thread, s.owns_gil, s.in_collective, s.stack, r.stack_file
+        )
     if r.recorder is None:
         return None
     views = [r.recorder.groups[group]] if group in r.recorder.groups else []

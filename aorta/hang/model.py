@@ -1,24 +1,37 @@
 """The hang analysis' input and answer: :class:`RankEvidence` in, :class:`HangReport` out.
 
-Both are frozen dataclasses of plain values (tuples, strings, numbers), so a report
-compares by value, hashes, and goes to JSON and back unchanged
-(:meth:`HangReport.to_dict` / :meth:`HangReport.from_dict`).
+Both are frozen pydantic dataclasses of plain values (tuples, strings, numbers): a report
+compares by value, hashes, and goes to JSON and back unchanged (:meth:`HangReport.to_dict` /
+:meth:`HangReport.from_dict`), validated on the way in. They are *the* shape of a hang's
+evidence from the capture to the page: a trial record's ``forensics`` is a
+:class:`HangReport` (``aorta.store.record``), the Dataset's ``hang_*`` variables are its
+fields, and the renderers read its attributes.
+
+Why dataclasses and not ``BaseModel``: the analysis builds these by position in its hot
+loop and derives one from another with :func:`dataclasses.replace` (which validates again);
+pydantic's dataclasses keep both, with the same validation, JSON schema and
+``ConfigDict(extra="ignore")`` (a field a later aorta adds is read past, not refused).
+Scalars are strict (``"5"`` is no rank, ``true`` no count): the values come from untrusted
+files, and a lax reading would let a hand edit pass as evidence.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import types
-import typing
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import field
+from typing import Annotated, Any, Literal
+
+from pydantic import ConfigDict, Strict, TypeAdapter, ValidationError, field_validator
+from pydantic.dataclasses import dataclass
+
+from aorta.errors import invalid, validation_problems
 
 __all__ = [
     "MAX_RANK",
     "SCHEMA",
     "CulpritFrame",
     "EvidenceItem",
+    "ForensicsError",
     "GroupIncident",
     "HangReport",
     "Kind",
@@ -36,6 +49,14 @@ SCHEMA = 1
 #: the report lists each rank up to the highest, so a larger one is no rank: a file named
 #: ``rank1000000000.log`` must not size a list of a billion.
 MAX_RANK = 2**17 - 1
+
+
+# Strict scalars: a number is no text and a flag no number (see the module's docstring).
+Int = Annotated[int, Strict()]
+Str = Annotated[str, Strict()]
+Bool = Annotated[bool, Strict()]
+
+_CONFIG = ConfigDict(extra="ignore")
 
 #: What kind of divergence a group (or the whole incident) shows:
 #: ``missing`` ranks never entered the collective the others wait in; ``behind`` ranks are
@@ -84,7 +105,7 @@ def rank_list(ranks: Sequence[int]) -> str:
     return ",".join(out)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=_CONFIG)
 class RankEvidence:
     """What was taken from one rank before the kill (or brought by a user).
 
@@ -95,105 +116,111 @@ class RankEvidence:
     """
 
     #: Global rank.
-    rank: int
-    host: str | None = None
-    pid: int | None = None
+    rank: Int
+    host: Str | None = None
+    pid: Int | None = None
     #: One flight-recorder dump, parsed (the dict as torch writes it; see ``parse_dump``).
     fr: Mapping[str, Any] | None = None
     #: ``py-spy dump --json`` output (a list of threads).
     stacks: Sequence[Mapping[str, Any]] | None = None
     #: The last lines of the rank's stdout/stderr (watchdog lines among them).
-    log_lines: Sequence[str] = ()
+    log_lines: Sequence[Str] = ()
     #: What could not be taken and why ("py-spy: ptrace not permitted", "no dump within 5 s").
-    notes: Sequence[str] = ()
+    notes: Sequence[Str] = ()
     #: The process had already exited before the capture: its exit code (or -signal).
-    exited: int | None = None
+    exited: Int | None = None
     #: The evidence files (relative to the trial folder), for the record.
-    files: Sequence[str] = ()
+    files: Sequence[Str] = ()
+    #: The one of ``files`` that ``stacks`` were read from (a culprit's frame names it).
+    stacks_file: Str | None = None
 
-    def __post_init__(self) -> None:
+    @field_validator("rank")
+    @classmethod
+    def _rank(cls, rank: int) -> int:
         """Refuse a rank no job has (see :data:`MAX_RANK`).
 
-        >>> RankEvidence(rank=MAX_RANK + 1)
+        >>> RankEvidence(rank=MAX_RANK + 1)  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        ValueError: rank 131072: must be a whole number from 0 to 131071
+        pydantic_core._pydantic_core.ValidationError: 1 validation error for RankEvidence
+        rank
+          rank 131072: must be a whole number from 0 to 131071 ...
         """
-        rank = self.rank
-        if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank <= MAX_RANK:
-            shown = f"{rank}" if isinstance(rank, int) and rank.bit_length() < 64 else "?"
-            raise ValueError(f"rank {shown}: must be a whole number from 0 to {MAX_RANK}")
+        if not 0 <= rank <= MAX_RANK:
+            shown = f"{rank}" if rank.bit_length() < 64 else "?"
+            raise invalid("rank", f"rank {shown}: must be a whole number from 0 to {MAX_RANK}")
+        return rank
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=_CONFIG)
 class Position:
     """A rank's place in one group: last collective enqueued and completed, and where from
     (``dump``: the flight recorder; ``log``: watchdog lines)."""
 
-    rank: int
-    enqueued: int
-    completed: int
+    rank: Int
+    enqueued: Int
+    completed: Int
     source: Literal["dump", "log"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=_CONFIG)
 class Variant:
     """One of the signatures ranks disagree on at a sequence number."""
 
-    ranks: tuple[int, ...]
-    op: str
-    sizes: tuple[tuple[int, ...], ...]
-    dtypes: tuple[str, ...]
+    ranks: tuple[Int, ...]
+    op: Str
+    sizes: tuple[tuple[Int, ...], ...]
+    dtypes: tuple[Str, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=_CONFIG)
 class GroupIncident:
     """One process group (by membership) where the ranks diverge."""
 
     #: The group's name (``PG GUID``, the same on every rank) and description.
-    name: str
-    desc: str
+    name: Str
+    desc: Str
     #: Members (global ranks); ``membership`` says where they come from: ``dump``
     #: (``pg_config``), ``world`` (the default group), ``inferred`` (the ranks whose
     #: evidence names the group: gloo's dumps do not list a group's ranks).
-    ranks: tuple[int, ...]
+    ranks: tuple[Int, ...]
     membership: Literal["dump", "world", "inferred"]
     kind: Kind
     #: The sequence number where ranks diverge (the collective the waiters are in), its op,
     #: input sizes and dtypes (from a waiting rank's dump), and whether it is point-to-point.
-    seq: int | None
-    op: str | None
-    p2p: bool = False
-    sizes: tuple[tuple[int, ...], ...] = ()
-    dtypes: tuple[str, ...] = ()
+    seq: Int | None
+    op: Str | None
+    p2p: Bool = False
+    sizes: tuple[tuple[Int, ...], ...] = ()
+    dtypes: tuple[Str, ...] = ()
     #: Entered it and wait / entered it and finished their part / entered it and failed.
-    waiting: tuple[int, ...] = ()
-    completed: tuple[int, ...] = ()
-    failed: tuple[int, ...] = ()
+    waiting: tuple[Int, ...] = ()
+    completed: tuple[Int, ...] = ()
+    failed: tuple[Int, ...] = ()
     #: What a failed rank's log says failed (gloo: ``Connection reset by peer``).
-    failure: str | None = None
+    failure: Str | None = None
     #: Never entered it (their last is the one before) / further back: (rank, last enqueued).
-    missing: tuple[int, ...] = ()
-    behind: tuple[tuple[int, int], ...] = ()
+    missing: tuple[Int, ...] = ()
+    behind: tuple[tuple[Int, Int], ...] = ()
     #: Members that had exited: (rank, exit code).
-    exited: tuple[tuple[int, int], ...] = ()
+    exited: tuple[tuple[Int, Int], ...] = ()
     #: Members with no position in this group (no dump, or a dump without it).
-    unknown: tuple[int, ...] = ()
-    culprits: tuple[int, ...] = ()
+    unknown: tuple[Int, ...] = ()
+    culprits: tuple[Int, ...] = ()
     #: The signatures ranks disagree on, at ``diverged_at`` (the first such sequence number
     #: in the part of the ring buffers every rank still holds).
     mismatch: tuple[Variant, ...] = ()
-    diverged_at: int | None = None
+    diverged_at: Int | None = None
     positions: tuple[Position, ...] = ()
-    notes: tuple[str, ...] = ()
+    notes: tuple[Str, ...] = ()
     #: ``device``: what proves it (the peers' positions, the culprit's entry, its watchdog
     #: and device lines), and the culprits' first device line (``None``: none in the logs).
-    evidence: tuple[str, ...] = ()
-    device_line: str | None = None
+    evidence: tuple[Str, ...] = ()
+    device_line: Str | None = None
     #: The ``device`` culprits this group waits on (directly or through a rank that does).
-    waits_on: tuple[int, ...] = ()
+    waits_on: tuple[Int, ...] = ()
     #: ``stuck`` (everyone waits): the waiters whose evidence sets them apart, with why.
-    suspects: tuple[tuple[int, str], ...] = ()
+    suspects: tuple[tuple[Int, Str], ...] = ()
 
     @property
     def label(self) -> str:
@@ -206,35 +233,41 @@ class GroupIncident:
         return f"{desc}, ranks {rank_list(self.ranks)}" if self.ranks else desc
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=_CONFIG)
 class CulpritFrame:
     """Where a culprit is: its main thread's top user frame (``stacks``: py-spy), or where it
     issued its last collective (``dump``: the recorder's stack trace of that entry)."""
 
-    rank: int
-    where: str
+    rank: Int
+    where: Str
     source: Literal["stacks", "dump"]
-    thread: str = ""
-    owns_gil: bool = False
+    thread: Str = ""
+    owns_gil: Bool = False
     #: The ``torch.distributed`` call the main thread is in (``None``: not in one).
-    in_collective: str | None = None
+    in_collective: Str | None = None
+    #: ``stacks``: the main thread's frames, innermost first (``file:line in function``, at
+    #: most 40: ``aorta.hang.stacks.stack_lines``), and the stacks file they were read from, relative to the
+    #: trial folder (``None``: not known): what a page shows of the culprit, so that no
+    #: renderer opens the raw evidence again. Empty in reports written before aorta kept them.
+    stack: tuple[Str, ...] = ()
+    stack_file: Str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=_CONFIG)
 class EvidenceItem:
     """What the analysis had of one rank."""
 
-    rank: int
+    rank: Int
     #: ``dump``, ``stacks``, ``logs`` (what it had), or ``none``.
-    kinds: tuple[str, ...]
-    host: str | None = None
-    pid: int | None = None
-    exited: int | None = None
-    files: tuple[str, ...] = ()
-    notes: tuple[str, ...] = ()
+    kinds: tuple[Str, ...]
+    host: Str | None = None
+    pid: Int | None = None
+    exited: Int | None = None
+    files: tuple[Str, ...] = ()
+    notes: tuple[Str, ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=_CONFIG)
 class HangReport:
     """Who hung and where: one incident across the ranks of a job.
 
@@ -250,20 +283,20 @@ class HangReport:
     True
     """
 
-    summary: str
+    summary: Str
     kind: Kind
-    culprit_ranks: tuple[int, ...] = ()
-    culprit_hosts: tuple[str | None, ...] = ()
-    op: str | None = None
-    seq: int | None = None
-    process_group: str | None = None
-    group_name: str | None = None
-    group_ranks: tuple[int, ...] = ()
+    culprit_ranks: tuple[Int, ...] = ()
+    culprit_hosts: tuple[Str | None, ...] = ()
+    op: Str | None = None
+    seq: Int | None = None
+    process_group: Str | None = None
+    group_name: Str | None = None
+    group_ranks: tuple[Int, ...] = ()
     frames: tuple[CulpritFrame, ...] = ()
     groups: tuple[GroupIncident, ...] = ()
     evidence: tuple[EvidenceItem, ...] = ()
-    world_size: int | None = None
-    notes: tuple[str, ...] = field(default=())
+    world_size: Int | None = None
+    notes: tuple[Str, ...] = field(default=())
 
     def to_dict(self) -> dict[str, Any]:
         """The report as JSON-ready data (lists for tuples), with ``schema``.
@@ -271,80 +304,47 @@ class HangReport:
         >>> HangReport(summary="s", kind="none", culprit_ranks=(2,)).to_dict()["culprit_ranks"]
         [2]
         """
-        return {"schema": SCHEMA, **_plain(self)}
+        return {"schema": SCHEMA, **_REPORT.dump_python(self, mode="json")}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> HangReport:
         """The report :meth:`to_dict` wrote (keys it does not know are ignored).
 
+        >>> HangReport.from_dict({"summary": "s", "kind": "none", "culprit_ranks": 5})
+        Traceback (most recent call last):
+        ...
+        aorta.hang.model.ForensicsError: report.culprit_ranks: must be a list, got integer 5
+
         Raises
         ------
-        ValueError
+        ForensicsError
             A required field is missing or a value has the wrong type (the path names it).
         """
-        return typing.cast(HangReport, _build(cls, data, "report"))
+        try:
+            return _REPORT.validate_python(data)
+        except ValidationError as exc:
+            raise ForensicsError.of(exc) from None
 
 
-def _plain(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, tuple | list):
-        return [_plain(v) for v in value]
-    return value
+class ForensicsError(ValueError):
+    """A hang report that does not read as a :class:`HangReport`: each problem with its path
+    (``report.culprit_ranks: must be a list, got integer 5``), the first one first.
+
+    >>> try:
+    ...     HangReport.from_dict({"summary": 7})
+    ... except ForensicsError as exc:
+    ...     exc.problems
+    ('report.summary: must be a string, got integer 7', 'report.kind: required key is missing')
+    """
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        self.problems = tuple(problems)
+        super().__init__("; ".join(self.problems))
+
+    @classmethod
+    def of(cls, exc: ValidationError) -> ForensicsError:
+        """The problems of pydantic's ``exc`` in the words of aorta's other readers."""
+        return cls([str(p) for p in validation_problems(exc, at="report")])
 
 
-_HINTS: dict[type, dict[str, Any]] = {}
-
-
-def _hints(cls: type) -> dict[str, Any]:
-    if cls not in _HINTS:
-        _HINTS[cls] = typing.get_type_hints(cls)
-    return _HINTS[cls]
-
-
-def _build(tp: Any, value: Any, path: str) -> Any:
-    """``value`` (JSON data) as type ``tp``: dataclasses, tuples, optionals, scalars."""
-    origin = typing.get_origin(tp)
-    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-        if not isinstance(value, Mapping):
-            raise ValueError(f"{path}: must be a mapping")
-        hints = _hints(tp)
-        kwargs = {}
-        for f in dataclasses.fields(tp):
-            if f.name in value:
-                kwargs[f.name] = _build(hints[f.name], value[f.name], f"{path}.{f.name}")
-            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                raise ValueError(f"{path}.{f.name}: required")
-        return tp(**kwargs)
-    if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(tp)
-        if value is None and type(None) in args:
-            return None
-        (inner,) = [a for a in args if a is not type(None)]
-        return _build(inner, value, path)
-    if origin is tuple:
-        if not isinstance(value, list | tuple):
-            raise ValueError(f"{path}: must be a list")
-        args = typing.get_args(tp)
-        if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_build(args[0], v, f"{path}[{i}]") for i, v in enumerate(value))
-        if len(args) != len(value):
-            raise ValueError(f"{path}: must have {len(args)} items")
-        return tuple(
-            _build(a, v, f"{path}[{i}]") for i, (a, v) in enumerate(zip(args, value, strict=True))
-        )
-    if origin is Literal:
-        if value not in typing.get_args(tp):
-            raise ValueError(f"{path}: must be one of {list(typing.get_args(tp))}")
-        return value
-    if tp is Any:
-        return value
-    if tp is bool or tp is str:
-        if not isinstance(value, tp):
-            raise ValueError(f"{path}: must be {tp.__name__}")
-        return value
-    if tp is int:
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise ValueError(f"{path}: must be a whole number")
-        return value
-    raise ValueError(f"{path}: cannot read a {tp}")
+_REPORT: TypeAdapter[HangReport] = TypeAdapter(HangReport)

@@ -14,8 +14,11 @@ Examples
 ...     {"name": "all_reduce", "filename": "/v/site-packages/torch/distributed/distributed_c10d.py",
 ...      "line": 3252},
 ...     {"name": "step", "filename": "/home/u/train.py", "line": 41}]}])
->>> position(threads)
-Position(where='train.py:41 in step', thread='MainThread', owns_gil=False, in_collective='all_reduce')
+>>> p = position(threads)
+>>> p.where, p.thread, p.owns_gil, p.in_collective
+('train.py:41 in step', 'MainThread', False, 'all_reduce')
+>>> p.stack[-1]  # the main thread's frames, innermost first, for the page
+'/home/u/train.py:41 in step'
 """
 
 from __future__ import annotations
@@ -27,7 +30,17 @@ from typing import Any
 
 from .recorder import scalar_text
 
-__all__ = ["Frame", "Position", "Thread", "frame_text", "position", "read_stacks", "user_frame"]
+__all__ = [
+    "STACK_FRAMES",
+    "Frame",
+    "Position",
+    "Thread",
+    "frame_text",
+    "position",
+    "read_stacks",
+    "stack_lines",
+    "user_frame",
+]
 
 
 @dataclass(frozen=True)
@@ -37,6 +50,8 @@ class Frame:
     name: str
     filename: str
     line: int
+    #: py-spy's ``short_filename`` (the path below ``sys.path``), when it gave one.
+    short_filename: str | None = None
 
 
 @dataclass(frozen=True)
@@ -60,6 +75,8 @@ class Position:
     thread: str
     owns_gil: bool
     in_collective: str | None
+    #: The main thread's frames, innermost first, as :func:`stack_lines` shows them.
+    stack: tuple[str, ...] = ()
 
 
 def _int(value: object) -> int | None:
@@ -81,6 +98,7 @@ def read_stacks(stacks: Sequence[Mapping[str, Any]] | None) -> list[Thread]:
                 scalar_text(f.get("name"), "?"),
                 scalar_text(f.get("filename"), "?"),
                 _int(f.get("line")) or 0,
+                f.get("short_filename") if isinstance(f.get("short_filename"), str) else None,
             )
             for f in item["frames"]
             if isinstance(f, Mapping)
@@ -118,6 +136,26 @@ def frame_text(frame: Frame) -> str:
     'train.py:41 in step'
     """
     return f"{os.path.basename(frame.filename)}:{frame.line} in {frame.name}"
+
+
+#: Frames :func:`stack_lines` keeps, and characters per line (a longer one is cut): what a
+#: page shows of a culprit (the capture keeps as many frames of each thread).
+STACK_FRAMES = 40
+_LINE_CHARS = 400
+
+
+def stack_lines(frames: Sequence[Frame]) -> tuple[str, ...]:
+    """The first :data:`STACK_FRAMES` frames as ``file:line in function`` (py-spy's short
+    file name where it gave one), each cut at 400 characters.
+
+    >>> stack_lines([Frame("step", "/home/u/train.py", 41, "train.py"), Frame("<module>", "x.py", 3)])
+    ('train.py:41 in step', 'x.py:3 in <module>')
+    """
+    out = []
+    for f in frames[:STACK_FRAMES]:
+        line = f"{f.short_filename or f.filename}:{f.line} in {f.name}"
+        out.append(line if len(line) <= _LINE_CHARS else line[: _LINE_CHARS - 1] + "…")
+    return tuple(out)
 
 
 def user_frame(frames: Sequence[Frame]) -> Frame | None:
@@ -170,4 +208,5 @@ def position(threads: Sequence[Thread], *, pid: int | None = None) -> Position |
         thread=main.name or "?",
         owns_gil=main.owns_gil,
         in_collective=_collective(main.frames),
+        stack=stack_lines(main.frames),
     )

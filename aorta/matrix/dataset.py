@@ -26,10 +26,18 @@ variable                  dims                        meaning
 ``passed``                cell, trial                 the workload's verdict
 ``error``                 cell, trial                 why the trial did not end ``ok``
 ``signature``             cell, trial                 the failure signature matched, ``""`` if none
-``hang_culprit``          cell, trial                 a hung trial's culprit ranks (``"5"``,
-                                                      ``"2,3"``; :mod:`aorta.hang`), ``""`` if none
-``forensics``             cell, trial                 who hung and where, as JSON: ``summary``,
-                                                      ``kind``, ``culprit_ranks``, ``op``, ``seq``…
+``hang_kind``             cell, trial                 a hung trial's incident (its record's
+                                                      ``forensics``, :class:`~aorta.hang.HangReport`):
+                                                      its kind (``missing``, ``device``…); ``""``
+                                                      where nothing was captured
+``hang_culprit_ranks``    cell, trial, culprit        its culprit ranks, -1 past the last
+``hang_culprit_hosts``    cell, trial, culprit        their hosts, ``""`` where unknown
+``hang_op``               cell, trial                 the collective the others wait in, ``""``
+``hang_seq``              cell, trial                 its sequence number (-1: none)
+``hang_group``            cell, trial                 its process group (``default_pg, ranks 0-3``)
+``hang_frame``            cell, trial                 where the first culprit is (``train.py:41
+                                                      in step``), ``""`` if unknown
+``hang_summary``          cell, trial                 the incident in one line
 ``oom``                   cell, trial                 each rank's out-of-memory figures, as JSON
                                                       (``world_size``, ``events``); ``""`` if none
 ``numerics``              cell, trial                 each rank's first non-finite module output,
@@ -47,6 +55,12 @@ Coordinates: ``mitigations`` (``+``-joined), ``environment``, ``cell_id``,
 ``env_set`` is False); one ``config_<key>`` per ``workload_config`` key whose value differs
 between cells (the keys all cells share are in ``attrs["workload_config"]``).
 
+The hang variables are the report's fields a reader compares across trials (the per-group
+detail and the culprits' stacks stay in the records). Culprits are a dimension of their own,
+``culprit`` (as long as the most culprits of any trial), padded with -1: a numeric array reads
+as ranks in xarray (``(ds.hang_culprit_ranks == 5).any("culprit")``) and round-trips netCDF,
+which a list per trial would not, and a text of joined ranks would have to be parsed again.
+
 ``attrs`` hold the run: the manifest's fields, ``baseline`` and ``threshold`` (from the
 recipe); dicts, lists and booleans as JSON text, null fields left out. Text is stored as
 object arrays of ``str``; a NUL character, which netCDF cannot store, is replaced by ``␀``.
@@ -61,7 +75,7 @@ Examples
 ...         for c in ("base", "x") for t in range(2)]
 >>> ds = build_dataset(cells, recs, attrs={"baseline": "base", "threshold": 1.15})
 >>> dict(ds.sizes)
-{'cell': 2, 'trial': 2, 'step': 3, 'metric': 0, 'info_key': 0, 'env_var': 1}
+{'cell': 2, 'trial': 2, 'step': 3, 'culprit': 0, 'metric': 0, 'info_key': 0, 'env_var': 1}
 >>> ds.step_time_ms.sel(cell="x", trial=1).values.tolist()
 [5.0, 2.0, 3.0]
 >>> ds.env_value.sel(cell="x", env_var="HSA_XNACK").item(), ds.status.dtype
@@ -80,8 +94,9 @@ import numpy as np
 import xarray as xr
 from pydantic import BaseModel
 
+from aorta.hang.model import HangReport
 from aorta.matrix.select import reduce_ranks, trial_values
-from aorta.store.record import TrialRecord
+from aorta.store.record import TrialRecord, readable_forensics
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -93,10 +108,13 @@ __all__ = [
     "build_dataset",
     "text_array",
     "trials_frame",
+    "typed_hangs",
 ]
 
-#: Version of the Dataset layout (``attrs["aorta_dataset_version"]``).
-DATASET_VERSION = 1
+#: Version of the Dataset layout (``attrs["aorta_dataset_version"]``). 2: a hang's incident as
+#: the typed ``hang_*`` variables (1 kept it as JSON text, ``forensics`` and ``hang_culprit``:
+#: :func:`typed_hangs` reads those).
+DATASET_VERSION = 2
 #: ``status`` of a trial that has no (readable) record.
 MISSING = "missing"
 
@@ -165,16 +183,31 @@ _VAR_ATTRS: dict[str, dict[str, str]] = {
         "long_name": "failure signature",
         "description": "the signature its output matched (aorta.run.signatures); '' where none",
     },
-    "hang_culprit": {
+    "hang_kind": {
+        "long_name": "hang kind",
+        "description": "a hung trial's incident kind (aorta.hang: missing, behind, device, ...); "
+        "'' where nothing was captured",
+    },
+    "hang_culprit_ranks": {
         "long_name": "hang culprit ranks",
-        "description": "the ranks a hung trial's other ranks waited for (aorta.hang), "
-        "comma-separated; '' where none was found or nothing was captured",
+        "description": "the ranks a hung trial's other ranks waited for (aorta.hang); -1 past "
+        "the last (and where none was found or nothing was captured)",
     },
-    "forensics": {
-        "long_name": "hang forensics",
-        "description": "who hung and where, as JSON (the record's forensics without its "
-        "per-group detail); '' where nothing was captured",
+    "hang_culprit_hosts": {
+        "long_name": "hang culprit hosts",
+        "description": "the culprit ranks' hosts, in the same order; '' where unknown",
     },
+    "hang_op": {"long_name": "hang collective", "description": "the op the others wait in"},
+    "hang_seq": {
+        "long_name": "hang sequence number",
+        "description": "the collective's sequence number in its group; -1 where none",
+    },
+    "hang_group": {"long_name": "hang process group", "description": "the collective's group"},
+    "hang_frame": {
+        "long_name": "hang culprit frame",
+        "description": "where the first culprit is (file:line in function); '' where unknown",
+    },
+    "hang_summary": {"long_name": "hang summary", "description": "who hung and where, one line"},
     "oom": {
         "long_name": "out of memory per rank",
         "description": "JSON: world_size and each rank's OOM figures in bytes (aorta.run.oom); "
@@ -360,10 +393,6 @@ def build_dataset(
     return ds
 
 
-#: What a trial's ``forensics`` keeps in the Dataset (the per-group detail stays in its record).
-_INCIDENT_KEYS = ("summary", "kind", "culprit_ranks", "culprit_hosts", "op", "seq", "process_group")
-
-
 def _per_rank_json(world_size: int, events: Sequence[BaseModel]) -> str:
     """A trial's per-rank events as the Dataset keeps them; ``""`` when there are none."""
     if not events:
@@ -372,14 +401,80 @@ def _per_rank_json(world_size: int, events: Sequence[BaseModel]) -> str:
     return _text(json.dumps(payload, default=str))
 
 
-def _incident(forensics: Mapping[str, Any]) -> dict[str, Any]:
-    out = {k: forensics.get(k) for k in _INCIDENT_KEYS}
-    frames = forensics.get("frames") or []
-    out["where"] = {
-        str(f.get("rank")): f.get("where")
-        for f in frames
-        if isinstance(f, Mapping) and f.get("where")
+def _hang_variables(
+    hung: Sequence[tuple[int, int, HangReport]], shape: tuple[int, int]
+) -> dict[str, tuple[tuple[str, ...], np.ndarray]]:
+    """Each trial's :class:`~aorta.hang.HangReport` (by cell and trial index) as the
+    ``hang_*`` variables."""
+    width = max([0, *(len(f.culprit_ranks) for _, _, f in hung)])
+    size = shape[0] * shape[1]
+    ranks = np.full((*shape, width), -1, dtype=np.int64)
+    hosts = text_array([""] * (size * width), (*shape, width))
+    seq = np.full(shape, -1, dtype=np.int64)
+    text = {k: text_array([""] * size, shape) for k in ("kind", "op", "group", "frame", "summary")}
+    for i, j, f in hung:
+        n = len(f.culprit_ranks)
+        ranks[i, j, :n] = f.culprit_ranks
+        for k, host in enumerate(f.culprit_hosts[:n]):
+            hosts[i, j, k] = _text(host or "")
+        seq[i, j] = -1 if f.seq is None else f.seq
+        first = next((fr for fr in f.frames if fr.rank == f.culprit_ranks[0]), None) if n else None
+        for key, value in (
+            ("kind", f.kind),
+            ("op", f.op),
+            ("group", f.process_group),
+            ("frame", first.where if first else None),
+            ("summary", f.summary),
+        ):
+            text[key][i, j] = _text(value or "")
+    ct = ("cell", "trial")
+    return {
+        "hang_kind": (ct, text["kind"]),
+        "hang_culprit_ranks": ((*ct, "culprit"), ranks),
+        "hang_culprit_hosts": ((*ct, "culprit"), hosts),
+        "hang_op": (ct, text["op"]),
+        "hang_seq": (ct, seq),
+        "hang_group": (ct, text["group"]),
+        "hang_frame": (ct, text["frame"]),
+        "hang_summary": (ct, text["summary"]),
     }
+
+
+def typed_hangs(ds: xr.Dataset) -> xr.Dataset:
+    """``ds`` with a hang's incident as the ``hang_*`` variables: a Dataset of version 1 (a
+    ``results.nc`` written before them) kept it as JSON text in ``forensics`` (and the
+    culprits joined in ``hang_culprit``), read here once; any other Dataset is returned as is.
+
+    >>> old = xr.Dataset({"forensics": (("cell", "trial"), text_array(['{"summary": "s", '
+    ...     '"kind": "missing", "culprit_ranks": [2], "culprit_hosts": [null], "op": "all_reduce", '
+    ...     '"seq": 5, "process_group": "pg", "where": {"2": "t.py:4 in f"}}', ""], (1, 2)))})
+    >>> new = typed_hangs(old)
+    >>> new.hang_culprit_ranks.values.tolist(), new.hang_seq.values.tolist(), new.hang_frame.values.tolist()
+    ([[[2], [-1]]], [[5, -1]], [['t.py:4 in f', '']])
+    """
+    if "forensics" not in ds.data_vars or "hang_kind" in ds.data_vars:
+        return ds
+    text = ds.forensics.transpose("cell", "trial").values.astype(str)
+    hung = []
+    for (i, j), raw in np.ndenumerate(text):
+        try:
+            old = json.loads(raw) if raw else None
+        except ValueError:
+            continue
+        if not isinstance(old, dict):
+            continue
+        where = old.get("where")
+        frames = [
+            {"rank": int(rank), "where": w, "source": "stacks"}
+            for rank, w in (where.items() if isinstance(where, dict) else ())
+            if str(rank).isdigit() and isinstance(w, str)
+        ]
+        report, _ = readable_forensics({**old, "frames": frames})
+        if report is not None:
+            hung.append((i, j, report))
+    shape = (ds.sizes["cell"], ds.sizes["trial"])
+    typed = {k: (*v, _VAR_ATTRS[k]) for k, v in _hang_variables(hung, shape).items()}
+    out: xr.Dataset = ds.drop_vars(["forensics", "hang_culprit"], errors="ignore").assign(typed)
     return out
 
 
@@ -407,8 +502,6 @@ def _trial_variables(
     run_order = np.full(shape, -1, dtype=np.int64)
     error = text_array([""] * size, shape)
     signature = text_array([""] * size, shape)
-    culprit = text_array([""] * size, shape)
-    incident = text_array([""] * size, shape)
     oom = text_array([""] * size, shape)
     nonfinite = text_array([""] * size, shape)
     passed = np.zeros(shape, dtype=bool)
@@ -432,9 +525,6 @@ def _trial_variables(
         run_order[i, j] = -1 if rec.run_order is None else rec.run_order
         error[i, j] = _text(rec.error or "")
         signature[i, j] = _text(rec.signature or "")
-        if rec.forensics:
-            culprit[i, j] = ",".join(str(r) for r in rec.forensics.get("culprit_ranks") or ())
-            incident[i, j] = _text(json.dumps(_incident(rec.forensics), default=str))
         oom[i, j] = _per_rank_json(rec.world_size, rec.oom)
         nonfinite[i, j] = _per_rank_json(rec.world_size, rec.numerics)
         passed[i, j] = rec.passed
@@ -458,8 +548,14 @@ def _trial_variables(
         "passed": (ct, passed),
         "error": (ct, error),
         "signature": (ct, signature),
-        "hang_culprit": (ct, culprit),
-        "forensics": (ct, incident),
+        **_hang_variables(
+            [
+                (index[r.cell], r.trial, r.forensics)
+                for r in records
+                if r.forensics and r.trial >= 0
+            ],
+            shape,
+        ),
         "oom": (ct, oom),
         "numerics": (ct, nonfinite),
         "seed": (ct, seed),

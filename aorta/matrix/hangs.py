@@ -1,16 +1,16 @@
 """Who hung, and where, per cell: each hung trial's incident (:mod:`aorta.hang`, taken before
 the kill) aggregated over the cell's trials (pure).
 
-Reads the Dataset's ``forensics`` variable (cell × trial, JSON; ``""`` where nothing was
-captured). Trials whose incidents name the same culprit ranks, kind, collective and group,
-and the same culprit frame, are one *pattern*; a cell's :class:`HangIncidents` lists its
-patterns, the most frequent first, and says the first in one line ("in 7/8 hung trials rank 5
+Reads the Dataset's ``hang_*`` variables (cell × trial: each trial's
+:class:`~aorta.hang.HangReport` fields; ``hang_kind`` ``""`` where nothing was captured).
+Each hung trial is a :class:`HangPattern` of one trial; trials whose incidents name the same
+culprit ranks, kind, collective and group, and the same culprit frame, are one *pattern*; a
+cell's :class:`HangIncidents` lists its patterns, the most frequent first, and says the first in one line ("in 7/8 hung trials rank 5
 (node gpu-r3) never reached all_to_all #4027 (ep_group, ranks 0-7) — at moe.py:212 in
 dispatch"), which the findings append to the cell's hang finding.
 
 Examples
 --------
->>> import json
 >>> from aorta.matrix.dataset import build_dataset
 >>> from aorta.store.record import TrialRecord
 >>> inc = {"summary": "…", "kind": "missing", "culprit_ranks": [2], "culprit_hosts": ["gpu-r3"],
@@ -21,15 +21,14 @@ Examples
 >>> ds = build_dataset([{"name": "a", "trials": 3}], recs)
 >>> print(hang_incidents(ds)["a"].line())
 in 2/3 hung trials rank 2 (node gpu-r3) never reached all_reduce #5 (default_pg, ranks 0-3) — at train.py:41 in step
->>> ds.hang_culprit.sel(cell="a").values.tolist()
-['2', '2', '']
+>>> ds.hang_culprit_ranks.sel(cell="a").values.tolist()
+[[2], [2], [-1]]
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import xarray as xr
@@ -126,64 +125,77 @@ def pattern_text(p: HangPattern) -> str:
     return text
 
 
-def _parse(raw: str) -> Mapping[str, Any] | None:
-    try:
-        got = json.loads(raw)
-    except ValueError:
-        return None
-    return got if isinstance(got, dict) else None
+def _key(p: HangPattern) -> tuple[Any, ...]:
+    return (p.kind, p.culprit_ranks, p.culprit_hosts, p.op, p.process_group, p.where)
 
 
-def _key(inc: Mapping[str, Any]) -> tuple[Any, ...]:
-    culprits = tuple(int(r) for r in inc.get("culprit_ranks") or ())
-    where = inc.get("where") or {}
-    first = where.get(str(culprits[0])) if culprits and isinstance(where, Mapping) else None
-    hosts = tuple(str(h) for h in inc.get("culprit_hosts") or () if h)
-    return (
-        str(inc.get("kind") or ""),
-        culprits,
-        hosts,
-        inc.get("op"),
-        inc.get("process_group"),
-        first,
-    )
-
-
-def _patterns(incidents: Sequence[tuple[int, Mapping[str, Any]]]) -> tuple[HangPattern, ...]:
-    groups: dict[tuple[Any, ...], list[tuple[int, Mapping[str, Any]]]] = {}
-    for trial, inc in incidents:
-        groups.setdefault(_key(inc), []).append((trial, inc))
+def _patterns(found: Sequence[HangPattern]) -> tuple[HangPattern, ...]:
+    """Trials' patterns (one trial each) merged where they agree, the most frequent first."""
+    groups: dict[tuple[Any, ...], list[HangPattern]] = {}
+    for p in found:
+        groups.setdefault(_key(p), []).append(p)
     out = []
-    for (kind, culprits, hosts, op, group, where), items in groups.items():
-        seqs = [int(i["seq"]) for _, i in items if isinstance(i.get("seq"), int)]
+    for items in groups.values():
+        seqs = [s for p in items if p.seq is not None for s in p.seq]
         out.append(
-            HangPattern(
-                kind=kind,
-                culprit_ranks=culprits,
-                culprit_hosts=hosts,
-                op=op,
-                process_group=group,
-                where=where,
-                trials=tuple(t for t, _ in items),
+            replace(
+                items[0],
+                trials=tuple(t for p in items for t in p.trials),
                 seq=(min(seqs), max(seqs)) if seqs else None,
-                summary=str(items[0][1].get("summary") or ""),
             )
         )
     return tuple(sorted(out, key=lambda p: (-len(p.trials), p.trials)))
 
 
+def _trial_patterns(ds: xr.Dataset) -> list[list[HangPattern | None]]:
+    """Per cell, per trial: its incident as a pattern of one trial (``None``: nothing was
+    captured), read from the ``hang_*`` variables."""
+    ct = ("cell", "trial")
+
+    def text(name: str) -> Any:
+        return ds[f"hang_{name}"].transpose(*ct).values.astype(str)
+
+    kind, op, group, frame, summary = (text(k) for k in ("kind", "op", "group", "frame", "summary"))
+    seq = ds.hang_seq.transpose(*ct).values
+    ranks = ds.hang_culprit_ranks.transpose(*ct, "culprit").values
+    hosts = ds.hang_culprit_hosts.transpose(*ct, "culprit").values.astype(str)
+    trials = [int(t) for t in ds.trial.values.tolist()]
+    out: list[list[HangPattern | None]] = []
+    for i in range(kind.shape[0]):
+        row: list[HangPattern | None] = []
+        for j, t in enumerate(trials):
+            n = int((ranks[i, j] >= 0).sum())
+            row.append(
+                HangPattern(
+                    kind=str(kind[i, j]),
+                    culprit_ranks=tuple(int(r) for r in ranks[i, j, :n]),
+                    culprit_hosts=tuple(str(h) for h in hosts[i, j, :n] if h),
+                    op=str(op[i, j]) or None,
+                    process_group=str(group[i, j]) or None,
+                    where=str(frame[i, j]) or None,
+                    trials=(t,),
+                    seq=(int(seq[i, j]),) * 2 if seq[i, j] >= 0 else None,
+                    summary=str(summary[i, j]),
+                )
+                if kind[i, j]
+                else None
+            )
+        out.append(row)
+    return out
+
+
 def hang_incidents(ds: xr.Dataset) -> dict[str, HangIncidents]:
     """Per cell with a hung trial (``failure_kind`` hang, or a ``timeout``), its incidents."""
-    if "forensics" not in ds or "status" not in ds:
+    if "hang_kind" not in ds or "status" not in ds:
         return {}
     cells = [str(c) for c in ds.cell.values.tolist()]
     trials = [int(t) for t in ds.trial.values.tolist()]
     status = ds.status.transpose("cell", "trial").values.astype(str)
-    text = ds.forensics.transpose("cell", "trial").values.astype(str)
+    per_trial = _trial_patterns(ds)
     out: dict[str, HangIncidents] = {}
     for i, cell in enumerate(cells):
         hung = [j for j in range(len(trials)) if status[i, j] == "timeout"]
-        found = [(trials[j], inc) for j in hung if (inc := _parse(text[i, j])) is not None]
+        found = [p for j in hung if (p := per_trial[i][j]) is not None]
         if hung:
             out[cell] = HangIncidents(cell, len(hung), len(found), _patterns(found))
     return out

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import xarray as xr
 
 from aorta.errors import RecordWarning, UsageError
-from aorta.matrix.dataset import MISSING, build_dataset, text_array, trials_frame
+from aorta.matrix.dataset import MISSING, build_dataset, text_array, trials_frame, typed_hangs
 from aorta.matrix.trace_metrics import add_trace_metrics
 from aorta.recipe.schema import load_recipe
 from aorta.store.netcdf import read_netcdf, write_netcdf
@@ -150,7 +150,7 @@ def load_run(
     """
     p = Path(path)
     if p.is_file():
-        ds = read_netcdf(p)
+        ds = typed_hangs(read_netcdf(p))
         if not traces:
             return ds
         if not (p.parent / MANIFEST).is_file():
@@ -164,7 +164,7 @@ def load_run(
         ):
             if not nc.is_file():
                 raise UsageError(f"{nc}: no such file (the run has not completed)")
-            ds = read_netcdf(nc)
+            ds = typed_hangs(read_netcdf(nc))
         else:
             unreadable: list[Path] = []
             records = list(rd.trial_records(unreadable=unreadable))
@@ -204,6 +204,12 @@ _FILL: dict[str, Any] = {
     "planned_trials": 0,
     "trace_source": "missing",
     "trace_file": "",
+    "hang_culprit_ranks": -1,
+    "hang_seq": -1,
+    **dict.fromkeys(
+        ("hang_kind", "hang_culprit_hosts", "hang_op", "hang_group", "hang_frame", "hang_summary"),
+        "",
+    ),
 }
 
 

@@ -49,7 +49,14 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from aorta import envvars
-from aorta.hang import MAX_DUMP_BYTES, HangEvidenceError, RankEvidence, analyze, parse_dump
+from aorta.hang import (
+    MAX_DUMP_BYTES,
+    HangEvidenceError,
+    HangReport,
+    RankEvidence,
+    analyze,
+    parse_dump,
+)
 from aorta.recipe.schema import Forensics
 from aorta.run.hang import trial_processes
 from aorta.run.hangfiles import EvidenceDir, make_pipes_folder, read_regular
@@ -370,7 +377,7 @@ class Capture:
         #: This rank's own evidence folder in the trial (``hang/rank<N>/``).
         self.dir = EvidenceDir(self.folder, rank)
         #: What the record keeps, one dict per rank (:class:`aorta.hang.RankEvidence`'s fields).
-        self.evidence: list[dict[str, Any]] = []
+        self.evidence: list[RankEvidence] = []
         #: Why the capture took nothing, when it ran and something went wrong.
         self.failure: str | None = None
         #: Why the capture ran (``hang``, ``deadline``, ``stopped``, ``interrupted``), once it did.
@@ -668,7 +675,7 @@ class Capture:
             for p in pids
             if p != pid and (p in stacks or facts[p].get("rank") == rank)
         ]
-        evidence = {
+        evidence: dict[str, Any] = {
             "rank": rank,
             "host": self.host,
             "pid": pid,
@@ -694,7 +701,12 @@ class Capture:
         except OSError as exc:
             files.pop()
             rank_notes.append(f"no evidence written to disk: {_clip(str(exc))}")
-        self.evidence.append(evidence)
+        # The stacks file, named so that a culprit's frame can point at it (hang/ cannot know
+        # this folder's names).
+        stacks_file = self.dir.relative(evidence_name("stacks", rank))
+        self.evidence.append(
+            RankEvidence(**evidence, stacks_file=stacks_file if stacks_file in files else None)
+        )
 
 
 def _sizes(paths: Sequence[Path]) -> dict[str, int]:
@@ -727,7 +739,7 @@ def activated(capture: Capture | None) -> Iterator[None]:
         _ACTIVE.reset(token)
 
 
-def incident(outcomes: Sequence[RankOutcome], world_size: int) -> dict[str, Any] | None:
+def incident(outcomes: Sequence[RankOutcome], world_size: int) -> HangReport | None:
     """The record's ``forensics`` for one trial: :func:`aorta.hang.analyze` of every rank's
     evidence, each rank without any (its trial ended before the capture) said so by its
     outcome; ``None`` when no rank took any."""
@@ -736,19 +748,7 @@ def incident(outcomes: Sequence[RankOutcome], world_size: int) -> dict[str, Any]
     items: list[RankEvidence] = []
     for o in outcomes:
         if o.evidence:
-            items.extend(
-                RankEvidence(
-                    rank=int(e["rank"]),
-                    host=e.get("host"),
-                    pid=e.get("pid"),
-                    fr=e.get("fr"),
-                    stacks=e.get("stacks"),
-                    log_lines=tuple(e.get("log_lines") or ()),
-                    notes=tuple(e.get("notes") or ()),
-                    files=tuple(e.get("files") or ()),
-                )
-                for e in o.evidence
-            )
+            items.extend(o.evidence)
         elif o.completed or o.exit_code is not None:
             # Its trial ended before anyone looked: done (0), or crashed with its code.
             code = 0 if o.completed and o.status is TrialStatus.OK else (o.exit_code or 1)
@@ -762,4 +762,4 @@ def incident(outcomes: Sequence[RankOutcome], world_size: int) -> dict[str, Any]
             )
     # One aorta rank may hold a whole job's ranks (a probe command that runs torchrun itself):
     # then the dumps say how many there are.
-    return analyze(items, world_size=world_size if world_size > 1 else None).to_dict()
+    return analyze(items, world_size=world_size if world_size > 1 else None)

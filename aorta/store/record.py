@@ -22,7 +22,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from aorta.errors import AortaWarning
-from aorta.hang.model import HangReport
+from aorta.hang.model import ForensicsError, HangReport, RankEvidence
 
 __all__ = [
     "ERRORED",
@@ -45,7 +45,10 @@ __all__ = [
     "worst_status",
 ]
 
-RECORD_SCHEMA_VERSION = 1
+#: 2: ``forensics`` is a :class:`~aorta.hang.HangReport` as its own fields (no ``schema`` key
+#: of its own), its culprits' frames with their stacks. A version-1 record reads the same: its
+#: ``forensics`` validate as a report whose frames have no stacks.
+RECORD_SCHEMA_VERSION = 2
 
 
 class TrialStatus(str, enum.Enum):
@@ -274,7 +277,7 @@ class RankOutcome(_Result):
     stopped_by_peer: bool = False
     #: What this rank's hang capture took (:mod:`aorta.run.forensics`), on its way to rank 0,
     #: which turns every rank's into the record's ``forensics``; not kept in the record.
-    evidence: list[dict[str, Any]] = Field(default_factory=list)
+    evidence: list[RankEvidence] = Field(default_factory=list)
 
 
 class TrialRecord(_Result):
@@ -296,8 +299,10 @@ class TrialRecord(_Result):
     ranks: list[RankOutcome] = Field(default_factory=list)
     #: Who hung, and where (:func:`aorta.hang.analyze` of every rank's evidence, taken before
     #: the kill): culprit ranks, the collective, its sequence number and process group, the
-    #: culprits' frames, the evidence files. ``None`` when nothing was captured.
-    forensics: dict[str, Any] | None = None
+    #: culprits' frames and stacks, the evidence files. ``None`` when nothing was captured.
+    #: Validated on write and on load: a record whose forensics do not read as a report loads
+    #: without them, with an :class:`~aorta.errors.AortaWarning`.
+    forensics: HangReport | None = None
 
     @field_validator("forensics", mode="before")
     @classmethod
@@ -334,28 +339,29 @@ class TrialRecord(_Result):
         return self.model_dump_json(indent=1).encode()
 
 
-def readable_forensics(value: object) -> tuple[dict[str, Any] | None, str | None]:
-    """A trial record's ``forensics`` as every reader takes it: ``(value, None)`` when it is
+def readable_forensics(value: object) -> tuple[HangReport | None, str | None]:
+    """A trial record's ``forensics`` as every reader takes it: ``(report, None)`` when it is
     ``None`` or reads as a :class:`~aorta.hang.HangReport`; ``(None, why)`` when it does not
     (a hand-edited record, another version's layout), and the record is read without it.
 
-    >>> readable_forensics(None), readable_forensics({"summary": "s", "kind": "none"})[1]
-    ((None, None), None)
+    >>> readable_forensics(None), readable_forensics({"summary": "s", "kind": "none"})[0].kind
+    ((None, None), 'none')
     >>> readable_forensics({"summary": "s", "kind": "none", "culprit_ranks": 5})
-    (None, 'its forensics are left out: report.culprit_ranks: must be a list')
+    (None, 'its forensics are left out: report.culprit_ranks: must be a list, got integer 5')
     >>> readable_forensics("x")
     (None, 'its forensics are left out: a string, not a mapping')
     """
-    if value is None:
-        return None, None
+    if value is None or isinstance(value, HangReport):
+        return value, None
     if not isinstance(value, dict):
         kind = "a string" if isinstance(value, str) else f"a {type(value).__name__}"
         return None, f"its forensics are left out: {kind}, not a mapping"
     try:
-        HangReport.from_dict(value)
-    except (ValueError, TypeError) as exc:
-        return None, f"its forensics are left out: {' '.join(str(exc).split())[:200]}"
-    return value, None
+        return HangReport.from_dict(value), None
+    except ForensicsError as exc:
+        first = exc.problems[0] if exc.problems else "unreadable"
+        more = f" (and {len(exc.problems) - 1} more)" if len(exc.problems) > 1 else ""
+        return None, f"its forensics are left out: {' '.join(first.split())[:200]}{more}"
 
 
 #: Every field name of a trial record and of its ranks' outcomes: the keys aorta itself writes

@@ -23,6 +23,7 @@ from aorta.hang import (
     parse_dump,
 )
 from aorta.hang.model import Kind, Position
+from aorta.store.record import TrialRecord
 from tests.hang import synth
 
 SLOW = settings(max_examples=60, suppress_health_check=[HealthCheck.too_slow])
@@ -78,9 +79,9 @@ def test_the_report_does_not_depend_on_the_order_or_split_of_the_evidence(case, 
         item
         for r, e in enumerate(evidence)
         for item in (
-            [e, RankEvidence(r, stacks=stacks[r], files=(f"s{r}",))]
+            [e, RankEvidence(r, stacks=[stacks[r]], files=(f"s{r}",))]
             if r % 2
-            else [RankEvidence(r, fr=e.fr, stacks=stacks[r])]
+            else [RankEvidence(r, fr=e.fr, stacks=[stacks[r]])]
         )
     ]
     shuffled = split[:]
@@ -138,6 +139,8 @@ FRAME = st.builds(
     thread=TEXT,
     owns_gil=st.booleans(),
     in_collective=st.none() | TEXT,
+    stack=st.lists(TEXT, max_size=3).map(tuple),
+    stack_file=st.none() | TEXT,
 )
 ITEM = st.builds(
     EvidenceItem,
@@ -173,6 +176,18 @@ REPORT = st.builds(
 def test_a_report_survives_json(report):
     data = json.loads(json.dumps(report.to_dict()))
     assert HangReport.from_dict(data) == report
+
+
+@settings(max_examples=60)
+@given(REPORT)
+def test_a_report_survives_a_trial_record(report):
+    # The one shape from the analysis to the record on disk and back: validated on write,
+    # validated on load, equal by value.
+    record = TrialRecord(cell="c", cell_id="c", trial=0, status="timeout", passed=False,
+                         forensics=report)  # fmt: skip
+    loaded = TrialRecord.model_validate_json(record.to_json())
+    assert loaded.forensics == report and isinstance(loaded.forensics, HangReport)
+    assert loaded == record
 
 
 @SLOW

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 import aorta
 from aorta.errors import UsageError
+from aorta.hang import CulpritFrame, HangReport
 from aorta.matrix.dataset import build_dataset
 from aorta.matrix.load import load_run, load_runs, load_trials, stack_runs
 from aorta.recipe.schema import load_recipe_text
@@ -81,6 +82,7 @@ def test_layout_dtypes_and_padding():
         "cell": 2,
         "trial": 3,
         "step": 3,
+        "culprit": 0,
         "metric": 1,
         "info_key": 1,
         "env_var": 2,
@@ -105,6 +107,69 @@ def test_layout_dtypes_and_padding():
     assert json.loads(ds.attrs["workload_config"]) == {"dtype": "float32"}
     assert json.loads(ds.attrs["nested"]) == {"a": [1]}
     assert ds.step_time_ms.attrs["units"] == "ms" and ds.wall_clock_s.attrs["units"] == "s"
+
+
+def _hung(trial: int, report: HangReport | None) -> TrialRecord:
+    return TrialRecord(cell="a", cell_id="", trial=trial, status="timeout", passed=False,
+                       main_work_started=True, forensics=report)  # fmt: skip
+
+
+REPORT = HangReport(
+    summary="ranks 2,5 never reached all_to_all #41",
+    kind="missing",
+    culprit_ranks=(2, 5),
+    culprit_hosts=("gpu-r3", None),
+    op="all_to_all",
+    seq=41,
+    process_group="ep_group, ranks 0-7",
+    frames=(CulpritFrame(5, "moe.py:9 in f", "dump"), CulpritFrame(2, "moe.py:212 in g", "stacks")),
+)
+
+
+def test_hang_variables_are_the_reports_fields(tmp_path):
+    one = HangReport(summary="rank 1 had exited", kind="exited", culprit_ranks=(1,))
+    ds = build_dataset([{"name": "a", "trials": 3}],
+                       [_hung(0, REPORT), _hung(1, one), _hung(2, None)])  # fmt: skip
+    assert ds.sizes["culprit"] == 2  # the most culprits of any trial
+    a = ds.sel(cell="a")
+    assert a.hang_culprit_ranks.values.tolist() == [[2, 5], [1, -1], [-1, -1]]
+    assert a.hang_culprit_hosts.values.tolist() == [["gpu-r3", ""], ["", ""], ["", ""]]
+    assert a.hang_kind.values.tolist() == ["missing", "exited", ""]
+    assert a.hang_op.values.tolist() == ["all_to_all", "", ""]
+    assert a.hang_seq.values.tolist() == [41, -1, -1] and a.hang_seq.dtype == np.int64
+    assert a.hang_group.values.tolist()[0] == "ep_group, ranks 0-7"
+    # the first culprit's frame, whatever the order of the frames
+    assert a.hang_frame.values.tolist() == ["moe.py:212 in g", "", ""]
+    assert a.hang_summary.values.tolist()[:2] == [REPORT.summary, one.summary]
+    # Reads as ranks: which trials blamed rank 5.
+    assert (ds.hang_culprit_ranks == 5).any("culprit").sel(cell="a").values.tolist() == [
+        True, False, False
+    ]  # fmt: skip
+    back = read_netcdf(write_netcdf(ds, tmp_path / RESULTS))
+    xr.testing.assert_identical(back, ds)
+    assert back.hang_culprit_ranks.dtype == np.int64 and back.hang_seq.dtype == np.int64
+
+
+def test_a_version_1_results_nc_reads_as_the_typed_variables(tmp_path):
+    """A ``results.nc`` written before the typed variables kept the incident as JSON text
+    (``forensics``) and the culprits joined (``hang_culprit``): it loads as the new layout."""
+    new = build_dataset([{"name": "a", "trials": 2}], [_hung(0, REPORT), _hung(1, None)])
+    old_json = {
+        "summary": REPORT.summary, "kind": "missing", "culprit_ranks": [2, 5],
+        "culprit_hosts": ["gpu-r3", None], "op": "all_to_all", "seq": 41,
+        "process_group": "ep_group, ranks 0-7",
+        "where": {"5": "moe.py:9 in f", "2": "moe.py:212 in g"},
+    }  # fmt: skip
+    text = np.array([[json.dumps(old_json), ""]], dtype=object)
+    old = new.drop_vars([v for v in new.data_vars if str(v).startswith("hang_")]).assign(
+        forensics=(("cell", "trial"), text),
+        hang_culprit=(("cell", "trial"), np.array([["2,5", ""]], dtype=object)),
+    )
+    path = write_netcdf(old, tmp_path / RESULTS)
+    got = load_run(path)
+    assert "forensics" not in got and "hang_culprit" not in got
+    for name in [v for v in new.data_vars if str(v).startswith("hang_")]:
+        xr.testing.assert_equal(got[name], new[name])
 
 
 def test_plot_labels_itself():

@@ -105,10 +105,10 @@ def test_a_stuck_rank_gives_its_dump_stacks_and_log_lines_before_the_kill(tmp_pa
     meta = json.loads((hang / evidence_name("capture", 0)).read_text())
     assert meta["reason"] == "hang" and meta["pid"] == proc.pid and meta["host"] == "node-a"
     (evidence,) = capture.evidence
-    assert evidence["rank"] == 0 and evidence["notes"] == []
-    assert evidence["fr"]["entries"][-1]["collective_seq_id"] == 3
-    assert any("Watchdog caught" in line for line in evidence["log_lines"])
-    assert sorted(evidence["files"]) == sorted(
+    assert evidence.rank == 0 and evidence.notes == []
+    assert evidence.fr["entries"][-1]["collective_seq_id"] == 3
+    assert any("Watchdog caught" in line for line in evidence.log_lines)
+    assert sorted(evidence.files) == sorted(
         f"{RANK0}/{evidence_name(k, 0)}" for k in ("fr", "stacks", "capture")
     )
     assert capture.reason == "hang" and took < 10, took
@@ -141,10 +141,10 @@ def test_a_rank_holding_the_gil_answers_no_dump_but_py_spy_reads_it_in_bounded_t
         proc.wait()
         capture.close()
     (evidence,) = capture.evidence
-    assert evidence["fr"] is None
-    assert "no flight-recorder dump within 1 s" in evidence["notes"][0]
-    assert "GIL" in evidence["notes"][0]
-    main = next(t for t in evidence["stacks"] if t["thread_name"] == "MainThread")
+    assert evidence.fr is None
+    assert "no flight-recorder dump within 1 s" in evidence.notes[0]
+    assert "GIL" in evidence.notes[0]
+    main = next(t for t in evidence.stacks if t["thread_name"] == "MainThread")
     assert main["owns_gil"] is True and main["frames"][0]["name"] == "hold_the_gil"
     assert took < 1.0 + 20.0
 
@@ -165,9 +165,9 @@ def test_without_py_spy_the_record_says_so(tmp_path):
     capture = _capture(tmp_path, py_spy="")
     _capture_a_sleeper(capture)
     (evidence,) = capture.evidence
-    assert evidence["stacks"] is None
-    assert any("py-spy is not installed" in n for n in evidence["notes"])
-    assert any("no flight-recorder listener" in n for n in evidence["notes"])
+    assert evidence.stacks is None
+    assert any("py-spy is not installed" in n for n in evidence.notes)
+    assert any("no flight-recorder listener" in n for n in evidence.notes)
 
 
 def test_arming_leaves_the_recipes_own_choices_and_puts_the_listener_first(tmp_path):
@@ -261,9 +261,9 @@ def test_nccls_own_dump_becomes_the_ranks_json_dump(tmp_path):
     (hang / f"{NCCL_DUMP_PREFIX}0").write_bytes(pickled.read_bytes())
     _capture_a_sleeper(capture)
     (evidence,) = capture.evidence
-    assert evidence["fr"]["entries"], evidence["notes"]
+    assert evidence.fr["entries"], evidence.notes
     dump = json.loads((hang / evidence_name("fr", 0)).read_text())
-    assert dump["entries"] and f"{RANK0}/{NCCL_DUMP_PREFIX}0" in evidence["files"]
+    assert dump["entries"] and f"{RANK0}/{NCCL_DUMP_PREFIX}0" in evidence.files
 
 
 _ANOTHER_USER = """

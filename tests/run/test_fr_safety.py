@@ -272,8 +272,8 @@ def test_a_squatted_listener_name_is_not_asked_and_the_capture_goes_on(tmp_path)
             p.wait()
     assert capture.failure is None
     (evidence,) = capture.evidence
-    assert any(f"held by another process (pid {squatter.pid}" in n for n in evidence["notes"])
-    assert (trial / evidence["files"][-1]).is_file()
+    assert any(f"held by another process (pid {squatter.pid}" in n for n in evidence.notes)
+    assert (trial / evidence.files[-1]).is_file()
 
 
 _OWN_BAD_LISTENER = """
@@ -304,8 +304,8 @@ def test_a_reply_with_a_bad_rank_costs_its_fields_never_the_capture(tmp_path):
         proc.wait()
     assert capture.failure is None
     (evidence,) = capture.evidence
-    assert evidence["rank"] == 0 and evidence["fr"] is None
-    assert any("invalid rank, world_size" in n for n in evidence["notes"]), evidence["notes"]
+    assert evidence.rank == 0 and evidence.fr is None
+    assert any("invalid rank, world_size" in n for n in evidence.notes), evidence.notes
 
 
 _JSON = st.recursive(
@@ -349,7 +349,7 @@ def test_a_fifo_named_like_the_log_or_a_dump_is_passed_over_not_waited_on(tmp_pa
         sleeper.wait()
     assert took < 15, took
     (evidence,) = capture.evidence
-    assert evidence["log_lines"] == [] and evidence["fr"] is None
+    assert evidence.log_lines == [] and evidence.fr is None
     assert (own.path / evidence_name("capture", 0)).is_file()
 
 
@@ -371,8 +371,8 @@ def test_the_capture_never_writes_through_a_link_in_the_trial_folder(tmp_path, l
         capture.close()
     assert capture.failure is None
     (evidence,) = capture.evidence
-    assert any("no evidence written to disk" in n for n in evidence["notes"]), evidence["notes"]
-    assert evidence["files"] == []
+    assert any("no evidence written to disk" in n for n in evidence.notes), evidence.notes
+    assert evidence.files == []
     assert list(elsewhere.rglob("*")) == [] and (trial / link).is_symlink()
 
 

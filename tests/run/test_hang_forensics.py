@@ -73,6 +73,9 @@ def test_the_record_names_the_rank_the_collective_and_the_line(hung, fault):
     assert frame["rank"] == rank and frame["where"].endswith(FRAMES[fault]), frame
     if fault == "gil":
         assert frame["owns_gil"] is True
+    # The culprit's main thread travels in the record, with the file it was read from.
+    assert any(line.endswith(FRAMES[fault]) for line in frame["stack"]), frame
+    assert frame["stack_file"] == f"hang/rank{rank}/stacks_{rank}.json", frame
     # Every rank still in the trial gave its dump and stacks (a rank whose part had ended, as
     # the other group's in `subgroup`, is said to have), named in the record and on disk.
     files = {e["rank"]: e["files"] for e in f["evidence"]}
@@ -115,11 +118,12 @@ def test_matrix_md_and_json_say_who_hung_and_where(hung):
 
 def test_load_run_groups_trials_by_culprit(hung):
     ds = aorta.load_run(hung)
-    culprits = dict(
-        zip(ds.cell.values.tolist(), ds.hang_culprit.sel(trial=0).values.tolist(), strict=False)
-    )
-    assert culprits == {"baseline": "", "sleep": "2", "gil": "2", "extra": "2", "shape": "2",
-                        "die": "2"}  # fmt: skip
+    first = ds.hang_culprit_ranks.sel(trial=0, culprit=0).values.tolist()
+    culprits = dict(zip(ds.cell.values.tolist(), first, strict=True))
+    assert culprits == {"baseline": -1, "sleep": 2, "gil": 2, "extra": 2, "shape": 2,
+                        "die": 2}  # fmt: skip
+    assert ds.hang_kind.sel(cell="sleep", trial=0).item() == "missing"
+    assert ds.hang_seq.sel(cell="sleep", trial=0).item() == 3
 
 
 def test_the_page_shows_the_incident_and_the_culprits_stack(hung, tmp_path):

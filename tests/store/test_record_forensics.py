@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import json
 import tarfile
+import warnings
 
 import pytest
 
 from aorta.errors import AortaWarning, ExitCode
+from aorta.hang import HangReport
 from aorta.matrix.load import load_run
-from aorta.store.record import TrialRecord, readable_forensics
+from aorta.store.record import RECORD_SCHEMA_VERSION, TrialRecord, readable_forensics
 
 # Trial 0 is the one the HTML page shows the evidence of (its failure group's first).
 BAD = {0: {"culprit_ranks": 5, "frames": 3, "summary": 7}, 1: "x"}
@@ -41,7 +43,8 @@ def test_every_reader_goes_on_without_them(run_dir, run_cli, tmp_path):
         ds = load_run(run_dir)
     said = sorted(str(w.message) for w in caught)
     assert said == [
-        "none-local trial 0: its forensics are left out: report.summary: must be str",
+        "none-local trial 0: its forensics are left out: report.summary: must be a string, "
+        "got integer 7 (and 3 more)",
         "none-local trial 1: its forensics are left out: a string, not a mapping",
     ]
     assert ds.sizes["trial"] == 3 and (ds.status.values != "missing").all()
@@ -74,5 +77,34 @@ def test_a_record_loads_without_what_cannot_be_read(value):
         loaded = TrialRecord.model_validate({**record, "forensics": value})
     assert loaded.forensics is None and loaded.trial == 4
     good = {"summary": "s", "kind": "none", "culprit_ranks": [2]}
-    assert TrialRecord.model_validate({**record, "forensics": good}).forensics == good
-    assert readable_forensics(good) == (good, None)
+    report = HangReport(summary="s", kind="none", culprit_ranks=(2,))
+    assert TrialRecord.model_validate({**record, "forensics": good}).forensics == report
+    assert readable_forensics(good) == (report, None)
+
+
+def test_a_version_1_record_reads_as_the_model():
+    """A record written before the typed forensics (schema 1: the report's dict with its own
+    ``schema`` key, frames without stacks) loads as a report, warning of nothing."""
+    v1 = {
+        "schema_version": 1, "status": "timeout", "passed": False, "cell": "c", "cell_id": "c",
+        "trial": 0,
+        "forensics": {
+            "schema": 1, "summary": "rank 2 never reached all_reduce #4", "kind": "missing",
+            "culprit_ranks": [2], "culprit_hosts": ["gpu-r3"], "op": "all_reduce", "seq": 4,
+            "process_group": "default_pg", "group_name": "0", "group_ranks": [0, 1, 2],
+            "frames": [{"rank": 2, "where": "train.py:41 in step", "source": "stacks",
+                        "thread": "MainThread", "owns_gil": False, "in_collective": None}],
+            "groups": [], "evidence": [], "world_size": 3, "notes": [],
+        },
+    }  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loaded = TrialRecord.model_validate_json(json.dumps(v1))
+    assert loaded.schema_version == 1 and loaded.forensics is not None
+    (frame,) = loaded.forensics.frames
+    assert (frame.where, frame.stack, frame.stack_file) == ("train.py:41 in step", (), None)
+    assert loaded.forensics.culprit_ranks == (2,) and loaded.forensics.seq == 4
+    # written again, it is a version-2 record whose report is the model's own fields
+    again = json.loads(TrialRecord(**{**loaded.model_dump(), "schema_version": 2}).to_json())
+    assert again["schema_version"] == RECORD_SCHEMA_VERSION == 2
+    assert "schema" not in again["forensics"] and again["forensics"]["frames"][0]["stack"] == []

@@ -72,8 +72,9 @@ def test_each_outcome_is_pruned_to_its_level(pruned_run):
         # a hung trial's evidence (what its record's forensics name).
         for cell in ("fails", "hangs"):
             failed = rd.artifact_dir(cell, trial)
-            forensics = records[(cell, trial)].forensics or {}
-            evidence = sorted(f for e in forensics.get("evidence", []) for f in e["files"])
+            forensics = records[(cell, trial)].forensics
+            items = forensics.evidence if forensics else ()
+            evidence = sorted(f for e in items for f in e.files)
             # `exec sleep` is no Python process: a capture, no stacks and no dump.
             assert evidence == (["hang/rank0/capture_0.json"] if cell == "hangs" else [])
             assert _files(failed) == [*evidence, "stderr.log", "stdout.log"]

@@ -11,10 +11,12 @@ A pure function of a :class:`~aorta.report.page.sections.RunPage`; the excerpts 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import posixpath
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from aorta.hang.model import CulpritFrame, GroupIncident, HangReport
 from aorta.matrix.signatures import signature_hints
 from aorta.report.page.kit import Section, esc
 from aorta.report.page.sections import (
@@ -114,54 +116,64 @@ def _file_link(page: RunPage, ex: LogExcerpt) -> str:
     return page.anchor(ex.rel, ex.rel.rsplit("/", 1)[-1])
 
 
-def _ranks(values: Any) -> str:
+def _ranks(values: Sequence[int]) -> str:
     return ", ".join(str(v) for v in values) if values else "—"
 
 
-def _incident(page: RunPage, cell: str, t: int, inc: Mapping[str, Any]) -> str:
+#: Culprits whose stacks a page shows per hung trial.
+_CULPRITS_SHOWN = 4
+
+
+def _group_row(g: GroupIncident) -> str:
+    sizes = ", ".join("×".join(str(d) for d in s) for s in g.sizes) or "—"
+    dtypes = ", ".join(g.dtypes) or "—"
+    cells = [
+        f"{g.desc or f'pg {g.name}'} ({_ranks(g.ranks)})",
+        g.kind,
+        f"{g.op or '—'} #{g.seq}" if g.seq is not None else "—",
+        f"{sizes} · {dtypes}",
+        _ranks(g.waiting),
+        _ranks(g.missing),
+        ", ".join(f"{r} (at #{at})" for r, at in g.behind) or "—",
+        ", ".join(f"{r} ({code})" for r, code in g.exited) or "—",
+        _ranks(g.culprits),
+    ]
+    return "<tr>" + "".join(f"<td>{esc(c)}</td>" for c in cells) + "</tr>"
+
+
+def _stack(page: RunPage, cell: str, t: int, frame: CulpritFrame) -> str:
+    """A culprit's main thread as the analysis read it, linked to its stacks file."""
+    where = ""
+    if frame.stack_file:
+        rel = posixpath.join(page.artifact_rel(cell, t), frame.stack_file)
+        where = f"({page.anchor(rel, rel.rsplit('/', 1)[-1])}), "
+    return (
+        f"<details open><summary class=muted>rank {frame.rank}'s main thread "
+        f"{where}innermost first</summary><pre>{esc(chr(10).join(frame.stack))}</pre></details>"
+    )
+
+
+def _incident(page: RunPage, cell: str, t: int, report: HangReport) -> str:
     """A hung trial's incident: its summary, every diverging group as a row, each culprit's
-    stack (from the trial's ``hang/`` folder)."""
-    rows = []
-    for g in inc.get("groups") or []:
-        if not isinstance(g, Mapping):
-            continue
-        sizes = ", ".join("×".join(str(d) for d in s) for s in g.get("sizes") or []) or "—"
-        dtypes = ", ".join(str(d) for d in g.get("dtypes") or []) or "—"
-        behind = ", ".join(f"{r} (at #{at})" for r, at in g.get("behind") or []) or "—"
-        exited = ", ".join(f"{r} ({code})" for r, code in g.get("exited") or []) or "—"
-        label = g.get("desc") or f"pg {g.get('name')}"
-        cells = [
-            f"{label} ({_ranks(g.get('ranks'))})",
-            str(g.get("kind") or ""),
-            f"{g.get('op') or '—'} #{g.get('seq')}" if g.get("seq") is not None else "—",
-            f"{sizes} · {dtypes}",
-            _ranks(g.get("waiting")),
-            _ranks(g.get("missing")),
-            behind,
-            exited,
-            _ranks(g.get("culprits")),
-        ]
-        rows.append("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in cells) + "</tr>")
+    stack (kept in the report: the trial's ``hang/`` files need not be there)."""
+    rows = [_group_row(g) for g in report.groups]
     head = "".join(
         f"<th>{h}</th>"
         for h in ("group", "kind", "collective", "sizes · dtypes", "waiting", "missing",
                   "behind", "exited", "culprits")
     )  # fmt: skip
     table = f'<table class="incident"><tr>{head}</tr>{"".join(rows)}</table>' if rows else ""
-    stacks = page.files.stacks.get((cell, t), {}) if page.files else {}
-    shown = []
-    for rank, (rel, frames) in sorted(stacks.items()):
-        shown.append(
-            f"<details open><summary class=muted>rank {rank}'s main thread "
-            f"({page.anchor(rel, rel.rsplit('/', 1)[-1])}), innermost first</summary>"
-            f"<pre>{esc(chr(10).join(frames))}</pre></details>"
-        )
-    notes = [str(n) for n in inc.get("notes") or []]
-    note = f'<p class="muted">{esc("; ".join(notes))}</p>' if notes else ""
+    shown = set(report.culprit_ranks[:_CULPRITS_SHOWN])
+    stacks = [
+        _stack(page, cell, t, f)
+        for f in sorted(report.frames, key=lambda f: f.rank)
+        if f.rank in shown and f.stack
+    ]
+    note = f'<p class="muted">{esc("; ".join(report.notes))}</p>' if report.notes else ""
     return (
         f'<div class="evidence forensics"><span class="muted">trial {t} · who hung, and '
         "where: every rank's flight recorder and stacks, taken before the kill</span>"
-        f"<p><b>{esc(str(inc.get('summary') or ''))}</b></p>{table}{''.join(shown)}{note}</div>"
+        f"<p><b>{esc(report.summary)}</b></p>{table}{''.join(stacks)}{note}</div>"
     )
 
 
@@ -174,8 +186,9 @@ def _evidence(page: RunPage, cell: str, g: _Group) -> str:
     matched = [e for e in excerpts if e.match is not None]
     others = [e for e in excerpts if e.match is None]
     out = []
-    if isinstance(rec.get("forensics"), Mapping):
-        out.append(_incident(page, cell, t, rec["forensics"]))
+    report = page.files.forensics.get((cell, t)) if page.files else None
+    if report is not None:
+        out.append(_incident(page, cell, t, report))
     if matched:
         ex = matched[0]
         out.append(

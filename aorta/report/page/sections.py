@@ -37,6 +37,7 @@ from urllib.parse import quote
 import numpy as np
 
 from aorta import plot
+from aorta.hang.model import HangReport
 from aorta.matrix.select import DEFAULT_THRESHOLD, trial_values
 from aorta.matrix.signatures import signature_counts, top_signatures
 from aorta.report.comparison import (
@@ -116,17 +117,15 @@ class RunFiles:
     hosts: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     #: ``launch.json``'s cross-node differences: ``{key: {node: value}}``.
     skew: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    #: ``(cell, trial)`` → the trial record as JSON data (fields a newer aorta adds included).
+    #: ``(cell, trial)`` → the trial record as JSON data (fields a newer aorta adds included),
+    #: without its ``forensics`` (read through the model: ``forensics`` below).
     records: Mapping[tuple[str, int], Mapping[str, Any]] = field(default_factory=dict)
     #: ``(cell, trial)`` → excerpts of its files (the first trial of each failure of a cell):
     #: the signature's matching line with its neighbours first, then the ends of other files.
     excerpts: Mapping[tuple[str, int], Sequence[LogExcerpt]] = field(default_factory=dict)
-    #: ``(cell, trial)`` → a hung trial's culprits' stacks (the same trials as ``excerpts``):
-    #: rank → (the evidence file relative to the run directory, the main thread's frames as
-    #: ``file:line in function``, innermost first).
-    stacks: Mapping[tuple[str, int], Mapping[int, tuple[str, tuple[str, ...]]]] = field(
-        default_factory=dict
-    )
+    #: ``(cell, trial)`` → a hung trial's incident, its record's ``forensics`` (validated:
+    #: the culprits' frames and stacks are in it, so no page opens the raw evidence again).
+    forensics: Mapping[tuple[str, int], HangReport] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -204,6 +203,12 @@ class RunPage:
         assert self.files is not None
         rd = RunDir(self.files.path)
         return rd.trial_path(cell, trial).relative_to(rd.path).as_posix()
+
+    def artifact_rel(self, cell: str, trial: int) -> str:
+        """A trial's own folder relative to the run directory (as :class:`RunDir` names it)."""
+        assert self.files is not None
+        rd = RunDir(self.files.path)
+        return rd.artifact_dir(cell, trial).relative_to(rd.path).as_posix()
 
     def anchor(self, rel: str, text: str, *, title: str = "") -> str:
         """A link to ``rel`` (relative to the run directory) reading ``text``; the text alone

@@ -30,6 +30,7 @@ import xarray as xr
 
 from aorta import __version__
 from aorta.errors import UsageError
+from aorta.hang.model import HangReport
 from aorta.matrix.compare import compare
 from aorta.matrix.load import load_run
 from aorta.matrix.options import StatsOptions, stats_options
@@ -61,7 +62,7 @@ from aorta.report.page.sections import (
 from aorta.report.page.two_runs import RunSide, render_compare_page
 from aorta.store.record import readable_forensics
 from aorta.store.redact import redact_page
-from aorta.store.rundir import REPORT_HTML, RunDir, atomic_write, evidence_name, find_evidence
+from aorta.store.rundir import REPORT_HTML, RunDir, atomic_write
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -340,7 +341,7 @@ def read_run_files(rd: RunDir, ds: xr.Dataset) -> RunFiles:
     skew = launch.get("skew") if isinstance(launch, dict) else None
     records: dict[tuple[str, int], Mapping[str, Any]] = {}
     excerpts: dict[tuple[str, int], list[LogExcerpt]] = {}
-    stacks: dict[tuple[str, int], dict[int, tuple[str, tuple[str, ...]]]] = {}
+    reports: dict[tuple[str, int], HangReport] = {}
     status = ds.status.transpose("cell", "trial").values.astype(str)
     trials = [int(t) for t in ds.trial.values.tolist()]
     for i, cell in enumerate(str(c) for c in ds.cell.values.tolist()):
@@ -351,17 +352,16 @@ def read_run_files(rd: RunDir, ds: xr.Dataset) -> RunFiles:
             rec = _read_json(rd.trial_path(cell, t))
             if not isinstance(rec, dict):
                 continue
-            # Forensics no reader can take are left out (load_run warned of them already).
-            forensics, problem = readable_forensics(rec.get("forensics"))
-            if problem is not None:
-                rec = {**rec, "forensics": forensics}
+            # The forensics through their model, or not at all: forensics no reader can take
+            # are left out (load_run warned of them already).
+            report, _ = readable_forensics(rec.pop("forensics", None))
             records[(cell, t)] = rec
             key = (status[i, j], str(rec.get("signature") or rec.get("error") or ""))
             if is_failed_status(status[i, j]) and key not in seen and len(seen) < _GROUPS_READ:
                 seen.add(key)
                 excerpts[(cell, t)] = _excerpts(rd, rec)
-                if isinstance(rec.get("forensics"), dict):
-                    stacks[(cell, t)] = _culprit_stacks(rd, cell, t, rec["forensics"])
+                if report is not None:
+                    reports[(cell, t)] = report
     return RunFiles(
         path=rd.path,
         recipe=recipe,
@@ -369,46 +369,8 @@ def read_run_files(rd: RunDir, ds: xr.Dataset) -> RunFiles:
         skew=skew if isinstance(skew, dict) else {},
         records=records,
         excerpts=excerpts,
-        stacks=stacks,
+        forensics=reports,
     )
-
-
-#: Culprits whose stacks a page shows per hung trial, and frames per stack.
-_CULPRITS_SHOWN = 4
-_FRAMES_SHOWN = 40
-
-
-def _culprit_stacks(
-    rd: RunDir, cell: str, trial: int, forensics: Mapping[str, Any]
-) -> dict[int, tuple[str, tuple[str, ...]]]:
-    """The main thread's frames of each culprit of a hung trial, from its ``hang/`` folder
-    (each rank's ``hang/rank<N>/``, or ``hang/`` itself in older runs)."""
-    out: dict[int, tuple[str, tuple[str, ...]]] = {}
-    folder = rd.artifact_dir(cell, trial)
-    for rank in list(forensics.get("culprit_ranks") or [])[:_CULPRITS_SHOWN]:
-        if not isinstance(rank, int):
-            continue
-        path = find_evidence(folder, evidence_name("stacks", rank), rank=rank)
-        if path is None:
-            continue
-        threads = _read_json(path)
-        if not isinstance(threads, list):
-            continue
-        main = next(
-            (t for t in threads if isinstance(t, dict) and t.get("thread_name") == "MainThread"),
-            next((t for t in threads if isinstance(t, dict)), None),
-        )
-        if main is None:
-            continue
-        frames = tuple(
-            _cap(
-                f"{f.get('short_filename') or f.get('filename')}:{f.get('line')} in {f.get('name')}"
-            )
-            for f in (main.get("frames") or [])[:_FRAMES_SHOWN]
-            if isinstance(f, dict)
-        )
-        out[rank] = (path.relative_to(rd.path).as_posix(), frames)
-    return out
 
 
 def _excerpts(rd: RunDir, rec: Mapping[str, Any]) -> list[LogExcerpt]:

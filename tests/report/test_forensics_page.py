@@ -1,0 +1,77 @@
+"""The page reads a hang through its record (#48): a hung trial's incident and its culprits'
+stacks come from the record's ``forensics`` (a :class:`~aorta.hang.HangReport`), so they still
+show once the trial's ``hang/`` evidence files are gone (retention, a bundle without them, a
+copied record)."""
+
+from __future__ import annotations
+
+import html
+import json
+import shutil
+from pathlib import Path
+
+from aorta.errors import ExitCode
+from aorta.hang import CulpritFrame, GroupIncident, HangReport
+from aorta.store.record import TrialRecord
+from tests.conftest import DATA
+
+STACK = ("pp.py:88 in fwd", "train.py:41 in step", "train.py:120 in <module>")
+REPORT = HangReport(
+    summary="rank 2 never reached all_reduce #41 (default_pg, ranks 0-3); ranks 0,1,3 wait in it",
+    kind="missing",
+    culprit_ranks=(2,),
+    culprit_hosts=("gpu-r3",),
+    op="all_reduce",
+    seq=41,
+    process_group="default_pg",
+    frames=(
+        CulpritFrame(
+            2,
+            "pp.py:88 in fwd",
+            "stacks",
+            "MainThread",
+            stack=STACK,
+            stack_file="hang/rank2/stacks_2.json",
+        ),
+    ),
+    groups=(
+        GroupIncident(
+            "0",
+            "default_pg",
+            (0, 1, 2, 3),
+            "world",
+            "missing",
+            41,
+            "all_reduce",
+            sizes=((4, 1024),),
+            dtypes=("Float",),
+            waiting=(0, 1, 3),
+            missing=(2,),
+            culprits=(2,),
+        ),
+    ),
+)
+
+
+def test_the_page_shows_a_culprits_stack_from_the_record_alone(tmp_path, run_cli):
+    run = Path(shutil.copytree(DATA / "golden_run", tmp_path / "run"))
+    hung = []
+    for path in sorted((run / "cells" / "flaky").glob("trial_*.json")):
+        rec = json.loads(path.read_text())
+        if rec["status"] == "timeout":
+            rec["forensics"] = REPORT.to_dict()
+            path.write_text(json.dumps(rec))
+            hung.append(TrialRecord.model_validate(rec))
+    assert hung and all(r.forensics == REPORT for r in hung)
+    # No evidence file of any trial is there to read: only the records hold the stacks.
+    assert not list(run.rglob("hang"))
+    code, _, err = run_cli("report", run, "--html")
+    assert code == ExitCode.OK, err
+    page = (run / "report" / "report.html").read_text()
+    assert html.escape(REPORT.summary) in page
+    assert "rank 2&#x27;s main thread" in page or "rank 2's main thread" in page
+    assert html.escape("\n".join(STACK)) in page
+    # Linked to the file it was read from, inside the trial's folder.
+    trial = hung[0].trial
+    assert f"cells/flaky/trial_{trial:04d}/hang/rank2/stacks_2.json" in page
+    assert "<td>default_pg (0, 1, 2, 3)</td><td>missing</td><td>all_reduce #41</td>" in page
