@@ -30,6 +30,7 @@ Examples
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as _dt
 import errno
 import fcntl
@@ -45,6 +46,8 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from aorta.errors import AortaError, UsageError
+from aorta.hang.model import HangReport
+from aorta.hang.stacks import position, read_stacks
 from aorta.store.record import TrialRecord
 
 __all__ = [
@@ -246,6 +249,23 @@ def gpu_evidence_name(host: str) -> str:
 #: The trial number of a run's discarded warm-up trial (``recipe.warmup``): its record is
 #: ``warmup.json`` beside the cell's trials, which no reader of ``trial_*.json`` counts.
 WARMUP_TRIAL = -1
+
+
+#: The most of a version-1 record's stacks file read for its frames (py-spy's JSON of one
+#: process is a few hundred kB; a larger file is not one, and is left unread).
+_V1_STACKS_BYTES = 16 * 2**20
+
+
+def _main_stack(path: Path) -> tuple[str, ...]:
+    """The main thread's frames in a py-spy stacks file (``()`` when it does not read)."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(_V1_STACKS_BYTES + 1)
+        threads = json.loads(data) if len(data) <= _V1_STACKS_BYTES else None
+    except (OSError, ValueError):
+        return ()
+    where = position(read_stacks(threads)) if isinstance(threads, list) else None
+    return where.stack if where is not None else ()
 
 
 def trial_file_name(trial: int, *, record: bool = True) -> str:
@@ -556,10 +576,46 @@ class RunDir:
         for cell_dir in sorted(p for p in cells.iterdir() if p.is_dir()):
             for f in sorted(cell_dir.glob("trial_*.json")):
                 try:
-                    yield TrialRecord.model_validate_json(f.read_bytes())
+                    record = TrialRecord.model_validate_json(f.read_bytes())
                 except (OSError, ValidationError, ValueError):
                     if unreadable is not None:
                         unreadable.append(f)
+                    continue
+                yield self._with_v1_stacks(record)
+
+    def _with_v1_stacks(self, record: TrialRecord) -> TrialRecord:
+        if record.schema_version != 1 or record.forensics is None:
+            return record
+        report = self.forensics_of_version(1, record.cell, record.trial, record.forensics)
+        return record.model_copy(update={"forensics": report})
+
+    def forensics_of_version(
+        self, version: int, cell: str, trial: int, report: HangReport
+    ) -> HangReport:
+        """A trial's forensics as the current record version holds them: a version-1
+        record's culprit frames get their stacks, read here from the trial's stacks files
+        once (version 2 writes them into the record, and no renderer opens an evidence file);
+        any other version's are returned as they are.
+
+        >>> from aorta.hang import HangReport
+        >>> r = HangReport(summary="s", kind="none")
+        >>> RunDir(Path("/nonexistent-run")).forensics_of_version(1, "c", 0, r) == r
+        True
+        """
+        if version != 1:
+            return report
+        folder = self.artifact_dir(cell, trial)
+        frames = []
+        for frame in report.frames:
+            path = None
+            if frame.source == "stacks" and not frame.stack:
+                path = find_evidence(folder, evidence_name("stacks", frame.rank), rank=frame.rank)
+            stack = _main_stack(path) if path is not None else ()
+            if stack and path is not None:
+                rel = path.relative_to(folder).as_posix()
+                frame = dataclasses.replace(frame, stack=stack, stack_file=rel)
+            frames.append(frame)
+        return dataclasses.replace(report, frames=tuple(frames))
 
     def completed(self, expected: Mapping[str, str]) -> dict[tuple[str, int], TrialRecord]:
         """Trials a resumed run may skip: a valid record whose ``cell_id`` matches ``expected``

@@ -75,3 +75,47 @@ def test_the_page_shows_a_culprits_stack_from_the_record_alone(tmp_path, run_cli
     trial = hung[0].trial
     assert f"cells/flaky/trial_{trial:04d}/hang/rank2/stacks_2.json" in page
     assert "<td>default_pg (0, 1, 2, 3)</td><td>missing</td><td>all_reduce #41</td>" in page
+
+
+def test_a_version_1_records_culprit_stacks_are_read_once_from_its_files(tmp_path, run_cli):
+    """A run recorded before the stacks went into the record (schema 1) keeps them on its
+    page: the run directory's reader fills each culprit frame from its stacks file, once."""
+    run = Path(shutil.copytree(DATA / "golden_run", tmp_path / "run"))
+    threads = [
+        {
+            "thread_name": "pt_watchdog",
+            "frames": [{"name": "wait", "filename": "c10d.py", "line": 1}],
+        },
+        {
+            "thread_name": "MainThread",
+            "pid": 7,
+            "frames": [
+                {"name": "fwd", "filename": "/w/pp.py", "short_filename": "pp.py", "line": 88},
+                {
+                    "name": "step",
+                    "filename": "/w/train.py",
+                    "short_filename": "train.py",
+                    "line": 41,
+                },
+            ],
+        },
+    ]
+    v1 = REPORT.to_dict()
+    for frame in v1["frames"]:
+        del frame["stack"], frame["stack_file"]
+    trials = []
+    for path in sorted((run / "cells" / "flaky").glob("trial_*.json")):
+        rec = json.loads(path.read_text())
+        if rec["status"] == "timeout":
+            rec.update(schema_version=1, forensics=v1)
+            path.write_text(json.dumps(rec))
+            folder = path.with_suffix("") / "hang" / "rank2"
+            folder.mkdir(parents=True)
+            (folder / "stacks_2.json").write_text(json.dumps(threads))
+            trials.append(rec["trial"])
+    assert trials
+    code, _, err = run_cli("report", run, "--html")
+    assert code == ExitCode.OK, err
+    page = (run / "report" / "report.html").read_text()
+    assert html.escape("pp.py:88 in fwd\ntrain.py:41 in step") in page
+    assert f"cells/flaky/trial_{trials[0]:04d}/hang/rank2/stacks_2.json" in page

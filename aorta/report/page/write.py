@@ -60,7 +60,7 @@ from aorta.report.page.sections import (
     run_section,
 )
 from aorta.report.page.two_runs import RunSide, render_compare_page
-from aorta.store.record import readable_forensics
+from aorta.store.record import RECORD_SCHEMA_VERSION, readable_forensics
 from aorta.store.redact import redact_page
 from aorta.store.rundir import REPORT_HTML, RunDir, atomic_write
 
@@ -355,6 +355,10 @@ def read_run_files(rd: RunDir, ds: xr.Dataset) -> RunFiles:
             # The forensics through their model, or not at all: forensics no reader can take
             # are left out (load_run warned of them already).
             report, _ = readable_forensics(rec.pop("forensics", None))
+            if report is not None:
+                version = rec.get("schema_version")
+                version = version if isinstance(version, int) else RECORD_SCHEMA_VERSION
+                report = rd.forensics_of_version(version, cell, t, report)
             records[(cell, t)] = rec
             key = (status[i, j], str(rec.get("signature") or rec.get("error") or ""))
             if is_failed_status(status[i, j]) and key not in seen and len(seen) < _GROUPS_READ:
