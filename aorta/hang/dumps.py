@@ -13,6 +13,12 @@ levels against it: some 990 levels at the top of a program; a dump nests six). A
 shared: nothing in aorta walks a dump whole — the analysis reads only the fields it knows,
 each checked for its type before use — so a small pickle that would expand to a huge tree
 costs nothing (and is never expanded: do not ``json.dumps`` a dump from an untrusted source).
+A pickle's memo is bounded too: the C unpickler sizes its memo table by the largest index a
+``PUT`` or ``LONG_BINPUT`` names (twice it, 8 bytes a slot, zeroed: 9 bytes naming index 2**31
+take 32 GiB), so every pickle is walked before it is unpickled (:func:`_memo_walk`, a regular
+expression over its opcodes: ~10 ms a MiB, a third of the unpickling), and one whose memo index
+passes half its size — more than a pickler that numbers its memo from 0, as PyTorch's and
+Python's do, can reach — is refused unread.
 Parsing runs with the cyclic garbage collector paused (:func:`paused_gc`): a 2,000-entry dump
 is ~100,000 acyclic containers, and collections triggered while they are built cost four
 times the parse.
@@ -32,6 +38,7 @@ a flight-recorder dump holds only plain containers, so aorta refuses it (nothing
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import io
 import pickle
@@ -70,6 +77,56 @@ _DECODER = msgspec.json.Decoder()
 _GLOBAL_OPS = frozenset({"GLOBAL", "STACK_GLOBAL", "INST", "EXT1", "EXT2", "EXT4"})
 #: Opcodes that call something or ask the loader for an object: a dump has none of them.
 _CALL_OPS = frozenset({"REDUCE", "BUILD", "NEWOBJ", "NEWOBJ_EX", "OBJ", "PERSID", "BINPERSID"})
+
+
+def _opcode_widths() -> list[int | None]:
+    """Each opcode's argument as pickletools codes it: a width in bytes (0: none), -1 a line,
+    -2 to -5 a length of 1, 4 (signed), 4 or 8 bytes before the data; ``None``: no opcode."""
+    width: list[int | None] = [None] * 256
+    for op in pickletools.opcodes:
+        width[ord(op.code)] = 0 if op.arg is None else op.arg.n
+    return width
+
+
+_WIDTH = _opcode_widths()
+
+
+@functools.cache
+def _run(top: int) -> re.Pattern[bytes]:
+    """A pattern that steps over a run of opcodes which cannot name a memo index past the
+    bound, at C speed: any opcode but STOP, PUT and LONG_BINPUT of a fixed width, of a line,
+    or with a length below 256; with ``top`` >= 0 also a LONG_BINPUT whose index's third byte
+    is at most ``top`` (an index below ``(top + 1) * 65536``) and a PUT below 10,000. What it
+    does not take, :func:`_memo_walk` reads one opcode at a time. Compiled when first needed
+    (~25 ms), once for each of the ten values of ``top`` it is called with."""
+    fixed: dict[int, list[bytes]] = {0: [], 1: [], 2: [], 4: [], 8: []}
+    lines: list[bytes] = []
+    counted: dict[int, list[bytes]] = {-2: [], -3: [], -4: [], -5: []}
+    for code, width in enumerate(_WIDTH):
+        if width is None or code in b".pr":
+            continue
+        group = fixed if width >= 0 else counted if width < -1 else None
+        (lines if group is None else group[width]).append(bytes([code]))
+
+    def one_of(codes: list[bytes]) -> bytes:
+        return b"[" + b"".join(re.escape(c) for c in codes) + b"]"
+
+    def sized(zeros: int) -> bytes:  # a length below 256, then that many bytes
+        pad = b"\0" * zeros
+        return (
+            b"(?:"
+            + b"|".join(re.escape(bytes([n]) + pad) + b".{%d}" % n for n in range(256))
+            + b")"
+        )
+
+    parts = [one_of(fixed[0])] + [one_of(fixed[n]) + b".{%d}" % n for n in (1, 2, 4, 8)]
+    parts.append(b"[ci][^\n]*+\n[^\n]*+\n")  # GLOBAL and INST: two lines
+    parts.append(one_of([c for c in lines if c not in (b"c", b"i")]) + b"[^\n]*+\n")
+    parts += [one_of(counted[-2]) + sized(0), one_of(counted[-3] + counted[-4]) + sized(3)]
+    parts.append(one_of(counted[-5]) + sized(7))
+    if top >= 0:
+        parts += [b"r..[\0-" + re.escape(bytes([top])) + b"]\0", b"p[0-9]{1,4}\n"]
+    return re.compile(b"(?:" + b"|".join(parts) + b")*+", re.DOTALL)
 
 
 class _NoGlobals(pickle.Unpickler):
@@ -303,7 +360,71 @@ def _json(data: bytes, name: str) -> Any:
         raise HangEvidenceError(f"{name}: byte {exc.pos}: {where} ({exc.problem})") from None
 
 
+def _memo_walk(data: bytes) -> tuple[int, int, str] | None:
+    """The first memo index past half the pickle's size: ``(byte, index, opcode)``; ``None``
+    when there is none before the pickle stops or stops being readable (where the unpickler
+    fails too, before it stores anything further).
+
+    The walk reads opcodes exactly as the unpickler does (the same table, pickletools'), so a
+    string that holds ``r`` is never taken for an opcode. A pickler numbers its memo from 0,
+    one entry per object, and every object takes at least one byte besides the opcode that
+    stores it: half the size is the most a pickle can number, and a memo table of 8 bytes a
+    byte of pickle is within what :func:`read_cost` charges.
+
+    >>> _memo_walk(b"\\x80\\x02}q\\x00."), _memo_walk(b"\\x80\\x02}r\\x00\\x00\\x00\\x80.")
+    (None, (3, 2147483648, 'LONG_BINPUT'))
+    """
+    bound, end = len(data) // 2, len(data)
+    # The largest LONG_BINPUT the run may step over: a third byte of 2**k - 1 within the bound.
+    top = min(bound // 2**16, 256)
+    run = _run((1 << (top.bit_length() - 1)) - 1 if top else -1)
+    pos = 0
+    while True:
+        match = run.match(data, pos)
+        pos = match.end() if match else pos
+        if pos >= end:
+            return None
+        op, at = data[pos], pos + 1
+        width = _WIDTH[op]
+        if width is None or op == 0x2E:  # unknown (the unpickler fails here) or STOP
+            return None
+        if width >= 0:  # a LONG_BINPUT (any other opcode of a fixed width is in the run)
+            index = int.from_bytes(data[at : at + width], "little")
+            if op == 0x72 and index > bound:
+                return pos, index, "LONG_BINPUT"
+            pos = at + width
+        elif width == -1:  # a line: PUT's index, or a number, a string, a global's two lines
+            eol = data.find(b"\n", at)
+            if op in (0x63, 0x69) and eol >= 0:  # GLOBAL, INST
+                eol = data.find(b"\n", eol + 1)
+            if eol < 0:
+                return None
+            if op == 0x70:  # PUT
+                try:
+                    index = int(data[at:eol])
+                except ValueError:
+                    return None  # the unpickler refuses it as well, storing nothing
+                if index > bound:
+                    return pos, index, "PUT"
+            pos = eol + 1
+        else:  # a length of 1, 4 (signed, or not) or 8 bytes, then that many bytes
+            size = {-2: 1, -3: 4, -4: 4, -5: 8}[width]
+            count = int.from_bytes(data[at : at + size], "little", signed=width == -3)
+            if count < 0:
+                return None
+            pos = at + size + count
+
+
 def _pickle(data: bytes, name: str) -> Any:
+    sparse = _memo_walk(data)
+    if sparse is not None:
+        at, index, op = sparse
+        table = f" (its memo table alone would take {_size(16 * index)})" if index >= 2**16 else ""
+        raise HangEvidenceError(
+            f"{name}: byte {at}: {op} names memo index {index:,}, past the {len(data) // 2:,} "
+            f"a pickle of {len(data):,} bytes can number (a dump numbers its memo from 0); "
+            f"refused before unpickling{table}"
+        )
     try:
         return _NoGlobals(io.BytesIO(data)).load()
     except _Refused as exc:
