@@ -69,7 +69,7 @@ def analyze(
         evidence = hang.load_evidence(paths, max_memory=budget)
         report = hang.analyze(evidence, world_size=world_size)
     if as_json:
-        print(json.dumps(report.to_dict(), indent=2))
+        print(json.dumps(hang.json_ready(report), indent=2))
     else:
         print(hang.text(report))
     return ExitCode.OK
@@ -86,7 +86,8 @@ def _run(rd: RunDir, *, as_json: bool, world_size: int | None, budget: int) -> i
             report = hang.analyze(evidence, world_size=world_size)
         found.append((folder.relative_to(rd.path).as_posix(), report))
     if as_json:
-        print(json.dumps({"trials": [{"trial": t, **r.to_dict()} for t, r in found]}, indent=2))
+        reports = [{"trial": t, **hang.json_ready(r)} for t, r in found]
+        print(json.dumps({"trials": reports}, indent=2))
     else:
         print("\n\n".join(f"{t}\n{hang.text(r)}" for t, r in found))
     return ExitCode.OK
