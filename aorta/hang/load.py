@@ -38,12 +38,13 @@ from __future__ import annotations
 import functools
 import os
 import re
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from aorta.errors import HangEvidenceError
+from aorta.errors import AortaWarning, HangEvidenceError
 
 from .dumps import (
     DUMP_KEYS,
@@ -87,6 +88,8 @@ MAX_MEMORY = _default_max_memory()
 ENTRY_COST = 400
 #: The largest py-spy or capture JSON read.
 MAX_SMALL_JSON = 64 * 2**20
+#: What a path that holds no evidence says (a file, or a folder and its subfolders).
+_NOTHING = "no flight-recorder dump, stacks or log lines found"
 #: Bytes read to tell what a file is.
 _SNIFF = 4096
 #: Extensions taken off a name before its trailing rank number is read.
@@ -113,6 +116,11 @@ class _File:
     data: Any = None
     lines: list[str] = field(default_factory=list)
     node: bool = False  # a node's file (``gpu_<host>.txt``): no rank's, whatever its name
+
+    @property
+    def evidence(self) -> bool:
+        """Whether it holds anything (an empty log, a healthy rank's stderr, holds nothing)."""
+        return self.kind != "log" or any(line.strip() for line in self.lines)
 
 
 def trailing_rank(name: str) -> int | None:
@@ -310,23 +318,32 @@ def _classify(path: Path, shown: str, *, named: bool, charge: _Charge) -> _File 
 
 
 def _files(paths: Sequence[str | Path], budget: _Budget) -> list[_File]:
+    """Every file of ``paths`` that is evidence or a log (an empty one too: it is named in its
+    rank's files). A path that holds nothing is an error when no other path holds anything,
+    else a warning naming it: a user who names the wrong file must hear so."""
     found: list[_File] = []
+    barren: list[str] = []
     for given in paths:
         root = Path(given)
         if not root.exists():
             raise HangEvidenceError(f"{given}: no such file or folder")
+        items: list[_File | None] = []
         if root.is_dir():
             for path in _walk(root):
                 shown = path.relative_to(root).as_posix()
                 charge = functools.partial(budget.charge, str(given), shown)
-                item = _classify(path, shown, named=False, charge=charge)
-                if item is not None:
-                    found.append(item)
+                items.append(_classify(path, shown, named=False, charge=charge))
         else:
             charge = functools.partial(budget.charge, str(given), str(given))
-            item = _classify(root, str(given), named=True, charge=charge)
-            if item is not None:
-                found.append(item)
+            items.append(_classify(root, str(given), named=True, charge=charge))
+        kept = [item for item in items if item is not None]
+        if not any(item.evidence for item in kept):
+            barren.append(str(given))
+        found.extend(kept)
+    if len(barren) == len(paths):
+        raise HangEvidenceError(f"{', '.join(barren)}: {_NOTHING}")
+    for where in barren:
+        warnings.warn(f"{where}: {_NOTHING}; left out", AortaWarning, stacklevel=3)
     return found
 
 
@@ -452,13 +469,12 @@ def load_evidence(
     >>> [(e.rank, e.fr is not None, e.files) for e in load_evidence([folder])]
     [(1, True, ('nccl_trace_rank_1', 'rank1.stderr.log'))]
     """
+    if not paths:
+        raise HangEvidenceError(f"no files or folders given: {_NOTHING}")
     with paused_gc():  # the dumps already read would be traversed at every collection
         files = sorted(_files(paths, _Budget(max_memory)), key=lambda f: f.shown)
     acc = _gather(files)
-    if not acc:
+    if not any(f.evidence for f in files) or not acc:
         where = ", ".join(str(p) for p in paths)
-        raise HangEvidenceError(
-            f"{where}: no hang evidence (flight-recorder dumps, py-spy stacks, capture files "
-            "or logs) in it or one folder down"
-        )
+        raise HangEvidenceError(f"{where}: {_NOTHING}")
     return [_evidence(rank, acc[rank]) for rank in sorted(acc)]
