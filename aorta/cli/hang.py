@@ -67,7 +67,7 @@ def analyze(
     # freed (when analyze returns), no collection ever walks them (~0.7 CPU-s for 64 ranks).
     with paused_gc():
         evidence = hang.load_evidence(paths, max_memory=budget)
-        report = hang.analyze(evidence, world_size=world_size)
+        report = _analyze(evidence, world_size)
     if as_json:
         print(json.dumps(hang.json_ready(report), indent=2))
     else:
@@ -83,7 +83,7 @@ def _run(rd: RunDir, *, as_json: bool, world_size: int | None, budget: int) -> i
     for folder in trials:
         with paused_gc():
             evidence = hang.load_evidence([folder], max_memory=budget)
-            report = hang.analyze(evidence, world_size=world_size)
+            report = _analyze(evidence, world_size)
         found.append((folder.relative_to(rd.path).as_posix(), report))
     if as_json:
         reports = [{"trial": t, **hang.json_ready(r)} for t, r in found]
@@ -91,3 +91,10 @@ def _run(rd: RunDir, *, as_json: bool, world_size: int | None, budget: int) -> i
     else:
         print("\n\n".join(f"{t}\n{hang.text(r)}" for t, r in found))
     return ExitCode.OK
+
+
+def _analyze(evidence: list[hang.RankEvidence], world_size: int | None) -> hang.HangReport:
+    try:
+        return hang.analyze(evidence, world_size=world_size)
+    except ValueError as exc:  # a --world-size the evidence contradicts: bad input
+        raise UsageError(str(exc)) from None
