@@ -250,14 +250,21 @@ def _is_stacks(value: Any) -> bool:
     )
 
 
-def _is_capture(value: Any) -> bool:
-    rank = value.get("rank") if isinstance(value, dict) else None
-    return (
-        isinstance(rank, int)
-        and not isinstance(rank, bool)
-        and 0 <= rank <= MAX_RANK
-        and bool(_CAPTURE_KEYS & set(value))
-        and not (DUMP_KEYS & set(value))
+def _is_capture(value: Any, shown: str) -> bool:
+    """A capture file: ``rank`` and one of ``pid``/``host``/``notes``/``exited``; one whose
+    rank is no rank (``"1"``, ``-1``) is an error, not passed over: its stacks would lose their
+    owner, and a folder's ranks their pids."""
+    if not isinstance(value, dict) or "rank" not in value or not (_CAPTURE_KEYS & set(value)):
+        return False
+    if DUMP_KEYS & set(value):
+        return False
+    rank = value["rank"]
+    if isinstance(rank, int) and not isinstance(rank, bool) and 0 <= rank <= MAX_RANK:
+        return True
+    shown_rank = repr(rank)[:40] if not isinstance(rank, int) or rank.bit_length() < 64 else "?"
+    raise HangEvidenceError(
+        f"{shown}: a capture file whose rank {shown_rank} is no rank (a whole number from 0 "
+        f"to {MAX_RANK})"
     )
 
 
@@ -296,7 +303,7 @@ def _classify(path: Path, shown: str, *, named: bool, charge: _Charge) -> _File 
         value = _json_or_none(path, shown, charge)
         if _is_stacks(value):
             return _File("stacks", path, shown, rank, value)
-        if _is_capture(value):
+        if _is_capture(value, shown):
             return _File("capture", path, shown, value["rank"], value)
         if value is not None:
             if named:
@@ -317,25 +324,48 @@ def _classify(path: Path, shown: str, *, named: bool, charge: _Charge) -> _File 
     return None
 
 
+def _first_time(path: Path, seen: set[tuple[int, int]]) -> bool:
+    """Whether ``path`` is a file not met before (by device and inode: the same file named
+    twice, or named and inside a folder named, is one rank's one dump, not two)."""
+    st = path.stat()
+    key = (st.st_dev, st.st_ino)
+    if key in seen:
+        return False
+    seen.add(key)
+    return True
+
+
 def _files(paths: Sequence[str | Path], budget: _Budget) -> list[_File]:
     """Every file of ``paths`` that is evidence or a log (an empty one too: it is named in its
     rank's files). A path that holds nothing is an error when no other path holds anything,
     else a warning naming it: a user who names the wrong file must hear so."""
     found: list[_File] = []
     barren: list[str] = []
+    seen: set[tuple[int, int]] = set()
     for given in paths:
         root = Path(given)
         if not root.exists():
-            raise HangEvidenceError(f"{given}: no such file or folder")
+            what = "a link to nothing (a loop, or its target is gone)"
+            raise HangEvidenceError(
+                f"{given}: {what if root.is_symlink() else 'no such file or folder'}"
+            )
         items: list[_File | None] = []
+        again = 0  # files met before, under another path given
         if root.is_dir():
             for path in _walk(root):
-                shown = path.relative_to(root).as_posix()
-                charge = functools.partial(budget.charge, str(given), shown)
-                items.append(_classify(path, shown, named=False, charge=charge))
-        else:
+                if _first_time(path, seen):
+                    shown = path.relative_to(root).as_posix()
+                    charge = functools.partial(budget.charge, str(given), shown)
+                    items.append(_classify(path, shown, named=False, charge=charge))
+                else:
+                    again += 1
+        elif _first_time(root, seen):
             charge = functools.partial(budget.charge, str(given), str(given))
             items.append(_classify(root, str(given), named=True, charge=charge))
+        else:
+            again += 1
+        if again and not items:
+            continue  # named again: what it holds is already counted
         kept = [item for item in items if item is not None]
         if not any(item.evidence for item in kept):
             barren.append(str(given))
@@ -372,6 +402,7 @@ class _Acc:
     lines: list[str] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
     capture: dict[str, Any] | None = None
+    notes: list[str] = field(default_factory=list)
 
 
 def _rank_of_stacks(item: _File, pids: dict[int, int]) -> int | None:
@@ -406,13 +437,16 @@ def _gather(files: Sequence[_File]) -> dict[int, _Acc]:
         elif item.kind == "stacks":
             a.stacks.extend(item.data)
         else:
-            a.capture = item.data
+            if a.capture is None:
+                a.capture = item.data
+            else:  # files are in name order: the first is kept, the others named
+                a.notes.append(f"another capture file, {item.shown}, left out")
     return acc
 
 
 def _evidence(rank: int, a: _Acc) -> RankEvidence:
     cap = a.capture or {}
-    notes = [str(n) for n in cap.get("notes") or () if isinstance(n, str)]
+    notes = [str(n) for n in cap.get("notes") or () if isinstance(n, str)] + a.notes
     fr = None
     if a.dumps:
         best = max(a.dumps, key=lambda d: (len(d.data.get("entries") or ()), d.shown))

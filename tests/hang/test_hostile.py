@@ -380,3 +380,9 @@ def test_the_memo_walk_reads_opcodes_as_pickletools_does(seed, edits, put):
         assert walked is not None and walked[0] == found
     elif walked is not None:
         assert walked[0] >= stopped and walked[1] > len(blob) // 2
+
+
+def test_a_real_pickle_cut_anywhere_is_one_located_error():
+    for cut in range(len(GOOD_PICKLE)):
+        with pytest.raises(HangEvidenceError, match=r"^cut_rank_0: (byte \d+: )?"):
+            parse_dump(GOOD_PICKLE[:cut], name="cut_rank_0")

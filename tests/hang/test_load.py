@@ -266,3 +266,54 @@ def test_ranks_without_evidence_are_one_line_and_one_json_field(tmp_path, run_cl
     assert [e["rank"] for e in data["evidence"]] == [0, 1000]
     assert data["no_evidence"] == "1-999,1001,1002"
     assert HangReport.from_dict(data).world_size == 1003
+
+
+# --- odd inputs: each a clear answer, never a traceback or a wrong verdict ---------------------
+
+
+def test_a_world_size_below_the_evidence_is_refused(run_cli):
+    # --world-size 1 once hid ranks 1 and 2: "every rank ... entered all_reduce #4", no culprit.
+    code, out, err = run_cli("hang", "analyze", SLEEP, "--world-size", "2")
+    assert (code, out) == (ExitCode.USAGE, "")
+    assert err == "Error: world_size 2: the evidence names rank 2, past the world\n"
+    code, out, _ = run_cli("hang", "analyze", SLEEP, "--world-size", "3")
+    assert code == ExitCode.OK and out.startswith("hang: rank 2 (node vm) never reached")
+
+
+def test_a_file_reached_twice_is_read_once(tmp_path, run_cli):
+    dump = SLEEP / "hang" / "fr_0.json"
+    evidence = load_evidence([SLEEP, SLEEP, dump])
+    assert [len(e.files) for e in evidence] == [len(e.files) for e in load_evidence([SLEEP])]
+    assert not any("2 dumps" in n for e in evidence for n in e.notes)
+    code, _, err = run_cli("hang", "analyze", dump, dump)
+    assert (code, err) == (ExitCode.OK, "")
+
+
+def test_a_second_capture_of_a_rank_is_named_in_a_note(tmp_path):
+    shutil.copy(SLEEP / "hang" / "fr_0.json", tmp_path / "fr_0.json")
+    (tmp_path / "capture_0.json").write_text(json.dumps({"rank": 0, "pid": 5, "host": "a"}))
+    (tmp_path / "capture_0b.json").write_text(json.dumps({"rank": 0, "pid": 6, "host": "b"}))
+    (evidence,) = load_evidence([tmp_path])
+    assert (evidence.host, evidence.pid) == ("a", 5)
+    assert "another capture file, capture_0b.json, left out" in evidence.notes
+
+
+@pytest.mark.parametrize("rank", ["1", -1, 10**30, None, True])
+def test_a_capture_whose_rank_is_no_rank_is_an_error(tmp_path, rank):
+    shutil.copy(SLEEP / "hang" / "fr_0.json", tmp_path / "fr_0.json")
+    (tmp_path / "capture_1.json").write_text(json.dumps({"rank": rank, "pid": 5}))
+    with pytest.raises(HangEvidenceError, match=r"^capture_1\.json: a capture file whose rank "):
+        load_evidence([tmp_path])
+
+
+def test_links_that_loop_are_passed_over_or_named(tmp_path, run_cli):
+    shutil.copy(SLEEP / "hang" / "fr_0.json", tmp_path / "fr_0.json")
+    (tmp_path / "self").symlink_to(tmp_path)
+    (tmp_path / "rank1").symlink_to(tmp_path)  # as a rank's own folder would be named
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    (evidence,) = load_evidence([tmp_path])
+    assert evidence.files == ("fr_0.json",)
+    code, out, err = run_cli("hang", "analyze", tmp_path / "a")
+    assert (code, out) == (ExitCode.USAGE, "")
+    assert err == f"Error: {tmp_path / 'a'}: a link to nothing (a loop, or its target is gone)\n"
