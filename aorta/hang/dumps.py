@@ -16,9 +16,9 @@ costs nothing (and is never expanded: do not ``json.dumps`` a dump from an untru
 A pickle's memo is bounded too: the C unpickler sizes its memo table by the largest index a
 ``PUT`` or ``LONG_BINPUT`` names (twice it, 8 bytes a slot, zeroed: 9 bytes naming index 2**31
 take 32 GiB), so every pickle is walked before it is unpickled (:func:`_memo_walk`, a regular
-expression over its opcodes: ~8 ms a MiB, 0.23 s for the 30 MiB of 64 ranks' pickles that take
-0.49 s to unpickle), and one whose memo index passes half its size — more than a pickler that numbers its memo from 0, as PyTorch's and
-Python's do, can reach — is refused unread.
+expression over its opcodes: ~8 ms a MiB, 0.23 s for the 30 MiB of 64 ranks' pickles that
+take 0.49 s to unpickle), and one whose memo index passes half its size — more than a pickler
+that numbers its memo from 0, as PyTorch's and Python's do, can reach — is refused unread.
 Parsing runs with the cyclic garbage collector paused (:func:`paused_gc`): a 2,000-entry dump
 is ~100,000 acyclic containers, and collections triggered while they are built cost four
 times the parse.
