@@ -207,7 +207,7 @@ def parse_dump(data: bytes, *, name: str = "<dump>") -> dict[str, Any]:
     >>> parse_dump(blob[:-9], name="nccl_trace_rank_0")
     Traceback (most recent call last):
     ...
-    aorta.errors.HangEvidenceError: nccl_trace_rank_0: byte 44: truncated pickle (expected 17 bytes in a \
+    aorta.errors.HangEvidenceError: nccl_trace_rank_0: byte 45: truncated pickle (expected 17 bytes in a \
 unicodestring1, but only 15 remain)
     """
     if len(data) > MAX_DUMP_BYTES:
@@ -382,11 +382,11 @@ def _memo_walk(data: bytes) -> tuple[int, int, str] | None:
     top = min(bound // 2**16, 256)
     run = _run((1 << (top.bit_length() - 1)) - 1 if top else -1)
     pos = 0
-    while True:
+    while pos < end:  # a length may point far past the end (2**64 - 1 bytes)
         match = run.match(data, pos)
         pos = match.end() if match else pos
         if pos >= end:
-            return None
+            break
         op, at = data[pos], pos + 1
         width = _WIDTH[op]
         if width is None or op == 0x2E:  # unknown (the unpickler fails here) or STOP
@@ -416,6 +416,7 @@ def _memo_walk(data: bytes) -> tuple[int, int, str] | None:
             if count < 0:
                 return None
             pos = at + size + count
+    return None
 
 
 def _pickle(data: bytes, name: str) -> Any:
@@ -449,7 +450,7 @@ def _first_global(data: bytes) -> int:
         for op, _arg, pos in pickletools.genops(data):
             if op.name in _GLOBAL_OPS:
                 return pos or 0
-    except ValueError:
+    except (ValueError, OverflowError):  # OverflowError: a length of 2**63 bytes or more
         pass
     return 0
 
@@ -465,9 +466,10 @@ def _locate(data: bytes) -> tuple[int, str | None]:
                 calls = pos or 0
             if op.name == "STOP":
                 return (calls if calls is not None else pos or 0), None
-    except ValueError as exc:
-        text = str(exc)
-        words = ("but only", "no newline", "truncat", "remain", "not enough data")
+    except (ValueError, OverflowError) as exc:
+        # pickletools reads a length of 2**63 bytes or more (BINUNICODE8) as an OverflowError.
+        text = "a length past any file" if isinstance(exc, OverflowError) else str(exc)
+        words = ("but only", "no newline", "truncat", "remain", "not enough data", "past any")
         truncated = any(w in text for w in words)
         pos = _last_readable(data)
         return pos, f"{'truncated' if truncated else 'malformed'} pickle ({text})"
@@ -475,11 +477,13 @@ def _locate(data: bytes) -> tuple[int, str | None]:
 
 
 def _last_readable(data: bytes) -> int:
-    """The offset of the opcode pickletools cannot read."""
+    """The offset of the opcode pickletools cannot read: where the last one it read ends (its
+    start was named before, one opcode early: a cut string's MEMOIZE, not the string)."""
+    stream = io.BytesIO(data)
     last = 0
     try:
-        for _op, _arg, pos in pickletools.genops(data):
-            last = pos or 0
-    except ValueError:
+        for _op in pickletools.genops(stream):
+            last = stream.tell()
+    except (ValueError, OverflowError):
         pass
     return last

@@ -250,21 +250,14 @@ def _is_stacks(value: Any) -> bool:
     )
 
 
-def _is_capture(value: Any, shown: str) -> bool:
-    """A capture file: ``rank`` and one of ``pid``/``host``/``notes``/``exited``; one whose
-    rank is no rank (``"1"``, ``-1``) is an error, not passed over: its stacks would lose their
-    owner, and a folder's ranks their pids."""
-    if not isinstance(value, dict) or "rank" not in value or not (_CAPTURE_KEYS & set(value)):
-        return False
-    if DUMP_KEYS & set(value):
-        return False
-    rank = value["rank"]
-    if isinstance(rank, int) and not isinstance(rank, bool) and 0 <= rank <= MAX_RANK:
-        return True
-    shown_rank = repr(rank)[:40] if not isinstance(rank, int) or rank.bit_length() < 64 else "?"
-    raise HangEvidenceError(
-        f"{shown}: a capture file whose rank {shown_rank} is no rank (a whole number from 0 "
-        f"to {MAX_RANK})"
+def _is_capture(value: Any) -> bool:
+    rank = value.get("rank") if isinstance(value, dict) else None
+    return (
+        isinstance(rank, int)
+        and not isinstance(rank, bool)
+        and 0 <= rank <= MAX_RANK
+        and bool(_CAPTURE_KEYS & set(value))
+        and not (DUMP_KEYS & set(value))
     )
 
 
@@ -303,7 +296,7 @@ def _classify(path: Path, shown: str, *, named: bool, charge: _Charge) -> _File 
         value = _json_or_none(path, shown, charge)
         if _is_stacks(value):
             return _File("stacks", path, shown, rank, value)
-        if _is_capture(value, shown):
+        if _is_capture(value):
             return _File("capture", path, shown, value["rank"], value)
         if value is not None:
             if named:

@@ -346,7 +346,7 @@ def _reference(data: bytes) -> tuple[int | None, int]:
         for op, arg, pos in pickletools.genops(data):
             if op.name in ("PUT", "LONG_BINPUT") and arg > len(data) // 2:
                 return pos, pos
-    except ValueError:
+    except (ValueError, OverflowError):  # OverflowError: a length of 2**63 bytes or more
         pass
     return None, pos
 
@@ -386,3 +386,14 @@ def test_a_real_pickle_cut_anywhere_is_one_located_error():
     for cut in range(len(GOOD_PICKLE)):
         with pytest.raises(HangEvidenceError, match=r"^cut_rank_0: (byte \d+: )?"):
             parse_dump(GOOD_PICKLE[:cut], name="cut_rank_0")
+
+
+@pytest.mark.parametrize("op", [b"\x8d", b"\x8e", b"\x96"])  # BINUNICODE8, BINBYTES8, BYTEARRAY8
+@pytest.mark.parametrize("length", [2**31, 2**63 + 5, 2**64 - 1])
+def test_a_length_past_any_file_is_one_located_error(op, length):
+    # 2**63 and up once overflowed the memo walk (OverflowError, a traceback).
+    blob = b"\x80\x05}" + op + length.to_bytes(8, "little") + b"abc"
+    with pytest.raises(
+        HangEvidenceError, match=r"^len_rank_0: byte 3: (truncated|malformed) pickle"
+    ):
+        parse_dump(blob, name="len_rank_0")
