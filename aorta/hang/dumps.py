@@ -17,8 +17,9 @@ A pickle's memo is bounded too: the C unpickler sizes its memo table by the larg
 ``PUT`` or ``LONG_BINPUT`` names (twice it, 8 bytes a slot, zeroed: 9 bytes naming index 2**31
 take 32 GiB), so every pickle is walked before it is unpickled (:func:`_memo_walk`, a regular
 expression over its opcodes: ~8 ms a MiB, 0.23 s for the 30 MiB of 64 ranks' pickles that
-take 0.49 s to unpickle), and one whose memo index passes half its size — more than a pickler
-that numbers its memo from 0, as PyTorch's and Python's do, can reach — is refused unread.
+take 0.49 s to unpickle), and one whose memo index passes :func:`memo_bound` (256 and a quarter
+of its size: more than a pickler that numbers its memo from 0, as PyTorch's and Python's do,
+can reach) is refused unread.
 Parsing runs with the cyclic garbage collector paused (:func:`paused_gc`): a 2,000-entry dump
 is ~100,000 acyclic containers, and collections triggered while they are built cost four
 times the parse.
@@ -59,6 +60,7 @@ __all__ = [
     "JSONProblem",
     "decode_json",
     "dump_kind",
+    "memo_bound",
     "parse_dump",
     "paused_gc",
     "read_cost",
@@ -363,21 +365,35 @@ def _json(data: bytes, name: str) -> Any:
         raise HangEvidenceError(f"{name}: byte {exc.pos}: {where} ({exc.problem})") from None
 
 
+def memo_bound(size: int) -> int:
+    """The largest memo index a ``PUT`` or ``LONG_BINPUT`` of a pickle of ``size`` bytes may
+    name: 256 and a quarter of the size.
+
+    A pickler numbers its memo from 0, one entry per object it stores: below 256 with a
+    ``BINPUT`` (of any pickle: a table of 4 kB at most), past it with a ``LONG_BINPUT`` of 5
+    bytes (or a ``PUT`` of as many) after the object's own opcode, so no pickle a pickler
+    wrote names more. The table (twice the index, 8 bytes a slot) is then at most 4 bytes a
+    byte of pickle, within what :func:`read_cost` charges the cheapest opcodes
+    (``tests/hang/test_bounds.py`` measures it).
+
+    >>> memo_bound(9), memo_bound(2**20)
+    (258, 262400)
+    """
+    return 256 + size // 4
+
+
 def _memo_walk(data: bytes) -> tuple[int, int, str] | None:
-    """The first memo index past half the pickle's size: ``(byte, index, opcode)``; ``None``
+    """The first memo index past :func:`memo_bound`: ``(byte, index, opcode)``; ``None``
     when there is none before the pickle stops or stops being readable (where the unpickler
     fails too, before it stores anything further).
 
     The walk reads opcodes exactly as the unpickler does (the same table, pickletools'), so a
-    string that holds ``r`` is never taken for an opcode. A pickler numbers its memo from 0,
-    one entry per object, and every object takes at least one byte besides the opcode that
-    stores it: half the size is the most a pickle can number, and a memo table of 8 bytes a
-    byte of pickle is within what :func:`read_cost` charges.
+    string that holds ``r`` is never taken for an opcode.
 
     >>> _memo_walk(b"\\x80\\x02}q\\x00."), _memo_walk(b"\\x80\\x02}r\\x00\\x00\\x00\\x80.")
     (None, (3, 2147483648, 'LONG_BINPUT'))
     """
-    bound, end = len(data) // 2, len(data)
+    bound, end = memo_bound(len(data)), len(data)
     # The largest LONG_BINPUT the run may step over: a third byte of 2**k - 1 within the bound.
     top = min(bound // 2**16, 256)
     run = _run((1 << (top.bit_length() - 1)) - 1 if top else -1)
@@ -425,7 +441,7 @@ def _pickle(data: bytes, name: str) -> Any:
         at, index, op = sparse
         table = f" (its memo table alone would take {_size(16 * index)})" if index >= 2**16 else ""
         raise HangEvidenceError(
-            f"{name}: byte {at}: {op} names memo index {index:,}, past the {len(data) // 2:,} "
+            f"{name}: byte {at}: {op} names memo index {index:,}, past the {memo_bound(len(data)):,} "
             f"a pickle of {len(data):,} bytes can number (a dump numbers its memo from 0); "
             f"refused before unpickling{table}"
         )

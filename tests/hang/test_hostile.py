@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from aorta.errors import ExitCode, HangEvidenceError
 from aorta.hang import MAX_DUMP_BYTES, RankEvidence, analyze, load_evidence, parse_dump
+from aorta.hang.dumps import memo_bound
 from tests.hang.synth import HANG_DATA
 
 GOOD_PICKLE = (HANG_DATA / "pickle" / "fr_trace_rank_0").read_bytes()
@@ -289,17 +290,17 @@ def test_the_command_names_the_sparse_memo_in_one_line(tmp_path, run_cli):
     code, out, err = run_cli("hang", "analyze", path)
     assert (code, out) == (ExitCode.USAGE, "")
     assert err == (
-        f"Error: {path}: byte 3: LONG_BINPUT names memo index 2,147,483,648, past the 4 a pickle "
+        f"Error: {path}: byte 3: LONG_BINPUT names memo index 2,147,483,648, past the 258 a pickle "
         "of 9 bytes can number (a dump numbers its memo from 0); refused before unpickling (its "
         "memo table alone would take 32.0 GiB)\n"
     )
 
 
 def _first_sparse(data: bytes) -> int | None:
-    """The reference: pickletools' reading of the first memo index past half the size."""
+    """The reference: pickletools' reading of the first memo index past the bound."""
     try:
         for op, arg, pos in pickletools.genops(data):
-            if op.name in ("PUT", "LONG_BINPUT") and arg > len(data) // 2:
+            if op.name in ("PUT", "LONG_BINPUT") and arg > memo_bound(len(data)):
                 return pos
     except ValueError:
         pass
@@ -340,11 +341,11 @@ def test_no_honest_pickle_is_refused_for_its_memo(value, protocol):
 
 
 def _reference(data: bytes) -> tuple[int | None, int]:
-    """pickletools' reading: the first memo index past half the size, and where it stops."""
+    """pickletools' reading: the first memo index past the bound, and where it stops."""
     pos = 0
     try:
         for op, arg, pos in pickletools.genops(data):
-            if op.name in ("PUT", "LONG_BINPUT") and arg > len(data) // 2:
+            if op.name in ("PUT", "LONG_BINPUT") and arg > memo_bound(len(data)):
                 return pos, pos
     except (ValueError, OverflowError):  # OverflowError: a length of 2**63 bytes or more
         pass
@@ -379,7 +380,7 @@ def test_the_memo_walk_reads_opcodes_as_pickletools_does(seed, edits, put):
     if found is not None:
         assert walked is not None and walked[0] == found
     elif walked is not None:
-        assert walked[0] >= stopped and walked[1] > len(blob) // 2
+        assert walked[0] >= stopped and walked[1] > memo_bound(len(blob))
 
 
 def test_a_real_pickle_cut_anywhere_is_one_located_error():
