@@ -94,7 +94,10 @@ def _run(rd: RunDir, *, as_json: bool, world_size: int | None, budget: int) -> i
 
 
 def _analyze(evidence: list[hang.RankEvidence], world_size: int | None) -> hang.HangReport:
-    try:
-        return hang.analyze(evidence, world_size=world_size)
-    except ValueError as exc:  # a --world-size the evidence contradicts: bad input
-        raise UsageError(str(exc)) from None
+    # A world smaller than the evidence would hide the ranks past it (a culprit among them):
+    # the user's number contradicts the files, bad input. (The library keeps taking it: a
+    # capture's aorta world may be smaller than the job its ranks launched.)
+    top = max((e.rank for e in evidence), default=-1)
+    if world_size is not None and top >= world_size:
+        raise UsageError(f"--world-size {world_size}: the evidence names rank {top}, past it")
+    return hang.analyze(evidence, world_size=world_size)

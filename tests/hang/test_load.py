@@ -275,7 +275,7 @@ def test_a_world_size_below_the_evidence_is_refused(run_cli):
     # --world-size 1 once hid ranks 1 and 2: "every rank ... entered all_reduce #4", no culprit.
     code, out, err = run_cli("hang", "analyze", SLEEP, "--world-size", "2")
     assert (code, out) == (ExitCode.USAGE, "")
-    assert err == "Error: world_size 2: the evidence names rank 2, past the world\n"
+    assert err == "Error: --world-size 2: the evidence names rank 2, past it\n"
     code, out, _ = run_cli("hang", "analyze", SLEEP, "--world-size", "3")
     assert code == ExitCode.OK and out.startswith("hang: rank 2 (node vm) never reached")
 
