@@ -16,7 +16,7 @@ costs nothing (and is never expanded: do not ``json.dumps`` a dump from an untru
 A pickle's memo is bounded too: the C unpickler sizes its memo table by the largest index a
 ``PUT`` or ``LONG_BINPUT`` names (twice it, 8 bytes a slot, zeroed: 9 bytes naming index 2**31
 take 32 GiB), so every pickle is walked before it is unpickled (:func:`_memo_walk`, a regular
-expression over its opcodes: ~8 ms a MiB, 0.23 s for the 30 MiB of 64 ranks' pickles that
+expression over its opcodes: ~7 ms a MiB, 0.22 s for the 30 MiB of 64 ranks' pickles that
 take 0.49 s to unpickle), and one whose memo index passes :func:`memo_bound` (256 and a quarter
 of its size: more than a pickler that numbers its memo from 0, as PyTorch's and Python's do,
 can reach) is refused unread.
@@ -93,14 +93,56 @@ def _opcode_widths() -> list[int | None]:
 _WIDTH = _opcode_widths()
 
 
+def _byte_range(low: int, high: int) -> bytes:
+    return b"[" + re.escape(bytes([low])) + b"-" + re.escape(bytes([high])) + b"]"
+
+
+def _at_most_uint4(bound: int) -> bytes:
+    """A pattern for the 4-byte little-endian numbers 0 to ``bound``: below it in one byte
+    (the higher ones equal, any lower ones), or equal.
+
+    >>> import re
+    >>> [bool(re.fullmatch(_at_most_uint4(300), n.to_bytes(4, "little"), re.DOTALL))
+    ...  for n in (0, 255, 299, 300, 301, 2**16, 2**31)]
+    [True, True, True, True, False, False, False]
+    """
+    low = bound.to_bytes(4, "little")
+    alts = [
+        b"." * i + _byte_range(0, low[i] - 1) + re.escape(low[i + 1 :])
+        for i in range(3, -1, -1)
+        if low[i]
+    ]
+    return b"(?:" + b"|".join([*alts, re.escape(low)]) + b")"
+
+
+def _at_most_decimal(bound: int) -> bytes:
+    """A pattern for the numbers 0 to ``bound`` in plain digits (no sign, space or leading 0).
+
+    >>> import re
+    >>> [bool(re.fullmatch(_at_most_decimal(256), n)) for n in (b"0", b"9", b"99", b"199",
+    ...                                                          b"249", b"256", b"257", b"300",
+    ...                                                          b"1000", b"01", b" 1")]
+    [True, True, True, True, True, True, False, False, False, False, False]
+    """
+    text = str(bound).encode()
+    alts = [b"0"] + ([b"[1-9][0-9]{0,%d}" % (len(text) - 2)] if len(text) > 1 else [])
+    for i, digit in enumerate(text):
+        first = 0x31 if i == 0 else 0x30  # no leading 0
+        if digit > first:
+            alts.append(
+                text[:i] + _byte_range(first, digit - 1) + b"[0-9]{%d}" % (len(text) - i - 1)
+            )
+    return b"(?:" + b"|".join([*alts, text]) + b")"
+
+
 @functools.cache
-def _run(top: int) -> re.Pattern[bytes]:
-    """A pattern that steps over a run of opcodes which cannot name a memo index past the
-    bound, at C speed: any opcode but STOP, PUT and LONG_BINPUT of a fixed width, of a line,
-    or with a length below 256; with ``top`` >= 0 also a LONG_BINPUT whose index's third byte
-    is at most ``top`` (an index below ``(top + 1) * 65536``) and a PUT below 10,000. What it
-    does not take, :func:`_memo_walk` reads one opcode at a time. Compiled when first needed
-    (~25 ms), once for each of the ten values of ``top`` it is called with."""
+def _run(bound: int) -> re.Pattern[bytes]:
+    """A pattern that steps over a run of opcodes which cannot name a memo index past
+    ``bound``, at C speed: any opcode but STOP of a fixed width, of a line, or with a length
+    below 256, and a LONG_BINPUT or a PUT (in plain digits) of an index at most ``bound``.
+    What it does not take, :func:`_memo_walk` reads one opcode at a time (~0.5 µs: a long
+    string, the end, or what it refuses). Compiled when first needed (~25 ms), once for each
+    bound (:func:`memo_bound` has few)."""
     fixed: dict[int, list[bytes]] = {0: [], 1: [], 2: [], 4: [], 8: []}
     lines: list[bytes] = []
     counted: dict[int, list[bytes]] = {-2: [], -3: [], -4: [], -5: []}
@@ -124,13 +166,12 @@ def _run(top: int) -> re.Pattern[bytes]:
     # The most frequent first (a dump is mostly BINGETs, memo entries and short strings): a
     # quarter faster than in the order of the widths.
     parts = [one_of(fixed[1]) + b".", one_of(fixed[0]), one_of(counted[-2]) + sized(0)]
-    parts += [one_of(counted[-3] + counted[-4]) + sized(3)]
+    parts += [one_of(counted[-3] + counted[-4]) + sized(3), b"r" + _at_most_uint4(bound)]
     parts += [one_of(fixed[n]) + b".{%d}" % n for n in (2, 4, 8)]
     parts.append(one_of([c for c in lines if c not in (b"c", b"i")]) + b"[^\n]*+\n")
     parts.append(b"[ci][^\n]*+\n[^\n]*+\n")  # GLOBAL and INST: two lines
     parts.append(one_of(counted[-5]) + sized(7))
-    if top >= 0:
-        parts += [b"r..[\0-" + re.escape(bytes([top])) + b"]\0", b"p[0-9]{1,4}\n"]
+    parts.append(b"p" + _at_most_decimal(bound) + b"\n")
     return re.compile(b"(?:" + b"|".join(parts) + b")*+", re.DOTALL)
 
 
@@ -367,23 +408,27 @@ def _json(data: bytes, name: str) -> Any:
 
 def memo_bound(size: int) -> int:
     """The largest memo index a ``PUT`` or ``LONG_BINPUT`` of a pickle of ``size`` bytes may
-    name: 256 and a quarter of the size.
+    name: 256 and a quarter of the size, rounded down to four significant bits.
 
     A pickler numbers its memo from 0, one entry per object it stores: below 256 with a
     ``BINPUT`` (of any pickle: a table of 4 kB at most), past it with a ``LONG_BINPUT`` of 5
     bytes (or a ``PUT`` of as many) after the object's own opcode, so no pickle a pickler
-    wrote names more. The table (twice the index, 8 bytes a slot) is then at most 4 bytes a
-    byte of pickle, within what :func:`read_cost` charges the cheapest opcodes
-    (``tests/hang/test_bounds.py`` measures it).
+    wrote names more than 256 and a sixth of its size. The table (twice the index, 8 bytes a
+    slot) is then at most 4 bytes a byte of pickle, within what :func:`read_cost` charges the
+    cheapest opcodes (``tests/hang/test_bounds.py`` measures it). Rounded, the bounds are few
+    (eight a doubling of size), and the walk's pattern for each is compiled once.
 
-    >>> memo_bound(9), memo_bound(2**20)
-    (258, 262400)
+    >>> memo_bound(9), memo_bound(2**20), memo_bound(32 * 2**20)
+    (256, 262144, 8388608)
     """
-    return 256 + size // 4
+    bound = 256 + size // 4
+    shift = max(bound.bit_length() - 4, 0)
+    return (bound >> shift) << shift
 
 
 def _memo_walk(data: bytes) -> tuple[int, int, str] | None:
-    """The first memo index past :func:`memo_bound`: ``(byte, index, opcode)``; ``None``
+    """The first memo index past :func:`memo_bound`: ``(byte, index, opcode)`` (index -1: a
+    PUT's index not in plain digits); ``None``
     when there is none before the pickle stops or stops being readable (where the unpickler
     fails too, before it stores anything further).
 
@@ -394,9 +439,7 @@ def _memo_walk(data: bytes) -> tuple[int, int, str] | None:
     (None, (3, 2147483648, 'LONG_BINPUT'))
     """
     bound, end = memo_bound(len(data)), len(data)
-    # The largest LONG_BINPUT the run may step over: a third byte of 2**k - 1 within the bound.
-    top = min(bound // 2**16, 256)
-    run = _run((1 << (top.bit_length() - 1)) - 1 if top else -1)
+    run = _run(bound)
     pos = 0
     while pos < end:  # a length may point far past the end (2**64 - 1 bytes)
         match = run.match(data, pos)
@@ -419,11 +462,14 @@ def _memo_walk(data: bytes) -> tuple[int, int, str] | None:
             if eol < 0:
                 return None
             if op == 0x70:  # PUT
-                try:
-                    index = int(data[at:eol])
-                except ValueError:
-                    return None  # the unpickler refuses it as well, storing nothing
-                if index > bound:
+                line = data[at:eol]
+                # A pickler writes the index in plain digits; the unpickler also takes " 1",
+                # "+1", "01", "1_0" (int()'s forms), which the run does not: were they read
+                # here one at a time, 32 MiB of them would take 7 s. No pickler writes them:
+                # refused (as -1).
+                if not (line.isdigit() and line.isascii()) or line[:1] == b"0" != line:
+                    return pos, -1, "PUT"
+                if (index := int(line)) > bound:
                     return pos, index, "PUT"
             pos = eol + 1
         else:  # a length of 1, 4 (signed, or not) or 8 bytes, then that many bytes
@@ -439,6 +485,11 @@ def _pickle(data: bytes, name: str) -> Any:
     sparse = _memo_walk(data)
     if sparse is not None:
         at, index, op = sparse
+        if index < 0:
+            raise HangEvidenceError(
+                f"{name}: byte {at}: PUT names its memo index in other than plain digits, as no "
+                "pickler writes it; refused before unpickling"
+            )
         table = f" (its memo table alone would take {_size(16 * index)})" if index >= 2**16 else ""
         raise HangEvidenceError(
             f"{name}: byte {at}: {op} names memo index {index:,}, past the {memo_bound(len(data)):,} "

@@ -290,7 +290,7 @@ def test_the_command_names_the_sparse_memo_in_one_line(tmp_path, run_cli):
     code, out, err = run_cli("hang", "analyze", path)
     assert (code, out) == (ExitCode.USAGE, "")
     assert err == (
-        f"Error: {path}: byte 3: LONG_BINPUT names memo index 2,147,483,648, past the 258 a pickle "
+        f"Error: {path}: byte 3: LONG_BINPUT names memo index 2,147,483,648, past the 256 a pickle "
         "of 9 bytes can number (a dump numbers its memo from 0); refused before unpickling (its "
         "memo table alone would take 32.0 GiB)\n"
     )
@@ -380,7 +380,12 @@ def test_the_memo_walk_reads_opcodes_as_pickletools_does(seed, edits, put):
     if found is not None:
         assert walked is not None and walked[0] == found
     elif walked is not None:
-        assert walked[0] >= stopped and walked[1] > memo_bound(len(blob))
+        at, index, _ = walked
+        # A PUT in other than plain digits (" 1", "01"), which no pickler writes, is refused
+        # as -1 wherever it is; anything else only past a broken opcode.
+        assert (index == -1 and blob[at] == ord("p")) or (
+            at >= stopped and index > memo_bound(len(blob))
+        )
 
 
 def test_a_real_pickle_cut_anywhere_is_one_located_error():
@@ -398,3 +403,11 @@ def test_a_length_past_any_file_is_one_located_error(op, length):
         HangEvidenceError, match=r"^len_rank_0: byte 3: (truncated|malformed) pickle"
     ):
         parse_dump(blob, name="len_rank_0")
+
+
+@pytest.mark.parametrize("index", [b" 1", b"+1", b"01", b"1_0", b"\xd9\xa1"])
+def test_a_put_index_no_pickler_writes_is_refused(index):
+    # The unpickler takes int()'s forms; the walk would read each one at a time (32 MiB of
+    # them, seconds), so they are refused: no pickler writes them.
+    with pytest.raises(HangEvidenceError, match=r"^p_rank_0: byte 3: PUT names its memo index in"):
+        parse_dump(b"\x80\x02}p" + index + b"\n.", name="p_rank_0")
