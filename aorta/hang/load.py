@@ -25,6 +25,9 @@ In a folder, files that are none of these (a profiler trace, a recipe, binary da
 passed over; a file named on the command line must be evidence. A dump that cannot be read
 (truncated, too large, a pickle naming a global) is an error either way: one
 :class:`~aorta.errors.HangEvidenceError` naming it.
+A path given that holds nothing at all (an empty file, a folder of empty logs) is named: an
+error when no path holds anything, a warning beside evidence. A file reached twice (named
+twice, or named and in a folder named) is read once.
 
 Memory is bounded as a whole, not only per file: before a file is read it is charged an
 upper bound of what it takes in memory (:func:`~aorta.hang.dumps.read_cost`, up to 72 times
@@ -486,6 +489,12 @@ def load_evidence(
         A path does not exist; a file named is not evidence; a dump is truncated, too
         large, or a pickle naming a global; a dump or stacks file has no rank; nothing in
         ``paths`` is evidence; reading the next file would pass ``max_memory``.
+
+    Warns
+    -----
+    AortaWarning
+        A path that holds no dump, stacks or log lines (an empty file, a folder of empty
+        logs) while others do: it is left out, named (when none holds any, the error above).
 
     Examples
     --------
