@@ -67,9 +67,9 @@ def analyze(
     # freed (when analyze returns), no collection ever walks them (~0.7 CPU-s for 64 ranks).
     with paused_gc():
         evidence = hang.load_evidence(paths, max_memory=budget)
-        report = hang.analyze(evidence, world_size=world_size)
+        report = _analyze(evidence, world_size)
     if as_json:
-        print(json.dumps(report.to_dict(), indent=2))
+        print(json.dumps(hang.json_ready(report), indent=2))
     else:
         print(hang.text(report))
     return ExitCode.OK
@@ -83,10 +83,21 @@ def _run(rd: RunDir, *, as_json: bool, world_size: int | None, budget: int) -> i
     for folder in trials:
         with paused_gc():
             evidence = hang.load_evidence([folder], max_memory=budget)
-            report = hang.analyze(evidence, world_size=world_size)
+            report = _analyze(evidence, world_size)
         found.append((folder.relative_to(rd.path).as_posix(), report))
     if as_json:
-        print(json.dumps({"trials": [{"trial": t, **r.to_dict()} for t, r in found]}, indent=2))
+        reports = [{"trial": t, **hang.json_ready(r)} for t, r in found]
+        print(json.dumps({"trials": reports}, indent=2))
     else:
         print("\n\n".join(f"{t}\n{hang.text(r)}" for t, r in found))
     return ExitCode.OK
+
+
+def _analyze(evidence: list[hang.RankEvidence], world_size: int | None) -> hang.HangReport:
+    # A world smaller than the evidence would hide the ranks past it (a culprit among them):
+    # the user's number contradicts the files, bad input. (The library keeps taking it: a
+    # capture's aorta world may be smaller than the job its ranks launched.)
+    top = max((e.rank for e in evidence), default=-1)
+    if world_size is not None and top >= world_size:
+        raise UsageError(f"--world-size {world_size}: the evidence names rank {top}, past it")
+    return hang.analyze(evidence, world_size=world_size)

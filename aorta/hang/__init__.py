@@ -26,7 +26,7 @@ from .model import (
     RankEvidence,
     Variant,
 )
-from .render import text
+from .render import json_ready, text
 
 __all__ = [
     "MAX_DUMP_BYTES",
@@ -41,6 +41,7 @@ __all__ = [
     "RankEvidence",
     "Variant",
     "analyze",
+    "json_ready",
     "load_evidence",
     "parse_dump",
     "paused_gc",

@@ -25,6 +25,9 @@ In a folder, files that are none of these (a profiler trace, a recipe, binary da
 passed over; a file named on the command line must be evidence. A dump that cannot be read
 (truncated, too large, a pickle naming a global) is an error either way: one
 :class:`~aorta.errors.HangEvidenceError` naming it.
+A path given that holds nothing at all (an empty file, a folder of empty logs) is named: an
+error when no path holds anything, a warning beside evidence. A file reached twice (named
+twice, or named and in a folder named) is read once.
 
 Memory is bounded as a whole, not only per file: before a file is read it is charged an
 upper bound of what it takes in memory (:func:`~aorta.hang.dumps.read_cost`, up to 72 times
@@ -38,12 +41,13 @@ from __future__ import annotations
 import functools
 import os
 import re
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from aorta.errors import HangEvidenceError
+from aorta.errors import AortaWarning, HangEvidenceError
 
 from .dumps import (
     DUMP_KEYS,
@@ -87,6 +91,8 @@ MAX_MEMORY = _default_max_memory()
 ENTRY_COST = 400
 #: The largest py-spy or capture JSON read.
 MAX_SMALL_JSON = 64 * 2**20
+#: What a path that holds no evidence says (a file, or a folder and its subfolders).
+_NOTHING = "no flight-recorder dump, stacks or log lines found"
 #: Bytes read to tell what a file is.
 _SNIFF = 4096
 #: Extensions taken off a name before its trailing rank number is read.
@@ -113,6 +119,11 @@ class _File:
     data: Any = None
     lines: list[str] = field(default_factory=list)
     node: bool = False  # a node's file (``gpu_<host>.txt``): no rank's, whatever its name
+
+    @property
+    def evidence(self) -> bool:
+        """Whether it holds anything (an empty log, a healthy rank's stderr, holds nothing)."""
+        return self.kind != "log" or any(line.strip() for line in self.lines)
 
 
 def trailing_rank(name: str) -> int | None:
@@ -309,24 +320,56 @@ def _classify(path: Path, shown: str, *, named: bool, charge: _Charge) -> _File 
     return None
 
 
+def _first_time(path: Path, seen: set[tuple[int, int]]) -> bool:
+    """Whether ``path`` is a file not met before (by device and inode: the same file named
+    twice, or named and inside a folder named, is one rank's one dump, not two)."""
+    st = path.stat()
+    key = (st.st_dev, st.st_ino)
+    if key in seen:
+        return False
+    seen.add(key)
+    return True
+
+
 def _files(paths: Sequence[str | Path], budget: _Budget) -> list[_File]:
+    """Every file of ``paths`` that is evidence or a log (an empty one too: it is named in its
+    rank's files). A path that holds nothing is an error when no other path holds anything,
+    else a warning naming it: a user who names the wrong file must hear so."""
     found: list[_File] = []
+    barren: list[str] = []
+    seen: set[tuple[int, int]] = set()
     for given in paths:
         root = Path(given)
         if not root.exists():
-            raise HangEvidenceError(f"{given}: no such file or folder")
+            what = "a link to nothing (a loop, or its target is gone)"
+            raise HangEvidenceError(
+                f"{given}: {what if root.is_symlink() else 'no such file or folder'}"
+            )
+        items: list[_File | None] = []
+        again = 0  # files met before, under another path given
         if root.is_dir():
             for path in _walk(root):
-                shown = path.relative_to(root).as_posix()
-                charge = functools.partial(budget.charge, str(given), shown)
-                item = _classify(path, shown, named=False, charge=charge)
-                if item is not None:
-                    found.append(item)
-        else:
+                if _first_time(path, seen):
+                    shown = path.relative_to(root).as_posix()
+                    charge = functools.partial(budget.charge, str(given), shown)
+                    items.append(_classify(path, shown, named=False, charge=charge))
+                else:
+                    again += 1
+        elif _first_time(root, seen):
             charge = functools.partial(budget.charge, str(given), str(given))
-            item = _classify(root, str(given), named=True, charge=charge)
-            if item is not None:
-                found.append(item)
+            items.append(_classify(root, str(given), named=True, charge=charge))
+        else:
+            again += 1
+        if again and not items:
+            continue  # named again: what it holds is already counted
+        kept = [item for item in items if item is not None]
+        if not any(item.evidence for item in kept):
+            barren.append(str(given))
+        found.extend(kept)
+    if len(barren) == len(paths):
+        raise HangEvidenceError(f"{', '.join(barren)}: {_NOTHING}")
+    for where in barren:
+        warnings.warn(f"{where}: {_NOTHING}; left out", AortaWarning, stacklevel=3)
     return found
 
 
@@ -355,6 +398,7 @@ class _Acc:
     lines: list[str] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
     capture: dict[str, Any] | None = None
+    notes: list[str] = field(default_factory=list)
 
 
 def _rank_of_stacks(item: _File, pids: dict[int, int]) -> int | None:
@@ -389,13 +433,16 @@ def _gather(files: Sequence[_File]) -> dict[int, _Acc]:
         elif item.kind == "stacks":
             a.stacks.extend(item.data)
         else:
-            a.capture = item.data
+            if a.capture is None:
+                a.capture = item.data
+            else:  # files are in name order: the first is kept, the others named
+                a.notes.append(f"another capture file, {item.shown}, left out")
     return acc
 
 
 def _evidence(rank: int, a: _Acc) -> RankEvidence:
     cap = a.capture or {}
-    notes = [str(n) for n in cap.get("notes") or () if isinstance(n, str)]
+    notes = [str(n) for n in cap.get("notes") or () if isinstance(n, str)] + a.notes
     fr = None
     if a.dumps:
         best = max(a.dumps, key=lambda d: (len(d.data.get("entries") or ()), d.shown))
@@ -443,6 +490,12 @@ def load_evidence(
         large, or a pickle naming a global; a dump or stacks file has no rank; nothing in
         ``paths`` is evidence; reading the next file would pass ``max_memory``.
 
+    Warns
+    -----
+    AortaWarning
+        A path that holds no dump, stacks or log lines (an empty file, a folder of empty
+        logs) while others do: it is left out, named (when none holds any, the error above).
+
     Examples
     --------
     >>> import json, pathlib, tempfile
@@ -452,13 +505,12 @@ def load_evidence(
     >>> [(e.rank, e.fr is not None, e.files) for e in load_evidence([folder])]
     [(1, True, ('nccl_trace_rank_1', 'rank1.stderr.log'))]
     """
+    if not paths:
+        raise HangEvidenceError(f"no files or folders given: {_NOTHING}")
     with paused_gc():  # the dumps already read would be traversed at every collection
         files = sorted(_files(paths, _Budget(max_memory)), key=lambda f: f.shown)
     acc = _gather(files)
-    if not acc:
+    if not any(f.evidence for f in files) or not acc:
         where = ", ".join(str(p) for p in paths)
-        raise HangEvidenceError(
-            f"{where}: no hang evidence (flight-recorder dumps, py-spy stacks, capture files "
-            "or logs) in it or one folder down"
-        )
+        raise HangEvidenceError(f"{where}: {_NOTHING}")
     return [_evidence(rank, acc[rank]) for rank in sorted(acc)]

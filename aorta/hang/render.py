@@ -10,12 +10,13 @@ diverge, who waits, and where each culprit is::
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from aorta.text import printable
 
-from .model import CulpritFrame, GroupIncident, HangReport, Kind, Variant, rank_list
+from .model import CulpritFrame, EvidenceItem, GroupIncident, HangReport, Kind, Variant, rank_list
 
-__all__ = ["summary", "text"]
+__all__ = ["json_ready", "summary", "text"]
 
 
 def _who(ranks: Sequence[int], hosts: Sequence[str | None]) -> str:
@@ -303,7 +304,11 @@ def text(report: HangReport) -> str:
             )
     if report.evidence:
         lines += ["", "evidence"]
-        for e in report.evidence:
+        for run in _runs(report.evidence):
+            e = run[0]
+            if _nothing(e):  # a run of ranks with nothing is one line: 999 ranks, not 999 lines
+                lines.append(f"  {_words([r.rank for r in run])}  none")
+                continue
             who = " ".join(x for x in (e.host or "", f"pid {e.pid}" if e.pid else "") if x)
             gone = f"  exited ({_exit_text(e.exited)})" if e.exited is not None else ""
             lines.append(f"  rank {e.rank}  {', '.join(e.kinds)}{'  ' + who if who else ''}{gone}")
@@ -311,3 +316,48 @@ def text(report: HangReport) -> str:
         lines += ["", "notes"]
         lines += [f"  {printable(n)}" for n in report.notes]
     return "\n".join(lines)
+
+
+def _nothing(item: EvidenceItem) -> bool:
+    """A rank the analysis had nothing of (the world size counts it; no file named it)."""
+    return item.kinds == ("none",) and not (item.host or item.pid or item.files or item.notes)
+
+
+def _runs(items: Sequence[EvidenceItem]) -> list[list[EvidenceItem]]:
+    """The items in order, each rank with evidence alone and consecutive ranks with nothing
+    together."""
+    runs: list[list[EvidenceItem]] = []
+    for item in items:
+        last = runs[-1][-1] if runs else None
+        if last and _nothing(item) and _nothing(last) and item.rank == last.rank + 1:
+            runs[-1].append(item)
+        else:
+            runs.append([item])
+    return runs
+
+
+def json_ready(report: HangReport) -> dict[str, Any]:
+    """The report as ``aorta hang analyze --json`` prints it: :meth:`HangReport.to_dict`, with
+    the ranks the analysis had nothing of out of ``evidence`` and in ``no_evidence``, as
+    ranges (``"1-999"``; ``""`` for none): a job of 1,000 ranks with two dumps is two items,
+    not 1,000. :meth:`HangReport.from_dict` reads it back (without those ranks' items).
+
+    >>> from aorta.hang import RankEvidence, analyze
+    >>> report = analyze([RankEvidence(r, log_lines=("step 1",)) for r in (0, 5, 9)])
+    >>> data = json_ready(report)
+    >>> [e["rank"] for e in data["evidence"]], data["no_evidence"]
+    ([0, 5, 9], '1-4,6-8')
+    >>> print(text(report).split("\\nevidence\\n")[1])
+      rank 0  logs
+      ranks 1-4  none
+      rank 5  logs
+      ranks 6-8  none
+      rank 9  logs
+    """
+    data = report.to_dict()
+    nothing = [e.rank for e in report.evidence if _nothing(e)]
+    data["evidence"] = [
+        d for e, d in zip(report.evidence, data["evidence"], strict=True) if not _nothing(e)
+    ]
+    data["no_evidence"] = rank_list(nothing)
+    return data

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from aorta.errors import ExitCode, HangEvidenceError
 from aorta.hang import RankEvidence, analyze, load_evidence, text
-from aorta.hang.dumps import MAX_PICKLE_BYTES, decode_json, read_cost
+from aorta.hang.dumps import MAX_PICKLE_BYTES, decode_json, memo_bound, read_cost
 from aorta.hang.model import MAX_RANK
 from aorta.hang.watchdog import read_log
 from tests.hang import synth
@@ -183,6 +183,13 @@ _HOSTILE = {
     "pickle: ints": b"\x80\x04}\x8c\x07entries(" + b"J\x00\x01\x00\x00" * 50_000 + b"ls.",
     "pickle: Nones": b"\x80\x04}\x8c\x07entries(" + b"N" * 50_000 + b"ls.",
     "pickle: memoized": b"\x80\x04}\x8c\x07entries(" + b"N\x94" * 50_000 + b"ls.",
+    # The largest memo index aorta lets through (past it, refused unread): the unpickler's
+    # table, twice the index, is within the charge of the cheapest opcodes.
+    "pickle: a memo index at the bound": b"\x80\x04}\x8c\x07entries("
+    + b"N" * 50_000
+    + b"r"
+    + memo_bound(50_021).to_bytes(4, "little")
+    + b"ls.",
     "pickle: old strings": b"\x80\x02}U\x07entries(" + b"U\x02ab" * 50_000 + b"ls.",
     "pickle: bytes": b"\x80\x04}\x8c\x07entries(" + b"C\x02ab" * 50_000 + b"ls.",
     "json: empty dicts": b'{"entries": [' + b"{}," * 50_000 + b"{}]}",

@@ -11,9 +11,12 @@ import pickletools
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from aorta.errors import ExitCode, HangEvidenceError
 from aorta.hang import MAX_DUMP_BYTES, RankEvidence, analyze, load_evidence, parse_dump
+from aorta.hang.dumps import memo_bound
 from tests.hang.synth import HANG_DATA
 
 GOOD_PICKLE = (HANG_DATA / "pickle" / "fr_trace_rank_0").read_bytes()
@@ -232,3 +235,179 @@ def test_a_number_int_refuses_is_no_number_to_the_analysis(field):
     }  # fmt: skip
     report = analyze([RankEvidence(rank=0, fr=dump), RankEvidence(rank=1, fr=dump)])
     assert report.summary
+
+
+# --- a pickle's memo: the unpickler sizes its table by the largest index named ---------------
+
+
+def _sparse(index: int, op: str = "LONG_BINPUT") -> bytes:
+    """A pickle of an empty dict stored at memo ``index`` (9 to 20 bytes)."""
+    put = b"r" + index.to_bytes(4, "little") if op == "LONG_BINPUT" else b"p%d\n" % index
+    return b"\x80\x02}" + put + b"."
+
+
+_RSS_PROBE = """
+import resource, sys
+from aorta.errors import HangEvidenceError
+from aorta.hang import parse_dump
+data = bytes.fromhex(sys.argv[1])
+# A regression must fail here, not take the machine: 512 MiB more address space at most.
+soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+vm = int(open("/proc/self/statm").read().split()[0]) * resource.getpagesize()
+resource.setrlimit(resource.RLIMIT_AS, (vm + 512 * 2**20, hard))
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+try:
+    parse_dump(data, name="evil_rank_0")
+    print("parsed")
+except HangEvidenceError as exc:
+    print(exc)
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024)
+"""
+
+
+@pytest.mark.parametrize(
+    ("index", "op"), [(2**26, "LONG_BINPUT"), (2**31, "LONG_BINPUT"), (10**8, "PUT")]
+)
+def test_a_sparse_memo_index_is_refused_before_the_unpickler_sizes_its_table(index, op):
+    # Unpickled, 9 bytes naming memo index 2**26 take 1 GiB (measured 64 MiB for 2**22, 32 GiB
+    # for 2**31): the table is twice the index, 8 bytes a slot, zeroed.
+    import subprocess
+    import sys
+
+    data = _sparse(index, op)
+    run = subprocess.run(
+        [sys.executable, "-c", _RSS_PROBE, data.hex()], capture_output=True, text=True, check=True
+    )
+    message, grew = run.stdout.splitlines()
+    assert message.startswith(f"evil_rank_0: byte 3: {op} names memo index {index:,}, past the ")
+    assert "refused before unpickling" in message
+    assert int(grew) < 8 * 2**20  # nothing the size of the table (the 9 bytes' own charge: 1 kB)
+
+
+def test_the_command_names_the_sparse_memo_in_one_line(tmp_path, run_cli):
+    path = tmp_path / "nccl_trace_rank_0"
+    path.write_bytes(_sparse(2**31))
+    code, out, err = run_cli("hang", "analyze", path)
+    assert (code, out) == (ExitCode.USAGE, "")
+    assert err == (
+        f"Error: {path}: byte 3: LONG_BINPUT names memo index 2,147,483,648, past the 256 a pickle "
+        "of 9 bytes can number (a dump numbers its memo from 0); refused before unpickling (its "
+        "memo table alone would take 32.0 GiB)\n"
+    )
+
+
+def _first_sparse(data: bytes) -> int | None:
+    """The reference: pickletools' reading of the first memo index past the bound."""
+    try:
+        for op, arg, pos in pickletools.genops(data):
+            if op.name in ("PUT", "LONG_BINPUT") and arg > memo_bound(len(data)):
+                return pos
+    except ValueError:
+        pass
+    return None
+
+
+def test_every_real_pickle_numbers_its_memo_within_the_bound():
+    from aorta.hang.dumps import _memo_walk
+
+    blobs = [p.read_bytes() for p in sorted((HANG_DATA / "pickle").iterdir())]
+    dump = parse_dump(GOOD_JSON, name="fr_0.json")
+    blobs += [pickle.dumps(dump, protocol=p) for p in range(6)]
+    assert blobs[0][:2] == b"\x80\x02"  # torch's own: protocol 2, BINPUT then LONG_BINPUT
+    for blob in blobs:
+        assert _memo_walk(blob) is None and _first_sparse(blob) is None
+        if blob[:1] == b"\x80":  # protocols 0 and 1 have no header: no dump is written so
+            assert parse_dump(blob, name="x")["entries"]
+
+
+_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=300),
+    lambda inner: (
+        st.lists(inner, max_size=8)
+        | st.dictionaries(st.text(max_size=20), inner, max_size=8)
+        | st.tuples(inner, inner)
+    ),
+    max_leaves=60,
+)
+
+
+@given(value=_VALUES, protocol=st.integers(0, 5))
+@settings(max_examples=300, deadline=None)
+def test_no_honest_pickle_is_refused_for_its_memo(value, protocol):
+    from aorta.hang.dumps import _memo_walk
+
+    shared = [value, value, {"again": value}]  # memo references (GETs) as well as PUTs
+    assert _memo_walk(pickle.dumps(shared, protocol=protocol)) is None
+
+
+def _reference(data: bytes) -> tuple[int | None, int]:
+    """pickletools' reading: the first memo index past the bound, and where it stops."""
+    pos = 0
+    try:
+        for op, arg, pos in pickletools.genops(data):
+            if op.name in ("PUT", "LONG_BINPUT") and arg > memo_bound(len(data)):
+                return pos, pos
+    except (ValueError, OverflowError):  # OverflowError: a length of 2**63 bytes or more
+        pass
+    return None, pos
+
+
+_SEEDS = [GOOD_PICKLE, pickle.dumps(parse_dump(GOOD_JSON, name="x"), protocol=4)[:3000]]
+
+
+@given(
+    seed=st.sampled_from(_SEEDS),
+    edits=st.lists(st.tuples(st.integers(0, 3100), st.binary(min_size=1, max_size=6)), max_size=4),
+    put=st.none() | st.tuples(st.integers(0, 3100), st.integers(0, 2**32 - 1), st.booleans()),
+)
+@settings(max_examples=400, deadline=None)
+def test_the_memo_walk_reads_opcodes_as_pickletools_does(seed, edits, put):
+    # Real dumps with bytes overwritten and a LONG_BINPUT or PUT spliced in anywhere (inside a
+    # string too, where it is no opcode): what pickletools finds, the walk finds, at the same
+    # byte; what the walk finds beyond where pickletools stops reading is past a broken opcode,
+    # where the unpickler fails too.
+    from aorta.hang.dumps import _memo_walk
+
+    data = bytearray(seed)
+    for at, new in edits:
+        data[at : at + len(new)] = new
+    if put is not None:
+        at, index, text = put
+        data[at:at] = b"p%d\n" % index if text else b"r" + index.to_bytes(4, "little")
+    blob = bytes(data)
+    found, stopped = _reference(blob)
+    walked = _memo_walk(blob)
+    if found is not None:
+        assert walked is not None and walked[0] == found
+    elif walked is not None:
+        at, index, _ = walked
+        # A PUT in other than plain digits (" 1", "01"), which no pickler writes, is refused
+        # as -1 wherever it is; anything else only past a broken opcode.
+        assert (index == -1 and blob[at] == ord("p")) or (
+            at >= stopped and index > memo_bound(len(blob))
+        )
+
+
+def test_a_real_pickle_cut_anywhere_is_one_located_error():
+    for cut in range(len(GOOD_PICKLE)):
+        with pytest.raises(HangEvidenceError, match=r"^cut_rank_0: (byte \d+: )?"):
+            parse_dump(GOOD_PICKLE[:cut], name="cut_rank_0")
+
+
+@pytest.mark.parametrize("op", [b"\x8d", b"\x8e", b"\x96"])  # BINUNICODE8, BINBYTES8, BYTEARRAY8
+@pytest.mark.parametrize("length", [2**31, 2**63 + 5, 2**64 - 1])
+def test_a_length_past_any_file_is_one_located_error(op, length):
+    # 2**63 and up once overflowed the memo walk (OverflowError, a traceback).
+    blob = b"\x80\x05}" + op + length.to_bytes(8, "little") + b"abc"
+    with pytest.raises(
+        HangEvidenceError, match=r"^len_rank_0: byte 3: (truncated|malformed) pickle"
+    ):
+        parse_dump(blob, name="len_rank_0")
+
+
+@pytest.mark.parametrize("index", [b" 1", b"+1", b"01", b"1_0", b"\xd9\xa1"])
+def test_a_put_index_no_pickler_writes_is_refused(index):
+    # The unpickler takes int()'s forms; the walk would read each one at a time (32 MiB of
+    # them, seconds), so they are refused: no pickler writes them.
+    with pytest.raises(HangEvidenceError, match=r"^p_rank_0: byte 3: PUT names its memo index in"):
+        parse_dump(b"\x80\x02}p" + index + b"\n.", name="p_rank_0")

@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from aorta.errors import ExitCode, HangEvidenceError
+from aorta.errors import AortaWarning, ExitCode, HangEvidenceError
 from aorta.hang import HangReport, load_evidence
 from aorta.hang.load import LOG_TAIL_BYTES, trailing_rank
 from tests.hang.synth import HANG_DATA
@@ -115,7 +115,9 @@ def test_a_dump_without_a_rank_in_its_name_is_an_error(tmp_path):
 
 
 def test_nothing_to_go_on_is_an_error(tmp_path):
-    with pytest.raises(HangEvidenceError, match="no hang evidence"):
+    with pytest.raises(
+        HangEvidenceError, match="no flight-recorder dump, stacks or log lines found"
+    ):
         load_evidence([tmp_path])
     with pytest.raises(HangEvidenceError, match="no such file or folder"):
         load_evidence([tmp_path / "missing"])
@@ -201,3 +203,109 @@ def test_a_node_s_gpu_file_is_no_rank_s_even_from_a_host_named_with_a_number(tmp
     (trial / "dmesg_rank2.log").write_text(xid + "\n")
     (two,) = [e for e in load_evidence([trial]) if e.rank == 2]
     assert "dmesg_rank2.log" in two.files and xid in two.log_lines
+
+
+# --- what holds nothing is said so -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["nccl_trace_rank_0", "train.log", "fr_3.json"])
+def test_an_empty_file_is_an_error_not_a_clean_bill(tmp_path, run_cli, name):
+    # Before: an empty nccl_trace_rank_0 read as rank 0's (empty) log, "no divergence", exit 0.
+    path = tmp_path / name
+    path.write_bytes(b"" if name != "fr_3.json" else b"\n  \n")
+    code, out, err = run_cli("hang", "analyze", path)
+    assert (code, out) == (ExitCode.USAGE, "")
+    assert err == f"Error: {path}: no flight-recorder dump, stacks or log lines found\n"
+
+
+def test_a_folder_of_empty_logs_is_an_error(tmp_path, run_cli):
+    for rank in (0, 1):
+        (tmp_path / f"rank{rank}.stderr.log").write_text("")
+    (tmp_path / "hang").mkdir()
+    code, out, err = run_cli("hang", "analyze", tmp_path)
+    assert (code, out) == (ExitCode.USAGE, "")
+    assert err == f"Error: {tmp_path}: no flight-recorder dump, stacks or log lines found\n"
+
+
+def test_an_empty_path_beside_evidence_is_named_in_a_warning(tmp_path, run_cli):
+    empty, nothing = tmp_path / "nccl_trace_rank_5", tmp_path / "empty"
+    empty.write_bytes(b"")
+    nothing.mkdir()
+    good = HANG_DATA / "pickle"
+    code, out, err = run_cli("hang", "analyze", empty, good, nothing)
+    assert code == ExitCode.OK and out.startswith("hang: rank 2 never reached all_reduce #4")
+    assert err.splitlines() == [
+        f"warning: {path}: no flight-recorder dump, stacks or log lines found; left out"
+        for path in (empty, nothing)
+    ]
+    with pytest.warns(AortaWarning, match="nccl_trace_rank_5: no flight-recorder dump"):
+        evidence = load_evidence([good, empty])
+    # The empty file is its rank's, for the record; the rank has nothing else.
+    assert [(e.rank, e.files) for e in evidence][-1] == (5, (str(empty),))
+
+
+def test_an_empty_log_inside_a_folder_with_evidence_is_no_warning(tmp_path):
+    shutil.copy(SLEEP / "hang" / "fr_0.json", tmp_path / "fr_0.json")
+    (tmp_path / "rank0.stderr.log").write_text("")  # a healthy rank's stderr
+    (evidence,) = load_evidence([tmp_path])  # AortaWarning is an error in the tests
+    assert evidence.files == ("fr_0.json", "rank0.stderr.log")
+
+
+# --- ranks with nothing are ranges -------------------------------------------------------------
+
+
+def test_ranks_without_evidence_are_one_line_and_one_json_field(tmp_path, run_cli):
+    shutil.copy(SLEEP / "hang" / "fr_0.json", tmp_path / "fr_0.json")
+    shutil.copy(SLEEP / "hang" / "fr_1.json", tmp_path / "fr_1000.json")
+    code, out, _ = run_cli("hang", "analyze", tmp_path)
+    assert code == ExitCode.OK
+    evidence = out.split("\nevidence\n")[1].splitlines()
+    assert evidence == ["  rank 0  dump", "  ranks 1-999  none", "  rank 1000  dump"]
+    code, out, _ = run_cli("hang", "analyze", tmp_path, "--json", "--world-size", "1003")
+    data = json.loads(out)
+    assert [e["rank"] for e in data["evidence"]] == [0, 1000]
+    assert data["no_evidence"] == "1-999,1001,1002"
+    assert HangReport.from_dict(data).world_size == 1003
+
+
+# --- odd inputs: each a clear answer, never a traceback or a wrong verdict ---------------------
+
+
+def test_a_world_size_below_the_evidence_is_refused(run_cli):
+    # --world-size 1 once hid ranks 1 and 2: "every rank ... entered all_reduce #4", no culprit.
+    code, out, err = run_cli("hang", "analyze", SLEEP, "--world-size", "2")
+    assert (code, out) == (ExitCode.USAGE, "")
+    assert err == "Error: --world-size 2: the evidence names rank 2, past it\n"
+    code, out, _ = run_cli("hang", "analyze", SLEEP, "--world-size", "3")
+    assert code == ExitCode.OK and out.startswith("hang: rank 2 (node vm) never reached")
+
+
+def test_a_file_reached_twice_is_read_once(tmp_path, run_cli):
+    dump = SLEEP / "hang" / "fr_0.json"
+    evidence = load_evidence([SLEEP, SLEEP, dump])
+    assert [len(e.files) for e in evidence] == [len(e.files) for e in load_evidence([SLEEP])]
+    assert not any("2 dumps" in n for e in evidence for n in e.notes)
+    code, _, err = run_cli("hang", "analyze", dump, dump)
+    assert (code, err) == (ExitCode.OK, "")
+
+
+def test_a_second_capture_of_a_rank_is_named_in_a_note(tmp_path):
+    shutil.copy(SLEEP / "hang" / "fr_0.json", tmp_path / "fr_0.json")
+    (tmp_path / "capture_0.json").write_text(json.dumps({"rank": 0, "pid": 5, "host": "a"}))
+    (tmp_path / "capture_0b.json").write_text(json.dumps({"rank": 0, "pid": 6, "host": "b"}))
+    (evidence,) = load_evidence([tmp_path])
+    assert (evidence.host, evidence.pid) == ("a", 5)
+    assert "another capture file, capture_0b.json, left out" in evidence.notes
+
+
+def test_links_that_loop_are_passed_over_or_named(tmp_path, run_cli):
+    shutil.copy(SLEEP / "hang" / "fr_0.json", tmp_path / "fr_0.json")
+    (tmp_path / "self").symlink_to(tmp_path)
+    (tmp_path / "rank1").symlink_to(tmp_path)  # as a rank's own folder would be named
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    (evidence,) = load_evidence([tmp_path])
+    assert evidence.files == ("fr_0.json",)
+    code, out, err = run_cli("hang", "analyze", tmp_path / "a")
+    assert (code, out) == (ExitCode.USAGE, "")
+    assert err == f"Error: {tmp_path / 'a'}: a link to nothing (a loop, or its target is gone)\n"
