@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -79,14 +80,27 @@ def _run(rd: RunDir, *, as_json: bool, world_size: int | None, budget: int) -> i
     trials = sorted(p.parent for p in rd.cells_dir.glob(f"*/*/{HANG_DIR}") if p.is_dir())
     if not trials:
         raise UsageError(f"{rd.path}: no trial of this run left hang evidence ({HANG_DIR}/)")
-    found = []
+    found: list[tuple[str, hang.HangReport]] = []
+    failed: list[tuple[str, str]] = []
     for folder in trials:
-        with paused_gc():
-            evidence = hang.load_evidence([folder], max_memory=budget)
-            report = _analyze(evidence, world_size)
-        found.append((folder.relative_to(rd.path).as_posix(), report))
+        where = folder.relative_to(rd.path).as_posix()
+        # One trial's evidence that does not read (empty, truncated, hostile) is that trial's
+        # answer, not the run's: the other trials' hangs are still analysed and shown.
+        try:
+            with paused_gc():
+                evidence = hang.load_evidence([folder], max_memory=budget)
+                report = _analyze(evidence, world_size)
+        except hang.HangEvidenceError as exc:
+            failed.append((where, str(exc)))
+            continue
+        found.append((where, report))
+    if not found:
+        raise UsageError("; ".join(f"{t}: {why}" for t, why in failed))
+    for where, why in failed:
+        print(f"warning: {where}: left out: {why}", file=sys.stderr)
     if as_json:
-        reports = [{"trial": t, **hang.json_ready(r)} for t, r in found]
+        reports: list[dict[str, Any]] = [{"trial": t, **hang.json_ready(r)} for t, r in found]
+        reports += [{"trial": t, "error": why} for t, why in failed]
         print(json.dumps({"trials": reports}, indent=2))
     else:
         print("\n\n".join(f"{t}\n{hang.text(r)}" for t, r in found))

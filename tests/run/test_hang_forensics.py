@@ -6,6 +6,7 @@ which rank stopped in which collective at which line, and nothing is left runnin
 from __future__ import annotations
 
 import json
+import shutil
 import tarfile
 from pathlib import Path
 
@@ -172,6 +173,26 @@ def test_hang_analyze_of_the_run_says_each_hung_trial(hung, capsys):
         got = found[f"cells/{fault}/trial_0000"]
         assert (got["culprit_ranks"], got["kind"]) == ([rank], kind)
     assert "cells/baseline/trial_0000" not in found
+
+
+def test_a_trial_without_evidence_does_not_stop_the_runs_analysis(hung, tmp_path, capsys):
+    run = Path(shutil.copytree(hung, tmp_path / "run"))
+    (run / "cells" / "sleep" / "trial_0099" / "hang").mkdir(
+        parents=True
+    )  # a capture that got nothing
+    assert main(["hang", "analyze", str(run), "--json"]) == ExitCode.OK
+    out, err = capsys.readouterr()
+    found = {t["trial"]: t for t in json.loads(out)["trials"]}
+    for fault, (rank, kind, _op, _seq) in FAULTS.items():
+        assert (
+            found[f"cells/{fault}/trial_0000"]["culprit_ranks"],
+            found[f"cells/{fault}/trial_0000"]["kind"],
+        ) == ([rank], kind)
+    assert (
+        "no flight-recorder dump, stacks or log lines found"
+        in found["cells/sleep/trial_0099"]["error"]
+    )
+    assert "warning: cells/sleep/trial_0099: left out:" in err
 
 
 def test_no_trial_process_is_left_running(hung):
