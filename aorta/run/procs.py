@@ -113,6 +113,22 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
+def _group_running(proc: subprocess.Popen[Any], pgid: int) -> bool:
+    """Whether ``pgid`` has a process that has not ended, once ``proc`` (its leader) is reaped.
+
+    A sweep is a child subreaper (:mod:`aorta.run.orphans`): the trial's processes whose parent
+    died first become its children, and once dead they stay in the group as its zombies until
+    it waits for them — ``killpg(pgid, 0)`` counts them, so the group never looked empty and
+    every kill waited out its grace. Those zombies are reaped here (only children in ``pgid``:
+    ``proc``, the one child aorta started in it, has been waited for already).
+    """
+    if proc.returncode is not None:
+        with contextlib.suppress(ChildProcessError):
+            while os.waitpid(-pgid, os.WNOHANG)[0] > 0:
+                pass
+    return _group_alive(pgid)
+
+
 def _alive(pid: int) -> bool:
     """Whether ``pid`` runs (a zombie has ended: only its parent's wait is missing)."""
     try:
@@ -189,16 +205,16 @@ def kill_group(proc: subprocess.Popen[Any], *, grace_s: float = DEFAULT_GRACE_S)
     _signal_group(pgid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
-        if proc.poll() is not None and not _group_alive(pgid):
+        if proc.poll() is not None and not _group_running(proc, pgid):
             break
         time.sleep(0.02)
-    if _group_alive(pgid) or proc.poll() is None:
+    if proc.poll() is None or _group_running(proc, pgid):
         _signal_group(pgid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=max(grace_s, 5.0))
     # Grandchildren reparented to init die with SIGKILL above; wait briefly for them to go.
     end = time.monotonic() + 2.0
-    while _group_alive(pgid) and time.monotonic() < end:
+    while _group_running(proc, pgid) and time.monotonic() < end:
         time.sleep(0.02)
     _forget(proc)
 
@@ -348,7 +364,7 @@ def run_with_deadline(
         kill_group(proc, grace_s=min(grace_s, 2.0))
         raise
     else:
-        if kill_tree_on_exit and _group_alive(proc.pid):
+        if kill_tree_on_exit and _group_running(proc, proc.pid):
             kill_group(proc, grace_s=min(grace_s, 1.0))
         _forget(proc)
     # The child's own start-to-exit time when it exited by itself; a killed child's runs to now.

@@ -1,7 +1,8 @@
 """A process-isolated command runs in its worker's process group (``spawn(new_session=False)``),
 so its pid leads no group: ``killpg`` on it reaches nothing. ``kill_group`` signals such a
 child's process tree instead, and the worker leaves the shared deadline to the engine, which
-takes the evidence first (``tests/run/test_worker_deadline.py``) and then stops the worker."""
+takes the evidence first (``tests/run/test_worker_deadline.py``) and then stops the worker.
+A group kill does not wait on the zombies a subreaper (the sweep) holds in the group."""
 
 from __future__ import annotations
 
@@ -93,3 +94,27 @@ def test_an_isolated_command_that_ignores_sigterm_lets_its_worker_report(tmp_pat
     assert record["status"] == "timeout"
     assert record["error"] == "deadline passed during run(); the worker was stopped"
     assert record["forensics"]["evidence"][0]["rank"] == 0  # the engine's capture came first
+
+
+def test_a_subreapers_zombies_do_not_keep_the_group_alive():
+    # A sweep is a child subreaper: a trial's process whose parent died first comes to it,
+    # and once dead stays in the trial's group as its zombie. killpg(pgid, 0) counted those,
+    # so every kill of such a trial waited out its whole grace (6 s, not 2, for a 2 s
+    # deadline of `bash -c "sleep 30 & sleep 31; wait"` in a sweep).
+    from aorta.run.orphans import _set_subreaper
+
+    if not _set_subreaper(True):
+        pytest.skip("no PR_SET_CHILD_SUBREAPER here")
+    try:
+        proc = procs.spawn(["bash", "-c", "sleep 60 & sleep 61; wait"])
+        tree = _tree_of(proc, 2)
+        t0 = time.monotonic()
+        procs.kill_group(proc, grace_s=10.0)
+        took = time.monotonic() - t0
+    finally:
+        _set_subreaper(False)
+    assert proc.returncode == -signal.SIGTERM
+    assert [p for p in tree if _running(p)] == []
+    assert took < 5.0, took  # it was the grace and 2 s more: 12 s
+    with pytest.raises(ProcessLookupError):
+        os.killpg(proc.pid, 0)  # the zombies were reaped: the group is gone
