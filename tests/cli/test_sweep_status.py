@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from aorta.errors import ExitCode
+from aorta.store.rundir import RunDir
 from tests.processes import AORTA
 
 RECIPE = "mode: probe\nticket: STATUS\ntrials: 2\nmitigation_axis: [none]\n"
@@ -108,8 +109,6 @@ def test_a_recycled_pid_that_holds_no_lock_is_not_the_owner(tmp_path, run_cli):
 
 
 def _finished_run(tmp_path, run_cli, recipe: str, *command: str):
-    from aorta.store.rundir import RunDir
-
     (tmp_path / "r.yaml").write_text(recipe)
     code, _, err = run_cli(
         "sweep", "run", "--recipe", tmp_path / "r.yaml", "-o", tmp_path / "out", "--", *command

@@ -17,6 +17,7 @@ import pytest
 
 from aorta.errors import ExitCode
 from aorta.run import procs
+from aorta.run.orphans import _set_subreaper
 
 
 def _running(pid: int) -> bool:
@@ -101,8 +102,6 @@ def test_a_subreapers_zombies_do_not_keep_the_group_alive():
     # and once dead stays in the trial's group as its zombie. killpg(pgid, 0) counted those,
     # so every kill of such a trial waited out its whole grace (6 s, not 2, for a 2 s
     # deadline of `bash -c "sleep 30 & sleep 31; wait"` in a sweep).
-    from aorta.run.orphans import _set_subreaper
-
     if not _set_subreaper(True):
         pytest.skip("no PR_SET_CHILD_SUBREAPER here")
     try:
