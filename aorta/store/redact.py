@@ -139,11 +139,9 @@ def _union(spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
 #: them, a bundled ``recipe.resolved.yaml`` no longer loaded, and ``summary`` became a known
 #: secret. A user's ``scrub_env_keys`` glob still names them.
 OWN_NAMES = frozenset({"on_pass", "required_for_pass"})
-#: A recipe's own prose and patterns — ``description`` (the recipe's, a mitigation's), a
-#: signature's ``match.regex``, ``match.condition`` and ``hint``: what they hold describes
-#: log lines, it is no value the run uses. A shape in them (``regex: 'token: expired'``) is
-#: still masked where it is shown, but is not harvested as a secret of the run: ``expired``
-#: then masked every log line and id holding the word (``token_expired`` → ``token_<redacted>``).
+#: A recipe's own prose and patterns (``description``, a signature's ``regex``, ``condition``,
+#: ``hint``) describe log lines: a shape in them is masked where shown but is no secret of the
+#: run (``regex: 'token: expired'`` made ``expired`` one: ``token_expired`` → ``token_<redacted>``).
 OWN_PROSE = frozenset({"description", "regex", "condition", "hint"})
 
 
@@ -365,10 +363,9 @@ def harvest_secrets(
     ...                        texts=["DB_PASSWORD: correct horse battery staple"]))
     ['correct horse battery staple']
 
-    A short plain word after a token or key (``--token expired``) is no secret word: as a
-    known secret it would be masked in all the run's text, prose included (where its shape
-    shows it, it still is). Nor is anything in a recipe's own prose and patterns
-    (:data:`OWN_PROSE`). After a password, under a secret name, a plain word is one:
+    Not harvested: a short plain word after a token or key (``--token expired``; masked
+    where its shape shows it), the recipe's :data:`OWN_PROSE`. After a password or under a
+    secret name a plain word is a secret:
 
     >>> sorted(harvest_secrets({"DB_PASSWORD": "letmein"}, texts=["--token expired"],
     ...                        data=[{"hint": "token: s3cr3tValue42"}, "--password hunter"]))
