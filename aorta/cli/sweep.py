@@ -357,12 +357,19 @@ def status(
     """Show how far a run got (from its manifest, its lock and its trial records).
 
     A run whose manifest says ``running`` but whose sweep is gone (``kill -9``, a lost node)
-    shows as ``interrupted``, with the command that resumes it.
+    shows as ``interrupted``, with the command that resumes it. A ``complete`` run with a
+    trial record missing since (deleted, truncated) shows as ``incomplete``, naming the
+    missing trials and the resume command that runs them.
     """
     rd = RunDir.open(run_dir)
     redact_secrets_of(rd.path)
     manifest = rd.manifest()
     state, owner = rd.live_status()
+    # The manifest says complete when the loop ended; a record lost since (deleted, truncated,
+    # a copy cut short) makes the run incomplete again, and a resume reruns exactly those.
+    missing = rd.missing_trials() if state == "complete" else {}
+    if missing:
+        state = "incomplete"
     counts: dict[str, int] = {}
     for rec in rd.trial_records():
         counts[rec.status.value] = counts.get(rec.status.value, 0) + 1
@@ -374,6 +381,7 @@ def status(
         "n_trials": manifest.get("n_trials"),
         "recorded": sum(counts.values()),
         "statuses": counts,
+        "missing": missing,
     }
     if as_json:
         print(json.dumps(info, indent=2))
@@ -390,7 +398,21 @@ def status(
     line = (
         f"{rd.path}: {state}{why} — {info['recorded']}/{info['n_trials']} trials recorded ({done})"
     )
-    if state == "interrupted":
-        line += f" — resume with: {rd.command(f'sweep resume {shlex.quote(str(rd.path))}')}"
+    resume = rd.command(f"sweep resume {shlex.quote(str(rd.path))}")
+    if missing:
+        line += f" — missing: {_trial_list(missing)} — run them with: {resume}"
+    elif state == "interrupted":
+        line += f" — resume with: {resume}"
     print(line)
     return ExitCode.OK
+
+
+def _trial_list(missing: dict[str, list[int]], *, at_most: int = 8) -> str:
+    """``cell trial 1, other trials 0, 3`` — the first ``at_most`` cells, then a count."""
+    parts = [
+        f"{cell} trial{'s' if len(trials) > 1 else ''} {', '.join(map(str, trials))}"
+        for cell, trials in list(missing.items())[:at_most]
+    ]
+    if len(missing) > at_most:
+        parts.append(f"and {len(missing) - at_most} more cell(s)")
+    return "; ".join(parts)

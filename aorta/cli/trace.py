@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -228,15 +229,23 @@ def _memory_text(report: Any) -> str:
         )
     from aorta.matrix import format_bytes
 
+    def size(n: float) -> str:
+        # NaN: no event of the device gave that total (not zero bytes, not -1 bytes).
+        return "unknown" if math.isnan(n) else format_bytes(n)
+
     lines = [f"{report.path}: {len(report.steps)} profiled step(s)"]
     for row in report.devices.to_dict("records"):
         at = f" during {row['peak_step']}" if row["peak_step"] else ""
+        where = (
+            f"; peak in {row['peak_stack'] or 'no op'}{at}"
+            if not math.isnan(row["peak_allocated_bytes"])
+            else ""
+        )
         lines.append(
-            f"  {row['device']}: peak allocated {format_bytes(row['peak_allocated_bytes'])}, "
-            f"peak reserved {format_bytes(row['peak_reserved_bytes'])}; "
+            f"  {row['device']}: peak allocated {size(row['peak_allocated_bytes'])}, "
+            f"peak reserved {size(row['peak_reserved_bytes'])}; "
             f"{row['allocations']} allocations ({format_bytes(row['allocated_bytes'])}), "
-            f"{row['frees']} frees ({format_bytes(row['freed_bytes'])}); "
-            f"peak in {row['peak_stack'] or 'no op'}{at}"
+            f"{row['frees']} frees ({format_bytes(row['freed_bytes'])}){where}"
         )
     return "\n".join(lines)
 

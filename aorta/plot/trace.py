@@ -329,8 +329,11 @@ def _memory(report: Any, ax: Axes) -> None:
             color=line.get_color(),
             label=f"{name} reserved",
         )
-        at = int(t["allocated"].to_numpy().argmax())
-        ax.plot([x[at]], [t["allocated"].iloc[at] / gib], marker="o", color=line.get_color())
+        allocated = t["allocated"].to_numpy(dtype=float)
+        if np.isnan(allocated).all():
+            continue  # no event gave the device's total: no peak to mark (NaN draws nothing)
+        at = int(np.nanargmax(allocated))
+        ax.plot([x[at]], [allocated[at] / gib], marker="o", color=line.get_color())
     for i, (_, start) in enumerate(report.steps):
         ax.axvline(
             (start - t0) / 1e6, color="0.6", linewidth=0.8, label="step start" if i == 0 else None

@@ -3,7 +3,9 @@
 Every child runs in its own process group (its own session), so a deadline or a Ctrl-C can
 kill the whole tree it started — SIGTERM first, SIGKILL after a grace period — and no
 grandchild is left behind. Live groups are remembered so :func:`reap_all` can clean up on an
-interrupt.
+interrupt. A child started in its parent's group (``spawn(new_session=False)``: a
+process-isolated worker's command, whose group is the worker's) is no group leader, so
+:func:`kill_group` signals its process tree instead.
 """
 
 from __future__ import annotations
@@ -53,6 +55,8 @@ _live: dict[int, subprocess.Popen[Any]] = {}
 _lock = threading.Lock()
 #: When each child was started (``time.monotonic()`` just before the fork): its wall clock's zero.
 _started: weakref.WeakKeyDictionary[subprocess.Popen[Any], float] = weakref.WeakKeyDictionary()
+#: Children started in this process's group: no group of their own to ``killpg``.
+_in_our_group: weakref.WeakSet[subprocess.Popen[Any]] = weakref.WeakSet()
 
 
 def spawn(
@@ -81,6 +85,8 @@ def spawn(
     if new_session:
         with _lock:
             _live[proc.pid] = proc
+    else:
+        _in_our_group.add(proc)
     return proc
 
 
@@ -107,25 +113,108 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
+def _group_running(proc: subprocess.Popen[Any], pgid: int) -> bool:
+    """Whether ``pgid`` has a process that has not ended, once ``proc`` (its leader) is reaped.
+
+    A sweep is a child subreaper (:mod:`aorta.run.orphans`): the trial's processes whose parent
+    died first become its children, and once dead they stay in the group as its zombies until
+    it waits for them — ``killpg(pgid, 0)`` counts them, so the group never looked empty and
+    every kill waited out its grace. Those zombies are reaped here (only children in ``pgid``:
+    ``proc``, the one child aorta started in it, has been waited for already).
+    """
+    if proc.returncode is not None:
+        with contextlib.suppress(ChildProcessError):
+            while os.waitpid(-pgid, os.WNOHANG)[0] > 0:
+                pass
+    return _group_alive(pgid)
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie has ended: only its parent's wait is missing)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rpartition(b")")[2].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (``/proc``'s parent links), parents first; ``[pid]`` where
+    ``/proc`` cannot tell."""
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc") if os.path.isdir("/proc") else ():
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as fh:
+                ppid = int(fh.read().rpartition(b")")[2].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+        children.setdefault(ppid, []).append(int(entry.name))
+    tree = [pid]
+    for parent in tree:  # grows as it goes: breadth first
+        tree.extend(children.get(parent, []))
+    return tree
+
+
+def _signal_pids(pids: Sequence[int], sig: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+def _kill_tree(proc: subprocess.Popen[Any], grace_s: float) -> None:
+    """:func:`kill_group` for a child in this process's group: SIGTERM its tree, SIGKILL what
+    is left after ``grace_s`` (the tree read again, less anything that left it since)."""
+    tree = _tree(proc.pid) if proc.poll() is None else []
+    _signal_pids(tree, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None and not any(_alive(p) for p in tree[1:]):
+            break
+        time.sleep(0.02)
+    left = [p for p in tree[1:] if _alive(p)]
+    if proc.poll() is None:
+        left = [*_tree(proc.pid), *left]
+    _signal_pids(left, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=max(grace_s, 5.0))
+    # SIGKILL lands asynchronously: wait briefly for the rest of the tree to go.
+    end = time.monotonic() + 2.0
+    while any(_alive(p) for p in left) and time.monotonic() < end:
+        time.sleep(0.02)
+
+
 def kill_group(proc: subprocess.Popen[Any], *, grace_s: float = DEFAULT_GRACE_S) -> None:
     """SIGTERM the process group of ``proc``, then SIGKILL what is left after ``grace_s``.
 
-    Waits (bounded) until the group is empty, so nothing it started outlives the call.
+    Waits (bounded) until the group is empty, so nothing it started outlives the call. A
+    child :func:`spawn` started in this process's group (``new_session=False``) has no group
+    of its own — ``killpg`` on its pid reaches nothing —, so its process tree is signalled.
+
+    >>> import sys, time
+    >>> p = spawn([sys.executable, "-c", "import time; time.sleep(60)"], new_session=False)
+    >>> t0 = time.monotonic(); kill_group(p, grace_s=5.0)
+    >>> p.returncode == -signal.SIGTERM, time.monotonic() - t0 < 5.0
+    (True, True)
     """
+    if proc in _in_our_group:
+        _kill_tree(proc, grace_s)
+        return
     pgid = proc.pid
     _signal_group(pgid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
-        if proc.poll() is not None and not _group_alive(pgid):
+        if proc.poll() is not None and not _group_running(proc, pgid):
             break
         time.sleep(0.02)
-    if _group_alive(pgid) or proc.poll() is None:
+    if proc.poll() is None or _group_running(proc, pgid):
         _signal_group(pgid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=max(grace_s, 5.0))
     # Grandchildren reparented to init die with SIGKILL above; wait briefly for them to go.
     end = time.monotonic() + 2.0
-    while _group_alive(pgid) and time.monotonic() < end:
+    while _group_running(proc, pgid) and time.monotonic() < end:
         time.sleep(0.02)
     _forget(proc)
 
@@ -275,7 +364,7 @@ def run_with_deadline(
         kill_group(proc, grace_s=min(grace_s, 2.0))
         raise
     else:
-        if kill_tree_on_exit and _group_alive(proc.pid):
+        if kill_tree_on_exit and _group_running(proc, proc.pid):
             kill_group(proc, grace_s=min(grace_s, 1.0))
         _forget(proc)
     # The child's own start-to-exit time when it exited by itself; a killed child's runs to now.

@@ -80,6 +80,7 @@ __all__ = [
     "DELIMITERS",
     "MIN_SECRET_LEN",
     "OWN_NAMES",
+    "OWN_PROSE",
     "Redactor",
     "SecretHashes",
     "harvest_secrets",
@@ -138,6 +139,10 @@ def _union(spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
 #: them, a bundled ``recipe.resolved.yaml`` no longer loaded, and ``summary`` became a known
 #: secret. A user's ``scrub_env_keys`` glob still names them.
 OWN_NAMES = frozenset({"on_pass", "required_for_pass"})
+#: A recipe's own prose and patterns (``description``, a signature's ``regex``, ``condition``,
+#: ``hint``) describe log lines: a shape in them is masked where shown but is no secret of the
+#: run (``regex: 'token: expired'`` made ``expired`` one: ``token_expired`` → ``token_<redacted>``).
+OWN_PROSE = frozenset({"description", "regex", "condition", "hint"})
 
 
 @functools.lru_cache(maxsize=4096)
@@ -357,6 +362,14 @@ def harvest_secrets(
     >>> sorted(harvest_secrets({"DB_PASSWORD": "correct horse battery staple"},
     ...                        texts=["DB_PASSWORD: correct horse battery staple"]))
     ['correct horse battery staple']
+
+    Not harvested: a short plain word after a token or key (``--token expired``; masked
+    where its shape shows it), the recipe's :data:`OWN_PROSE`. After a password or under a
+    secret name a plain word is a secret:
+
+    >>> sorted(harvest_secrets({"DB_PASSWORD": "letmein"}, texts=["--token expired"],
+    ...                        data=[{"hint": "token: s3cr3tValue42"}, "--password hunter"]))
+    ['hunter', 'letmein']
     """
     keys = tuple(scrub_keys)
     named: set[str] = set()  # whole values: under a secret name, after a secret flag
@@ -366,9 +379,9 @@ def harvest_secrets(
             if _secret_name(k, keys):
                 named.add(v)
             else:
-                shaped.update(secret_shape_values(v))
+                shaped.update(secret_shape_values(v, plain_words=False))
     for text in texts:
-        shaped.update(secret_shape_values(text))
+        shaped.update(secret_shape_values(text, plain_words=False))
     for d in data:
         for value, whole in _secret_values(d, keys):
             (named if whole else shaped).add(value)
@@ -383,7 +396,7 @@ def _secret_values(value: Any, keys: tuple[str, ...]) -> Iterable[tuple[str, boo
         for k, v in value.items():
             if isinstance(k, str) and isinstance(v, str | int) and _secret_name(k, keys):
                 yield str(v), True
-            else:
+            elif not (k in OWN_PROSE and isinstance(v, str)):
                 yield from _secret_values(v, keys)
     elif isinstance(value, list):
         for i, v in enumerate(value):
@@ -391,7 +404,7 @@ def _secret_values(value: Any, keys: tuple[str, ...]) -> Iterable[tuple[str, boo
                 yield str(value[i + 1]), True
             yield from _secret_values(v, keys)
     elif isinstance(value, str):
-        yield from ((v, False) for v in secret_shape_values(value))
+        yield from ((v, False) for v in secret_shape_values(value, plain_words=False))
 
 
 def load_secret_hashes(rd: RunDir) -> SecretHashes | None:

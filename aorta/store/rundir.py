@@ -48,7 +48,7 @@ from pydantic import ValidationError
 from aorta.errors import AortaError, UsageError
 from aorta.hang.model import HangReport
 from aorta.hang.stacks import position, read_stacks
-from aorta.store.record import TrialRecord
+from aorta.store.record import TrialRecord, TrialStatus
 
 __all__ = [
     "WARMUP_TRIAL",
@@ -625,6 +625,51 @@ class RunDir:
             if expected.get(rec.cell) == rec.cell_id:
                 done[(rec.cell, rec.trial)] = rec
         return done
+
+    def missing_trials(self) -> dict[str, list[int]]:
+        """Planned trials of this run with no readable record: cell name → trial numbers.
+
+        The plan is each cell's ``cell.json`` (``trials``, which an extend raises); a record
+        counts when it is readable and its ``cell_id`` is the manifest's (what a resume skips,
+        :meth:`completed`). A ``did_not_run`` record stands for the trials it names as not run
+        (``info["not_run"]``). An adaptive schedule stops cells early by design, so there only
+        a gap below a cell's last record is missing. ``aorta sweep resume`` runs what is
+        listed here; the manifest's ``complete`` alone does not say every record is on disk.
+
+        >>> import tempfile
+        >>> rd = RunDir.create(tempfile.mkdtemp(), ticket=None, workload="matmul")
+        >>> _ = rd.update_manifest(cells={"base": "c0"})
+        >>> _ = rd.write_json(rd.cell_json("base"), {"name": "base", "trials": 2})
+        >>> rd.missing_trials()
+        {'base': [0, 1]}
+        """
+        manifest = self.manifest()
+        cells = manifest.get("cells") or {}
+        adaptive = manifest.get("schedule") == "adaptive"
+        have: dict[str, set[int]] = {}
+        for rec in self.trial_records():
+            if cells.get(rec.cell) != rec.cell_id:
+                continue  # a foreign record (another plan's cell) is rerun by a resume
+            seen = have.setdefault(rec.cell, set())
+            seen.add(rec.trial)
+            if rec.status is TrialStatus.DID_NOT_RUN:
+                not_run = str(rec.info.get("not_run", "1"))
+                seen.update(
+                    range(rec.trial, rec.trial + (int(not_run) if not_run.isdigit() else 1))
+                )
+        missing: dict[str, list[int]] = {}
+        for name in cells:
+            try:
+                planned = int(json.loads(self.cell_json(name).read_text()).get("trials") or 0)
+            except (OSError, ValueError, AttributeError):
+                continue  # no readable plan for the cell: nothing to compare against
+            seen = have.get(name, set())
+            if adaptive:
+                planned = min(planned, max(seen, default=-1) + 1)
+            gone = [t for t in range(planned) if t not in seen]
+            if gone:
+                missing[name] = gone
+        return missing
 
     def has_traces(self) -> bool:
         """Whether any trial left a profiler trace (a file in ``cells/*/trial_*/trace/``)."""

@@ -37,6 +37,7 @@ import re
 from typing import Any, Callable, Iterable, Iterator, Mapping  # noqa: UP035 - Python 3.8 on nodes
 
 __all__ = [
+    "LOOKUP_KEY_PARTS",
     "REDACTED",
     "SECRET_ANY_PARTS",
     "SECRET_FLAG",
@@ -68,6 +69,16 @@ SECRET_SUFFIXES = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "APIKEY", "ACCESSKEY
 SECRET_ANY_PARTS = frozenset(
     {"SECRET", "SECRETS", "PASSWORD", "PASSWD", "PASSPHRASE", "CREDENTIAL", "CREDENTIALS"}
 )
+#: A ``KEY`` that names a place in data, not a credential: ``SORT_KEY``, ``PARTITION_KEY``,
+#: ``SHARD_KEY``, ``FOREIGN_KEY`` (their values are column or field names). Kept short on
+#: purpose: ``PRIMARY_KEY`` (an Azure account's), ``ROUTING_KEY`` (PagerDuty's), ``GROUP_KEY``
+#: and ``HASH_KEY`` can be credentials and stay secret; a secret part anywhere still wins.
+LOOKUP_KEY_PARTS = frozenset({"SORT", "PARTITION", "SHARD", "FOREIGN"})
+#: Bare names (``key: bf16``, ``token=abc``) whose short values are not credentials: a
+#: generated key or token is longer (the ``token`` shape asks for 6 characters too). A bare
+#: ``pass``/``password``/``secret``/``pin`` is human-chosen and masked whatever its length.
+_BARE_GENERATED = frozenset({"KEY", "TOKEN"})
+_MIN_GENERATED_LEN = 6
 REDACTED = "<redacted>"
 #: An IPv4 address: four dotted numbers that are not part of a longer dotted number (a version
 #: string such as ``2.4.0.1.2``) or of a word; a ``.``, ``,``, ``)`` or ``:port`` may follow.
@@ -227,18 +238,20 @@ def is_secret_name(name: str, scrub_keys: Iterable[str] = ()) -> bool:
     [True, True, False, False]
     >>> is_secret_name("MY_VAR", ["MY_*"]), is_secret_name("TOKENIZERS_PARALLELISM")
     (True, False)
+    >>> is_secret_name("SORT_KEY"), is_secret_name("SECRET_SORT_KEY"), is_secret_name("API_KEY")
+    (False, True, True)
     """
     if any(fnmatch.fnmatchcase(name, g) for g in scrub_keys):
         return True
     parts = [p for p in _PARTS.split(_HUMP.sub(r"\1_\2", name).upper()) if p]
     if not parts:
         return False
+    if any(p in SECRET_ANY_PARTS for p in parts):
+        return True
     last = parts[-1]
-    return (
-        last in SECRET_LAST_PARTS
-        or last.endswith(SECRET_SUFFIXES)
-        or any(p in SECRET_ANY_PARTS for p in parts)
-    )
+    if last == "KEY" and len(parts) > 1 and parts[-2] in LOOKUP_KEY_PARTS:
+        return False
+    return last in SECRET_LAST_PARTS or last.endswith(SECRET_SUFFIXES)
 
 
 #: ``NAME=value`` / ``"NAME": "value"`` in text (:func:`mask_assignments`).
@@ -270,6 +283,8 @@ def mask_assignments(
 
     >>> mask_assignments("HF_TOKEN=abc123 NUM_TOKENS=4096 MAX_TOKEN=4096 DB_PASSWORD=1234")
     ('HF_TOKEN=<redacted> NUM_TOKENS=4096 MAX_TOKEN=4096 DB_PASSWORD=<redacted>', 2)
+    >>> mask_assignments("autocast with key: bf16; key: Zq8vLm2pR4")
+    ('autocast with key: bf16; key: <redacted>', 1)
     """
     n = 0
 
@@ -278,8 +293,11 @@ def mask_assignments(
         name = m.group("name")
         if not is_secret(name):
             return m.group(0)
-        if _DIGITS.fullmatch(m.group("value")) and not _STRONG_NAME.search(name):
+        value = m.group("value")
+        if _DIGITS.fullmatch(value) and not _STRONG_NAME.search(name):
             return m.group(0)
+        if name.upper() in _BARE_GENERATED and len(value) < _MIN_GENERATED_LEN:
+            return m.group(0)  # prose ("key: bf16"), not a generated credential
         n += 1
         return f"{name}{m.group('sep')}{REDACTED}"
 
@@ -400,14 +418,35 @@ def sub_on_lines(
     return "".join(out)
 
 
-def secret_shape_values(text: str) -> list[str]:
+#: A short plain lower-case word: no generated token or key looks like one (``token: expired``).
+_PLAIN_WORD = re.compile(r"[a-z]{1,7}")
+#: Before a value: a person chose it (a password, a URL's or ``curl -u``'s), so a plain word
+#: after it is still a secret.
+_CHOSEN = re.compile(r"(?i)pass|secret|cred|auth|pin|://|(?<![\w-])(?:-u|--user)\b")
+
+
+def secret_shape_values(text: str, *, plain_words: bool = True) -> list[str]:
     """The secret parts the shape rules find in ``text`` (argv, URLs, …), so a run can look
-    for them later where they stand alone.
+    for them later where they stand alone. ``plain_words=False`` leaves out a short plain
+    lower-case word after a token or key (``--token expired``: a generated credential never
+    looks like that); after a password, a secret, in a URL or ``curl -u``, it stays.
 
     >>> secret_shape_values("train.py --hf-token abc123xyz --db mysql://root:pw@db/x")
     ['pw', 'abc123xyz']
+    >>> secret_shape_values("token: expired --password hunter", plain_words=False)
+    ['hunter']
     """
-    return [m.group("s") for shape in _SECRET_SHAPES for m in shape.finditer(text) if m.group("s")]
+    out = []
+    for shape in _SECRET_SHAPES:
+        for m in shape.finditer(text):
+            value = m.group("s")
+            if not value:
+                continue
+            before = m.group(0)[: m.start("s") - m.start()]
+            if not plain_words and _PLAIN_WORD.fullmatch(value) and not _CHOSEN.search(before):
+                continue
+            out.append(value)
+    return out
 
 
 @functools.lru_cache(maxsize=1)

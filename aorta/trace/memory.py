@@ -10,6 +10,8 @@ per device: the events, allocations and frees (counts, bytes), ``peak_allocated_
 ``peak_reserved_bytes`` (the maxima of ``Total Allocated`` / ``Total Reserved``), when the
 allocated peak came and which op was running on the allocating thread then (the innermost
 ``cpu_op`` around it, and the ops around that one: ``peak_stack``), and the timeline (for :func:`aorta.plot.trace.memory_timeline`).
+A field an event lacks is never a number: a device without ``Device Type`` is ``unknown``, and
+a peak no event gave a total for is NaN (``null`` in JSON, "unknown" in ``aorta trace memory``).
 
 Examples
 --------
@@ -77,14 +79,21 @@ I64 = int
 
 
 class _MemArgs(msgspec.Struct, frozen=True, gc=False):
+    # A field the event lacks is None (not a number that could pass for a size or a device):
+    # a missing total is left out of the peaks, a missing device type reads "unknown".
     nbytes: I64 = msgspec.field(name="Bytes", default=0)
-    allocated: I64 = msgspec.field(name="Total Allocated", default=-1)
-    reserved: I64 = msgspec.field(name="Total Reserved", default=-1)
-    device_type: I64 = msgspec.field(name="Device Type", default=-1)
-    device_id: I64 = msgspec.field(name="Device Id", default=-1)
+    allocated: I64 | None = msgspec.field(name="Total Allocated", default=None)
+    reserved: I64 | None = msgspec.field(name="Total Reserved", default=None)
+    device_type: I64 | None = msgspec.field(name="Device Type", default=None)
+    device_id: I64 | None = msgspec.field(name="Device Id", default=None)
 
 
 _NO_ARGS = _MemArgs()
+#: A device type or id the event did not give (a group key, so not NaN): Kineto's own "no
+#: device id" for the CPU; a type shown as :data:`UNKNOWN_DEVICE`, never as a number.
+_NO_DEVICE = -1
+#: The device type of events that do not name theirs.
+UNKNOWN_DEVICE = "unknown"
 
 
 class _Ev(msgspec.Struct, gc=False):
@@ -118,7 +127,7 @@ def _decode(chunk: memoryview) -> list[_Ev]:
 class _Collect:
     """What one pass keeps: memory rows, steps, CPU ops (start, end, thread, name)."""
 
-    mem: list[tuple[float, Any, int, int, int, int, int]] = field(default_factory=list)
+    mem: list[tuple[float, Any, int, float, float, int, int]] = field(default_factory=list)
     steps: list[tuple[str, float]] = field(default_factory=list)
     ops: list[tuple[float, float, Any, str]] = field(default_factory=list)
 
@@ -132,7 +141,15 @@ class _Collect:
             elif ev.name == "[memory]":
                 a = ev.args
                 self.mem.append(
-                    (ev.ts, ev.tid, a.nbytes, a.allocated, a.reserved, a.device_type, a.device_id)
+                    (
+                        ev.ts,
+                        ev.tid,
+                        a.nbytes,
+                        math.nan if a.allocated is None else a.allocated,
+                        math.nan if a.reserved is None else a.reserved,
+                        _NO_DEVICE if a.device_type is None else a.device_type,
+                        _NO_DEVICE if a.device_id is None else a.device_id,
+                    )
                 )
 
 
@@ -151,16 +168,32 @@ class MemoryReport:
         """``{"devices": [...]}``: the rows as plain JSON data (what ``--json`` prints)."""
         rows = []
         for row in self.devices.to_dict("records"):
-            rows.append(
-                {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
-            )
+            rows.append({k: _json_value(k, v) for k, v in row.items()})
         return {"file": self.path, "devices": rows, "steps": len(self.steps)}
+
+
+#: Columns of whole numbers: a column holding one unknown (NaN) reads as floats in pandas.
+_WHOLE = frozenset({"device_id", "peak_allocated_bytes", "peak_reserved_bytes"})
+
+
+def _json_value(column: str, v: Any) -> Any:
+    if isinstance(v, float) and math.isnan(v):
+        return None  # unknown: the events did not give it
+    if column in _WHOLE and isinstance(v, float):
+        return int(v)
+    return v
 
 
 def _peak_ops(ops: Sequence[tuple[float, float, Any, str]], ts: float, tid: Any) -> list[str]:
     """The CPU ops on ``tid`` running at ``ts``, outermost first."""
     around = [(lo, name) for lo, hi, t, name in ops if t == tid and lo <= ts <= hi]
     return [name for _, name in sorted(around, key=lambda x: x[0])]
+
+
+def _peak(totals: np.ndarray) -> int | float:
+    """The largest known total (an int), or NaN when no event gave one."""
+    known = totals[~np.isnan(totals)]
+    return int(known.max()) if known.size else math.nan
 
 
 def _build(c: _Collect, path: str) -> MemoryReport:
@@ -175,27 +208,35 @@ def _build(c: _Collect, path: str) -> MemoryReport:
     rows, timelines = [], {}
     starts = np.array([s[1] for s in seen_steps], dtype=float)
     for (dtype, did), g in arr.groupby(["dtype", "did"], sort=True):
-        kind = DEVICE_TYPES.get(int(dtype), f"type{int(dtype)}")
-        name = kind if int(did) < 0 else f"{kind}:{int(did)}"
-        allocated = g["allocated"].to_numpy()
-        reserved = g["reserved"].to_numpy()
+        kind = (
+            UNKNOWN_DEVICE
+            if dtype == _NO_DEVICE
+            else DEVICE_TYPES.get(int(dtype), f"type{int(dtype)}")
+        )
+        name = kind if did == _NO_DEVICE else f"{kind}:{int(did)}"
+        allocated = g["allocated"].to_numpy(dtype=float)
+        reserved = g["reserved"].to_numpy(dtype=float)
         nbytes = g["bytes"].to_numpy()
-        at = int(np.argmax(allocated))
-        peak_ts = float(g["ts_us"].iloc[at])
-        stack = _peak_ops(c.ops, peak_ts, g["tid"].iloc[at])
-        step = int(np.searchsorted(starts, peak_ts, side="right")) - 1 if len(starts) else -1
+        # NaN where an event lacked the total: such a peak is unknown (NaN), not -1 bytes.
+        peak_alloc = _peak(allocated)
+        peak_ts, stack, step = math.nan, [], -1
+        if not math.isnan(peak_alloc):
+            at = int(np.nanargmax(allocated))
+            peak_ts = float(g["ts_us"].iloc[at])
+            stack = _peak_ops(c.ops, peak_ts, g["tid"].iloc[at])
+            step = int(np.searchsorted(starts, peak_ts, side="right")) - 1 if len(starts) else -1
         rows.append(
             {
                 "device": name,
                 "device_type": kind,
-                "device_id": int(did),
+                "device_id": int(did),  # -1 without one, as Kineto writes the CPU's
                 "events": len(g),
                 "allocations": int((nbytes > 0).sum()),
                 "allocated_bytes": int(nbytes[nbytes > 0].sum()),
                 "frees": int((nbytes < 0).sum()),
                 "freed_bytes": int(-nbytes[nbytes < 0].sum()),
-                "peak_allocated_bytes": int(allocated.max()),
-                "peak_reserved_bytes": int(reserved.max()),
+                "peak_allocated_bytes": peak_alloc,
+                "peak_reserved_bytes": _peak(reserved),
                 "peak_ts_us": peak_ts,
                 "peak_op": stack[-1] if stack else "",
                 "peak_stack": " > ".join(stack[:2] + (["…"] if len(stack) > 4 else []) + stack[-2:])

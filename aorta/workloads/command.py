@@ -254,13 +254,17 @@ class CommandWorkload(Workload):
         )
 
     def run(self) -> WorkloadResult:
+        isolated = self.context.isolated
         finished = run_with_deadline(
             self._proc,
-            deadline=self.context.deadline,
-            kill_tree_on_exit=not self.context.isolated,
+            # An isolated command's deadline is its worker's, which the engine keeps: it takes
+            # the evidence first, then SIGTERMs the worker's group, the command with it. Acting
+            # on the same clock here could kill the command before that capture.
+            deadline=None if isolated else self.context.deadline,
+            kill_tree_on_exit=not isolated,
             stop_when=self._hang_watch(),
             # An isolated command's evidence is taken from outside, with its worker's.
-            before_kill=None if self.context.isolated else active_capture(),
+            before_kill=None if isolated else active_capture(),
         )
         for fh in self._logs:
             fh.flush()

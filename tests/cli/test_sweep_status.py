@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from aorta.errors import ExitCode
+from aorta.store.rundir import RunDir
 from tests.processes import AORTA
 
 RECIPE = "mode: probe\nticket: STATUS\ntrials: 2\nmitigation_axis: [none]\n"
@@ -105,3 +106,58 @@ def test_a_recycled_pid_that_holds_no_lock_is_not_the_owner(tmp_path, run_cli):
     with rd.lock():  # now this process holds it: running
         assert rd.live_status()[0] == "running"
         assert run_cli("sweep", "status", rd.path)[1].startswith(f"{rd.path}: running (pid ")
+
+
+def _finished_run(tmp_path, run_cli, recipe: str, *command: str):
+    (tmp_path / "r.yaml").write_text(recipe)
+    code, _, err = run_cli(
+        "sweep", "run", "--recipe", tmp_path / "r.yaml", "-o", tmp_path / "out", "--", *command
+    )
+    assert code == ExitCode.OK, err
+    (path,) = (tmp_path / "out" / "LOST" / "command").iterdir()
+    return RunDir.open(path)
+
+
+def test_a_complete_run_with_a_lost_record_is_incomplete_and_says_what_resume_runs(
+    tmp_path, run_cli
+):
+    recipe = "mode: probe\nticket: LOST\ntrials: 2\nmitigation_axis: [none, omp_num_threads_1]\n"
+    rd = _finished_run(tmp_path, run_cli, recipe, "true")
+    assert run_cli("sweep", "status", rd.path)[1].strip() == (
+        f"{rd.path}: complete — 4/4 trials recorded (4 ok)"
+    )
+    # One record deleted, one cut short: the manifest still says complete.
+    rd.trial_path("none-none", 1).unlink()
+    path = rd.trial_path("omp_num_threads_1-none", 0)
+    path.write_bytes(path.read_bytes()[:40])
+    assert rd.manifest()["status"] == "complete"
+
+    code, out, _ = run_cli("sweep", "status", rd.path)
+    assert code == ExitCode.OK
+    assert out.strip() == (
+        f"{rd.path}: incomplete — 2/4 trials recorded (2 ok) — missing: none-none trial 1; "
+        f"omp_num_threads_1-none trial 0 — run them with: aorta sweep resume {rd.path}"
+    )
+    info = json.loads(run_cli("sweep", "status", "--json", rd.path)[1])
+    assert info["status"] == "incomplete" and info["manifest_status"] == "complete"
+    assert info["missing"] == {"none-none": [1], "omp_num_threads_1-none": [0]}
+
+    # The command it names runs exactly those, and the run is complete again.
+    code, _, err = run_cli("sweep", "resume", rd.path)
+    assert code == ExitCode.OK, err
+    assert rd.missing_trials() == {}
+    assert run_cli("sweep", "status", rd.path)[1].strip() == (
+        f"{rd.path}: complete — 4/4 trials recorded (4 ok)"
+    )
+
+
+def test_trials_a_did_not_run_record_stands_for_are_not_missing(tmp_path, run_cli):
+    # stop_after skips a cell's remainder with one did_not_run record: that run is complete.
+    recipe = (
+        "mode: probe\nticket: LOST\nmitigation_axis: [none]\n"
+        "stop_after: {events: 1, max_trials: 5}\n"
+    )
+    rd = _finished_run(tmp_path, run_cli, recipe, "false")
+    assert rd.missing_trials() == {}
+    code, out, _ = run_cli("sweep", "status", rd.path)
+    assert code == ExitCode.OK and f"{rd.path}: complete — 2/5 trials recorded" in out

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 from collections import defaultdict
 from pathlib import Path
 
@@ -149,3 +150,51 @@ def test_peaks_are_the_maxima_of_the_totals(rows):
     assert row["peak_allocated_bytes"] == max(t for _, t in rows)
     assert row["peak_reserved_bytes"] == max(t for _, t in rows) + 1
     assert row["allocations"] + row["frees"] == sum(b != 0 for b, _ in rows)
+
+
+def _mem(ts: int, **args: int) -> dict[str, object]:
+    names = {"nbytes": "Bytes", "alloc": "Total Allocated", "res": "Total Reserved"}
+    names |= {"dtype": "Device Type", "did": "Device Id"}
+    return {"ph": "i", "name": "[memory]", "ts": ts, "tid": 1,
+            "args": {names[k]: v for k, v in args.items()}}  # fmt: skip
+
+
+def test_fields_an_event_lacks_are_unknown_not_sentinel_numbers(tmp_path, capsys):
+    # No device type, no reserved total; then a device whose events never give the totals;
+    # then a CUDA device where one of two events lacks the reserved total.
+    ops = [{"ph": "X", "cat": "cpu_op", "name": "aten::empty", "ts": 0, "dur": 10, "tid": 1}]
+    events = [
+        *ops,
+        _mem(2, nbytes=512, alloc=512),
+        _mem(3, nbytes=256, dtype=0),
+        _mem(4, nbytes=512, alloc=1024, res=4096, dtype=1, did=0),
+        _mem(5, nbytes=512, alloc=1536, dtype=1, did=0),
+    ]
+    rows = {r["device"]: r for r in report_from_events(events).devices.to_dict("records")}
+    assert set(rows) == {"unknown", "cpu", "cuda:0"}
+    unknown, cpu, cuda = rows["unknown"], rows["cpu"], rows["cuda:0"]
+    assert unknown["device_type"] == "unknown" and unknown["peak_allocated_bytes"] == 512
+    assert math.isnan(unknown["peak_reserved_bytes"])
+    assert math.isnan(cpu["peak_allocated_bytes"]) and math.isnan(cpu["peak_reserved_bytes"])
+    assert cpu["peak_op"] == "" and math.isnan(cpu["peak_ts_us"])
+    # A missing total is left out of the peak, never taken as a size.
+    assert (cuda["peak_allocated_bytes"], cuda["peak_reserved_bytes"]) == (1536, 4096)
+
+    trace = tmp_path / "t.json"
+    trace.write_text(json.dumps({"traceEvents": events}))
+    png = tmp_path / "m.png"
+    assert main(["trace", "memory", str(trace), "--plot", str(png)]) == ExitCode.OK
+    out = capsys.readouterr().out
+    assert "  unknown: peak allocated 512 bytes, peak reserved unknown; 1 allocations" in out
+    assert "  cpu: peak allocated unknown, peak reserved unknown; 1 allocations (256 bytes), " \
+        "0 frees (0 bytes)\n" in out  # fmt: skip
+    assert "cuda:0: peak allocated 1.50 KiB, peak reserved 4.00 KiB" in out
+    devices = "\n".join(line for line in out.splitlines() if line.startswith("  "))
+    assert "-1" not in devices and "type" not in devices  # (the tmp path may hold "-1")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    assert main(["trace", "memory", str(trace), "--json"]) == ExitCode.OK
+    data = {d["device"]: d for d in json.loads(capsys.readouterr().out)["devices"]}
+    assert data["unknown"]["device_id"] == -1 and data["unknown"]["peak_reserved_bytes"] is None
+    assert data["cpu"]["peak_allocated_bytes"] is None
+    assert (data["cuda:0"]["device_id"], data["cuda:0"]["peak_reserved_bytes"]) == (0, 4096)

@@ -1,0 +1,119 @@
+"""A process-isolated command runs in its worker's process group (``spawn(new_session=False)``),
+so its pid leads no group: ``killpg`` on it reaches nothing. ``kill_group`` signals such a
+child's process tree instead, and the worker leaves the shared deadline to the engine, which
+takes the evidence first (``tests/run/test_worker_deadline.py``) and then stops the worker.
+A group kill does not wait on the zombies a subreaper (the sweep) holds in the group."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from aorta.errors import ExitCode
+from aorta.run import procs
+from aorta.run.orphans import _set_subreaper
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_bytes().rpartition(b")")[2].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != b"Z"
+
+
+def _tree_of(proc: object, n: int) -> list[int]:
+    """The child's pid and its ``n`` children, once they exist."""
+    pid = proc.pid  # type: ignore[attr-defined]
+    end = time.monotonic() + 30
+    while time.monotonic() < end:
+        kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        if len(kids) >= n:
+            return [pid, *map(int, kids)]
+        time.sleep(0.02)
+    raise AssertionError(f"{pid} never started {n} children")
+
+
+@pytest.mark.parametrize("ignores_term", [False, True], ids=["plain", "ignores-sigterm"])
+def test_kill_group_reaches_the_tree_of_a_child_in_our_group(ignores_term):
+    trap = "trap '' TERM; " if ignores_term else ""
+    proc = procs.spawn(["bash", "-c", f"{trap}sleep 60 & sleep 61; wait"], new_session=False)
+    tree = _tree_of(proc, 2)
+    assert os.getpgid(proc.pid) == os.getpgid(0)  # no group of its own
+    try:
+        t0 = time.monotonic()
+        procs.kill_group(proc, grace_s=1.0)
+        took = time.monotonic() - t0
+        # It was ~7 s (1 s of polling, 5 s waiting) with every process left running.
+        assert [p for p in tree if _running(p)] == []
+        assert proc.returncode == (-signal.SIGKILL if ignores_term else -signal.SIGTERM)
+        assert took < (3.0 if ignores_term else 1.0), took
+    finally:
+        for pid in tree:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        proc.wait()
+
+
+def test_a_leader_of_its_own_group_is_still_killed_by_group(tmp_path):
+    # A child in its own session keeps the group kill (its whole group, not a tree read).
+    marker = tmp_path / "pid"
+    proc = procs.spawn(["bash", "-c", f"sleep 60 & echo $! > {marker}; wait"])
+    end = time.monotonic() + 30
+    while not (marker.exists() and marker.read_text().strip()):
+        assert time.monotonic() < end, "the grandchild never started"
+        time.sleep(0.02)
+    grandchild = int(marker.read_text())
+    procs.kill_group(proc, grace_s=1.0)
+    assert proc.returncode is not None and not _running(grandchild)
+
+
+@pytest.mark.slow
+def test_an_isolated_command_that_ignores_sigterm_lets_its_worker_report(tmp_path, run_cli):
+    # At the deadline the engine takes the evidence, then SIGTERMs the worker's group; the
+    # command ignores it. The worker's own kill now reaches the command (SIGKILL after its
+    # 2 s grace), so the worker writes its outcome before the engine's SIGKILL (5 s): before,
+    # its kill reached nothing and the engine killed it with the result unwritten.
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(
+        "mode: probe\nticket: ISO\ntrials: 1\nmitigation_axis: [none]\n"
+        "timeout_per_trial: 2\ntrial_isolation: process\n"
+    )
+    command = "trap '' TERM; echo start; sleep 60 & wait; sleep 60"
+    code, out, err = run_cli(
+        "sweep", "run", "--recipe", recipe, "-o", tmp_path / "out", "--", "bash", "-c", command
+    )
+    assert code == ExitCode.OK, out + err
+    (path,) = tmp_path.glob("out/*/*/*/cells/none-none/trial_0000.json")
+    record = json.loads(path.read_text())
+    assert record["status"] == "timeout"
+    assert record["error"] == "deadline passed during run(); the worker was stopped"
+    assert record["forensics"]["evidence"][0]["rank"] == 0  # the engine's capture came first
+
+
+def test_a_subreapers_zombies_do_not_keep_the_group_alive():
+    # A sweep is a child subreaper: a trial's process whose parent died first comes to it,
+    # and once dead stays in the trial's group as its zombie. killpg(pgid, 0) counted those,
+    # so every kill of such a trial waited out its whole grace (6 s, not 2, for a 2 s
+    # deadline of `bash -c "sleep 30 & sleep 31; wait"` in a sweep).
+    if not _set_subreaper(True):
+        pytest.skip("no PR_SET_CHILD_SUBREAPER here")
+    try:
+        proc = procs.spawn(["bash", "-c", "sleep 60 & sleep 61; wait"])
+        tree = _tree_of(proc, 2)
+        t0 = time.monotonic()
+        procs.kill_group(proc, grace_s=10.0)
+        took = time.monotonic() - t0
+    finally:
+        _set_subreaper(False)
+    assert proc.returncode == -signal.SIGTERM
+    assert [p for p in tree if _running(p)] == []
+    assert took < 5.0, took  # it was the grace and 2 s more: 12 s
+    with pytest.raises(ProcessLookupError):
+        os.killpg(proc.pid, 0)  # the zombies were reaped: the group is gone
