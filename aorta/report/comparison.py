@@ -161,7 +161,9 @@ def verdict_text(row: Any, *, reason: str = "", threshold: float | None = None) 
     changes; with a zero baseline median the difference itself (``slower +3.2 vs baseline
     0``); ``(≥ N trials per cell)`` when no p at these trial counts could reach significance.
     An ``undecided`` band says why (``reason``, default
-    :func:`aorta.matrix.findings.undecided_reason` of the row and the band's ``threshold``).
+    :func:`aorta.matrix.findings.undecided_reason` of the row and the band's ``threshold``;
+    default the threshold of the frame the row came from, ``row.attrs["threshold"]``, which
+    ``DataFrame.iterrows`` and ``.loc`` carry: every output words a verdict the same).
 
     >>> verdict_text({"difference": "slower", "band": "within band", "ratio": 1.09,
     ...     "ratio_ci_low": 1.06, "ratio_ci_high": 1.12, "delta": 0.9, "trials_needed": None})
@@ -192,6 +194,11 @@ def verdict_text(row: Any, *, reason: str = "", threshold: float | None = None) 
         text += f" (≥ {int(needed)} trials per cell)"
     band = str(row["band"])
     if band == "undecided":
+        if threshold is None:
+            # Without it the reason could only say "a band edge", where matrix.md, compare
+            # and the findings name the edge or say the CI spans the whole band.
+            attrs = getattr(row, "attrs", None) or {}
+            threshold = attrs.get("threshold")
         return f"{text} — undecided: {reason or undecided_reason(row, threshold)}"
     return f"{text} — {band}"
 
