@@ -320,9 +320,12 @@ def step_series(
         sel = sel.sel(trial=list(trials))
     names = [str(c) for c in sel.cell.values.tolist()]
     if ax is not None or len(names) <= SERIES_CELLS_PER_PANEL:
+        from matplotlib.ticker import MaxNLocator
+
         with aorta_style():
             fig, ax = new_axes(ax)
             _series_panel(ax, ds, sel, names, colors=_SERIES_COLORS)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))  # no step -0.04
             ax.set_xlabel("step")
             ax.set_ylabel(_label(ds.step_time_ms))
             _dedupe_legend(ax)
@@ -347,10 +350,24 @@ def _series_panel(
         ax.axvspan(-0.5, w - 0.5, color=PALETTE["grey"], alpha=0.15, lw=0, label="warm-up")
     steps = sel.step.values
     for k, cell in enumerate(names):
+        color = colors[k % len(colors)]
+        drawn = False
         for t in sel.trial.values.tolist():
             line = sel.sel(cell=cell, trial=t).values
-            if np.isfinite(line).any():
-                ax.plot(steps, line, color=colors[k % len(colors)], lw=0.8, alpha=0.6, label=cell)
+            finite = np.isfinite(line)
+            if not finite.any():
+                continue
+            drawn = True
+            ax.plot(steps, line, color=color, lw=0.8, alpha=0.6, label=cell)
+            # A line needs two neighbouring points: a one-step trial (or a step between two
+            # missing ones) drew nothing, and the panel looked empty. Mark those points.
+            lone = finite & ~np.r_[False, finite[:-1]] & ~np.r_[finite[1:], False]
+            if lone.any():
+                ax.plot(steps[lone], line[lone], "o", ms=3, color=color, alpha=0.8, label=cell)
+        if not drawn and len(names) > 1:
+            # In a shared panel a cell without a step would just be missing from the legend.
+            status = ds.status.sel(cell=cell).values
+            ax.plot([], [], " ", label=f"{cell}: {_no_steps(status)}")
 
 
 def _series_facets(ds: xr.Dataset, sel: xr.DataArray, names: Sequence[str]) -> Figure:
