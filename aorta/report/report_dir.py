@@ -129,6 +129,7 @@ def write_report(
             ),
             run=run_dir,
             alpha=df.attrs.get("alpha"),
+            summary=df,
         ),
         "## Cells",
         "",

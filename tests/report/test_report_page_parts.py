@@ -190,3 +190,26 @@ def test_breakable_and_clamped_keep_the_text_and_escape_it(text):
     assert "<" not in re.sub(tags, "", out)  # only its own tags: the text is escaped
     for line in text.strip().splitlines()[:1]:
         assert esc(line) in out
+
+
+def test_no_finding_does_not_say_nothing_fails_when_every_trial_failed():
+    """A one-cell probe whose command exits 3 every time: no cell differs from the baseline,
+    but report.html said "Nothing changed: no cell fails", matrix.md only "no cell differs"."""
+    from aorta.report.findings import findings_markdown
+
+    recs = [
+        TrialRecord(cell="base", cell_id="", trial=t, status="workload_failed", passed=False,
+                    main_work_started=True, wall_clock_s=0.2, error="the command exited 3")
+        for t in range(2)
+    ]  # fmt: skip
+    ds = build_dataset(
+        [{"name": "base", "trials": 2}], recs, attrs={"baseline": "base", "threshold": 1.15}
+    )
+    summary = summarize(ds)
+    page = RunPage(ds=ds, summary=summary)
+    assert page_findings(page) == []
+    said = re.sub(r"<[^>]+>", "", findings_section(page).body)
+    assert "no cell fails" not in said
+    assert "base failed 2/2 trials" in said, said
+    md = findings_markdown([], summary=summary, alpha=0.05)
+    assert "base` failed 2/2 trials" in md, md
