@@ -300,7 +300,7 @@ def nothing_found(
     >>> df = pd.DataFrame({"n_ok": [0, 3], "n_failed": [2, 0], "n_errors": [0, 0]},
     ...                   index=pd.Index(["base", "fix"], name="cell"))
     >>> nothing_found(df, alpha=0.05, style="text")
-    'no cell differs from the baseline in failures or timing at α = 0.05 — which is no pass: base failed 2/2 trials'
+    'no cell differs from the baseline in failures or timing at α = 0.05 — yet trials failed: base 2/2'
     """
     at = f" at α = {alpha}" if alpha is not None else ""
     text = f"no cell differs from the baseline in failures or timing{at}"
@@ -311,8 +311,8 @@ def nothing_found(
         failed = int(row["n_failed"]) + int(row.get("n_errors", 0) or 0)
         if failed:
             ran = failed + int(row["n_ok"])
-            bad.append(f"{_code(str(cell), style)} failed {failed}/{ran} trials")
-    return f"{text} — which is no pass: {', '.join(bad)}" if bad else text
+            bad.append(f"{_code(str(cell), style)} {failed}/{ran}")
+    return f"{text} — yet trials failed: {', '.join(bad)}" if bad else text
 
 
 def findings_markdown(

@@ -210,6 +210,6 @@ def test_no_finding_does_not_say_nothing_fails_when_every_trial_failed():
     assert page_findings(page) == []
     said = re.sub(r"<[^>]+>", "", findings_section(page).body)
     assert "no cell fails" not in said
-    assert "base failed 2/2 trials" in said, said
+    assert "trials failed: base 2/2" in said, said
     md = findings_markdown([], summary=summary, alpha=0.05)
-    assert "base` failed 2/2 trials" in md, md
+    assert "trials failed: `base` 2/2" in md, md
