@@ -31,6 +31,7 @@ from aorta.matrix.compare import compare, compare_runs, require_baseline
 from aorta.matrix.findings import undecided_reason
 from aorta.matrix.load import load_run
 from aorta.matrix.options import StatsOptions
+from aorta.matrix.select import default_metric
 
 __all__ = [
     "ci_text",
@@ -397,12 +398,14 @@ def compare_paths(
     runs: Sequence[str | Path],
     *,
     baseline: str | None = None,
-    metric: str = "step_time_ms",
+    metric: str | None = None,
     options: StatsOptions | None = None,
     traces: bool = False,
     signature: str | None = None,
 ) -> pd.DataFrame:
-    """One run's cells against its baseline, or two runs' shared cells (B against A).
+    """One run's cells against its baseline, or two runs' shared cells (B against A), on
+    ``metric`` (default the matrix's: :func:`aorta.matrix.select.default_metric` of the first
+    run).
 
     ``traces`` loads the runs' trace metrics (:func:`aorta.load_run`), so ``metric`` can be
     one of them, reduced over ranks by the options' ``ranks``. ``options``: the statistics
@@ -442,15 +445,20 @@ def compare_datasets(
     datasets: Sequence[xr.Dataset],
     *,
     baseline: str | None = None,
-    metric: str = "step_time_ms",
+    metric: str | None = None,
     options: StatsOptions | None = None,
     signature: str | None = None,
 ) -> pd.DataFrame:
     """:func:`aorta.compare` of one run (which needs a usable baseline) or
-    :func:`aorta.compare_runs` of two, with a bad option as a :class:`~aorta.errors.UsageError`.
+    :func:`aorta.compare_runs` of two, with a bad option as a :class:`~aorta.errors.UsageError`;
+    ``metric`` default the matrix's (:func:`aorta.matrix.select.default_metric`).
 
     Raises as :func:`compare_paths`.
     """
+    if metric is None:
+        # A probe without steps has only its wall clock: step_time_ms said "no data" for every
+        # cell (and the gate could not fire) where matrix.md compared the wall clocks.
+        metric = default_metric(datasets[0], baseline if len(datasets) == 1 else None)
     kw: dict[str, Any] = {"metric": metric, "options": options}
     try:
         if len(datasets) == 1:

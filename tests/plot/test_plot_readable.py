@@ -109,9 +109,7 @@ def _one_step_ds():
 def test_a_trial_of_one_step_is_drawn_not_an_empty_panel() -> None:
     # A line through one point draws nothing: report.html showed an empty step-series panel.
     (ax,) = step_series(_one_step_ds()).axes
-    drawn = [
-        line for line in ax.get_lines() if line.get_marker() not in ("None", "", None, " ")
-    ]
+    drawn = [line for line in ax.get_lines() if line.get_marker() not in ("None", "", None, " ")]
     assert [(list(line.get_xdata()), list(line.get_ydata())) for line in drawn] == [([0], [1.0])]
 
 
