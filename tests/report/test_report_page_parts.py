@@ -213,3 +213,22 @@ def test_no_finding_does_not_say_nothing_fails_when_every_trial_failed():
     assert "trials failed: base 2/2" in said, said
     md = findings_markdown([], summary=summary, alpha=0.05)
     assert "trials failed: `base` 2/2" in md, md
+
+
+def test_trials_of_a_run_without_steps_show_the_wall_clock_once():
+    # The metric column repeated the wall clock column: "wall clock (s)", "wall_clock_s (s)".
+    recs = [
+        TrialRecord(cell=c, cell_id="", trial=t, status="ok", passed=True, wall_clock_s=1.0 + t)
+        for c in ("base", "fix")
+        for t in range(2)
+    ]
+    ds = build_dataset(
+        [{"name": c, "trials": 2} for c in ("base", "fix")],
+        recs,
+        attrs={"baseline": "base", "threshold": 1.15},
+    )
+    summary = summarize(ds)
+    assert summary.attrs["metric"] == "wall_clock_s"
+    body = trials_section(RunPage(ds=ds, summary=summary)).body
+    heads = re.findall(r"<th[^>]*>(.*?)</th>", body)
+    assert sum("wall" in re.sub(r"<[^>]+>", "", h) for h in heads) == 1, heads
