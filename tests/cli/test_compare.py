@@ -9,6 +9,7 @@ import pytest
 
 from aorta.errors import ExitCode
 from aorta.recipe.schema import load_recipe_text
+from aorta.report.matrix_files import write_matrix
 from aorta.run.sweep import sweep
 from tests.conftest import DATA
 
@@ -235,8 +236,6 @@ def _probe_without_steps(root):
 def test_a_run_without_step_times_is_compared_on_its_wall_clock(run_cli, tmp_path):
     """`aorta compare` of a probe without steps said "no data" for every cell (and the gate
     never fired), while matrix.md and report.html compared the trials' wall clocks."""
-    from aorta.report.matrix_files import write_matrix
-
     a = _probe_without_steps(shutil.copytree(DATA / "golden_run", tmp_path / "a"))
     write_matrix(a)
     md = (a / "matrix.md").read_text()

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from aorta.matrix.dataset import build_dataset
 from aorta.matrix.summary import summarize
+from aorta.report.findings import findings_markdown
 from aorta.report.page.details import clamped, trials_section
 from aorta.report.page.failures import failures_section
 from aorta.report.page.findings import findings_section, page_findings
@@ -195,8 +196,6 @@ def test_breakable_and_clamped_keep_the_text_and_escape_it(text):
 def test_no_finding_does_not_say_nothing_fails_when_every_trial_failed():
     """A one-cell probe whose command exits 3 every time: no cell differs from the baseline,
     but report.html said "Nothing changed: no cell fails", matrix.md only "no cell differs"."""
-    from aorta.report.findings import findings_markdown
-
     recs = [
         TrialRecord(cell="base", cell_id="", trial=t, status="workload_failed", passed=False,
                     main_work_started=True, wall_clock_s=0.2, error="the command exited 3")
