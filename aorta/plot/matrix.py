@@ -78,7 +78,8 @@ def step_distributions(
 ) -> Figure:
     """One point per trial for each cell, the cell's median as a bar, and the baseline's band.
 
-    The band is the baseline median × ``[1/threshold, threshold]`` (the recipe's confound
+    The medians are of the trials that ended ok, as the matrix's. The band is the baseline
+    median × ``[1/threshold, threshold]`` (the recipe's confound
     threshold unless given): cells whose points sit inside it are within the band of
     practical equivalence. Failed trials (``trials="ran"``, the default) are drawn in
     vermillion; ``trials="ok"`` leaves them out.
@@ -92,11 +93,14 @@ def step_distributions(
         raise ValueError(f"baseline cell {baseline!r} is not in the run")
     thr = band_threshold(ds, threshold)
     status = ds.status.transpose("cell", "trial").values
+    # The bar and the band are the medians the matrix and the verdict use: of the trials that
+    # ended ok. Failed trials are drawn, but a failure that ran long moved the bar before.
+    ok = np.where(status == TrialStatus.OK.value, values.values, np.nan)
     with aorta_style():
         fig, ax = new_axes(ax, figsize=(6.4, 0.9 + 0.45 * len(cells)))
         y = _cell_axis(ax, cells)
         if baseline is not None:
-            base_values = values.sel(cell=baseline).values
+            base_values = ok[cells.index(baseline)]
             base_values = base_values[np.isfinite(base_values)]
             base = float(np.median(base_values)) if base_values.size else math.nan
             if math.isfinite(base):
@@ -124,11 +128,11 @@ def step_distributions(
                         lw=0,
                         label=status_name.replace("_", " "),
                     )
-            if np.isfinite(row).any():
+            if np.isfinite(ok[i]).any():
                 ax.plot(
-                    [np.nanmedian(row)] * 2, [yi - 0.35, yi + 0.35], color=PALETTE["black"], lw=2
+                    [np.nanmedian(ok[i])] * 2, [yi - 0.35, yi + 0.35], color=PALETTE["black"], lw=2
                 )
-            else:  # nothing to draw: say why, instead of a blank row
+            if not np.isfinite(row).any():  # nothing to draw: say why, instead of a blank row
                 ax.text(
                     0.5,
                     yi,

@@ -118,3 +118,31 @@ def test_a_shared_panel_says_which_cell_has_no_completed_step() -> None:
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert f"{HUNG}: hung — no completed steps" in labels
     assert all(float(x).is_integer() for x in ax.get_xticks())  # steps, not -0.04
+
+
+def test_the_median_bar_and_band_are_the_matrix_medians_of_ok_trials() -> None:
+    # Failed trials are drawn, but the bar and the band counted them too: a cell whose
+    # failures ran long got a bar far from the median matrix.md and the verdict use.
+    recs = [
+        TrialRecord(cell=c, cell_id="", trial=t, status="ok", passed=True, step_times_ms=[10.0])
+        for c in ("baseline", "x")
+        for t in range(2)
+    ] + [
+        TrialRecord(cell=c, cell_id="", trial=t, status="workload_failed", passed=False,
+                    main_work_started=True, step_times_ms=[100.0])
+        for c in ("baseline", "x")
+        for t in (2, 3, 4)
+    ]  # fmt: skip
+    ds = build_dataset(
+        [{"name": c, "trials": 5} for c in ("baseline", "x")],
+        recs,
+        attrs={"baseline": "baseline", "threshold": 1.15},
+    )
+    (ax,) = step_distributions(ds).axes
+    vertical = [
+        float(line.get_xdata()[0])
+        for line in ax.get_lines()
+        if len(set(np.asarray(line.get_xdata(), dtype=float))) == 1
+    ]
+    assert vertical and all(v == 10.0 for v in vertical), vertical
+    assert 100.0 in {float(x) for c in ax.collections for x, _ in c.get_offsets()}
