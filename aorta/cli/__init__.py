@@ -7,6 +7,7 @@ in-process); only :func:`entry`, the console script, exits.
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 import warnings
@@ -134,9 +135,37 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _main(argv)
 
 
+def _readable(text: str) -> str:
+    r"""A docstring as ``--help`` shows it: each paragraph one run of words (the terminal
+    wraps it), code quotes dropped, and brackets kept.
+
+    Typer renders help as Rich markup, which keeps a docstring's source line breaks (the help
+    came out ragged) and drops what looks like a tag (``[v0, …, vN]``, ``[memory]``).
+
+    >>> _readable("Find it: [v0, …, vN]\n(v0 good).\n\nSays ``running``.")
+    'Find it: \\[v0, …, vN] (v0 good).\n\nSays running.'
+    """
+    from rich.markup import escape
+
+    paragraphs = inspect.cleandoc(text).replace("``", "").split("\n\n")
+    return escape("\n\n".join(" ".join(p.split()) for p in paragraphs))
+
+
+def _readable_help(command: Any) -> Any:
+    """``command`` and its subcommands with every help text :func:`_readable`."""
+    if command.help:
+        command.help = _readable(command.help)
+    for param in command.params:
+        if getattr(param, "help", None):
+            param.help = _readable(param.help)
+    for sub in getattr(command, "commands", {}).values():
+        _readable_help(sub)
+    return command
+
+
 def _main(argv: Sequence[str] | None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    command = typer.main.get_command(app)
+    command = _readable_help(typer.main.get_command(app))
     try:
         with warnings.catch_warnings():
             # aorta's own warnings are this command's output, one line each, whatever filters

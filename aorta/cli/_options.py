@@ -151,11 +151,11 @@ Alpha = Annotated[
     ),
 ]
 Metric = Annotated[
-    str,
+    str | None,
     option(
         "--metric",
         envvars.METRIC,
-        "step_time_ms (median of post-warm-up steps per trial), wall_clock_s, elapsed_s, or a workload metric.",
+        "step_time_ms (median of post-warm-up steps per trial), wall_clock_s, elapsed_s, or a workload metric (default: the matrix's, step_time_ms or, for a run without step times, wall_clock_s).",
     ),
 ]
 Traces = Annotated[

@@ -43,7 +43,7 @@ def compare(
     ],
     baseline: Baseline = None,
     alpha: Alpha = None,
-    metric: Metric = "step_time_ms",
+    metric: Metric = None,
     fail_on_regression: Annotated[
         bool,
         option(

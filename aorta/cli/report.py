@@ -48,7 +48,7 @@ def report(
     ],
     baseline: Baseline = None,
     alpha: Alpha = None,
-    metric: Metric = "step_time_ms",
+    metric: Metric = None,
     seed: Seed = None,
     resamples: Resamples = None,
     traces: Traces = False,
@@ -76,11 +76,10 @@ def report(
             raise UsageError(
                 "--baseline applies to one run; with two runs each cell of B is compared with the same cell of A"
             )
-        print(pages.compare_html(runs[0], runs[1], metric=metric, **kw))
+        print(pages.compare_html(runs[0], runs[1], metric=metric or "step_time_ms", **kw))
         return ExitCode.OK
     for path in write_report(runs[0], baseline=baseline, metric=metric, **kw):
         print(path)
     if html:
-        chosen = None if metric == "step_time_ms" else metric  # the matrix's own choice
-        print(pages.html(runs[0], baseline=baseline, metric=chosen, **kw))
+        print(pages.html(runs[0], baseline=baseline, metric=metric, **kw))  # None: the matrix's
     return ExitCode.OK

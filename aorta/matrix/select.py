@@ -35,6 +35,7 @@ __all__ = [
     "TrialSelection",
     "band_threshold",
     "check_dims",
+    "default_metric",
     "is_trace_variable",
     "outcomes",
     "reduce_ranks",
@@ -114,6 +115,29 @@ def band_threshold(ds: xr.Dataset, threshold: float | None = None) -> float:
     if not value > 1:
         raise ValueError(f"threshold must be > 1, got {value}")
     return value
+
+
+def default_metric(ds: xr.Dataset, baseline: str | None = None) -> str:
+    """The metric a run is compared on when nobody names one — the matrix's choice, so
+    ``matrix.md``, ``aorta compare``, ``aorta report`` and the gate read the same values:
+    ``step_time_ms``, or ``wall_clock_s`` when the baseline (default the run's; any cell when
+    the run has none) has no step time in a trial that ended ok (a probe's command without a
+    ``step_time_regex``: its wall clock is all it has).
+
+    >>> from aorta.matrix.dataset import build_dataset
+    >>> from aorta.store.record import TrialRecord
+    >>> def run(steps):
+    ...     rec = TrialRecord(cell="a", cell_id="", trial=0, status="ok", passed=True,
+    ...                       step_times_ms=steps, wall_clock_s=1.0)
+    ...     return build_dataset([{"name": "a", "trials": 1}], [rec], attrs={"baseline": "a"})
+    >>> default_metric(run([2.0, 3.0])), default_metric(run([]))
+    ('step_time_ms', 'wall_clock_s')
+    """
+    baseline = baseline if baseline is not None else ds.attrs.get("baseline")
+    steps = trial_values(ds, metric="step_time_ms", trials="ok")
+    if baseline in [str(c) for c in ds.cell.values.tolist()]:
+        steps = steps.sel(cell=baseline)
+    return "step_time_ms" if bool(steps.notnull().any()) else "wall_clock_s"
 
 
 def is_trace_variable(name: str) -> bool:

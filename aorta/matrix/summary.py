@@ -43,7 +43,7 @@ import xarray as xr
 from aorta.matrix.compare import compare
 from aorta.matrix.options import StatsOptions, stats_options
 from aorta.matrix.rank_causes import with_rank_causes
-from aorta.matrix.select import band_threshold, check_dims, outcomes, trial_values
+from aorta.matrix.select import band_threshold, check_dims, default_metric, outcomes
 from aorta.matrix.stragglers import with_stragglers
 from aorta.store.record import TrialStatus
 
@@ -139,10 +139,7 @@ def summarize(
     )
     thr = band_threshold(ds, opts.threshold)
     cells = [str(c) for c in ds.cell.values.tolist()]
-    metric = "step_time_ms"
-    if baseline in cells:
-        steps = trial_values(ds, metric="step_time_ms", trials="ok").sel(cell=baseline)
-        metric = "step_time_ms" if bool(steps.notnull().any()) else "wall_clock_s"
+    metric = default_metric(ds, baseline) if baseline in cells else "step_time_ms"
     # An adaptive run stopped its cells on anytime-valid verdicts: fixed-n tests would not hold.
     sequential = ds.attrs.get("schedule") == "adaptive"
     df = compare(ds, baseline, metric=metric, options=opts, threshold=thr, sequential=sequential)

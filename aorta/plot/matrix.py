@@ -78,7 +78,8 @@ def step_distributions(
 ) -> Figure:
     """One point per trial for each cell, the cell's median as a bar, and the baseline's band.
 
-    The band is the baseline median × ``[1/threshold, threshold]`` (the recipe's confound
+    The medians are of the trials that ended ok, as the matrix's. The band is the baseline
+    median × ``[1/threshold, threshold]`` (the recipe's confound
     threshold unless given): cells whose points sit inside it are within the band of
     practical equivalence. Failed trials (``trials="ran"``, the default) are drawn in
     vermillion; ``trials="ok"`` leaves them out.
@@ -92,11 +93,14 @@ def step_distributions(
         raise ValueError(f"baseline cell {baseline!r} is not in the run")
     thr = band_threshold(ds, threshold)
     status = ds.status.transpose("cell", "trial").values
+    # The bar and the band are the medians the matrix and the verdict use: of the trials that
+    # ended ok. Failed trials are drawn, but a failure that ran long moved the bar before.
+    ok = np.where(status == TrialStatus.OK.value, values.values, np.nan)
     with aorta_style():
         fig, ax = new_axes(ax, figsize=(6.4, 0.9 + 0.45 * len(cells)))
         y = _cell_axis(ax, cells)
         if baseline is not None:
-            base_values = values.sel(cell=baseline).values
+            base_values = ok[cells.index(baseline)]
             base_values = base_values[np.isfinite(base_values)]
             base = float(np.median(base_values)) if base_values.size else math.nan
             if math.isfinite(base):
@@ -124,11 +128,11 @@ def step_distributions(
                         lw=0,
                         label=status_name.replace("_", " "),
                     )
-            if np.isfinite(row).any():
+            if np.isfinite(ok[i]).any():
                 ax.plot(
-                    [np.nanmedian(row)] * 2, [yi - 0.35, yi + 0.35], color=PALETTE["black"], lw=2
+                    [np.nanmedian(ok[i])] * 2, [yi - 0.35, yi + 0.35], color=PALETTE["black"], lw=2
                 )
-            else:  # nothing to draw: say why, instead of a blank row
+            if not np.isfinite(row).any():  # nothing to draw: say why, instead of a blank row
                 ax.text(
                     0.5,
                     yi,
@@ -320,9 +324,12 @@ def step_series(
         sel = sel.sel(trial=list(trials))
     names = [str(c) for c in sel.cell.values.tolist()]
     if ax is not None or len(names) <= SERIES_CELLS_PER_PANEL:
+        from matplotlib.ticker import MaxNLocator
+
         with aorta_style():
             fig, ax = new_axes(ax)
             _series_panel(ax, ds, sel, names, colors=_SERIES_COLORS)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))  # no step -0.04
             ax.set_xlabel("step")
             ax.set_ylabel(_label(ds.step_time_ms))
             _dedupe_legend(ax)
@@ -347,10 +354,24 @@ def _series_panel(
         ax.axvspan(-0.5, w - 0.5, color=PALETTE["grey"], alpha=0.15, lw=0, label="warm-up")
     steps = sel.step.values
     for k, cell in enumerate(names):
+        color = colors[k % len(colors)]
+        drawn = False
         for t in sel.trial.values.tolist():
             line = sel.sel(cell=cell, trial=t).values
-            if np.isfinite(line).any():
-                ax.plot(steps, line, color=colors[k % len(colors)], lw=0.8, alpha=0.6, label=cell)
+            finite = np.isfinite(line)
+            if not finite.any():
+                continue
+            drawn = True
+            ax.plot(steps, line, color=color, lw=0.8, alpha=0.6, label=cell)
+            # A line needs two neighbouring points: a one-step trial (or a step between two
+            # missing ones) drew nothing, and the panel looked empty. Mark those points.
+            lone = finite & ~np.r_[False, finite[:-1]] & ~np.r_[finite[1:], False]
+            if lone.any():
+                ax.plot(steps[lone], line[lone], "o", ms=3, color=color, alpha=0.8, label=cell)
+        if not drawn and len(names) > 1:
+            # In a shared panel a cell without a step would just be missing from the legend.
+            status = ds.status.sel(cell=cell).values
+            ax.plot([], [], " ", label=f"{cell}: {_no_steps(status)}")
 
 
 def _series_facets(ds: xr.Dataset, sel: xr.DataArray, names: Sequence[str]) -> Figure:

@@ -31,6 +31,7 @@ from aorta.matrix.compare import compare, compare_runs, require_baseline
 from aorta.matrix.findings import undecided_reason
 from aorta.matrix.load import load_run
 from aorta.matrix.options import StatsOptions
+from aorta.matrix.select import default_metric
 
 __all__ = [
     "ci_text",
@@ -161,7 +162,9 @@ def verdict_text(row: Any, *, reason: str = "", threshold: float | None = None) 
     changes; with a zero baseline median the difference itself (``slower +3.2 vs baseline
     0``); ``(≥ N trials per cell)`` when no p at these trial counts could reach significance.
     An ``undecided`` band says why (``reason``, default
-    :func:`aorta.matrix.findings.undecided_reason` of the row and the band's ``threshold``).
+    :func:`aorta.matrix.findings.undecided_reason` of the row and the band's ``threshold``;
+    default the threshold of the frame the row came from, ``row.attrs["threshold"]``, which
+    ``DataFrame.iterrows`` and ``.loc`` carry: every output words a verdict the same).
 
     >>> verdict_text({"difference": "slower", "band": "within band", "ratio": 1.09,
     ...     "ratio_ci_low": 1.06, "ratio_ci_high": 1.12, "delta": 0.9, "trials_needed": None})
@@ -192,6 +195,11 @@ def verdict_text(row: Any, *, reason: str = "", threshold: float | None = None) 
         text += f" (≥ {int(needed)} trials per cell)"
     band = str(row["band"])
     if band == "undecided":
+        if threshold is None:
+            # Without it the reason could only say "a band edge", where matrix.md, compare
+            # and the findings name the edge or say the CI spans the whole band.
+            attrs = getattr(row, "attrs", None) or {}
+            threshold = attrs.get("threshold")
         return f"{text} — undecided: {reason or undecided_reason(row, threshold)}"
     return f"{text} — {band}"
 
@@ -390,12 +398,14 @@ def compare_paths(
     runs: Sequence[str | Path],
     *,
     baseline: str | None = None,
-    metric: str = "step_time_ms",
+    metric: str | None = None,
     options: StatsOptions | None = None,
     traces: bool = False,
     signature: str | None = None,
 ) -> pd.DataFrame:
-    """One run's cells against its baseline, or two runs' shared cells (B against A).
+    """One run's cells against its baseline, or two runs' shared cells (B against A), on
+    ``metric`` (default the matrix's: :func:`aorta.matrix.select.default_metric` of the first
+    run).
 
     ``traces`` loads the runs' trace metrics (:func:`aorta.load_run`), so ``metric`` can be
     one of them, reduced over ranks by the options' ``ranks``. ``options``: the statistics
@@ -435,15 +445,20 @@ def compare_datasets(
     datasets: Sequence[xr.Dataset],
     *,
     baseline: str | None = None,
-    metric: str = "step_time_ms",
+    metric: str | None = None,
     options: StatsOptions | None = None,
     signature: str | None = None,
 ) -> pd.DataFrame:
     """:func:`aorta.compare` of one run (which needs a usable baseline) or
-    :func:`aorta.compare_runs` of two, with a bad option as a :class:`~aorta.errors.UsageError`.
+    :func:`aorta.compare_runs` of two, with a bad option as a :class:`~aorta.errors.UsageError`;
+    ``metric`` default the matrix's (:func:`aorta.matrix.select.default_metric`).
 
     Raises as :func:`compare_paths`.
     """
+    if metric is None:
+        # A probe without steps has only its wall clock: step_time_ms said "no data" for every
+        # cell (and the gate could not fire) where matrix.md compared the wall clocks.
+        metric = default_metric(datasets[0], baseline if len(datasets) == 1 else None)
     kw: dict[str, Any] = {"metric": metric, "options": options}
     try:
         if len(datasets) == 1:

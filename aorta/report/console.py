@@ -193,10 +193,12 @@ def summary_to_dict(result: Any, *, exit_code: int | None = None) -> dict[str, A
     for rec in result.records:
         statuses.setdefault(rec.cell, Counter())[rec.status.value] += 1
     frame = comparison_json(result.summaries)
+    # The rows are plain dicts here, without the frame's attrs: the band's threshold is given.
+    threshold = getattr(result.summaries, "attrs", {}).get("threshold")
     cells = [
         {
             **cell,
-            "verdict": verdict_text(cell),
+            "verdict": verdict_text(cell, threshold=threshold),
             "statuses": dict(sorted(statuses.get(cell["cell"], Counter()).items())),
         }
         for cell in frame["cells"]

@@ -47,6 +47,7 @@ __all__ = [
     "finding_text",
     "findings_lines",
     "findings_markdown",
+    "nothing_found",
     "run_findings",
     "straggler_text",
 ]
@@ -287,15 +288,45 @@ def findings_lines(
     return lines
 
 
-def findings_markdown(
-    items: Sequence[Finding], *, run: str | Path | None = None, alpha: float | None = None
+def nothing_found(
+    summary: pd.DataFrame | None = None, *, alpha: float | None = None, style: Style = "markdown"
 ) -> str:
-    """The ``## Findings`` section (markdown): failures and hangs first, then timing; a line
-    saying nothing differs when the list is empty."""
+    """What to say when there is no finding: no cell differs from the baseline — and, where
+    trials failed anyway (every cell alike, or a run of the baseline alone), which cells failed
+    how often: no difference is not a pass.
+
+    ``summary``: the matrix or comparison frame (``n_ok``, ``n_failed``, ``n_errors``).
+
+    >>> df = pd.DataFrame({"n_ok": [0, 3], "n_failed": [2, 0], "n_errors": [0, 0]},
+    ...                   index=pd.Index(["base", "fix"], name="cell"))
+    >>> nothing_found(df, alpha=0.05, style="text")
+    'no cell differs from the baseline in failures or timing at α = 0.05 — yet trials failed: base 2/2'
+    """
+    at = f" at α = {alpha}" if alpha is not None else ""
+    text = f"no cell differs from the baseline in failures or timing{at}"
+    if summary is None or "n_failed" not in summary.columns:
+        return text
+    bad = []
+    for cell, row in summary.iterrows():
+        failed = int(row["n_failed"]) + int(row.get("n_errors", 0) or 0)
+        if failed:
+            ran = failed + int(row["n_ok"])
+            bad.append(f"{_code(str(cell), style)} {failed}/{ran}")
+    return f"{text} — yet trials failed: {', '.join(bad)}" if bad else text
+
+
+def findings_markdown(
+    items: Sequence[Finding],
+    *,
+    run: str | Path | None = None,
+    alpha: float | None = None,
+    summary: pd.DataFrame | None = None,
+) -> str:
+    """The ``## Findings`` section (markdown): failures and hangs first, then timing; when the
+    list is empty, :func:`nothing_found` of ``summary`` (the frame the findings came from)."""
     lines = findings_lines(items, run=run)
     if not lines:
-        at = f" at α = {alpha}" if alpha is not None else ""
-        lines = [f"- no cell differs from the baseline in failures or timing{at}"]
+        lines = ["- " + nothing_found(summary, alpha=alpha)]
     return "\n".join(["## Findings", "", *lines]) + "\n"
 
 

@@ -614,7 +614,12 @@ def matrix_markdown(
     if attrs:  # what changed first, failures and hangs before timing; then the cells
         found = findings(summary, signatures)
         run = header.get("run_dir")
-        lines += ["", findings_markdown(found, run=run, alpha=attrs.get("alpha")).rstrip("\n")]
+        lines += [
+            "",
+            findings_markdown(found, run=run, alpha=attrs.get("alpha"), summary=summary).rstrip(
+                "\n"
+            ),
+        ]
         lines += ["", "## Cells"]
     lines += ["", markdown_table(head, body)]
     if "reason" in summary.columns:

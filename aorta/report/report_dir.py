@@ -68,15 +68,16 @@ def write_report(
     run: str | Path,
     *,
     baseline: str | None = None,
-    metric: str = "step_time_ms",
+    metric: str | None = None,
     options: StatsOptions | None = None,
     traces: bool = False,
     **overrides: Unpack[StatsKeywords],
 ) -> list[Path]:
     """Write ``report/`` (tables, figures, ``report.md``) into the run directory ``run``.
 
-    With ``traces`` the trace metrics are loaded too (:func:`aorta.load_run`), ``metric`` may
-    be one of them, and the report gains ``traces.csv``, ``time_breakdown.png``,
+    ``metric``: default the matrix's (:func:`aorta.matrix.select.default_metric`: a probe
+    without steps is compared on its wall clock). With ``traces`` the trace metrics are loaded
+    too (:func:`aorta.load_run`), ``metric`` may be one of them, and the report gains ``traces.csv``, ``time_breakdown.png``,
     ``exposed_comm_vs_step.png`` and a traces section, and a "Where the time went" section
     (:func:`aorta.explain`, a ``waterfall_<cell>.png`` each) for every cell whose verdict is
     ``slower`` or ``faster``; the run's ``matrix.md`` and
@@ -89,6 +90,7 @@ def write_report(
     opts = stats_options(options, **overrides)
     ds = load_run(run, traces=traces)
     df = compare_datasets([ds], baseline=baseline, metric=metric, options=opts)
+    metric = str(df.attrs.get("metric") or metric or "step_time_ms")  # the one compared on
     df.attrs["runs"] = [str(run)]
     root = Path(run)
     run_dir = root.parent if root.is_file() else root
@@ -129,6 +131,7 @@ def write_report(
             ),
             run=run_dir,
             alpha=df.attrs.get("alpha"),
+            summary=df,
         ),
         "## Cells",
         "",

@@ -9,6 +9,7 @@ import pytest
 
 from aorta.errors import ExitCode
 from aorta.recipe.schema import load_recipe_text
+from aorta.report.matrix_files import write_matrix
 from aorta.run.sweep import sweep
 from tests.conftest import DATA
 
@@ -219,3 +220,45 @@ def test_report_writes_tables_and_figures(run_cli, tmp_path):
     csv = (run_dir / "report" / "comparison.csv").read_text().splitlines()
     assert csv[0].startswith("cell,mitigations,environment,n,n_ok")
     assert "![ratio_forest](ratio_forest.png)" in (run_dir / "report" / "report.md").read_text()
+
+
+def _probe_without_steps(root):
+    """The golden run as a probe without a step regex writes it: no step times, each trial's
+    wall clock what its steps took."""
+    for path in (root / "cells").glob("*/trial_*.json"):
+        rec = json.loads(path.read_text())
+        rec["wall_clock_s"] = sum(rec.get("step_times_ms") or [0.0]) / 1000 + 0.5
+        rec["step_times_ms"] = []
+        path.write_text(json.dumps(rec))
+    return root
+
+
+def test_a_run_without_step_times_is_compared_on_its_wall_clock(run_cli, tmp_path):
+    """`aorta compare` of a probe without steps said "no data" for every cell (and the gate
+    never fired), while matrix.md and report.html compared the trials' wall clocks."""
+    a = _probe_without_steps(shutil.copytree(DATA / "golden_run", tmp_path / "a"))
+    write_matrix(a)
+    md = (a / "matrix.md").read_text()
+    assert "trial value = wall_clock_s" in md
+    code, out, err = run_cli("compare", a, "--json")
+    assert code == ExitCode.OK, err
+    doc = json.loads(out)
+    assert doc["statistics"]["metric"] == "wall_clock_s"
+    cells = {c["cell"]: c for c in doc["cells"]}
+    assert cells["slow"]["difference"] == "slower", cells["slow"]
+    (slow,) = [
+        c for c in json.loads((a / "matrix.json").read_text())["cells"] if c["name"] == "slow"
+    ]
+    code, out, _ = run_cli("compare", a)
+    assert slow["verdict"].startswith("slower") and slow["verdict"] in out
+    # Two such runs: the gate reads the wall clocks too.
+    b = _probe_without_steps(shutil.copytree(DATA / "golden_run", tmp_path / "b"))
+    for path in (b / "cells").glob("*/trial_*.json"):
+        rec = json.loads(path.read_text())
+        rec["wall_clock_s"] *= 2
+        path.write_text(json.dumps(rec))
+    code, _, err = run_cli("compare", a, b, "--fail-on-regression")
+    assert code == ExitCode.GATE, err
+    code, _, err = run_cli("report", a)
+    assert code == ExitCode.OK, err
+    assert "trial value = wall_clock_s" in (a / "report" / "report.md").read_text()

@@ -90,3 +90,59 @@ def test_plot_steps_says_why_a_row_is_empty(status: str, said: str) -> None:
     fig = step_distributions(ds)
     assert _texts(fig) == [said]
     assert ds.aorta.plot_steps().axes[0].texts[0].get_text() == said
+
+
+def _one_step_ds():
+    """The hang-forensics run's shape: a baseline whose trial timed one step, a hung cell."""
+    recs = [
+        TrialRecord(cell="baseline", cell_id="", trial=0, status="ok", passed=True,
+                    step_times_ms=[1.0]),
+        TrialRecord(cell=HUNG, cell_id="", trial=0, status="timeout", passed=False),
+    ]  # fmt: skip
+    return build_dataset(
+        [{"name": c, "trials": 1} for c in ("baseline", HUNG)],
+        recs,
+        attrs={"baseline": "baseline", "threshold": 1.15},
+    )
+
+
+def test_a_trial_of_one_step_is_drawn_not_an_empty_panel() -> None:
+    # A line through one point draws nothing: report.html showed an empty step-series panel.
+    (ax,) = step_series(_one_step_ds()).axes
+    drawn = [line for line in ax.get_lines() if line.get_marker() not in ("None", "", None, " ")]
+    assert [(list(line.get_xdata()), list(line.get_ydata())) for line in drawn] == [([0], [1.0])]
+
+
+def test_a_shared_panel_says_which_cell_has_no_completed_step() -> None:
+    (ax,) = step_series(_one_step_ds()).axes
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert f"{HUNG}: hung — no completed steps" in labels
+    assert all(float(x).is_integer() for x in ax.get_xticks())  # steps, not -0.04
+
+
+def test_the_median_bar_and_band_are_the_matrix_medians_of_ok_trials() -> None:
+    # Failed trials are drawn, but the bar and the band counted them too: a cell whose
+    # failures ran long got a bar far from the median matrix.md and the verdict use.
+    recs = [
+        TrialRecord(cell=c, cell_id="", trial=t, status="ok", passed=True, step_times_ms=[10.0])
+        for c in ("baseline", "x")
+        for t in range(2)
+    ] + [
+        TrialRecord(cell=c, cell_id="", trial=t, status="workload_failed", passed=False,
+                    main_work_started=True, step_times_ms=[100.0])
+        for c in ("baseline", "x")
+        for t in (2, 3, 4)
+    ]  # fmt: skip
+    ds = build_dataset(
+        [{"name": c, "trials": 5} for c in ("baseline", "x")],
+        recs,
+        attrs={"baseline": "baseline", "threshold": 1.15},
+    )
+    (ax,) = step_distributions(ds).axes
+    vertical = [
+        float(line.get_xdata()[0])
+        for line in ax.get_lines()
+        if len(set(np.asarray(line.get_xdata(), dtype=float))) == 1
+    ]
+    assert vertical and all(v == 10.0 for v in vertical), vertical
+    assert 100.0 in {float(x) for c in ax.collections for x, _ in c.get_offsets()}

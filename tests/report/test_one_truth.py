@@ -19,7 +19,7 @@ import pytest
 
 from aorta.matrix.load import load_run
 from aorta.matrix.summary import summarize
-from aorta.report.console import format_summary
+from aorta.report.console import format_summary, summary_to_dict
 from aorta.report.matrix_files import write_matrix
 from aorta.run.sweep import SweepResult
 from aorta.store.rundir import RunDir
@@ -139,3 +139,46 @@ def test_the_two_run_page_names_the_culprit_compare_does(run, run_cli, tmp_path)
     assert code == 0, err
     (page,) = (b / "report").glob("compare_*.html")
     assert flaky["hang_incident"] in _plain(page.read_text())
+
+
+def test_an_undecided_verdict_reads_the_same_everywhere(tmp_path, run_cli):
+    """A CI that spans the whole band: matrix.md, compare and the end-of-run summary said
+    "spans the whole band" while report.html, the two-run page and ``sweep run --json`` said
+    "crosses a band edge" (they worded the verdict without the band's threshold)."""
+    root = Path(shutil.copytree(DATA / "golden_run", tmp_path / "run"))
+    for trial, scale in enumerate([0.6, 0.8, 1.0, 1.3, 1.6, 2.0, 0.7, 1.8]):
+        path = root / "cells" / "same" / f"trial_{trial:04d}.json"
+        rec = json.loads(path.read_text())
+        rec["step_times_ms"] = [t * scale for t in rec["step_times_ms"]]
+        path.write_text(json.dumps(rec))
+    write_matrix(root)
+    (same,) = [
+        c for c in json.loads((root / "matrix.json").read_text())["cells"] if c["name"] == "same"
+    ]
+    assert "spans the whole band" in same["verdict"], same["verdict"]
+    assert _md_row((root / "matrix.md").read_text(), "same")["verdict"] == same["verdict"]
+
+    code, _, err = run_cli("report", root, "--html")
+    assert code == 0, err
+    page = _plain((root / "report" / "report.html").read_text())
+    # The findings and the matrix's verdict cell: both the wording matrix.md has.
+    assert page.count(same["verdict"]) >= 2 and "crosses a band edge" not in page
+
+    ds = load_run(root, source="records")
+    result = SweepResult(
+        root, "complete", "baseline", summarize(ds), list(RunDir(root).trial_records())
+    )
+    (summary,) = [c for c in summary_to_dict(result)["cells"] if c["cell"] == "same"]
+    assert summary["verdict"] == same["verdict"]
+
+    # Two runs: B's `same` against A's golden one; the page words it as compare does.
+    a = Path(shutil.copytree(DATA / "golden_run", tmp_path / "a"))
+    code, text, _ = run_cli("compare", a, root)
+    assert code == 0
+    verdict = next(line for line in text.splitlines() if line.startswith("same ")).split("  ")[-1]
+    assert "undecided: the" in verdict, verdict
+    code, _, err = run_cli("report", a, root, "--html")
+    assert code == 0, err
+    (page,) = (root / "report").glob("compare_*.html")
+    text = _plain(page.read_text())
+    assert verdict.strip() in text and "crosses a band edge" not in text

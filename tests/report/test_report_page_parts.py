@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from aorta.matrix.dataset import build_dataset
 from aorta.matrix.summary import summarize
+from aorta.report.findings import findings_markdown
 from aorta.report.page.details import clamped, trials_section
 from aorta.report.page.failures import failures_section
 from aorta.report.page.findings import findings_section, page_findings
@@ -190,3 +191,43 @@ def test_breakable_and_clamped_keep_the_text_and_escape_it(text):
     assert "<" not in re.sub(tags, "", out)  # only its own tags: the text is escaped
     for line in text.strip().splitlines()[:1]:
         assert esc(line) in out
+
+
+def test_no_finding_does_not_say_nothing_fails_when_every_trial_failed():
+    """A one-cell probe whose command exits 3 every time: no cell differs from the baseline,
+    but report.html said "Nothing changed: no cell fails", matrix.md only "no cell differs"."""
+    recs = [
+        TrialRecord(cell="base", cell_id="", trial=t, status="workload_failed", passed=False,
+                    main_work_started=True, wall_clock_s=0.2, error="the command exited 3")
+        for t in range(2)
+    ]  # fmt: skip
+    ds = build_dataset(
+        [{"name": "base", "trials": 2}], recs, attrs={"baseline": "base", "threshold": 1.15}
+    )
+    summary = summarize(ds)
+    page = RunPage(ds=ds, summary=summary)
+    assert page_findings(page) == []
+    said = re.sub(r"<[^>]+>", "", findings_section(page).body)
+    assert "no cell fails" not in said
+    assert "trials failed: base 2/2" in said, said
+    md = findings_markdown([], summary=summary, alpha=0.05)
+    assert "trials failed: `base` 2/2" in md, md
+
+
+def test_trials_of_a_run_without_steps_show_the_wall_clock_once():
+    # The metric column repeated the wall clock column: "wall clock (s)", "wall_clock_s (s)".
+    recs = [
+        TrialRecord(cell=c, cell_id="", trial=t, status="ok", passed=True, wall_clock_s=1.0 + t)
+        for c in ("base", "fix")
+        for t in range(2)
+    ]
+    ds = build_dataset(
+        [{"name": c, "trials": 2} for c in ("base", "fix")],
+        recs,
+        attrs={"baseline": "base", "threshold": 1.15},
+    )
+    summary = summarize(ds)
+    assert summary.attrs["metric"] == "wall_clock_s"
+    body = trials_section(RunPage(ds=ds, summary=summary)).body
+    heads = re.findall(r"<th[^>]*>(.*?)</th>", body)
+    assert sum("wall" in re.sub(r"<[^>]+>", "", h) for h in heads) == 1, heads

@@ -165,12 +165,24 @@ def trials_section(page: RunPage) -> Section:
     files = page.files
     head: list[str | Cell] = ["cell", Cell("trial", cls="num"), "status", "failure", "signature"]
     label = "median step" if metric == "step_time_ms" else metric
+    # A run compared on its wall clock (a probe without steps) has one value per trial.
+    valued = metric != "wall_clock_s"
     head += [
-        Cell("wall clock (s)", cls="num"),
         Cell(
-            f"{label}{f' ({units})' if units else ''}",
+            "wall clock (s)",
             cls="num",
-            title=str(df.attrs.get("trial_value", "")),
+            title="" if valued else str(df.attrs.get("trial_value", "")),
+        ),
+        *(
+            [
+                Cell(
+                    f"{label}{f' ({units})' if units else ''}",
+                    cls="num",
+                    title=str(df.attrs.get("trial_value", "")),
+                )
+            ]
+            if valued
+            else []
         ),
     ]
     head += ["error", *(["files"] if files else [])]
@@ -189,7 +201,11 @@ def trials_section(page: RunPage) -> Section:
                 Cell(kind[i, j], cls="status-bad" if kind[i, j] else ""),
                 Cell(markup=f"<code>{esc(signature)}</code>" if signature else "", sort=signature),
                 Cell(number_text(wall[i, j]), sort=number_or_none(wall[i, j]), cls="num"),
-                Cell(number_text(values[i, j]), sort=number_or_none(values[i, j]), cls="num"),
+                *(
+                    [Cell(number_text(values[i, j]), sort=number_or_none(values[i, j]), cls="num")]
+                    if valued
+                    else []
+                ),
                 Cell(markup=clamped(error[i, j]), sort=error[i, j], cls="error"),
             ]
             if files:

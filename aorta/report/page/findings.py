@@ -21,7 +21,7 @@ from typing import Literal
 
 from aorta.matrix.findings import Finding, findings
 from aorta.matrix.signatures import signature_counts, signature_hints
-from aorta.report.findings import finding_text
+from aorta.report.findings import finding_text, nothing_found
 from aorta.report.page.kit import Section, esc
 from aorta.report.page.sections import RunPage
 
@@ -138,10 +138,9 @@ def findings_section(page: RunPage) -> Section:
     """What changed, failures and hangs first, then timing (:func:`page_findings`)."""
     found = page_findings(page)
     if not found:
-        body = (
-            '<p class="note">Nothing changed: no cell fails, hangs or times differently '
-            "from the baseline.</p>"
-        )
+        # The words matrix.md says: "nothing changed" must not read as "nothing fails".
+        said = nothing_found(page.summary, alpha=page.summary.attrs.get("alpha"), style="text")
+        body = f'<p class="note">{esc(said[:1].upper() + said[1:])}.</p>'
     else:
         body = '<ul class="findings">' + "\n".join(finding_item(f) for f in found) + "</ul>"
     return Section("findings", "Findings", body)

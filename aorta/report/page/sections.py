@@ -658,8 +658,8 @@ def figures_section(page: RunPage) -> Section | None:
                 plot.step_distributions(ds, df.attrs.get("baseline"), metric=metric),
                 key="step_distributions",
                 fmt=page.fmt,
-                caption="One point per trial (failed trials in vermillion), the cell's median as"
-                " a bar, and the baseline's band.",
+                caption="One point per trial (failed trials in vermillion), the median of the"
+                " cell's ok trials as a bar (the matrix's), and the baseline's band.",
             )
         )
     n_trials = int((ds.n_steps > 0).sum())
