@@ -76,7 +76,7 @@ def report(
             raise UsageError(
                 "--baseline applies to one run; with two runs each cell of B is compared with the same cell of A"
             )
-        print(pages.compare_html(runs[0], runs[1], metric=metric or "step_time_ms", **kw))
+        print(pages.compare_html(runs[0], runs[1], metric=metric, **kw))
         return ExitCode.OK
     for path in write_report(runs[0], baseline=baseline, metric=metric, **kw):
         print(path)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -262,3 +263,19 @@ def test_a_run_without_step_times_is_compared_on_its_wall_clock(run_cli, tmp_pat
     code, _, err = run_cli("report", a)
     assert code == ExitCode.OK, err
     assert "trial value = wall_clock_s" in (a / "report" / "report.md").read_text()
+
+
+def test_the_two_run_page_of_probes_without_step_times_compares_wall_clocks(run_cli, tmp_path):
+    """`aorta report A B --html` of two probes without steps said "no data" for every cell:
+    the page took step_time_ms where the table and the gate took the matrix's metric."""
+    a = _probe_without_steps(shutil.copytree(DATA / "golden_run", tmp_path / "a"))
+    b = _probe_without_steps(shutil.copytree(DATA / "golden_run", tmp_path / "b"))
+    for path in (b / "cells").glob("*/trial_*.json"):
+        rec = json.loads(path.read_text())
+        rec["wall_clock_s"] *= 2
+        path.write_text(json.dumps(rec))
+    code, out, err = run_cli("report", a, b, "--html")
+    assert code == ExitCode.OK, err
+    page = Path(out.strip().splitlines()[-1]).read_text()
+    assert "wall_clock_s" in page or "wall clock" in page
+    assert "slower" in page and "no data" not in page

@@ -498,7 +498,7 @@ def compare_html(
     run_b: str | Path,
     *,
     output: str | Path | None = None,
-    metric: str = "step_time_ms",
+    metric: str | None = None,
     options: StatsOptions | None = None,
     traces: bool = False,
     figure_format: FigureFormat = "svg",
@@ -516,7 +516,11 @@ def compare_html(
         The reference run and the run compared with it.
     output
         The file to write (default: ``<run_b>/report/compare_<run A's folder name>.html``).
-    metric, options, traces, figure_format, **overrides
+    metric
+        What the runs are compared on; default the matrix's
+        (:func:`aorta.matrix.select.default_metric` of run A: a probe without step times is
+        compared on its wall clock, as its matrix.md is).
+    options, traces, figure_format, **overrides
         As in :func:`html` and :func:`aorta.compare_runs`.
 
     Returns
