@@ -493,6 +493,23 @@ def _stack_only(ranks: Mapping[int, _Rank], world: int) -> GroupIncident | None:
     )
 
 
+def _absent_suspects(inc: GroupIncident, ranks: Mapping[int, _Rank], world: int) -> GroupIncident:
+    """An everyone-waits group whose members are inferred (no dump lists them) may lack a
+    member that left no evidence at all: each rank of the world without any is its first
+    suspect (a member that never came would be the one the others wait for)."""
+    if inc.kind != "stuck" or inc.membership != "inferred":
+        return inc
+    absent = [r for r in range(world) if r not in ranks]
+    if not absent:
+        return inc
+    why = (
+        "left no evidence at all; the group's members are inferred from the others' evidence, "
+        "so it may be the member they wait for"
+    )
+    shown = [(r, why) for r in absent[:8]]
+    return replace(inc, suspects=(*shown, *inc.suspects))
+
+
 def _resolve(
     incidents: Sequence[GroupIncident], ranks: Mapping[int, _Rank]
 ) -> tuple[tuple[int, ...], GroupIncident | None, bool]:
@@ -621,6 +638,7 @@ def _analyze(
         for rank, r in ranks.items()
     }
     incidents, held = device_faults(incidents, seen)
+    incidents = [_absent_suspects(inc, ranks, world) for inc in incidents]
     roots, primary, cycle = _resolve(incidents, ranks)
     faulted = [inc for inc in incidents if inc.kind == "device"]
     if faulted:

@@ -212,3 +212,16 @@ def test_the_capture_takes_its_nodes_lines_into_the_record(tmp_path, monkeypatch
     assert report is not None and report.nodes == (capture.node,)
     # The capture file holds no copy: the node's own file does.
     assert "node" not in json.loads((trial / "hang/rank0/capture_0.json").read_text())
+
+
+def test_a_rank_without_any_evidence_is_the_first_suspect_of_an_inferred_group():
+    # Ranks 0-2 wait in #4 of a group no dump lists the members of (gloo): rank 3 of the
+    # four left nothing, so it may be the member they wait for.
+    evidence = [
+        RankEvidence(r, fr=synth.dump(synth.run(4, 3, name="1", desc="dp", pg_id=1)))
+        for r in range(3)
+    ]
+    (group,) = analyze(evidence, world_size=4).groups
+    assert group.kind == "stuck" and group.membership == "inferred"
+    assert group.suspects[0][0] == 3 and "left no evidence at all" in group.suspects[0][1]
+    assert analyze(evidence).groups[0].suspects == ()
