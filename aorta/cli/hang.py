@@ -67,8 +67,8 @@ def analyze(
     # The dumps are millions of acyclic objects: with the collector paused until they are
     # freed (when analyze returns), no collection ever walks them (~0.7 CPU-s for 64 ranks).
     with paused_gc():
-        evidence = hang.load_evidence(paths, max_memory=budget)
-        report = _analyze(evidence, world_size)
+        evidence, nodes = hang.load_incident(paths, max_memory=budget)
+        report = _analyze(evidence, world_size, nodes)
     if as_json:
         print(json.dumps(hang.json_ready(report), indent=2))
     else:
@@ -88,8 +88,8 @@ def _run(rd: RunDir, *, as_json: bool, world_size: int | None, budget: int) -> i
         # answer, not the run's: the other trials' hangs are still analysed and shown.
         try:
             with paused_gc():
-                evidence = hang.load_evidence([folder], max_memory=budget)
-                report = _analyze(evidence, world_size)
+                evidence, nodes = hang.load_incident([folder], max_memory=budget)
+                report = _analyze(evidence, world_size, nodes)
         except hang.HangEvidenceError as exc:
             failed.append((where, str(exc)))
             continue
@@ -107,11 +107,15 @@ def _run(rd: RunDir, *, as_json: bool, world_size: int | None, budget: int) -> i
     return ExitCode.OK
 
 
-def _analyze(evidence: list[hang.RankEvidence], world_size: int | None) -> hang.HangReport:
+def _analyze(
+    evidence: list[hang.RankEvidence],
+    world_size: int | None,
+    nodes: tuple[hang.NodeEvidence, ...],
+) -> hang.HangReport:
     # A world smaller than the evidence would hide the ranks past it (a culprit among them):
     # the user's number contradicts the files, bad input. (The library keeps taking it: a
     # capture's aorta world may be smaller than the job its ranks launched.)
     top = max((e.rank for e in evidence), default=-1)
     if world_size is not None and top >= world_size:
         raise UsageError(f"--world-size {world_size}: the evidence names rank {top}, past it")
-    return hang.analyze(evidence, world_size=world_size)
+    return hang.analyze(evidence, world_size=world_size, nodes=nodes)

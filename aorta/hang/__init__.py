@@ -15,7 +15,7 @@ from aorta.errors import HangEvidenceError
 
 from .analyze import analyze
 from .dumps import MAX_DUMP_BYTES, parse_dump, paused_gc
-from .load import MAX_MEMORY, load_evidence
+from .load import MAX_MEMORY, load_evidence, load_incident
 from .model import (
     MAX_RANK,
     CulpritFrame,
@@ -23,6 +23,7 @@ from .model import (
     ForensicsError,
     GroupIncident,
     HangReport,
+    NodeEvidence,
     RankEvidence,
     Variant,
 )
@@ -38,11 +39,13 @@ __all__ = [
     "GroupIncident",
     "HangEvidenceError",
     "HangReport",
+    "NodeEvidence",
     "RankEvidence",
     "Variant",
     "analyze",
     "json_ready",
     "load_evidence",
+    "load_incident",
     "parse_dump",
     "paused_gc",
     "text",

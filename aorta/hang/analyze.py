@@ -35,6 +35,7 @@ from .model import (
     GroupIncident,
     HangReport,
     Kind,
+    NodeEvidence,
     Position,
     RankEvidence,
     Variant,
@@ -133,8 +134,9 @@ def _read_rank(rank: int, items: Sequence[RankEvidence]) -> _Rank:
 
 
 def _world(ranks: Mapping[int, _Rank], world_size: int | None) -> int:
-    if world_size is not None:
-        return world_size
+    """``world_size``, or more where the evidence names more ranks: one aorta rank may launch
+    a whole job (a command workload running torchrun), and a world smaller than its ranks
+    would leave those past it out of the default group, a culprit among them hidden."""
     top = max(ranks, default=-1)
     for r in ranks.values():
         if r.recorder is not None:
@@ -143,7 +145,7 @@ def _world(ranks: Mapping[int, _Rank], world_size: int | None) -> int:
                 *(x for _, rs in r.recorder.config.values() for x in rs),
             ]
             top = max(top, *listed, -1)
-    return top + 1
+    return max(world_size or 0, top + 1)
 
 
 def _groups(ranks: Mapping[int, _Rank]) -> dict[str, _Group]:
@@ -461,32 +463,51 @@ def _frame(r: _Rank, group: str | None) -> CulpritFrame | None:
     return None
 
 
-def _stack_only(ranks: Mapping[int, _Rank]) -> GroupIncident | None:
+def _stack_only(ranks: Mapping[int, _Rank], world: int) -> GroupIncident | None:
     """No group position at all (stacks and logs only): ranks inside a ``torch.distributed``
-    call wait; the others (and exited ranks) are the suspects."""
+    call wait; the others (and exited ranks, and ranks of the world that left no evidence at
+    all: nothing says they ever came) are the suspects."""
     stacks = {rank: r.stack for rank, r in ranks.items() if r.stack is not None}
     calls = {rank: s.in_collective for rank, s in stacks.items() if s.in_collective}
     inside = sorted(calls)
-    outside = [rank for rank in stacks if rank not in calls]
+    absent = [rank for rank in range(world) if rank not in ranks]
+    outside = [rank for rank in stacks if rank not in calls] + absent
     exited = [(rank, r.exited) for rank, r in ranks.items() if r.exited is not None]
     if not inside or not (outside or exited):
         return None
-    gil = any(stacks[rank].owns_gil for rank in outside)
+    gil = any(stacks[rank].owns_gil for rank in outside if rank in stacks)
     kind: Kind = "exited" if exited and not outside else ("gil" if gil else "no_dump")
     return GroupIncident(
         name="?",
         desc="",
-        ranks=tuple(sorted(ranks)),
+        ranks=tuple(sorted({*ranks, *absent})),
         membership="inferred",
         kind=kind,
         seq=None,
         op="/".join(sorted(set(calls.values()))),
         waiting=tuple(inside),
         exited=tuple(exited),
-        unknown=tuple(outside),
+        unknown=tuple(sorted(outside)),
         culprits=tuple(sorted({*outside, *(r for r, _ in exited)})),
         notes=("no dump gave a position: ranks are matched by their stacks alone",),
     )
+
+
+def _absent_suspects(inc: GroupIncident, ranks: Mapping[int, _Rank], world: int) -> GroupIncident:
+    """An everyone-waits group whose members are inferred (no dump lists them) may lack a
+    member that left no evidence at all: each rank of the world without any is its first
+    suspect (a member that never came would be the one the others wait for)."""
+    if inc.kind != "stuck" or inc.membership != "inferred":
+        return inc
+    absent = [r for r in range(world) if r not in ranks]
+    if not absent:
+        return inc
+    why = (
+        "left no evidence at all; the group's members are inferred from the others' evidence, "
+        "so it may be the member they wait for"
+    )
+    shown = [(r, why) for r in absent[:8]]
+    return replace(inc, suspects=(*shown, *inc.suspects))
 
 
 def _resolve(
@@ -531,7 +552,12 @@ def _evidence(ranks: Mapping[int, _Rank], world: int) -> tuple[EvidenceItem, ...
     return tuple(items)
 
 
-def analyze(evidence: Sequence[RankEvidence], *, world_size: int | None = None) -> HangReport:
+def analyze(
+    evidence: Sequence[RankEvidence],
+    *,
+    world_size: int | None = None,
+    nodes: Sequence[NodeEvidence] = (),
+) -> HangReport:
     """Match one incident's evidence across ranks: who the others wait for, and where.
 
     Parameters
@@ -540,9 +566,14 @@ def analyze(evidence: Sequence[RankEvidence], *, world_size: int | None = None) 
         What was taken from each rank (several items for one rank are combined; their order
         does not matter).
     world_size
-        The job's number of ranks; default: one more than the highest rank any evidence
-        names. Ranks without evidence are listed as such (and, when the others wait for
-        them, are the suspects).
+        The job's number of ranks; default (and at least): one more than the highest rank
+        any evidence names. Ranks without evidence are listed as such (and, when the others
+        wait for them, are the suspects).
+    nodes
+        Each node's GPU evidence (``load_incident``'s); with those the evidence items carry
+        (``RankEvidence.node``), the report's ``nodes``. They make no culprit: a ``device``
+        culprit whose own logs have no device line is said to have "a device fault on its
+        node: <line>" when its host is exactly a node's with device lines.
 
     Returns
     -------
@@ -575,11 +606,23 @@ def analyze(evidence: Sequence[RankEvidence], *, world_size: int | None = None) 
     if world_size is not None and not 1 <= world_size <= MAX_RANK + 1:
         raise ValueError(f"world_size {world_size}: must be from 1 to {MAX_RANK + 1}")
     with paused_gc():  # ~100,000 acyclic objects per 2,000-entry dump: no cycles to find
-        return _analyze(evidence, world_size)
+        return _analyze(evidence, world_size, nodes)
 
 
-def _analyze(evidence: Sequence[RankEvidence], world_size: int | None) -> HangReport:
+def _nodes(
+    evidence: Sequence[RankEvidence], given: Sequence[NodeEvidence]
+) -> tuple[NodeEvidence, ...]:
+    """The nodes given and those the evidence carries, once each (every rank a node's capture
+    wrote may carry it), by host."""
+    found = {(n.host, n.file): n for n in (*given, *(e.node for e in evidence if e.node))}
+    return tuple(found[k] for k in sorted(found))
+
+
+def _analyze(
+    evidence: Sequence[RankEvidence], world_size: int | None, given: Sequence[NodeEvidence]
+) -> HangReport:
     ranks = _merge(evidence)
+    nodes = _nodes(evidence, given)
     world = _world(ranks, world_size)
     notes: list[str] = []
     found = [_incident(g, ranks, world) for _, g in sorted(_groups(ranks).items())]
@@ -588,13 +631,14 @@ def _analyze(evidence: Sequence[RankEvidence], world_size: int | None) -> HangRe
     incidents = [_culprits(inc, incidents, ranks) for inc in incidents]
     incidents = [_culprits(inc, incidents, ranks) for inc in incidents]
     if not any(inc.kind != "none" for inc in incidents):
-        fallback = _stack_only(ranks)
+        fallback = _stack_only(ranks, world)
         incidents = [fallback] if fallback else incidents
     seen = {
         rank: Seen(r.recorder.groups if r.recorder else {}, r.signals, r.device)
         for rank, r in ranks.items()
     }
     incidents, held = device_faults(incidents, seen)
+    incidents = [_absent_suspects(inc, ranks, world) for inc in incidents]
     roots, primary, cycle = _resolve(incidents, ranks)
     faulted = [inc for inc in incidents if inc.kind == "device"]
     if faulted:
@@ -616,7 +660,9 @@ def _analyze(evidence: Sequence[RankEvidence], world_size: int | None) -> HangRe
     kind: Kind = "cycle" if cycle else (primary.kind if primary else "none")
     shown = [inc for inc in incidents if inc.kind != "none"]
     return HangReport(
-        summary=render.summary(kind, roots, hosts, frames, primary, shown, ranks=len(ranks)),
+        summary=render.summary(
+            kind, roots, hosts, frames, primary, shown, ranks=len(ranks), nodes=nodes
+        ),
         kind=kind,
         culprit_ranks=roots,
         culprit_hosts=hosts,
@@ -630,4 +676,5 @@ def _analyze(evidence: Sequence[RankEvidence], world_size: int | None) -> HangRe
         evidence=_evidence(ranks, world),
         world_size=world,
         notes=tuple(notes),
+        nodes=nodes,
     )

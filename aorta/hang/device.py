@@ -35,11 +35,13 @@ from .recorder import GroupView, number, scalar_text
 from .watchdog import MAX_LINE, Signal
 
 __all__ = [
+    "NODE_KEEP",
     "EntryFacts",
     "Seen",
     "device_faults",
     "device_lines",
     "entry_facts",
+    "node_lines",
     "stalled",
     "suspects",
 ]
@@ -61,6 +63,8 @@ _PREFIX = re.compile(r"^(?:\s*\[[^\]]{0,200}\]:?)+\s*")
 _SHOWN = 160
 #: Device lines kept per rank (the first is the cause; the rest follow from it).
 _KEEP = 3
+#: Device lines kept per node: its last ones (a node's kernel log holds its whole uptime).
+NODE_KEEP = 10
 
 
 def device_lines(lines: Iterable[str]) -> tuple[str, ...]:
@@ -82,6 +86,25 @@ def device_lines(lines: Iterable[str]) -> tuple[str, ...]:
             if len(out) == _KEEP:
                 break
     return tuple(out)
+
+
+def node_lines(lines: Iterable[str], keep: int = NODE_KEEP) -> tuple[str, ...]:
+    """The last ``keep`` lines of a node's GPU evidence (dmesg, nvidia-smi, amd-smi) that say
+    a device failed, oldest first, shortened — with their time prefix kept: a node's kernel
+    log reaches back to its boot, and only the time tells an Xid of this hang from one of
+    last week.
+
+    >>> node_lines(["$ dmesg", "[Sat Dec  6 19:01:51 2026] NVRM: Xid (PCI:0000:3b:00): 79, "
+    ...             "GPU has fallen off the bus.", "[Sat Dec  6 19:01:52 2026] nvidia: link up"])
+    ('[Sat Dec 6 19:01:51 2026] NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.',)
+    """
+    out: list[str] = []
+    for line in lines:
+        text = line[:MAX_LINE]
+        if _DEVICE.search(text):
+            shown = " ".join(text.split())
+            out.append(shown if len(shown) <= _SHOWN else shown[: _SHOWN - 1] + "…")
+    return tuple(out[-keep:]) if keep > 0 else ()
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,8 @@ the same pid, and for log lines torch's ``[rankN]:`` prefix. A log without any (
 trial's ``stdout.log``) is rank 0's when no other rank is in sight. A node's GPU evidence
 (``gpu_<host>.txt``, kept in its first rank's folder) is no rank's: a host named ``gpu-r3``
 names no rank 3, and the node's lines (an Xid naming a PCI bus) say no rank's device failed.
+It is its host's :class:`~aorta.hang.model.NodeEvidence` (:func:`load_incident`), its last
+device lines (:func:`~aorta.hang.device.node_lines`) kept.
 
 In a folder, files that are none of these (a profiler trace, a recipe, binary data) are
 passed over; a file named on the command line must be evidence. A dump that cannot be read
@@ -49,6 +51,7 @@ from typing import Any, Literal
 
 from aorta.errors import AortaWarning, HangEvidenceError
 
+from .device import node_lines
 from .dumps import (
     DUMP_KEYS,
     MAX_DUMP_BYTES,
@@ -61,10 +64,17 @@ from .dumps import (
     paused_gc,
     read_cost,
 )
-from .model import MAX_RANK, RankEvidence
+from .model import MAX_RANK, NodeEvidence, RankEvidence
 from .watchdog import rank_prefix
 
-__all__ = ["ENTRY_COST", "LOG_TAIL_BYTES", "MAX_FILES", "MAX_MEMORY", "load_evidence"]
+__all__ = [
+    "ENTRY_COST",
+    "LOG_TAIL_BYTES",
+    "MAX_FILES",
+    "MAX_MEMORY",
+    "load_evidence",
+    "load_incident",
+]
 
 #: The end of a log that is read (watchdog lines come last; a training log may be GBs).
 LOG_TAIL_BYTES = 4 * 2**20
@@ -103,7 +113,7 @@ _CAPTURE_KEYS = {"pid", "host", "notes", "exited"}
 _RANK_DIR = re.compile(r"rank\d+")
 #: A node's GPU evidence (``aorta.store.rundir.gpu_evidence_name``: ``gpu_<host>.txt``): the
 #: number a host name ends with (``gpu-r3``) is no rank, and its lines are no rank's.
-_NODE_FILE = re.compile(r"gpu_.+\.txt")
+_NODE_FILE = re.compile(r"gpu_(.+)\.txt")
 
 Kind = Literal["dump", "stacks", "capture", "log"]
 #: Charges a cost (bytes) to the budget, saying what it is for (refused: an error).
@@ -119,6 +129,7 @@ class _File:
     data: Any = None
     lines: list[str] = field(default_factory=list)
     node: bool = False  # a node's file (``gpu_<host>.txt``): no rank's, whatever its name
+    named: bool = False  # named on the command line (not found in a folder named)
 
     @property
     def evidence(self) -> bool:
@@ -298,7 +309,7 @@ def _classify(path: Path, shown: str, *, named: bool, charge: _Charge) -> _File 
         # py-spy or capture JSON; a log whose lines start with "[rank0]:" is not JSON.
         value = _json_or_none(path, shown, charge)
         if _is_stacks(value):
-            return _File("stacks", path, shown, rank, value)
+            return _File("stacks", path, shown, rank, value, named=named)
         if _is_capture(value):
             return _File("capture", path, shown, value["rank"], value)
         if value is not None:
@@ -311,7 +322,7 @@ def _classify(path: Path, shown: str, *, named: bool, charge: _Charge) -> _File 
     if _is_text(head):
         if _NODE_FILE.fullmatch(path.name):
             return _File("log", path, shown, None, lines=_tail(path, charge), node=True)
-        return _File("log", path, shown, rank, lines=_tail(path, charge))
+        return _File("log", path, shown, rank, lines=_tail(path, charge), named=named)
     if named:
         raise HangEvidenceError(
             f"{shown}: byte 0: neither a flight-recorder dump (JSON or pickle), py-spy JSON, "
@@ -395,6 +406,7 @@ def _log_lines(item: _File, known: set[int]) -> dict[int, list[str]]:
 class _Acc:
     dumps: list[_File] = field(default_factory=list)
     stacks: list[Any] = field(default_factory=list)
+    stacks_file: str | None = None  # the first stacks file (a culprit's frame links to it)
     lines: list[str] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
     capture: dict[str, Any] | None = None
@@ -432,6 +444,10 @@ def _gather(files: Sequence[_File]) -> dict[int, _Acc]:
             a.dumps.append(item)
         elif item.kind == "stacks":
             a.stacks.extend(item.data)
+            if a.stacks_file is None:
+                # Relative to the folder given (a trial folder's ``hang/rank2/stacks_2.json``,
+                # as the capture names it); a file named on its own, by where it is.
+                a.stacks_file = str(item.path.resolve()) if item.named else item.shown
         else:
             if a.capture is None:
                 a.capture = item.data
@@ -460,7 +476,19 @@ def _evidence(rank: int, a: _Acc) -> RankEvidence:
         notes=tuple(notes),
         exited=exited if isinstance(exited, int) and not isinstance(exited, bool) else None,
         files=tuple(sorted(set(a.files))),
+        stacks_file=a.stacks_file if a.stacks else None,
     )
+
+
+def _nodes(files: Sequence[_File]) -> tuple[NodeEvidence, ...]:
+    """Each node's GPU evidence, by host (two files of one host, as in two trials' folders
+    given together, are two items: the file says which)."""
+    out = []
+    for item in files:
+        m = _NODE_FILE.fullmatch(item.path.name) if item.node else None
+        if m is not None:
+            out.append(NodeEvidence(m.group(1), item.shown, node_lines(item.lines)))
+    return tuple(sorted(out, key=lambda n: (n.host, n.file)))
 
 
 def load_evidence(
@@ -505,6 +533,28 @@ def load_evidence(
     >>> [(e.rank, e.fr is not None, e.files) for e in load_evidence([folder])]
     [(1, True, ('nccl_trace_rank_1', 'rank1.stderr.log'))]
     """
+    return load_incident(paths, max_memory=max_memory)[0]
+
+
+def load_incident(
+    paths: Sequence[str | Path], *, max_memory: int = MAX_MEMORY
+) -> tuple[list[RankEvidence], tuple[NodeEvidence, ...]]:
+    """:func:`load_evidence`'s ranks, and each node's GPU evidence (``gpu_<host>.txt``) in
+    ``paths``, by host: what :func:`aorta.hang.analyze` takes as ``nodes``.
+
+    Raises and warns as :func:`load_evidence` does (a node's file alone is no evidence of a
+    hang: it names no rank).
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (folder / "rank1.stderr.log").write_text("[rank1]: RuntimeError: boom\\n")
+    >>> _ = (folder / "gpu_gpu-r3.txt").write_text("$ dmesg\\nNVRM: Xid (PCI:0000:3b:00): 79\\n")
+    >>> ranks, nodes = load_incident([folder])
+    >>> [e.rank for e in ranks], nodes[0].host, nodes[0].device_lines
+    ([1], 'gpu-r3', ('NVRM: Xid (PCI:0000:3b:00): 79',))
+    """
     if not paths:
         raise HangEvidenceError(f"no files or folders given: {_NOTHING}")
     with paused_gc():  # the dumps already read would be traversed at every collection
@@ -513,4 +563,4 @@ def load_evidence(
     if not any(f.evidence for f in files) or not acc:
         where = ", ".join(str(p) for p in paths)
         raise HangEvidenceError(f"{where}: {_NOTHING}")
-    return [_evidence(rank, acc[rank]) for rank in sorted(acc)]
+    return [_evidence(rank, acc[rank]) for rank in sorted(acc)], _nodes(files)

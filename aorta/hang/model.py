@@ -35,6 +35,7 @@ __all__ = [
     "GroupIncident",
     "HangReport",
     "Kind",
+    "NodeEvidence",
     "Position",
     "RankEvidence",
     "Variant",
@@ -106,6 +107,29 @@ def rank_list(ranks: Sequence[int]) -> str:
 
 
 @dataclass(frozen=True, config=_CONFIG)
+class NodeEvidence:
+    """What one node's GPU tools and kernel log said at the capture (``gpu_<host>.txt``).
+
+    A node's lines are no rank's: an Xid names a PCI bus, not a rank, and a host named
+    ``gpu-r3`` holds no rank 3. So they are kept per host, beside the ranks' evidence, and
+    the analysis never makes a culprit of them (it may cite them for a culprit on that very
+    host whose own logs say nothing).
+
+    Examples
+    --------
+    >>> NodeEvidence("gpu-r3", "hang/rank0/gpu_gpu-r3.txt", ("NVRM: Xid (PCI:0000:3b:00): 79",)).host
+    'gpu-r3'
+    """
+
+    host: Str
+    #: The file the lines were read from (relative to the trial folder, or as given;
+    #: ``""``: the capture could not write it).
+    file: Str
+    #: Its last device lines (``aorta.hang.device.node_lines``), oldest first; ``()``: none.
+    device_lines: tuple[Str, ...] = ()
+
+
+@dataclass(frozen=True, config=_CONFIG)
 class RankEvidence:
     """What was taken from one rank before the kill (or brought by a user).
 
@@ -133,6 +157,10 @@ class RankEvidence:
     files: Sequence[Str] = ()
     #: The one of ``files`` that ``stacks`` were read from (a culprit's frame names it).
     stacks_file: Str | None = None
+    #: The node evidence the capture took on this rank's host (its node's first rank takes
+    #: it), carried along to the analysis, which puts it in :attr:`HangReport.nodes` and never
+    #: among this rank's lines.
+    node: NodeEvidence | None = None
 
     @field_validator("rank")
     @classmethod
@@ -297,6 +325,8 @@ class HangReport:
     evidence: tuple[EvidenceItem, ...] = ()
     world_size: Int | None = None
     notes: tuple[Str, ...] = field(default=())
+    #: Each node's GPU evidence, by host (empty in reports written before aorta kept it).
+    nodes: tuple[NodeEvidence, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """The report as JSON-ready data (lists for tuples), with ``schema``.

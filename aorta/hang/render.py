@@ -9,12 +9,21 @@ diverge, who waits, and where each culprit is::
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from aorta.text import printable
 
-from .model import CulpritFrame, EvidenceItem, GroupIncident, HangReport, Kind, Variant, rank_list
+from .model import (
+    CulpritFrame,
+    EvidenceItem,
+    GroupIncident,
+    HangReport,
+    Kind,
+    NodeEvidence,
+    Variant,
+    rank_list,
+)
 
 __all__ = ["json_ready", "summary", "text"]
 
@@ -150,8 +159,24 @@ def _headline(kind: Kind, inc: GroupIncident, who: str, frames: Sequence[Culprit
     return line
 
 
+def _node_line(
+    culprits: Sequence[int], host: Mapping[int, str | None], nodes: Sequence[NodeEvidence]
+) -> str | None:
+    """The device line of the culprits' node, when they are all on one host that is exactly
+    a node's with device lines: its latest (the node's log reaches back to its boot; the
+    capture's moment is its end). A host name is never matched loosely: ``gpu-r3`` is not
+    ``gpu-r3.local``, and a line of another node would accuse the wrong device."""
+    on = {host.get(r) for r in culprits}
+    name = next(iter(on)) if len(on) == 1 else None
+    lines = [line for n in nodes if name is not None and n.host == name for line in n.device_lines]
+    return lines[-1] if lines else None
+
+
 def _device(
-    culprits: Sequence[int], hosts: Sequence[str | None], shown: Sequence[GroupIncident]
+    culprits: Sequence[int],
+    hosts: Sequence[str | None],
+    shown: Sequence[GroupIncident],
+    nodes: Sequence[NodeEvidence] = (),
 ) -> str:
     """The ``device`` summary: each stalled rank, what it never finished and who did, and
     the groups that wait on them."""
@@ -181,7 +206,14 @@ def _device(
             if len(waiting) > n:
                 clause += f" ({len(waiting)} groups in all)"
         fault = "a device fault" if len(inc.culprits) == 1 else "device faults"
-        clause += f" — {fault}: {printable(inc.device_line)}" if inc.device_line else f" — {fault}?"
+        node = None if inc.device_line else _node_line(inc.culprits, host, nodes)
+        if inc.device_line:
+            clause += f" — {fault}: {printable(inc.device_line)}"
+        elif node:
+            its = "its" if len(inc.culprits) == 1 else "their"
+            clause += f" — {fault} on {its} node: {printable(node)}"
+        else:
+            clause += f" — {fault}?"
         parts.append(clause)
     line = "; ".join(parts)
     if len(faulted) > 1 and waiting:
@@ -212,13 +244,14 @@ def summary(
     shown: Sequence[GroupIncident],
     *,
     ranks: int,
+    nodes: Sequence[NodeEvidence] = (),
 ) -> str:
     """The report's one line (see the module's docstring)."""
     if primary is None:
         return f"no divergence found in the evidence of {ranks} rank{'s' if ranks != 1 else ''}"
     who = _who(culprits, hosts) if culprits else ""
     if kind == "device":
-        return _device(culprits, hosts, shown)
+        return _device(culprits, hosts, shown, nodes)
     if kind == "cycle":
         parts = [f"{_ranks(i.waiting, 'wait')} in {_coll(i)}{_label(i)}" for i in shown[:3]]
         return (
@@ -287,6 +320,8 @@ def text(report: HangReport) -> str:
         for inc in report.groups:
             for v in inc.mismatch:
                 lines.append(f"  {inc.label} #{inc.diverged_at}: {_variant(v)}")
+        # The nodes' own words, beside the table: no rank's, so in no row.
+        lines += _node_lines(report.nodes)
         for inc in report.groups:
             if inc.evidence:
                 lines += ["", f"device evidence, {inc.label} #{inc.seq}"]
@@ -294,6 +329,8 @@ def text(report: HangReport) -> str:
             if inc.suspects:
                 lines += ["", f"suspects, {inc.label} #{inc.seq} (most telling first)"]
                 lines += [f"  rank {r}: {printable(why)}" for r, why in inc.suspects]
+    else:
+        lines += _node_lines(report.nodes)
     if report.frames:
         lines += ["", "culprit frames"]
         for f in report.frames:
@@ -316,6 +353,17 @@ def text(report: HangReport) -> str:
         lines += ["", "notes"]
         lines += [f"  {printable(n)}" for n in report.notes]
     return "\n".join(lines)
+
+
+def _node_lines(nodes: Sequence[NodeEvidence]) -> list[str]:
+    """``node <host>: <line>`` for each device line of each node (nodes without any: none).
+
+    >>> _node_lines([NodeEvidence("gpu-r3", "gpu_gpu-r3.txt", ("NVRM: Xid 79",)),
+    ...              NodeEvidence("gpu-r4", "gpu_gpu-r4.txt")])
+    ['', 'node gpu-r3: NVRM: Xid 79']
+    """
+    out = [f"node {printable(n.host)}: {printable(line)}" for n in nodes for line in n.device_lines]
+    return ["", *out] if out else []
 
 
 def _nothing(item: EvidenceItem) -> bool:

@@ -53,10 +53,12 @@ from aorta.hang import (
     MAX_DUMP_BYTES,
     HangEvidenceError,
     HangReport,
+    NodeEvidence,
     RankEvidence,
     analyze,
     parse_dump,
 )
+from aorta.hang.device import node_lines
 from aorta.recipe.schema import Forensics
 from aorta.run.hang import trial_processes
 from aorta.run.hangfiles import EvidenceDir, make_pipes_folder, read_regular
@@ -378,6 +380,9 @@ class Capture:
         self.dir = EvidenceDir(self.folder, rank)
         #: What the record keeps, one dict per rank (:class:`aorta.hang.RankEvidence`'s fields).
         self.evidence: list[RankEvidence] = []
+        #: This node's GPU evidence (its first local rank takes it), carried on each rank's
+        #: evidence to the record: the lines reach the page without ``gpu_<host>.txt``.
+        self.node: NodeEvidence | None = None
         #: Why the capture took nothing, when it ran and something went wrong.
         self.failure: str | None = None
         #: Why the capture ran (``hang``, ``deadline``, ``stopped``, ``interrupted``), once it did.
@@ -520,21 +525,19 @@ class Capture:
     ) -> tuple[dict[int, list[Any]], dict[int, str]]:
         stacks: dict[int, list[Any]] = {}
         notes: dict[int, str] = {}
-        if not self.options.stacks or not pids:
-            return stacks, notes
-        spy = self.py_spy
-        if not spy:
-            return stacks, dict.fromkeys(
-                pids, "py-spy is not installed (pip install py-spy): no stacks"
-            )
+        # The node's GPU tools run beside py-spy, in the same bounded time, and without it
+        # too: a node's Xid is its evidence whether or not py-spy is installed.
+        gpu = self._gpu_argvs() if self.local_rank == 0 else {}
+        spy = self.py_spy if self.options.stacks and pids else None
+        if self.options.stacks and pids and not spy:
+            notes = dict.fromkeys(pids, "py-spy is not installed (pip install py-spy): no stacks")
         native = ["--native"] if self.options.native else []
         argvs: dict[Any, Sequence[str]] = {
-            pid: [spy, "dump", "--pid", str(pid), "--json", *native] for pid in pids
+            pid: [spy, "dump", "--pid", str(pid), "--json", *native] for pid in pids if spy
         }
-        gpu = self._gpu_argvs() if self.local_rank == 0 else {}
         started = time.monotonic()
-        done = _run_all({**argvs, **gpu}, deadline)
-        for pid in pids:
+        done = _run_all({**argvs, **gpu}, deadline) if argvs or gpu else {}
+        for pid in argvs:
             code, out, err = done[pid]
             if code == 0:
                 with contextlib.suppress(ValueError):
@@ -572,8 +575,12 @@ class Capture:
             else:
                 body = out if code == 0 else f"(exit {code}: {err.strip()[:200]})"
             parts.append(f"$ {tool}\n{body.rstrip()}\n")
+        text = "\n".join(parts)
+        name = gpu_evidence_name(self.host)
+        written = ""  # not written (a link in the way): the lines still go to the record
         with contextlib.suppress(OSError):
-            self.dir.write(gpu_evidence_name(self.host), "\n".join(parts))
+            written = self.dir.write(name, text)
+        self.node = NodeEvidence(self.host, written, node_lines(text.splitlines()))
 
     def _assign(
         self,
@@ -684,6 +691,7 @@ class Capture:
             "log_lines": log_lines,
             "notes": rank_notes,
             "files": files,
+            "node": self.node,
         }
         capture = {
             **evidence,
@@ -694,6 +702,7 @@ class Capture:
         }
         capture.pop("fr")
         capture.pop("stacks")
+        capture.pop("node")  # its own file holds it
         name = evidence_name("capture", rank)
         files.append(self.dir.relative(name))
         try:

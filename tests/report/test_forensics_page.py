@@ -5,13 +5,14 @@ copied record)."""
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import json
 import shutil
 from pathlib import Path
 
 from aorta.errors import ExitCode
-from aorta.hang import CulpritFrame, GroupIncident, HangReport
+from aorta.hang import CulpritFrame, GroupIncident, HangReport, NodeEvidence
 from aorta.store.record import TrialRecord
 from tests.conftest import DATA
 
@@ -119,3 +120,33 @@ def test_a_version_1_records_culprit_stacks_are_read_once_from_its_files(tmp_pat
     page = (run / "report" / "report.html").read_text()
     assert html.escape("pp.py:88 in fwd\ntrain.py:41 in step") in page
     assert f"cells/flaky/trial_{trials[0]:04d}/hang/rank2/stacks_2.json" in page
+
+
+def test_the_page_shows_each_nodes_device_lines_from_the_record_alone(tmp_path, run_cli):
+    """A node's GPU evidence (``gpu_<host>.txt``) is shown per host from the record's
+    ``forensics.nodes``: the file is not there to read, and a node without device lines
+    gets no block."""
+    xid = "[Sat Dec 6 19:01:51 2026] NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus."
+    report = dataclasses.replace(
+        REPORT,
+        nodes=(
+            NodeEvidence("gpu-r1", "hang/rank0/gpu_gpu-r1.txt"),
+            NodeEvidence("gpu-r3", "hang/rank2/gpu_gpu-r3.txt", (xid, "<b>late</b>")),
+        ),
+    )
+    run = Path(shutil.copytree(DATA / "golden_run", tmp_path / "run"))
+    trials = []
+    for path in sorted((run / "cells" / "flaky").glob("trial_*.json")):
+        rec = json.loads(path.read_text())
+        if rec["status"] == "timeout":
+            rec["forensics"] = report.to_dict()
+            path.write_text(json.dumps(rec))
+            trials.append(rec["trial"])
+    assert trials and not list(run.rglob("gpu_*.txt"))
+    code, _, err = run_cli("report", run, "--html")
+    assert code == ExitCode.OK, err
+    page = (run / "report" / "report.html").read_text()
+    assert "node <b>gpu-r3</b>" in page
+    assert f"<pre>{html.escape(xid)}\n&lt;b&gt;late&lt;/b&gt;</pre>" in page
+    assert f"cells/flaky/trial_{trials[0]:04d}/hang/rank2/gpu_gpu-r3.txt" in page
+    assert "gpu-r1" not in page

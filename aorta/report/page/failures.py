@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from aorta.hang.model import CulpritFrame, GroupIncident, HangReport
+from aorta.hang.model import CulpritFrame, GroupIncident, HangReport, NodeEvidence
 from aorta.matrix.signatures import signature_hints
 from aorta.report.page.kit import Section, esc
 from aorta.report.page.sections import (
@@ -153,9 +153,24 @@ def _stack(page: RunPage, cell: str, t: int, frame: CulpritFrame) -> str:
     )
 
 
+def _node(page: RunPage, cell: str, t: int, node: NodeEvidence) -> str:
+    """A node's device lines as the record keeps them (never read from its file again: it
+    need not be there), linked to the file they came from."""
+    where = ""
+    if node.file:
+        rel = posixpath.join(page.artifact_rel(cell, t), node.file)
+        where = f" ({page.anchor(rel, rel.rsplit('/', 1)[-1])})"
+    return (
+        f'<div class="node"><span class=muted>node <b>{esc(node.host)}</b>{where}: its GPU '
+        f"tools' and kernel log's device lines at the capture, latest last</span>"
+        f"<pre>{esc(chr(10).join(node.device_lines))}</pre></div>"
+    )
+
+
 def _incident(page: RunPage, cell: str, t: int, report: HangReport) -> str:
-    """A hung trial's incident: its summary, every diverging group as a row, each culprit's
-    stack (kept in the report: the trial's ``hang/`` files need not be there)."""
+    """A hung trial's incident: its summary, every diverging group as a row, each node's
+    device lines, each culprit's stack (kept in the report: the trial's ``hang/`` files need
+    not be there)."""
     rows = [_group_row(g) for g in report.groups]
     head = "".join(
         f"<th>{h}</th>"
@@ -169,11 +184,12 @@ def _incident(page: RunPage, cell: str, t: int, report: HangReport) -> str:
         for f in sorted(report.frames, key=lambda f: f.rank)
         if f.rank in shown and f.stack
     ]
+    nodes = [_node(page, cell, t, n) for n in report.nodes if n.device_lines]
     note = f'<p class="muted">{esc("; ".join(report.notes))}</p>' if report.notes else ""
     return (
         f'<div class="evidence forensics"><span class="muted">trial {t} · who hung, and '
         "where: every rank's flight recorder and stacks, taken before the kill</span>"
-        f"<p><b>{esc(report.summary)}</b></p>{table}{''.join(stacks)}{note}</div>"
+        f"<p><b>{esc(report.summary)}</b></p>{table}{''.join(nodes)}{''.join(stacks)}{note}</div>"
     )
 
 
