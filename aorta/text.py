@@ -7,7 +7,8 @@ aorta's own lines, or make a line read differently from what it holds. :func:`pr
 writes each such character as a visible escape; everything aorta quotes from a log (the
 signature line, ``warn`` patterns, the console's trial lines) goes through it.
 :func:`cause_lines` keeps the few lines of a failed command's output that say why, for a
-one-line message.
+one-line message. :func:`whole_number` reads a number written as text in someone else's file
+(a dump's ``'31'``, a trace's ``"-1"``) without the ways ``int`` can fail on it.
 
 Examples
 --------
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["cause_lines", "printable"]
+__all__ = ["cause_lines", "printable", "whole_number"]
 
 #: C0 controls but the tab, DEL, C1 controls, and the bidi marks, embeddings, overrides and
 #: isolates (U+061C, U+200E–F, U+202A–E, U+2066–9).
@@ -80,3 +81,20 @@ def cause_lines(text: str, *, most: int = 3, width: int = 200) -> str:
     picked = [s for s in lines if _CAUSE.search(s)][-most:] or lines[-1:]
     cut = [printable(s if len(s) <= width else s[: width - 1] + "…") for s in picked]
     return " | ".join(cut)
+
+
+def whole_number(text: str, *, digits: int = 18) -> int | None:
+    """``text`` as an ``int`` when it is one: an optional sign (one ``-``), then at most
+    ``digits`` decimal digits, spaces around allowed; ``None`` otherwise — never the
+    ``ValueError`` of ``int()`` on ``'--5'``, ``'²'`` or a 5,000-digit string.
+
+    >>> whole_number(" 31 "), whole_number("-1"), whole_number("--284"), whole_number("2²")
+    (31, -1, None, None)
+    >>> whole_number("9" * 19), whole_number(""), whole_number("-")
+    (None, None, None)
+    """
+    body = text.strip()
+    digits_only = body[1:] if body.startswith("-") else body
+    if not digits_only.isdecimal() or len(digits_only) > digits:
+        return None
+    return int(body)

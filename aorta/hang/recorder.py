@@ -30,6 +30,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from aorta.text import whole_number
+
 from .model import MAX_RANK
 
 __all__ = [
@@ -178,8 +180,8 @@ def _int(value: object) -> int | None:
         return None
     if isinstance(value, int):
         return value if _bounded(value) else None
-    if isinstance(value, str) and _decimal(value.strip().lstrip("-")):
-        return int(value)
+    if isinstance(value, str):
+        return whole_number(value)
     return None
 
 

@@ -16,6 +16,8 @@ from typing import Annotated, Any
 import msgspec
 import numpy as np
 
+from aorta.text import whole_number
+
 from ._scan import BLOCK_SIZE, RAW_EVENTS, ScanStats, scan_events
 
 __all__ = [
@@ -377,8 +379,8 @@ class _Builder:
             value = values[i]
             if strings == "absent" or not isinstance(value, str):  # ``where`` holds the strings
                 continue
-            if value.strip().lstrip("-").isdigit():
-                out[i] = int(value)
+            if (number := whole_number(value)) is not None:
+                out[i] = number
             else:
                 out[i] = -1 - self.labels.setdefault(value, len(self.labels))
         return out
