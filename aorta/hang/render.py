@@ -149,10 +149,21 @@ def _headline(kind: Kind, inc: GroupIncident, who: str, frames: Sequence[Culprit
             f"{who} never started {coll}{label} (still scheduled) while "
             f"{_ranks(started, 'wait')} in it: every rank entered it"
         )
-    line = (
-        f"every rank of {inc.label} entered {coll} and waits; none is missing or disagrees "
-        "(the transport, a device or the library?)"
-    )
+    # Ranks that left nothing to place them (members without a position, or ranks of the job
+    # an inferred group may be missing): "none is missing" would be a claim about ranks nobody
+    # heard from.
+    silent = sorted({*inc.unknown, *(r for r, _ in inc.suspects if r not in inc.ranks)})
+    if silent:
+        line = (
+            f"every rank of {inc.label} entered {coll} and waits; {_words(silent)} left no "
+            "evidence, so the group may be missing "
+            f"{'it' if len(silent) == 1 else 'them'}"
+        )
+    else:
+        line = (
+            f"every rank of {inc.label} entered {coll} and waits; none is missing or disagrees "
+            "(the transport, a device or the library?)"
+        )
     if inc.suspects:
         shown = "; ".join(f"rank {r}: {why}" for r, why in inc.suspects[:3])
         line += f" — suspects, most telling first: {shown}"

@@ -224,4 +224,8 @@ def test_a_rank_without_any_evidence_is_the_first_suspect_of_an_inferred_group()
     (group,) = analyze(evidence, world_size=4).groups
     assert group.kind == "stuck" and group.membership == "inferred"
     assert group.suspects[0][0] == 3 and "left no evidence at all" in group.suspects[0][1]
+    # ... and the summary does not say "none is missing" about a rank nobody heard from.
+    summary = analyze(evidence, world_size=4).summary
+    assert "none is missing" not in summary and "rank 3 left no evidence" in summary, summary
     assert analyze(evidence).groups[0].suspects == ()
+    assert "none is missing" in analyze(evidence).summary
