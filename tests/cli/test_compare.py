@@ -234,6 +234,13 @@ def _probe_without_steps(root):
     return root
 
 
+def _twice_as_slow(root):
+    for path in (root / "cells").glob("*/trial_*.json"):
+        rec = json.loads(path.read_text())
+        rec["wall_clock_s"] *= 2
+        path.write_text(json.dumps(rec))
+
+
 def test_a_run_without_step_times_is_compared_on_its_wall_clock(run_cli, tmp_path):
     """`aorta compare` of a probe without steps said "no data" for every cell (and the gate
     never fired), while matrix.md and report.html compared the trials' wall clocks."""
@@ -254,10 +261,7 @@ def test_a_run_without_step_times_is_compared_on_its_wall_clock(run_cli, tmp_pat
     assert slow["verdict"].startswith("slower") and slow["verdict"] in out
     # Two such runs: the gate reads the wall clocks too.
     b = _probe_without_steps(shutil.copytree(DATA / "golden_run", tmp_path / "b"))
-    for path in (b / "cells").glob("*/trial_*.json"):
-        rec = json.loads(path.read_text())
-        rec["wall_clock_s"] *= 2
-        path.write_text(json.dumps(rec))
+    _twice_as_slow(b)
     code, _, err = run_cli("compare", a, b, "--fail-on-regression")
     assert code == ExitCode.GATE, err
     code, _, err = run_cli("report", a)
@@ -270,10 +274,7 @@ def test_the_two_run_page_of_probes_without_step_times_compares_wall_clocks(run_
     the page took step_time_ms where the table and the gate took the matrix's metric."""
     a = _probe_without_steps(shutil.copytree(DATA / "golden_run", tmp_path / "a"))
     b = _probe_without_steps(shutil.copytree(DATA / "golden_run", tmp_path / "b"))
-    for path in (b / "cells").glob("*/trial_*.json"):
-        rec = json.loads(path.read_text())
-        rec["wall_clock_s"] *= 2
-        path.write_text(json.dumps(rec))
+    _twice_as_slow(b)
     code, out, err = run_cli("report", a, b, "--html")
     assert code == ExitCode.OK, err
     page = Path(out.strip().splitlines()[-1]).read_text()

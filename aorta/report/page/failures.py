@@ -141,12 +141,19 @@ def _group_row(g: GroupIncident) -> str:
     return "<tr>" + "".join(f"<td>{esc(c)}</td>" for c in cells) + "</tr>"
 
 
+def _evidence_link(page: RunPage, cell: str, t: int, file: str | None) -> str:
+    """A link to an evidence file the record names (relative to the trial's folder), shown
+    by its name; ``""`` when the record names none."""
+    if not file:
+        return ""
+    rel = posixpath.join(page.artifact_rel(cell, t), file)
+    return page.anchor(rel, rel.rsplit("/", 1)[-1])
+
+
 def _stack(page: RunPage, cell: str, t: int, frame: CulpritFrame) -> str:
     """A culprit's main thread as the analysis read it, linked to its stacks file."""
-    where = ""
-    if frame.stack_file:
-        rel = posixpath.join(page.artifact_rel(cell, t), frame.stack_file)
-        where = f"({page.anchor(rel, rel.rsplit('/', 1)[-1])}), "
+    link = _evidence_link(page, cell, t, frame.stack_file)
+    where = f"({link}), " if link else ""
     return (
         f"<details open><summary class=muted>rank {frame.rank}'s main thread "
         f"{where}innermost first</summary><pre>{esc(chr(10).join(frame.stack))}</pre></details>"
@@ -156,10 +163,8 @@ def _stack(page: RunPage, cell: str, t: int, frame: CulpritFrame) -> str:
 def _node(page: RunPage, cell: str, t: int, node: NodeEvidence) -> str:
     """A node's device lines as the record keeps them (never read from its file again: it
     need not be there), linked to the file they came from."""
-    where = ""
-    if node.file:
-        rel = posixpath.join(page.artifact_rel(cell, t), node.file)
-        where = f" ({page.anchor(rel, rel.rsplit('/', 1)[-1])})"
+    link = _evidence_link(page, cell, t, node.file)
+    where = f" ({link})" if link else ""
     return (
         f'<div class="node"><span class=muted>node <b>{esc(node.host)}</b>{where}: its GPU '
         f"tools' and kernel log's device lines at the capture, latest last</span>"
