@@ -37,6 +37,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -58,7 +59,7 @@ def _write(root: Path, runs: int, cells: int, trials: int) -> None:
         )
 
 
-def _timed(code: str) -> dict[str, float]:
+def _timed(code: str) -> dict[str, Any]:
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
     ).stdout
