@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 BIN = Path(sys.executable).parent
@@ -54,3 +55,16 @@ def alive(pid: int) -> bool:
     except (FileNotFoundError, IndexError):
         return False
     return state != "Z"
+
+
+def capture_a_sleeper(capture: Callable[[int, str], object]) -> None:
+    """Run a hang capture (``aorta.run.forensics.Capture``) on a Python that sleeps without
+    aorta's listener (no torch.distributed), and stop that Python after."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True
+    )
+    try:
+        capture(proc.pid, "deadline")
+    finally:
+        proc.kill()
+        proc.wait()

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import textwrap
 
@@ -34,6 +33,7 @@ from aorta.store.record import RankOutcome, TrialStatus
 from tests.conftest import DATA
 from tests.hang import synth
 from tests.hang.test_analyze import IN_ALL_REDUCE, nccl
+from tests.processes import capture_a_sleeper
 
 NODE = DATA / "hang" / "node"
 XID = (
@@ -186,14 +186,7 @@ def test_the_capture_takes_its_nodes_lines_into_the_record(tmp_path, monkeypatch
         py_spy="",
         dump_timeout_s=1.0,
     )
-    proc = subprocess.Popen(
-        [sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True
-    )
-    try:
-        capture(proc.pid, "deadline")
-    finally:
-        proc.kill()
-        proc.wait()
+    capture_a_sleeper(capture)
     written = "hang/rank0/gpu_gpu-r3.txt"
     assert dmesg in (trial / written).read_text()
     line = " ".join(dmesg.split())

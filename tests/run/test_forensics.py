@@ -22,6 +22,7 @@ from aorta import envvars
 from aorta.recipe.schema import Forensics
 from aorta.run.forensics import SHIM_DIR, Capture, request_dump, watchdog_lines
 from aorta.store.rundir import HANG_DIR, NCCL_DUMP_PREFIX, evidence_name, evidence_rank_dir
+from tests.processes import capture_a_sleeper
 
 TOKEN = "tok-test"
 #: Rank 0's own evidence folder, relative to the trial folder.
@@ -149,21 +150,9 @@ def test_a_rank_holding_the_gil_answers_no_dump_but_py_spy_reads_it_in_bounded_t
     assert took < 1.0 + 20.0
 
 
-def _capture_a_sleeper(capture: Capture) -> None:
-    """Capture a Python that sleeps without aorta's listener (no torch.distributed)."""
-    proc = subprocess.Popen(
-        [sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True
-    )
-    try:
-        capture(proc.pid, "deadline")
-    finally:
-        proc.kill()
-        proc.wait()
-
-
 def test_without_py_spy_the_record_says_so(tmp_path):
     capture = _capture(tmp_path, py_spy="")
-    _capture_a_sleeper(capture)
+    capture_a_sleeper(capture)
     (evidence,) = capture.evidence
     assert evidence.stacks is None
     assert any("py-spy is not installed" in n for n in evidence.notes)
@@ -259,7 +248,7 @@ def test_nccls_own_dump_becomes_the_ranks_json_dump(tmp_path):
     hang = tmp_path / "trial" / RANK0
     hang.mkdir(parents=True)
     (hang / f"{NCCL_DUMP_PREFIX}0").write_bytes(pickled.read_bytes())
-    _capture_a_sleeper(capture)
+    capture_a_sleeper(capture)
     (evidence,) = capture.evidence
     assert evidence.fr["entries"], evidence.notes
     dump = json.loads((hang / evidence_name("fr", 0)).read_text())
