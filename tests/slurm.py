@@ -23,6 +23,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from aorta.run.ports import rendezvous_port
+
 DAEMONS = ("/usr/sbin/slurmctld", "/usr/sbin/slurmd", "/usr/sbin/munged")
 CLIENTS = ("srun", "sbatch", "squeue", "sinfo", "scancel", "sacct", "salloc")
 
@@ -36,12 +38,6 @@ def slurm_missing() -> str | None:
     if missing:
         return f"needs Debian's slurm-wlm and munge ({', '.join(missing)} missing; .ci/run installs them as root)"
     return None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _pid_alive(pid: int) -> bool:
@@ -79,7 +75,10 @@ class SlurmCluster:
 
     def _write_conf(self) -> None:
         host = socket.gethostname()
-        ctld, (p1, p2) = _free_port(), (_free_port(), _free_port())
+        ports: set[int] = set()
+        while len(ports) < 3:  # three draws could repeat a port none has bound yet
+            ports.add(rendezvous_port())
+        ctld, p1, p2 = sorted(ports)
         for d in ("state", "log", "run", "spool-node1", "spool-node2"):
             (self.root / d).mkdir(parents=True, exist_ok=True)
         r = self.root

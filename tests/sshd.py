@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from aorta.run.ports import rendezvous_port
+
 SSHD = "/usr/sbin/sshd"
 REPO = Path(__file__).resolve().parent.parent
 VENV_PYTHON = REPO / ".venv" / "bin" / "python"
@@ -54,12 +56,6 @@ def _die_with_parent() -> None:
     with contextlib.suppress(Exception):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
-def _free_port(address: str) -> int:
-    with socket.socket() as s:
-        s.bind((address, 0))
-        return s.getsockname()[1]
 
 
 def processes_with_env(entry: str) -> list[int]:
@@ -135,7 +131,7 @@ class SshdFarm:
 
     def _start_one(self, index: int) -> SshNode:
         address = f"127.0.0.{index + 2}"
-        port = _free_port(address)
+        port = rendezvous_port(address)
         hostkey = self.root / f"hostkey_{index}"
         if not hostkey.exists():
             subprocess.run(

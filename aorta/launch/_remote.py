@@ -16,7 +16,6 @@ import functools
 import importlib.util
 import json
 import os
-import socket
 import sys
 import types
 from typing import Any
@@ -63,10 +62,10 @@ def setup(req: dict[str, Any]) -> dict[str, Any]:
             with open(os.path.join(node_dir, "kill.json"), "w") as fh:
                 json.dump(dict(req["kill"], node_dir=node_dir), fh)
         os.makedirs(out["workdir"], exist_ok=True)
-    if req.get("probe_port"):
-        with socket.socket() as s:
-            s.bind(("", 0))
-            out["port"] = s.getsockname()[1]
+    if req.get("probe_port"):  # aorta/run/ports.py, its source in the request
+        scope: dict[str, Any] = {"__name__": "aorta_ports"}
+        exec(compile(req["ports"], "aorta/run/ports.py", "exec"), scope)
+        out["port"] = scope["rendezvous_port"]()
     out["snapshot"] = snapshot(req, dict(os.environ, **req.get("env", {})))
     return out
 

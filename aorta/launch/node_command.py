@@ -39,6 +39,7 @@ __all__ = [
     "kill_command",
     "node_dir",
     "node_env",
+    "port_probe",
     "run_command",
     "setup_command",
 ]
@@ -176,6 +177,12 @@ def _proctree_source() -> str:  # the node agent's process finder (aorta/run/pro
     return _source("aorta.run", "proctree.py")
 
 
+def port_probe() -> str:
+    """``python -c`` source printing a rendezvous port free on the node it runs on
+    (:func:`aorta.run.ports.rendezvous_port`)."""
+    return _source("aorta.run", "ports.py") + "\nprint(rendezvous_port())\n"
+
+
 def _helper(node: Node, op: str, env: Mapping[str, str]) -> str:
     helper = [node.python, "-c", _source("aorta.launch", "_remote.py"), op]
     return f"{_env_prefix(env)} {shlex.join(helper)}"
@@ -205,6 +212,7 @@ def setup_command(
         "kill": {"match": _identity(node, run_id), "grace": 5.0, "proctree": _proctree_source()},
         "requires": list(spec.requires),
         "probe_port": probe_port,
+        "ports": _source("aorta.run", "ports.py") if probe_port else "",
         "dry_run": dry_run,
         "head_token": head_token,
         **{m: _source("aorta.store", f"{m}.py") for m in ("hostenv", "secrets")},

@@ -46,7 +46,7 @@ from aorta.store.rundir import (
 from aorta.store.secrets import redact_env
 
 from .backend import EventSink, LineSink, drive, ignore
-from .node_command import ENV_FILE, env_script, node_env, run_command
+from .node_command import ENV_FILE, env_script, node_env, port_probe, run_command
 from .outcome import Launched, LaunchResult, NodeOutcome
 
 __all__ = ["FINAL_STATES", "SlurmJob", "check_request", "run_in_job", "run_slurm", "sbatch_script"]
@@ -55,7 +55,6 @@ __all__ = ["FINAL_STATES", "SlurmJob", "check_request", "run_in_job", "run_slurm
 FINAL_STATES = frozenset(
     "COMPLETED FAILED TIMEOUT NODE_FAIL CANCELLED OUT_OF_MEMORY PREEMPTED BOOT_FAIL DEADLINE".split()  # noqa: SIM905
 )
-_PROBE = "import socket; s = socket.socket(); s.bind(('', 0)); print(s.getsockname()[1])"
 # One srun task: mark the start, run the node's command, record the exit code and the time.
 _TASK = 'd="$0/node_$SLURM_NODEID"; date +%s.%N > "$d/started.$SLURM_PROCID"; sh "$d/run.sh"; '
 _TASK += 'c=$?; echo "$c $(date +%s.%N)" > "$d/exit.$SLURM_PROCID"; exit $c'
@@ -144,7 +143,7 @@ def _start_step(staging: Path, emit: EventSink) -> subprocess.Popen[bytes]:
     names = _slurm("scontrol", "show", "hostnames", os.environ["SLURM_JOB_NODELIST"]).split()
     found = re.search(r"NodeAddr=(\S+)", _slurm("scontrol", "show", "node", "-o", names[0]))
     addr = spec.master_addr or (found.group(1) if found else names[0])
-    probe = ("srun", "-N1", "-n1", "-w", names[0], sys.executable, "-c", _PROBE)
+    probe = ("srun", "-N1", "-n1", "-w", names[0], sys.executable, "-c", port_probe())
     port, base = spec.master_port or int(_slurm(*probe).split()[-1]), int(job.split("_")[0])
     ident = 'RANK="$SLURM_PROCID" WORLD_SIZE="$SLURM_NTASKS" LOCAL_RANK="$SLURM_LOCALID" '
     ident += f"LOCAL_WORLD_SIZE={ranks} MASTER_ADDR={q(addr)} MASTER_PORT={port} "

@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from typing import Any
 
 from aorta import envvars
 from aorta.errors import AortaError, UsageError
+from aorta.run.ports import rendezvous_port
 from aorta.run.workload import TrialContext
 
 __all__ = [
@@ -151,13 +151,6 @@ def choose_backend(requested: str | None = None) -> str:
     import torch
 
     return "nccl" if torch.cuda.is_available() else "gloo"
-
-
-def free_port() -> int:
-    """A TCP port free on this host right now (the caller binds it soon after)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("", 0))
-        return int(s.getsockname()[1])
 
 
 class LocalCoordinator:
@@ -372,7 +365,7 @@ def trial_endpoint(
 
     def pick() -> dict[str, Any]:
         if env.agent_store or env.port_base is None:
-            return {"addr": env.master_addr or "127.0.0.1", "port": free_port()}
+            return {"addr": env.master_addr or "127.0.0.1", "port": rendezvous_port()}
         return {"addr": env.master_addr, "port": env.port_base + 1 + seq % 999}
 
     endpoint: dict[str, Any] = coord.share(f"trial/{seq}/endpoint", pick, timeout_s=timeout_s)

@@ -29,6 +29,7 @@ from aorta.cli import main
 from aorta.errors import ExitCode
 from aorta.launch import Cluster, LaunchSpec, dry_run, launch
 from aorta.report.launch_text import dry_run_lines
+from aorta.run.ports import LOWEST, ephemeral_range
 from tests.docker_daemon import (
     IMAGE,
     DockerDaemon,
@@ -99,6 +100,8 @@ def test_two_nodes_run_torchrun_in_their_containers_and_leave_none(
     result, lines = run_launch(cluster, spec, tmp_path / "out", deadlines=SLOW)
 
     assert result.status == "complete", result.summary()
+    # Drawn in the head's container (host network), below the range connections take ports from.
+    assert LOWEST <= (result.master_port or 0) < ephemeral_range()[0]
     ranks = [
         json.loads(p.read_text())
         for k in (0, 1)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import textwrap
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import pytest
 
 from aorta.cli import main
 from aorta.errors import ExitCode
+from aorta.run.ports import rendezvous_port
 from tests.launch_fixtures import (  # noqa: F401 - fixtures
     farm_fixture,
     needs_sshd,
@@ -30,12 +30,6 @@ keep = ("NCCL_SOCKET_IFNAME", "AORTA_NODE_RANK")
 with open(os.path.join(out, f"node_{rank}.json"), "w") as f:
     json.dump({"argv": sys.argv[1:], "env": {k: os.environ.get(k) for k in keep}}, f)
 """
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _cvs_config(tmp_path: Path, port: int) -> Path:
@@ -100,7 +94,7 @@ def test_dry_run_prints_the_command_each_node_would_run(
     farm: SshdFarm, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     cluster = farm.write_cluster(tmp_path / "cvs_cluster.json")
-    port = _free_port()
+    port = rendezvous_port()
     config = _cvs_config(tmp_path, port)
     code = main(["launch", "--cluster", str(cluster), "--cvs-config", str(config), "--dry-run"])
     captured = capsys.readouterr()
@@ -129,7 +123,7 @@ def test_a_cvs_config_runs_unchanged_on_two_nodes(
     farm: SshdFarm, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     cluster = farm.write_cluster(tmp_path / "cvs_cluster.json")
-    config = _cvs_config(tmp_path, _free_port())
+    config = _cvs_config(tmp_path, rendezvous_port())
     out_dir = tmp_path / "out"
     args = ["launch", "-c", str(cluster), "--cvs-config", str(config), "-o", str(out_dir), "-q"]
     code = main([*args, "--override", "training.max_steps=3"])  # the command line wins

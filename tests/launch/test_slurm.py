@@ -28,6 +28,7 @@ from aorta.cli import main
 from aorta.errors import ExitCode
 from aorta.launch import LaunchFailed, LaunchSpec, new_run_id
 from aorta.launch.slurm import SlurmJob
+from aorta.run.ports import LOWEST, ephemeral_range
 from aorta.store.redact import Redactor
 from aorta.store.rundir import SBATCH_SCRIPT
 from tests.launch_fixtures import tiny_race
@@ -174,6 +175,7 @@ def test_sbatch_two_nodes_two_processes_race(
     assert "RUNNING" in captured.err and "COMPLETED" in captured.err
     record = _record(run_dir)
     assert record["status"] == "complete" and record["run_id"] == run_dir.name
+    assert LOWEST <= record["master_port"] < ephemeral_range()[0]  # the srun probe's draw
     assert record["slurm"]["state"] == "COMPLETED" and record["slurm"]["job"]["ExitCode"] == "0:0"
     assert (run_dir / "aorta.sbatch").read_text().startswith("#!/bin/bash\n#SBATCH")
     assert "--node-rank=1" in record["commands"]["node1"]

@@ -33,6 +33,7 @@ from aorta.launch import (
     ssh_sessions,
 )
 from aorta.launch.ssh import RemoteTimeout, Unreachable
+from aorta.run.ports import LOWEST, ephemeral_range
 from aorta.store.redact import Redactor
 from tests.launch_fixtures import (
     FAST,
@@ -71,6 +72,7 @@ def test_two_nodes_two_processes_gloo_allreduce(cluster: Cluster, tmp_path: Path
     assert {r["sum"] for r in ranks} == {10.0}  # 1+2+3+4: every rank took part
     assert all(r["group_rank"] == r["node_rank"] for r in ranks)  # node rank = position, head 0
     assert {r["master"] for r in ranks} == {f"{cluster.head.vpc_ip}:{result.master_port}"}
+    assert LOWEST <= (result.master_port or 0) < ephemeral_range()[0]  # no connection takes it
     assert {tuple(r["argv"]) for r in ranks} == {("a b", "it's")}
     for rank, expect in ((0, {"rank0", "rank1"}), (1, {"rank2", "rank3"})):
         folder = result.run_dir / "combined_traces" / f"node_{rank}"

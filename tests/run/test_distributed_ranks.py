@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -14,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from aorta.errors import ExitCode
+from aorta.run.ports import rendezvous_port
 from tests.processes import AORTA, TORCHRUN, only_run_dir, sweep_run, torchrun, torchrun_env
 from tests.run.test_distributed import records
 
@@ -58,12 +58,6 @@ def test_a_crashing_rank_does_not_hang_the_other(crash_run, phase, status):
     assert "rank 1's trial ended" in rec["ranks"][0]["error"]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _static_launch(
     recipe: Path, out: Path, extra_env: dict[str, str]
 ) -> list[subprocess.CompletedProcess]:
@@ -71,7 +65,7 @@ def _static_launch(
     common = {
         "WORLD_SIZE": "2",
         "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(_free_port()),
+        "MASTER_PORT": str(rendezvous_port()),
         **extra_env,
     }
     procs = [
@@ -105,7 +99,8 @@ def static_run(tmp_path_factory) -> tuple[list[subprocess.CompletedProcess], Pat
     root = tmp_path_factory.mktemp("static")
     recipe = root / "r.yaml"
     recipe.write_text(TWO_TRIALS)
-    base = 10_000 + _free_port() % 18_000  # below the ephemeral range and torch's 29500
+    # below the ephemeral range and torch's 29500
+    base = 10_000 + rendezvous_port() % 18_000
     results = _static_launch(recipe, root / "out", {"AORTA_TRIAL_MASTER_PORT_BASE": str(base)})
     return results, root / "out"
 
@@ -154,7 +149,7 @@ def test_training_ddp_and_fsdp_in_process_across_two_torchrun_nodes(tmp_path):
         "cells: [{name: ddp, mitigations: [none], workload_config: {mode: ddp}}, "
         "{name: fsdp, mitigations: [none], workload_config: {mode: fsdp}}]\n"
     )
-    port = str(_free_port())
+    port = str(rendezvous_port())
     procs = [
         subprocess.Popen(
             [

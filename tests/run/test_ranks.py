@@ -15,6 +15,7 @@ import pytest
 
 from aorta import envvars
 from aorta.errors import AortaError
+from aorta.run.ports import rendezvous_port
 from aorta.run.ranks import DistEnv, StoreCoordinator
 
 
@@ -41,12 +42,6 @@ def test_slurm_port_bases_lie_below_the_ephemeral_range_and_clear_of_29500():
     assert not any(b <= 29_500 <= b + 999 for b in bases)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class _Stopped(Exception):
     pass
 
@@ -55,7 +50,7 @@ def test_a_rank_waiting_on_the_others_still_answers_a_signal():
     # torchrun and Slurm stop a rank with SIGTERM (aorta makes it a KeyboardInterrupt). A rank
     # blocked in torch's store.wait ran no Python signal handler until the wait ended: a rank
     # waiting for rank 0 ignored torchrun's SIGTERM and was killed 30 s later.
-    env = DistEnv(rank=0, world_size=2, master_addr="127.0.0.1", port_base=_free_port())
+    env = DistEnv(rank=0, world_size=2, master_addr="127.0.0.1", port_base=rendezvous_port())
     rank0 = StoreCoordinator(env, connect_timeout_s=5)
     rank1 = StoreCoordinator(dataclasses.replace(env, rank=1), connect_timeout_s=5)
 
