@@ -118,7 +118,9 @@ def _excess(waits: np.ndarray) -> np.ndarray:
     the trial has a finite wait for every one of at least two ranks)."""
     n = waits.shape[-1]
     out = np.full(waits.shape, np.nan)
-    complete = np.isfinite(waits).all(axis=-1) & (n >= 2)
+    if n < 2:  # one rank has no others (numpy's median of nothing also warns to the user)
+        return out
+    complete = np.isfinite(waits).all(axis=-1)
     for r in range(n):
         others = np.delete(waits, r, axis=-1)
         with np.errstate(invalid="ignore"):

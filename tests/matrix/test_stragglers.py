@@ -102,6 +102,22 @@ def test_one_rank_has_no_straggler_and_no_rank_dimension():
     assert [f.kind for f in findings(summarize(ds, resamples=100))] == []
 
 
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+def test_a_rank_alone_on_its_axis_has_no_straggler_and_says_nothing_to_the_user():
+    # One rank on the rank axis (a run with one rank's trace): numpy's median of no others
+    # warned "Mean of empty slice" on every `aorta report`.
+    ds = xr.Dataset(
+        {
+            "status": (("cell", "trial"), np.array([["ok", "ok"]], dtype=object)),
+            "comm_wait_ms": (("cell", "trial", "rank"), [[[5.0], [6.0]]]),
+            "compute_ms": (("cell", "trial", "rank"), [[[1.0], [1.0]]]),
+        },
+        coords={"cell": ["one"], "trial": [0, 1], "rank": [0]},
+    )
+    assert trial_stragglers(ds).empty
+    assert stragglers(ds).loc["one", "straggler_rank"] == -1
+
+
 def test_only_trials_that_ended_ok_count():
     records = [trial("c", t, [12.0, 1.0]) for t in range(2)]
     records += [trial("c", 2, [1.0, 12.0], status="workload_failed")]
