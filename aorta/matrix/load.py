@@ -206,10 +206,12 @@ _FILL: dict[str, Any] = {
     "trace_file": "",
     "hang_culprit_ranks": -1,
     "hang_seq": -1,
+    "hang_node_cited": False,
     **dict.fromkeys(
         ("hang_kind", "hang_culprit_hosts", "hang_op", "hang_group", "hang_frame", "hang_summary"),
         "",
     ),
+    **dict.fromkeys(("hang_node_hosts", "hang_node_line"), ""),
 }
 
 

@@ -83,6 +83,7 @@ def test_layout_dtypes_and_padding():
         "trial": 3,
         "step": 3,
         "culprit": 0,
+        "node": 0,
         "metric": 1,
         "info_key": 1,
         "env_var": 2,
