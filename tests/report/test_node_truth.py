@@ -1,6 +1,7 @@
 """A node's device line reads the same in every output (#48): report.html, matrix.md and
 matrix.json, ``aorta compare`` (text and JSON) and the Dataset (``results.nc`` too) name the
-same node and the same line, in the summary's words (:func:`aorta.hang.render.node_fault`).
+same node and the same line, in the summary's words (:func:`aorta.hang.render.node_fault`);
+a bundle holds the node's file the page links.
 
 The run is the golden run (tests/data/golden_run) copied; ``flaky``'s two hung trials get the
 evidence of tests/data/hang/node — four NCCL ranks on two nodes, rank 2 (``gpu-r3``) stalled
@@ -22,6 +23,7 @@ import xarray as xr
 from aorta.hang import analyze, load_incident
 from aorta.matrix.load import load_run
 from aorta.report.matrix_files import write_matrix
+from aorta.store.bundle import plan_bundle
 from aorta.store.netcdf import read_netcdf, write_netcdf
 from tests.conftest import DATA
 
@@ -111,3 +113,16 @@ def test_the_nodes_evidence_survives_results_nc_exactly(run, tmp_path):
     again = load_run(tmp_path / "results.nc")
     for name in ("hang_node_hosts", "hang_node_line", "hang_node_cited"):
         xr.testing.assert_identical(again[name], ds[name])
+
+
+def test_the_bundle_holds_the_nodes_file_whatever_the_cap(run):
+    # The page links a node's file beside its lines: it goes in as the hang's other
+    # evidence does, not as an artifact past the cap (one byte here).
+    root, hung = run
+    plan = plan_bundle(root, max_size=1, env={})
+    entries = {e.path: e for e in plan.entries}
+    rel = f"cells/flaky/trial_{hung[0]:04d}/hang/rank2/gpu_gpu-r3.txt"
+    assert entries[rel].included and entries[rel].kind == "core"
+    assert entries[f"cells/flaky/trial_{hung[0]:04d}/hang/rank0/gpu_gpu-r1.txt"].included
+    # An artifact of the same size is left out at that cap: the kind is what keeps it.
+    assert all(e.included == (e.kind == "core") for e in plan.entries if e.size > 1)
