@@ -226,6 +226,23 @@ def test_node_variables_are_the_nodes_evidence(tmp_path):
     assert pattern_text(pattern).endswith(f"its peers completed — {sentence}")
 
 
+def test_runs_with_and_without_culprits_and_nodes_stack():
+    # ``culprit`` and ``node`` are positions: a run with a hung trial (one culprit, two
+    # nodes) and one without any stack, the shorter padded as a trial without them.
+    nodes = (NodeEvidence("gpu-r1", "gpu_gpu-r1.txt"), NodeEvidence("gpu-r3", "f", (XID,)))
+    a = build_dataset([{"name": "a", "trials": 1}], [_hung(0, _device_report("gpu-r3", nodes))])
+    b = build_dataset([{"name": "a", "trials": 1}], [_hung(0, None)])
+    both = stack_runs([a, b], labels=["a", "b"])
+    assert dict(both.sizes)["culprit"] == 1 and dict(both.sizes)["node"] == 2
+    assert "node" not in both.coords and "culprit" not in both.coords
+    assert both.hang_culprit_ranks.sel(cell="a", trial=0).values.tolist() == [[1], [-1]]
+    assert both.hang_node_line.sel(cell="a", trial=0).values.tolist() == [["", XID], ["", ""]]
+    assert both.hang_node_cited.sel(cell="a", trial=0).values.tolist() == [
+        [False, True], [False, False]
+    ]  # fmt: skip
+    assert both.hang_node_cited.dtype == bool
+
+
 def test_a_version_2_results_nc_reads_with_no_nodes(tmp_path):
     """A ``results.nc`` of version 2 had the typed hang variables but no nodes' evidence: it
     loads with the node variables over an empty ``node``, as a run without any."""
