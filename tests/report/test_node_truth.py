@@ -104,7 +104,7 @@ def test_every_output_cites_the_same_node_and_line(run, run_cli):
 
 
 def test_the_nodes_evidence_survives_results_nc_exactly(run, tmp_path):
-    root, hung = run
+    root, _ = run
     ds = load_run(root, source="records")
     assert ds.attrs["aorta_dataset_version"] == 3
     assert ds.sizes["node"] == 2 and ds.hang_node_cited.dtype == bool
