@@ -282,19 +282,24 @@ def _citations(
 
 def cited_nodes(report: HangReport) -> dict[str, str]:
     """The nodes whose device line ``report.summary`` cites, each with that line (by host):
-    what the Dataset's ``hang_node_cited`` marks, so that every output cites the same.
+    what the Dataset's ``hang_node_cited`` marks, so that every output cites the same. A
+    summary that does not say the line (written by an aorta before the rule cited it) cites
+    nothing: it is what the page shows.
 
     >>> g = GroupIncident("0", "default_pg", (0, 1), "world", "device", 5, "all_reduce",
     ...                   culprits=(1,), completed=(0,))
-    >>> r = HangReport(summary="", kind="device", culprit_ranks=(1,), culprit_hosts=("n1",),
-    ...                groups=(g,), nodes=(NodeEvidence("n1", "gpu_n1.txt", ("Xid 79",)),))
+    >>> r = HangReport(summary="rank 1 … — a device fault on its node: Xid 79", kind="device",
+    ...                culprit_ranks=(1,), culprit_hosts=("n1",), groups=(g,),
+    ...                nodes=(NodeEvidence("n1", "gpu_n1.txt", ("Xid 79",)),))
     >>> cited_nodes(r)
     {'n1': 'Xid 79'}
     """
     if len(report.culprit_hosts) != len(report.culprit_ranks):
         return {}  # a hand-made record: no host of its culprits is known for sure
     cites = _citations(report.culprit_ranks, report.culprit_hosts, report.groups, report.nodes)
-    return {cite[0]: cite[1] for _, cite in cites if cite}
+    # Only what the summary says: a record an older aorta wrote (before a rule cited this
+    # node) keeps its summary on the page, and the other outputs must not cite beside it.
+    return {c[0]: c[1] for _, c in cites if c and printable(c[1]) in report.summary}
 
 
 def _device(

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import aorta
 from aorta.errors import UsageError
 from aorta.hang import CulpritFrame, GroupIncident, HangReport, NodeEvidence
-from aorta.hang.render import cited_nodes, node_fault
+from aorta.hang.render import cited_nodes, node_fault, node_host, node_line
 from aorta.matrix.dataset import build_dataset
 from aorta.matrix.hangs import hang_incidents, pattern_text
 from aorta.matrix.load import load_run, load_runs, load_trials, stack_runs
@@ -187,9 +187,12 @@ def _device_report(culprit_host: str, nodes: tuple[NodeEvidence, ...]) -> HangRe
     report = HangReport(summary="", kind="device", culprit_ranks=(1,),
                         culprit_hosts=(culprit_host,), op="all_reduce", seq=5,
                         process_group="default_pg", groups=(group,), nodes=nodes)  # fmt: skip
-    cite = cited_nodes(report)
-    tail = "; ".join(node_fault([culprit_host], h, line) for h, line in cite.items())
-    return dataclasses.replace(report, summary=f"rank 1 never finished — {tail or '?'}")
+    host = node_host(culprit_host, [n.host for n in nodes])
+    line = node_line(nodes, host) if host else None
+    tail = node_fault([culprit_host], host, line) if host and line else "a device fault?"
+    report = dataclasses.replace(report, summary=f"rank 1 never finished — {tail}")
+    assert cited_nodes(report) == ({host: line} if host and line else {})
+    return report
 
 
 def test_node_variables_are_the_nodes_evidence(tmp_path):
@@ -224,6 +227,20 @@ def test_node_variables_are_the_nodes_evidence(tmp_path):
     sentence = f"a device fault on its node (gpu-r3.cluster.local): {XID}"
     assert pattern.nodes[0].text() == sentence and cited.summary.endswith(sentence)
     assert pattern_text(pattern).endswith(f"its peers completed — {sentence}")
+
+
+def test_a_summary_that_cites_no_node_is_not_cited_beside_it():
+    # A record an older aorta wrote, before its rule matched the short name: its summary
+    # (what the page shows) cites no node, so neither do the Dataset and the cell's line.
+    nodes = (NodeEvidence("gpu-r3.cluster.local", "f", (XID,)),)
+    old = dataclasses.replace(
+        _device_report("gpu-r3", nodes), summary="rank 1 never finished — a device fault?"
+    )
+    ds = build_dataset([{"name": "a", "trials": 1}], [_hung(0, old)])
+    assert ds.hang_node_line.sel(cell="a", trial=0).values.tolist() == [XID]
+    assert ds.hang_node_cited.sel(cell="a", trial=0).values.tolist() == [False]
+    line = hang_incidents(ds)["a"].line()
+    assert XID not in line and line.endswith("its peers completed (a device fault?)")
 
 
 def test_runs_with_and_without_culprits_and_nodes_stack():
