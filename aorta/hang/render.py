@@ -9,7 +9,8 @@ diverge, who waits, and where each culprit is::
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import ipaddress
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from aorta.text import printable
@@ -25,7 +26,7 @@ from .model import (
     rank_list,
 )
 
-__all__ = ["json_ready", "summary", "text"]
+__all__ = ["cited_nodes", "json_ready", "node_fault", "node_host", "node_line", "summary", "text"]
 
 
 def _who(ranks: Sequence[int], hosts: Sequence[str | None]) -> str:
@@ -170,17 +171,135 @@ def _headline(kind: Kind, inc: GroupIncident, who: str, frames: Sequence[Culprit
     return line
 
 
-def _node_line(
-    culprits: Sequence[int], host: Mapping[int, str | None], nodes: Sequence[NodeEvidence]
-) -> str | None:
-    """The device line of the culprits' node, when they are all on one host that is exactly
-    a node's with device lines: its latest (the node's log reaches back to its boot; the
-    capture's moment is its end). A host name is never matched loosely: ``gpu-r3`` is not
-    ``gpu-r3.local``, and a line of another node would accuse the wrong device."""
-    on = {host.get(r) for r in culprits}
-    name = next(iter(on)) if len(on) == 1 else None
-    lines = [line for n in nodes if name is not None and n.host == name for line in n.device_lines]
+def _is_address(name: str) -> bool:
+    """Whether ``name`` is an IP address (v4 or v6), not a host name."""
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+def node_host(host: str | None, hosts: Iterable[str]) -> str | None:
+    """The one of the nodes' ``hosts`` that ``host`` (a rank's) names, or ``None``.
+
+    The rule: the same name; else the same name but for case or a trailing dot (DNS names
+    are case-insensitive); else a short name and a full one whose first label it is
+    (``node1`` and ``node1.cluster.local``: a capture may write either). Each step must name
+    exactly one node: two candidates are a guess, and a guess would cite one node's device
+    line against another's rank. An IP address matches only itself: which name it had at
+    the capture would take a DNS lookup, here or now, that need not give the same answer.
+    Two full names never match each other (``node1.a`` is not ``node1.b``).
+
+    >>> nodes = ["gpu-r1", "gpu-r3.cluster.local", "10.0.0.7"]
+    >>> [node_host(h, nodes) for h in ("gpu-r1", "GPU-R1", "gpu-r1.cluster.local",
+    ...                                "gpu-r3", "gpu-r3.other.local", "gpu-r31", "10.0.0.7")]
+    ['gpu-r1', 'gpu-r1', 'gpu-r1', 'gpu-r3.cluster.local', None, None, '10.0.0.7']
+    >>> node_host("gpu-r3", ["gpu-r3.a.local", "gpu-r3.b.local"]) is None  # two: no guess
+    True
+    """
+    if not host:
+        return None
+    known = sorted(set(hosts))
+    if host in known:
+        return host
+
+    def fold(name: str) -> str:
+        return name.rstrip(".").casefold()
+
+    same = [h for h in known if fold(h) == fold(host)]
+    if same:
+        return same[0] if len(same) == 1 else None
+    if _is_address(host):
+        return None
+    name = fold(host)
+
+    def short_of(bare: str, full: str) -> bool:
+        return "." not in bare and "." in full and full.split(".")[0] == bare
+
+    found = [
+        h
+        for h in known
+        if not _is_address(h) and (short_of(name, fold(h)) or short_of(fold(h), name))
+    ]
+    return found[0] if len(found) == 1 else None
+
+
+def node_line(nodes: Sequence[NodeEvidence], host: str) -> str | None:
+    """The latest device line of the node ``host`` (over each of its files, in order): the
+    node's log reaches back to its boot, and the capture's moment is its end.
+
+    >>> node_line([NodeEvidence("n1", "a.txt", ("x", "y")), NodeEvidence("n1", "b.txt")], "n1")
+    'y'
+    """
+    lines = [line for n in nodes if n.host == host for line in n.device_lines]
     return lines[-1] if lines else None
+
+
+def _node_cite(
+    culprits: Sequence[int], host: Mapping[int, str | None], nodes: Sequence[NodeEvidence]
+) -> tuple[str, str] | None:
+    """(node host, its latest device line) when the culprits are all on one node
+    (:func:`node_host`) that has device lines; ``None`` otherwise."""
+    on = {node_host(host.get(r), [n.host for n in nodes]) for r in culprits}
+    name = next(iter(on)) if len(on) == 1 else None
+    line = node_line(nodes, name) if name is not None else None
+    return (name, line) if name is not None and line is not None else None
+
+
+def node_fault(culprit_hosts: Sequence[str | None], node: str, line: str) -> str:
+    """The words that cite a node's device line for culprits on it — the one sentence the
+    summary, the page, ``matrix.md`` and ``aorta compare`` say: ``a device fault on its
+    node: <line>``; the node's name is added when the culprits' hosts name it otherwise
+    (``node1`` for the file of ``node1.cluster.local``), so that a reader sees whose line it is.
+
+    >>> node_fault(["gpu-r3"], "gpu-r3", "NVRM: Xid 79")
+    'a device fault on its node: NVRM: Xid 79'
+    >>> node_fault(["gpu-r3", "gpu-r3"], "gpu-r3.local", "NVRM: Xid 79")
+    'device faults on their node (gpu-r3.local): NVRM: Xid 79'
+    """
+    one = len(culprit_hosts) <= 1
+    fault, its = ("a device fault", "its") if one else ("device faults", "their")
+    named = f" ({printable(node)})" if any(h != node for h in culprit_hosts) else ""
+    return f"{fault} on {its} node{named}: {printable(line)}"
+
+
+def _citations(
+    culprits: Sequence[int],
+    hosts: Sequence[str | None],
+    groups: Sequence[GroupIncident],
+    nodes: Sequence[NodeEvidence],
+) -> list[tuple[GroupIncident, tuple[str, str] | None]]:
+    """Each ``device`` group with the node line its clause cites (``None``: none — its
+    culprits' own device line comes first, or no one node of theirs has one)."""
+    host = dict(zip(culprits, hosts, strict=True))
+    return [
+        (inc, None if inc.device_line else _node_cite(inc.culprits, host, nodes))
+        for inc in groups
+        if inc.kind == "device"
+    ]
+
+
+def cited_nodes(report: HangReport) -> dict[str, str]:
+    """The nodes whose device line ``report.summary`` cites, each with that line (by host):
+    what the Dataset's ``hang_node_cited`` marks, so that every output cites the same. A
+    summary that does not say the line (written by an aorta before the rule cited it) cites
+    nothing: it is what the page shows.
+
+    >>> g = GroupIncident("0", "default_pg", (0, 1), "world", "device", 5, "all_reduce",
+    ...                   culprits=(1,), completed=(0,))
+    >>> r = HangReport(summary="rank 1 … — a device fault on its node: Xid 79", kind="device",
+    ...                culprit_ranks=(1,), culprit_hosts=("n1",), groups=(g,),
+    ...                nodes=(NodeEvidence("n1", "gpu_n1.txt", ("Xid 79",)),))
+    >>> cited_nodes(r)
+    {'n1': 'Xid 79'}
+    """
+    if len(report.culprit_hosts) != len(report.culprit_ranks):
+        return {}  # a hand-made record: no host of its culprits is known for sure
+    cites = _citations(report.culprit_ranks, report.culprit_hosts, report.groups, report.nodes)
+    # Only what the summary says: a record an older aorta wrote (before a rule cited this
+    # node) keeps its summary on the page, and the other outputs must not cite beside it.
+    return {c[0]: c[1] for _, c in cites if c and printable(c[1]) in report.summary}
 
 
 def _device(
@@ -192,10 +311,11 @@ def _device(
     """The ``device`` summary: each stalled rank, what it never finished and who did, and
     the groups that wait on them."""
     host = dict(zip(culprits, hosts, strict=True))
-    faulted = [i for i in shown if i.kind == "device"]
+    cites = _citations(culprits, hosts, shown, nodes)
+    faulted = [inc for inc, _ in cites]
     waiting = [i for i in shown if i.kind != "device" and i.waits_on]
     parts = []
-    for inc in faulted:
+    for inc, cite in cites:
         who = _who(inc.culprits, [host.get(r) for r in inc.culprits])
         if inc.completed:
             verb, peers = "never finished", f" while {_words(inc.completed)} completed it"
@@ -217,12 +337,10 @@ def _device(
             if len(waiting) > n:
                 clause += f" ({len(waiting)} groups in all)"
         fault = "a device fault" if len(inc.culprits) == 1 else "device faults"
-        node = None if inc.device_line else _node_line(inc.culprits, host, nodes)
         if inc.device_line:
             clause += f" — {fault}: {printable(inc.device_line)}"
-        elif node:
-            its = "its" if len(inc.culprits) == 1 else "their"
-            clause += f" — {fault} on {its} node: {printable(node)}"
+        elif cite:
+            clause += f" — {node_fault([host.get(r) for r in inc.culprits], *cite)}"
         else:
             clause += f" — {fault}?"
         parts.append(clause)

@@ -38,6 +38,13 @@ variable                  dims                        meaning
 ``hang_frame``            cell, trial                 where the first culprit is (``train.py:41
                                                       in step``), ``""`` if unknown
 ``hang_summary``          cell, trial                 the incident in one line
+``hang_node_hosts``       cell, trial, node           each node's host that gave GPU evidence
+                                                      (``gpu_<host>.txt``), ``""`` past the last
+``hang_node_line``        cell, trial, node           that node's latest device line, ``""``
+                                                      where it had none
+``hang_node_cited``       cell, trial, node           whether the summary cites that line (a
+                                                      ``device`` culprit on that node:
+                                                      :func:`aorta.hang.render.cited_nodes`)
 ``oom``                   cell, trial                 each rank's out-of-memory figures, as JSON
                                                       (``world_size``, ``events``); ``""`` if none
 ``numerics``              cell, trial                 each rank's first non-finite module output,
@@ -60,6 +67,8 @@ detail and the culprits' stacks stay in the records). Culprits are a dimension o
 ``culprit`` (as long as the most culprits of any trial), padded with -1: a numeric array reads
 as ranks in xarray (``(ds.hang_culprit_ranks == 5).any("culprit")``) and round-trips netCDF,
 which a list per trial would not, and a text of joined ranks would have to be parsed again.
+The nodes' GPU evidence is a dimension ``node`` the same way (one entry per host, padded
+``""``): its device lines stay in the records, its latest here, the one a summary cites.
 
 ``attrs`` hold the run: the manifest's fields, ``baseline`` and ``threshold`` (from the
 recipe); dicts, lists and booleans as JSON text, null fields left out. Text is stored as
@@ -75,7 +84,7 @@ Examples
 ...         for c in ("base", "x") for t in range(2)]
 >>> ds = build_dataset(cells, recs, attrs={"baseline": "base", "threshold": 1.15})
 >>> dict(ds.sizes)
-{'cell': 2, 'trial': 2, 'step': 3, 'culprit': 0, 'metric': 0, 'info_key': 0, 'env_var': 1}
+{'cell': 2, 'trial': 2, 'step': 3, 'culprit': 0, 'node': 0, 'metric': 0, 'info_key': 0, 'env_var': 1}
 >>> ds.step_time_ms.sel(cell="x", trial=1).values.tolist()
 [5.0, 2.0, 3.0]
 >>> ds.env_value.sel(cell="x", env_var="HSA_XNACK").item(), ds.status.dtype
@@ -95,6 +104,7 @@ import xarray as xr
 from pydantic import BaseModel
 
 from aorta.hang.model import HangReport
+from aorta.hang.render import cited_nodes, node_line
 from aorta.matrix.select import reduce_ranks, trial_values
 from aorta.store.record import TrialRecord, readable_forensics
 
@@ -113,8 +123,11 @@ __all__ = [
 
 #: Version of the Dataset layout (``attrs["aorta_dataset_version"]``). 2: a hang's incident as
 #: the typed ``hang_*`` variables (1 kept it as JSON text, ``forensics`` and ``hang_culprit``:
-#: :func:`typed_hangs` reads those).
-DATASET_VERSION = 2
+#: :func:`typed_hangs` reads those). 3: its nodes' GPU evidence, ``hang_node_*`` over ``node``
+#: (:func:`typed_hangs` gives a version 2 Dataset none).
+DATASET_VERSION = 3
+#: The ``hang_*`` variables of the nodes' GPU evidence (version 3).
+_NODE_VARS = ("hang_node_hosts", "hang_node_line", "hang_node_cited")
 #: ``status`` of a trial that has no (readable) record.
 MISSING = "missing"
 
@@ -208,6 +221,20 @@ _VAR_ATTRS: dict[str, dict[str, str]] = {
         "description": "where the first culprit is (file:line in function); '' where unknown",
     },
     "hang_summary": {"long_name": "hang summary", "description": "who hung and where, one line"},
+    "hang_node_hosts": {
+        "long_name": "hang node hosts",
+        "description": "the hosts whose GPU tools and kernel log were read at the capture "
+        "(gpu_<host>.txt); '' past the last",
+    },
+    "hang_node_line": {
+        "long_name": "hang node device line",
+        "description": "the node's latest device line (Xid, amdgpu, ...); '' where it had none",
+    },
+    "hang_node_cited": {
+        "long_name": "hang node line cited",
+        "description": "whether the hang summary cites the node's line (a device culprit on "
+        "that node whose own logs had none)",
+    },
     "oom": {
         "long_name": "out of memory per rank",
         "description": "JSON: world_size and each rank's OOM figures in bytes (aorta.run.oom); "
@@ -407,9 +434,14 @@ def _hang_variables(
     """Each trial's :class:`~aorta.hang.HangReport` (by cell and trial index) as the
     ``hang_*`` variables."""
     width = max([0, *(len(f.culprit_ranks) for _, _, f in hung)])
+    hosts_of = {(i, j): list(dict.fromkeys(n.host for n in f.nodes)) for i, j, f in hung}
+    n_nodes = max([0, *(len(h) for h in hosts_of.values())])
     size = shape[0] * shape[1]
     ranks = np.full((*shape, width), -1, dtype=np.int64)
     hosts = text_array([""] * (size * width), (*shape, width))
+    node_hosts = text_array([""] * (size * n_nodes), (*shape, n_nodes))
+    node_lines = text_array([""] * (size * n_nodes), (*shape, n_nodes))
+    cited = np.zeros((*shape, n_nodes), dtype=bool)
     seq = np.full(shape, -1, dtype=np.int64)
     text = {k: text_array([""] * size, shape) for k in ("kind", "op", "group", "frame", "summary")}
     for i, j, f in hung:
@@ -417,6 +449,11 @@ def _hang_variables(
         ranks[i, j, :n] = f.culprit_ranks
         for k, host in enumerate(f.culprit_hosts[:n]):
             hosts[i, j, k] = _text(host or "")
+        cites = cited_nodes(f)
+        for k, host in enumerate(hosts_of[i, j]):
+            node_hosts[i, j, k] = _text(host)
+            node_lines[i, j, k] = _text(node_line(f.nodes, host) or "")
+            cited[i, j, k] = host in cites
         seq[i, j] = -1 if f.seq is None else f.seq
         first = next((fr for fr in f.frames if fr.rank == f.culprit_ranks[0]), None) if n else None
         for key, value in (
@@ -437,6 +474,9 @@ def _hang_variables(
         "hang_group": (ct, text["group"]),
         "hang_frame": (ct, text["frame"]),
         "hang_summary": (ct, text["summary"]),
+        "hang_node_hosts": ((*ct, "node"), node_hosts),
+        "hang_node_line": ((*ct, "node"), node_lines),
+        "hang_node_cited": ((*ct, "node"), cited),
     }
 
 
@@ -452,6 +492,11 @@ def typed_hangs(ds: xr.Dataset) -> xr.Dataset:
     >>> new.hang_culprit_ranks.values.tolist(), new.hang_seq.values.tolist(), new.hang_frame.values.tolist()
     ([[[2], [-1]]], [[5, -1]], [['t.py:4 in f', '']])
     """
+    if "hang_kind" in ds.data_vars and "hang_node_hosts" not in ds.data_vars:
+        shape = (ds.sizes["cell"], ds.sizes["trial"])
+        nodes = _hang_variables([], shape)
+        none: xr.Dataset = ds.assign({k: (*nodes[k], _VAR_ATTRS[k]) for k in _NODE_VARS})
+        return none
     if "forensics" not in ds.data_vars or "hang_kind" in ds.data_vars:
         return ds
     text = ds.forensics.transpose("cell", "trial").values.astype(str)

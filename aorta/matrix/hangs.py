@@ -27,13 +27,33 @@ in 2/3 hung trials rank 2 (node gpu-r3) never reached all_reduce #5 (default_pg,
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import xarray as xr
 
-__all__ = ["HangIncidents", "HangPattern", "hang_incidents", "pattern_text"]
+from aorta.hang.render import node_fault, node_host
+
+__all__ = ["HangIncidents", "HangPattern", "NodeCite", "hang_incidents", "pattern_text"]
+
+
+@dataclass(frozen=True)
+class NodeCite:
+    """A node whose device line a trial's summary cites (``hang_node_cited``): its host, the
+    line, and the hosts of the culprits on it, as the ranks named them."""
+
+    host: str
+    line: str
+    culprit_hosts: tuple[str, ...]
+
+    def text(self) -> str:
+        """The summary's words for it (:func:`aorta.hang.render.node_fault`).
+
+        >>> NodeCite("gpu-r3", "NVRM: Xid 79", ("gpu-r3",)).text()
+        'a device fault on its node: NVRM: Xid 79'
+        """
+        return node_fault(self.culprit_hosts, self.host, self.line)
 
 
 @dataclass(frozen=True)
@@ -51,6 +71,9 @@ class HangPattern:
     seq: tuple[int, int] | None = None
     #: One trial's whole summary (the first's), for a reader who wants every rank named.
     summary: str = ""
+    #: The nodes whose device lines the first trial's summary cites (trials of one pattern
+    #: cite the same nodes; their lines' timestamps differ).
+    nodes: tuple[NodeCite, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -119,6 +142,9 @@ def pattern_text(p: HangPattern) -> str:
             seq = f" #{lo}" if lo == hi else f" #{lo}–#{hi}"
         group = f" ({p.process_group})" if p.process_group else ""
         before, after = _VERBS.get(p.kind, (p.kind, ""))
+        if p.kind == "device" and p.nodes:
+            # The summary's own words for the node's line: one sentence wherever it is read.
+            after = " its peers completed — " + "; ".join(n.text() for n in p.nodes)
         text = f"{_ranks(p)} {before} {p.op}{seq}{group}{after}"
     if p.where:
         text += f" — at {p.where}"
@@ -126,7 +152,8 @@ def pattern_text(p: HangPattern) -> str:
 
 
 def _key(p: HangPattern) -> tuple[Any, ...]:
-    return (p.kind, p.culprit_ranks, p.culprit_hosts, p.op, p.process_group, p.where)
+    nodes = tuple(n.host for n in p.nodes)
+    return (p.kind, p.culprit_ranks, p.culprit_hosts, p.op, p.process_group, p.where, nodes)
 
 
 def _patterns(found: Sequence[HangPattern]) -> tuple[HangPattern, ...]:
@@ -159,6 +186,7 @@ def _trial_patterns(ds: xr.Dataset) -> list[list[HangPattern | None]]:
     seq = ds.hang_seq.transpose(*ct).values
     ranks = ds.hang_culprit_ranks.transpose(*ct, "culprit").values
     hosts = ds.hang_culprit_hosts.transpose(*ct, "culprit").values.astype(str)
+    nodes = _cites(ds)
     trials = [int(t) for t in ds.trial.values.tolist()]
     out: list[list[HangPattern | None]] = []
     for i in range(kind.shape[0]):
@@ -176,12 +204,41 @@ def _trial_patterns(ds: xr.Dataset) -> list[list[HangPattern | None]]:
                     trials=(t,),
                     seq=(int(seq[i, j]),) * 2 if seq[i, j] >= 0 else None,
                     summary=str(summary[i, j]),
+                    nodes=nodes(i, j, hosts[i, j, :n]),
                 )
                 if kind[i, j]
                 else None
             )
         out.append(row)
     return out
+
+
+_Cites = Callable[[int, int, Sequence[str]], tuple["NodeCite", ...]]
+
+
+def _cites(ds: xr.Dataset) -> _Cites:
+    """A reader of the ``hang_node_*`` variables: (cell index, trial index, the trial's
+    culprit hosts) → the nodes its summary cites (none in a Dataset without them)."""
+    if "hang_node_cited" not in ds:
+        return lambda i, j, culprits: ()  # a Dataset of version 2 or older, read as it is
+    dims = ("cell", "trial", "node")
+    hosts = ds.hang_node_hosts.transpose(*dims).values.astype(str)
+    lines = ds.hang_node_line.transpose(*dims).values.astype(str)
+    cited = ds.hang_node_cited.transpose(*dims).values
+
+    def read(i: int, j: int, culprits: Sequence[str]) -> tuple[NodeCite, ...]:
+        known = [str(h) for h in hosts[i, j] if h]
+        return tuple(
+            NodeCite(
+                str(hosts[i, j, k]),
+                str(lines[i, j, k]),
+                tuple(str(h) for h in culprits if node_host(str(h), known) == hosts[i, j, k]),
+            )
+            for k in range(hosts.shape[2])
+            if cited[i, j, k]
+        )
+
+    return read
 
 
 def hang_incidents(ds: xr.Dataset) -> dict[str, HangIncidents]:

@@ -15,6 +15,7 @@ from concurrent.futures import Executor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+import numpy as np
 import xarray as xr
 
 from aorta.errors import RecordWarning, UsageError
@@ -206,11 +207,17 @@ _FILL: dict[str, Any] = {
     "trace_file": "",
     "hang_culprit_ranks": -1,
     "hang_seq": -1,
+    "hang_node_cited": False,
     **dict.fromkeys(
         ("hang_kind", "hang_culprit_hosts", "hang_op", "hang_group", "hang_frame", "hang_summary"),
         "",
     ),
+    **dict.fromkeys(("hang_node_hosts", "hang_node_line"), ""),
 }
+
+
+#: The Dataset's dimensions of positions (no coordinate): a trial's culprits, its nodes.
+_POSITIONAL = ("culprit", "node")
 
 
 def load_runs(
@@ -276,6 +283,14 @@ def stack_runs(
     """
     if len(labels) != len(datasets) or len(set(labels)) != len(labels):
         raise ValueError(f"need {len(datasets)} distinct labels, got {list(labels)}")
+    # ``culprit`` and ``node`` have no coordinate (a position, not a label): runs whose most
+    # culprits or nodes differ would not align. Positions as a coordinate while they stack,
+    # so the shorter runs are padded as a trial without any (-1, "", False).
+    positional = sorted({d for ds in datasets for d in _POSITIONAL if d in ds.dims})
+    datasets = [
+        ds.assign_coords({d: np.arange(ds.sizes[d]) for d in positional if d in ds.dims})
+        for ds in datasets
+    ]
     aligned = xr.align(*datasets, join="outer", exclude=(), fill_value=_FILL)
     per_run: dict[str, list[Any]] = {"started_at": [], "run_status": []}
     for ds in datasets:
@@ -291,7 +306,7 @@ def stack_runs(
         combine_attrs="drop_conflicts",
         fill_value=_FILL,
     )
-    out = out.assign_coords(
+    out = out.drop_vars(positional).assign_coords(
         {
             dim: (dim, text_array(labels)),
             "started_at": (dim, text_array(per_run["started_at"])),

@@ -415,6 +415,7 @@ def hangs_json(inc: HangIncidents) -> dict[str, Any]:
                 "seq": list(p.seq) if p.seq else None,
                 "process_group": p.process_group,
                 "where": p.where,
+                "nodes": [{"host": n.host, "line": n.line} for n in p.nodes],
                 "text": pattern_text(p),
             }
             for p in inc.patterns

@@ -12,7 +12,7 @@ Two steps, so a person can look before anything is written:
   last.
 
 What goes in: the run's manifest, resolved recipe, host snapshots, cell definitions, trial
-records, a hung trial's evidence (``hang/*.json``), matrix files and report
+records, a hung trial's evidence (``hang/*.json``, a node's ``gpu_<host>.txt``), matrix files and report
 (``report/report.html`` too) always; trial logs, traces and
 other artifacts while they fit in ``max_size`` (bytes on disk, a cap the user can raise).
 Left out, with the reason in the manifest: ``results.nc`` (binary; :func:`aorta.load_run`
@@ -224,6 +224,10 @@ class BundlePlan:
 # --- what the run holds ------------------------------------------------------------------------
 
 
+#: ``aorta.store.rundir.gpu_evidence_name``'s files.
+_GPU_FILE = re.compile(r"gpu_.+\.txt")
+
+
 def _kind(rel: str) -> Kind:
     parts = rel.split("/")
     if parts[0] != CELLS or len(parts) < 3:
@@ -232,6 +236,10 @@ def _kind(rel: str) -> Kind:
         return "core"
     in_hang = parts[-2] == HANG_DIR or (parts[-3] == HANG_DIR and is_evidence_rank_dir(parts[-2]))
     if in_hang and parts[-1].endswith(".json"):  # a hung trial's evidence (hang/rank<N>/), small
+        return "core"
+    if in_hang and _GPU_FILE.fullmatch(parts[-1]):
+        # A node's GPU evidence (``gpu_<host>.txt``, a few kB): the page links it beside the
+        # node's lines, so it goes in with the rest of the hang's evidence, not past a cap.
         return "core"
     if TRACE_DIR in parts[2:-1] or ".pt.trace." in parts[-1]:
         return "trace"

@@ -27,6 +27,7 @@ from aorta.hang import (
     load_incident,
     text,
 )
+from aorta.hang.render import cited_nodes, node_host
 from aorta.recipe.schema import Forensics
 from aorta.run.forensics import Capture, incident
 from aorta.store.record import RankOutcome, TrialStatus
@@ -97,21 +98,59 @@ def _device_stall(host: str, lines: tuple[str, ...] = ()) -> list[RankEvidence]:
     ] + [RankEvidence(2, log_lines=lines)]
 
 
-def test_a_node_line_is_cited_only_for_a_culprit_on_exactly_that_host():
+def test_a_node_line_is_cited_only_for_a_culprit_on_that_node():
     node = NodeEvidence("gpu-r3", "gpu_gpu-r3.txt", (XID,))
     cited = analyze(_device_stall("gpu-r3"), nodes=[node])
     assert cited.summary.endswith(f"— a device fault on its node: {XID}")
-    # A host that merely looks alike is another node: its Xid accuses no device here.
-    for host in ("gpu-r3.local", "GPU-R3", "gpu-r31"):
+    assert cited_nodes(cited) == {"gpu-r3": XID}
+    # The same host written otherwise (case, a trailing dot, its full name): cited, with the
+    # node's own name, so the reader sees whose line it is.
+    for host in ("GPU-R3", "gpu-r3.", "gpu-r3.cluster.local"):
+        report = analyze(_device_stall(host), nodes=[node])
+        assert report.summary.endswith(f"— a device fault on its node (gpu-r3): {XID}"), host
+        assert cited_nodes(report) == {"gpu-r3": XID}
+    # Another host that merely looks alike: its Xid accuses no device here.
+    for host in ("gpu-r31", "gpu-r", "r3", "10.0.0.3"):
         report = analyze(_device_stall(host), nodes=[node])
         assert report.summary.endswith("— a device fault?"), (host, report.summary)
         assert report.nodes == (node,) and report.culprit_ranks == (2,)
+        assert cited_nodes(report) == {}
     # The culprit's own device line comes first: it is its device's, the node's is the bus's.
     own = "[rank2]: RuntimeError: CUDA error: an illegal memory access was encountered"
     report = analyze(_device_stall("gpu-r3", (own,)), nodes=[node])
     assert report.summary.endswith(
         "— a device fault: RuntimeError: CUDA error: an illegal memory access was encountered"
     )
+    assert cited_nodes(report) == {}
+
+
+def test_a_short_name_never_guesses_between_two_nodes():
+    # Two nodes of one short name in two domains: the rank's short name is either; no cite.
+    a = NodeEvidence("gpu-r3.a.local", "gpu_gpu-r3.a.local.txt", (XID,))
+    b = NodeEvidence("gpu-r3.b.local", "gpu_gpu-r3.b.local.txt", (LATEST,))
+    report = analyze(_device_stall("gpu-r3"), nodes=[a, b])
+    assert report.summary.endswith("— a device fault?") and cited_nodes(report) == {}
+    # Its full name is one of them exactly: that one, never the other.
+    report = analyze(_device_stall("gpu-r3.b.local"), nodes=[a, b])
+    assert report.summary.endswith(f"— a device fault on its node: {LATEST}")
+    # Two full names are two hosts, even of one short name.
+    report = analyze(_device_stall("gpu-r3.c.local"), nodes=[a, b])
+    assert cited_nodes(report) == {}
+    # A node without device lines still counts as a candidate: no guess past it either.
+    quiet = NodeEvidence("gpu-r3.a.local", "gpu_gpu-r3.a.local.txt")
+    assert cited_nodes(analyze(_device_stall("gpu-r3"), nodes=[quiet, b])) == {}
+
+
+def test_an_ip_address_matches_only_itself():
+    # Which name an address had at the capture would take a DNS lookup: never here.
+    by_name = NodeEvidence("gpu-r3", "gpu_gpu-r3.txt", (XID,))
+    by_ip = NodeEvidence("10.0.0.3", "gpu_10.0.0.3.txt", (LATEST,))
+    assert cited_nodes(analyze(_device_stall("10.0.0.3"), nodes=[by_name])) == {}
+    assert cited_nodes(analyze(_device_stall("gpu-r3"), nodes=[by_ip])) == {}
+    assert cited_nodes(analyze(_device_stall("10.0.0.3"), nodes=[by_ip])) == {"10.0.0.3": LATEST}
+    # "10" is no short name of 10.0.0.3.
+    assert node_host("10", ["10.0.0.3"]) is None and node_host("10.0.0.3", ["10"]) is None
+    assert node_host("::1", ["::1"]) == "::1" and node_host("::1", ["localhost"]) is None
 
 
 def test_node_evidence_makes_no_culprit_and_is_carried_once():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -13,8 +14,10 @@ from hypothesis import strategies as st
 
 import aorta
 from aorta.errors import UsageError
-from aorta.hang import CulpritFrame, HangReport
+from aorta.hang import CulpritFrame, GroupIncident, HangReport, NodeEvidence
+from aorta.hang.render import cited_nodes, node_fault, node_host, node_line
 from aorta.matrix.dataset import build_dataset
+from aorta.matrix.hangs import hang_incidents, pattern_text
 from aorta.matrix.load import load_run, load_runs, load_trials, stack_runs
 from aorta.recipe.schema import load_recipe_text
 from aorta.run.sweep import sweep
@@ -83,6 +86,7 @@ def test_layout_dtypes_and_padding():
         "trial": 3,
         "step": 3,
         "culprit": 0,
+        "node": 0,
         "metric": 1,
         "info_key": 1,
         "env_var": 2,
@@ -170,6 +174,104 @@ def test_a_version_1_results_nc_reads_as_the_typed_variables(tmp_path):
     assert "forensics" not in got and "hang_culprit" not in got
     for name in [v for v in new.data_vars if str(v).startswith("hang_")]:
         xr.testing.assert_equal(got[name], new[name])
+
+
+XID = "NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus."
+
+
+def _device_report(culprit_host: str, nodes: tuple[NodeEvidence, ...]) -> HangReport:
+    """Rank 1 (on ``culprit_host``) never finished #5 that rank 0 completed; the summary
+    as :func:`aorta.hang.analyze` would word it."""
+    group = GroupIncident("0", "default_pg", (0, 1), "world", "device", 5, "all_reduce",
+                          culprits=(1,), completed=(0,))  # fmt: skip
+    report = HangReport(summary="", kind="device", culprit_ranks=(1,),
+                        culprit_hosts=(culprit_host,), op="all_reduce", seq=5,
+                        process_group="default_pg", groups=(group,), nodes=nodes)  # fmt: skip
+    host = node_host(culprit_host, [n.host for n in nodes])
+    line = node_line(nodes, host) if host else None
+    tail = node_fault([culprit_host], host, line) if host and line else "a device fault?"
+    report = dataclasses.replace(report, summary=f"rank 1 never finished — {tail}")
+    assert cited_nodes(report) == ({host: line} if host and line else {})
+    return report
+
+
+def test_node_variables_are_the_nodes_evidence(tmp_path):
+    # Two files of one node (two trials' folders): one entry, its latest line; a node
+    # without device lines is there, with no line.
+    nodes = (
+        NodeEvidence("gpu-r1", "a/gpu_gpu-r1.txt"),
+        NodeEvidence("gpu-r3.cluster.local", "a/gpu_gpu-r3.cluster.local.txt", ("old",)),
+        NodeEvidence("gpu-r3.cluster.local", "b/gpu_gpu-r3.cluster.local.txt", (XID,)),
+    )
+    cited = _device_report("gpu-r3", nodes)
+    other = _device_report("gpu-r9", nodes[:1])
+    ds = build_dataset([{"name": "a", "trials": 3}],
+                       [_hung(0, cited), _hung(1, other), _hung(2, None)])  # fmt: skip
+    assert ds.sizes["node"] == 2
+    a = ds.sel(cell="a")
+    assert a.hang_node_hosts.values.tolist() == [
+        ["gpu-r1", "gpu-r3.cluster.local"], ["gpu-r1", ""], ["", ""]
+    ]  # fmt: skip
+    assert a.hang_node_line.values.tolist() == [["", XID], ["", ""], ["", ""]]
+    assert a.hang_node_cited.values.tolist() == [[False, True], [False, False], [False, False]]
+    back = read_netcdf(write_netcdf(ds, tmp_path / RESULTS))
+    xr.testing.assert_identical(back, ds)
+    assert back.hang_node_cited.dtype == bool
+    # The cell's line cites the node as the summary does: the node named, as it was written.
+    hung = [
+        TrialRecord(cell="a", cell_id="", trial=t, status="timeout", passed=False,
+                    main_work_started=True, forensics=cited)
+        for t in range(2)
+    ]  # fmt: skip
+    (pattern,) = hang_incidents(build_dataset([{"name": "a", "trials": 2}], hung))["a"].patterns
+    sentence = f"a device fault on its node (gpu-r3.cluster.local): {XID}"
+    assert pattern.nodes[0].text() == sentence and cited.summary.endswith(sentence)
+    assert pattern_text(pattern).endswith(f"its peers completed — {sentence}")
+
+
+def test_a_summary_that_cites_no_node_is_not_cited_beside_it():
+    # A record an older aorta wrote, before its rule matched the short name: its summary
+    # (what the page shows) cites no node, so neither do the Dataset and the cell's line.
+    nodes = (NodeEvidence("gpu-r3.cluster.local", "f", (XID,)),)
+    old = dataclasses.replace(
+        _device_report("gpu-r3", nodes), summary="rank 1 never finished — a device fault?"
+    )
+    ds = build_dataset([{"name": "a", "trials": 1}], [_hung(0, old)])
+    assert ds.hang_node_line.sel(cell="a", trial=0).values.tolist() == [XID]
+    assert ds.hang_node_cited.sel(cell="a", trial=0).values.tolist() == [False]
+    line = hang_incidents(ds)["a"].line()
+    assert XID not in line and line.endswith("its peers completed (a device fault?)")
+
+
+def test_runs_with_and_without_culprits_and_nodes_stack():
+    # ``culprit`` and ``node`` are positions: a run with a hung trial (one culprit, two
+    # nodes) and one without any stack, the shorter padded as a trial without them.
+    nodes = (NodeEvidence("gpu-r1", "gpu_gpu-r1.txt"), NodeEvidence("gpu-r3", "f", (XID,)))
+    a = build_dataset([{"name": "a", "trials": 1}], [_hung(0, _device_report("gpu-r3", nodes))])
+    b = build_dataset([{"name": "a", "trials": 1}], [_hung(0, None)])
+    both = stack_runs([a, b], labels=["a", "b"])
+    assert dict(both.sizes)["culprit"] == 1 and dict(both.sizes)["node"] == 2
+    assert "node" not in both.coords and "culprit" not in both.coords
+    assert both.hang_culprit_ranks.sel(cell="a", trial=0).values.tolist() == [[1], [-1]]
+    assert both.hang_node_line.sel(cell="a", trial=0).values.tolist() == [["", XID], ["", ""]]
+    assert both.hang_node_cited.sel(cell="a", trial=0).values.tolist() == [
+        [False, True], [False, False]
+    ]  # fmt: skip
+    assert both.hang_node_cited.dtype == bool
+
+
+def test_a_version_2_results_nc_reads_with_no_nodes(tmp_path):
+    """A ``results.nc`` of version 2 had the typed hang variables but no nodes' evidence: it
+    loads with the node variables over an empty ``node``, as a run without any."""
+    new = build_dataset([{"name": "a", "trials": 2}], [_hung(0, REPORT), _hung(1, None)])
+    old = new.drop_vars(["hang_node_hosts", "hang_node_line", "hang_node_cited"])
+    old.attrs["aorta_dataset_version"] = 2
+    got = load_run(write_netcdf(old, tmp_path / RESULTS))
+    assert got.sizes["node"] == 0
+    for name in ("hang_node_hosts", "hang_node_line", "hang_node_cited"):
+        xr.testing.assert_identical(got[name], new[name])
+    assert hang_incidents(got)["a"].line() == hang_incidents(new)["a"].line()
+    assert hang_incidents(old)["a"].line() == hang_incidents(new)["a"].line()
 
 
 def test_plot_labels_itself():
