@@ -33,6 +33,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -75,7 +76,7 @@ def _sigma(cv: float) -> float:
     return float(np.sqrt(np.log1p(cv * cv)))
 
 
-def simulate(rng: np.random.Generator, cells: tuple[Cell, ...], cv: float) -> list[dict]:
+def simulate(rng: np.random.Generator, cells: tuple[Cell, ...], cv: float) -> list[dict[str, Any]]:
     """Every cell's ``MAX_TRIALS`` trials, as ``aorta.from_trials`` rows (plus ``value``, the
     trial value from_trials computes — the median post-warm-up step — for the array path)."""
     rows = []
@@ -94,20 +95,20 @@ def simulate(rng: np.random.Generator, cells: tuple[Cell, ...], cv: float) -> li
     return rows
 
 
-def fixed_verdicts(rows: list[dict], names: list[str]) -> pd.DataFrame:
+def fixed_verdicts(rows: list[dict[str, Any]], names: list[str]) -> pd.DataFrame:
     """The fixed design: ``aorta.compare`` on every trial (the bootstrap only sets the band,
     which is not scored here, so it gets few resamples)."""
     ds = aorta.from_trials(pd.DataFrame(rows), baseline=names[0], threshold=THRESHOLD, cells=names)
     return aorta.compare(ds, resamples=200)[["difference", "failures_vs_baseline"]]
 
 
-def _real_verdicts(rows: list[dict], names: list[str]) -> pd.DataFrame:
+def _real_verdicts(rows: list[dict[str, Any]], names: list[str]) -> pd.DataFrame:
     """The real path: ``aorta.from_trials`` + ``aorta.compare(ds, sequential=True)``."""
     ds = aorta.from_trials(pd.DataFrame(rows), baseline=names[0], threshold=THRESHOLD, cells=names)
     return aorta.compare(ds, sequential=True, max_trials=MAX_TRIALS)[VERDICTS]
 
 
-def _arrays(rows: list[dict], names: list[str]) -> dict[str, CellTrials]:
+def _arrays(rows: list[dict[str, Any]], names: list[str]) -> dict[str, CellTrials]:
     n = max(r["trial"] for r in rows) + 1
     out = {c: (np.full(n, np.nan), np.zeros(n, bool), np.zeros(n, bool)) for c in names}
     for r in rows:
@@ -119,7 +120,7 @@ def _arrays(rows: list[dict], names: list[str]) -> dict[str, CellTrials]:
 
 
 def _array_verdicts(
-    rows: list[dict], names: list[str], futility: float | None = FUTILITY_LEVEL
+    rows: list[dict[str, Any]], names: list[str], futility: float | None = FUTILITY_LEVEL
 ) -> tuple[pd.DataFrame, dict[str, str]]:
     """The same statistics on arrays (:func:`aorta.matrix.sequential.sequential_cells`, what
     ``compare(sequential=True)`` calls), without building a Dataset per round; and each
@@ -132,7 +133,7 @@ def _array_verdicts(
         max_trials=MAX_TRIALS,
         futility=futility,
     )
-    out: dict[str, tuple] = {names[0]: ("baseline", "baseline", False)}
+    out: dict[str, tuple[Any, ...]] = {names[0]: ("baseline", "baseline", False)}
     for c, res in found.items():
         out[c] = (res.timing.difference, res.failures.verdict, res.decided)
     reasons = {c: res.reason for c, res in found.items()}
@@ -148,7 +149,7 @@ class Adaptive:
 
 
 def adaptive_sweep(
-    rows: list[dict],
+    rows: list[dict[str, Any]],
     names: list[str],
     *,
     check: bool = False,
@@ -156,10 +157,10 @@ def adaptive_sweep(
 ) -> Adaptive:
     """Replay ``schedule: adaptive`` on a matrix's trials: trial ``t`` of a cell runs iff
     the decision at point ``t`` (from the trials before ``t``) left the cell running."""
-    by_trial: dict[int, list[dict]] = {}
+    by_trial: dict[int, list[dict[str, Any]]] = {}
     for r in rows:
         by_trial.setdefault(r["trial"], []).append(r)
-    seen: list[dict] = []
+    seen: list[dict[str, Any]] = []
     active = set(names)
     disagree = 0
     for t in range(MAX_TRIALS):
@@ -199,7 +200,7 @@ def run(
     *,
     cv: float = 0.03,
     futility: float | None = FUTILITY_LEVEL,
-) -> tuple[pd.DataFrame, dict]:
+) -> tuple[pd.DataFrame, dict[str, Any]]:
     """The table (fixed vs adaptive, one row per measure), and how the adaptive cells ended."""
     rng = np.random.default_rng(seed)
     names = [c.name for c in CELLS]

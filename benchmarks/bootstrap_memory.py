@@ -71,7 +71,8 @@ def _run(n: int, resamples: int, peer: bool) -> dict[str, float]:
         text=True,
         check=True,
     )
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    got: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
+    return got
 
 
 def main() -> None:

@@ -22,6 +22,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 
 def _run(dim: int, steps: int, armed: bool, folder: Path) -> tuple[float, int]:
@@ -31,7 +32,12 @@ def _run(dim: int, steps: int, armed: bool, folder: Path) -> tuple[float, int]:
     from aorta.run import numerics
     from aorta.run.workload import TrialContext
 
-    training.init_process_group = lambda _ctx: torch.distributed  # type: ignore[attr-defined]
+    # The process group is this process's own (below), not the trial's rendezvous; patched
+    # where the workload looks them up (it imports them, so they are not its exports).
+    def joined(ctx: TrialContext, *, backend: str | None = None) -> Any:
+        return torch.distributed
+
+    training.init_process_group = joined  # type: ignore[attr-defined]
     training.destroy_process_group = lambda: None  # type: ignore[attr-defined]
     ctx = TrialContext(
         cell="bench", trial=0, steps=steps, rank=0, world_size=1, backend="gloo",
@@ -76,7 +82,9 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for dim in (int(d) for d in args.dims.split(",")):
-            on, off, per_step = [], [], 0
+            on: list[float] = []
+            off: list[float] = []
+            per_step = 0
             for run in range(2 * args.runs):
                 armed = run % 2 == 1
                 value, calls = _run(dim, args.steps, armed, Path(tmp))

@@ -26,8 +26,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
-import torch.multiprocessing as mp
+from torch.multiprocessing.spawn import start_processes
 
 RACE = {"fsdp_shard_size": 4096, "num_layers": 4, "warmup_iterations": 2}
 TRAINING = {"model_dim": 128, "num_layers": 4, "warmup_steps": 2}
@@ -39,10 +40,10 @@ CASES = {
 }
 
 
-def counting(base: type) -> type:
+def counting(base: type) -> Any:
     """``base`` with a count of the start/stop calls a step makes (``calls`` / ``steps``)."""
 
-    class Counting(base):  # type: ignore[misc, valid-type]
+    class Counting(base):  # type: ignore[misc]
         calls = 0
 
         def start(self) -> None:
@@ -81,7 +82,9 @@ class NullClock:
         return {}
 
 
-def _one_run(name: str, config: dict, steps: int, rank: int, clock: type, folder: str) -> float:
+def _one_run(
+    name: str, config: dict[str, Any], steps: int, rank: int, clock: type, folder: str
+) -> float:
     import torch.distributed
 
     import aorta.workloads.race as race
@@ -123,7 +126,7 @@ def _rank(rank: int, port: int, runs: int, steps: int, out: str) -> None:
             mine = results.setdefault(case, {"ours": [], "peer": [], "calls": []})
             for run in range(2 * runs):
                 ours = run % 2 == 0
-                clock = counting(CommClock) if ours else NullClock
+                clock: Any = counting(CommClock) if ours else NullClock
                 value = _one_run(name, config, steps, rank, clock, folder)
                 mine["ours" if ours else "peer"].append(value)
                 if ours:
@@ -147,7 +150,8 @@ def hook_us(blocks: int = 10, n: int = 300) -> float:
     for block in range(blocks):
         hooked = block % 2 == 1
         handles = (
-            [p.register_post_accumulate_grad_hook(lambda _p: None) for p in params]
+            # (torch's own hook method is untyped)
+            [p.register_post_accumulate_grad_hook(lambda _p: None) for p in params]  # type: ignore[no-untyped-call]
             if hooked
             else []
         )
@@ -183,7 +187,7 @@ def main() -> None:
         port = s.getsockname()[1]
     with tempfile.TemporaryDirectory() as folder:
         out = os.path.join(folder, "out.json")
-        mp.start_processes(
+        start_processes(  # type: ignore[no-untyped-call]  # torch's is untyped
             _rank, args=(port, args.runs, args.steps, out), nprocs=2, start_method="spawn"
         )
         results = json.loads(Path(out).read_text())

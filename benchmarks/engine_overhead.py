@@ -50,14 +50,18 @@ def process(n: int) -> tuple[list[float], list[float]]:
     recipe = load_recipe_text(
         "workload: bench_import_torch\ntrial_isolation: process\ncells: [{name: a, mitigations: [none]}]\n"
     )
-    trial_s, bare_s = [], []
+    trial_s: list[float] = []
+    bare_s: list[float] = []
     with tempfile.TemporaryDirectory() as out:
         for _ in range(n):
             t0 = time.perf_counter()
             subprocess.run([sys.executable, "-c", "import torch"], check=True)
             bare_s.append(time.perf_counter() - t0)
             result = sweep(recipe, output=out, progress="none", workloads=WORKLOADS)
-            trial_s.append(result.records[0].wall_clock_s)
+            wall = result.records[0].wall_clock_s
+            if wall is None:  # a trial that did not run has none: no number to report
+                raise SystemExit(f"the trial did not run: {result.records[0].error}")
+            trial_s.append(wall)
     return trial_s, bare_s
 
 

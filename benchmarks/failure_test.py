@@ -63,7 +63,7 @@ def main() -> None:
     parser.add_argument("--starts", type=int, default=3)
     args = parser.parse_args()
     rng = random.Random(args.seed)
-    tables = []
+    tables: list[tuple[int, int, int, int]] = []
     while len(tables) < args.tables:
         n, m = rng.randint(1, 60), rng.randint(1, 60)
         fa, fb = rng.randint(0, n), rng.randint(0, m)

@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -40,7 +41,7 @@ def _recipe(folder: Path, trials: int, *, armed: bool) -> Path:
     return path
 
 
-def soak(ranks: int, trials: int, *, armed: bool) -> dict[str, object]:
+def soak(ranks: int, trials: int, *, armed: bool) -> dict[str, Any]:
     """One sweep; what it left and how long it took."""
     work = Path(tempfile.mkdtemp(prefix="aorta-soak-"))
     tmp = work / "tmp"
@@ -85,7 +86,7 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=300)
     parser.add_argument("--runs", type=int, default=1, help="sweeps of each kind, alternated")
     args = parser.parse_args()
-    rows = []
+    rows: list[dict[str, Any]] = []
     for _ in range(args.runs):
         for armed in (True, False):
             got = soak(args.ranks, args.trials, armed=armed)
@@ -101,13 +102,13 @@ def main() -> None:
     per = {}
     for armed in (True, False):
         mine = [r for r in rows if r["armed"] is armed]
-        per[armed] = statistics.median(float(r["per_trial_ms"]) for r in mine)  # type: ignore[arg-type]
+        per[armed] = statistics.median(float(r["per_trial_ms"]) for r in mine)
         print(
             f"| {'armed' if armed else 'flight recorder off'} "
             f"| {sum(r['rc'] == 0 for r in mine)}/{len(mine)} "
-            f"| {sum(int(r['records']) for r in mine)} ({sum(int(r['ok']) for r in mine)}) "  # type: ignore[call-overload]
-            f"| {sum(int(r['hang_left']) for r in mine)} "  # type: ignore[call-overload]
-            f"| {sum(len(r['tmp_left']) for r in mine)} "  # type: ignore[arg-type]
+            f"| {sum(int(r['records']) for r in mine)} ({sum(int(r['ok']) for r in mine)}) "
+            f"| {sum(int(r['hang_left']) for r in mine)} "
+            f"| {sum(len(r['tmp_left']) for r in mine)} "
             f"| {per[armed]:.1f} |"
         )
     print(f"\narmed / off, median ms per trial: {per[True] / per[False]:.3f} "

@@ -43,6 +43,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import functools
 import io
 import json
 import logging
@@ -54,6 +55,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -67,13 +69,18 @@ CULPRIT = 17
 EP = 8  # ranks per expert-parallel group
 
 
-def build(ranks: int, entries: int) -> list[dict]:
+def build(ranks: int, entries: int) -> list[dict[str, Any]]:
     """One wrapped dump per rank (see the module's docstring)."""
     half = entries // 2
     dumps = []
     for rank in range(ranks):
         g = rank // EP
-        ep = {"name": str(g + 1), "desc": "expert_parallel", "pg_id": 1, "op": "all_to_all"}
+        ep: dict[str, Any] = {
+            "name": str(g + 1),
+            "desc": "expert_parallel",
+            "pg_id": 1,
+            "op": "all_to_all",
+        }
         stuck_group = g == CULPRIT // EP
         if rank == CULPRIT:
             default, experts = synth.run(half, half), synth.run(half - 1, half - 1, **ep)
@@ -87,7 +94,7 @@ def build(ranks: int, entries: int) -> list[dict]:
     return dumps
 
 
-def by_name(dumps: list[dict], ranks: int) -> list[dict]:
+def by_name(dumps: list[dict[str, Any]], ranks: int) -> list[dict[str, Any]]:
     """The dumps with ``pg_config`` keyed by group name and its ranks (NCCL's form)."""
     out = []
     for rank, d in enumerate(dumps):
@@ -102,17 +109,18 @@ def by_name(dumps: list[dict], ranks: int) -> list[dict]:
     return out
 
 
-def cpu(fn: Callable[[], object], repeat: int, setup: Callable[[], object] | None = None) -> float:
+def cpu(fn: Callable[..., object], repeat: int, setup: Callable[[], object] | None = None) -> float:
+    """The least CPU time of ``repeat`` calls of ``fn`` (given what ``setup`` returns, untimed)."""
     best = float("inf")
     for _ in range(repeat):
         arg = setup() if setup else None
         t0 = time.process_time()
-        fn() if setup is None else fn(arg)  # type: ignore[call-arg]
+        fn() if setup is None else fn(arg)
         best = min(best, time.process_time() - t0)
     return best
 
 
-def torch_db(dumps: list[dict]) -> Callable[[list], object] | None:
+def torch_db(dumps: list[dict[str, Any]]) -> Callable[[list[Any]], object] | None:
     """torch's ``build_db`` on parsed dumps, or ``None`` when it does not import."""
     try:
         from torch.distributed.flight_recorder.components.builder import build_db
@@ -125,14 +133,14 @@ def torch_db(dumps: list[dict]) -> Callable[[list], object] | None:
         if isinstance(handler, logging.StreamHandler):
             handler.setStream(io.StringIO())
 
-    def run(details: list) -> object:
+    def run(details: list[Any]) -> object:
         with contextlib.redirect_stdout(io.StringIO()):
             return build_db(dict(details), args, "2.10")
 
     return run
 
 
-def _details(dumps: list[dict]) -> list:
+def _details(dumps: list[dict[str, Any]]) -> list[Any]:
     return [
         (f"fr_{r}", {"host_name": f"h{r}", "rank": r, "entries": d["entries"], "version": "2.10",
                      "pg_config": d["pg_config"]})
@@ -169,7 +177,7 @@ def device_folder(ranks: int, entries: int, folder: Path) -> int:
     return size
 
 
-def command_cost(folder: Path) -> tuple[float, float, dict]:
+def command_cost(folder: Path) -> tuple[float, float, dict[str, Any]]:
     """``aorta hang analyze FOLDER --json`` in a fresh process: CPU s, peak RSS MiB, report."""
     aorta = str(Path(sys.executable).parent / "aorta")
     with tempfile.TemporaryFile() as out:
@@ -232,7 +240,7 @@ def decoder_rows(ranks: int, entries: int, repeat: int) -> None:
                 best[name] = min(best.get(name, took), took)
     module._DECODER = ours
     for name, decode in (("orjson", orjson.loads), ("msgspec", msgspec.json.Decoder().decode)):
-        parse = cpu(lambda d=decode: _parse_all(d, blobs), repeat)  # type: ignore[misc]
+        parse = cpu(functools.partial(_parse_all, decode, blobs), repeat)
         print(f"| {name} | load + analyze CPU s {best[name]:.2f} | parse alone {parse:.2f} |")
 
 

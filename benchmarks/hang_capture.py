@@ -96,6 +96,8 @@ def capture_times(ranks: list[int]) -> None:
                 capture(root.pid, "hang")
                 ours = time.monotonic() - start
                 spy = capture.py_spy
+                if spy is None:  # the capture took no stacks either: nothing to compare
+                    raise SystemExit("py-spy is not installed (pip install py-spy)")
                 start = time.monotonic()
                 for pid in kids:
                     subprocess.run(
@@ -106,7 +108,7 @@ def capture_times(ranks: list[int]) -> None:
                 subprocess.run(["pkill", "-KILL", "-s", str(root.pid)], check=False)
                 root.wait()
                 capture.close()
-            got = sum(1 for e in capture.evidence if e["fr"] and e["stacks"])
+            got = sum(1 for e in capture.evidence if e.fr and e.stacks)
             print(f"  {n:>5}  {ours:>12.2f} s  {peer:>16.2f} s  {ours / peer:>6.2f}"
                   f"   ({got}/{n} ranks with dump and stacks)")  # fmt: skip
 

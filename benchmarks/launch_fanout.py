@@ -25,6 +25,7 @@ cluster never does. ``--shell-rc`` keeps the profile, to show that cost.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import platform
 import resource
@@ -84,8 +85,7 @@ def floor(farm: SshdFarm, n: int) -> float:
     t0 = time.perf_counter()
 
     def one(name: str) -> None:
-        sessions[name].open()
-        sessions[name].exec("true", timeout=30)
+        sessions[name].exec("true", timeout=30)  # the first command connects
 
     threads = [threading.Thread(target=one, args=(name,)) for name in sessions]
     for t in threads:
@@ -123,13 +123,13 @@ def main() -> None:
             for _ in range(args.repeats):
                 for n in sizes:
                     runs.setdefault(("launch", n), []).append(
-                        measured(farm, lambda n=n: one_launch(farm, n, root / "out"))
+                        measured(farm, functools.partial(one_launch, farm, n, root / "out"))
                     )
                     runs.setdefault(("plain", n), []).append(
-                        measured(farm, lambda n=n: one_launch(farm, n, root / "out", PLAIN))
+                        measured(farm, functools.partial(one_launch, farm, n, root / "out", PLAIN))
                     )
                     runs.setdefault(("floor", n), []).append(
-                        measured(farm, lambda n=n: floor(farm, n))
+                        measured(farm, functools.partial(floor, farm, n))
                     )
     med = {k: {m: statistics.median(r[m] for r in rs) for m in rs[0]} for k, rs in runs.items()}
     print(f"machine: {os.cpu_count()} cores, {_cpu_model()}, Python {platform.python_version()}")

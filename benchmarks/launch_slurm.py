@@ -39,8 +39,10 @@ def one(nodes: int, output: Path) -> float:
         result = job.follow(on_line=lambda n, s: None, emit=lambda s: None, timeout=120)
     except LaunchFailed as exc:
         raise SystemExit(f"launch failed: {exc}") from None
+    if result.run_dir is None:
+        raise SystemExit("the launch wrote no run directory")
     record = json.loads((result.run_dir / "launch.json").read_text())
-    return result.timings["all_started"] + record["slurm"]["t0"] - t
+    return float(result.timings["all_started"] + record["slurm"]["t0"] - t)
 
 
 def main() -> None:

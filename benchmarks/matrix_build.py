@@ -23,6 +23,8 @@ import math
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -32,13 +34,20 @@ from aorta.matrix.load import load_run, write_results
 from aorta.store.record import TrialRecord
 from aorta.store.rundir import RunDir
 
+if TYPE_CHECKING:  # the peer imports pandas where it is timed
+    import pandas as pd
+
+T = TypeVar("T")
 WARMUP = 5
 RESAMPLES = 10_000
 
 
-def synthesize(n_cells: int, n_trials: int, n_steps: int, seed: int = 0):
+def synthesize(
+    n_cells: int, n_trials: int, n_steps: int, seed: int = 0
+) -> tuple[list[dict[str, Any]], list[TrialRecord]]:
     rng = np.random.default_rng(seed)
-    cells, records = [], []
+    cells: list[dict[str, Any]] = []
+    records: list[TrialRecord] = []
     for c in range(n_cells):
         name = "baseline" if c == 0 else f"cell-{c:03d}"
         cells.append(
@@ -76,12 +85,12 @@ def synthesize(n_cells: int, n_trials: int, n_steps: int, seed: int = 0):
     return cells, records
 
 
-def ours(cells, records):
+def ours(cells: list[dict[str, Any]], records: list[TrialRecord]) -> pd.DataFrame:
     ds = build_dataset(cells, records, attrs={"baseline": "baseline", "threshold": 1.15})
     return compare(ds, resamples=RESAMPLES)
 
 
-def peer(cells, records):
+def peer(cells: list[dict[str, Any]], records: list[TrialRecord]) -> pd.DataFrame:
     """The obvious pandas implementation of the same statistics."""
     import pandas as pd
     from scipy import stats
@@ -141,7 +150,7 @@ def peer(cells, records):
     return summary.join(out)
 
 
-def timed(fn, *args):
+def timed(fn: Callable[..., T], *args: Any) -> tuple[float, T]:
     t0 = time.perf_counter()
     result = fn(*args)
     return time.perf_counter() - t0, result

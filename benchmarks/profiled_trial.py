@@ -17,6 +17,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from typing import Any
 
 COMMON = """
 import json, os, sys, time
@@ -60,7 +61,7 @@ print(json.dumps({"cpu_s": cpu(), "inductor": "torch._inductor" in sys.modules})
 )
 
 
-def one(code: str, steps: int) -> dict:
+def one(code: str, steps: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as folder:
         out = subprocess.run(
             [sys.executable, "-c", code, folder, str(steps)],
@@ -68,7 +69,8 @@ def one(code: str, steps: int) -> dict:
             text=True,
             check=True,
         ).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    got: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    return got
 
 
 def main() -> None:

@@ -33,6 +33,7 @@ import statistics
 import string
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from aorta.store.bundle import plan_bundle, write_bundle
@@ -49,7 +50,7 @@ def synthetic_log(mb: int, secrets: list[str], seed: int = 0) -> str:
     while size < mb * 1_000_000:
         i += 1
         line = (
-            f"[rank{i % 8}] step {i} loss {rng.random():.5f} lr 3.0e-4 tokens/s {rng.randint(1e4, 9e4)}"
+            f"[rank{i % 8}] step {i} loss {rng.random():.5f} lr 3.0e-4 tokens/s {rng.randint(10_000, 90_000)}"
             f" grad_norm {rng.random():.3f} time {rng.uniform(80, 120):.2f}ms"
         )
         if i % 7 == 0:
@@ -86,8 +87,9 @@ def main() -> None:
         return
     run = Redactor(scrub_paths=True, scrub_ips=True).with_values(secrets)
 
-    def timed(fn) -> tuple[float, int]:
-        times, n = [], 0
+    def timed(fn: Callable[[str], tuple[str, int]]) -> tuple[float, int]:
+        times: list[float] = []
+        n = 0
         for _ in range(args.repeat):
             t0 = time.perf_counter()
             _, n = fn(text)
@@ -141,7 +143,7 @@ def console(text: str, mb: float, secrets: list[str], repeat: int) -> None:
         known.printing().text(text)
         return time.perf_counter() - t0
 
-    def median(fn, *a: bool) -> float:
+    def median(fn: Callable[..., float], *a: bool) -> float:
         return statistics.median(fn(*a) for _ in range(repeat))
 
     print(f"printed: {mb:.1f} MB, {len(lines):,} lines, {len(secrets)} known secrets")

@@ -22,11 +22,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from aorta.matrix.dataset import build_dataset
 from aorta.matrix.summary import summarize
+from aorta.report.page.kit import Section
+from aorta.report.page.sections import RunPage, SectionBuilder
 from aorta.report.page.write import RUN_SECTIONS, html
 from aorta.store.hostenv import snapshot
 from aorta.store.record import TrialRecord
@@ -38,7 +41,7 @@ TARGET_BYTES = 5 * 1024 * 1024
 
 def synthesize(
     root: Path, cells: int, trials: int, steps: int, seed: int
-) -> tuple[RunDir, list, list]:
+) -> tuple[RunDir, list[Any], list[Any]]:
     rng = np.random.default_rng(seed)
     rd = RunDir.create(root, ticket="BENCH", workload="synthetic")
     names = [f"cell-{i:03d}" for i in range(cells)]
@@ -76,15 +79,17 @@ def synthesize(
             )
             rd.write_trial(rec)
             records.append(rec)
-    manifest = {"status": "complete", "ticket": "BENCH", "workload": "synthetic"}
+    manifest: dict[str, Any] = {"status": "complete", "ticket": "BENCH", "workload": "synthetic"}
     manifest |= {"n_cells": cells, "n_trials": cells * trials, "world_size": 1}
     rd.write_json("manifest.json", manifest)
     rd.write_json("host_env.json", snapshot())
     return rd, cell_specs, records
 
 
-def _timed(build, spent):
-    def run(page):
+def _timed(build: SectionBuilder, spent: dict[str, list[float]]) -> SectionBuilder:
+    """``build`` with its CPU time appended to ``spent`` under its name at every call."""
+
+    def run(page: RunPage) -> Section | None:
         start = time.process_time()
         try:
             return build(page)

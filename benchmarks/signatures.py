@@ -34,6 +34,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # imported where it is timed
+    from aorta.run.signatures import SignatureLibrary
 
 LINES = [
     "[rank{r}] step {i} | loss {loss:.5f} | lr 3.0e-04 | {ms:.2f} ms/step | tokens/s 48211\n",
@@ -58,7 +62,7 @@ def generate(path: Path, size: int) -> None:
         fh.write(b"RuntimeError: NCCL error: unhandled system error, NCCL version 2.21.5\n")
 
 
-def _old_engine(lib, path: str, limit: int) -> tuple[list[str], int]:
+def _old_engine(lib: SignatureLibrary, path: str, limit: int) -> tuple[list[str], int]:
     """The scan before RE2: per block, a keyword gate then Python ``re`` per signature."""
     sigs = [
         (s.name, re.compile(s.regex.encode(), re.MULTILINE), [k.encode() for k in s.keywords])

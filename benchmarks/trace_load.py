@@ -28,6 +28,7 @@ import tempfile
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_SOURCE = ROOT / "tests" / "data" / "traces" / "mi300_rccl_resnet_rank0.json.gz"
@@ -98,7 +99,7 @@ print(json.dumps({"import_s": t1 - t0, "load_s": t2 - t1, "analysis_s": t3 - t2,
 """
 
 
-def generate(source: Path, target: Path, size_mb: float, *, indent: bool = False) -> dict:
+def generate(source: Path, target: Path, size_mb: float, *, indent: bool = False) -> dict[str, Any]:
     """Write a trace of at least ``size_mb`` MB: ``source``'s events replicated back to back.
 
     Compact JSON (one event per line), or with ``indent`` the way Kineto writes it: one key
@@ -148,7 +149,7 @@ def generate(source: Path, target: Path, size_mb: float, *, indent: bool = False
     }
 
 
-def _dumps(event: dict, indent: bool) -> bytes:
+def _dumps(event: dict[str, Any], indent: bool) -> bytes:
     import msgspec
 
     if not indent:
@@ -179,7 +180,7 @@ def run_child(
     timeout: float,
     *,
     cores: set[int] | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """Run ``code`` in a fresh interpreter (pinned to ``core``, or to ``cores``); its JSON line
     plus wall time."""
     env = dict(
@@ -192,7 +193,7 @@ def run_child(
 
     def pin() -> None:
         if (core is not None or cores) and hasattr(os, "sched_setaffinity"):
-            os.sched_setaffinity(0, cores or {core})
+            os.sched_setaffinity(0, cores or ({core} if core is not None else set()))
 
     code = code.replace("PEAK", PEAK)
     start = time.perf_counter()
@@ -208,7 +209,7 @@ def run_child(
     wall = time.perf_counter() - start
     if proc.returncode != 0:
         return {"error": (proc.stderr.strip().splitlines() or ["failed"])[-1], "process_s": wall}
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
     result["process_s"] = wall
     return result
 
@@ -261,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
             f"generated {trace} ({made['bytes'] / 1e6:.0f} MB, {made['copies']} copies of {made['source']}) in {time.perf_counter() - t:.0f} s",
             flush=True,
         )
-        results: dict[str, list[dict]] = {}
+        results: dict[str, list[dict[str, Any]]] = {}
 
         def measure(name: str, python: str, code: str, child_args: list[str], repeat: int) -> None:
             results[name] = [
@@ -300,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def machine(core: int | None) -> dict:
+def machine(core: int | None) -> dict[str, Any]:
     cpu = platform.processor()
     with contextlib.suppress(OSError):
         models = [
@@ -318,11 +319,11 @@ def machine(core: int | None) -> dict:
     }
 
 
-def _work(run: dict) -> float:
-    return run["load_s"] + run["analysis_s"]
+def _work(run: dict[str, Any]) -> float:
+    return float(run["load_s"] + run["analysis_s"])
 
 
-def summarize(runs: list[dict], size: int) -> str:
+def summarize(runs: list[dict[str, Any]], size: int) -> str:
     ok = [r for r in runs if "error" not in r]
     if not ok:
         return f"failed: {runs[0]['error']}"
@@ -331,12 +332,12 @@ def summarize(runs: list[dict], size: int) -> str:
     return f"load + breakdown {median:.2f} s median of {len(ok)} (best {work[0]:.2f} s), {size / 1e6 / median:.0f} MB/s, peak RSS {max(r['maxrss'] for r in ok) / 1e6:.0f} MB"
 
 
-def _median_run(runs: list[dict]) -> dict | None:
+def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
     ok = sorted((r for r in runs if "error" not in r), key=_work)
     return ok[len(ok) // 2] if ok else None
 
 
-def markdown(report: dict) -> str:
+def markdown(report: dict[str, Any]) -> str:
     size = report["trace"]["bytes"]
     lines = [
         "| contender | runs | load (s) | GPU breakdown (s) | load + breakdown (s), median (best) | MB/s (median) | whole process (s) | peak RSS (MB) | peak RSS / file size |",

@@ -34,6 +34,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -93,7 +94,7 @@ def source_traces(given: Path | None, work: Path) -> dict[int, Path]:
     return files
 
 
-def _shift(event: dict, offset: float, ids: int) -> dict:
+def _shift(event: dict[str, Any], offset: float, ids: int) -> dict[str, Any]:
     event = dict(event)
     if isinstance(event.get("ts"), int | float):
         event["ts"] = event["ts"] + offset
@@ -109,7 +110,7 @@ def _shift(event: dict, offset: float, ids: int) -> dict:
     return event
 
 
-def replicate(path: Path, size_mb: float) -> tuple[dict, list[dict], float]:
+def replicate(path: Path, size_mb: float) -> tuple[dict[str, Any], list[dict[str, Any]], float]:
     """The trace's header, its events repeated (shifted in time and ids) to ~size_mb of JSON."""
     opener = gzip.open if path.name.endswith(".gz") else open
     with opener(path, "rb") as fh:
@@ -152,7 +153,7 @@ def clear_caches(run_dir: Path) -> None:
         path.unlink()
 
 
-def child(mode: str, run_dir: Path) -> dict:
+def child(mode: str, run_dir: Path) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = subprocess.run(
         [sys.executable, "-c", CHILD, mode, str(run_dir)],
@@ -161,7 +162,8 @@ def child(mode: str, run_dir: Path) -> dict:
         text=True,
         env=env,
     ).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    got: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    return got
 
 
 def main(argv: list[str] | None = None) -> int:

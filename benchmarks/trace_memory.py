@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from trace_load import ROOT, generate
@@ -44,11 +45,12 @@ print(json.dumps(out))
 """
 
 
-def _child(path: Path, which: str) -> dict:
+def _child(path: Path, which: str) -> dict[str, Any]:
     proc = subprocess.run(
         [sys.executable, "-c", CHILD, str(path), which], capture_output=True, text=True, check=True
     )
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    got: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return got
 
 
 def main() -> None:
@@ -60,7 +62,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "big.pt.trace.json"
         made = generate(SOURCE, path, args.size_mb, indent=True)
-        results: dict[str, list[dict]] = {"memory": [], "loader": []}
+        results: dict[str, list[dict[str, Any]]] = {"memory": [], "loader": []}
         for _ in range(args.runs):
             for which in ("memory", "loader"):
                 results[which].append(_child(path, which))

@@ -36,6 +36,7 @@ import statistics
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from trace_load import DEFAULT_SOURCE, generate, machine, run_child
@@ -97,7 +98,7 @@ def main() -> None:
         import aorta.trace
 
         aorta.trace.load(path, cache="refresh")  # the parse cache the children read
-        runs: dict[str, list[dict]] = {k: [] for k in KINDS}
+        runs: dict[str, list[dict[str, Any]]] = {k: [] for k in KINDS}
         for _ in range(args.repeat):
             for kind in KINDS:
                 runs[kind].append(

@@ -41,6 +41,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from trace_load import PEAK, ROOT, generate, machine, run_child
@@ -89,8 +90,8 @@ def _loadavg() -> float:
 
 def measure(
     path: Path, *, workers: int, repeat: int, timeout: float, min_bytes: int
-) -> dict[str, list[dict]]:
-    runs: dict[str, list[dict]] = {"serial": [], "parallel": [], "peer": []}
+) -> dict[str, list[dict[str, Any]]]:
+    runs: dict[str, list[dict[str, Any]]] = {"serial": [], "parallel": [], "peer": []}
     cores = sorted(os.sched_getaffinity(0))
     for _ in range(repeat):
         for name, code, args, pin in (
@@ -109,7 +110,7 @@ def measure(
     return runs
 
 
-def pss_peak(code: str, args: list[str], cores: set[int], timeout: float) -> dict:
+def pss_peak(code: str, args: list[str], cores: set[int], timeout: float) -> dict[str, Any]:
     """Peak of the summed PSS of a run's processes (the caller and its workers), sampled every
     20 ms by this process (a separate run: sampling costs the measured processes time). PSS
     splits pages shared between processes (a forked worker's copy of the caller's heap), so
@@ -140,11 +141,11 @@ def pss_peak(code: str, args: list[str], cores: set[int], timeout: float) -> dic
     return {"pss_peak": peak}
 
 
-def summarize(runs: dict[str, list[dict]], size: int, workers: int) -> dict:
-    def wall(run: dict) -> float:
-        return run["load_s"] + run["analysis_s"]
+def summarize(runs: dict[str, list[dict[str, Any]]], size: int, workers: int) -> dict[str, Any]:
+    def wall(run: dict[str, Any]) -> float:
+        return float(run["load_s"] + run["analysis_s"])
 
-    out: dict = {}
+    out: dict[str, Any] = {}
     for name in ("serial", "parallel"):
         pss = runs.pop(f"{name}_pss", [{}])[0].get("pss_peak")
         out[f"{name}_pss_ratio"] = pss / size if pss else float("nan")
@@ -188,7 +189,7 @@ def summarize(runs: dict[str, list[dict]], size: int, workers: int) -> dict:
     return out
 
 
-def markdown(rows: list[dict], workers: int) -> str:
+def markdown(rows: list[dict[str, Any]], workers: int) -> str:
     lines = [
         f"| shape | format | MB | events kept | serial MB/s best (median) | serial MB/s of CPU time "
         f"| {workers} workers MB/s best (median) | speed-up median (best) | peak RSS / file serial "

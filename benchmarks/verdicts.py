@@ -22,7 +22,9 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -37,7 +39,8 @@ WARMUP, STEPS, STEP_CV = 2, 20, 0.02
 
 def _trial_steps(rng: np.random.Generator, level: float) -> list[float]:
     warm = [level * 3.0] * WARMUP
-    return warm + (level * rng.lognormal(0.0, STEP_CV, STEPS)).tolist()
+    steps: list[float] = (level * rng.lognormal(0.0, STEP_CV, STEPS)).tolist()
+    return warm + steps
 
 
 def _sigma(cv: float) -> float:
@@ -86,7 +89,7 @@ def _compare(df: pd.DataFrame, resamples: int) -> pd.DataFrame:
 _ROW = iter(range(1_000_000))
 
 
-def rate(fn, sweeps: int) -> tuple[float, int]:
+def rate(fn: Callable[[np.random.Generator], bool], sweeps: int) -> tuple[float, int]:
     """The share of ``sweeps`` simulated sweeps where ``fn`` is true; each row its own seed."""
     rng = np.random.default_rng([12, next(_ROW)])
     return float(np.mean([fn(rng) for _ in range(sweeps)])), sweeps
@@ -99,11 +102,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, help="also write the rows here")
     args = ap.parse_args(argv)
     S, B = args.sweeps, args.resamples
-    rows: list[dict] = []
+    rows: list[dict[str, Any]] = []
     t0 = time.monotonic()
     print("| question | setting | rate ± se | sweeps | target |\n|---|---|---|---|---|")
 
-    def add(question, setting, result, target=""):
+    def add(question: str, setting: str, result: tuple[float, int], target: str = "") -> None:
         value, sweeps = result
         se = float(np.sqrt(max(value * (1 - value), 1e-12) / sweeps))
         rows.append(
@@ -125,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         for n in (5, 10, 20):
             for cv in (0.03, 0.10):
 
-                def null(rng, k=k, n=n, cv=cv):
+                def null(rng: np.random.Generator, k: int = k, n: int = n, cv: float = cv) -> bool:
                     df = _compare(sweep_table(rng, effects=[1.0] * (k + 1), n=n, cv=cv), B)
                     return bool(df["difference"].isin(["slower", "faster"]).any())
 
@@ -142,9 +145,11 @@ def main(argv: list[str] | None = None) -> int:
         for n in (5, 10, 20):
             for cv in (0.03, 0.10):
 
-                def power(rng, e=effect, n=n, cv=cv):
+                def power(
+                    rng: np.random.Generator, e: float = effect, n: int = n, cv: float = cv
+                ) -> bool:
                     df = _compare(sweep_table(rng, effects=[1.0, e], n=n, cv=cv), B)
-                    return df.loc["c1", "difference"] == "slower"
+                    return bool(df.loc["c1", "difference"] == "slower")
 
                 target = "≥ 0.80" if (effect, n, cv) == (1.10, 10, 0.03) else ""
                 add(
@@ -158,7 +163,9 @@ def main(argv: list[str] | None = None) -> int:
         for n in (5, 10, 20):
             for cv in (0.03, 0.10):
 
-                def within(rng, k=k, n=n, cv=cv):
+                def within(
+                    rng: np.random.Generator, k: int = k, n: int = n, cv: float = cv
+                ) -> bool:
                     df = _compare(sweep_table(rng, effects=[1.0] + [1.2] * k, n=n, cv=cv), B)
                     return bool((df["band"].iloc[1:] == "within band").any())
 
@@ -172,15 +179,15 @@ def main(argv: list[str] | None = None) -> int:
     for n in (10, 20, 30):
         for p in (0.1, 0.3):
 
-            def size(rng, n=n, p=p):
+            def size(rng: np.random.Generator, n: int = n, p: float = p) -> bool:
                 df = _compare(sweep_table(rng, effects=[1.0, 1.0], n=n, cv=0.03, fail=[p, p]), B)
                 return df.loc["c1", "failures_vs_baseline"] in ("more", "fewer")
 
             add("failure test size", f"{p} vs {p}, n={n}", rate(size, S), "≤ 0.05")
 
-        def fpower(rng, n=n):
+        def fpower(rng: np.random.Generator, n: int = n) -> bool:
             df = _compare(sweep_table(rng, effects=[1.0, 1.0], n=n, cv=0.03, fail=[0.1, 0.5]), B)
-            return df.loc["c1", "failures_vs_baseline"] == "more"
+            return bool(df.loc["c1", "failures_vs_baseline"] == "more")
 
         add(
             "failure test power", f"0.1 vs 0.5, n={n}", rate(fpower, S), "≥ 0.80" if n == 20 else ""
@@ -190,16 +197,18 @@ def main(argv: list[str] | None = None) -> int:
     for n in (10, 20, 30):
         for p0, p1 in ((0.1, 0.1), (0.3, 0.3), (0.1, 0.5)):
 
-            def fisher(rng, n=n, p0=p0, p1=p1):
+            def fisher(
+                rng: np.random.Generator, n: int = n, p0: float = p0, p1: float = p1
+            ) -> bool:
                 a, b = rng.binomial(n, p0), rng.binomial(n, p1)
-                return fisher_exact([[b, n - b], [a, n - a]]).pvalue < 0.05
+                return bool(fisher_exact([[b, n - b], [a, n - a]]).pvalue < 0.05)
 
             what = "size" if p0 == p1 else "power"
             add(f"Fisher's test {what} (was)", f"{p0} vs {p1}, n={n}", rate(fisher, 20 * S))
     # 5. Drift warning (baseline's trend over run order), K=5, n=10.
     for drift, target in ((0.0, "≤ 0.05"), (0.10, "")):
 
-        def drifting(rng, d=drift):
+        def drifting(rng: np.random.Generator, d: float = drift) -> bool:
             df = _compare(sweep_table(rng, effects=[1.0] * 6, n=10, cv=0.03, drift=d), B)
             return bool(df.attrs["drift"])
 

@@ -373,20 +373,38 @@ def run_with_deadline(
 
 
 def reap_all(*, grace_s: float = 2.0) -> int:
-    """Kill every live child group aorta started (on Ctrl-C/SIGTERM). Returns how many."""
+    """Kill every live child group aorta started (on Ctrl-C/SIGTERM). Returns how many.
+
+    Every group is sent SIGTERM at once and shares one ``grace_s``; what still runs then is
+    sent SIGKILL, and the call returns once each group is empty (bounded), as
+    :func:`kill_group` does for one. A group counts as empty once only zombies are left in it:
+    the sweep is a subreaper, so the dead children of a trial whose leader went first are its
+    own, and are reaped here (:func:`_group_running`) — ``killpg(pgid, 0)`` counts them, so
+    waiting on it would spend the whole grace on every such group, and returning without
+    waiting left them, and processes still on their way out, behind.
+    """
     with _lock:
         procs = list(_live.values())
     for proc in procs:
         _signal_group(proc.pid, signal.SIGTERM)
+
+    def running(group: list[subprocess.Popen[Any]]) -> list[subprocess.Popen[Any]]:
+        # poll() first: _group_running reaps the group's zombies only once the leader is.
+        return [p for p in group if p.poll() is None or _group_running(p, p.pid)]
+
+    left = running(procs)
     deadline = time.monotonic() + grace_s
+    while left and time.monotonic() < deadline:
+        time.sleep(0.02)
+        left = running(left)
+    for proc in left:
+        _signal_group(proc.pid, signal.SIGKILL)
+    # SIGKILL lands asynchronously: wait briefly for the groups to go.
+    end = time.monotonic() + 2.0
+    while left and time.monotonic() < end:
+        time.sleep(0.02)
+        left = running(left)
     for proc in procs:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-    for proc in procs:
-        if _group_alive(proc.pid):
-            _signal_group(proc.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=2.0)
         _forget(proc)
     return len(procs)
 

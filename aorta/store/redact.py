@@ -69,6 +69,7 @@ from aorta.store.secrets import (
     SECRET_FLAG,
     is_secret_name,
     mask_assignments,
+    numbers_are_secret,
     redact_env,
     redact_secret_shapes_counted,
     scrub_homes,
@@ -140,9 +141,11 @@ def _union(spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
 #: secret. A user's ``scrub_env_keys`` glob still names them.
 OWN_NAMES = frozenset({"on_pass", "required_for_pass"})
 #: A recipe's own prose and patterns (``description``, a signature's ``regex``, ``condition``,
-#: ``hint``) describe log lines: a shape in them is masked where shown but is no secret of the
-#: run (``regex: 'token: expired'`` made ``expired`` one: ``token_expired`` → ``token_<redacted>``).
-OWN_PROSE = frozenset({"description", "regex", "condition", "hint"})
+#: ``hint``, the ``step_time_regex``) describe log lines: a shape in them is masked where shown
+#: but is no secret of the run (``regex: 'token: expired'`` made ``expired`` one:
+#: ``token_expired`` → ``token_<redacted>``). Nor is a shape the text of such a recipe shows
+#: inside them (the sweep harvests the recipe's text too: see :func:`harvest_secrets`).
+OWN_PROSE = frozenset({"description", "regex", "condition", "hint", "step_time_regex"})
 
 
 @functools.lru_cache(maxsize=4096)
@@ -364,12 +367,17 @@ def harvest_secrets(
     ['correct horse battery staple']
 
     Not harvested: a short plain word after a token or key (``--token expired``; masked
-    where its shape shows it), the recipe's :data:`OWN_PROSE`. After a password or under a
-    secret name a plain word is a secret:
+    where its shape shows it), the recipe's :data:`OWN_PROSE` — nor what a shape finds in
+    ``texts`` only inside them (the ``texts`` are the recipe's own text, which shows its
+    patterns: ``regex: 'auth: invalid_grant_abc1'`` would make a secret of the very line a
+    signature looks for). After a password or under a secret name a plain word is a secret:
 
     >>> sorted(harvest_secrets({"DB_PASSWORD": "letmein"}, texts=["--token expired"],
     ...                        data=[{"hint": "token: s3cr3tValue42"}, "--password hunter"]))
     ['hunter', 'letmein']
+    >>> sorted(harvest_secrets(texts=["regex: 'auth: invalid_grant_abc1' --token s3cr3tArgv9"],
+    ...                        data=[{"regex": "auth: invalid_grant_abc1"}]))
+    ['s3cr3tArgv9']
     """
     keys = tuple(scrub_keys)
     named: set[str] = set()  # whole values: under a secret name, after a secret flag
@@ -380,11 +388,21 @@ def harvest_secrets(
                 named.add(v)
             else:
                 shaped.update(secret_shape_values(v, plain_words=False))
-    for text in texts:
-        shaped.update(secret_shape_values(text, plain_words=False))
+    from_texts = {v for text in texts for v in secret_shape_values(text, plain_words=False)}
     for d in data:
         for value, whole in _secret_values(d, keys):
             (named if whole else shaped).add(value)
+    # What only the texts show, and only inside the data's own prose and patterns, is theirs
+    # (a value the data holds anywhere else was found there, and stays).
+    prose = [p for d in data for p in _own_prose(d)]
+    if prose:
+        in_prose = {v for p in prose for v in secret_shape_values(p)}
+        from_texts = {
+            v
+            for v in from_texts
+            if v in shaped or v in named or not (v in in_prose or any(v in p for p in prose))
+        }
+    shaped |= from_texts
     wide = [v for v in named if isinstance(v, str) and _PIECES.fullmatch(v) is None]
     shaped = {v for v in shaped if not any(v in w for w in wide)}
     return {v for v in named | shaped if isinstance(v, str) and _worth_looking_for(v)}
@@ -405,6 +423,28 @@ def _secret_values(value: Any, keys: tuple[str, ...]) -> Iterable[tuple[str, boo
             yield from _secret_values(v, keys)
     elif isinstance(value, str):
         yield from ((v, False) for v in secret_shape_values(value, plain_words=False))
+
+
+def _whole_secret(name: str, value: Any) -> bool:
+    """Whether ``value``, under a secret name, is masked whole: a string, or a number under a
+    name whose numbers are secret (not a bool: ``auth: false`` is a setting)."""
+    if isinstance(value, str):
+        return True
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    return number and numbers_are_secret(name)
+
+
+def _own_prose(value: Any) -> Iterable[str]:
+    """The strings under :data:`OWN_PROSE` keys of parsed data, at any depth."""
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            if k in OWN_PROSE and isinstance(v, str):
+                yield v
+            else:
+                yield from _own_prose(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _own_prose(v)
 
 
 def load_secret_hashes(rd: RunDir) -> SecretHashes | None:
@@ -709,10 +749,14 @@ class Redactor:
     def data_counted(self, value: Any) -> tuple[Any, int]:
         """Parsed JSON/YAML data with every string scrubbed as :meth:`text`, every string under
         a secret-named key (``{"HF_TOKEN": "…"}``) and every list item after a secret flag
-        (``["--password", "…"]``) replaced whole; and the count.
+        (``["--password", "…"]``) replaced whole, a number too under a password's or a PIN's
+        name (:func:`~aorta.store.secrets.numbers_are_secret`: YAML reads ``pin: 4821`` as
+        one); and the count.
 
         >>> Redactor().data_counted({"env": {"HF_TOKEN": "x1", "N": "postgres://u:pw@h/d"}})
         ({'env': {'HF_TOKEN': '<redacted>', 'N': 'postgres://u:<redacted>@h/d'}}, 2)
+        >>> Redactor().data_counted({"DB_PASSWORD": 123456, "MAX_TOKEN": 4096, "on": True})
+        ({'DB_PASSWORD': '<redacted>', 'MAX_TOKEN': 4096, 'on': True}, 1)
         >>> Redactor().data_counted(["run", "--password", "pw", "--n", "3"])
         (['run', '--password', '<redacted>', '--n', '3'], 1)
         """
@@ -722,7 +766,7 @@ class Redactor:
             out: dict[Any, Any] = {}
             n = 0
             for k, v in value.items():
-                if isinstance(k, str) and isinstance(v, str) and self.is_secret_name(k):
+                if isinstance(k, str) and _whole_secret(k, v) and self.is_secret_name(k):
                     out[k] = REDACTED
                     n += v != REDACTED
                     continue

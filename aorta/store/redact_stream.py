@@ -48,7 +48,7 @@ from typing import IO, Any, NamedTuple
 
 from aorta.store.record import RECORD_KEYS, TrialStatus
 from aorta.store.redact import DELIMITERS, Redactor, yaml_counted
-from aorta.store.secrets import REDACTED, SECRET_FLAG
+from aorta.store.secrets import REDACTED, SECRET_FLAG, numbers_are_secret
 
 __all__ = [
     "COMPRESSED",
@@ -444,6 +444,17 @@ class _JsonScan:
             raise _NotJson
         if first != '"':
             self.value_done(None)  # a number, true, false, null (NaN as Python's json reads)
+            if (
+                first in "-0123456789"
+                and frame is not None
+                and frame.kind == "{"
+                and frame.key not in OWN_KEYS
+                and numbers_are_secret(frame.key)
+                and self.redactor.is_secret_name(frame.key)
+            ):
+                # A PIN or a numeric password written as a number (still JSON as a string).
+                self.count += 1
+                return f'"{REDACTED}"'
             return token
         own = OWN_VALUES.get(frame.key) if frame is not None and frame.kind == "{" else None
         if own is not None and _plain(token) in own:

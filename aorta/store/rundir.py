@@ -58,7 +58,6 @@ __all__ = [
     "atomic_write",
     "evidence_name",
     "evidence_rank_dir",
-    "find_evidence",
     "gpu_evidence_name",
     "is_evidence_rank_dir",
     "trace_file_name",
@@ -210,33 +209,6 @@ def is_evidence_rank_dir(name: str) -> bool:
     return name.startswith("rank") and name[4:].isascii() and name[4:].isdigit()
 
 
-def find_evidence(trial_dir: Path, name: str, *, rank: int | None = None) -> Path | None:
-    """The evidence file ``name`` (``stacks_3.json``) of a trial folder, wherever a rank put
-    it: in ``hang/rank<rank>/`` first, then ``hang/`` itself (runs before per-rank folders),
-    then any rank's subfolder (one aorta rank may capture a whole job's ranks). Links are
-    never followed; ``None`` when there is none.
-
-    >>> find_evidence(Path("/nonexistent-aorta-trial"), "stacks_0.json", rank=0) is None
-    True
-    """
-    hang = Path(trial_dir) / HANG_DIR
-    if not hang.is_dir() or hang.is_symlink():
-        return None
-    first = [hang / evidence_rank_dir(rank) / name] if rank is not None else []
-    try:
-        subs = sorted(
-            e.name
-            for e in os.scandir(hang)
-            if is_evidence_rank_dir(e.name) and e.is_dir(follow_symlinks=False)
-        )
-    except OSError:
-        subs = []
-    for path in [*first, hang / name, *(hang / sub / name for sub in subs)]:
-        if path.is_file() and not path.is_symlink() and not path.parent.is_symlink():
-            return path
-    return None
-
-
 def gpu_evidence_name(host: str) -> str:
     """The GPU tools' answers and the kernel log's GPU lines of ``host`` at the capture.
 
@@ -254,6 +226,35 @@ WARMUP_TRIAL = -1
 #: The most of a version-1 record's stacks file read for its frames (py-spy's JSON of one
 #: process is a few hundred kB; a larger file is not one, and is left unread).
 _V1_STACKS_BYTES = 16 * 2**20
+
+
+def _v1_stacks_file(trial_dir: Path, rank: int) -> Path | None:
+    """The stacks file of ``rank`` in a version-1 record's trial folder, wherever the rank put
+    it: in ``hang/rank<rank>/`` first, then ``hang/`` itself (runs before per-rank folders),
+    then any rank's subfolder (one aorta rank may capture a whole job's ranks). Links are
+    never followed; ``None`` when there is none. (Only that reader looks for one: version 2
+    keeps the stacks in the record.)
+    """
+    hang = Path(trial_dir) / HANG_DIR
+    if not hang.is_dir() or hang.is_symlink():
+        return None
+    name = evidence_name("stacks", rank)
+    try:
+        subs = sorted(
+            e.name
+            for e in os.scandir(hang)
+            if is_evidence_rank_dir(e.name) and e.is_dir(follow_symlinks=False)
+        )
+    except OSError:
+        subs = []
+    for path in [
+        hang / evidence_rank_dir(rank) / name,
+        hang / name,
+        *(hang / sub / name for sub in subs),
+    ]:
+        if path.is_file() and not path.is_symlink() and not path.parent.is_symlink():
+            return path
+    return None
 
 
 def _main_stack(path: Path) -> tuple[str, ...]:
@@ -609,7 +610,7 @@ class RunDir:
         for frame in report.frames:
             path = None
             if frame.source == "stacks" and not frame.stack:
-                path = find_evidence(folder, evidence_name("stacks", frame.rank), rank=frame.rank)
+                path = _v1_stacks_file(folder, frame.rank)
             stack = _main_stack(path) if path is not None else ()
             if stack and path is not None:
                 rel = path.relative_to(folder).as_posix()

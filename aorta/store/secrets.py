@@ -45,6 +45,7 @@ __all__ = [
     "SECRET_SUFFIXES",
     "is_secret_name",
     "mask_assignments",
+    "numbers_are_secret",
     "redact_env",
     "redact_secret_shapes",
     "redact_secret_shapes_counted",
@@ -58,12 +59,14 @@ __all__ = [
 #: ``-``, ``.`` and camelCase humps (``hfToken`` → ``HF``, ``TOKEN``), upper-cased; it is secret
 #: when its last part is one of :data:`SECRET_LAST_PARTS` or ends with one of
 #: :data:`SECRET_SUFFIXES` (``HFTOKEN``), or when any part is one of :data:`SECRET_ANY_PARTS`.
+#: A PIN is one too: a last part ``PIN`` or ``PINCODE``, or ``PIN`` before a last ``CODE`` or
+#: ``NUMBER`` (``SIM_PIN``, ``pinCode``, ``PIN_NUMBER``; see :data:`PIN_PARTS`).
 #: So ``HF_TOKEN``, ``WANDB_API_KEY``, ``AWS_SECRET_ACCESS_KEY``, ``DB_PASSWD`` are secret and
 #: ``NUM_TOKENS``, ``TOKENIZERS_PARALLELISM``, ``TOKEN_COUNT``, ``HF_TOKEN_PATH`` are not (the
 #: first rule of this module, ``*TOKEN*`` anywhere, masked token counts in every log).
 SECRET_LAST_PARTS = frozenset(
     {"TOKEN", "KEY", "APIKEY", "SECRET", "PASSWORD", "PASSWD", "PASS", "PASSPHRASE", "PAT",
-     "CREDENTIAL", "CREDENTIALS", "AUTH", "COOKIE"}
+     "CREDENTIAL", "CREDENTIALS", "AUTH", "COOKIE", "PIN", "PINCODE"}
 )  # fmt: skip
 SECRET_SUFFIXES = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "APIKEY", "ACCESSKEY")
 SECRET_ANY_PARTS = frozenset(
@@ -74,6 +77,17 @@ SECRET_ANY_PARTS = frozenset(
 #: purpose: ``PRIMARY_KEY`` (an Azure account's), ``ROUTING_KEY`` (PagerDuty's), ``GROUP_KEY``
 #: and ``HASH_KEY`` can be credentials and stay secret; a secret part anywhere still wins.
 LOOKUP_KEY_PARTS = frozenset({"SORT", "PARTITION", "SHARD", "FOREIGN"})
+#: ``PIN`` before one of these last parts is a PIN too (``PIN_CODE``, ``pinNumber``).
+PIN_PARTS = frozenset({"CODE", "NUMBER", "NUM"})
+#: A ``PIN`` that pins work to hardware, not a credential: ``CPU_PIN``, ``NUMA_PIN``,
+#: ``GPU_PIN`` (their values are core lists or switches; masked, an affinity setting a triage
+#: needs read ``<redacted>``, and a value such as ``enabled`` became a secret word of the run).
+#: Kept to hardware words on purpose: ``USER_PIN``, ``SIM_PIN``, ``HSM_PIN`` stay secret, and
+#: a secret part anywhere still wins.
+PINNING_PARTS = frozenset(
+    {"CPU", "CPUS", "GPU", "GPUS", "NUMA", "CORE", "CORES", "THREAD", "THREADS", "MEM",
+     "MEMORY", "IRQ", "AFFINITY"}
+)  # fmt: skip
 #: Bare names (``key: bf16``, ``token=abc``) whose short values are not credentials: a
 #: generated key or token is longer (the ``token`` shape asks for 6 characters too). A bare
 #: ``pass``/``password``/``secret``/``pin`` is human-chosen and masked whatever its length.
@@ -93,7 +107,8 @@ _SECRET_KEYS = (
     r"(?:[a-z0-9]+[-_])*(?:password|passwd|passphrase|secret|api[-_]?key|access[-_]?key"
     r"|private[-_]?key|secret[-_]?key|credentials?|auth)"
 )
-_SECRET_WORDS = _SECRET_KEYS[:-1] + "|token)"
+#: Flags also take a token or a PIN (``--pin 4821``, ``--pin-code``; not ``--pin-memory``).
+_SECRET_WORDS = _SECRET_KEYS[:-1] + "|token|pin(?:[-_]?code)?)"
 
 
 class _UrlPasswords:
@@ -212,7 +227,7 @@ _SHAPE_KEYS: tuple[Any, ...] = (
     ("bearer", "basic"),
     ("authorization",),
     # (a flag starts where no word or dash precedes it, as in its shape: linear on ``a-a-a-…``)
-    re.compile(r"(?<![a-z0-9_-])--?(?:[a-z0-9]+[-_])*(?:pass|secret|key|token|auth|cred)"),
+    re.compile(r"(?<![a-z0-9_-])--?(?:[a-z0-9]+[-_])*(?:pass|secret|key|token|auth|cred|pin)"),
     _KeyAssignments(),
     re.compile(r"token[\"']?[ \t]*[=:]"),
     ("-u", "--user"),
@@ -240,6 +255,8 @@ def is_secret_name(name: str, scrub_keys: Iterable[str] = ()) -> bool:
     (True, False)
     >>> is_secret_name("SORT_KEY"), is_secret_name("SECRET_SORT_KEY"), is_secret_name("API_KEY")
     (False, True, True)
+    >>> [is_secret_name(n) for n in ("PIN", "pinCode", "SIM_PIN", "CPU_PIN", "PIN_MEMORY")]
+    [True, True, True, False, False]
     """
     if any(fnmatch.fnmatchcase(name, g) for g in scrub_keys):
         return True
@@ -251,6 +268,10 @@ def is_secret_name(name: str, scrub_keys: Iterable[str] = ()) -> bool:
     last = parts[-1]
     if last == "KEY" and len(parts) > 1 and parts[-2] in LOOKUP_KEY_PARTS:
         return False
+    if last in PIN_PARTS and len(parts) > 1 and parts[-2] == "PIN":
+        last = "PIN"  # PIN_CODE, pinNumber: the PIN rule below
+    if last == "PIN" and any(p in PINNING_PARTS for p in parts[:-1]):
+        return False
     return last in SECRET_LAST_PARTS or last.endswith(SECRET_SUFFIXES)
 
 
@@ -261,16 +282,27 @@ _NAME_VALUE = re.compile(
 )
 #: Lower-case substrings of every secret name (the lines an assignment can be on).
 _NAME_KEYS = re.compile(
-    r"(?:token|key|secret|pass|pat|credential|auth|cookie)[a-z0-9_]*[\"']?[ \t]*[=:]"
+    r"(?:token|key|secret|pass|pat|credential|auth|cookie|pin)[a-z0-9_]*[\"']?[ \t]*[=:]"
 )
 #: Names whose all-digit values are still secret (a PIN, a numeric password; not a count).
-_STRONG_NAME = re.compile(r"(?i)pass|secret|credential|pin\b")
+_STRONG_NAME = re.compile(r"(?i)pass|secret|credential|pin(?:[-_]?(?:code|num(?:ber)?))?\b")
 _DIGITS = re.compile(r"[0-9]+")
 #: An argv flag whose next list item is a secret (``["--password", "X"]`` in JSON/YAML data).
 SECRET_FLAG = re.compile(
     r"(?i)--?(?:[a-z0-9]+[-_])*(?:password|passwd|passphrase|secret|token|api[-_]?key"
-    r"|access[-_]?key|private[-_]?key|credentials?|auth)"
+    r"|access[-_]?key|private[-_]?key|credentials?|auth|pin(?:[-_]?code)?)"
 )
+
+
+def numbers_are_secret(name: str) -> bool:
+    """Whether an all-digit value (a JSON or YAML number) under ``name``, a secret name, is a
+    secret too: a password's, a secret's, a credential's or a PIN's; not a count under a
+    ``TOKEN`` or a ``KEY`` (``MAX_TOKEN=4096``).
+
+    >>> [numbers_are_secret(n) for n in ("DB_PASSWORD", "SIM_PIN", "pinCode", "MAX_TOKEN")]
+    [True, True, True, False]
+    """
+    return _STRONG_NAME.search(name) is not None
 
 
 def mask_assignments(
@@ -294,7 +326,7 @@ def mask_assignments(
         if not is_secret(name):
             return m.group(0)
         value = m.group("value")
-        if _DIGITS.fullmatch(value) and not _STRONG_NAME.search(name):
+        if _DIGITS.fullmatch(value) and not numbers_are_secret(name):
             return m.group(0)
         if name.upper() in _BARE_GENERATED and len(value) < _MIN_GENERATED_LEN:
             return m.group(0)  # prose ("key: bf16"), not a generated credential

@@ -452,9 +452,9 @@ def test_arming_twice_puts_the_shim_on_the_path_once(tmp_path):
 
 @pytest.mark.parametrize("layout", ["hang/rank{r}", "hang"])
 def test_readers_find_the_evidence_in_either_layout(tmp_path, layout):
-    from aorta.hang import load_evidence
+    from aorta.hang import CulpritFrame, HangReport, load_evidence
     from aorta.store.bundle import _kind
-    from aorta.store.rundir import find_evidence
+    from aorta.store.rundir import RunDir
 
     trial = tmp_path / "cells" / "c" / "trial_0000"
     for r in (0, 1):
@@ -463,14 +463,16 @@ def test_readers_find_the_evidence_in_either_layout(tmp_path, layout):
         (folder / f"capture_{r}.json").write_text(
             json.dumps({"rank": r, "pid": 100 + r, "host": "h", "notes": [f"note {r}"]})
         )
+        frames = [{"name": "step", "filename": "train.py", "line": 10 + r}]
         (folder / f"stacks_{r}.json").write_text(json.dumps([{"thread_name": "MainThread",
-                                                               "frames": []}]))  # fmt: skip
+                                                               "frames": frames}]))  # fmt: skip
     got = {e.rank: e.notes for e in load_evidence([trial])}
     assert got == {0: ("note 0",), 1: ("note 1",)}
-    assert (
-        find_evidence(trial, "stacks_1.json", rank=1)
-        == trial / layout.format(r=1) / "stacks_1.json"
-    )
+    # A version-1 record's culprit gets its stacks from the rank's file, in either layout.
+    v1 = HangReport(summary="s", kind="none", frames=(CulpritFrame(1, "x", "stacks"),))
+    (frame,) = RunDir(tmp_path).forensics_of_version(1, "c", 0, v1).frames
+    assert frame.stack_file == f"{layout.format(r=1)}/stacks_1.json"
+    assert frame.stack and "train.py:11" in frame.stack[0]
     rel = (trial / layout.format(r=1) / "capture_1.json").relative_to(tmp_path).as_posix()
     assert _kind(rel) == "core"  # a bundle always carries it
 

@@ -117,3 +117,37 @@ def test_a_subreapers_zombies_do_not_keep_the_group_alive():
     assert took < 5.0, took  # it was the grace and 2 s more: 12 s
     with pytest.raises(ProcessLookupError):
         os.killpg(proc.pid, 0)  # the zombies were reaped: the group is gone
+
+
+def _group_members(pgid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(ValueError, OSError):
+            if os.getpgid(int(entry.name)) == pgid:
+                found.append(int(entry.name))
+    return found
+
+
+def test_reap_all_waits_for_the_groups_and_reaps_their_zombies():
+    # Ctrl-C's reap_all, beside a live trial and a dead entry (its leader gone, its background
+    # child left in the group): it returned at once, leaving the subreaper's zombies in both
+    # groups (killpg(pgid, 0) still answered) and a SIGTERMed child sometimes still running.
+    if not _set_subreaper(True):
+        pytest.skip("no PR_SET_CHILD_SUBREAPER here")
+    try:
+        live = procs.spawn(["bash", "-c", "sleep 60 & sleep 61; wait"])
+        dead = procs.spawn(["bash", "-c", "sleep 62 & exit 0"])
+        trees = _tree_of(live, 2)
+        dead.wait(timeout=30)  # the leader has gone; its sleep stays in the group, now ours
+        trees += _group_members(dead.pid)
+        assert len(trees) == 4
+        t0 = time.monotonic()
+        assert procs.reap_all(grace_s=10.0) == 2
+        took = time.monotonic() - t0
+    finally:
+        _set_subreaper(False)
+    assert took < 5.0, took  # not the grace: nothing ignored SIGTERM
+    assert [p for p in trees if Path(f"/proc/{p}").exists()] == []  # neither running nor zombie
+    for proc in (live, dead):
+        with pytest.raises(ProcessLookupError):
+            os.killpg(proc.pid, 0)

@@ -6,12 +6,14 @@ description, a user's ``SORT_KEY``, and a signature's regex ``token: expired`` w
 
 from __future__ import annotations
 
+import io
 import json
 
 import pytest
 
 from aorta.errors import ExitCode
 from aorta.store.redact import Redactor, harvest_secrets
+from aorta.store.redact_stream import redact_file
 from aorta.store.rundir import RunDir
 from aorta.store.secrets import is_secret_name, mask_assignments, secret_shape_values
 
@@ -118,3 +120,121 @@ def test_a_sweep_of_that_recipe_knows_no_plain_word_as_a_secret(tmp_path, run_cl
     line = "token_expired: the lease expired, sorted by_duration with bf16"
     assert redactor.text(line) == line
     assert redactor.text(f"login {HF} pw letmein") == "login <redacted> pw <redacted>"
+
+
+# -- a PIN is a secret name; a PIN that pins work to hardware is not ------------------------
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["PIN", "pin", "pincode", "pin_code", "PIN_CODE", "pinCode", "PIN_NUMBER", "SIM_PIN",
+     "USER_PIN", "HSM_PIN", "YUBIKEY_PIN", "CPU_PIN_SECRET"],
+)  # fmt: skip
+def test_a_pin_is_a_secret_name(name):
+    # It was none of them: `PIN=4821` and `"pin_code": "0000"` printed in clear.
+    assert is_secret_name(name)
+    assert mask_assignments(f"{name}=4821") == (f"{name}=<redacted>", 1)  # all digits: still
+    assert mask_assignments(f'"{name}": "0000"') == (f'"{name}": "<redacted>"', 1)
+
+
+@pytest.mark.parametrize("name", ["PIN_MEMORY", "pin_memory", "CPU_PIN", "numa_pin", "SPIN"])
+def test_pinning_work_to_hardware_is_no_pin(name):
+    assert not is_secret_name(name)
+    assert mask_assignments(f"{name}=0-7") == (f"{name}=0-7", 0)
+
+
+def test_a_pin_is_masked_in_the_environment_argv_and_recipe_data():
+    redactor = Redactor.for_run(env={"SIM_PIN": "482913", "NCCL_DEBUG": "INFO"})
+    assert redactor.env({"SIM_PIN": "482913", "CPU_PIN": "0-7"}) == {
+        "SIM_PIN": "<redacted>",
+        "CPU_PIN": "0-7",
+    }
+    assert redactor.text("pin: 4821 --pin 4821 --pin-code=0000 --pin-memory True") == (
+        "pin: <redacted> --pin <redacted> --pin-code=<redacted> --pin-memory True"
+    )
+    assert redactor.data({"cmd": ["app", "--pin", "4821"], "pinCode": 4821}) == {
+        "cmd": ["app", "--pin", "<redacted>"],
+        "pinCode": "<redacted>",
+    }
+    # A PIN worth looking for (6 characters, not all digits: MIN_SECRET_LEN) is known
+    # wherever it stands alone afterwards.
+    known = Redactor.for_run(env={"HSM_PIN": "k4Z9x2"})
+    assert known.text("login with k4Z9x2 ok") == "login with <redacted> ok"
+
+
+def test_a_number_under_a_password_or_pin_name_is_masked_in_json_and_data(tmp_path):
+    # JSON and YAML read `"pin": 4821` as a number: it was kept under every secret name.
+    data = {"DB_PASSWORD": 123456, "pin": -4821, "MAX_TOKEN": 4096, "auth": True, "n": 3}
+    assert Redactor().data_counted(data) == (
+        {"DB_PASSWORD": "<redacted>", "pin": "<redacted>", "MAX_TOKEN": 4096, "auth": True, "n": 3},
+        2,
+    )
+    path = tmp_path / "cfg.json"
+    path.write_text(json.dumps(data))
+    out = io.BytesIO()
+    assert redact_file(path, out, Redactor(), limit=1 << 20) == 2
+    assert json.loads(out.getvalue()) == {
+        "DB_PASSWORD": "<redacted>", "pin": "<redacted>", "MAX_TOKEN": 4096, "auth": True, "n": 3
+    }  # fmt: skip
+
+
+# -- a secret-shaped pattern in the recipe's own text is the recipe's, not a secret ---------
+
+PATTERN_RECIPE = f"""\
+mode: probe
+ticket: RED
+trials: 1
+mitigation_axis: [none]
+step_time_regex: 'auth_token=Zq8vLm2pR4xT step (?P<ms>[0-9.]+)'
+extra_env:
+  HF_TOKEN: {HF}
+custom_patterns:
+  - id: bad_grant
+    match: {{regex: 'api_key=InvalidGrant4Client rejected'}}
+  - id: shown_too
+    match: {{regex: 'password: Hunter2Hunter2'}}
+command: [train.py, --password, Sw0rdfish77, --token, argvTok3n99]
+"""
+
+
+def _sweep_secrets(text: str) -> set[str]:
+    # What a sweep harvests from its recipe (aorta.run.sweep): its text and its data.
+    from aorta.recipe.schema import dump_recipe, load_recipe_text
+
+    recipe = load_recipe_text(text)
+    return harvest_secrets({}, texts=[dump_recipe(recipe)], data=[recipe.model_dump(mode="json")])
+
+
+def test_a_secret_shaped_pattern_is_not_harvested_from_the_recipes_text():
+    # Harvested from the recipe's text, `InvalidGrant4Client` masked every log line naming
+    # it — the very line the signature looks for — and the step regex's value every step line.
+    assert _sweep_secrets(PATTERN_RECIPE) == {HF, "Sw0rdfish77", "argvTok3n99"}
+    redactor = Redactor().with_values(_sweep_secrets(PATTERN_RECIPE))
+    line = "grant InvalidGrant4Client rejected; Zq8vLm2pR4xT step 12.5; Hunter2Hunter2"
+    assert redactor.text(line) == line
+    # Where a pattern's shape is shown it is masked as before, and the real secrets everywhere.
+    assert redactor.text("api_key=InvalidGrant4Client") == "api_key=<redacted>"
+    assert redactor.text(f"{HF} Sw0rdfish77 argvTok3n99") == "<redacted> <redacted> <redacted>"
+
+
+def test_a_pattern_value_the_recipe_also_holds_as_a_secret_stays_one():
+    # The same value under a secret name, after a secret flag, or in a shape elsewhere in the
+    # data is a secret, though a pattern shows it too.
+    recipe = PATTERN_RECIPE.replace(
+        "HF_TOKEN: ",
+        "DB_PASSWORD: Hunter2Hunter2\n  NOTE: 'auth=InvalidGrant4Client'\n  HF_TOKEN: ",
+    ).replace("argvTok3n99", "Zq8vLm2pR4xT")
+    assert _sweep_secrets(recipe) == {
+        HF,
+        "Sw0rdfish77",
+        "Zq8vLm2pR4xT",
+        "Hunter2Hunter2",
+        "InvalidGrant4Client",
+    }
+
+
+def test_texts_without_data_are_harvested_whole():
+    # Only the data's own prose says what is a pattern: argv alone keeps every shape.
+    assert harvest_secrets(texts=["regex: 'api_key=InvalidGrant4Client rejected'"]) == {
+        "InvalidGrant4Client"
+    }
