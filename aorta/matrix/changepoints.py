@@ -6,7 +6,7 @@ in time order, each a set of trial values (step times, or 0/1 for failed). All t
 series are ranked together (mid-ranks); at every split ``k`` (runs ``< k`` against runs
 ``≥ k``) the rank sum of the earlier side is standardised by its permutation variance — the
 Mann–Whitney statistic of the split (:func:`split_statistics`) — and so is every *half split*,
-one run counted half on each side with at least two whole runs either side of it; the series'
+one run counted half on each side with at least four whole runs either side of it; the series'
 statistic is the largest of them all. The half split is for the night between two levels (a
 noisy or shared night the day before a change): it makes the whole splits on either side of
 it tie, which doubles their p, while the half split through it is larger than both and rare.
@@ -66,9 +66,10 @@ MAX_CHANGES = 16
 #: Permutations per batch, and the hits after which a test stops early.
 _BATCH = 250
 _HITS = 25
-#: Whole runs on each side of a half split's run (:func:`_max_stat`): one lone night at either
-#: end of a series is never the "new level" of a transition.
-HALF_SIDE = 2
+#: Whole runs on each side of a half split's run (:func:`_max_stat`): the fewest a change point
+#: has on its new level at 9 nights anyway, and enough that a lone night at either end of a
+#: series, with a neighbour or two leaning its way by chance, is never a "new level".
+HALF_SIDE = 4
 
 
 def _prepare(runs: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, float, float, int]:
@@ -141,19 +142,47 @@ def _nearer(runs: Sequence[np.ndarray], r: int) -> str:
     return "early" if gap_early < gap_late else "late" if gap_late < gap_early else ""
 
 
-def _locate(runs: Sequence[np.ndarray], k: int, *, half: bool) -> int:
+def _locate(runs: Sequence[np.ndarray], k: int, *, half: bool) -> tuple[int, int | None]:
     """The first run of the new level, given the statistic's split ``k`` (a half split: through
-    run ``k - 1``). A night at the boundary goes with the level its median is nearer: a noisy
-    night between the levels is the first of the new one only when nearer it (a half split's
-    night, on a tie, stays with the old), and a night of the new level that leans toward the
-    old — enough for the half split through it to win — is not left out of it."""
+    run ``k - 1``), and the night between the two levels if there is one. A night at the
+    boundary goes with the level its median is nearer: a noisy night between the levels is the
+    first of the new one only when nearer it (a half split's night, on a tie, stays with the
+    old), and a night of the new level that leans toward the old — enough for the half split
+    through it to win — is not left out of it."""
+    between = k - 1 if half else None
     if half and _nearer(runs, k - 1) == "late":
         k -= 1
     if k >= 2 and _nearer(runs, k - 1) == "late":
-        return k - 1
+        return k - 1, k - 1
     if k + 1 < len(runs) and _nearer(runs, k) == "early":
-        return k + 1
-    return k
+        return k + 1, k
+    return k, between
+
+
+def _test(
+    runs: Sequence[np.ndarray], *, resamples: int, seed: int
+) -> tuple[float, int, int | None]:
+    """:func:`permutation_p` and the night between the two levels (:func:`_locate`)."""
+    sums, counts, centre, spread, total = _prepare(runs)
+    if np.count_nonzero(counts) < 2 or spread == 0:
+        return 1.0, 0, None
+    observed, where = _max_stat(sums, counts, centre, spread, total)
+    half = float(observed) > float(np.max(split_statistics(runs), initial=0.0))
+    finite = [np.asarray(v, dtype=float) for v in runs]
+    k, between = _locate([v[np.isfinite(v)] for v in finite], int(where), half=half)
+    obs = float(observed) * (1 - 1e-9)
+    rng = np.random.default_rng(seed)
+    order = np.arange(len(runs))
+    hits = drawn = 0
+    while drawn < resamples:
+        batch = min(_BATCH, resamples - drawn)
+        perm = rng.permuted(np.broadcast_to(order, (batch, order.size)), axis=1)
+        stats, _ = _max_stat(sums[perm], counts[perm], centre, spread, total)
+        hits += int(np.sum(stats >= obs))
+        drawn += batch
+        if hits >= _HITS:
+            return hits / drawn, k, between
+    return (hits + 1) / (drawn + 1), k, between
 
 
 def split_statistics(runs: Sequence[np.ndarray]) -> np.ndarray:
@@ -190,26 +219,8 @@ def permutation_p(
     >>> permutation_p([np.full(5, 1.0)] * 3 + [np.full(5, 2.0)] * 3, seed=0)
     (0.1..., 3)
     """
-    sums, counts, centre, spread, total = _prepare(runs)
-    if np.count_nonzero(counts) < 2 or spread == 0:
-        return 1.0, 0
-    observed, where = _max_stat(sums, counts, centre, spread, total)
-    half = float(observed) > float(np.max(split_statistics(runs), initial=0.0))
-    finite = [np.asarray(v, dtype=float) for v in runs]
-    where = _locate([v[np.isfinite(v)] for v in finite], int(where), half=half)
-    obs = float(observed) * (1 - 1e-9)
-    rng = np.random.default_rng(seed)
-    order = np.arange(len(runs))
-    hits = drawn = 0
-    while drawn < resamples:
-        batch = min(_BATCH, resamples - drawn)
-        perm = rng.permuted(np.broadcast_to(order, (batch, order.size)), axis=1)
-        stats, _ = _max_stat(sums[perm], counts[perm], centre, spread, total)
-        hits += int(np.sum(stats >= obs))
-        drawn += batch
-        if hits >= _HITS:
-            return hits / drawn, int(where)
-    return (hits + 1) / (drawn + 1), int(where)
+    p, k, _ = _test(runs, resamples=resamples, seed=seed)
+    return p, k
 
 
 def min_p(runs_before: int, runs_after: int) -> float:
@@ -247,8 +258,11 @@ def segment(
         start, end = todo.pop(0)
         if end - start < 2:
             continue
-        p, k = permutation_p(runs[start:end], resamples=resamples, seed=seed + start)
+        p, k, between = _test(runs[start:end], resamples=resamples, seed=seed + start)
         if k and p <= level:
             found.append((start + k, p))
-            todo += [(start, start + k), (start + k, end)]
+            # A night between the two levels belongs to neither: left in, it would be an
+            # outlier at the edge of the side tested next.
+            cut = k if between is None else between
+            todo += [(start, start + cut), (start + cut + (between is not None), end)]
     return sorted(found)
