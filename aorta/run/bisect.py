@@ -241,10 +241,15 @@ def _cell_name(prefix: str, index: int, value: str) -> str:
 
 
 def _cells_recipe(
-    recipe: Recipe, picks: list[tuple[str, int]], *, trials: int | None = None
+    recipe: Recipe,
+    picks: list[tuple[str, int]],
+    *,
+    trials: int | None = None,
+    fewer: dict[int, int] | None = None,
 ) -> Recipe:
     """The recipe's first cell once per ``(prefix, index)`` with ``NAME=values[index]``, the
-    first the baseline: adaptive (``trials=None``), else ``trials`` each, interleaved."""
+    first the baseline: adaptive (``trials=None``), else ``trials`` each (``fewer``: the
+    trials of some value indexes instead), interleaved."""
     if recipe.bisect is None:
         raise UsageError("the recipe has no bisect: {variable: NAME, values: [...]} block")
     spec = recipe.expand_cells()[0].spec
@@ -266,8 +271,10 @@ def _cells_recipe(
         data.pop("adaptive", None)
         data.update(schedule="interleaved", trials=trials)
     data["confound"] = {**data.get("confound", {}), "baseline_cell": cells[0]["name"]}
-    for cell in cells:
+    for cell, (_, i) in zip(cells, picks, strict=True):
         cell.pop("trials", None)
+        if fewer and i in fewer:
+            cell["trials"] = fewer[i]
     return recipe_from_data(data)
 
 
@@ -468,12 +475,20 @@ class _Runs:
         """The index of the last value (known bad)."""
         return len(self.values) - 1
 
-    def measure(self, run: Path | None, picks: list[int], trials: int) -> Path:
-        """``run`` (new when ``None``, of the values ``picks``) with ``picks`` grown to at
-        least ``trials`` trials each."""
+    def measure(
+        self,
+        run: Path | None,
+        picks: list[int],
+        trials: int,
+        *,
+        fewer: dict[int, int] | None = None,
+    ) -> Path:
+        """``run`` (new when ``None``, of the values ``picks``, ``fewer``: the trials of some of
+        them instead) with ``picks`` grown to at least ``trials`` trials each."""
+        fewer = fewer or {}
         if run is None:
             pairs = [(self._prefix(i), i) for i in picks]
-            made = _cells_recipe(self.recipe, pairs, trials=trials)
+            made = _cells_recipe(self.recipe, pairs, trials=trials, fewer=fewer)
             run = sweep(made, options=self.options).run_dir
             self.made.append(run)
         else:
@@ -482,7 +497,7 @@ class _Runs:
                 cells = [self.cell(i) for i in short]
                 sweep(resume=run, extend_to=trials, extend_cells=cells, options=self.options)
         for i in picks:
-            self.planned[(run, i)] = max(trials, self.planned.get((run, i), 0))
+            self.planned[(run, i)] = max(fewer.get(i, trials), self.planned.get((run, i), 0))
         return run
 
     def _prefix(self, index: int) -> str:
@@ -542,10 +557,12 @@ def _trial_values(ds: Any, cell: str) -> Any:
 
 
 def _sentinel(runs: _Runs, index: int, pool: Path) -> tuple[Path, str]:
-    """A step's run of ``values[index]`` started with :data:`SENTINEL_TRIALS` trials of it
-    and of the first value, interleaved, and the first value's fresh trials against its
-    pooled ones: the run, and the drift in words (``""``: none)."""
-    run = runs.measure(None, [0, index], SENTINEL_TRIALS)
+    """A step's run of ``values[index]`` (its first look, ``min_trials``) with
+    :data:`SENTINEL_TRIALS` trials of the first value interleaved with its first ones — one
+    sweep, as the step would have started anyway — and the first value's fresh trials against
+    its pooled ones: the run, and the drift in words (``""``: none)."""
+    first = runs.recipe.adaptive_settings.min_trials
+    run = runs.measure(None, [0, index], first, fewer={0: SENTINEL_TRIALS})
     cell = runs.cell(0)
     fresh = _trial_values(runs.dataset({0: run}), cell)
     pooled = _trial_values(runs.dataset({0: pool}), cell)
