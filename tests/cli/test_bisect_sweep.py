@@ -133,7 +133,8 @@ def test_the_drift_sentinel_remeasures_the_endpoints_of_a_step_on_a_drifted_mach
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """b1 runs as fast as b0, but the machine got 2.7× slower after the endpoints were
-    measured: against b0's pooled trials b1 looks bad. The step's 2 fresh b0 trials are beyond
+    measured: against b0's pooled trials b1 is never found good (without the sentinel the
+    search ends undecided, no first bad value). The step's 2 fresh b0 trials are beyond
     every pooled one and beyond the band (×1.3), so the step runs b0 and b5 again beside b1,
     finds b1 good and says why."""
     from aorta.recipe.schema import load_recipe
