@@ -49,9 +49,10 @@ def write_night(
     steps: int = 4,
     seed: int = 0,
     trace: Path | None = None,
+    noise: float = 0.02,
 ) -> Path:
     """One complete run of ``cells`` × ``trials``: cell ``c``'s step times around
-    ``level(night, c)`` ms (2% noise per trial), a trial failing with ``fail(night, c)``;
+    ``level(night, c)`` ms (``noise``: 2% per step unless told), a trial failing with ``fail(night, c)``;
     with ``trace``, a copy of that real profiler trace as rank 0's of every trial that passed
     (where a sweep with ``collect: [torch_profiler]`` leaves it)."""
     rng = np.random.default_rng(seed * 100_003 + night)
@@ -63,7 +64,7 @@ def write_night(
     for c, name in enumerate(names):
         for t in range(trials):
             failed = bool(rng.random() < fail(night, c))
-            times = level(night, c) * (1 + rng.normal(0, 0.02, steps))
+            times = level(night, c) * (1 + rng.normal(0, noise, steps))
             records.append(
                 TrialRecord(
                     cell=name, cell_id="", trial=t, passed=not failed,

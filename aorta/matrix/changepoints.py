@@ -5,8 +5,13 @@ The unit of exchange is the **run**, the evidence is the **trials**. A series is
 in time order, each a set of trial values (step times, or 0/1 for failed). All trials of the
 series are ranked together (mid-ranks); at every split ``k`` (runs ``< k`` against runs
 ``≥ k``) the rank sum of the earlier side is standardised by its permutation variance — the
-Mann–Whitney statistic of the split — and the series' statistic is the largest over the
-splits (:func:`split_statistics`). Its null distribution comes from permuting the **order of
+Mann–Whitney statistic of the split (:func:`split_statistics`) — and so is every *half split*,
+one run counted half on each side with at least four whole runs either side of it; the series'
+statistic is the largest of them all. The half split is for the night between two levels (a
+noisy or shared night the day before a change): it makes the whole splits on either side of
+it tie, which doubles their p, while the half split through it is larger than both and rare.
+The change lies at the first run of the later side, a night at the boundary going with the
+level its median is nearer. Its null distribution comes from permuting the **order of
 the runs** (each run's trials stay together, :func:`permutation_p`): the test is exact under
 the hypothesis that the runs are exchangeable, so run-to-run noise that has nothing to do with
 time (another node, a busy night) raises no alarm, however many trials each run has.
@@ -21,8 +26,9 @@ in batches and stopped early once a p is clearly large (Besag & Clifford's seque
 valid).
 
 The price of exchangeable runs: a change is a change point once enough runs sit on each side
-for their arrangement to be rare — ``2 / C(N, k)`` is the smallest p with ``k`` runs after the
-change — about 4 runs on the new level in a month of nightlies at ``alpha = 0.05``. The gate
+for their arrangement to be rare — ``2 / C(N, k)`` is the smallest p of a clean step with ``k``
+runs after the change (a night between the levels before them: ``2 / (C(N, k + 1) (k + 1))``)
+— about 4 runs on the new level in a month of nightlies at ``alpha = 0.05``. The gate
 (:func:`aorta.matrix.history.gate`) does not wait: it compares the newest run's trials with
 the runs before it.
 
@@ -60,6 +66,10 @@ MAX_CHANGES = 16
 #: Permutations per batch, and the hits after which a test stops early.
 _BATCH = 250
 _HITS = 25
+#: Whole runs on each side of a half split's run (:func:`_max_stat`): the fewest a change point
+#: has on its new level at 9 nights anyway, and enough that a lone night at either end of a
+#: series, with a neighbour or two leaning its way by chance, is never a "new level".
+HALF_SIDE = 4
 
 
 def _prepare(runs: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, float, float, int]:
@@ -77,17 +87,102 @@ def _prepare(runs: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, float,
     return sums, counts, centre, spread, total
 
 
+def _split_z(
+    cs: np.ndarray, w: np.ndarray, w2: np.ndarray, centre: float, spread: float, total: int
+) -> np.ndarray:
+    """The standardised weighted rank sum ``cs`` of the trials with weights summing to ``w``
+    (their squares to ``w2``; 1 each for a whole split): its permutation variance is
+    ``(N w2 - w²) spread / (N (N - 1))``. 0 where that is 0 (a side with no trial)."""
+    var = (total * w2 - w**2) * spread / (total * (total - 1))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(var > 0, np.abs(cs - w * centre) / np.sqrt(var), 0.0)
+
+
 def _max_stat(
     sums: np.ndarray, counts: np.ndarray, centre: float, spread: float, total: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The largest standardised split statistic of each row (and where), rows of runs in
-    some order: ``sums`` and ``counts`` are ``(B, J)``."""
+    """The series' statistic of each row and where it lies (the first run of the later side),
+    rows of runs in some order: ``sums`` and ``counts`` are ``(B, J)``.
+
+    The statistic is the largest of every split's standardised rank sum and every *half
+    split*'s: run ``r`` counted half on each side, runs before it whole on the earlier side,
+    with at least :data:`HALF_SIDE` runs on each side of ``r``. A night between the two levels
+    — a noisy or shared night the day before a change — makes the splits on either side of it
+    equally extreme, so the largest single split is reached by twice as many run orders as a
+    clean step (``4 / C(N, k)``, not ``2 / C(N, k)``: the shift after it missed at 9 nights);
+    the half split through that night is larger than both, and reached only by the orders
+    that put a night between the two levels. On a clean step the whole split stays the
+    larger (its boundary run counted half weakens it), so nothing is lost there. A half split
+    reports the run after ``r`` (:func:`_locate` places ``r`` itself)."""
     cs = np.cumsum(sums, axis=-1)[..., :-1]
     cn = np.cumsum(counts, axis=-1)[..., :-1]
-    var = cn * (total - cn) * spread / (total * (total - 1))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        stat = np.where(var > 0, np.abs(cs - cn * centre) / np.sqrt(var), 0.0)
-    return stat.max(axis=-1), stat.argmax(axis=-1) + 1
+    z = _split_z(cs, cn, cn, centre, spread, total)
+    best, where = z.max(axis=-1), z.argmax(axis=-1) + 1
+    runs = sums.shape[-1]
+    if runs < 2 * HALF_SIDE + 1:
+        return best, where
+    r = np.arange(HALF_SIDE, runs - HALF_SIDE)
+    weight = cn[..., r - 1] + 0.5 * counts[..., r]
+    squares = cn[..., r - 1] + 0.25 * counts[..., r]
+    half = _split_z(cs[..., r - 1] + 0.5 * sums[..., r], weight, squares, centre, spread, total)
+    larger = half.max(axis=-1) > best
+    where = np.where(larger, r[half.argmax(axis=-1)] + 1, where)
+    return np.maximum(best, half.max(axis=-1)), where
+
+
+def _nearer(runs: Sequence[np.ndarray], r: int) -> str:
+    """``early`` or ``late``: the level (the runs before ``r``, the runs after) whose median run
+    ``r``'s median is strictly nearer; ``""`` on a tie or where a side has no trial."""
+    early = np.concatenate([np.zeros(0), *runs[:r]])
+    late = np.concatenate([np.zeros(0), *runs[r + 1 :]])
+    if not (runs[r].size and early.size and late.size):
+        return ""
+    mine = float(np.median(runs[r]))
+    gap_early, gap_late = abs(mine - np.median(early)), abs(mine - np.median(late))
+    return "early" if gap_early < gap_late else "late" if gap_late < gap_early else ""
+
+
+def _locate(runs: Sequence[np.ndarray], k: int, *, half: bool) -> tuple[int, int | None]:
+    """The first run of the new level, given the statistic's split ``k`` (a half split: through
+    run ``k - 1``), and the night between the two levels if there is one. A night at the
+    boundary goes with the level its median is nearer: a noisy night between the levels is the
+    first of the new one only when nearer it (a half split's night, on a tie, stays with the
+    old), and a night of the new level that leans toward the old — enough for the half split
+    through it to win — is not left out of it."""
+    between = k - 1 if half else None
+    if half and _nearer(runs, k - 1) == "late":
+        k -= 1
+    if k >= 2 and _nearer(runs, k - 1) == "late":
+        return k - 1, k - 1
+    if k + 1 < len(runs) and _nearer(runs, k) == "early":
+        return k + 1, k
+    return k, between
+
+
+def _test(
+    runs: Sequence[np.ndarray], *, resamples: int, seed: int
+) -> tuple[float, int, int | None]:
+    """:func:`permutation_p` and the night between the two levels (:func:`_locate`)."""
+    sums, counts, centre, spread, total = _prepare(runs)
+    if np.count_nonzero(counts) < 2 or spread == 0:
+        return 1.0, 0, None
+    observed, where = _max_stat(sums, counts, centre, spread, total)
+    half = float(observed) > float(np.max(split_statistics(runs), initial=0.0))
+    finite = [np.asarray(v, dtype=float) for v in runs]
+    k, between = _locate([v[np.isfinite(v)] for v in finite], int(where), half=half)
+    obs = float(observed) * (1 - 1e-9)
+    rng = np.random.default_rng(seed)
+    order = np.arange(len(runs))
+    hits = drawn = 0
+    while drawn < resamples:
+        batch = min(_BATCH, resamples - drawn)
+        perm = rng.permuted(np.broadcast_to(order, (batch, order.size)), axis=1)
+        stats, _ = _max_stat(sums[perm], counts[perm], centre, spread, total)
+        hits += int(np.sum(stats >= obs))
+        drawn += batch
+        if hits >= _HITS:
+            return hits / drawn, k, between
+    return (hits + 1) / (drawn + 1), k, between
 
 
 def split_statistics(runs: Sequence[np.ndarray]) -> np.ndarray:
@@ -103,11 +198,8 @@ def split_statistics(runs: Sequence[np.ndarray]) -> np.ndarray:
         return np.zeros(0)
     if spread == 0:
         return np.zeros(len(runs) - 1)
-    cs = np.cumsum(sums)[:-1]
     cn = np.cumsum(counts)[:-1]
-    var = cn * (total - cn) * spread / (total * (total - 1))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(var > 0, np.abs(cs - cn * centre) / np.sqrt(var), 0.0)
+    return _split_z(np.cumsum(sums)[:-1], cn, cn, centre, spread, total)
 
 
 def permutation_p(
@@ -127,23 +219,8 @@ def permutation_p(
     >>> permutation_p([np.full(5, 1.0)] * 3 + [np.full(5, 2.0)] * 3, seed=0)
     (0.1..., 3)
     """
-    sums, counts, centre, spread, total = _prepare(runs)
-    if np.count_nonzero(counts) < 2 or spread == 0:
-        return 1.0, 0
-    observed, where = _max_stat(sums, counts, centre, spread, total)
-    obs = float(observed) * (1 - 1e-9)
-    rng = np.random.default_rng(seed)
-    order = np.arange(len(runs))
-    hits = drawn = 0
-    while drawn < resamples:
-        batch = min(_BATCH, resamples - drawn)
-        perm = rng.permuted(np.broadcast_to(order, (batch, order.size)), axis=1)
-        stats, _ = _max_stat(sums[perm], counts[perm], centre, spread, total)
-        hits += int(np.sum(stats >= obs))
-        drawn += batch
-        if hits >= _HITS:
-            return hits / drawn, int(where)
-    return (hits + 1) / (drawn + 1), int(where)
+    p, k, _ = _test(runs, resamples=resamples, seed=seed)
+    return p, k
 
 
 def min_p(runs_before: int, runs_after: int) -> float:
@@ -181,8 +258,11 @@ def segment(
         start, end = todo.pop(0)
         if end - start < 2:
             continue
-        p, k = permutation_p(runs[start:end], resamples=resamples, seed=seed + start)
+        p, k, between = _test(runs[start:end], resamples=resamples, seed=seed + start)
         if k and p <= level:
             found.append((start + k, p))
-            todo += [(start, start + k), (start + k, end)]
+            # A night between the two levels belongs to neither: left in, it would be an
+            # outlier at the edge of the side tested next.
+            cut = k if between is None else between
+            todo += [(start, start + cut), (start + cut + (between is not None), end)]
     return sorted(found)

@@ -70,6 +70,8 @@ DERIVED_TRACE_METRICS: dict[str, tuple[str, str]] = {
     "busy_pct": ("GPU (or host) busy share of the profiled span, %: busy_ms / total_ms", "lower"),
     "trace_step_ms": ("mean ProfilerStep duration in the trace, ms", "higher"),
 }
+#: The metric of a change point in the failures (the other is the history's own metric).
+FAILURE_RATE = "failure_rate"
 #: Runs on each side of a change whose trials give its ratio and CI (and the gate's window).
 WINDOW = 5
 _PASSED, _FAILED = "passed", "failed"
@@ -375,7 +377,9 @@ class ChangePoint:
 
     series: str
     cell: str
-    metric: Literal["step_time", "failure_rate"]
+    #: The metric whose level changed: the one the history analysed (``step_time_ms``,
+    #: ``wall_clock_s``, ``busy_pct`` …, its ``attrs["metric"]``), or ``failure_rate``.
+    metric: str
     before: str
     after: str
     #: ``slower`` / ``faster`` (``higher`` / ``lower`` for a trace metric) /
@@ -410,7 +414,7 @@ class ChangePoint:
             "p": self.p,
             "level": self.level,
         }
-        if self.metric == "step_time":
+        if self.metric != FAILURE_RATE:
             out.update(ratio=_num(self.ratio), ci=[_num(self.ci[0]), _num(self.ci[1])])
             out["band"] = self.band
         else:
@@ -475,7 +479,8 @@ def detect(
     resamples: int | None = None,
     seed: int = 0,
 ) -> list[ChangePoint]:
-    """The change points of every series × cell × metric (step time, failure rate) of a
+    """The change points of every series × cell × metric (the history's own —
+    ``ds.attrs["metric"]``, which each change point names — and ``failure_rate``) of a
     :func:`load_history` Dataset, by :func:`aorta.matrix.changepoints.segment` at level
     ``alpha / m`` (m: the series × cells × metrics tested), so that the chance of any change
     point in a history where nothing changed is at most ``alpha``.
@@ -505,8 +510,8 @@ def detect(
         value = ds.value.values[rows, j]
         failed = ds.failed.values[rows, j]
         per_metric = {
-            "step_time": [v[np.isfinite(v)] for v in value],
-            "failure_rate": [f[f >= 0].astype(float) for f in failed],
+            name: [v[np.isfinite(v)] for v in value],
+            FAILURE_RATE: [f[f >= 0].astype(float) for f in failed],
         }
         for metric, series in per_metric.items():
             splits = segment(series, level=level, resamples=resamples, seed=seed)
@@ -518,7 +523,7 @@ def detect(
                 found.append(
                     _change(
                         s, cell, metric, (rows[k - 1], rows[k]), names, p, level, before, after,
-                        threshold=_series_threshold(thresholds, s), alpha=alpha, name=name,
+                        threshold=_series_threshold(thresholds, s), alpha=alpha,
                     )
                 )  # fmt: skip
     return found
@@ -537,16 +542,15 @@ def _change(
     *,
     threshold: float,
     alpha: float,
-    name: str = "step_time_ms",
 ) -> ChangePoint:
     (row,) = compare_groups(
         [after, before], [(0, 1)], threshold=threshold, alpha=alpha, resamples=2_000
     )
     failures = ((before.failures, before.ran), (after.failures, after.ran))
-    if metric == "step_time":
+    if metric != FAILURE_RATE:
         med_a, med_b = np.nanmedian(after.finite()), np.nanmedian(before.finite())
         higher = "slower" if med_a > med_b else "faster"
-        direction, worse = _words(name, higher), _worse(name, higher)
+        direction, worse = _words(metric, higher), _worse(metric, higher)
     else:
         rate_a = after.failures / max(after.ran, 1)
         rate_b = before.failures / max(before.ran, 1)
@@ -555,7 +559,7 @@ def _change(
     return ChangePoint(
         series=series,
         cell=cell,
-        metric="step_time" if metric == "step_time" else "failure_rate",
+        metric=metric,
         before=str(names[positions[0]]),
         after=str(names[positions[1]]),
         direction=direction,
@@ -577,6 +581,9 @@ class GateFinding:
     series: str
     cell: str
     newest: str
+    #: The metric compared (the history's: ``step_time_ms``, ``busy_pct`` …); failures are
+    #: compared beside it (``failures``).
+    metric: str
     #: ``previous segment`` (since the last change point), ``previous runs`` (the runs just
     #: before the newest) or ``blessed``.
     against: str
@@ -593,6 +600,7 @@ class GateFinding:
         return {
             "series": self.series,
             "cell": self.cell,
+            "metric": self.metric,
             "newest": self.newest,
             "against": self.against,
             "reference": self.reference,
@@ -667,6 +675,7 @@ def gate(
             GateFinding(
                 series=s,
                 cell=cell,
+                metric=name,
                 newest=str(names[now[-1]]),
                 against=against,
                 reference=str(ref),

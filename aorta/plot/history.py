@@ -6,7 +6,7 @@ Examples
 >>> entry = {"runs": ["/r/a", "/r/b", "/r/c"], "median": [10.0, 10.2, 13.0],
 ...          "median_ci": [[9.8, 10.0, 12.7], [10.3, 10.4, 13.2]],
 ...          "failure_rate": [0.0, 0.0, 0.1], "failure_ci": [[0.0, 0.0, 0.02], [0.2, 0.2, 0.4]]}
->>> change = {"before": "/r/b", "after": "/r/c", "metric": "step_time", "direction": "slower",
+>>> change = {"before": "/r/b", "after": "/r/c", "metric": "step_time_ms", "direction": "slower",
 ...           "environment_changes": {"torch.version": ["2.12", "2.13"]}}
 >>> fig = series_figure(entry, [change], metric="step_time_ms")
 >>> [ax.get_ylabel() for ax in fig.axes]
@@ -94,7 +94,8 @@ def series_figure(
             color = _change_color(c)
             for ax in (top, bottom):
                 ax.axvline(at, color=color, lw=1.4, ls="--")
-            label = c["direction"].replace("_", " ")
+            # Named as the text and the JSON name it: which metric, which way.
+            label = f"{c['metric']}: {c['direction'].replace('_', ' ')}"
             env = _short(c.get("environment_changes") or {})
             top.annotate(
                 f"{label}\n{env}" if env else label,

@@ -3,10 +3,10 @@ the environment around it, then the gate's answer for the newest run of each ser
 
 Examples
 --------
->>> change_line({"cell": "base", "metric": "step_time", "direction": "slower", "ratio": 1.2,
+>>> change_line({"cell": "base", "metric": "step_time_ms", "direction": "slower", "ratio": 1.2,
 ...     "ci": [1.15, 1.25], "band": "beyond band", "before": "/r/a", "after": "/r/b", "p": 0.001,
 ...     "environment_changes": {"torch.version": ["2.12.0", "2.13.0"]}})
-'base: slower ×1.2 [1.15, 1.25] beyond band between a and b (p = 0.001) — torch.version 2.12.0 → 2.13.0'
+'base · step_time_ms: slower ×1.2 [1.15, 1.25] beyond band between a and b (p = 0.001) — torch.version 2.12.0 → 2.13.0'
 """
 
 from __future__ import annotations
@@ -40,8 +40,9 @@ def environment_words(changes: Mapping[str, Any], *, limit: int = SHOWN_CHANGES)
 
 
 def change_line(c: Mapping[str, Any]) -> str:
-    """One change point (its JSON form) as a line."""
-    if c["metric"] == "step_time":
+    """One change point (its JSON form) as a line, named by the metric whose level changed:
+    the history's own (``step_time_ms``, ``busy_pct`` …) or ``failure_rate``."""
+    if c["metric"] != "failure_rate":
         lo, hi = c.get("ci") or [None, None]
         ci = f" [{lo:.3g}, {hi:.3g}]" if lo is not None and hi is not None else ""
         size = f"×{c['ratio']:.3g}{ci}" if c.get("ratio") is not None else ""
@@ -53,7 +54,8 @@ def change_line(c: Mapping[str, Any]) -> str:
         size = f"{_rate(rb)} → {_rate(ra)} failed"
     where = f"between {Path(c['before']).name} and {Path(c['after']).name}"
     env = environment_words(c.get("environment_changes") or {})
-    text = f"{c['cell']}: {c['direction'].replace('_', ' ')} {size} {where} (p = {c['p']:.2g})"
+    what = f"{c['cell']} · {c['metric']}: {c['direction'].replace('_', ' ')}"
+    text = f"{what} {size} {where} (p = {c['p']:.2g})"
     return text + (f" — {env}" if env else " — no environment change recorded")
 
 
@@ -91,7 +93,8 @@ def history_text(doc: Mapping[str, Any]) -> str:
     for f in tripped:
         ratio = f"×{f['ratio']:.3g}" if f["ratio"] is not None else ""
         lines.append(
-            f"  {f['series']} {f['cell']}: {Path(f['newest']).name} against {f['against']} "
+            f"  {f['series']} {f['cell']} · {f.get('metric', doc['metric'])}: "
+            f"{Path(f['newest']).name} against {f['against']} "
             f"({Path(f['reference']).name}): {f['difference']} {ratio} {f['band']}; failures {f['failures']}"
         )
     return "\n".join(lines)

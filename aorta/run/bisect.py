@@ -22,9 +22,14 @@ stays as rare as one test's; *undecided* when still open at ``max_trials``: the 
 there and names the range still open.
 
 The price of reuse: a midpoint's trials are paired with trials of ``v0`` run earlier, not in the
-same rounds, so a machine that drifts between the steps shows as a difference. ``remeasure``
-(``aorta bisect --remeasure``) runs ``v0`` and ``vN`` again beside every midpoint, in one
-adaptive sweep per step (:func:`step_recipe`), as bisect did before the endpoints were reused.
+same rounds, so a machine that drifts between the steps shows as a difference. Hence the
+**drift sentinel**: each step's run starts with 2 trials of ``v0`` beside its midpoint's first
+2, compared with the pooled ``v0`` trials (:func:`aorta.matrix.sentinel.sentinel_drift`: both
+beyond every pooled trial on one side, and their median beyond the band); on drift that step
+runs ``v0`` and ``vN`` again beside its midpoint, as ``remeasure`` does, and its ``drift`` (and
+its reason) says so. ``remeasure`` (``aorta bisect --remeasure``) runs ``v0`` and ``vN`` again
+beside every midpoint, in one adaptive sweep per step (:func:`step_recipe`), as bisect did
+before the endpoints were reused.
 
 Every run is an ordinary run directory (records, ``matrix.md``, ``aorta report``) whose
 manifest says which step it was (``bisect``; step 0: the endpoints) and whose ``bisect.json``
@@ -54,7 +59,8 @@ from aorta.errors import UsageError
 from aorta.matrix.compare import compare
 from aorta.matrix.dataset import build_dataset
 from aorta.matrix.load import load_run
-from aorta.matrix.stats import DEFAULT_ALPHA
+from aorta.matrix.sentinel import SENTINEL_TRIALS, sentinel_drift
+from aorta.matrix.stats import DEFAULT_ALPHA, trial_medians
 from aorta.recipe.schema import Adaptive, Recipe, recipe_from_data, recipe_to_data
 from aorta.run.adaptive import decision_metric
 from aorta.run.options import RunOptions
@@ -175,10 +181,14 @@ class Step:
     reason: str
     vs_bad: Comparison | None = None
     endpoints: bool = False
+    #: The drift sentinel's finding when it re-measured the endpoints beside this step's
+    #: midpoint (``v0``'s fresh trials against its pooled ones); ``""`` when it did not.
+    drift: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (``aorta bisect --json``'s ``steps``)."""
         return {
+            "drift": self.drift or None,
             "value": self.value,
             "verdict": self.verdict,
             "ratio": self.ratio,
@@ -231,10 +241,15 @@ def _cell_name(prefix: str, index: int, value: str) -> str:
 
 
 def _cells_recipe(
-    recipe: Recipe, picks: list[tuple[str, int]], *, trials: int | None = None
+    recipe: Recipe,
+    picks: list[tuple[str, int]],
+    *,
+    trials: int | None = None,
+    fewer: dict[int, int] | None = None,
 ) -> Recipe:
     """The recipe's first cell once per ``(prefix, index)`` with ``NAME=values[index]``, the
-    first the baseline: adaptive (``trials=None``), else ``trials`` each, interleaved."""
+    first the baseline: adaptive (``trials=None``), else ``trials`` each (``fewer``: the
+    trials of some value indexes instead), interleaved."""
     if recipe.bisect is None:
         raise UsageError("the recipe has no bisect: {variable: NAME, values: [...]} block")
     spec = recipe.expand_cells()[0].spec
@@ -256,8 +271,10 @@ def _cells_recipe(
         data.pop("adaptive", None)
         data.update(schedule="interleaved", trials=trials)
     data["confound"] = {**data.get("confound", {}), "baseline_cell": cells[0]["name"]}
-    for cell in cells:
+    for cell, (_, i) in zip(cells, picks, strict=True):
         cell.pop("trials", None)
+        if fewer and i in fewer:
+            cell["trials"] = fewer[i]
     return recipe_from_data(data)
 
 
@@ -458,12 +475,20 @@ class _Runs:
         """The index of the last value (known bad)."""
         return len(self.values) - 1
 
-    def measure(self, run: Path | None, picks: list[int], trials: int) -> Path:
-        """``run`` (new when ``None``, of the values ``picks``) with ``picks`` grown to at
-        least ``trials`` trials each."""
+    def measure(
+        self,
+        run: Path | None,
+        picks: list[int],
+        trials: int,
+        *,
+        fewer: dict[int, int] | None = None,
+    ) -> Path:
+        """``run`` (new when ``None``, of the values ``picks``, ``fewer``: the trials of some of
+        them instead) with ``picks`` grown to at least ``trials`` trials each."""
+        fewer = fewer or {}
         if run is None:
             pairs = [(self._prefix(i), i) for i in picks]
-            made = _cells_recipe(self.recipe, pairs, trials=trials)
+            made = _cells_recipe(self.recipe, pairs, trials=trials, fewer=fewer)
             run = sweep(made, options=self.options).run_dir
             self.made.append(run)
         else:
@@ -472,7 +497,7 @@ class _Runs:
                 cells = [self.cell(i) for i in short]
                 sweep(resume=run, extend_to=trials, extend_cells=cells, options=self.options)
         for i in picks:
-            self.planned[(run, i)] = max(trials, self.planned.get((run, i), 0))
+            self.planned[(run, i)] = max(fewer.get(i, trials), self.planned.get((run, i), 0))
         return run
 
     def _prefix(self, index: int) -> str:
@@ -519,14 +544,42 @@ def _pool_target(have: int, need: int, cap: int) -> int:
     return have if have >= need else min(max(need, math.ceil(have * 1.5)), cap)
 
 
-def _settle(runs: _Runs, index: int, pool: Path | None) -> tuple[Step, Path, Path]:
+def _trial_values(ds: Any, cell: str) -> Any:
+    """Each trial's value of ``cell`` as the step's comparisons read it: its median step time,
+    or its wall clock when the cell has none; NaN for a trial that did not pass."""
+    if decision_metric(ds, cell) == "step_time_ms":
+        values = trial_medians(
+            ds.step_time_ms.sel(cell=cell).values, ds.warmup_steps.sel(cell=cell).values
+        )
+    else:
+        values = ds.wall_clock_s.sel(cell=cell).values.astype(float)
+    return values[ds.outcome.sel(cell=cell).values == "passed"]
+
+
+def _sentinel(runs: _Runs, index: int, pool: Path) -> tuple[Path, str]:
+    """A step's run of ``values[index]`` (its first look, ``min_trials``) with
+    :data:`SENTINEL_TRIALS` trials of the first value interleaved with its first ones — one
+    sweep, as the step would have started anyway — and the first value's fresh trials against
+    its pooled ones: the run, and the drift in words (``""``: none)."""
+    first = runs.recipe.adaptive_settings.min_trials
+    run = runs.measure(None, [0, index], first, fewer={0: SENTINEL_TRIALS})
+    cell = runs.cell(0)
+    fresh = _trial_values(runs.dataset({0: run}), cell)
+    pooled = _trial_values(runs.dataset({0: pool}), cell)
+    drift = sentinel_drift(fresh, pooled, threshold=runs.recipe.confound.threshold)
+    return run, drift.words(runs.values[0]) if drift.drifted else ""
+
+
+def _settle(
+    runs: _Runs, index: int, pool: Path | None, *, run: Path | None = None
+) -> tuple[Step, Path, Path]:
     """Measure ``values[index]`` until settled: against the first value and the last (the
-    endpoints' run ``pool``, grown to as many trials as the value has), or, with
-    ``pool=None``, the last value against the first in one new run (step 0). Returns the
-    step, the value's run and the pool."""
+    endpoints' run ``pool``, grown to as many trials as the value has; ``run``: the step's run
+    the sentinel started), or, with ``pool=None``, the last value against the first in one new
+    run (step 0). Returns the step, the value's run and the pool."""
     settings, cap = runs.recipe.adaptive_settings, _cap(runs.recipe)
     values, last = runs.values, runs.last
-    n, run = settings.min_trials, None
+    n = settings.min_trials
     while True:
         if pool is None:  # step 0: both endpoints in one interleaved run
             run = runs.measure(run, [0, last], n)
@@ -607,14 +660,18 @@ def bisect(
             on_step(endpoints)
     while not plan.done and (endpoints is None or endpoints.verdict == "bad"):
         index = plan.next
-        if pool is None:
+        started_run, drift = (None, "") if pool is None else _sentinel(runs, index, pool)
+        if pool is None or drift:
             step_r = step_recipe(recipe, index, bad=True)
             run_dir = sweep(step_r, options=opts).run_dir
             runs.made.append(run_dir)
             names = [c.name for c in step_r.cells]
             step = _remeasured(recipe, run_dir, names, plan.values[index], plan.values[-1])
+            if drift:  # the pool stays for later steps: each runs its own sentinel
+                reason = f"{drift}: endpoints re-measured beside it; {step.reason}"
+                step = dataclasses.replace(step, drift=drift, reason=reason)
         else:
-            step, run_dir, pool = _settle(runs, index, pool)
+            step, run_dir, pool = _settle(runs, index, pool, run=started_run)
         steps.append(step)
         record = run_dir / BISECT_JSON
         RunDir(run_dir).update_manifest(

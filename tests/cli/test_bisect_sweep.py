@@ -60,9 +60,10 @@ def test_bisect_finds_the_first_bad_value(
     runs = [Path(ends["run_dir"]), *(Path(s["run_dir"]) for s in doc["steps"])]
     assert [sorted(p.name for p in (r / "cells").iterdir()) for r in runs] == [
         ["bad05-b5", "good00-b0"],
-        ["try02-b2"],
-        ["try03-b3"],
+        ["good00-b0", "try02-b2"],  # each step's 2 trials of b0: the drift sentinel's
+        ["good00-b0", "try03-b3"],
     ]
+    assert [s["drift"] for s in doc["steps"]] == [None, None]
     # Each step is a run: its records, matrix.md and, in its manifest, which step it was.
     assert doc["trials"] == sum(len(list((r / "cells").glob("*/trial_*.json"))) for r in runs)
     for i, (run, step) in enumerate(zip(runs, [ends, *doc["steps"]], strict=True)):
@@ -113,3 +114,49 @@ def test_bisect_usage(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert main(["bisect", "--recipe", str(recipe), "--", "true"]) == ExitCode.USAGE
     assert "no bisect" in capsys.readouterr().err
     assert main(["bisect", "--", "true"]) == ExitCode.USAGE
+
+
+# The machine slows down 2.7× after step 0 (the file the probe reads says by how much): every
+# value, b0 included, runs slower from then on.
+DRIFTING = (
+    "import os, time, pathlib\n"
+    "f = pathlib.Path(os.environ['PROBE_SLOWDOWN'])\n"
+    "k = float(f.read_text()) if f.exists() else 1.0\n"
+    "d = k * (0.04 if int(os.environ['PROBE_BUILD'][1:]) >= 3 else 0.015)\n"
+    "for _ in range(3):\n"
+    "    t = time.perf_counter(); time.sleep(d)\n"
+    "    print(f'step time: {(time.perf_counter() - t) * 1000:.3f} ms', flush=True)\n"
+)
+
+
+def test_the_drift_sentinel_remeasures_the_endpoints_of_a_step_on_a_drifted_machine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """b1 runs as fast as b0, but the machine got 2.7× slower after the endpoints were
+    measured: against b0's pooled trials b1 is never found good (without the sentinel the
+    search ends undecided, no first bad value). The step's 2 fresh b0 trials are beyond
+    every pooled one and beyond the band (×1.3), so the step runs b0 and b5 again beside b1,
+    finds b1 good and says why."""
+    from aorta.recipe.schema import load_recipe
+    from aorta.run.bisect import Step, bisect
+    from aorta.run.options import RunOptions
+
+    slowdown = tmp_path / "slowdown"
+    monkeypatch.setenv("PROBE_SLOWDOWN", str(slowdown))
+    path = tmp_path / "bisect.yaml"
+    path.write_text(RECIPE.replace("[b0, b1, b2, b3, b4, b5]", "[b0, b1, b5]"))
+    recipe = load_recipe(path, command=["python3", "-c", DRIFTING])
+
+    def drift_after_step_0(step: Step) -> None:
+        if step.endpoints:
+            slowdown.write_text("2.7")
+
+    options = RunOptions(output=tmp_path / "out", progress="none")
+    result = bisect(recipe, options=options, on_step=drift_after_step_0)
+    (step,) = result.steps
+    assert (result.first_bad, step.verdict) == ("b5", "good")
+    assert step.drift.startswith("b0 drifted: its 2 fresh trials ×") and step.drift in step.reason
+    assert "endpoints re-measured beside it" in step.reason
+    assert result.to_json()["steps"][0]["drift"] == step.drift
+    cells = sorted(p.name for p in (Path(step.run_dir) / "cells").iterdir())
+    assert cells == ["bad02-b5", "good00-b0", "try01-b1"]

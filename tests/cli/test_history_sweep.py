@@ -67,7 +67,7 @@ def test_nightly_history(
 
     nights += [_night(root, 30, monkeypatch) for _ in range(4)]
     code, doc = _history(capsys, str(root))
-    (change,) = [c for c in doc["change_points"] if c["metric"] == "step_time"]
+    (change,) = [c for c in doc["change_points"] if c["metric"] == "step_time_ms"]
     assert (change["before"], change["after"]) == (str(nights[4]), str(nights[5]))
     assert change["direction"] == "slower" and change["band"] == "beyond band"
     assert change["ci"][0] > 1.2 and change["p"] <= change["level"]

@@ -45,7 +45,7 @@ def test_trace_metric_history(store: Path) -> None:
     assert medians[4:] == pytest.approx([11.19] * 4, abs=0.05)
 
     h = analyze([store], metric="busy_pct")
-    (change,) = [c for c in h.change_points if c.metric == "step_time"]
+    (change,) = [c for c in h.change_points if c.metric == "busy_pct"]
     assert (change.positions, change.direction, change.worse) == ((3, 4), "higher", False)
     assert change.environment_changes["env.GPU"] == ["H100", "MI300X"]
     # Higher busy share is better: the newest segment against the one before trips nothing.
@@ -54,14 +54,14 @@ def test_trace_metric_history(store: Path) -> None:
 
     # The trace's step time fell (4.43 → 4.01 ms): lower, better.
     h = analyze([store], metric="trace_step_ms")
-    (change,) = [c for c in h.change_points if c.metric == "step_time"]
+    (change,) = [c for c in h.change_points if c.metric == "trace_step_ms"]
     assert (change.direction, change.worse, change.ratio) == (
         "lower",
         False,
         pytest.approx(0.905, abs=0.01),
     )
     # The step times the runs recorded did not change.
-    assert [c for c in analyze([store]).change_points if c.metric == "step_time"] == []
+    assert [c for c in analyze([store]).change_points if c.metric == "step_time_ms"] == []
 
 
 def test_trace_metric_cli(store: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -77,3 +77,30 @@ def test_trace_metric_cli(store: Path, capsys: pytest.CaptureFixture[str], tmp_p
     assert list(ds.metric_source.values) == ["no trace"] and int(ds.n_timed.sum()) == 0
     with pytest.raises(UsageError, match="busy_pct"):
         load_history([store], metric="busy_percent")
+
+
+@pytest.mark.parametrize("metric", ["busy_pct", "trace_step_ms"])
+def test_every_output_names_the_metric_analysed(
+    store: Path, metric: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The JSON, the text, the page and its figure name the metric the history analysed —
+    the same name, ``--metric``'s — for its change point and its gate findings, never
+    ``step_time`` (which every timing change point read, whatever the metric)."""
+    from aorta.plot.history import series_figure
+    from aorta.report.page.history import history_page
+
+    assert main(["history", "show", str(store), "--metric", metric, "--json"]) == ExitCode.OK
+    doc = json.loads(capsys.readouterr().out)
+    (change,) = doc["change_points"]
+    assert change["metric"] == metric and change["ratio"] is not None
+    assert doc["gate"]["findings"] and {f["metric"] for f in doc["gate"]["findings"]} == {metric}
+
+    assert main(["history", "show", str(store), "--metric", metric]) == ExitCode.OK
+    text = capsys.readouterr().out
+    assert f"cell00 · {metric}: {change['direction']} ×" in text and "step_time" not in text
+
+    page = history_page(analyze([store], metric=metric))
+    assert f"{metric}: {change['direction']}" in page and "step_time" not in page
+    fig = series_figure(doc["series"][0], [change], metric=doc["metric"])
+    labels = [t.get_text() for t in fig.axes[0].texts]
+    assert fig.axes[0].get_ylabel() == metric and labels[0].startswith(f"{metric}: ")

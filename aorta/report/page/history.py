@@ -41,7 +41,7 @@ def _num(x: float | None, fmt: str = ".3g") -> str:
 def _changes_table(changes: list[dict[str, Any]]) -> str:
     rows = []
     for c in changes:
-        if c["metric"] == "step_time":
+        if c["metric"] != "failure_rate":
             lo, hi = c.get("ci") or [None, None]
             size = f"×{_num(c.get('ratio'))} [{_num(lo)}, {_num(hi)}] {c.get('band', '')}"
         else:
@@ -50,7 +50,7 @@ def _changes_table(changes: list[dict[str, Any]]) -> str:
         rows.append(
             [
                 Cell(c["cell"]),
-                Cell(c["direction"].replace("_", " "), cls=c["direction"]),
+                Cell(f"{c['metric']}: {c['direction'].replace('_', ' ')}", cls=c["direction"]),
                 Cell(size),
                 Cell(Path(c["before"]).name, title=c["before"]),
                 Cell(Path(c["after"]).name, title=c["after"]),
