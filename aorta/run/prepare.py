@@ -86,23 +86,21 @@ def prepare(
     files = [str(f) for f in opts.mitigations_files]
     registry = registry or Registry.load(files=files)
     catalog = catalog or WorkloadCatalog(extra=opts.workloads)
+    updates = _overrides(opts)
+    the_plan: Plan | None = None
     if not isinstance(recipe, Recipe):
-        check_recipe_file(recipe, options=opts, registry=registry, catalog=catalog)
-        recipe = load_recipe(recipe, command=command)
+        found = _check_file(recipe, options=opts, registry=registry, catalog=catalog)
+        if found is not None and found.plan is not None:
+            # Not a problem anywhere: validating planned it already, overrides and all.
+            the_plan, recipe = found.plan, found.plan.recipe
+        else:  # unreadable (load_recipe says so), or only what a run warns about
+            recipe = load_recipe(recipe, command=command)
     elif command:
         recipe = recipe_from_data(recipe.model_dump(mode="json"), command=command)
-    updates: dict[str, object] = {}
-    if opts.ticket is not None:
-        updates["ticket"] = opts.ticket
-    if opts.timeout_s is not None:
-        updates["timeout_per_trial"] = float(opts.timeout_s)
-    if opts.isolation is not None:
-        updates["trial_isolation"] = opts.isolation
-    if opts.check_numerics is not None:
-        updates["check_numerics"] = opts.check_numerics
-    if updates:
-        recipe = recipe_from_data({**recipe.model_dump(mode="json"), **updates})
-    the_plan = plan(recipe, registry=registry)
+    if the_plan is None:
+        if updates:
+            recipe = recipe_from_data({**recipe.model_dump(mode="json"), **updates})
+        the_plan = plan(recipe, registry=registry)
     warnings: list[str] = [_bisect_note(recipe)] if recipe.bisect is not None else []
     workload: type[Workload] | None = None
     level: Isolation | None = None
@@ -236,11 +234,29 @@ def check_recipe_file(
     ...     [f"{x.path}: {x.message.split(';')[0]}" for x in err.problems]
     ["cells[0].mitigations[0]: unknown mitigation 'xnak'", 'trials: must be ≥ 1, got integer 0']
     """
+    _check_file(path, options=options, registry=registry, catalog=catalog, pending_ok=pending_ok)
+
+
+def _check_file(
+    path: str | Path,
+    *,
+    options: RunOptions | None,
+    registry: Registry | None,
+    catalog: WorkloadCatalog | None,
+    pending_ok: bool = False,
+) -> Validation | None:
+    """:func:`check_recipe_file`, returning what validating found (``None``: the file could
+    not be read or parsed); its plan, when it has one, is the run's, the overrides of
+    ``options`` applied."""
     try:
         data = parse_yaml(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, RecipeError):
-        return
+        return None
     opts = options or RunOptions()
+    if isinstance(data, Mapping):
+        # What the command line overrides is what the run checks (--isolation process fixes
+        # a recipe's in_process for race).
+        data = {**data, **_overrides(opts)}
     found = _validate_data(
         data,
         command=list(opts.command) if opts.command else None,
@@ -252,6 +268,22 @@ def check_recipe_file(
         problems = by_path([*problems, missing_command()])
     if any(p not in found.run_warns for p in problems):
         raise RecipeError(problems, source=str(path), skipped=found.skipped)
+    return found
+
+
+def _overrides(opts: RunOptions) -> dict[str, object]:
+    """The recipe fields the run's options override, so ``recipe.resolved.yaml`` reproduces
+    the run (:func:`prepare`)."""
+    updates: dict[str, object] = {}
+    if opts.ticket is not None:
+        updates["ticket"] = opts.ticket
+    if opts.timeout_s is not None:
+        updates["timeout_per_trial"] = float(opts.timeout_s)
+    if opts.isolation is not None:
+        updates["trial_isolation"] = opts.isolation
+    if opts.check_numerics is not None:
+        updates["check_numerics"] = opts.check_numerics
+    return updates
 
 
 def _workload_problems(
