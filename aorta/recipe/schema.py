@@ -65,7 +65,14 @@ from aorta.recipe.limits import (
     image_ref_problem,
     name_bytes_problem,
 )
-from aorta.recipe.setaside import covered, set_aside
+from aorta.recipe.setaside import (
+    BASELINE,
+    SHAPE_KEYS,
+    covered,
+    hides_cells,
+    made_up,
+    set_aside,
+)
 from aorta.recipe.yamldoc import parse_yaml
 from aorta.regex import RegexError, compile_regex
 
@@ -1038,10 +1045,30 @@ def checked_recipe(data: Any, *, command: list[str] | None = None) -> Checked:
                 )
             )
         recipe = recipe.model_copy(update={"command": list(command)})
-    problems += [
-        p for p in _cross_check(recipe, command) if p not in problems and not covered(p, aside)
-    ]
-    return Checked(recipe, by_path(problems), tuple(aside))
+    cross = _cross_check(recipe, command)
+    problems += [p for p in cross if p not in problems and not covered(p, aside)]
+    unsure = hides_cells(aside) and _baseline_unsure(recipe, aside, cross)
+    return Checked(recipe, by_path(problems), tuple(aside), ("the baseline",) if unsure else ())
+
+
+def _baseline_unsure(recipe: Recipe, aside: list[str], cross: list[Problem]) -> bool:
+    """Whether the baseline of ``recipe``, whose cells ``aside`` made up in part, may not be
+    the one the recipe as fixed has (:meth:`Recipe.baseline_cell`'s rules, in order)."""
+    if any(a in SHAPE_KEYS for a in aside) or any(p.path == BASELINE for p in cross):
+        return True  # cells gone whole, or the baseline not found among the ones left
+    if recipe.confound.baseline_cell is not None or recipe.n_cells == 1:
+        return False  # named, and there; or the only cell
+    if made_up(aside, "name"):
+        return True  # the name as fixed may start with 'baseline'
+    try:
+        chosen = recipe.baseline_cell()
+    except RecipeError:
+        return True  # not checked (the rules across fields stopped earlier), or not found
+    if chosen == "baseline" or chosen.startswith("baseline-"):
+        return False  # the first so named: the names were all as written
+    index = next(i for i, c in enumerate(recipe.expand_cells()) if c.name == chosen)
+    # The first cell with mitigations [none]: one made up at or before it may not be.
+    return any(i <= index for i in made_up(aside, "mitigations"))
 
 
 def load_recipe_text(

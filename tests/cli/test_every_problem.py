@@ -113,3 +113,25 @@ def test_the_command_line_s_override_is_what_gets_checked(run_cli, write):
     )
     assert (code, err) == (ExitCode.OK, "")
     assert "process" in out
+
+
+def test_a_cell_without_valid_mitigations_keeps_its_name_and_says_what_waits(run_cli, write):
+    # cells[1]'s mitigations are a string: its name still counts for the duplicates, but
+    # whether it is the baseline (the first cell with mitigations [none]) cannot be told.
+    path = write(
+        "mit.yaml",
+        "workload: matmul\ncells: [{name: a, mitigations: [xnack]}, {name: b, mitigations: none},"
+        " {name: b, mitigations: [none]}]\n",
+    )
+    code, _, err = run_cli("recipe", "validate", path)
+    assert code == ExitCode.USAGE
+    assert err.splitlines() == [
+        f"Error: {path}: cells[1].mitigations: must be a non-empty list of names, got 'none'",
+        f"Error: {path}: cells[2].name: duplicate cell name 'b' (also cells[1])",
+        "(not checked until these are fixed: the baseline)",
+    ]
+    # Named, the baseline is checked: no line waits.
+    path.write_text(path.read_text() + "confound: {baseline_cell: a}\n")
+    code, _, err = run_cli("recipe", "validate", path)
+    assert code == ExitCode.USAGE
+    assert "not checked" not in err and len(err.splitlines()) == 2

@@ -114,18 +114,23 @@ def test_every_problem_once_whatever_the_mix(tmp_path_factory, faults: set[str])
     copies=st.lists(st.integers(0, 5), min_size=1, max_size=8),
     bad_trials=st.sets(st.integers(0, 13)),
     bad_env=st.sets(st.integers(0, 13)),
+    bad_mitigations=st.sets(st.integers(0, 13)),
 )
 def test_every_duplicate_name_is_reported_beside_bad_values(
-    tmp_path_factory, names, copies, bad_trials, bad_env
+    tmp_path_factory, names, copies, bad_trials, bad_env, bad_mitigations
 ) -> None:
     """N cells repeating an earlier name are N problems, whatever bad values the cells carry
-    besides (each set aside and reported on its own)."""
+    besides (each set aside and reported on its own; a cell without valid mitigations still
+    has its name)."""
     cells = [{"name": n, "mitigations": ["none"]} for n in names]
     cells += [{"name": names[i % len(names)], "mitigations": ["none"]} for i in copies]
     for i in bad_trials & set(range(len(cells))):
         cells[i]["trials"] = 0
     for i in bad_env & set(range(len(cells))):
         cells[i]["environment"] = 3
+    bad_mitigations &= set(range(len(cells)))
+    for i in bad_mitigations:
+        cells[i]["mitigations"] = "none"
     path = tmp_path_factory.mktemp("d") / "r.yaml"
     path.write_text(yaml.safe_dump({"workload": "matmul", "cells": cells}))
     found = [str(p) for p in validate_recipe(path).problems]
@@ -134,6 +139,7 @@ def test_every_duplicate_name_is_reported_beside_bad_values(
         bad_trials & set(range(len(cells)))
     )
     assert sum(".environment: must be" in p for p in found) == len(bad_env & set(range(len(cells))))
+    assert sum(".mitigations: must be" in p for p in found) == len(bad_mitigations)
     assert len(found) == len(copies) + len(bad_trials & set(range(len(cells)))) + len(
         bad_env & set(range(len(cells)))
-    ), found
+    ) + len(bad_mitigations), found
