@@ -27,6 +27,7 @@ __all__ = [
     "by_path",
     "describe_value",
     "invalid",
+    "path_parts",
     "summarize_problems",
     "validation_problems",
 ]
@@ -131,6 +132,15 @@ class Problem:
 _PATH_PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
 
 
+def path_parts(path: str) -> list[str | int]:
+    """A problem's path split into keys and list indices.
+
+    >>> path_parts("cells[2].extra_env.X")
+    ['cells', 2, 'extra_env', 'X']
+    """
+    return [int(i) if i else name for name, i in _PATH_PART.findall(path)]
+
+
 def by_path(problems: Iterable[Problem]) -> list[Problem]:
     """``problems`` in the order of their paths, indices by number (``cells[2]`` before
     ``cells[10]``), problems at one path in the order they came.
@@ -141,7 +151,7 @@ def by_path(problems: Iterable[Problem]) -> list[Problem]:
     """
 
     def key(p: Problem) -> list[tuple[str, int]]:
-        return [(name, int(i) if i else -1) for name, i in _PATH_PART.findall(p.path)]
+        return [(part, -1) if isinstance(part, str) else ("", part) for part in path_parts(p.path)]
 
     return sorted(problems, key=key)
 

@@ -27,13 +27,12 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from aorta.errors import Problem
+from aorta.errors import Problem, path_parts
 
 __all__ = ["BASELINE", "SHAPE_KEYS", "covered", "hides_cells", "made_up", "set_aside"]
 
 _UNKNOWN_KEY = re.compile(r"^unknown key (.+?)(?:; did you mean .*)? \(allowed: ")
 _MEANT = re.compile(r"; did you mean '([A-Za-z0-9_]+)'\?")
-_PATH_PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
 _IN_CELL = re.compile(r"^cells\[(\d+)\]")
 #: A cell's fields the rules across cells read: made up in a stand-in, they hide the cell.
 _MADE_UP = re.compile(r"^cells\[\d+\](?:\.(?:name|mitigations))?$")
@@ -55,7 +54,7 @@ _STAND_IN = "_set_aside_"
 def _parts(path: str) -> list[str | int] | None:
     """``cells[2].extra_env`` → ``['cells', 2, 'extra_env']``; ``None`` when the path does not
     read back (a key holding ``.`` or ``[``)."""
-    parts: list[str | int] = [int(i) if i else name for name, i in _PATH_PART.findall(path)]
+    parts = path_parts(path)
     rebuilt = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts)
     return parts if rebuilt.removeprefix(".") == path else None
 
