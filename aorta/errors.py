@@ -7,7 +7,8 @@ an :class:`ExitCode` in one place and prints one line, ``Error: <message>``.
 from __future__ import annotations
 
 import enum
-from collections.abc import Collection, Mapping, Sequence
+import re
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 __all__ = [
@@ -23,8 +24,10 @@ __all__ = [
     "TraceError",
     "TraceWarning",
     "UsageError",
+    "by_path",
     "describe_value",
     "invalid",
+    "path_parts",
     "summarize_problems",
     "validation_problems",
 ]
@@ -126,21 +129,57 @@ class Problem:
         return hash((self.path, self.message))
 
 
+_PATH_PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
+
+
+def path_parts(path: str) -> list[str | int]:
+    """A problem's path split into keys and list indices.
+
+    >>> path_parts("cells[2].extra_env.X")
+    ['cells', 2, 'extra_env', 'X']
+    """
+    return [int(i) if i else name for name, i in _PATH_PART.findall(path)]
+
+
+def by_path(problems: Iterable[Problem]) -> list[Problem]:
+    """``problems`` in the order of their paths, indices by number (``cells[2]`` before
+    ``cells[10]``), problems at one path in the order they came.
+
+    >>> [str(p) for p in by_path([Problem("workload", "w"), Problem("cells[10]", "b"),
+    ...                           Problem("cells[2].name", "a"), Problem("", "top")])]
+    ['top', 'cells[2].name: a', 'cells[10]: b', 'workload: w']
+    """
+
+    def key(p: Problem) -> list[tuple[str, int]]:
+        return [(part, -1) if isinstance(part, str) else ("", part) for part in path_parts(p.path)]
+
+    return sorted(problems, key=key)
+
+
 class LocatedError(UsageError):
     """A document that cannot be used; every problem names its path inside the document.
 
     ``problems`` lists every problem found; ``str(err)`` is the first one (with the file name
-    when known) and a count of the rest. Subclasses name the kind of document.
+    when known) and a count of the rest; :meth:`lines` is every problem, one line each.
+    ``skipped`` names the checks that could not run until these problems are fixed (they
+    need what the problems break). Subclasses name the kind of document.
     """
 
     #: What the summary says when there is no problem to show.
     document = "invalid document"
 
-    def __init__(self, problems: Sequence[Problem] | str, *, source: str | None = None) -> None:
+    def __init__(
+        self,
+        problems: Sequence[Problem] | str,
+        *,
+        source: str | None = None,
+        skipped: Sequence[str] = (),
+    ) -> None:
         if isinstance(problems, str):
             problems = [Problem("", problems)]
         self.problems = list(problems)
         self.source = source
+        self.skipped = tuple(skipped)
         super().__init__(
             summarize_problems(
                 [str(p) for p in self.problems], source=self.source, empty=self.document
@@ -149,7 +188,24 @@ class LocatedError(UsageError):
 
     def with_source(self, source: str) -> LocatedError:
         """The same problems, attributed to the file ``source``."""
-        return type(self)(self.problems, source=source)
+        return type(self)(self.problems, source=source, skipped=self.skipped)
+
+    def lines(self) -> list[str]:
+        """Every problem on its own line (with the file name when known).
+
+        >>> err = RecipeError([Problem("trials", "must be ≥ 1"), Problem("cells[1].name", "dup")],
+        ...                   source="r.yaml", skipped=["the cell names"])
+        >>> err.lines(), err.skipped_line()
+        (['r.yaml: trials: must be ≥ 1', 'r.yaml: cells[1].name: dup'], '(not checked until these are fixed: the cell names)')
+        """
+        head = f"{self.source}: " if self.source else ""
+        return [f"{head}{p}" for p in self.problems] or [str(self)]
+
+    def skipped_line(self) -> str | None:
+        """The line that names the checks skipped until the problems are fixed, if any."""
+        if not self.skipped:
+            return None
+        return f"(not checked until these are fixed: {'; '.join(self.skipped)})"
 
 
 def invalid(kind: str, message: str) -> Exception:

@@ -17,7 +17,7 @@ from typing import Annotated, Any
 import typer
 
 from aorta import __version__
-from aorta.errors import AortaError, AortaWarning, ExitCode
+from aorta.errors import AortaError, AortaWarning, ExitCode, LocatedError
 
 from . import bisect as _bisect
 from . import bundle as _bundle
@@ -173,6 +173,14 @@ def _main(argv: Sequence[str] | None) -> int:
             warnings.simplefilter("always", AortaWarning)  # _warning_lines says each once
             warnings.showwarning = _warning_lines()
             rv = command.main(args=args, prog_name="aorta", standalone_mode=False)
+    except LocatedError as exc:
+        # Every problem of a recipe or cluster file, one line each: the user fixes them in one
+        # pass; the checks they held back are said last, not as an error.
+        for line in exc.lines():
+            _error(line)
+        if (skipped := exc.skipped_line()) is not None:
+            print(skipped, file=sys.stderr)
+        return int(exc.exit_code)
     except AortaError as exc:
         _error(str(exc))
         return int(exc.exit_code)

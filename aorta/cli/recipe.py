@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from aorta import envvars
-from aorta.errors import ExitCode
+from aorta.errors import ExitCode, RecipeError
 from aorta.recipe import dump_recipe, load_recipe_pending_command
 
 from ._options import MitigationsFiles, option, redact_secrets_of
@@ -34,10 +34,9 @@ def validate(
 
     redact_secrets_of(file, *(mitigations_file or ()))
     found = validate_recipe(file, command=command or None, mitigations_files=mitigations_file or ())
-    for problem in found.problems:
-        print(f"Error: {file}: {problem}", file=sys.stderr)
     if found.problems:
-        return ExitCode.USAGE
+        # The lines every command that loads a recipe prints (aorta.cli's error ladder).
+        raise RecipeError(found.problems, source=str(file), skipped=found.skipped)
     for warning in found.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     p = found.plan

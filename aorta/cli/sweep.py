@@ -218,6 +218,9 @@ def _plan(source: Path | Recipe, *, options: RunOptions, as_json: bool) -> int:
     # of aorta.run would shadow once the module loads (and vice versa).
     from aorta.run import prepare as preparing
 
+    if not isinstance(source, Recipe):
+        # The problems `recipe validate` lists, all of them, not the first stage's.
+        preparing.check_recipe_file(source, options=options, pending_ok=True)
     # A probe recipe's plan can be shown before its command is known (it comes after '--').
     shown, pending = (
         (source, False)

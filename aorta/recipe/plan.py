@@ -29,20 +29,15 @@ Examples
 
 from __future__ import annotations
 
-import ast
-import copy
 import dataclasses
 import hashlib
 import random
-import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from pydantic import ValidationError
-
-from aorta.errors import Problem, RecipeError
+from aorta.errors import Problem, RecipeError, by_path
 from aorta.recipe.limits import MAX_CELLS
 from aorta.recipe.registry import Environment, Registry
 from aorta.recipe.schema import (
@@ -51,9 +46,10 @@ from aorta.recipe.schema import (
     Recipe,
     StopAfter,
     canonical_json,
+    checked_recipe,
     is_missing_command,
-    recipe_from_data,
 )
+from aorta.recipe.setaside import covered
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
@@ -405,102 +401,53 @@ def _deadline(recipe: Recipe, timeout_s: float | None) -> float:
 
 def recipe_problems(
     data: Any, *, registry: Registry, command: list[str] | None = None
-) -> tuple[Plan | None, list[Problem], bool]:
+) -> tuple[Plan | None, list[Problem], bool, tuple[str, ...]]:
     """Every problem of a parsed recipe at once: its structure, its cross-field rules and the
-    names it uses (mitigations, environments) — what ``aorta recipe validate`` lists, where
-    loading stops at the first stage that fails.
+    names it uses (mitigations, environments), sorted by path — what ``aorta recipe validate``
+    lists and every command that loads a recipe refuses it with.
 
-    Returns ``(plan, problems, pending)``: the plan when there is no problem, each problem with
-    its path, and whether a probe recipe's command is still to come (given after ``--`` when it
-    runs; not a problem). Names are checked in the raw document too when its structure is
-    wrong, so an unknown mitigation shows beside a misspelt key.
+    Returns ``(plan, problems, pending, skipped)``: the plan when there is no problem, each
+    problem with its path, whether a probe recipe's command is still to come (given after
+    ``--`` when it runs; not a problem), and the checks that could not run until the problems
+    are fixed. A bad value does not hide the problems of later stages: it is set aside
+    (:func:`~aorta.recipe.schema.checked_recipe`) and the names are checked on what is left,
+    or in the raw document when its structure is too broken to validate.
 
     >>> reg = Registry.load(entry_points=False)
     >>> data = {"workload": "matmul", "trails": 3,
     ...         "cells": [{"name": "a", "mitigations": ["none"]}, {"name": "b", "mitigations": ["tf32_of"]}]}
-    >>> _, problems, _ = recipe_problems(data, registry=reg)
+    >>> _, problems, _, _ = recipe_problems(data, registry=reg)
     >>> [str(p)[:30] for p in problems]
     ["unknown key 'trails'; did you ", 'cells[1].mitigations[0]: unkno']
     """
-    problems: list[Problem] = []
-    recipe: Recipe | None = None
-    doc = data
-    for _ in range(_MAX_ROUNDS):
-        try:
-            recipe = recipe_from_data(doc, command=command)
-            break
-        except RecipeError as exc:
-            new = [p for p in exc.problems if p not in problems]
-            problems += new
-            # An unknown key stops its model's validation: drop it and look at the rest.
-            doc = _without_unknown_keys(doc, new)
-            if doc is None:
-                doc = data
-                break
-    pending = any(is_missing_command(p) for p in problems)
-    problems = [p for p in problems if not is_missing_command(p)]
-    model = recipe or _model_or_none(doc, command=command or (["<pending>"] if pending else None))
+    checked = checked_recipe(data, command=command)
+    pending = any(is_missing_command(p) for p in checked.problems)
+    problems = [p for p in checked.problems if not is_missing_command(p)]
+    skipped = checked.skipped
+    model = checked.recipe
     if model is not None:
-        if model.n_cells <= MAX_CELLS:
+        if pending:
+            model = model.model_copy(update={"command": ["<pending>"]})
+        if model.n_cells > MAX_CELLS:
+            skipped += ("the mitigation and environment names",)
+        else:
             try:
                 the_plan = plan(model, registry=registry)
             except RecipeError as exc:
-                problems += [p for p in exc.problems if p not in problems]
+                problems += [
+                    p for p in exc.problems if p not in problems and not covered(p, checked.aside)
+                ]
             else:
                 if not problems:
-                    return the_plan, [], pending
+                    return the_plan, [], pending, ()
     else:
         reported = [p.path for p in problems]
         problems += [
             p
-            for p in _raw_name_problems(doc, registry)
+            for p in _raw_name_problems(data, registry)
             if not any(p.path == r or p.path.startswith(r + "[") for r in reported)
         ]
-    return None, problems, pending
-
-
-#: Rounds of dropping unknown keys and validating again (one per nesting level is plenty).
-_MAX_ROUNDS = 8
-_UNKNOWN_KEY = re.compile(r"^unknown key (.+?)(?:; did you mean .*)? \(allowed: ")
-_PATH_PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
-
-
-def _without_unknown_keys(doc: Any, problems: list[Problem]) -> Any:
-    """``doc`` without the unknown keys ``problems`` name (a copy), or ``None`` when they name
-    none (or one cannot be found)."""
-    drops = []
-    for p in problems:
-        m = _UNKNOWN_KEY.match(p.message)
-        if m is None:
-            continue
-        try:
-            key = ast.literal_eval(m.group(1))
-        except (ValueError, SyntaxError):
-            return None
-        drops.append((p.path, key))
-    if not drops:
-        return None
-    doc = copy.deepcopy(doc)
-    for path, key in drops:
-        node = doc
-        for name, index in _PATH_PART.findall(path):
-            try:
-                node = node[int(index)] if index else node[name]
-            except (KeyError, IndexError, TypeError):
-                return None
-        if not isinstance(node, dict) or key not in node:
-            return None
-        del node[key]
-    return doc
-
-
-def _model_or_none(data: Any, *, command: list[str] | None) -> Recipe | None:
-    """The recipe's model when its fields validate, whatever its cross-field problems."""
-    try:
-        recipe = Recipe.model_validate(data)
-    except (ValidationError, TypeError, ValueError):
-        return None
-    return recipe.model_copy(update={"command": list(command)}) if command else recipe
+    return None, by_path(problems), pending, skipped
 
 
 def _raw_name_problems(data: Any, registry: Registry) -> Iterator[Problem]:

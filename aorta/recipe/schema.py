@@ -51,7 +51,7 @@ from pydantic import (
 )
 
 from aorta import envvars
-from aorta.errors import Problem, RecipeError, describe_value, validation_problems
+from aorta.errors import Problem, RecipeError, by_path, describe_value, validation_problems
 from aorta.errors import invalid as _fail
 from aorta.recipe.condition import compile_condition
 from aorta.recipe.limits import (
@@ -65,6 +65,14 @@ from aorta.recipe.limits import (
     image_ref_problem,
     name_bytes_problem,
 )
+from aorta.recipe.setaside import (
+    BASELINE,
+    SHAPE_KEYS,
+    covered,
+    hides_cells,
+    made_up,
+    set_aside,
+)
 from aorta.recipe.yamldoc import parse_yaml
 from aorta.regex import RegexError, compile_regex
 
@@ -73,6 +81,7 @@ __all__ = [
     "Axes",
     "Bisect",
     "CellSpec",
+    "Checked",
     "Collector",
     "Confound",
     "CustomPattern",
@@ -84,11 +93,13 @@ __all__ = [
     "Retain",
     "RetainLevel",
     "StopAfter",
+    "checked_recipe",
     "dump_recipe",
     "is_missing_command",
     "load_recipe",
     "load_recipe_pending_command",
     "load_recipe_text",
+    "missing_command",
     "scrub_env_keys_of",
 ]
 
@@ -865,6 +876,15 @@ _NO_COMMAND = (
 )
 
 
+def missing_command() -> Problem:
+    """The problem of a probe recipe run without its command (see :func:`is_missing_command`).
+
+    >>> is_missing_command(missing_command())
+    True
+    """
+    return Problem("command", _NO_COMMAND)
+
+
 def is_missing_command(problem: Problem) -> bool:
     """Whether ``problem`` is only a probe recipe's command still to come (after ``--``).
 
@@ -902,8 +922,8 @@ def _cross_check(recipe: Recipe, command: list[str] | None) -> list[Problem]:
             add("workload", "required in matrix mode (or give a command after '--')")
         if not recipe.cells and recipe.axes is None:
             add("cells", "a matrix recipe needs at least one cell (or an axes block)")
-    if problems:
-        return problems
+    if any(p.path not in ("workload", "command") for p in problems):
+        return problems  # the cells are not what a recipe of this mode has: nothing to count
     n_cells = recipe.n_cells
     if n_cells > MAX_CELLS:
         where = {"probe": "mitigation_axis"}.get(recipe.mode, "axes" if recipe.axes else "cells")
@@ -929,11 +949,10 @@ def _cross_check(recipe: Recipe, command: list[str] | None) -> list[Problem]:
             f"the recipe plans {total:,} trials in all over {n_cells:,} cells, more than "
             f"{MAX_TOTAL_TRIALS:,}",
         )
-    if not problems:
-        try:
-            recipe.baseline_cell()
-        except RecipeError as exc:
-            problems.extend(exc.problems)
+    try:
+        recipe.baseline_cell()
+    except RecipeError as exc:
+        problems.extend(exc.problems)
     return problems
 
 
@@ -942,39 +961,114 @@ def _cross_check(recipe: Recipe, command: list[str] | None) -> list[Problem]:
 
 
 def recipe_from_data(data: Any, *, command: list[str] | None = None) -> Recipe:
-    """Validate a parsed document into a :class:`Recipe` (see :func:`load_recipe`)."""
+    """Validate a parsed document into a :class:`Recipe` (see :func:`load_recipe`).
+
+    Raises :class:`~aorta.errors.RecipeError` carrying every problem :func:`checked_recipe`
+    finds, sorted by path.
+    """
+    checked = checked_recipe(data, command=command)
+    if checked.problems:
+        raise RecipeError(checked.problems, skipped=checked.skipped)
+    assert checked.recipe is not None
+    return checked.recipe
+
+
+#: The checks :func:`checked_recipe` skips when the fields do not validate even with the bad
+#: values set aside (a problem at the top of the document).
+CROSS_CHECKS = "duplicate cell names, the cell count, the trial total and the baseline"
+#: Rounds of setting aside and validating again (one per nesting level is plenty).
+_MAX_ROUNDS = 16
+
+
+@dataclass(frozen=True)
+class Checked:
+    """What :func:`checked_recipe` finds: the problems, sorted by path, and the recipe with
+    the values they name set aside (to check further stages against; never to run unless
+    ``problems`` is empty)."""
+
+    recipe: Recipe | None
+    problems: list[Problem]
+    #: The paths set aside to reach ``recipe`` (a later stage's problems under them are echoes).
+    aside: tuple[str, ...] = ()
+    #: The checks that could not run (no ``recipe`` to run them on).
+    skipped: tuple[str, ...] = ()
+
+
+def checked_recipe(data: Any, *, command: list[str] | None = None) -> Checked:
+    """Every problem of a parsed document that needs no registry, in one pass: the fields
+    (each bad value set aside so the rest is still validated, :mod:`aorta.recipe.setaside`),
+    then the rules across fields on what validated.
+
+    >>> c = checked_recipe({"workload": "matmul", "trials": 0, "cells": [
+    ...     {"name": "a", "mitigations": ["none"]}, {"name": "a", "mitigations": ["none"]}]})
+    >>> [str(p) for p in c.problems]
+    ["cells[1].name: duplicate cell name 'a' (also cells[0])", 'trials: must be ≥ 1, got integer 0']
+    """
     if not isinstance(data, Mapping):
-        raise RecipeError(
-            [Problem("", f"a recipe is a mapping of keys, got {describe_value(data)}")]
+        return Checked(
+            None, [Problem("", f"a recipe is a mapping of keys, got {describe_value(data)}")]
         )
     if "schema_version" in data and data["schema_version"] != SCHEMA_VERSION:
-        raise RecipeError(
+        # Another version's document: this schema's rules would only add noise.
+        got = describe_value(data["schema_version"])
+        return Checked(
+            None,
             [
                 Problem(
-                    "schema_version",
-                    f"this aorta reads schema_version {SCHEMA_VERSION}, got {describe_value(data['schema_version'])}",
+                    "schema_version", f"this aorta reads schema_version {SCHEMA_VERSION}, got {got}"
                 )
-            ]
+            ],
         )
-    try:
-        recipe = Recipe.model_validate(data)
-    except ValidationError as exc:
-        raise RecipeError(validation_problems(exc, hide={"str", "DockerEnvironment"})) from None
+    problems: list[Problem] = []
+    aside: list[str] = []
+    recipe: Recipe | None = None
+    doc: Any = data
+    for _ in range(_MAX_ROUNDS):
+        try:
+            recipe = Recipe.model_validate(doc)
+            break
+        except ValidationError as exc:
+            found = validation_problems(exc, hide={"str", "DockerEnvironment"})
+        problems += [p for p in found if p not in problems and not covered(p, aside)]
+        doc, more = set_aside(doc, found)
+        if not more:
+            break
+        aside += more
+    if recipe is None:
+        return Checked(None, by_path(problems), tuple(aside), (CROSS_CHECKS,))
     if command is not None:
         if recipe.workload not in (None, "command"):
-            raise RecipeError(
-                [
-                    Problem(
-                        "workload",
-                        f"a command after '--' runs with workload 'command', but the recipe asks for {recipe.workload!r}",
-                    )
-                ]
+            problems.append(
+                Problem(
+                    "workload",
+                    f"a command after '--' runs with workload 'command', but the recipe asks for {recipe.workload!r}",
+                )
             )
         recipe = recipe.model_copy(update={"command": list(command)})
-    problems = _cross_check(recipe, command)
-    if problems:
-        raise RecipeError(problems)
-    return recipe
+    cross = _cross_check(recipe, command)
+    problems += [p for p in cross if p not in problems and not covered(p, aside)]
+    unsure = hides_cells(aside) and _baseline_unsure(recipe, aside, cross)
+    return Checked(recipe, by_path(problems), tuple(aside), ("the baseline",) if unsure else ())
+
+
+def _baseline_unsure(recipe: Recipe, aside: list[str], cross: list[Problem]) -> bool:
+    """Whether the baseline of ``recipe``, whose cells ``aside`` made up in part, may not be
+    the one the recipe as fixed has (:meth:`Recipe.baseline_cell`'s rules, in order)."""
+    if any(a in SHAPE_KEYS for a in aside) or any(p.path == BASELINE for p in cross):
+        return True  # cells gone whole, or the baseline not found among the ones left
+    if recipe.confound.baseline_cell is not None or recipe.n_cells == 1:
+        return False  # named, and there; or the only cell
+    if made_up(aside, "name"):
+        return True  # the name as fixed may start with 'baseline'
+    try:
+        chosen = recipe.baseline_cell()
+    except RecipeError:
+        return True  # not checked (the rules across fields stopped earlier), or not found
+    if chosen == "baseline" or chosen.startswith("baseline-"):
+        return False  # the first so named: the names were all as written
+    index = next(i for i, c in enumerate(recipe.expand_cells()) if c.name == chosen)
+    # The first cell with mitigations [none]: one made up at or before it may not be.
+    return any(i <= index for i in made_up(aside, "mitigations"))
 
 
 def load_recipe_text(

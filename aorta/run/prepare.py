@@ -14,10 +14,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from aorta.errors import AortaError, Problem, RecipeError, UsageError
+from aorta.errors import AortaError, Problem, RecipeError, UsageError, by_path
 from aorta.recipe.plan import Plan, plan, recipe_problems
 from aorta.recipe.registry import Registry
-from aorta.recipe.schema import Recipe, dump_recipe, load_recipe, recipe_from_data
+from aorta.recipe.schema import (
+    Recipe,
+    dump_recipe,
+    load_recipe,
+    missing_command,
+    recipe_from_data,
+)
 from aorta.recipe.yamldoc import parse_yaml
 from aorta.run.options import RunOptions
 from aorta.run.ranks import DistEnv
@@ -33,6 +39,7 @@ from aorta.store.rundir import RunDir, aorta_command
 __all__ = [
     "Prepared",
     "Validation",
+    "check_recipe_file",
     "check_world_size",
     "prepare",
     "prepare_run",
@@ -76,25 +83,24 @@ def prepare(
     """
     opts = options or RunOptions()
     command = list(opts.command) if opts.command else None
-    if not isinstance(recipe, Recipe):
-        recipe = load_recipe(recipe, command=command)
-    elif command:
-        recipe = recipe_from_data(recipe.model_dump(mode="json"), command=command)
-    updates: dict[str, object] = {}
-    if opts.ticket is not None:
-        updates["ticket"] = opts.ticket
-    if opts.timeout_s is not None:
-        updates["timeout_per_trial"] = float(opts.timeout_s)
-    if opts.isolation is not None:
-        updates["trial_isolation"] = opts.isolation
-    if opts.check_numerics is not None:
-        updates["check_numerics"] = opts.check_numerics
-    if updates:
-        recipe = recipe_from_data({**recipe.model_dump(mode="json"), **updates})
     files = [str(f) for f in opts.mitigations_files]
     registry = registry or Registry.load(files=files)
-    the_plan = plan(recipe, registry=registry)
     catalog = catalog or WorkloadCatalog(extra=opts.workloads)
+    updates = _overrides(opts)
+    the_plan: Plan | None = None
+    if not isinstance(recipe, Recipe):
+        found = _check_file(recipe, options=opts, registry=registry, catalog=catalog)
+        if found is not None and found.plan is not None:
+            # Not a problem anywhere: validating planned it already, overrides and all.
+            the_plan, recipe = found.plan, found.plan.recipe
+        else:  # unreadable (load_recipe says so), or only what a run warns about
+            recipe = load_recipe(recipe, command=command)
+    elif command:
+        recipe = recipe_from_data(recipe.model_dump(mode="json"), command=command)
+    if the_plan is None:
+        if updates:
+            recipe = recipe_from_data({**recipe.model_dump(mode="json"), **updates})
+        the_plan = plan(recipe, registry=registry)
     warnings: list[str] = [_bisect_note(recipe)] if recipe.bisect is not None else []
     workload: type[Workload] | None = None
     level: Isolation | None = None
@@ -128,6 +134,11 @@ class Validation:
     pending_command: bool = False
     #: What the run would warn about (a collector the workload does not drive, …).
     warnings: list[str] = field(default_factory=list)
+    #: The checks that could not run until the problems are fixed.
+    skipped: tuple[str, ...] = ()
+    #: The problems among ``problems`` that a run only warns about (an unregistered workload:
+    #: its trials fail; a ``workload_config`` key the workload does not read).
+    run_warns: tuple[Problem, ...] = ()
 
 
 def validate_recipe(
@@ -162,10 +173,25 @@ def validate_recipe(
         registry = Registry.load(files=[str(f) for f in mitigations_files])
     except RecipeError as exc:
         return Validation(list(exc.problems))
-    the_plan, problems, pending = recipe_problems(data, registry=registry, command=command)
-    problems += _workload_problems(data, catalog or WorkloadCatalog(), problems)
+    return _validate_data(data, command=command, registry=registry, catalog=catalog)
+
+
+def _validate_data(
+    data: object,
+    *,
+    command: list[str] | None,
+    registry: Registry,
+    catalog: WorkloadCatalog | None,
+) -> Validation:
+    """:func:`validate_recipe` of a parsed document: the one list of problems that ``recipe
+    validate`` prints and :func:`prepare` refuses a recipe file with."""
+    the_plan, problems, pending, skipped = recipe_problems(data, registry=registry, command=command)
+    refused, warned = _workload_problems(data, catalog or WorkloadCatalog(), problems)
+    problems = by_path([*problems, *refused, *warned])
     if problems:
-        return Validation(problems, pending_command=pending)
+        return Validation(
+            problems, pending_command=pending, skipped=skipped, run_warns=tuple(warned)
+        )
     assert the_plan is not None
     warnings: list[str] = []
     with contextlib.suppress(AortaError):
@@ -174,31 +200,127 @@ def validate_recipe(
     return Validation([], the_plan, pending, warnings)
 
 
+def check_recipe_file(
+    path: str | Path,
+    *,
+    options: RunOptions | None = None,
+    registry: Registry | None = None,
+    catalog: WorkloadCatalog | None = None,
+    pending_ok: bool = False,
+) -> None:
+    """Refuse a recipe file a run would refuse, with every problem :func:`validate_recipe`
+    finds, sorted by path: one rule for ``recipe validate``, ``sweep run`` and its
+    ``--dry-run``. ``options`` give the command after ``--``, the mitigations files and the
+    extra workloads (unless ``registry``, ``catalog`` are given); ``pending_ok``: a probe
+    recipe's command may still come (a dry run).
+
+    What a run only warns about — a workload not registered (its trials fail), a
+    ``workload_config`` key the workload does not read — refuses nothing on its own, and is
+    listed beside the problems that do. A file that cannot be read or parsed is left to
+    :func:`~aorta.recipe.schema.load_recipe`, whose error names it.
+
+    Raises
+    ------
+    RecipeError
+        Carrying every problem (``err.problems``) and the checks skipped until they are
+        fixed (``err.skipped``).
+
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "r.yaml"
+    >>> _ = p.write_text("trials: 0\\nworkload: matmul\\ncells: [{name: a, mitigations: [xnak]}]\\n")
+    >>> try:
+    ...     check_recipe_file(p)
+    ... except RecipeError as err:
+    ...     [f"{x.path}: {x.message.split(';')[0]}" for x in err.problems]
+    ["cells[0].mitigations[0]: unknown mitigation 'xnak'", 'trials: must be ≥ 1, got integer 0']
+    """
+    _check_file(path, options=options, registry=registry, catalog=catalog, pending_ok=pending_ok)
+
+
+def _check_file(
+    path: str | Path,
+    *,
+    options: RunOptions | None,
+    registry: Registry | None,
+    catalog: WorkloadCatalog | None,
+    pending_ok: bool = False,
+) -> Validation | None:
+    """:func:`check_recipe_file`, returning what validating found (``None``: the file could
+    not be read or parsed); its plan, when it has one, is the run's, the overrides of
+    ``options`` applied."""
+    try:
+        data = parse_yaml(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, RecipeError):
+        return None
+    opts = options or RunOptions()
+    if isinstance(data, Mapping):
+        # What the command line overrides is what the run checks (--isolation process fixes
+        # a recipe's in_process for race).
+        data = {**data, **_overrides(opts)}
+    found = _validate_data(
+        data,
+        command=list(opts.command) if opts.command else None,
+        registry=registry or Registry.load(files=[str(f) for f in opts.mitigations_files]),
+        catalog=catalog or WorkloadCatalog(extra=opts.workloads),
+    )
+    problems = found.problems
+    if found.pending_command and not pending_ok:
+        problems = by_path([*problems, missing_command()])
+    if any(p not in found.run_warns for p in problems):
+        raise RecipeError(problems, source=str(path), skipped=found.skipped)
+    return found
+
+
+def _overrides(opts: RunOptions) -> dict[str, object]:
+    """The recipe fields the run's options override, so ``recipe.resolved.yaml`` reproduces
+    the run (:func:`prepare`)."""
+    updates: dict[str, object] = {}
+    if opts.ticket is not None:
+        updates["ticket"] = opts.ticket
+    if opts.timeout_s is not None:
+        updates["timeout_per_trial"] = float(opts.timeout_s)
+    if opts.isolation is not None:
+        updates["trial_isolation"] = opts.isolation
+    if opts.check_numerics is not None:
+        updates["check_numerics"] = opts.check_numerics
+    return updates
+
+
 def _workload_problems(
     data: object, catalog: WorkloadCatalog, found: list[Problem]
-) -> list[Problem]:
+) -> tuple[list[Problem], list[Problem]]:
     """The workload's name, isolation and config keys, read from the raw document (so they
-    show whatever else is wrong)."""
+    show whatever else is wrong): ``(refused, warned)``, what a run refuses and what it only
+    warns about."""
     if not isinstance(data, Mapping):
-        return []
+        return [], []
     name = data.get("workload")
     if name is None and (data.get("mode") == "probe" or data.get("command") is not None):
         name = "command"
     if not isinstance(name, str) or any(p.path == "workload" for p in found):
-        return []
+        return [], []
     try:
         cls = catalog.get(name)
     except UnknownWorkload as exc:
-        return [Problem("workload", str(exc))]
+        return [], [Problem("workload", str(exc))]
     except AortaError as exc:
-        return [Problem("workload", str(exc))]
-    out: list[Problem] = []
+        return [Problem("workload", str(exc))], []
+    refused: list[Problem] = []
     isolation = data.get("trial_isolation", "auto")
     if isinstance(isolation, str) and not any(p.path == "trial_isolation" for p in found):
         try:
             resolve_isolation(isolation, cls)
         except UsageError as exc:
-            out.append(Problem("trial_isolation", str(exc).removeprefix("trial_isolation: ")))
+            refused.append(Problem("trial_isolation", str(exc).removeprefix("trial_isolation: ")))
+    return refused, _config_key_problems(data, name, cls)
+
+
+def _config_key_problems(
+    data: Mapping[str, object], name: str, cls: type[Workload]
+) -> list[Problem]:
+    """The ``workload_config`` keys (the recipe's, each cell's, the axes') ``cls`` does not
+    read."""
+    out: list[Problem] = []
     if cls.config_keys is None:
         return out
     configs = [("workload_config", data.get("workload_config"))]

@@ -27,9 +27,9 @@ def test_validate_lists_every_problem(run_cli, write):
     )
     code, _out, err = run_cli("recipe", "validate", path)
     assert code == ExitCode.USAGE
-    assert err.splitlines() == [
-        f"Error: {path}: trials: must be ≥ 1, got integer 0",
+    assert err.splitlines() == [  # sorted by path
         f"Error: {path}: cells[0].mitigations: must be a non-empty list of names, got 'tf32_off'",
+        f"Error: {path}: trials: must be ≥ 1, got integer 0",
     ]
 
 

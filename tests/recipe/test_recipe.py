@@ -312,9 +312,9 @@ def test_probe_axes_only_in_probe_mode():
 
 
 def test_bad_step_time_regex():
-    assert one("mode: probe\nmitigation_axis: [none]\nstep_time_regex: '(['\n").startswith(
-        "step_time_regex: not a valid regular expression"
-    )
+    assert one(
+        "mode: probe\nmitigation_axis: [none]\ncommand: [echo]\nstep_time_regex: '(['\n"
+    ).startswith("step_time_regex: not a valid regular expression")
 
 
 # --- axes -----------------------------------------------------------------------------------------
@@ -402,7 +402,9 @@ def test_error_message_counts_other_problems(write):
     path = write("r.yaml", "trials: 0\nsteps: 0\n" + MINIMAL)
     with pytest.raises(RecipeError) as info:
         load_recipe(path)
-    assert str(info.value) == f"{path}: trials: must be ≥ 1, got integer 0 (+1 more problem)"
+    # The problems come sorted by path: `steps` before `trials`.
+    assert str(info.value) == f"{path}: steps: must be ≥ 1, got integer 0 (+1 more problem)"
+    assert [p.path for p in info.value.problems] == ["steps", "trials"]
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in UPSTREAM_RECIPES.glob("*.yaml")))

@@ -1,6 +1,7 @@
 """``recipe validate`` sees everything in one pass (#45.3): whatever subset of problems of
-different stages a recipe carries — structure, names, what the run would refuse — each is
-reported once, with its path, and nothing else is."""
+different stages a recipe carries — structure, the rules across fields, names, what the run
+would refuse — each is reported once, with its path, sorted by path, and nothing else is; a
+sweep refuses the recipe with the same list (one rule)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aorta.run.prepare import validate_recipe
+from aorta.errors import RecipeError, by_path
+from aorta.run.prepare import check_recipe_file, validate_recipe
 
 BASE = {
     "workload": "race",
@@ -50,6 +52,18 @@ def _config_key(d):
     d["cells"][2]["workload_config"] = {"bogus": 1}
 
 
+def _duplicate_name(d):
+    d["cells"][2]["name"] = "x"
+
+
+def _bad_top_value(d):
+    d["timeout_per_trial"] = -1
+
+
+def _bad_cell_name(d):
+    d["cells"][0]["name"] = "-base"
+
+
 #: fault → (how it is made, how its one problem starts)
 FAULTS = {
     "unknown_top": (_unknown_top, "unknown key 'trails'"),
@@ -59,7 +73,12 @@ FAULTS = {
     "unknown_environment": (_unknown_environment, "cells[2].environment: unknown environment"),
     "isolation": (_isolation, "trial_isolation: workload 'race' requires 'process'"),
     "config_key": (_config_key, "cells[2].workload_config.bogus: workload 'race' does not"),
+    "duplicate_name": (_duplicate_name, "cells[2].name: duplicate cell name 'x' (also cells[1])"),
+    "bad_top_value": (_bad_top_value, "timeout_per_trial: must be > 0"),
+    "bad_cell_name": (_bad_cell_name, "cells[0].name: '-base' is not a valid cell name"),
 }
+#: What a sweep only warns about (its trials record it): it refuses nothing alone.
+RUN_WARNS = {"config_key"}
 
 
 @settings(max_examples=40, deadline=None)
@@ -70,8 +89,57 @@ def test_every_problem_once_whatever_the_mix(tmp_path_factory, faults: set[str])
         FAULTS[fault][0](doc)
     path = tmp_path_factory.mktemp("v") / "r.yaml"
     path.write_text(yaml.safe_dump(doc))
-    found = [str(p) for p in validate_recipe(path).problems]
+    problems = validate_recipe(path).problems
+    found = [str(p) for p in problems]
     for fault in faults:
         start = FAULTS[fault][1]
         assert sum(p.startswith(start) for p in found) == 1, (fault, found)
     assert len(found) == len(faults), found
+    assert problems == by_path(problems)
+    # The sweep: refused with exactly this list, or (nothing but what it warns about) not at all.
+    try:
+        check_recipe_file(path)
+    except RecipeError as exc:
+        assert faults - RUN_WARNS, (faults, exc.problems)
+        assert exc.problems == problems
+    else:
+        assert not faults - RUN_WARNS, faults
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    names=st.lists(
+        st.from_regex(r"[a-z][a-z0-9]{0,6}", fullmatch=True), min_size=1, max_size=6, unique=True
+    ),
+    copies=st.lists(st.integers(0, 5), min_size=1, max_size=8),
+    bad_trials=st.sets(st.integers(0, 13)),
+    bad_env=st.sets(st.integers(0, 13)),
+    bad_mitigations=st.sets(st.integers(0, 13)),
+)
+def test_every_duplicate_name_is_reported_beside_bad_values(
+    tmp_path_factory, names, copies, bad_trials, bad_env, bad_mitigations
+) -> None:
+    """N cells repeating an earlier name are N problems, whatever bad values the cells carry
+    besides (each set aside and reported on its own; a cell without valid mitigations still
+    has its name)."""
+    cells = [{"name": n, "mitigations": ["none"]} for n in names]
+    cells += [{"name": names[i % len(names)], "mitigations": ["none"]} for i in copies]
+    for i in bad_trials & set(range(len(cells))):
+        cells[i]["trials"] = 0
+    for i in bad_env & set(range(len(cells))):
+        cells[i]["environment"] = 3
+    bad_mitigations &= set(range(len(cells)))
+    for i in bad_mitigations:
+        cells[i]["mitigations"] = "none"
+    path = tmp_path_factory.mktemp("d") / "r.yaml"
+    path.write_text(yaml.safe_dump({"workload": "matmul", "cells": cells}))
+    found = [str(p) for p in validate_recipe(path).problems]
+    assert sum("duplicate cell name" in p for p in found) == len(copies), found
+    assert sum(".trials: must be ≥ 1" in p for p in found) == len(
+        bad_trials & set(range(len(cells)))
+    )
+    assert sum(".environment: must be" in p for p in found) == len(bad_env & set(range(len(cells))))
+    assert sum(".mitigations: must be" in p for p in found) == len(bad_mitigations)
+    assert len(found) == len(copies) + len(bad_trials & set(range(len(cells)))) + len(
+        bad_env & set(range(len(cells)))
+    ) + len(bad_mitigations), found
