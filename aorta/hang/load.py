@@ -64,7 +64,7 @@ from .dumps import (
     paused_gc,
     read_cost,
 )
-from .model import MAX_RANK, NodeEvidence, RankEvidence
+from .model import MAX_RANK, NODE_FILE, NodeEvidence, RankEvidence
 from .watchdog import rank_prefix
 
 __all__ = [
@@ -111,9 +111,6 @@ _TRAILING = re.compile(r"(\d+)$")
 _CAPTURE_KEYS = {"pid", "host", "notes", "exited"}
 #: A rank's own evidence folder inside ``hang/`` (``aorta.store.rundir.evidence_rank_dir``).
 _RANK_DIR = re.compile(r"rank\d+")
-#: A node's GPU evidence (``aorta.store.rundir.gpu_evidence_name``: ``gpu_<host>.txt``): the
-#: number a host name ends with (``gpu-r3``) is no rank, and its lines are no rank's.
-_NODE_FILE = re.compile(r"gpu_(.+)\.txt")
 
 Kind = Literal["dump", "stacks", "capture", "log"]
 #: Charges a cost (bytes) to the budget, saying what it is for (refused: an error).
@@ -320,7 +317,9 @@ def _classify(path: Path, shown: str, *, named: bool, charge: _Charge) -> _File 
                 )
             return None
     if _is_text(head):
-        if _NODE_FILE.fullmatch(path.name):
+        if NODE_FILE.fullmatch(path.name):
+            # A node's GPU evidence (``gpu_<host>.txt``): the number a host name ends with
+            # (``gpu-r3``) is no rank, and its lines are no rank's.
             return _File("log", path, shown, None, lines=_tail(path, charge), node=True)
         return _File("log", path, shown, rank, lines=_tail(path, charge), named=named)
     if named:
@@ -485,7 +484,7 @@ def _nodes(files: Sequence[_File]) -> tuple[NodeEvidence, ...]:
     given together, are two items: the file says which)."""
     out = []
     for item in files:
-        m = _NODE_FILE.fullmatch(item.path.name) if item.node else None
+        m = NODE_FILE.fullmatch(item.path.name) if item.node else None
         if m is not None:
             out.append(NodeEvidence(m.group(1), item.shown, node_lines(item.lines)))
     return tuple(sorted(out, key=lambda n: (n.host, n.file)))

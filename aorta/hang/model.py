@@ -17,6 +17,7 @@ files, and a lax reading would let a hand edit pass as evidence.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import field
 from typing import Annotated, Any, Literal
@@ -28,6 +29,7 @@ from aorta.errors import invalid, validation_problems
 
 __all__ = [
     "MAX_RANK",
+    "NODE_FILE",
     "SCHEMA",
     "CulpritFrame",
     "EvidenceItem",
@@ -104,6 +106,18 @@ def rank_list(ranks: Sequence[int]) -> str:
             out.extend(str(v) for v in values[i : j + 1])
         i = j + 1
     return ",".join(out)
+
+
+#: A node's GPU evidence file, ``gpu_<host>.txt`` (its host the group): the one pattern the
+#: hang loader and the bundle read it by. The name is written by
+#: ``aorta.store.rundir.gpu_evidence_name`` (store names files); the pattern lives here
+#: because ``hang`` is the lower stage of the two readers and may not import ``store``
+#: (docs/architecture.md); ``rundir`` exports it beside the name and a doctest there holds
+#: the two together.
+#:
+#: >>> NODE_FILE.fullmatch("gpu_gpu-r3.cluster.local.txt").group(1)
+#: 'gpu-r3.cluster.local'
+NODE_FILE = re.compile(r"gpu_(.+)\.txt")
 
 
 @dataclass(frozen=True, config=_CONFIG)

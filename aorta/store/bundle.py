@@ -72,6 +72,7 @@ from aorta.store.redact_stream import (
 from aorta.store.rundir import (
     BUNDLE_MANIFEST,
     CELLS,
+    GPU_EVIDENCE_FILE,
     HANG_DIR,
     LOCK,
     RESULTS,
@@ -224,10 +225,6 @@ class BundlePlan:
 # --- what the run holds ------------------------------------------------------------------------
 
 
-#: ``aorta.store.rundir.gpu_evidence_name``'s files.
-_GPU_FILE = re.compile(r"gpu_.+\.txt")
-
-
 def _kind(rel: str) -> Kind:
     parts = rel.split("/")
     if parts[0] != CELLS or len(parts) < 3:
@@ -237,7 +234,7 @@ def _kind(rel: str) -> Kind:
     in_hang = parts[-2] == HANG_DIR or (parts[-3] == HANG_DIR and is_evidence_rank_dir(parts[-2]))
     if in_hang and parts[-1].endswith(".json"):  # a hung trial's evidence (hang/rank<N>/), small
         return "core"
-    if in_hang and _GPU_FILE.fullmatch(parts[-1]):
+    if in_hang and GPU_EVIDENCE_FILE.fullmatch(parts[-1]):
         # A node's GPU evidence (``gpu_<host>.txt``, a few kB): the page links it beside the
         # node's lines, so it goes in with the rest of the hang's evidence, not past a cap.
         return "core"

@@ -46,11 +46,12 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from aorta.errors import AortaError, UsageError
-from aorta.hang.model import HangReport
+from aorta.hang.model import NODE_FILE, HangReport
 from aorta.hang.stacks import position, read_stacks
 from aorta.store.record import TrialRecord, TrialStatus
 
 __all__ = [
+    "GPU_EVIDENCE_FILE",
     "WARMUP_TRIAL",
     "RunDir",
     "RunLocked",
@@ -214,8 +215,16 @@ def gpu_evidence_name(host: str) -> str:
 
     >>> gpu_evidence_name("gpu-r3")
     'gpu_gpu-r3.txt'
+    >>> GPU_EVIDENCE_FILE.fullmatch(gpu_evidence_name("gpu-r3.local")).group(1)
+    'gpu-r3.local'
     """
     return f"gpu_{host}.txt"
+
+
+#: What :func:`gpu_evidence_name` writes, as the readers match it (its host the group): the
+#: hang loader's own pattern (:data:`aorta.hang.model.NODE_FILE`), since ``hang`` is below
+#: ``store`` and cannot import it from here; the bundle reads it from here.
+GPU_EVIDENCE_FILE = NODE_FILE
 
 
 #: The trial number of a run's discarded warm-up trial (``recipe.warmup``): its record is
