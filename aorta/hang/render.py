@@ -26,7 +26,17 @@ from .model import (
     rank_list,
 )
 
-__all__ = ["cited_nodes", "json_ready", "node_fault", "node_host", "node_line", "summary", "text"]
+__all__ = [
+    "cited_lines",
+    "cited_nodes",
+    "device_fault",
+    "json_ready",
+    "node_fault",
+    "node_host",
+    "node_line",
+    "summary",
+    "text",
+]
 
 
 def _who(ranks: Sequence[int], hosts: Sequence[str | None]) -> str:
@@ -264,6 +274,43 @@ def node_fault(culprit_hosts: Sequence[str | None], node: str, line: str) -> str
     return f"{fault} on {its} node{named}: {printable(line)}"
 
 
+def device_fault(culprits: int, line: str) -> str:
+    """The words that cite the culprits' own device line (their logs' first: a CUDA or HIP
+    error, an Xid, an amdgpu line) — the one sentence the summary, the page, ``matrix.md``
+    and ``aorta compare`` say: ``a device fault: <line>``, ``device faults: <line>`` for
+    ``culprits`` (how many share it) above one. :func:`node_fault` words a node's line.
+
+    >>> device_fault(1, "CUDA error: an illegal memory access was encountered")
+    'a device fault: CUDA error: an illegal memory access was encountered'
+    >>> device_fault(2, "HIP error: hipErrorLaunchFailure")
+    'device faults: HIP error: hipErrorLaunchFailure'
+    """
+    fault = "a device fault" if culprits <= 1 else "device faults"
+    return f"{fault}: {printable(line)}"
+
+
+def cited_lines(report: HangReport) -> dict[int, str]:
+    """Each ``device`` culprit whose own device line ``report.summary`` cites, with that line
+    (the line of its group, :attr:`GroupIncident.device_line`, by rank): what the Dataset's
+    ``hang_device_line`` holds, so that every output cites the same. A summary that does not
+    say the line (a hand-made record, or one an aorta wrote before the rule) cites none.
+
+    >>> g = GroupIncident("0", "default_pg", (0, 1), "world", "device", 5, "all_reduce",
+    ...                   culprits=(1,), completed=(0,), device_line="CUDA error: x")
+    >>> r = HangReport(summary="rank 1 … — a device fault: CUDA error: x", kind="device",
+    ...                culprit_ranks=(1,), groups=(g,))
+    >>> cited_lines(r)
+    {1: 'CUDA error: x'}
+    """
+    return {
+        rank: inc.device_line
+        for inc in report.groups
+        if inc.kind == "device" and inc.device_line
+        if device_fault(len(inc.culprits), inc.device_line) in report.summary
+        for rank in inc.culprits
+    }
+
+
 def _citations(
     culprits: Sequence[int],
     hosts: Sequence[str | None],
@@ -336,13 +383,12 @@ def _device(
             clause += f"; {its} other {n} group{'s' if n != 1 else ''} wait{'s' if n == 1 else ''} on {it}"
             if len(waiting) > n:
                 clause += f" ({len(waiting)} groups in all)"
-        fault = "a device fault" if len(inc.culprits) == 1 else "device faults"
         if inc.device_line:
-            clause += f" — {fault}: {printable(inc.device_line)}"
+            clause += f" — {device_fault(len(inc.culprits), inc.device_line)}"
         elif cite:
             clause += f" — {node_fault([host.get(r) for r in inc.culprits], *cite)}"
         else:
-            clause += f" — {fault}?"
+            clause += f" — {'a device fault' if len(inc.culprits) == 1 else 'device faults'}?"
         parts.append(clause)
     line = "; ".join(parts)
     if len(faulted) > 1 and waiting:

@@ -32,6 +32,11 @@ variable                  dims                        meaning
                                                       where nothing was captured
 ``hang_culprit_ranks``    cell, trial, culprit        its culprit ranks, -1 past the last
 ``hang_culprit_hosts``    cell, trial, culprit        their hosts, ``""`` where unknown
+``hang_device_line``      cell, trial, culprit        the device line of its own logs the
+                                                      summary cites for that culprit (a
+                                                      ``device`` one: CUDA/HIP error, Xid,
+                                                      amdgpu; :func:`aorta.hang.render.cited_lines`),
+                                                      ``""`` where it cites none
 ``hang_op``               cell, trial                 the collective the others wait in, ``""``
 ``hang_seq``              cell, trial                 its sequence number (-1: none)
 ``hang_group``            cell, trial                 its process group (``default_pg, ranks 0-3``)
@@ -67,6 +72,9 @@ detail and the culprits' stacks stay in the records). Culprits are a dimension o
 ``culprit`` (as long as the most culprits of any trial), padded with -1: a numeric array reads
 as ranks in xarray (``(ds.hang_culprit_ranks == 5).any("culprit")``) and round-trips netCDF,
 which a list per trial would not, and a text of joined ranks would have to be parsed again.
+A culprit's own device line is over ``culprit`` too, not one per trial: the summary cites
+one line per ``device`` group, and a trial with two such groups (two culprits, each its own
+fault) cites two; by culprit, each line stays beside the rank whose logs said it.
 The nodes' GPU evidence is a dimension ``node`` the same way (one entry per host, padded
 ``""``): its device lines stay in the records, its latest here, the one a summary cites.
 
@@ -104,7 +112,7 @@ import xarray as xr
 from pydantic import BaseModel
 
 from aorta.hang.model import HangReport
-from aorta.hang.render import cited_nodes, node_line
+from aorta.hang.render import cited_lines, cited_nodes, node_line
 from aorta.matrix.select import reduce_ranks, trial_values
 from aorta.store.record import TrialRecord, readable_forensics
 
@@ -124,8 +132,10 @@ __all__ = [
 #: Version of the Dataset layout (``attrs["aorta_dataset_version"]``). 2: a hang's incident as
 #: the typed ``hang_*`` variables (1 kept it as JSON text, ``forensics`` and ``hang_culprit``:
 #: :func:`typed_hangs` reads those). 3: its nodes' GPU evidence, ``hang_node_*`` over ``node``
-#: (:func:`typed_hangs` gives a version 2 Dataset none).
-DATASET_VERSION = 3
+#: (:func:`typed_hangs` gives a version 2 Dataset none). 4: the culprits' own device lines,
+#: ``hang_device_line`` over ``culprit`` (a version 3 Dataset kept them only in
+#: ``hang_summary``: :func:`typed_hangs` gives it none, so its cells read as it wrote them).
+DATASET_VERSION = 4
 #: The ``hang_*`` variables of the nodes' GPU evidence (version 3).
 _NODE_VARS = ("hang_node_hosts", "hang_node_line", "hang_node_cited")
 #: ``status`` of a trial that has no (readable) record.
@@ -209,6 +219,11 @@ _VAR_ATTRS: dict[str, dict[str, str]] = {
     "hang_culprit_hosts": {
         "long_name": "hang culprit hosts",
         "description": "the culprit ranks' hosts, in the same order; '' where unknown",
+    },
+    "hang_device_line": {
+        "long_name": "hang culprit device line",
+        "description": "the device line (CUDA/HIP error, Xid, amdgpu) of the culprit's own logs "
+        "that the hang summary cites; '' where it cites none",
     },
     "hang_op": {"long_name": "hang collective", "description": "the op the others wait in"},
     "hang_seq": {
@@ -439,6 +454,7 @@ def _hang_variables(
     size = shape[0] * shape[1]
     ranks = np.full((*shape, width), -1, dtype=np.int64)
     hosts = text_array([""] * (size * width), (*shape, width))
+    device = text_array([""] * (size * width), (*shape, width))
     node_hosts = text_array([""] * (size * n_nodes), (*shape, n_nodes))
     node_lines = text_array([""] * (size * n_nodes), (*shape, n_nodes))
     cited = np.zeros((*shape, n_nodes), dtype=bool)
@@ -449,6 +465,9 @@ def _hang_variables(
         ranks[i, j, :n] = f.culprit_ranks
         for k, host in enumerate(f.culprit_hosts[:n]):
             hosts[i, j, k] = _text(host or "")
+        own = cited_lines(f)
+        for k, rank in enumerate(f.culprit_ranks):
+            device[i, j, k] = _text(own.get(rank, ""))
         cites = cited_nodes(f)
         for k, host in enumerate(hosts_of[i, j]):
             node_hosts[i, j, k] = _text(host)
@@ -469,6 +488,7 @@ def _hang_variables(
         "hang_kind": (ct, text["kind"]),
         "hang_culprit_ranks": ((*ct, "culprit"), ranks),
         "hang_culprit_hosts": ((*ct, "culprit"), hosts),
+        "hang_device_line": ((*ct, "culprit"), device),
         "hang_op": (ct, text["op"]),
         "hang_seq": (ct, seq),
         "hang_group": (ct, text["group"]),
@@ -478,6 +498,22 @@ def _hang_variables(
         "hang_node_line": ((*ct, "node"), node_lines),
         "hang_node_cited": ((*ct, "node"), cited),
     }
+
+
+def _later_hang_variables(ds: xr.Dataset) -> xr.Dataset:
+    """A typed Dataset (version 2 or later) with the ``hang_*`` variables later versions added,
+    empty where it has none: a version 2 one has no nodes' evidence (an empty ``node``), a
+    version 3 one no culprit's own device line (``""`` for each culprit: its summary still
+    says the line, but which culprit's it is was not kept apart from it)."""
+    out = ds
+    if "hang_node_hosts" not in out.data_vars:
+        nodes = _hang_variables([], (ds.sizes["cell"], ds.sizes["trial"]))
+        out = out.assign({k: (*nodes[k], _VAR_ATTRS[k]) for k in _NODE_VARS})
+    if "hang_device_line" not in out.data_vars:
+        like = out.hang_culprit_hosts
+        none = text_array([""] * like.size, like.shape)
+        out = out.assign(hang_device_line=(like.dims, none, _VAR_ATTRS["hang_device_line"]))
+    return out
 
 
 def typed_hangs(ds: xr.Dataset) -> xr.Dataset:
@@ -492,11 +528,8 @@ def typed_hangs(ds: xr.Dataset) -> xr.Dataset:
     >>> new.hang_culprit_ranks.values.tolist(), new.hang_seq.values.tolist(), new.hang_frame.values.tolist()
     ([[[2], [-1]]], [[5, -1]], [['t.py:4 in f', '']])
     """
-    if "hang_kind" in ds.data_vars and "hang_node_hosts" not in ds.data_vars:
-        shape = (ds.sizes["cell"], ds.sizes["trial"])
-        nodes = _hang_variables([], shape)
-        none: xr.Dataset = ds.assign({k: (*nodes[k], _VAR_ATTRS[k]) for k in _NODE_VARS})
-        return none
+    if "hang_kind" in ds.data_vars:
+        return _later_hang_variables(ds)
     if "forensics" not in ds.data_vars or "hang_kind" in ds.data_vars:
         return ds
     text = ds.forensics.transpose("cell", "trial").values.astype(str)

@@ -31,9 +31,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
 import xarray as xr
 
-from aorta.hang.render import node_fault, node_host
+from aorta.hang.render import device_fault, node_fault, node_host
 
 __all__ = ["HangIncidents", "HangPattern", "NodeCite", "hang_incidents", "pattern_text"]
 
@@ -74,6 +75,25 @@ class HangPattern:
     #: The nodes whose device lines the first trial's summary cites (trials of one pattern
     #: cite the same nodes; their lines' timestamps differ).
     nodes: tuple[NodeCite, ...] = ()
+    #: Each culprit's own device line that the first trial's summary cites (by position, as
+    #: ``culprit_ranks``; ``""``: none): ``hang_device_line``.
+    device_lines: tuple[str, ...] = ()
+
+    def faults(self) -> tuple[str, ...]:
+        """The summary's words for the culprits' own device lines, one sentence per line
+        (:func:`aorta.hang.render.device_fault`; culprits that share a line, as a group's
+        do, are one sentence), then the nodes' (:meth:`NodeCite.text`).
+
+        >>> HangPattern("device", (1, 2), (), "broadcast", None, None, (0,),
+        ...             device_lines=("CUDA error: x", "CUDA error: x")).faults()
+        ('device faults: CUDA error: x',)
+        """
+        shared: dict[str, int] = {}
+        for line in self.device_lines:
+            if line:
+                shared[line] = shared.get(line, 0) + 1
+        own = tuple(device_fault(n, line) for line, n in shared.items())
+        return own + tuple(n.text() for n in self.nodes)
 
 
 @dataclass(frozen=True)
@@ -142,9 +162,10 @@ def pattern_text(p: HangPattern) -> str:
             seq = f" #{lo}" if lo == hi else f" #{lo}–#{hi}"
         group = f" ({p.process_group})" if p.process_group else ""
         before, after = _VERBS.get(p.kind, (p.kind, ""))
-        if p.kind == "device" and p.nodes:
-            # The summary's own words for the node's line: one sentence wherever it is read.
-            after = " its peers completed — " + "; ".join(n.text() for n in p.nodes)
+        if p.kind == "device" and (faults := p.faults()):
+            # The summary's own words for the culprits' and the nodes' lines: one sentence
+            # wherever it is read.
+            after = " its peers completed — " + "; ".join(faults)
         text = f"{_ranks(p)} {before} {p.op}{seq}{group}{after}"
     if p.where:
         text += f" — at {p.where}"
@@ -153,7 +174,10 @@ def pattern_text(p: HangPattern) -> str:
 
 def _key(p: HangPattern) -> tuple[Any, ...]:
     nodes = tuple(n.host for n in p.nodes)
-    return (p.kind, p.culprit_ranks, p.culprit_hosts, p.op, p.process_group, p.where, nodes)
+    # Whether each culprit's own line is cited, not the line: a line's pid, address or time
+    # differs between trials of one fault (as a node's line's timestamp does).
+    own = tuple(bool(line) for line in p.device_lines)
+    return (p.kind, p.culprit_ranks, p.culprit_hosts, p.op, p.process_group, p.where, nodes, own)
 
 
 def _patterns(found: Sequence[HangPattern]) -> tuple[HangPattern, ...]:
@@ -186,6 +210,12 @@ def _trial_patterns(ds: xr.Dataset) -> list[list[HangPattern | None]]:
     seq = ds.hang_seq.transpose(*ct).values
     ranks = ds.hang_culprit_ranks.transpose(*ct, "culprit").values
     hosts = ds.hang_culprit_hosts.transpose(*ct, "culprit").values.astype(str)
+    # A Dataset of version 3 or older kept no culprit's own line apart from its summary.
+    device = (
+        ds.hang_device_line.transpose(*ct, "culprit").values.astype(str)
+        if "hang_device_line" in ds
+        else np.full(hosts.shape, "", dtype=object)
+    )
     nodes = _cites(ds)
     trials = [int(t) for t in ds.trial.values.tolist()]
     out: list[list[HangPattern | None]] = []
@@ -205,6 +235,7 @@ def _trial_patterns(ds: xr.Dataset) -> list[list[HangPattern | None]]:
                     seq=(int(seq[i, j]),) * 2 if seq[i, j] >= 0 else None,
                     summary=str(summary[i, j]),
                     nodes=nodes(i, j, hosts[i, j, :n]),
+                    device_lines=tuple(str(line) for line in device[i, j, :n]),
                 )
                 if kind[i, j]
                 else None

@@ -209,7 +209,15 @@ _FILL: dict[str, Any] = {
     "hang_seq": -1,
     "hang_node_cited": False,
     **dict.fromkeys(
-        ("hang_kind", "hang_culprit_hosts", "hang_op", "hang_group", "hang_frame", "hang_summary"),
+        (
+            "hang_kind",
+            "hang_culprit_hosts",
+            "hang_device_line",
+            "hang_op",
+            "hang_group",
+            "hang_frame",
+            "hang_summary",
+        ),
         "",
     ),
     **dict.fromkeys(("hang_node_hosts", "hang_node_line"), ""),

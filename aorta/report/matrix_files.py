@@ -416,6 +416,11 @@ def hangs_json(inc: HangIncidents) -> dict[str, Any]:
                 "process_group": p.process_group,
                 "where": p.where,
                 "nodes": [{"host": n.host, "line": n.line} for n in p.nodes],
+                "device_lines": [
+                    {"rank": r, "line": line}
+                    for r, line in zip(p.culprit_ranks, p.device_lines, strict=False)
+                    if line
+                ],
                 "text": pattern_text(p),
             }
             for p in inc.patterns

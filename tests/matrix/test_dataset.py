@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 
 import numpy as np
 import pandas as pd
@@ -14,8 +15,15 @@ from hypothesis import strategies as st
 
 import aorta
 from aorta.errors import UsageError
-from aorta.hang import CulpritFrame, GroupIncident, HangReport, NodeEvidence
-from aorta.hang.render import cited_nodes, node_fault, node_host, node_line
+from aorta.hang import (
+    CulpritFrame,
+    GroupIncident,
+    HangReport,
+    NodeEvidence,
+    analyze,
+    load_incident,
+)
+from aorta.hang.render import cited_nodes, device_fault, node_fault, node_host, node_line
 from aorta.matrix.dataset import build_dataset
 from aorta.matrix.hangs import hang_incidents, pattern_text
 from aorta.matrix.load import load_run, load_runs, load_trials, stack_runs
@@ -24,6 +32,7 @@ from aorta.run.sweep import sweep
 from aorta.store.netcdf import read_netcdf, write_netcdf
 from aorta.store.record import TrialRecord, TrialStatus
 from aorta.store.rundir import RESULTS
+from tests.conftest import DATA
 
 # A probe whose step times depend on the cell (HSA_XNACK doubles them) and the trial.
 STEPS = (
@@ -473,3 +482,26 @@ def test_netcdf_round_trip_on_random_runs(tmp_path, run):
     ds = build_dataset(cells, records, attrs=attrs)
     path = write_netcdf(ds, tmp_path / "random.nc")
     xr.testing.assert_identical(read_netcdf(path), ds)
+
+
+def test_each_culprits_own_device_line_stays_beside_it(tmp_path):
+    # Two device groups in one trial (tests/data/hang/device2: ranks 1 and 2 each stall in
+    # their own broadcast), each culprit's log its own CUDA error: the summary cites both,
+    # so a line per trial could not hold them; over ``culprit`` each stays with its rank.
+    evidence = shutil.copytree(DATA / "hang" / "device2", tmp_path / "ev")
+    lines = {1: "CUDA error: an illegal memory access was encountered",
+             2: "CUDA error: unspecified launch failure"}  # fmt: skip
+    for rank, line in lines.items():
+        with (evidence / f"rank{rank}.stderr.log").open("a") as log:
+            log.write(f"{line}\n")
+    ranks, nodes = load_incident([evidence])
+    report = analyze(ranks, nodes=nodes)
+    assert report.culprit_ranks == (1, 2)
+    assert all(device_fault(1, line) in report.summary for line in lines.values())
+    ds = build_dataset([{"name": "a", "trials": 2}], [_hung(0, report), _hung(1, report)])
+    assert ds.hang_device_line.sel(cell="a").values.tolist() == [[lines[1], lines[2]]] * 2
+    back = read_netcdf(write_netcdf(ds, tmp_path / RESULTS))
+    xr.testing.assert_identical(back, ds)
+    (pattern,) = hang_incidents(ds)["a"].patterns
+    said = "; ".join(device_fault(1, line) for line in lines.values())
+    assert pattern_text(pattern).endswith(f"its peers completed — {said}")
