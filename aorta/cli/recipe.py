@@ -28,17 +28,20 @@ def validate(
     ] = None,
     mitigations_file: MitigationsFiles = None,
 ) -> int:
-    """Check a recipe: its structure, the names it uses (mitigations, environments, the
-    workload) and what a run would refuse (isolation, config keys); list every problem."""
+    """Check a recipe: its structure, the names it uses (mitigations, environments) and what
+    a run would refuse (isolation); list every problem, and warn of what a run only warns
+    about (a workload not installed here, config keys it does not read)."""
     from aorta.run.prepare import validate_recipe
 
     redact_secrets_of(file, *(mitigations_file or ()))
     found = validate_recipe(file, command=command or None, mitigations_files=mitigations_file or ())
+    # What the sweep only warns about is a warning here too (the same lines `sweep run
+    # --dry-run` prints): a workload may be a plugin installed only where the run goes.
+    for warning in found.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     if found.problems:
         # The lines every command that loads a recipe prints (aorta.cli's error ladder).
         raise RecipeError(found.problems, source=str(file), skipped=found.skipped)
-    for warning in found.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
     p = found.plan
     assert p is not None
     note = (

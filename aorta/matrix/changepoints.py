@@ -20,8 +20,10 @@ Binary segmentation (:func:`segment`) tests the whole series at ``level``; if th
 significant it is a change point and both sides are tested again, at the same level. Under
 "nothing changed" the first test is the only one that can report, so **the probability of any
 change point in a series of N exchangeable runs is at most ``level``**, whatever N;
-:func:`aorta.matrix.history.detect` uses ``level = alpha / m`` for m series × metrics, so a whole
-history's false-alarm rate is at most ``alpha``. p-values come from seeded permutations, drawn
+:func:`aorta.matrix.history.detect` uses ``level = alpha / m`` for m series × metrics that
+:func:`can_change` (a constant series has p = 1 under every run order: it cannot raise an
+alarm, so it takes no share of ``alpha``), so a whole history's false-alarm rate is at most
+``alpha``. p-values come from seeded permutations, drawn
 in batches and stopped early once a p is clearly large (Besag & Clifford's sequential p, still
 valid).
 
@@ -53,6 +55,7 @@ from aorta.matrix.rank_tests import rankdata
 __all__ = [
     "DEFAULT_RESAMPLES",
     "MAX_CHANGES",
+    "can_change",
     "min_p",
     "permutation_p",
     "segment",
@@ -80,8 +83,10 @@ def _prepare(runs: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, float,
     if total < 2:
         return np.zeros(len(values)), counts, 0.0, 0.0, total
     ranks = rankdata(np.concatenate(values))
-    sums = np.add.reduceat(ranks, np.r_[0, np.cumsum(counts)[:-1]].astype(int))
-    sums = np.where(counts > 0, sums, 0.0)
+    # Each run's rank sum by its index (reduceat read past the end when the last run had no
+    # finite trial: a night whose every trial failed crashed the history).
+    owner = np.repeat(np.arange(len(values)), counts.astype(int))
+    sums = np.bincount(owner, weights=ranks, minlength=len(values))
     centre = (total + 1) / 2
     spread = float(np.sum((ranks - centre) ** 2))
     return sums, counts, centre, spread, total
@@ -164,7 +169,7 @@ def _test(
 ) -> tuple[float, int, int | None]:
     """:func:`permutation_p` and the night between the two levels (:func:`_locate`)."""
     sums, counts, centre, spread, total = _prepare(runs)
-    if np.count_nonzero(counts) < 2 or spread == 0:
+    if not _can_change(counts, spread):
         return 1.0, 0, None
     observed, where = _max_stat(sums, counts, centre, spread, total)
     half = float(observed) > float(np.max(split_statistics(runs), initial=0.0))
@@ -183,6 +188,25 @@ def _test(
         if hits >= _HITS:
             return hits / drawn, k, between
     return (hits + 1) / (drawn + 1), k, between
+
+
+def _can_change(counts: np.ndarray, spread: float) -> bool:
+    # Fewer than two runs with a trial, or no two trials that differ: every run order gives
+    # the same statistic, so p is 1 under every permutation.
+    return bool(np.count_nonzero(counts) >= 2 and spread > 0)
+
+
+def can_change(runs: Sequence[np.ndarray]) -> bool:
+    """Whether a series can have a change point at all: two runs with a (finite) trial or
+    more, and two trials that differ. A series that cannot (a failure rate 0 every night)
+    has p = 1 under every run order, so it adds no false alarm to a family of tests
+    (:func:`aorta.matrix.history.family_level` leaves it out of the Bonferroni count).
+
+    >>> can_change([np.zeros(4)] * 9), can_change([np.zeros(4)] * 8 + [np.array([0.0, 1.0])])
+    (False, True)
+    """
+    _, counts, _, spread, _ = _prepare(runs)
+    return _can_change(counts, spread)
 
 
 def split_statistics(runs: Sequence[np.ndarray]) -> np.ndarray:

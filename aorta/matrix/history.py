@@ -37,7 +37,7 @@ import numpy as np
 import xarray as xr
 
 from aorta.errors import UsageError
-from aorta.matrix.changepoints import DEFAULT_RESAMPLES, segment
+from aorta.matrix.changepoints import DEFAULT_RESAMPLES, can_change, segment
 from aorta.matrix.dataset import text_array
 from aorta.matrix.load import load_run
 from aorta.matrix.stats import DEFAULT_ALPHA, Group, compare_groups, trial_medians, wilson_interval
@@ -460,15 +460,42 @@ def _series_threshold(thresholds: Mapping[str, float], series: str) -> float:
 
 def family_level(ds: xr.Dataset, alpha: float) -> float:
     """The level of each change-point test of a history: ``alpha / m``, m the series × cells
-    with two runs or more × 2 metrics (Bonferroni: any false alarm at most ``alpha``).
+    × metrics (the history's, ``failure_rate``) with two runs or more that
+    :func:`~aorta.matrix.changepoints.can_change` (Bonferroni: any false alarm at most
+    ``alpha``). A constant series — no trial failed in any night, or every one did — has
+    p = 1 under every run order and would only halve the others' level: it is left out.
+    Still valid: whether a series is constant depends on its trials' values, not their
+    order, so given it each counted test keeps its level under run-order permutation.
 
-    >>> ds = xr.Dataset({"failed": (("run", "cell", "trial"), np.zeros((3, 2, 1), dtype=np.int8))},
-    ...                 coords={"cell": ["a", "b"], "series": ("run", ["s", "s", "s"])})
-    >>> family_level(ds, 0.05)
-    0.0125
+    >>> ds = xr.Dataset(
+    ...     {"value": (("run", "cell", "trial"), np.arange(6.0).reshape(3, 2, 1)),
+    ...      "failed": (("run", "cell", "trial"), np.zeros((3, 2, 1), dtype=np.int8))},
+    ...     coords={"cell": ["a", "b"], "series": ("run", ["s", "s", "s"])})
+    >>> family_level(ds, 0.05)  # 2 cells' step times; their failure rates are always 0
+    0.025
     """
-    tested = sum(len(rows) > 1 for cells in series_runs(ds).values() for rows in cells.values())
-    return alpha / max(2 * tested, 1)
+    name = str(ds.attrs.get("metric", "step_time_ms"))
+    tested = 0
+    for cells in series_runs(ds).values():
+        for cell, rows in cells.items():
+            if len(rows) > 1:
+                series = _metric_series(ds, rows, cell, name)
+                tested += sum(can_change(runs) for runs in series.values())
+    return alpha / max(tested, 1)
+
+
+def _metric_series(
+    ds: xr.Dataset, rows: Sequence[int], cell: str, name: str
+) -> dict[str, list[np.ndarray]]:
+    """A cell's series of runs ``rows`` per metric: the history's own (``name``: the finite
+    values) and ``failure_rate`` (1 per failed trial, 0 per trial that ran)."""
+    j = _cell_index(ds, cell)
+    value = ds.value.values[list(rows), j]
+    failed = ds.failed.values[list(rows), j]
+    return {
+        name: [v[np.isfinite(v)] for v in value],
+        FAILURE_RATE: [f[f >= 0].astype(float) for f in failed],
+    }
 
 
 def detect(
@@ -482,7 +509,8 @@ def detect(
     """The change points of every series × cell × metric (the history's own —
     ``ds.attrs["metric"]``, which each change point names — and ``failure_rate``) of a
     :func:`load_history` Dataset, by :func:`aorta.matrix.changepoints.segment` at level
-    ``alpha / m`` (m: the series × cells × metrics tested), so that the chance of any change
+    ``alpha / m`` (m: the series × cells × metrics tested, a constant one left out:
+    :func:`family_level`), so that the chance of any change
     point in a history where nothing changed is at most ``alpha``.
 
     Each change point's ratio, CI and band (``thresholds``: each series' band, default 1.15)
@@ -506,14 +534,9 @@ def detect(
     for s, cell, rows in runs:
         if len(rows) < 2:
             continue
-        j = _cell_index(ds, cell)
-        value = ds.value.values[rows, j]
-        failed = ds.failed.values[rows, j]
-        per_metric = {
-            name: [v[np.isfinite(v)] for v in value],
-            FAILURE_RATE: [f[f >= 0].astype(float) for f in failed],
-        }
-        for metric, series in per_metric.items():
+        for metric, series in _metric_series(ds, rows, cell, name).items():
+            if not can_change(series):
+                continue  # p = 1 whatever the order; not counted in the level either
             splits = segment(series, level=level, resamples=resamples, seed=seed)
             edges = [0, *(k for k, _ in splits), len(rows)]
             for i, (k, p) in enumerate(splits):

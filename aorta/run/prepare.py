@@ -93,7 +93,7 @@ def prepare(
         if found is not None and found.plan is not None:
             # Not a problem anywhere: validating planned it already, overrides and all.
             the_plan, recipe = found.plan, found.plan.recipe
-        else:  # unreadable (load_recipe says so), or only what a run warns about
+        else:  # unreadable (load_recipe says so), or a probe recipe's command still to come
             recipe = load_recipe(recipe, command=command)
     elif command:
         recipe = recipe_from_data(recipe.model_dump(mode="json"), command=command)
@@ -101,24 +101,16 @@ def prepare(
         if updates:
             recipe = recipe_from_data({**recipe.model_dump(mode="json"), **updates})
         the_plan = plan(recipe, registry=registry)
-    warnings: list[str] = [_bisect_note(recipe)] if recipe.bisect is not None else []
+    # Read from the recipe as dumped, which keeps the file's shape (axes stay axes): the
+    # same paths and lines `recipe validate` warns with, a file's or flag mode's recipe.
+    _, warned = _workload_problems(recipe.model_dump(mode="json"), catalog, [])
     workload: type[Workload] | None = None
     level: Isolation | None = None
-    try:
+    with contextlib.suppress(UnknownWorkload):  # among `warned`: every cell will fail
         workload = catalog.get(the_plan.workload)
-    except UnknownWorkload as exc:
-        warnings.append(f"{exc}; every cell will fail with infrastructure_failed")
     if workload is not None:
         level = resolve_isolation(the_plan.isolation, workload)
-        warnings.extend(_collector_warnings(the_plan, workload))
-        docker = sorted(
-            {c.environment.name for c in the_plan.cells if c.environment.kind == "docker"}
-        )
-        if docker and not workload.supports_docker:
-            warnings.append(
-                f"workload {workload.name!r} cannot run in docker environments ({', '.join(docker)}); "
-                "those cells will fail with infrastructure_failed — run aorta inside the image instead"
-            )
+    warnings = _sweep_warnings(the_plan, workload, by_path(warned))
     return Prepared(the_plan, registry, catalog, workload, level, warnings, files)
 
 
@@ -132,12 +124,14 @@ class Validation:
     plan: Plan | None = None
     #: A probe recipe whose command comes after ``--`` when it runs.
     pending_command: bool = False
-    #: What the run would warn about (a collector the workload does not drive, …).
+    #: What the run would warn about, worded as ``sweep run`` and its ``--dry-run`` print it
+    #: (:attr:`run_warns`, a collector the workload does not drive, …).
     warnings: list[str] = field(default_factory=list)
     #: The checks that could not run until the problems are fixed.
     skipped: tuple[str, ...] = ()
-    #: The problems among ``problems`` that a run only warns about (an unregistered workload:
-    #: its trials fail; a ``workload_config`` key the workload does not read).
+    #: What a run only warns about, each with its path (an unregistered workload: its
+    #: trials fail; a ``workload_config`` key the workload does not read): not among
+    #: ``problems``, since a workload may be a plugin installed only where the run goes.
     run_warns: tuple[Problem, ...] = ()
 
 
@@ -187,17 +181,23 @@ def _validate_data(
     validate`` prints and :func:`prepare` refuses a recipe file with."""
     the_plan, problems, pending, skipped = recipe_problems(data, registry=registry, command=command)
     refused, warned = _workload_problems(data, catalog or WorkloadCatalog(), problems)
-    problems = by_path([*problems, *refused, *warned])
+    problems = by_path([*problems, *refused])
+    warned = by_path(warned)
     if problems:
         return Validation(
-            problems, pending_command=pending, skipped=skipped, run_warns=tuple(warned)
+            problems,
+            pending_command=pending,
+            warnings=_sweep_warnings(None, None, warned),
+            skipped=skipped,
+            run_warns=tuple(warned),
         )
     assert the_plan is not None
-    warnings: list[str] = []
+    cls: type[Workload] | None = None
     with contextlib.suppress(AortaError):
         cls = (catalog or WorkloadCatalog()).get(the_plan.workload)
-        warnings = _collector_warnings(the_plan, cls)
-    return Validation([], the_plan, pending, warnings)
+    return Validation(
+        [], the_plan, pending, _sweep_warnings(the_plan, cls, warned), run_warns=tuple(warned)
+    )
 
 
 def check_recipe_file(
@@ -215,8 +215,8 @@ def check_recipe_file(
     recipe's command may still come (a dry run).
 
     What a run only warns about — a workload not registered (its trials fail), a
-    ``workload_config`` key the workload does not read — refuses nothing on its own, and is
-    listed beside the problems that do. A file that cannot be read or parsed is left to
+    ``workload_config`` key the workload does not read — refuses nothing: it is among
+    :func:`prepare`'s warnings, worded as ``recipe validate`` prints it. A file that cannot be read or parsed is left to
     :func:`~aorta.recipe.schema.load_recipe`, whose error names it.
 
     Raises
@@ -266,7 +266,7 @@ def _check_file(
     problems = found.problems
     if found.pending_command and not pending_ok:
         problems = by_path([*problems, missing_command()])
-    if any(p not in found.run_warns for p in problems):
+    if problems:
         raise RecipeError(problems, source=str(path), skipped=found.skipped)
     return found
 
@@ -359,6 +359,36 @@ def _bisect_note(recipe: Recipe) -> str:
         f"'aorta bisect --recipe FILE' searches the {len(recipe.bisect.values)} values "
         f"of {recipe.bisect.variable}"
     )
+
+
+def _sweep_warnings(
+    the_plan: Plan | None, workload: type[Workload] | None, warned: Sequence[Problem]
+) -> list[str]:
+    """What a sweep of the recipe warns about, in one order for ``recipe validate``, ``sweep
+    run`` and its ``--dry-run``: what the recipe's workload part only warns about
+    (``warned``, by path), then what the plan tells (``the_plan`` None: not planned yet)."""
+    out = [_run_warn_line(p) for p in warned]
+    if the_plan is None:
+        return out
+    if the_plan.recipe.bisect is not None:
+        out.append(_bisect_note(the_plan.recipe))
+    if workload is None:
+        return out
+    out.extend(_collector_warnings(the_plan, workload))
+    docker = sorted({c.environment.name for c in the_plan.cells if c.environment.kind == "docker"})
+    if docker and not workload.supports_docker:
+        out.append(
+            f"workload {workload.name!r} cannot run in docker environments ({', '.join(docker)}); "
+            "those cells will fail with infrastructure_failed — run aorta inside the image instead"
+        )
+    return out
+
+
+def _run_warn_line(p: Problem) -> str:
+    """One warning of :attr:`Validation.run_warns`, saying what the run does about it."""
+    if p.path == "workload":
+        return f"{p.message}; every cell will fail with infrastructure_failed"
+    return f"{p}; the trials ignore it (each trial records a warning)"
 
 
 def _collector_warnings(the_plan: Plan, workload: type[Workload]) -> list[str]:

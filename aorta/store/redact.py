@@ -66,7 +66,7 @@ from aorta.store.record import TrialRecord
 from aorta.store.rundir import RunDir, atomic_write
 from aorta.store.secrets import (
     REDACTED,
-    SECRET_FLAG,
+    is_secret_flag,
     is_secret_name,
     mask_assignments,
     numbers_are_secret,
@@ -418,7 +418,7 @@ def _secret_values(value: Any, keys: tuple[str, ...]) -> Iterable[tuple[str, boo
                 yield from _secret_values(v, keys)
     elif isinstance(value, list):
         for i, v in enumerate(value):
-            if isinstance(v, str) and SECRET_FLAG.fullmatch(v) and i + 1 < len(value):
+            if isinstance(v, str) and is_secret_flag(v) and i + 1 < len(value):
                 yield str(value[i + 1]), True
             yield from _secret_values(v, keys)
     elif isinstance(value, str):
@@ -778,7 +778,7 @@ class Redactor:
             n = 0
             for i, v in enumerate(value):
                 after_flag = i > 0 and isinstance(value[i - 1], str)
-                if after_flag and isinstance(v, str) and SECRET_FLAG.fullmatch(value[i - 1]):
+                if after_flag and isinstance(v, str) and is_secret_flag(value[i - 1]):
                     items.append(REDACTED)
                     n += v != REDACTED
                     continue

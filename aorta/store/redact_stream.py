@@ -48,7 +48,7 @@ from typing import IO, Any, NamedTuple
 
 from aorta.store.record import RECORD_KEYS, TrialStatus
 from aorta.store.redact import DELIMITERS, Redactor, yaml_counted
-from aorta.store.secrets import REDACTED, SECRET_FLAG, numbers_are_secret
+from aorta.store.secrets import REDACTED, is_secret_flag, numbers_are_secret
 
 __all__ = [
     "COMPRESSED",
@@ -476,7 +476,7 @@ class _JsonScan:
         frame = self.stack[-1]
         frame.state = "comma"
         if frame.kind == "[":
-            frame.flag = token is not None and SECRET_FLAG.fullmatch(_plain(token)) is not None
+            frame.flag = token is not None and is_secret_flag(_plain(token))
 
     def scrub(self, raw: str, *, whole: bool) -> str:
         """A string token redacted as text, or replaced whole."""

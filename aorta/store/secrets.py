@@ -8,7 +8,8 @@ only the standard library and its syntax runs on Python 3.8.
 
 * **names** — :func:`is_secret_name` (``HF_TOKEN``, ``hfToken``, ``DB_PASSWD``, not
   ``NUM_TOKENS``); :func:`mask_assignments` masks ``NAME=value`` / ``"NAME": "value"`` for them;
-  :data:`SECRET_FLAG` is an argv flag whose next item is a secret (``--password``);
+  :func:`is_secret_flag` is an argv flag whose next item is a secret (``--password``, not
+  ``--cpu-pin``: the names' rule);
 * **shapes** — :func:`redact_secret_shapes`: URL passwords, bearer tokens, argv flags,
   ``key: value`` to secret keys, ``curl -u``, PEM private keys, well-known token formats, each
   rule line-bounded and linear in the text;
@@ -43,6 +44,7 @@ __all__ = [
     "SECRET_FLAG",
     "SECRET_LAST_PARTS",
     "SECRET_SUFFIXES",
+    "is_secret_flag",
     "is_secret_name",
     "mask_assignments",
     "numbers_are_secret",
@@ -107,7 +109,8 @@ _SECRET_KEYS = (
     r"(?:[a-z0-9]+[-_])*(?:password|passwd|passphrase|secret|api[-_]?key|access[-_]?key"
     r"|private[-_]?key|secret[-_]?key|credentials?|auth)"
 )
-#: Flags also take a token or a PIN (``--pin 4821``, ``--pin-code``; not ``--pin-memory``).
+#: Flags also take a token or a PIN (``--pin 4821``, ``--pin-code``; not ``--pin-memory``, and
+#: not ``--cpu-pin``, whose name :func:`is_secret_name` keeps: see :func:`is_secret_flag`).
 _SECRET_WORDS = _SECRET_KEYS[:-1] + "|token|pin(?:[-_]?code)?)"
 
 
@@ -189,10 +192,11 @@ _SECRET_SHAPES: tuple[re.Pattern[str] | _UrlPasswords, ...] = (
     ),
     # Command-line flags: --password X, --api-key=X, --hf-token X, and the list forms of
     # argv as Python or JSON print it: "--token", "X".
+    # (``f``, the flag's name, is read by the name rule: ``--cpu-pin 0-3`` is no PIN.)
     re.compile(
-        r"(?i)(?<![\w-])--?"
+        r"(?i)(?<![\w-])--?(?P<f>"
         + _SECRET_WORDS
-        + r"(?:[ \t]*=[ \t]*|[ \t]+|\\?[\"'][ \t]*,[ \t]*)(?:\\?[\"'])?(?P<s>"
+        + r")(?:[ \t]*=[ \t]*|[ \t]+|\\?[\"'][ \t]*,[ \t]*)(?:\\?[\"'])?(?P<s>"
         + _VALUE
         + ")"
     ),
@@ -294,6 +298,19 @@ SECRET_FLAG = re.compile(
 )
 
 
+def is_secret_flag(token: str) -> bool:
+    """Whether an argv item is a flag whose next item is a secret: :data:`SECRET_FLAG`'s
+    shape, its name secret by :func:`is_secret_name` — the rule of names, so a flag that pins
+    work to hardware is kept as ``CPU_PIN`` is (see :data:`PINNING_PARTS`).
+
+    >>> [is_secret_flag(f) for f in ("--pin", "--pin-code", "--pincode", "--hf-token")]
+    [True, True, True, True]
+    >>> [is_secret_flag(f) for f in ("--cpu-pin", "--numa-pin", "--pin-memory", "--tokens")]
+    [False, False, False, False]
+    """
+    return SECRET_FLAG.fullmatch(token) is not None and is_secret_name(token.lstrip("-"))
+
+
 def numbers_are_secret(name: str) -> bool:
     """Whether an all-digit value (a JSON or YAML number) under ``name``, a secret name, is a
     secret too: a password's, a secret's, a credential's or a PIN's; not a count under a
@@ -323,7 +340,7 @@ def mask_assignments(
     def mask(m: re.Match[str]) -> str:
         nonlocal n
         name = m.group("name")
-        if not is_secret(name):
+        if not is_secret(name) or not is_secret(_dashed_name(m)):
             return m.group(0)
         value = m.group("value")
         if _DIGITS.fullmatch(value) and not numbers_are_secret(name):
@@ -334,6 +351,22 @@ def mask_assignments(
         return f"{name}{m.group('sep')}{REDACTED}"
 
     return sub_on_lines(_NAME_VALUE, mask, text, None if any_name else _NAME_KEYS), n
+
+
+#: The dashed words before a name (``--cpu-`` before ``pin=4``), read back a bounded way.
+_DASHED_BEFORE = re.compile(r"(?<![A-Za-z0-9_-])-*((?:[A-Za-z0-9_]+-)+)$")
+
+
+def _dashed_name(m: re.Match[str]) -> str:
+    """The whole dashed name an assignment's name ends (``cpu-pin`` of ``--cpu-pin=4``), so
+    it is judged as a flag's is (:func:`is_secret_flag`); the name itself when no dashed
+    words lead to it, or more than a bounded look back holds (then the name alone decides:
+    masked rather than kept)."""
+    start = m.start("name")
+    before = _DASHED_BEFORE.search(m.string[max(0, start - 64) : start])
+    if before is None or (before.start() == 0 and start > 64):  # none, or cut by the bound
+        return m.group("name")
+    return before.group(1) + m.group("name")
 
 
 def redact_secret_shapes(text: str) -> str:
@@ -347,10 +380,16 @@ def redact_secret_shapes(text: str) -> str:
     return redact_secret_shapes_counted(text)[0]
 
 
+def _flag_not_secret(m: re.Match[str]) -> bool:
+    """A flag shape's match whose flag the name rule keeps (``--cpu-pin``): one rule for
+    ``CPU_PIN=0-3`` and ``--cpu-pin 0-3``."""
+    return "f" in m.re.groupindex and not is_secret_name(m.group("f"))
+
+
 def _mask_secret_part(m: re.Match[str]) -> str:
     whole = m.group(0)
-    if m.group("s") == REDACTED:
-        return whole  # already masked: do not count it twice
+    if m.group("s") == REDACTED or _flag_not_secret(m):
+        return whole  # already masked (do not count it twice), or no secret's flag
     return whole[: m.start("s") - m.start()] + REDACTED + whole[m.end("s") - m.start() :]
 
 
@@ -472,7 +511,7 @@ def secret_shape_values(text: str, *, plain_words: bool = True) -> list[str]:
     for shape in _SECRET_SHAPES:
         for m in shape.finditer(text):
             value = m.group("s")
-            if not value:
+            if not value or _flag_not_secret(m):
                 continue
             before = m.group(0)[: m.start("s") - m.start()]
             if not plain_words and _PLAIN_WORD.fullmatch(value) and not _CHOSEN.search(before):

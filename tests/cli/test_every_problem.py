@@ -135,3 +135,32 @@ def test_a_cell_without_valid_mitigations_keeps_its_name_and_says_what_waits(run
     code, _, err = run_cli("recipe", "validate", path)
     assert code == ExitCode.USAGE
     assert "not checked" not in err and len(err.splitlines()) == 2
+
+
+def test_what_a_sweep_only_warns_about_is_a_warning_of_validate_s_in_the_sweep_s_words(
+    run_cli, write
+):
+    # A workload not installed here (it may be a plugin of the nodes a launch reaches) and a
+    # workload_config key it does not read: the sweep warns and runs, so validate passes the
+    # recipe and prints the dry-run's warning lines, word for word (#48).
+    cases = {
+        "unknown.yaml": (
+            "workload: nosuchwl\ncells: [{name: a, mitigations: [none]}]\n",
+            "warning: unknown workload 'nosuchwl'",
+        ),
+        "key.yaml": (
+            "workload: race\n"
+            "cells: [{name: a, mitigations: [none], workload_config: {bogus: 1}}]\n",
+            "warning: cells[0].workload_config.bogus: workload 'race' does not read 'bogus'",
+        ),
+    }
+    for name, (text, start) in cases.items():
+        path = write(name, text)
+        code, out, err = run_cli("recipe", "validate", path)
+        assert code == ExitCode.OK, err
+        assert f"{path}: OK — 1 cells, 1 trials" in out
+        warned = err.splitlines()
+        assert len(warned) == 1 and warned[0].startswith(start), warned
+        code, out, _ = run_cli("sweep", "run", "--recipe", path, "--dry-run")
+        assert code == ExitCode.OK
+        assert [line for line in out.splitlines() if line.startswith("warning:")] == warned

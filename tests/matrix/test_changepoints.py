@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aorta.matrix.changepoints import min_p, permutation_p, segment, split_statistics
-from aorta.matrix.history import detect, gate, median_interval
+from aorta.matrix.history import detect, family_level, gate, median_interval
 from tests.history_runs import write_night
 
 
@@ -93,6 +93,14 @@ def test_nothing_to_test() -> None:
         segment([np.ones(2)], level=1.5)
 
 
+def test_a_last_night_without_a_timed_trial_is_tested_not_a_crash() -> None:
+    # Every trial of the newest night failed (no step time): its rank sum was read past the
+    # end of the trials (IndexError from the whole history); it is a run with no trial.
+    values = [np.array([1.0, 2.0, 3.0])] * 5 + [np.zeros(0)]
+    assert permutation_p(values, seed=0)[0] == 1.0
+    assert split_statistics(values).tolist() == [0.0] * 5
+
+
 def test_median_interval_covers_the_median() -> None:
     rng = np.random.default_rng(0)
     hits = sum(
@@ -101,7 +109,12 @@ def test_median_interval_covers_the_median() -> None:
     assert hits / 2000 >= 0.94
 
 
-def _history(values: np.ndarray, failed: np.ndarray, series: list[str] | None = None) -> xr.Dataset:
+def _history(
+    values: np.ndarray,
+    failed: np.ndarray,
+    series: list[str] | None = None,
+    cells: list[str] | None = None,
+) -> xr.Dataset:
     n = values.shape[0]
     series = series or ["T/w"] * n
     ds = xr.Dataset(
@@ -111,7 +124,7 @@ def _history(values: np.ndarray, failed: np.ndarray, series: list[str] | None = 
         },
         coords={
             "run": [f"/runs/{s}/r{i:03d}" for i, s in enumerate(series)],
-            "cell": ["base"],
+            "cell": cells or ["base"],
             "series": ("run", series),
         },
     )
@@ -235,3 +248,52 @@ def test_the_nine_night_probe_across_real_run_directories(tmp_path: Path) -> Non
     (change,) = analyze([tmp_path]).change_points
     assert change.after == str(nights[5]) and change.before == str(nights[4])
     assert change.direction == "slower" and change.p <= change.level
+
+
+def test_a_never_failing_cell_takes_no_share_of_the_level() -> None:
+    # 9 nights of one cell, the step time 2% up from night 5 (4 nights on the new level, the
+    # trials overlapping a little): p = 0.04. No trial ever failed, so the failure-rate series
+    # is constant (p = 1 under every run order); counted, it halved the level to 0.025 and the
+    # step was missed (#48).
+    rng = np.random.default_rng(21)
+    values = np.array(
+        [100 * (1.02 if i >= 5 else 1.0) * (1 + rng.uniform(-0.02, 0.02, 8)) for i in range(9)]
+    )[:, None, :]
+    ds = _history(values, np.zeros(values.shape, dtype=np.int8))
+    assert family_level(ds, 0.05) == 0.05
+    (change,) = detect(ds, alpha=0.05)
+    assert (change.metric, change.after, change.direction) == (
+        "step_time_ms", "/runs/T/w/r005", "slower",
+    )  # fmt: skip
+    assert 0.025 < change.p <= change.level == 0.05
+    # A cell whose failures vary is a test of its own: counted again.
+    failed = np.zeros(values.shape, dtype=np.int8)
+    failed[3, 0, 0] = 1
+    assert family_level(_history(values, failed), 0.05) == 0.025
+
+
+@pytest.mark.slow
+@settings(max_examples=6, deadline=None)
+@given(
+    cells=st.integers(1, 4),
+    runs=st.integers(6, 20),
+    fail_rate=st.sampled_from([0.0, 0.0, 0.05, 0.3, 1.0]),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_no_change_point_in_a_stationary_history_beyond_alpha(
+    cells: int, runs: int, fail_rate: float, seed: int
+) -> None:
+    # Histories where nothing changes — step times and failures exchangeable across nights,
+    # the first cell never failing (its failure rate constant, left out of the count) — raise
+    # any change point at most alpha of the time, the constant series left out or not.
+    rng = np.random.default_rng(seed)
+    alpha, histories, alarms = 0.1, 120, 0
+    for h in range(histories):
+        values = rng.lognormal(0, 0.05, (runs, cells, 6)) * 100 + rng.normal(0, 2, (runs, 1, 1))
+        failed = (rng.random((runs, cells, 6)) < fail_rate).astype(np.int8)
+        failed[:, 0, :] = 0
+        values = np.where(failed == 1, np.nan, values)
+        ds = _history(values, failed, cells=[f"c{j}" for j in range(cells)])
+        alarms += bool(detect(ds, alpha=alpha, seed=h, resamples=999))
+    # Binomial(120, 0.1): mean 12, sd 3.3; four sd above the bound is a real excess.
+    assert alarms <= alpha * histories + 4 * np.sqrt(histories * alpha * (1 - alpha))

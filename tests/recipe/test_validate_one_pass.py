@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aorta.errors import RecipeError, by_path
-from aorta.run.prepare import check_recipe_file, validate_recipe
+from aorta.run.prepare import check_recipe_file, prepare, validate_recipe
 
 BASE = {
     "workload": "race",
@@ -77,7 +77,8 @@ FAULTS = {
     "bad_top_value": (_bad_top_value, "timeout_per_trial: must be > 0"),
     "bad_cell_name": (_bad_cell_name, "cells[0].name: '-base' is not a valid cell name"),
 }
-#: What a sweep only warns about (its trials record it): it refuses nothing alone.
+#: What a sweep only warns about (its trials record it): it refuses nothing, and validate
+#: warns of it with the sweep's words (#48).
 RUN_WARNS = {"config_key"}
 
 
@@ -89,14 +90,18 @@ def test_every_problem_once_whatever_the_mix(tmp_path_factory, faults: set[str])
         FAULTS[fault][0](doc)
     path = tmp_path_factory.mktemp("v") / "r.yaml"
     path.write_text(yaml.safe_dump(doc))
-    problems = validate_recipe(path).problems
+    validation = validate_recipe(path)
+    problems = validation.problems
     found = [str(p) for p in problems]
     for fault in faults:
         start = FAULTS[fault][1]
-        assert sum(p.startswith(start) for p in found) == 1, (fault, found)
-    assert len(found) == len(faults), found
+        # What the sweep only warns about is a warning of validate's too, never a problem.
+        where = validation.warnings if fault in RUN_WARNS else found
+        assert sum(p.startswith(start) for p in where) == 1, (fault, found, validation.warnings)
+    assert len(found) == len(faults - RUN_WARNS), found
     assert problems == by_path(problems)
-    # The sweep: refused with exactly this list, or (nothing but what it warns about) not at all.
+    # The sweep: refused with exactly this list, or (nothing but what it warns about) not at
+    # all, and then warning with validate's lines.
     try:
         check_recipe_file(path)
     except RecipeError as exc:
@@ -104,6 +109,7 @@ def test_every_problem_once_whatever_the_mix(tmp_path_factory, faults: set[str])
         assert exc.problems == problems
     else:
         assert not faults - RUN_WARNS, faults
+        assert prepare(path).warnings == validation.warnings
 
 
 @settings(max_examples=40, deadline=None)

@@ -15,7 +15,14 @@ from aorta.errors import ExitCode
 from aorta.store.redact import Redactor, harvest_secrets
 from aorta.store.redact_stream import redact_file
 from aorta.store.rundir import RunDir
-from aorta.store.secrets import is_secret_name, mask_assignments, secret_shape_values
+from aorta.store.secrets import (
+    SECRET_FLAG,
+    is_secret_flag,
+    is_secret_name,
+    mask_assignments,
+    redact_secret_shapes,
+    secret_shape_values,
+)
 
 HF = "hf_realSecretValue12345678"
 RECIPE = f"""\
@@ -160,6 +167,39 @@ def test_a_pin_is_masked_in_the_environment_argv_and_recipe_data():
     # wherever it stands alone afterwards.
     known = Redactor.for_run(env={"HSM_PIN": "k4Z9x2"})
     assert known.text("login with k4Z9x2 ok") == "login with <redacted> ok"
+
+
+@pytest.mark.parametrize("flag", ["--cpu-pin", "--numa-pin", "--gpu-pin", "--core_pin"])
+def test_a_flag_that_pins_work_to_hardware_is_kept_as_its_env_name_is(flag, tmp_path):
+    # `--cpu-pin 0-3` read `--cpu-pin <redacted>` once `--pin` was a secret flag, while
+    # CPU_PIN=0-3 was kept: the flag now follows the names' rule, in text, argv data, JSON.
+    redactor = Redactor.for_run(env={"NCCL_DEBUG": "INFO"})
+    line = f"train.py {flag} 0-3 {flag}=4 --pin-memory true --pin 4821 --pin-code 0000"
+    assert redactor.text(line) == (
+        f"train.py {flag} 0-3 {flag}=4 --pin-memory true --pin <redacted> --pin-code <redacted>"
+    )
+    assert secret_shape_values(line) == ["4821", "0000"]
+    argv = ["app", flag, "0-3", "--pin-memory", "1", "--pincode", "4821"]
+    assert redactor.data({"cmd": argv}) == {"cmd": [*argv[:-1], "<redacted>"]}
+    path = tmp_path / "argv.json"
+    path.write_text(json.dumps({"cmd": argv}))
+    out = io.BytesIO()
+    assert redact_file(path, out, redactor, limit=1 << 20) == 1
+    assert json.loads(out.getvalue()) == {"cmd": [*argv[:-1], "<redacted>"]}
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["pin", "pin-code", "pincode", "sim-pin", "hsm_pin", "cpu-pin", "numa-pin", "pin-memory",
+     "cpu-pin-code", "secret-cpu-pin", "hf-token", "password", "api-key", "tokens"],
+)  # fmt: skip
+def test_one_rule_for_a_secret_name_and_a_secret_flag(name):
+    # Where the flag's shape could hold a secret at all, its name decides, as an env name's.
+    shaped = SECRET_FLAG.fullmatch(f"--{name}") is not None
+    assert is_secret_flag(f"--{name}") == (shaped and is_secret_name(name))
+    assert redact_secret_shapes(f"--{name} 4821").endswith("<redacted>") == is_secret_flag(
+        f"--{name}"
+    )
 
 
 def test_a_number_under_a_password_or_pin_name_is_masked_in_json_and_data(tmp_path):
