@@ -192,11 +192,14 @@ _SECRET_SHAPES: tuple[re.Pattern[str] | _UrlPasswords, ...] = (
     ),
     # Command-line flags: --password X, --api-key=X, --hf-token X, and the list forms of
     # argv as Python or JSON print it: "--token", "X".
-    # (``f``, the flag's name, is read by the name rule: ``--cpu-pin 0-3`` is no PIN.)
+    # (``f``, the flag's name, is read by the name rule: ``--cpu-pin 0-3`` is no PIN.) A next
+    # word that is a long flag is no value: ``--use-auth-token --hub-token X`` (a boolean
+    # before a secret flag) consumed ``--hub-token`` as its value and left X in clear.
     re.compile(
         r"(?i)(?<![\w-])--?(?P<f>"
         + _SECRET_WORDS
-        + r")(?:[ \t]*=[ \t]*|[ \t]+|\\?[\"'][ \t]*,[ \t]*)(?:\\?[\"'])?(?P<s>"
+        + r")(?:[ \t]*=[ \t]*|(?:[ \t]+|\\?[\"'][ \t]*,[ \t]*)(?!(?:\\?[\"'])?--[A-Za-z]))"
+        + r"(?:\\?[\"'])?(?P<s>"
         + _VALUE
         + ")"
     ),

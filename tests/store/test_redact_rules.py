@@ -60,6 +60,11 @@ SHAPES = [
     ("curl -H 'Authorization: token gh0123456789abc'", "gh0123456789abc", "curl -H"),
     ("hf hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123", "hf_AbCdEfGhIjKl", "hf "),
     ("key: " + json.dumps(PEM), PEM_BODY[0][:20], "BEGIN RSA PRIVATE KEY"),
+    # A boolean flag whose name holds a secret word, right before a secret flag: it took the
+    # next flag for its value and the secret after it stayed in clear.
+    ("t --use_auth_token --hub-token hfHubTok4455", "hfHubTok4455", "--use_auth_token"),
+    ("t --cpu-pin --password CpuPinPw77", "CpuPinPw77", "--cpu-pin --password"),
+    ('argv: ["--use-auth", "--token", "ListTok8899"]', "ListTok8899", '"--token"'),
 ]
 
 
