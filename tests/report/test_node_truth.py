@@ -81,6 +81,17 @@ def _plain(text: str) -> str:
     return html.unescape(re.sub(r"<[^>]+>", "", text)).replace("**", "").replace("`", "")
 
 
+def _compare_says(run_cli, root: Path, line: str) -> None:
+    """``aorta compare`` prints ``line`` for the flaky cell, and its JSON carries it."""
+    code, out, err = run_cli("compare", root)
+    assert code == 0, err
+    assert line in out
+    code, out, err = run_cli("compare", root, "--json")
+    assert code == 0, err
+    (compared,) = [c for c in json.loads(out)["cells"] if c["cell"] == "flaky"]
+    assert compared["hang_incident"] == line
+
+
 def test_every_output_cites_the_same_node_and_line(run, run_cli):
     root, hung = run
     # The analysis: the node's latest line, cited for the culprit on it.
@@ -109,14 +120,7 @@ def test_every_output_cites_the_same_node_and_line(run, run_cli):
     md = (root / "matrix.md").read_text()
     assert f"- `flaky`: {line}" in md
 
-    # aorta compare, text and JSON: the same line.
-    code, out, err = run_cli("compare", root)
-    assert code == 0, err
-    assert line in out
-    code, out, err = run_cli("compare", root, "--json")
-    assert code == 0, err
-    (compared,) = [c for c in json.loads(out)["cells"] if c["cell"] == "flaky"]
-    assert compared["hang_incident"] == line
+    _compare_says(run_cli, root, line)  # aorta compare, text and JSON: the same line
 
     # report.html: the summary and the node's block, linked to its file in the trial.
     code, _, err = run_cli("report", root, "--html")
@@ -188,14 +192,7 @@ def test_every_output_cites_the_culprits_own_device_line(own, run_cli):
     assert pattern["device_lines"] == [{"rank": 2, "line": OWN}] and pattern["nodes"] == []
     assert f"- `flaky`: {line}" in (root / "matrix.md").read_text()
 
-    # aorta compare, text and JSON: the same line.
-    code, out, err = run_cli("compare", root)
-    assert code == 0, err
-    assert line in out
-    code, out, err = run_cli("compare", root, "--json")
-    assert code == 0, err
-    (compared,) = [c for c in json.loads(out)["cells"] if c["cell"] == "flaky"]
-    assert compared["hang_incident"] == line
+    _compare_says(run_cli, root, line)  # aorta compare, text and JSON: the same line
 
     # report.html: the summary and the cell's line, each once with the line in its words.
     code, _, err = run_cli("report", root, "--html")
