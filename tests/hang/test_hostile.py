@@ -355,6 +355,9 @@ def _reference(data: bytes) -> tuple[int | None, int]:
 _SEEDS = [GOOD_PICKLE, pickle.dumps(parse_dump(GOOD_JSON, name="x"), protocol=4)[:3000]]
 
 
+# pickletools (the reference) decodes a mutated STRING opcode with codecs.escape_decode, which
+# warns of a bad escape such as '\u'; the memo walk under test reads no string's contents.
+@pytest.mark.filterwarnings("ignore::DeprecationWarning:pickletools")
 @given(
     seed=st.sampled_from(_SEEDS),
     edits=st.lists(st.tuples(st.integers(0, 3100), st.binary(min_size=1, max_size=6)), max_size=4),
