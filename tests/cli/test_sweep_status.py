@@ -15,7 +15,7 @@ import pytest
 
 from aorta.errors import ExitCode
 from aorta.store.rundir import RunDir
-from tests.processes import AORTA
+from tests.processes import sweep_run
 
 RECIPE = "mode: probe\nticket: STATUS\ntrials: 2\nmitigation_axis: [none]\n"
 
@@ -36,19 +36,9 @@ def test_status_of_a_killed_sweep_says_interrupted_and_how_to_resume(tmp_path, r
     marker = tmp_path / "trial.pid"
     # The trial writes its pid, then sleeps: the sweep is mid-trial when it is killed.
     sweep = subprocess.Popen(
-        [
-            AORTA,
-            "sweep",
-            "run",
-            "--recipe",
-            str(recipe),
-            "-o",
-            str(tmp_path / "out"),
-            "--",
-            "bash",
-            "-c",
-            f"echo $$ > {marker}; exec sleep 120",
-        ],
+        sweep_run(
+            recipe, tmp_path / "out", "--", "bash", "-c", f"echo $$ > {marker}; exec sleep 120"
+        ),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

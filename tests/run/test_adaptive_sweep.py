@@ -16,8 +16,7 @@ import pytest
 
 import aorta
 from aorta.errors import ExitCode
-
-AORTA = str(Path(sys.executable).parent / "aorta")
+from tests.processes import AORTA, sweep_run
 
 # Each cell's step time and failures come from its environment; trial values are seeded by
 # AORTA_SEED (per cell and trial), so every run of the recipe sees the same trials.
@@ -221,17 +220,7 @@ def test_a_million_trial_cap_ends_when_the_cells_stop(tmp_path):
 
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.run(
-        [
-            AORTA,
-            "sweep",
-            "run",
-            "--recipe",
-            str(recipe),
-            "-o",
-            str(tmp_path / "out"),
-            "--",
-            *STEADY,
-        ],
+        sweep_run(recipe, tmp_path / "out", "--", *STEADY),
         capture_output=True,
         text=True,
         timeout=600,
