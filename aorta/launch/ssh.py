@@ -70,10 +70,18 @@ class ExecResult:
         return redact_secret_shapes(cause_lines(self.stdout)) or f"exit code {self.exit_code}"
 
 
-def connection(cluster: Cluster, node: Node, config: Config | None = None) -> Connection:
+def connection(
+    cluster: Cluster, node: Node, ssh_config: paramiko.SSHConfig | None = None
+) -> Connection:
     """A ``fabric.Connection`` to ``node`` with ``cluster``'s login, host-key policy and timeouts
     (it connects on first use): a given key or password is the only credential tried; with
-    neither, the agent and ``~/.ssh`` keys are. ``config``: Fabric's (``~/.ssh/config``)."""
+    neither, the agent and ``~/.ssh`` keys are. ``ssh_config``: ``~/.ssh/config`` as parsed
+    once for a launch (:func:`ssh_sessions`); read here otherwise.
+
+    Every connection gets a Fabric ``Config`` of its own: building a ``Connection`` writes to
+    its config (``inline_ssh_env``), and Invoke rebuilds a config on every write by emptying it
+    first — a launch's threads sharing one saw ``No attribute or config key found`` and lost the
+    node. A parsed ``SSHConfig`` is only ever read, so it is shared."""
     kwargs: dict[str, Any] = {"banner_timeout": cluster.connect_timeout}
     kwargs["auth_timeout"] = cluster.connect_timeout
     if cluster.priv_key_file or cluster.password:
@@ -86,7 +94,7 @@ def connection(cluster: Cluster, node: Node, config: Config | None = None) -> Co
         node.address,
         user=cluster.username,
         port=node.port,
-        config=config or Config(),
+        config=Config() if ssh_config is None else Config(ssh_config=ssh_config),
         connect_timeout=max(1, math.ceil(cluster.connect_timeout)),  # Fabric takes whole seconds
         connect_kwargs=kwargs,
     )
@@ -145,10 +153,13 @@ class SshSession:
     """One node of ``cluster`` over Fabric. Building it is free; the first command connects,
     later ones (from any thread) get channels of that connection; ``exec(..., fresh=True)`` uses
     a connection of its own (the kill path, never stuck behind a dead one); ``close()`` ends
-    every channel. ``config``: Fabric's, shared by a launch's sessions (:func:`ssh_sessions`)."""
+    every channel. ``ssh_config``: ``~/.ssh/config``, parsed once for a launch's sessions
+    (:func:`ssh_sessions`)."""
 
-    def __init__(self, node: Node, cluster: Cluster, config: Config | None = None) -> None:
-        self.node, self.cluster, self.config = node, cluster, config
+    def __init__(
+        self, node: Node, cluster: Cluster, ssh_config: paramiko.SSHConfig | None = None
+    ) -> None:
+        self.node, self.cluster, self.ssh_config = node, cluster, ssh_config
         user = f"{cluster.username}@" if cluster.username else ""
         #: ``ssh user@host:port``, the prefix of this node's connection errors.
         self.where = f"ssh {user}{node.address}" + (f":{node.port}" if node.port else "")
@@ -157,7 +168,7 @@ class SshSession:
 
     def connection(self) -> Connection:
         """A new, unconnected :func:`connection` to this node."""
-        return connection(self.cluster, self.node, self.config)
+        return connection(self.cluster, self.node, self.ssh_config)
 
     def __enter__(self) -> SshSession:
         return self
@@ -295,7 +306,7 @@ class SshSession:
 
 
 def ssh_sessions(cluster: Cluster) -> dict[str, NodeSession]:
-    """One :class:`SshSession` per node, sharing one Fabric ``Config`` (``~/.ssh/config`` is
+    """One :class:`SshSession` per node, sharing one parsed ``~/.ssh/config`` (it is
     read here, once); building them connects nothing."""
-    config = Config()
-    return {n.name: SshSession(n, cluster, config) for n in cluster.nodes}
+    ssh_config = Config().base_ssh_config  # Fabric's search: ~/.ssh/config, /etc/ssh/ssh_config
+    return {n.name: SshSession(n, cluster, ssh_config) for n in cluster.nodes}

@@ -4,6 +4,8 @@ connection policy built from the cluster's login fields, nothing connected yet."
 from __future__ import annotations
 
 import dataclasses
+import sys
+import threading
 from pathlib import Path
 
 import paramiko
@@ -56,4 +58,38 @@ def test_one_ssh_config_per_launch(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     config.write_text("Host gpu-*\n  User changed\n")  # read once: no connection re-reads it
     conns = [s.connection() for s in sessions.values() for _ in range(2)]
     assert {(conn.user, conn.port) for conn in conns} == {("from-config", 2200)}
-    assert sessions["node0"].config is sessions["node1"].config
+    assert sessions["node0"].ssh_config is sessions["node1"].ssh_config
+    assert len({id(conn.config) for conn in conns}) == len(conns)  # Fabric's Config: one each
+
+
+def test_a_launchs_threads_build_connections_at_once() -> None:
+    # CI lost node0 of a container launch: "No attribute or config key found for
+    # 'inline_ssh_env'". Building a fabric.Connection writes to its Config, and Invoke rebuilds a
+    # config on every write by emptying it first; threads sharing one Config read it empty. A
+    # switch interval of a microsecond makes that interleaving near certain (it failed every run
+    # before each connection got a Config of its own).
+    nodes: dict[str, dict[str, object]] = {f"gpu-{i}": {} for i in range(8)}
+    sessions = list(ssh_sessions(Cluster.from_dict({"node_dict": nodes})).values())
+    assert all(isinstance(s, SshSession) for s in sessions)
+    errors: list[BaseException] = []
+    start = threading.Barrier(len(sessions))
+
+    def build(session: SshSession) -> None:
+        start.wait()
+        for _ in range(100):
+            try:
+                assert not session.connection().is_connected
+            except BaseException as exc:  # collected: a thread's exception is otherwise lost
+                errors.append(exc)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=build, args=(s,)) for s in sessions]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert errors == []
