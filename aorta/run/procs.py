@@ -374,6 +374,7 @@ def run_with_deadline(
 
 def reap_all(*, grace_s: float = 2.0) -> int:
     """Kill every live child group aorta started (on Ctrl-C/SIGTERM). Returns how many.
+    A child whose caller already waited for it, its group empty, is forgotten, not counted.
 
     Every group is sent SIGTERM at once and shares one ``grace_s``; what still runs then is
     sent SIGKILL, and the call returns once each group is empty (bounded), as
@@ -383,15 +384,16 @@ def reap_all(*, grace_s: float = 2.0) -> int:
     waiting on it would spend the whole grace on every such group, and returning without
     waiting left them, and processes still on their way out, behind.
     """
-    with _lock:
-        procs = list(_live.values())
-    for proc in procs:
-        _signal_group(proc.pid, signal.SIGTERM)
 
     def running(group: list[subprocess.Popen[Any]]) -> list[subprocess.Popen[Any]]:
         # poll() first: _group_running reaps the group's zombies only once the leader is.
         return [p for p in group if p.poll() is None or _group_running(p, p.pid)]
 
+    with _lock:
+        known = list(_live.values())
+    procs = running(known)
+    for proc in procs:
+        _signal_group(proc.pid, signal.SIGTERM)
     left = running(procs)
     deadline = time.monotonic() + grace_s
     while left and time.monotonic() < deadline:
@@ -404,7 +406,7 @@ def reap_all(*, grace_s: float = 2.0) -> int:
     while left and time.monotonic() < end:
         time.sleep(0.02)
         left = running(left)
-    for proc in procs:
+    for proc in known:
         _forget(proc)
     return len(procs)
 
