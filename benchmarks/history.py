@@ -4,6 +4,7 @@ of every value.
     .venv/bin/python benchmarks/history.py history [--runs 365] [--cells 20] [--trials 40] [--peer-runs 40] [--keep DIR]
     .venv/bin/python benchmarks/history.py bisect [--values 16] [--first-bad 11] [--remeasure]
     .venv/bin/python benchmarks/history.py bisect-vs --other OTHER/aorta/run/bisect.py [--values 6] [--first-bad 3] [--rounds 3]
+    .venv/bin/python benchmarks/history.py changepoints [--series 1500] [--steps 1000]
 
 **history**: ``--runs`` complete run directories (``results.nc`` from real trial records,
 manifest, ``host_env.json``) written under a temporary folder (not timed), one night each;
@@ -255,6 +256,64 @@ def bisect_vs(args: argparse.Namespace) -> None:
                 }), flush=True)  # fmt: skip
 
 
+def changepoints(args: argparse.Namespace) -> None:
+    """One change-point test's cost, exact against permutations, per series length; clean
+    9-night steps (4 + 5, trials 1% noise, levels 5% apart) missed at level 0.025 each way;
+    and the false alarms of ``--series`` stationary series with one outlying night (level
+    0.05, as ``test_one_outlying_night_raises_no_false_alarm_beyond_the_level`` draws them)."""
+    import numpy as np
+
+    from aorta.matrix import changepoints as cp
+
+    exact_max = cp.EXACT_MAX_RUNS
+    rng = np.random.default_rng(0)
+
+    def best(runs: list[Any], exact: bool, reps: int = 7) -> float:
+        cp.EXACT_MAX_RUNS = 99 if exact else 0
+        times = []
+        for _ in range(reps):
+            start = time.perf_counter()
+            cp._test(runs, resamples=cp.DEFAULT_RESAMPLES, seed=0)
+            times.append(time.perf_counter() - start)
+        return round(min(times) * 1e3, 2)
+
+    for j in range(8, 17):
+        step = [rng.normal(0 if i < j // 2 else 1, 0.05, 8) for i in range(j)]
+        null = [rng.normal(0, 1, 8) for _ in range(j)]
+        exact, mc_step, mc_null = best(step, True), best(step, False), best(null, False)
+        print(json.dumps({"runs": j, "exact_ms": exact, "permutations_ms": mc_step,
+                          "permutations_large_p_ms": mc_null}), flush=True)  # fmt: skip
+    missed = {"permutations": 0, "exact": 0}
+    for i in range(args.steps):
+        values = [100 * ((1.05 if n >= 4 else 1.0) + rng.normal(0, 0.001, 8)) for n in range(9)]
+        for how, limit in (("permutations", 0), ("exact", 99)):
+            cp.EXACT_MAX_RUNS = limit
+            missed[how] += [k for k, _ in cp.segment(values, level=0.025, seed=i)] != [4]
+    print(json.dumps({"clean_4_5_steps": args.steps, "missed": missed}), flush=True)
+    cp.EXACT_MAX_RUNS = exact_max
+    alarms = newest = newest_alarms = 0
+    start = time.process_time()
+    for i in range(args.series):
+        runs, trials = int(rng.integers(9, 40)), int(rng.integers(3, 21))
+        outlier, noisy, where = rng.uniform(-8, 8), bool(rng.integers(2)), int(rng.integers(runs))
+        values = [
+            100 * (1 + rng.normal(0, 0.01) + rng.normal(0, 0.01, trials)) for _ in range(runs)
+        ]
+        if noisy:
+            values[where] = 100 * (1 + rng.normal(0, 0.01 * max(abs(outlier), 1), trials))
+        else:
+            values[where] = values[where] + outlier
+        alarm = bool(cp.segment(values, level=0.05, seed=i, resamples=999))
+        alarms += alarm
+        newest += where == runs - 1
+        newest_alarms += alarm and where == runs - 1
+    print(json.dumps({
+        "stationary_series": args.series, "any_change_point": round(alarms / args.series, 4),
+        "newest_night_outlier": newest, "its_alarms": round(newest_alarms / max(newest, 1), 4),
+        "cpu_s": round(time.process_time() - start, 1),
+    }), flush=True)  # fmt: skip
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="what", required=True)
@@ -273,8 +332,12 @@ def main() -> int:
     v.add_argument("--values", type=int, default=6)
     v.add_argument("--first-bad", type=int, default=3)
     v.add_argument("--rounds", type=int, default=3)
+    c = sub.add_parser("changepoints")
+    c.add_argument("--series", type=int, default=1500)
+    c.add_argument("--steps", type=int, default=1000)
     args = parser.parse_args()
-    {"history": history, "bisect": bisect, "bisect-vs": bisect_vs}[args.what](args)
+    what = {"history": history, "bisect": bisect, "bisect-vs": bisect_vs}
+    {**what, "changepoints": changepoints}[args.what](args)
     return 0
 
 

@@ -4,6 +4,7 @@ times, and the gate's references — on synthetic series, where the truth is kno
 
 from __future__ import annotations
 
+from math import comb
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,13 @@ import xarray as xr
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aorta.matrix.changepoints import min_p, permutation_p, segment, split_statistics
+from aorta.matrix.changepoints import (
+    can_change,
+    min_p,
+    permutation_p,
+    segment,
+    split_statistics,
+)
 from aorta.matrix.history import detect, family_level, gate, median_interval
 from tests.history_runs import write_night
 
@@ -297,3 +304,91 @@ def test_no_change_point_in_a_stationary_history_beyond_alpha(
         alarms += bool(detect(ds, alpha=alpha, seed=h, resamples=999))
     # Binomial(120, 0.1): mean 12, sd 3.3; four sd above the bound is a real excess.
     assert alarms <= alpha * histories + 4 * np.sqrt(histories * alpha * (1 - alpha))
+
+
+def _brute_p(runs: list[np.ndarray], *, half_side: int) -> float:
+    """The share of every run order (itertools, no shortcut) whose statistic reaches the
+    observed one, with the tolerance the test itself uses."""
+    from itertools import permutations
+
+    from aorta.matrix.changepoints import _max_stat, _prepare
+
+    sums, counts, centre, spread, total = _prepare(runs)
+    observed, _ = _max_stat(sums, counts, centre, spread, total, half_side=half_side)
+    orders = np.array(list(permutations(range(len(runs)))))
+    stats, _ = _max_stat(sums[orders], counts[orders], centre, spread, total, half_side=half_side)
+    return float(np.mean(stats >= float(observed) * (1 - 1e-9)))
+
+
+_RUN = st.lists(st.sampled_from([1.0, 2.0, 2.5, 3.0, 7.0, float("nan")]), max_size=4)
+
+
+@settings(max_examples=300, deadline=None)
+@given(runs=st.lists(_RUN, min_size=2, max_size=7), half_side=st.integers(1, 3))
+def test_the_exact_p_is_the_share_of_every_run_order(
+    runs: list[list[float]], half_side: int
+) -> None:
+    # The subset count (J 2^J) against all J! orders enumerated, on small series with ties,
+    # empty and all-NaN runs; half splits reach 7 runs only with fewer whole runs beside
+    # them than HALF_SIDE, so that path is checked at half_side 1-3 (the public test, at 4,
+    # gets the same answer with no half split in reach).
+    from aorta.matrix.changepoints import _exact_p, _max_stat, _prepare
+
+    values = [np.array(r) for r in runs]
+    sums, counts, centre, spread, total = _prepare(values)
+    if not can_change(values):
+        assert permutation_p(values) == (1.0, 0)
+        return
+    observed, _ = _max_stat(sums, counts, centre, spread, total, half_side=half_side)
+    obs = float(observed) * (1 - 1e-9)
+    exact = _exact_p(sums, counts, centre, spread, total, obs, half_side=half_side)
+    assert exact == pytest.approx(_brute_p(values, half_side=half_side), abs=1e-12)
+    assert permutation_p(values)[0] == pytest.approx(_brute_p(values, half_side=4), abs=1e-12)
+
+
+def test_the_exact_p_through_a_half_split_at_nine_nights() -> None:
+    # The real HALF_SIDE at its smallest series: 4 nights, one between the levels, 4 — the
+    # half split's edge in the count against all 362,880 orders.
+    rng = np.random.default_rng(5)
+    values = [rng.normal(0 if i < 4 else 0.5 if i == 4 else 1, 0.3, 4) for i in range(9)]
+    p, _ = permutation_p(values)
+    assert p == pytest.approx(_brute_p(values, half_side=4), abs=1e-12) and p < 4 / 126
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    after=st.integers(3, 6),
+    trials=st.integers(1, 20),
+    spread=st.floats(0.0, 0.02),
+    step=st.floats(1.05, 3.0),
+    slower=st.booleans(),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_a_clean_step_at_nine_nights_is_always_found_at_its_night(
+    after: int, trials: int, spread: float, step: float, slower: bool, seed: int
+) -> None:
+    """9 nights, 4 + 5 (or 5 + 4, 6 + 3, 3 + 6), every trial after the change beyond every
+    trial before it, the nights of a level alike (each the same trials): its p is exactly
+    2 / C(9, k) ≤ 2/84 = 0.024, so at level 0.025 (one cell's two metrics at alpha 0.05) it is
+    found, every time, at the first night on the new level. The Monte Carlo p (25 hits, ~20%
+    error) left about 1% of 4 + 5 steps above the level (#48). Nights of a level that differ
+    among themselves can do worse: a night holding the top trials of its level lets other
+    run orders' half splits outgrow the clean whole split (2/70 at 4 + 5 with 2 trials a
+    night; docs/statistics.md, "What it cannot do")."""
+    rng = np.random.default_rng(seed)
+    at, new = 9 - after, step if slower else 1 / step
+    old_trials, new_trials = (1 + rng.uniform(-spread, spread, trials) for _ in range(2))
+    values = [100 * (new * new_trials if i >= at else old_trials) for i in range(9)]
+    # Each side alone is too short to reach 0.025 (6 runs: p ≥ 2/C(6, 3) = 0.1).
+    ((k, p),) = segment(values, level=0.025, seed=seed)
+    assert k == at and p == pytest.approx(2 / comb(9, after))
+
+
+def test_the_fewest_nights_that_can_show_a_clean_step() -> None:
+    # 8 nights (4 + 4): at best 2 / C(8, 4) = 0.029, over 0.025, under 0.05; 3 + 3: at best
+    # 2 / C(6, 3) = 0.1, a clean step no level under 0.1 can report.
+    eight = [np.full(6, 1.0)] * 4 + [np.full(6, 2.0)] * 4
+    assert permutation_p(eight) == pytest.approx((2 / 70, 4))
+    assert segment(eight, level=0.025) == [] and [k for k, _ in segment(eight, level=0.05)] == [4]
+    six = [np.full(6, 1.0)] * 3 + [np.full(6, 2.0)] * 3
+    assert permutation_p(six) == pytest.approx((0.1, 3)) and segment(six, level=0.05) == []
