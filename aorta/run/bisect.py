@@ -25,7 +25,8 @@ The price of reuse: a midpoint's trials are paired with trials of ``v0`` run ear
 same rounds, so a machine that drifts between the steps shows as a difference. Hence the
 **drift sentinel**: each step's run starts with 2 trials of ``v0`` beside its midpoint's first
 2, compared with the pooled ``v0`` trials (:func:`aorta.matrix.sentinel.sentinel_drift`: both
-beyond every pooled trial on one side, and their median beyond the band); on drift that step
+beyond every pooled trial on one side, and their median beyond the band; and their failures,
+:func:`~aorta.matrix.sentinel.failure_drift`: Boschloo's p at most 0.05); on drift that step
 runs ``v0`` and ``vN`` again beside its midpoint, as ``remeasure`` does, and its ``drift`` (and
 its reason) says so. ``remeasure`` (``aorta bisect --remeasure``) runs ``v0`` and ``vN`` again
 beside every midpoint, in one adaptive sweep per step (:func:`step_recipe`), as bisect did
@@ -59,7 +60,7 @@ from aorta.errors import UsageError
 from aorta.matrix.compare import compare
 from aorta.matrix.dataset import build_dataset
 from aorta.matrix.load import load_run
-from aorta.matrix.sentinel import SENTINEL_TRIALS, sentinel_drift
+from aorta.matrix.sentinel import SENTINEL_TRIALS, failure_drift, sentinel_drift
 from aorta.matrix.stats import DEFAULT_ALPHA, trial_medians
 from aorta.recipe.schema import Adaptive, Recipe, recipe_from_data, recipe_to_data
 from aorta.run.adaptive import decision_metric
@@ -404,7 +405,7 @@ def _step(
     """The step of ``cell`` from its row against the first value (``settled``: the same at
     a ``good`` verdict's level) and, with ``vs_bad``, its row against the last value and
     that value."""
-    outcome = ds.outcome.sel(cell=cell).values
+    failures, trials = _failures(ds, cell)
     bad_row, last = vs_bad if vs_bad is not None else (None, "")
     verdict = _verdict_of(row, bad_row, settled, hunted)
     reason = str(row["reason"] if verdict == "bad" or settled is None else settled["reason"])
@@ -418,8 +419,8 @@ def _step(
         verdict=verdict,
         ratio=_num(row["ratio"]),
         ci=(_num(row["ratio_ci_low"]), _num(row["ratio_ci_high"])),
-        failures=int((outcome == "failed").sum()),
-        trials=int(((outcome == "passed") | (outcome == "failed")).sum()),
+        failures=failures,
+        trials=trials,
         run_dir=str(run_dir),
         reason=reason,
         vs_bad=None if bad_row is None else _comparison(bad_row, last),
@@ -564,10 +565,23 @@ def _sentinel(runs: _Runs, index: int, pool: Path) -> tuple[Path, str]:
     first = runs.recipe.adaptive_settings.min_trials
     run = runs.measure(None, [0, index], first, fewer={0: SENTINEL_TRIALS})
     cell = runs.cell(0)
-    fresh = _trial_values(runs.dataset({0: run}), cell)
-    pooled = _trial_values(runs.dataset({0: pool}), cell)
+    now, before = runs.dataset({0: run}), runs.dataset({0: pool})
+    fresh, pooled = _trial_values(now, cell), _trial_values(before, cell)
     drift = sentinel_drift(fresh, pooled, threshold=runs.recipe.confound.threshold)
-    return run, drift.words(runs.values[0]) if drift.drifted else ""
+    # A machine that started failing shows in the failure counts, not the times (a failed
+    # trial has none): both are watched, and either drift re-measures the endpoints.
+    failing = failure_drift(_failures(now, cell), _failures(before, cell))
+    found = [d.words(runs.values[0]) for d in (drift, failing) if d.drifted]
+    return run, "; ".join(found)
+
+
+def _failures(ds: Any, cell: str) -> tuple[int, int]:
+    """``(failed, ran)`` of ``cell``'s trials: ran is passed or failed, as the comparisons
+    count them (a trial that errored or did not run is neither)."""
+    outcome = ds.outcome.sel(cell=cell).values
+    return int((outcome == "failed").sum()), int(
+        ((outcome == "passed") | (outcome == "failed")).sum()
+    )
 
 
 def _settle(

@@ -160,3 +160,51 @@ def test_the_drift_sentinel_remeasures_the_endpoints_of_a_step_on_a_drifted_mach
     assert result.to_json()["steps"][0]["drift"] == step.drift
     cells = sorted(p.name for p in (Path(step.run_dir) / "cells").iterdir())
     assert cells == ["bad02-b5", "good00-b0", "try01-b1"]
+
+
+# The machine, not the build: once the file PROBE_FAILING names exists, every trial fails.
+FAILING = (
+    "import os, sys, time, pathlib\n"
+    "if pathlib.Path(os.environ['PROBE_FAILING']).exists():\n"
+    "    sys.exit('the machine fails every trial now')\n"
+    "d = 0.04 if int(os.environ['PROBE_BUILD'][1:]) >= 3 else 0.015\n"
+    "for _ in range(3):\n"
+    "    t = time.perf_counter(); time.sleep(d)\n"
+    "    print(f'step time: {(time.perf_counter() - t) * 1000:.3f} ms', flush=True)\n"
+)
+
+
+def test_the_drift_sentinel_watches_failures_as_well_as_times(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """b1 is as good as b0, but the machine started failing every trial after the endpoints
+    were measured. Timing alone saw nothing (a failed trial has no step time, so no fresh
+    trial to compare) and b1, failing 5 of 5 against b0's pooled 0 of 5, was called bad: a
+    wrong first bad value. The sentinel's 2 fresh b0 trials fail where none of the pool did
+    (Boschloo p = 0.030), so the step runs b0 and b5 again beside b1 — all failing, nothing
+    tells them apart — and never calls b1 bad."""
+    from aorta.recipe.schema import load_recipe
+    from aorta.run.bisect import Step, bisect
+    from aorta.run.options import RunOptions
+
+    failing = tmp_path / "failing"
+    monkeypatch.setenv("PROBE_FAILING", str(failing))
+    path = tmp_path / "bisect.yaml"
+    path.write_text(RECIPE.replace("[b0, b1, b2, b3, b4, b5]", "[b0, b1, b5]"))
+    recipe = load_recipe(path, command=["python3", "-c", FAILING])
+
+    def fail_after_step_0(step: Step) -> None:
+        if step.endpoints:
+            failing.touch()
+
+    options = RunOptions(output=tmp_path / "out", progress="none")
+    result = bisect(recipe, options=options, on_step=fail_after_step_0)
+    (step,) = result.steps
+    assert step.verdict != "bad" and result.first_bad != "b1"
+    assert step.drift == (
+        "b0 drifted: 2 of its 2 fresh trials failed, 0 of its 5 pooled ones (p = 0.03 with no "
+        "drift)"
+    )
+    assert f"{step.drift}: endpoints re-measured beside it" in step.reason
+    cells = sorted(p.name for p in (Path(step.run_dir) / "cells").iterdir())
+    assert cells == ["bad02-b5", "good00-b0", "try01-b1"]
