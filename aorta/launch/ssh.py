@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 import paramiko
 from fabric import Config, Connection
+from paramiko import SSHConfig
 
 from aorta.errors import AortaError
 from aorta.recipe.cluster import Cluster, Node
@@ -70,18 +71,13 @@ class ExecResult:
         return redact_secret_shapes(cause_lines(self.stdout)) or f"exit code {self.exit_code}"
 
 
-def connection(
-    cluster: Cluster, node: Node, ssh_config: paramiko.SSHConfig | None = None
-) -> Connection:
+def connection(cluster: Cluster, node: Node, ssh_config: SSHConfig | None = None) -> Connection:
     """A ``fabric.Connection`` to ``node`` with ``cluster``'s login, host-key policy and timeouts
     (it connects on first use): a given key or password is the only credential tried; with
-    neither, the agent and ``~/.ssh`` keys are. ``ssh_config``: ``~/.ssh/config`` as parsed
-    once for a launch (:func:`ssh_sessions`); read here otherwise.
-
-    Every connection gets a Fabric ``Config`` of its own: building a ``Connection`` writes to
-    its config (``inline_ssh_env``), and Invoke rebuilds a config on every write by emptying it
-    first — a launch's threads sharing one saw ``No attribute or config key found`` and lost the
-    node. A parsed ``SSHConfig`` is only ever read, so it is shared."""
+    neither, the agent and ``~/.ssh`` keys are. ``ssh_config``: ``~/.ssh/config``, parsed once
+    per launch (:func:`ssh_sessions`) and only read. Each gets a Fabric ``Config`` of its own:
+    building a Connection writes to it, and Invoke empties a config to rebuild it on a write —
+    threads sharing one read it empty ("No attribute or config key found") and lost a node."""
     kwargs: dict[str, Any] = {"banner_timeout": cluster.connect_timeout}
     kwargs["auth_timeout"] = cluster.connect_timeout
     if cluster.priv_key_file or cluster.password:
@@ -156,9 +152,7 @@ class SshSession:
     every channel. ``ssh_config``: ``~/.ssh/config``, parsed once for a launch's sessions
     (:func:`ssh_sessions`)."""
 
-    def __init__(
-        self, node: Node, cluster: Cluster, ssh_config: paramiko.SSHConfig | None = None
-    ) -> None:
+    def __init__(self, node: Node, cluster: Cluster, ssh_config: SSHConfig | None = None) -> None:
         self.node, self.cluster, self.ssh_config = node, cluster, ssh_config
         user = f"{cluster.username}@" if cluster.username else ""
         #: ``ssh user@host:port``, the prefix of this node's connection errors.
