@@ -41,6 +41,7 @@ __all__ = [
     "Position",
     "RankEvidence",
     "Variant",
+    "describe_group",
     "rank_list",
 ]
 
@@ -106,6 +107,33 @@ def rank_list(ranks: Sequence[int]) -> str:
             out.extend(str(v) for v in values[i : j + 1])
         i = j + 1
     return ",".join(out)
+
+
+#: The name of the group of an incident matched by the ranks' stacks alone (no dump gave a
+#: position, so no evidence names a group).
+UNNAMED_GROUP = "?"
+
+
+def describe_group(desc: str | None, name: str | None, ranks: Sequence[int] = ()) -> str | None:
+    """How every output names a process group: its description (torch's ``desc``; ``pg
+    <name>`` when it has none, or says ``undefined``), then its members when they are known.
+    The one writer of that phrase, so the hang's summary, its table, the cell's line in
+    matrix.md/json, ``aorta compare`` and report.html name one group one way.
+
+    ``None`` when the evidence names no group (:data:`UNNAMED_GROUP`, or no name at all).
+
+    >>> describe_group("default_pg", "0", (0, 1, 2, 3)), describe_group("", "2", (2, 3))
+    ('default_pg, ranks 0-3', 'pg 2, ranks 2,3')
+    >>> describe_group("undefined", "5"), describe_group("", UNNAMED_GROUP, (0, 1))
+    ('pg 5', None)
+    """
+    if desc and desc != "undefined":
+        text = desc
+    elif name and name != UNNAMED_GROUP:
+        text = f"pg {name}"
+    else:
+        return None
+    return f"{text}, ranks {rank_list(ranks)}" if ranks else text
 
 
 #: A node's GPU evidence file, ``gpu_<host>.txt`` (its host the group): the one pattern the
@@ -266,13 +294,13 @@ class GroupIncident:
 
     @property
     def label(self) -> str:
-        """How the report names the group: ``default_pg, ranks 0-3``.
+        """How the report names the group: ``default_pg, ranks 0-3`` (:func:`describe_group`);
+        ``(stacks)`` for the group of an incident matched by stacks alone.
 
         >>> GroupIncident("2", "", (2, 3), "inferred", "missing", 3, "all_to_all").label
         'pg 2, ranks 2,3'
         """
-        desc = self.desc if self.desc and self.desc != "undefined" else f"pg {self.name}"
-        return f"{desc}, ranks {rank_list(self.ranks)}" if self.ranks else desc
+        return describe_group(self.desc, self.name, self.ranks) or "(stacks)"
 
 
 @dataclass(frozen=True, config=_CONFIG)
@@ -341,6 +369,20 @@ class HangReport:
     notes: tuple[Str, ...] = field(default=())
     #: Each node's GPU evidence, by host (empty in reports written before aorta kept it).
     nodes: tuple[NodeEvidence, ...] = ()
+
+    @property
+    def group_label(self) -> str | None:
+        """How every output names the incident's process group (:func:`describe_group`):
+        ``default_pg, ranks 0-3`` as the summary says it; ``None`` when no evidence names one.
+        A report written before ``group_ranks`` was kept says what its ``process_group`` says.
+
+        >>> HangReport(summary="s", kind="missing", process_group="default_pg", group_name="0",
+        ...            group_ranks=(0, 1, 2, 3)).group_label
+        'default_pg, ranks 0-3'
+        """
+        if self.group_name == UNNAMED_GROUP:
+            return None
+        return describe_group(self.process_group, self.group_name, self.group_ranks)
 
     def to_dict(self) -> dict[str, Any]:
         """The report as JSON-ready data (lists for tuples), with ``schema``.
