@@ -42,6 +42,7 @@ __all__ = [
     "RankEvidence",
     "Variant",
     "describe_group",
+    "is_evidence_rank_dir",
     "rank_list",
 ]
 
@@ -146,6 +147,23 @@ def describe_group(desc: str | None, name: str | None, ranks: Sequence[int] = ()
 #: >>> NODE_FILE.fullmatch("gpu_gpu-r3.cluster.local.txt").group(1)
 #: 'gpu-r3.cluster.local'
 NODE_FILE = re.compile(r"gpu_(.+)\.txt")
+
+
+def is_evidence_rank_dir(name: str) -> bool:
+    """Whether ``name`` is a rank's own subfolder of a trial's ``hang/`` folder (``rank3``:
+    the name ``aorta.store.rundir.evidence_rank_dir`` writes): ``rank`` and ASCII digits,
+    nothing else (``rank٣`` is no rank's, whatever a regex's ``\\d`` would say).
+
+    The one rule the hang loader and the run directory's readers (the stacks of an old
+    record, the bundle) share: here, as :data:`NODE_FILE`, because ``hang`` is the lower
+    stage and may not import ``store``; ``rundir`` exports it beside the name it writes. The
+    name says nothing of the entry: a caller still takes only a real folder, never a link.
+
+    >>> [is_evidence_rank_dir(n) for n in ("rank12", "rank", "x3", "rank3.bak", "rank٣")]
+    [True, False, False, False, False]
+    """
+    digits = name[4:]
+    return name.startswith("rank") and digits.isascii() and digits.isdigit()
 
 
 @dataclass(frozen=True, config=_CONFIG)
