@@ -30,6 +30,7 @@ from .device import Seen, device_faults, device_lines
 from .dumps import paused_gc
 from .model import (
     MAX_RANK,
+    UNNAMED_GROUP,
     CulpritFrame,
     EvidenceItem,
     GroupIncident,
@@ -318,7 +319,7 @@ def _incident(g: _Group, ranks: Mapping[int, _Rank], world: int) -> GroupInciden
 def _group_notes(g: _Group, membership: str, members: Sequence[int]) -> list[str]:
     notes = []
     # The group's name without its members: these notes say which members, and how known.
-    label = describe_group(g.desc, g.name) or f"pg {g.name}"
+    label = describe_group(g.desc, g.name)
     if membership == "inferred":
         notes.append(
             f"{label}: members {rank_list(members)} inferred from the evidence that names the "
@@ -480,7 +481,7 @@ def _stack_only(ranks: Mapping[int, _Rank], world: int) -> GroupIncident | None:
     gil = any(stacks[rank].owns_gil for rank in outside if rank in stacks)
     kind: Kind = "exited" if exited and not outside else ("gil" if gil else "no_dump")
     return GroupIncident(
-        name="?",
+        name=UNNAMED_GROUP,
         desc="",
         ranks=tuple(sorted({*ranks, *absent})),
         membership="inferred",

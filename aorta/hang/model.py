@@ -31,6 +31,7 @@ __all__ = [
     "MAX_RANK",
     "NODE_FILE",
     "SCHEMA",
+    "UNNAMED_GROUP",
     "CulpritFrame",
     "EvidenceItem",
     "ForensicsError",
@@ -110,30 +111,23 @@ def rank_list(ranks: Sequence[int]) -> str:
     return ",".join(out)
 
 
-#: The name of the group of an incident matched by the ranks' stacks alone (no dump gave a
-#: position, so no evidence names a group).
+#: The name of a group no evidence names: an incident's matched by the ranks' stacks alone
+#: (no dump gave a position), or a dump entry's without a group id. No output names it.
 UNNAMED_GROUP = "?"
 
 
-def describe_group(desc: str | None, name: str | None, ranks: Sequence[int] = ()) -> str | None:
+def describe_group(desc: str | None, name: str | None, ranks: Sequence[int] = ()) -> str:
     """How every output names a process group: its description (torch's ``desc``; ``pg
     <name>`` when it has none, or says ``undefined``), then its members when they are known.
     The one writer of that phrase, so the hang's summary, its table, the cell's line in
     matrix.md/json, ``aorta compare`` and report.html name one group one way.
 
-    ``None`` when the evidence names no group (:data:`UNNAMED_GROUP`, or no name at all).
-
     >>> describe_group("default_pg", "0", (0, 1, 2, 3)), describe_group("", "2", (2, 3))
     ('default_pg, ranks 0-3', 'pg 2, ranks 2,3')
-    >>> describe_group("undefined", "5"), describe_group("", UNNAMED_GROUP, (0, 1))
-    ('pg 5', None)
+    >>> describe_group("undefined", "5")
+    'pg 5'
     """
-    if desc and desc != "undefined":
-        text = desc
-    elif name and name != UNNAMED_GROUP:
-        text = f"pg {name}"
-    else:
-        return None
+    text = desc if desc and desc != "undefined" else f"pg {name}"
     return f"{text}, ranks {rank_list(ranks)}" if ranks else text
 
 
@@ -312,13 +306,12 @@ class GroupIncident:
 
     @property
     def label(self) -> str:
-        """How the report names the group: ``default_pg, ranks 0-3`` (:func:`describe_group`);
-        ``(stacks)`` for the group of an incident matched by stacks alone.
+        """How the report names the group: ``default_pg, ranks 0-3`` (:func:`describe_group`).
 
         >>> GroupIncident("2", "", (2, 3), "inferred", "missing", 3, "all_to_all").label
         'pg 2, ranks 2,3'
         """
-        return describe_group(self.desc, self.name, self.ranks) or "(stacks)"
+        return describe_group(self.desc, self.name, self.ranks)
 
 
 @dataclass(frozen=True, config=_CONFIG)
@@ -398,7 +391,9 @@ class HangReport:
         ...            group_ranks=(0, 1, 2, 3)).group_label
         'default_pg, ranks 0-3'
         """
-        if self.group_name == UNNAMED_GROUP:
+        # No group to name: none diverged, or the ranks were matched by their stacks alone
+        # (the summary names none either).
+        if self.group_name == UNNAMED_GROUP or (not self.process_group and not self.group_name):
             return None
         return describe_group(self.process_group, self.group_name, self.group_ranks)
 
