@@ -162,7 +162,10 @@ class LocatedError(UsageError):
     ``problems`` lists every problem found; ``str(err)`` is the first one (with the file name
     when known) and a count of the rest; :meth:`lines` is every problem, one line each.
     ``skipped`` names the checks that could not run until these problems are fixed (they
-    need what the problems break). Subclasses name the kind of document.
+    need what the problems break); ``warnings`` what the document would only be warned about
+    once it is fixed (an unknown workload, a config key nothing reads), so that whoever shows
+    the problems shows those too, and a user who fixes the problems meets no warning they
+    were never shown. Subclasses name the kind of document.
     """
 
     #: What the summary says when there is no problem to show.
@@ -174,12 +177,14 @@ class LocatedError(UsageError):
         *,
         source: str | None = None,
         skipped: Sequence[str] = (),
+        warnings: Sequence[str] = (),
     ) -> None:
         if isinstance(problems, str):
             problems = [Problem("", problems)]
         self.problems = list(problems)
         self.source = source
         self.skipped = tuple(skipped)
+        self.warnings = tuple(warnings)
         super().__init__(
             summarize_problems(
                 [str(p) for p in self.problems], source=self.source, empty=self.document
@@ -188,7 +193,9 @@ class LocatedError(UsageError):
 
     def with_source(self, source: str) -> LocatedError:
         """The same problems, attributed to the file ``source``."""
-        return type(self)(self.problems, source=source, skipped=self.skipped)
+        return type(self)(
+            self.problems, source=source, skipped=self.skipped, warnings=self.warnings
+        )
 
     def lines(self) -> list[str]:
         """Every problem on its own line (with the file name when known).

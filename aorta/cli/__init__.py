@@ -31,7 +31,7 @@ from . import report as _report
 from . import sweep as _sweep
 from . import trace as _trace
 from . import workloads as _workloads
-from ._options import option, redacted_output
+from ._options import option, redacted_output, say_warnings
 
 __all__ = ["app", "entry", "main"]
 
@@ -102,9 +102,9 @@ def _warning_lines() -> Callable[..., None]:
     def show(message: Any, category: type[Warning], *args: Any, **kwargs: Any) -> None:
         if not issubclass(category, AortaWarning):
             _default_showwarning(message, category, *args, **kwargs)
-        elif (line := f"warning: {message}") not in said:
+        elif (line := str(message)) not in said:
             said.add(line)
-            print(line, file=sys.stderr)
+            say_warnings([line])
 
     return show
 
@@ -175,7 +175,10 @@ def _main(argv: Sequence[str] | None) -> int:
             rv = command.main(args=args, prog_name="aorta", standalone_mode=False)
     except LocatedError as exc:
         # Every problem of a recipe or cluster file, one line each: the user fixes them in one
-        # pass; the checks they held back are said last, not as an error.
+        # pass; what it would only be warned about comes first, as `recipe validate` says it
+        # (fixing the problems uncovers nothing unseen); the checks they held back are said
+        # last, not as an error.
+        say_warnings(exc.warnings)
         for line in exc.lines():
             _error(line)
         if (skipped := exc.skipped_line()) is not None:

@@ -8,7 +8,7 @@ import contextlib
 import contextvars
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Annotated, Any, Literal
 
@@ -240,6 +240,15 @@ NO_TWIN: dict[str, str] = {
     "trace merge --output": "this one merge's file: every later merge would overwrite it",
     "trace memory --plot": "this one trace's figure: every later plot would overwrite it",
 }
+
+
+def say_warnings(warnings: Iterable[str]) -> None:
+    """Print each of ``warnings`` as one ``warning:`` line on stderr: the one writer of those
+    lines, for aorta's own warnings (:mod:`aorta.cli`'s ``showwarning``), for what ``recipe
+    validate`` finds and for what a refused recipe carries (``LocatedError.warnings``), so
+    every command that checks a recipe shows the same lines."""
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
 
 
 def traces_missing(runs: Sequence[Path]) -> list[str]:

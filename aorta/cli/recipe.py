@@ -12,7 +12,7 @@ from aorta import envvars
 from aorta.errors import ExitCode, RecipeError
 from aorta.recipe import dump_recipe, load_recipe_pending_command
 
-from ._options import MitigationsFiles, option, redact_secrets_of
+from ._options import MitigationsFiles, option, redact_secrets_of, say_warnings
 
 app = typer.Typer(help="Check and print recipes.", no_args_is_help=True)
 
@@ -35,13 +35,15 @@ def validate(
 
     redact_secrets_of(file, *(mitigations_file or ()))
     found = validate_recipe(file, command=command or None, mitigations_files=mitigations_file or ())
+    if found.problems:
+        # The lines every command that refuses a recipe prints (aorta.cli's error ladder):
+        # its warnings, then its problems, as `sweep run` and its --dry-run refuse it.
+        raise RecipeError(
+            found.problems, source=str(file), skipped=found.skipped, warnings=found.warnings
+        )
     # What the sweep only warns about is a warning here too (the same lines `sweep run
     # --dry-run` prints): a workload may be a plugin installed only where the run goes.
-    for warning in found.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
-    if found.problems:
-        # The lines every command that loads a recipe prints (aorta.cli's error ladder).
-        raise RecipeError(found.problems, source=str(file), skipped=found.skipped)
+    say_warnings(found.warnings)
     p = found.plan
     assert p is not None
     note = (

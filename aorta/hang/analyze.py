@@ -30,6 +30,7 @@ from .device import Seen, device_faults, device_lines
 from .dumps import paused_gc
 from .model import (
     MAX_RANK,
+    UNNAMED_GROUP,
     CulpritFrame,
     EvidenceItem,
     GroupIncident,
@@ -39,6 +40,7 @@ from .model import (
     Position,
     RankEvidence,
     Variant,
+    describe_group,
     rank_list,
 )
 from .recorder import GroupView, RankRecorder, read_recorder, scalar_text
@@ -316,7 +318,8 @@ def _incident(g: _Group, ranks: Mapping[int, _Rank], world: int) -> GroupInciden
 
 def _group_notes(g: _Group, membership: str, members: Sequence[int]) -> list[str]:
     notes = []
-    label = g.desc or f"pg {g.name}"
+    # The group's name without its members: these notes say which members, and how known.
+    label = describe_group(g.desc, g.name)
     if membership == "inferred":
         notes.append(
             f"{label}: members {rank_list(members)} inferred from the evidence that names the "
@@ -478,7 +481,7 @@ def _stack_only(ranks: Mapping[int, _Rank], world: int) -> GroupIncident | None:
     gil = any(stacks[rank].owns_gil for rank in outside if rank in stacks)
     kind: Kind = "exited" if exited and not outside else ("gil" if gil else "no_dump")
     return GroupIncident(
-        name="?",
+        name=UNNAMED_GROUP,
         desc="",
         ranks=tuple(sorted({*ranks, *absent})),
         membership="inferred",
@@ -668,7 +671,8 @@ def _analyze(
         culprit_hosts=hosts,
         op=primary.op if primary else None,
         seq=primary.seq if primary else None,
-        process_group=(primary.desc or f"pg {primary.name}") if primary else None,
+        # The group's own description; its members are group_ranks (group_label says both).
+        process_group=describe_group(primary.desc, primary.name) if primary else None,
         group_name=primary.name if primary else None,
         group_ranks=primary.ranks if primary else (),
         frames=frames,

@@ -64,7 +64,7 @@ from .dumps import (
     paused_gc,
     read_cost,
 )
-from .model import MAX_RANK, NODE_FILE, NodeEvidence, RankEvidence
+from .model import MAX_RANK, NODE_FILE, NodeEvidence, RankEvidence, is_evidence_rank_dir
 from .watchdog import rank_prefix
 
 __all__ = [
@@ -109,8 +109,6 @@ _SNIFF = 4096
 _EXTENSIONS = {".json", ".pkl", ".pickle", ".log", ".txt", ".out", ".err", ".stdout", ".stderr"}
 _TRAILING = re.compile(r"(\d+)$")
 _CAPTURE_KEYS = {"pid", "host", "notes", "exited"}
-#: A rank's own evidence folder inside ``hang/`` (``aorta.store.rundir.evidence_rank_dir``).
-_RANK_DIR = re.compile(r"rank\d+")
 
 Kind = Literal["dump", "stacks", "capture", "log"]
 #: Charges a cost (bytes) to the budget, saying what it is for (refused: an error).
@@ -179,7 +177,8 @@ def _inner(folder: Path) -> list[Path]:
     place: how a trial's evidence is laid out since its ranks stopped sharing ``hang/``."""
     out: list[Path] = []
     for path in sorted(folder.iterdir()):
-        if _RANK_DIR.fullmatch(path.name) and path.is_dir() and not path.is_symlink():
+        # A rank's own evidence folder (``hang/rank3/``): a real folder, never a link.
+        if is_evidence_rank_dir(path.name) and path.is_dir() and not path.is_symlink():
             out.extend(sorted(path.iterdir()))
         else:
             out.append(path)

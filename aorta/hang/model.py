@@ -31,6 +31,7 @@ __all__ = [
     "MAX_RANK",
     "NODE_FILE",
     "SCHEMA",
+    "UNNAMED_GROUP",
     "CulpritFrame",
     "EvidenceItem",
     "ForensicsError",
@@ -41,6 +42,8 @@ __all__ = [
     "Position",
     "RankEvidence",
     "Variant",
+    "describe_group",
+    "is_evidence_rank_dir",
     "rank_list",
 ]
 
@@ -108,6 +111,26 @@ def rank_list(ranks: Sequence[int]) -> str:
     return ",".join(out)
 
 
+#: The name of a group no evidence names: an incident's matched by the ranks' stacks alone
+#: (no dump gave a position), or a dump entry's without a group id. No output names it.
+UNNAMED_GROUP = "?"
+
+
+def describe_group(desc: str | None, name: str | None, ranks: Sequence[int] = ()) -> str:
+    """How every output names a process group: its description (torch's ``desc``; ``pg
+    <name>`` when it has none, or says ``undefined``), then its members when they are known.
+    The one writer of that phrase, so the hang's summary, its table, the cell's line in
+    matrix.md/json, ``aorta compare`` and report.html name one group one way.
+
+    >>> describe_group("default_pg", "0", (0, 1, 2, 3)), describe_group("", "2", (2, 3))
+    ('default_pg, ranks 0-3', 'pg 2, ranks 2,3')
+    >>> describe_group("undefined", "5")
+    'pg 5'
+    """
+    text = desc if desc and desc != "undefined" else f"pg {name}"
+    return f"{text}, ranks {rank_list(ranks)}" if ranks else text
+
+
 #: A node's GPU evidence file, ``gpu_<host>.txt`` (its host the group): the one pattern the
 #: hang loader and the bundle read it by. The name is written by
 #: ``aorta.store.rundir.gpu_evidence_name`` (store names files); the pattern lives here
@@ -118,6 +141,23 @@ def rank_list(ranks: Sequence[int]) -> str:
 #: >>> NODE_FILE.fullmatch("gpu_gpu-r3.cluster.local.txt").group(1)
 #: 'gpu-r3.cluster.local'
 NODE_FILE = re.compile(r"gpu_(.+)\.txt")
+
+
+def is_evidence_rank_dir(name: str) -> bool:
+    """Whether ``name`` is a rank's own subfolder of a trial's ``hang/`` folder (``rank3``:
+    the name ``aorta.store.rundir.evidence_rank_dir`` writes): ``rank`` and ASCII digits,
+    nothing else (``rank٣`` is no rank's, whatever a regex's ``\\d`` would say).
+
+    The one rule the hang loader and the run directory's readers (the stacks of an old
+    record, the bundle) share: here, as :data:`NODE_FILE`, because ``hang`` is the lower
+    stage and may not import ``store``; ``rundir`` exports it beside the name it writes. The
+    name says nothing of the entry: a caller still takes only a real folder, never a link.
+
+    >>> [is_evidence_rank_dir(n) for n in ("rank12", "rank", "x3", "rank3.bak", "rank٣")]
+    [True, False, False, False, False]
+    """
+    digits = name[4:]
+    return name.startswith("rank") and digits.isascii() and digits.isdigit()
 
 
 @dataclass(frozen=True, config=_CONFIG)
@@ -266,13 +306,12 @@ class GroupIncident:
 
     @property
     def label(self) -> str:
-        """How the report names the group: ``default_pg, ranks 0-3``.
+        """How the report names the group: ``default_pg, ranks 0-3`` (:func:`describe_group`).
 
         >>> GroupIncident("2", "", (2, 3), "inferred", "missing", 3, "all_to_all").label
         'pg 2, ranks 2,3'
         """
-        desc = self.desc if self.desc and self.desc != "undefined" else f"pg {self.name}"
-        return f"{desc}, ranks {rank_list(self.ranks)}" if self.ranks else desc
+        return describe_group(self.desc, self.name, self.ranks)
 
 
 @dataclass(frozen=True, config=_CONFIG)
@@ -341,6 +380,22 @@ class HangReport:
     notes: tuple[Str, ...] = field(default=())
     #: Each node's GPU evidence, by host (empty in reports written before aorta kept it).
     nodes: tuple[NodeEvidence, ...] = ()
+
+    @property
+    def group_label(self) -> str | None:
+        """How every output names the incident's process group (:func:`describe_group`):
+        ``default_pg, ranks 0-3`` as the summary says it; ``None`` when no evidence names one.
+        A report written before ``group_ranks`` was kept says what its ``process_group`` says.
+
+        >>> HangReport(summary="s", kind="missing", process_group="default_pg", group_name="0",
+        ...            group_ranks=(0, 1, 2, 3)).group_label
+        'default_pg, ranks 0-3'
+        """
+        # No group to name: none diverged, or the ranks were matched by their stacks alone
+        # (the summary names none either).
+        if self.group_name == UNNAMED_GROUP or (not self.process_group and not self.group_name):
+            return None
+        return describe_group(self.process_group, self.group_name, self.group_ranks)
 
     def to_dict(self) -> dict[str, Any]:
         """The report as JSON-ready data (lists for tuples), with ``schema``.

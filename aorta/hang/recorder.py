@@ -32,7 +32,7 @@ from typing import Any
 
 from aorta.text import whole_number
 
-from .model import MAX_RANK
+from .model import MAX_RANK, UNNAMED_GROUP
 
 __all__ = [
     "GroupView",
@@ -267,8 +267,8 @@ def _dtypes(value: object) -> tuple[str, ...]:
 def _group_of(entry: Mapping[str, Any]) -> tuple[str, str]:
     pg = entry.get("process_group")
     if isinstance(pg, list | tuple) and len(pg) == 2:
-        return scalar_text(pg[0], "?"), scalar_text(pg[1])
-    return scalar_text(entry.get("pg_id"), "?"), ""
+        return scalar_text(pg[0], UNNAMED_GROUP), scalar_text(pg[1])
+    return scalar_text(entry.get("pg_id"), UNNAMED_GROUP), ""
 
 
 def read_recorder(fr: Mapping[str, Any]) -> RankRecorder:

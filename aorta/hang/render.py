@@ -16,6 +16,7 @@ from typing import Any
 from aorta.text import printable
 
 from .model import (
+    UNNAMED_GROUP,
     CulpritFrame,
     EvidenceItem,
     GroupIncident,
@@ -64,7 +65,7 @@ def _coll(inc: GroupIncident) -> str:
 
 
 def _label(inc: GroupIncident) -> str:
-    return "" if inc.name == "?" else f" ({inc.label})"
+    return "" if inc.name == UNNAMED_GROUP else f" ({inc.label})"
 
 
 def _where(frames: Sequence[CulpritFrame]) -> str:
@@ -453,7 +454,7 @@ def _row(inc: GroupIncident) -> list[str]:
     exited = ",".join(f"{r}({_exit_text(c)})" for r, c in inc.exited)
     seq = "-" if inc.seq is None else f"{inc.seq}{' p2p' if inc.p2p else ''}"
     return [
-        inc.label if inc.name != "?" else "(stacks)",
+        inc.label if inc.name != UNNAMED_GROUP else "(stacks)",
         seq,
         inc.op or "-",
         sizes_text(inc.sizes, inc.dtypes),

@@ -478,7 +478,8 @@ def _hang_variables(
         for key, value in (
             ("kind", f.kind),
             ("op", f.op),
-            ("group", f.process_group),
+            # Named as the summary names it (members too): one phrase in every output.
+            ("group", f.group_label),
             ("frame", first.where if first else None),
             ("summary", f.summary),
         ):

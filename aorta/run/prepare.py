@@ -222,8 +222,9 @@ def check_recipe_file(
     Raises
     ------
     RecipeError
-        Carrying every problem (``err.problems``) and the checks skipped until they are
-        fixed (``err.skipped``).
+        Carrying every problem (``err.problems``), the checks skipped until they are
+        fixed (``err.skipped``) and what the run would warn about (``err.warnings``, as
+        :attr:`Validation.warnings` words it).
 
     >>> import tempfile, pathlib
     >>> p = pathlib.Path(tempfile.mkdtemp()) / "r.yaml"
@@ -267,7 +268,11 @@ def _check_file(
     if found.pending_command and not pending_ok:
         problems = by_path([*problems, missing_command()])
     if problems:
-        raise RecipeError(problems, source=str(path), skipped=found.skipped)
+        # What the run would warn about rides along, so a refusal shows the list `recipe
+        # validate` shows: fixing the problems must not uncover warnings never shown.
+        raise RecipeError(
+            problems, source=str(path), skipped=found.skipped, warnings=found.warnings
+        )
     return found
 
 

@@ -46,7 +46,7 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from aorta.errors import AortaError, UsageError
-from aorta.hang.model import NODE_FILE, HangReport
+from aorta.hang.model import NODE_FILE, HangReport, is_evidence_rank_dir
 from aorta.hang.stacks import position, read_stacks
 from aorta.store.record import TrialRecord, TrialStatus
 
@@ -193,21 +193,13 @@ def evidence_name(kind: Literal["fr", "stacks", "capture"], rank: int) -> str:
 
 def evidence_rank_dir(rank: int) -> str:
     """The subfolder of a trial's ``hang/`` that aorta rank ``rank`` owns (it alone creates,
-    writes and removes it).
+    writes and removes it). Its readers tell one by :func:`is_evidence_rank_dir` (the hang
+    loader's rule, which lives in ``hang``, below ``store``).
 
-    >>> evidence_rank_dir(3)
-    'rank3'
+    >>> evidence_rank_dir(3), is_evidence_rank_dir(evidence_rank_dir(3))
+    ('rank3', True)
     """
     return f"rank{int(rank)}"
-
-
-def is_evidence_rank_dir(name: str) -> bool:
-    """Whether ``name`` is a rank's subfolder of ``hang/`` (:func:`evidence_rank_dir`).
-
-    >>> is_evidence_rank_dir("rank12"), is_evidence_rank_dir("rank"), is_evidence_rank_dir("x3")
-    (True, False, False)
-    """
-    return name.startswith("rank") and name[4:].isascii() and name[4:].isdigit()
 
 
 def gpu_evidence_name(host: str) -> str:

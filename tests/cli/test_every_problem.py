@@ -164,3 +164,36 @@ def test_what_a_sweep_only_warns_about_is_a_warning_of_validate_s_in_the_sweep_s
         code, out, _ = run_cli("sweep", "run", "--recipe", path, "--dry-run")
         assert code == ExitCode.OK
         assert [line for line in out.splitlines() if line.startswith("warning:")] == warned
+
+
+def test_a_refused_recipe_shows_its_warnings_too_in_every_command(run_cli, write, tmp_path):
+    # Problems and warnings together: before, a refused sweep printed only the problems, and
+    # a user who fixed them met warnings its message never showed. `recipe validate`, `sweep
+    # run` and its --dry-run now print one list, warnings first (#48).
+    path = write(
+        "both.yaml",
+        "workload: nosuchwl\ntrials: 0\n"
+        "cells: [{name: a, mitigations: [none]}, {name: b, mitigations: [none], "
+        "workload_config: {x: 1}}]\n",
+    )
+    code, out, validated = run_cli("recipe", "validate", path)
+    assert (code, out) == (ExitCode.USAGE, "")
+    lines = validated.splitlines()
+    assert [line.split(" (")[0] for line in lines] == [
+        "warning: unknown workload 'nosuchwl'",
+        f"Error: {path}: trials: must be ≥ 1, got integer 0",
+    ]
+    known = path.read_text().replace("nosuchwl", "matmul")
+    other = write("key.yaml", known)
+    _, _, key_warned = run_cli("recipe", "validate", other)
+    assert key_warned.splitlines()[0].startswith(
+        "warning: cells[1].workload_config.x: workload 'matmul' does not read 'x'"
+    )
+    for recipe, expected in ((path, validated), (other, key_warned)):
+        for dry in (["--dry-run"], ["--dry-run", "--json"], []):
+            code, out, err = run_cli(
+                "sweep", "run", "--recipe", recipe, "--output", tmp_path / "runs", *dry
+            )
+            assert (code, out) == (ExitCode.USAGE, ""), (dry, err)
+            assert err == expected, dry
+    assert not (tmp_path / "runs").exists()  # refused before anything was written

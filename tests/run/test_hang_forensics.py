@@ -105,7 +105,7 @@ def test_matrix_md_and_json_say_who_hung_and_where(hung):
     md = (hung / "matrix.md").read_text()
     assert (
         "- `sleep`: in 1/1 hung trials rank 2 (node " in md
-        and "never reached all_reduce #3 (default_pg) — at hang_faults.py" in md
+        and "never reached all_reduce #3 (default_pg, ranks 0-3) — at hang_faults.py" in md
     ), md
     # The hang finding carries it too.
     line = next(x for x in md.splitlines() if x.startswith("- `gil`: hangs in 1/1"))

@@ -128,7 +128,7 @@ def _group_row(g: GroupIncident) -> str:
     sizes = ", ".join("×".join(str(d) for d in s) for s in g.sizes) or "—"
     dtypes = ", ".join(g.dtypes) or "—"
     cells = [
-        f"{g.desc or f'pg {g.name}'} ({_ranks(g.ranks)})",
+        g.label,  # as the summary above names it
         g.kind,
         f"{g.op or '—'} #{g.seq}" if g.seq is not None else "—",
         f"{sizes} · {dtypes}",
