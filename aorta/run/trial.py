@@ -247,18 +247,25 @@ class Watchdog:
 
     An in-process trial stuck in native code (a hung collective) cannot be interrupted; the
     engine's ``on_stuck`` records it as a timeout and stops the sweep so it can be resumed.
+    The trial's end and ``on_stuck`` exclude each other: a trial that ends while ``on_stuck``
+    runs waits for it in ``__exit__`` (the engine's never returns: it ends the process), and
+    one that ended first is never called stuck — else both would write the trial's record.
     """
 
     def __init__(self, deadline: float | None, grace_s: float, on_stuck: Any) -> None:
         self._done = threading.Event()
+        self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         if deadline is not None:
             wait = max(0.0, deadline - time.monotonic()) + grace_s
             self._thread = threading.Thread(target=self._watch, args=(wait, on_stuck), daemon=True)
 
     def _watch(self, wait: float, on_stuck: Any) -> None:
-        if not self._done.wait(wait):
-            on_stuck()
+        if self._done.wait(wait):
+            return
+        with self._lock:  # the wait timed out; the trial may have ended since
+            if not self._done.is_set():
+                on_stuck()
 
     def __enter__(self) -> Watchdog:
         if self._thread is not None:
@@ -266,7 +273,8 @@ class Watchdog:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._done.set()
+        with self._lock:
+            self._done.set()
 
 
 def run_in_process(
