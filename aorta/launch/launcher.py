@@ -41,14 +41,7 @@ from .outcome import Launched, LaunchResult, NodeOutcome, env_diff
 from .slurm import run_in_job, run_slurm
 from .ssh import ExecResult, NodeSession, RemoteError, Unreachable, ssh_sessions
 
-__all__ = [
-    "SshLaunch",
-    "describe_kill",
-    "dry_run",
-    "last_words",
-    "launch",
-    "run",
-]
+__all__ = ["SshLaunch", "describe_kill", "dry_run", "last_words", "launch", "run"]
 
 SessionFactory = Callable[[Cluster], Mapping[str, NodeSession]]
 
@@ -159,7 +152,7 @@ class SshLaunch:
         self.found: dict[str, dict[str, Any]] = {}  # teardown's report per node
         self.events: queue.Queue[tuple[str, str, Any]] = queue.Queue()
         self.pending: set[str] = set()  # started, not ended
-        self.stopping: dict[str, str] = {}  # node name → why it is being stopped
+        self.stopping: dict[str, tuple[str, threading.Event]] = {}  # node → why, stop returned
 
     def now(self) -> float:
         return time.monotonic() - self.t0
@@ -315,15 +308,17 @@ class SshLaunch:
     def _stop(self, names: list[str], reason: str) -> None:
         """Stop ``names`` now, each over a fresh connection, without waiting."""
         for name in [n for n in names if n not in self.stopping]:
-            self.stopping[name] = reason
+            self.stopping[name] = (reason, returned := threading.Event())
 
-            def kill(name: str = name) -> None:
+            def kill(name: str = name, returned: threading.Event = returned) -> None:
                 out = self.outcomes[name]
                 try:
                     n = int(self.stop(name, self.commands[name].node_dir).get("terminated", 0))
                     out.teardown = f"stopped {n} process(es)" if n else ""
                 except Exception as exc:
                     out.teardown = f"stop failed: {exc}"
+                finally:
+                    returned.set()
 
             daemon(kill, f"aorta-stop-{name}")
 
@@ -381,7 +376,7 @@ class SshLaunch:
             out.status, out.message = "ok", ""
             return False
         if name in self.stopping:
-            out.status, out.message = "stopped", f"because {self.stopping[name]}"
+            out.status, out.message = "stopped", f"because {self.stopping[name][0]}"
             return False
         last = last_words(payload.stdout) if kind == "exit" else ""
         out.status = "failed"
@@ -407,6 +402,11 @@ class SshLaunch:
         whether the node shares the head's disk and sees its output path (``kill_command``)."""
         d, head = self.deadlines, self.reports.get(self.cluster.head.name)
         where = {"head_dir": head.node_dir, "head_token": self.head_token} if head else {}
+        # A node's run ends as _stop's kill ends its processes, maybe before that stop's reply:
+        # teardown's stop ran beside it, and the late reply overwrote its report (both bounded).
+        bound = time.monotonic() + d.kill_grace + d.teardown
+        for _, returned in self.stopping.values():
+            returned.wait(max(0.0, bound - time.monotonic()))
         tried = [n for n in self.cluster.nodes if self.outcomes[n.name].status != "unreachable"]
         made = {name: report.node_dir for name, report in self.reports.items()}
         dirs = {n.name: made.get(n.name) or node_dir(n, self.run_id) for n in tried}

@@ -12,6 +12,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,6 +24,7 @@ from aorta.launch import (
     LaunchFailed,
     LaunchOptions,
     LaunchSpec,
+    Node,
     NodePath,
     dry_run,
     env_diff,
@@ -43,7 +45,7 @@ from aorta.recipe.launch_spec import launch_job, sweep_spec
 from aorta.report.launch_text import format_skew, version_rows
 from aorta.store.gather import finalize, is_artifact, node_folder, staging_dir
 from aorta.text import cause_lines
-from tests.launch_fixtures import local_sessions
+from tests.launch_fixtures import LocalSession, local_sessions
 from tests.sshd import REPO, VENV_PYTHON, processes_with_env, wait_gone
 
 PY = str(VENV_PYTHON) if VENV_PYTHON.is_file() else shutil.which("python3") or "python3"
@@ -401,6 +403,44 @@ def test_fanout_through_an_injected_session_stops_the_others_on_a_bad_exit(tmp_p
         node_folder(result.run_dir, 0) / "node0_rankx.json"
     ).is_file()  # collected after the failure
     assert wait_gone(f"AORTA_RUN_ID={result.run_id}", timeout=0.0) == []
+
+
+class _SlowStopReply(LocalSession):
+    """A node whose first stop (node0's: the kill of a failed launch's others, over a fresh
+    connection) answers late: it ran, the node's processes are gone, its reply is on the way."""
+
+    def __init__(self, node: Node) -> None:
+        super().__init__(node)
+        self.fresh_calls = 0
+
+    def exec(self, command: str, *, timeout: float, fresh: bool = False, **kw: Any) -> ExecResult:
+        result = super().exec(command, timeout=timeout, fresh=fresh, **kw)
+        self.fresh_calls += fresh
+        if fresh and self.fresh_calls == 1 and self.node.rank == 0:
+            time.sleep(2.0)
+        return result
+
+
+@pytest.mark.slow
+def test_teardown_waits_for_the_stop_of_a_failed_launchs_others(tmp_path: Path) -> None:
+    # The others' stop runs in a thread of its own; the node's run channel closes as its
+    # processes die, which may be before the stop's reply is back, and teardown began then: both
+    # stops ran at once, and the late reply was lost (the record was written before it came) or
+    # overwrote teardown's report.
+    cluster = _cluster(tmp_path)
+    spec = LaunchSpec(argv=(PY, "-m", "tests.launch_worker", "fail-on", "1"), torchrun=False)
+    deadlines = Deadlines(setup=20, run=30, collect=20, kill_grace=1, teardown=10)
+    with pytest.raises(LaunchFailed) as info:
+        launch(
+            cluster,
+            spec,
+            output=tmp_path / "out",
+            deadlines=deadlines,
+            sessions=lambda c: {n.name: _SlowStopReply(n) for n in c.nodes},
+        )
+    node0 = info.value.result.outcomes["node0"]
+    assert node0.status == "stopped"
+    assert node0.teardown == "stopped 1 process(es); nothing left"  # the stop's, then teardown's
 
 
 def test_run_parallel_reports_each_key_and_never_waits_past_the_deadline() -> None:
