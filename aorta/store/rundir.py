@@ -39,6 +39,7 @@ import os
 import shlex
 import shutil
 import socket
+import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -304,7 +305,9 @@ def atomic_write(path: Path, data: bytes | str, *, mode: int | None = None) -> N
     """
     path = Path(path)
     payload = data.encode() if isinstance(data, str) else data
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    # The writer's own name, thread included: a sweep's watchdog thread writes what its main
+    # thread writes (a stuck trial's record), and one shared name lost one writer's rename.
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_native_id()}")
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
     fd = os.open(tmp, flags, 0o600 if mode is None else mode)
     try:
