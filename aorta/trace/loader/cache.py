@@ -49,12 +49,16 @@ def read_cache(path: str | Path, *, python_functions: bool) -> RankTable | None:
     path = Path(path)
     target = cache_path(path)
     try:
+        # One open for the key and the columns: a load with other options replaces the file
+        # between two opens, and its columns came under this file's names and labels.
         with zipfile.ZipFile(target) as archive:
             meta = msgspec.json.decode(archive.read(_META))
             if meta.get("key") != _key(path, python_functions=python_functions):
                 return None
-            with np.load(target, allow_pickle=False) as npz:
-                columns = {name: npz[name] for name in COLUMNS}
+            columns = {}
+            for name in COLUMNS:
+                with archive.open(f"{name}.npy") as member:
+                    columns[name] = np.lib.format.read_array(member, allow_pickle=False)
     except (OSError, KeyError, ValueError, zipfile.BadZipFile, msgspec.DecodeError):
         return None
     return RankTable(columns=columns, **meta["table"])
