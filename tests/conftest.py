@@ -15,6 +15,7 @@ import pytest
 from hypothesis import settings
 
 from tests import parts
+from tests.process_state import State
 
 # One OpenMP thread per torch process unless the caller says otherwise, set before anything
 # imports torch (the xdist workers and every process the tests start inherit it). The suite
@@ -122,6 +123,34 @@ def pytest_itemcollected(item: pytest.Item) -> None:
     from the helpers it reaches (tests/parts.py): each item as it is collected, so `-m "not
     docker"` (which deselects once all are) sees them."""
     parts.mark([item])
+
+
+# Each file leaves its worker as it found it (tests/process_state.py): read before its first
+# test, compared after its last one's teardown (module fixtures gone), put back on a difference.
+_file_start: dict[Path, State] = {}
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item):
+    if item.path not in _file_start:
+        _file_start.clear()  # one file at a time per process
+        _file_start[item.path] = State.now()
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
+    result = yield
+    if nextitem is not None and nextitem.path == item.path:
+        return result
+    before = _file_start.pop(item.path, None)
+    if before is not None and (changes := before.changes(State.now())):
+        before.restore()
+        raise AssertionError(
+            f"{item.path.name} left its worker process changed (put back now):\n  "
+            + "\n  ".join(changes)
+        )
+    return result
 
 
 # On two cores `make test` is bound by CPU, which --durations (wall, stretched by whatever ran

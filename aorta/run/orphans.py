@@ -42,6 +42,7 @@ from aorta.run.hangfiles import clear_stale_pipes, pipes_prefix
 __all__ = ["OrphanGuard", "marked_processes", "new_token", "reap_trial", "scratch_prefix"]
 
 _PR_SET_CHILD_SUBREAPER = 36
+_PR_GET_CHILD_SUBREAPER = 37
 
 
 def _guard_source() -> str:
@@ -71,6 +72,16 @@ def _set_subreaper(on: bool) -> bool:
     with contextlib.suppress(Exception):
         libc = ctypes.CDLL(None, use_errno=True)
         return int(libc.prctl(_PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0)) == 0
+    return False
+
+
+def _is_subreaper() -> bool:
+    """Whether this process is a child subreaper now (``False`` where prctl cannot tell)."""
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL(None, use_errno=True)
+        flag = ctypes.c_int(0)
+        if int(libc.prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(flag), 0, 0, 0)) == 0:
+            return bool(flag.value)
     return False
 
 
@@ -136,7 +147,10 @@ class OrphanGuard:
             )
         self._previous = os.environ.get(envvars.SWEEP_TOKEN)
         os.environ[envvars.SWEEP_TOKEN] = self.token
-        self._subreaper = _set_subreaper(True)
+        # Undone on exit only if this guard made the process one: a caller that was a
+        # subreaper already (a sweep around this one, a notebook's own) stays one, as the
+        # token is put back.
+        self._subreaper = not _is_subreaper() and _set_subreaper(True)
         return self
 
     @property

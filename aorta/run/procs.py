@@ -3,7 +3,8 @@
 Every child runs in its own process group (its own session), so a deadline or a Ctrl-C can
 kill the whole tree it started — SIGTERM first, SIGKILL after a grace period — and no
 grandchild is left behind. Live groups are remembered so :func:`reap_all` can clean up on an
-interrupt. A child started in its parent's group (``spawn(new_session=False)``: a
+interrupt, each until it was waited for and its group is empty (a long sweep or a notebook's
+kernel is one process: the set must not grow with every child it ever started). A child started in its parent's group (``spawn(new_session=False)``: a
 process-isolated worker's command, whose group is the worker's) is no group leader, so
 :func:`kill_group` signals its process tree instead.
 """
@@ -83,6 +84,7 @@ def spawn(
     )
     _started[proc] = t0
     if new_session:
+        _prune()
         with _lock:
             _live[proc.pid] = proc
     else:
@@ -93,6 +95,28 @@ def spawn(
 def _forget(proc: subprocess.Popen[Any]) -> None:
     with _lock:
         _live.pop(proc.pid, None)
+
+
+def _forget_if_done(proc: subprocess.Popen[Any]) -> None:
+    """Forget ``proc`` once it has been waited for and its group is empty.
+
+    Its pid (the group's id) is free for the kernel to give again from then on: an entry kept
+    past that point would have :func:`reap_all` signal, and reap the zombies of, whichever
+    group took the number next. A group that still has members keeps its id, and its entry.
+    """
+    if proc.returncode is not None and not _group_running(proc, proc.pid):
+        _forget(proc)
+
+
+def _prune() -> None:
+    """Forget every child its caller waited for itself (``Popen.wait``, ``poll``) whose group
+    has emptied, so the live set holds only what runs, over a long sweep or a notebook's
+    session as over one trial."""
+    with _lock:
+        known = list(_live.values())
+    for proc in known:
+        if proc.returncode is not None:
+            _forget_if_done(proc)
 
 
 def _signal_group(pgid: int, sig: int) -> bool:
@@ -233,7 +257,8 @@ def wait_exit(proc: subprocess.Popen[Any], timeout: float | None) -> float | Non
     ``Popen.wait(timeout=...)`` sleeps in steps of up to 50 ms, so a trial timed with it
     is quantised to the poll; here the kernel wakes us: a pidfd that becomes readable when
     the process exits (Linux), else a thread blocked in ``waitpid``. Returns ``None`` if the
-    process still runs at the timeout.
+    process still runs at the timeout. A child that exited with its group empty is forgotten
+    (:func:`reap_all` no longer counts it); one that left processes in its group is not.
 
     >>> import subprocess, sys, time
     >>> p = spawn([sys.executable, "-c", "pass"])
@@ -242,6 +267,7 @@ def wait_exit(proc: subprocess.Popen[Any], timeout: float | None) -> float | Non
     True
     """
     if proc.returncode is not None:
+        _forget_if_done(proc)
         return time.monotonic()
     fd = _pidfd(proc.pid)
     if fd is not None:
@@ -255,12 +281,16 @@ def wait_exit(proc: subprocess.Popen[Any], timeout: float | None) -> float | Non
         if not ready:
             return None
         proc.wait()  # exited: reaps at once
+        _forget_if_done(proc)
         return at
     with _lock:
         waiter = _waiters.get(proc)
         if waiter is None:  # one thread per child, however many times we wait on it
             waiter = _waiters[proc] = _Waiter(proc)
-    return waiter.wait(timeout)
+    exited = waiter.wait(timeout)
+    if exited is not None:
+        _forget_if_done(proc)
+    return exited
 
 
 class _Waiter:

@@ -523,10 +523,12 @@ def secret_shape_values(text: str, *, plain_words: bool = True) -> list[str]:
     return out
 
 
-@functools.lru_cache(maxsize=1)
-def _own_home() -> re.Pattern[str] | None:
-    """This user's home folder, bounded, when the general rule misses it (``/work/u``)."""
-    home = os.path.expanduser("~")
+# Keyed on the folder, not read inside: HOME changes within one process (a test's monkeypatch,
+# a notebook's os.environ), and a pattern cached from the first call scrubbed the old folder
+# while the new one was the one looked for.
+@functools.lru_cache(maxsize=4)
+def _own_home(home: str) -> re.Pattern[str] | None:
+    """``home`` (this user's folder), bounded, when the general rule misses it (``/work/u``)."""
     if len(home) <= 1 or _HOME.search(home):
         return None
     return re.compile(r"(?<![\w.~-])(?<!:/)" + re.escape(home) + r"(?=[/\s'\"`<>:]|$)")
@@ -547,8 +549,9 @@ def scrub_homes(text: str) -> tuple[str, int]:
         return "~"
 
     text = sub_on_lines(_HOME, home, text, ("/home/", "/users/", "/root"))
-    own = _own_home()
-    if own is not None and os.path.expanduser("~") in text:
+    own_home = os.path.expanduser("~")
+    own = _own_home(own_home)
+    if own is not None and own_home in text:
         text = own.sub(home, text)
     return text, n
 

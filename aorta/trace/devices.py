@@ -9,6 +9,7 @@ numbers) is accepted as is.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Mapping
 from functools import cache
@@ -61,7 +62,9 @@ def get_device(name: str) -> dict[str, Any]:
     key = _match(name)
     if key is None:
         raise ValueError(f"unknown device {name!r}: known devices are {', '.join(_table())}")
-    return {"name": key, **_table()[key]}
+    # A deep copy: the entry's peaks are a dict of the cached table, and a caller that edits
+    # its own copy (a notebook trying another peak) would change every later answer.
+    return {"name": key, **copy.deepcopy(_table()[key])}
 
 
 def _match(name: str) -> str | None:

@@ -324,10 +324,14 @@ def test_ctrl_c_cancels_the_job(slurm: SlurmCluster, tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_attach_follows_a_job_to_its_time_limit(
-    slurm: SlurmCluster, timeout_job: dict, capsys: pytest.CaptureFixture[str]
+    slurm: SlurmCluster,
+    timeout_job: dict,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     job = timeout_job["done"].stdout.strip()
-    os.chdir(timeout_job["work"])
+    # monkeypatch's: a bare chdir left every later test of the worker in this job's folder
+    monkeypatch.chdir(timeout_job["work"])
     assert main(["launch", "--slurm", "--attach", job, "-o", "out"]) == ExitCode.ERROR
     error = _one_error(capsys.readouterr().err)
     assert error.startswith("Error: launch timed out: node0 node1 still running at the job's")

@@ -165,11 +165,18 @@ def test_boschloo_finds_the_supremum_where_scipy_stops_short():
 @pytest.fixture
 def float_tails(monkeypatch):
     """Fisher's tails summed in floats (the path above EXACT_MAX_TOTAL trials), with no tails
-    cached from either path before or after."""
+    or p-values cached from either path before or after: boschloo_p remembers its answers too,
+    so a table an earlier test of the worker asked came back exact (this test then tested
+    nothing), and this test's float answers outlived it."""
+
+    def clear() -> None:
+        boschloo._hypergeom_cdf.cache_clear()
+        boschloo.boschloo_p.cache_clear()
+
     monkeypatch.setattr(boschloo, "EXACT_MAX_TOTAL", 0)
-    boschloo._hypergeom_cdf.cache_clear()
+    clear()
     yield
-    boschloo._hypergeom_cdf.cache_clear()
+    clear()
 
 
 def test_boschloo_in_floats_is_scipys(float_tails):
@@ -177,3 +184,4 @@ def test_boschloo_in_floats_is_scipys(float_tails):
     for fa, na, fb, nb in ((10, 20, 2, 20), (0, 30, 4, 30), (8, 26, 4, 5), (50, 100, 30, 100)):
         expected = sps.boschloo_exact([[fa, fb], [na - fa, nb - fb]]).pvalue
         assert boschloo.boschloo_p(fa, na, fb, nb) == pytest.approx(expected, rel=1e-9)
+    assert boschloo.boschloo_p.cache_info().misses == 4  # computed here, none remembered

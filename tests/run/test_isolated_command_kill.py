@@ -128,7 +128,15 @@ def _group_members(pgid: int) -> list[int]:
     return found
 
 
-def test_reap_all_waits_for_the_groups_and_reaps_their_zombies():
+@pytest.fixture
+def own_live_set(monkeypatch):
+    """This test's children alone in procs' live set. reap_all acts on every group the process
+    started, so a child another test of the same xdist worker left running would be counted
+    (CI: 3 where 2 ran) and killed; the others' entries come back afterwards."""
+    monkeypatch.setattr(procs, "_live", {})
+
+
+def test_reap_all_waits_for_the_groups_and_reaps_their_zombies(own_live_set):
     # Ctrl-C's reap_all, beside a live trial and a dead entry (its leader gone, its background
     # child left in the group): it returned at once, leaving the subreaper's zombies in both
     # groups (killpg(pgid, 0) still answered) and a SIGTERMed child sometimes still running.
@@ -153,13 +161,54 @@ def test_reap_all_waits_for_the_groups_and_reaps_their_zombies():
             os.killpg(proc.pid, 0)
 
 
-def test_reap_all_forgets_a_child_its_caller_already_waited_for():
+def test_reap_all_forgets_a_child_its_caller_already_waited_for(own_live_set):
     # CI counted 3 groups where 2 ran: wait_exit's doctest, earlier in the same worker, had
     # waited for its child without kill_group, which left it in the live set; reap_all then
     # signalled a pid that was no longer its child and counted it.
     done = procs.spawn(["true"])
-    assert procs.wait_exit(done, 30.0) is not None and done.returncode == 0
+    procs._live[done.pid] = done  # as if it had been left there, as before wait_exit forgot
+    done.wait(timeout=30)
     t0 = time.monotonic()
     assert procs.reap_all(grace_s=10.0) == 0
     assert time.monotonic() - t0 < 5.0
     assert done.pid not in procs._live  # forgotten: the set does not grow over a long sweep
+
+
+def test_wait_exit_forgets_a_child_that_left_nothing_behind(own_live_set):
+    # The doctest's way: spawn, wait_exit, no kill_group. The entry outlived the child and its
+    # group, so a later reap_all (any test of the same worker, a notebook's Ctrl-C) could
+    # signal whichever group took its freed pid next.
+    done = procs.spawn(["true"])
+    assert procs.wait_exit(done, 30.0) is not None and done.returncode == 0
+    assert procs._live == {}
+
+
+def test_a_child_its_caller_waited_for_itself_is_forgotten_at_the_next_spawn(own_live_set):
+    # Popen.wait() bypasses procs; the next spawn drops what has ended, so the set holds what
+    # runs however many children a long sweep or a notebook's kernel starts.
+    done = [procs.spawn(["true"]) for _ in range(3)]
+    for proc in done:
+        proc.wait(timeout=30)
+    live = procs.spawn(["sleep", "60"])
+    try:
+        assert list(procs._live) == [live.pid]
+    finally:
+        procs.kill_group(live, grace_s=1.0)
+    assert procs._live == {}
+
+
+def test_a_group_that_outlived_its_leader_is_still_reaped(own_live_set):
+    # Forgetting waits for the group to empty: a leader that exited and left a background
+    # child in its group is still reap_all's to kill, or a Ctrl-C would leave that child.
+    if not _set_subreaper(True):  # the orphaned sleep comes to us, as in a sweep
+        pytest.skip("no PR_SET_CHILD_SUBREAPER here")
+    try:
+        proc = procs.spawn(["bash", "-c", "sleep 60 & exit 0"])
+        assert procs.wait_exit(proc, 30.0) is not None and proc.returncode == 0
+        assert list(procs._live) == [proc.pid]
+        assert procs.reap_all(grace_s=5.0) == 1
+    finally:
+        _set_subreaper(False)
+    with pytest.raises(ProcessLookupError):
+        os.killpg(proc.pid, 0)
+    assert procs._live == {}

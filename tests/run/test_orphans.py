@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from aorta import envvars
 from aorta.errors import ExitCode
+from aorta.run.orphans import OrphanGuard, _is_subreaper, _set_subreaper
 from tests.sshd import processes_with_env
 
 AORTA = str(Path(sys.executable).parent / "aorta")
@@ -39,6 +41,24 @@ def _wait_file(path: Path, timeout: float = 30.0) -> None:
     while not path.exists() and time.monotonic() < end:
         time.sleep(0.05)
     assert path.exists(), f"the trial never started ({path} missing)"
+
+
+def test_a_guard_leaves_the_process_as_it_found_it():
+    # Its exit switched the subreaper off whatever it had found: a sweep run inside a process
+    # that was one (an outer sweep, a test's own) left it one no longer, and the outer trials'
+    # orphans went to init instead of to their reaper.
+    was = _is_subreaper()
+    token = os.environ.get(envvars.SWEEP_TOKEN)
+    try:
+        for before in (True, False):
+            if not _set_subreaper(before):
+                pytest.skip("no PR_SET_CHILD_SUBREAPER here")
+            with OrphanGuard(grace_s=0.5):
+                assert _is_subreaper()
+            assert _is_subreaper() is before
+            assert os.environ.get(envvars.SWEEP_TOKEN) == token
+    finally:
+        _set_subreaper(was)
 
 
 @pytest.mark.slow

@@ -146,6 +146,16 @@ def test_every_users_home_is_scrubbed_when_asked():
     assert Redactor().text(text) == text
 
 
+def test_the_own_home_scrubbed_is_the_one_home_is_now(monkeypatch):
+    # The pattern of the user's own home was cached from the first call: after HOME changed in
+    # the same process (a notebook, a test's monkeypatch) the old folder was still scrubbed and
+    # the new one, outside /home and /Users, kept.
+    monkeypatch.setenv("HOME", "/work/first")
+    assert secrets.scrub_homes("/work/first/x") == ("~/x", 1)
+    monkeypatch.setenv("HOME", "/work/second")
+    assert secrets.scrub_homes("/work/second/x /work/first/x") == ("~/x /work/first/x", 1)
+
+
 def test_known_secrets_are_kept_as_salted_hashes_in_a_private_file(tmp_path):
     rd = RunDir.create(tmp_path, ticket=None, workload="x")
     known = record_secrets(rd, ["Shapeless-Pw-31337", "p@ss w0rdlong/with spaces"])

@@ -206,6 +206,13 @@ def test_devices_table_has_sources_and_all_devices():
         devices.get_device("TPUv5")
 
 
+def test_an_entry_edited_by_its_caller_leaves_the_table_alone():
+    # The peaks were the cached table's own dict: one caller's edit was every later caller's.
+    entry = devices.get_device("MI300X")
+    entry["max_achievable_tflops"]["matrix_bf16"] = 1.0
+    assert devices.get_device("MI300X")["max_achievable_tflops"]["matrix_bf16"] == 1307.4
+
+
 def test_device_from_trace_name_and_arch_file(tmp_path):
     op = (
         "cpu_op",
