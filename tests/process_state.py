@@ -57,11 +57,15 @@ def _subreaper(on: bool | None = None) -> bool:
 
 def _handler(sig: int) -> Any:
     """The handler of ``sig``; pytest-timeout's timer as one name: it sets a new one for every
-    test (``timeout = 600``) and takes it down after, so a file's first and last differ."""
+    test (``timeout = 600``) and takes it down after, so a file's first and last differ. It takes
+    it down early, to SIG_DFL, when a test fails: on SIGALRM that is the same name (a failing
+    test's file was blamed for a changed handler)."""
     handler = signal.getsignal(sig)
-    return (
-        "pytest-timeout's" if getattr(handler, "__module__", None) == "pytest_timeout" else handler
-    )
+    if getattr(handler, "__module__", None) == "pytest_timeout" or (
+        sig == signal.SIGALRM and handler == signal.SIG_DFL
+    ):
+        return "pytest-timeout's (or none)"
+    return handler
 
 
 def _running_children() -> list[int]:
