@@ -222,7 +222,8 @@ def alarm(deadline: float | None) -> Iterator[None]:
     """Raise :class:`TrialDeadline` in the main thread when ``deadline`` passes (SIGALRM).
 
     Outside the main thread (some notebook setups) signals cannot be used; the watchdog
-    still guards the run.
+    still guards the run. A timer the caller had armed is put back with the time it has left
+    (it is held while the trial runs: a process has one real-time timer).
     """
     usable = deadline is not None and threading.current_thread() is threading.main_thread()
     if not usable:
@@ -234,12 +235,16 @@ def alarm(deadline: float | None) -> Iterator[None]:
         raise TrialDeadline()
 
     previous = signal.signal(signal.SIGALRM, _fire)
-    signal.setitimer(signal.ITIMER_REAL, max(0.001, deadline - time.monotonic()))
+    armed = time.monotonic()
+    theirs, interval = signal.setitimer(signal.ITIMER_REAL, max(0.001, deadline - armed))
     try:
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+        if theirs > 0:  # the caller's own timer (a test runner's, a notebook's) runs on
+            left = theirs - (time.monotonic() - armed)
+            signal.setitimer(signal.ITIMER_REAL, max(0.001, left), interval)
 
 
 class Watchdog:

@@ -12,6 +12,7 @@ import pytest
 
 from aorta.run import procs
 from aorta.run.procs import TrialDeadline, TrialHang
+from aorta.run.trial import alarm
 
 
 def _wait_with_alarm(exc: BaseException, *, deadline: float | None) -> list[str]:
@@ -49,3 +50,29 @@ def test_ctrl_c_is_an_interrupt() -> None:
     assert _wait_with_alarm(KeyboardInterrupt(), deadline=None) == ["interrupted"]
     far = time.monotonic() + 3600
     assert _wait_with_alarm(KeyboardInterrupt(), deadline=far) == ["interrupted"]
+
+
+def test_the_trial_alarm_gives_the_callers_timer_back() -> None:
+    # An in-process trial's alarm cancelled the caller's real-time timer (a notebook's, a test
+    # runner's: pytest-timeout lost its timeout for the rest of the test) and kept none of it.
+    saved_handler, saved_timer = (
+        signal.getsignal(signal.SIGALRM),
+        signal.getitimer(signal.ITIMER_REAL),
+    )
+
+    def theirs(signum: int, frame: object) -> None:
+        raise AssertionError("the caller's timer fired inside the trial")
+
+    try:
+        signal.signal(signal.SIGALRM, theirs)
+        signal.setitimer(signal.ITIMER_REAL, 30.0)
+        with alarm(time.monotonic() + 5.0):
+            time.sleep(0.2)
+        assert signal.getsignal(signal.SIGALRM) is theirs
+        assert 25.0 < signal.getitimer(signal.ITIMER_REAL)[0] < 29.9
+        with pytest.raises(TrialDeadline), alarm(time.monotonic() + 0.05):
+            time.sleep(5.0)  # the trial's own deadline still fires in the block
+        assert 25.0 < signal.getitimer(signal.ITIMER_REAL)[0] < 29.9
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, *saved_timer)
+        signal.signal(signal.SIGALRM, saved_handler)
