@@ -445,7 +445,10 @@ class _Sweep:
     def run_trial(self, seq: int, key: TrialKey) -> TrialRecord | None:
         """Run trial ``seq`` on this rank; rank 0 returns the merged record."""
         rendezvous: dict[str, str] = {}
-        if self.coord.distributed:
+        # A distributed workload on one process (training's min_world_size is 1) still joins a
+        # process group of one: without a rendezvous every trial failed its setup on env://.
+        cls = self.p.workload
+        if self.coord.distributed or (cls is not None and cls.launch_mode == "distributed"):
             endpoint = trial_endpoint(self.coord, self.dist, seq, timeout_s=self.wait_s)
             rendezvous = trial_env(endpoint)
         started = utc_now()

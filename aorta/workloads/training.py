@@ -72,9 +72,13 @@ class TrainingWorkload(Workload):
             if self.context.backend == "nccl"
             else torch.device("cpu")
         )
-        torch.manual_seed(self.context.seed)  # same initial weights on every rank
-        blocks = [nn.Sequential(nn.Linear(dim, dim), nn.GELU()) for _ in range(layers)]
-        model = nn.Sequential(*blocks, nn.Linear(dim, 1)).to(self.device, dtype)
+        # Same initial weights on every rank, from the trial's seed; on a generator of the trial's
+        # own (an in-process trial reseeded the caller's, a notebook's or the sweep's).
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.context.seed)
+            blocks = [nn.Sequential(nn.Linear(dim, dim), nn.GELU()) for _ in range(layers)]
+            model = nn.Sequential(*blocks, nn.Linear(dim, 1))
+        model = model.to(self.device, dtype)
         if self.mode == "ddp":
             from torch.nn.parallel import DistributedDataParallel
 
