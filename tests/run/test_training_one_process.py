@@ -3,6 +3,7 @@ is 1): each trial joins a process group of one at a rendezvous of its own."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from aorta import load_run
@@ -18,6 +19,7 @@ cells: [{name: ddp, mitigations: [none]}]
 """
 
 
+@pytest.mark.slow  # two worker processes, each importing torch (~10 s on two cores)
 def test_training_runs_on_one_process_without_torchrun(tmp_path):
     # Every trial failed its setup: "environment variable MASTER_ADDR expected, but not set".
     ds = load_run(sweep(load_recipe_text(RECIPE), output=tmp_path, progress="none").run_dir)
