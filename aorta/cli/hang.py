@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -14,7 +13,7 @@ from aorta.errors import ExitCode, UsageError
 from aorta.hang import MAX_MEMORY, MAX_RANK, paused_gc
 from aorta.store import HANG_DIR, RunDir
 
-from ._options import Json, option
+from ._options import Json, option, say_warnings
 
 app = typer.Typer(
     help="Hang forensics: who the other ranks wait for, and where.", no_args_is_help=True
@@ -96,8 +95,7 @@ def _run(rd: RunDir, *, as_json: bool, world_size: int | None, budget: int) -> i
         found.append((where, report))
     if not found:
         raise UsageError("; ".join(f"{t}: {why}" for t, why in failed))
-    for where, why in failed:
-        print(f"warning: {where}: left out: {why}", file=sys.stderr)
+    say_warnings(f"{where}: left out: {why}" for where, why in failed)
     if as_json:
         reports: list[dict[str, Any]] = [{"trial": t, **hang.json_ready(r)} for t, r in found]
         reports += [{"trial": t, "error": why} for t, why in failed]

@@ -3,7 +3,6 @@ self-contained page too, or, for two runs, the page comparing them."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -22,6 +21,7 @@ from ._options import (
     Seed,
     Traces,
     option,
+    say_warnings,
     stats_flags,
     traces_missing,
 )
@@ -61,8 +61,7 @@ def report(
     from aorta.report import write_report
 
     if traces:  # the report is still worth writing: say why it has no trace section
-        for hint in traces_missing(runs):
-            print(f"warning: --traces: {hint}", file=sys.stderr)
+        say_warnings(f"--traces: {hint}" for hint in traces_missing(runs))
     options = stats_flags(alpha=alpha, seed=seed, resamples=resamples, ranks=ranks)
     kw: dict[str, Any] = {"options": options, "traces": traces}
     if len(runs) > 2:
