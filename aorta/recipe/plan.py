@@ -38,13 +38,12 @@ from types import MappingProxyType
 from typing import Any
 
 from aorta.errors import Problem, RecipeError, by_path
+from aorta.recipe.blocks import Collector, StopAfter
 from aorta.recipe.limits import MAX_CELLS
 from aorta.recipe.registry import Environment, Registry
 from aorta.recipe.schema import (
-    Collector,
     ExpandedCell,
     Recipe,
-    StopAfter,
     canonical_json,
     checked_recipe,
     is_missing_command,

@@ -28,42 +28,57 @@ Examples
 
 from __future__ import annotations
 
-import difflib
-import hashlib
 import itertools
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
     Field,
     ValidationError,
     field_validator,
     model_validator,
 )
 
-from aorta import envvars
 from aorta.errors import Problem, RecipeError, by_path, describe_value, validation_problems
 from aorta.errors import invalid as _fail
-from aorta.recipe.condition import compile_condition
+from aorta.recipe.blocks import (
+    Adaptive,
+    Axes,
+    Bisect,
+    CellSpec,
+    Collector,
+    Confound,
+    CustomPattern,
+    DockerEnvironment,
+    Forensics,
+    Redaction,
+    Retain,
+    StopAfter,
+)
+from aorta.recipe.fields import (
+    CELL_NAME_RE,
+    RESERVED_CELL_NAMES,
+    ConfigMap,
+    EnvMap,
+    StrictModel,
+    check_count,
+    check_mitigation_list,
+    check_name_bytes,
+    closest,
+)
 from aorta.recipe.limits import (
     MAX_CELLS,
-    MAX_NAME_BYTES,
     MAX_STEPS,
     MAX_TIMEOUT_S,
     MAX_TOTAL_TRIALS,
     MAX_TRIALS,
     fit_name,
-    image_ref_problem,
-    name_bytes_problem,
 )
 from aorta.recipe.setaside import (
     BASELINE,
@@ -77,22 +92,9 @@ from aorta.recipe.yamldoc import parse_yaml
 from aorta.regex import RegexError, compile_regex
 
 __all__ = [
-    "KNOWN_COLLECTORS",
-    "Axes",
-    "Bisect",
-    "CellSpec",
     "Checked",
-    "Collector",
-    "Confound",
-    "CustomPattern",
-    "DockerEnvironment",
     "ExpandedCell",
-    "PatternMatch",
     "Recipe",
-    "Redaction",
-    "Retain",
-    "RetainLevel",
-    "StopAfter",
     "checked_recipe",
     "dump_recipe",
     "is_missing_command",
@@ -104,441 +106,9 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = 1
-CELL_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
-#: Names a cell may not take: its folder is ``cells/<name>``, where these would not be a folder
-#: of its own. (The run's files — matrix.md, … — sit beside ``cells/``, not in it, so a cell may
-#: share their names.)
-RESERVED_CELL_NAMES = frozenset({".", ".."})
-RESERVED_CONFIG_KEYS = frozenset({"steps"})
-RESERVED_CONFIG_PREFIX = "_aorta_"
-#: Collectors a recipe may ask for, with the options each accepts.
-KNOWN_COLLECTORS: dict[str, frozenset[str]] = {
-    "torch_profiler": frozenset(
-        {"wait", "warmup", "active", "repeat", "record_shapes", "with_stack", "profile_memory"}
-    ),
-}
 
 
-# --------------------------------------------------------------------------------------------
-# small helpers shared by the validators
-
-
-def _closest(word: str, choices: Iterable[str]) -> str:
-    match = difflib.get_close_matches(word, list(choices), n=1)
-    return f"; did you mean {match[0]!r}?" if match else ""
-
-
-def _check_env_name(name: Any) -> Any:
-    problem = envvars.name_problem(name)
-    if problem:
-        raise _fail("env_name", problem)
-    return name
-
-
-def _check_env_value(val: Any) -> Any:
-    problem = envvars.value_problem(val)
-    if problem:
-        raise _fail("env_value", problem)
-    return val
-
-
-def _check_config_key(key: Any) -> Any:
-    if not isinstance(key, str):
-        raise _fail("config_key", f"keys must be strings, got {describe_value(key)}")
-    if key in RESERVED_CONFIG_KEYS:
-        raise _fail(
-            "config_reserved",
-            f"{key!r} is reserved: set the recipe's or the cell's top-level {key!r} instead",
-        )
-    if key.startswith(RESERVED_CONFIG_PREFIX):
-        raise _fail(
-            "config_reserved",
-            f"keys starting with {RESERVED_CONFIG_PREFIX!r} are reserved for aorta, got {key!r}",
-        )
-    return key
-
-
-EnvName = Annotated[str, BeforeValidator(_check_env_name)]
-EnvValue = Annotated[str, BeforeValidator(_check_env_value)]
-EnvMap = dict[EnvName, EnvValue]
-ConfigKey = Annotated[str, BeforeValidator(_check_config_key)]
-ConfigMap = dict[ConfigKey, Any]
-
-
-def _check_count(value: Any) -> Any:
-    # Strict ints already reject booleans; say so in words a YAML author recognises.
-    if isinstance(value, bool):
-        raise _fail("count", f"must be a whole number ≥ 1, got {describe_value(value)}")
-    return value
-
-
-def _check_name_bytes(value: Any) -> Any:
-    problem = name_bytes_problem(value) if isinstance(value, str) else None
-    if problem:
-        raise _fail("name_length", problem)
-    return value
-
-
-class _Strict(BaseModel):
-    """Base of every recipe model: strict types, unknown keys rejected with the allowed list."""
-
-    model_config = ConfigDict(strict=True, extra="forbid", validate_default=False)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _reject_unknown_keys(cls, data: Any) -> Any:
-        if isinstance(data, Mapping):
-            allowed = list(cls.model_fields)
-            for key in data:
-                if key not in cls.model_fields:
-                    raise _fail(
-                        "unknown_key",
-                        f"unknown key {key!r}{_closest(str(key), allowed)} (allowed: {', '.join(allowed)})",
-                    )
-        elif data is not None and not isinstance(data, BaseModel):
-            raise _fail("mapping", f"must be a mapping, got {describe_value(data)}")
-        return data
-
-
-# --------------------------------------------------------------------------------------------
-# the models
-
-
-#: The ratio beyond which a cell is tagged slower, and the statistics' band of practical
-#: equivalence ``[1/t, t]``, unless a recipe or a caller names another.
-DEFAULT_CONFOUND_THRESHOLD = 1.15
-
-
-class Confound(_Strict):
-    """How a cell is tagged against the baseline (upstream's ``confound`` block)."""
-
-    #: A cell whose mean step time exceeds the baseline's by this ratio is tagged ``speed (+N%)``;
-    #: the statistics use it as the band of practical equivalence.
-    threshold: float = Field(DEFAULT_CONFOUND_THRESHOLD, gt=1.0, allow_inf_nan=False)
-    #: The cell every other cell is compared with; resolved automatically when unset.
-    baseline_cell: str | None = None
-
-    @field_validator("threshold", mode="before")
-    @classmethod
-    def _no_bool(cls, v: Any) -> Any:
-        if isinstance(v, bool):
-            raise _fail("number", f"must be a number > 1.0, got {describe_value(v)}")
-        return v
-
-
-class StopAfter(_Strict):
-    """Stop a cell's trials early once enough events were seen (hunting a rare failure)."""
-
-    #: Stop after this many trials of the cell had an event.
-    events: int = Field(1, ge=1, le=MAX_TRIALS)
-    #: The most trials a cell runs while hunting (default: the cell's ``trials``).
-    max_trials: int | None = Field(None, ge=1, le=MAX_TRIALS)
-    #: Which trial outcome counts as an event.
-    event_verdict: Literal["workload_failed", "timeout", "any_failure"] = "workload_failed"
-
-    _count = field_validator("events", "max_trials", mode="before")(_check_count)
-
-
-class Adaptive(_Strict):
-    """``schedule: adaptive``: rounds of the baseline and every undecided cell, each cell
-    stopped as soon as its verdict is settled (docs/statistics.md, "Adaptive sweeps")."""
-
-    #: Trials every cell runs before the first decision (≥ 5).
-    min_trials: int = Field(5, ge=5, le=MAX_TRIALS)
-    #: The most trials a cell runs; a cell still undecided then stops as ``undecided``.
-    max_trials: int = Field(30, ge=5, le=MAX_TRIALS)
-    #: Trials per undecided cell between two decisions.
-    round: int = Field(1, ge=1, le=MAX_TRIALS)
-    #: The failure-rate difference that does not matter (equivalence and futility).
-    failure_margin: float = Field(0.15, gt=0, lt=1, allow_inf_nan=False)
-
-    _count = field_validator("min_trials", "max_trials", "round", mode="before")(_check_count)
-
-    @model_validator(mode="after")
-    def _order(self) -> Adaptive:
-        if self.max_trials < self.min_trials:
-            raise _fail(
-                "adaptive",
-                f"max_trials ({self.max_trials}) must be ≥ min_trials ({self.min_trials})",
-            )
-        return self
-
-
-class Bisect(_Strict):
-    """``aorta bisect``: an ordered list of values of one variable, the first known good and
-    the last known bad; each step runs the midpoint against the first (docs/history.md)."""
-
-    #: The environment variable every trial gets, ``NAME=value``.
-    variable: EnvName
-    #: The values in order: ``values[0]`` good, ``values[-1]`` bad, at least 3, distinct.
-    values: list[EnvValue] = Field(min_length=3, max_length=4096)
-
-    @field_validator("values", mode="before")
-    @classmethod
-    def _texts(cls, v: Any) -> Any:
-        if not isinstance(v, list):
-            raise _fail("bisect", f"values must be a list, got {describe_value(v)}")
-        out = [str(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else x for x in v]
-        dup = sorted({str(x) for x in out if out.count(x) > 1})
-        if dup:
-            raise _fail("bisect", f"values must be distinct, repeated: {', '.join(dup)}")
-        return out
-
-
-class Forensics(_Strict):
-    """Hang forensics (docs/hangs.md): what every trial arms, and what aorta takes before it
-    kills a stuck trial (a hang, the deadline, a peer's stop, Ctrl-C)."""
-
-    #: Take the evidence before a stuck trial's processes are killed.
-    enabled: bool = True
-    #: Arm PyTorch's flight recorder (``TORCH_FR_BUFFER_SIZE``, ``TORCH_NCCL_DUMP_ON_TIMEOUT``,
-    #: ``TORCH_FR_DUMP_TEMP_FILE``, unless the trial's environment sets them) and load aorta's
-    #: dump listener into the trial's Python processes (``PYTHONPATH``).
-    flight_recorder: bool = True
-    #: Entries of the recorder's ring buffer (``TORCH_FR_BUFFER_SIZE``).
-    buffer_size: int = Field(2000, ge=1, le=1_000_000)
-    #: Every Python thread's stack, by ``py-spy dump``.
-    stacks: bool = True
-    #: Native frames too (``py-spy dump --native``): slower, and not on every system.
-    native: bool = False
-
-    _count = field_validator("buffer_size", mode="before")(_check_count)
-
-
-class Redaction(_Strict):
-    """What to scrub from saved environment snapshots and logs (probe mode)."""
-
-    scrub_env_keys: list[str] = Field(default_factory=list)
-    scrub_paths: bool = False
-    scrub_ip_addresses: bool = False
-
-
-#: How much of a trial's artifact folder is kept once its record is written (the record is
-#: always kept): ``full`` everything; ``log`` its logs only; ``summary`` the last lines of
-#: each log; ``none`` nothing.
-RetainLevel = Literal["full", "log", "summary", "none"]
-
-
-class Retain(_Strict):
-    """Which artifacts of a trial are kept, by outcome (upstream's ``retain`` block)."""
-
-    #: Trials that failed: a workload failure, a hang (``timeout``) or a crash after the work
-    #: started (:func:`aorta.store.record.outcome_of`).
-    on_fail: RetainLevel = "full"
-    #: Trials that passed.
-    on_pass: RetainLevel = "full"
-    #: Trials that errored (setup, or infrastructure before the work started) or did not run.
-    on_error: RetainLevel = "full"
-
-
-class PatternMatch(_Strict):
-    """What a custom pattern matches: a regex (one line) and an optional ``condition``."""
-
-    regex: str
-    condition: str | None = None
-
-    @field_validator("regex")
-    @classmethod
-    def _regex(cls, v: str) -> str:
-        try:
-            compile_regex(v)
-        except RegexError as exc:
-            raise _fail("regex", str(exc)) from None
-        return v
-
-    @field_validator("condition")
-    @classmethod
-    def _condition(cls, v: str | None) -> str | None:
-        if v is not None:
-            try:
-                compile_condition(v)
-            except ValueError as exc:
-                raise _fail("condition", str(exc)) from None
-        return v
-
-
-class CustomPattern(_Strict):
-    """A failure signature of the recipe's own (upstream's ``custom_patterns`` entry).
-
-    ``on_match``: ``fail`` fails a trial whose output matches (a passing one too), ``warn``
-    adds a warning, ``info`` only keeps the named groups (``info["capture.<name>"]``).
-    ``required_for_pass``: a trial whose output lacks the line fails. ``hint`` and ``tier``
-    are aorta's additions (default tier 0: the recipe's patterns outrank the library's).
-    """
-
-    id: str = Field(min_length=1, max_length=MAX_NAME_BYTES)
-    match: PatternMatch
-    on_match: Literal["fail", "warn", "info"] = "fail"
-    required_for_pass: bool = False
-    category: str | None = None
-    hint: str | None = None
-    tier: int = Field(0, ge=0, le=9)
-
-    @model_validator(mode="after")
-    def _required(self) -> CustomPattern:
-        if self.required_for_pass and self.on_match != "fail":
-            raise _fail(
-                "adaptive",
-                f"required_for_pass needs on_match: fail (got {self.on_match!r}); a warn or "
-                "info pattern cannot decide a trial",
-            )
-        return self
-
-
-class Collector(_Strict):
-    """A data collector for each trial, e.g. ``torch_profiler`` with its schedule."""
-
-    name: str
-    options: dict[str, Any] = Field(default_factory=dict)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _from_short_forms(cls, data: Any) -> Any:
-        # `- torch_profiler` and `- torch_profiler: {active: 3}` are the forms people write.
-        if isinstance(data, str):
-            data = {"name": data}
-        elif isinstance(data, Mapping) and len(data) == 1 and "name" not in data:
-            ((name, options),) = data.items()
-            data = {"name": name, "options": {} if options is None else options}
-        if isinstance(data, Mapping) and isinstance(data.get("name"), str):
-            name = data["name"]
-            if name not in KNOWN_COLLECTORS:
-                raise _fail(
-                    "collector",
-                    f"unknown collector {name!r}{_closest(name, KNOWN_COLLECTORS)} (known: {', '.join(KNOWN_COLLECTORS)})",
-                )
-            options = data.get("options") or {}
-            if isinstance(options, Mapping):
-                for key in options:
-                    if key not in KNOWN_COLLECTORS[name]:
-                        raise _fail(
-                            "collector_option",
-                            f"{name}: unknown option {key!r} (allowed: {', '.join(sorted(KNOWN_COLLECTORS[name]))})",
-                        )
-        return data
-
-
-class DockerEnvironment(_Strict):
-    """An inline environment: ``environment: {docker: rocm/pytorch:latest}``."""
-
-    docker: str = Field(min_length=1)
-
-    @field_validator("docker")
-    @classmethod
-    def _ref(cls, v: str) -> str:
-        problem = image_ref_problem(v)
-        if problem:
-            raise _fail("image_ref", f"{problem}, got {v!r}")
-        return v
-
-    @property
-    def name(self) -> str:
-        """``_inline_<8 hex of blake2b(ref)>``: stable, so resumed runs find the same cells."""
-        return "_inline_" + hashlib.blake2b(self.docker.encode(), digest_size=4).hexdigest()
-
-
-def _check_environment(value: Any) -> Any:
-    if isinstance(value, str | DockerEnvironment):
-        if isinstance(value, str) and not value:
-            raise _fail("environment", "must not be empty")
-        return value
-    if isinstance(value, Mapping):
-        if set(value) != {"docker"}:
-            raise _fail(
-                "environment",
-                f"an inline environment is {{docker: <image ref>}}, got keys {', '.join(map(str, value))}",
-            )
-        return DockerEnvironment.model_validate(value)
-    raise _fail(
-        "environment",
-        f"must be an environment name or {{docker: <image ref>}}, got {describe_value(value)}",
-    )
-
-
-EnvironmentRef = Annotated[str | DockerEnvironment, BeforeValidator(_check_environment)]
-
-
-def _check_mitigation_list(value: Any) -> Any:
-    if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
-        shown = repr(value) if isinstance(value, str) else describe_value(value)
-        raise _fail("mitigations", f"must be a non-empty list of names, got {shown}")
-    return value
-
-
-class CellSpec(_Strict):
-    """One cell as written in the recipe: a bundle of mitigations × an environment."""
-
-    name: str
-    mitigations: list[str]
-    environment: EnvironmentRef = "local"
-    extra_env: EnvMap = Field(default_factory=dict)
-    trials: int | None = Field(None, ge=1, le=MAX_TRIALS)
-    steps: int | None = Field(None, ge=1, le=MAX_STEPS)
-    workload_config: ConfigMap = Field(default_factory=dict)
-    collect: list[Collector] | None = None
-
-    _mit = field_validator("mitigations", mode="before")(_check_mitigation_list)
-    _count = field_validator("trials", "steps", mode="before")(_check_count)
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        _check_name_bytes(v)
-        if v in RESERVED_CELL_NAMES:
-            raise _fail("cell_name", f"{v!r} is reserved")
-        if not CELL_NAME_RE.match(v):
-            raise _fail(
-                "cell_name",
-                f"{v!r} is not a valid cell name (letters, digits, '_', '.', '-'; not starting with '.' or '-')",
-            )
-        return v
-
-
-class Axes(_Strict):
-    """A cartesian product of cells (beyond upstream AORTA).
-
-    ``mitigations`` lists stacks (a name or a list of names), ``environment`` lists
-    environments, ``workload_config`` maps a key to the values it takes. Each combination is a
-    cell named from its parts, e.g. ``tf32_off-local-m_2048``.
-    """
-
-    mitigations: list[list[str]] | None = None
-    environment: list[EnvironmentRef] | None = None
-    workload_config: dict[ConfigKey, list[Any]] = Field(default_factory=dict)
-
-    @field_validator("mitigations", mode="before")
-    @classmethod
-    def _stacks(cls, v: Any) -> Any:
-        if v is None:
-            return v
-        if not isinstance(v, list) or not v:
-            raise _fail("axis", f"must be a non-empty list, got {describe_value(v)}")
-        return [[s] if isinstance(s, str) else _check_mitigation_list(s) for s in v]
-
-    @field_validator("environment", mode="before")
-    @classmethod
-    def _envs(cls, v: Any) -> Any:
-        if v is None:
-            return v
-        if not isinstance(v, list) or not v:
-            raise _fail("axis", f"must be a non-empty list, got {describe_value(v)}")
-        return v
-
-    @field_validator("workload_config", mode="before")
-    @classmethod
-    def _cfg(cls, v: Any) -> Any:
-        if not isinstance(v, Mapping):
-            raise _fail("axis", f"must be a mapping of key: [values], got {describe_value(v)}")
-        for key, values in v.items():
-            if not isinstance(values, list) or not values:
-                raise _fail(
-                    "axis",
-                    f"{key}: must be a non-empty list of values, got {describe_value(values)}",
-                )
-        return v
-
-
-class Recipe(_Strict):
+class Recipe(StrictModel):
     """A triage recipe (schema v1). See ``docs/recipes.md`` for every field."""
 
     schema_version: Literal[1] = 1
@@ -594,7 +164,7 @@ class Recipe(_Strict):
     check_numerics: bool = False
     custom_patterns: list[CustomPattern] = Field(default_factory=list)
 
-    _count = field_validator("trials", "steps", mode="before")(_check_count)
+    _count = field_validator("trials", "steps", mode="before")(check_count)
 
     @field_validator("custom_patterns")
     @classmethod
@@ -617,7 +187,7 @@ class Recipe(_Strict):
             )
         return v
 
-    _names = field_validator("ticket", "workload", mode="before")(_check_name_bytes)
+    _names = field_validator("ticket", "workload", mode="before")(check_name_bytes)
 
     @field_validator("step_time_regex")
     @classmethod
@@ -632,7 +202,7 @@ class Recipe(_Strict):
     @field_validator("mitigation_axis", "diagnostic_axis", mode="before")
     @classmethod
     def _axis(cls, v: Any) -> Any:
-        return v if v is None else _check_mitigation_list(v)
+        return v if v is None else check_mitigation_list(v)
 
     @field_validator("command", mode="before")
     @classmethod
@@ -783,7 +353,7 @@ class Recipe(_Strict):
                     [
                         Problem(
                             "confound.baseline_cell",
-                            f"no cell named {explicit!r}{_closest(explicit, names)} (cells: {', '.join(names)})",
+                            f"no cell named {explicit!r}{closest(explicit, names)} (cells: {', '.join(names)})",
                         )
                     ]
                 )

@@ -22,7 +22,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from aorta import envvars
-from aorta.recipe.schema import Forensics
+from aorta.recipe.blocks import Forensics
 from aorta.run.forensics import SHIM_DIR, Capture, checked_reply, request_dump
 from aorta.run.hangfiles import EvidenceDir, clear_stale_pipes, pipes_prefix
 from aorta.store.rundir import HANG_DIR, evidence_name
