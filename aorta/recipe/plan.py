@@ -39,10 +39,10 @@ from typing import Any
 
 from aorta.errors import Problem, RecipeError, by_path
 from aorta.recipe.blocks import Collector, StopAfter
+from aorta.recipe.expand import ExpandedCell
 from aorta.recipe.limits import MAX_CELLS
 from aorta.recipe.registry import Environment, Registry
 from aorta.recipe.schema import (
-    ExpandedCell,
     Recipe,
     canonical_json,
     checked_recipe,

@@ -28,10 +28,8 @@ Examples
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,12 +53,12 @@ from aorta.recipe.blocks import (
     Collector,
     Confound,
     CustomPattern,
-    DockerEnvironment,
     Forensics,
     Redaction,
     Retain,
     StopAfter,
 )
+from aorta.recipe.expand import ExpandedCell, axes_cells, probe_cells, written_cells
 from aorta.recipe.fields import (
     CELL_NAME_RE,
     RESERVED_CELL_NAMES,
@@ -78,7 +76,6 @@ from aorta.recipe.limits import (
     MAX_TIMEOUT_S,
     MAX_TOTAL_TRIALS,
     MAX_TRIALS,
-    fit_name,
 )
 from aorta.recipe.setaside import (
     BASELINE,
@@ -93,7 +90,6 @@ from aorta.regex import RegexError, compile_regex
 
 __all__ = [
     "Checked",
-    "ExpandedCell",
     "Recipe",
     "checked_recipe",
     "dump_recipe",
@@ -303,40 +299,11 @@ class Recipe(StrictModel):
 
     def expand_cells(self) -> list[ExpandedCell]:
         """Every cell of the recipe, in order: explicit ``cells``, then ``axes``, or the probe axes."""
-        out: list[ExpandedCell] = []
         if self.mode == "probe":
-            diag = self.diagnostic_axis or ["none"]
-            for (i, m), (j, d) in itertools.product(
-                enumerate(self.mitigation_axis or []), enumerate(diag)
-            ):
-                name, full = fit_name(f"{m}-{d}")
-                spec = CellSpec.model_construct(
-                    name=name,
-                    mitigations=[m, d],
-                    environment="local",
-                    extra_env={},
-                    trials=None,
-                    steps=None,
-                    workload_config={},
-                    collect=None,
-                )
-                dpath = f"diagnostic_axis[{j}]" if self.diagnostic_axis else "diagnostic_axis"
-                out.append(
-                    ExpandedCell(
-                        spec,
-                        f"mitigation_axis[{i}]",
-                        (f"mitigation_axis[{i}]", dpath),
-                        "mode",
-                        full_name=full,
-                    )
-                )
-            return out
-        for i, cell in enumerate(self.cells):
-            path = f"cells[{i}]"
-            mpaths = tuple(f"{path}.mitigations[{k}]" for k in range(len(cell.mitigations)))
-            out.append(ExpandedCell(cell, path, mpaths, f"{path}.environment"))
+            return probe_cells(self.mitigation_axis or [], self.diagnostic_axis)
+        out = written_cells(self.cells)
         if self.axes is not None:
-            out.extend(_expand_axes(self.axes))
+            out.extend(axes_cells(self.axes))
         return out
 
     def baseline_cell(self) -> str:
@@ -374,66 +341,6 @@ class Recipe(StrictModel):
                 )
             ]
         )
-
-
-@dataclass(frozen=True)
-class ExpandedCell:
-    """A cell of the recipe with the paths that locate it in the document (for errors)."""
-
-    spec: CellSpec
-    path: str
-    mitigation_paths: tuple[str, ...]
-    environment_path: str
-    #: A generated name over :data:`MAX_NAME_BYTES`, in full (``name`` is then shortened).
-    full_name: str | None = None
-
-    @property
-    def name(self) -> str:
-        return self.spec.name
-
-
-def _axis_label(value: Any) -> str:
-    text = value.name if isinstance(value, DockerEnvironment) else str(value)
-    text = re.sub(r"[^A-Za-z0-9_.\-]+", "_", text)
-    return text or "_"
-
-
-def _expand_axes(axes: Axes) -> list[ExpandedCell]:
-    stacks = axes.mitigations or [["none"]]
-    envs: list[str | DockerEnvironment] = axes.environment or ["local"]
-    keys = list(axes.workload_config)
-    value_lists = [axes.workload_config[k] for k in keys]
-    out = []
-    for (si, stack), (ei, env), *picked in itertools.product(
-        enumerate(stacks), enumerate(envs), *(list(enumerate(vs)) for vs in value_lists)
-    ):
-        parts = []
-        if axes.mitigations is not None:
-            parts.append(".".join(stack))
-        if axes.environment is not None:
-            parts.append(_axis_label(env))
-        config = {}
-        for key, (_, value) in zip(keys, picked, strict=True):
-            parts.append(f"{_axis_label(key)}_{_axis_label(value)}")
-            config[key] = value
-        name = "-".join(parts) or "cell"
-        if not CELL_NAME_RE.match(name):
-            name = "c" + name
-        name, full = fit_name(name)
-        spec = CellSpec.model_construct(
-            name=name,
-            mitigations=list(stack),
-            environment=env,
-            extra_env={},
-            trials=None,
-            steps=None,
-            workload_config=config,
-            collect=None,
-        )
-        mpath = f"axes.mitigations[{si}]" if axes.mitigations is not None else "axes"
-        epath = f"axes.environment[{ei}]" if axes.environment is not None else "axes"
-        out.append(ExpandedCell(spec, "axes", tuple(mpath for _ in stack), epath, full_name=full))
-    return out
 
 
 # --------------------------------------------------------------------------------------------
