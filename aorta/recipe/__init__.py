@@ -10,10 +10,10 @@ cluster file (where a launch runs, :mod:`~aorta.recipe.cluster`) and a CVS confi
 """
 
 from aorta.recipe.flags import recipe_from_flags, split_axis
+from aorta.recipe.model import Recipe
 from aorta.recipe.plan import Cell, Plan, plan
 from aorta.recipe.registry import Environment, Mitigation, Registry
 from aorta.recipe.schema import (
-    Recipe,
     dump_recipe,
     load_recipe,
     load_recipe_pending_command,

@@ -25,7 +25,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from aorta.errors import Problem, RecipeError
-from aorta.recipe.schema import Recipe, recipe_from_data
+from aorta.recipe.model import Recipe
+from aorta.recipe.schema import recipe_from_data
 
 __all__ = ["IMAGE_PREFIX", "axes_data", "recipe_from_flags", "split_axis"]
 

@@ -41,9 +41,9 @@ from aorta.errors import Problem, RecipeError, by_path
 from aorta.recipe.blocks import Collector, StopAfter
 from aorta.recipe.expand import ExpandedCell
 from aorta.recipe.limits import MAX_CELLS
+from aorta.recipe.model import Recipe
 from aorta.recipe.registry import Environment, Registry
 from aorta.recipe.schema import (
-    Recipe,
     canonical_json,
     checked_recipe,
     is_missing_command,

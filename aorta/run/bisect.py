@@ -61,8 +61,9 @@ from aorta.matrix.dataset import build_dataset
 from aorta.matrix.load import load_run
 from aorta.matrix.sentinel import SENTINEL_TRIALS, sentinel_drift
 from aorta.matrix.stats import DEFAULT_ALPHA, trial_medians
+from aorta.recipe import Recipe
 from aorta.recipe.blocks import Adaptive  # a block's model: not on aorta.recipe's face
-from aorta.recipe.schema import Recipe, recipe_from_data, recipe_to_data
+from aorta.recipe.schema import recipe_from_data, recipe_to_data
 from aorta.run.adaptive import decision_metric
 from aorta.run.options import RunOptions
 from aorta.run.sweep import sweep

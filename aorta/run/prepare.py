@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from aorta.errors import AortaError, Problem, RecipeError, UsageError, by_path
+from aorta.recipe import Recipe
 from aorta.recipe.plan import Plan, plan, recipe_problems
 from aorta.recipe.registry import Registry
 from aorta.recipe.schema import (
-    Recipe,
     dump_recipe,
     load_recipe,
     missing_command,

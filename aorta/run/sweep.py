@@ -36,8 +36,8 @@ from aorta import __version__, envvars
 from aorta.errors import AortaError, ExitCode, UsageError
 from aorta.matrix.dataset import build_dataset
 from aorta.matrix.load import write_results
+from aorta.recipe import Recipe, dump_recipe, load_recipe_text
 from aorta.recipe.plan import Cell, TrialKey
-from aorta.recipe.schema import Recipe, dump_recipe, load_recipe_text
 from aorta.report.matrix_files import write_matrix
 from aorta.report.progress import Reporter, check_progress, choose_reporter
 from aorta.run import forensics, procs

@@ -49,8 +49,8 @@ def _trial_count_reads(root: Path) -> list[str]:
 # The one home: the recipe's derived view, which the plan (Cell.trials) and the load-time bound
 # on the total both call. The Adaptive model's own validator compares its two fields.
 TRIAL_COUNT_HOME = {
-    "Recipe.trials_cap": "recipe/schema.py",
-    "Recipe.planned_trials": "recipe/schema.py",
+    "Recipe.trials_cap": "recipe/model.py",
+    "Recipe.planned_trials": "recipe/model.py",
     "Adaptive._order": "recipe/blocks.py",
 }
 

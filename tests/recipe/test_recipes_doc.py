@@ -12,7 +12,7 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from aorta.recipe.blocks import CellSpec
-from aorta.recipe.schema import Recipe
+from aorta.recipe.model import Recipe
 
 DOC = Path(__file__).parents[2] / "docs" / "recipes.md"
 
