@@ -39,15 +39,12 @@ from typing import Any
 
 from aorta.errors import Problem, RecipeError, by_path
 from aorta.recipe.blocks import Collector, StopAfter
+from aorta.recipe.checks import checked_recipe, is_missing_command
 from aorta.recipe.expand import ExpandedCell
 from aorta.recipe.limits import MAX_CELLS
 from aorta.recipe.model import Recipe
 from aorta.recipe.registry import Environment, Registry
-from aorta.recipe.schema import (
-    canonical_json,
-    checked_recipe,
-    is_missing_command,
-)
+from aorta.recipe.schema import canonical_json
 from aorta.recipe.setaside import covered
 
 __all__ = [
@@ -409,7 +406,7 @@ def recipe_problems(
     problem with its path, whether a probe recipe's command is still to come (given after
     ``--`` when it runs; not a problem), and the checks that could not run until the problems
     are fixed. A bad value does not hide the problems of later stages: it is set aside
-    (:func:`~aorta.recipe.schema.checked_recipe`) and the names are checked on what is left,
+    (:func:`~aorta.recipe.checks.checked_recipe`) and the names are checked on what is left,
     or in the raw document when its structure is too broken to validate.
 
     >>> reg = Registry.load(entry_points=False)

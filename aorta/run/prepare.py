@@ -16,12 +16,12 @@ from pathlib import Path
 
 from aorta.errors import AortaError, Problem, RecipeError, UsageError, by_path
 from aorta.recipe import Recipe
+from aorta.recipe.checks import missing_command  # not on aorta.recipe's face
 from aorta.recipe.plan import Plan, plan, recipe_problems
 from aorta.recipe.registry import Registry
 from aorta.recipe.schema import (
     dump_recipe,
     load_recipe,
-    missing_command,
     recipe_from_data,
 )
 from aorta.recipe.yamldoc import parse_yaml
