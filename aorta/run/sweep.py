@@ -694,7 +694,7 @@ def sweep(
     Parameters
     ----------
     recipe
-        A :class:`~aorta.recipe.schema.Recipe` or a recipe file. Omit it with ``resume``.
+        A :class:`~aorta.recipe.model.Recipe` or a recipe file. Omit it with ``resume``.
     resume
         An existing run directory: run only its missing or unreadable trials, with the recipe
         it recorded (``recipe.resolved.yaml``).
@@ -728,7 +728,7 @@ def sweep(
     Examples
     --------
     >>> import tempfile
-    >>> from aorta.recipe.schema import load_recipe_text
+    >>> from aorta.recipe import load_recipe_text
     >>> r = load_recipe_text("cells: [{name: base, mitigations: [none]}]", command=["true"])
     >>> result = sweep(r, output=tempfile.mkdtemp(), progress="none")
     >>> int(result.summaries.loc["base", "n_ok"]), result.exit_code.name

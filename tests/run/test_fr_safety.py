@@ -479,7 +479,7 @@ def test_readers_find_the_evidence_in_either_layout(tmp_path, layout):
 
 @pytest.mark.slow
 def test_a_capture_that_fails_says_so_and_never_blames_enabled_false(tmp_path, monkeypatch):
-    from aorta.recipe.schema import load_recipe_text
+    from aorta.recipe import load_recipe_text
     from aorta.run import forensics
     from aorta.run.sweep import sweep
     from aorta.store.rundir import RunDir

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from aorta.errors import ExitCode
+from aorta.recipe import dump_recipe, load_recipe_text
 from aorta.recipe.fields import StrictModel
-from aorta.recipe.schema import dump_recipe, load_recipe_text
 from aorta.store.redact import OWN_NAMES, Redactor, yaml_counted
 
 TOKEN = "hf_s3cretVALUE99"

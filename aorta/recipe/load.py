@@ -1,4 +1,4 @@
-"""The recipe: what to run, as the user wrote it.
+"""The recipe read from YAML or JSON — text, a file or parsed data — and written back.
 
 A recipe is a YAML (or JSON) document, schema version 1, compatible with upstream AORTA:
 
@@ -40,15 +40,15 @@ from aorta.recipe.model import Recipe
 from aorta.recipe.yamldoc import parse_yaml
 
 __all__ = [
+    "canonical_json",
     "dump_recipe",
     "load_recipe",
     "load_recipe_pending_command",
     "load_recipe_text",
+    "recipe_from_data",
+    "recipe_to_data",
     "scrub_env_keys_of",
 ]
-
-# --------------------------------------------------------------------------------------------
-# YAML in, YAML out
 
 
 def recipe_from_data(data: Any, *, command: list[str] | None = None) -> Recipe:
