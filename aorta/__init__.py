@@ -69,8 +69,8 @@ __all__ = [
 # (Workload, Registry, …) are in aorta.plugins.
 _LAZY: dict[str, str] = {
     "plan": "aorta.recipe.plan",
-    "dump_recipe": "aorta.recipe.schema",
-    "load_recipe": "aorta.recipe.schema",
+    "dump_recipe": "aorta.recipe.load",
+    "load_recipe": "aorta.recipe.load",
     "sweep": "aorta.run.sweep",
     "load_run": "aorta.matrix.load",
     "load_runs": "aorta.matrix.load",
@@ -99,8 +99,8 @@ if TYPE_CHECKING:
     from aorta.matrix.options import StatsOptions
     from aorta.matrix.series import history
     from aorta.matrix.trace_metrics import load_tracelens
+    from aorta.recipe.load import dump_recipe, load_recipe
     from aorta.recipe.plan import plan
-    from aorta.recipe.schema import dump_recipe, load_recipe
     from aorta.run.options import RunOptions
     from aorta.run.sweep import sweep
 

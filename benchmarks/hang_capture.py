@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 from aorta import envvars
-from aorta.recipe.schema import Forensics
+from aorta.recipe.blocks import Forensics
 from aorta.run.forensics import SHIM_DIR, Capture
 
 RANK = """

@@ -223,7 +223,7 @@ def bisect_vs(args: argparse.Namespace) -> None:
     import resource
 
     import aorta.run.bisect as ours
-    from aorta.recipe.schema import load_recipe_text
+    from aorta.recipe import load_recipe_text
     from aorta.run.options import RunOptions
     from tests.cli.test_bisect_sweep import PROBE, RECIPE
 

@@ -129,7 +129,7 @@ def replicate(path: Path, size_mb: float) -> tuple[dict[str, Any], list[dict[str
 def build_run(work: Path, sources: dict[int, Path], *, trials: int, size_mb: float) -> Path:
     """A run directory (2 cells × trials/2) whose every trial holds the replicated traces."""
     sys.path.insert(0, str(ROOT))
-    from aorta.recipe.schema import load_recipe_text
+    from aorta.recipe import load_recipe_text
     from aorta.run.sweep import sweep
 
     recipe = load_recipe_text(RUN.format(trials=max(1, trials // 2)), command=["true"])

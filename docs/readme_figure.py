@@ -17,7 +17,7 @@ import yaml
 from matplotlib.figure import Figure
 
 import aorta
-from aorta.recipe.schema import load_recipe_text
+from aorta.recipe import load_recipe_text
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -21,7 +21,7 @@ import xarray as xr
 from aorta.errors import RecordWarning, UsageError
 from aorta.matrix.dataset import MISSING, build_dataset, text_array, trials_frame, typed_hangs
 from aorta.matrix.trace_metrics import add_trace_metrics
-from aorta.recipe.schema import load_recipe
+from aorta.recipe import load_recipe
 from aorta.store.netcdf import read_netcdf, write_netcdf
 from aorta.store.rundir import CELL_JSON, MANIFEST, RunDir
 
@@ -143,7 +143,7 @@ def load_run(
     --------
     >>> import tempfile
     >>> from aorta.run.sweep import sweep
-    >>> from aorta.recipe.schema import load_recipe_text
+    >>> from aorta.recipe import load_recipe_text
     >>> r = load_recipe_text("trials: 2\\ncells: [{name: base, mitigations: [none]}]", command=["true"])
     >>> ds = load_run(sweep(r, output=tempfile.mkdtemp(), progress="none").run_dir)
     >>> ds.status.values.tolist(), ds.attrs["baseline"]
@@ -358,7 +358,7 @@ def load_trials(path: str | Path, *, source: Source = "auto", traces: bool = Fal
     --------
     >>> import tempfile
     >>> from aorta.run.sweep import sweep
-    >>> from aorta.recipe.schema import load_recipe_text
+    >>> from aorta.recipe import load_recipe_text
     >>> r = load_recipe_text("trials: 2\\ncells: [{name: base, mitigations: [none]}]", command=["true"])
     >>> df = load_trials(sweep(r, output=tempfile.mkdtemp(), progress="none").run_dir)
     >>> df[["cell", "trial", "status"]].values.tolist()

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 
 from aorta.matrix import stats
-from aorta.recipe.schema import DEFAULT_CONFOUND_THRESHOLD
+from aorta.recipe.blocks import DEFAULT_CONFOUND_THRESHOLD  # not on aorta.recipe's face
 from aorta.store.record import outcome_of
 from aorta.trace.metrics import BUSBW, METRICS, PERF
 

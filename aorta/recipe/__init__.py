@@ -10,15 +10,15 @@ cluster file (where a launch runs, :mod:`~aorta.recipe.cluster`) and a CVS confi
 """
 
 from aorta.recipe.flags import recipe_from_flags, split_axis
-from aorta.recipe.plan import Cell, Plan, plan
-from aorta.recipe.registry import Environment, Mitigation, Registry
-from aorta.recipe.schema import (
-    Recipe,
+from aorta.recipe.load import (
     dump_recipe,
     load_recipe,
     load_recipe_pending_command,
     load_recipe_text,
 )
+from aorta.recipe.model import Recipe
+from aorta.recipe.plan import Cell, Plan, plan
+from aorta.recipe.registry import Environment, Mitigation, Registry
 
 __all__ = [
     "Cell",

@@ -1,7 +1,7 @@
 """Flag mode: a recipe built from command-line axes, as upstream AORTA's ``--workload …
 --mitigation-axis a,b --environment-axis local,image:<ref> --trials N --steps S``.
 
-:func:`recipe_from_flags` gives the same :class:`~aorta.recipe.schema.Recipe` a file would:
+:func:`recipe_from_flags` gives the same :class:`~aorta.recipe.model.Recipe` a file would:
 one cell per mitigation × environment, named ``<mitigation>-<environment>`` (a stack
 ``a+b`` is named ``a.b``; an ``image:<ref>`` environment is the inline docker environment
 ``{docker: <ref>}``, named ``_inline_<hash>``) — exactly the cells of the ``axes:`` block
@@ -25,7 +25,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from aorta.errors import Problem, RecipeError
-from aorta.recipe.schema import Recipe, recipe_from_data
+from aorta.recipe.load import recipe_from_data
+from aorta.recipe.model import Recipe
 
 __all__ = ["IMAGE_PREFIX", "axes_data", "recipe_from_flags", "split_axis"]
 

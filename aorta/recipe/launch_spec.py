@@ -19,7 +19,7 @@ from aorta import envvars
 from aorta.errors import UsageError
 from aorta.recipe import cvs
 from aorta.recipe.cluster import Cluster, NprocPerNode, parse_nproc
-from aorta.recipe.schema import scrub_env_keys_of
+from aorta.recipe.load import scrub_env_keys_of
 
 __all__ = [
     "CvsLaunch",

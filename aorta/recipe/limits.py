@@ -1,7 +1,8 @@
 """Bounds on what a recipe may ask for, and the checks of names that reach the outside world.
 
-Pure functions, no pydantic: :mod:`aorta.recipe.schema` turns their findings into located
-recipe errors, and :mod:`aorta.recipe.registry` uses the same checks for sidecar files.
+Pure functions, no pydantic: the recipe's models (:mod:`aorta.recipe.model`, its blocks and
+fields) turn their findings into located recipe errors, and :mod:`aorta.recipe.registry` uses
+the same checks for sidecar files.
 
 Examples
 --------

@@ -11,7 +11,7 @@ error: override deliberately with ``extra_env``.
 
 Examples
 --------
->>> from aorta.recipe.schema import load_recipe_text
+>>> from aorta.recipe import load_recipe_text
 >>> from aorta.recipe.registry import Registry
 >>> r = load_recipe_text('''
 ... workload: matmul
@@ -38,17 +38,13 @@ from types import MappingProxyType
 from typing import Any
 
 from aorta.errors import Problem, RecipeError, by_path
+from aorta.recipe.blocks import Collector, StopAfter
+from aorta.recipe.checks import checked_recipe, is_missing_command
+from aorta.recipe.expand import ExpandedCell
 from aorta.recipe.limits import MAX_CELLS
+from aorta.recipe.load import canonical_json
+from aorta.recipe.model import Recipe
 from aorta.recipe.registry import Environment, Registry
-from aorta.recipe.schema import (
-    Collector,
-    ExpandedCell,
-    Recipe,
-    StopAfter,
-    canonical_json,
-    checked_recipe,
-    is_missing_command,
-)
 from aorta.recipe.setaside import covered
 
 __all__ = [
@@ -179,7 +175,7 @@ class Plan:
         the machine over the run is spread over all cells instead of landing in one.
         ``adaptive``: as ``interleaved``; the sweep skips the trials of cells already decided.
 
-        >>> from aorta.recipe.schema import load_recipe_text
+        >>> from aorta.recipe import load_recipe_text
         >>> from aorta.recipe.registry import Registry
         >>> text = "trials: 2\\ncells: [{name: a, mitigations: [none]}, {name: b, mitigations: [none]}]"
         >>> r = load_recipe_text(text, command=["true"])
@@ -192,7 +188,7 @@ class Plan:
         """:meth:`order`, one trial at a time: an adaptive sweep whose cells all stopped
         early leaves the rest of a million-trial schedule unbuilt.
 
-        >>> from aorta.recipe.schema import load_recipe_text
+        >>> from aorta.recipe import load_recipe_text
         >>> from aorta.recipe.registry import Registry
         >>> r = load_recipe_text("{trials: 1000000, cells: [{name: a, mitigations: [none]}]}",
         ...                      command=["true"])
@@ -241,7 +237,7 @@ def schedule_for(recipe: Recipe, cells: tuple[Cell, ...]) -> str:
     """The recipe's ``schedule``, or by default ``interleaved`` unless the cells need more
     than one docker image (switching images every trial would be slow): then ``sequential``.
 
-    >>> from aorta.recipe.schema import load_recipe_text
+    >>> from aorta.recipe import load_recipe_text
     >>> schedule_for(load_recipe_text("cells: [{name: a, mitigations: [none]}]", command=["true"]), ())
     'interleaved'
     """
@@ -410,7 +406,7 @@ def recipe_problems(
     problem with its path, whether a probe recipe's command is still to come (given after
     ``--`` when it runs; not a problem), and the checks that could not run until the problems
     are fixed. A bad value does not hide the problems of later stages: it is set aside
-    (:func:`~aorta.recipe.schema.checked_recipe`) and the names are checked on what is left,
+    (:func:`~aorta.recipe.checks.checked_recipe`) and the names are checked on what is left,
     or in the raw document when its structure is too broken to validate.
 
     >>> reg = Registry.load(entry_points=False)

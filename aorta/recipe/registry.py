@@ -34,8 +34,8 @@ from typing import Any, Literal
 
 from aorta.envvars import env_problems
 from aorta.errors import Problem, RecipeError
+from aorta.recipe.blocks import DockerEnvironment
 from aorta.recipe.limits import MAX_NAME_BYTES, image_ref_problem
-from aorta.recipe.schema import DockerEnvironment
 from aorta.recipe.yamldoc import parse_yaml
 
 __all__ = ["Environment", "Mitigation", "Registry"]

@@ -127,7 +127,7 @@ def write_matrix(
     --------
     >>> import tempfile
     >>> from aorta.run.sweep import sweep
-    >>> from aorta.recipe.schema import load_recipe_text
+    >>> from aorta.recipe import load_recipe_text
     >>> r = load_recipe_text("cells: [{name: base, mitigations: [none]}]", command=["true"])
     >>> run = sweep(r, output=tempfile.mkdtemp(), progress="none").run_dir
     >>> write_matrix(run)["difference"].tolist()

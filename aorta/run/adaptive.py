@@ -56,7 +56,7 @@ class AdaptiveSchedule:
 
     Examples
     --------
-    >>> from aorta.recipe.schema import load_recipe_text
+    >>> from aorta.recipe import load_recipe_text
     >>> from aorta.recipe.plan import plan
     >>> from aorta.recipe.registry import Registry
     >>> text = '''schedule: adaptive

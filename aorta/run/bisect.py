@@ -62,7 +62,9 @@ from aorta.matrix.dataset import build_dataset
 from aorta.matrix.load import load_run
 from aorta.matrix.sentinel import SENTINEL_TRIALS, failure_drift, sentinel_drift
 from aorta.matrix.stats import DEFAULT_ALPHA, trial_medians
-from aorta.recipe.schema import Adaptive, Recipe, recipe_from_data, recipe_to_data
+from aorta.recipe import Recipe
+from aorta.recipe.blocks import Adaptive  # a block's model: not on aorta.recipe's face
+from aorta.recipe.load import recipe_from_data, recipe_to_data  # not on aorta.recipe's face
 from aorta.run.adaptive import decision_metric
 from aorta.run.options import RunOptions
 from aorta.run.sweep import sweep
@@ -286,7 +288,7 @@ def step_recipe(recipe: Recipe, index: int, *, bad: bool = False) -> Recipe:
 
     Raises ``UsageError`` when the recipe has no ``bisect`` block.
 
-    >>> from aorta.recipe.schema import load_recipe_text
+    >>> from aorta.recipe import load_recipe_text
     >>> r = load_recipe_text("cells: [{name: base, mitigations: [none]}]\\n"
     ...     "bisect: {variable: TORCH_BUILD, values: [a, b, c]}", command=["true"])
     >>> s = step_recipe(r, 1)
@@ -367,7 +369,7 @@ def _comparison(row: pd.Series, against: str) -> Comparison:
 
 def _cap(recipe: Recipe) -> int:
     """The most trials a value runs in one step: the cap of the recipe's adaptive rule (as a
-    step of it plans, :meth:`~aorta.recipe.schema.Recipe.trials_cap`)."""
+    step of it plans, :meth:`~aorta.recipe.model.Recipe.trials_cap`)."""
     cap = step_recipe(recipe, 1).trials_cap[1]
     assert cap is not None  # a step recipe is adaptive
     return cap

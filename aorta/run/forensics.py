@@ -59,7 +59,7 @@ from aorta.hang import (
     parse_dump,
 )
 from aorta.hang.device import node_lines
-from aorta.recipe.schema import Forensics
+from aorta.recipe.blocks import Forensics  # a block's model: not on aorta.recipe's face
 from aorta.run.hang import trial_processes
 from aorta.run.hangfiles import EvidenceDir, make_pipes_folder, read_regular
 from aorta.store.record import RankOutcome, TrialStatus

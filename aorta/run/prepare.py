@@ -15,15 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from aorta.errors import AortaError, Problem, RecipeError, UsageError, by_path
+from aorta.recipe import Recipe, dump_recipe, load_recipe
+from aorta.recipe.checks import missing_command  # not on aorta.recipe's face
+from aorta.recipe.load import recipe_from_data  # not on aorta.recipe's face
 from aorta.recipe.plan import Plan, plan, recipe_problems
 from aorta.recipe.registry import Registry
-from aorta.recipe.schema import (
-    Recipe,
-    dump_recipe,
-    load_recipe,
-    missing_command,
-    recipe_from_data,
-)
 from aorta.recipe.yamldoc import parse_yaml
 from aorta.run.options import RunOptions
 from aorta.run.ranks import DistEnv
@@ -217,7 +213,7 @@ def check_recipe_file(
     What a run only warns about — a workload not registered (its trials fail), a
     ``workload_config`` key the workload does not read — refuses nothing: it is among
     :func:`prepare`'s warnings, worded as ``recipe validate`` prints it. A file that cannot be read or parsed is left to
-    :func:`~aorta.recipe.schema.load_recipe`, whose error names it.
+    :func:`~aorta.recipe.load.load_recipe`, whose error names it.
 
     Raises
     ------

@@ -40,8 +40,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from aorta.errors import AortaError
+from aorta.recipe.blocks import CustomPattern  # a block's model: not on aorta.recipe's face
 from aorta.recipe.condition import compile_condition, evaluate
-from aorta.recipe.schema import CustomPattern
 from aorta.recipe.yamldoc import parse_yaml
 from aorta.regex import RegexError, compile_alternation, compile_regex
 from aorta.text import printable

@@ -36,8 +36,8 @@ from aorta import __version__, envvars
 from aorta.errors import AortaError, ExitCode, UsageError
 from aorta.matrix.dataset import build_dataset
 from aorta.matrix.load import write_results
+from aorta.recipe import Recipe, dump_recipe, load_recipe_text
 from aorta.recipe.plan import Cell, TrialKey
-from aorta.recipe.schema import Recipe, dump_recipe, load_recipe_text
 from aorta.report.matrix_files import write_matrix
 from aorta.report.progress import Reporter, check_progress, choose_reporter
 from aorta.run import forensics, procs
@@ -697,7 +697,7 @@ def sweep(
     Parameters
     ----------
     recipe
-        A :class:`~aorta.recipe.schema.Recipe` or a recipe file. Omit it with ``resume``.
+        A :class:`~aorta.recipe.model.Recipe` or a recipe file. Omit it with ``resume``.
     resume
         An existing run directory: run only its missing or unreadable trials, with the recipe
         it recorded (``recipe.resolved.yaml``).
@@ -731,7 +731,7 @@ def sweep(
     Examples
     --------
     >>> import tempfile
-    >>> from aorta.recipe.schema import load_recipe_text
+    >>> from aorta.recipe import load_recipe_text
     >>> r = load_recipe_text("cells: [{name: base, mitigations: [none]}]", command=["true"])
     >>> result = sweep(r, output=tempfile.mkdtemp(), progress="none")
     >>> int(result.summaries.loc["base", "n_ok"]), result.exit_code.name

@@ -505,7 +505,7 @@ class Redactor:
     def for_recipe(
         cls, redaction: Any, *, env: Mapping[str, str] | None = None, texts: Iterable[str] = ()
     ) -> Redactor:
-        """From a recipe's :class:`~aorta.recipe.schema.Redaction` block (``None``: names only)."""
+        """From a recipe's :class:`~aorta.recipe.blocks.Redaction` block (``None``: names only)."""
         if redaction is None:
             return cls.for_run(env=env or {}, texts=texts)
         return cls.for_run(

@@ -51,7 +51,7 @@ def level_for(record: TrialRecord, retain: Any) -> str:
     """The level that applies to ``record``: ``on_pass`` for a passed trial, ``on_fail`` for a
     failed one (a workload failure, a hang or a crash after the work started), ``on_error``
     for the rest. ``retain`` is a
-    recipe's :class:`~aorta.recipe.schema.Retain`, a mapping of the same keys, or ``None``
+    recipe's :class:`~aorta.recipe.blocks.Retain`, a mapping of the same keys, or ``None``
     (``full``)."""
     if retain is None:
         return "full"

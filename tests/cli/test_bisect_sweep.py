@@ -137,7 +137,7 @@ def test_the_drift_sentinel_remeasures_the_endpoints_of_a_step_on_a_drifted_mach
     search ends undecided, no first bad value). The step's 2 fresh b0 trials are beyond
     every pooled one and beyond the band (×1.3), so the step runs b0 and b5 again beside b1,
     finds b1 good and says why."""
-    from aorta.recipe.schema import load_recipe
+    from aorta.recipe import load_recipe
     from aorta.run.bisect import Step, bisect
     from aorta.run.options import RunOptions
 

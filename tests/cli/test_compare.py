@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from aorta.errors import ExitCode
-from aorta.recipe.schema import load_recipe_text
+from aorta.recipe import load_recipe_text
 from aorta.report.matrix_files import write_matrix
 from aorta.run.sweep import sweep
 from tests.conftest import DATA

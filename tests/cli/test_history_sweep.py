@@ -12,7 +12,7 @@ import pytest
 
 from aorta.cli import main
 from aorta.errors import ExitCode
-from aorta.recipe.schema import load_recipe_text
+from aorta.recipe import load_recipe_text
 from aorta.run.sweep import sweep
 
 pytestmark = pytest.mark.slow

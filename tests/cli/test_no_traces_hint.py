@@ -19,7 +19,7 @@ TRACES = Path(__file__).parents[1] / "data" / "traces"
 @pytest.fixture(scope="module")
 def untraced_run(tmp_path_factory) -> Path:
     import aorta
-    from aorta.recipe.schema import load_recipe_text
+    from aorta.recipe import load_recipe_text
 
     root = tmp_path_factory.mktemp("notrace")
     recipe = load_recipe_text(RECIPE, command=["true"])

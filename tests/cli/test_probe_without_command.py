@@ -8,7 +8,7 @@ import json
 import yaml
 
 from aorta.errors import ExitCode
-from aorta.recipe.schema import load_recipe_text
+from aorta.recipe import load_recipe_text
 
 PROBE = "mode: probe\nticket: T-1\ntrials: 3\nmitigation_axis: [none, xnack]\n"
 AFTER_DASHES = "a probe recipe's command comes after '--'"

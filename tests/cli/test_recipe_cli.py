@@ -55,7 +55,7 @@ def test_show_resolved_reloads(run_cli, tmp_path):
     resolved = tmp_path / "resolved.yaml"
     resolved.write_text(out)
     assert run_cli("recipe", "validate", resolved)[0] == ExitCode.OK
-    from aorta.recipe.schema import load_recipe
+    from aorta.recipe import load_recipe
 
     assert load_recipe(resolved) == load_recipe(UPSTREAM_RECIPES / "race_smoke.yaml")
 

@@ -28,7 +28,7 @@ from aorta.hang import (
     text,
 )
 from aorta.hang.render import cited_nodes, node_host
-from aorta.recipe.schema import Forensics
+from aorta.recipe.blocks import Forensics
 from aorta.run.forensics import Capture, incident
 from aorta.store.record import RankOutcome, TrialStatus
 from tests.conftest import DATA

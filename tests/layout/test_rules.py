@@ -243,8 +243,8 @@ SHARED_NAMES = {
     "hang": "cli: `aorta hang`; run: a hang detected while a trial runs",
     "history": "across runs — cli: the command; store: the runs' files; matrix: Dataset, change "
     "points, gate; plot: a series' figure; report: its text; report/page: its page",
-    "load": "hang, matrix: the stage's files read into its model",
-    "model": "hang, trace: the stage's data model",
+    "load": "hang, matrix, recipe: the stage's files read into its model",
+    "model": "hang, recipe, trace: the stage's data model",
     "options": "matrix: the statistics options; run: the run options (each stage's one frozen value)",
     "signatures": "run: matched on a trial's logs; matrix: counted per cell",
     "summary": "matrix: the result per cell; trace: a trace's tables at once",

@@ -37,7 +37,7 @@ def test_long_files_come_first_in_their_listed_order_and_the_rest_keep_theirs():
         "notebooks/03_traces_in_the_matrix.ipynb::",
         "tests/run/test_distributed.py::test_b[x]",
         "tests/launch/test_container.py::test_c",
-        "aorta/recipe/schema.py::aorta.recipe.schema",
+        "aorta/recipe/load.py::aorta.recipe.load",
     ]
     assert sorted(ids, key=schedule_rank) == [ids[3], ids[2], ids[1], ids[0], ids[4]]
 

@@ -27,7 +27,7 @@ from aorta.hang.render import cited_nodes, device_fault, node_fault, node_host, 
 from aorta.matrix.dataset import build_dataset
 from aorta.matrix.hangs import hang_incidents, pattern_text
 from aorta.matrix.load import load_run, load_runs, load_trials, stack_runs
-from aorta.recipe.schema import load_recipe_text
+from aorta.recipe import load_recipe_text
 from aorta.run.sweep import sweep
 from aorta.store.netcdf import read_netcdf, write_netcdf
 from aorta.store.record import TrialRecord, TrialStatus

@@ -128,6 +128,6 @@ def test_the_matrix_takes_level_band_and_bootstrap_from_the_options():
 def test_the_band_default_is_the_recipes_one():
     # Two literals (recipe schema and matrix) could drift apart: one is now the other.
     from aorta.matrix.select import DEFAULT_THRESHOLD
-    from aorta.recipe.schema import Confound
+    from aorta.recipe.blocks import Confound
 
     assert Confound().threshold == DEFAULT_THRESHOLD

@@ -19,7 +19,7 @@ import xarray as xr
 import aorta
 from aorta.errors import TraceWarning
 from aorta.matrix.trace_metrics import analyse_trial, rank_files
-from aorta.recipe.schema import load_recipe_text
+from aorta.recipe import load_recipe_text
 from aorta.run.sweep import sweep
 from aorta.store.metrics_cache import METRICS_CACHE
 from aorta.trace.testing import kineto_json

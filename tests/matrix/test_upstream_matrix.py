@@ -19,7 +19,7 @@ import shutil
 import pytest
 
 from aorta.matrix.load import load_run
-from aorta.recipe.schema import load_recipe_text
+from aorta.recipe import load_recipe_text
 from aorta.report.matrix_files import write_matrix
 from aorta.report.upstream import CONFOUND_VOCABULARY
 from aorta.run.sweep import sweep

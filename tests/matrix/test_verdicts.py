@@ -18,7 +18,7 @@ from aorta.errors import ExitCode
 from aorta.matrix import stats
 from aorta.matrix.compare import gate_regressions
 from aorta.matrix.summary import summarize
-from aorta.recipe.schema import load_recipe_text
+from aorta.recipe import load_recipe_text
 from aorta.run.sweep import sweep
 from tests.launch_fixtures import (  # noqa: F401 - fixtures
     farm_fixture,

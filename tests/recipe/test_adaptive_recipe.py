@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from aorta.errors import RecipeError
+from aorta.recipe import dump_recipe, load_recipe_text
 from aorta.recipe.flags import recipe_from_flags
 from aorta.recipe.plan import plan
 from aorta.recipe.registry import Registry
-from aorta.recipe.schema import dump_recipe, load_recipe_text
 
 CELLS = "cells: [{name: a, mitigations: [none]}, {name: b, mitigations: [none]}]\n"
 

@@ -11,10 +11,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from aorta.errors import RecipeError
+from aorta.recipe import dump_recipe, load_recipe, load_recipe_text
+from aorta.recipe.blocks import DockerEnvironment
 from aorta.recipe.flags import recipe_from_flags
 from aorta.recipe.plan import plan
 from aorta.recipe.registry import BUILTIN_ENVIRONMENTS, Environment, Mitigation, Registry
-from aorta.recipe.schema import DockerEnvironment, dump_recipe, load_recipe, load_recipe_text
 from aorta.store.rundir import RunDir
 
 REGISTRY = Registry(

@@ -7,9 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aorta.errors import RecipeError
+from aorta.recipe import load_recipe_text
 from aorta.recipe.plan import plan
 from aorta.recipe.registry import Registry
-from aorta.recipe.schema import load_recipe_text
 
 CELL = "cells: [{name: baseline, mitigations: [none]}]\n"
 MINIMAL = "workload: matmul\n" + CELL

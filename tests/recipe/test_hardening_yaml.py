@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from aorta.errors import RecipeError
+from aorta.recipe import load_recipe_text
 from aorta.recipe.registry import Registry
-from aorta.recipe.schema import load_recipe_text
 from aorta.recipe.yamldoc import MAX_ALIAS_EXPANSION, parse_yaml
 
 HEAD = "workload: matmul\ncells: [{name: baseline, mitigations: [none]}]\n"

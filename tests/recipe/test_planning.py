@@ -8,9 +8,9 @@ import warnings
 import pytest
 
 from aorta.errors import RecipeError
+from aorta.recipe import load_recipe_text
 from aorta.recipe.plan import plan
 from aorta.recipe.registry import Environment, Mitigation, Registry
-from aorta.recipe.schema import load_recipe_text
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from aorta.errors import RecipeError
-from aorta.recipe.schema import DockerEnvironment, dump_recipe, load_recipe, load_recipe_text
+from aorta.recipe import dump_recipe, load_recipe, load_recipe_text
+from aorta.recipe.blocks import DockerEnvironment
 from tests.conftest import UPSTREAM_RECIPES
 
 MINIMAL = "workload: matmul\ncells: [{name: a, mitigations: [none]}]\n"

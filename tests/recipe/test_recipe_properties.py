@@ -11,9 +11,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from aorta.errors import RecipeError
+from aorta.recipe import dump_recipe, load_recipe_text
+from aorta.recipe.load import recipe_from_data
+from aorta.recipe.model import Recipe
 from aorta.recipe.plan import merge_env, plan
 from aorta.recipe.registry import Mitigation, Registry
-from aorta.recipe.schema import Recipe, dump_recipe, load_recipe_text, recipe_from_data
 
 MITIGATION_NAMES = ["none", "m_a", "m_b", "m_c", "m_d"]
 REGISTRY = Registry(

@@ -11,7 +11,8 @@ import pytest
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from aorta.recipe.schema import CellSpec, Recipe
+from aorta.recipe.blocks import CellSpec
+from aorta.recipe.model import Recipe
 
 DOC = Path(__file__).parents[2] / "docs" / "recipes.md"
 

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from aorta.cli import main
 from aorta.errors import ExitCode, RecipeError
+from aorta.recipe import load_recipe_text
 from aorta.recipe.condition import compile_condition, evaluate
-from aorta.recipe.schema import load_recipe_text
 from aorta.regex import RegexError, compile_alternation, compile_regex
 from aorta.run.signatures import SignatureLibrary
 

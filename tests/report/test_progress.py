@@ -9,7 +9,7 @@ import pytest
 
 import aorta
 from aorta.errors import ExitCode, UsageError
-from aorta.recipe.schema import load_recipe_text
+from aorta.recipe import load_recipe_text
 
 # Interleaved (the default): every cell's trials run in rounds, so the three cells all finish
 # in the last round — the case where one running count showed `13 ok` for a 5-trial cell.

@@ -20,7 +20,7 @@ import pytest
 import aorta
 import aorta.report
 from aorta.errors import ExitCode, UsageError
-from aorta.recipe.schema import load_recipe_text
+from aorta.recipe import load_recipe_text
 from aorta.report.page.kit import svg_markup
 from aorta.run.sweep import sweep
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 import aorta.report
-from aorta.recipe.schema import load_recipe_text
+from aorta.recipe import load_recipe_text
 from aorta.report.page.sections import cell_anchor
 from aorta.report.page.write import read_run_files
 from aorta.run.sweep import sweep

@@ -15,9 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aorta.matrix.stats import Group, compare_groups
+from aorta.recipe import load_recipe_text
 from aorta.recipe.plan import Plan, plan
 from aorta.recipe.registry import Registry
-from aorta.recipe.schema import load_recipe_text
 
 ALPHA = 0.05
 SEEDS = 80

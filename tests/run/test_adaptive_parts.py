@@ -16,9 +16,9 @@ from aorta.errors import UsageError
 from aorta.matrix.dataset import build_dataset
 from aorta.matrix.findings import findings
 from aorta.matrix.summary import summarize
+from aorta.recipe import load_recipe_text
 from aorta.recipe.plan import plan
 from aorta.recipe.registry import Registry
-from aorta.recipe.schema import load_recipe_text
 from aorta.report.findings import finding_text
 from aorta.report.matrix_files import matrix_markdown
 from aorta.report.progress import LineReporter

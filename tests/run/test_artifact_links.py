@@ -10,7 +10,7 @@ import os
 import pytest
 
 from aorta.errors import AortaError, ExitCode
-from aorta.recipe.schema import load_recipe_text
+from aorta.recipe import load_recipe_text
 from aorta.run.runner import TrialRunner
 from aorta.run.sweep import sweep
 from aorta.store.rundir import RunDir

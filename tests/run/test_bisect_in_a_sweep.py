@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from aorta.errors import ExitCode
-from aorta.recipe.schema import load_recipe_text
+from aorta.recipe import load_recipe_text
 from aorta.run.bisect import step_recipe
 from aorta.run.prepare import prepare
 

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from aorta.errors import RecipeError, UsageError
-from aorta.recipe.schema import load_recipe_text
+from aorta.recipe import load_recipe_text
 from aorta.run.bisect import BisectPlan, step_recipe
 
 VALUES = tuple(f"2.{i}.0" for i in range(16))

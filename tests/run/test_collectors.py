@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from aorta.errors import ExitCode
-from aorta.recipe.schema import load_recipe_text
+from aorta.recipe import load_recipe_text
 from aorta.run.prepare import prepare
 from aorta.run.sweep import sweep
 

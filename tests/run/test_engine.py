@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from aorta.errors import ExitCode, RecipeError, UsageError
-from aorta.recipe.schema import load_recipe_text
+from aorta.recipe import load_recipe_text
 from aorta.run.sweep import sweep
 from aorta.store.rundir import RunDir, RunLocked
 from tests.processes import alive

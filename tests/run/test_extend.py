@@ -8,8 +8,8 @@ import json
 import pytest
 
 from aorta.errors import ExitCode, UsageError
+from aorta.recipe import load_recipe_text
 from aorta.recipe.limits import MAX_TRIALS
-from aorta.recipe.schema import load_recipe_text
 from aorta.run.extend import record_extension
 from aorta.run.sweep import sweep
 from aorta.store.rundir import RunDir, RunLocked

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from aorta import envvars
-from aorta.recipe.schema import Forensics
+from aorta.recipe.blocks import Forensics
 from aorta.run.forensics import SHIM_DIR, Capture, request_dump, watchdog_lines
 from aorta.store.rundir import HANG_DIR, NCCL_DUMP_PREFIX, evidence_name, evidence_rank_dir
 from tests.processes import capture_a_sleeper

@@ -22,7 +22,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from aorta import envvars
-from aorta.recipe.schema import Forensics
+from aorta.recipe.blocks import Forensics
 from aorta.run.forensics import SHIM_DIR, Capture, checked_reply, request_dump
 from aorta.run.hangfiles import EvidenceDir, clear_stale_pipes, pipes_prefix
 from aorta.store.rundir import HANG_DIR, evidence_name
@@ -479,7 +479,7 @@ def test_readers_find_the_evidence_in_either_layout(tmp_path, layout):
 
 @pytest.mark.slow
 def test_a_capture_that_fails_says_so_and_never_blames_enabled_false(tmp_path, monkeypatch):
-    from aorta.recipe.schema import load_recipe_text
+    from aorta.recipe import load_recipe_text
     from aorta.run import forensics
     from aorta.run.sweep import sweep
     from aorta.store.rundir import RunDir

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from aorta.recipe.schema import load_recipe_text
+from aorta.recipe import load_recipe_text
 from aorta.run.hang import HangWatch, folder_state
 from aorta.run.sweep import sweep
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from aorta.recipe.schema import load_recipe_text
+from aorta.recipe import load_recipe_text
 from aorta.run.sweep import sweep
 
 # Silent and idle until SIGTERM, then a Python traceback on stderr, as torchrun's agent does.

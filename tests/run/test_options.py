@@ -9,7 +9,7 @@ import pytest
 
 import aorta
 from aorta.matrix.options import StatsKeywords, StatsOptions, stats_options
-from aorta.recipe.schema import load_recipe_text
+from aorta.recipe import load_recipe_text
 from aorta.run.options import RunKeywords, RunOptions, run_options
 
 PROBE = "mode: probe\nticket: T-0\nmitigation_axis: [none]\n"

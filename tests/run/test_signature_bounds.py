@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from aorta.cli import main
 from aorta.errors import ExitCode
-from aorta.recipe.schema import CustomPattern, load_recipe_text
+from aorta.recipe import load_recipe_text
+from aorta.recipe.blocks import CustomPattern
 from aorta.run import signatures
 from aorta.run.signatures import SignatureLibrary, classify
 from aorta.run.sweep import sweep

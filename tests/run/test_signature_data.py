@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from aorta.recipe.schema import load_recipe_text
+from aorta.recipe import load_recipe_text
 from aorta.run.signatures import SignatureLibrary, classify
 from aorta.run.sweep import sweep
 

@@ -17,7 +17,7 @@ from aorta.cli import main
 from aorta.errors import ExitCode, RecipeError
 from aorta.matrix.compare import compare
 from aorta.matrix.load import load_run
-from aorta.recipe.schema import load_recipe_text
+from aorta.recipe import load_recipe_text
 from aorta.run.hang import GpuProbe, HangWatch, parse_amd_smi, parse_nvidia_smi, parse_rocm_smi
 from aorta.run.signatures import SIGNATURES_GROUP, SignatureLibrary, classify
 from aorta.run.sweep import sweep

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from aorta.recipe.schema import load_recipe_text
+from aorta.recipe import load_recipe_text
 from aorta.run import procs
 from aorta.run.sweep import sweep
 from aorta.store.rundir import WARMUP_TRIAL, RunDir

@@ -9,7 +9,7 @@ import tarfile
 
 import pytest
 
-from aorta.recipe.schema import load_recipe_text
+from aorta.recipe import load_recipe_text
 from aorta.run.sweep import sweep
 from aorta.store.bundle import parse_size, plan_bundle, write_bundle
 from aorta.store.record import TrialRecord

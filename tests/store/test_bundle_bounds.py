@@ -13,8 +13,8 @@ import tarfile
 import pytest
 
 from aorta.errors import ExitCode, UsageError
+from aorta.recipe import load_recipe_text
 from aorta.recipe.limits import MAX_NAME_BYTES
-from aorta.recipe.schema import load_recipe_text
 from aorta.run.sweep import sweep
 from aorta.store.bundle import MAX_JSON_DEPTH, plan_bundle
 from aorta.store.redact import record_secrets

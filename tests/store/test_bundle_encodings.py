@@ -19,7 +19,7 @@ import zipfile
 import pytest
 
 from aorta.errors import ExitCode
-from aorta.recipe.schema import load_recipe_text
+from aorta.recipe import load_recipe_text
 from aorta.run.sweep import sweep
 from aorta.store.redact_stream import MAX_LAYERS, sniff
 

@@ -21,7 +21,7 @@ import tarfile
 
 import pytest
 
-from aorta.recipe.schema import load_recipe_text
+from aorta.recipe import load_recipe_text
 from aorta.run.sweep import sweep
 
 pytestmark = pytest.mark.slow

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from aorta.matrix.load import load_run
-from aorta.recipe.schema import load_recipe_text
+from aorta.recipe import load_recipe_text
 from aorta.run.sweep import sweep
 from aorta.store.redact import Redactor
 from aorta.store.rundir import RunDir

@@ -239,7 +239,7 @@ command: [train.py, --password, Sw0rdfish77, --token, argvTok3n99]
 
 def _sweep_secrets(text: str) -> set[str]:
     # What a sweep harvests from its recipe (aorta.run.sweep): its text and its data.
-    from aorta.recipe.schema import dump_recipe, load_recipe_text
+    from aorta.recipe import dump_recipe, load_recipe_text
 
     recipe = load_recipe_text(text)
     return harvest_secrets({}, texts=[dump_recipe(recipe)], data=[recipe.model_dump(mode="json")])

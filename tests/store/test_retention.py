@@ -8,7 +8,7 @@ import json
 import pytest
 
 from aorta.errors import RecipeError
-from aorta.recipe.schema import load_recipe_text
+from aorta.recipe import load_recipe_text
 from aorta.run.sweep import sweep
 from aorta.store.retention import SUMMARY_TAIL_BYTES
 from aorta.store.rundir import RunDir

@@ -26,7 +26,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aorta.recipe.schema import load_recipe, load_recipe_text
+from aorta.recipe import load_recipe, load_recipe_text
 from aorta.report import html as html_page
 from aorta.report.console import format_summary, summary_to_dict
 from aorta.report.report_dir import write_report

@@ -7,7 +7,7 @@ Examples
 --------
 >>> import tempfile
 >>> from aorta.run.sweep import sweep
->>> from aorta.recipe.schema import load_recipe_text
+>>> from aorta.recipe import load_recipe_text
 >>> from aorta.matrix.series import analyze
 >>> r = load_recipe_text("trials: 2\\ncells: [{name: base, mitigations: [none]}]", command=["true"])
 >>> root = tempfile.mkdtemp()
