@@ -183,7 +183,7 @@ def test_the_drift_sentinel_watches_failures_as_well_as_times(
     wrong first bad value. The sentinel's 2 fresh b0 trials fail where none of the pool did
     (Boschloo p = 0.030), so the step runs b0 and b5 again beside b1 — all failing, nothing
     tells them apart — and never calls b1 bad."""
-    from aorta.recipe.schema import load_recipe
+    from aorta.recipe import load_recipe
     from aorta.run.bisect import Step, bisect
     from aorta.run.options import RunOptions
 
