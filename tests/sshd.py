@@ -75,6 +75,17 @@ def processes_with_env(entry: str) -> list[int]:
     return found
 
 
+def wait_for_processes(entry: str, count: int, timeout: float = 10.0) -> list[int]:
+    """Wait until ``count`` processes carry ``entry``; return those found at the end. A child
+    ``Popen`` has just returned from can still read as having no environment: the kernel sets
+    the new image's environment up after its close-on-exec pipes close (one seen in a loaded
+    run)."""
+    deadline = time.monotonic() + timeout
+    while len(found := processes_with_env(entry)) < count and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return found
+
+
 def wait_gone(entry: str, timeout: float = 5.0) -> list[int]:
     """Wait until no process carries ``entry``; return the ones still there at the deadline."""
     deadline = time.monotonic() + timeout

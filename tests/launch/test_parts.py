@@ -46,7 +46,7 @@ from aorta.report.launch_text import format_skew, version_rows
 from aorta.store.gather import finalize, is_artifact, node_folder, staging_dir
 from aorta.text import cause_lines
 from tests.launch_fixtures import LocalSession, local_sessions
-from tests.sshd import REPO, VENV_PYTHON, processes_with_env, wait_gone
+from tests.sshd import REPO, VENV_PYTHON, processes_with_env, wait_for_processes, wait_gone
 
 PY = str(VENV_PYTHON) if VENV_PYTHON.is_file() else shutil.which("python3") or "python3"
 SHELLS = [s for s in ("sh", "bash") if shutil.which(s)]
@@ -321,7 +321,7 @@ def test_node_helper_kill_takes_the_whole_tree_even_setsid_grandchildren(tmp_pat
         assert wrapper.stdout is not None
         assert wrapper.stdout.readline().startswith(STARTED_MARKER)
         assert wrapper.stdout.readline().strip() == "ready"
-        assert len(processes_with_env(f"AORTA_RUN_ID={run_id}")) == 2
+        assert len(wait_for_processes(f"AORTA_RUN_ID={run_id}", 2)) == 2
         line, stdin = kill_command(cluster.head, run_id=run_id, node_dir=str(ndir), grace=2.0)
         report = json.loads(_sh("sh", line, stdin=stdin).stdout)
         assert report["terminated"] == 2 and report["left"] == []

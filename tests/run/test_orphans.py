@@ -16,7 +16,7 @@ import pytest
 from aorta import envvars
 from aorta.errors import ExitCode
 from aorta.run.orphans import OrphanGuard, _is_subreaper, _set_subreaper
-from tests.sshd import processes_with_env
+from tests.sshd import processes_with_env, wait_for_processes
 
 AORTA = str(Path(sys.executable).parent / "aorta")
 
@@ -80,7 +80,8 @@ def test_kill_9_of_the_sweep_leaves_no_trial_process(tmp_path, isolation):
     )  # fmt: skip
     try:
         _wait_file(started)
-        assert len(processes_with_env(mark)) >= 3  # the sweep, bash and its two sleeps
+        # the sweep, bash and its two sleeps, which start after the touch
+        assert len(wait_for_processes(mark, 3)) >= 3
         assert len(list(scratch.glob("aorta-trial-*"))) == (isolation == "process")
         sweep.kill()
         sweep.wait(timeout=10)
