@@ -4,8 +4,6 @@ connection policy built from the cluster's login fields, nothing connected yet."
 from __future__ import annotations
 
 import dataclasses
-import sys
-import threading
 from pathlib import Path
 
 import paramiko
@@ -13,6 +11,7 @@ import pytest
 
 from aorta.launch import Cluster, SshSession, ssh_sessions
 from aorta.launch.ssh import connection
+from tests.threads import run_at_once
 
 
 def test_ssh_options_carry_the_key_port_and_policy_everywhere() -> None:
@@ -71,25 +70,8 @@ def test_a_launchs_threads_build_connections_at_once() -> None:
     nodes: dict[str, dict[str, object]] = {f"gpu-{i}": {} for i in range(8)}
     sessions = list(ssh_sessions(Cluster.from_dict({"node_dict": nodes})).values())
     assert all(isinstance(s, SshSession) for s in sessions)
-    errors: list[BaseException] = []
-    start = threading.Barrier(len(sessions))
 
     def build(session: SshSession) -> None:
-        start.wait()
-        for _ in range(100):
-            try:
-                assert not session.connection().is_connected
-            except BaseException as exc:  # collected: a thread's exception is otherwise lost
-                errors.append(exc)
+        assert not session.connection().is_connected
 
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
-        threads = [threading.Thread(target=build, args=(s,)) for s in sessions]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    finally:
-        sys.setswitchinterval(interval)
-    assert errors == []
+    assert run_at_once(build, sessions, rounds=100) == []

@@ -3,7 +3,6 @@ certain — a switch interval of a microsecond, many rounds — and failed befor
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -11,17 +10,13 @@ from collections.abc import Iterator
 import pytest
 
 from aorta.run.trial import Watchdog
+from tests.threads import switching_often
 
 
 @pytest.fixture(name="switch_often")
 def switch_often_fixture() -> Iterator[None]:
-    """The interpreter switches threads every microsecond instead of every 5 ms."""
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
+    with switching_often():
         yield
-    finally:
-        sys.setswitchinterval(before)
 
 
 @pytest.mark.usefixtures("switch_often")

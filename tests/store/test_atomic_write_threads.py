@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import sys
-import threading
 from pathlib import Path
 
 from aorta.store.rundir import atomic_write
+from tests.threads import run_at_once
 
 
 def test_threads_writing_one_file_each_leave_a_whole_one(tmp_path: Path) -> None:
@@ -17,27 +16,6 @@ def test_threads_writing_one_file_each_leave_a_whole_one(tmp_path: Path) -> None
     # microsecond interleaves the writers (every run failed before the name carried the thread).
     path = tmp_path / "manifest.json"
     payloads = [str(i) * (100 + 4000 * i) for i in range(6)]
-    errors: list[BaseException] = []
-    start = threading.Barrier(len(payloads))
-
-    def write(payload: str) -> None:
-        start.wait()
-        for _ in range(50):
-            try:
-                atomic_write(path, payload)
-            except BaseException as exc:  # every failure counts, not only the first
-                errors.append(exc)
-
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
-        threads = [threading.Thread(target=write, args=(p,)) for p in payloads]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    finally:
-        sys.setswitchinterval(before)
-    assert errors == []
+    assert run_at_once(lambda payload: atomic_write(path, payload), payloads, rounds=50) == []
     assert path.read_text() in payloads
     assert [p.name for p in tmp_path.iterdir()] == ["manifest.json"]  # no temporary file left

@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-import sys
 import threading
 from pathlib import Path
 
 from aorta.trace.loader._parse import parse_file
 from aorta.trace.loader.cache import read_cache, write_cache
 from aorta.trace.testing import kineto_json
+from tests.threads import switching_often
 
 
 def test_a_cache_read_while_another_load_replaces_it_is_one_files(tmp_path: Path) -> None:
@@ -42,9 +42,7 @@ def test_a_cache_read_while_another_load_replaces_it_is_one_files(tmp_path: Path
             if table is not None and len(table.columns["ts"]) != len(plain.columns["ts"]):
                 mixed.append(len(table.columns["ts"]))
 
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
+    with switching_often():
         writer = threading.Thread(target=replace)
         # One reader: numpy parses each column's header with ast.literal_eval, and CPython
         # 3.11's compile() in two threads at once can raise SystemError ("AST constructor
@@ -52,10 +50,10 @@ def test_a_cache_read_while_another_load_replaces_it_is_one_files(tmp_path: Path
         reader = threading.Thread(target=read)
         writer.start()
         reader.start()
-        reader.join()
-    finally:
-        stop.set()
-        writer.join()
-        sys.setswitchinterval(before)
+        try:
+            reader.join()
+        finally:
+            stop.set()
+            writer.join()
     assert reads == 2000  # the reader did not die on the way
     assert mixed == [], f"{len(mixed)} of 2000 reads mixed the two caches"
