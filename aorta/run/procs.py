@@ -4,9 +4,10 @@ Every child runs in its own process group (its own session), so a deadline or a 
 kill the whole tree it started — SIGTERM first, SIGKILL after a grace period — and no
 grandchild is left behind. Live groups are remembered so :func:`reap_all` can clean up on an
 interrupt, each until it was waited for and its group is empty (a long sweep or a notebook's
-kernel is one process: the set must not grow with every child it ever started). A child started in its parent's group (``spawn(new_session=False)``: a
-process-isolated worker's command, whose group is the worker's) is no group leader, so
-:func:`kill_group` signals its process tree instead.
+kernel is one process: the set must not grow with every child it ever started). A child
+started in its parent's group (``spawn(new_session=False)``: a process-isolated worker's
+command, whose group is the worker's) is no group leader, so :func:`kill_group` signals its
+process tree instead.
 """
 
 from __future__ import annotations
